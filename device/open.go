@@ -1,0 +1,130 @@
+package device
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// EnvDevice names the environment variable that sets the default spec.
+const EnvDevice = "VRAM_DEVICE"
+
+// Opener opens a device of one backend. opts is the text after the
+// backend's name and colon in a spec ("vram=8GiB" in "sim:vram=8GiB"; "1"
+// in "cuda:1"), or "".
+type Opener func(opts string) (Device, error)
+
+var (
+	backendsMu sync.RWMutex
+	backends   = map[string]Opener{}
+)
+
+// Register makes a backend available to Open under name. Backends call it
+// from init; it panics if name is registered twice.
+func Register(name string, open Opener) {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if _, dup := backends[name]; dup {
+		panic("device: backend registered twice: " + name)
+	}
+	backends[name] = open
+}
+
+// Backends lists the registered backend names, sorted.
+func Backends() []string {
+	backendsMu.RLock()
+	defer backendsMu.RUnlock()
+	names := make([]string, 0, len(backends))
+	for n := range backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func lookup(name string) (Opener, error) {
+	backendsMu.RLock()
+	open, ok := backends[name]
+	backendsMu.RUnlock()
+	if !ok {
+		known := Backends()
+		hint := ""
+		if name == "sim" || name == "cuda" {
+			hint = fmt.Sprintf("; import _ \"github.com/vramkit/vram/device/%s\" to link it", name)
+		}
+		return nil, fmt.Errorf("backend %q is not linked into this program (linked: %s)%s: %w",
+			name, strings.Join(known, ", "), hint, ErrBadSpec)
+	}
+	return open, nil
+}
+
+// DefaultSpec is the spec Open uses for "": $VRAM_DEVICE, or "auto".
+func DefaultSpec() string {
+	if s := strings.TrimSpace(os.Getenv(EnvDevice)); s != "" {
+		return s
+	}
+	return "auto"
+}
+
+// Open opens a device from a spec:
+//
+//	""              $VRAM_DEVICE, or "auto" when it is unset
+//	"auto"          CUDA device 0 if the driver loads and a GPU exists, else the simulator
+//	"sim"           the simulator with its defaults
+//	"sim:OPTS"      the simulator with options, e.g. "sim:vram=8GiB,backed=false"
+//	"cuda"          CUDA device 0
+//	"cuda:N"        CUDA device N
+//
+// An unknown backend or malformed spec returns an error wrapping ErrBadSpec.
+func Open(spec string) (Device, error) {
+	dev, _, err := OpenWithFallback(spec)
+	return dev, err
+}
+
+// OpenWithFallback is Open that also says why "auto" did not use CUDA:
+// fallback is nil when the spec was not "auto" or CUDA was used, else the
+// error CUDA gave (wrapping ErrNoDevice).
+func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		spec = DefaultSpec()
+	}
+	name, opts, _ := strings.Cut(spec, ":")
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return nil, nil, fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", spec, ErrBadSpec)
+	}
+	if name != "auto" {
+		open, err := lookup(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		dev, err := open(opts)
+		if err != nil {
+			return nil, nil, fmt.Errorf("open %q: %w", spec, err)
+		}
+		return dev, nil, nil
+	}
+	// auto: CUDA first, then the simulator with any options given.
+	if opencuda, err := lookup("cuda"); err == nil {
+		dev, cerr := opencuda("")
+		if cerr == nil {
+			return dev, nil, nil
+		}
+		fallback = cerr
+	} else {
+		fallback = fmt.Errorf("cuda backend not linked: %w", ErrNoDevice)
+	}
+	opensim, err := lookup("sim")
+	if err != nil {
+		return nil, fallback, errors.Join(fallback, err)
+	}
+	dev, err = opensim(opts)
+	if err != nil {
+		return nil, fallback, fmt.Errorf("open %q: %w", spec, err)
+	}
+	return dev, fallback, nil
+}
