@@ -1,0 +1,9 @@
+// Package alloc owns vram's allocators: Direct (every call goes to the
+// device), Pool (a caching best-fit allocator with splitting, coalescing
+// and stream-safe reuse), AsyncPool (the device's own stream-ordered pool),
+// PinnedPool (pooled pinned host buffers), and adaptors that wrap any
+// allocator (Limit, Trace).
+//
+// It talks to hardware only through vram/device, and knows nothing about
+// clients, budgets or chunking (package vram) or trace files (vram/trace).
+package alloc
