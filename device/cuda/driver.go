@@ -1,0 +1,379 @@
+// Raw CUDA driver bindings: the library loader, the symbol table and one thin
+// Go function per driver entry point. Nothing here knows about vram's
+// Device; it only turns Go values into C arguments and CUresults back.
+//
+// The library is opened and called by openLib and lib.call (dl_linux.go,
+// through purego, no cgo; dl_other.go elsewhere, where they fail). Every
+// driver function used here takes only integer and pointer arguments. Pointers
+// to Go memory are converted to uintptr inside the argument list of lib.call,
+// which is marked //go:uintptrescapes, so the compiler moves what they point
+// to onto the heap and keeps it alive until the C function returns (the rule
+// unsafe.Pointer's documentation gives for syscall-like functions).
+
+package cuda
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// Constants from cuda.h.
+const (
+	cuStreamNonBlocking     = 0x1 // CU_STREAM_NON_BLOCKING
+	cuEventDisableTiming    = 0x2 // CU_EVENT_DISABLE_TIMING
+	cuMemHostRegPortable    = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
+	cuMemHostRegDeviceMap   = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
+	cuMemHostAllocDeviceMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
+
+	// CUdevice_attribute
+	cuDevAttrComputeCapabilityMajor = 75
+	cuDevAttrComputeCapabilityMinor = 76
+	cuDevAttrMemoryPoolsSupported   = 115
+
+	// CUmemPool_attribute (each value is a cuuint64_t)
+	cuMemPoolAttrReleaseThreshold   = 4
+	cuMemPoolAttrReservedMemCurrent = 5
+	cuMemPoolAttrUsedMemCurrent     = 7
+
+	// CUjit_option
+	cuJITInfoLogBuffer                   = 3
+	cuJITInfoLogBufferSizeBytes          = 4
+	cuJITErrorLogBuffer                  = 5
+	cuJITErrorLogBufferSizeBytes         = 6
+	cuDefaultLegacyStream        uintptr = 0 // the NULL stream: legacy default stream
+)
+
+// Symbol indices into lib.fn; symbolNames holds the exported names, using
+// the _v2 entry points cuda.h maps the plain names to.
+const (
+	symInit = iota
+	symDriverGetVersion
+	symGetErrorName
+	symGetErrorString
+	symDeviceGetCount
+	symDeviceGet
+	symDeviceGetName
+	symDeviceGetAttribute
+	symDeviceTotalMem
+	symDevicePrimaryCtxRetain
+	symDevicePrimaryCtxRelease
+	symDevicePrimaryCtxReset
+	symDeviceGetDefaultMemPool
+	symCtxSetCurrent
+	symCtxSynchronize
+	symMemGetInfo
+	symMemAlloc
+	symMemFree
+	symMemAllocAsync
+	symMemFreeAsync
+	symMemPoolSetAttribute
+	symMemPoolGetAttribute
+	symMemPoolTrimTo
+	symMemHostRegister
+	symMemHostUnregister
+	symMemHostGetDevicePointer
+	symMemcpyHtoDAsync
+	symMemcpyDtoHAsync
+	symMemcpyDtoDAsync
+	symMemsetD8Async
+	symStreamCreate
+	symStreamQuery
+	symStreamSynchronize
+	symStreamDestroy
+	symStreamWaitEvent
+	symEventCreate
+	symEventRecord
+	symEventQuery
+	symEventSynchronize
+	symEventDestroy
+	symModuleLoadDataEx
+	symModuleGetFunction
+	symModuleUnload
+	symLaunchKernel
+	numSyms
+)
+
+var symbolNames = [numSyms]string{
+	symInit:                    "cuInit",
+	symDriverGetVersion:        "cuDriverGetVersion",
+	symGetErrorName:            "cuGetErrorName",
+	symGetErrorString:          "cuGetErrorString",
+	symDeviceGetCount:          "cuDeviceGetCount",
+	symDeviceGet:               "cuDeviceGet",
+	symDeviceGetName:           "cuDeviceGetName",
+	symDeviceGetAttribute:      "cuDeviceGetAttribute",
+	symDeviceTotalMem:          "cuDeviceTotalMem_v2",
+	symDevicePrimaryCtxRetain:  "cuDevicePrimaryCtxRetain",
+	symDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease_v2",
+	symDevicePrimaryCtxReset:   "cuDevicePrimaryCtxReset_v2",
+	symDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool",
+	symCtxSetCurrent:           "cuCtxSetCurrent",
+	symCtxSynchronize:          "cuCtxSynchronize",
+	symMemGetInfo:              "cuMemGetInfo_v2",
+	symMemAlloc:                "cuMemAlloc_v2",
+	symMemFree:                 "cuMemFree_v2",
+	symMemAllocAsync:           "cuMemAllocAsync",
+	symMemFreeAsync:            "cuMemFreeAsync",
+	symMemPoolSetAttribute:     "cuMemPoolSetAttribute",
+	symMemPoolGetAttribute:     "cuMemPoolGetAttribute",
+	symMemPoolTrimTo:           "cuMemPoolTrimTo",
+	symMemHostRegister:         "cuMemHostRegister_v2",
+	symMemHostUnregister:       "cuMemHostUnregister",
+	symMemHostGetDevicePointer: "cuMemHostGetDevicePointer_v2",
+	symMemcpyHtoDAsync:         "cuMemcpyHtoDAsync_v2",
+	symMemcpyDtoHAsync:         "cuMemcpyDtoHAsync_v2",
+	symMemcpyDtoDAsync:         "cuMemcpyDtoDAsync_v2",
+	symMemsetD8Async:           "cuMemsetD8Async",
+	symStreamCreate:            "cuStreamCreate",
+	symStreamQuery:             "cuStreamQuery",
+	symStreamSynchronize:       "cuStreamSynchronize",
+	symStreamDestroy:           "cuStreamDestroy_v2",
+	symStreamWaitEvent:         "cuStreamWaitEvent",
+	symEventCreate:             "cuEventCreate",
+	symEventRecord:             "cuEventRecord",
+	symEventQuery:              "cuEventQuery",
+	symEventSynchronize:        "cuEventSynchronize",
+	symEventDestroy:            "cuEventDestroy_v2",
+	symModuleLoadDataEx:        "cuModuleLoadDataEx",
+	symModuleGetFunction:       "cuModuleGetFunction",
+	symModuleUnload:            "cuModuleUnload",
+	symLaunchKernel:            "cuLaunchKernel",
+}
+
+// libraryNames are tried in order: the versioned name the driver installs,
+// then the development symlink.
+var libraryNames = []string{"libcuda.so.1", "libcuda.so"}
+
+// lib is a loaded driver library with every symbol resolved. It is never
+// unloaded; one lib serves the whole process. Safe for concurrent use.
+type lib struct {
+	path string
+	fn   [numSyms]uintptr
+}
+
+var (
+	loadMu  sync.Mutex // protects loaded
+	loaded  *lib
+	errLoad = errors.New("cannot load the CUDA driver library")
+)
+
+// load opens the driver library (once per process, on first success) and
+// resolves every symbol. Its error names each library it tried with the
+// loader's message, or the symbol that is missing.
+func load() (*lib, error) {
+	loadMu.Lock()
+	defer loadMu.Unlock()
+	if loaded != nil {
+		return loaded, nil
+	}
+	l, err := openLib(libraryNames)
+	if err != nil {
+		return nil, err
+	}
+	loaded = l
+	setDescriber(l.describe)
+	return l, nil
+}
+
+// cString reads a NUL-terminated C string the driver owns.
+func cString(p unsafe.Pointer) string {
+	if p == nil {
+		return ""
+	}
+	n := 0
+	for *(*byte)(unsafe.Add(p, n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(p), n))
+}
+
+// describe is the driver's name and description of r.
+func (l *lib) describe(r Result) (name, desc string, ok bool) {
+	var pn, pd unsafe.Pointer
+	if l.call(symGetErrorName, uintptr(r), uintptr(unsafe.Pointer(&pn))) != Success {
+		return "", "", false
+	}
+	if l.call(symGetErrorString, uintptr(r), uintptr(unsafe.Pointer(&pd))) != Success {
+		return cString(pn), "", true
+	}
+	return cString(pn), cString(pd), true
+}
+
+// Thin wrappers, one per entry point, in cuda.h's argument order.
+
+func (l *lib) cuInit() Result { return l.call(symInit, 0) }
+
+func (l *lib) driverGetVersion(v *int32) Result {
+	return l.call(symDriverGetVersion, uintptr(unsafe.Pointer(v)))
+}
+
+func (l *lib) deviceGetCount(n *int32) Result {
+	return l.call(symDeviceGetCount, uintptr(unsafe.Pointer(n)))
+}
+
+func (l *lib) deviceGet(dev *int32, ordinal int) Result {
+	return l.call(symDeviceGet, uintptr(unsafe.Pointer(dev)), uintptr(ordinal))
+}
+
+func (l *lib) deviceGetName(buf []byte, dev int32) Result {
+	return l.call(symDeviceGetName, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(dev))
+}
+
+func (l *lib) deviceGetAttribute(v *int32, attr int, dev int32) Result {
+	return l.call(symDeviceGetAttribute, uintptr(unsafe.Pointer(v)), uintptr(attr), uintptr(dev))
+}
+
+func (l *lib) deviceTotalMem(n *uint64, dev int32) Result {
+	return l.call(symDeviceTotalMem, uintptr(unsafe.Pointer(n)), uintptr(dev))
+}
+
+func (l *lib) primaryCtxRetain(ctx *uintptr, dev int32) Result {
+	return l.call(symDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(ctx)), uintptr(dev))
+}
+
+func (l *lib) primaryCtxRelease(dev int32) Result {
+	return l.call(symDevicePrimaryCtxRelease, uintptr(dev))
+}
+
+func (l *lib) primaryCtxReset(dev int32) Result {
+	return l.call(symDevicePrimaryCtxReset, uintptr(dev))
+}
+
+func (l *lib) deviceGetDefaultMemPool(pool *uintptr, dev int32) Result {
+	return l.call(symDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(pool)), uintptr(dev))
+}
+
+func (l *lib) ctxSetCurrent(ctx uintptr) Result { return l.call(symCtxSetCurrent, ctx) }
+
+func (l *lib) ctxSynchronize() Result { return l.call(symCtxSynchronize) }
+
+func (l *lib) memGetInfo(free, total *uint64) Result {
+	return l.call(symMemGetInfo, uintptr(unsafe.Pointer(free)), uintptr(unsafe.Pointer(total)))
+}
+
+func (l *lib) memAlloc(p *uint64, n uint64) Result {
+	return l.call(symMemAlloc, uintptr(unsafe.Pointer(p)), uintptr(n))
+}
+
+func (l *lib) memFree(p uint64) Result { return l.call(symMemFree, uintptr(p)) }
+
+func (l *lib) memAllocAsync(p *uint64, n uint64, s uintptr) Result {
+	return l.call(symMemAllocAsync, uintptr(unsafe.Pointer(p)), uintptr(n), s)
+}
+
+func (l *lib) memFreeAsync(p uint64, s uintptr) Result {
+	return l.call(symMemFreeAsync, uintptr(p), s)
+}
+
+func (l *lib) memPoolSetAttribute(pool uintptr, attr int, v *uint64) Result {
+	return l.call(symMemPoolSetAttribute, pool, uintptr(attr), uintptr(unsafe.Pointer(v)))
+}
+
+func (l *lib) memPoolGetAttribute(pool uintptr, attr int, v *uint64) Result {
+	return l.call(symMemPoolGetAttribute, pool, uintptr(attr), uintptr(unsafe.Pointer(v)))
+}
+
+func (l *lib) memPoolTrimTo(pool uintptr, keep uint64) Result {
+	return l.call(symMemPoolTrimTo, pool, uintptr(keep))
+}
+
+// memHostRegister pins n bytes of host memory at p, which this package
+// mapped itself (never Go heap memory).
+func (l *lib) memHostRegister(p uintptr, n uint64, flags uint32) Result {
+	return l.call(symMemHostRegister, p, uintptr(n), uintptr(flags))
+}
+
+func (l *lib) memHostUnregister(p uintptr) Result { return l.call(symMemHostUnregister, p) }
+
+func (l *lib) memHostGetDevicePointer(d *uint64, p uintptr) Result {
+	return l.call(symMemHostGetDevicePointer, uintptr(unsafe.Pointer(d)), p, 0)
+}
+
+// The copy wrappers take the host side as a slice so that the pointer is
+// converted inside call's argument list and kept alive for the call.
+
+func (l *lib) memcpyHtoDAsync(dst uint64, src []byte, s uintptr) Result {
+	return l.call(symMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)), s)
+}
+
+func (l *lib) memcpyDtoHAsync(dst []byte, src uint64, s uintptr) Result {
+	return l.call(symMemcpyDtoHAsync, uintptr(unsafe.Pointer(unsafe.SliceData(dst))), uintptr(src), uintptr(len(dst)), s)
+}
+
+func (l *lib) memcpyDtoDAsync(dst, src, n uint64, s uintptr) Result {
+	return l.call(symMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), s)
+}
+
+func (l *lib) memsetD8Async(dst uint64, v byte, n uint64, s uintptr) Result {
+	return l.call(symMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), s)
+}
+
+func (l *lib) streamCreate(s *uintptr, flags uint32) Result {
+	return l.call(symStreamCreate, uintptr(unsafe.Pointer(s)), uintptr(flags))
+}
+
+func (l *lib) streamQuery(s uintptr) Result       { return l.call(symStreamQuery, s) }
+func (l *lib) streamSynchronize(s uintptr) Result { return l.call(symStreamSynchronize, s) }
+func (l *lib) streamDestroy(s uintptr) Result     { return l.call(symStreamDestroy, s) }
+
+func (l *lib) streamWaitEvent(s, e uintptr) Result {
+	return l.call(symStreamWaitEvent, s, e, 0)
+}
+
+func (l *lib) eventCreate(e *uintptr, flags uint32) Result {
+	return l.call(symEventCreate, uintptr(unsafe.Pointer(e)), uintptr(flags))
+}
+
+func (l *lib) eventRecord(e, s uintptr) Result   { return l.call(symEventRecord, e, s) }
+func (l *lib) eventQuery(e uintptr) Result       { return l.call(symEventQuery, e) }
+func (l *lib) eventSynchronize(e uintptr) Result { return l.call(symEventSynchronize, e) }
+func (l *lib) eventDestroy(e uintptr) Result     { return l.call(symEventDestroy, e) }
+func (l *lib) moduleUnload(m uintptr) Result     { return l.call(symModuleUnload, m) }
+
+// jitLog is the option block of one cuModuleLoadDataEx call: the option
+// values and the two log buffers they point into, in one heap object that
+// call keeps alive (its address is converted in call's argument list).
+type jitLog struct {
+	opts    [4]int32
+	vals    [4]uintptr
+	errLog  [8 << 10]byte
+	infoLog [8 << 10]byte
+}
+
+// moduleLoadData compiles the NUL-terminated PTX image with the driver's JIT
+// and returns the JIT's error log when it wrote one.
+func (l *lib) moduleLoadData(m *uintptr, image []byte) (Result, string) {
+	j := new(jitLog)
+	j.opts = [4]int32{cuJITErrorLogBuffer, cuJITErrorLogBufferSizeBytes, cuJITInfoLogBuffer, cuJITInfoLogBufferSizeBytes}
+	j.vals = [4]uintptr{
+		uintptr(unsafe.Pointer(&j.errLog[0])), uintptr(len(j.errLog)),
+		uintptr(unsafe.Pointer(&j.infoLog[0])), uintptr(len(j.infoLog)),
+	}
+	r := l.call(symModuleLoadDataEx, uintptr(unsafe.Pointer(m)), uintptr(unsafe.Pointer(unsafe.SliceData(image))),
+		uintptr(len(j.opts)), uintptr(unsafe.Pointer(&j.opts[0])), uintptr(unsafe.Pointer(&j.vals[0])))
+	return r, strings.TrimSpace(string(j.errLog[:clen(j.errLog[:])]))
+}
+
+func clen(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return len(b)
+}
+
+func (l *lib) moduleGetFunction(f *uintptr, m uintptr, name []byte) Result {
+	return l.call(symModuleGetFunction, uintptr(unsafe.Pointer(f)), m, uintptr(unsafe.Pointer(&name[0])))
+}
+
+// launchKernel enqueues f. params is the kernelParams array: one pointer
+// per kernel parameter to that parameter's value.
+func (l *lib) launchKernel(f uintptr, grid, block [3]uint32, shared uint32, s uintptr, params []unsafe.Pointer) Result {
+	return l.call(symLaunchKernel, f,
+		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
+		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]),
+		uintptr(shared), s, uintptr(unsafe.Pointer(unsafe.SliceData(params))), 0)
+}

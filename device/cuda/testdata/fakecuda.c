@@ -1,0 +1,364 @@
+/*
+ * fakecuda.c: a stand-in for libcuda.so.1 used only by device/cuda's tests
+ * on machines without a GPU (TestWithFakeDriver builds it with cc when one
+ * is installed). It exports the driver entry points the backend binds, with
+ * the same C signatures, and keeps "device memory" in host memory, so the
+ * whole Go path — dlopen, symbol lookup, argument passing in registers and
+ * on the stack, out-parameters, kernelParams, the JIT log buffers — runs for
+ * real. It checks what it is given and fails the way the driver documents.
+ * It is not a model of CUDA's timing or asynchrony: every operation is done
+ * when its call returns.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+	OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3,
+	INVALID_DEVICE = 101, INVALID_CONTEXT = 201, INVALID_PTX = 218,
+	INVALID_HANDLE = 400, NOT_FOUND = 500, NOT_READY = 600,
+};
+
+#define TOTAL (1ull << 30)
+#define CONTEXT (64ull << 20)
+#define GRAN (2ull << 20)
+#define MAXALLOC 4096
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int inited, refs, ctxgen = 1;
+static unsigned long long used;            /* bytes taken from TOTAL, context included */
+static unsigned long long pool_reserved, pool_used, pool_threshold;
+struct alloc { void *p; unsigned long long n, charged; int async; };
+static struct alloc allocs[MAXALLOC];
+static int handles[1024];                  /* live stream/event/module/function handles */
+
+static unsigned long long roundup(unsigned long long n, unsigned long long g) { return (n + g - 1) / g * g; }
+static uintptr_t ctx_handle(void) { return 0x1000 + (uintptr_t)ctxgen; }
+
+static int new_handle(int kind) {
+	for (int i = 1; i < 1024; i++)
+		if (!handles[i]) { handles[i] = kind; return i; }
+	return 0;
+}
+/* Handles are small integers scaled so they look like pointers. */
+static void *h2p(int h) { return (void *)(uintptr_t)(h * 64); }
+static int p2h(void *p, int kind) {
+	uintptr_t v = (uintptr_t)p;
+	if (v % 64 || v / 64 >= 1024 || handles[v / 64] != kind) return 0;
+	return (int)(v / 64);
+}
+enum { STREAM = 1, EVENT, MODULE, FUNCTION };
+static char module_text[64][4096];
+static int function_module[1024];
+static char function_name[1024][64];
+
+static void release_pool_locked(unsigned long long keep) {
+	unsigned long long floor = roundup(pool_used, GRAN), target = pool_reserved;
+	if (target > keep) target = keep > floor ? roundup(keep, GRAN) : floor;
+	if (target < pool_reserved) { used -= pool_reserved - target; pool_reserved = target; }
+}
+static void sync_point_locked(void) { release_pool_locked(pool_threshold); }
+
+static void destroy_all_locked(void) {
+	for (int i = 0; i < MAXALLOC; i++)
+		if (allocs[i].p) { free(allocs[i].p); allocs[i].p = 0; }
+	memset(handles, 0, sizeof handles);
+	used = CONTEXT; pool_reserved = pool_used = 0;
+	ctxgen++;
+}
+
+CUresult cuInit(unsigned int flags) {
+	if (flags) return INVALID_VALUE;
+	inited = 1; return OK;
+}
+CUresult cuDriverGetVersion(int *v) { if (!v) return INVALID_VALUE; *v = 12040; return OK; }
+CUresult cuGetErrorName(CUresult e, const char **s) {
+	switch (e) {
+	case OK: *s = "CUDA_SUCCESS"; return OK;
+	case INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; return OK;
+	case OUT_OF_MEMORY: *s = "CUDA_ERROR_OUT_OF_MEMORY"; return OK;
+	case INVALID_PTX: *s = "CUDA_ERROR_INVALID_PTX"; return OK;
+	case NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; return OK;
+	case INVALID_HANDLE: *s = "CUDA_ERROR_INVALID_HANDLE"; return OK;
+	}
+	*s = 0; return INVALID_VALUE;
+}
+CUresult cuGetErrorString(CUresult e, const char **s) {
+	switch (e) {
+	case OUT_OF_MEMORY: *s = "fake: out of memory"; return OK;
+	case INVALID_VALUE: *s = "fake: invalid argument"; return OK;
+	case INVALID_PTX: *s = "fake: a PTX JIT compilation failed"; return OK;
+	case INVALID_HANDLE: *s = "fake: invalid resource handle"; return OK;
+	case NOT_FOUND: *s = "fake: named symbol not found"; return OK;
+	case OK: *s = "fake: no error"; return OK;
+	}
+	*s = 0; return INVALID_VALUE;
+}
+CUresult cuDeviceGetCount(int *n) { if (!inited) return NOT_INITIALIZED; *n = 1; return OK; }
+CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+	if (!inited) return NOT_INITIALIZED;
+	if (ordinal != 0) return INVALID_DEVICE;
+	*d = 0; return OK;
+}
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+	if (d != 0) return INVALID_DEVICE;
+	if (len < 32) return INVALID_VALUE;
+	strcpy(name, "vram fake CUDA device"); return OK;
+}
+CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+	if (d != 0) return INVALID_DEVICE;
+	switch (attr) {
+	case 75: *v = 9; return OK;   /* compute capability major */
+	case 76: *v = 0; return OK;   /* minor */
+	case 115: *v = 1; return OK;  /* memory pools supported */
+	}
+	return INVALID_VALUE;
+}
+CUresult cuDeviceTotalMem_v2(size_t *n, CUdevice d) { *n = TOTAL; return d ? INVALID_DEVICE : OK; }
+CUresult cuDevicePrimaryCtxRetain(void **ctx, CUdevice d) {
+	if (d != 0) return INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	if (refs++ == 0) used = CONTEXT;
+	*ctx = (void *)ctx_handle();
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+	if (d != 0) return INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	CUresult r = OK;
+	if (refs == 0) r = INVALID_CONTEXT;
+	else if (--refs == 0) { destroy_all_locked(); used = 0; }
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+	if (d != 0) return INVALID_DEVICE;
+	pthread_mutex_lock(&mu);
+	destroy_all_locked();
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) { *pool = (void *)0x2000; return d ? INVALID_DEVICE : OK; }
+CUresult cuCtxSetCurrent(void *ctx) { return (uintptr_t)ctx == ctx_handle() ? OK : INVALID_CONTEXT; }
+CUresult cuCtxSynchronize(void) {
+	pthread_mutex_lock(&mu); sync_point_locked(); pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+	pthread_mutex_lock(&mu);
+	*free = TOTAL - used; *total = TOTAL;
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+
+static CUresult do_alloc(CUdeviceptr *dp, size_t n, int async) {
+	if (!dp || n == 0) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	unsigned long long charge = async ? 0 : roundup(n, GRAN);
+	if (async && pool_used + roundup(n, 512) > pool_reserved) {
+		unsigned long long need = roundup(pool_used + roundup(n, 512), GRAN) - pool_reserved;
+		if (used + need > TOTAL) { sync_point_locked(); }
+		if (used + need > TOTAL) { pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+		used += need; pool_reserved += need;
+	}
+	if (!async && used + charge > TOTAL) { pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+	int slot = -1;
+	for (int i = 0; i < MAXALLOC; i++) if (!allocs[i].p) { slot = i; break; }
+	void *p = slot < 0 ? 0 : aligned_alloc(512, roundup(n, 512));
+	if (!p) { pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+	allocs[slot] = (struct alloc){p, n, charge, async};
+	used += charge;
+	if (async) pool_used += roundup(n, 512);
+	*dp = (CUdeviceptr)(uintptr_t)p;
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+static CUresult do_free(CUdeviceptr dp) {
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < MAXALLOC; i++) {
+		if (allocs[i].p && (CUdeviceptr)(uintptr_t)allocs[i].p == dp) {
+			if (allocs[i].async) pool_used -= roundup(allocs[i].n, 512);
+			used -= allocs[i].charged;
+			free(allocs[i].p);
+			allocs[i].p = 0;
+			pthread_mutex_unlock(&mu);
+			return OK;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return INVALID_VALUE;
+}
+/* A device range is valid when it lies in one allocation or is host memory
+ * the test registered (mapped buffers use their host address). */
+static int valid_range(CUdeviceptr p, size_t n) {
+	pthread_mutex_lock(&mu);
+	int ok = 0;
+	for (int i = 0; i < MAXALLOC && !ok; i++) {
+		CUdeviceptr b = (CUdeviceptr)(uintptr_t)allocs[i].p;
+		ok = allocs[i].p && p >= b && p + n <= b + allocs[i].n;
+	}
+	pthread_mutex_unlock(&mu);
+	return ok;
+}
+static int valid_stream(void *s) { return s == 0 || p2h(s, STREAM); }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t n) { return do_alloc(dp, n, 0); }
+CUresult cuMemFree_v2(CUdeviceptr dp) { return do_free(dp); }
+CUresult cuMemAllocAsync(CUdeviceptr *dp, size_t n, void *s) { return valid_stream(s) ? do_alloc(dp, n, 1) : INVALID_HANDLE; }
+CUresult cuMemFreeAsync(CUdeviceptr dp, void *s) { return valid_stream(s) ? do_free(dp) : INVALID_HANDLE; }
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *v) {
+	if ((uintptr_t)pool != 0x2000 || attr != 4) return INVALID_VALUE;
+	pthread_mutex_lock(&mu); pool_threshold = *(unsigned long long *)v; pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *v) {
+	if ((uintptr_t)pool != 0x2000) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	CUresult r = OK;
+	switch (attr) {
+	case 4: *(unsigned long long *)v = pool_threshold; break;
+	case 5: *(unsigned long long *)v = pool_reserved; break;
+	case 7: *(unsigned long long *)v = pool_used; break;
+	default: r = INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+	if ((uintptr_t)pool != 0x2000) return INVALID_VALUE;
+	pthread_mutex_lock(&mu); release_pool_locked(keep); pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) {
+	if (!p || n == 0 || ((uintptr_t)p & 4095) || (flags & ~3u)) return INVALID_VALUE;
+	return OK;
+}
+CUresult cuMemHostUnregister(void *p) { return p ? OK : INVALID_VALUE; }
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dp, void *p, unsigned int flags) {
+	if (flags || !p) return INVALID_VALUE;
+	*dp = (CUdeviceptr)(uintptr_t)p; return OK;
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	if (!valid_range(dst, n)) return INVALID_VALUE;
+	memcpy((void *)(uintptr_t)dst, src, n); return OK;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	if (!valid_range(src, n)) return INVALID_VALUE;
+	memcpy(dst, (void *)(uintptr_t)src, n); return OK;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	/* src may be a mapped host buffer, which the fake does not track */
+	if (!valid_range(dst, n)) return INVALID_VALUE;
+	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n); return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	if (!valid_range(dst, n)) return INVALID_VALUE;
+	memset((void *)(uintptr_t)dst, v, n); return OK;
+}
+static CUresult make(void **out, int kind) {
+	pthread_mutex_lock(&mu);
+	int h = new_handle(kind);
+	pthread_mutex_unlock(&mu);
+	if (!h) return OUT_OF_MEMORY;
+	*out = h2p(h); return OK;
+}
+static CUresult destroy(void *p, int kind) {
+	pthread_mutex_lock(&mu);
+	int h = p2h(p, kind);
+	if (h) handles[h] = 0;
+	pthread_mutex_unlock(&mu);
+	return h ? OK : INVALID_HANDLE;
+}
+CUresult cuStreamCreate(void **s, unsigned int flags) { return flags != 1 ? INVALID_VALUE : make(s, STREAM); }
+CUresult cuStreamQuery(void *s) { return valid_stream(s) ? OK : INVALID_HANDLE; }
+CUresult cuStreamSynchronize(void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	pthread_mutex_lock(&mu); sync_point_locked(); pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuStreamDestroy_v2(void *s) { return destroy(s, STREAM); }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned int flags) {
+	return valid_stream(s) && p2h(e, EVENT) && flags == 0 ? OK : INVALID_HANDLE;
+}
+CUresult cuEventCreate(void **e, unsigned int flags) { return flags != 2 ? INVALID_VALUE : make(e, EVENT); }
+CUresult cuEventRecord(void *e, void *s) { return p2h(e, EVENT) && valid_stream(s) ? OK : INVALID_HANDLE; }
+CUresult cuEventQuery(void *e) { return p2h(e, EVENT) ? OK : INVALID_HANDLE; }
+CUresult cuEventSynchronize(void *e) {
+	if (!p2h(e, EVENT)) return INVALID_HANDLE;
+	pthread_mutex_lock(&mu); sync_point_locked(); pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuEventDestroy_v2(void *e) { return destroy(e, EVENT); }
+
+/* The JIT: accepts text with ".version" and an ".entry"; "bogus" in it is a
+ * compile error, reported through the error log option. */
+CUresult cuModuleLoadDataEx(void **m, const void *image, unsigned int nopt, int *opts, void **vals) {
+	const char *text = image;
+	char *errlog = 0;
+	size_t errsize = 0;
+	for (unsigned int i = 0; i < nopt; i++) {
+		if (opts[i] == 5) errlog = vals[i];
+		if (opts[i] == 6) errsize = (size_t)(uintptr_t)vals[i];
+		if (opts[i] < 0 || opts[i] > 30) return INVALID_VALUE;
+	}
+	if (!text || strlen(text) >= sizeof module_text[0]) return INVALID_VALUE;
+	if (!strstr(text, ".version") || !strstr(text, ".entry") || strstr(text, "bogus")) {
+		if (errlog && errsize > 64) {
+			strcpy(errlog, "ptxas fatal   : fake JIT: unknown instruction 'bogus'");
+			vals[1] = (void *)(uintptr_t)strlen(errlog);
+		}
+		return INVALID_PTX;
+	}
+	CUresult r = make(m, MODULE);
+	if (r == OK) strcpy(module_text[p2h(*m, MODULE) % 64], text);
+	return r;
+}
+CUresult cuModuleGetFunction(void **f, void *m, const char *name) {
+	int mh = p2h(m, MODULE);
+	if (!mh) return INVALID_HANDLE;
+	char want[80];
+	if (strlen(name) > 60) return NOT_FOUND;
+	strcpy(want, ".entry ");
+	strcat(want, name);
+	strcat(want, "(");
+	if (!strstr(module_text[mh % 64], want)) return NOT_FOUND;
+	CUresult r = make(f, FUNCTION);
+	if (r == OK) {
+		function_module[p2h(*f, FUNCTION)] = mh;
+		strcpy(function_name[p2h(*f, FUNCTION)], name);
+	}
+	return r;
+}
+CUresult cuModuleUnload(void *m) { return destroy(m, MODULE); }
+
+/* Runs the "fill" kernel of the Go tests: p[i] = a*i + (float)b for i < n,
+ * over every thread of the grid. Any other kernel runs and does nothing. */
+CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz,
+	unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+	void *s, void **params, void **extra) {
+	int fh = p2h(f, FUNCTION);
+	if (!fh || !p2h(h2p(function_module[fh]), MODULE)) return INVALID_HANDLE;
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024 || shared > 48 * 1024 || extra) return INVALID_VALUE;
+	if (strcmp(function_name[fh], "fill") != 0) return OK;
+	if (!params) return INVALID_VALUE;
+	CUdeviceptr p = *(CUdeviceptr *)params[0];
+	unsigned int n = *(unsigned int *)params[1];
+	float a = *(float *)params[2];
+	double b = *(double *)params[3];
+	unsigned long long threads = (unsigned long long)gx * bx;
+	if (n && !valid_range(p, (size_t)n * 4)) return 700; /* CUDA_ERROR_ILLEGAL_ADDRESS */
+	for (unsigned long long i = 0; i < threads && i < n; i++)
+		((float *)(uintptr_t)p)[i] = a * (float)i + (float)b;
+	return OK;
+}
