@@ -1,0 +1,129 @@
+package alloctest
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// OpsDeviceBytes is the size of the address-only device Ops runs on: small
+// enough that random sequences run out of memory now and then.
+const OpsDeviceBytes = 256 * units.MiB
+
+// Ops reads data as a sequence of allocator calls and runs it against the
+// allocator newAlloc makes on a fresh address-only simulated device of
+// OpsDeviceBytes, on three streams, checking after every call that:
+// pointers are aligned and no two live blocks overlap; Stats add up
+// (Allocs − Frees = blocks live, InUse at least the bytes live, Reserved at
+// least InUse and at most what the device gave); a failed Alloc wraps
+// device.ErrOutOfMemory, adds one to OOMs and changes
+// nothing else; a Free of a pointer not handed out fails with
+// alloc.ErrUnknownPointer and changes nothing. At the end it frees
+// everything, trims (after a device synchronization) and closes, and
+// checks that the device has every byte back. It is meant for fuzz
+// targets:
+//
+//	f.Fuzz(func(t *testing.T, data []byte) { alloctest.Ops(t, newAlloc, data) })
+//
+// Each call takes one byte for its kind and stream and, for an Alloc, two
+// more for its size (64 B … 4 MiB, or up to 512 MiB, past the device, for
+// one kind in eight).
+func Ops(t *testing.T, newAlloc Factory, data []byte) {
+	t.Helper()
+	e := setup(t, newAlloc, addressOnly(OpsDeviceBytes))
+	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
+	for i := 0; i < len(data); i++ {
+		op := data[i]
+		s := streams[int(op>>4)%len(streams)]
+		switch op % 8 {
+		case 0, 1, 2, 3:
+			var v uint64
+			if i+2 < len(data) {
+				v = uint64(data[i+1])<<8 | uint64(data[i+2])
+				i += 2
+			}
+			n := (v + 1) * 64
+			if op%8 == 3 {
+				n = (v + 1) * 8 * units.KiB
+			}
+			e.tryAlloc(t, n, s)
+		case 4, 5:
+			if e.live.len() == 0 {
+				continue
+			}
+			p, _, _ := e.live.at(int(op>>3) % e.live.len())
+			e.free(t, p, s)
+		case 6:
+			if err := e.dev.Synchronize(); err != nil {
+				t.Fatalf("Synchronize: %v", err)
+			}
+			if err := e.a.Trim(); err != nil {
+				t.Fatalf("Trim: %v", err)
+			}
+		case 7:
+			var q device.Ptr
+			if e.live.len() > 0 {
+				p, _, _ := e.live.at(int(op>>3) % e.live.len())
+				q = p + Alignment
+			}
+			before := e.a.Stats()
+			if err := e.a.Free(q, s); !errors.Is(err, alloc.ErrUnknownPointer) {
+				t.Fatalf("Free(%v), inside a live block or zero: err = %v, want alloc.ErrUnknownPointer", q, err)
+			}
+			if after := e.a.Stats(); after != before {
+				t.Fatalf("a refused Free changed Stats: %+v → %+v", before, after)
+			}
+		}
+		e.checkQuiet(t)
+	}
+	e.freeAll(t)
+	if err := e.dev.Synchronize(); err != nil {
+		t.Fatalf("Synchronize: %v", err)
+	}
+	if err := e.a.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
+	if st := e.checkQuiet(t); st.InUse != 0 || st.Reserved != 0 {
+		t.Fatalf("after freeing everything and Trim: %+v", st)
+	}
+	if err := e.a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if used := e.used(t); used != 0 {
+		t.Fatalf("after Close the device still gives %d bytes to the allocator", used)
+	}
+}
+
+// tryAlloc allocates n bytes on s; running out of memory is allowed, but
+// must change nothing but OOMs (and the cache a retry may have trimmed).
+func (e *env) tryAlloc(t *testing.T, n uint64, s device.Stream) {
+	t.Helper()
+	before := e.a.Stats()
+	p, err := e.a.Alloc(n, s)
+	if err != nil {
+		if !errors.Is(err, device.ErrOutOfMemory) {
+			t.Fatalf("Alloc(%s): %v, want success or an error wrapping device.ErrOutOfMemory", units.Format(n), err)
+		}
+		after := e.a.Stats()
+		if after.OOMs != before.OOMs+1 || after.InUse != before.InUse || after.Allocs != before.Allocs {
+			t.Fatalf("a failed Alloc(%s) changed Stats other than OOMs+1: %+v → %+v", units.Format(n), before, after)
+		}
+		return
+	}
+	if err := e.live.add(p, n, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkQuiet is checkStats that stops the test at the first failure.
+func (e *env) checkQuiet(t *testing.T) alloc.Stats {
+	t.Helper()
+	st := e.checkStats(t)
+	if t.Failed() {
+		t.FailNow()
+	}
+	return st
+}

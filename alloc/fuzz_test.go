@@ -1,0 +1,63 @@
+package alloc_test
+
+import (
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/alloc/alloctest"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// seeds start every fuzz target: alloc-heavy, free-heavy, trims, refused
+// frees, and large requests that run the 256 MiB device out of memory.
+var seeds = [][]byte{
+	{},
+	{0, 0, 1, 1, 0, 2, 4, 5},
+	{0x10, 0x00, 0xff, 0x21, 0x10, 0x00, 0x04, 0x15, 0x06, 0x07},
+	{3, 0x7f, 0xff, 3, 0x7f, 0xff, 3, 0x7f, 0xff, 4, 4, 4, 6},
+	{0, 1, 0, 0x10, 1, 0, 0x20, 1, 0, 0x14, 0x24, 0x04, 0x37, 0x06},
+	{0x03, 0xff, 0xff, 0x00, 0x00, 0x10, 0x07, 0x05},
+}
+
+func fuzzAllocator(f *testing.F, newAlloc alloctest.Factory) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4096 {
+			data = data[:4096]
+		}
+		alloctest.Ops(t, newAlloc, data)
+	})
+}
+
+func FuzzDirect(f *testing.F) {
+	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator { return alloc.NewDirect(dev) })
+}
+
+func FuzzAsyncPool(f *testing.F) {
+	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator {
+		return newAsyncT(t, dev, alloc.AsyncConfig{})
+	})
+}
+
+func FuzzAsyncPoolReleaseAtSync(f *testing.F) {
+	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator {
+		return newAsyncT(t, dev, alloc.AsyncConfig{ReleaseAtSync: true})
+	})
+}
+
+// FuzzLimit caps below the device, so that both the cap and the device
+// refuse allocations.
+func FuzzLimit(f *testing.F) {
+	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator {
+		return alloc.NewLimit(newAsyncT(t, dev, alloc.AsyncConfig{}), 96*units.MiB)
+	})
+}
+
+func FuzzLimitDirect(f *testing.F) {
+	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator {
+		return alloc.NewLimit(alloc.NewDirect(dev), 64*units.MiB)
+	})
+}

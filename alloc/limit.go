@@ -1,0 +1,184 @@
+package alloc
+
+// Limit caps the bytes a program has in use through one allocator. It
+// counts only live allocations, charged as the upstream spends them (its
+// Granularity when it has one), and never the upstream's cache: CuPy's
+// set_limit counts cached blocks against the limit too, so a program that
+// frees and reallocates can be refused while using less than its limit,
+// a known complaint about it. Refused calls never reach the upstream.
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// Limit is an adaptor that refuses an allocation that would take the
+// bytes in use through it over a cap. Bytes the upstream keeps cached do
+// not count. A refusal returns an error wrapping both ErrLimit and
+// device.ErrOutOfMemory, counts an out-of-memory in Stats, and leaves the
+// upstream untouched.
+//
+// A Limit owns its upstream: Close closes it. Stats are the upstream's,
+// with the Limit's refusals added to OOMs.
+//
+// A Limit is safe for concurrent use.
+type Limit struct {
+	up   Allocator
+	cap  uint64        // bytes
+	gran uint64        // the upstream's granularity, at least 1
+	ooms atomic.Uint64 // refusals
+
+	mu     sync.Mutex            // protects the fields below
+	used   uint64                // bytes charged to live allocations and those in flight
+	live   map[device.Ptr]uint64 // live pointer → bytes charged
+	closed bool                  // set by Close
+}
+
+// NewLimit wraps up with a cap of capBytes bytes in use.
+func NewLimit(up Allocator, capBytes uint64) *Limit {
+	g := uint64(1)
+	if gr, ok := up.(Granular); ok {
+		g = max(gr.Granularity(), 1)
+	}
+	return &Limit{up: up, cap: capBytes, gran: g, live: make(map[device.Ptr]uint64)}
+}
+
+// Upstream is the wrapped allocator.
+func (l *Limit) Upstream() Allocator { return l.up }
+
+// Cap is the cap in bytes.
+func (l *Limit) Cap() uint64 { return l.cap }
+
+// Used is the bytes charged to live allocations (and to allocations in
+// progress).
+func (l *Limit) Used() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used
+}
+
+// Granularity is the upstream's granularity, or 1.
+func (l *Limit) Granularity() uint64 { return l.gran }
+
+// Alloc allocates n bytes from the upstream if the bytes in use stay
+// within the cap.
+func (l *Limit) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	charged, ok := units.RoundUp(n, l.gran)
+	if !ok {
+		charged = n
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return 0, fmt.Errorf("alloc: limit: alloc of %s: %w", units.Format(n), ErrClosed)
+	}
+	if charged > l.cap || l.used > l.cap-charged {
+		used := l.used
+		l.mu.Unlock()
+		l.ooms.Add(1)
+		asked := units.Format(n)
+		if charged != n {
+			asked += fmt.Sprintf(" (%s as the upstream spends it)", units.Format(charged))
+		}
+		return 0, fmt.Errorf("alloc: limit: alloc of %s with %s in use would pass the cap of %s by %s; free memory or raise the cap: %w (%w)",
+			asked, units.Format(used), units.Format(l.cap), units.Format(used+charged-l.cap),
+			ErrLimit, device.ErrOutOfMemory)
+	}
+	l.used += charged
+	l.mu.Unlock()
+	p, err := l.up.Alloc(n, s)
+	l.mu.Lock()
+	if err != nil {
+		l.used -= charged
+		l.mu.Unlock()
+		return 0, err
+	}
+	if l.closed {
+		// Closed while the upstream call ran.
+		l.mu.Unlock()
+		return 0, errors.Join(fmt.Errorf("alloc: limit: alloc of %s: %w", units.Format(n), ErrClosed), l.up.Free(p, s))
+	}
+	l.live[p] = charged
+	l.mu.Unlock()
+	return p, nil
+}
+
+// Free returns p to the upstream and its bytes to the cap.
+func (l *Limit) Free(p device.Ptr, s device.Stream) error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return fmt.Errorf("alloc: limit: free of %v: %w", p, ErrClosed)
+	}
+	charged, ok := l.live[p]
+	if !ok {
+		l.mu.Unlock()
+		return fmt.Errorf("alloc: limit: free of %v: %w", p, ErrUnknownPointer)
+	}
+	delete(l.live, p)
+	l.mu.Unlock()
+	if err := l.up.Free(p, s); err != nil {
+		l.mu.Lock()
+		l.live[p] = charged
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.Lock()
+	l.used -= charged
+	l.mu.Unlock()
+	return nil
+}
+
+// Stats are the upstream's, with the Limit's refusals added to OOMs.
+func (l *Limit) Stats() Stats {
+	st := l.up.Stats()
+	st.OOMs += l.ooms.Load()
+	return st
+}
+
+// ResetPeaks resets the upstream's peaks, when it can.
+func (l *Limit) ResetPeaks() {
+	if r, ok := l.up.(PeakResetter); ok {
+		r.ResetPeaks()
+	}
+}
+
+// Trim trims the upstream.
+func (l *Limit) Trim() error {
+	if l.isClosed() {
+		return fmt.Errorf("alloc: limit: trim: %w", ErrClosed)
+	}
+	return l.up.Trim()
+}
+
+// Close closes the upstream. Later calls return ErrClosed; a second Close
+// returns nil.
+func (l *Limit) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.live = nil
+	l.used = 0
+	l.mu.Unlock()
+	return l.up.Close()
+}
+
+func (l *Limit) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+var (
+	_ Adaptor      = (*Limit)(nil)
+	_ PeakResetter = (*Limit)(nil)
+	_ Granular     = (*Limit)(nil)
+)

@@ -1,0 +1,23 @@
+// Package trace records and replays device allocation logs.
+//
+// It owns the log format, RAPIDS RMM's logging CSV
+// (Thread,Time,Action,Pointer,Size,Stream; Read, Write, Event, Summarize),
+// and Replay, which runs a log's allocations and frees against any
+// alloc.Allocator and measures what it spent: the log's peak live bytes,
+// the allocator's peak reserved bytes, its device allocations and frees,
+// failed allocations, frees of pointers never allocated in the log
+// (counted and skipped), and replay speed, with an optional time series
+// for a plot. ReplayOn does it on a fresh address-only simulated device
+// sized for the log (SimConfig), so a log that peaked at 55 GB replays on a
+// laptop.
+//
+// Event, Summary, Options, Result and Sample are plain values. Read,
+// Write, Summarize and Replay are safe to call from several goroutines at
+// once on separate data (a Replay needs its allocator to itself for its
+// figures to be its own); a Writer is not safe for concurrent use.
+//
+// Logs are recorded by alloc.Trace (an adaptor that writes the same CSV)
+// or by RMM's logging_resource_adaptor. The package does not own the
+// allocators (vram/alloc), the devices (vram/device) or plotting (the vram
+// command draws Result.Samples).
+package trace
