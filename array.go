@@ -1,0 +1,281 @@
+package vram
+
+// Arrays: DeviceArray (device memory, or the device address of mapped
+// host memory) and HostArray (pinned, mapped or pageable host memory with
+// typed views). Both are row-major. The manager owns the arrays it hands
+// out in an ArrayResponse and frees them; an array knows when that has
+// happened (Freed) and copies through a freed array fail with ErrFreed.
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/vramkit/vram/device"
+)
+
+// DeviceArray is an array in device memory: an address with a shape, a
+// dtype and row-major strides. Its address is never dereferenced on the
+// host; copy through Manager.ToDevice and Manager.FromDevice.
+//
+// Its accessors are safe for concurrent use. The memory behind it is
+// not: order kernels and copies that use it on one stream, or
+// synchronize between streams (see package device).
+type DeviceArray struct {
+	ptr    device.Ptr
+	shape  []int
+	dtype  DType
+	memory MemoryType // Device or Mapped
+	label  string
+	freed  atomic.Bool
+	// use is held for reading while a copy checks and enqueues work on
+	// the array, and for writing while the manager frees it, so that no
+	// copy is enqueued on memory already given back.
+	use sync.RWMutex
+}
+
+// Ptr is the array's device address (0 once freed).
+func (a *DeviceArray) Ptr() device.Ptr {
+	if a.freed.Load() {
+		return 0
+	}
+	return a.ptr
+}
+
+// Shape is a copy of the array's shape.
+func (a *DeviceArray) Shape() []int { return slices.Clone(a.shape) }
+
+// Dim is the length of axis i.
+func (a *DeviceArray) Dim(i int) int { return a.shape[i] }
+
+// DType is the element type.
+func (a *DeviceArray) DType() DType { return a.dtype }
+
+// Strides are the row-major strides in bytes.
+func (a *DeviceArray) Strides() []int { return stridesOf(a.shape, a.dtype.Size()) }
+
+// Len is the number of elements.
+func (a *DeviceArray) Len() int { n, _ := elements(a.shape); return int(n) }
+
+// Bytes is the array's size in bytes (unrounded).
+func (a *DeviceArray) Bytes() uint64 { n, _ := elements(a.shape); return n * a.dtype.Size() }
+
+// Memory is Device, or Mapped for the device address of mapped host
+// memory.
+func (a *DeviceArray) Memory() MemoryType { return a.memory }
+
+// Label is the name the array was requested under.
+func (a *DeviceArray) Label() string { return a.label }
+
+// Freed reports whether the manager has freed the array.
+func (a *DeviceArray) Freed() bool { return a.freed.Load() }
+
+// String describes the array ("state float32[2 1000] device at 0x…").
+func (a *DeviceArray) String() string {
+	return fmt.Sprintf("%s %v%v %v at %v", a.label, a.dtype, a.shape, a.memory, a.ptr)
+}
+
+// HostArray is an array in host memory: pinned (page-locked, for fast
+// asynchronous copies), mapped (pinned and also reachable by kernels at
+// DevicePtr) or pageable (ordinary Go memory). Typed views (Float64s,
+// Float32s, …) alias its bytes.
+//
+// Its accessors are safe for concurrent use; its contents are not, and a
+// host array must not be written (or, as a copy's destination, read)
+// while an asynchronous copy that uses it is in flight: synchronize the
+// stream first (Manager.Sync).
+type HostArray struct {
+	data    []byte
+	shape   []int
+	dtype   DType
+	memory  MemoryType // Pinned, Mapped or Pageable
+	devPtr  device.Ptr // mapped: the device address of data
+	label   string
+	release func(last device.Stream) error // returns pinned memory; nil for pageable
+	last    atomic.Pointer[streamRef]      // the stream of the latest copy
+	freed   atomic.Bool
+	use     sync.RWMutex // as DeviceArray.use
+}
+
+// streamRef boxes a stream for atomic.Pointer.
+type streamRef struct{ s device.Stream }
+
+// setLast records s as the stream the array was last used on.
+func (h *HostArray) setLast(s device.Stream) {
+	if p := h.last.Load(); p == nil || p.s != s {
+		h.last.Store(&streamRef{s})
+	}
+}
+
+// Shape is a copy of the array's shape.
+func (h *HostArray) Shape() []int { return slices.Clone(h.shape) }
+
+// Dim is the length of axis i.
+func (h *HostArray) Dim(i int) int { return h.shape[i] }
+
+// DType is the element type.
+func (h *HostArray) DType() DType { return h.dtype }
+
+// Strides are the row-major strides in bytes.
+func (h *HostArray) Strides() []int { return stridesOf(h.shape, h.dtype.Size()) }
+
+// Len is the number of elements.
+func (h *HostArray) Len() int { n, _ := elements(h.shape); return int(n) }
+
+// Bytes is the array's size in bytes.
+func (h *HostArray) Bytes() uint64 { return uint64(len(h.data)) }
+
+// Memory is Pinned, Mapped or Pageable.
+func (h *HostArray) Memory() MemoryType { return h.memory }
+
+// DevicePtr is the device address of a mapped array, else 0.
+func (h *HostArray) DevicePtr() device.Ptr { return h.devPtr }
+
+// Label is the name the array was requested under ("" for NewHostArray).
+func (h *HostArray) Label() string { return h.label }
+
+// Freed reports whether the array has been freed.
+func (h *HostArray) Freed() bool { return h.freed.Load() }
+
+// Data is the array's raw bytes (nil once freed).
+func (h *HostArray) Data() []byte {
+	if h.freed.Load() {
+		return nil
+	}
+	return h.data
+}
+
+// Free returns a pinned or mapped array's memory to where it came from;
+// for a pageable array it only marks it freed. Views taken before must
+// not be used afterwards. A pinned buffer is reused only once the stream
+// of the array's latest copy has finished that copy; an array copied on
+// several streams at once must be synchronized before Free. A second Free
+// returns nil. Arrays from an
+// ArrayResponse are freed by the manager; freeing one here first is
+// allowed.
+func (h *HostArray) Free() error {
+	h.use.Lock()
+	defer h.use.Unlock()
+	if !h.freed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if h.release != nil {
+		var last device.Stream
+		if p := h.last.Load(); p != nil {
+			last = p.s
+		}
+		return h.release(last)
+	}
+	return nil
+}
+
+// String describes the array.
+func (h *HostArray) String() string {
+	return fmt.Sprintf("%s %v%v %v host", h.label, h.dtype, h.shape, h.memory)
+}
+
+// view returns the array's bytes as a []T after checking the dtype and
+// alignment. It panics on a mismatch, as a wrong-typed view is a
+// programming error.
+func view[T any](h *HostArray, want DType) []T {
+	if h.dtype != want {
+		panic(fmt.Sprintf("vram: %v view of a %v host array", want, h.dtype))
+	}
+	data := h.Data()
+	if len(data) == 0 {
+		return nil
+	}
+	var zero T
+	size := unsafe.Sizeof(zero)
+	if uintptr(unsafe.Pointer(&data[0]))%unsafe.Alignof(zero) != 0 {
+		panic(fmt.Sprintf("vram: host array at %p is not aligned for %v", &data[0], want))
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&data[0])), uintptr(len(data))/size)
+}
+
+// Float64s views a Float64 array. It panics for another dtype; it is nil
+// once the array is freed.
+func (h *HostArray) Float64s() []float64 { return view[float64](h, Float64) }
+
+// Float32s views a Float32 array; see Float64s.
+func (h *HostArray) Float32s() []float32 { return view[float32](h, Float32) }
+
+// Int32s views an Int32 array; see Float64s.
+func (h *HostArray) Int32s() []int32 { return view[int32](h, Int32) }
+
+// Int64s views an Int64 array; see Float64s.
+func (h *HostArray) Int64s() []int64 { return view[int64](h, Int64) }
+
+// Uint8s views a Uint8 array; see Float64s.
+func (h *HostArray) Uint8s() []uint8 { return view[uint8](h, Uint8) }
+
+// Uint32s views a Uint32 array; see Float64s.
+func (h *HostArray) Uint32s() []uint32 { return view[uint32](h, Uint32) }
+
+// Complex64s views a Complex64 array; see Float64s.
+func (h *HostArray) Complex64s() []complex64 { return view[complex64](h, Complex64) }
+
+// Complex128s views a Complex128 array; see Float64s.
+func (h *HostArray) Complex128s() []complex128 { return view[complex128](h, Complex128) }
+
+// pageable returns n zeroed bytes of Go memory aligned to 8 bytes.
+func pageable(n uint64) []byte {
+	words := make([]uint64, (n+7)/8)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n)
+}
+
+// fill copies like (nil, a *HostArray, or a slice of the array's element
+// type with as many elements) into h.
+func fill(h *HostArray, like any) error {
+	var src []byte
+	switch v := like.(type) {
+	case nil:
+		return nil
+	case *HostArray:
+		if v.dtype != h.dtype || !slices.Equal(v.shape, h.shape) {
+			return fmt.Errorf("like is %v%v, want %v%v: %w", v.dtype, v.shape, h.dtype, h.shape, ErrMismatch)
+		}
+		src = v.Data()
+		if src == nil {
+			return fmt.Errorf("like: %w", ErrFreed)
+		}
+	case []float64:
+		src = sliceBytes(v, Float64, h)
+	case []float32:
+		src = sliceBytes(v, Float32, h)
+	case []int32:
+		src = sliceBytes(v, Int32, h)
+	case []int64:
+		src = sliceBytes(v, Int64, h)
+	case []uint8:
+		src = sliceBytes(v, Uint8, h)
+	case []uint32:
+		src = sliceBytes(v, Uint32, h)
+	case []complex64:
+		src = sliceBytes(v, Complex64, h)
+	case []complex128:
+		src = sliceBytes(v, Complex128, h)
+	default:
+		return fmt.Errorf("like is a %T; want nil, a *HostArray or a slice of %v: %w", like, h.dtype, ErrMismatch)
+	}
+	if src == nil {
+		return fmt.Errorf("like is a %T of the wrong type or length for %v%v: %w", like, h.dtype, h.shape, ErrMismatch)
+	}
+	copy(h.data, src)
+	return nil
+}
+
+// sliceBytes returns the bytes of v if its dtype and length match h, else
+// nil.
+func sliceBytes[T any](v []T, d DType, h *HostArray) []byte {
+	if d != h.dtype || len(v) != h.Len() {
+		return nil
+	}
+	if len(v) == 0 {
+		return []byte{}
+	}
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), uintptr(len(v))*unsafe.Sizeof(zero))
+}

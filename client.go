@@ -1,0 +1,467 @@
+package vram
+
+// Clients and their shares of device memory.
+//
+// Shares are kept in fixed point (shareUnit = 1): the manager holds the
+// sum of the manual proportions and the number of auto clients, and an
+// auto client's share, (1 − manual) / auto clients, is computed when asked
+// for. So registering, closing or moving a client is O(1) whatever the
+// number of clients, and the auto pool is "rebalanced on every change"
+// without touching the other clients.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/vramkit/vram/streams"
+)
+
+// ClientOptions describe a client to Register. The zero value is an
+// unnamed client in the auto pool and the "default" group, with no hooks.
+// Register copies what it needs; the hooks must be safe to call from
+// whichever goroutine runs AllocateQueue, SetAllocator or InvalidateAll.
+type ClientOptions struct {
+	// Name labels the client in errors, logs and plans ("" is "client").
+	Name string
+	// Proportion is a manual share of device memory, 0 < p ≤ 1; 0 puts
+	// the client in the auto pool.
+	Proportion float64
+	// Group is the stream group to join ("" is "default").
+	Group string
+	// OnInvalidate is called when the manager has freed the client's
+	// arrays behind its back (SetAllocator, InvalidateAll): drop them and
+	// queue again. Called with no lock held, from the goroutine that
+	// caused it.
+	OnInvalidate func()
+	// OnAllocated is called by AllocateQueue on its goroutine, with no
+	// lock held: with the client's arrays when it had requests queued,
+	// and with the chunk parameters and no arrays when another member of
+	// its group had.
+	OnAllocated func(*ArrayResponse)
+}
+
+// Client is a registered component: a handle with a unique id, never
+// reused, so nothing can confuse it with another client. Its methods are
+// safe for concurrent use.
+type Client struct {
+	m            *Manager
+	id           uint64
+	name         string
+	onInvalidate func()
+	onAllocated  func(*ArrayResponse)
+
+	// Protected by m.mu:
+	slot         int     // index in the registry's slots
+	gprev, gnext *Client // neighbours in the group's member list
+	closed       bool
+	manual       bool
+	prop         uint64                   // manual proportion in shareUnit
+	group        string                   // stream group name
+	arrays       map[string][]*allocation // label → one allocation per buffer
+	held         uint64                   // device bytes held, as charged
+}
+
+// allocation is one array a client holds.
+type allocation struct {
+	label   string
+	dev     *DeviceArray // Device and Mapped memory
+	host    *HostArray   // Pinned, Mapped and Pageable memory
+	charged uint64       // device bytes counted in held (rounded)
+}
+
+// ID is the client's id, unique within the process.
+func (c *Client) ID() uint64 { return c.id }
+
+// Name is the name given at registration.
+func (c *Client) Name() string { return c.name }
+
+// String is "name#id", the key the client has in plans and errors.
+func (c *Client) String() string {
+	if c == nil {
+		return "<nil client>"
+	}
+	n := c.name
+	if n == "" {
+		n = "client"
+	}
+	return fmt.Sprintf("%s#%d", n, c.id)
+}
+
+// Manager is the manager the client is registered with.
+func (c *Client) Manager() *Manager { return c.m }
+
+// Closed reports whether the client has been closed.
+func (c *Client) Closed() bool {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.closed
+}
+
+// Group is the name of the client's stream group ("" once closed).
+func (c *Client) Group() string {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.closed {
+		return ""
+	}
+	return c.group
+}
+
+// Proportion is the client's share of device memory (0 once closed).
+func (c *Client) Proportion() float64 { p, _ := c.m.Proportion(c); return p }
+
+// Cap is the client's share of device memory in bytes (0 once closed).
+func (c *Client) Cap() uint64 { n, _ := c.m.Cap(c); return n }
+
+// Arrays returns the client's device arrays by label (buffer 0).
+func (c *Client) Arrays() map[string]*DeviceArray {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	out := make(map[string]*DeviceArray, len(c.arrays))
+	for l, as := range c.arrays {
+		if as[0].dev != nil {
+			out[l] = as[0].dev
+		}
+	}
+	return out
+}
+
+// Held is the device bytes the client's arrays take, as the allocator
+// charges them.
+func (c *Client) Held() uint64 {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.held
+}
+
+// Free frees the client's arrays under label (every buffer). It is not an
+// error if there are none.
+func (c *Client) Free(label string) error {
+	m := c.m
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	m.mu.Lock()
+	if err := m.checkLocked(c); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	allocs := c.takeLocked(label)
+	m.mu.Unlock()
+	return m.freeWork([]freeWork{{c: c, allocs: allocs}})
+}
+
+// Close frees the client's arrays, drops its queued requests, and takes
+// it out of its group and the pools (rebalancing the auto pool). Its
+// hooks are not called. A second Close, or a Close after the manager's,
+// returns nil.
+func (c *Client) Close() error {
+	m := c.m
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	m.mu.Lock()
+	if c.closed || m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	m.reg.remove(c)
+	m.leavePoolLocked(c)
+	if q := m.queues[c.group]; q != nil {
+		delete(q, c)
+		if len(q) == 0 {
+			delete(m.queues, c.group)
+		}
+	}
+	allocs := c.takeAllLocked()
+	m.mu.Unlock()
+	var err error
+	if len(allocs) > 0 {
+		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
+	}
+	_ = m.groups.Remove(c.id) // after the frees, which use its stream
+	return err
+}
+
+// takeLocked removes and returns the allocations under label. m.mu must
+// be held.
+func (c *Client) takeLocked(label string) []*allocation {
+	as, ok := c.arrays[label]
+	if !ok {
+		return nil
+	}
+	delete(c.arrays, label)
+	for _, a := range as {
+		c.held -= a.charged
+	}
+	return as
+}
+
+// takeAllLocked removes and returns every allocation. m.mu must be held.
+func (c *Client) takeAllLocked() []*allocation {
+	if len(c.arrays) == 0 {
+		return nil
+	}
+	var all []*allocation
+	for _, as := range c.arrays {
+		all = append(all, as...)
+	}
+	c.arrays = nil
+	c.held = 0
+	return all
+}
+
+// Register adds a client. A manual Proportion (0 < p ≤ 1) is refused with
+// ErrProportion if it would take the manual total over 1, or leave the
+// auto pool under MinAutoPool while auto clients exist (with no auto
+// clients it is allowed, and a warning is logged). An auto client (p = 0)
+// is refused when the manual clients leave less than MinAutoPool. The
+// client joins the stream group o.Group, made (with its stream) if new.
+func (m *Manager) Register(o ClientOptions) (*Client, error) {
+	units, err := toUnits(o.Proportion, true)
+	if err != nil {
+		return nil, fmt.Errorf("vram: register %q: %w", o.Name, err)
+	}
+	group := o.Group
+	if group == "" {
+		group = streams.Default
+	}
+	c := &Client{
+		m:            m,
+		id:           m.nextID.Add(1),
+		name:         o.Name,
+		onInvalidate: o.OnInvalidate,
+		onAllocated:  o.OnAllocated,
+		manual:       units > 0,
+		prop:         units,
+		group:        group,
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := m.groups.Add(c.id, group); err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			return nil, ErrClosed // closed meanwhile
+		}
+		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		_ = m.groups.Remove(c.id)
+		return nil, ErrClosed
+	}
+	warn, err := m.joinPoolLocked(c, units)
+	if err != nil {
+		m.mu.Unlock()
+		_ = m.groups.Remove(c.id)
+		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+	}
+	m.reg.add(c)
+	m.mu.Unlock()
+	if warn != "" {
+		m.log.Warn(warn, "client", c.String())
+	}
+	return c, nil
+}
+
+// toUnits converts a proportion to shareUnit; zero is allowed only when
+// allowZero (the auto pool).
+func toUnits(p float64, allowZero bool) (uint64, error) {
+	if math.IsNaN(p) || p < 0 || p > 1 || (p == 0 && !allowZero) {
+		return 0, fmt.Errorf("proportion %v: want 0 < p ≤ 1 (or 0 for the auto pool): %w", p, ErrProportion)
+	}
+	u := uint64(math.Round(p * float64(shareUnit)))
+	if p > 0 && u == 0 {
+		return 0, fmt.Errorf("proportion %v is below the smallest share, %v: %w", p, 1/float64(shareUnit), ErrProportion)
+	}
+	return u, nil
+}
+
+func pct(u uint64) string { return fmt.Sprintf("%.1f%%", 100*float64(u)/float64(shareUnit)) }
+
+// checkPoolsLocked checks that the pools can have a manual total of
+// manual with auto auto clients, once a client asks for asked of it; it
+// returns a warning to log when the auto pool would be left under
+// MinAutoPool with no auto clients.
+func (m *Manager) checkPoolsLocked(manual uint64, auto int, asked uint64) (warn string, err error) {
+	if manual > shareUnit {
+		over := manual - shareUnit
+		return "", fmt.Errorf("manual proportions would total %s, over 100%%; ask for at most %s or lower the others: %w",
+			pct(manual), pct(asked-min(asked, over)), ErrProportion)
+	}
+	left := shareUnit - manual
+	if left < minAutoUnits {
+		if auto > 0 {
+			short := minAutoUnits - left
+			return "", fmt.Errorf("manual proportions would total %s, leaving %s for the auto pool's %d client(s), under the minimum %s; ask for at most %s or move the auto clients to manual: %w",
+				pct(manual), pct(left), auto, pct(minAutoUnits), pct(asked-min(asked, short)), ErrProportion)
+		}
+		warn = fmt.Sprintf("vram: manual proportions total %s, leaving %s for the auto pool, under the minimum %s: auto clients will be refused",
+			pct(manual), pct(left), pct(minAutoUnits))
+	}
+	return warn, nil
+}
+
+// joinPoolLocked adds c to the manual pool with units, or to the auto pool
+// when units is 0.
+func (m *Manager) joinPoolLocked(c *Client, units uint64) (string, error) {
+	if units == 0 {
+		if left := shareUnit - m.manual; left < minAutoUnits {
+			return "", fmt.Errorf("an auto client needs at least %s left by the manual clients, and they leave %s; lower a manual proportion or give this client one: %w",
+				pct(minAutoUnits), pct(left), ErrProportion)
+		}
+		c.manual, c.prop = false, 0
+		m.numAuto++
+		return "", nil
+	}
+	warn, err := m.checkPoolsLocked(m.manual+units, m.numAuto, units)
+	if err != nil {
+		return "", err
+	}
+	c.manual, c.prop = true, units
+	m.manual += units
+	return warn, nil
+}
+
+// leavePoolLocked takes c out of its pool.
+func (m *Manager) leavePoolLocked(c *Client) {
+	if c.manual {
+		m.manual -= c.prop
+	} else {
+		m.numAuto--
+	}
+}
+
+// setShare puts c in the manual pool with proportion p (toManual) or in
+// the auto pool; need "auto" requires c to be in the auto pool first. It
+// is the body of the three setters. A refusal leaves every share as it
+// was.
+func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) error {
+	if c == nil || c.m != m {
+		return fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	units, err := toUnits(p, !toManual)
+	if err != nil {
+		return fmt.Errorf("vram: %v: %w", c, err)
+	}
+	m.mu.Lock()
+	if err := m.checkLocked(c); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	switch {
+	case need == "auto" && c.manual:
+		m.mu.Unlock()
+		return fmt.Errorf("vram: %v already has a manual proportion; use SetManualProportion to change it: %w", c, ErrLimitMode)
+	case !toManual && !c.manual:
+		m.mu.Unlock()
+		return fmt.Errorf("vram: %v is already in the auto pool: %w", c, ErrLimitMode)
+	}
+	// Take c out, try to put it back as asked, and undo on refusal.
+	wasManual, wasProp := c.manual, c.prop
+	m.leavePoolLocked(c)
+	warn, err := m.joinPoolLocked(c, units)
+	if err != nil {
+		c.manual, c.prop = wasManual, wasProp
+		if wasManual {
+			m.manual += wasProp
+		} else {
+			m.numAuto++
+		}
+		m.mu.Unlock()
+		return fmt.Errorf("vram: %v: %w", c, err)
+	}
+	m.mu.Unlock()
+	if warn != "" {
+		m.log.Warn(warn, "client", c.String())
+	}
+	return nil
+}
+
+// SetManualProportion gives c the manual proportion p (0 < p ≤ 1),
+// moving it out of the auto pool if it is there, under Register's rules:
+// ErrProportion when the pools cannot give p. A refusal changes nothing.
+func (m *Manager) SetManualProportion(c *Client, p float64) error {
+	return m.setShare(c, p, true, "")
+}
+
+// SetManualLimitMode moves an auto client to the manual pool with
+// proportion p, under Register's rules. It fails with ErrLimitMode for a
+// client that is manual already.
+func (m *Manager) SetManualLimitMode(c *Client, p float64) error {
+	return m.setShare(c, p, true, "auto")
+}
+
+// SetAutoLimitMode moves a manual client to the auto pool. It fails with
+// ErrLimitMode for an auto client, and with ErrProportion when the other
+// manual clients leave the auto pool less than MinAutoPool.
+func (m *Manager) SetAutoLimitMode(c *Client) error {
+	return m.setShare(c, 0, false, "")
+}
+
+// Proportion is c's share of memory: its manual proportion, or its equal
+// part of the auto pool.
+func (m *Manager) Proportion(c *Client) (float64, error) {
+	if c == nil || c.m != m {
+		return 0, fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return 0, err
+	}
+	return m.proportionLocked(c), nil
+}
+
+func (m *Manager) proportionLocked(c *Client) float64 {
+	if c.manual {
+		return float64(c.prop) / float64(shareUnit)
+	}
+	if m.numAuto == 0 {
+		return 0
+	}
+	return float64(shareUnit-m.manual) / float64(m.numAuto) / float64(shareUnit)
+}
+
+// Cap is c's share in bytes: Proportion × total device memory.
+func (m *Manager) Cap(c *Client) (uint64, error) {
+	if c == nil || c.m != m {
+		return 0, fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return 0, err
+	}
+	return m.capLocked(c), nil
+}
+
+func (m *Manager) capLocked(c *Client) uint64 {
+	return uint64(m.proportionLocked(c) * float64(m.total))
+}
+
+// ManualPoolProportion is the sum of the manual clients' proportions.
+func (m *Manager) ManualPoolProportion() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return float64(m.manual) / float64(shareUnit)
+}
+
+// AutoPoolProportion is the share the auto clients split: 1 minus the
+// manual total while there are auto clients, else 0.
+func (m *Manager) AutoPoolProportion() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.numAuto == 0 {
+		return 0
+	}
+	return float64(shareUnit-m.manual) / float64(shareUnit)
+}
+
+// Clients returns the open clients, by id.
+func (m *Manager) Clients() []*Client {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reg.all()
+}

@@ -1,0 +1,245 @@
+package vram
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram/alloc"
+)
+
+// TestConcurrentClients runs many goroutines that register, queue,
+// allocate, copy, move and close clients at once, while others switch
+// allocators and invalidate everything. Run under -race. Afterwards the
+// pools must be empty and the device's free memory back where it
+// started.
+func TestConcurrentClients(t *testing.T) {
+	for _, kind := range []AllocatorKind{Pool, Direct, AsyncPool} {
+		t.Run(kind.String(), func(t *testing.T) {
+			const total = 256 * MiB
+			dev := newSim(t, total)
+			free0, _, _ := dev.MemInfo()
+			// A limit of 24 MiB in use makes group g3's batch (2 × 3M
+			// float32 = 24 MiB) chunk, and lets the groups compete.
+			m, err := New(dev, WithAllocator(kind), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+				return alloc.NewLimit(a, 24*MiB)
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			workers, iters := 12, 25
+			if testing.Short() {
+				workers, iters = 6, 10
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			counts := map[string]int{}
+			count := func(k string) { mu.Lock(); counts[k]++; mu.Unlock() }
+			for w := range workers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(w), 7))
+					for i := range iters {
+						if err := clientLife(m, rng, w, i, count); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				})
+			}
+			stop := make(chan struct{})
+			var side sync.WaitGroup
+			side.Go(func() {
+				kinds := []AllocatorKind{Direct, Pool, AsyncPool}
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var err error
+					if i%2 == 0 {
+						err = m.SetAllocator(kinds[i%3])
+					} else {
+						err = m.InvalidateAll()
+					}
+					if err != nil {
+						t.Error(err)
+					}
+					time.Sleep(500 * time.Microsecond) // let lives finish between resets
+				}
+			})
+			wg.Wait()
+			close(stop)
+			side.Wait()
+			if n := len(m.Clients()); n != 0 {
+				t.Errorf("%d clients left", n)
+			}
+			if p := m.ManualPoolProportion(); p != 0 {
+				t.Errorf("manual pool %v after every client closed", p)
+			}
+			if err := m.Allocator().Trim(); err != nil {
+				t.Fatal(err)
+			}
+			if st := m.Allocator().Stats(); st.InUse != 0 {
+				t.Errorf("allocator has %d bytes in use", st.InUse)
+			}
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if f, _, _ := dev.MemInfo(); f != free0 {
+				t.Errorf("device free %d, was %d", f, free0)
+			}
+			if counts["allocated"] == 0 || counts["chunked"] == 0 {
+				t.Errorf("the test did too little: %v", counts)
+			}
+			t.Logf("%v", counts)
+		})
+	}
+}
+
+// groupRuns is the run count of each group's batch: every member of a
+// group queues the same, as a batch program's components do.
+var groupRuns = []int{1000, 4000, 50000, 3 << 20}
+
+// clientLife is one client's life: register, queue, allocate, copy,
+// maybe move, close. Outcomes caused by the concurrent clients (a limit
+// reached by another group, arrays freed by SetAllocator or InvalidateAll)
+// are expected and counted.
+func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error {
+	p := 0.0
+	if rng.IntN(3) == 0 {
+		p = 0.001 * float64(1+rng.IntN(5))
+	}
+	g := rng.IntN(len(groupRuns))
+	c, err := m.Register(ClientOptions{Name: fmt.Sprintf("w%d-%d", w, i), Proportion: p, Group: fmt.Sprintf("g%d", g)})
+	if errors.Is(err, ErrProportion) {
+		count("refused")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	reqs := map[string]ArrayRequest{
+		"x": {Shape: []int{2, groupRuns[g]}, DType: Float32, ChunkAxis: 1},
+		"k": {Shape: []int{1 + rng.IntN(64)}, DType: Float64, Unchunkable: true},
+	}
+	if err := m.QueueRequest(c, reqs); err != nil {
+		return err
+	}
+	resp, err := m.AllocateQueue(c, WithBuffers(1+rng.IntN(2)))
+	switch {
+	case errors.Is(err, ErrOutOfMemory) || errors.Is(err, ErrRunTooLarge) || errors.Is(err, ErrUnchunkable):
+		// Other groups hold the memory (or the limit) meanwhile.
+		count("no room")
+		return nil
+	case err != nil:
+		return err
+	case resp == nil:
+		// Another member of the group allocated our queue; the hook
+		// was not set, so just go on.
+		count("by another")
+		return nil
+	}
+	count("allocated")
+	if resp.Chunks > 1 {
+		count("chunked")
+	}
+	x := resp.Arrays["x"]
+	if x == nil {
+		count("notary")
+		return nil
+	}
+	host, err := m.NewHostArray([]int{2, resp.TotalRuns}, Float32, Pinned, nil)
+	if err != nil {
+		return err
+	}
+	defer host.Free()
+	for ch := range resp.Chunks {
+		sp := resp.Span(ch, 1)
+		if err := m.ToDeviceChunk(c, x, host, sp); err != nil {
+			if errors.Is(err, ErrFreed) {
+				count("freed under us")
+				return nil
+			}
+			return err
+		}
+	}
+	if err := m.Sync(c); err != nil {
+		return err
+	}
+	if rng.IntN(5) == 0 {
+		if err := m.ChangeStreamGroup(c, fmt.Sprintf("spare%d", rng.IntN(3))); err != nil {
+			return err
+		}
+	}
+	if rng.IntN(3) == 0 {
+		if err := c.Free("x"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestConcurrentActiveMode is TestConcurrentClients' client life under
+// the Active limit mode, where caps shrink as clients join.
+func TestConcurrentActiveMode(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithLimitMode(Active))
+	free0, _, _ := dev.MemInfo()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for i := range 15 {
+				if err := clientLife(m, rng, w, i, func(string) {}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_ = m.Allocator().Trim()
+	if f, _, _ := dev.MemInfo(); f != free0 {
+		t.Errorf("device free %d, was %d", f, free0)
+	}
+}
+
+// TestCloseWhileRegistering: clients registering, queueing and allocating
+// while the manager closes either succeed or get ErrClosed, and the
+// device is left with nothing.
+func TestCloseWhileRegistering(t *testing.T) {
+	dev := newSim(t, 64*MiB)
+	m, err := New(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				c, err := m.Register(ClientOptions{Group: fmt.Sprintf("g%d", (w+i)%3)})
+				if err == nil {
+					err = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 100)})
+				}
+				if err == nil {
+					_, err = m.AllocateQueue(c)
+				}
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(20 * time.Millisecond)
+	if err := m.Close(); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
+}

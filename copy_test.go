@@ -1,0 +1,317 @@
+package vram
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/vramkit/vram/device"
+)
+
+// fillSeq sets element i of a Float32 host array to i.
+func fillSeq(h *HostArray) {
+	for i := range h.Float32s() {
+		h.Float32s()[i] = float32(i)
+	}
+}
+
+// refChunk is what a chunk-length array holds after copying runs
+// [start, start+n) along axis of a full array of shape full whose element
+// i is i; positions past n along the axis hold -1.
+func refChunk(full []int, axis, length, start, n int) []float32 {
+	inner := 1
+	for _, d := range full[axis+1:] {
+		inner *= d
+	}
+	outer := 1
+	for _, d := range full[:axis] {
+		outer *= d
+	}
+	out := make([]float32, outer*length*inner)
+	for o := range outer {
+		for r := range length {
+			for i := range inner {
+				v := float32(-1)
+				if r < n {
+					v = float32((o*full[axis]+start+r)*inner + i)
+				}
+				out[(o*length+r)*inner+i] = v
+			}
+		}
+	}
+	return out
+}
+
+// TestChunkCopies copies every chunk of a full host array into a
+// chunk-length device array and checks the device holds exactly the
+// chunk's runs (read back whole), then copies it out into a second full
+// host array and checks the round trip.
+func TestChunkCopies(t *testing.T) {
+	for name, tc := range map[string]struct {
+		shape  []int
+		axis   int
+		length int // chunk length
+	}{
+		"runs on the last axis":             {[]int{3, 2, 10}, 2, 4},
+		"runs on the first axis":            {[]int{10, 3}, 0, 3},
+		"runs in the middle":                {[]int{2, 10, 3}, 1, 4},
+		"one dimension":                     {[]int{10}, 0, 6},
+		"chunk length equals the run count": {[]int{4, 10}, 1, 10},
+		"single run per chunk":              {[]int{2, 5}, 1, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB)
+			c := register(t, m, ClientOptions{})
+			runs := tc.shape[tc.axis]
+			chunkShape := slices.Clone(tc.shape)
+			chunkShape[tc.axis] = tc.length
+			_ = m.QueueRequest(c, map[string]ArrayRequest{"d": {Shape: chunkShape, DType: Float32, ChunkAxis: tc.axis, Unchunkable: true}})
+			resp, err := m.AllocateQueue(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := resp.Arrays["d"]
+			src, _ := m.NewHostArray(tc.shape, Float32, Pinned, nil)
+			defer src.Free()
+			fillSeq(src)
+			dst, _ := m.NewHostArray(tc.shape, Float32, Pageable, nil)
+			whole, _ := m.NewHostArray(chunkShape, Float32, Pageable, nil)
+			for start := 0; start < runs; start += tc.length {
+				n := min(tc.length, runs-start)
+				sp := Span{Axis: tc.axis, Start: start, Len: n}
+				// Mark the device array so idle positions show.
+				neg, _ := m.NewHostArray(chunkShape, Float32, Pageable, nil)
+				for i := range neg.Float32s() {
+					neg.Float32s()[i] = -1
+				}
+				if err := m.ToDevice(c, d, neg); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.ToDeviceChunk(c, d, src, sp); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.FromDevice(c, whole, d); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.FromDeviceChunk(c, dst, d, sp); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Sync(c); err != nil {
+					t.Fatal(err)
+				}
+				if want := refChunk(tc.shape, tc.axis, tc.length, start, n); !slices.Equal(whole.Float32s(), want) {
+					t.Fatalf("chunk at %d: device holds %v, want %v", start, whole.Float32s(), want)
+				}
+			}
+			if !slices.Equal(dst.Float32s(), src.Float32s()) {
+				t.Errorf("round trip: %v, want %v", dst.Float32s(), src.Float32s())
+			}
+		})
+	}
+}
+
+func TestWholeCopies(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	for _, dt := range DTypes() {
+		t.Run(dt.String(), func(t *testing.T) {
+			_ = m.QueueRequest(c, map[string]ArrayRequest{dt.String(): {Shape: []int{3, 5}, DType: dt, Unchunkable: true}})
+			resp, err := m.AllocateQueue(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := resp.Arrays[dt.String()]
+			src, _ := m.NewHostArray([]int{3, 5}, dt, Pinned, nil)
+			defer src.Free()
+			for i := range src.Data() {
+				src.Data()[i] = byte(i*7 + 1)
+			}
+			back, _ := m.NewHostArray([]int{3, 5}, dt, Pageable, nil)
+			if err := m.ToDevice(c, d, src); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.FromDevice(c, back, d); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Sync(c); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(back.Data(), src.Data()) || uint64(len(back.Data())) != 15*dt.Size() {
+				t.Errorf("round trip of %v differs", dt)
+			}
+		})
+	}
+}
+
+func TestCopyErrors(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	other := register(t, m, ClientOptions{})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{
+		"d":   {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
+		"old": {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
+	})
+	resp, _ := m.AllocateQueue(c)
+	d, old := resp.Arrays["d"], resp.Arrays["old"]
+	_ = c.Free("old")
+	host := func(dt DType, shape ...int) *HostArray {
+		h, err := m.NewHostArray(shape, dt, Pageable, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	full := host(Float32, 2, 10)
+	freed := host(Float32, 2, 4)
+	_ = freed.Free()
+	_ = other.Close()
+	for name, tc := range map[string]struct {
+		do func() error
+		is error
+	}{
+		"dtype differs":              {func() error { return m.ToDevice(c, d, host(Float64, 2, 4)) }, ErrMismatch},
+		"shape differs":              {func() error { return m.ToDevice(c, d, host(Float32, 4, 2)) }, ErrMismatch},
+		"shape differs, from":        {func() error { return m.FromDevice(c, host(Float32, 8), d) }, ErrMismatch},
+		"freed device array":         {func() error { return m.ToDevice(c, old, host(Float32, 2, 4)) }, ErrFreed},
+		"freed host array":           {func() error { return m.FromDevice(c, freed, d) }, ErrFreed},
+		"closed client":              {func() error { return m.ToDevice(other, d, host(Float32, 2, 4)) }, ErrClosed},
+		"chunk past the host end":    {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: 8, Len: 4}) }, ErrMismatch},
+		"chunk longer than device":   {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: 0, Len: 5}) }, ErrMismatch},
+		"chunk on the wrong axis":    {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 0, Start: 0, Len: 2}) }, ErrMismatch},
+		"chunk axis out of range":    {func() error { return m.FromDeviceChunk(c, full, d, Span{Axis: 2, Start: 0, Len: 1}) }, ErrMismatch},
+		"chunk ranks differ":         {func() error { return m.ToDeviceChunk(c, d, host(Float32, 20), Span{Axis: 0, Len: 1}) }, ErrMismatch},
+		"negative start":             {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: -1, Len: 2}) }, ErrMismatch},
+		"chunk of a freed array":     {func() error { return m.FromDeviceChunk(c, full, old, Span{Axis: 1, Len: 1}) }, ErrFreed},
+		"chunk dtype differs":        {func() error { return m.FromDeviceChunk(c, host(Int32, 2, 10), d, Span{Axis: 1, Len: 1}) }, ErrMismatch},
+		"nil array":                  {func() error { return m.ToDevice(c, nil, full) }, device.ErrInvalidValue},
+		"empty chunk copies nothing": {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: 10, Len: 0}) }, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.do()
+			if (tc.is == nil && err != nil) || !errors.Is(err, tc.is) {
+				t.Errorf("got %v, want %v", err, tc.is)
+			}
+		})
+	}
+}
+
+func TestHostArrays(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	for name, tc := range map[string]struct {
+		dt   DType
+		like any
+		view func(*HostArray) int
+	}{
+		"float64 from slice":   {Float64, []float64{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(h.Float64s()[5]) }},
+		"float32 from slice":   {Float32, []float32{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(h.Float32s()[5]) }},
+		"int32 from slice":     {Int32, []int32{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(h.Int32s()[5]) }},
+		"int64 from slice":     {Int64, []int64{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(h.Int64s()[5]) }},
+		"uint8 from slice":     {Uint8, []uint8{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(h.Uint8s()[5]) }},
+		"uint32 from slice":    {Uint32, []uint32{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(h.Uint32s()[5]) }},
+		"complex64 from slice": {Complex64, []complex64{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(real(h.Complex64s()[5])) }},
+		"complex128 slice":     {Complex128, []complex128{1, 2, 3, 4, 5, 6}, func(h *HostArray) int { return int(real(h.Complex128s()[5])) }},
+		"zeroed":               {Float64, nil, func(h *HostArray) int { return int(h.Float64s()[5]) }},
+	} {
+		for _, mem := range []MemoryType{Pinned, Pageable, Mapped} {
+			t.Run(name+"/"+mem.String(), func(t *testing.T) {
+				h, err := m.NewHostArray([]int{2, 3}, tc.dt, mem, tc.like)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := 6
+				if tc.like == nil {
+					want = 0
+				}
+				if got := tc.view(h); got != want {
+					t.Errorf("element 5 = %d, want %d", got, want)
+				}
+				if h.Memory() != mem || h.Len() != 6 || h.Dim(1) != 3 || h.Bytes() != 6*tc.dt.Size() ||
+					!slices.Equal(h.Strides(), []int{3 * int(tc.dt.Size()), int(tc.dt.Size())}) {
+					t.Errorf("accessors: %v len %d bytes %d strides %v", h, h.Len(), h.Bytes(), h.Strides())
+				}
+				if (mem == Mapped) != (h.DevicePtr() != 0) {
+					t.Errorf("device pointer %v for %v memory", h.DevicePtr(), mem)
+				}
+				if err := h.Free(); err != nil {
+					t.Fatal(err)
+				}
+				if err := h.Free(); err != nil {
+					t.Errorf("second Free: %v", err)
+				}
+				if h.Data() != nil || !h.Freed() {
+					t.Error("freed array still has data")
+				}
+			})
+		}
+	}
+	// Freed pinned buffers stay cached in the pinned pool; none is in use
+	// and no mapped buffer (made directly) is left.
+	if st := m.host.pinned.Stats(); st.InUse != 0 || st.Frees != st.Allocs || st.Allocs == 0 {
+		t.Errorf("pinned pool: %+v", st)
+	}
+	src, _ := m.NewHostArray([]int{2, 2}, Int32, Pageable, []int32{1, 2, 3, 4})
+	cp, err := m.NewHostArray([]int{2, 2}, Int32, Pinned, src)
+	if err != nil || !slices.Equal(cp.Int32s(), []int32{1, 2, 3, 4}) {
+		t.Errorf("like a host array: %v, %v", cp, err)
+	}
+	_ = cp.Free()
+	for name, tc := range map[string]struct {
+		shape []int
+		dt    DType
+		mem   MemoryType
+		like  any
+		is    error
+	}{
+		"wrong slice type":      {[]int{2}, Float64, Pageable, []float32{1, 2}, ErrMismatch},
+		"wrong slice length":    {[]int{2}, Float64, Pageable, []float64{1}, ErrMismatch},
+		"unknown like":          {[]int{2}, Float64, Pageable, "1,2", ErrMismatch},
+		"like of another shape": {[]int{4}, Int32, Pageable, src, ErrMismatch},
+		"device memory":         {[]int{2}, Float64, Device, nil, ErrInvalidRequest},
+		"managed memory":        {[]int{2}, Float64, Managed, nil, ErrNotSupported},
+		"bad shape":             {[]int{0}, Float64, Pinned, nil, ErrInvalidRequest},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := m.NewHostArray(tc.shape, tc.dt, tc.mem, tc.like); !errors.Is(err, tc.is) {
+				t.Errorf("got %v, want %v", err, tc.is)
+			}
+		})
+	}
+	if st := m.host.pinned.Stats(); st.InUse != 0 {
+		t.Errorf("a refused NewHostArray left a pinned buffer in use: %+v", st)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a Float64 view of an Int32 array did not panic")
+		}
+	}()
+	_ = src.Float64s()
+}
+
+// TestPinnedBuffersAreReused: a freed pinned array's buffer serves the
+// next one once the stream of its last copy is done, and comes back zeroed.
+func TestPinnedBuffersAreReused(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"d": fixed(Float32, 1000)})
+	resp, _ := m.AllocateQueue(c)
+	h, _ := m.NewHostArray([]int{1000}, Float32, Pinned, nil)
+	fillSeq(h)
+	if err := m.ToDevice(c, resp.Arrays["d"], h); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(c); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.Free()
+	before := dev.Leaks().HostBuffers
+	h2, _ := m.NewHostArray([]int{1000}, Float32, Pinned, nil)
+	defer h2.Free()
+	if st := m.host.pinned.Stats(); st.CacheHits != 1 || dev.Leaks().HostBuffers != before {
+		t.Errorf("second pinned array not served from the cache: %+v", st)
+	}
+	for _, v := range h2.Float32s() {
+		if v != 0 {
+			t.Fatal("a reused pinned buffer was not zeroed")
+		}
+	}
+}

@@ -1,0 +1,85 @@
+// Package vram manages GPU memory for programs that run large batches of
+// work on a GPU.
+//
+// Components of a program register with a Manager as clients. The manager
+// gives each a share of the device's memory, puts each on a stream group
+// (clients in one group share a stream and are planned together), and
+// serves their array requests from a pooled, stream-ordered allocator
+// (package alloc). When a group's batch of runs does not fit in the
+// memory the group may use, the manager chunks it along the run axis: the
+// arrays are allocated for a chunk of runs, the program makes several
+// passes, and copies each chunk in and out of full-length host arrays.
+// It is a Go reimagining of the memory subsystem of the cubie batch
+// integrator (its MemoryManager, StreamGroups, ArrayRequest and
+// ArrayResponse).
+//
+// # Pieces
+//
+//   - Manager: New(dev, opts...) for a device, or Default() for the
+//     process-wide one on device.Open("auto") (CUDA when a GPU and driver
+//     are present, else the simulator, so programs and tests run anywhere).
+//   - Client: a handle from Register(ClientOptions{...}), with a manual
+//     Proportion of memory (0 < p ≤ 1) or a place in the auto pool, a
+//     stream group, and two hooks: OnAllocated (arrays are ready) and
+//     OnInvalidate (arrays were taken away; ask again).
+//   - Shares: manual clients keep their proportion; auto clients split the
+//     rest equally, rebalanced on every change. The auto pool never drops
+//     under MinAutoPool (5%) while it has clients. A client's Cap is its
+//     proportion of the device's total memory. In the Active LimitMode a
+//     group plans within its members' caps; in Passive (the default)
+//     within the device's free memory.
+//   - ArrayRequest{Shape, DType, Memory, ChunkAxis, Unchunkable,
+//     TotalRuns}: one array. QueueRequest queues a client's requests;
+//     AllocateQueue plans everything queued in the client's group together
+//     (Plan) and hands each requester an ArrayResponse with its
+//     DeviceArrays and HostArrays and the chunk parameters; the other
+//     members (notaries) get the chunk parameters alone.
+//   - Plan: the chunk planner, a pure function (also behind `vram plan`).
+//   - Copies: ToDevice, FromDevice, and ToDeviceChunk / FromDeviceChunk,
+//     which move one chunk's runs between a full-length host array and a
+//     chunk-length device array, all ordered on the client's stream; Sync
+//     waits for them.
+//   - SetAllocator(Direct | Pool | AsyncPool) frees everything, calls every
+//     OnInvalidate and gives every group a fresh stream.
+//
+// # Concurrency
+//
+// A Manager, its Clients and the arrays' accessors are safe for
+// concurrent use. Registration, Close, share changes and group lookups
+// cost O(1) in the number of clients. AllocateQueue calls for one stream
+// group are serialized; calls for different groups run in parallel. No
+// hook is ever called with a lock held, so hooks may call the manager;
+// they run on the goroutine whose call caused them (AllocateQueue,
+// SetAllocator, InvalidateAll). Device memory follows the stream contract
+// of package device: work on one stream is ordered; an array used on two
+// streams needs an event or a Sync between the uses, and a host array must
+// stay untouched while a copy that uses it is in flight (until Sync).
+// Errors wrap package sentinels (ErrOutOfMemory, ErrUnchunkable,
+// ErrRunTooLarge, ErrProportion, …) with the figures that explain them;
+// test them with errors.Is. A call that fails leaves the manager as it
+// was, except where its documentation says otherwise.
+//
+// # Usage
+//
+//	m, err := vram.Default()                   // or vram.New(dev)
+//	c, err := m.Register(vram.ClientOptions{Name: "solver", Group: "batch"})
+//	defer c.Close()
+//	err = m.QueueRequest(c, map[string]vram.ArrayRequest{
+//		"state": {Shape: []int{2, runs}, DType: vram.Float32, ChunkAxis: 1},
+//		"consts": {Shape: []int{16}, DType: vram.Float32, Unchunkable: true},
+//	})
+//	resp, err := m.AllocateQueue(c)             // plans, chunks if needed
+//	host, err := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
+//	for i := range resp.Chunks {
+//		sp := resp.Span(i, 1)                  // runs of chunk i along axis 1
+//		err = m.ToDeviceChunk(c, resp.Arrays["state"], host, sp)
+//		// … launch kernels on m.Stream(c) over sp.Len runs …
+//		err = m.FromDeviceChunk(c, host, resp.Arrays["state"], sp)
+//	}
+//	err = m.Sync(c)
+//
+// The package owns clients, shares, requests, plans and arrays. It does
+// not own allocation strategy (package alloc), stream groups' bookkeeping
+// (package streams) or the hardware (package device and its backends,
+// which importing this package links).
+package vram

@@ -1,0 +1,48 @@
+package vram
+
+import (
+	"errors"
+
+	"github.com/vramkit/vram/device"
+)
+
+// Sentinel errors. Errors returned by this package wrap one of these (or a
+// device or alloc sentinel) with the figures that explain them; test with
+// errors.Is.
+var (
+	// ErrOutOfMemory: memory ran out. It is device.ErrOutOfMemory, so
+	// errors from the device, the allocators and this package match it
+	// alike.
+	ErrOutOfMemory = device.ErrOutOfMemory
+	// ErrNotSupported: the device lacks an ability asked for (managed
+	// memory, pinned host memory, a stream-ordered pool). It is
+	// device.ErrNotSupported.
+	ErrNotSupported = device.ErrNotSupported
+
+	// ErrClosed: the manager or the client has been closed.
+	ErrClosed = errors.New("vram: closed")
+	// ErrUnknownClient: a client handle that belongs to another manager.
+	ErrUnknownClient = errors.New("vram: client of another manager")
+	// ErrProportion: a proportion out of range, or one the pools cannot
+	// give (a manual total over 1, an auto pool under MinAutoPool).
+	ErrProportion = errors.New("vram: proportion refused")
+	// ErrLimitMode: a client moved to the limit mode it already has.
+	ErrLimitMode = errors.New("vram: client already in that limit mode")
+	// ErrInvalidRequest: an ArrayRequest with a bad shape, dtype, memory
+	// type or chunk axis, or whose size overflows 64 bits.
+	ErrInvalidRequest = errors.New("vram: invalid array request")
+	// ErrRunsMismatch: chunkable requests planned together disagree on
+	// their number of runs.
+	ErrRunsMismatch = errors.New("vram: requests disagree on the number of runs")
+	// ErrUnchunkable: a request set does not fit its budget and chunking
+	// cannot help (nothing is chunkable, or the unchunkable arrays alone
+	// fill the budget).
+	ErrUnchunkable = errors.New("vram: does not fit and cannot be chunked")
+	// ErrRunTooLarge: even one run at a time does not fit the budget.
+	ErrRunTooLarge = errors.New("vram: one run does not fit")
+	// ErrFreed: an array used after the manager freed it (by Free,
+	// FreeAll, a client's Close, a re-allocation or SetAllocator).
+	ErrFreed = errors.New("vram: array has been freed")
+	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
+	ErrMismatch = errors.New("vram: arrays do not match")
+)

@@ -1,0 +1,141 @@
+package vram_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/device/sim"
+)
+
+// The quickstart: two components of a batch job register in one stream
+// group, the solver asks for its arrays, the batch does not fit and is
+// chunked, and each chunk is copied in and out through host arrays.
+func Example() {
+	// A simulated GPU with 16 MiB, so that this runs anywhere; a real
+	// program uses vram.Default(), which finds the GPU.
+	dev, _ := sim.New(sim.Config{TotalBytes: 16 << 20, NoContext: true})
+	defer dev.Close()
+	m, _ := vram.New(dev)
+	defer m.Close()
+
+	// Components that work on the same runs join one group: they share a
+	// stream and are planned together.
+	solver, _ := m.Register(vram.ClientOptions{Name: "solver", Group: "batch"})
+	defer solver.Close()
+	output, _ := m.Register(vram.ClientOptions{Name: "output", Group: "batch",
+		OnAllocated: func(r *vram.ArrayResponse) {
+			// A notary: told how the batch is chunked, given no arrays.
+			fmt.Printf("output: %d chunks of %d runs, %d arrays\n", r.Chunks, r.ChunkLength, len(r.Arrays))
+		}})
+	defer output.Close()
+
+	// One million runs: 24 MB of per-run state and parameters, chunked
+	// along axis 1, and a small table every run reads.
+	const runs = 1_000_000
+	err := m.QueueRequest(solver, map[string]vram.ArrayRequest{
+		"state":  {Shape: []int{2, runs}, DType: vram.Float32, ChunkAxis: 1},
+		"params": {Shape: []int{4, runs}, DType: vram.Float32, ChunkAxis: 1},
+		"table":  {Shape: []int{1024}, DType: vram.Float64, Unchunkable: true},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	resp, err := m.AllocateQueue(solver)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("solver: %d chunks of %d runs; state %v, table %v\n",
+		resp.Chunks, resp.ChunkLength, resp.Arrays["state"].Shape(), resp.Arrays["table"].Shape())
+
+	// Full-length host arrays; the device holds one chunk at a time.
+	in, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
+	defer in.Free()
+	for i := range in.Float32s() {
+		in.Float32s()[i] = float32(i % 1000)
+	}
+	out, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pageable, nil)
+	for i := range resp.Chunks {
+		sp := resp.Span(i, 1) // the runs of chunk i along axis 1
+		if err := m.ToDeviceChunk(solver, resp.Arrays["state"], in, sp); err != nil {
+			fmt.Println(err)
+			return
+		}
+		// ... kernels run here on m.Stream(solver) over sp.Len runs ...
+		if err := m.FromDeviceChunk(solver, out, resp.Arrays["state"], sp); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	if err := m.Sync(solver); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("every run came back:", slices.Equal(in.Float32s(), out.Float32s()))
+	// Output:
+	// output: 3 chunks of 333334 runs, 0 arrays
+	// solver: 3 chunks of 333334 runs; state [2 333334], table [1024]
+	// every run came back: true
+}
+
+// Plan is a pure function: the same request set and budget always give
+// the same chunks. It is what AllocateQueue and `vram plan` use.
+func ExamplePlan() {
+	requests := map[string]map[string]vram.ArrayRequest{
+		"solver": {
+			"state":  {Shape: []int{2, 10_000}, DType: vram.Float64, ChunkAxis: 1},
+			"consts": {Shape: []int{100}, DType: vram.Float64, Unchunkable: true},
+		},
+		"output": {
+			"samples": {Shape: []int{50, 2, 10_000}, DType: vram.Float32, ChunkAxis: 2},
+		},
+	}
+	p, err := vram.Plan(requests, 1<<20, vram.PlanOptions{}) // a 1 MiB budget
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d chunks of %d runs (last %d), %d of %d bytes\n",
+		p.Chunks, p.ChunkLength, p.LastChunkLength, p.BytesPerChunk, p.Budget)
+	fmt.Println(p.ChunkedShapes["output"]["samples"], p.ChunkedShapes["solver"]["consts"])
+
+	// Double buffering halves what each chunk may take.
+	p2, _ := vram.Plan(requests, 1<<20, vram.PlanOptions{Buffers: 2})
+	fmt.Println(p2.Chunks, "chunks when double buffered")
+
+	// Too small for even one run.
+	_, err = vram.Plan(requests, 1000, vram.PlanOptions{})
+	fmt.Println(errors.Is(err, vram.ErrUnchunkable), err)
+	// Output:
+	// 4 chunks of 2500 runs (last 2500), 1041920 of 1048576 bytes
+	// [50 2 2500] [100]
+	// 8 chunks when double buffered
+	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run; make the large fixed inputs chunkable, shrink them, or raise the budget (a larger proportion, more free memory): vram: does not fit and cannot be chunked
+}
+
+// Manual proportions and the auto pool.
+func ExampleManager_Register() {
+	dev, _ := sim.New(sim.Config{TotalBytes: 1 << 30, NoContext: true})
+	defer dev.Close()
+	m, _ := vram.New(dev)
+	defer m.Close()
+
+	a, _ := m.Register(vram.ClientOptions{Name: "a"})                  // auto
+	b, _ := m.Register(vram.ClientOptions{Name: "b"})                  // auto
+	c, _ := m.Register(vram.ClientOptions{Name: "c", Proportion: 0.5}) // manual
+	fmt.Printf("a %.2f, b %.2f, c %.2f; a may use %d MiB\n", a.Proportion(), b.Proportion(), c.Proportion(), a.Cap()>>20)
+
+	// The auto pool keeps at least MinAutoPool (5%) while it has clients.
+	_, err := m.Register(vram.ClientOptions{Name: "d", Proportion: 0.48})
+	fmt.Println(errors.Is(err, vram.ErrProportion))
+
+	_ = c.Close() // the auto pool is rebalanced
+	fmt.Printf("a %.2f, b %.2f\n", a.Proportion(), b.Proportion())
+	// Output:
+	// a 0.25, b 0.25, c 0.50; a may use 256 MiB
+	// true
+	// a 0.50, b 0.50
+}

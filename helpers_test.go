@@ -1,0 +1,93 @@
+package vram
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// newSim makes a simulated device of total bytes with no context and
+// closes it when the test ends, failing the test if anything is left on
+// it (memory, pinned buffers, streams).
+func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
+	t.Helper()
+	cfg := sim.Config{TotalBytes: total, NoContext: true}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	dev, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if r := dev.Leaks(); !r.Empty() {
+			t.Errorf("device left with: %s", r)
+		}
+		if err := dev.Close(); err != nil {
+			t.Errorf("close device: %v", err)
+		}
+	})
+	return dev
+}
+
+// newManager makes a manager on a fresh simulated device of total bytes
+// (Direct allocator unless opts say otherwise, logs to a buffer) and
+// closes it when the test ends.
+func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Device, *logBuf) {
+	t.Helper()
+	dev := newSim(t, total)
+	lb := &logBuf{}
+	all := append([]Option{WithAllocator(Direct), WithLogger(slog.New(slog.NewTextHandler(lb, nil)))}, opts...)
+	m, err := New(dev, all...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("close manager: %v", err)
+		}
+	})
+	return m, dev, lb
+}
+
+// logBuf is a concurrency-safe log sink.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func register(t testing.TB, m *Manager, o ClientOptions) *Client {
+	t.Helper()
+	c, err := m.Register(o)
+	if err != nil {
+		t.Fatalf("register %+v: %v", o, err)
+	}
+	return c
+}
+
+func free(t testing.TB, m *Manager) uint64 {
+	t.Helper()
+	f, _, err := m.MemInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+const MiB = units.MiB

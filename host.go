@@ -1,0 +1,125 @@
+package vram
+
+// Host memory: pinned buffers come from a pinned pool (alloc.PinnedPool,
+// CuPy's PinnedMemoryPool), which caches them because pinning is slow;
+// mapped ones straight from the device (cuMemHostAlloc with a device
+// address); pageable ones are Go memory.
+//
+// A pinned buffer goes back to the pool on the stream it was last used
+// on, so the pool hands it out again only once that stream's copies from
+// or into it have finished. Each copy records its stream in the array.
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+)
+
+// hostPool hands out host memory for host arrays. Safe for concurrent
+// use (the pinned pool and the device's host allocator are).
+type hostPool struct {
+	dev    device.Device
+	ha     device.HostAllocator // nil when the device has none
+	pinned *alloc.PinnedPool    // nil when the device has no host allocator
+}
+
+func newHostPool(dev device.Device) *hostPool {
+	h := &hostPool{dev: dev}
+	h.ha, _ = dev.(device.HostAllocator)
+	if h.ha != nil {
+		h.pinned, _ = alloc.NewPinnedPool(dev)
+	}
+	return h
+}
+
+// alloc returns n bytes of host memory of kind mem (Pinned, Mapped or
+// Pageable) for use on stream s, the mapped device address, and the
+// function that frees it given the stream it was last used on (nil if
+// none or unknown).
+func (h *hostPool) alloc(n uint64, mem MemoryType, s device.Stream) ([]byte, device.Ptr, func(device.Stream) error, error) {
+	switch mem {
+	case Pageable:
+		return pageable(n), 0, nil, nil
+	case Pinned, Mapped:
+		if h.ha == nil {
+			return nil, 0, nil, fmt.Errorf("%s host memory: the %s device cannot allocate pinned memory: %w",
+				mem, h.dev.Info().Backend, ErrNotSupported)
+		}
+		if mem == Pinned && h.pinned != nil {
+			b, err := h.pinned.Alloc(n, s)
+			if err != nil {
+				return nil, 0, nil, err
+			}
+			return b.Data, 0, func(last device.Stream) error { return h.pinned.Free(b, h.usable(last)) }, nil
+		}
+		b, err := h.ha.HostAlloc(n, mem == Mapped)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		// HostFree waits for work that may use the buffer.
+		return b.Data[:n:n], b.DevicePtr, func(device.Stream) error { return h.ha.HostFree(b) }, nil
+	}
+	return nil, 0, nil, fmt.Errorf("memory %v is not host memory: %w", mem, ErrInvalidRequest)
+}
+
+// usable returns s, or the device's default stream when s is nil or has
+// been closed (its work is then finished: Close waits for it).
+func (h *hostPool) usable(s device.Stream) device.Stream {
+	if s != nil {
+		if _, err := s.Query(); err == nil {
+			return s
+		}
+	}
+	return h.dev.DefaultStream()
+}
+
+func (h *hostPool) close() error {
+	if h.pinned == nil {
+		return nil
+	}
+	return h.pinned.Close()
+}
+
+// NewHostArray makes a host array of shape and dtype in mem (Pinned,
+// Mapped or Pageable), zeroed, or filled from like: nil, a *HostArray of
+// the same shape and dtype, or a slice of the dtype's Go type ([]float64
+// for Float64, …) with as many elements. Pinned and mapped arrays must be
+// freed (HostArray.Free) before the manager is closed.
+func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like any) (*HostArray, error) {
+	r := ArrayRequest{Shape: shape, DType: dtype, Memory: mem, Unchunkable: true}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("vram: new host array: %w", err)
+	}
+	if mem == Device {
+		return nil, fmt.Errorf("vram: new host array: memory %v is not host memory; want pinned, mapped or pageable: %w", mem, ErrInvalidRequest)
+	}
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
+	h, err := m.newHost(slices.Clone(shape), dtype, mem, "", m.dev.DefaultStream())
+	if err != nil {
+		return nil, fmt.Errorf("vram: new host array: %w", err)
+	}
+	if err := fill(h, like); err != nil {
+		_ = h.Free()
+		return nil, fmt.Errorf("vram: new host array: %w", err)
+	}
+	return h, nil
+}
+
+// newHost allocates a host array for use on s.
+func (m *Manager) newHost(shape []int, dtype DType, mem MemoryType, label string, s device.Stream) (*HostArray, error) {
+	n, _ := elements(shape)
+	data, dp, release, err := m.host.alloc(n*dtype.Size(), mem, s)
+	if err != nil {
+		return nil, err
+	}
+	if mem != Pageable {
+		clear(data) // a cached buffer holds its last user's bytes
+	}
+	h := &HostArray{data: data, shape: shape, dtype: dtype, memory: mem, devPtr: dp, label: label, release: release}
+	h.setLast(s)
+	return h, nil
+}

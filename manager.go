@@ -1,0 +1,704 @@
+package vram
+
+// The Manager: the registry of clients, the allocator, the stream groups
+// and the queues of array requests.
+//
+// Locking. Three levels, always taken in this order:
+//
+//  1. a per-group mutex (groupLock), held by AllocateQueue for one group
+//     while it plans and allocates, so two calls never allocate the same
+//     queue;
+//  2. allocMu, an RWMutex: held for reading by everything that uses the
+//     allocator (allocating, freeing), for writing by SetAllocator and
+//     Close, which swap or close it;
+//  3. mu, which protects the registry (clients, shares, queues, each
+//     client's arrays). Nothing holding mu calls the device or the
+//     allocator, and no hook is ever called with any of these held.
+//
+// The stream groups (package streams) have their own lock, taken after mu
+// when both are needed.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/streams"
+)
+
+// MinAutoPool is the smallest proportion of device memory the auto pool
+// may be left with while it has clients.
+const MinAutoPool = 0.05
+
+// shareUnit is 1 in the fixed-point unit proportions are kept in, so that
+// adding and removing 100,000 clients leaves no rounding drift.
+const shareUnit uint64 = 1_000_000_000_000
+
+var minAutoUnits = uint64(MinAutoPool * float64(shareUnit))
+
+// AllocatorKind names the allocator the manager serves device arrays
+// from. A plain value, safe to share.
+type AllocatorKind uint8
+
+// Allocator kinds. Pool, the zero value, is the default.
+const (
+	// Pool is alloc.Pool: a caching best-fit allocator (CuPy's MemoryPool,
+	// PyTorch's caching allocator).
+	Pool AllocatorKind = iota
+	// Direct is alloc.Direct: every call goes to the device.
+	Direct
+	// AsyncPool is alloc.AsyncPool: the device's stream-ordered pool
+	// (cuMemAllocAsync; CuPy's MemoryAsyncPool).
+	AsyncPool
+)
+
+var kindNames = [...]string{Pool: "pool", Direct: "direct", AsyncPool: "async"}
+
+// String is "pool", "direct" or "async".
+func (k AllocatorKind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("allocator(%d)", uint8(k))
+}
+
+// ParseAllocatorKind reads "pool", "direct" or "async" ("asyncpool" and
+// "async-pool" too; case ignored).
+func ParseAllocatorKind(s string) (AllocatorKind, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "pool", "":
+		return Pool, nil
+	case "direct":
+		return Direct, nil
+	case "async", "asyncpool", "async-pool", "async_pool":
+		return AsyncPool, nil
+	}
+	return 0, fmt.Errorf("allocator %q: want pool, direct or async: %w", s, device.ErrInvalidValue)
+}
+
+// LimitMode says how much memory a stream group may plan with. A plain
+// value, safe to share.
+type LimitMode uint8
+
+const (
+	// Passive (the default): caps are computed but not enforced; a group
+	// may plan with all of the device's free memory.
+	Passive LimitMode = iota
+	// Active: a group may plan with the sum of its members' caps less
+	// what they hold, and never more than the device's free memory.
+	Active
+)
+
+// String is "passive" or "active".
+func (l LimitMode) String() string {
+	switch l {
+	case Passive:
+		return "passive"
+	case Active:
+		return "active"
+	}
+	return fmt.Sprintf("limitmode(%d)", uint8(l))
+}
+
+// ParseLimitMode reads "passive" or "active".
+func ParseLimitMode(s string) (LimitMode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "passive", "":
+		return Passive, nil
+	case "active":
+		return Active, nil
+	}
+	return 0, fmt.Errorf("limit mode %q: want passive or active: %w", s, device.ErrInvalidValue)
+}
+
+// Option configures New. Options are applied once, by New, on its
+// goroutine.
+type Option func(*config)
+
+type config struct {
+	kind  AllocatorKind
+	mode  LimitMode
+	log   *slog.Logger
+	wrap  func(alloc.Allocator) alloc.Allocator
+	pcfg  alloc.PoolConfig
+	acfg  alloc.AsyncConfig
+	total uint64
+}
+
+// WithAllocator sets the allocator kind (default Pool).
+func WithAllocator(kind AllocatorKind) Option { return func(c *config) { c.kind = kind } }
+
+// WithLimitMode sets the limit mode (default Passive).
+func WithLimitMode(mode LimitMode) Option { return func(c *config) { c.mode = mode } }
+
+// WithLogger sets where warnings go (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// WithPoolConfig configures the Pool allocator kind.
+func WithPoolConfig(cfg alloc.PoolConfig) Option { return func(c *config) { c.pcfg = cfg } }
+
+// WithAsyncConfig configures the AsyncPool allocator kind.
+func WithAsyncConfig(cfg alloc.AsyncConfig) Option { return func(c *config) { c.acfg = cfg } }
+
+// WithWrap wraps every allocator the manager makes (now and on each
+// SetAllocator) in adaptors, e.g. alloc.NewLimit or alloc.NewTrace. The
+// wrapper owns what it wraps: closing it must close the upstream. A
+// Limit found in the chain also bounds every group's budget.
+func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
+	return func(c *config) { c.wrap = wrap }
+}
+
+// WithTotalMemory makes shares and caps a proportion of total bytes
+// instead of the device's total memory (to manage part of a device).
+func WithTotalMemory(total uint64) Option { return func(c *config) { c.total = total } }
+
+// Manager gives registered clients shares of one device's memory, puts
+// them in stream groups, and serves their array requests, chunking a
+// group's batch when it does not fit.
+//
+// A Manager is safe for concurrent use by any number of goroutines.
+type Manager struct {
+	dev    device.Device
+	total  uint64 // bytes that shares are proportions of
+	groups *streams.Groups
+	log    *slog.Logger
+	cfg    config
+	host   *hostPool
+	nextID atomic.Uint64
+
+	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
+	al      alloc.Allocator // protected by allocMu
+	kind    AllocatorKind   // protected by allocMu
+
+	mu         sync.Mutex                                     // protects the fields below
+	reg        registry                                       // open clients
+	manual     uint64                                         // sum of manual proportions, in shareUnit
+	numAuto    int                                            // clients in the auto pool
+	mode       LimitMode                                      // Passive or Active
+	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
+	groupLocks map[string]*sync.Mutex                         // group → AllocateQueue's lock
+	closed     bool
+}
+
+// New returns a manager of dev. The caller keeps ownership of dev: Close
+// the manager before the device.
+func New(dev device.Device, opts ...Option) (*Manager, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("vram: new manager: nil device: %w", device.ErrInvalidValue)
+	}
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.Default()
+	}
+	total := cfg.total
+	if total == 0 {
+		_, t, err := dev.MemInfo()
+		if err != nil {
+			return nil, fmt.Errorf("vram: new manager: read device memory: %w", err)
+		}
+		total = t
+	}
+	m := &Manager{
+		dev:        dev,
+		total:      total,
+		groups:     streams.New(dev),
+		log:        cfg.log,
+		cfg:        cfg,
+		host:       newHostPool(dev),
+		reg:        newRegistry(),
+		mode:       cfg.mode,
+		queues:     map[string]map[*Client]map[string]ArrayRequest{},
+		groupLocks: map[string]*sync.Mutex{},
+	}
+	if m.mode != Passive && m.mode != Active {
+		return nil, fmt.Errorf("vram: new manager: %v: %w", m.mode, device.ErrInvalidValue)
+	}
+	a, err := m.newAllocator(cfg.kind)
+	if err != nil {
+		return nil, fmt.Errorf("vram: new manager: %w", err)
+	}
+	m.al, m.kind = a, cfg.kind
+	return m, nil
+}
+
+var (
+	defaultOnce sync.Once
+	defaultMgr  *Manager
+	defaultErr  error
+)
+
+// Default returns the process-wide manager, made on the first call on
+// device.Open("auto") (or $VRAM_DEVICE): the CUDA device 0 when a driver
+// and GPU are present, else the simulator. Every call returns the same
+// manager (or the same error); it is safe to call from many goroutines
+// at once. Its device is never closed.
+func Default() (*Manager, error) {
+	defaultOnce.Do(func() {
+		dev, err := device.Open("")
+		if err != nil {
+			defaultErr = fmt.Errorf("vram: default manager: %w", err)
+			return
+		}
+		defaultMgr, defaultErr = New(dev)
+		if defaultErr != nil {
+			_ = dev.Close()
+		}
+	})
+	return defaultMgr, defaultErr
+}
+
+// newAllocator makes an allocator of kind, wrapped as configured.
+func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
+	var a alloc.Allocator
+	switch kind {
+	case Direct:
+		a = alloc.NewDirect(m.dev)
+	case Pool:
+		p, err := alloc.NewPool(m.dev, m.cfg.pcfg)
+		if err != nil {
+			return nil, err
+		}
+		a = p
+	case AsyncPool:
+		p, err := alloc.NewAsyncPool(m.dev, m.cfg.acfg)
+		if err != nil {
+			return nil, err
+		}
+		a = p
+	default:
+		return nil, fmt.Errorf("allocator kind %v: want Pool, Direct or AsyncPool: %w", kind, device.ErrInvalidValue)
+	}
+	if m.cfg.wrap != nil {
+		a = m.cfg.wrap(a)
+	}
+	return a, nil
+}
+
+// Device is the managed device.
+func (m *Manager) Device() device.Device { return m.dev }
+
+// TotalMemory is the bytes shares are proportions of: the device's total
+// memory unless WithTotalMemory said otherwise.
+func (m *Manager) TotalMemory() uint64 { return m.total }
+
+// MemInfo reports the device's free and total memory.
+func (m *Manager) MemInfo() (free, total uint64, err error) { return m.dev.MemInfo() }
+
+// Allocator returns the current allocator (for its Stats). It stays valid
+// until the next SetAllocator or Close.
+func (m *Manager) Allocator() alloc.Allocator {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	return m.al
+}
+
+// AllocatorKind returns the current allocator kind.
+func (m *Manager) AllocatorKind() AllocatorKind {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	return m.kind
+}
+
+// Granularity is the rounding unit the planner counts bytes in: the
+// allocator's granularity, or DefaultGranularity.
+func (m *Manager) Granularity() uint64 {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	return granularityOf(m.al)
+}
+
+func granularityOf(a alloc.Allocator) uint64 {
+	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
+		return g.Granularity()
+	}
+	return DefaultGranularity
+}
+
+// LimitMode returns the current limit mode.
+func (m *Manager) LimitMode() LimitMode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.mode
+}
+
+// SetLimitMode sets the limit mode for later allocations.
+func (m *Manager) SetLimitMode(mode LimitMode) error {
+	if mode != Passive && mode != Active {
+		return fmt.Errorf("vram: set limit mode %v: want Passive or Active: %w", mode, device.ErrInvalidValue)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	m.mode = mode
+	return nil
+}
+
+// SetAllocator frees every array the manager has handed out, closes the
+// current allocator, makes one of kind, gives every stream group a fresh
+// stream and then calls every client's OnInvalidate hook: the manager's
+// equivalent of a context reset, with no reset needed. Queued requests
+// stay queued. If the new allocator cannot be made (AsyncPool on a device
+// without a stream-ordered pool returns an error wrapping
+// ErrNotSupported) nothing changes.
+func (m *Manager) SetAllocator(kind AllocatorKind) error {
+	m.allocMu.Lock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.allocMu.Unlock()
+		return ErrClosed
+	}
+	m.mu.Unlock()
+	next, err := m.newAllocator(kind)
+	if err != nil {
+		m.allocMu.Unlock()
+		return fmt.Errorf("vram: set allocator %v: %w", kind, err)
+	}
+	freeErr := m.freeAllLocked(nil)
+	old := m.al
+	m.al, m.kind = next, kind
+	closeErr := old.Close()
+	streamErr := m.groups.Reinit()
+	hooks := m.invalidateHooks()
+	m.allocMu.Unlock()
+	for _, h := range hooks {
+		h()
+	}
+	return errors.Join(freeErr, wrapIf("close the old allocator", closeErr), wrapIf("new streams", streamErr))
+}
+
+func wrapIf(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("vram: %s: %w", what, err)
+}
+
+// invalidateHooks returns every open client's OnInvalidate hook.
+func (m *Manager) invalidateHooks() []func() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	hooks := make([]func(), 0, m.reg.n)
+	for _, c := range m.reg.all() {
+		if c.onInvalidate != nil {
+			hooks = append(hooks, c.onInvalidate)
+		}
+	}
+	return hooks
+}
+
+// Free frees, for every client, the arrays held under label (in every
+// buffer). It frees nothing and returns nil when no client holds label.
+func (m *Manager) Free(label string) error {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	var work []freeWork
+	for _, c := range m.reg.slots {
+		if c == nil {
+			continue
+		}
+		if allocs := c.takeLocked(label); len(allocs) > 0 {
+			work = append(work, freeWork{c: c, allocs: allocs})
+		}
+	}
+	m.mu.Unlock()
+	return m.freeWork(work)
+}
+
+// FreeAll frees every array of every client. Hooks are not called.
+func (m *Manager) FreeAll() error {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	return m.freeAllLocked(nil)
+}
+
+// InvalidateAll frees every array of every client and then calls every
+// client's OnInvalidate hook, so that they drop what they held and ask
+// again.
+func (m *Manager) InvalidateAll() error {
+	m.allocMu.RLock()
+	err := m.freeAllLocked(nil)
+	hooks := m.invalidateHooks()
+	m.allocMu.RUnlock()
+	for _, h := range hooks {
+		h()
+	}
+	return err
+}
+
+// ReinitStreams gives every stream group a fresh stream, as needed after
+// the device has been reset, and closes the old ones (waiting for their
+// work). Arrays are not freed (after a reset they are already invalid:
+// call InvalidateAll too). A stream obtained from Stream before is closed.
+func (m *Manager) ReinitStreams() error {
+	m.allocMu.Lock()
+	defer m.allocMu.Unlock()
+	if m.isClosed() {
+		return ErrClosed
+	}
+	return wrapIf("reinit streams", m.groups.Reinit())
+}
+
+// freeAllLocked frees every array of every client (or, with only
+// non-nil, of that client). allocMu must be held (either way).
+func (m *Manager) freeAllLocked(only *Client) error {
+	m.mu.Lock()
+	var work []freeWork
+	for _, c := range m.reg.slots {
+		if c == nil || (only != nil && c != only) {
+			continue
+		}
+		if allocs := c.takeAllLocked(); len(allocs) > 0 {
+			work = append(work, freeWork{c: c, allocs: allocs})
+		}
+	}
+	m.mu.Unlock()
+	return m.freeWork(work)
+}
+
+// freeWork is arrays taken from a client, to be freed on its stream.
+type freeWork struct {
+	c      *Client
+	allocs []*allocation
+	s      device.Stream // nil: the client's current stream
+}
+
+// freeWork frees the arrays in work. allocMu must be held.
+func (m *Manager) freeWork(work []freeWork) error {
+	var errs []error
+	for _, w := range work {
+		s := w.s
+		if s == nil {
+			s = m.clientStream(w.c)
+		}
+		for _, a := range w.allocs {
+			if err := m.release(a, s); err != nil {
+				errs = append(errs, fmt.Errorf("vram: free %s of %v: %w", a.label, w.c, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clientStream is c's group stream, or the device's default stream when
+// c is in no group any more.
+func (m *Manager) clientStream(c *Client) device.Stream {
+	if s, err := m.groups.Stream(c.id); err == nil {
+		return s
+	}
+	return m.dev.DefaultStream()
+}
+
+// release frees one allocation. allocMu must be held. It waits for
+// copies being enqueued on the array; the free is ordered on s after them.
+func (m *Manager) release(a *allocation, s device.Stream) error {
+	var errs []error
+	if d := a.dev; d != nil {
+		d.use.Lock()
+		if d.freed.CompareAndSwap(false, true) && d.memory == Device {
+			if err := m.al.Free(d.ptr, s); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		d.use.Unlock()
+	}
+	if a.host != nil {
+		if err := a.host.Free(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close frees every array, closes every client (no hooks are called),
+// the allocator and the streams. The device stays open. Later calls on
+// the manager or its clients return ErrClosed; a second Close returns
+// nil.
+func (m *Manager) Close() error {
+	m.allocMu.Lock()
+	defer m.allocMu.Unlock()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.mu.Unlock()
+	freeErr := m.freeAllLocked(nil)
+	m.mu.Lock()
+	m.closed = true
+	for _, c := range m.reg.all() {
+		c.closed = true
+		m.reg.remove(c)
+	}
+	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
+	m.manual, m.numAuto = 0, 0
+	m.mu.Unlock()
+	closeErr := m.al.Close()
+	hostErr := m.host.close()
+	groupErr := m.groups.Close()
+	return errors.Join(freeErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+}
+
+func (m *Manager) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+// Sync waits for the work on c's stream and returns its first error.
+// SetAllocator and ReinitStreams wait for a Sync in progress.
+func (m *Manager) Sync(c *Client) error {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	s, err := m.Stream(c)
+	if err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+// Stream returns the stream of c's group, on which its arrays are
+// allocated and copied: launch its kernels there. SetAllocator and
+// ReinitStreams replace (and close) every group's stream, so ask again
+// after an OnInvalidate.
+func (m *Manager) Stream(c *Client) (device.Stream, error) {
+	if err := m.check(c); err != nil {
+		return nil, err
+	}
+	s, err := m.groups.Stream(c.id)
+	if err != nil {
+		return nil, fmt.Errorf("vram: stream of %v: %w", c, err)
+	}
+	return s, nil
+}
+
+// check returns ErrClosed/ErrUnknownClient for a client that cannot be
+// used.
+func (m *Manager) check(c *Client) error {
+	if c == nil || c.m != m {
+		return fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.checkLocked(c)
+}
+
+func (m *Manager) checkLocked(c *Client) error {
+	if m.closed {
+		return fmt.Errorf("vram: manager: %w", ErrClosed)
+	}
+	if c.closed {
+		return fmt.Errorf("vram: client %v: %w", c, ErrClosed)
+	}
+	return nil
+}
+
+// StreamGroup returns the name of c's stream group.
+func (m *Manager) StreamGroup(c *Client) (string, error) {
+	if c == nil || c.m != m {
+		return "", fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return "", err
+	}
+	return c.group, nil
+}
+
+// GroupMembers returns the open clients in the named group ("" is
+// "default"), by id.
+func (m *Manager) GroupMembers(group string) []*Client {
+	if group == "" {
+		group = streams.Default
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reg.members(group)
+}
+
+// IsGrouped reports whether c shares a named stream group with another
+// client. Clients in the "default" group are never grouped (as in the
+// reference: the default group is where ungrouped clients live).
+func (m *Manager) IsGrouped(c *Client) (bool, error) {
+	g, err := m.StreamGroup(c)
+	if err != nil {
+		return false, err
+	}
+	return g != streams.Default && len(m.GroupMembers(g)) > 1, nil
+}
+
+// ChangeStreamGroup moves c to the named group ("" is "default"), making
+// it if needed. Requests c has queued move with it; arrays it holds stay
+// valid (they were made on the old group's stream: synchronize it before
+// using them on the new one).
+func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
+	if err := m.check(c); err != nil {
+		return err
+	}
+	if group == "" {
+		group = streams.Default
+	}
+	// Moving under mu keeps the group name and the queues in step; the
+	// stream of a new group is made before, outside mu, by a no-op
+	// lookup-or-make on a throwaway id.
+	if err := m.ensureGroup(group); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return err
+	}
+	if c.group == group {
+		return nil
+	}
+	if err := m.groups.Move(c.id, group); err != nil {
+		return fmt.Errorf("vram: change group of %v: %w", c, err)
+	}
+	if q := m.queues[c.group]; q != nil {
+		if reqs, ok := q[c]; ok {
+			delete(q, c)
+			if len(q) == 0 {
+				delete(m.queues, c.group)
+			}
+			m.queueLocked(c, group, reqs)
+		}
+	}
+	m.reg.move(c, group)
+	return nil
+}
+
+// ensureGroup makes the named group and its stream if it does not exist,
+// without the registry lock.
+func (m *Manager) ensureGroup(group string) error {
+	if _, err := m.groups.GroupStream(group); err == nil {
+		return nil
+	}
+	id := m.nextID.Add(1) // never a client's id
+	if err := m.groups.Add(id, group); err != nil {
+		return fmt.Errorf("vram: make group %q: %w", group, err)
+	}
+	return m.groups.Remove(id)
+}
+
+// budgetLine describes what a group may use, for errors.
+func budgetLine(mode LimitMode, budget, free uint64) string {
+	return fmt.Sprintf("%s mode, budget %s, device free %s", mode, units.Format(budget), units.Format(free))
+}

@@ -1,0 +1,540 @@
+package vram
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/streams"
+)
+
+const eps = 1e-9
+
+func near(a, b float64) bool { return math.Abs(a-b) < eps }
+
+func TestSharesAndCaps(t *testing.T) {
+	const total = 100 * MiB
+	m, _, _ := newManager(t, total)
+	a := register(t, m, ClientOptions{Name: "a"})
+	b := register(t, m, ClientOptions{Name: "b"})
+	check := func(step string, want map[*Client]float64, manual, auto float64) {
+		t.Helper()
+		for c, p := range want {
+			if got := c.Proportion(); !near(got, p) {
+				t.Errorf("%s: %v proportion %v, want %v", step, c, got, p)
+			}
+			if got, want := c.Cap(), uint64(p*float64(total)); got != want {
+				t.Errorf("%s: %v cap %d, want %d", step, c, got, want)
+			}
+		}
+		if got := m.ManualPoolProportion(); !near(got, manual) {
+			t.Errorf("%s: manual pool %v, want %v", step, got, manual)
+		}
+		if got := m.AutoPoolProportion(); !near(got, auto) {
+			t.Errorf("%s: auto pool %v, want %v", step, got, auto)
+		}
+	}
+	check("two auto", map[*Client]float64{a: 0.5, b: 0.5}, 0, 1)
+	c := register(t, m, ClientOptions{Name: "c", Proportion: 0.3})
+	check("one manual", map[*Client]float64{a: 0.35, b: 0.35, c: 0.3}, 0.3, 0.7)
+	d := register(t, m, ClientOptions{Name: "d"})
+	check("three auto", map[*Client]float64{a: 0.7 / 3, b: 0.7 / 3, d: 0.7 / 3, c: 0.3}, 0.3, 0.7)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("manual closed", map[*Client]float64{a: 1.0 / 3, b: 1.0 / 3, d: 1.0 / 3}, 0, 1)
+	if err := m.SetManualProportion(a, 0.4); err != nil {
+		t.Fatal(err)
+	}
+	check("a to manual", map[*Client]float64{a: 0.4, b: 0.3, d: 0.3}, 0.4, 0.6)
+	if err := m.SetManualProportion(a, 0.1); err != nil {
+		t.Fatal(err)
+	}
+	check("a changed", map[*Client]float64{a: 0.1, b: 0.45, d: 0.45}, 0.1, 0.9)
+	if err := m.SetAutoLimitMode(a); err != nil {
+		t.Fatal(err)
+	}
+	check("a back to auto", map[*Client]float64{a: 1.0 / 3, b: 1.0 / 3, d: 1.0 / 3}, 0, 1)
+	if err := m.SetManualLimitMode(b, 0.25); err != nil {
+		t.Fatal(err)
+	}
+	check("b to manual", map[*Client]float64{a: 0.375, b: 0.25, d: 0.375}, 0.25, 0.75)
+	_ = a.Close()
+	_ = d.Close()
+	check("no auto clients", map[*Client]float64{b: 0.25}, 0.25, 0)
+	if p := a.Proportion(); p != 0 || a.Cap() != 0 {
+		t.Errorf("a closed client reports proportion %v, cap %d", p, a.Cap())
+	}
+	if _, err := m.Proportion(a); !errors.Is(err, ErrClosed) {
+		t.Errorf("Proportion of a closed client: %v", err)
+	}
+}
+
+// TestProportionRules checks every rule of the pools; a refusal must
+// change nothing.
+func TestProportionRules(t *testing.T) {
+	type client struct {
+		p    float64
+		auto bool
+	}
+	for name, tc := range map[string]struct {
+		have []client                             // registered first, in order
+		do   func(m *Manager, cs []*Client) error // the step under test
+		want error
+		warn bool
+	}{
+		"manual leaving exactly 5% with auto clients": {
+			have: []client{{auto: true}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: 0.95}); return err },
+		},
+		"manual leaving under 5% with auto clients": {
+			have: []client{{auto: true}, {p: 0.5}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: 0.46}); return err },
+			want: ErrProportion,
+		},
+		"manual leaving under 5% with no auto clients: allowed, warned": {
+			have: []client{{p: 0.5}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: 0.48}); return err },
+			warn: true,
+		},
+		"manual total of exactly 1 with no auto clients": {
+			have: []client{{p: 0.5}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: 0.5}); return err },
+			warn: true,
+		},
+		"manual total over 1": {
+			have: []client{{p: 0.7}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: 0.31}); return err },
+			want: ErrProportion,
+		},
+		"auto client when under 5% is left": {
+			have: []client{{p: 0.96}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{}); return err },
+			want: ErrProportion,
+		},
+		"auto client when exactly 5% is left": {
+			have: []client{{p: 0.95}},
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{}); return err },
+		},
+		"negative proportion": {
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: -0.1}); return err },
+			want: ErrProportion,
+		},
+		"proportion over 1": {
+			do:   func(m *Manager, _ []*Client) error { _, err := m.Register(ClientOptions{Proportion: 1.01}); return err },
+			want: ErrProportion,
+		},
+		"NaN proportion": {
+			do: func(m *Manager, _ []*Client) error {
+				_, err := m.Register(ClientOptions{Proportion: math.NaN()})
+				return err
+			},
+			want: ErrProportion,
+		},
+		"set manual proportion that would starve the auto pool": {
+			have: []client{{auto: true}, {p: 0.2}},
+			do:   func(m *Manager, cs []*Client) error { return m.SetManualProportion(cs[1], 0.96) },
+			want: ErrProportion,
+		},
+		"set manual proportion of zero": {
+			have: []client{{p: 0.2}},
+			do:   func(m *Manager, cs []*Client) error { return m.SetManualProportion(cs[0], 0) },
+			want: ErrProportion,
+		},
+		"last auto client goes manual and takes nearly all": {
+			have: []client{{auto: true}, {p: 0.2}},
+			do:   func(m *Manager, cs []*Client) error { return m.SetManualLimitMode(cs[0], 0.78) },
+			warn: true,
+		},
+		"manual client to auto when the rest leave under 5%": {
+			have: []client{{p: 0.96}, {p: 0.04}},
+			do:   func(m *Manager, cs []*Client) error { return m.SetAutoLimitMode(cs[1]) },
+			want: ErrProportion,
+		},
+		"auto client to auto": {
+			have: []client{{auto: true}},
+			do:   func(m *Manager, cs []*Client) error { return m.SetAutoLimitMode(cs[0]) },
+			want: ErrLimitMode,
+		},
+		"manual client to manual mode": {
+			have: []client{{p: 0.1}},
+			do:   func(m *Manager, cs []*Client) error { return m.SetManualLimitMode(cs[0], 0.2) },
+			want: ErrLimitMode,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, log := newManager(t, 64*MiB)
+			var cs []*Client
+			for _, h := range tc.have {
+				cs = append(cs, register(t, m, ClientOptions{Proportion: h.p}))
+			}
+			beforeLog := log.String()
+			props := make([]float64, len(cs))
+			for i, c := range cs {
+				props[i] = c.Proportion()
+			}
+			manual, auto := m.ManualPoolProportion(), m.AutoPoolProportion()
+			nClients := len(m.Clients())
+			err := tc.do(m, cs)
+			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			warned := strings.Contains(strings.TrimPrefix(log.String(), beforeLog), "auto clients will be refused")
+			if warned != tc.warn {
+				t.Errorf("warning logged: %v, want %v (log %q)", warned, tc.warn, log.String())
+			}
+			if err == nil {
+				return
+			}
+			// Refused: nothing changed.
+			for i, c := range cs {
+				if !near(c.Proportion(), props[i]) {
+					t.Errorf("client %d proportion %v, was %v", i, c.Proportion(), props[i])
+				}
+			}
+			if !near(m.ManualPoolProportion(), manual) || !near(m.AutoPoolProportion(), auto) || len(m.Clients()) != nClients {
+				t.Errorf("pools changed by a refusal: manual %v→%v auto %v→%v clients %d→%d",
+					manual, m.ManualPoolProportion(), auto, m.AutoPoolProportion(), nClients, len(m.Clients()))
+			}
+		})
+	}
+}
+
+func TestProportionErrorsSayWhatToChange(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	register(t, m, ClientOptions{})
+	register(t, m, ClientOptions{Proportion: 0.5})
+	_, err := m.Register(ClientOptions{Name: "big", Proportion: 0.48})
+	for _, s := range []string{"98.0%", "2.0%", "5.0%", "at most 45.0%", "big#"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("error %v does not mention %q", err, s)
+		}
+	}
+}
+
+func TestNoDriftAfterManyClients(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	var cs []*Client
+	for i := range 3000 {
+		p := 0.0
+		if i%3 == 0 {
+			p = 0.0001 * float64(1+i%7)
+		}
+		cs = append(cs, register(t, m, ClientOptions{Proportion: p}))
+	}
+	for _, c := range cs {
+		_ = c.Close()
+	}
+	if got := m.ManualPoolProportion(); got != 0 {
+		t.Errorf("manual pool after closing everyone: %v, want exactly 0", got)
+	}
+	if _, err := m.Register(ClientOptions{Proportion: 1}); err != nil {
+		t.Errorf("the whole device after closing everyone: %v", err)
+	}
+}
+
+func TestClientHandles(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	other, _, _ := newManager(t, 64*MiB)
+	a := register(t, m, ClientOptions{Name: "solver", Group: "g"})
+	b := register(t, m, ClientOptions{})
+	if a.ID() == b.ID() || a.String() != "solver#"+itoa(a.ID()) || b.String() != "client#"+itoa(b.ID()) {
+		t.Errorf("ids/names: %v %v", a, b)
+	}
+	if a.Manager() != m || a.Name() != "solver" || a.Group() != "g" || b.Group() != streams.Default {
+		t.Errorf("accessors: %v %v %q %q", a.Manager(), a.Name(), a.Group(), b.Group())
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if !a.Closed() || a.Group() != "" {
+		t.Errorf("closed client: Closed %v, Group %q", a.Closed(), a.Group())
+	}
+	// A new client never gets a closed one's id.
+	c := register(t, m, ClientOptions{})
+	if c.ID() == a.ID() {
+		t.Error("id reused")
+	}
+	for name, do := range map[string]func() error{
+		"queue for closed":     func() error { return m.QueueRequest(a, nil) },
+		"allocate for closed":  func() error { _, err := m.AllocateQueue(a); return err },
+		"stream of closed":     func() error { _, err := m.Stream(a); return err },
+		"set share of closed":  func() error { return m.SetManualProportion(a, 0.1) },
+		"change group, closed": func() error { return m.ChangeStreamGroup(a, "x") },
+		"free of closed":       func() error { return a.Free("x") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := do(); !errors.Is(err, ErrClosed) {
+				t.Errorf("got %v, want ErrClosed", err)
+			}
+		})
+	}
+	for name, do := range map[string]func() error{
+		"queue":    func() error { return other.QueueRequest(b, nil) },
+		"allocate": func() error { _, err := other.AllocateQueue(b); return err },
+		"cap":      func() error { _, err := other.Cap(b); return err },
+		"share":    func() error { return other.SetAutoLimitMode(b) },
+		"group":    func() error { _, err := other.StreamGroup(b); return err },
+		"nil":      func() error { return m.QueueRequest(nil, nil) },
+	} {
+		t.Run("foreign "+name, func(t *testing.T) {
+			if err := do(); !errors.Is(err, ErrUnknownClient) {
+				t.Errorf("got %v, want ErrUnknownClient", err)
+			}
+		})
+	}
+}
+
+func itoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+func TestStreamGroupsThroughTheManager(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	a := register(t, m, ClientOptions{Group: "g"})
+	b := register(t, m, ClientOptions{Group: "g"})
+	c := register(t, m, ClientOptions{})
+	d := register(t, m, ClientOptions{})
+	sa, _ := m.Stream(a)
+	sb, _ := m.Stream(b)
+	sc, _ := m.Stream(c)
+	if sa != sb || sa == sc {
+		t.Errorf("streams: a %v b %v c %v", sa, sb, sc)
+	}
+	for name, tc := range map[*Client]bool{a: true, b: true, c: false, d: false} {
+		if got, err := m.IsGrouped(name); err != nil || got != tc {
+			t.Errorf("IsGrouped(%v) = %v, %v; want %v", name, got, err, tc)
+		}
+	}
+	if got := m.GroupMembers("g"); len(got) != 2 || got[0] != a || got[1] != b {
+		t.Errorf("GroupMembers(g) = %v", got)
+	}
+	// Moving takes queued requests along.
+	if err := m.QueueRequest(b, map[string]ArrayRequest{"x": req(Float32, 0, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ChangeStreamGroup(b, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := m.StreamGroup(b); g != "h" {
+		t.Errorf("b in %q after the move", g)
+	}
+	if q := m.Queued(b); len(q) != 1 {
+		t.Errorf("b's queue after the move: %v", q)
+	}
+	if resp, err := m.AllocateQueue(a); err != nil || resp != nil {
+		t.Errorf("a's group has nothing queued now: %v, %v", resp, err)
+	}
+	if resp, err := m.AllocateQueue(b); err != nil || resp == nil || resp.Arrays["x"] == nil {
+		t.Errorf("b's request in its new group: %v, %v", resp, err)
+	}
+	if g, _ := m.IsGrouped(a); g {
+		t.Error("a is alone in g but reported grouped")
+	}
+	if err := m.ChangeStreamGroup(b, ""); err != nil {
+		t.Fatal(err)
+	}
+	if g, _ := m.StreamGroup(b); g != "default" {
+		t.Errorf("ChangeStreamGroup(\"\") put b in %q", g)
+	}
+	// ReinitStreams gives fresh streams and keeps memberships.
+	if err := m.ReinitStreams(); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := m.Stream(a); s == sa {
+		t.Error("ReinitStreams kept a's stream")
+	}
+	if g, _ := m.StreamGroup(a); g != "g" {
+		t.Errorf("a in %q after ReinitStreams", g)
+	}
+}
+
+func TestLimitModes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		s    string
+		want LimitMode
+		err  bool
+	}{
+		"passive": {"passive", Passive, false}, "active": {"Active", Active, false},
+		"empty": {"", Passive, false}, "bad": {"strict", 0, true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseLimitMode(tc.s)
+			if (err != nil) != tc.err || got != tc.want {
+				t.Errorf("ParseLimitMode(%q) = %v, %v", tc.s, got, err)
+			}
+			if err == nil && got.String() != strings.ToLower(tc.s) && tc.s != "" {
+				t.Errorf("String() = %q", got.String())
+			}
+		})
+	}
+	m, _, _ := newManager(t, 64*MiB)
+	if m.LimitMode() != Passive {
+		t.Errorf("default mode %v", m.LimitMode())
+	}
+	if err := m.SetLimitMode(Active); err != nil || m.LimitMode() != Active {
+		t.Errorf("SetLimitMode(Active): %v, now %v", err, m.LimitMode())
+	}
+	if err := m.SetLimitMode(LimitMode(9)); !errors.Is(err, device.ErrInvalidValue) || m.LimitMode() != Active {
+		t.Errorf("SetLimitMode(9): %v, now %v", err, m.LimitMode())
+	}
+}
+
+func TestAllocatorKinds(t *testing.T) {
+	for name, tc := range map[string]struct {
+		s    string
+		want AllocatorKind
+	}{
+		"pool": {"pool", Pool}, "direct": {"DIRECT", Direct}, "async": {"async", AsyncPool}, "async-pool": {"async-pool", AsyncPool},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got, err := ParseAllocatorKind(tc.s); err != nil || got != tc.want {
+				t.Errorf("ParseAllocatorKind(%q) = %v, %v", tc.s, got, err)
+			}
+		})
+	}
+	if _, err := ParseAllocatorKind("slab"); !errors.Is(err, device.ErrInvalidValue) {
+		t.Errorf("bad kind: %v", err)
+	}
+	dev := newSim(t, 64*MiB)
+	m, err := New(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if m.AllocatorKind() != Pool {
+		t.Errorf("default allocator %v, want pool", m.AllocatorKind())
+	}
+	if _, ok := m.Allocator().(*alloc.Pool); !ok {
+		t.Errorf("default allocator is a %T", m.Allocator())
+	}
+	if m.Granularity() != alloc.PoolGranularity {
+		t.Errorf("granularity %d", m.Granularity())
+	}
+	if _, err := New(dev, WithAllocator(AllocatorKind(7))); !errors.Is(err, device.ErrInvalidValue) {
+		t.Errorf("New with a bad kind: %v", err)
+	}
+	if _, err := New(nil); !errors.Is(err, device.ErrInvalidValue) {
+		t.Errorf("New(nil): %v", err)
+	}
+}
+
+func TestWrapAndLimitBoundTheBudget(t *testing.T) {
+	var lim *alloc.Limit
+	m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+		lim = alloc.NewLimit(a, 8*MiB)
+		return lim
+	}))
+	c := register(t, m, ClientOptions{})
+	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float64, 0, 2*1024*1024)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := m.AllocateQueue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 MiB of runs under an 8 MiB limit: two chunks of 8 MiB.
+	if resp.Chunks != 2 || resp.Plan.Budget != 8*MiB || lim.Used() != 8*MiB {
+		t.Errorf("chunks %d budget %d used %d; want 2, 8 MiB, 8 MiB", resp.Chunks, resp.Plan.Budget, lim.Used())
+	}
+	if m.Allocator() != lim {
+		t.Errorf("Allocator() = %T, want the wrapper", m.Allocator())
+	}
+	if err := m.SetAllocator(Direct); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Allocator().(*alloc.Limit); !ok || lim.Upstream() == nil {
+		t.Errorf("SetAllocator did not wrap the new allocator: %T", m.Allocator())
+	}
+	if _, ok := lim.Upstream().(*alloc.Direct); !ok {
+		t.Errorf("new upstream is a %T", lim.Upstream())
+	}
+}
+
+func TestDefault(t *testing.T) {
+	var wg sync.WaitGroup
+	got := make([]*Manager, 16)
+	for i := range got {
+		wg.Go(func() {
+			m, err := Default()
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = m
+		})
+	}
+	wg.Wait()
+	for _, m := range got {
+		if m == nil || m != got[0] {
+			t.Fatalf("Default returned different managers: %p vs %p", m, got[0])
+		}
+	}
+	if b := got[0].Device().Info().Backend; b != "sim" && b != "cuda" {
+		t.Errorf("default backend %q", b)
+	}
+	c := register(t, got[0], ClientOptions{Name: "default-test"})
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestClosedManager(t *testing.T) {
+	dev := newSim(t, 64*MiB)
+	m, err := New(dev, WithAllocator(Direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := register(t, m, ClientOptions{Group: "g"})
+	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := m.AllocateQueue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := m.NewHostArray([]int{4}, Float32, Pinned, nil)
+	_ = h.Free()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Arrays["x"].Freed() || !c.Closed() {
+		t.Errorf("after Close: array freed %v, client closed %v", resp.Arrays["x"].Freed(), c.Closed())
+	}
+	if r := dev.Leaks(); !r.Empty() {
+		t.Errorf("Close left %s", r)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("client Close after manager Close: %v", err)
+	}
+	for name, do := range map[string]func() error{
+		"register":       func() error { _, err := m.Register(ClientOptions{}); return err },
+		"set allocator":  func() error { return m.SetAllocator(Direct) },
+		"set limit mode": func() error { return m.SetLimitMode(Active) },
+		"free":           func() error { return m.Free("x") },
+		"reinit":         func() error { return m.ReinitStreams() },
+		"host array":     func() error { _, err := m.NewHostArray([]int{1}, Float32, Pageable, nil); return err },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := do(); !errors.Is(err, ErrClosed) {
+				t.Errorf("got %v, want ErrClosed", err)
+			}
+		})
+	}
+}

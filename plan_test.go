@@ -1,0 +1,611 @@
+package vram
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram/internal/units"
+)
+
+// req is shorthand for a device request.
+func req(dt DType, axis int, shape ...int) ArrayRequest {
+	return ArrayRequest{Shape: shape, DType: dt, ChunkAxis: axis}
+}
+
+func fixed(dt DType, shape ...int) ArrayRequest {
+	return ArrayRequest{Shape: shape, DType: dt, Unchunkable: true}
+}
+
+func one(label string, r ArrayRequest) map[string]map[string]ArrayRequest {
+	return map[string]map[string]ArrayRequest{"c": {label: r}}
+}
+
+func TestChunkable(t *testing.T) {
+	for name, tc := range map[string]struct {
+		r    ArrayRequest
+		want bool
+	}{
+		"axis 0":                {req(Float64, 0, 10, 3), true},
+		"last axis":             {req(Float64, 1, 3, 10), true},
+		"flagged unchunkable":   {ArrayRequest{Shape: []int{10}, DType: Float64, Unchunkable: true}, false},
+		"no such axis":          {req(Float64, 2, 10, 3), false},
+		"axis of length 1":      {req(Float64, 0, 1, 30), false},
+		"negative axis":         {req(Float64, -1, 10, 3), false},
+		"length 2 is chunkable": {req(Int32, 0, 2), true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.r.Chunkable(); got != tc.want {
+				t.Errorf("Chunkable(%+v) = %v, want %v", tc.r, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestPlanRules checks each rule of the planner on a hand-worked case.
+// Sizes use granularity 512 (the default) unless the case says otherwise.
+func TestPlanRules(t *testing.T) {
+	type want struct {
+		chunks, length, last, runs, buffers int
+		u, perChunk                         uint64
+		shapes                              map[string]map[string][]int
+	}
+	for name, tc := range map[string]struct {
+		reqs   map[string]map[string]ArrayRequest
+		budget uint64
+		opts   PlanOptions
+		want   want
+	}{
+		// 1000 runs × 8 B = 8000 B → 8192 B rounded.
+		"fits exactly: one chunk of N": {
+			reqs: one("x", req(Float64, 0, 1000)), budget: 8192,
+			want: want{chunks: 1, length: 1000, last: 1000, runs: 1000, buffers: 1, perChunk: 8192},
+		},
+		"fits with room to spare": {
+			reqs: one("x", req(Float64, 0, 1000)), budget: 1 << 30,
+			want: want{chunks: 1, length: 1000, last: 1000, runs: 1000, buffers: 1, perChunk: 8192},
+		},
+		"fits: double buffering is not needed for one chunk": {
+			reqs: one("x", req(Float64, 0, 1000)), budget: 8192, opts: PlanOptions{Buffers: 2},
+			want: want{chunks: 1, length: 1000, last: 1000, runs: 1000, buffers: 1, perChunk: 8192},
+		},
+		// One byte short: Lmax = largest L with roundup(8L, 512) ≤ 8191 → 8L ≤ 7680 → 960;
+		// chunks = ⌈1000/960⌉ = 2, length = 500 (balanced, not 960 + 40).
+		"one byte short: two balanced chunks": {
+			reqs: one("x", req(Float64, 0, 1000)), budget: 8191,
+			want: want{chunks: 2, length: 500, last: 500, runs: 1000, buffers: 1, perChunk: 4096},
+		},
+		// Lmax = 4096/8 = 512 at 512 B granules → chunks 2, length 500.
+		"half the memory": {
+			reqs: one("x", req(Float64, 0, 1000)), budget: 4096,
+			want: want{chunks: 2, length: 500, last: 500, runs: 1000, buffers: 1, perChunk: 4096},
+		},
+		"granularity 1: Lmax 4 of 10 runs": {
+			reqs: one("x", req(Uint8, 0, 10)), budget: 4, opts: PlanOptions{Granularity: 1},
+			want: want{chunks: 3, length: 4, last: 2, runs: 10, buffers: 1, perChunk: 4},
+		},
+		"granularity 1: Lmax 9 of 10 runs gives 5 + 5, not 9 + 1": {
+			reqs: one("x", req(Uint8, 0, 10)), budget: 9, opts: PlanOptions{Granularity: 1},
+			want: want{chunks: 2, length: 5, last: 5, runs: 10, buffers: 1, perChunk: 5},
+		},
+		// U = 100, C(L) = 4L (granularity 1), everything = 900; budget 600:
+		// k=2: 100 + 8L ≤ 600 → L = 62 → chunks ⌈200/62⌉ = 4, length 50.
+		"double buffering shares the budget": {
+			reqs: map[string]map[string]ArrayRequest{"c": {
+				"fixed": fixed(Uint8, 100), "x": req(Float32, 0, 200),
+			}},
+			budget: 600, opts: PlanOptions{Granularity: 1, Buffers: 2},
+			want: want{chunks: 4, length: 50, last: 50, runs: 200, buffers: 2, u: 100, perChunk: 100 + 2*200},
+		},
+		"unchunkable arrays take their share first": {
+			reqs: map[string]map[string]ArrayRequest{"c": {
+				"fixed": fixed(Uint8, 100), "x": req(Float32, 0, 200),
+			}},
+			budget: 500, opts: PlanOptions{Granularity: 1},
+			want: want{chunks: 2, length: 100, last: 100, runs: 200, buffers: 1, u: 100, perChunk: 500},
+		},
+		"chunk axis in the middle, shapes follow the chunk length": {
+			reqs: map[string]map[string]ArrayRequest{
+				"a": {"out": req(Float32, 2, 5, 2, 100), "p": req(Float32, 1, 4, 100)},
+				"b": {"status": req(Int32, 0, 100), "k": fixed(Float64, 3, 3)},
+			},
+			// per run: 5·2·4 + 4·4 + 4 = 60 B; U = 72; budget 72 + 60·25 → 4 chunks of 25.
+			budget: 72 + 60*25, opts: PlanOptions{Granularity: 1},
+			want: want{chunks: 4, length: 25, last: 25, runs: 100, buffers: 1, u: 72, perChunk: 72 + 60*25,
+				shapes: map[string]map[string][]int{
+					"a": {"out": {5, 2, 25}, "p": {4, 25}},
+					"b": {"status": {25}, "k": {3, 3}},
+				}},
+		},
+		"N is the largest TotalRuns when nothing is chunkable": {
+			reqs: map[string]map[string]ArrayRequest{"c": {
+				"a": {Shape: []int{4}, DType: Float64, Unchunkable: true, TotalRuns: 7},
+				"b": {Shape: []int{4}, DType: Float64, Unchunkable: true, TotalRuns: 30},
+			}},
+			budget: 1 << 20,
+			want:   want{chunks: 1, length: 30, last: 30, runs: 30, buffers: 1, u: 1024, perChunk: 1024},
+		},
+		"TotalRuns of chunkable requests wins over unchunkable ones": {
+			reqs: map[string]map[string]ArrayRequest{"c": {
+				"a": {Shape: []int{4}, DType: Float64, Unchunkable: true, TotalRuns: 99},
+				"b": {Shape: []int{12}, DType: Float64, TotalRuns: 12},
+			}},
+			budget: 1 << 20,
+			want:   want{chunks: 1, length: 12, last: 12, runs: 12, buffers: 1, u: 512, perChunk: 1024},
+		},
+		"axis of length 1 counts as unchunkable": {
+			reqs: map[string]map[string]ArrayRequest{"c": {
+				"one": req(Float64, 0, 1, 64), "x": req(Float64, 0, 50),
+			}},
+			budget: 512 + 200, opts: PlanOptions{Granularity: 1},
+			want: want{chunks: 2, length: 25, last: 25, runs: 50, buffers: 1, u: 512, perChunk: 512 + 200},
+		},
+		"host requests are chunked but do not spend the budget": {
+			reqs: map[string]map[string]ArrayRequest{"c": {
+				"x":    req(Float64, 0, 1000),
+				"host": {Shape: []int{1000, 4}, DType: Float64, Memory: Pinned},
+			}},
+			budget: 4096,
+			want: want{chunks: 2, length: 500, last: 500, runs: 1000, buffers: 1, perChunk: 4096,
+				shapes: map[string]map[string][]int{"c": {"x": {500}, "host": {500, 4}}}},
+		},
+		"no requests: one empty chunk": {
+			reqs: map[string]map[string]ArrayRequest{}, budget: 0,
+			want: want{chunks: 1, length: 0, last: 0, runs: 0, buffers: 1},
+		},
+		"rounding: 100 B takes a 512 B granule": {
+			reqs: one("x", fixed(Uint8, 100)), budget: 512,
+			want: want{chunks: 1, length: 0, last: 0, runs: 0, buffers: 1, u: 512, perChunk: 512},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Plan(tc.reqs, tc.budget, tc.opts)
+			if err != nil {
+				t.Fatalf("Plan: %v", err)
+			}
+			w := tc.want
+			if p.Chunks != w.chunks || p.ChunkLength != w.length || p.LastChunkLength != w.last ||
+				p.TotalRuns != w.runs || p.Buffers != w.buffers {
+				t.Errorf("chunks/length/last/runs/buffers = %d/%d/%d/%d/%d, want %d/%d/%d/%d/%d",
+					p.Chunks, p.ChunkLength, p.LastChunkLength, p.TotalRuns, p.Buffers,
+					w.chunks, w.length, w.last, w.runs, w.buffers)
+			}
+			if p.UnchunkableBytes != w.u && w.u != 0 {
+				t.Errorf("UnchunkableBytes = %d, want %d", p.UnchunkableBytes, w.u)
+			}
+			if w.perChunk != 0 && p.BytesPerChunk != w.perChunk {
+				t.Errorf("BytesPerChunk = %d, want %d", p.BytesPerChunk, w.perChunk)
+			}
+			if p.BytesPerChunk > tc.budget {
+				t.Errorf("BytesPerChunk %d over budget %d", p.BytesPerChunk, tc.budget)
+			}
+			for c, labels := range w.shapes {
+				for l, s := range labels {
+					if got := p.ChunkedShapes[c][l]; fmt.Sprint(got) != fmt.Sprint(s) {
+						t.Errorf("shape %s/%s = %v, want %v", c, l, got, s)
+					}
+				}
+			}
+			checkPlan(t, tc.reqs, tc.budget, tc.opts, p, nil)
+		})
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		reqs    map[string]map[string]ArrayRequest
+		budget  uint64
+		opts    PlanOptions
+		is      error
+		mention []string // figures and names the message must carry
+	}{
+		"nothing chunkable": {
+			reqs: one("x", fixed(Float64, 1024)), budget: 4096,
+			is: ErrUnchunkable, mention: []string{"8 KiB", "4 KiB", "none of them can be chunked"},
+		},
+		"unchunkable bytes fill the budget exactly": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 4096), "x": req(Float64, 0, 100)}},
+			budget: 4096, is: ErrUnchunkable, mention: []string{"unchunkable arrays need 4 KiB", "budget is 4 KiB"},
+		},
+		"unchunkable bytes over the budget": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 5000), "x": req(Float64, 0, 100)}},
+			budget: 4096, is: ErrUnchunkable, mention: []string{"5 KiB", "4 KiB"},
+		},
+		"one run does not fit": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 100), "x": req(Float64, 1, 64, 100)}},
+			budget: 600, opts: PlanOptions{Granularity: 1},
+			is: ErrRunTooLarge, mention: []string{"one run needs 612 B", "100 B", "1 × 512 B", "budget is 600 B", "raise the budget by 12 B"},
+		},
+		"one run fits single but not double buffered": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"x": req(Float64, 1, 64, 100)}},
+			budget: 1000, opts: PlanOptions{Granularity: 1, Buffers: 2},
+			is: ErrRunTooLarge, mention: []string{"one run needs 1 KiB", "2 × 512 B", "fewer buffers"},
+		},
+		"chunkable requests disagree on runs": {
+			reqs: map[string]map[string]ArrayRequest{
+				"a": {"x": req(Float64, 0, 100)},
+				"b": {"y": req(Float64, 0, 200), "z": req(Float64, 1, 3, 200)},
+			},
+			budget: 1 << 20, is: ErrRunsMismatch, mention: []string{"100 runs: a/x", "200 runs: b/y, b/z"},
+		},
+		"invalid request": {
+			reqs: one("x", req(Float64, 0, 0, 4)), budget: 1 << 20,
+			is: ErrInvalidRequest, mention: []string{"c/x", "dimension 0 is 0"},
+		},
+		"managed memory": {
+			reqs:   one("x", ArrayRequest{Shape: []int{4}, DType: Float64, Memory: Managed}),
+			budget: 1 << 20, is: ErrNotSupported, mention: []string{"managed"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Plan(tc.reqs, tc.budget, tc.opts)
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("Plan error = %v, want %v", err, tc.is)
+			}
+			for _, s := range tc.mention {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			var pe *PlanError
+			if errors.Is(tc.is, ErrUnchunkable) || errors.Is(tc.is, ErrRunTooLarge) {
+				if !errors.As(err, &pe) || pe.Budget != tc.budget || pe.Need <= tc.budget {
+					t.Errorf("want a *PlanError with Budget %d and Need above it, got %#v", tc.budget, pe)
+				}
+			}
+			checkPlan(t, tc.reqs, tc.budget, tc.opts, ChunkPlan{}, err)
+		})
+	}
+}
+
+func TestPlanIsPureAndJSON(t *testing.T) {
+	reqs := map[string]map[string]ArrayRequest{
+		"a": {"x": req(Float32, 2, 3, 2, 1000), "k": fixed(Float64, 10)},
+		"b": {"s": req(Int32, 0, 1000)},
+	}
+	p1, err := Plan(reqs, 20000, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, _ := Plan(reqs, 20000, PlanOptions{})
+	j1, _ := json.Marshal(p1)
+	j2, _ := json.Marshal(p2)
+	if string(j1) != string(j2) {
+		t.Errorf("two plans of the same input differ:\n%s\n%s", j1, j2)
+	}
+	if reqs["a"]["x"].Shape[2] != 1000 {
+		t.Errorf("Plan changed its input: %v", reqs["a"]["x"].Shape)
+	}
+	var back ChunkPlan
+	if err := json.Unmarshal(j1, &back); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"chunks":`, `"chunk_length":`, `"total_runs":`, `"chunked_shapes":{"a":{`, `"bytes_per_chunk":`} {
+		if !strings.Contains(string(j1), key) {
+			t.Errorf("JSON %s lacks %s", j1, key)
+		}
+	}
+	if back.Chunks != p1.Chunks || back.ChunkedShapes["a"]["x"][2] != p1.ChunkLength {
+		t.Errorf("JSON round trip: %+v, want %+v", back, p1)
+	}
+	for i := range p1.Chunks {
+		start, n := p1.Chunk(i)
+		if start != i*p1.ChunkLength || n < 1 || start+n > p1.TotalRuns {
+			t.Errorf("Chunk(%d) = %d, %d", i, start, n)
+		}
+		if sp := p1.Span(i, 2); sp.Axis != 2 || sp.Start != start || sp.Len != n {
+			t.Errorf("Span(%d, 2) = %+v", i, sp)
+		}
+	}
+	if s, n := p1.Chunk(p1.Chunks); s != 0 || n != 0 {
+		t.Errorf("Chunk past the end = %d, %d; want 0, 0", s, n)
+	}
+}
+
+// refBytes is bytes(r, L) computed independently, in big integers.
+func refBytes(r ArrayRequest, length int, g uint64) *big.Int {
+	n := big.NewInt(int64(r.DType.Size()))
+	for i, d := range r.Shape {
+		if i == r.ChunkAxis && refChunkable(r) {
+			d = length
+		}
+		n.Mul(n, big.NewInt(int64(d)))
+	}
+	gg := new(big.Int).SetUint64(g)
+	n.Add(n, new(big.Int).Sub(gg, big.NewInt(1)))
+	n.Div(n, gg)
+	return n.Mul(n, gg)
+}
+
+func refChunkable(r ArrayRequest) bool {
+	return !r.Unchunkable && r.ChunkAxis >= 0 && r.ChunkAxis < len(r.Shape) && r.Shape[r.ChunkAxis] > 1
+}
+
+// checkPlan checks Plan's result (p, err) for reqs against the rules,
+// computed again here from scratch.
+func checkPlan(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions, p ChunkPlan, err error) {
+	t.Helper()
+	g := opts.Granularity
+	if g == 0 {
+		g = 512
+	}
+	k := max(opts.Buffers, 1)
+	for c, ls := range reqs {
+		for l, r := range ls {
+			if verr := r.Validate(); verr != nil {
+				if err == nil {
+					t.Fatalf("request %s/%s is invalid (%v) but Plan accepted it", c, l, verr)
+				}
+				return
+			}
+		}
+	}
+	n, maxRuns, chunkDev, agree := -1, 0, 0, true
+	for _, ls := range reqs {
+		for _, r := range ls {
+			if refChunkable(r) {
+				runs := r.Shape[r.ChunkAxis]
+				if n >= 0 && runs != n {
+					agree = false
+				}
+				n = runs
+				if r.Memory == Device {
+					chunkDev++
+				}
+			} else {
+				maxRuns = max(maxRuns, r.TotalRuns)
+			}
+		}
+	}
+	if !agree {
+		if !errors.Is(err, ErrRunsMismatch) {
+			t.Fatalf("runs disagree; want ErrRunsMismatch, got %v", err)
+		}
+		return
+	}
+	if n < 0 {
+		n = maxRuns
+	}
+	cost := func(length int) (u, c *big.Int) {
+		u, c = new(big.Int), new(big.Int)
+		for _, ls := range reqs {
+			for _, r := range ls {
+				if r.Memory != Device {
+					continue
+				}
+				if refChunkable(r) {
+					c.Add(c, refBytes(r, length, g))
+				} else {
+					u.Add(u, refBytes(r, 0, g))
+				}
+			}
+		}
+		return u, c
+	}
+	fits := func(length, k int) bool {
+		u, c := cost(length)
+		c.Mul(c, big.NewInt(int64(k)))
+		return u.Add(u, c).Cmp(new(big.Int).SetUint64(budget)) <= 0
+	}
+	B := new(big.Int).SetUint64(budget)
+	u, _ := cost(1)
+	switch {
+	case fits(n, 1):
+		if err != nil {
+			t.Fatalf("everything fits but Plan failed: %v", err)
+		}
+		if p.Chunks != 1 || p.ChunkLength != n || p.Buffers != 1 {
+			t.Fatalf("everything fits: want 1 chunk of %d, got %d of %d (buffers %d)", n, p.Chunks, p.ChunkLength, p.Buffers)
+		}
+	case chunkDev == 0 || u.Cmp(B) >= 0:
+		if !errors.Is(err, ErrUnchunkable) {
+			t.Fatalf("want ErrUnchunkable (chunkable %d, U %v, B %d), got %v", chunkDev, u, budget, err)
+		}
+		return
+	case !fits(1, k):
+		if !errors.Is(err, ErrRunTooLarge) {
+			t.Fatalf("want ErrRunTooLarge, got %v", err)
+		}
+		return
+	default:
+		if err != nil {
+			t.Fatalf("a plan exists but Plan failed: %v", err)
+		}
+		if p.Chunks*p.ChunkLength < n {
+			t.Fatalf("chunks × length = %d × %d < N = %d", p.Chunks, p.ChunkLength, n)
+		}
+		if !fits(p.ChunkLength, k) {
+			t.Fatalf("plan of %d chunks of %d does not fit %d with %d buffers", p.Chunks, p.ChunkLength, budget, k)
+		}
+		if p.Chunks > 1 && (p.Chunks-1)*p.ChunkLength >= n {
+			t.Fatalf("last chunk is empty: %d chunks of %d for N = %d", p.Chunks, p.ChunkLength, n)
+		}
+		if p.ChunkLength != (n+p.Chunks-1)/p.Chunks {
+			t.Fatalf("chunk length %d is not balanced: ⌈%d/%d⌉ = %d", p.ChunkLength, n, p.Chunks, (n+p.Chunks-1)/p.Chunks)
+		}
+		// One chunk fewer never fits.
+		if fewer := p.Chunks - 1; fewer == 1 {
+			if fits(n, 1) {
+				t.Fatalf("one chunk fits but the plan has %d", p.Chunks)
+			}
+		} else if fewer > 1 && fits((n+fewer-1)/fewer, k) {
+			t.Fatalf("%d chunks of %d would fit, but the plan has %d", fewer, (n+fewer-1)/fewer, p.Chunks)
+		}
+		if p.Buffers != k {
+			t.Fatalf("buffers = %d, want %d", p.Buffers, k)
+		}
+	}
+	// What the plan says it spends is what the rules count.
+	uu, cc := cost(p.ChunkLength)
+	want := new(big.Int).Add(uu, cc.Mul(cc, big.NewInt(int64(p.Buffers))))
+	if want.Cmp(new(big.Int).SetUint64(p.BytesPerChunk)) != 0 {
+		t.Fatalf("BytesPerChunk = %d, rules say %v", p.BytesPerChunk, want)
+	}
+	if p.BytesPerChunk > budget {
+		t.Fatalf("BytesPerChunk %d over budget %d", p.BytesPerChunk, budget)
+	}
+	if p.TotalRuns != n {
+		t.Fatalf("TotalRuns = %d, want %d", p.TotalRuns, n)
+	}
+	if p.LastChunkLength != n-(p.Chunks-1)*p.ChunkLength {
+		t.Fatalf("LastChunkLength = %d for %d chunks of %d, N = %d", p.LastChunkLength, p.Chunks, p.ChunkLength, n)
+	}
+	for c, ls := range reqs {
+		for l, r := range ls {
+			got := p.ChunkedShapes[c][l]
+			if len(got) != len(r.Shape) {
+				t.Fatalf("shape %s/%s = %v for %v", c, l, got, r.Shape)
+			}
+			for i := range got {
+				want := r.Shape[i]
+				if refChunkable(r) && i == r.ChunkAxis {
+					want = p.ChunkLength
+				}
+				if got[i] != want {
+					t.Fatalf("shape %s/%s = %v, want axis %d = %d", c, l, got, i, want)
+				}
+			}
+		}
+	}
+}
+
+// decodeRequests turns bytes into a request set of up to 48 requests over
+// three clients, every 4 bytes one request; runs is N. Dimensions other
+// than the chunk axis are odd, 1..25; the two high bits of byte 1 and bit
+// 6 of byte 0 set give a chunkable request N+1 runs, so that runs
+// sometimes disagree.
+func decodeRequests(data []byte, runs int) map[string]map[string]ArrayRequest {
+	reqs := map[string]map[string]ArrayRequest{}
+	for i := 0; i+4 <= len(data) && i < 48*4; i += 4 {
+		b := data[i : i+4]
+		client := fmt.Sprintf("c%d", b[0]%3)
+		rank := int(b[0]>>2)%3 + 1
+		axis := int(b[1]&0x7f) % (rank + 1) // rank: no such axis
+		shape := make([]int, rank)
+		for d := range shape {
+			shape[d] = int(b[2]>>(2*d))%4*int(b[2]>>6+1)*2 + 1
+		}
+		r := ArrayRequest{
+			DType:       DType(b[3]%8 + 1),
+			Unchunkable: b[3]&0x80 != 0,
+			Memory:      [4]MemoryType{Device, Device, Pinned, Mapped}[(b[3]>>4)&3],
+			ChunkAxis:   axis,
+		}
+		if axis < rank {
+			shape[axis] = runs
+			if b[1]&0xc0 == 0xc0 && b[0]&0x40 != 0 {
+				shape[axis] = runs + 1
+			}
+			if !r.Unchunkable {
+				r.TotalRuns = shape[axis]
+			}
+		}
+		if r.Unchunkable || axis == rank {
+			r.TotalRuns = int(b[1]) * 3
+		}
+		r.Shape = shape
+		if reqs[client] == nil {
+			reqs[client] = map[string]ArrayRequest{}
+		}
+		reqs[client][fmt.Sprintf("l%d", i/4)] = r
+	}
+	return reqs
+}
+
+// fullBytes is U + C(N) at granularity g (for picking budgets near it).
+func fullBytes(reqs map[string]map[string]ArrayRequest, g uint64) uint64 {
+	var total uint64
+	for _, ls := range reqs {
+		for _, r := range ls {
+			if r.Memory == Device {
+				total += refBytes(r, r.Runs(), g).Uint64()
+			}
+		}
+	}
+	return total
+}
+
+// TestPlanProperties checks the rules on thousands of random request
+// sets and budgets: every plan fits its budget, chunks × length ≥ N, one
+// chunk fewer never fits, chunks are balanced, and each error is the one
+// the rules call for.
+func TestPlanProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	iters := 4000
+	if testing.Short() {
+		iters = 500
+	}
+	outcomes := map[string]int{}
+	for range iters {
+		data := make([]byte, 4*(1+rng.IntN(12)))
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		runs := 1 + rng.IntN(1<<uint(rng.IntN(21)))
+		reqs := decodeRequests(data, runs)
+		opts := PlanOptions{Granularity: []uint64{1, 256, 512, 4096}[rng.IntN(4)], Buffers: 1 + rng.IntN(2)}
+		full := fullBytes(reqs, opts.Granularity)
+		budget := uint64(rng.Float64() * 1.2 * float64(full+1))
+		p, err := Plan(reqs, budget, opts)
+		checkPlan(t, reqs, budget, opts, p, err)
+		switch {
+		case err == nil && p.Chunks == 1:
+			outcomes["one chunk"]++
+		case err == nil:
+			outcomes["chunked"]++
+		case errors.Is(err, ErrUnchunkable):
+			outcomes["unchunkable"]++
+		case errors.Is(err, ErrRunTooLarge):
+			outcomes["run too large"]++
+		case errors.Is(err, ErrRunsMismatch):
+			outcomes["runs mismatch"]++
+		default:
+			outcomes["other error"]++
+		}
+	}
+	// The generator must reach every outcome, or the test proves little.
+	for _, o := range []string{"one chunk", "chunked", "unchunkable", "run too large", "runs mismatch"} {
+		if outcomes[o] == 0 {
+			t.Errorf("no case ended %q: %v", o, outcomes)
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+}
+
+func FuzzPlan(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0}, uint32(100), uint64(4096), uint8(0), uint8(9))
+	f.Add([]byte{4, 1, 0x55, 2, 8, 2, 0xaa, 0x81, 1, 0, 3, 0x20}, uint32(1000), uint64(10000), uint8(1), uint8(0))
+	f.Add([]byte{0x44, 0x82, 0xff, 0x07, 0x01, 0x02, 0x03, 0x04}, uint32(65535), uint64(1<<20), uint8(1), uint8(12))
+	f.Fuzz(func(t *testing.T, data []byte, runs uint32, budget uint64, k, gexp uint8) {
+		reqs := decodeRequests(data, int(runs%(1<<22))+1)
+		opts := PlanOptions{Granularity: 1 << (gexp % 14), Buffers: int(k%3) + 1}
+		p, err := Plan(reqs, budget, opts)
+		checkPlan(t, reqs, budget, opts, p, err)
+	})
+}
+
+func TestPlanSaturatesHugeRequests(t *testing.T) {
+	huge := ArrayRequest{Shape: []int{1 << 30, 1 << 30}, DType: Complex128, ChunkAxis: 0}
+	reqs := map[string]map[string]ArrayRequest{"c": {"a": huge, "b": huge, "c": huge, "d": huge}}
+	_, err := Plan(reqs, math.MaxUint64-1, PlanOptions{Buffers: 2})
+	// 2^64 bytes per array: each is 2^60 elements × 16 B = 2^64, which
+	// overflows, so Validate refuses it.
+	if !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("want ErrInvalidRequest for a 2^64-byte array, got %v", err)
+	}
+	big := ArrayRequest{Shape: []int{1 << 30, 1 << 29}, DType: Complex128, ChunkAxis: 0} // 2^63 B
+	reqs = map[string]map[string]ArrayRequest{"c": {"a": big, "b": big, "c": big}}
+	p, err := Plan(reqs, 1<<40, PlanOptions{Buffers: 2})
+	checkPlan(t, reqs, 1<<40, PlanOptions{Buffers: 2}, p, err)
+	if err != nil || p.Chunks < 2 {
+		t.Fatalf("3 × 8 EiB in 1 TiB: got %+v, %v", p, err)
+	}
+	if p.BytesPerChunk > 1<<40 {
+		t.Fatalf("plan spends %s of 1 TiB", units.Format(p.BytesPerChunk))
+	}
+}

@@ -1,0 +1,534 @@
+package vram
+
+// Queued requests and their allocation.
+//
+// Clients queue requests per stream group; AllocateQueue takes the whole
+// group's queue, works out the group's budget, plans the requests
+// together (Plan), frees the arrays being replaced, allocates every
+// requester's arrays at the planned shapes on the group's stream, installs
+// them, and then, with no lock held, calls the requesters' and the other
+// members' OnAllocated hooks. If planning or any allocation fails, what
+// was allocated is freed and the queue is put back as it was.
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// ArrayResponse is what AllocateQueue gives a client: its arrays (none for
+// a notary, a group member that queued nothing) and the group's chunk
+// parameters. The arrays stay the manager's: it frees them on Free,
+// FreeAll, the client's Close, a later allocation under the same label,
+// or SetAllocator.
+//
+// A response is not changed after it is delivered; it is safe to read
+// from many goroutines.
+type ArrayResponse struct {
+	// Client is the client the response is for.
+	Client *Client
+	// Arrays holds the client's device arrays by label (Device and
+	// Mapped requests; for Mapped, the device address of the host
+	// memory), buffer 0.
+	Arrays map[string]*DeviceArray
+	// Host holds the client's host arrays by label (Pinned, Mapped and
+	// Pageable requests), buffer 0.
+	Host map[string]*HostArray
+	// Buffers holds every buffer when the plan has more than one in
+	// flight (double buffering): Buffers[0] is {Arrays, Host}; the
+	// unchunkable arrays are the same in every buffer.
+	Buffers []ArraySet
+	// Chunks is the number of passes the group's runs take.
+	Chunks int
+	// ChunkLength is the runs per chunk: the chunk axis of every
+	// chunkable array was allocated with this length.
+	ChunkLength int
+	// TotalRuns is the number of runs.
+	TotalRuns int
+	// ChunkedShapes gives the shape each of the client's arrays was
+	// allocated with, by label.
+	ChunkedShapes map[string][]int
+	// Plan is the group's whole plan (every requester's shapes).
+	Plan ChunkPlan
+}
+
+// ArraySet is one buffer's arrays. Like the response it belongs to, it
+// is not changed after delivery and is safe to read concurrently.
+type ArraySet struct {
+	Device map[string]*DeviceArray
+	Host   map[string]*HostArray
+}
+
+// Chunk returns the runs of chunk i: see ChunkPlan.Chunk.
+func (r *ArrayResponse) Chunk(i int) (start, n int) { return r.Plan.Chunk(i) }
+
+// Span returns chunk i along axis: see ChunkPlan.Span.
+func (r *ArrayResponse) Span(i, axis int) Span { return r.Plan.Span(i, axis) }
+
+// QueueRequest queues requests (label → request) for c in its stream
+// group, to be allocated by the next AllocateQueue of any member of the
+// group. Every request is validated first; an invalid one (an error
+// wrapping ErrInvalidRequest, or ErrNotSupported for Managed memory)
+// queues nothing. Queuing a label again replaces its earlier request.
+func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) error {
+	if c == nil || c.m != m {
+		return fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	labels := slices.Sorted(maps.Keys(requests))
+	for _, l := range labels {
+		if err := requests[l].Validate(); err != nil {
+			return fmt.Errorf("vram: queue %s for %v: %w", l, c, err)
+		}
+	}
+	own := make(map[string]ArrayRequest, len(requests))
+	for l, r := range requests {
+		r.Shape = slices.Clone(r.Shape)
+		own[l] = r
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return err
+	}
+	m.queueLocked(c, c.group, own)
+	return nil
+}
+
+// queueLocked merges reqs into c's queue in group.
+func (m *Manager) queueLocked(c *Client, group string, reqs map[string]ArrayRequest) {
+	q := m.queues[group]
+	if q == nil {
+		q = map[*Client]map[string]ArrayRequest{}
+		m.queues[group] = q
+	}
+	if cur := q[c]; cur != nil {
+		maps.Copy(cur, reqs)
+		return
+	}
+	q[c] = reqs
+}
+
+// Queued returns a copy of the requests c has queued, by label.
+func (m *Manager) Queued(c *Client) map[string]ArrayRequest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c == nil || c.m != m || c.closed {
+		return map[string]ArrayRequest{}
+	}
+	return maps.Clone(m.queues[c.group][c])
+}
+
+// AllocateOption tunes one AllocateQueue; applied on the caller's
+// goroutine.
+type AllocateOption func(*allocConfig)
+
+type allocConfig struct{ buffers int }
+
+// WithBuffers plans for k chunk buffers in flight (2 for double
+// buffering) and, when the batch is chunked, allocates k copies of each
+// chunkable array (ArrayResponse.Buffers).
+func WithBuffers(k int) AllocateOption { return func(a *allocConfig) { a.buffers = max(k, 1) } }
+
+// groupLock returns the mutex that serializes AllocateQueue for group.
+func (m *Manager) groupLock(group string) *sync.Mutex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.groupLocks[group]
+	if l == nil {
+		l = new(sync.Mutex)
+		m.groupLocks[group] = l
+	}
+	return l
+}
+
+// AllocateQueue allocates every request queued in c's stream group,
+// planned together, and delivers them.
+//
+// The group's budget is what it may use under the limit mode (Passive:
+// the device's free memory once the allocator's cache is trimmed; Active:
+// the smaller of that and the members' caps less what they hold), plus
+// what the arrays being replaced take, less one device page per array
+// when the allocator rounds finer than the device, and never more than a
+// Limit adaptor's headroom. The plan is made with the allocator's
+// granularity (see Plan). Each requester's arrays are then allocated on
+// the group's stream at the planned shapes, replacing any it holds under
+// the same labels.
+//
+// Hooks, called after the allocation with no lock held, on this
+// goroutine, in client id order: every requester's OnAllocated with its
+// arrays, then every other member of the group (a notary) with the chunk
+// parameters and no arrays. AllocateQueue returns c's own response.
+// With nothing queued in the group it does nothing and returns nil, nil.
+//
+// On failure (a plan error: ErrUnchunkable, ErrRunTooLarge,
+// ErrRunsMismatch; an allocation error: ErrOutOfMemory) the arrays it
+// allocated are freed, no hook is called and the queue is left as it was.
+// Arrays being replaced are freed once the plan has succeeded, so after a
+// failed allocation those labels hold nothing.
+func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayResponse, error) {
+	ac := allocConfig{buffers: 1}
+	for _, o := range opts {
+		o(&ac)
+	}
+	if c == nil || c.m != m {
+		return nil, fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+	}
+	// Lock c's group, making sure c is still in it once locked.
+	var gl *sync.Mutex
+	var group string
+	for {
+		g, err := m.StreamGroup(c)
+		if err != nil {
+			return nil, err
+		}
+		gl = m.groupLock(g)
+		gl.Lock()
+		if now, err := m.StreamGroup(c); err != nil || now != g {
+			gl.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
+		group = g
+		break
+	}
+	m.allocMu.RLock()
+	out, err := m.allocateGroup(c, group, ac)
+	m.allocMu.RUnlock()
+	gl.Unlock()
+	if err != nil || out == nil {
+		return nil, err
+	}
+	var mine *ArrayResponse
+	for _, d := range out {
+		if d.c == c {
+			mine = d.resp
+		}
+		if d.c.onAllocated != nil {
+			d.c.onAllocated(d.resp)
+		}
+	}
+	return mine, nil
+}
+
+// delivery is one hook call.
+type delivery struct {
+	c    *Client
+	resp *ArrayResponse
+}
+
+// pending is one array to allocate.
+type pending struct {
+	c      *Client
+	label  string
+	buffer int
+	req    ArrayRequest
+	shape  []int
+}
+
+// allocateGroup is AllocateQueue with the group lock and allocMu held.
+// It returns the deliveries, requesters first, or nil with nothing
+// queued.
+func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) ([]delivery, error) {
+	gran := granularityOf(m.al)
+
+	// 1. Take the queue and what the budget needs, under mu.
+	m.mu.Lock()
+	if err := m.checkLocked(trigger); err != nil {
+		m.mu.Unlock()
+		return nil, err
+	}
+	q := m.queues[group]
+	if len(q) == 0 {
+		m.mu.Unlock()
+		return nil, nil
+	}
+	delete(m.queues, group)
+	requesters := slices.SortedFunc(maps.Keys(q), byID)
+	reqs := make(map[string]map[string]ArrayRequest, len(q))
+	var replaced uint64
+	for _, c := range requesters {
+		reqs[c.String()] = q[c]
+		for l := range q[c] {
+			for _, a := range c.arrays[l] {
+				replaced += a.charged
+			}
+		}
+	}
+	mode := m.mode
+	var caps, held uint64
+	if mode == Active {
+		for _, c := range m.reg.members(group) {
+			caps += m.capLocked(c)
+			held += c.held
+		}
+	}
+	m.mu.Unlock()
+
+	restore := func() {
+		m.mu.Lock()
+		for _, c := range requesters {
+			if c.closed {
+				continue
+			}
+			dst := m.queues[c.group][c]
+			for l, r := range q[c] {
+				if _, newer := dst[l]; !newer {
+					m.queueLocked(c, c.group, map[string]ArrayRequest{l: r})
+				}
+			}
+		}
+		m.mu.Unlock()
+	}
+
+	stream, err := m.groups.GroupStream(group)
+	if err != nil {
+		restore()
+		return nil, fmt.Errorf("vram: allocate group %q: %w", group, err)
+	}
+
+	// 2. The budget and the plan.
+	budget, free, err := m.budget(mode, caps, held, replaced, countDevice(reqs, ac.buffers), gran)
+	if err != nil {
+		restore()
+		return nil, fmt.Errorf("vram: allocate group %q: %w", group, err)
+	}
+	plan, err := Plan(reqs, budget, PlanOptions{Granularity: gran, Buffers: ac.buffers})
+	if err != nil {
+		restore()
+		return nil, fmt.Errorf("vram: allocate group %q (%s): %w", group, budgetLine(mode, budget, free), err)
+	}
+
+	// 3. Free what is being replaced.
+	m.mu.Lock()
+	var old []freeWork
+	for _, c := range requesters {
+		if c.closed {
+			continue
+		}
+		var as []*allocation
+		for l := range q[c] {
+			as = append(as, c.takeLocked(l)...)
+		}
+		if len(as) > 0 {
+			old = append(old, freeWork{c: c, allocs: as, s: stream})
+		}
+	}
+	m.mu.Unlock()
+	freeErr := m.freeWork(old)
+
+	// 4. Allocate, all or nothing.
+	var todo []pending
+	for _, c := range requesters {
+		shapes := plan.ChunkedShapes[c.String()]
+		for _, l := range slices.Sorted(maps.Keys(q[c])) {
+			r := q[c][l]
+			nb := 1
+			if r.Chunkable() {
+				nb = plan.Buffers
+			}
+			for b := range nb {
+				todo = append(todo, pending{c: c, label: l, buffer: b, req: r, shape: shapes[l]})
+			}
+		}
+	}
+	made := make([]*allocation, 0, len(todo))
+	for i, p := range todo {
+		a, err := m.allocOne(p, stream, gran)
+		if err != nil {
+			for j := len(made) - 1; j >= 0; j-- {
+				_ = m.release(made[j], stream)
+			}
+			restore()
+			return nil, errors.Join(fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s of %s): %w",
+				group, p.label, p.c, fmtShape(p.req.DType, p.shape), i+1, len(todo),
+				plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(budget), err), freeErr)
+		}
+		made = append(made, a)
+	}
+
+	// 5. Install, and build the responses.
+	m.mu.Lock()
+	var gone []freeWork
+	out := make([]delivery, 0, len(requesters))
+	isReq := make(map[*Client]bool, len(requesters))
+	idx := 0
+	for _, c := range requesters {
+		isReq[c] = true
+		n := 0
+		for _, l := range slices.Sorted(maps.Keys(q[c])) {
+			r := q[c][l]
+			if r.Chunkable() {
+				n += plan.Buffers
+			} else {
+				n++
+			}
+		}
+		mine := made[idx : idx+n]
+		idx += n
+		if c.closed {
+			gone = append(gone, freeWork{c: c, allocs: mine, s: stream})
+			continue
+		}
+		resp := newResponse(c, plan, max(plan.Buffers, 1))
+		byLabel := map[string][]*allocation{}
+		for _, a := range mine {
+			byLabel[a.label] = append(byLabel[a.label], a)
+		}
+		for l, as := range byLabel {
+			// Anything installed under l meanwhile is replaced too.
+			if prev := c.takeLocked(l); len(prev) > 0 {
+				gone = append(gone, freeWork{c: c, allocs: prev, s: stream})
+			}
+			if c.arrays == nil {
+				c.arrays = map[string][]*allocation{}
+			}
+			c.arrays[l] = as
+			for _, a := range as {
+				c.held += a.charged
+			}
+			for b := range resp.Buffers {
+				a := as[min(b, len(as)-1)] // unchunkable: one array in every buffer
+				if a.dev != nil {
+					resp.Buffers[b].Device[l] = a.dev
+				}
+				if a.host != nil {
+					resp.Buffers[b].Host[l] = a.host
+				}
+			}
+		}
+		resp.ChunkedShapes = plan.ChunkedShapes[c.String()]
+		out = append(out, delivery{c: c, resp: resp})
+	}
+	// Notaries: the other open members of the group, at install time.
+	for _, c := range m.reg.members(group) {
+		if !isReq[c] {
+			resp := newResponse(c, plan, 1)
+			resp.ChunkedShapes = map[string][]int{}
+			out = append(out, delivery{c: c, resp: resp})
+		}
+	}
+	m.mu.Unlock()
+	return out, errors.Join(freeErr, m.freeWork(gone))
+}
+
+func byID(a, b *Client) int { return cmp.Compare(a.id, b.id) }
+
+func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
+	r := &ArrayResponse{
+		Client:      c,
+		Buffers:     make([]ArraySet, buffers),
+		Chunks:      plan.Chunks,
+		ChunkLength: plan.ChunkLength,
+		TotalRuns:   plan.TotalRuns,
+		Plan:        plan,
+	}
+	for b := range r.Buffers {
+		r.Buffers[b] = ArraySet{Device: map[string]*DeviceArray{}, Host: map[string]*HostArray{}}
+	}
+	r.Arrays, r.Host = r.Buffers[0].Device, r.Buffers[0].Host
+	return r
+}
+
+// countDevice is the most device arrays reqs can take with k buffers.
+func countDevice(reqs map[string]map[string]ArrayRequest, k int) int {
+	n := 0
+	for _, labels := range reqs {
+		for _, r := range labels {
+			if r.Memory != Device {
+				continue
+			}
+			if r.Chunkable() {
+				n += k
+			} else {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// budget works out what a group may plan with. allocMu must be held.
+func (m *Manager) budget(mode LimitMode, caps, held, replaced uint64, arrays int, gran uint64) (budget, free uint64, err error) {
+	// Give the cache back so that free memory is what the device can
+	// really give (a cached block may be too fragmented to serve).
+	if err := m.al.Trim(); err != nil && !errors.Is(err, alloc.ErrClosed) {
+		return 0, 0, fmt.Errorf("trim the allocator: %w", err)
+	}
+	free, _, err = m.dev.MemInfo()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read device memory: %w", err)
+	}
+	// What the allocator still caches after the trim sits in segments
+	// that are partly in use: too fragmented to count on.
+	avail := free
+	// The device rounds each allocation up to its page: when the
+	// allocator counts finer, leave a page per array for it.
+	if page := m.dev.Info().Granularity; page > gran {
+		slack := satMul(uint64(arrays), page)
+		avail = avail - min(avail, slack)
+	}
+	avail = satAdd(avail, replaced)
+	if mode == Active {
+		room := caps - min(caps, held-min(held, replaced))
+		avail = min(avail, room)
+	}
+	if lim := findLimit(m.al); lim != nil {
+		used := lim.Used()
+		headroom := lim.Cap() - min(lim.Cap(), used-min(used, replaced))
+		avail = min(avail, headroom)
+	}
+	return avail, free, nil
+}
+
+// findLimit returns the first alloc.Limit in a's adaptor chain.
+func findLimit(a alloc.Allocator) *alloc.Limit {
+	for a != nil {
+		if l, ok := a.(*alloc.Limit); ok {
+			return l
+		}
+		ad, ok := a.(alloc.Adaptor)
+		if !ok {
+			return nil
+		}
+		a = ad.Upstream()
+	}
+	return nil
+}
+
+// allocOne allocates one array. allocMu must be held.
+func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation, error) {
+	shape := slices.Clone(p.shape)
+	n, _ := elements(shape)
+	bytes := n * p.req.DType.Size()
+	a := &allocation{label: p.label}
+	switch p.req.Memory {
+	case Device:
+		ptr, err := m.al.Alloc(bytes, s)
+		if err != nil {
+			return nil, err
+		}
+		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label}
+		a.charged = roundUp(bytes, gran)
+	default:
+		h, err := m.newHost(shape, p.req.DType, p.req.Memory, p.label, s)
+		if err != nil {
+			return nil, err
+		}
+		a.host = h
+		if p.req.Memory == Mapped {
+			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label}
+		}
+	}
+	return a, nil
+}
+
+func fmtShape(d DType, shape []int) string { return fmt.Sprintf("%v%v", d, shape) }

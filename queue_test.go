@@ -1,0 +1,626 @@
+package vram
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vramkit/vram/device"
+)
+
+// hookLog records hook calls in order.
+type hookLog struct {
+	mu    sync.Mutex
+	calls []string
+	resps map[string]*ArrayResponse
+	inval map[string]int
+}
+
+func newHookLog() *hookLog {
+	return &hookLog{resps: map[string]*ArrayResponse{}, inval: map[string]int{}}
+}
+
+func (h *hookLog) opts(name, group string) ClientOptions {
+	return ClientOptions{
+		Name:  name,
+		Group: group,
+		OnAllocated: func(r *ArrayResponse) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.calls = append(h.calls, name)
+			h.resps[name] = r
+		},
+		OnInvalidate: func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.inval[name]++
+		},
+	}
+}
+
+func (h *hookLog) got() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.calls)
+}
+
+func TestAllocateQueueHooks(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	h := newHookLog()
+	a := register(t, m, h.opts("a", "batch"))
+	b := register(t, m, h.opts("b", "batch"))
+	notary := register(t, m, h.opts("n", "batch"))
+	outsider := register(t, m, h.opts("o", "other"))
+	if err := m.QueueRequest(a, map[string]ArrayRequest{
+		"state": req(Float32, 1, 2, 1000), "consts": fixed(Float64, 16),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.QueueRequest(b, map[string]ArrayRequest{"out": req(Float32, 2, 5, 2, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.QueueRequest(outsider, map[string]ArrayRequest{"y": req(Float32, 0, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	// b triggers the group's allocation.
+	resp, err := m.AllocateQueue(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := h.got(); !slices.Equal(got, []string{"a", "b", "n"}) {
+		t.Fatalf("hooks called %v, want requesters a, b then notary n", got)
+	}
+	if resp != h.resps["b"] {
+		t.Error("AllocateQueue did not return the trigger's own response")
+	}
+	ra, rb, rn := h.resps["a"], h.resps["b"], h.resps["n"]
+	for name, tc := range map[string]struct {
+		r      *ArrayResponse
+		c      *Client
+		labels []string
+	}{
+		"requester a": {ra, a, []string{"consts", "state"}},
+		"requester b": {rb, b, []string{"out"}},
+		"notary":      {rn, notary, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if tc.r.Client != tc.c {
+				t.Errorf("response for %v, want %v", tc.r.Client, tc.c)
+			}
+			if got := slices.Sorted(maps.Keys(tc.r.Arrays)); !slices.Equal(got, tc.labels) {
+				t.Errorf("arrays %v, want %v", got, tc.labels)
+			}
+			if tc.r.Chunks != 1 || tc.r.ChunkLength != 1000 || tc.r.TotalRuns != 1000 {
+				t.Errorf("chunk parameters %d × %d of %d", tc.r.Chunks, tc.r.ChunkLength, tc.r.TotalRuns)
+			}
+			if len(tc.labels) == 0 && (len(tc.r.Host) != 0 || len(tc.r.ChunkedShapes) != 0) {
+				t.Errorf("a notary got host arrays or shapes: %v %v", tc.r.Host, tc.r.ChunkedShapes)
+			}
+			for l, arr := range tc.r.Arrays {
+				if !slices.Equal(arr.Shape(), tc.r.ChunkedShapes[l]) || arr.Ptr() == 0 || arr.Label() != l {
+					t.Errorf("%s: shape %v (want %v), ptr %v, label %q", l, arr.Shape(), tc.r.ChunkedShapes[l], arr.Ptr(), arr.Label())
+				}
+			}
+		})
+	}
+	st := ra.Arrays["state"]
+	if st.DType() != Float32 || st.Bytes() != 8000 || st.Len() != 2000 || !slices.Equal(st.Strides(), []int{4000, 4}) || st.Memory() != Device {
+		t.Errorf("state array: %v bytes %d len %d strides %v", st, st.Bytes(), st.Len(), st.Strides())
+	}
+	if g := m.Granularity(); a.Held() != roundUp(8000, g)+roundUp(128, g) || b.Held() != roundUp(40000, g) {
+		t.Errorf("held: a %d, b %d", a.Held(), b.Held())
+	}
+	if got := a.Arrays(); got["state"] != st || len(got) != 2 {
+		t.Errorf("a.Arrays() = %v", got)
+	}
+	// The queue is empty now; the outsider's queue is untouched.
+	if resp, err := m.AllocateQueue(a); resp != nil || err != nil {
+		t.Errorf("second AllocateQueue: %v, %v", resp, err)
+	}
+	if len(h.got()) != 3 {
+		t.Errorf("hooks called again on an empty queue: %v", h.got())
+	}
+	if q := m.Queued(outsider); len(q) != 1 {
+		t.Errorf("another group's queue: %v", q)
+	}
+}
+
+// TestHooksMayCallTheManager: no lock is held while a hook runs.
+func TestHooksMayCallTheManager(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	var c *Client
+	done := make(chan error, 1)
+	c = register(t, m, ClientOptions{OnAllocated: func(r *ArrayResponse) {
+		_, err := m.Proportion(c)
+		if err == nil {
+			err = m.QueueRequest(c, map[string]ArrayRequest{"again": req(Float32, 0, 5)})
+		}
+		if err == nil {
+			err = m.Free("x")
+		}
+		done <- err
+	}})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 5)})
+	if _, err := m.AllocateQueue(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Queued(c)) != 1 {
+		t.Error("the hook's queued request is missing")
+	}
+}
+
+func TestChunkedAllocation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mode           LimitMode
+		proportion     float64
+		buffers        int
+		wantChunks     int
+		wantBudget     uint64
+		wantBufferSets int
+	}{
+		// 64 MiB device, Direct (2 MiB granularity: no slack): 48 MiB of runs.
+		"passive: fits in free memory":         {Passive, 0.25, 1, 1, 64 * MiB, 1},
+		"active: chunked to the client's cap":  {Active, 0.25, 1, 3, 16 * MiB, 1},
+		"active, double buffered":              {Active, 0.25, 2, 6, 16 * MiB, 2},
+		"active, double buffered, but it fits": {Active, 1, 2, 1, 64 * MiB, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, WithLimitMode(tc.mode))
+			c := register(t, m, ClientOptions{Proportion: tc.proportion, Group: "g"})
+			const runs = 6 * 1024 * 1024 // × 8 B = 48 MiB
+			if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float64, 0, runs)}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := m.AllocateQueue(c, WithBuffers(tc.buffers))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Chunks != tc.wantChunks || resp.Plan.Budget != tc.wantBudget {
+				t.Fatalf("chunks %d, budget %d; want %d, %d", resp.Chunks, resp.Plan.Budget, tc.wantChunks, tc.wantBudget)
+			}
+			if len(resp.Buffers) != tc.wantBufferSets {
+				t.Fatalf("%d buffer sets, want %d", len(resp.Buffers), tc.wantBufferSets)
+			}
+			seen := map[device.Ptr]bool{}
+			for i, set := range resp.Buffers {
+				x := set.Device["x"]
+				if x == nil || x.Dim(0) != resp.ChunkLength || seen[x.Ptr()] {
+					t.Errorf("buffer %d: %v", i, x)
+				} else {
+					seen[x.Ptr()] = true
+				}
+			}
+			if resp.Arrays["x"] != resp.Buffers[0].Device["x"] {
+				t.Error("Arrays is not buffer 0")
+			}
+			if c.Held() != resp.Plan.BytesPerChunk {
+				t.Errorf("held %d, plan %d", c.Held(), resp.Plan.BytesPerChunk)
+			}
+		})
+	}
+}
+
+// TestActiveBudgetCountsWhatTheGroupHolds: in Active mode a group plans
+// within its members' caps less what they hold, and arrays being
+// replaced count as free.
+func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB, WithLimitMode(Active))
+	a := register(t, m, ClientOptions{Proportion: 0.25, Group: "g"}) // 16 MiB
+	b := register(t, m, ClientOptions{Proportion: 0.25, Group: "g"}) // 16 MiB
+	register(t, m, ClientOptions{Proportion: 0.25, Group: "h"})      // not in g
+	_ = m.QueueRequest(a, map[string]ArrayRequest{"held": fixed(Uint8, 10*int(MiB))})
+	if _, err := m.AllocateQueue(a); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.QueueRequest(b, map[string]ArrayRequest{"x": req(Uint8, 0, 64*int(MiB))})
+	resp, err := m.AllocateQueue(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Plan.Budget != 22*MiB {
+		t.Errorf("budget %s, want caps 32 MiB − 10 MiB held = 22 MiB", fmtBytes(resp.Plan.Budget))
+	}
+	// Re-allocating "held" at the same size: its own bytes count as free.
+	_ = m.QueueRequest(a, map[string]ArrayRequest{"held": fixed(Uint8, 10*int(MiB))})
+	before := a.Arrays()["held"]
+	resp, err = m.AllocateQueue(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !before.Freed() || resp.Arrays["held"].Freed() {
+		t.Errorf("replaced array freed %v, new one freed %v", before.Freed(), resp.Arrays["held"].Freed())
+	}
+	if want := 32*MiB - b.Held(); resp.Plan.Budget != want {
+		t.Errorf("re-allocation budget %s, want %s (caps − b's arrays)", fmtBytes(resp.Plan.Budget), fmtBytes(want))
+	}
+	if a.Held() != 10*MiB {
+		t.Errorf("a holds %d after the re-allocation", a.Held())
+	}
+}
+
+func fmtBytes(n uint64) string { return fmt.Sprintf("%d (%.2f MiB)", n, float64(n)/float64(MiB)) }
+
+func TestAllocateFailures(t *testing.T) {
+	for name, tc := range map[string]struct {
+		reqs  map[string]ArrayRequest
+		setup func(t *testing.T, m *Manager, fault func(int))
+		is    error
+	}{
+		"unchunkable": {
+			reqs: map[string]ArrayRequest{"x": fixed(Uint8, 100*int(MiB))},
+			is:   ErrUnchunkable,
+		},
+		"run too large": {
+			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 40*int(MiB)), "x": req(Uint8, 1, 30*int(MiB), 4)},
+			is:   ErrRunTooLarge,
+		},
+		"out of memory at the third array": {
+			reqs: map[string]ArrayRequest{"a": req(Float32, 0, 1000), "b": req(Float32, 0, 1000), "c": req(Float32, 0, 1000)},
+			setup: func(t *testing.T, m *Manager, fault func(int)) {
+				fault(3)
+			},
+			is: ErrOutOfMemory,
+		},
+		"out of memory at the first array": {
+			reqs:  map[string]ArrayRequest{"a": req(Float32, 0, 1000), "b": req(Float32, 0, 1000)},
+			setup: func(t *testing.T, m *Manager, fault func(int)) { fault(1) },
+			is:    ErrOutOfMemory,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, dev, _ := newManager(t, 64*MiB)
+			h := newHookLog()
+			c := register(t, m, h.opts("c", "g"))
+			register(t, m, h.opts("n", "g"))
+			if err := m.QueueRequest(c, tc.reqs); err != nil {
+				t.Fatal(err)
+			}
+			queued := m.Queued(c)
+			free0 := free(t, m)
+			if tc.setup != nil {
+				tc.setup(t, m, dev.Faults().OOMAtAlloc)
+			}
+			resp, err := m.AllocateQueue(c)
+			if !errors.Is(err, tc.is) || resp != nil {
+				t.Fatalf("got %v, %v; want %v", resp, err, tc.is)
+			}
+			if got := h.got(); len(got) != 0 {
+				t.Errorf("hooks called on failure: %v", got)
+			}
+			if got := m.Queued(c); !maps.EqualFunc(got, queued, func(a, b ArrayRequest) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+				t.Errorf("queue after failure %v, want %v", got, queued)
+			}
+			if f := free(t, m); f != free0 {
+				t.Errorf("device free %d after failure, was %d: something stayed allocated", f, free0)
+			}
+			if c.Held() != 0 || len(c.Arrays()) != 0 {
+				t.Errorf("client holds %d bytes, %v", c.Held(), c.Arrays())
+			}
+			dev.Faults().Clear()
+			if tc.is == ErrOutOfMemory {
+				// The queue is intact: the retry succeeds.
+				if resp, err := m.AllocateQueue(c); err != nil || len(resp.Arrays) != len(tc.reqs) {
+					t.Fatalf("retry: %v, %v", resp, err)
+				}
+				if got := h.got(); !slices.Equal(got, []string{"c", "n"}) {
+					t.Errorf("hooks on retry: %v", got)
+				}
+			}
+		})
+	}
+}
+
+func TestAllocateErrorsCarryTheFigures(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{Name: "solver", Group: "batch"})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"k": fixed(Uint8, 70*int(MiB)), "x": req(Float32, 0, 100)})
+	_, err := m.AllocateQueue(c)
+	for _, s := range []string{`group "batch"`, "passive mode", "budget 64 MiB", "unchunkable arrays need 70 MiB"} {
+		if err == nil || !strings.Contains(err.Error(), s) {
+			t.Errorf("error %v does not say %q", err, s)
+		}
+	}
+}
+
+func TestRunsMismatchAcrossClients(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	a := register(t, m, ClientOptions{Name: "a", Group: "g"})
+	b := register(t, m, ClientOptions{Name: "b", Group: "g"})
+	_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 100)})
+	_ = m.QueueRequest(b, map[string]ArrayRequest{"y": req(Float32, 0, 200)})
+	_, err := m.AllocateQueue(a)
+	if !errors.Is(err, ErrRunsMismatch) || !strings.Contains(err.Error(), a.String()+"/x") || !strings.Contains(err.Error(), b.String()+"/y") {
+		t.Fatalf("got %v", err)
+	}
+	if len(m.Queued(a)) != 1 || len(m.Queued(b)) != 1 {
+		t.Error("queues not restored")
+	}
+}
+
+func TestQueueRequestValidation(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	for name, tc := range map[string]struct {
+		r  ArrayRequest
+		is error
+	}{
+		"zero dimension":   {ArrayRequest{Shape: []int{4, 0}, DType: Float32}, ErrInvalidRequest},
+		"no shape":         {ArrayRequest{DType: Float32}, ErrInvalidRequest},
+		"no dtype":         {ArrayRequest{Shape: []int{4}}, ErrInvalidRequest},
+		"managed memory":   {ArrayRequest{Shape: []int{4}, DType: Float32, Memory: Managed}, ErrNotSupported},
+		"size overflow":    {ArrayRequest{Shape: []int{1 << 40, 1 << 30}, DType: Float64}, ErrInvalidRequest},
+		"runs disagree":    {ArrayRequest{Shape: []int{10}, DType: Float32, TotalRuns: 11}, ErrInvalidRequest},
+		"negative axis":    {ArrayRequest{Shape: []int{10}, DType: Float32, ChunkAxis: -1}, ErrInvalidRequest},
+		"unknown memory":   {ArrayRequest{Shape: []int{10}, DType: Float32, Memory: 9}, ErrInvalidRequest},
+		"negative runs":    {ArrayRequest{Shape: []int{10}, DType: Float32, Unchunkable: true, TotalRuns: -2}, ErrInvalidRequest},
+		"unknown dtype 99": {ArrayRequest{Shape: []int{10}, DType: 99}, ErrInvalidRequest},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := m.QueueRequest(c, map[string]ArrayRequest{"good": req(Float32, 0, 10), "bad": tc.r})
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), "bad") {
+				t.Errorf("got %v, want %v naming the label", err, tc.is)
+			}
+			if q := m.Queued(c); len(q) != 0 {
+				t.Errorf("a refused request set queued %v", q)
+			}
+		})
+	}
+	// Queuing a label again replaces it; other labels stay.
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"a": req(Float32, 0, 10), "b": req(Float32, 0, 10)})
+	shape := []int{20}
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"a": {Shape: shape, DType: Float64}})
+	shape[0] = 99 // the queue holds its own copy
+	q := m.Queued(c)
+	if len(q) != 2 || q["a"].DType != Float64 || q["a"].Shape[0] != 20 {
+		t.Errorf("queue after re-queuing a: %v", q)
+	}
+}
+
+func TestHostMemoryRequests(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{
+		"dev":    req(Float32, 0, 1000),
+		"pinned": {Shape: []int{1000, 3}, DType: Float64, Memory: Pinned},
+		"mapped": {Shape: []int{1000}, DType: Int32, Memory: Mapped},
+		"page":   {Shape: []int{1000}, DType: Uint8, Memory: Pageable},
+	})
+	resp, err := m.AllocateQueue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(resp.Arrays)); !slices.Equal(got, []string{"dev", "mapped"}) {
+		t.Errorf("device arrays %v", got)
+	}
+	if got := slices.Sorted(maps.Keys(resp.Host)); !slices.Equal(got, []string{"mapped", "page", "pinned"}) {
+		t.Errorf("host arrays %v", got)
+	}
+	p := resp.Host["pinned"]
+	if p.Memory() != Pinned || len(p.Float64s()) != 3000 || p.Bytes() != 24000 {
+		t.Errorf("pinned: %v %d", p, len(p.Float64s()))
+	}
+	mp := resp.Host["mapped"]
+	if mp.DevicePtr() == 0 || resp.Arrays["mapped"].Ptr() != mp.DevicePtr() || resp.Arrays["mapped"].Memory() != Mapped {
+		t.Errorf("mapped: host at %v, device array %v", mp.DevicePtr(), resp.Arrays["mapped"])
+	}
+	if c.Held() != roundUp(4000, m.Granularity()) {
+		t.Errorf("host memory counted as held: %d", c.Held())
+	}
+	if r := dev.Leaks(); r.HostBuffers != 2 {
+		t.Errorf("pinned buffers: %s", r)
+	}
+	if err := c.Free("mapped"); err != nil {
+		t.Fatal(err)
+	}
+	if !mp.Freed() || !resp.Arrays["mapped"].Freed() || mp.Data() != nil || resp.Arrays["mapped"].Ptr() != 0 {
+		t.Error("mapped array not freed by Free")
+	}
+	if r := dev.Leaks(); r.HostBuffers != 1 {
+		t.Errorf("pinned buffers after freeing mapped: %s", r)
+	}
+}
+
+func TestFreeFreeAllInvalidateAll(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	h := newHookLog()
+	a := register(t, m, h.opts("a", ""))
+	b := register(t, m, h.opts("b", "other"))
+	alloc := func() (*ArrayResponse, *ArrayResponse) {
+		_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 10), "y": req(Float32, 0, 10)})
+		_ = m.QueueRequest(b, map[string]ArrayRequest{"x": req(Float32, 0, 10)})
+		ra, err := m.AllocateQueue(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := m.AllocateQueue(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ra, rb
+	}
+	free0 := free(t, m)
+	ra, rb := alloc()
+	if err := m.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	if !ra.Arrays["x"].Freed() || !rb.Arrays["x"].Freed() || ra.Arrays["y"].Freed() {
+		t.Error("Free(x) must free x of every client and nothing else")
+	}
+	if err := m.Free("nothing"); err != nil {
+		t.Errorf("Free of an unknown label: %v", err)
+	}
+	if err := m.FreeAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !ra.Arrays["y"].Freed() || free(t, m) != free0 || a.Held() != 0 {
+		t.Error("FreeAll left arrays")
+	}
+	if len(h.inval) != 0 {
+		t.Errorf("FreeAll called OnInvalidate: %v", h.inval)
+	}
+	ra, _ = alloc()
+	if err := m.InvalidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !ra.Arrays["y"].Freed() || h.inval["a"] != 1 || h.inval["b"] != 1 {
+		t.Errorf("InvalidateAll: freed %v, hooks %v", ra.Arrays["y"].Freed(), h.inval)
+	}
+}
+
+func TestSetAllocator(t *testing.T) {
+	for _, kind := range []AllocatorKind{Direct, Pool, AsyncPool} {
+		t.Run(kind.String(), func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB)
+			h := newHookLog()
+			a := register(t, m, h.opts("a", "g"))
+			b := register(t, m, h.opts("b", ""))
+			_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 1000), "p": {Shape: []int{4}, DType: Int32, Memory: Pinned, Unchunkable: true}})
+			resp, err := m.AllocateQueue(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = m.QueueRequest(b, map[string]ArrayRequest{"later": req(Float32, 0, 10)})
+			sa, _ := m.Stream(a)
+			sb, _ := m.Stream(b)
+			free0 := free(t, m)
+			if err := m.SetAllocator(kind); err != nil {
+				t.Fatal(err)
+			}
+			if m.AllocatorKind() != kind {
+				t.Errorf("kind %v", m.AllocatorKind())
+			}
+			if !resp.Arrays["x"].Freed() || !resp.Host["p"].Freed() || a.Held() != 0 {
+				t.Error("arrays survived SetAllocator")
+			}
+			if f := free(t, m); f < free0+4096 {
+				t.Errorf("device free %d after SetAllocator, was %d with an array live", f, free0)
+			}
+			if h.inval["a"] != 1 || h.inval["b"] != 1 {
+				t.Errorf("OnInvalidate calls: %v", h.inval)
+			}
+			if s, _ := m.Stream(a); s == sa {
+				t.Error("group g kept its stream")
+			}
+			if s, _ := m.Stream(b); s == sb {
+				t.Error("the default group kept its stream")
+			}
+			if len(m.Queued(b)) != 1 {
+				t.Error("SetAllocator dropped queued requests")
+			}
+			// The new allocator serves.
+			if resp, err := m.AllocateQueue(b); err != nil || resp.Arrays["later"].Freed() {
+				t.Errorf("allocate after SetAllocator: %v", err)
+			}
+		})
+	}
+}
+
+// noAsync hides the simulator's stream-ordered pool.
+type noAsync struct{ device.Device }
+
+func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
+	dev := newSim(t, 64*MiB)
+	m, err := New(noAsync{dev}, WithAllocator(Direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h := newHookLog()
+	c := register(t, m, h.opts("c", ""))
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 10)})
+	resp, _ := m.AllocateQueue(c)
+	s0, _ := m.Stream(c)
+	err = m.SetAllocator(AsyncPool)
+	if !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("AsyncPool on a device without one: %v", err)
+	}
+	if s, _ := m.Stream(c); s != s0 || resp.Arrays["x"].Freed() || len(h.inval) != 0 || m.AllocatorKind() != Direct {
+		t.Error("a refused SetAllocator changed something")
+	}
+	if _, err := New(noAsync{dev}, WithAllocator(AsyncPool)); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("New with AsyncPool on a device without one: %v", err)
+	}
+	if _, err := m.NewHostArray([]int{3}, Float32, Pinned, nil); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("pinned array on a device without host allocation: %v", err)
+	}
+}
+
+func TestReallocationReplaces(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000), "keep": req(Float32, 0, 1000)})
+	r1, _ := m.AllocateQueue(c)
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	r2, err := m.AllocateQueue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r1.Arrays["x"].Freed() || r1.Arrays["keep"].Freed() || r2.Arrays["x"].Freed() {
+		t.Error("re-allocation must free the replaced label only")
+	}
+	if got := c.Arrays(); got["x"] != r2.Arrays["x"] || got["keep"] != r1.Arrays["keep"] {
+		t.Errorf("client arrays %v", got)
+	}
+	if c.Held() != 2*roundUp(4000, m.Granularity()) {
+		t.Errorf("held %d", c.Held())
+	}
+}
+
+func TestAllocateRacesWithClose(t *testing.T) {
+	// A requester closing during its group's allocation gets nothing and
+	// keeps nothing.
+	m, dev, _ := newManager(t, 64*MiB)
+	for range 50 {
+		a := register(t, m, ClientOptions{Group: "g"})
+		b := register(t, m, ClientOptions{Group: "g"})
+		_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 100)})
+		_ = m.QueueRequest(b, map[string]ArrayRequest{"y": req(Float32, 0, 100)})
+		var wg sync.WaitGroup
+		wg.Go(func() { _, _ = m.AllocateQueue(a) })
+		wg.Go(func() { _ = b.Close() })
+		wg.Wait()
+		_ = a.Close()
+	}
+	if r := dev.Leaks(); r.Allocs != 0 {
+		t.Errorf("left on the device: %s", r)
+	}
+}
+
+// TestDoubleBuffersShareUnchunkable: with two buffers in flight each
+// chunkable array is allocated twice, each unchunkable one once and shared.
+func TestDoubleBuffersShareUnchunkable(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB, WithLimitMode(Active))
+	c := register(t, m, ClientOptions{Proportion: 0.25})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{
+		"x": req(Float64, 0, 6*1024*1024),
+		"k": fixed(Float64, 1000),
+		"h": {Shape: []int{6 * 1024 * 1024}, DType: Uint8, Memory: Pinned},
+	})
+	resp, err := m.AllocateQueue(c, WithBuffers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b0, b1 := resp.Buffers[0], resp.Buffers[1]
+	if resp.Chunks < 2 || len(resp.Buffers) != 2 {
+		t.Fatalf("%d chunks, %d buffers", resp.Chunks, len(resp.Buffers))
+	}
+	if b0.Device["k"] != b1.Device["k"] || b0.Device["x"] == b1.Device["x"] || b0.Host["h"] == b1.Host["h"] {
+		t.Error("unchunkable arrays must be shared between buffers, chunkable ones not")
+	}
+	if b1.Host["h"].Len() != resp.ChunkLength {
+		t.Errorf("host chunk buffer of %d runs, want %d", b1.Host["h"].Len(), resp.ChunkLength)
+	}
+	if c.Held() != resp.Plan.BytesPerChunk || resp.Plan.BytesPerChunk > 16*MiB {
+		t.Errorf("held %d, plan %d, cap 16 MiB", c.Held(), resp.Plan.BytesPerChunk)
+	}
+	if err := c.Free("x"); err != nil || !b0.Device["x"].Freed() || !b1.Device["x"].Freed() {
+		t.Errorf("Free(x) must free every buffer: %v", err)
+	}
+}

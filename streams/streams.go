@@ -1,0 +1,344 @@
+package streams
+
+// Groups keeps two maps: group name → group (its stream and a list of
+// members) and member id → member (its group and its place in the list).
+// Adding, moving, removing and looking a client up are one map operation
+// and a list splice under one mutex; only the id map grows with the number
+// of clients. Streams are made and
+// closed outside the mutex (they are device calls): Add and Move make the
+// stream of a new group first and then re-check the maps, closing the
+// spare stream if another goroutine made the group meanwhile.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/vramkit/vram/device"
+)
+
+// Default is the name of the group clients join when they name none.
+const Default = "default"
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrAlreadyGrouped: Add of a client that is already in a group.
+	ErrAlreadyGrouped = errors.New("client already in a stream group")
+	// ErrNotGrouped: a lookup, Move or Remove of a client in no group.
+	ErrNotGrouped = errors.New("client not in any stream group")
+	// ErrUnknownGroup: GroupStream of a group that does not exist.
+	ErrUnknownGroup = errors.New("no such stream group")
+	// ErrClosed: the Groups has been closed.
+	ErrClosed = errors.New("stream groups closed")
+)
+
+// StreamMaker makes streams; every device.Device is one. Groups calls it
+// from the goroutine of the Add, Move or Reinit that needs a stream, so it
+// must be safe for concurrent use.
+type StreamMaker interface {
+	NewStream() (device.Stream, error)
+}
+
+type group struct {
+	name   string
+	stream device.Stream
+	head   *member // members, most recently added first
+	n      int     // number of members
+}
+
+// member is a client's place in its group's list.
+type member struct {
+	id         uint64
+	g          *group
+	prev, next *member
+}
+
+func (grp *group) link(mb *member) {
+	mb.g, mb.prev, mb.next = grp, nil, grp.head
+	if grp.head != nil {
+		grp.head.prev = mb
+	}
+	grp.head = mb
+	grp.n++
+}
+
+func (grp *group) unlink(mb *member) {
+	if mb.prev != nil {
+		mb.prev.next = mb.next
+	} else {
+		grp.head = mb.next
+	}
+	if mb.next != nil {
+		mb.next.prev = mb.prev
+	}
+	mb.prev, mb.next, mb.g = nil, nil, nil
+	grp.n--
+}
+
+// Groups is a set of named stream groups. The zero value is not usable;
+// make one with New. Groups is safe for concurrent use.
+type Groups struct {
+	mk StreamMaker
+
+	mu     sync.Mutex         // protects the fields below
+	groups map[string]*group  // by name
+	member map[uint64]*member // by client id
+	closed bool
+}
+
+// New returns an empty set of groups whose streams mk makes. No stream is
+// made until a group is first used.
+func New(mk StreamMaker) *Groups {
+	return &Groups{mk: mk, groups: map[string]*group{}, member: map[uint64]*member{}}
+}
+
+func name(g string) string {
+	if g == "" {
+		return Default
+	}
+	return g
+}
+
+// Add puts client id in the named group ("" is Default), making the group
+// and its stream if it does not exist. It fails with ErrAlreadyGrouped if
+// the client is in a group already (use Move), and with the device's error
+// if a new stream cannot be made; either way nothing changes.
+func (g *Groups) Add(id uint64, groupName string) error {
+	return g.place(id, name(groupName), false)
+}
+
+// Move puts client id in the named group ("" is Default), making the
+// group and its stream if needed. The group it leaves keeps its stream.
+// It fails with ErrNotGrouped if the client is in no group.
+func (g *Groups) Move(id uint64, groupName string) error {
+	return g.place(id, name(groupName), true)
+}
+
+// place adds (move=false) or moves (move=true) id into group gname.
+func (g *Groups) place(id uint64, gname string, move bool) error {
+	var fresh device.Stream // made outside the lock when the group is new
+	for {
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			closeQuietly(fresh)
+			return ErrClosed
+		}
+		mb, in := g.member[id]
+		switch {
+		case in && !move:
+			g.mu.Unlock()
+			closeQuietly(fresh)
+			return fmt.Errorf("client %d is in group %q: %w", id, mb.g.name, ErrAlreadyGrouped)
+		case !in && move:
+			g.mu.Unlock()
+			closeQuietly(fresh)
+			return fmt.Errorf("move client %d to group %q: %w", id, gname, ErrNotGrouped)
+		}
+		dst, ok := g.groups[gname]
+		if !ok && fresh != nil {
+			dst = &group{name: gname, stream: fresh}
+			g.groups[gname] = dst
+			fresh, ok = nil, true
+		}
+		if ok {
+			switch {
+			case !in:
+				mb = &member{id: id}
+				g.member[id] = mb
+			case mb.g != dst:
+				mb.g.unlink(mb)
+			default:
+				dst = nil // already there
+			}
+			if dst != nil {
+				dst.link(mb)
+			}
+			g.mu.Unlock()
+			closeQuietly(fresh) // another goroutine made the group first
+			return nil
+		}
+		g.mu.Unlock()
+		s, err := g.mk.NewStream()
+		if err != nil {
+			return fmt.Errorf("make the stream of group %q: %w", gname, err)
+		}
+		fresh = s
+	}
+}
+
+func closeQuietly(s device.Stream) {
+	if s != nil {
+		_ = s.Close()
+	}
+}
+
+// Remove takes client id out of its group. The group keeps its stream,
+// even when it has no members left. It fails with ErrNotGrouped if the
+// client is in no group.
+func (g *Groups) Remove(id uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	mb, ok := g.member[id]
+	if !ok {
+		return fmt.Errorf("remove client %d: %w", id, ErrNotGrouped)
+	}
+	mb.g.unlink(mb)
+	delete(g.member, id)
+	return nil
+}
+
+// Group returns the name of the group client id is in, or ErrNotGrouped.
+func (g *Groups) Group(id uint64) (string, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	mb, ok := g.member[id]
+	if !ok {
+		return "", fmt.Errorf("client %d: %w", id, ErrNotGrouped)
+	}
+	return mb.g.name, nil
+}
+
+// Stream returns the stream of the group client id is in, or
+// ErrNotGrouped.
+func (g *Groups) Stream(id uint64) (device.Stream, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	mb, ok := g.member[id]
+	if !ok {
+		return nil, fmt.Errorf("client %d: %w", id, ErrNotGrouped)
+	}
+	return mb.g.stream, nil
+}
+
+// GroupStream returns the stream of the named group ("" is Default), or
+// ErrUnknownGroup if it has never been used.
+func (g *Groups) GroupStream(groupName string) (device.Stream, error) {
+	gname := name(groupName)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	grp, ok := g.groups[gname]
+	if !ok {
+		return nil, fmt.Errorf("group %q: %w", gname, ErrUnknownGroup)
+	}
+	return grp.stream, nil
+}
+
+// Members returns the ids in the named group ("" is Default), sorted; it
+// is empty for a group that does not exist. It costs O(members).
+func (g *Groups) Members(groupName string) []uint64 {
+	g.mu.Lock()
+	grp, ok := g.groups[name(groupName)]
+	if !ok {
+		g.mu.Unlock()
+		return []uint64{}
+	}
+	ids := make([]uint64, 0, grp.n)
+	for mb := grp.head; mb != nil; mb = mb.next {
+		ids = append(ids, mb.id)
+	}
+	g.mu.Unlock()
+	slices.Sort(ids)
+	return ids
+}
+
+// Size returns the number of clients in the named group ("" is Default),
+// 0 for a group that does not exist.
+func (g *Groups) Size(groupName string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if grp, ok := g.groups[name(groupName)]; ok {
+		return grp.n
+	}
+	return 0
+}
+
+// Names returns the names of every group made so far, sorted.
+func (g *Groups) Names() []string {
+	g.mu.Lock()
+	names := make([]string, 0, len(g.groups))
+	for n := range g.groups {
+		names = append(names, n)
+	}
+	g.mu.Unlock()
+	slices.Sort(names)
+	return names
+}
+
+// Reinit gives every group a fresh stream, as needed after a device reset
+// has invalidated the old ones, and closes the old streams (ignoring their
+// errors: after a reset they are already gone). If a new stream cannot be
+// made, the streams made so far are closed, every group keeps its old
+// stream and the error is returned.
+func (g *Groups) Reinit() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return ErrClosed
+	}
+	names := make([]string, 0, len(g.groups))
+	for n := range g.groups {
+		names = append(names, n)
+	}
+	g.mu.Unlock()
+
+	fresh := make(map[string]device.Stream, len(names))
+	for _, n := range names {
+		s, err := g.mk.NewStream()
+		if err != nil {
+			for _, f := range fresh {
+				closeQuietly(f)
+			}
+			return fmt.Errorf("reinit the stream of group %q: %w", n, err)
+		}
+		fresh[n] = s
+	}
+
+	var old []device.Stream
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		for _, f := range fresh {
+			closeQuietly(f)
+		}
+		return ErrClosed
+	}
+	for n, s := range fresh {
+		// Groups made after the snapshot already have a new stream; the
+		// spare is closed below.
+		if grp, ok := g.groups[n]; ok {
+			old = append(old, grp.stream)
+			grp.stream = s
+		} else {
+			old = append(old, s)
+		}
+	}
+	g.mu.Unlock()
+	for _, s := range old {
+		closeQuietly(s)
+	}
+	return nil
+}
+
+// Close closes every group's stream and forgets every group. Later calls
+// of the other methods return ErrClosed (lookups: ErrNotGrouped); a second
+// Close returns nil.
+func (g *Groups) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	all := g.groups
+	g.groups, g.member = map[string]*group{}, map[uint64]*member{}
+	g.mu.Unlock()
+	var errs []error
+	for _, grp := range all {
+		if err := grp.stream.Close(); err != nil && !errors.Is(err, device.ErrInvalidated) {
+			errs = append(errs, fmt.Errorf("close the stream of group %q: %w", grp.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,349 @@
+package streams_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/streams"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// newDev is a simulated device, closed (and checked for open streams)
+// when the test ends.
+func newDev(t testing.TB) *sim.Device {
+	t.Helper()
+	dev, err := sim.New(sim.Config{TotalBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if r := dev.Leaks(); !r.Empty() {
+			t.Errorf("device left with %s", r)
+		}
+		if err := dev.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return dev
+}
+
+func newGroups(t testing.TB) (*streams.Groups, *sim.Device) {
+	dev := newDev(t)
+	g := streams.New(dev)
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return g, dev
+}
+
+func TestAddAndLookups(t *testing.T) {
+	g, _ := newGroups(t)
+	if got := g.Members("default"); len(got) != 0 || got == nil {
+		t.Errorf("Members of an unused default group = %#v, want empty", got)
+	}
+	if names := g.Names(); len(names) != 0 {
+		t.Errorf("groups before first use: %v", names)
+	}
+	for id, grp := range map[uint64]string{1: "", 2: "default", 3: "solver", 4: "solver"} {
+		if err := g.Add(id, grp); err != nil {
+			t.Fatalf("Add(%d, %q): %v", id, grp, err)
+		}
+	}
+	for name, tc := range map[string]struct {
+		id    uint64
+		group string
+	}{
+		"empty name joins default": {1, "default"},
+		"default by name":          {2, "default"},
+		"named group":              {3, "solver"},
+		"second member":            {4, "solver"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := g.Group(tc.id)
+			if err != nil || got != tc.group {
+				t.Errorf("Group(%d) = %q, %v; want %q", tc.id, got, err, tc.group)
+			}
+			s, err := g.Stream(tc.id)
+			want, _ := g.GroupStream(tc.group)
+			if err != nil || s != want || s == nil {
+				t.Errorf("Stream(%d) = %v, %v; want the group's stream %v", tc.id, s, err, want)
+			}
+		})
+	}
+	s3, _ := g.Stream(3)
+	s1, _ := g.Stream(1)
+	if s3 == s1 {
+		t.Error("two groups share a stream")
+	}
+	if got := g.Members("solver"); !slices.Equal(got, []uint64{3, 4}) {
+		t.Errorf("Members(solver) = %v", got)
+	}
+	if got := g.Members(""); !slices.Equal(got, []uint64{1, 2}) {
+		t.Errorf("Members(\"\") = %v", got)
+	}
+	if got := g.Members("nope"); len(got) != 0 {
+		t.Errorf("Members of an unknown group = %v", got)
+	}
+	if n := g.Size("solver"); n != 2 {
+		t.Errorf("Size(solver) = %d", n)
+	}
+	if got := g.Names(); !slices.Equal(got, []string{"default", "solver"}) {
+		t.Errorf("Names = %v", got)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	g, _ := newGroups(t)
+	if err := g.Add(1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		do   func() error
+		want error
+	}{
+		"add twice, same group":      {func() error { return g.Add(1, "a") }, streams.ErrAlreadyGrouped},
+		"add twice, other group":     {func() error { return g.Add(1, "b") }, streams.ErrAlreadyGrouped},
+		"group of unknown client":    {func() error { _, err := g.Group(9); return err }, streams.ErrNotGrouped},
+		"stream of unknown client":   {func() error { _, err := g.Stream(9); return err }, streams.ErrNotGrouped},
+		"move unknown client":        {func() error { return g.Move(9, "a") }, streams.ErrNotGrouped},
+		"remove unknown client":      {func() error { return g.Remove(9) }, streams.ErrNotGrouped},
+		"stream of an unknown group": {func() error { _, err := g.GroupStream("zz"); return err }, streams.ErrUnknownGroup},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := tc.do(); !errors.Is(err, tc.want) {
+				t.Errorf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+	// A failed Add changed nothing.
+	if grp, _ := g.Group(1); grp != "a" || g.Size("b") != 0 {
+		t.Errorf("after refused adds: client 1 in %q, b has %d", grp, g.Size("b"))
+	}
+}
+
+func TestMoveAndRemove(t *testing.T) {
+	g, _ := newGroups(t)
+	_ = g.Add(1, "a")
+	_ = g.Add(2, "a")
+	sa, _ := g.GroupStream("a")
+	if err := g.Move(1, "b"); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := g.GroupStream("b")
+	if s, _ := g.Stream(1); s != sb || sb == sa {
+		t.Errorf("after Move, client 1's stream is %v; want b's %v (a's is %v)", s, sb, sa)
+	}
+	if got := g.Members("a"); !slices.Equal(got, []uint64{2}) {
+		t.Errorf("a = %v after the move", got)
+	}
+	if err := g.Move(1, "b"); err != nil {
+		t.Errorf("move into the group it is in: %v", err)
+	}
+	if got := g.Members("b"); !slices.Equal(got, []uint64{1}) {
+		t.Errorf("b = %v", got)
+	}
+	if err := g.Remove(2); err != nil {
+		t.Fatal(err)
+	}
+	// An emptied group keeps its stream.
+	if s, err := g.GroupStream("a"); err != nil || s != sa || g.Size("a") != 0 {
+		t.Errorf("emptied group a: stream %v, %v (was %v), size %d", s, err, sa, g.Size("a"))
+	}
+	if err := g.Add(2, "b"); err != nil {
+		t.Errorf("re-add after Remove: %v", err)
+	}
+}
+
+func TestReinit(t *testing.T) {
+	g, dev := newGroups(t)
+	_ = g.Add(1, "a")
+	_ = g.Add(2, "b")
+	before := map[string]device.Stream{}
+	for _, n := range g.Names() {
+		before[n], _ = g.GroupStream(n)
+	}
+	if err := dev.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	// After a reset the old streams are invalid.
+	if err := before["a"].Synchronize(); !errors.Is(err, device.ErrInvalidated) {
+		t.Fatalf("old stream after reset: %v, want ErrInvalidated", err)
+	}
+	if err := g.Reinit(); err != nil {
+		t.Fatal(err)
+	}
+	for n, old := range before {
+		s, _ := g.GroupStream(n)
+		if s == old {
+			t.Errorf("group %s kept its stream", n)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Errorf("group %s's new stream: %v", n, err)
+		}
+	}
+	if grp, _ := g.Group(1); grp != "a" {
+		t.Errorf("membership lost by Reinit: client 1 in %q", grp)
+	}
+}
+
+// failingMaker makes streams from dev until it is told to fail.
+type failingMaker struct {
+	dev  device.Device
+	fail atomic.Bool
+}
+
+var errMake = errors.New("no more streams")
+
+func (f *failingMaker) NewStream() (device.Stream, error) {
+	if f.fail.Load() {
+		return nil, errMake
+	}
+	return f.dev.NewStream()
+}
+
+func TestFailedStreamChangesNothing(t *testing.T) {
+	dev := newDev(t)
+	mk := &failingMaker{dev: dev}
+	g := streams.New(mk)
+	defer g.Close()
+	_ = g.Add(1, "a")
+	_ = g.Add(2, "b")
+	sa, _ := g.GroupStream("a")
+	mk.fail.Store(true)
+	if err := g.Add(3, "c"); !errors.Is(err, errMake) {
+		t.Errorf("Add to a new group with no stream: %v", err)
+	}
+	if _, err := g.Group(3); !errors.Is(err, streams.ErrNotGrouped) {
+		t.Errorf("client 3 was added anyway: %v", err)
+	}
+	if err := g.Move(1, "c"); !errors.Is(err, errMake) {
+		t.Errorf("Move to a new group with no stream: %v", err)
+	}
+	if grp, _ := g.Group(1); grp != "a" {
+		t.Errorf("client 1 moved anyway, to %q", grp)
+	}
+	if err := g.Reinit(); !errors.Is(err, errMake) {
+		t.Errorf("Reinit with no streams: %v", err)
+	}
+	if s, _ := g.GroupStream("a"); s != sa {
+		t.Error("a failed Reinit changed a stream")
+	}
+	if err := g.Add(4, "a"); err != nil {
+		t.Errorf("joining an existing group needs no stream: %v", err)
+	}
+}
+
+func TestClose(t *testing.T) {
+	g, dev := newGroups(t)
+	_ = g.Add(1, "a")
+	_ = g.Add(2, "b")
+	if r := dev.Leaks(); r.Streams != 2 {
+		t.Fatalf("want 2 open streams, have %s", r)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := dev.Leaks(); r.Streams != 0 {
+		t.Errorf("Close left %d streams open", r.Streams)
+	}
+	if err := g.Add(3, "a"); !errors.Is(err, streams.ErrClosed) {
+		t.Errorf("Add after Close: %v", err)
+	}
+	if err := g.Reinit(); !errors.Is(err, streams.ErrClosed) {
+		t.Errorf("Reinit after Close: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestConcurrent adds, moves, looks up and removes clients from many
+// goroutines, racing on the creation of the same new groups; each group
+// must end with exactly one stream and the device with no spare ones.
+func TestConcurrent(t *testing.T) {
+	g, dev := newGroups(t)
+	const workers, each = 8, 200
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				id := uint64(w*each + i + 1)
+				grp := fmt.Sprintf("g%d", i%5)
+				if err := g.Add(id, grp); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := g.Stream(id); err != nil {
+					t.Error(err)
+				}
+				if i%3 == 0 {
+					if err := g.Move(id, fmt.Sprintf("g%d", (i+1)%7)); err != nil {
+						t.Error(err)
+					}
+				}
+				_ = g.Members(grp)
+				if i%2 == 0 {
+					if err := g.Remove(id); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 5 {
+			if err := g.Reinit(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	total := 0
+	for _, n := range g.Names() {
+		total += g.Size(n)
+	}
+	if total != workers*each/2 {
+		t.Errorf("%d clients in groups, want %d", total, workers*each/2)
+	}
+	if r := dev.Leaks(); r.Streams != len(g.Names()) {
+		t.Errorf("%d open streams for %d groups", r.Streams, len(g.Names()))
+	}
+}
+
+func ExampleGroups() {
+	dev, _ := sim.New(sim.Config{})
+	defer dev.Close()
+	g := streams.New(dev)
+	defer g.Close()
+
+	_ = g.Add(1, "solver")
+	_ = g.Add(2, "solver")
+	_ = g.Add(3, "") // the default group
+	err := g.Add(1, "other")
+	fmt.Println(errors.Is(err, streams.ErrAlreadyGrouped))
+
+	s1, _ := g.Stream(1)
+	s2, _ := g.Stream(2)
+	fmt.Println("1 and 2 share a stream:", s1 == s2)
+	fmt.Println(g.Members("solver"), g.Members("default"), g.Members("unknown"))
+
+	_ = g.Move(2, "post")
+	grp, _ := g.Group(2)
+	fmt.Println("2 is in", grp, "of", g.Names())
+	// Output:
+	// true
+	// 1 and 2 share a stream: true
+	// [1 2] [3] []
+	// 2 is in post of [default post solver]
+}
