@@ -1,0 +1,144 @@
+// The allocators the commands name with --allocator, and what info says
+// about their defaults.
+
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// allocatorKinds are the names --allocator takes, in the order replay and
+// bench run them.
+var allocatorKinds = []string{"direct", "pool", "async"}
+
+// defaultAllocator is the allocator run and plan use unless told.
+const defaultAllocator = "pool"
+
+// newAllocator makes the allocator named kind on dev.
+func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {
+	switch kind {
+	case "direct":
+		return alloc.NewDirect(dev), nil
+	case "pool":
+		return alloc.NewPool(dev, alloc.PoolConfig{})
+	case "async":
+		return alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
+	}
+	return nil, usagef("--allocator %q: want one of %s", kind, strings.Join(allocatorKinds, ", "))
+}
+
+// parseAllocators reads a comma-separated --allocator list.
+func parseAllocators(list string) ([]string, error) {
+	var kinds []string
+	for _, k := range strings.Split(list, ",") {
+		k = strings.ToLower(strings.TrimSpace(k))
+		if k == "" {
+			continue
+		}
+		if !slices.Contains(allocatorKinds, k) {
+			return nil, usagef("--allocator: unknown allocator %q; want a comma-separated list of %s", k, strings.Join(allocatorKinds, ", "))
+		}
+		kinds = append(kinds, k)
+	}
+	if len(kinds) == 0 {
+		return nil, usagef("--allocator %q names no allocator; want a list of %s", list, strings.Join(allocatorKinds, ", "))
+	}
+	return kinds, nil
+}
+
+// allocatorGranularity is the rounding unit the planner should count
+// bytes in for the allocator named kind on dev: what the allocator says
+// (alloc.Granular), else the planner's default.
+func allocatorGranularity(kind string, dev device.Device) (uint64, error) {
+	a, err := newAllocator(kind, dev)
+	if err != nil {
+		return 0, fmt.Errorf("allocator for the granularity: %w", err)
+	}
+	defer a.Close()
+	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
+		return g.Granularity(), nil
+	}
+	return vram.DefaultGranularity, nil
+}
+
+// allocatorReport is what info says about the allocators.
+type allocatorReport struct {
+	Default string   `json:"default"` // what run and plan use unless told
+	Kinds   []string `json:"kinds"`   // the names --allocator takes
+	// Granularity is each allocator's rounding unit on this device, bytes.
+	Granularity map[string]uint64 `json:"granularity"`
+	// Pool is the caching pool's configuration, defaults filled in.
+	Pool alloc.PoolConfig `json:"pool"`
+	// AsyncReleaseThreshold is the async pool's default release
+	// threshold, bytes.
+	AsyncReleaseThreshold uint64 `json:"async_release_threshold"`
+	// Unavailable says, per allocator, why it cannot run on this device.
+	Unavailable map[string]string `json:"unavailable,omitempty"`
+}
+
+// allocatorDefaults builds the report by making each allocator on dev.
+func allocatorDefaults(dev device.Device) allocatorReport {
+	rep := allocatorReport{
+		Default:     defaultAllocator,
+		Kinds:       allocatorKinds,
+		Granularity: map[string]uint64{},
+	}
+	for _, kind := range allocatorKinds {
+		a, err := newAllocator(kind, dev)
+		if err != nil {
+			if rep.Unavailable == nil {
+				rep.Unavailable = map[string]string{}
+			}
+			rep.Unavailable[kind] = err.Error()
+			continue
+		}
+		rep.Granularity[kind] = vram.DefaultGranularity
+		if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
+			rep.Granularity[kind] = g.Granularity()
+		}
+		switch a := a.(type) {
+		case *alloc.Pool:
+			rep.Pool = a.Config()
+		case *alloc.AsyncPool:
+			rep.AsyncReleaseThreshold = a.ReleaseThreshold()
+		}
+		a.Close()
+	}
+	return rep
+}
+
+// notes writes the report as lines for info's text output.
+func (r allocatorReport) notes() []string {
+	var lines []string
+	for _, kind := range r.Kinds {
+		if why, ok := r.Unavailable[kind]; ok {
+			lines = append(lines, fmt.Sprintf("%-6s unavailable: %s", kind, why))
+			continue
+		}
+		var line string
+		switch kind {
+		case "direct":
+			line = "every call goes to the device"
+		case "pool":
+			p := r.Pool
+			line = fmt.Sprintf("caching best-fit pool: small ≤ %s in %s segments, medium in %s–%s segments, large ≥ %s on their own",
+				units.Format(p.SmallSize), units.Format(p.SmallSegment), units.Format(p.MediumSegment),
+				units.Format(p.MaxMediumSegment), units.Format(p.LargeSize))
+		case "async":
+			th := "keeps all freed memory"
+			if r.AsyncReleaseThreshold != alloc.KeepAll {
+				th = "release threshold " + units.Format(r.AsyncReleaseThreshold)
+			}
+			line = "the device's stream-ordered pool, " + th
+		}
+		lines = append(lines, fmt.Sprintf("%-6s rounds to %s; %s", kind, units.Format(r.Granularity[kind]), line))
+	}
+	return lines
+}

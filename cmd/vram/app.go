@@ -1,0 +1,276 @@
+// The command tree, global flags, exit statuses and output helpers shared by
+// every subcommand.
+//
+// Everything a command needs from the process (arguments, output streams,
+// the environment through device.DefaultSpec, a context cancelled on
+// interrupt) comes in through runContext, so tests run whole commands
+// in-process and read what they printed. Errors travel back up as values:
+// a usageError (bad flags, arguments or device spec) exits 2, any other
+// error exits 1, and in both cases the message goes to stderr and nothing
+// but the command's own output ever reaches stdout.
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/vramkit/vram/device"
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0 // the command did what it was asked
+	exitFailure = 1 // it ran and failed: no device, out of memory, a result that did not verify
+	exitUsage   = 2 // it was asked wrongly: unknown command or flag, bad flag value or argument
+)
+
+// usageError marks an error in how the command was called; it exits 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef makes a usageError. %w verbs wrap as in fmt.Errorf.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// app holds what every subcommand shares: the process's streams and the
+// global flags. One app serves one invocation; it is not safe for
+// concurrent use.
+type app struct {
+	ctx    context.Context
+	stdin  io.Reader // request sets for plan
+	stdout io.Writer // command output only: tables, or one JSON value with --json
+	stderr io.Writer // errors, logs and progress bars
+
+	device  string // --device: a device spec for device.Open
+	json    bool   // --json: machine-readable output on stdout
+	verbose bool   // -v: debug logs on stderr
+
+	log *slog.Logger // set before any subcommand runs
+}
+
+// run executes the vram command line args (without the program name) with
+// the process's stdin and returns the process exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	return runContext(context.Background(), args, os.Stdin, stdout, stderr)
+}
+
+// runContext is run with a context that interrupts long work (the batch
+// job, replays, benchmarks) when it is cancelled, and a given stdin.
+func runContext(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
+	return a.execute(args)
+}
+
+// execute runs one command line and returns its exit status.
+func (a *app) execute(args []string) int {
+	a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	root := a.rootCommand()
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	fmt.Fprintf(a.stderr, "vram: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(a.stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return exitUsage
+	}
+	return exitFailure
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "vram",
+		Short: "GPU memory management for batch GPU programs",
+		Long: `vram manages GPU memory for programs that run large batches of work on a GPU:
+it plans a batch that does not fit into chunks, serves arrays from pooled,
+stream-ordered allocators, and runs on a real GPU (CUDA driver) or on a
+faithful simulator when there is none.
+
+Every command takes --device (a device spec: auto, sim, sim:vram=8GiB,
+cuda, cuda:1; default $VRAM_DEVICE or auto) and --json (one JSON value on
+stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
+		Version:                    version(),
+		SuggestionsMinimumDistance: 2,
+		SilenceErrors:              true,
+		SilenceUsage:               true,
+		// A root that runs, so that an unknown command is our usage error
+		// and a bare "vram" can say what is missing.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				hint := ""
+				if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+					hint = fmt.Sprintf(" (did you mean %q?)", s[0])
+				}
+				return usagef("unknown command %q%s; the commands are %s", args[0], hint, commandNames(cmd))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return usagef("missing command: one of %s", commandNames(cmd))
+		},
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			level := slog.LevelWarn
+			if a.verbose {
+				level = slog.LevelDebug
+			}
+			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			if strings.TrimSpace(a.device) == "" {
+				return usagef("--device is empty; give a spec such as auto, sim, sim:vram=8GiB or cuda:0")
+			}
+			a.log.Debug("vram", "command", cmd.CommandPath(), "device", a.device, "json", a.json)
+			return nil
+		},
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return usageError{err}
+	})
+	root.CompletionOptions.HiddenDefaultCmd = true
+	// The root runs only to report a missing or unknown command; its usage
+	// shows the subcommands, not "vram [flags]".
+	root.SetUsageTemplate(strings.Replace(root.UsageTemplate(),
+		"{{if .Runnable}}", "{{if and .Runnable .HasParent}}", 1))
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.device, "device", device.DefaultSpec(),
+		"device spec: auto, sim, sim:vram=8GiB, cuda, cuda:N; $"+device.EnvDevice+" sets the default")
+	pf.BoolVar(&a.json, "json", false, "print one JSON value on stdout instead of text")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "debug logs on stderr")
+
+	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.replayCommand(), a.benchCommand())
+	return root
+}
+
+// commandNames lists cmd's runnable subcommands for error messages.
+func commandNames(cmd *cobra.Command) string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() && c.Name() != "help" {
+			names = append(names, c.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// usageArgs turns a cobra argument check's error into a usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return usageError{err}
+		}
+		return nil
+	}
+}
+
+// version is the module version the binary was built from, or "devel".
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// openDevice opens spec (the --device flag, or a spec a command derived
+// from it) and says why "auto" fell back to the simulator, if it did. A
+// spec Open cannot read is a usage error.
+func (a *app) openDevice(spec string) (device.Device, error, error) {
+	dev, fallback, err := device.OpenWithFallback(spec)
+	if err != nil {
+		if errors.Is(err, device.ErrBadSpec) {
+			return nil, nil, usageError{fmt.Errorf("--device %q: %w", spec, err)}
+		}
+		return nil, nil, err // it says "open SPEC: why"
+	}
+	info := dev.Info()
+	if fallback != nil {
+		a.log.Debug("auto fell back to the simulator", "reason", fallback)
+	}
+	a.log.Debug("device open", "spec", spec, "backend", info.Backend, "name", info.Name,
+		"total", info.TotalBytes, "granularity", info.Granularity)
+	return dev, fallback, nil
+}
+
+// writeJSON prints v as indented JSON on stdout.
+func (a *app) writeJSON(v any) error {
+	enc := json.NewEncoder(a.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// table returns a tab-aligned writer on stdout; Flush it when done.
+func (a *app) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(a.stdout, 0, 0, 2, ' ', 0)
+}
+
+// progress is a progress bar, or nothing. Finish may be called more than
+// once, so a deferred Finish can back up the one on the success path.
+type progress interface {
+	Add(n int)
+	Finish()
+}
+
+type noProgress struct{}
+
+func (noProgress) Add(int) {}
+func (noProgress) Finish() {}
+
+// barProgress draws a bar; Finish clears it and may be called again.
+type barProgress struct {
+	bar  *progressbar.ProgressBar
+	done bool
+}
+
+func (b *barProgress) Add(n int) { _ = b.bar.Add(n) }
+
+func (b *barProgress) Finish() {
+	if !b.done {
+		b.done = true
+		_ = b.bar.Finish()
+	}
+}
+
+// progress returns a bar of max steps on stderr when stderr is a terminal
+// and --json is off; otherwise one that draws nothing.
+func (a *app) progress(max int, desc string) progress {
+	if a.json || !isTerminal(a.stderr) || max <= 0 {
+		return noProgress{}
+	}
+	bar := progressbar.NewOptions(max,
+		progressbar.OptionSetWriter(a.stderr),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetRenderBlankState(true),
+	)
+	return &barProgress{bar: bar}
+}
+
+// isTerminal reports whether the stream w (an io.Writer or io.Reader) is
+// a terminal.
+func isTerminal(w any) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

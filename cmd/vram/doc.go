@@ -1,0 +1,46 @@
+// Command vram runs, plans and measures GPU batch work under vram's memory
+// manager, on a real GPU or on the simulator.
+//
+// Usage:
+//
+//	vram [--device SPEC] [--json] [-v] COMMAND [flags]
+//
+// The commands:
+//
+//	vram run      the example batch job: N damped, driven oscillators
+//	              integrated with RK4, planned into chunks that fit the
+//	              device, checked against a float64 host reference
+//	vram plan     read a request set as JSON (a file or stdin) and print
+//	              the chunk plan: chunks, chunk length, bytes, shapes
+//	vram replay   replay RMM allocation logs (CSV) against the allocators:
+//	              peak live and reserved bytes, device calls, speed, a plot
+//	vram info     the device a spec opens, its memory, the allocators
+//	vram bench    a quick allocator micro-benchmark table
+//
+// Global flags:
+//
+//	--device SPEC   auto (CUDA device 0 if the driver loads and a GPU
+//	                exists, else the simulator), sim, sim:vram=8GiB,
+//	                cuda, cuda:N. Default: $VRAM_DEVICE, else auto.
+//	--json          one JSON value on stdout and nothing else there.
+//	-v, --verbose   debug logs (log/slog) on stderr.
+//
+// Output: results go to stdout; errors, logs and progress bars (drawn only
+// when stderr is a terminal, never with --json) go to stderr.
+//
+// Exit status: 0 on success; 1 when a command ran and failed (no device,
+// out of memory, a plan that does not fit, a request set that cannot be
+// read, results that do not verify); 2 on a usage error (an unknown
+// command or flag, a bad flag value or argument, a device spec that cannot
+// be read).
+//
+// Examples:
+//
+//	go run ./cmd/vram run                    # the batch job on the simulator (or a GPU)
+//	vram run --runs 2000000 --double-buffer  # more runs, copies overlapped with compute
+//	vram plan requests.json --budget 256MiB
+//	vram replay trace.csv --plot replay.png
+//	vram info --device cuda:1 --json
+//
+// Each command's --help describes its flags.
+package main

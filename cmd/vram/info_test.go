@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+func TestInfoText(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "info", "--device", "sim:vram=1GiB")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{"device", "sim:0", "memory", "1 GiB total", "granularity", "allocators", "pool", "direct", "async"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("info does not show %q:\n%s", w, stdout)
+		}
+	}
+}
+
+func TestInfoJSON(t *testing.T) {
+	tests := map[string]struct {
+		spec  string
+		total uint64
+	}{
+		"1 GiB":   {"sim:vram=1GiB", units.GiB},
+		"256 MiB": {"sim:vram=256MiB", 256 * units.MiB},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", "info", "--json", "--device", tc.spec)
+			if code != exitOK {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			var rep infoReport
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+				t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+			}
+			if rep.Spec != tc.spec || rep.Fallback != "" || len(rep.Devices) != 1 {
+				t.Fatalf("spec %q, fallback %q, %d devices; want %q, none, 1", rep.Spec, rep.Fallback, len(rep.Devices), tc.spec)
+			}
+			d := rep.Devices[0]
+			if d.Backend != "sim" || d.TotalBytes != tc.total || d.FreeBytes > d.TotalBytes ||
+				d.FreeBytes+d.ContextBytes > d.TotalBytes || d.Granularity == 0 || !d.Backed {
+				t.Errorf("device %+v: want sim, %d bytes total, free + context ≤ total, a granularity, backed", d, tc.total)
+			}
+			al := rep.Allocators
+			if al.Default != defaultAllocator || len(al.Kinds) != 3 || al.Granularity["pool"] != 512 || al.Pool.SmallSize == 0 {
+				t.Errorf("allocators %+v: want default %s, three kinds, pool rounding 512 and its config", al, defaultAllocator)
+			}
+			if len(al.Unavailable) != 0 {
+				t.Errorf("the simulator runs every allocator, but info says %v", al.Unavailable)
+			}
+		})
+	}
+}
+
+// TestInfoAutoSaysWhy checks that auto names its reason for using the
+// simulator, when it does.
+func TestInfoAutoSaysWhy(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "info", "--json", "--device", "auto")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rep infoReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Devices[0].Backend == "sim" && rep.Fallback == "" {
+		t.Errorf("auto chose the simulator without saying why: %+v", rep)
+	}
+	if rep.Devices[0].Backend == "cuda" && rep.Fallback != "" {
+		t.Errorf("auto chose CUDA but reports a fallback: %q", rep.Fallback)
+	}
+}
+
+// TestInfoNoCUDA checks that asking for CUDA where there is none fails
+// with exit 1 and names the driver library that would not load.
+func TestInfoNoCUDA(t *testing.T) {
+	if dev, err := device.Open("cuda"); err == nil {
+		dev.Close()
+		t.Skip("a CUDA device is present; this test needs a machine without one")
+	}
+	stdout, stderr, code := cli(t, "", "info", "--device", "cuda")
+	if code != exitFailure {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitFailure, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("stdout not empty:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "libcuda") {
+		t.Errorf("stderr does not name the driver library:\n%s", stderr)
+	}
+}

@@ -1,0 +1,199 @@
+// `vram plan`: a request set in JSON → the chunk plan vram.Plan makes for
+// it.
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// planFlags are plan's own flags; each overrides the input's value.
+type planFlags struct {
+	budget      string // --budget: a size; "" = the input's, else the device's free memory
+	granularity string // --granularity: a size; "" = the input's, else the allocator's
+	buffers     int    // --buffers: 0 = the input's, else 1
+	allocator   string // --allocator: whose granularity to plan for
+}
+
+func (a *app) planCommand() *cobra.Command {
+	var f planFlags
+	cmd := &cobra.Command{
+		Use:   "plan [FILE]",
+		Short: "Plan how a request set is chunked to fit a memory budget",
+		Long: `Plan reads a request set as JSON from FILE, or from stdin when FILE is
+missing or "-", and prints the chunk plan: how many chunks, how many runs in
+each, the bytes one chunk takes and each array's chunked shape.
+
+	{"budget": 268435456, "granularity": 512, "buffers": 1,
+	 "requests": {"outputs": {"state": {"shape": [201, 4, 1000000],
+	   "dtype": "float32", "chunk_axis": 2, "unchunkable": false,
+	   "total_runs": 1000000}}}}
+
+"requests" maps client → label → array request; "shape" and "dtype" are
+required, "chunk_axis" defaults to 0, "total_runs" to the length of the
+chunk axis, "memory" (device, pinned, mapped or pageable) to device. "budget"
+(bytes, or a string such as "256MiB") defaults to the device's free
+memory, "granularity" to the allocator's, "buffers" (2 for double
+buffering) to 1; the flags below override all three.
+
+A request set that cannot be read, or that does not fit (a planning error),
+exits 1 with the reason on stderr.`,
+		Example: `  vram plan requests.json
+  echo '{"requests": {"out": {"x": {"shape": [100, 1000000], "dtype": "float64", "chunk_axis": 1}}}}' | vram plan --budget 256MiB
+  vram plan --json --buffers 2 requests.json`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := "-"
+			if len(args) == 1 {
+				name = args[0]
+			}
+			return a.plan(name, f, cmd.Flags().Changed("buffers"))
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.budget, "budget", "", "device bytes the plan may use, e.g. 256MiB (default: the input's, else the device's free memory)")
+	fl.StringVar(&f.granularity, "granularity", "", "allocation rounding unit, e.g. 512 or 2MiB (default: the input's, else the allocator's)")
+	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 or 2 (default: the input's, else 1)")
+	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "allocator whose granularity to plan for: "+strings.Join(allocatorKinds, ", "))
+	return cmd
+}
+
+func (a *app) plan(name string, f planFlags, buffersSet bool) error {
+	// Check the flags before reading anything.
+	var budget, gran uint64
+	var err error
+	if f.budget != "" {
+		if budget, err = units.ParseSize(f.budget); err != nil || budget == 0 {
+			return usagef("--budget %q: want a positive size such as 256MiB", f.budget)
+		}
+	}
+	if f.granularity != "" {
+		if gran, err = units.ParseSize(f.granularity); err != nil || gran == 0 {
+			return usagef("--granularity %q: want a positive size such as 512 or 2MiB", f.granularity)
+		}
+	}
+	if buffersSet && f.buffers != 1 && f.buffers != 2 {
+		return usagef("--buffers %d: want 1, or 2 for double buffering", f.buffers)
+	}
+	if !slices.Contains(allocatorKinds, f.allocator) {
+		return usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	}
+
+	var r io.Reader = a.stdin
+	src := "stdin"
+	if name != "-" {
+		file, err := os.Open(name)
+		if err != nil {
+			return fmt.Errorf("read request set: %w", err)
+		}
+		defer file.Close()
+		r, src = file, name
+	} else if r == nil || isTerminal(r) {
+		return usagef("plan reads a request set from FILE or from stdin, and stdin is a terminal; give a file or pipe JSON in")
+	}
+	in, err := readPlanInput(r, src)
+	if err != nil {
+		return err
+	}
+	if budget == 0 {
+		budget = in.Budget
+	}
+	if gran == 0 {
+		gran = in.Granularity
+	}
+	buffers := in.Buffers
+	if buffersSet {
+		buffers = f.buffers
+	}
+	if buffers == 0 {
+		buffers = 1
+	}
+	// What the input leaves open comes from the device.
+	budgetFrom, granFrom := "given", "given"
+	if budget == 0 || gran == 0 {
+		dev, _, err := a.openDevice(a.device)
+		if err != nil {
+			return err
+		}
+		defer dev.Close()
+		if budget == 0 {
+			free, _, err := dev.MemInfo()
+			if err != nil {
+				return fmt.Errorf("read the device's free memory for the budget: %w", err)
+			}
+			budget, budgetFrom = free, "the device's free memory"
+		}
+		if gran == 0 {
+			g, err := allocatorGranularity(f.allocator, dev)
+			if err != nil {
+				return err
+			}
+			gran, granFrom = g, "the "+f.allocator+" allocator's"
+		}
+	}
+	a.log.Debug("plan", "budget", budget, "budget_from", budgetFrom, "granularity", gran,
+		"granularity_from", granFrom, "buffers", buffers)
+	plan, err := vram.Plan(in.Requests, budget, vram.PlanOptions{Granularity: gran, Buffers: buffers})
+	if err != nil {
+		return fmt.Errorf("plan %s: %w", src, err)
+	}
+	if a.json {
+		return a.writeJSON(plan)
+	}
+	return a.printPlan(plan, in, budgetFrom, granFrom)
+}
+
+func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom string) error {
+	w := a.stdout
+	if p.Chunks == 1 {
+		fmt.Fprintf(w, "fits in one chunk: %d runs\n", p.TotalRuns)
+	} else {
+		fmt.Fprintf(w, "%d chunks × %d runs (last chunk %d), %d runs in all\n",
+			p.Chunks, p.ChunkLength, p.LastChunkLength, p.TotalRuns)
+	}
+	fmt.Fprintf(w, "budget       %s (%s)\n", units.Format(p.Budget), budgetFrom)
+	fmt.Fprintf(w, "granularity  %s (%s)\n", units.Format(p.Granularity), granFrom)
+	fmt.Fprintf(w, "buffers      %d in flight\n", p.Buffers)
+	fmt.Fprintf(w, "device       %s per chunk = %s unchunkable + %d × %s chunked",
+		units.Format(p.BytesPerChunk), units.Format(p.UnchunkableBytes), p.Buffers, units.Format(p.ChunkBytes))
+	if p.Chunks > 1 {
+		fmt.Fprintf(w, " (all at once: %s)", units.Format(p.FullBytes))
+	}
+	fmt.Fprintln(w)
+	if p.HostBytes > 0 {
+		fmt.Fprintf(w, "host         %s of host arrays per chunk (not counted in the budget)\n", units.Format(p.HostBytes))
+	}
+	fmt.Fprintln(w)
+	tw := a.table()
+	fmt.Fprintln(tw, "CLIENT\tLABEL\tDTYPE\tMEMORY\tSHAPE\tCHUNKED SHAPE\tBYTES")
+	for _, client := range sortedKeys(p.ChunkedShapes) {
+		labels := p.ChunkedShapes[client]
+		for _, label := range sortedKeys(labels) {
+			req := in.Requests[client][label]
+			shape := labels[label]
+			r := req
+			r.Shape = shape
+			note := ""
+			if !req.Chunkable() {
+				note = " (unchunkable)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\t%s\n", client, label, req.DType, req.Memory,
+				shapeString(req.Shape), shapeString(shape), note, units.Format(r.Bytes()))
+		}
+	}
+	return tw.Flush()
+}
+
+// shapeString writes a shape as 201×4×1000000.
+func shapeString(shape []int) string {
+	return strings.ReplaceAll(strings.Trim(fmt.Sprint(shape), "[]"), " ", "×")
+}

@@ -1,0 +1,387 @@
+// Reading a request set for `vram plan`.
+//
+// The input is one JSON object:
+//
+//	{"budget": 268435456, "granularity": 512, "buffers": 1,
+//	 "requests": {"outputs": {"state": {"shape": [201, 4, 1000000],
+//	   "dtype": "float32", "chunk_axis": 2, "unchunkable": false,
+//	   "total_runs": 1000000}}}}
+//
+// It is decoded by hand, one level at a time, rather than straight into
+// structs, so that every mistake is reported with the path of the value
+// at fault and what was expected there ("requests.outputs.state.shape[2]:
+// -5 is not a dimension; dimensions are integers of at least 1"), unknown
+// keys are refused (a misspelt "chunk_axsi" would otherwise be ignored
+// silently), and every message is the same whichever order Go's maps
+// iterate in.
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// errInput marks a request set that cannot be read; it exits 1.
+var errInput = errors.New("bad request set")
+
+// maxInput bounds how much of a request set is read.
+const maxInput = 64 << 20
+
+// planInput is a decoded request set. Zero Budget, Granularity or Buffers
+// mean "not given": the command fills them from the device, the allocator
+// and 1.
+type planInput struct {
+	Budget      uint64
+	Granularity uint64
+	Buffers     int
+	// Requests maps client → label → request, each one validated.
+	Requests map[string]map[string]vram.ArrayRequest
+}
+
+// readPlanInput reads and checks a request set from r; name says where it
+// came from, for messages. Every error wraps errInput.
+func readPlanInput(r io.Reader, name string) (planInput, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxInput+1))
+	if err != nil {
+		return planInput{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	if len(data) > maxInput {
+		return planInput{}, fmt.Errorf("%s is over %s; a request set is a small JSON object: %w",
+			name, units.Format(maxInput), errInput)
+	}
+	in, err := parsePlanInput(data)
+	if err != nil {
+		return planInput{}, fmt.Errorf("%s: %w", name, err)
+	}
+	return in, nil
+}
+
+// parsePlanInput decodes and checks one request set.
+func parsePlanInput(data []byte) (planInput, error) {
+	var in planInput
+	if len(bytes.TrimSpace(data)) == 0 {
+		return in, fmt.Errorf(`empty input; want a JSON object such as {"requests": {"client": {"label": {"shape": [4, 1000], "dtype": "float32"}}}}: %w`, errInput)
+	}
+	top, err := decodeObject(data, "")
+	if err != nil {
+		return in, err
+	}
+	if err := onlyKeys(top, "", "budget", "granularity", "buffers", "requests"); err != nil {
+		return in, err
+	}
+	if raw, ok := top["budget"]; ok {
+		if in.Budget, err = decodeSize(raw, "budget"); err != nil {
+			return in, err
+		}
+	}
+	if raw, ok := top["granularity"]; ok {
+		if in.Granularity, err = decodeSize(raw, "granularity"); err != nil {
+			return in, err
+		}
+	}
+	if raw, ok := top["buffers"]; ok {
+		b, err := decodeInt(raw, "buffers")
+		if err != nil {
+			return in, err
+		}
+		if b != 1 && b != 2 {
+			return in, fmt.Errorf("buffers is %d; want 1, or 2 for double buffering: %w", b, errInput)
+		}
+		in.Buffers = b
+	}
+	rawReqs, ok := top["requests"]
+	if !ok {
+		return in, fmt.Errorf(`missing "requests": want {"requests": {CLIENT: {LABEL: {"shape": [...], "dtype": "float32", ...}}}}: %w`, errInput)
+	}
+	clients, err := decodeObject(rawReqs, "requests")
+	if err != nil {
+		return in, err
+	}
+	if len(clients) == 0 {
+		return in, fmt.Errorf("requests is empty; give at least one client with one array: %w", errInput)
+	}
+	in.Requests = make(map[string]map[string]vram.ArrayRequest, len(clients))
+	for _, client := range sortedKeys(clients) {
+		path := "requests." + client
+		labels, err := decodeObject(clients[client], path)
+		if err != nil {
+			return in, err
+		}
+		if len(labels) == 0 {
+			return in, fmt.Errorf("%s has no arrays; give at least one {LABEL: {...}}: %w", path, errInput)
+		}
+		reqs := make(map[string]vram.ArrayRequest, len(labels))
+		for _, label := range sortedKeys(labels) {
+			req, err := parseRequest(labels[label], path+"."+label)
+			if err != nil {
+				return in, err
+			}
+			reqs[label] = req
+		}
+		in.Requests[client] = reqs
+	}
+	return in, nil
+}
+
+// parseRequest decodes one array request at path. Its fields and their
+// defaults are vram.ArrayRequest's: chunk_axis 0, total_runs 0 (the
+// length of the chunk axis), memory "device".
+func parseRequest(raw json.RawMessage, path string) (vram.ArrayRequest, error) {
+	var req vram.ArrayRequest
+	obj, err := decodeObject(raw, path)
+	if err != nil {
+		return req, err
+	}
+	if err := onlyKeys(obj, path, "shape", "dtype", "chunk_axis", "unchunkable", "total_runs", "memory"); err != nil {
+		return req, err
+	}
+	rawShape, ok := obj["shape"]
+	if !ok {
+		return req, fmt.Errorf(`%s: missing "shape"; want an array of dimensions such as [201, 4, 1000000]: %w`, path, errInput)
+	}
+	if req.Shape, err = decodeShape(rawShape, path+".shape"); err != nil {
+		return req, err
+	}
+	rawDType, ok := obj["dtype"]
+	if !ok {
+		return req, fmt.Errorf(`%s: missing "dtype"; want one of %s: %w`, path, dtypeNames(), errInput)
+	}
+	name, err := decodeString(rawDType, path+".dtype")
+	if err != nil {
+		return req, err
+	}
+	if req.DType, err = vram.ParseDType(name); err != nil {
+		return req, fmt.Errorf("%s.dtype: unknown dtype %q; want one of %s: %w", path, name, dtypeNames(), errInput)
+	}
+	if raw, ok := obj["chunk_axis"]; ok {
+		if req.ChunkAxis, err = decodeInt(raw, path+".chunk_axis"); err != nil {
+			return req, err
+		}
+		if req.ChunkAxis < 0 {
+			return req, fmt.Errorf("%s.chunk_axis is %d; axes count from 0: %w", path, req.ChunkAxis, errInput)
+		}
+	}
+	if raw, ok := obj["unchunkable"]; ok {
+		if err := json.Unmarshal(raw, &req.Unchunkable); err != nil {
+			return req, fmt.Errorf("%s.unchunkable: want true or false, got %s: %w", path, describe(raw), errInput)
+		}
+	}
+	if raw, ok := obj["total_runs"]; ok {
+		if req.TotalRuns, err = decodeInt(raw, path+".total_runs"); err != nil {
+			return req, err
+		}
+		if req.TotalRuns < 1 {
+			return req, fmt.Errorf("%s.total_runs is %d; want at least 1: %w", path, req.TotalRuns, errInput)
+		}
+	}
+	if raw, ok := obj["memory"]; ok {
+		name, err := decodeString(raw, path+".memory")
+		if err != nil {
+			return req, err
+		}
+		if req.Memory, err = vram.ParseMemoryType(name); err != nil {
+			return req, fmt.Errorf("%s.memory: unknown memory type %q; want device, pinned, mapped or pageable: %w", path, name, errInput)
+		}
+	}
+	if err := req.Validate(); err != nil {
+		return req, fmt.Errorf("%s: %w (%w)", path, err, errInput)
+	}
+	return req, nil
+}
+
+// decodeObject decodes a JSON object into its members.
+func decodeObject(raw json.RawMessage, path string) (map[string]json.RawMessage, error) {
+	var obj map[string]json.RawMessage
+	err := json.Unmarshal(raw, &obj)
+	if err == nil && obj == nil { // JSON null
+		err = errors.New("null")
+	}
+	if err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			line, col := position(raw, syn.Offset)
+			return nil, fmt.Errorf("invalid JSON at line %d, column %d: %v: %w", line, col, syn, errInput)
+		}
+		where := "the input"
+		if path != "" {
+			where = path
+		}
+		return nil, fmt.Errorf("%s: want a JSON object, got %s: %w", where, describe(raw), errInput)
+	}
+	return obj, nil
+}
+
+// onlyKeys refuses members of obj not in allowed.
+func onlyKeys(obj map[string]json.RawMessage, path string, allowed ...string) error {
+	for _, k := range sortedKeys(obj) {
+		if !slices.Contains(allowed, k) {
+			where := "top level"
+			if path != "" {
+				where = path
+			}
+			return fmt.Errorf("%s: unknown key %q; the keys are %s: %w", where, k, strings.Join(allowed, ", "), errInput)
+		}
+	}
+	return nil
+}
+
+// decodeInt decodes a JSON integer that fits an int.
+func decodeInt(raw json.RawMessage, path string) (int, error) {
+	raw = bytes.TrimSpace(raw)
+	if kind(raw) != "number" {
+		return 0, fmt.Errorf("%s: want an integer, got %s: %w", path, describe(raw), errInput)
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(string(raw), 64)
+		if ferr == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			v, err = int64(f), nil // 1e6 is an integer written as a float
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: want an integer, got %s: %w", path, raw, errInput)
+	}
+	return int(v), nil
+}
+
+// decodeSize decodes a byte count: an integer, or a string with a unit
+// ("256MiB"). It must be positive.
+func decodeSize(raw json.RawMessage, path string) (uint64, error) {
+	raw = bytes.TrimSpace(raw)
+	switch kind(raw) {
+	case "string":
+		var s string
+		_ = json.Unmarshal(raw, &s)
+		n, err := units.ParseSize(s)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %v: %w", path, err, errInput)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%s is 0; want a positive number of bytes: %w", path, errInput)
+		}
+		return n, nil
+	case "number":
+		n, err := strconv.ParseUint(string(raw), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: want a positive whole number of bytes (or a string such as \"256MiB\"), got %s: %w", path, raw, errInput)
+		}
+		if n == 0 {
+			return 0, fmt.Errorf("%s is 0; want a positive number of bytes: %w", path, errInput)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("%s: want a number of bytes such as 268435456 or \"256MiB\", got %s: %w", path, describe(raw), errInput)
+}
+
+// decodeString decodes a JSON string.
+func decodeString(raw json.RawMessage, path string) (string, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil || kind(raw) != "string" {
+		return "", fmt.Errorf("%s: want a string, got %s: %w", path, describe(raw), errInput)
+	}
+	return s, nil
+}
+
+// decodeShape decodes a shape: a non-empty array of dimensions ≥ 1.
+func decodeShape(raw json.RawMessage, path string) ([]int, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil || kind(raw) != "array" {
+		return nil, fmt.Errorf("%s: want an array of dimensions such as [201, 4, 1000000], got %s: %w", path, describe(raw), errInput)
+	}
+	if len(elems) == 0 {
+		return nil, fmt.Errorf("%s is empty; an array has at least one dimension: %w", path, errInput)
+	}
+	shape := make([]int, len(elems))
+	for i, e := range elems {
+		d, err := decodeInt(e, fmt.Sprintf("%s[%d]", path, i))
+		if err != nil {
+			return nil, err
+		}
+		if d < 1 {
+			return nil, fmt.Errorf("%s[%d] is %d; dimensions must be at least 1: %w", path, i, d, errInput)
+		}
+		shape[i] = d
+	}
+	return shape, nil
+}
+
+// kind names the JSON type of raw.
+func kind(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case '"':
+		return "string"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// describe names raw's type and, when short, shows it.
+func describe(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	k := kind(raw)
+	if k == "null" || k == "nothing" {
+		return k
+	}
+	if len(raw) <= 40 {
+		return fmt.Sprintf("%s %s", articled(k), raw)
+	}
+	return articled(k)
+}
+
+func articled(k string) string {
+	if strings.ContainsAny(k[:1], "aeiou") {
+		return "an " + k
+	}
+	return "a " + k
+}
+
+// position turns a byte offset into a 1-based line and column.
+func position(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+// dtypeNames lists the dtypes the manager knows.
+func dtypeNames() string {
+	var names []string
+	for _, d := range vram.DTypes() {
+		names = append(names, d.String())
+	}
+	return strings.Join(names, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram"
+)
+
+func TestParsePlanInputErrors(t *testing.T) {
+	tests := map[string]struct {
+		json string
+		want []string // substrings of the message
+	}{
+		"empty":             {``, []string{"empty input"}},
+		"syntax":            {"{\n  \"requests\": {,}\n}", []string{"invalid JSON at line 2, column"}},
+		"trailing garbage":  {`{"requests": {}} x`, []string{"invalid JSON"}},
+		"not an object":     {`[1, 2]`, []string{"want a JSON object, got an array"}},
+		"null":              {`null`, []string{"want a JSON object, got null"}},
+		"missing requests":  {`{"budget": 1024}`, []string{`missing "requests"`}},
+		"unknown top key":   {`{"requests": {}, "budgte": 1}`, []string{`unknown key "budgte"`, "budget, granularity, buffers, requests"}},
+		"empty requests":    {`{"requests": {}}`, []string{"requests is empty"}},
+		"requests a list":   {`{"requests": []}`, []string{"requests: want a JSON object, got an array"}},
+		"client not object": {`{"requests": {"a": 3}}`, []string{"requests.a: want a JSON object, got a number 3"}},
+		"client empty":      {`{"requests": {"a": {}}}`, []string{"requests.a has no arrays"}},
+		"missing shape":     {`{"requests": {"a": {"x": {"dtype": "float32"}}}}`, []string{`requests.a.x: missing "shape"`}},
+		"missing dtype":     {`{"requests": {"a": {"x": {"shape": [4]}}}}`, []string{`requests.a.x: missing "dtype"`, "float32"}},
+		"unknown dtype":     {`{"requests": {"a": {"x": {"shape": [4], "dtype": "float8"}}}}`, []string{`unknown dtype "float8"`, "float64"}},
+		"dtype a number":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": 4}}}}`, []string{"requests.a.x.dtype: want a string, got a number 4"}},
+		"negative dim":      {`{"requests": {"a": {"x": {"shape": [4, -5], "dtype": "int32"}}}}`, []string{"requests.a.x.shape[1] is -5", "at least 1"}},
+		"zero dim":          {`{"requests": {"a": {"x": {"shape": [0], "dtype": "int32"}}}}`, []string{"shape[0] is 0"}},
+		"fractional dim":    {`{"requests": {"a": {"x": {"shape": [2.5], "dtype": "int32"}}}}`, []string{"shape[0]: want an integer, got 2.5"}},
+		"dim a string":      {`{"requests": {"a": {"x": {"shape": ["4"], "dtype": "int32"}}}}`, []string{`shape[0]: want an integer, got a string "4"`}},
+		"shape a string":    {`{"requests": {"a": {"x": {"shape": "4x4", "dtype": "int32"}}}}`, []string{"shape: want an array of dimensions", `got a string "4x4"`}},
+		"shape empty":       {`{"requests": {"a": {"x": {"shape": [], "dtype": "int32"}}}}`, []string{"shape is empty"}},
+		"unknown req key":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axsi": 0}}}}`, []string{`requests.a.x: unknown key "chunk_axsi"`}},
+		"chunk_axis string": {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axis": "0"}}}}`, []string{"chunk_axis: want an integer"}},
+		"chunk_axis neg":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axis": -1}}}}`, []string{"chunk_axis is -1"}},
+		"unchunkable int":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "unchunkable": 1}}}}`, []string{"unchunkable: want true or false, got a number 1"}},
+		"total_runs zero":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "total_runs": 0}}}}`, []string{"total_runs is 0"}},
+		"memory unknown":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "memory": "host"}}}}`, []string{`unknown memory type "host"`, "pinned"}},
+		"memory managed":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "memory": "managed"}}}}`, []string{"requests.a.x:", "managed (unified) memory is not supported"}},
+		"runs disagree":     {`{"requests": {"a": {"x": {"shape": [4, 10], "dtype": "int32", "chunk_axis": 1, "total_runs": 9}}}}`, []string{"requests.a.x:", "total runs 9 differs from the length 10"}},
+		"budget negative":   {`{"budget": -1, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget: want a positive whole number of bytes", "-1"}},
+		"budget zero":       {`{"budget": 0, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget is 0"}},
+		"budget bad unit":   {`{"budget": "12 parsecs", "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget:", "not a byte size"}},
+		"budget a bool":     {`{"budget": true, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget: want a number of bytes", "a boolean true"}},
+		"granularity float": {`{"granularity": 1.5, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"granularity: want a positive whole number"}},
+		"buffers three":     {`{"buffers": 3, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"buffers is 3", "want 1, or 2"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := parsePlanInput([]byte(tc.json))
+			if err == nil {
+				t.Fatalf("parsePlanInput(%s) = nil error, want one containing %q", tc.json, tc.want)
+			}
+			if !errors.Is(err, errInput) {
+				t.Errorf("error %q does not wrap errInput", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParsePlanInputValues(t *testing.T) {
+	const in = `{"budget": "256MiB", "granularity": 512, "buffers": 2,
+	 "requests": {
+	  "outputs": {"state": {"shape": [201, 4, 1000000], "dtype": "float32", "chunk_axis": 2,
+	                        "unchunkable": false, "total_runs": 1000000}},
+	  "inputs": {"params": {"shape": [1000, 4], "dtype": "float64"},
+	             "table": {"shape": [64], "dtype": "int32", "unchunkable": true, "memory": "pinned"},
+	             "big": {"shape": [1e3], "dtype": "u1", "chunk_axis": 5}}}}`
+	got, err := parsePlanInput([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Budget != 256<<20 || got.Granularity != 512 || got.Buffers != 2 {
+		t.Errorf("budget, granularity, buffers = %d, %d, %d; want %d, 512, 2", got.Budget, got.Granularity, got.Buffers, 256<<20)
+	}
+	tests := map[string]struct {
+		client, label string
+		want          vram.ArrayRequest
+	}{
+		"all given":           {"outputs", "state", vram.ArrayRequest{Shape: []int{201, 4, 1000000}, DType: vram.Float32, ChunkAxis: 2, TotalRuns: 1000000}},
+		"defaults":            {"inputs", "params", vram.ArrayRequest{Shape: []int{1000, 4}, DType: vram.Float64}},
+		"unchunkable, pinned": {"inputs", "table", vram.ArrayRequest{Shape: []int{64}, DType: vram.Int32, Unchunkable: true, Memory: vram.Pinned}},
+		"alias, axis past":    {"inputs", "big", vram.ArrayRequest{Shape: []int{1000}, DType: vram.Uint8, ChunkAxis: 5}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			r, ok := got.Requests[tc.client][tc.label]
+			if !ok {
+				t.Fatalf("no request %s.%s in %+v", tc.client, tc.label, got.Requests)
+			}
+			if !slices.Equal(r.Shape, tc.want.Shape) || r.DType != tc.want.DType || r.ChunkAxis != tc.want.ChunkAxis ||
+				r.Unchunkable != tc.want.Unchunkable || r.TotalRuns != tc.want.TotalRuns || r.Memory != tc.want.Memory {
+				t.Errorf("got %+v, want %+v", r, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParsePlanInput checks that any input either parses into a request
+// set that obeys the documented invariants or fails with errInput.
+func FuzzParsePlanInput(f *testing.F) {
+	f.Add([]byte(`{"budget": 268435456, "granularity": 512, "buffers": 1, "requests": {"outputs": {"state": {"shape": [201, 4, 1000000], "dtype": "float32", "chunk_axis": 2, "unchunkable": false, "total_runs": 1000000}}}}`))
+	f.Add([]byte(`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`))
+	f.Add([]byte(`{"budget": "1GiB", "requests": {"a": {"x": {"shape": [1e2, 3], "dtype": "bool", "memory": "mapped"}}}}`))
+	f.Add([]byte(`{"requests": {"a": {"x": {"shape": [-1], "dtype": 7}}}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, err := parsePlanInput(data)
+		if err != nil {
+			if !errors.Is(err, errInput) {
+				t.Fatalf("error %q does not wrap errInput", err)
+			}
+			return
+		}
+		if in.Buffers != 0 && in.Buffers != 1 && in.Buffers != 2 {
+			t.Fatalf("buffers %d", in.Buffers)
+		}
+		if len(in.Requests) == 0 {
+			t.Fatal("parsed with no requests")
+		}
+		for c, reqs := range in.Requests {
+			if len(reqs) == 0 {
+				t.Fatalf("client %q parsed with no arrays", c)
+			}
+			for l, r := range reqs {
+				if len(r.Shape) == 0 || slices.Min(r.Shape) < 1 {
+					t.Fatalf("%s.%s: shape %v", c, l, r.Shape)
+				}
+				if err := r.Validate(); err != nil {
+					t.Fatalf("%s.%s: parsed a request that does not validate: %v", c, l, err)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,222 @@
+// `vram replay`: RMM allocation logs replayed against the allocators on an
+// address-only simulated device, with a table of what each spent and an
+// optional plot.
+
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/trace"
+)
+
+// replayRow is one allocator's replay of one trace: an element of `vram
+// replay --json`'s array. Bytes are bytes.
+type replayRow struct {
+	Trace             string  `json:"trace"`
+	Allocator         string  `json:"allocator"`
+	Events            int     `json:"events"`
+	Allocs            int     `json:"allocs"`
+	Frees             int     `json:"frees"`
+	PeakLiveBytes     uint64  `json:"peak_live_bytes"`
+	PeakInUseBytes    uint64  `json:"peak_in_use_bytes"`
+	PeakReservedBytes uint64  `json:"peak_reserved_bytes"`
+	ReservedOverLive  float64 `json:"reserved_over_live"`
+	DeviceAllocs      uint64  `json:"device_allocs"`
+	DeviceFrees       uint64  `json:"device_frees"`
+	CacheHits         uint64  `json:"cache_hits"`
+	FailedAllocs      int     `json:"failed_allocs"`
+	UnmatchedFrees    int     `json:"unmatched_frees"`
+	EventsPerSecond   float64 `json:"events_per_second"`
+	WallSeconds       float64 `json:"wall_seconds"`
+	DeviceBytes       uint64  `json:"device_bytes"` // size of the simulated device
+
+	traceIndex int // which of the command's traces, for grouping the table
+}
+
+type replayFlags struct {
+	allocators string // --allocator: comma-separated kinds
+	vram       string // --vram: device size; "" = large enough for the trace
+	plot       string // --plot: PNG or SVG file
+}
+
+func (a *app) replayCommand() *cobra.Command {
+	var f replayFlags
+	cmd := &cobra.Command{
+		Use:   "replay TRACE.csv...",
+		Short: "Replay allocation logs against the allocators",
+		Long: `Replay reads allocation logs in RAPIDS RMM's logging CSV format
+(Thread,Time,Action,Pointer,Size,Stream — what alloc.Trace and RMM's
+logging_resource_adaptor write) and replays each against the allocators
+named by --allocator, each on a fresh address-only simulated device: its
+memory has addresses but no bytes, so a log that peaked at tens of GB
+replays on a laptop. --device is not used: replays always run on the
+simulator.
+
+For each allocator it reports the log's peak live bytes, the allocator's
+peak reserved bytes (and their ratio: 1.0 wastes nothing), device
+allocations and frees, cache hits, allocations refused for want of memory,
+and replay speed. --plot draws live and reserved bytes over the log.`,
+		Example: `  vram replay trace.csv
+  vram replay --allocator pool --vram 16GiB --plot replay.svg trace.csv
+  vram replay --json traces/*.csv`,
+		Args: usageArgs(cobra.MinimumNArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.replay(args, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.allocators, "allocator", strings.Join(allocatorKinds, ","), "comma-separated allocators to replay against: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.vram, "vram", "", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
+	fl.StringVar(&f.plot, "plot", "", "draw live and reserved bytes over the trace into this PNG or SVG file (one trace only)")
+	return cmd
+}
+
+func (a *app) replay(paths []string, f replayFlags) error {
+	kinds, err := parseAllocators(f.allocators)
+	if err != nil {
+		return err
+	}
+	var size uint64
+	if f.vram != "" {
+		if size, err = units.ParseSize(f.vram); err != nil || size == 0 {
+			return usagef("--vram %q: want a positive size such as 16GiB", f.vram)
+		}
+	}
+	if f.plot != "" {
+		if err := checkPlotPath(f.plot); err != nil {
+			return err
+		}
+		if len(paths) > 1 {
+			return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
+		}
+	}
+	samples := 0
+	if f.plot != "" {
+		samples = trace.MaxSamples
+	}
+
+	bar := a.progress(len(paths)*len(kinds), "replaying")
+	defer bar.Finish()
+	var rows []replayRow
+	var lines []timeline
+	for ti, path := range paths {
+		events, err := trace.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read trace: %w", err)
+		}
+		cfg := trace.SimConfig(events)
+		if size != 0 {
+			cfg.TotalBytes = size
+		}
+		sum := trace.Summarize(events)
+		a.log.Debug("replay", "trace", path, "events", sum.Events, "peak_live", sum.PeakLive,
+			"device_bytes", cfg.TotalBytes)
+		for _, kind := range kinds {
+			if err := a.ctx.Err(); err != nil {
+				return err
+			}
+			res, err := trace.ReplayOnConfig(events, cfg, func(dev device.Device) (alloc.Allocator, error) {
+				return newAllocator(kind, dev)
+			}, trace.Options{Samples: samples})
+			if err != nil {
+				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
+			}
+			rows = append(rows, replayRow{
+				Trace:             filepath.Base(path),
+				Allocator:         kind,
+				Events:            res.Events,
+				Allocs:            res.Allocs,
+				Frees:             res.Frees,
+				PeakLiveBytes:     res.PeakLive,
+				PeakInUseBytes:    res.PeakInUse,
+				PeakReservedBytes: res.PeakReserved,
+				ReservedOverLive:  res.Fragmentation(),
+				DeviceAllocs:      res.DeviceAllocs,
+				DeviceFrees:       res.DeviceFrees,
+				CacheHits:         res.CacheHits,
+				FailedAllocs:      res.FailedAllocs,
+				UnmatchedFrees:    res.UnmatchedFrees,
+				EventsPerSecond:   res.EventsPerSec,
+				WallSeconds:       res.Wall.Seconds(),
+				DeviceBytes:       cfg.TotalBytes,
+				traceIndex:        ti,
+			})
+			if samples > 0 {
+				lines = append(lines, toTimeline(kind, res.Samples))
+			}
+			bar.Add(1)
+		}
+	}
+	bar.Finish()
+	if f.plot != "" {
+		title := fmt.Sprintf("%s: live and reserved bytes", filepath.Base(paths[0]))
+		if err := plotTimelines(f.plot, title, lines); err != nil {
+			return err
+		}
+		a.log.Debug("plot written", "file", f.plot)
+	}
+	if a.json {
+		return a.writeJSON(rows)
+	}
+	return a.printReplay(rows, f.plot)
+}
+
+// toTimeline converts a replay's samples for plotting.
+func toTimeline(kind string, samples []trace.Sample) timeline {
+	t := timeline{Allocator: kind}
+	for _, s := range samples {
+		t.Events = append(t.Events, float64(s.Event))
+		t.Live = append(t.Live, float64(s.Live))
+		t.Reserved = append(t.Reserved, float64(s.Reserved))
+	}
+	return t
+}
+
+func (a *app) printReplay(rows []replayRow, plot string) error {
+	for i := 0; i < len(rows); {
+		r := rows[i]
+		if i > 0 {
+			fmt.Fprintln(a.stdout)
+		}
+		fmt.Fprintf(a.stdout, "%s: %d events, peak live %s, on an address-only simulated device of %s\n",
+			r.Trace, r.Events, units.Format(r.PeakLiveBytes), units.Format(r.DeviceBytes))
+		if r.UnmatchedFrees > 0 {
+			fmt.Fprintf(a.stdout, "%d frees of pointers never allocated in the trace were skipped\n", r.UnmatchedFrees)
+		}
+		tw := a.table()
+		fmt.Fprintln(tw, "ALLOCATOR\tPEAK RESERVED\tRESERVED/LIVE\tDEVICE ALLOCS\tDEVICE FREES\tCACHE HITS\tFAILED\tEVENTS/S")
+		for ; i < len(rows) && rows[i].traceIndex == r.traceIndex; i++ {
+			r := rows[i]
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d\t%d\t%d\t%d\t%s\n", r.Allocator, units.Format(r.PeakReservedBytes),
+				r.ReservedOverLive, r.DeviceAllocs, r.DeviceFrees, r.CacheHits, r.FailedAllocs, rate(r.EventsPerSecond))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if plot != "" {
+		fmt.Fprintf(a.stdout, "\nplot: %s\n", plot)
+	}
+	return nil
+}
+
+// rate writes a per-second figure with a metric suffix ("1.2M").
+func rate(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.1fG", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}

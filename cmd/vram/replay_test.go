@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram/trace"
+)
+
+// smallTrace is minimalloc's benchmark A (google/minimalloc,
+// benchmarks/challenging/A.1048576.csv) as an RMM log: 154 buffers, each
+// allocated and freed once, 308 events, whose offline placement fits in
+// 1 MiB.
+const smallTrace = "testdata/minimalloc_A.csv"
+
+func TestReplayJSON(t *testing.T) {
+	events, err := trace.ReadFile(smallTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := trace.Summarize(events)
+	stdout, stderr, code := cli(t, "", "replay", "--json", smallTrace)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	// Decode loosely first, to check the field names themselves.
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+		t.Fatalf("stdout is not a JSON array: %v\n%s", err, stdout)
+	}
+	for _, obj := range raw {
+		for _, k := range []string{"allocator", "events", "peak_live_bytes", "peak_reserved_bytes", "device_allocs",
+			"device_frees", "failed_allocs", "events_per_second"} {
+			if _, ok := obj[k]; !ok {
+				t.Errorf("row %v lacks %q", obj, k)
+			}
+		}
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want one per allocator (direct, pool, async)", len(rows))
+	}
+	byName := map[string]replayRow{}
+	for i, r := range rows {
+		if r.Allocator != allocatorKinds[i] {
+			t.Errorf("row %d is %q, want %q", i, r.Allocator, allocatorKinds[i])
+		}
+		byName[r.Allocator] = r
+		switch {
+		case r.Events != 308 || r.Allocs != 154 || r.Frees != 154:
+			t.Errorf("%s: %d events, %d allocs, %d frees; want 308, 154, 154", r.Allocator, r.Events, r.Allocs, r.Frees)
+		case r.PeakLiveBytes != sum.PeakLive:
+			t.Errorf("%s: peak live %d, the trace's is %d", r.Allocator, r.PeakLiveBytes, sum.PeakLive)
+		case r.PeakReservedBytes < r.PeakLiveBytes || r.ReservedOverLive < 1:
+			t.Errorf("%s: peak reserved %d below peak live %d", r.Allocator, r.PeakReservedBytes, r.PeakLiveBytes)
+		case r.DeviceAllocs == 0 || r.FailedAllocs != 0 || r.EventsPerSecond <= 0 || r.UnmatchedFrees != 0:
+			t.Errorf("%s: %+v", r.Allocator, r)
+		case r.Trace != "minimalloc_A.csv":
+			t.Errorf("trace %q", r.Trace)
+		}
+	}
+	// Direct makes a device call per event; the pools cache.
+	if d, p := byName["direct"], byName["pool"]; d.DeviceAllocs != 154 || d.DeviceFrees != 154 || p.DeviceAllocs >= d.DeviceAllocs || p.CacheHits == 0 {
+		t.Errorf("direct %d/%d device allocs/frees (want 154 each); pool %d device allocs, %d cache hits",
+			d.DeviceAllocs, d.DeviceFrees, p.DeviceAllocs, p.CacheHits)
+	}
+}
+
+func TestReplaySmallDeviceFails(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "replay", "--json", "--allocator", "direct, pool", "--vram", "8MiB", smallTrace)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0].Allocator != "direct" || rows[1].Allocator != "pool" {
+		t.Fatalf("rows %+v: want direct then pool", rows)
+	}
+	// Direct spends a 2 MiB page on every block: 4 fit in 8 MiB, and the
+	// trace has far more live at once.
+	if rows[0].FailedAllocs == 0 || rows[0].DeviceBytes != 8<<20 {
+		t.Errorf("direct on 8 MiB: %d failed allocations on a %d-byte device; want some on 8 MiB", rows[0].FailedAllocs, rows[0].DeviceBytes)
+	}
+	if rows[1].FailedAllocs != 0 {
+		t.Errorf("pool on 8 MiB: %d failed allocations; the trace needs about 1 MiB", rows[1].FailedAllocs)
+	}
+}
+
+func TestReplayText(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "replay", smallTrace, smallTrace)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	if got := strings.Count(stdout, "ALLOCATOR"); got != 2 {
+		t.Errorf("%d tables for two traces:\n%s", got, stdout)
+	}
+	for _, w := range []string{"minimalloc_A.csv: 308 events", "PEAK RESERVED", "RESERVED/LIVE", "direct", "pool", "async"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("output does not contain %q:\n%s", w, stdout)
+		}
+	}
+}
+
+func TestReplayPlot(t *testing.T) {
+	tests := map[string]struct {
+		file  string
+		magic []byte
+	}{
+		"png": {"replay.png", []byte("\x89PNG\r\n\x1a\n")},
+		"svg": {"replay.SVG", []byte("<svg")},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), tc.file)
+			stdout, stderr, code := cli(t, "", "replay", "--plot", path, smallTrace)
+			if code != exitOK {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(data[:min(len(data), 512)], tc.magic) || len(data) < 1000 {
+				t.Errorf("%s: %d bytes that do not look like %s", path, len(data), name)
+			}
+			if !strings.Contains(stdout, "plot: "+path) {
+				t.Errorf("output does not name the plot:\n%s", stdout)
+			}
+		})
+	}
+}
+
+func TestReplayErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(bad, []byte("Thread,Time,Action,Pointer,Size,Stream\n0,0.0,allocate,0x10,notasize,0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"no trace":       {nil, exitUsage, "requires at least 1 arg"},
+		"bad allocator":  {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `unknown allocator "slab"`},
+		"no allocator":   {[]string{"--allocator", ",", smallTrace}, exitUsage, "names no allocator"},
+		"bad vram":       {[]string{"--vram", "0", smallTrace}, exitUsage, `--vram "0"`},
+		"plot format":    {[]string{"--plot", filepath.Join(dir, "x.gif"), smallTrace}, exitUsage, ".png or .svg"},
+		"plot two":       {[]string{"--plot", filepath.Join(dir, "x.png"), smallTrace, smallTrace}, exitUsage, "one trace"},
+		"missing file":   {[]string{filepath.Join(dir, "none.csv")}, exitFailure, "none.csv"},
+		"malformed line": {[]string{bad}, exitFailure, "notasize"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", append([]string{"replay", "--json"}, tc.args...)...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout not empty:\n%s", stdout)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr)
+			}
+		})
+	}
+}

@@ -1,0 +1,800 @@
+// `vram run`: the example batch job.
+//
+// N damped, driven oscillators are integrated with RK4 over T steps,
+// saving S samples each (package internal/oscillator owns the kernel, in
+// Go for the simulator and PTX for CUDA, and the float64 reference). The
+// job is written the way a batch GPU program uses vram:
+//
+//  1. Two clients, "inputs" (initial states [2, N] and parameters [4, N])
+//     and "outputs" (trajectories [S, 2, N] float32 and status [N] int32),
+//     register in one stream group and queue their requests; one
+//     AllocateQueue plans the group together, so when the batch does not
+//     fit the device it is cut into chunks along the run axis, and each
+//     client gets chunk-length arrays (two sets with --double-buffer).
+//  2. The host arrays are full-length and pinned. For each chunk the job
+//     copies that chunk's inputs in, launches the kernel over the chunk's
+//     runs and copies its outputs back into place, all ordered on the
+//     group's stream.
+//  3. With --double-buffer, chunk i+1's inputs are copied in (on the
+//     group's stream) while chunk i's kernel runs on a second stream, and
+//     chunk i−1's outputs are copied out; events order the two streams so
+//     that a buffer is refilled only after the kernel that read it, and
+//     rewritten only after the copy that read it out.
+//  4. A sample of runs spread over every chunk — and the first and last
+//     run of each chunk, where an off-by-one would show — is checked
+//     against the float64 host reference; the job fails if any disagrees.
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/oscillator"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// errVerify marks results that disagree with the reference.
+var errVerify = errors.New("results do not match the float64 reference")
+
+// Defaults of `vram run`: on the simulator's 256 MiB the batch (about
+// 800 MiB of device arrays) takes four chunks, and the whole job a few
+// seconds on two cores.
+const (
+	defaultRuns    = 400_000
+	defaultSteps   = 250
+	defaultDt      = 0.01
+	defaultVerify  = 64
+	defaultRunVRAM = "256MiB"
+	// maxDrive is the largest drive frequency Ω the job draws; with
+	// |Ω·t| < 100π (the PTX cosine's accurate range) it bounds steps × dt.
+	maxDrive = 4.0
+)
+
+type runFlags struct {
+	runs, steps, samples int
+	dt                   float64
+	vram                 string
+	vramSet              bool
+	allocator            string
+	doubleBuffer         bool
+	verify               int
+	seed                 uint64
+}
+
+// runReport is what `vram run` reports; --json prints it as one object.
+// Bytes are bytes, times seconds.
+type runReport struct {
+	Device      string `json:"device"`  // e.g. "sim:0 vram simulator"
+	Backend     string `json:"backend"` // sim or cuda
+	Fallback    string `json:"fallback,omitempty"`
+	Kernel      string `json:"kernel"` // go or ptx
+	Allocator   string `json:"allocator"`
+	DeviceBytes uint64 `json:"device_total_bytes"`
+	// LimitBytes is the cap --vram put on a real device (0: none).
+	LimitBytes uint64 `json:"limit_bytes,omitempty"`
+
+	Runs            int     `json:"runs"`
+	Steps           int     `json:"steps"`
+	Samples         int     `json:"samples"`
+	Dt              float64 `json:"dt"`
+	Chunks          int     `json:"chunks"`
+	ChunkLength     int     `json:"chunk_length"`
+	LastChunkLength int     `json:"last_chunk_length"`
+	Buffers         int     `json:"buffers"`
+	DoubleBuffer    bool    `json:"double_buffer"`
+	BudgetBytes     uint64  `json:"budget_bytes"`
+	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
+	FullBytes       uint64  `json:"full_bytes"` // the batch's device arrays unchunked
+
+	BytesToDevice   uint64 `json:"bytes_to_device"`
+	BytesFromDevice uint64 `json:"bytes_from_device"`
+
+	Verified     bool   `json:"verified"`
+	VerifiedRuns int    `json:"verified_runs"` // runs checked against the reference
+	FailedRuns   int    `json:"failed_runs"`   // runs whose status says NaN/Inf, of all runs
+	VerifyError  string `json:"verify_error,omitempty"`
+
+	// WallSeconds is the whole job: device, planning, allocation, the
+	// batch and verification. BatchSeconds is the chunk loop alone, from
+	// the first copy in to the last copy out; RunsPerSecond is over it.
+	WallSeconds   float64 `json:"wall_seconds"`
+	BatchSeconds  float64 `json:"batch_seconds"`
+	RunsPerSecond float64 `json:"runs_per_second"`
+
+	PeakDeviceBytes uint64    `json:"peak_device_bytes"` // the allocator's peak reserved bytes
+	PeakLiveBytes   uint64    `json:"peak_live_bytes"`   // the allocator's peak bytes in use
+	DeviceUsedBytes uint64    `json:"device_used_bytes"` // total − free with the arrays allocated (context included)
+	Pool            statsJSON `json:"pool"`
+}
+
+// statsJSON is alloc.Stats with JSON names.
+type statsJSON struct {
+	InUse        uint64 `json:"in_use_bytes"`
+	PeakInUse    uint64 `json:"peak_in_use_bytes"`
+	Reserved     uint64 `json:"reserved_bytes"`
+	PeakReserved uint64 `json:"peak_reserved_bytes"`
+	Allocs       uint64 `json:"allocs"`
+	Frees        uint64 `json:"frees"`
+	CacheHits    uint64 `json:"cache_hits"`
+	DeviceAllocs uint64 `json:"device_allocs"`
+	DeviceFrees  uint64 `json:"device_frees"`
+	Retries      uint64 `json:"retries"`
+	OOMs         uint64 `json:"ooms"`
+}
+
+func toStatsJSON(s alloc.Stats) statsJSON {
+	return statsJSON{s.InUse, s.PeakInUse, s.Reserved, s.PeakReserved, s.Allocs, s.Frees,
+		s.CacheHits, s.DeviceAllocs, s.DeviceFrees, s.Retries, s.OOMs}
+}
+
+func (a *app) runCommand() *cobra.Command {
+	f := runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the example batch job: chunked, verified, with a report",
+		Long: `Run integrates N damped, driven oscillators
+    x'' + 2ζωx' + ω²x = A·cos(Ωt)
+with RK4 over --steps steps, saving --samples samples of (x, v) per run,
+with random parameters. The inputs and outputs are two clients of vram's
+memory manager in one stream group; when the batch does not fit the device
+the manager plans it into chunks, and the job copies each chunk's inputs
+in, runs the kernel and copies the outputs back on the group's stream.
+A sample of runs from every chunk is checked against a float64 host
+reference: the command fails (exit 1) if any disagrees.
+
+On the simulator (the default where there is no GPU) the device has
+--vram of memory (256 MiB), so the default batch needs several chunks. On
+a GPU, --vram caps what the job may use when given.`,
+		Example: `  vram run
+  vram run --runs 1000000 --double-buffer
+  vram run --device sim:bandwidth=8GB --double-buffer   # emulate PCIe copies
+  vram run --allocator direct --json`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f.vramSet = cmd.Flags().Changed("vram")
+			return a.runJob(f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.runs, "runs", defaultRuns, "number of oscillators (runs) in the batch")
+	fl.IntVar(&f.steps, "steps", defaultSteps, "RK4 steps per run")
+	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
+	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
+	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator; on a GPU, a cap on what the job may use, applied only when given")
+	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "device allocator: "+strings.Join(allocatorKinds, ", "))
+	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
+	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
+	return cmd
+}
+
+// jobShape is the batch's fixed figures, checked.
+type jobShape struct {
+	runs    int
+	steps   uint32
+	every   uint32
+	samples int
+	dt      float32
+}
+
+func (f runFlags) check() (jobShape, error) {
+	var js jobShape
+	if f.runs < 1 || f.runs > math.MaxInt32 {
+		return js, usagef("--runs %d: want 1 to %d", f.runs, math.MaxInt32)
+	}
+	if f.steps < 1 || f.steps > math.MaxInt32 {
+		return js, usagef("--steps %d: want at least 1", f.steps)
+	}
+	samples := f.samples
+	if samples == 0 {
+		samples = f.steps + 1
+	}
+	if samples < 2 || samples > f.steps+1 || f.steps%(samples-1) != 0 {
+		return js, usagef("--samples %d with --steps %d: want 2 to %d samples, with steps a multiple of samples−1 (e.g. --samples %d)",
+			f.samples, f.steps, f.steps+1, f.steps+1)
+	}
+	if !(f.dt > 0) || math.IsInf(f.dt, 0) || float32(f.dt) == 0 {
+		return js, usagef("--dt %v: want a positive time step", f.dt)
+	}
+	if tEnd := f.dt * float64(f.steps); maxDrive*tEnd >= 100*math.Pi {
+		return js, usagef("--steps %d × --dt %v = %.4g time units: the drive cos(Ωt), Ω ≤ %v, must stay within |Ωt| < 100π; keep steps × dt below %.4g",
+			f.steps, f.dt, tEnd, maxDrive, 100*math.Pi/maxDrive)
+	}
+	if f.verify < 1 {
+		return js, usagef("--verify %d: want at least 1 run to check", f.verify)
+	}
+	if !slices.Contains(allocatorKinds, f.allocator) {
+		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	}
+	return jobShape{
+		runs:    f.runs,
+		steps:   uint32(f.steps),
+		every:   uint32(f.steps / (samples - 1)),
+		samples: samples,
+		dt:      float32(f.dt),
+	}, nil
+}
+
+// runDeviceSpec folds --vram into the device spec when the spec may open
+// the simulator (sim, or auto falling back to it) and does not size it
+// already. It returns the cap to put on a real device: --vram when given
+// and the spec may open one (cuda, or auto finding a GPU).
+func runDeviceSpec(spec string, f runFlags) (string, uint64, error) {
+	size, err := units.ParseSize(f.vram)
+	if err != nil || size == 0 {
+		return "", 0, usagef("--vram %q: want a positive size such as 256MiB", f.vram)
+	}
+	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
+	name = strings.ToLower(strings.TrimSpace(name))
+	var limit uint64
+	if f.vramSet {
+		limit = size
+	}
+	if name != "sim" && name != "auto" {
+		return spec, limit, nil
+	}
+	if name == "sim" {
+		limit = 0 // --vram sizes the simulator instead
+	}
+	cfg, err := sim.ParseSpec(opts)
+	if err != nil {
+		return "", 0, usageError{fmt.Errorf("--device %q: %w", spec, err)}
+	}
+	if cfg.TotalBytes != 0 {
+		if f.vramSet {
+			return "", 0, usagef("--device %q sizes the simulator and so does --vram %s; give one of them", spec, f.vram)
+		}
+		return spec, 0, nil
+	}
+	if strings.TrimSpace(opts) != "" {
+		opts += ","
+	}
+	return name + ":" + opts + "vram=" + f.vram, limit, nil
+}
+
+// job holds one batch job's state.
+type job struct {
+	a      *app
+	shape  jobShape
+	seed   uint64
+	m      *vram.Manager
+	dev    device.Device
+	kernel oscillator.Kernel
+	in     *vram.Client
+	out    *vram.Client
+	inR    *vram.ArrayResponse // the inputs' arrays, from its OnAllocated hook
+	outR   *vram.ArrayResponse // the outputs' arrays
+	plan   vram.ChunkPlan
+
+	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, pinned
+}
+
+func (a *app) runJob(f runFlags) (err error) {
+	start := time.Now()
+	js, err := f.check()
+	if err != nil {
+		return err
+	}
+	spec, limit, err := runDeviceSpec(a.device, f)
+	if err != nil {
+		return err
+	}
+	dev, fallback, err := a.openDevice(spec)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, closeErr("device", dev.Close())) }()
+	info := dev.Info()
+	if info.Backend == "sim" {
+		limit = 0 // --vram sized the simulator itself
+	}
+	kind, _ := vram.ParseAllocatorKind(f.allocator)
+	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log)}
+	if limit > 0 {
+		opts = append(opts, vram.WithWrap(func(up alloc.Allocator) alloc.Allocator { return alloc.NewLimit(up, limit) }))
+	}
+	m, err := vram.New(dev, opts...)
+	if err != nil {
+		return fmt.Errorf("memory manager on %s: %w", info.Name, err)
+	}
+	defer func() { err = errors.Join(err, closeErr("memory manager", m.Close())) }()
+	kernel, err := oscillator.New(dev)
+	if err != nil {
+		return fmt.Errorf("load the oscillator kernel: %w", err)
+	}
+	defer func() { err = errors.Join(err, closeErr("kernel", kernel.Close())) }()
+
+	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kernel}
+	// Pinned host arrays go back before the manager closes, also when
+	// allocate fails part-way.
+	defer func() { err = errors.Join(err, j.freeHost()) }()
+	if err := j.allocate(f.doubleBuffer); err != nil {
+		return err
+	}
+	free, total, err := dev.MemInfo()
+	if err != nil {
+		return fmt.Errorf("device memory: %w", err)
+	}
+	rep := runReport{
+		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
+		Backend:         info.Backend,
+		Kernel:          kernel.Kind(),
+		Allocator:       m.AllocatorKind().String(),
+		DeviceBytes:     total,
+		LimitBytes:      limit,
+		Runs:            js.runs,
+		Steps:           int(js.steps),
+		Samples:         js.samples,
+		Dt:              shortest(js.dt),
+		Chunks:          j.plan.Chunks,
+		ChunkLength:     j.plan.ChunkLength,
+		LastChunkLength: j.plan.LastChunkLength,
+		Buffers:         j.plan.Buffers,
+		DoubleBuffer:    j.plan.Buffers > 1,
+		BudgetBytes:     j.plan.Budget,
+		BytesPerChunk:   j.plan.BytesPerChunk,
+		FullBytes:       j.plan.FullBytes,
+		BytesToDevice:   j.hInit.Bytes() + j.hParams.Bytes(),
+		BytesFromDevice: j.hOut.Bytes() + j.hStatus.Bytes(),
+		DeviceUsedBytes: total - free,
+	}
+	if fallback != nil {
+		rep.Fallback = fallback.Error()
+	}
+	a.log.Debug("plan", "chunks", j.plan.Chunks, "chunk_length", j.plan.ChunkLength, "buffers", j.plan.Buffers,
+		"budget", j.plan.Budget, "bytes_per_chunk", j.plan.BytesPerChunk)
+
+	batchStart := time.Now()
+	if err := j.pipeline(); err != nil {
+		return err
+	}
+	batch := time.Since(batchStart)
+	rep.BatchSeconds = batch.Seconds()
+	rep.RunsPerSecond = float64(js.runs) / batch.Seconds()
+
+	checked, verr := j.verify(f.verify)
+	rep.VerifiedRuns = checked
+	rep.FailedRuns = j.failedRuns()
+	rep.Verified = verr == nil && rep.FailedRuns == 0
+	if verr == nil && rep.FailedRuns > 0 {
+		verr = fmt.Errorf("%d of %d runs report a NaN or infinite state: %w", rep.FailedRuns, js.runs, errVerify)
+	}
+	if verr != nil {
+		rep.VerifyError = verr.Error()
+	}
+	st := m.Allocator().Stats()
+	rep.Pool = toStatsJSON(st)
+	rep.PeakDeviceBytes = st.PeakReserved
+	rep.PeakLiveBytes = st.PeakInUse
+	rep.WallSeconds = time.Since(start).Seconds()
+
+	if a.json {
+		err = a.writeJSON(rep)
+	} else {
+		err = a.printRun(rep)
+	}
+	return errors.Join(err, verr)
+}
+
+// shortest is v as the float64 with the fewest digits that rounds to it
+// (0.01, not 0.009999999776482582).
+func shortest(v float32) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(v), 'g', -1, 32), 64)
+	return f
+}
+
+func closeErr(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("close the %s: %w", what, err)
+	}
+	return nil
+}
+
+// allocate registers the two clients, queues their requests, allocates
+// them planned together, and makes the full-length pinned host arrays.
+func (j *job) allocate(double bool) error {
+	n, s := j.shape.runs, j.shape.samples
+	const group = "oscillators"
+	var err error
+	j.in, err = j.m.Register(vram.ClientOptions{Name: "inputs", Group: group,
+		OnAllocated: func(r *vram.ArrayResponse) { j.inR = r }})
+	if err != nil {
+		return fmt.Errorf("register the inputs: %w", err)
+	}
+	j.out, err = j.m.Register(vram.ClientOptions{Name: "outputs", Group: group,
+		OnAllocated: func(r *vram.ArrayResponse) { j.outR = r }})
+	if err != nil {
+		return fmt.Errorf("register the outputs: %w", err)
+	}
+	if err := j.m.QueueRequest(j.in, map[string]vram.ArrayRequest{
+		"init":   {Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1},
+		"params": {Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1},
+	}); err != nil {
+		return fmt.Errorf("queue the inputs: %w", err)
+	}
+	if err := j.m.QueueRequest(j.out, map[string]vram.ArrayRequest{
+		"trajectories": {Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2},
+		"status":       {Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0},
+	}); err != nil {
+		return fmt.Errorf("queue the outputs: %w", err)
+	}
+	buffers := 1
+	if double {
+		buffers = 2
+	}
+	if _, err := j.m.AllocateQueue(j.out, vram.WithBuffers(buffers)); err != nil {
+		return fmt.Errorf("allocate the batch's device arrays: %w", err)
+	}
+	if j.inR == nil || j.outR == nil {
+		return fmt.Errorf("allocate the batch: the manager delivered no arrays (inputs %v, outputs %v)", j.inR != nil, j.outR != nil)
+	}
+	j.plan = j.outR.Plan
+
+	mk := func(shape []int, dt vram.DType, what string) (*vram.HostArray, error) {
+		h, err := j.m.NewHostArray(shape, dt, vram.Pinned, nil)
+		if err != nil {
+			return nil, fmt.Errorf("pinned host array for the %s: %w", what, err)
+		}
+		return h, nil
+	}
+	if j.hInit, err = mk([]int{2, n}, vram.Float32, "initial states"); err != nil {
+		return err
+	}
+	if j.hParams, err = mk([]int{4, n}, vram.Float32, "parameters"); err != nil {
+		return err
+	}
+	if j.hOut, err = mk([]int{s, 2, n}, vram.Float32, "trajectories"); err != nil {
+		return err
+	}
+	if j.hStatus, err = mk([]int{n}, vram.Int32, "status"); err != nil {
+		return err
+	}
+	init, params := j.hInit.Float32s(), j.hParams.Float32s()
+	for i := range n {
+		r := runAt(j.seed, i)
+		init[i], init[n+i] = float32(r.X0), float32(r.V0)
+		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
+	}
+	return nil
+}
+
+// freeHost returns the pinned host arrays.
+func (j *job) freeHost() error {
+	var errs []error
+	for _, h := range []*vram.HostArray{j.hInit, j.hParams, j.hOut, j.hStatus} {
+		if h != nil {
+			errs = append(errs, h.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// set returns buffer b's device arrays of r.
+func set(r *vram.ArrayResponse, b int) map[string]*vram.DeviceArray {
+	if b < len(r.Buffers) {
+		return r.Buffers[b].Device
+	}
+	return r.Arrays
+}
+
+// copyIn enqueues chunk i's inputs into buffer b on the group's stream.
+func (j *job) copyIn(i, b int) error {
+	start, n := j.plan.Chunk(i)
+	d := set(j.inR, b)
+	if err := j.m.ToDeviceChunk(j.in, d["init"], j.hInit, vram.Span{Axis: 1, Start: start, Len: n}); err != nil {
+		return fmt.Errorf("chunk %d: %w", i, err)
+	}
+	if err := j.m.ToDeviceChunk(j.in, d["params"], j.hParams, vram.Span{Axis: 1, Start: start, Len: n}); err != nil {
+		return fmt.Errorf("chunk %d: %w", i, err)
+	}
+	return nil
+}
+
+// launch enqueues chunk i's kernel over buffer b on s.
+func (j *job) launch(i, b int, s device.Stream) error {
+	_, n := j.plan.Chunk(i)
+	in, out := set(j.inR, b), set(j.outR, b)
+	err := j.kernel.Launch(s, oscillator.Args{
+		Init: in["init"].Ptr(), Params: in["params"].Ptr(),
+		Out: out["trajectories"].Ptr(), Status: out["status"].Ptr(),
+		N: uint32(n), LD: uint32(j.plan.ChunkLength),
+		Dt: j.shape.dt, Steps: j.shape.steps, Every: j.shape.every,
+	})
+	if err != nil {
+		return fmt.Errorf("chunk %d: launch the kernel: %w", i, err)
+	}
+	return nil
+}
+
+// copyOut enqueues chunk i's outputs from buffer b on the group's stream.
+func (j *job) copyOut(i, b int) error {
+	start, n := j.plan.Chunk(i)
+	d := set(j.outR, b)
+	if err := j.m.FromDeviceChunk(j.out, j.hOut, d["trajectories"], vram.Span{Axis: 2, Start: start, Len: n}); err != nil {
+		return fmt.Errorf("chunk %d: %w", i, err)
+	}
+	if err := j.m.FromDeviceChunk(j.out, j.hStatus, d["status"], vram.Span{Axis: 0, Start: start, Len: n}); err != nil {
+		return fmt.Errorf("chunk %d: %w", i, err)
+	}
+	return nil
+}
+
+// pipeline runs every chunk and waits for the last. The host stays at
+// most one chunk ahead of the device, so an interrupt stops the job
+// within a chunk and the progress bar moves as chunks finish.
+func (j *job) pipeline() (err error) {
+	s, err := j.m.Stream(j.out)
+	if err != nil {
+		return err
+	}
+	// done[i%2] marks the end of chunk i's copies out.
+	var done [2]device.Event
+	for k := range done {
+		if done[k], err = j.dev.NewEvent(); err != nil {
+			return fmt.Errorf("make an event: %w", err)
+		}
+		defer func(e device.Event) { err = errors.Join(err, closeErr("event", e.Close())) }(done[k])
+	}
+	bar := j.a.progress(j.plan.Chunks, "chunks")
+	defer bar.Finish()
+	// wait blocks until chunk i has been copied out.
+	wait := func(i int) error {
+		if i < 0 {
+			return nil
+		}
+		if err := done[i%2].Synchronize(); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		bar.Add(1)
+		return nil
+	}
+	// On an error or interrupt, let what was enqueued finish before the
+	// arrays are freed.
+	defer func() {
+		if err != nil {
+			_ = s.Synchronize()
+		}
+	}()
+
+	double := j.plan.Buffers > 1 && j.plan.Chunks > 1
+	if !double {
+		for i := range j.plan.Chunks {
+			if err := j.a.ctx.Err(); err != nil {
+				return fmt.Errorf("interrupted before chunk %d of %d: %w", i+1, j.plan.Chunks, err)
+			}
+			if err := j.copyIn(i, 0); err != nil {
+				return err
+			}
+			if err := j.launch(i, 0, s); err != nil {
+				return err
+			}
+			if err := j.copyOut(i, 0); err != nil {
+				return err
+			}
+			if err := done[i%2].Record(s); err != nil {
+				return fmt.Errorf("chunk %d: %w", i, err)
+			}
+			if err := wait(i - 1); err != nil {
+				return err
+			}
+		}
+		if err := wait(j.plan.Chunks - 1); err != nil {
+			return err
+		}
+		return s.Synchronize()
+	}
+
+	// Double buffering: copies on s (the group's stream), kernels on k.
+	k, err := j.dev.NewStream()
+	if err != nil {
+		return fmt.Errorf("make the kernel stream: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = k.Synchronize()
+		}
+		err = errors.Join(err, closeErr("kernel stream", k.Close()))
+	}()
+	// inReady[b]: buffer b's inputs are on the device. kernDone[b]: the
+	// kernel that used buffer b has finished with it.
+	var inReady, kernDone [2]device.Event
+	for b := range 2 {
+		for _, e := range []*device.Event{&inReady[b], &kernDone[b]} {
+			if *e, err = j.dev.NewEvent(); err != nil {
+				return fmt.Errorf("make an event: %w", err)
+			}
+			defer func(e device.Event) { err = errors.Join(err, closeErr("event", e.Close())) }(*e)
+		}
+	}
+	// Order on s: in(0), in(1), out(0), in(2), out(1), in(3), … so chunk
+	// i+1's inputs go in while chunk i computes and chunk i−1's outputs
+	// come out. On k: kernel(0), kernel(1), …
+	if err := j.copyIn(0, 0); err != nil {
+		return err
+	}
+	if err := inReady[0].Record(s); err != nil {
+		return err
+	}
+	for i := range j.plan.Chunks {
+		if err := j.a.ctx.Err(); err != nil {
+			return fmt.Errorf("interrupted before chunk %d of %d: %w", i+1, j.plan.Chunks, err)
+		}
+		b := i % 2
+		// The kernel waits for its inputs; its outputs' buffer was last
+		// read by chunk i−2's copy out, which s ran before chunk i's
+		// copy in, so inReady covers that too.
+		if err := inReady[b].Wait(k); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		if err := j.launch(i, b, k); err != nil {
+			return err
+		}
+		if err := kernDone[b].Record(k); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		if i+1 < j.plan.Chunks {
+			// Refill the other buffer once chunk i−1's kernel is done
+			// reading it.
+			nb := (i + 1) % 2
+			if i >= 1 {
+				if err := kernDone[nb].Wait(s); err != nil {
+					return fmt.Errorf("chunk %d: %w", i+1, err)
+				}
+			}
+			if err := j.copyIn(i+1, nb); err != nil {
+				return err
+			}
+			if err := inReady[nb].Record(s); err != nil {
+				return fmt.Errorf("chunk %d: %w", i+1, err)
+			}
+		}
+		if err := kernDone[b].Wait(s); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		if err := j.copyOut(i, b); err != nil {
+			return err
+		}
+		if err := done[i%2].Record(s); err != nil {
+			return fmt.Errorf("chunk %d: %w", i, err)
+		}
+		if err := wait(i - 1); err != nil {
+			return err
+		}
+	}
+	if err := wait(j.plan.Chunks - 1); err != nil {
+		return err
+	}
+	if err := k.Synchronize(); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+// verifyIndices picks up to want runs spread evenly over the batch, plus
+// the first and last run of every chunk.
+func (j *job) verifyIndices(want int) []int {
+	n := j.shape.runs
+	want = min(want, n)
+	idx := make([]int, 0, want+2*j.plan.Chunks)
+	for k := range want {
+		if want == 1 {
+			idx = append(idx, 0)
+			break
+		}
+		idx = append(idx, int(int64(k)*int64(n-1)/int64(want-1)))
+	}
+	for i := range j.plan.Chunks {
+		start, n := j.plan.Chunk(i)
+		idx = append(idx, start, start+n-1)
+	}
+	slices.Sort(idx)
+	return slices.Compact(idx)
+}
+
+// verify checks the chosen runs against the float64 reference and returns
+// how many it checked.
+func (j *job) verify(want int) (int, error) {
+	idx := j.verifyIndices(want)
+	out, status := j.hOut.Data(), j.hStatus.Data()
+	n, sh := j.shape.runs, j.shape
+	for _, i := range idx {
+		r := runAt(j.seed, i)
+		if st := oscillator.Status(status, i); st != 0 {
+			return len(idx), fmt.Errorf("run %d (%s): status %d, want 0: %w", i, describeRun(r), st, errVerify)
+		}
+		got, err := oscillator.Decode(out, n, sh.samples, i)
+		if err != nil {
+			return len(idx), err
+		}
+		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
+		if err := oscillator.Verify(got, want); err != nil {
+			return len(idx), fmt.Errorf("run %d (%s, chunk %d): %v: %w", i, describeRun(r), i/j.plan.ChunkLength+1, err, errVerify)
+		}
+	}
+	return len(idx), nil
+}
+
+// failedRuns counts the runs whose status is not 0.
+func (j *job) failedRuns() int {
+	bad := 0
+	for _, st := range j.hStatus.Int32s() {
+		if st != 0 {
+			bad++
+		}
+	}
+	return bad
+}
+
+func describeRun(r oscillator.Run) string {
+	return fmt.Sprintf("x0 %.3g, v0 %.3g, ω %.3g, ζ %.3g, A %.3g, Ω %.3g", r.X0, r.V0, r.Omega, r.Zeta, r.A, r.Drive)
+}
+
+// runAt is run i's initial state and parameters, a pure function of seed
+// and i (so verification needs no copy of them): x0, v0 ∈ [−1, 1),
+// ω ∈ [0.5, 4), ζ ∈ [0.02, 0.5), A ∈ [0, 2), Ω ∈ [0.2, maxDrive).
+func runAt(seed uint64, i int) oscillator.Run {
+	h := seed*0x9e3779b97f4a7c15 ^ uint64(i)*0xbf58476d1ce4e5b9
+	u := func(lo, hi float64) float64 {
+		h += 0x9e3779b97f4a7c15
+		z := h
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		z ^= z >> 31
+		return lo + (hi-lo)*float64(z>>11)/(1<<53)
+	}
+	return oscillator.Run{
+		X0: u(-1, 1), V0: u(-1, 1),
+		Omega: u(0.5, 4), Zeta: u(0.02, 0.5), A: u(0, 2), Drive: u(0.2, maxDrive),
+	}
+}
+
+func (a *app) printRun(r runReport) error {
+	w := a.stdout
+	dev := r.Device
+	if r.Fallback != "" {
+		dev += " (auto found no GPU; vram info says why)"
+	}
+	fmt.Fprintf(w, "device       %s, %s total, %s kernel\n", dev, units.Format(r.DeviceBytes), r.Kernel)
+	if r.LimitBytes > 0 {
+		fmt.Fprintf(w, "limit        %s (--vram)\n", units.Format(r.LimitBytes))
+	}
+	fmt.Fprintf(w, "allocator    %s\n", r.Allocator)
+	fmt.Fprintf(w, "batch        %d runs × %d steps, %d samples each (dt %g)\n", r.Runs, r.Steps, r.Samples, r.Dt)
+	plan := fmt.Sprintf("%d chunks × %d runs", r.Chunks, r.ChunkLength)
+	if r.Chunks == 1 {
+		plan = fmt.Sprintf("1 chunk of %d runs", r.ChunkLength)
+	} else if r.LastChunkLength != r.ChunkLength {
+		plan += fmt.Sprintf(" (last %d)", r.LastChunkLength)
+	}
+	buf := "1 buffer"
+	if r.Buffers > 1 {
+		buf = fmt.Sprintf("%d buffers, copies overlapping compute", r.Buffers)
+	}
+	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget (all at once: %s)\n",
+		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), units.Format(r.FullBytes))
+	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
+	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
+	fmt.Fprintf(w, "peak memory  %s reserved from the device, %s live; %s of the device in use with the arrays allocated\n",
+		units.Format(r.PeakDeviceBytes), units.Format(r.PeakLiveBytes), units.Format(r.DeviceUsedBytes))
+	p := r.Pool
+	fmt.Fprintf(w, "pool         %d allocs, %d frees, %d cache hits, %d device allocs, %d device frees, %d retries, %d out of memory\n",
+		p.Allocs, p.Frees, p.CacheHits, p.DeviceAllocs, p.DeviceFrees, p.Retries, p.OOMs)
+	if r.Verified {
+		fmt.Fprintf(w, "verified     %d runs from every chunk match the float64 reference (tolerance %g)\n", r.VerifiedRuns, oscillator.Tolerance)
+	} else {
+		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
+	}
+	return nil
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/oscillator"
+)
+
+// A small batch for tests: 20,000 runs of 40 steps with 21 samples
+// (196 device bytes a run, 3.7 MiB in all) on a simulator of 1 MiB with
+// 64 KiB pages, so the plan takes several chunks and the job a fraction
+// of a second even under -race.
+var smallRun = []string{"--device", "sim:granularity=64KiB,context=0", "--vram", "1MiB",
+	"--runs", "20000", "--steps", "40", "--samples", "21"}
+
+func TestRunChunkedVerified(t *testing.T) {
+	tests := map[string]struct {
+		allocator string
+		double    bool
+	}{
+		"pool":                 {"pool", false},
+		"pool, double buffer":  {"pool", true},
+		"direct":               {"direct", false},
+		"direct, double":       {"direct", true},
+		"async":                {"async", false},
+		"async, double buffer": {"async", true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"run", "--json", "--allocator", tc.allocator, fmt.Sprintf("--double-buffer=%v", tc.double)}, smallRun...)
+			stdout, stderr, code := cli(t, "", args...)
+			if code != exitOK {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			var r runReport
+			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+				t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+			}
+			const runs, samples = 20000, 21
+			switch {
+			case !r.Verified || r.VerifyError != "" || r.FailedRuns != 0:
+				t.Errorf("not verified: %+v", r)
+			case r.Chunks < 3:
+				t.Errorf("%d chunks: the test batch should not fit 1 MiB in fewer than 3", r.Chunks)
+			case r.Chunks*r.ChunkLength < runs || (r.Chunks-1)*r.ChunkLength >= runs:
+				t.Errorf("%d chunks × %d runs do not cover %d runs exactly", r.Chunks, r.ChunkLength, runs)
+			case r.VerifiedRuns < defaultVerify || r.VerifiedRuns > defaultVerify+2*r.Chunks:
+				t.Errorf("verified %d runs; want %d spread out plus each chunk's first and last", r.VerifiedRuns, defaultVerify)
+			case r.Allocator != tc.allocator || r.DoubleBuffer != tc.double || r.Buffers != map[bool]int{false: 1, true: 2}[tc.double]:
+				t.Errorf("allocator %q, double %v, buffers %d: want %q, %v", r.Allocator, r.DoubleBuffer, r.Buffers, tc.allocator, tc.double)
+			case r.BytesToDevice != runs*6*4 || r.BytesFromDevice != runs*(samples*2*4+4):
+				t.Errorf("copied %d bytes in and %d out; want %d and %d", r.BytesToDevice, r.BytesFromDevice, runs*6*4, runs*(samples*2*4+4))
+			case r.PeakDeviceBytes == 0 || r.PeakDeviceBytes > r.DeviceBytes || r.BytesPerChunk > r.BudgetBytes:
+				t.Errorf("peak %d bytes, %d per chunk, budget %d, device %d: want a peak within the device and a plan within the budget",
+					r.PeakDeviceBytes, r.BytesPerChunk, r.BudgetBytes, r.DeviceBytes)
+			case r.RunsPerSecond <= 0 || r.WallSeconds < r.BatchSeconds:
+				t.Errorf("%v runs/s, wall %v s, batch %v s", r.RunsPerSecond, r.WallSeconds, r.BatchSeconds)
+			case r.Backend != "sim" || r.Kernel != "go" || r.Steps != 40 || r.Samples != samples || r.Dt != 0.01:
+				t.Errorf("report %+v does not echo the job", r)
+			}
+		})
+	}
+}
+
+func TestRunText(t *testing.T) {
+	stdout, stderr, code := cli(t, "", append([]string{"run"}, smallRun...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	for _, w := range []string{"device", "sim:0", "allocator    pool", "20000 runs × 40 steps, 21 samples", "chunks ×",
+		"copied", "runs/s", "peak memory", "cache hits", "match the float64 reference"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("report does not contain %q:\n%s", w, stdout)
+		}
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"samples do not divide": {[]string{"--steps", "40", "--samples", "7"}, exitUsage, "--samples 7 with --steps 40"},
+		"one sample":            {[]string{"--steps", "40", "--samples", "1"}, exitUsage, "want 2 to 41 samples"},
+		"no runs":               {[]string{"--runs", "0"}, exitUsage, "--runs 0"},
+		"cosine out of range":   {[]string{"--steps", "100000", "--dt", "0.01"}, exitUsage, "|Ωt| < 100π"},
+		"negative dt":           {[]string{"--dt", "-1"}, exitUsage, "--dt -1"},
+		"bad allocator":         {[]string{"--allocator", "slab"}, exitUsage, `--allocator "slab"`},
+		"bad vram":              {[]string{"--vram", "big"}, exitUsage, `--vram "big"`},
+		"sized twice":           {[]string{"--device", "sim:vram=1GiB", "--vram", "1GiB"}, exitUsage, "give one of them"},
+		"verify none":           {[]string{"--verify", "0"}, exitUsage, "--verify 0"},
+		"arguments":             {[]string{"extra"}, exitUsage, `unknown command "extra"`},
+		// 40,001 samples are 313 KiB a run: no chunk fits what 512 KiB
+		// leaves once the manager has set a page aside for each array.
+		"one run too large": {[]string{"--device", "sim:granularity=64KiB,context=0", "--vram", "512KiB", "--steps", "40000", "--dt", "0.001"},
+			exitFailure, "one run does not fit"},
+		"address-only device": {[]string{"--device", "sim:backed=false", "--runs", "10", "--steps", "2"}, exitFailure, "not supported"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", append([]string{"run", "--json"}, tc.args...)...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			if stdout != "" {
+				t.Errorf("stdout not empty:\n%s", stdout)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr)
+			}
+		})
+	}
+}
+
+func TestRunDeviceSpec(t *testing.T) {
+	tests := map[string]struct {
+		spec      string
+		vram      string
+		set       bool
+		wantSpec  string
+		wantLimit uint64
+		wantErr   string
+	}{
+		"sim default":         {spec: "sim", vram: "256MiB", wantSpec: "sim:vram=256MiB"},
+		"auto default":        {spec: "auto", vram: "256MiB", wantSpec: "auto:vram=256MiB"},
+		"sim with options":    {spec: "sim:granularity=64KiB", vram: "1MiB", set: true, wantSpec: "sim:granularity=64KiB,vram=1MiB"},
+		"sim already sized":   {spec: "sim:vram=1GiB", vram: "256MiB", wantSpec: "sim:vram=1GiB"},
+		"sized twice":         {spec: "sim:vram=1GiB", vram: "2GiB", set: true, wantErr: "give one of them"},
+		"cuda, no cap":        {spec: "cuda:1", vram: "256MiB", wantSpec: "cuda:1"},
+		"cuda, capped":        {spec: "cuda", vram: "4GiB", set: true, wantSpec: "cuda", wantLimit: 4 << 30},
+		"auto, capped if GPU": {spec: "auto", vram: "1GiB", set: true, wantSpec: "auto:vram=1GiB", wantLimit: 1 << 30},
+		"bad sim option":      {spec: "sim:colour=blue", vram: "1GiB", wantErr: "unknown sim option"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			spec, limit, err := runDeviceSpec(tc.spec, runFlags{vram: tc.vram, vramSet: tc.set})
+			if tc.wantErr != "" {
+				var ue usageError
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {
+					t.Fatalf("error %v, want a usage error containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || spec != tc.wantSpec || limit != tc.wantLimit {
+				t.Errorf("runDeviceSpec(%q) = %q, %d, %v; want %q, %d", tc.spec, spec, limit, err, tc.wantSpec, tc.wantLimit)
+			}
+		})
+	}
+}
+
+// newTestJob plans, allocates and runs the small batch in-process and
+// returns the job, for tests that look inside it.
+func newTestJob(t *testing.T) *job {
+	t.Helper()
+	dev, err := device.Open("sim:granularity=64KiB,context=0,vram=1MiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := vram.New(dev, vram.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	k, err := oscillator.New(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &app{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard, log: log}
+	js, err := runFlags{runs: 20000, steps: 40, samples: 21, dt: 0.01, verify: 64, allocator: "pool"}.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &job{a: a, shape: js, seed: 7, m: m, dev: dev, kernel: k}
+	if err := j.allocate(false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.freeHost() })
+	if err := j.pipeline(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// TestVerifyCatchesBadResults corrupts results and checks that the job's
+// verification reports them: a wrong sample, a bad status.
+func TestVerifyCatchesBadResults(t *testing.T) {
+	j := newTestJob(t)
+	if n, err := j.verify(64); err != nil || n < 64 {
+		t.Fatalf("the intact results: verify checked %d runs, error %v", n, err)
+	}
+	if j.failedRuns() != 0 {
+		t.Fatalf("%d failed runs in the intact results", j.failedRuns())
+	}
+	// The last run of chunk 2 is always checked.
+	start, n := j.plan.Chunk(1)
+	victim := start + n - 1
+	out := j.hOut.Float32s()
+	i := (10*2+0)*j.shape.runs + victim // sample 10, x
+	saved := out[i]
+	out[i] += 0.5
+	_, err := j.verify(64)
+	if !errors.Is(err, errVerify) || !strings.Contains(err.Error(), fmt.Sprintf("run %d", victim)) || !strings.Contains(err.Error(), "sample 10") {
+		t.Errorf("a wrong sample of run %d: verify error %v, want one naming the run and sample", victim, err)
+	}
+	out[i] = saved
+
+	status := j.hStatus.Int32s()
+	status[victim] = 1
+	if _, err := j.verify(64); !errors.Is(err, errVerify) || !strings.Contains(err.Error(), "status 1") {
+		t.Errorf("a bad status: verify error %v", err)
+	}
+	if got := j.failedRuns(); got != 1 {
+		t.Errorf("failedRuns = %d, want 1", got)
+	}
+}
+
+// TestVerifyIndicesCoverEveryChunk checks the runs chosen for checking:
+// in range, distinct, and the first and last run of every chunk among
+// them.
+func TestVerifyIndicesCoverEveryChunk(t *testing.T) {
+	tests := map[string]struct {
+		runs, chunkLength, want int
+	}{
+		"several chunks":     {20000, 3000, 64},
+		"more wanted than n": {10, 4, 64},
+		"one wanted":         {1000, 1000, 1},
+		"one run":            {1, 1, 64},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			chunks := (tc.runs + tc.chunkLength - 1) / tc.chunkLength
+			j := &job{shape: jobShape{runs: tc.runs}, plan: vram.ChunkPlan{Chunks: chunks, ChunkLength: tc.chunkLength, TotalRuns: tc.runs}}
+			idx := j.verifyIndices(tc.want)
+			seen := map[int]bool{}
+			for k, i := range idx {
+				if i < 0 || i >= tc.runs || seen[i] || (k > 0 && i < idx[k-1]) {
+					t.Fatalf("indices %v: want sorted, distinct, in [0, %d)", idx, tc.runs)
+				}
+				seen[i] = true
+			}
+			for c := range chunks {
+				start, n := j.plan.Chunk(c)
+				if !seen[start] || !seen[start+n-1] {
+					t.Errorf("chunk %d [%d, %d) lacks its first or last run in %v", c, start, start+n, idx)
+				}
+			}
+			if len(idx) < min(tc.want, tc.runs) {
+				t.Errorf("%d indices, want at least %d", len(idx), min(tc.want, tc.runs))
+			}
+		})
+	}
+}
+
+func TestRunAtIsDeterministicAndInRange(t *testing.T) {
+	for i := range 1000 {
+		r := runAt(3, i)
+		if r != runAt(3, i) {
+			t.Fatalf("runAt(3, %d) differs between calls", i)
+		}
+		if r.X0 < -1 || r.X0 >= 1 || r.V0 < -1 || r.V0 >= 1 || r.Omega < 0.5 || r.Omega >= 4 ||
+			r.Zeta < 0.02 || r.Zeta >= 0.5 || r.A < 0 || r.A >= 2 || r.Drive < 0.2 || r.Drive >= maxDrive {
+			t.Fatalf("runAt(3, %d) = %+v: out of range", i, r)
+		}
+	}
+	if runAt(3, 0) == runAt(4, 0) || runAt(3, 0) == runAt(3, 1) {
+		t.Error("different seeds or runs give the same parameters")
+	}
+}
+
+// TestRunInterrupted checks that a cancelled context (an interrupt)
+// stops the job before its next chunk, with exit 1.
+func TestRunInterrupted(t *testing.T) {
+	for _, double := range []bool{false, true} {
+		t.Run(fmt.Sprintf("double=%v", double), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			var out, errb strings.Builder
+			args := append([]string{"run", fmt.Sprintf("--double-buffer=%v", double)}, smallRun...)
+			code := runContext(ctx, args, strings.NewReader(""), &out, &errb)
+			if code != exitFailure || !strings.Contains(errb.String(), "interrupted before chunk 1") || out.Len() != 0 {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and the interrupt named", code, out.String(), errb.String())
+			}
+		})
+	}
+}
