@@ -1,0 +1,132 @@
+package device_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/vramkit/vram/device"
+	_ "github.com/vramkit/vram/device/sim"
+)
+
+// The simulator starts goroutines: every test must close its devices.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestOpen(t *testing.T) {
+	tests := map[string]struct {
+		spec, env string
+		total     uint64
+		backed    bool
+		fellBack  bool
+	}{
+		"sim":               {spec: "sim", total: 8 << 30, backed: true},
+		"sim with vram":     {spec: "sim:vram=256MiB", total: 256 << 20, backed: true},
+		"case and spaces":   {spec: "  SIM : vram = 1GiB ", total: 1 << 30, backed: true},
+		"address-only":      {spec: "sim:vram=80GiB,backed=false", total: 80 << 30},
+		"env default":       {spec: "", env: "sim:vram=128MiB", total: 128 << 20, backed: true},
+		"auto falls back":   {spec: "auto", total: 8 << 30, backed: true, fellBack: true},
+		"auto with options": {spec: "auto:vram=64MiB", total: 64 << 20, backed: true, fellBack: true},
+		"unset env is auto": {spec: "", total: 8 << 30, backed: true, fellBack: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(device.EnvDevice, tc.env)
+			d, fallback, err := device.OpenWithFallback(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			info := d.Info()
+			if info.Backend != "sim" || info.TotalBytes != tc.total || info.Backed != tc.backed {
+				t.Errorf("Open(%q) = %+v; want sim, total %d, backed %v", tc.spec, info, tc.total, tc.backed)
+			}
+			if tc.fellBack != (fallback != nil) {
+				t.Errorf("fallback = %v, want one: %v", fallback, tc.fellBack)
+			}
+			if fallback != nil && !errors.Is(fallback, device.ErrNoDevice) {
+				t.Errorf("fallback %v does not wrap ErrNoDevice", fallback)
+			}
+		})
+	}
+}
+
+func TestOpenBad(t *testing.T) {
+	tests := map[string]struct {
+		spec     string
+		also     error
+		mentions string
+	}{
+		"unknown backend":   {spec: "tpu", mentions: "linked: sim"},
+		"cuda not linked":   {spec: "cuda:0", mentions: "import _"},
+		"no name":           {spec: ":vram=1GiB", mentions: "no backend name"},
+		"unknown option":    {spec: "sim:colour=red", mentions: "known: vram"},
+		"bad size":          {spec: "sim:vram=lots", mentions: "vram"},
+		"option with no =":  {spec: "sim:backed", mentions: "key=value"},
+		"bad granularity":   {spec: "sim:granularity=3MiB", also: device.ErrInvalidValue, mentions: "power of two"},
+		"context too large": {spec: "sim:vram=64MiB,context=64MiB", also: device.ErrInvalidValue, mentions: "leaves nothing"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d, err := device.Open(tc.spec)
+			if err == nil {
+				d.Close()
+				t.Fatalf("Open(%q) succeeded", tc.spec)
+			}
+			if !errors.Is(err, device.ErrBadSpec) {
+				t.Errorf("Open(%q) = %v; want ErrBadSpec", tc.spec, err)
+			}
+			if tc.also != nil && !errors.Is(err, tc.also) {
+				t.Errorf("Open(%q) = %v; want it to wrap %v too", tc.spec, err, tc.also)
+			}
+			if !strings.Contains(err.Error(), tc.mentions) {
+				t.Errorf("Open(%q) = %v; want the message to mention %q", tc.spec, err, tc.mentions)
+			}
+		})
+	}
+}
+
+func TestBackendsAndRegister(t *testing.T) {
+	if !slices.Contains(device.Backends(), "sim") {
+		t.Fatalf("Backends() = %v, want sim", device.Backends())
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("registering sim twice did not panic")
+		}
+	}()
+	device.Register("sim", func(string) (device.Device, error) { return nil, nil })
+}
+
+func TestDefaultSpec(t *testing.T) {
+	t.Setenv(device.EnvDevice, "")
+	if got := device.DefaultSpec(); got != "auto" {
+		t.Errorf("DefaultSpec with no env = %q, want auto", got)
+	}
+	t.Setenv(device.EnvDevice, " sim:vram=1GiB ")
+	if got := device.DefaultSpec(); got != "sim:vram=1GiB" {
+		t.Errorf("DefaultSpec = %q", got)
+	}
+}
+
+func TestPtr(t *testing.T) {
+	p := device.Ptr(0x7f0000000000)
+	if p.String() != "0x7f0000000000" || p.Add(0x100).String() != "0x7f0000000100" {
+		t.Errorf("Ptr formatting: %v, %v", p, p.Add(0x100))
+	}
+}
+
+func ExampleOpen() {
+	dev, err := device.Open("sim:vram=1GiB,context=64MiB")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	free, total, _ := dev.MemInfo()
+	fmt.Println(dev.Info().Backend, total>>20, "MiB total,", free>>20, "MiB free")
+	// Output: sim 1024 MiB total, 960 MiB free
+}

@@ -1,0 +1,196 @@
+package sim_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+)
+
+func benchDevice(b *testing.B, addressOnly bool) *sim.Device {
+	b.Helper()
+	d, err := sim.New(sim.Config{TotalBytes: 1 << 40, AddressOnly: addressOnly})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
+// BenchmarkMallocFree is one Malloc/Free pair of 1 MiB with live
+// allocations already on the device (the address index's depth).
+func BenchmarkMallocFree(b *testing.B) {
+	for _, mode := range []string{"backed", "address-only"} {
+		for _, live := range []int{0, 10_000} {
+			b.Run(fmt.Sprintf("%s/live=%d", mode, live), func(b *testing.B) {
+				d := benchDevice(b, mode == "address-only")
+				if mode == "backed" && live > 0 {
+					b.Skip("backed live allocations would touch host memory; address-only shows the index cost")
+				}
+				var keep []device.Ptr
+				for range live {
+					p, err := d.Malloc(4096)
+					if err != nil {
+						b.Fatal(err)
+					}
+					keep = append(keep, p)
+				}
+				b.ReportAllocs()
+				for b.Loop() {
+					p, err := d.Malloc(1 << 20)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := d.Free(p); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				for _, p := range keep {
+					d.Free(p)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkMallocAsyncFreeAsync is one stream-ordered pair on one stream,
+// served from the pool's cache (threshold high so nothing is released).
+func BenchmarkMallocAsyncFreeAsync(b *testing.B) {
+	for _, live := range []int{0, 10_000} {
+		b.Run(fmt.Sprintf("live=%d", live), func(b *testing.B) {
+			d := benchDevice(b, true)
+			s := d.DefaultStream()
+			d.SetReleaseThreshold(1 << 62)
+			var keep []device.Ptr
+			for range live {
+				p, err := d.MallocAsync(4096, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				keep = append(keep, p)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := d.MallocAsync(64<<10, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.FreeAsync(p, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			for _, p := range keep {
+				d.FreeAsync(p, s)
+			}
+			s.Synchronize()
+		})
+	}
+}
+
+func noop(device.View, int, int) error { return nil }
+
+// BenchmarkStreamOp is an empty stream operation (a one-index no-op
+// kernel): "enqueue" measures the call alone (the stream drains in the
+// background; one Synchronize at the end), "enqueue+sync" the round trip
+// through the stream's goroutine.
+func BenchmarkStreamOp(b *testing.B) {
+	b.Run("enqueue", func(b *testing.B) {
+		d := benchDevice(b, false)
+		s, _ := d.NewStream()
+		defer s.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := d.LaunchFunc(s, 1, noop); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("enqueue+sync", func(b *testing.B) {
+		d := benchDevice(b, false)
+		s, _ := d.NewStream()
+		defer s.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := d.LaunchFunc(s, 1, noop); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("sync idle", func(b *testing.B) {
+		d := benchDevice(b, false)
+		s, _ := d.NewStream()
+		defer s.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkEvent is an event record followed by a query.
+func BenchmarkEvent(b *testing.B) {
+	b.Run("record+query", func(b *testing.B) {
+		d := benchDevice(b, false)
+		s, _ := d.NewStream()
+		defer s.Close()
+		e, _ := d.NewEvent()
+		defer e.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := e.Record(s); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.Query(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("record+wait+sync", func(b *testing.B) {
+		d := benchDevice(b, false)
+		s1, _ := d.NewStream()
+		s2, _ := d.NewStream()
+		defer s1.Close()
+		defer s2.Close()
+		e, _ := d.NewEvent()
+		defer e.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			d.LaunchFunc(s1, 1, noop)
+			e.Record(s1)
+			e.Wait(s2)
+			if err := s2.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkCopyHtoD is a 1 MiB host-to-device copy and synchronize.
+func BenchmarkCopyHtoD(b *testing.B) {
+	d := benchDevice(b, false)
+	s := d.DefaultStream()
+	p, _ := d.Malloc(1 << 20)
+	defer d.Free(p)
+	src := make([]byte, 1<<20)
+	b.SetBytes(1 << 20)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.CopyHtoD(p, src, s); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,213 @@
+package sim
+
+import (
+	"fmt"
+	"math/bits"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// Defaults for a zero Config.
+const (
+	DefaultTotalBytes  = 8 * units.GiB
+	DefaultGranularity = 2 * units.MiB
+	// MaxContextBytes caps the default context size: a context takes
+	// min(TotalBytes/32, MaxContextBytes), rounded down to the granularity.
+	MaxContextBytes = 256 * units.MiB
+	// DefaultPinnedLimit is the default cap on live pinned host memory.
+	DefaultPinnedLimit = 64 * units.GiB
+	// PoolAlignment is the alignment (and rounding) of MallocAsync blocks.
+	PoolAlignment uint64 = 512
+)
+
+// Config describes a simulated device. The zero value is a backed 8 GiB
+// device with a 256 MiB context and 2 MiB granularity.
+type Config struct {
+	// TotalBytes is the device memory MemInfo reports as total. 0 means
+	// DefaultTotalBytes.
+	TotalBytes uint64
+	// ContextBytes is the memory the context itself takes from the total
+	// (it is never free). 0 means min(TotalBytes/32, 256 MiB) rounded down
+	// to the granularity; set NoContext for a context that takes nothing.
+	ContextBytes uint64
+	// NoContext makes the context take no memory (ContextBytes is ignored).
+	NoContext bool
+	// Granularity is the unit in which Malloc reserves memory and the
+	// async pool grows: a power of two, at least PoolAlignment. 0 means
+	// DefaultGranularity (2 MiB, as current drivers).
+	Granularity uint64
+	// AddressOnly keeps accounting and addresses but no bytes: nothing of
+	// the device's size is spent on the host, so a 100 GiB device can be
+	// simulated on a small machine. Copies, memsets and kernels then
+	// return errors wrapping device.ErrNotSupported.
+	AddressOnly bool
+	// ReleaseThreshold is the async pool's initial release threshold in
+	// bytes (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; the driver's default is 0).
+	ReleaseThreshold uint64
+	// KernelWorkers is how many goroutines run a LaunchFunc kernel's
+	// blocks. 0 means runtime.GOMAXPROCS(0).
+	KernelWorkers int
+	// CopyBandwidth, in bytes per second, makes each copy and memset take
+	// as long as it would over a link that fast (the stream's goroutine
+	// sleeps), so overlap of copies and compute can be seen. 0 copies at
+	// host memory speed.
+	CopyBandwidth uint64
+	// PinnedLimit caps the bytes of pinned host memory (HostAlloc) live
+	// at once; past it HostAlloc fails with ErrOutOfMemory, as pinning
+	// does when the host runs short. 0 means DefaultPinnedLimit.
+	PinnedLimit uint64
+	// Name is the device name Info reports. "" means "vram simulator".
+	Name string
+	// Ordinal is the device index Info reports.
+	Ordinal int
+}
+
+// withDefaults fills zero fields and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.TotalBytes == 0 {
+		c.TotalBytes = DefaultTotalBytes
+	}
+	if c.Granularity == 0 {
+		c.Granularity = DefaultGranularity
+	}
+	if c.Granularity < PoolAlignment || bits.OnesCount64(c.Granularity) != 1 {
+		return c, fmt.Errorf("sim: granularity %d bytes: want a power of two of at least %d bytes: %w",
+			c.Granularity, PoolAlignment, device.ErrInvalidValue)
+	}
+	if c.TotalBytes < c.Granularity {
+		return c, fmt.Errorf("sim: total memory %s is less than the granularity %s: %w",
+			units.Format(c.TotalBytes), units.Format(c.Granularity), device.ErrInvalidValue)
+	}
+	switch {
+	case c.NoContext:
+		c.ContextBytes = 0
+	case c.ContextBytes == 0:
+		c.ContextBytes = min(c.TotalBytes/32, MaxContextBytes) / c.Granularity * c.Granularity
+	}
+	if c.ContextBytes >= c.TotalBytes {
+		return c, fmt.Errorf("sim: context %s leaves nothing of total memory %s: %w",
+			units.Format(c.ContextBytes), units.Format(c.TotalBytes), device.ErrInvalidValue)
+	}
+	if c.KernelWorkers < 0 {
+		return c, fmt.Errorf("sim: kernel workers %d: want >= 0: %w", c.KernelWorkers, device.ErrInvalidValue)
+	}
+	if c.KernelWorkers == 0 {
+		c.KernelWorkers = runtime.GOMAXPROCS(0)
+	}
+	if c.PinnedLimit == 0 {
+		c.PinnedLimit = DefaultPinnedLimit
+	}
+	if c.Name == "" {
+		c.Name = "vram simulator"
+	}
+	if c.Ordinal < 0 {
+		return c, fmt.Errorf("sim: ordinal %d: want >= 0: %w", c.Ordinal, device.ErrInvalidValue)
+	}
+	return c, nil
+}
+
+// specKeys documents the options ParseSpec accepts.
+var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "pinned", "name", "ordinal"}
+
+// ParseSpec reads the options of a "sim:..." device spec (the text after
+// the colon) into a Config:
+//
+//	vram=SIZE         total memory (also total=SIZE), e.g. vram=24GiB
+//	context=SIZE      memory the context takes; context=0 for none
+//	granularity=SIZE  allocation granularity, e.g. granularity=64KiB
+//	backed=BOOL       false for an address-only device (no bytes on the host)
+//	threshold=SIZE    async pool release threshold
+//	workers=N         goroutines per kernel launch
+//	bandwidth=SIZE    emulated copy bandwidth per second, e.g. bandwidth=16GB
+//	pinned=SIZE       cap on live pinned host memory (default 64 GiB)
+//	name=TEXT         device name
+//	ordinal=N         device index
+//
+// Options are separated by commas; keys are case-insensitive. An unknown
+// key or a bad value returns an error wrapping device.ErrBadSpec.
+func ParseSpec(opts string) (Config, error) {
+	var c Config
+	opts = strings.TrimSpace(opts)
+	if opts == "" {
+		return c, nil
+	}
+	for _, kv := range strings.Split(opts, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		k, v = strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)
+		if !ok || v == "" {
+			return c, fmt.Errorf("sim option %q: want key=value (keys: %s): %w", kv, strings.Join(specKeys, ", "), device.ErrBadSpec)
+		}
+		bad := func(err error) error {
+			return fmt.Errorf("sim option %s=%q: %v: %w", k, v, err, device.ErrBadSpec)
+		}
+		var err error
+		switch k {
+		case "vram", "total", "mem", "memory":
+			c.TotalBytes, err = units.ParseSize(v)
+			if err == nil && c.TotalBytes == 0 {
+				err = fmt.Errorf("total memory must be > 0")
+			}
+		case "context", "ctx":
+			c.ContextBytes, err = units.ParseSize(v)
+			c.NoContext = err == nil && c.ContextBytes == 0
+		case "granularity", "gran":
+			c.Granularity, err = units.ParseSize(v)
+			if err == nil && c.Granularity == 0 {
+				err = fmt.Errorf("granularity must be > 0")
+			}
+		case "backed":
+			var b bool
+			b, err = strconv.ParseBool(v)
+			c.AddressOnly = !b
+		case "threshold", "release-threshold":
+			c.ReleaseThreshold, err = units.ParseSize(v)
+		case "workers":
+			c.KernelWorkers, err = strconv.Atoi(v)
+			if err == nil && c.KernelWorkers <= 0 {
+				err = fmt.Errorf("want a positive count")
+			}
+		case "bandwidth", "bw":
+			c.CopyBandwidth, err = units.ParseSize(v)
+		case "pinned":
+			c.PinnedLimit, err = units.ParseSize(v)
+			if err == nil && c.PinnedLimit == 0 {
+				err = fmt.Errorf("the limit must be > 0")
+			}
+		case "name":
+			c.Name = v
+		case "ordinal":
+			c.Ordinal, err = strconv.Atoi(v)
+			if err == nil && c.Ordinal < 0 {
+				err = fmt.Errorf("want >= 0")
+			}
+		default:
+			return c, fmt.Errorf("unknown sim option %q (known: %s): %w", k, strings.Join(specKeys, ", "), device.ErrBadSpec)
+		}
+		if err != nil {
+			return c, bad(err)
+		}
+	}
+	return c, nil
+}
+
+func init() {
+	device.Register("sim", func(opts string) (device.Device, error) {
+		cfg, err := ParseSpec(opts)
+		if err != nil {
+			return nil, err
+		}
+		d, err := New(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", device.ErrBadSpec, err)
+		}
+		return d, nil
+	})
+}

@@ -1,0 +1,637 @@
+package sim
+
+// The device: memory accounting, the address index and the memory checker.
+//
+// Accounting. MemInfo reports total = Config.TotalBytes and
+//
+//	free = total − context − Σ Malloc sizes rounded up to the granularity
+//	             − bytes the async pool holds reserved
+//
+// Pinned host memory (mapped or not) takes nothing from the device.
+//
+// Index. Every allocation that has a device address — a Malloc, a mapped
+// host buffer, a segment of the async pool — is a node of d.live, a treap
+// keyed by start address whose span is the reserved length; a floor query
+// finds the allocation an interior pointer falls in. Freed allocations
+// leave a ghost in d.ghosts until their addresses are handed out again, so
+// a later access or free is reported as use after free or double free
+// rather than as an unknown pointer. Addresses from earlier generations
+// (before a Reset) and from other devices are recognised by region (see
+// vaspace.go).
+//
+// Checking. Copies and memsets resolve their pointers when they are
+// enqueued (the host's view: freeing happens-before a later call) and
+// capture the backing slices; kernels resolve through their View when
+// they run. A kernel may still touch a MallocAsync block that was freed
+// after the kernel was launched (the free is stream-ordered after it):
+// every launch and every FreeAsync take a stamp from one device counter,
+// and a kernel with an earlier stamp than the free is allowed the block.
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+var deviceIDs atomic.Uint64
+
+var (
+	_ device.Device         = (*Device)(nil)
+	_ device.AsyncAllocator = (*Device)(nil)
+	_ device.HostAllocator  = (*Device)(nil)
+	_ device.FuncLauncher   = (*Device)(nil)
+)
+
+// ghostCap bounds how many freed allocations are remembered for use after
+// free and double free reports (oldest forgotten first).
+const ghostCap = 1 << 16
+
+type recKind uint8
+
+const (
+	kMalloc recKind = iota + 1
+	kMapped
+	kSegment
+	kPoolBlock // ghosts only
+)
+
+func (k recKind) String() string {
+	switch k {
+	case kMalloc:
+		return "Malloc"
+	case kMapped:
+		return "mapped host memory"
+	case kSegment:
+		return "async pool segment"
+	case kPoolBlock:
+		return "MallocAsync"
+	}
+	return "?"
+}
+
+// rec is a live allocation with a device address.
+type rec struct {
+	kind recKind
+	size uint64   // requested bytes (segments: their size)
+	id   uint64   // allocation number, counted from 1 per device
+	mem  *backing // the bytes (nil when address-only)
+	seg  *segment // kSegment
+}
+
+// backing holds an allocation's bytes, made on first access: memory that
+// is allocated but never read or written costs no host memory, and Malloc
+// stays cheap for allocations of any size. Safe for concurrent use.
+type backing struct {
+	once sync.Once
+	n    uint64
+	b    []byte
+}
+
+// bytes returns the allocation's bytes; nil on a nil backing.
+func (m *backing) bytes() []byte {
+	if m == nil {
+		return nil
+	}
+	m.once.Do(func() { m.b = make([]byte, m.n) })
+	return m.b
+}
+
+// preset is a backing over existing bytes (mapped host memory).
+func preset(b []byte) *backing {
+	m := &backing{n: uint64(len(b)), b: b}
+	m.once.Do(func() {})
+	return m
+}
+
+// ghost is a freed allocation whose addresses are not in use again yet.
+type ghost struct {
+	size  uint64
+	id    uint64
+	kind  recKind
+	stamp uint64 // issue stamp of the free (pool blocks)
+}
+
+type ghostRef struct{ start, id uint64 }
+
+type hostRec struct {
+	n   uint64
+	ptr device.Ptr
+	id  uint64
+}
+
+// Device is a simulated GPU. It implements device.Device and every
+// optional interface of package device except ModuleLoader:
+// device.AsyncAllocator, device.HostAllocator and device.FuncLauncher.
+//
+// A Device is safe for concurrent use.
+type Device struct {
+	id     uint64
+	cfg    Config
+	faults Faults
+	closed atomic.Bool
+	gen    atomic.Uint64 // generation, bumped by Reset
+	stamp  atomic.Uint64 // issue stamps of launches and async frees
+
+	mu          sync.RWMutex // protects the fields below
+	rg          region       // this generation's address region
+	va          *vaSpace
+	old         []region // regions of earlier generations
+	live        tree[rec]
+	ghosts      tree[ghost]
+	ghostFIFO   []ghostRef
+	ghostHead   int
+	mallocBytes uint64 // reserved by Malloc, rounded to the granularity
+	mallocReq   uint64 // requested by live Mallocs
+	nMalloc     int
+	host        map[*byte]hostRec  // live pinned buffers by first byte
+	hostFreed   map[uintptr]uint64 // recently freed host buffers (first byte → id)
+	hostFreedQ  []uintptr
+	oldHost     map[uintptr]bool // host buffers of earlier generations
+	pinnedBytes uint64           // bytes of live pinned host buffers
+	pool        pool
+	def         *stream
+	streams     map[*stream]struct{} // streams made by NewStream, not closed
+	retired     []*stream            // streams of earlier generations whose goroutine may still run
+	nextStream  uint64
+	events      int
+	nextID      uint64
+}
+
+// New makes a simulated device. Zero fields of cfg take their defaults;
+// invalid ones return an error wrapping device.ErrInvalidValue.
+func New(cfg Config) (*Device, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{id: deviceIDs.Add(1), cfg: c}
+	d.faults.dev = d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.startGenLocked()
+	return d, nil
+}
+
+// startGenLocked sets up a fresh generation: address region, indexes,
+// pool and default stream.
+func (d *Device) startGenLocked() {
+	d.rg = newRegion(16*d.cfg.TotalBytes, d.id, d.gen.Load())
+	d.va = newVASpace(d.rg)
+	d.live.clear()
+	d.ghosts.clear()
+	d.ghostFIFO, d.ghostHead = nil, 0
+	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
+	d.host = map[*byte]hostRec{}
+	d.hostFreed = map[uintptr]uint64{}
+	d.hostFreedQ = nil
+	d.pinnedBytes = 0
+	d.pool = pool{threshold: d.cfg.ReleaseThreshold}
+	d.streams = map[*stream]struct{}{}
+	d.events = 0
+	d.def = d.newStreamLocked(true)
+}
+
+// Config returns the device's configuration with defaults filled in.
+func (d *Device) Config() Config { return d.cfg }
+
+// Faults returns the device's fault injector.
+func (d *Device) Faults() *Faults { return &d.faults }
+
+// String names the device, e.g. "sim#3 (8 GiB)".
+func (d *Device) String() string {
+	return fmt.Sprintf("sim#%d (%s)", d.id, units.Format(d.cfg.TotalBytes))
+}
+
+// Info describes the device.
+func (d *Device) Info() device.Info {
+	return device.Info{
+		Backend:      "sim",
+		Name:         d.cfg.Name,
+		Ordinal:      d.cfg.Ordinal,
+		TotalBytes:   d.cfg.TotalBytes,
+		ContextBytes: d.cfg.ContextBytes,
+		Granularity:  d.cfg.Granularity,
+		Driver:       "vram simulator 1",
+		Backed:       !d.cfg.AddressOnly,
+	}
+}
+
+func (d *Device) errClosed(op string) error {
+	return fmt.Errorf("%v: %s: device is closed: %w", d, op, device.ErrClosed)
+}
+
+// freeLocked is the device memory not reserved by anything.
+func (d *Device) freeLocked() uint64 {
+	return d.cfg.TotalBytes - d.cfg.ContextBytes - d.mallocBytes - d.pool.reserved
+}
+
+// MemInfo reports free and total device memory as the driver does.
+func (d *Device) MemInfo() (free, total uint64, err error) {
+	if d.closed.Load() {
+		return 0, 0, d.errClosed("meminfo")
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.freeLocked(), d.cfg.TotalBytes, nil
+}
+
+// oomLocked explains why n bytes (reserving need) do not fit.
+func (d *Device) oomLocked(op string, n, need uint64) error {
+	return fmt.Errorf("%v: %s %s: needs %s at %s granularity but only %s of %s is free "+
+		"(context %s, Malloc %s, async pool %s reserved): %w",
+		d, op, units.Format(n), units.Format(need), units.Format(d.cfg.Granularity),
+		units.Format(d.freeLocked()), units.Format(d.cfg.TotalBytes),
+		units.Format(d.cfg.ContextBytes), units.Format(d.mallocBytes), units.Format(d.pool.reserved),
+		device.ErrOutOfMemory)
+}
+
+// Malloc allocates n > 0 bytes. It reserves n rounded up to the
+// granularity, and the address is aligned to the granularity.
+func (d *Device) Malloc(n uint64) (device.Ptr, error) {
+	if d.closed.Load() {
+		return 0, d.errClosed("malloc")
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("%v: malloc of 0 bytes: the size must be > 0: %w", d, device.ErrInvalidValue)
+	}
+	if err := d.faults.check(OpAlloc, "malloc", n); err != nil {
+		return 0, err
+	}
+	need, ok := units.RoundUp(n, d.cfg.Granularity)
+	var mem *backing
+	if !d.cfg.AddressOnly {
+		mem = &backing{n: n}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return 0, d.errClosed("malloc")
+	}
+	if !ok || need > d.freeLocked() {
+		return 0, d.oomLocked("malloc", n, need)
+	}
+	a, ok := d.va.alloc(need)
+	if !ok {
+		return 0, fmt.Errorf("%v: malloc %s: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
+	}
+	d.nextID++
+	d.live.insert(a, 0, need, rec{kind: kMalloc, size: n, id: d.nextID, mem: mem})
+	d.dropGhostsLocked(a, need)
+	d.mallocBytes += need
+	d.mallocReq += n
+	d.nMalloc++
+	return device.Ptr(a), nil
+}
+
+// Free releases a pointer from Malloc (or, synchronously, one from
+// MallocAsync). Like cuMemFree it first waits for all work enqueued on the
+// device's streams.
+func (d *Device) Free(p device.Ptr) error {
+	if d.closed.Load() {
+		return d.errClosed("free")
+	}
+	if err := d.faults.check(OpFree, "free", 0); err != nil {
+		return err
+	}
+	d.quiesce()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return d.errClosed("free")
+	}
+	a := uint64(p)
+	nd := d.live.get(a, 0)
+	if nd == nil || nd.v.kind != kMalloc {
+		if b := d.pool.usedBlockAt(d, a); b != nil {
+			d.addGhostLocked(a, ghost{size: b.req, id: b.id, kind: kPoolBlock, stamp: d.stamp.Add(1)})
+			d.pool.freeLocked(nil, b)
+			d.pool.promoteLocked()
+			return nil
+		}
+		return d.badFreeLocked(p, "free")
+	}
+	r, span := nd.v, nd.span
+	d.live.remove(a, 0)
+	d.va.release(a, span)
+	d.addGhostLocked(a, ghost{size: r.size, id: r.id, kind: kMalloc})
+	d.mallocBytes -= span
+	d.mallocReq -= r.size
+	d.nMalloc--
+	return nil
+}
+
+// addGhostLocked remembers a freed allocation.
+func (d *Device) addGhostLocked(a uint64, g ghost) {
+	if d.ghosts.get(a, 0) != nil {
+		d.ghosts.remove(a, 0)
+	}
+	d.ghosts.insert(a, 0, g.size, g)
+	d.ghostFIFO = append(d.ghostFIFO, ghostRef{a, g.id})
+	if len(d.ghostFIFO)-d.ghostHead > ghostCap {
+		old := d.ghostFIFO[d.ghostHead]
+		d.ghostHead++
+		if n := d.ghosts.get(old.start, 0); n != nil && n.v.id == old.id {
+			d.ghosts.remove(old.start, 0)
+		}
+		if d.ghostHead > ghostCap {
+			d.ghostFIFO = append(d.ghostFIFO[:0], d.ghostFIFO[d.ghostHead:]...)
+			d.ghostHead = 0
+		}
+	}
+}
+
+// dropGhostsLocked forgets freed allocations overlapping [a, a+n), whose
+// addresses are being handed out again.
+func (d *Device) dropGhostsLocked(a, n uint64) {
+	for {
+		g := d.ghosts.floor(a+n-1, 0)
+		if g == nil || g.k1+g.span <= a {
+			return
+		}
+		d.ghosts.remove(g.k1, 0)
+	}
+}
+
+// badFreeLocked explains why p cannot be freed by op.
+func (d *Device) badFreeLocked(p device.Ptr, op string) error {
+	a := uint64(p)
+	if a == 0 {
+		return fmt.Errorf("%v: %s of a null pointer: %w", d, op, device.ErrInvalidPointer)
+	}
+	if nd := d.live.floor(a, 0); nd != nil && a < nd.k1+nd.span {
+		switch nd.v.kind {
+		case kMapped:
+			if a == nd.k1 {
+				return fmt.Errorf("%v: %s %v: it is mapped host memory; release it with HostFree: %w", d, op, p, device.ErrInvalidPointer)
+			}
+		case kMalloc:
+			if a == nd.k1 {
+				return fmt.Errorf("%v: %s %v: it was allocated with Malloc; release it with Free: %w", d, op, p, device.ErrInvalidPointer)
+			}
+		case kSegment:
+			if b := d.pool.blocks.floor(a, 0); b != nil && b.v.state == bUsed && a > b.v.start {
+				return fmt.Errorf("%v: %s %v: it is %d bytes into the MallocAsync allocation at 0x%x; free takes the start: %w",
+					d, op, p, a-b.v.start, b.v.start, device.ErrInvalidPointer)
+			}
+			if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+				return d.freedErr(op, p, g)
+			}
+			return fmt.Errorf("%v: %s %v: it points into the async pool's free memory, never allocated: %w", d, op, p, device.ErrInvalidPointer)
+		}
+		return fmt.Errorf("%v: %s %v: it is %d bytes into the %s allocation at 0x%x; free takes the start: %w",
+			d, op, p, a-nd.k1, nd.v.kind, nd.k1, device.ErrInvalidPointer)
+	}
+	if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+		return d.freedErr(op, p, g)
+	}
+	return d.foreignLocked(op, p)
+}
+
+// freedErr reports a free of an address inside the freed allocation g.
+func (d *Device) freedErr(op string, p device.Ptr, g *tnode[ghost]) error {
+	if uint64(p) == g.k1 {
+		return fmt.Errorf("%v: %s %v: already freed (%s allocation #%d of %s): %w",
+			d, op, p, g.v.kind, g.v.id, units.Format(g.v.size), device.ErrDoubleFree)
+	}
+	return fmt.Errorf("%v: %s %v: it is %d bytes into the freed %s allocation #%d at 0x%x: %w",
+		d, op, p, uint64(p)-g.k1, g.v.kind, g.v.id, g.k1, device.ErrInvalidPointer)
+}
+
+// foreignLocked explains an address that is not in this generation's
+// allocations or ghosts.
+func (d *Device) foreignLocked(op string, p device.Ptr) error {
+	a := uint64(p)
+	if a == 0 {
+		return fmt.Errorf("%v: %s: null pointer: %w", d, op, device.ErrInvalidPointer)
+	}
+	for _, r := range d.old {
+		if a >= r.lo && a < r.hi {
+			return fmt.Errorf("%v: %s %v: the pointer was allocated before a device reset (generation %d, now %d): %w",
+				d, op, p, r.gen, d.gen.Load(), device.ErrInvalidated)
+		}
+	}
+	if r, ok := regionOf(a); ok && r.dev != d.id {
+		return fmt.Errorf("%v: %s %v: the pointer belongs to another device (sim#%d): %w", d, op, p, r.dev, device.ErrInvalidPointer)
+	}
+	if a >= d.rg.lo && a < d.rg.hi {
+		return fmt.Errorf("%v: %s %v: no allocation at this address: %w", d, op, p, device.ErrInvalidPointer)
+	}
+	return fmt.Errorf("%v: %s %v: not an address of this device: %w", d, op, p, device.ErrInvalidPointer)
+}
+
+// resolveLocked checks an access of n bytes at p and returns the bytes of
+// the allocation it falls in that the access may see (data, starting at
+// address base), or an error wrapping ErrOutOfBounds, ErrUseAfterFree,
+// ErrInvalidated or ErrInvalidPointer. A kernel passes its launch stamp;
+// the host passes 0. data is nil on an address-only device.
+func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) (data []byte, base uint64, err error) {
+	a := uint64(p)
+	end := a + n
+	if end < a {
+		return nil, 0, fmt.Errorf("%v: %s of %d bytes at %v overflows the address space: %w", d, op, n, p, device.ErrOutOfBounds)
+	}
+	if nd := d.live.floor(a, 0); nd != nil && a < nd.k1+nd.span {
+		r := &nd.v
+		if r.kind == kSegment {
+			return d.pool.resolveLocked(d, op, p, n, stamp, r.seg)
+		}
+		if end > nd.k1+r.size {
+			return nil, 0, d.oobErr(op, p, n, nd.k1, r.size, r.kind, r.id)
+		}
+		return r.mem.bytes(), nd.k1, nil
+	}
+	if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+		return nil, 0, d.uafErr(op, p, n, g)
+	}
+	return nil, 0, d.foreignLocked(op, p)
+}
+
+func (d *Device) oobErr(op string, p device.Ptr, n, start, size uint64, kind recKind, id uint64) error {
+	off := uint64(p) - start
+	return fmt.Errorf("%v: %s of %s at %v: %s allocation #%d at 0x%x holds %s, the access runs %s past its end: %w",
+		d, op, units.Format(n), p, kind, id, start, units.Format(size), units.Format(off+n-size), device.ErrOutOfBounds)
+}
+
+func (d *Device) uafErr(op string, p device.Ptr, n uint64, g *tnode[ghost]) error {
+	return fmt.Errorf("%v: %s of %s at %v: %s allocation #%d (%s at 0x%x) has been freed: %w",
+		d, op, units.Format(n), p, g.v.kind, g.v.id, units.Format(g.v.size), g.k1, device.ErrUseAfterFree)
+}
+
+// checkAccess resolves an access from the host and returns the n bytes
+// (nil when address-only).
+func (d *Device) checkAccess(op string, p device.Ptr, n uint64) ([]byte, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed.Load() {
+		return nil, d.errClosed(op)
+	}
+	data, base, err := d.resolveLocked(op, p, n, 0)
+	if err != nil || data == nil {
+		return nil, err
+	}
+	off := uint64(p) - base
+	return data[off : off+n : off+n], nil
+}
+
+// quiesce waits until every stream has finished the work enqueued so far.
+// It reports no errors: they stay for the streams' Synchronize.
+func (d *Device) quiesce() {
+	if d.idle() {
+		return
+	}
+	for _, s := range d.allStreams() {
+		s.waitFor(s.enq.Load())
+	}
+}
+
+// idle reports whether every stream has finished its work.
+func (d *Device) idle() bool {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.def.done.Load() < d.def.enq.Load() {
+		return false
+	}
+	for s := range d.streams {
+		if s.done.Load() < s.enq.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// allStreams lists the default stream and every open stream.
+func (d *Device) allStreams() []*stream {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	l := make([]*stream, 0, len(d.streams)+1)
+	l = append(l, d.def)
+	for s := range d.streams {
+		l = append(l, s)
+	}
+	return l
+}
+
+// Synchronize waits for all work on all streams of the device and returns
+// the errors that work raised and that no Synchronize has reported yet.
+// As a synchronization point it lets the async pool release memory above
+// its release threshold.
+func (d *Device) Synchronize() error {
+	if d.closed.Load() {
+		return d.errClosed("synchronize")
+	}
+	if err := d.faults.check(OpSync, "synchronize", 0); err != nil {
+		return err
+	}
+	var errs []error
+	for _, s := range d.allStreams() {
+		s.waitFor(s.enq.Load())
+		if err := s.takeErr(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.syncPoint()
+	return joinErrs(errs)
+}
+
+func joinErrs(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return fmt.Errorf("%w (and %d more stream errors)", errs[0], len(errs)-1)
+}
+
+// syncPoint runs the async pool's work at a synchronization point.
+func (d *Device) syncPoint() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.pool.promoteLocked()
+	d.pool.releaseLocked(d, d.pool.threshold)
+}
+
+// Reset destroys the context's state, like cuDevicePrimaryCtxReset:
+// all memory is freed, work still queued is dropped, and every pointer,
+// stream and event made before it returns an error wrapping
+// device.ErrInvalidated afterwards. Work already running (a kernel) runs
+// on, and its accesses fail. The device stays open, with a new default
+// stream; fault injection settings are kept.
+func (d *Device) Reset() error {
+	if d.closed.Load() {
+		return d.errClosed("reset")
+	}
+	d.mu.Lock()
+	if d.closed.Load() {
+		d.mu.Unlock()
+		return d.errClosed("reset")
+	}
+	old := make([]*stream, 0, len(d.streams)+1)
+	old = append(old, d.def)
+	for s := range d.streams {
+		old = append(old, s)
+	}
+	for k := range d.host {
+		d.oldHostAdd(k)
+	}
+	d.old = append(d.old, d.rg)
+	d.gen.Add(1)
+	d.startGenLocked()
+	// Old streams drop their queues; one may still be running an
+	// operation (a kernel), which is not waited for here: Close joins it.
+	for _, s := range old {
+		s.halt(true)
+	}
+	d.retired = slices.DeleteFunc(append(d.retired, old...), (*stream).exited)
+	d.mu.Unlock()
+	return nil
+}
+
+func (d *Device) oldHostAdd(k *byte) {
+	if d.oldHost == nil {
+		d.oldHost = map[uintptr]bool{}
+	}
+	d.oldHost[addrOf(k)] = true
+}
+
+// Close waits for the work on every stream, then releases everything.
+// Afterwards every method returns an error wrapping device.ErrClosed.
+//
+// If memory was still allocated (Malloc, MallocAsync or pinned host
+// buffers), Close still releases it and returns a *LeakError (matching
+// ErrLeak) whose report lists it; streams and events left open are listed
+// in the report but are not an error. Closing twice returns ErrClosed.
+func (d *Device) Close() error {
+	if !d.closed.CompareAndSwap(false, true) {
+		return d.errClosed("close")
+	}
+	// Let queued work finish first; it may still use the memory.
+	streams := d.allStreams()
+	for _, s := range streams {
+		s.halt(false)
+	}
+	d.mu.RLock()
+	retired := d.retired
+	d.mu.RUnlock()
+	for _, s := range append(streams, retired...) {
+		s.join()
+	}
+	d.mu.Lock()
+	d.retired = nil
+	rep := d.leaksLocked()
+	d.live.clear()
+	d.ghosts.clear()
+	d.host = nil
+	d.pool = pool{}
+	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
+	d.streams = map[*stream]struct{}{}
+	d.mu.Unlock()
+	if rep.leaksMemory() {
+		return &LeakError{Device: d.String(), Report: rep}
+	}
+	return nil
+}

@@ -1,0 +1,50 @@
+// Package sim is a simulated GPU: a real implementation of device.Device,
+// not a mock, so that vram builds, tests and demonstrates itself on a
+// machine with no GPU. It is registered as the "sim" backend of
+// device.Open ("sim", "sim:vram=24GiB,backed=false", ...; see ParseSpec).
+//
+// What it simulates, and how faithfully:
+//
+//   - Memory, accounted exactly: MemInfo's free memory is the total less
+//     the context's own memory, every Malloc rounded up to the
+//     granularity (2 MiB by default, as current drivers), and what the
+//     stream-ordered pool holds reserved. Pinned host memory takes
+//     nothing from the device.
+//   - Two backing modes. Backed (the default): device memory is host
+//     memory behind addresses that look like device addresses
+//     (0x7f0000000000 and up, aligned to the granularity), so copies and
+//     kernels work. Address-only (Config.AddressOnly, spec backed=false):
+//     only addresses and accounting, no bytes, so a trace that peaks at
+//     90 GB replays on a small host; copies, memsets and kernels return
+//     errors wrapping device.ErrNotSupported.
+//   - Streams: ordered queues, each served by its own goroutine, so
+//     asynchronous work really runs after the call returns and ordering
+//     bugs show. Events order streams. Errors of asynchronous work are
+//     sticky until the next Synchronize.
+//   - The driver's stream-ordered pool (MallocAsync/FreeAsync) with its
+//     reuse rules and release threshold, emulated exactly as pool.go's
+//     overview states.
+//   - Pinned host memory, mapped or not (HostAlloc).
+//   - Kernels written as Go functions (LaunchFunc), run over the host's
+//     cores.
+//   - A memory checker on every copy, memset and kernel access:
+//     out-of-bounds access, use after free, double free, a pointer from
+//     before a Reset and a pointer from another device each give a
+//     distinct error (device.ErrOutOfBounds, ErrUseAfterFree,
+//     ErrDoubleFree, ErrInvalidated, ErrInvalidPointer), never silent
+//     corruption.
+//   - Fault injection (Device.Faults): out of memory at the nth
+//     allocation or above a size, a failing copy, a device reset at a
+//     chosen call.
+//   - Reset (everything made before is invalid) and Close (everything
+//     released, with a leak report: Device.Leaks, LeakError).
+//
+// What it does not simulate: timing (beyond an optional copy bandwidth),
+// PTX modules (it is no device.ModuleLoader), multiple contexts, unified
+// memory, and the driver's sub-allocation of small Mallocs within a 2 MiB
+// page (every Malloc reserves whole granules).
+//
+// Its costs are those of a few treap operations per allocation (O(log n),
+// no allocation in steady state) and of a mutex and a goroutine wake-up
+// per stream operation; see BENCHMARKS.md.
+package sim

@@ -1,0 +1,99 @@
+package sim
+
+import "fmt"
+
+// CheckInvariants verifies the device's internal bookkeeping (tests only):
+// pool segments are tiled by their blocks, no two ready neighbours are left
+// uncoalesced, every free block is in exactly the index of its class, and
+// the pool's and the device's byte counts add up.
+func (d *Device) CheckInvariants() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	p := &d.pool
+	var reserved, used uint64
+	nUsed, nReady, nPending, segs := 0, 0, 0, 0
+	pend := map[*stream]int{}
+	var err error
+	d.live.each(func(n *tnode[rec]) bool {
+		if n.v.kind != kSegment {
+			return true
+		}
+		seg := n.v.seg
+		segs++
+		reserved += seg.size
+		first := p.blocks.get(seg.start, 0)
+		if first == nil {
+			err = fmt.Errorf("segment 0x%x has no first block", seg.start)
+			return false
+		}
+		at := seg.start
+		var prev *block
+		for b := first.v; b != nil; b = b.next {
+			if b.start != at || b.seg != seg || b.prev != prev {
+				err = fmt.Errorf("segment 0x%x: block 0x%x breaks the tiling at 0x%x", seg.start, b.start, at)
+				return false
+			}
+			if p.blocks.get(b.start, 0) == nil {
+				err = fmt.Errorf("block 0x%x missing from the address index", b.start)
+				return false
+			}
+			switch b.state {
+			case bUsed:
+				nUsed++
+				used += b.size
+			case bReady:
+				nReady++
+				if prev != nil && prev.state == bReady {
+					err = fmt.Errorf("ready blocks 0x%x and 0x%x not coalesced", prev.start, b.start)
+					return false
+				}
+				if nd := p.ready.get(b.size, b.start); nd == nil || nd.v != b {
+					err = fmt.Errorf("ready block 0x%x missing from the ready index", b.start)
+					return false
+				}
+				if (b.size == seg.size) != seg.inEmpty {
+					err = fmt.Errorf("segment 0x%x: empty-list membership %v wrong", seg.start, seg.inEmpty)
+					return false
+				}
+			case bPending:
+				nPending++
+				pend[b.s]++
+				if nd := b.s.pend.get(b.size, b.start); nd == nil || nd.v != b {
+					err = fmt.Errorf("pending block 0x%x missing from its stream's index", b.start)
+					return false
+				}
+			default:
+				err = fmt.Errorf("block 0x%x in state %d", b.start, b.state)
+				return false
+			}
+			at += b.size
+			prev = b
+		}
+		if at != seg.start+seg.size {
+			err = fmt.Errorf("segment 0x%x: blocks end at 0x%x, not 0x%x", seg.start, at, seg.start+seg.size)
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case reserved != p.reserved || segs != p.nSeg:
+		return fmt.Errorf("pool reserved %d in %d segments, counted %d in %d", p.reserved, p.nSeg, reserved, segs)
+	case used != p.used || nUsed != p.nUsed:
+		return fmt.Errorf("pool used %d in %d blocks, counted %d in %d", p.used, p.nUsed, used, nUsed)
+	case p.ready.len() != nReady:
+		return fmt.Errorf("ready index holds %d, counted %d", p.ready.len(), nReady)
+	case p.blocks.len() != nUsed+nReady+nPending:
+		return fmt.Errorf("address index holds %d blocks, counted %d", p.blocks.len(), nUsed+nReady+nPending)
+	}
+	for s, n := range pend {
+		if s.pend.len() != n {
+			return fmt.Errorf("%v's pending index holds %d, counted %d", s, s.pend.len(), n)
+		}
+	}
+	if free := d.freeLocked(); free > d.cfg.TotalBytes {
+		return fmt.Errorf("free memory %d underflowed", free)
+	}
+	return nil
+}

@@ -1,0 +1,352 @@
+package sim
+
+// Copies, memsets, Go kernels and pinned host memory.
+//
+// Copies and memsets check their pointers when they are called (the
+// memory checker) and then enqueue a closure holding the checked slices;
+// the stream's goroutine does the copy later. Host buffers are read or
+// written when the stream gets there, not when the call returns, so a
+// caller that reuses a buffer before synchronizing sees the bug.
+//
+// A kernel (LaunchFunc) is enqueued as one operation; when the stream
+// reaches it, [0, n) is cut into up to 4×KernelWorkers blocks that
+// KernelWorkers goroutines take in turn. Each goroutine has its own View,
+// which checks every Bytes call against the allocations live at that
+// moment and caches the last allocation it resolved.
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// prepare runs the checks every stream operation shares: an open device,
+// fault injection, a usable stream and a backed device.
+func (d *Device) prepare(op string, kind Op, s device.Stream) (*stream, error) {
+	st, err := d.streamOf(s, op)
+	if err != nil {
+		return nil, err
+	}
+	if d.cfg.AddressOnly {
+		return nil, fmt.Errorf("%v: %s: the device is address-only (backed=false) and holds no bytes; "+
+			"use a backed simulator for copies and kernels: %w", d, op, device.ErrNotSupported)
+	}
+	if err := d.faults.check(kind, op, 0); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// transferDelay emulates the time n bytes take over Config.CopyBandwidth.
+func (d *Device) transferDelay(n uint64) {
+	if bw := d.cfg.CopyBandwidth; bw > 0 {
+		time.Sleep(time.Duration(float64(n) / float64(bw) * float64(time.Second)))
+	}
+}
+
+func (d *Device) copyFailed(op string, n uint64, s *stream) error {
+	return fmt.Errorf("%v: %s of %s on %v: injected fault: %w (%w)", d, op, units.Format(n), s, device.ErrCopyFailed, ErrInjected)
+}
+
+// enqueueCopy enqueues a checked copy of src into dst.
+func (d *Device) enqueueCopy(op string, st *stream, dst, src []byte) error {
+	n := uint64(len(src))
+	fail := d.faults.copyFault()
+	return st.enqueue(op, func() error {
+		if fail {
+			return d.copyFailed(op, n, st)
+		}
+		d.transferDelay(n)
+		copy(dst, src)
+		return nil
+	})
+}
+
+// CopyHtoD copies src to dst on s. src is read when the stream reaches the
+// copy: keep it unchanged until the stream is synchronized past it.
+func (d *Device) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
+	const op = "copy host to device"
+	st, err := d.prepare(op, OpCopy, s)
+	if err != nil || len(src) == 0 {
+		return err
+	}
+	buf, err := d.checkAccess(op, dst, uint64(len(src)))
+	if err != nil {
+		return err
+	}
+	return d.enqueueCopy(op, st, buf, src)
+}
+
+// CopyDtoH copies len(dst) bytes at src into dst on s. dst is written when
+// the stream reaches the copy: read it after synchronizing.
+func (d *Device) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
+	const op = "copy device to host"
+	st, err := d.prepare(op, OpCopy, s)
+	if err != nil || len(dst) == 0 {
+		return err
+	}
+	buf, err := d.checkAccess(op, src, uint64(len(dst)))
+	if err != nil {
+		return err
+	}
+	return d.enqueueCopy(op, st, dst, buf)
+}
+
+// CopyDtoD copies n bytes from src to dst on s.
+func (d *Device) CopyDtoD(dst, src device.Ptr, n uint64, s device.Stream) error {
+	const op = "copy device to device"
+	st, err := d.prepare(op, OpCopy, s)
+	if err != nil || n == 0 {
+		return err
+	}
+	to, err := d.checkAccess(op+" (destination)", dst, n)
+	if err != nil {
+		return err
+	}
+	from, err := d.checkAccess(op+" (source)", src, n)
+	if err != nil {
+		return err
+	}
+	return d.enqueueCopy(op, st, to, from)
+}
+
+// Memset sets n bytes at dst to value on s.
+func (d *Device) Memset(dst device.Ptr, value byte, n uint64, s device.Stream) error {
+	const op = "memset"
+	st, err := d.prepare(op, OpMemset, s)
+	if err != nil || n == 0 {
+		return err
+	}
+	buf, err := d.checkAccess(op, dst, n)
+	if err != nil {
+		return err
+	}
+	return st.enqueue(op, func() error {
+		d.transferDelay(n)
+		if value == 0 {
+			clear(buf)
+			return nil
+		}
+		for i := range buf {
+			buf[i] = value
+		}
+		return nil
+	})
+}
+
+// LaunchFunc enqueues fn on s over [0, n): when the stream reaches it, fn
+// is called with disjoint [lo, hi) blocks covering [0, n) from up to
+// Config.KernelWorkers goroutines at once. The launch's error (the first
+// error a block returned, or a block's panic) is sticky on s.
+func (d *Device) LaunchFunc(s device.Stream, n int, fn func(mem device.View, lo, hi int) error) error {
+	const op = "launch kernel"
+	st, err := d.prepare(op, OpLaunch, s)
+	if err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("%v: %s over %d indices: the range must be > 0: %w", d, op, n, device.ErrInvalidValue)
+	}
+	if fn == nil {
+		return fmt.Errorf("%v: %s: nil kernel function: %w", d, op, device.ErrInvalidValue)
+	}
+	gen := d.gen.Load()
+	stamp := d.stamp.Add(1)
+	return st.enqueue(op, func() error { return d.runKernel(st, gen, stamp, n, fn) })
+}
+
+// runKernel runs a kernel's blocks in parallel.
+func (d *Device) runKernel(st *stream, gen, stamp uint64, n int, fn func(device.View, int, int) error) error {
+	workers := d.cfg.KernelWorkers
+	blocks := min(n, 4*workers)
+	per := (n + blocks - 1) / blocks
+	blocks = (n + per - 1) / per
+	var (
+		next    atomic.Int64
+		failed  atomic.Bool
+		errOnce sync.Once
+		first   error
+		wg      sync.WaitGroup
+	)
+	work := func() {
+		v := &view{d: d, gen: gen, stamp: stamp}
+		for !failed.Load() {
+			b := int(next.Add(1) - 1)
+			if b >= blocks {
+				return
+			}
+			lo := b * per
+			hi := min(lo+per, n)
+			if err := callBlock(fn, v, lo, hi); err != nil {
+				failed.Store(true)
+				errOnce.Do(func() {
+					first = fmt.Errorf("%v: kernel on %v, block [%d, %d): %w", d, st, lo, hi, err)
+				})
+			}
+		}
+	}
+	g := min(workers, blocks)
+	wg.Add(g - 1)
+	for range g - 1 {
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	work()
+	wg.Wait()
+	return first
+}
+
+// ErrKernelPanic is wrapped by the error of a kernel block that panicked.
+var ErrKernelPanic = errors.New("kernel panicked")
+
+func callBlock(fn func(device.View, int, int) error, v *view, lo, hi int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrKernelPanic, r, debug.Stack())
+		}
+	}()
+	return fn(v, lo, hi)
+}
+
+// view is one kernel goroutine's checked window on device memory.
+type view struct {
+	d     *Device
+	gen   uint64
+	stamp uint64
+	// cache of the last allocation resolved
+	lo, hi uint64
+	data   []byte
+}
+
+// Bytes returns the n bytes at p, checked like any other access.
+func (v *view) Bytes(p device.Ptr, n uint64) ([]byte, error) {
+	d := v.d
+	if d.gen.Load() != v.gen {
+		return nil, fmt.Errorf("%v: kernel access at %v: the device was reset while the kernel ran: %w", d, p, device.ErrInvalidated)
+	}
+	a := uint64(p)
+	if v.data != nil && a >= v.lo && a+n <= v.hi && a+n >= a {
+		off := a - v.lo
+		return v.data[off : off+n : off+n], nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.gen.Load() != v.gen {
+		return nil, fmt.Errorf("%v: kernel access at %v: the device was reset while the kernel ran: %w", d, p, device.ErrInvalidated)
+	}
+	data, base, err := d.resolveLocked("kernel access", p, n, v.stamp)
+	if err != nil {
+		return nil, err
+	}
+	v.lo, v.hi, v.data = base, base+uint64(len(data)), data
+	off := a - base
+	return data[off : off+n : off+n], nil
+}
+
+// HostAlloc allocates n > 0 bytes of pinned host memory. With mapped it
+// also gets a device address (a granule-aligned range of the device's
+// address space) through which copies and kernels reach the same bytes.
+// Pinned memory takes nothing from the device's memory. The bytes are
+// real host memory even on an address-only device.
+func (d *Device) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
+	if d.closed.Load() {
+		return device.HostBuffer{}, d.errClosed("host alloc")
+	}
+	if n == 0 {
+		return device.HostBuffer{}, fmt.Errorf("%v: host alloc of 0 bytes: the size must be > 0: %w", d, device.ErrInvalidValue)
+	}
+	if err := d.faults.check(OpAlloc, "host alloc", n); err != nil {
+		return device.HostBuffer{}, err
+	}
+	span, ok := units.RoundUp(n, d.cfg.Granularity)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return device.HostBuffer{}, d.errClosed("host alloc")
+	}
+	if !ok || n > d.cfg.PinnedLimit-d.pinnedBytes {
+		return device.HostBuffer{}, fmt.Errorf("%v: host alloc %s: %s of the %s pinned-memory limit is in use (Config.PinnedLimit, spec pinned=): %w",
+			d, units.Format(n), units.Format(d.pinnedBytes), units.Format(d.cfg.PinnedLimit), device.ErrOutOfMemory)
+	}
+	data := make([]byte, n)
+	d.nextID++
+	buf := device.HostBuffer{Data: data}
+	if mapped {
+		a, ok := d.va.alloc(span)
+		if !ok {
+			return device.HostBuffer{}, fmt.Errorf("%v: host alloc %s mapped: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
+		}
+		d.live.insert(a, 0, span, rec{kind: kMapped, size: n, id: d.nextID, mem: preset(data)})
+		d.dropGhostsLocked(a, span)
+		buf.DevicePtr = device.Ptr(a)
+	}
+	d.host[&data[0]] = hostRec{n: n, ptr: buf.DevicePtr, id: d.nextID}
+	d.pinnedBytes += n
+	delete(d.hostFreed, addrOf(&data[0]))
+	return buf, nil
+}
+
+func addrOf(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) }
+
+// HostFree releases a buffer from HostAlloc. Like cuMemFreeHost it first
+// waits for all work enqueued on the device's streams.
+func (d *Device) HostFree(b device.HostBuffer) error {
+	if d.closed.Load() {
+		return d.errClosed("host free")
+	}
+	if len(b.Data) == 0 {
+		return fmt.Errorf("%v: host free of an empty buffer: %w", d, device.ErrInvalidPointer)
+	}
+	if err := d.faults.check(OpFree, "host free", 0); err != nil {
+		return err
+	}
+	d.quiesce()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed.Load() {
+		return d.errClosed("host free")
+	}
+	key := &b.Data[0]
+	h, ok := d.host[key]
+	if !ok {
+		if id, freed := d.hostFreed[addrOf(key)]; freed {
+			return fmt.Errorf("%v: host free of %s buffer #%d: already freed: %w", d, units.Format(uint64(len(b.Data))), id, device.ErrDoubleFree)
+		}
+		if d.oldHost[addrOf(key)] {
+			return fmt.Errorf("%v: host free: the buffer was allocated before a device reset: %w", d, device.ErrInvalidated)
+		}
+		return fmt.Errorf("%v: host free of a %s buffer that HostAlloc did not return (or a slice of one): %w",
+			d, units.Format(uint64(len(b.Data))), device.ErrInvalidPointer)
+	}
+	if h.ptr != b.DevicePtr {
+		return fmt.Errorf("%v: host free: buffer #%d has device address %v, not %v: %w", d, h.id, h.ptr, b.DevicePtr, device.ErrInvalidPointer)
+	}
+	delete(d.host, key)
+	d.pinnedBytes -= h.n
+	if h.ptr != 0 {
+		a := uint64(h.ptr)
+		nd := d.live.get(a, 0)
+		span := nd.span
+		d.live.remove(a, 0)
+		d.va.release(a, span)
+		d.addGhostLocked(a, ghost{size: h.n, id: h.id, kind: kMapped})
+	}
+	k := addrOf(key)
+	d.hostFreed[k] = h.id
+	d.hostFreedQ = append(d.hostFreedQ, k)
+	if len(d.hostFreedQ) > 4096 {
+		old := d.hostFreedQ[0]
+		d.hostFreedQ = d.hostFreedQ[1:]
+		delete(d.hostFreed, old)
+	}
+	return nil
+}
