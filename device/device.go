@@ -222,3 +222,18 @@ type Function interface {
 	// uint32, int64, uint64, float32 or float64, passed by value.
 	Launch(s Stream, grid, block Dim3, sharedMem uint32, args ...any) error
 }
+
+// StridedCopier is a device that copies a 2-D region — height rows of
+// width bytes, rows pitch bytes apart on each side — in one operation
+// (cuMemcpy2DAsync). The manager uses it to move one chunk of an array
+// chunked along its last axis in a single copy instead of one per row.
+// Found by type assertion. Ordering and host-buffer lifetime are as for
+// CopyHtoD and CopyDtoH. A pitch smaller than width is ErrInvalidValue.
+type StridedCopier interface {
+	// CopyHtoD2D copies row r (r < height) from src[r*srcPitch:][:width]
+	// to dst + r*dstPitch, ordered on s.
+	CopyHtoD2D(dst Ptr, dstPitch uint64, src []byte, srcPitch, width, height uint64, s Stream) error
+	// CopyDtoH2D copies row r from src + r*srcPitch to
+	// dst[r*dstPitch:][:width], ordered on s.
+	CopyDtoH2D(dst []byte, dstPitch uint64, src Ptr, srcPitch, width, height uint64, s Stream) error
+}
