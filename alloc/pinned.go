@@ -1,0 +1,335 @@
+package alloc
+
+// PinnedPool caches page-locked host buffers (cuMemHostAlloc), which are
+// slow to make and to free (each pins pages and maps them for the device),
+// as CuPy's PinnedMemoryPool and PyTorch's CachingHostAllocator do.
+//
+// Buffers are never split or merged: each is one HostAlloc of the request
+// rounded up to 512 bytes, and a request reuses the smallest cached buffer
+// at least as large, if that is at most a quarter larger; else it makes a
+// new one. Freed buffers are kept in the same freeIndex as Pool's blocks
+// (streamorder.go), in host-visible mode: the next user of a buffer writes
+// or reads it from the host, which no stream orders, so a buffer freed on
+// stream S — say after an asynchronous copy from it on S — is handed out
+// again, on any stream, only once an event recorded on S after the free
+// has completed. The pool never blocks on that event: until it completes,
+// the buffer is not offered and a request makes a new buffer.
+//
+// The pool never calls the device while holding its lock. On the device's
+// out-of-memory it frees every cached buffer and retries once.
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// PinnedConfig tunes a PinnedPool. The zero value is the default.
+type PinnedConfig struct {
+	// Mapped makes every buffer also mapped into the device's address
+	// space (HostBuffer.DevicePtr), so kernels can read it over the bus.
+	Mapped bool
+}
+
+// PinnedPool is a pool of pinned host buffers with stream-safe reuse. Its
+// Stats count buffers as Pool counts blocks: InUse is the bytes of buffers
+// handed out (after rounding), Reserved the bytes of buffers held, device
+// allocations and frees are HostAlloc and HostFree calls.
+//
+// A PinnedPool is safe for concurrent use.
+type PinnedPool struct {
+	dev    device.Device
+	host   device.HostAllocator
+	mapped bool
+
+	mu     sync.Mutex // protects the fields below
+	closed bool
+	idx    freeIndex
+	live   map[device.Ptr]*block // keyed by the host address of the buffer's first byte
+	spare  *block
+	segs   *segment // every buffer held
+	nsegs  int
+	st     Stats
+}
+
+// NewPinnedPool returns a PinnedPool on dev with the default configuration.
+// It fails with an error wrapping device.ErrNotSupported if dev cannot
+// allocate pinned host memory.
+func NewPinnedPool(dev device.Device) (*PinnedPool, error) {
+	return NewPinnedPoolConfig(dev, PinnedConfig{})
+}
+
+// NewPinnedPoolConfig returns a PinnedPool on dev configured by cfg.
+func NewPinnedPoolConfig(dev device.Device, cfg PinnedConfig) (*PinnedPool, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("alloc: new pinned pool: nil device: %w", device.ErrInvalidValue)
+	}
+	h, ok := dev.(device.HostAllocator)
+	if !ok {
+		return nil, fmt.Errorf("alloc: new pinned pool: %s device %q cannot allocate pinned host memory: %w",
+			dev.Info().Backend, dev.Info().Name, device.ErrNotSupported)
+	}
+	return &PinnedPool{
+		dev:    dev,
+		host:   h,
+		mapped: cfg.Mapped,
+		idx:    newFreeIndex(dev, true),
+		live:   make(map[device.Ptr]*block),
+	}, nil
+}
+
+// Granularity is the unit buffer sizes are rounded to: 512 bytes.
+func (p *PinnedPool) Granularity() uint64 { return PoolGranularity }
+
+// hostKey is the key of a buffer: the address of its first byte.
+func hostKey(data []byte) device.Ptr {
+	return device.Ptr(uintptr(unsafe.Pointer(unsafe.SliceData(data))))
+}
+
+// reusable reports whether a cached buffer of have bytes may serve a
+// request of want bytes (both rounded).
+func reusable(have, want uint64) bool { return have-want <= want/4 }
+
+// Alloc returns a pinned buffer of n bytes (Data has length and capacity
+// n) for use with work on s.
+func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error) {
+	if n == 0 || s == nil || n > 1<<62 {
+		return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %d bytes on stream %v: want 0 < n ≤ 2^62 and a stream: %w",
+			n, s, device.ErrInvalidValue)
+	}
+	size := (n + PoolGranularity - 1) &^ (PoolGranularity - 1)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed)
+	}
+	st := p.idx.streamLocked(s)
+	if b := p.idx.bestFit(size, 0, st); b != nil && reusable(b.size, size) {
+		return p.hitLocked(b, n), nil
+	}
+	// Buffers freed on any stream become reusable once that stream's
+	// work up to the free is done.
+	if p.idx.needFences(st) && p.idx.prepareFencesLocked(st, true) {
+		p.mu.Unlock()
+		p.idx.runFences()
+		p.mu.Lock()
+		p.idx.finishFencesLocked(nil)
+		if p.closed {
+			evs := p.idx.eventsLocked()
+			p.mu.Unlock()
+			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), closeEvents(evs))
+		}
+		if b := p.idx.bestFit(size, 0, st); b != nil && reusable(b.size, size) {
+			return p.hitLocked(b, n), nil
+		}
+	}
+	p.mu.Unlock()
+
+	buf, err := p.host.HostAlloc(size, p.mapped)
+	var relErr error
+	if err != nil && errors.Is(err, device.ErrOutOfMemory) {
+		// Give back every cached buffer and retry once.
+		p.mu.Lock()
+		p.st.Retries++
+		rel := p.trimLocked()
+		p.mu.Unlock()
+		relErr = p.freeBuffers(rel)
+		buf, err = p.host.HostAlloc(size, p.mapped)
+	}
+	if err != nil {
+		p.mu.Lock()
+		if errors.Is(err, device.ErrOutOfMemory) {
+			p.st.OOMs++
+		}
+		st := p.st
+		p.mu.Unlock()
+		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s on stream %d failed after giving back the cache: "+
+			"the pool holds %s in buffers, %s of them handed out; free buffers or stage through smaller ones: %w",
+			units.Format(n), s.Handle(), units.Format(st.Reserved), units.Format(st.InUse), err), relErr)
+	}
+	if uint64(len(buf.Data)) < size {
+		p.host.HostFree(buf)
+		return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %s: the device returned %d bytes: %w",
+			units.Format(n), len(buf.Data), device.ErrInvalidValue)
+	}
+
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), p.host.HostFree(buf))
+	}
+	seg := &segment{base: hostKey(buf.Data), size: size, host: buf}
+	b := p.newBlockLocked()
+	b.addr, b.size, b.seg = seg.base, size, seg
+	seg.first = b
+	seg.snext = p.segs
+	if p.segs != nil {
+		p.segs.sprev = seg
+	}
+	p.segs = seg
+	p.nsegs++
+	p.st.Reserved += size
+	p.st.PeakReserved = max(p.st.PeakReserved, p.st.Reserved)
+	p.st.DeviceAllocs++
+	p.liveLocked(b)
+	p.mu.Unlock()
+	return device.HostBuffer{Data: buf.Data[:n:n], DevicePtr: buf.DevicePtr}, nil
+}
+
+// hitLocked hands out cached buffer b for n bytes and releases the lock.
+func (p *PinnedPool) hitLocked(b *block, n uint64) device.HostBuffer {
+	p.idx.remove(b)
+	p.liveLocked(b)
+	p.st.CacheHits++
+	h := b.seg.host
+	p.mu.Unlock()
+	return device.HostBuffer{Data: h.Data[:n:n], DevicePtr: h.DevicePtr}
+}
+
+func (p *PinnedPool) liveLocked(b *block) {
+	p.live[b.addr] = b
+	p.st.Allocs++
+	p.st.InUse += b.size
+	p.st.PeakInUse = max(p.st.PeakInUse, p.st.InUse)
+}
+
+func (p *PinnedPool) newBlockLocked() *block {
+	b := p.spare
+	if b == nil {
+		return new(block)
+	}
+	p.spare = b.next
+	b.next = nil
+	return b
+}
+
+// Free returns buffer b, last used by work on s (or by the host). It is
+// handed out again once s's work up to now has finished.
+func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
+	if s == nil {
+		return fmt.Errorf("alloc: pinned free: nil stream: %w", device.ErrInvalidValue)
+	}
+	if len(b.Data) == 0 {
+		return fmt.Errorf("alloc: pinned free of an empty buffer: %w", ErrUnknownPointer)
+	}
+	key := hostKey(b.Data)
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("alloc: pinned free: %w", ErrClosed)
+	}
+	blk := p.live[key]
+	if blk == nil || blk.seg.host.DevicePtr != b.DevicePtr {
+		p.mu.Unlock()
+		return fmt.Errorf("alloc: pinned free of a %s buffer at %#x: %w", units.Format(uint64(len(b.Data))), uint64(key), ErrUnknownPointer)
+	}
+	delete(p.live, key)
+	p.st.Frees++
+	p.st.InUse -= blk.size
+	p.idx.insertOwned(blk, p.idx.streamLocked(s))
+	p.mu.Unlock()
+	return nil
+}
+
+// trimLocked takes every cached buffer out of the books and returns them.
+func (p *PinnedPool) trimLocked() []*segment {
+	var out []*segment
+	for seg := p.segs; seg != nil; {
+		next := seg.snext
+		if b := seg.first; b.free {
+			p.idx.remove(b)
+			*b = block{next: p.spare}
+			p.spare = b
+			p.unlinkLocked(seg)
+			out = append(out, seg)
+		}
+		seg = next
+	}
+	return out
+}
+
+func (p *PinnedPool) unlinkLocked(seg *segment) {
+	if seg.sprev != nil {
+		seg.sprev.snext = seg.snext
+	} else {
+		p.segs = seg.snext
+	}
+	if seg.snext != nil {
+		seg.snext.sprev = seg.sprev
+	}
+	seg.sprev, seg.snext, seg.first = nil, nil, nil
+	p.nsegs--
+	p.st.Reserved -= seg.size
+	p.st.DeviceFrees++
+}
+
+// freeBuffers gives buffers back to the device. Called without the lock.
+func (p *PinnedPool) freeBuffers(segs []*segment) error {
+	var errs []error
+	for _, seg := range segs {
+		if err := p.host.HostFree(seg.host); err != nil {
+			errs = append(errs, fmt.Errorf("alloc: pinned pool: free %s buffer: %w", units.Format(seg.size), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Stats reports the pool's counters, exactly.
+func (p *PinnedPool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st
+}
+
+// ResetPeaks sets PeakInUse and PeakReserved to the current values.
+func (p *PinnedPool) ResetPeaks() {
+	p.mu.Lock()
+	p.st.PeakInUse, p.st.PeakReserved = p.st.InUse, p.st.Reserved
+	p.mu.Unlock()
+}
+
+// Trim frees every cached buffer. The device's HostFree waits for work
+// that may still use one.
+func (p *PinnedPool) Trim() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return fmt.Errorf("alloc: pinned trim: %w", ErrClosed)
+	}
+	rel := p.trimLocked()
+	p.mu.Unlock()
+	return p.freeBuffers(rel)
+}
+
+// Close frees every buffer, handed out or cached, and the pool's events.
+// Later calls return ErrClosed; a second Close returns nil.
+func (p *PinnedPool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	var segs []*segment
+	for seg := p.segs; seg != nil; seg = seg.snext {
+		segs = append(segs, seg)
+	}
+	p.st.DeviceFrees += uint64(len(segs))
+	p.segs, p.nsegs, p.live = nil, 0, nil
+	p.st.InUse, p.st.Reserved = 0, 0
+	var evs []device.Event
+	if !p.idx.fencing {
+		evs = p.idx.eventsLocked()
+	}
+	p.mu.Unlock()
+	return errors.Join(p.freeBuffers(segs), closeEvents(evs))
+}
+
+var (
+	_ PeakResetter = (*PinnedPool)(nil)
+	_ Granular     = (*PinnedPool)(nil)
+)

@@ -1,0 +1,190 @@
+package alloc_test
+
+import (
+	"cmp"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+)
+
+// poolSeeds are inline seed inputs for the Pool fuzz targets: runs of
+// small, medium and large allocations on three streams, interleaved frees,
+// trims and syncs.
+var poolSeeds = [][]byte{
+	{},
+	{0, 1, 2, 4, 0, 6},
+	{0, 10, 0, 0, 200, 1, 0, 9, 9, 4, 0, 4, 0, 4, 1, 6},
+	{1, 0xff, 0xff, 2, 0x80, 0x10, 3, 0x40, 0x33, 5, 1, 5, 0, 5, 2, 7, 6, 0, 1, 2},
+	{0, 0x81, 1, 0, 0x82, 2, 0, 0xc3, 7, 4, 1, 4, 0, 0, 0x41, 3, 6, 7, 4, 0},
+	[]byte("the quick brown fox jumps over the lazy dog, many times over and over"),
+}
+
+// FuzzPool runs byte strings as sequences of Pool calls on a small
+// simulated device and checks after every call that no two live blocks
+// overlap, that every live block lies in a segment the pool holds, that
+// InUse is the sum of the live blocks' rounded sizes and Reserved the sum
+// of the segments and the device's own count, and, at the end, that
+// freeing everything and trimming gives the device back all its memory.
+func FuzzPool(f *testing.F) {
+	for _, s := range poolSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		fuzzPoolOps(t, ops, alloc.PoolConfig{})
+	})
+}
+
+// FuzzPoolKeepCache is FuzzPool for a pool that keeps its cache.
+func FuzzPoolKeepCache(f *testing.F) {
+	for _, s := range poolSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		fuzzPoolOps(t, ops, alloc.PoolConfig{KeepCache: true})
+	})
+}
+
+type liveBlock struct {
+	p device.Ptr
+	n uint64
+}
+
+func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
+	// Every call is checked against the whole pool, so a long input costs
+	// its length squared; a few hundred calls reach every state that
+	// matters on a small device.
+	if len(ops) > 1024 {
+		ops = ops[:1024]
+	}
+	dev, err := sim.New(sim.Config{TotalBytes: 160 * mib, AddressOnly: true, NoContext: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	free0, _, _ := dev.MemInfo()
+	p, err := alloc.NewPool(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	streams := []device.Stream{dev.DefaultStream()}
+	for range 2 {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		streams = append(streams, s)
+	}
+	var live []liveBlock
+	next := func() byte {
+		if len(ops) == 0 {
+			return 0
+		}
+		b := ops[0]
+		ops = ops[1:]
+		return b
+	}
+	check := func(what string) {
+		t.Helper()
+		if err := p.CheckInvariants(); err != nil {
+			t.Fatalf("after %s: %v", what, err)
+		}
+		st := p.Stats()
+		var inUse uint64
+		sorted := slices.Clone(live)
+		slices.SortFunc(sorted, func(a, b liveBlock) int { return cmp.Compare(a.p, b.p) })
+		segs := p.Segments()
+		for i, b := range sorted {
+			inUse += (b.n + 511) &^ 511
+			if i > 0 && sorted[i-1].p+device.Ptr(sorted[i-1].n) > b.p {
+				t.Fatalf("after %s: live blocks %v (+%d) and %v overlap", what, sorted[i-1].p, sorted[i-1].n, b.p)
+			}
+			in := false
+			for _, s := range segs {
+				in = in || uint64(b.p) >= s.Base && uint64(b.p)+b.n <= s.Base+s.Size
+			}
+			if !in {
+				t.Fatalf("after %s: live block %v (+%d) lies in no segment of %+v", what, b.p, b.n, segs)
+			}
+		}
+		free, _, _ := dev.MemInfo()
+		if st.InUse != inUse || st.Reserved != free0-free || st.InUse > st.Reserved {
+			t.Fatalf("after %s: InUse %d (live blocks %d), Reserved %d (device %d)", what, st.InUse, inUse, st.Reserved, free0-free)
+		}
+	}
+	for len(ops) > 0 {
+		op := next()
+		s := streams[int(op>>4)%len(streams)]
+		switch op % 8 {
+		case 0, 1, 2, 3:
+			v := uint64(next())<<8 | uint64(next())
+			var n uint64
+			switch op % 4 {
+			case 0, 1: // small
+				n = 1 + v%(64*kib)
+			case 2: // medium
+				n = mib + v*150
+			case 3: // large
+				n = 10*mib + v*512
+			}
+			before := p.Stats()
+			ptr, err := p.Alloc(n, s)
+			if err != nil {
+				if !errors.Is(err, device.ErrOutOfMemory) {
+					t.Fatalf("Alloc(%d): %v", n, err)
+				}
+				if after := p.Stats(); after.InUse != before.InUse || after.OOMs != before.OOMs+1 {
+					t.Fatalf("failed Alloc changed the pool: %+v → %+v", before, after)
+				}
+				check("a failed alloc")
+				continue
+			}
+			live = append(live, liveBlock{ptr, n})
+			check("alloc")
+		case 4, 5:
+			if len(live) == 0 {
+				continue
+			}
+			i := int(next()) % len(live)
+			if err := p.Free(live[i].p, s); err != nil {
+				t.Fatalf("Free(%v): %v", live[i].p, err)
+			}
+			live[i] = live[len(live)-1]
+			live = live[:len(live)-1]
+			check("free")
+		case 6:
+			if err := p.Trim(); err != nil {
+				t.Fatalf("Trim: %v", err)
+			}
+			check("trim")
+		case 7:
+			if op&0x40 != 0 {
+				p.ResetPeaks()
+			} else if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			check("sync")
+		}
+	}
+	for _, b := range live {
+		if err := p.Free(b.p, streams[int(b.p>>9)%len(streams)]); err != nil {
+			t.Fatalf("Free(%v): %v", b.p, err)
+		}
+	}
+	live = nil
+	if err := p.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	check("freeing everything and Trim")
+	if free, _, _ := dev.MemInfo(); free != free0 {
+		t.Fatalf("device has %d bytes free after freeing everything and Trim, %d at the start", free, free0)
+	}
+	if st := p.Stats(); st.Reserved != 0 || st.DeviceFrees != st.DeviceAllocs {
+		t.Fatalf("after freeing everything and Trim: %+v", st)
+	}
+}

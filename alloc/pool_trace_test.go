@@ -1,0 +1,172 @@
+package alloc_test
+
+// Pool against the shared allocation traces: the fragmentation goal of
+// issue 3 (peak reserved / peak live below PyTorch's own ratio on the same
+// trace, with no more device allocations than PyTorch used segments).
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/trace"
+)
+
+// poolTraceDir finds the shared traces: $VRAM_TRACES, or shared/traces
+// beside the repository.
+func poolTraceDir(t testing.TB) string {
+	t.Helper()
+	dirs := []string{os.Getenv("VRAM_TRACES"), "../../shared/traces", "../shared/traces"}
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		if m, _ := filepath.Glob(filepath.Join(d, "*.csv")); len(m) > 0 {
+			return d
+		}
+	}
+	t.Skipf("no traces: set VRAM_TRACES to a directory of RMM logs (looked in %q)", dirs)
+	return ""
+}
+
+// pytorchFigures are what PyTorch's allocator did on a trace (its
+// .info.json).
+type pytorchFigures struct {
+	PeakReserved uint64 `json:"pytorch_peak_reserved"`
+	PeakLive     uint64 `json:"pytorch_peak_live"`
+	Segments     uint64 `json:"pytorch_segments_used"`
+}
+
+func (f pytorchFigures) ratio() float64 { return float64(f.PeakReserved) / float64(f.PeakLive) }
+
+// offlineCapacity is the capacity of the minimalloc placement problems.
+const offlineCapacity = 1 << 20
+
+func TestPoolTraces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays every shared trace")
+	}
+	dir := poolTraceDir(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.csv"))
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".csv")
+		t.Run(name, func(t *testing.T) {
+			events, err := trace.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Where the pool put each block, to measure how much of a
+			// segment a placement problem really touched.
+			var spy *spyAlloc
+			res, err := trace.ReplayOn(events, func(dev device.Device) (alloc.Allocator, error) {
+				p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+				spy = &spyAlloc{Allocator: p}
+				return spy, err
+			}, trace.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.FailedAllocs != 0 || res.UnmatchedFrees != 0 {
+				t.Fatalf("replay: %+v", res)
+			}
+			var pt pytorchFigures
+			b, err := os.ReadFile(filepath.Join(dir, name+".info.json"))
+			if err != nil {
+				// A placement problem: report against its capacity.
+				t.Logf("peak live %s, peak reserved %s = %.3f × capacity, highest address touched %.3f × capacity, device allocs %d",
+					units.Format(res.PeakLive), units.Format(res.PeakReserved),
+					float64(res.PeakReserved)/offlineCapacity, float64(spy.span())/offlineCapacity, res.DeviceAllocs)
+				return
+			}
+			if err := json.Unmarshal(b, &pt); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("peak live %.1f MiB, peak reserved %.1f MiB: ratio %.3f (PyTorch %.3f), device allocs %d (PyTorch segments %d), device frees %d, %.1fM events/s",
+				float64(res.PeakLive)/(1<<20), float64(res.PeakReserved)/(1<<20), res.Fragmentation(), pt.ratio(),
+				res.DeviceAllocs, pt.Segments, res.DeviceFrees, res.EventsPerSec/1e6)
+			if res.Fragmentation() >= pt.ratio() {
+				t.Errorf("peak reserved / peak live = %.3f, not below PyTorch's %.3f", res.Fragmentation(), pt.ratio())
+			}
+			if res.DeviceAllocs > pt.Segments {
+				t.Errorf("%d device allocations, more than PyTorch's %d segments", res.DeviceAllocs, pt.Segments)
+			}
+		})
+	}
+}
+
+// TestPoolTracesScaled replays the PyTorch traces with every size scaled
+// by factors from 0.7 to 1.6, so that the growth policy is not judged on
+// the exact sizes it was tuned on: size classes shift, blocks stop fitting
+// their old holes, and alignment to the device's 2 MiB changes.
+func TestPoolTracesScaled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays every shared trace six times")
+	}
+	dir := poolTraceDir(t)
+	files, _ := filepath.Glob(filepath.Join(dir, "*.csv"))
+	var worst float64
+	var worstAt string
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".csv")
+		if strings.HasPrefix(name, "minimalloc") {
+			continue
+		}
+		events, err := trace.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, scale := range []float64{0.7, 0.85, 1, 1.15, 1.3, 1.6} {
+			scaled := make([]trace.Event, len(events))
+			for i, e := range events {
+				e.Size = max(1, uint64(float64(e.Size)*scale))
+				scaled[i] = e
+			}
+			res, err := trace.ReplayOn(scaled, func(dev device.Device) (alloc.Allocator, error) {
+				return alloc.NewPool(dev, alloc.PoolConfig{})
+			}, trace.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := res.Fragmentation(); r > worst {
+				worst, worstAt = r, fmt.Sprintf("%s ×%.2f", name, scale)
+			}
+			t.Logf("%-28s ×%.2f: ratio %.3f, device allocs %d", name, scale, res.Fragmentation(), res.DeviceAllocs)
+		}
+	}
+	t.Logf("worst: %.3f (%s)", worst, worstAt)
+	if worst > 1.06 {
+		t.Errorf("worst peak reserved / peak live over scaled traces %.3f (%s), want at most 1.06", worst, worstAt)
+	}
+}
+
+// spyAlloc records the highest address range an allocator handed out,
+// relative to the lowest.
+type spyAlloc struct {
+	alloc.Allocator
+	lo, hi device.Ptr
+}
+
+func (s *spyAlloc) Alloc(n uint64, st device.Stream) (device.Ptr, error) {
+	p, err := s.Allocator.Alloc(n, st)
+	if err == nil {
+		if s.lo == 0 || p < s.lo {
+			s.lo = p
+		}
+		s.hi = max(s.hi, p+device.Ptr(n))
+	}
+	return p, err
+}
+
+func (s *spyAlloc) ResetPeaks() {
+	if r, ok := s.Allocator.(alloc.PeakResetter); ok {
+		r.ResetPeaks()
+	}
+}
+
+func (s *spyAlloc) span() uint64 { return uint64(s.hi - s.lo) }

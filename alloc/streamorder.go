@@ -1,0 +1,555 @@
+package alloc
+
+// This file is the one place where vram's caching allocators decide which
+// freed memory may be handed out again on which stream. Pool (device
+// segments, split and coalesced) and PinnedPool (whole pinned host buffers)
+// both keep their free blocks in a freeIndex and differ only in how they get
+// memory from the device and how they carve it (RMM's
+// stream_ordered_memory_resource plays the same part for its pools).
+//
+// # The rule
+//
+// A block freed on stream S was last used by work ordered on S before the
+// Free call. It may be handed out again:
+//
+//   - on S at once, because work on S runs in order — unless the index is
+//     hostVisible (pinned host memory), where the next user writes from the
+//     host, which no stream orders, so every reuse waits as below;
+//   - on any other stream only once an event recorded on S after the free
+//     has completed.
+//
+// Fresh memory from the device (a new segment) has never been used by any
+// stream and is safe everywhere.
+//
+// # How it is kept
+//
+// Every free block is in exactly one free set: its stream's set (owner = the
+// streamState of the stream it was freed on) or the shared set (owner = nil),
+// whose blocks are safe on every stream. Each set is split by size class and
+// kept as a treap keyed by (size, address), so best fit is one descent.
+// Every free on S takes the next number in S's sequence; a stream's owned
+// blocks are also linked in a list ordered by that number.
+//
+// Events are recorded lazily, not at every free, so the hit path makes no
+// device call: when an allocation finds nothing in its own set or the shared
+// set and another stream S owns free blocks, the allocator (with its lock
+// released) records an event on S covering every free made on S so far and
+// queries it; a later miss queries it again. An event recorded after the
+// free captures all of S's work up to the free and possibly more, so the
+// rule above holds, and reuse is at worst somewhat later than with an event
+// recorded at the free itself. Nothing ever blocks on an event: a block
+// whose event is not complete is simply not offered, and the pool grows
+// instead. When an event completes, every block of S numbered at or before
+// it moves to the shared set (coalescing with shared neighbours there). At
+// most one event per stream is in flight; events are recycled. If the
+// device cannot make an event, a stream that Query reports idle stands in
+// for one. Pool also runs a round over its own stream before giving a
+// wholly free segment back to the device on a miss, so that the device's
+// Free never has to wait for a stream's work.
+//
+// Coalescing a block freed on S with a free neighbour is allowed when the
+// neighbour is in S's set or in the shared set; the merged block belongs to
+// S (demoting the shared part is always safe). Neighbours owned by other
+// streams are left alone until they are promoted.
+//
+// All methods except runFences must be called with the owning pool's lock
+// held (they end in Locked where that is not obvious from context).
+
+import (
+	"errors"
+
+	"github.com/vramkit/vram/device"
+)
+
+// numClasses is the number of size classes a free set is split into
+// (small and large for Pool; PinnedPool uses one).
+const numClasses = 2
+
+// block is a run of memory: a live allocation, or a free block in exactly
+// one free set. Block structs are recycled through the owning pool's spare
+// list, so the hit path allocates nothing.
+type block struct {
+	addr device.Ptr // first byte
+	size uint64     // bytes, a multiple of the pool's rounding
+	seg  *segment   // segment the block lies in
+
+	// prev and next are the neighbours by address within seg (nil at the
+	// ends).
+	prev, next *block
+
+	free  bool  // in a free set (else live)
+	class uint8 // size class of seg
+
+	// Free-set membership (meaningful while free).
+	left, right  *block       // treap children
+	prio         uint32       // treap priority
+	owner        *streamState // stream that must fence this block; nil = shared
+	seq          uint64       // owner's free number when freed
+	fprev, fnext *block       // owner's list, ordered by seq
+}
+
+// segment is one allocation from the device (or one pinned host buffer).
+type segment struct {
+	base  device.Ptr
+	size  uint64
+	class uint8
+	first *block // lowest block; the segment is wholly free when first.free && first.next == nil
+	wi    int    // 1 + index in the pool's list of wholly free segments; 0 when not listed
+	// sprev, snext link every segment of the pool.
+	sprev, snext *segment
+	host         device.HostBuffer // PinnedPool only
+}
+
+// whollyFree reports whether the segment is one free block.
+func (s *segment) whollyFree() bool { return s.first.free && s.first.next == nil }
+
+// treap is an intrusive treap of free blocks keyed by (size, addr).
+type treap struct {
+	root  *block
+	n     int    // blocks
+	bytes uint64 // sum of sizes
+}
+
+func keyLess(a, b *block) bool {
+	return a.size < b.size || (a.size == b.size && a.addr < b.addr)
+}
+
+func (t *treap) insert(b *block) {
+	p := &t.root
+	for *p != nil && (*p).prio >= b.prio {
+		if keyLess(b, *p) {
+			p = &(*p).left
+		} else {
+			p = &(*p).right
+		}
+	}
+	// Split the subtree at *p around b's key.
+	cur := *p
+	l, r := &b.left, &b.right
+	for cur != nil {
+		if keyLess(cur, b) {
+			*l = cur
+			l = &cur.right
+			cur = cur.right
+		} else {
+			*r = cur
+			r = &cur.left
+			cur = cur.left
+		}
+	}
+	*l, *r = nil, nil
+	*p = b
+	t.n++
+	t.bytes += b.size
+}
+
+func (t *treap) remove(b *block) {
+	p := &t.root
+	for *p != b {
+		if keyLess(b, *p) {
+			p = &(*p).left
+		} else {
+			p = &(*p).right
+		}
+	}
+	// Merge b's children in its place.
+	a, c := b.left, b.right
+	for a != nil && c != nil {
+		if a.prio > c.prio {
+			*p = a
+			p = &a.right
+			a = a.right
+		} else {
+			*p = c
+			p = &c.left
+			c = c.left
+		}
+	}
+	if a != nil {
+		*p = a
+	} else {
+		*p = c
+	}
+	b.left, b.right = nil, nil
+	t.n--
+	t.bytes -= b.size
+}
+
+// lowerBound returns the smallest block of at least n bytes (lowest address
+// among equals), or nil.
+func (t *treap) lowerBound(n uint64) *block {
+	var best *block
+	for x := t.root; x != nil; {
+		if x.size >= n {
+			best = x
+			x = x.left
+		} else {
+			x = x.right
+		}
+	}
+	return best
+}
+
+// max returns the largest block, or nil.
+func (t *treap) max() *block {
+	x := t.root
+	if x == nil {
+		return nil
+	}
+	for x.right != nil {
+		x = x.right
+	}
+	return x
+}
+
+// streamState is what the index knows about one stream.
+type streamState struct {
+	handle uintptr
+	s      device.Stream // the latest Stream value seen with this handle
+
+	free       [numClasses]treap // blocks freed here, not yet known safe elsewhere
+	head, tail *block            // the same blocks, by seq
+	owned      int               // blocks in free
+
+	seq      uint64 // frees made on this stream so far
+	recorded uint64 // highest seq covered by an event recorded (complete or not)
+	fenced   uint64 // highest seq covered by an event seen complete
+
+	ev    device.Event // event in flight (recorded, not yet seen complete), or nil
+	evSeq uint64       // seq that ev covers
+}
+
+// freeIndex holds a pool's free blocks by stream and size class and applies
+// the reuse rule above. Not safe for concurrent use on its own: the owning
+// pool's lock protects it, except where runFences says otherwise.
+type freeIndex struct {
+	dev         device.Device
+	hostVisible bool // every reuse waits for an event (pinned host memory)
+
+	shared  [numClasses]treap // blocks safe on every stream
+	streams map[uintptr]*streamState
+	lastH   uintptr // one-entry cache in front of streams
+	last    *streamState
+	owning  int // streams with owned > 0
+
+	rng uint32 // treap priorities (xorshift)
+
+	fencing bool           // a goroutine is running fence work (see runFences)
+	work    []fenceWork    // reused by prepareFences
+	spareEv []device.Event // idle events
+}
+
+func newFreeIndex(dev device.Device, hostVisible bool) freeIndex {
+	return freeIndex{
+		dev:         dev,
+		hostVisible: hostVisible,
+		streams:     make(map[uintptr]*streamState),
+		rng:         0x9e3779b9,
+	}
+}
+
+// streamLocked returns the state of s, creating it on first use.
+func (x *freeIndex) streamLocked(s device.Stream) *streamState {
+	h := s.Handle()
+	st := x.last
+	if st == nil || h != x.lastH {
+		st = x.streams[h]
+		if st == nil {
+			st = &streamState{handle: h}
+			x.streams[h] = st
+		}
+		x.lastH, x.last = h, st
+	}
+	// Keep the latest Stream value for the handle: on CUDA a closed
+	// stream's handle can be reused, and the newest value is the one that
+	// can still record events.
+	st.s = s
+	return st
+}
+
+func (x *freeIndex) nextPrio() uint32 {
+	r := x.rng
+	r ^= r << 13
+	r ^= r >> 17
+	r ^= r << 5
+	x.rng = r
+	return r
+}
+
+// bestFit returns the smallest free block of class c with at least n bytes
+// that may be handed out on st, or nil.
+func (x *freeIndex) bestFit(n uint64, c uint8, st *streamState) *block {
+	b := x.shared[c].lowerBound(n)
+	if x.hostVisible || st.owned == 0 {
+		return b
+	}
+	if o := st.free[c].lowerBound(n); o != nil && (b == nil || keyLess(o, b)) {
+		return o
+	}
+	return b
+}
+
+// insertShared adds free block b to the shared set.
+func (x *freeIndex) insertShared(b *block) {
+	b.free = true
+	b.owner = nil
+	b.prio = x.nextPrio()
+	x.shared[b.class].insert(b)
+}
+
+// insertOwned adds free block b, just freed on st, to st's set with the
+// next free number.
+func (x *freeIndex) insertOwned(b *block, st *streamState) {
+	b.free = true
+	b.owner = st
+	b.prio = x.nextPrio()
+	st.seq++
+	b.seq = st.seq
+	st.free[b.class].insert(b)
+	b.fnext = nil
+	b.fprev = st.tail
+	if st.tail != nil {
+		st.tail.fnext = b
+	} else {
+		st.head = b
+	}
+	st.tail = b
+	if st.owned == 0 {
+		x.owning++
+	}
+	st.owned++
+}
+
+// remove takes free block b out of its set. b keeps its owner and seq until
+// it is inserted again.
+func (x *freeIndex) remove(b *block) {
+	st := b.owner
+	if st == nil {
+		x.shared[b.class].remove(b)
+		b.free = false
+		return
+	}
+	st.free[b.class].remove(b)
+	if b.fprev != nil {
+		b.fprev.fnext = b.fnext
+	} else {
+		st.head = b.fnext
+	}
+	if b.fnext != nil {
+		b.fnext.fprev = b.fprev
+	} else {
+		st.tail = b.fprev
+	}
+	b.fprev, b.fnext = nil, nil
+	st.owned--
+	if st.owned == 0 {
+		x.owning--
+	}
+	b.free = false
+}
+
+// resize moves free block b to a new address and size, keeping its set,
+// owner and seq.
+func (x *freeIndex) resize(b *block, addr device.Ptr, size uint64) {
+	t := &x.shared[b.class]
+	if b.owner != nil {
+		t = &b.owner.free[b.class]
+	}
+	t.remove(b)
+	b.addr, b.size = addr, size
+	t.insert(b)
+}
+
+// canJoin reports whether free neighbour nb may coalesce with a block being
+// freed on st.
+func canJoin(nb *block, st *streamState) bool {
+	return nb != nil && nb.free && (nb.owner == nil || nb.owner == st)
+}
+
+// largest returns the size of the largest free block in any set.
+func (x *freeIndex) largest() uint64 {
+	var m uint64
+	for c := range x.shared {
+		if b := x.shared[c].max(); b != nil && b.size > m {
+			m = b.size
+		}
+	}
+	for _, st := range x.streams {
+		for c := range st.free {
+			if b := st.free[c].max(); b != nil && b.size > m {
+				m = b.size
+			}
+		}
+	}
+	return m
+}
+
+// fenceWork is the device work for one stream in a fence round: query the
+// event in flight, and record (and query) a new one.
+type fenceWork struct {
+	st    *streamState
+	s     device.Stream
+	ev    device.Event // in flight: query it
+	evSeq uint64
+	evOK  bool // ev completed
+
+	newEv   device.Event // event to record (nil: make one)
+	newSeq  uint64       // seq the new event covers; 0: record none
+	newDone bool         // the new event completed
+	newOK   bool         // the new event was recorded
+	closed  bool         // the stream is closed: its work is all done
+	idle    bool         // no event could be made, but the stream was idle
+}
+
+// needFences reports whether a fence round could make memory available to
+// st: some stream other than st owns free blocks (or, for host-visible
+// memory, any stream does), and no round is running.
+func (x *freeIndex) needFences(st *streamState) bool {
+	if x.fencing || x.owning == 0 {
+		return false
+	}
+	return x.hostVisible || x.owning > 1 || st.owned == 0
+}
+
+// prepareFencesLocked lists the fence work for every stream that owns
+// blocks another stream could use (every stream owning blocks, st
+// included, when all is set), and marks a round as running. It returns
+// false when there is nothing to do or a round is already running.
+func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
+	if x.fencing {
+		return false
+	}
+	x.work = x.work[:0]
+	for _, o := range x.streams {
+		if o.owned == 0 || (o == st && !x.hostVisible && !all) {
+			continue
+		}
+		w := fenceWork{st: o, s: o.s, ev: o.ev, evSeq: o.evSeq}
+		if o.recorded < o.seq {
+			w.newSeq = o.seq
+			if n := len(x.spareEv); n > 0 {
+				w.newEv = x.spareEv[n-1]
+				x.spareEv = x.spareEv[:n-1]
+			}
+		}
+		if w.ev != nil || w.newSeq != 0 {
+			x.work = append(x.work, w)
+		}
+	}
+	if len(x.work) == 0 {
+		return false
+	}
+	x.fencing = true
+	return true
+}
+
+// runFences does the device work of a round. It must be called without the
+// pool's lock; x.work belongs to this goroutine while x.fencing is set, and
+// nothing else reads or changes it.
+func (x *freeIndex) runFences() {
+	for i := range x.work {
+		w := &x.work[i]
+		if w.ev != nil {
+			done, err := w.ev.Query()
+			w.evOK = done && err == nil
+			if !w.evOK {
+				// Still running: keep at most one event in flight
+				// (a newer one could not complete first anyway).
+				w.newSeq = 0
+				continue
+			}
+		}
+		if w.newSeq == 0 {
+			continue
+		}
+		if w.newEv == nil {
+			ev, err := x.dev.NewEvent()
+			if err != nil {
+				// No event to be had: an idle stream has finished
+				// everything enqueued on it, the frees' work included.
+				done, err := w.s.Query()
+				w.idle = done && err == nil
+				continue
+			}
+			w.newEv = ev
+		}
+		if err := w.newEv.Record(w.s); err != nil {
+			if errors.Is(err, device.ErrClosed) {
+				// Closing a stream waits for its work, so
+				// everything freed on it is safe now.
+				w.closed = true
+			}
+			continue
+		}
+		w.newOK = true
+		done, err := w.newEv.Query()
+		w.newDone = done && err == nil
+	}
+}
+
+// finishFencesLocked applies a round's results: advances each stream's
+// fence, recycles completed events and promotes the blocks they cover.
+// join is called for every promoted block, already in the shared set, so
+// the pool can coalesce it with shared neighbours.
+func (x *freeIndex) finishFencesLocked(join func(*block)) {
+	for i := range x.work {
+		w := &x.work[i]
+		st := w.st
+		if w.ev != nil && w.evOK {
+			if w.evSeq > st.fenced {
+				st.fenced = w.evSeq
+			}
+			st.ev = nil
+			x.spareEv = append(x.spareEv, w.ev)
+		}
+		switch {
+		case w.closed || w.idle:
+			st.fenced, st.recorded = w.newSeq, w.newSeq
+			if w.newEv != nil {
+				x.spareEv = append(x.spareEv, w.newEv)
+			}
+		case w.newOK && w.newDone:
+			st.recorded = w.newSeq
+			if w.newSeq > st.fenced {
+				st.fenced = w.newSeq
+			}
+			x.spareEv = append(x.spareEv, w.newEv)
+		case w.newOK:
+			st.recorded = w.newSeq
+			st.ev, st.evSeq = w.newEv, w.newSeq
+		case w.newEv != nil:
+			x.spareEv = append(x.spareEv, w.newEv)
+		}
+		x.promoteLocked(st, join)
+		x.work[i] = fenceWork{}
+	}
+	x.work = x.work[:0]
+	x.fencing = false
+}
+
+// promoteLocked moves st's blocks covered by its completed fence to the
+// shared set.
+func (x *freeIndex) promoteLocked(st *streamState, join func(*block)) {
+	for st.head != nil && st.head.seq <= st.fenced {
+		b := st.head
+		x.remove(b)
+		x.insertShared(b)
+		if join != nil {
+			join(b)
+		}
+	}
+}
+
+// eventsLocked takes every event the index holds, for closing. The index
+// must not be used for fencing afterwards.
+func (x *freeIndex) eventsLocked() []device.Event {
+	evs := x.spareEv
+	x.spareEv = nil
+	for _, st := range x.streams {
+		if st.ev != nil {
+			evs = append(evs, st.ev)
+			st.ev = nil
+		}
+	}
+	return evs
+}
