@@ -228,7 +228,8 @@ type Function interface {
 // (cuMemcpy2DAsync). The manager uses it to move one chunk of an array
 // chunked along its last axis in a single copy instead of one per row.
 // Found by type assertion. Ordering and host-buffer lifetime are as for
-// CopyHtoD and CopyDtoH. A pitch smaller than width is ErrInvalidValue.
+// CopyHtoD and CopyDtoH. A pitch smaller than width, or a host slice
+// shorter than (height-1)*pitch + width, is ErrInvalidValue.
 type StridedCopier interface {
 	// CopyHtoD2D copies row r (r < height) from src[r*srcPitch:][:width]
 	// to dst + r*dstPitch, ordered on s.

@@ -50,13 +50,12 @@ func lookup(name string) (Opener, error) {
 	open, ok := backends[name]
 	backendsMu.RUnlock()
 	if !ok {
-		known := Backends()
-		hint := ""
+		known := strings.Join(Backends(), ", ")
 		if name == "sim" || name == "cuda" {
-			hint = fmt.Sprintf("; import _ \"github.com/vramkit/vram/device/%s\" to link it", name)
+			return nil, fmt.Errorf("backend %q is not linked into this program (linked: %s); "+
+				"import _ \"github.com/vramkit/vram/device/%s\" to link it: %w", name, known, name, ErrBadSpec)
 		}
-		return nil, fmt.Errorf("backend %q is not linked into this program (linked: %s)%s: %w",
-			name, strings.Join(known, ", "), hint, ErrBadSpec)
+		return nil, fmt.Errorf("unknown backend %q (want sim, cuda or auto; linked: %s): %w", name, known, ErrBadSpec)
 	}
 	return open, nil
 }

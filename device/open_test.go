@@ -60,14 +60,18 @@ func TestOpenBad(t *testing.T) {
 		also     error
 		mentions string
 	}{
-		"unknown backend":   {spec: "tpu", mentions: "linked: sim"},
-		"cuda not linked":   {spec: "cuda:0", mentions: "import _"},
-		"no name":           {spec: ":vram=1GiB", mentions: "no backend name"},
-		"unknown option":    {spec: "sim:colour=red", mentions: "known: vram"},
-		"bad size":          {spec: "sim:vram=lots", mentions: "vram"},
-		"option with no =":  {spec: "sim:backed", mentions: "key=value"},
-		"bad granularity":   {spec: "sim:granularity=3MiB", also: device.ErrInvalidValue, mentions: "power of two"},
-		"context too large": {spec: "sim:vram=64MiB,context=64MiB", also: device.ErrInvalidValue, mentions: "leaves nothing"},
+		"unknown backend":      {spec: "tpu", mentions: "linked: sim"},
+		"cuda not linked":      {spec: "cuda:0", mentions: "import _"},
+		"no name":              {spec: ":vram=1GiB", mentions: "no backend name"},
+		"unknown option":       {spec: "sim:colour=red", mentions: "known: vram"},
+		"bad size":             {spec: "sim:vram=lots", mentions: "vram"},
+		"option with no =":     {spec: "sim:backed", mentions: "key=value"},
+		"bad granularity":      {spec: "sim:granularity=3MiB", also: device.ErrInvalidValue, mentions: "power of two"},
+		"context too large":    {spec: "sim:vram=64MiB,context=64MiB", also: device.ErrInvalidValue, mentions: "leaves nothing"},
+		"negative size":        {spec: "sim:vram=-8GiB", mentions: "negative"},
+		"zero size":            {spec: "sim:vram=0", mentions: "must be > 0"},
+		"empty backend opts":   {spec: "sim:,,vram", mentions: "key=value"},
+		"unknown name says so": {spec: "gpu:0", mentions: "unknown backend \"gpu\" (want sim, cuda or auto"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

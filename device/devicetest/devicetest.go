@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) device.Device) {
 		"Concurrency":      testConcurrency,
 		"DeviceSyncAll":    testDeviceSync,
 		"StreamCloseWaits": testStreamCloseWaits,
+		"StridedCopies":    testStrided,
 	}
 	for _, name := range sortedKeys(groups) {
 		t.Run(name, func(t *testing.T) { groups[name](t, o) })
@@ -109,6 +110,23 @@ func isErr(t *testing.T, err, want error, what string) {
 	}
 	if err != nil && err.Error() == want.Error() {
 		t.Errorf("%s: error %q carries no detail; wrap the sentinel with what was asked", what, err)
+	}
+}
+
+// memcheckErrs are the memory checker's sentinels: each misuse must wrap
+// its own and none of the others.
+var memcheckErrs = []error{device.ErrOutOfBounds, device.ErrUseAfterFree, device.ErrDoubleFree,
+	device.ErrInvalidated, device.ErrInvalidPointer}
+
+// isOnly is isErr that also fails when err wraps another memcheck sentinel
+// than want, so that each misuse gives a distinct error.
+func isOnly(t *testing.T, err, want error, what string) {
+	t.Helper()
+	isErr(t, err, want, what)
+	for _, other := range memcheckErrs {
+		if other != want && errors.Is(err, other) {
+			t.Errorf("%s: error %v wraps %q as well as %q; each misuse must give one distinct error", what, err, other, want)
+		}
 	}
 }
 
@@ -539,7 +557,7 @@ func testEvents(t *testing.T, o opener) {
 		release := hold(t, d, s1)
 		ok(t, d.CopyHtoD(p, []byte("from stream one"), s1))
 		ok(t, e.Record(s1))
-		ok(t, e.Wait(s2))
+		within(t, "Event.Wait on a held stream's event (it must not block the host)", func() { ok(t, e.Wait(s2)) })
 		got := make([]byte, 15)
 		ok(t, d.CopyDtoH(got, p, s2))
 		if done, err := s2.Query(); err != nil || done {
@@ -554,6 +572,50 @@ func testEvents(t *testing.T, o opener) {
 		if string(got) != "from stream one" {
 			t.Fatalf("stream two read %q before stream one's write", got)
 		}
+	})
+	t.Run("wait ignores work after the record", func(t *testing.T) {
+		d := o.fresh(t)
+		backed(t, d)
+		s1 := strm(t)(d.NewStream())
+		s2 := strm(t)(d.NewStream())
+		defer func() { ok(t, s1.Close()); ok(t, s2.Close()) }()
+		e := evt(t)(d.NewEvent())
+		defer func() { ok(t, e.Close()) }()
+		p := ptr(t)(d.Malloc(64))
+		defer func() { ok(t, d.Free(p)) }()
+		ok(t, d.CopyHtoD(p, []byte("before the record"), s1))
+		ok(t, e.Record(s1))
+		release := hold(t, d, s1) // after the record: stream two must not wait for it
+		ok(t, e.Wait(s2))
+		got := make([]byte, 17)
+		ok(t, d.CopyDtoH(got, p, s2))
+		syncStream(t, s2) // returns while stream one is still held
+		if string(got) != "before the record" {
+			t.Errorf("stream two read %q after waiting on the event, want the write recorded before it", got)
+		}
+		if done, err := s1.Query(); err != nil || done {
+			t.Errorf("stream one Query = %v, %v while held; want false, nil", done, err)
+		}
+		release()
+		syncStream(t, s1)
+	})
+	t.Run("re-record moves the mark", func(t *testing.T) {
+		d := o.fresh(t)
+		s := strm(t)(d.NewStream())
+		defer func() { ok(t, s.Close()) }()
+		e := evt(t)(d.NewEvent())
+		defer func() { ok(t, e.Close()) }()
+		release := hold(t, d, s)
+		ok(t, e.Record(d.DefaultStream())) // nothing pending there
+		if done, err := e.Query(); err != nil || !done {
+			t.Fatalf("event recorded on an idle stream: Query = %v, %v; want true, nil", done, err)
+		}
+		ok(t, e.Record(s)) // now behind the held work
+		if done, err := e.Query(); err != nil || done {
+			t.Fatalf("event re-recorded behind held work: Query = %v, %v; want false, nil", done, err)
+		}
+		release()
+		within(t, "Event.Synchronize", func() { ok(t, e.Synchronize()) })
 	})
 	t.Run("record captures only earlier work", func(t *testing.T) {
 		d := o.fresh(t)
@@ -821,6 +883,8 @@ func testMemcheck(t *testing.T, o opener) {
 		p := ptr(t)(d.Malloc(1000))
 		q := ptr(t)(d.Malloc(1000))
 		defer func() { ok(t, d.Free(p)); ok(t, d.Free(q)) }()
+		ok(t, d.CopyHtoD(p, pattern(1000, 1), s))
+		ok(t, d.CopyHtoD(q, pattern(1000, 2), s))
 		cases := map[string]func() error{
 			"HtoD past end":       func() error { return d.CopyHtoD(p.Add(999), []byte{1, 2}, s) },
 			"DtoH past end":       func() error { return d.CopyDtoH(make([]byte, 1001), p, s) },
@@ -831,10 +895,17 @@ func testMemcheck(t *testing.T, o opener) {
 		}
 		for _, name := range sortedKeys(cases) {
 			t.Run(name, func(t *testing.T) {
-				isErr(t, cases[name](), device.ErrOutOfBounds, name)
+				isOnly(t, cases[name](), device.ErrOutOfBounds, name)
 			})
 		}
+		// Refused means refused: not a byte written, here or next door.
+		gotP, gotQ := make([]byte, 1000), make([]byte, 1000)
+		ok(t, d.CopyDtoH(gotP, p, s))
+		ok(t, d.CopyDtoH(gotQ, q, s))
 		syncStream(t, s)
+		if !bytes.Equal(gotP, pattern(1000, 1)) || !bytes.Equal(gotQ, pattern(1000, 2)) {
+			t.Errorf("refused out-of-bounds accesses changed device memory")
+		}
 	})
 	t.Run("use after free", func(t *testing.T) {
 		d := o.fresh(t)
@@ -849,13 +920,13 @@ func testMemcheck(t *testing.T, o opener) {
 		}
 		for _, name := range sortedKeys(cases) {
 			t.Run(name, func(t *testing.T) {
-				isErr(t, cases[name](), device.ErrUseAfterFree, name)
+				isOnly(t, cases[name](), device.ErrUseAfterFree, name)
 			})
 		}
 		if aa, isAA := d.(device.AsyncAllocator); isAA {
 			q := ptr(t)(aa.MallocAsync(1000, s))
 			ok(t, aa.FreeAsync(q, s))
-			isErr(t, d.CopyHtoD(q, []byte{1}, s), device.ErrUseAfterFree, "HtoD to a FreeAsync'd block")
+			isOnly(t, d.CopyHtoD(q, []byte{1}, s), device.ErrUseAfterFree, "HtoD to a FreeAsync'd block")
 		}
 		syncStream(t, s)
 	})
@@ -863,12 +934,12 @@ func testMemcheck(t *testing.T, o opener) {
 		d := o.fresh(t)
 		p := ptr(t)(d.Malloc(1000))
 		ok(t, d.Free(p))
-		isErr(t, d.Free(p), device.ErrDoubleFree, "second Free")
+		isOnly(t, d.Free(p), device.ErrDoubleFree, "second Free")
 		if aa, isAA := d.(device.AsyncAllocator); isAA {
 			s := d.DefaultStream()
 			q := ptr(t)(aa.MallocAsync(1000, s))
 			ok(t, aa.FreeAsync(q, s))
-			isErr(t, aa.FreeAsync(q, s), device.ErrDoubleFree, "second FreeAsync")
+			isOnly(t, aa.FreeAsync(q, s), device.ErrDoubleFree, "second FreeAsync")
 			syncStream(t, s)
 		}
 	})
@@ -876,11 +947,11 @@ func testMemcheck(t *testing.T, o opener) {
 		d := o.fresh(t)
 		p := ptr(t)(d.Malloc(1000))
 		defer func() { ok(t, d.Free(p)) }()
-		isErr(t, d.Free(0), device.ErrInvalidPointer, "Free(0)")
-		isErr(t, d.Free(p.Add(256)), device.ErrInvalidPointer, "Free of an interior pointer")
-		isErr(t, d.Free(p.Add(1<<40)), device.ErrInvalidPointer, "Free of an address never allocated")
+		isOnly(t, d.Free(0), device.ErrInvalidPointer, "Free(0)")
+		isOnly(t, d.Free(p.Add(256)), device.ErrInvalidPointer, "Free of an interior pointer")
+		isOnly(t, d.Free(p.Add(1<<40)), device.ErrInvalidPointer, "Free of an address never allocated")
 		if d.Info().Backed {
-			isErr(t, d.CopyHtoD(0, []byte{1}, d.DefaultStream()), device.ErrInvalidPointer, "copy to the null pointer")
+			isOnly(t, d.CopyHtoD(0, []byte{1}, d.DefaultStream()), device.ErrInvalidPointer, "copy to the null pointer")
 		}
 	})
 	t.Run("pointer from another device", func(t *testing.T) {
@@ -889,9 +960,17 @@ func testMemcheck(t *testing.T, o opener) {
 		p := ptr(t)(d2.Malloc(1000))
 		defer func() { ok(t, d2.Free(p)) }()
 		err := d1.Free(p)
-		isErr(t, err, device.ErrInvalidPointer, "Free on one device of another's pointer")
+		isOnly(t, err, device.ErrInvalidPointer, "Free on one device of another's pointer")
 		if d1.Info().Backed {
-			isErr(t, d1.CopyHtoD(p, []byte{1}, d1.DefaultStream()), device.ErrInvalidPointer, "copy to another device's pointer")
+			isOnly(t, d1.CopyHtoD(p, []byte{1}, d1.DefaultStream()), device.ErrInvalidPointer, "copy to another device's pointer")
+			q := ptr(t)(d1.Malloc(1000))
+			defer func() { ok(t, d1.Free(q)) }()
+			isOnly(t, d1.CopyDtoD(q, p, 8, d1.DefaultStream()), device.ErrInvalidPointer, "copy from another device's pointer")
+		}
+		if aa, isAA := d2.(device.AsyncAllocator); isAA {
+			ap := ptr(t)(aa.MallocAsync(1000, d2.DefaultStream()))
+			defer func() { ok(t, aa.FreeAsync(ap, d2.DefaultStream())); syncStream(t, d2.DefaultStream()) }()
+			isOnly(t, d1.(device.AsyncAllocator).FreeAsync(ap, d1.DefaultStream()), device.ErrInvalidPointer, "FreeAsync on one device of another's MallocAsync pointer")
 		}
 	})
 }
@@ -902,25 +981,93 @@ func testReset(t *testing.T, o opener) {
 	p := ptr(t)(d.Malloc(1 << 20))
 	s := strm(t)(d.NewStream())
 	e := evt(t)(d.NewEvent())
+	ok(t, e.Record(s))
 	oldDefault := d.DefaultStream()
+	aa, isAA := d.(device.AsyncAllocator)
+	var ap device.Ptr
+	if isAA {
+		ap = ptr(t)(aa.MallocAsync(4096, s))
+	}
 	ok(t, d.Reset())
 	if f := memFree(t, d); f != start {
 		t.Errorf("free memory after Reset is %d, want %d (everything released)", f, start)
 	}
-	isErr(t, d.Free(p), device.ErrInvalidated, "Free of a pointer from before Reset")
-	isErr(t, s.Synchronize(), device.ErrInvalidated, "Synchronize of a stream from before Reset")
-	isErr(t, e.Record(d.DefaultStream()), device.ErrInvalidated, "Record of an event from before Reset")
-	isErr(t, oldDefault.Synchronize(), device.ErrInvalidated, "the default stream from before Reset")
-	if d.Info().Backed {
-		isErr(t, d.CopyHtoD(p, []byte{1}, d.DefaultStream()), device.ErrInvalidated, "copy to a pointer from before Reset")
-	}
-	// The device works afterwards.
-	q := ptr(t)(d.Malloc(1 << 20))
-	syncStream(t, d.DefaultStream())
-	ok(t, d.Free(q))
 	if aa, isAA := d.(device.AsyncAllocator); isAA {
-		isErr(t, func() error { _, err := aa.MallocAsync(10, s); return err }(), device.ErrInvalidated, "MallocAsync on a stream from before Reset")
+		if res, used, err := aa.PoolUsage(); err != nil || res != 0 || used != 0 {
+			t.Errorf("PoolUsage after Reset = %d reserved, %d used, %v; want 0, 0, nil", res, used, err)
+		}
 	}
+	// Every use of what came before fails. Nothing is allocated until
+	// these are checked: a driver may hand the old addresses out again,
+	// and then an old pointer is indistinguishable from a new one.
+	ns := d.DefaultStream()
+	type use struct {
+		call    func() error
+		pointer bool // a pointer from before the Reset: ErrInvalidated and no other memcheck error
+	}
+	uses := map[string]use{
+		"Free of a Malloc pointer":       {func() error { return d.Free(p) }, true},
+		"Stream.Synchronize":             {func() error { return s.Synchronize() }, false},
+		"Stream.Query":                   {func() error { _, err := s.Query(); return err }, false},
+		"old default stream Synchronize": {func() error { return oldDefault.Synchronize() }, false},
+		"Event.Record on the new stream": {func() error { return e.Record(ns) }, false},
+		"Event.Wait by the new stream":   {func() error { return e.Wait(ns) }, false},
+		"Event.Query":                    {func() error { _, err := e.Query(); return err }, false},
+		"Event.Synchronize":              {func() error { return e.Synchronize() }, false},
+		"new event recorded on an old stream": {func() error {
+			e2, err := d.NewEvent()
+			if err != nil {
+				return err
+			}
+			defer e2.Close()
+			return e2.Record(s)
+		}, false},
+	}
+	if d.Info().Backed {
+		uses["copy to an old pointer"] = use{func() error { return d.CopyHtoD(p, []byte{1}, ns) }, true}
+		uses["copy from an old pointer"] = use{func() error { return d.CopyDtoH(make([]byte, 8), p.Add(8), ns) }, true}
+		uses["memset of an old pointer"] = use{func() error { return d.Memset(p, 0, 8, ns) }, true}
+		uses["copy on the old default stream"] = use{func() error { return d.CopyHtoD(p, []byte{1}, oldDefault) }, false}
+		uses["copy on an old stream"] = use{func() error { return d.CopyDtoH(make([]byte, 1), p, s) }, false}
+	}
+	if isAA {
+		uses["MallocAsync on an old stream"] = use{func() error { _, err := aa.MallocAsync(10, s); return err }, false}
+		uses["FreeAsync of an old MallocAsync pointer"] = use{func() error { return aa.FreeAsync(ap, ns) }, true}
+	}
+	if fl, isFL := d.(device.FuncLauncher); isFL && d.Info().Backed {
+		uses["LaunchFunc on an old stream"] = use{func() error {
+			return fl.LaunchFunc(s, 1, func(device.View, int, int) error { return nil })
+		}, false}
+	}
+	for _, name := range sortedKeys(uses) {
+		u := uses[name]
+		t.Run(name, func(t *testing.T) {
+			if u.pointer {
+				isOnly(t, u.call(), device.ErrInvalidated, name)
+			} else {
+				isErr(t, u.call(), device.ErrInvalidated, name)
+			}
+		})
+	}
+	t.Run("closing old streams and events", func(t *testing.T) {
+		isErr(t, s.Close(), device.ErrInvalidated, "Close of a stream from before Reset")
+		isErr(t, e.Close(), device.ErrInvalidated, "Close of an event from before Reset")
+	})
+	// The device works afterwards, with a new default stream.
+	q := ptr(t)(d.Malloc(1 << 20))
+	defer func() { ok(t, d.Free(q)) }()
+	if d.Info().Backed {
+		ok(t, d.CopyHtoD(q, []byte("after reset"), ns))
+		got := make([]byte, 11)
+		ok(t, d.CopyDtoH(got, q, ns))
+		syncStream(t, ns)
+		if string(got) != "after reset" {
+			t.Errorf("a copy round trip after Reset read %q", got)
+		}
+	}
+	s2 := strm(t)(d.NewStream())
+	syncStream(t, s2)
+	ok(t, s2.Close())
 }
 
 func testBadInputs(t *testing.T, o opener) {
@@ -973,6 +1120,24 @@ func testBadInputs(t *testing.T, o opener) {
 			call func() error
 			want error
 		}{func() error { return fl.LaunchFunc(s, 1, nil) }, device.ErrInvalidValue}
+		cases["LaunchFunc negative range"] = struct {
+			call func() error
+			want error
+		}{func() error { return fl.LaunchFunc(s, -1, func(device.View, int, int) error { return nil }) }, device.ErrInvalidValue}
+	}
+	if aa, isAA := d.(device.AsyncAllocator); isAA {
+		cases["MallocAsync more than total"] = struct {
+			call func() error
+			want error
+		}{func() error { _, err := aa.MallocAsync(d.Info().TotalBytes+1, s); return err }, device.ErrOutOfMemory}
+		cases["MallocAsync max"] = struct {
+			call func() error
+			want error
+		}{func() error { _, err := aa.MallocAsync(math.MaxUint64, s); return err }, device.ErrOutOfMemory}
+		cases["FreeAsync null"] = struct {
+			call func() error
+			want error
+		}{func() error { return aa.FreeAsync(0, s) }, device.ErrInvalidPointer}
 	}
 	for _, name := range sortedKeys(cases) {
 		tc := cases[name]
@@ -991,13 +1156,47 @@ func testBadInputs(t *testing.T, o opener) {
 		e := evt(t)(d.NewEvent())
 		defer func() { ok(t, e.Close()) }()
 		isErr(t, e.Record(s2), device.ErrInvalidValue, "Record on another device's stream")
+		isErr(t, e2Wait(d, s2), device.ErrInvalidValue, "Wait by another device's stream")
+		if d.Info().Backed {
+			p := ptr(t)(d.Malloc(8))
+			defer func() { ok(t, d.Free(p)) }()
+			isErr(t, d.CopyHtoD(p, []byte{1}, s2), device.ErrInvalidValue, "copy on another device's stream")
+		}
+		if aa, isAA := d.(device.AsyncAllocator); isAA {
+			free := memFree(t, d)
+			_, err := aa.MallocAsync(8, s2)
+			isErr(t, err, device.ErrInvalidValue, "MallocAsync on another device's stream")
+			if f := memFree(t, d); f != free {
+				t.Errorf("a refused MallocAsync changed free memory from %d to %d", free, f)
+			}
+		}
 	})
+}
+
+// e2Wait makes an event on d, records it on d's default stream and waits
+// for it from s.
+func e2Wait(d device.Device, s device.Stream) error {
+	e, err := d.NewEvent()
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if err := e.Record(d.DefaultStream()); err != nil {
+		return err
+	}
+	return e.Wait(s)
 }
 
 func testClosed(t *testing.T, o opener) {
 	t.Run("device", func(t *testing.T) {
 		d := o.fresh(t)
 		s := d.DefaultStream()
+		ns := strm(t)(d.NewStream())
+		e := evt(t)(d.NewEvent())
+		ok(t, e.Record(ns))
+		ok(t, ns.Close())
+		ok(t, e.Close())
+		e2 := evt(t)(d.NewEvent()) // left open: Close takes it down
 		ok(t, d.Close())
 		calls := map[string]func() error{
 			"MemInfo":     func() error { _, _, err := d.MemInfo(); return err },
@@ -1013,13 +1212,34 @@ func testClosed(t *testing.T, o opener) {
 			"Reset":       func() error { return d.Reset() },
 			"Close":       func() error { return d.Close() },
 			"Stream.Sync": func() error { return s.Synchronize() },
+			"Stream.Query": func() error {
+				_, err := s.Query()
+				return err
+			},
+			"Event.Record":      func() error { return e2.Record(s) },
+			"Event.Query":       func() error { _, err := e2.Query(); return err },
+			"Event.Synchronize": func() error { return e2.Synchronize() },
+			"Event.Wait":        func() error { return e2.Wait(s) },
 		}
 		if aa, isAA := d.(device.AsyncAllocator); isAA {
 			calls["MallocAsync"] = func() error { _, err := aa.MallocAsync(8, s); return err }
+			calls["FreeAsync"] = func() error { return aa.FreeAsync(1, s) }
 			calls["PoolUsage"] = func() error { _, _, err := aa.PoolUsage(); return err }
+			calls["SetReleaseThreshold"] = func() error { return aa.SetReleaseThreshold(0) }
+			calls["TrimPool"] = func() error { return aa.TrimPool(0) }
 		}
 		if ha, isHA := d.(device.HostAllocator); isHA {
 			calls["HostAlloc"] = func() error { _, err := ha.HostAlloc(8, false); return err }
+			calls["HostFree"] = func() error { return ha.HostFree(device.HostBuffer{Data: make([]byte, 8)}) }
+		}
+		if fl, isFL := d.(device.FuncLauncher); isFL {
+			calls["LaunchFunc"] = func() error {
+				return fl.LaunchFunc(s, 1, func(device.View, int, int) error { return nil })
+			}
+		}
+		if sc, isSC := d.(device.StridedCopier); isSC {
+			calls["CopyHtoD2D"] = func() error { return sc.CopyHtoD2D(1, 8, make([]byte, 16), 8, 8, 2, s) }
+			calls["CopyDtoH2D"] = func() error { return sc.CopyDtoH2D(make([]byte, 16), 8, 1, 8, 8, 2, s) }
 		}
 		for _, name := range sortedKeys(calls) {
 			t.Run(name, func(t *testing.T) {

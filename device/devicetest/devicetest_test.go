@@ -67,15 +67,36 @@ func (d unordered) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
 	return d.Device.CopyDtoH(dst, src, d.Device.DefaultStream())
 }
 
+// gappy2D widens each row of a 2-D copy to the smaller pitch, writing
+// over the bytes between the destination's rows.
+type gappy2D struct{ *sim.Device }
+
+func (d gappy2D) CopyDtoH2D(dst []byte, dstPitch uint64, src device.Ptr, srcPitch, width, height uint64, s device.Stream) error {
+	return d.Device.CopyDtoH2D(dst, dstPitch, src, srcPitch, min(dstPitch, srcPitch), height, s)
+}
+
+// lax2D skips a 2-D copy whose pitch is below its width instead of
+// refusing it.
+type lax2D struct{ *sim.Device }
+
+func (d lax2D) CopyHtoD2D(dst device.Ptr, dstPitch uint64, src []byte, srcPitch, width, height uint64, s device.Stream) error {
+	if dstPitch < width {
+		return nil
+	}
+	return d.Device.CopyHtoD2D(dst, dstPitch, src, srcPitch, width, height, s)
+}
+
 var broken = map[string]struct {
 	wrap  func(*sim.Device) device.Device
 	fails string   // a subtest that must fail
 	says  []string // its failure must contain one of these
 }{
-	"leaky free":         {func(d *sim.Device) device.Device { return leakyFree{d} }, "Accounting", []string{"after freeing everything"}},
-	"silent double free": {func(d *sim.Device) device.Device { return silentDoubleFree{d, map[device.Ptr]bool{}} }, "Memcheck/double_free", []string{"double free"}},
-	"bare errors":        {func(d *sim.Device) device.Device { return bareErrors{d} }, "BadInputs/Malloc_zero", []string{"invalid value"}},
-	"unordered copies":   {func(d *sim.Device) device.Device { return unordered{d} }, "Events/cross-stream_wait", []string{"before the event's work", "before stream one's write", "DATA RACE"}},
+	"leaky free":          {func(d *sim.Device) device.Device { return leakyFree{d} }, "Accounting", []string{"after freeing everything"}},
+	"silent double free":  {func(d *sim.Device) device.Device { return silentDoubleFree{d, map[device.Ptr]bool{}} }, "Memcheck/double_free", []string{"double free"}},
+	"bare errors":         {func(d *sim.Device) device.Device { return bareErrors{d} }, "BadInputs/Malloc_zero", []string{"invalid value"}},
+	"unordered copies":    {func(d *sim.Device) device.Device { return unordered{d} }, "Events/cross-stream_wait", []string{"before the event's work", "before stream one's write", "DATA RACE"}},
+	"2-D copy over gaps":  {func(d *sim.Device) device.Device { return gappy2D{d} }, "StridedCopies/round_trip/sub-block", []string{"after CopyDtoH2D host byte"}},
+	"2-D copy, lax pitch": {func(d *sim.Device) device.Device { return lax2D{d} }, "StridedCopies/refused/HtoD_device_pitch_below_width", []string{"want one wrapping"}},
 }
 
 const childEnv = "DEVICETEST_BROKEN"

@@ -6,11 +6,11 @@
 // It owns the tests of behaviour any device shows through the interfaces
 // of package device: memory accounting, copies, stream ordering and
 // asynchrony, events across streams, the stream-ordered pool's reuse
-// rules and release threshold, the memory checker's errors, Reset, Close
-// and bad inputs. Optional abilities (device.AsyncAllocator,
-// HostAllocator, FuncLauncher) are tested only when the device has them,
-// and tests that need bytes skip on a device that is not backed; each
-// skip says why.
+// rules and release threshold, the memory checker's errors (each misuse
+// one distinct sentinel), Reset, Close and bad inputs, and 2-D copies.
+// Optional abilities (device.AsyncAllocator, HostAllocator, FuncLauncher,
+// StridedCopier) are tested only when the device has them, and tests that
+// need bytes skip on a device that is not backed; each skip says why.
 //
 // It does not own anything backend-specific: the simulator's exact
 // granularity rules, fault injection and address-only mode are tested in

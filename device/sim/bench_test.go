@@ -55,6 +55,34 @@ func BenchmarkMallocFree(b *testing.B) {
 	}
 }
 
+// BenchmarkFreeOpenStreams is a Malloc/Free pair on an address-only
+// device with idle streams open: Free waits for every stream's work, and
+// must not pay (or allocate) per stream to find out there is none.
+func BenchmarkFreeOpenStreams(b *testing.B) {
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+			d := benchDevice(b, true)
+			for range n {
+				s, err := d.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := d.Malloc(1 << 20)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Free(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkMallocAsyncFreeAsync is one stream-ordered pair on one stream,
 // served from the pool's cache (threshold high so nothing is released).
 func BenchmarkMallocAsyncFreeAsync(b *testing.B) {
@@ -156,6 +184,32 @@ func BenchmarkEvent(b *testing.B) {
 			}
 		}
 	})
+	b.Run("record+wait pending", func(b *testing.B) {
+		// Each Wait enqueues a wait on s2, because s1 is held busy.
+		d := benchDevice(b, false)
+		s1, _ := d.NewStream()
+		s2, _ := d.NewStream()
+		defer s1.Close()
+		defer s2.Close()
+		e, _ := d.NewEvent()
+		defer e.Close()
+		gate := make(chan struct{})
+		d.LaunchFunc(s1, 1, func(device.View, int, int) error { <-gate; return nil })
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := e.Record(s1); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Wait(s2); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		close(gate)
+		if err := s2.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	})
 	b.Run("record+wait+sync", func(b *testing.B) {
 		d := benchDevice(b, false)
 		s1, _ := d.NewStream()
@@ -187,6 +241,27 @@ func BenchmarkCopyHtoD(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := d.CopyHtoD(p, src, s); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCopyHtoD2D is a 2-D copy of 256 rows of 4 KiB (1 MiB moved)
+// into rows 8 KiB apart, and a synchronize.
+func BenchmarkCopyHtoD2D(b *testing.B) {
+	d := benchDevice(b, false)
+	s := d.DefaultStream()
+	const rows, width, pitch = 256, 4 << 10, 8 << 10
+	p, _ := d.Malloc(rows * pitch)
+	defer d.Free(p)
+	src := make([]byte, rows*width)
+	b.SetBytes(rows * width)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := d.CopyHtoD2D(p, pitch, src, width, width, rows, s); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Synchronize(); err != nil {

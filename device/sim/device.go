@@ -44,6 +44,7 @@ var (
 	_ device.AsyncAllocator = (*Device)(nil)
 	_ device.HostAllocator  = (*Device)(nil)
 	_ device.FuncLauncher   = (*Device)(nil)
+	_ device.StridedCopier  = (*Device)(nil)
 )
 
 // ghostCap bounds how many freed allocations are remembered for use after
@@ -125,7 +126,8 @@ type hostRec struct {
 
 // Device is a simulated GPU. It implements device.Device and every
 // optional interface of package device except ModuleLoader:
-// device.AsyncAllocator, device.HostAllocator and device.FuncLauncher.
+// device.AsyncAllocator, device.HostAllocator, device.FuncLauncher and
+// device.StridedCopier.
 //
 // A Device is safe for concurrent use.
 type Device struct {
@@ -155,10 +157,14 @@ type Device struct {
 	pool        pool
 	def         *stream
 	streams     map[*stream]struct{} // streams made by NewStream, not closed
-	retired     []*stream            // streams of earlier generations whose goroutine may still run
-	nextStream  uint64
-	events      int
-	nextID      uint64
+	// list is def and the keys of streams, as an immutable slice replaced
+	// (under mu) whenever they change, so that Free, HostFree and
+	// Synchronize read it without a lock or an allocation.
+	list       atomic.Pointer[[]*stream]
+	retired    []*stream // streams of earlier generations whose goroutine may still run
+	nextStream uint64
+	events     int
+	nextID     uint64
 }
 
 // New makes a simulated device. Zero fields of cfg take their defaults;
@@ -193,6 +199,19 @@ func (d *Device) startGenLocked() {
 	d.streams = map[*stream]struct{}{}
 	d.events = 0
 	d.def = d.newStreamLocked(true)
+	d.publishStreamsLocked()
+}
+
+// publishStreamsLocked replaces d.list after def or streams changed.
+func (d *Device) publishStreamsLocked() {
+	l := make([]*stream, 0, len(d.streams)+1)
+	if d.def != nil {
+		l = append(l, d.def)
+	}
+	for s := range d.streams {
+		l = append(l, s)
+	}
+	d.list.Store(&l)
 }
 
 // Config returns the device's configuration with defaults filled in.
@@ -388,7 +407,7 @@ func (d *Device) badFreeLocked(p device.Ptr, op string) error {
 	if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
 		return d.freedErr(op, p, g)
 	}
-	return d.foreignLocked(op, p)
+	return d.foreignLocked(op, p, false)
 }
 
 // freedErr reports a free of an address inside the freed allocation g.
@@ -402,8 +421,9 @@ func (d *Device) freedErr(op string, p device.Ptr, g *tnode[ghost]) error {
 }
 
 // foreignLocked explains an address that is not in this generation's
-// allocations or ghosts.
-func (d *Device) foreignLocked(op string, p device.Ptr) error {
+// allocations or ghosts; access is true for a copy, memset or kernel
+// access, false for a free.
+func (d *Device) foreignLocked(op string, p device.Ptr, access bool) error {
 	a := uint64(p)
 	if a == 0 {
 		return fmt.Errorf("%v: %s: null pointer: %w", d, op, device.ErrInvalidPointer)
@@ -416,6 +436,15 @@ func (d *Device) foreignLocked(op string, p device.Ptr) error {
 	}
 	if r, ok := regionOf(a); ok && r.dev != d.id {
 		return fmt.Errorf("%v: %s %v: the pointer belongs to another device (sim#%d): %w", d, op, p, r.dev, device.ErrInvalidPointer)
+	}
+	if d.va.handedOut(a) {
+		// Handed out before and freed since, but its ghost is forgotten.
+		if access {
+			return fmt.Errorf("%v: %s at %v: the address was allocated earlier and has been freed "+
+				"(more than %d frees ago, so which allocation it was is forgotten): %w", d, op, p, ghostCap, device.ErrUseAfterFree)
+		}
+		return fmt.Errorf("%v: %s %v: no live allocation here; the address was allocated earlier and freed "+
+			"more than %d frees ago, so this is a double free or a pointer into freed memory: %w", d, op, p, ghostCap, device.ErrInvalidPointer)
 	}
 	if a >= d.rg.lo && a < d.rg.hi {
 		return fmt.Errorf("%v: %s %v: no allocation at this address: %w", d, op, p, device.ErrInvalidPointer)
@@ -447,7 +476,7 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 	if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
 		return nil, 0, d.uafErr(op, p, n, g)
 	}
-	return nil, 0, d.foreignLocked(op, p)
+	return nil, 0, d.foreignLocked(op, p, true)
 }
 
 func (d *Device) oobErr(op string, p device.Ptr, n, start, size uint64, kind recKind, id uint64) error {
@@ -480,40 +509,14 @@ func (d *Device) checkAccess(op string, p device.Ptr, n uint64) ([]byte, error) 
 // quiesce waits until every stream has finished the work enqueued so far.
 // It reports no errors: they stay for the streams' Synchronize.
 func (d *Device) quiesce() {
-	if d.idle() {
-		return
-	}
 	for _, s := range d.allStreams() {
 		s.waitFor(s.enq.Load())
 	}
 }
 
-// idle reports whether every stream has finished its work.
-func (d *Device) idle() bool {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.def.done.Load() < d.def.enq.Load() {
-		return false
-	}
-	for s := range d.streams {
-		if s.done.Load() < s.enq.Load() {
-			return false
-		}
-	}
-	return true
-}
-
-// allStreams lists the default stream and every open stream.
-func (d *Device) allStreams() []*stream {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	l := make([]*stream, 0, len(d.streams)+1)
-	l = append(l, d.def)
-	for s := range d.streams {
-		l = append(l, s)
-	}
-	return l
-}
+// allStreams lists the default stream and every open stream. The slice is
+// shared: read it, never change it.
+func (d *Device) allStreams() []*stream { return *d.list.Load() }
 
 // Synchronize waits for all work on all streams of the device and returns
 // the errors that work raised and that no Synchronize has reported yet.
@@ -629,6 +632,7 @@ func (d *Device) Close() error {
 	d.pool = pool{}
 	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
 	d.streams = map[*stream]struct{}{}
+	d.publishStreamsLocked()
 	d.mu.Unlock()
 	if rep.leaksMemory() {
 		return &LeakError{Device: d.String(), Report: rep}

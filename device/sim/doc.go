@@ -27,6 +27,8 @@
 //   - Pinned host memory, mapped or not (HostAlloc).
 //   - Kernels written as Go functions (LaunchFunc), run over the host's
 //     cores.
+//   - 2-D (pitched) copies, device.StridedCopier, as one stream operation
+//     each, checked like any copy (see strided.go).
 //   - A memory checker on every copy, memset and kernel access:
 //     out-of-bounds access, use after free, double free, a pointer from
 //     before a Reset and a pointer from another device each give a

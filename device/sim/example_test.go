@@ -154,3 +154,24 @@ func ExampleParseSpec() {
 	fmt.Println(cfg.TotalBytes>>30, cfg.AddressOnly, cfg.Granularity, err)
 	// Output: 24 true 65536 <nil>
 }
+
+// A 2-D copy reads one column of a device matrix in a single stream
+// operation: 4 rows of 1 byte, 5 bytes apart on the device, packed on the
+// host. A pitch below the width is refused.
+func ExampleDevice_CopyDtoH2D() {
+	dev, _ := sim.New(sim.Config{TotalBytes: 64 << 20})
+	defer dev.Close()
+	s := dev.DefaultStream()
+	p, _ := dev.Malloc(20)
+	defer dev.Free(p)
+	_ = dev.CopyHtoD(p, []byte("a1b2cd3e4fg5h6ij7k8l"), s)
+	col := make([]byte, 4)
+	_ = dev.CopyDtoH2D(col, 1, p.Add(1), 5, 1, 4, s) // column 1 of a 4×5 matrix
+	_ = s.Synchronize()
+	fmt.Println(string(col))
+	err := dev.CopyDtoH2D(col, 1, p, 1, 2, 2, s)
+	fmt.Println(errors.Is(err, device.ErrInvalidValue))
+	// Output:
+	// 1357
+	// true
+}

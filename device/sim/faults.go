@@ -29,7 +29,7 @@ type Op int
 const (
 	OpAlloc  Op = iota // Malloc, MallocAsync, HostAlloc
 	OpFree             // Free, FreeAsync, HostFree
-	OpCopy             // CopyHtoD, CopyDtoH, CopyDtoD
+	OpCopy             // CopyHtoD, CopyDtoH, CopyDtoD, CopyHtoD2D, CopyDtoH2D
 	OpMemset           // Memset
 	OpLaunch           // LaunchFunc
 	OpSync             // Device, Stream and Event Synchronize
@@ -93,8 +93,9 @@ func (f *Faults) OOMAbove(bytes uint64) {
 	f.rearmLocked()
 }
 
-// FailCopyAt makes the nth copy from now (CopyHtoD, CopyDtoH or CopyDtoD)
-// fail when its stream runs it, as a transfer error would: the call
+// FailCopyAt makes the nth copy from now (CopyHtoD, CopyDtoH, CopyDtoD,
+// or a whole 2-D copy, CopyHtoD2D or CopyDtoH2D, which counts as one) fail
+// when its stream runs it, as a transfer error would: the call
 // returns nil, no byte moves, and the stream's next Synchronize returns an
 // error wrapping device.ErrCopyFailed. 0 disarms it.
 func (f *Faults) FailCopyAt(n int) {

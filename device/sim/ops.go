@@ -1,6 +1,7 @@
 package sim
 
-// Copies, memsets, Go kernels and pinned host memory.
+// Copies, memsets, Go kernels and pinned host memory. (2-D copies are in
+// strided.go.)
 //
 // Copies and memsets check their pointers when they are called (the
 // memory checker) and then enqueue a closure holding the checked slices;
@@ -34,14 +35,22 @@ func (d *Device) prepare(op string, kind Op, s device.Stream) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.cfg.AddressOnly {
-		return nil, fmt.Errorf("%v: %s: the device is address-only (backed=false) and holds no bytes; "+
-			"use a backed simulator for copies and kernels: %w", d, op, device.ErrNotSupported)
+	if err := d.needBacked(op); err != nil {
+		return nil, err
 	}
 	if err := d.faults.check(kind, op, 0); err != nil {
 		return nil, err
 	}
 	return st, nil
+}
+
+// needBacked refuses op on an address-only device.
+func (d *Device) needBacked(op string) error {
+	if d.cfg.AddressOnly {
+		return fmt.Errorf("%v: %s: the device is address-only (backed=false) and holds no bytes; "+
+			"use a backed simulator for copies and kernels: %w", d, op, device.ErrNotSupported)
+	}
+	return nil
 }
 
 // transferDelay emulates the time n bytes take over Config.CopyBandwidth.

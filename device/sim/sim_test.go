@@ -292,12 +292,16 @@ func TestAddressOnly(t *testing.T) {
 func TestFaults(t *testing.T) {
 	t.Run("OOM at the nth allocation", func(t *testing.T) {
 		d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-		d.Faults().OOMAtAlloc(3)
+		d.Faults().OOMAtAlloc(4)
 		s := d.DefaultStream()
+		_, err := d.Malloc(0) // refused before counting
+		wantErr(t, err, device.ErrInvalidValue)
 		p1 := get[device.Ptr](t)(d.Malloc(10))
 		p2 := get[device.Ptr](t)(d.MallocAsync(10, s))
+		h := get[device.HostBuffer](t)(d.HostAlloc(10, false))
+		check(t, d.HostFree(h))
 		before := freeMem(t, d)
-		_, err := d.Malloc(10)
+		_, err = d.Malloc(10)
 		wantErr(t, err, device.ErrOutOfMemory, sim.ErrInjected)
 		if freeMem(t, d) != before {
 			t.Errorf("the failed allocation changed free memory")
@@ -452,6 +456,77 @@ func TestPoolEmulation(t *testing.T) {
 		check(t, s1.Close())
 		check(t, s2.Close())
 		check(t, d.TrimPool(0))
+	})
+	t.Run("reuse follows the work up to the free, not later work", func(t *testing.T) {
+		// Stream 1: kernel A (held), MallocAsync p, FreeAsync p, kernel B
+		// (held). While A runs, stream 2 may not have p; once A is done p
+		// is free for stream 2, though B still runs on stream 1.
+		d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
+		s1 := get[device.Stream](t)(d.NewStream())
+		s2 := get[device.Stream](t)(d.NewStream())
+		e := get[device.Event](t)(d.NewEvent())
+		check(t, d.SetReleaseThreshold(1<<62))
+		gateA, gateB := make(chan struct{}), make(chan struct{})
+		check(t, d.LaunchFunc(s1, 1, func(device.View, int, int) error { <-gateA; return nil }))
+		p := get[device.Ptr](t)(d.MallocAsync(MiB, s1))
+		check(t, d.FreeAsync(p, s1))
+		check(t, e.Record(s1)) // marks the work up to the free
+		check(t, d.LaunchFunc(s1, 1, func(device.View, int, int) error { <-gateB; return nil }))
+
+		q := get[device.Ptr](t)(d.MallocAsync(MiB, s2))
+		if q == p {
+			t.Fatal("stream 2 got the block while stream 1's work before the free was still running")
+		}
+		check(t, d.CheckInvariants())
+		close(gateA)
+		check(t, e.Synchronize())
+		if done, _ := s1.Query(); done {
+			t.Fatal("stream 1 finished kernel B: the test no longer holds later work")
+		}
+		r := get[device.Ptr](t)(d.MallocAsync(MiB, s2))
+		if r != p {
+			t.Errorf("stream 2 got %v, want the block %v whose free completed (stream 1's later work must not matter)", r, p)
+		}
+		check(t, d.CheckInvariants())
+		close(gateB)
+		check(t, d.FreeAsync(q, s2))
+		check(t, d.FreeAsync(r, s2))
+		check(t, e.Close())
+		check(t, s1.Close())
+		check(t, s2.Close())
+		check(t, d.TrimPool(0))
+	})
+	t.Run("another stream's pending block is never taken", func(t *testing.T) {
+		// One 2 MiB segment, two 1 MiB blocks; b is freed on held stream
+		// 2. The only free block that fits is b, so stream 1 must grow
+		// the pool rather than take it.
+		d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
+		s1 := get[device.Stream](t)(d.NewStream())
+		s2 := get[device.Stream](t)(d.NewStream())
+		check(t, d.SetReleaseThreshold(1<<62))
+		gate := make(chan struct{})
+		check(t, d.LaunchFunc(s2, 1, func(device.View, int, int) error { <-gate; return nil }))
+		a := get[device.Ptr](t)(d.MallocAsync(MiB, s1))
+		b := get[device.Ptr](t)(d.MallocAsync(MiB, s2))
+		if res, _, _ := d.PoolUsage(); res != 2*MiB {
+			t.Fatalf("reserved %d, want one 2 MiB segment", res)
+		}
+		check(t, d.FreeAsync(b, s2))
+		got := get[device.Ptr](t)(d.MallocAsync(MiB, s1))
+		if got == b {
+			t.Fatalf("stream 1 took a block pending on held stream 2")
+		}
+		if res, _, _ := d.PoolUsage(); res != 4*MiB {
+			t.Errorf("reserved %d, want a second 2 MiB segment", res)
+		}
+		close(gate)
+		check(t, s2.Synchronize())
+		check(t, d.FreeAsync(a, s1))
+		check(t, d.FreeAsync(got, s1))
+		check(t, s1.Close())
+		check(t, s2.Close())
+		check(t, d.TrimPool(0))
+		check(t, d.CheckInvariants())
 	})
 	t.Run("observed completion without sync", func(t *testing.T) {
 		d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
@@ -662,6 +737,10 @@ func TestSpec(t *testing.T) {
 		"bad bool":    {spec: "backed=maybe", bad: true},
 		"bad workers": {spec: "workers=0", bad: true},
 		"neg ordinal": {spec: "ordinal=-1", bad: true},
+		"neg vram":    {spec: "vram=-1GiB", bad: true},
+		"neg workers": {spec: "workers=-3", bad: true},
+		"neg context": {spec: "context=-2MiB", bad: true},
+		"zero gran":   {spec: "granularity=0", bad: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -715,6 +794,43 @@ func TestCopyBandwidth(t *testing.T) {
 		t.Errorf("2 MB at 100 MB/s took %v, want at least 20ms", el)
 	}
 	check(t, d.Free(p))
+}
+
+// Asynchrony on an idle stream: a copy is not done when the call returns
+// (the stream's goroutine does it), and it is done after Synchronize. The
+// bandwidth emulation makes the copy last 40 ms, so that "not done" is
+// observed with a wide margin; the suite's Asynchrony test shows the same
+// on a stream held busy.
+func TestAsynchronyIdleStream(t *testing.T) {
+	d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
+	slow := newSim(t, sim.Config{TotalBytes: 64 * MiB, CopyBandwidth: 100e6})
+	for name, dev := range map[string]*sim.Device{"host speed": d, "100 MB/s": slow} {
+		t.Run(name, func(t *testing.T) {
+			s := get[device.Stream](t)(dev.NewStream())
+			defer func() { check(t, s.Close()) }()
+			const n = 4e6
+			p := get[device.Ptr](t)(dev.Malloc(n))
+			defer func() { check(t, dev.Free(p)) }()
+			want := make([]byte, n)
+			for i := range want {
+				want[i] = byte(i % 251)
+			}
+			check(t, dev.CopyHtoD(p, want, s))
+			check(t, s.Synchronize())
+			got := make([]byte, n)
+			check(t, dev.CopyDtoH(got, p, s))
+			done, err := s.Query()
+			check(t, err)
+			if done && dev == slow {
+				t.Errorf("a 4 MB copy at 100 MB/s was done when the call returned")
+			}
+			t.Logf("done when the call returned: %v", done)
+			check(t, s.Synchronize())
+			if string(got) != string(want) {
+				t.Errorf("the copy's bytes had not all arrived after Synchronize")
+			}
+		})
+	}
 }
 
 func TestHostMemoryErrors(t *testing.T) {

@@ -43,7 +43,7 @@ type stream struct {
 	mu      sync.Mutex // protects the fields below
 	work    sync.Cond  // signalled when an operation is enqueued or stopping
 	idle    sync.Cond  // broadcast when done grows and someone waits
-	q       []func() error
+	q       []op
 	head    int
 	err     error // first unreported error of the stream's work
 	waiters int
@@ -59,6 +59,23 @@ type stream struct {
 	inPending bool // listed in dev.pool.pendingStreams
 }
 
+// op is one queued operation: fn, or (when fn is nil) a wait until
+// stream after has finished n operations (an event wait, kept as data so
+// that Event.Wait allocates nothing).
+type op struct {
+	fn    func() error
+	after *stream
+	n     uint64
+}
+
+func (o op) run() error {
+	if o.fn != nil {
+		return o.fn()
+	}
+	o.after.waitFor(o.n)
+	return nil
+}
+
 type fifoEntry struct {
 	b   *block
 	tag uint64
@@ -71,6 +88,7 @@ func (d *Device) newStreamLocked(isDefault bool) *stream {
 		d.nextStream++
 		s.handle = d.nextStream
 		d.streams[s] = struct{}{}
+		d.publishStreamsLocked()
 	}
 	s.work.L = &s.mu
 	s.idle.L = &s.mu
@@ -90,8 +108,8 @@ func (s *stream) serve() {
 			s.mu.Unlock()
 			return
 		}
-		fn := s.q[s.head]
-		s.q[s.head] = nil
+		o := s.q[s.head]
+		s.q[s.head] = op{}
 		s.head++
 		if s.head == len(s.q) {
 			s.q, s.head = s.q[:0], 0
@@ -100,7 +118,7 @@ func (s *stream) serve() {
 		s.mu.Unlock()
 		var err error
 		if !dead {
-			err = fn()
+			err = o.run()
 		}
 		s.mu.Lock()
 		if err != nil && s.err == nil {
@@ -140,13 +158,18 @@ func (s *stream) exited() bool {
 }
 
 // enqueue appends fn to the stream's queue.
-func (s *stream) enqueue(op string, fn func() error) error {
+func (s *stream) enqueue(name string, fn func() error) error {
+	return s.push(name, op{fn: fn})
+}
+
+// push appends o to the stream's queue.
+func (s *stream) push(name string, o op) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return s.goneErr(op)
+		return s.goneErr(name)
 	}
-	s.q = append(s.q, fn)
+	s.q = append(s.q, o)
 	s.enq.Add(1)
 	s.work.Signal()
 	return nil
@@ -260,6 +283,7 @@ func (s *stream) Close() error {
 		return s.goneErr("close stream")
 	}
 	delete(d.streams, s)
+	d.publishStreamsLocked()
 	d.mu.Unlock()
 	s.halt(false)
 	s.join()
@@ -388,10 +412,7 @@ func (e *event) Wait(s device.Stream) error {
 	if src == nil || src == st || src.done.Load() >= n {
 		return nil // never recorded, same stream, or already complete
 	}
-	return st.enqueue("wait event", func() error {
-		src.waitFor(n)
-		return nil
-	})
+	return st.push("wait event", op{after: src, n: n})
 }
 
 // Synchronize blocks until the captured work has finished.

@@ -86,8 +86,9 @@ func TestTreeAgainstReference(t *testing.T) {
 }
 
 // FuzzVASpace checks the address space allocator: ranges handed out never
-// overlap, stay inside the region, and releasing everything leaves one
-// free range covering the region.
+// overlap, stay inside the region, handedOut is true exactly of the
+// addresses ever handed out, and releasing everything leaves one free
+// range covering the region.
 func FuzzVASpace(f *testing.F) {
 	f.Add([]byte{1, 2, 3, 200, 4, 130, 5, 255})
 	f.Add([]byte{9, 9, 9, 9, 128, 129, 130, 131})
@@ -96,6 +97,7 @@ func FuzzVASpace(f *testing.F) {
 		rg := region{lo: 1 << 30, hi: 1<<30 + 64*g}
 		v := newVASpace(rg)
 		live := map[uint64]uint64{}
+		var ever [64]bool // granules ever handed out
 		for _, op := range ops {
 			if op < 128 || len(live) == 0 {
 				n := uint64(op%8+1) * g
@@ -112,6 +114,14 @@ func FuzzVASpace(f *testing.F) {
 					}
 				}
 				live[a] = n
+				for i := a; i < a+n; i += g {
+					ever[(i-rg.lo)/g] = true
+				}
+				for i, was := range ever {
+					if got := v.handedOut(rg.lo + uint64(i)*g + g/2); got != was {
+						t.Fatalf("handedOut(granule %d) = %v, but it was handed out: %v", i, got, was)
+					}
+				}
 				continue
 			}
 			keys := slices.Sorted(maps.Keys(live))

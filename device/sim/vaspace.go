@@ -14,7 +14,11 @@ package sim
 // next-fit: the search starts where the last allocation ended and wraps
 // around at the end. A freed range is therefore not handed out again soon,
 // which keeps freed addresses recognisable as freed (use after free) for
-// as long as possible, as compute-sanitizer's quarantine does. The free
+// as long as possible, as compute-sanitizer's quarantine does. The device
+// remembers which allocation a freed address belonged to for its last
+// 65,536 frees; older ones are still known to be freed memory (an access
+// is a use after free) because every address below the highest one ever
+// handed out has been handed out. The free
 // ranges live in a treap keyed by address that knows the largest free span
 // of each subtree, so the search is O(log n).
 
@@ -78,6 +82,7 @@ func regionOf(addr uint64) (region, bool) {
 type vaSpace struct {
 	lo, hi uint64
 	cursor uint64         // next-fit position
+	high   uint64         // end of the highest range ever handed out
 	free   tree[struct{}] // free ranges: key = start, span = length
 }
 
@@ -107,6 +112,7 @@ func (v *vaSpace) alloc(n uint64) (uint64, bool) {
 		v.free.insert(at+n, 0, end-(at+n), struct{}{})
 	}
 	v.cursor = at + n
+	v.high = max(v.high, at+n)
 	if v.cursor >= v.hi {
 		v.cursor = v.lo
 	}
@@ -126,3 +132,9 @@ func (v *vaSpace) release(a, n uint64) {
 	}
 	v.free.insert(start, 0, end-start, struct{}{})
 }
+
+// handedOut reports whether a lies below the end of the highest range ever
+// handed out. Next-fit hands out [lo, cursor) without gaps until it first
+// wraps, and high only grows, so every such address has belonged to some
+// range: one not in use now was freed.
+func (v *vaSpace) handedOut(a uint64) bool { return a >= v.lo && a < v.high }
