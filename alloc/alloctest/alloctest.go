@@ -13,14 +13,14 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// Factory makes the allocator under test on dev, a fresh simulated device
-// that the suite closes after the allocator. It may call t.Fatal and
-// register cleanups, but must not close dev. The allocator must own all
-// it holds: its Close gives everything back to dev.
+// Factory makes the allocator under test on dev, a fresh device that the
+// suite closes after the allocator. It may call t.Fatal and register
+// cleanups, but must not close dev. The allocator must own all it holds:
+// its Close gives everything back to dev.
 type Factory func(t *testing.T, dev device.Device) alloc.Allocator
 
 // Run holds the allocator made by newAlloc to the Allocator contract, each
-// rule a subtest on a fresh simulated device:
+// rule a subtest on a fresh simulated device sized for it:
 //
 //   - Alignment: every pointer is non-zero and aligned to 256 bytes.
 //   - NoOverlap: over a long random alloc/free sequence no two live
@@ -29,9 +29,10 @@ type Factory func(t *testing.T, dev device.Device) alloc.Allocator
 //     reserved, peaks and their reset, reserved never above what the
 //     device gave), and a zero-byte Alloc is refused.
 //   - Streams: free on another stream than the allocation, reuse on the
-//     same stream, and (on a backed device that runs Go kernels) memory
-//     freed on a busy stream is not handed to another stream before that
-//     stream's work is done.
+//     same stream, and memory freed on a busy stream is not handed to
+//     another stream before that stream's work is done (on a device that
+//     can hold a stream busy: one that runs Go kernels, or loads PTX and
+//     maps host memory).
 //   - OutOfMemory: a request the device cannot hold fails with an error
 //     wrapping device.ErrOutOfMemory, is counted in OOMs, changes nothing
 //     else, and the allocator stays usable, also after filling the device.
@@ -46,7 +47,36 @@ type Factory func(t *testing.T, dev device.Device) alloc.Allocator
 //     at once (run it under -race).
 func Run(t *testing.T, newAlloc Factory) {
 	t.Helper()
-	tests := map[string]func(t *testing.T, newAlloc Factory){
+	run(t, simTarget, newAlloc)
+}
+
+// RunOn is Run on devices made by open instead of simulators: each subtest
+// calls open once for a fresh device, which the suite closes when the
+// subtest ends (after the allocator). It is how a real backend's
+// allocators are held to the contract — the CUDA backend's tests run
+// RunOn with cuda.Open for Direct, Pool and AsyncPool.
+//
+// Every rule of Run applies, sized from the device rather than fixed:
+// OutOfMemory asks for twice the device's total memory and fills the
+// device in blocks of a 64th of it (at least 4 MiB), so it takes all of
+// the device's free memory for a moment; Streams' busy-stream check skips,
+// saying why, on a device that cannot hold a stream busy (an address-only
+// one, or a driver that does not really run kernels). The other subtests
+// need about 1 GiB free. Byte counts come from the device's MemInfo, so
+// nothing else may allocate on the device while the suite runs. Before
+// each subtest measures the device's free memory, a device that is not
+// the simulator is warmed up (a stream made and closed, a small
+// allocation, the stream-ordered pool synchronized and trimmed), so that
+// memory the driver takes lazily on first use is not counted against the
+// allocator.
+func RunOn(t *testing.T, open func(t *testing.T) device.Device, newAlloc Factory) {
+	t.Helper()
+	run(t, target{open: func(t *testing.T, _ sim.Config) device.Device { return open(t) }}, newAlloc)
+}
+
+func run(t *testing.T, tg target, newAlloc Factory) {
+	t.Helper()
+	tests := map[string]func(t *testing.T, tg target, newAlloc Factory){
 		"Alignment":      testAlignment,
 		"NoOverlap":      testNoOverlap,
 		"Stats":          testStats,
@@ -58,8 +88,28 @@ func Run(t *testing.T, newAlloc Factory) {
 		"Concurrent":     testConcurrent,
 	}
 	for name, test := range tests {
-		t.Run(name, func(t *testing.T) { test(t, newAlloc) })
+		t.Run(name, func(t *testing.T) { test(t, tg, newAlloc) })
 	}
+}
+
+// target is where the subtests get their devices: fresh simulators made
+// to each subtest's configuration (Run), or devices from the caller
+// (RunOn), which ignore it.
+type target struct {
+	open func(t *testing.T, cfg sim.Config) device.Device
+	sim  bool // devices are simulators made to cfg
+}
+
+var simTarget = target{
+	sim: true,
+	open: func(t *testing.T, cfg sim.Config) device.Device {
+		t.Helper()
+		d, err := sim.New(cfg)
+		if err != nil {
+			t.Fatalf("sim.New(%+v): %v", cfg, err)
+		}
+		return d
+	},
 }
 
 // env is one subtest's device and allocator.
@@ -70,20 +120,23 @@ type env struct {
 	live      *blocks
 }
 
-// setup makes a simulated device of total bytes and the allocator on it.
-// The device is closed at the end of the test, after the allocator.
-func setup(t *testing.T, newAlloc Factory, cfg sim.Config) *env {
+// setup makes a device (a simulator made to cfg, or the caller's) and the
+// allocator on it. The device is closed at the end of the test, after the
+// allocator.
+func setup(t *testing.T, tg target, newAlloc Factory, cfg sim.Config) *env {
 	t.Helper()
-	d, err := sim.New(cfg)
-	if err != nil {
-		t.Fatalf("sim.New(%+v): %v", cfg, err)
+	dev := tg.open(t, cfg)
+	if dev == nil {
+		t.Fatal("open returned a nil device")
 	}
-	var dev device.Device = d
 	t.Cleanup(func() {
 		if err := dev.Close(); err != nil {
 			t.Errorf("close device: %v", err)
 		}
 	})
+	if !tg.sim {
+		warmUp(t, dev)
+	}
 	free, _, err := dev.MemInfo()
 	if err != nil {
 		t.Fatalf("MemInfo: %v", err)
@@ -92,6 +145,45 @@ func setup(t *testing.T, newAlloc Factory, cfg sim.Config) *env {
 	e := &env{dev: dev, a: a, startFree: free, live: newBlocks()}
 	t.Cleanup(func() { _ = a.Close() })
 	return e
+}
+
+// warmUp makes a real device take the memory a driver takes lazily — for
+// a stream, for the first allocation, for the stream-ordered pool — and
+// gives back what the pool still reserves from earlier tests, so that
+// free memory measured afterwards moves only with the allocator.
+func warmUp(t *testing.T, dev device.Device) {
+	t.Helper()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatalf("warm-up: NewStream: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("warm-up: closing the stream: %v", err)
+	}
+	p, err := dev.Malloc(Alignment)
+	if err != nil {
+		t.Fatalf("warm-up: Malloc: %v", err)
+	}
+	if err := dev.Free(p); err != nil {
+		t.Fatalf("warm-up: Free: %v", err)
+	}
+	if aa, ok := dev.(device.AsyncAllocator); ok {
+		s := dev.DefaultStream()
+		if p, err := aa.MallocAsync(Alignment, s); err == nil {
+			if err := aa.FreeAsync(p, s); err != nil {
+				t.Fatalf("warm-up: FreeAsync: %v", err)
+			}
+		}
+		if err := dev.Synchronize(); err != nil {
+			t.Fatalf("warm-up: Synchronize: %v", err)
+		}
+		if err := aa.TrimPool(0); err != nil && !errors.Is(err, device.ErrNotSupported) {
+			t.Fatalf("warm-up: TrimPool: %v", err)
+		}
+	}
+	if err := dev.Synchronize(); err != nil {
+		t.Fatalf("warm-up: Synchronize: %v", err)
+	}
 }
 
 // addressOnly is a device of total bytes that keeps no contents.
@@ -170,8 +262,8 @@ func (e *env) checkStats(t *testing.T) alloc.Stats {
 	return st
 }
 
-func testAlignment(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(1*units.GiB))
+func testAlignment(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 	s := e.dev.DefaultStream()
 	for _, n := range []uint64{1, 8, 255, 256, 257, 511, 512, 513, 4095, 4096, 65537, units.MiB + 1, 3*units.MiB + 7} {
 		e.alloc(t, n, s) // checks alignment and overlap
@@ -193,8 +285,8 @@ func randomSize(r *rand.Rand) uint64 {
 	}
 }
 
-func testNoOverlap(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(4*units.GiB))
+func testNoOverlap(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(4*units.GiB))
 	s1, err := e.dev.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -223,8 +315,8 @@ func testNoOverlap(t *testing.T, newAlloc Factory) {
 	}
 }
 
-func testStats(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(1*units.GiB))
+func testStats(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 	s := e.dev.DefaultStream()
 	before := e.a.Stats()
 	if _, err := e.a.Alloc(0, s); err == nil {
@@ -292,9 +384,9 @@ func testStats(t *testing.T, newAlloc Factory) {
 	}
 }
 
-func testStreams(t *testing.T, newAlloc Factory) {
+func testStreams(t *testing.T, tg target, newAlloc Factory) {
 	t.Run("FreeOnAnotherStream", func(t *testing.T) {
-		e := setup(t, newAlloc, addressOnly(1*units.GiB))
+		e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 		s1, s2 := newStream(t, e.dev), newStream(t, e.dev)
 		for _, n := range []uint64{512, 100000, 2 * units.MiB} {
 			p := e.alloc(t, n, s1)
@@ -307,7 +399,7 @@ func testStreams(t *testing.T, newAlloc Factory) {
 		}
 	})
 	t.Run("SameStreamReuse", func(t *testing.T) {
-		e := setup(t, newAlloc, addressOnly(1*units.GiB))
+		e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 		s := newStream(t, e.dev)
 		for range 100 {
 			p := e.alloc(t, 4096, s)
@@ -318,7 +410,7 @@ func testStreams(t *testing.T, newAlloc Factory) {
 			t.Errorf("after 100 alloc/free pairs: %+v", st)
 		}
 	})
-	t.Run("NoReuseBeforeStreamWork", testCrossStreamSafety(newAlloc))
+	t.Run("NoReuseBeforeStreamWork", testCrossStreamSafety(tg, newAlloc))
 }
 
 func newStream(t *testing.T, dev device.Device) device.Stream {
@@ -331,40 +423,25 @@ func newStream(t *testing.T, dev device.Device) device.Stream {
 	return s
 }
 
-// testCrossStreamSafety frees a block on a stream whose kernel will still
-// write it for a while, then allocates on another stream (and on the same
-// one) and sets the new block there. If the allocator handed the block to
-// the other stream before the kernel finished, the kernel's late write
-// shows through: the new owner's bytes must all be its own.
-func testCrossStreamSafety(newAlloc Factory) func(t *testing.T) {
+// testCrossStreamSafety frees a block on a stream that will still write
+// it for a while — the stream is held busy, and a memset of the block is
+// queued behind the hold — then allocates on another stream (and on the
+// same one) and sets the new block there. If the allocator handed the
+// block to the other stream before the first stream's work finished, the
+// late write shows through: the new owner's bytes must all be its own.
+func testCrossStreamSafety(tg target, newAlloc Factory) func(t *testing.T) {
 	return func(t *testing.T) {
-		e := setup(t, newAlloc, sim.Config{TotalBytes: 256 * units.MiB})
-		if !e.dev.Info().Backed {
-			t.Skip("the simulator did not give a backed device")
-		}
-		launcher, ok := e.dev.(device.FuncLauncher)
-		if !ok {
-			t.Skip("device cannot run Go kernels")
-		}
+		e := setup(t, tg, newAlloc, sim.Config{TotalBytes: 256 * units.MiB})
 		s1, s2 := newStream(t, e.dev), newStream(t, e.dev)
+		h := newHolder(t, e.dev) // skips when the device cannot hold a stream
 		const n = 64 << 10
 		cases := map[string]device.Stream{"other stream": s2, "same stream": s1}
 		for name, next := range cases {
 			for round := range 3 {
 				p := e.alloc(t, n, s1)
-				err := launcher.LaunchFunc(s1, 1, func(mem device.View, lo, hi int) error {
-					time.Sleep(20 * time.Millisecond)
-					b, err := mem.Bytes(p, n)
-					if err != nil {
-						return err
-					}
-					for i := range b {
-						b[i] = 0xAA
-					}
-					return nil
-				})
-				if err != nil {
-					t.Fatalf("LaunchFunc: %v", err)
+				h.hold(t, s1, 20*time.Millisecond)
+				if err := e.dev.Memset(p, 0xAA, n, s1); err != nil {
+					t.Fatalf("Memset behind the held stream: %v", err)
 				}
 				e.free(t, p, s1)
 				q := e.alloc(t, n, next)
@@ -384,7 +461,7 @@ func testCrossStreamSafety(newAlloc Factory) func(t *testing.T) {
 				for i, b := range got {
 					if b != 0x55 {
 						t.Fatalf("%s, round %d: byte %d of the new block (%v, old block %v) is %#x: "+
-							"the old stream's kernel wrote it after the block was handed out again",
+							"the old stream's write landed after the block was handed out again",
 							name, round, i, q, p, b)
 					}
 				}
@@ -395,15 +472,24 @@ func testCrossStreamSafety(newAlloc Factory) func(t *testing.T) {
 	}
 }
 
-func testOutOfMemory(t *testing.T, newAlloc Factory) {
-	const total = 64 * units.MiB
-	e := setup(t, newAlloc, addressOnly(total))
+// testOutOfMemory asks for more than the device holds, then fills the
+// device. On the simulator the device is 64 MiB; on a caller's device the
+// sizes follow its total memory.
+func testOutOfMemory(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(64*units.MiB))
+	_, total, err := e.dev.MemInfo()
+	if err != nil {
+		t.Fatalf("MemInfo: %v", err)
+	}
+	huge := max(1*units.GiB, 2*total)
+	block, _ := units.RoundUp(max(4*units.MiB, total/64), 2*units.MiB)
 	s := e.dev.DefaultStream()
 	keep := e.alloc(t, 4096, s)
 	before := e.a.Stats()
-	_, err := e.a.Alloc(1*units.GiB, s)
+	_, err = e.a.Alloc(huge, s)
 	if !errors.Is(err, device.ErrOutOfMemory) {
-		t.Fatalf("Alloc(1 GiB) on a %s device: err = %v, want one wrapping device.ErrOutOfMemory", units.Format(total), err)
+		t.Fatalf("Alloc(%s) on a %s device: err = %v, want one wrapping device.ErrOutOfMemory",
+			units.Format(huge), units.Format(total), err)
 	}
 	after := e.a.Stats()
 	if after.OOMs != before.OOMs+1 {
@@ -418,8 +504,8 @@ func testOutOfMemory(t *testing.T, newAlloc Factory) {
 	p := e.alloc(t, units.MiB, s)
 	e.free(t, p, s)
 	var filled bool
-	for range 2 * total / (4 * units.MiB) {
-		p, err := e.a.Alloc(4*units.MiB, s)
+	for range 2*total/block + 2 {
+		p, err := e.a.Alloc(block, s)
 		if err != nil {
 			if !errors.Is(err, device.ErrOutOfMemory) {
 				t.Fatalf("filling the device: %v, want an error wrapping device.ErrOutOfMemory", err)
@@ -427,22 +513,23 @@ func testOutOfMemory(t *testing.T, newAlloc Factory) {
 			filled = true
 			break
 		}
-		if err := e.live.add(p, 4*units.MiB, s); err != nil {
+		if err := e.live.add(p, block, s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if !filled {
-		t.Fatalf("allocated %d blocks of 4 MiB on a %s device without running out", e.live.len(), units.Format(total))
+		t.Fatalf("allocated %d blocks of %s on a %s device without running out",
+			e.live.len(), units.Format(block), units.Format(total))
 	}
 	e.checkStats(t)
 	e.freeAll(t)
-	keep = e.alloc(t, 4*units.MiB, s)
+	keep = e.alloc(t, block, s)
 	e.free(t, keep, s)
 	e.checkStats(t)
 }
 
-func testUnknownPointer(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(1*units.GiB))
+func testUnknownPointer(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 	s := e.dev.DefaultStream()
 	p := e.alloc(t, 4096, s)
 	other := e.alloc(t, 100000, s)
@@ -479,8 +566,8 @@ func testUnknownPointer(t *testing.T, newAlloc Factory) {
 	e.checkStats(t)
 }
 
-func testTrim(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(1*units.GiB))
+func testTrim(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 	s1, s2 := e.dev.DefaultStream(), newStream(t, e.dev)
 	r := rand.New(rand.NewPCG(3, 4))
 	for round := range 3 {
@@ -508,8 +595,8 @@ func testTrim(t *testing.T, newAlloc Factory) {
 	}
 }
 
-func testClose(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(1*units.GiB))
+func testClose(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
 	s1, s2 := e.dev.DefaultStream(), newStream(t, e.dev)
 	r := rand.New(rand.NewPCG(5, 6))
 	var keep device.Ptr
@@ -543,8 +630,8 @@ func testClose(t *testing.T, newAlloc Factory) {
 	_ = e.a.Stats() // must not panic
 }
 
-func testConcurrent(t *testing.T, newAlloc Factory) {
-	e := setup(t, newAlloc, addressOnly(4*units.GiB))
+func testConcurrent(t *testing.T, tg target, newAlloc Factory) {
+	e := setup(t, tg, newAlloc, addressOnly(4*units.GiB))
 	const goroutines, ops = 4, 400
 	streams := []device.Stream{e.dev.DefaultStream()}
 	for range goroutines - 1 {

@@ -33,7 +33,7 @@ const OpsDeviceBytes = 256 * units.MiB
 // one kind in eight).
 func Ops(t *testing.T, newAlloc Factory, data []byte) {
 	t.Helper()
-	e := setup(t, newAlloc, addressOnly(OpsDeviceBytes))
+	e := setup(t, simTarget, newAlloc, addressOnly(OpsDeviceBytes))
 	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
 	for i := 0; i < len(data); i++ {
 		op := data[i]

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -15,7 +16,12 @@ import (
 	"github.com/vramkit/vram/device"
 )
 
+// loadedAtStart records whether the driver library had been loaded before
+// any test ran: importing the package must not load it.
+var loadedAtStart bool
+
 func TestMain(m *testing.M) {
+	loadedAtStart = loaded != nil
 	// With the fake driver library named in the environment (see
 	// fakedriver_test.go), every test and benchmark runs against it.
 	if lib := os.Getenv(fakeEnv); lib != "" {
@@ -51,6 +57,18 @@ func probe() string {
 	}
 	d.Close()
 	return ""
+}
+
+// TestNothingAtImport: importing the package (and every package the test
+// binary links, vram's manager among them) registers the backend and does
+// nothing else — the driver library is loaded by the first Open.
+func TestNothingAtImport(t *testing.T) {
+	if loadedAtStart {
+		t.Error("the driver library was loaded before any test ran: something opened it at import time")
+	}
+	if !slices.Contains(device.Backends(), "cuda") {
+		t.Errorf("device.Backends() = %v; want the cuda backend registered", device.Backends())
+	}
 }
 
 func TestOpenWithoutDriver(t *testing.T) {

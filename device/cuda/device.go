@@ -34,6 +34,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -75,14 +76,18 @@ var (
 )
 
 // Device is one CUDA GPU, driven through its primary context. It implements
-// device.Device, device.AsyncAllocator, device.HostAllocator and
-// device.ModuleLoader. Safe for concurrent use.
+// device.Device, device.AsyncAllocator, device.HostAllocator,
+// device.ModuleLoader and device.StridedCopier. Safe for concurrent use.
 type Device struct {
-	lib    *lib
-	p      *primary
-	info   device.Info
-	pools  bool // the device supports cuMemAllocAsync
-	closed atomic.Bool
+	lib   *lib
+	p     *primary
+	info  device.Info
+	pools bool // the device supports cuMemAllocAsync
+	// maxPitch is the largest pitch cuMemcpy2D accepts
+	// (CU_DEVICE_ATTRIBUTE_MAX_PITCH); 2-D copies with a larger pitch are
+	// done a row at a time.
+	maxPitch uint64
+	closed   atomic.Bool
 
 	mu        sync.Mutex // protects the fields below
 	seenGen   uint64     // the generation the records below describe
@@ -103,6 +108,7 @@ var (
 	_ device.AsyncAllocator = (*Device)(nil)
 	_ device.HostAllocator  = (*Device)(nil)
 	_ device.ModuleLoader   = (*Device)(nil)
+	_ device.StridedCopier  = (*Device)(nil)
 )
 
 // parseOrdinal reads the part of a spec after "cuda:".
@@ -241,9 +247,13 @@ func (d *Device) describe() error {
 	if r := l.deviceGetName(name, dev); r != Success {
 		return fmt.Errorf("cuda: cuDeviceGetName: %w", r)
 	}
-	var major, minor, version int32
+	var major, minor, version, pitch int32
 	l.deviceGetAttribute(&major, cuDevAttrComputeCapabilityMajor, dev)
 	l.deviceGetAttribute(&minor, cuDevAttrComputeCapabilityMinor, dev)
+	d.maxPitch = math.MaxInt32 // what current GPUs report
+	if r := l.deviceGetAttribute(&pitch, cuDevAttrMaxPitch, dev); r == Success && pitch > 0 {
+		d.maxPitch = uint64(pitch)
+	}
 	l.driverGetVersion(&version)
 	var free, total uint64
 	if r := l.memGetInfo(&free, &total); r != Success {
@@ -357,8 +367,10 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 		return 0, err
 	}
 	defer d.exit()
-	var p uint64
-	if r := d.lib.memAlloc(&p, n); r != Success {
+	p, r := d.allocFresh(n,
+		func(p *uint64) Result { return d.lib.memAlloc(p, n) },
+		func(p uint64) Result { return d.lib.memFree(p) })
+	if r != Success {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("Malloc", n, r)
 		}
@@ -366,6 +378,57 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 	}
 	d.record(span{base: p, size: n, kind: kindMalloc})
 	return device.Ptr(p), nil
+}
+
+// staleAvoidance is how many address ranges, at most, Malloc and
+// MallocAsync pass over to avoid memory handed out before the last Reset.
+const staleAvoidance = 8
+
+// allocFresh runs alloc until the driver hands out n bytes at an address
+// that no pointer from before the last Reset covers, so that such a
+// pointer keeps failing with device.ErrInvalidated rather than silently
+// reaching the new allocation (a driver may well give a new context the
+// addresses of the old one). Ranges passed over — at most staleAvoidance —
+// are given back with release once the search ends. When memory runs out
+// while ranges are held, they are given back and one last try takes
+// whatever address comes (its stale records are then forgotten). Requires
+// enter.
+func (d *Device) allocFresh(n uint64, alloc func(*uint64) Result, release func(uint64) Result) (uint64, Result) {
+	var held []uint64
+	defer func() {
+		for _, h := range held {
+			release(h)
+		}
+	}()
+	for {
+		var p uint64
+		r := alloc(&p)
+		if r != Success {
+			if r != ErrorOutOfMemory || len(held) == 0 {
+				return 0, r
+			}
+			for _, h := range held {
+				release(h)
+			}
+			held = nil
+			r = alloc(&p)
+			return p, r
+		}
+		if len(held) == staleAvoidance || !d.overlapsStale(p, n) {
+			return p, Success
+		}
+		held = append(held, p)
+	}
+}
+
+// overlapsStale reports whether [p, p+n) overlaps memory handed out before
+// the last Reset.
+func (d *Device) overlapsStale(p, n uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.syncGenLocked()
+	i := d.stale.search(p + n - 1) // spans starting at or below the last byte
+	return i > 0 && d.stale.s[i-1].end() > p
 }
 
 // record notes a new allocation. Requires p.mu (read).
@@ -483,8 +546,12 @@ func (d *Device) Synchronize() error {
 // other on the same GPU in this process, are destroyed, and using them
 // returns device.ErrInvalidated. Pinned host buffers keep their host memory
 // (it is this package's own mapping) but are no longer pinned or mapped;
-// HostFree them as usual. The default stream stays valid. Reset waits for
-// driver calls in flight on the device to return.
+// HostFree them as usual. DefaultStream then returns a new default stream
+// (the old Stream value returns device.ErrInvalidated). Reset waits for
+// driver calls in flight on the device to return. Allocations made after a
+// Reset pass over address ranges handed out before it (up to
+// staleAvoidance tries each; see allocFresh), so that an old pointer keeps
+// failing with device.ErrInvalidated rather than reaching new memory.
 func (d *Device) Reset() error {
 	if d.closed.Load() {
 		return fmt.Errorf("cuda device %d: %w", d.p.ordinal, device.ErrClosed)

@@ -14,9 +14,10 @@
 //
 // A Device implements device.Device, device.AsyncAllocator (the device's
 // default memory pool: cuMemAllocAsync, release threshold, trim, usage),
-// device.HostAllocator (pinned, optionally mapped, host memory) and
+// device.HostAllocator (pinned, optionally mapped, host memory),
 // device.ModuleLoader (PTX compiled by the driver's JIT, launched with
-// cuLaunchKernel). Driver status codes are Result values, errors whose
+// cuLaunchKernel) and device.StridedCopier (pitched 2-D copies in one
+// cuMemcpy2DAsync). Driver status codes are Result values, errors whose
 // text is the driver's name and description and which match the device
 // package's sentinels under errors.Is (CUDA_ERROR_OUT_OF_MEMORY is
 // device.ErrOutOfMemory).
@@ -30,7 +31,7 @@
 //
 // The files: driver.go holds the raw symbols, constants and one thin
 // wrapper per driver entry point; dl_linux.go loads the library; result.go
-// is Result; device.go, memory.go, stream.go and module.go are the Device
-// above them; spans.go and args.go are the allocation records and kernel
+// is Result; device.go, memory.go, copy2d.go, stream.go and module.go are
+// the Device above them; spans.go and args.go are the allocation records and kernel
 // argument packing.
 package cuda

@@ -27,7 +27,12 @@ const (
 	cuMemHostRegDeviceMap   = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
 	cuMemHostAllocDeviceMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
 
+	// CUmemorytype, for CUDA_MEMCPY2D
+	cuMemoryTypeHost   = 0x1 // CU_MEMORYTYPE_HOST
+	cuMemoryTypeDevice = 0x2 // CU_MEMORYTYPE_DEVICE
+
 	// CUdevice_attribute
+	cuDevAttrMaxPitch               = 11
 	cuDevAttrComputeCapabilityMajor = 75
 	cuDevAttrComputeCapabilityMinor = 76
 	cuDevAttrMemoryPoolsSupported   = 115
@@ -77,6 +82,7 @@ const (
 	symMemcpyHtoDAsync
 	symMemcpyDtoHAsync
 	symMemcpyDtoDAsync
+	symMemcpy2DAsync
 	symMemsetD8Async
 	symStreamCreate
 	symStreamQuery
@@ -125,6 +131,7 @@ var symbolNames = [numSyms]string{
 	symMemcpyHtoDAsync:         "cuMemcpyHtoDAsync_v2",
 	symMemcpyDtoHAsync:         "cuMemcpyDtoHAsync_v2",
 	symMemcpyDtoDAsync:         "cuMemcpyDtoDAsync_v2",
+	symMemcpy2DAsync:           "cuMemcpy2DAsync_v2",
 	symMemsetD8Async:           "cuMemsetD8Async",
 	symStreamCreate:            "cuStreamCreate",
 	symStreamQuery:             "cuStreamQuery",
@@ -304,6 +311,44 @@ func (l *lib) memcpyDtoHAsync(dst []byte, src uint64, s uintptr) Result {
 
 func (l *lib) memcpyDtoDAsync(dst, src, n uint64, s uintptr) Result {
 	return l.call(symMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), s)
+}
+
+// memcpy2D is CUDA_MEMCPY2D (CUDA_MEMCPY2D_v2 in cuda.h, the layout that
+// cuMemcpy2DAsync_v2 reads): every size_t field 64-bit, each CUmemorytype a
+// 32-bit enum followed by 4 bytes of padding before the pointer after it.
+// 128 bytes in all; TestMemcpy2DLayout checks the offsets, and the fake
+// driver, compiled from a C declaration of the struct, reads it back. The
+// host pointers are unsafe.Pointer so that the memory they point to is kept
+// alive (and, being referenced from the heap, never on a goroutine stack)
+// while the struct is.
+type memcpy2D struct {
+	srcXInBytes   uint64
+	srcY          uint64
+	srcMemoryType uint32
+	_             uint32
+	srcHost       unsafe.Pointer
+	srcDevice     uint64
+	srcArray      uintptr
+	srcPitch      uint64
+
+	dstXInBytes   uint64
+	dstY          uint64
+	dstMemoryType uint32
+	_             uint32
+	dstHost       unsafe.Pointer
+	dstDevice     uint64
+	dstArray      uintptr
+	dstPitch      uint64
+
+	widthInBytes uint64
+	height       uint64
+}
+
+// memcpy2DAsync enqueues the 2-D copy c describes on s. c is converted in
+// call's argument list, so it and the host memory it points to stay alive
+// until the driver has read them.
+func (l *lib) memcpy2DAsync(c *memcpy2D, s uintptr) Result {
+	return l.call(symMemcpy2DAsync, uintptr(unsafe.Pointer(c)), s)
 }
 
 func (l *lib) memsetD8Async(dst uint64, v byte, n uint64, s uintptr) Result {

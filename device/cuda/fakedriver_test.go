@@ -47,12 +47,15 @@ func TestWithFakeDriver(t *testing.T) {
 	if err != nil {
 		t.Fatalf("building the fake driver: %v\n%s", err, out)
 	}
-	args := []string{"-test.run=^TestFakeDriverChild$", "-test.v", "-test.count=1"}
+	// The child runs TestFakeDriverChild and the external package's tests
+	// that go through the manager (manager_bench_test.go).
+	args := []string{"-test.run=^(TestFakeDriverChild|TestManagerCopies)$", "-test.v", "-test.count=1"}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), fakeEnv+"="+lib)
 	out, err = cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestFakeDriverChild") {
-		t.Fatalf("child test with the fake driver: %v\n%s", err, out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestFakeDriverChild") ||
+		!strings.Contains(string(out), "--- PASS: TestManagerCopies") {
+		t.Fatalf("child tests with the fake driver: %v\n%s", err, out)
 	}
 	if testing.Verbose() {
 		t.Logf("child output:\n%s", out)
@@ -154,9 +157,14 @@ func TestFakeDriverChild(t *testing.T) {
 
 	// The GPU tests run through the fake too.
 	t.Run("Allocators", TestAllocatorsOnCUDA)
+	t.Run("AllocatorConformance", TestAllocatorConformance)
 	t.Run("LaunchPTX", TestLaunchPTX)
 	t.Run("PinnedCopies", TestPinnedCopiesAreAsync)
 	t.Run("ResetAcrossDevices", TestResetAcrossDevices)
+	t.Run("StridedRowByRow", TestStridedRowByRow)
+	t.Run("StridedPinned", TestStridedPinned)
+	t.Run("DriverOutOfMemory", TestDriverOutOfMemory)
+	t.Run("NoAliasAfterReset", TestNoAliasAfterReset)
 
 	t.Run("Conformance", func(t *testing.T) {
 		devicetest.Run(t, func(t *testing.T) device.Device {

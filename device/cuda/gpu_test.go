@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/alloc/alloctest"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/devicetest"
 )
@@ -33,6 +34,32 @@ var allocators = map[string]func(dev device.Device) (alloc.Allocator, error){
 	"Direct":    func(dev device.Device) (alloc.Allocator, error) { return alloc.NewDirect(dev), nil },
 	"Pool":      func(dev device.Device) (alloc.Allocator, error) { return alloc.NewPool(dev, alloc.PoolConfig{}) },
 	"AsyncPool": func(dev device.Device) (alloc.Allocator, error) { return alloc.NewAsyncPool(dev, alloc.AsyncConfig{}) },
+}
+
+// TestAllocatorConformance holds Direct, Pool and AsyncPool over the CUDA
+// device to the allocator contract (alloctest.RunOn), each subtest on a
+// freshly opened Device. One Device stays open throughout so that the
+// primary context is not destroyed and made again between subtests.
+func TestAllocatorConformance(t *testing.T) {
+	openOrSkip(t) // held until the test ends
+	open := func(t *testing.T) device.Device {
+		d, err := Open(0)
+		if err != nil {
+			t.Fatalf("cuda.Open(0): %v", err)
+		}
+		return d
+	}
+	for name, mk := range allocators {
+		t.Run(name, func(t *testing.T) {
+			alloctest.RunOn(t, open, func(t *testing.T, dev device.Device) alloc.Allocator {
+				a, err := mk(dev)
+				if err != nil {
+					t.Fatalf("new %s: %v", name, err)
+				}
+				return a
+			})
+		})
+	}
 }
 
 // TestAllocatorsOnCUDA runs each allocator through a round of allocations

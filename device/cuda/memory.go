@@ -85,8 +85,10 @@ func (d *Device) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
 	if err != nil {
 		return 0, err
 	}
-	var p uint64
-	if r := d.lib.memAllocAsync(&p, n, st.h); r != Success {
+	p, r := d.allocFresh(n,
+		func(p *uint64) Result { return d.lib.memAllocAsync(p, n, st.h) },
+		func(p uint64) Result { return d.lib.memFreeAsync(p, st.h) })
+	if r != Success {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("MallocAsync", n, r)
 		}

@@ -2,6 +2,7 @@ package oscillator
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"regexp"
 	"strings"
@@ -394,5 +395,234 @@ func TestPTXStatic(t *testing.T) {
 			continue
 		}
 		t.Errorf("body line %d %q does not end with ';'", i, line)
+	}
+}
+
+// ptxForms is the PTX ISA subset oscillate.ptx may use: each instruction
+// form, exactly as written, with the type of each operand in order. Types
+// follow the PTX type-checking rules: a register declared .bN fits any
+// N-bit operand, a .f32 register only an .f32 one, a .pred register only a
+// predicate. "addr" is [reg] with a 64-bit register, "param" is [name] of
+// an entry parameter whose declared type is the instruction's, "-" takes
+// no operands. Rounding is explicit wherever the ISA requires it (fma.rn,
+// div.rn; cos only exists as .approx).
+var ptxForms = map[string][]string{
+	"mov.u32":            {"u32", "u32"},
+	"mov.f32":            {"f32", "f32"},
+	"mad.lo.u32":         {"u32", "u32", "u32", "u32"},
+	"mul.wide.u32":       {"u64", "u32", "u32"},
+	"add.u32":            {"u32", "u32", "u32"},
+	"sub.u32":            {"u32", "u32", "u32"},
+	"add.s64":            {"s64", "s64", "s64"},
+	"ld.param.u32":       {"u32", "param"},
+	"ld.param.u64":       {"u64", "param"},
+	"ld.param.f32":       {"f32", "param"},
+	"cvta.to.global.u64": {"u64", "u64"},
+	"ld.global.f32":      {"f32", "addr"},
+	"st.global.f32":      {"addr", "f32"},
+	"st.global.u32":      {"addr", "u32"},
+	"setp.ge.u32":        {"pred", "u32", "u32"},
+	"setp.gt.u32":        {"pred", "u32", "u32"},
+	"setp.eq.u32":        {"pred", "u32", "u32"},
+	"and.pred":           {"pred", "pred", "pred"},
+	"testp.finite.f32":   {"pred", "f32"},
+	"cvt.rn.f32.u32":     {"f32", "u32"},
+	"mul.rn.f32":         {"f32", "f32", "f32"},
+	"add.rn.f32":         {"f32", "f32", "f32"},
+	"div.rn.f32":         {"f32", "f32", "f32"},
+	"fma.rn.f32":         {"f32", "f32", "f32", "f32"},
+	"neg.f32":            {"f32", "f32"},
+	"cos.approx.f32":     {"f32", "f32"},
+	"bra":                {"label"},
+	"bra.uni":            {"label"},
+	"ret":                {"-"},
+}
+
+// ptxFits reports whether a register declared with type decl can be an
+// operand of type want.
+func ptxFits(decl, want string) bool {
+	size := func(t string) string { return strings.TrimLeft(t, "bfsu") }
+	switch {
+	case want == "pred" || decl == "pred":
+		return decl == want
+	case size(decl) != size(want):
+		return false
+	case decl[0] == 'b' || decl == want:
+		return true
+	case want[0] == 'f' || decl[0] == 'f':
+		return false // floats take only float or bit-size registers
+	}
+	return true // signed and unsigned integers of one size mix
+}
+
+// TestPTXTypes checks every instruction of the PTX against ptxForms: the
+// form is known, the operand count is right, each register operand is
+// declared with a type that fits, immediates are integers for integer
+// operands and 0f hex floats for .f32 ones, parameters are loaded with
+// their declared types, and the special registers are read as .u32.
+func TestPTXTypes(t *testing.T) {
+	for _, e := range ptxTypeErrors(PTX) {
+		t.Error(e)
+	}
+}
+
+// ptxTypeErrors is TestPTXTypes's checker: one message per problem.
+func ptxTypeErrors(ptx string) []string {
+	var errs []string
+	errorf := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	src := regexp.MustCompile(`//[^\n]*`).ReplaceAllString(ptx, "")
+	m := regexp.MustCompile(`\.entry\s+\w+\s*\(([^)]*)\)`).FindStringSubmatch(src)
+	if m == nil {
+		return []string{"no .entry found"}
+	}
+	params := map[string]string{}
+	for _, p := range strings.Split(m[1], ",") {
+		f := strings.Fields(p)
+		params[f[2]] = strings.TrimPrefix(f[1], ".")
+	}
+	body := src[strings.Index(src, "{")+1 : strings.LastIndex(src, "}")]
+	regs := map[string]string{}
+	for _, d := range regexp.MustCompile(`\.reg\s+\.(\w+)\s+([^;]+);`).FindAllStringSubmatch(body, -1) {
+		for _, r := range strings.Split(d[2], ",") {
+			regs[strings.TrimSpace(r)] = d[1]
+		}
+	}
+	special := regexp.MustCompile(`^%(ctaid|ntid|tid|nctaid)\.[xyz]$`)
+	guardRE := regexp.MustCompile(`^@!?(%\w+)\s+`)
+	intImm := regexp.MustCompile(`^-?[0-9]+$`)
+	f32Imm := regexp.MustCompile(`^0[fF][0-9A-Fa-f]{8}$`)
+	code := regexp.MustCompile(`\.reg[^;]*;`).ReplaceAllString(body, "")
+	code = regexp.MustCompile(`(?m)^\s*\w+:`).ReplaceAllString(code, "")
+	used := map[string]bool{}
+	for _, stmt := range strings.Split(code, ";") {
+		stmt = strings.TrimSpace(stmt)
+		if stmt == "" {
+			continue
+		}
+		if g := guardRE.FindStringSubmatch(stmt); g != nil {
+			if regs[g[1]] != "pred" {
+				errorf("%q: guard %s is not a declared .pred register", stmt, g[1])
+			}
+			stmt = stmt[len(g[0]):]
+		}
+		op, rest, _ := strings.Cut(strings.Join(strings.Fields(stmt), " "), " ")
+		form, ok := ptxForms[op]
+		if !ok {
+			errorf("%q: instruction form %s is not in the checked subset (add it to ptxForms after checking it against the PTX ISA)", stmt, op)
+			continue
+		}
+		used[op] = true
+		var args []string
+		if rest = strings.TrimSpace(rest); rest != "" {
+			for _, a := range strings.Split(rest, ",") {
+				args = append(args, strings.TrimSpace(a))
+			}
+		}
+		if form[0] == "-" {
+			if len(args) != 0 {
+				errorf("%q: %s takes no operands", stmt, op)
+			}
+			continue
+		}
+		if len(args) != len(form) {
+			errorf("%q: %s takes %d operands, got %d", stmt, op, len(form), len(args))
+			continue
+		}
+		for i, a := range args {
+			want := form[i]
+			switch {
+			case want == "label":
+				// TestPTXStatic checks that branch targets exist.
+			case want == "param":
+				name := strings.Trim(a, "[]")
+				if !strings.HasPrefix(a, "[") || params[name] == "" {
+					errorf("%q: operand %d %s is not [parameter]", stmt, i, a)
+				} else if typ := op[strings.LastIndex(op, ".")+1:]; params[name] != typ {
+					errorf("%q: parameter %s is .%s, loaded as .%s", stmt, name, params[name], typ)
+				}
+			case want == "addr":
+				r := strings.Trim(a, "[]")
+				if !strings.HasPrefix(a, "[") || !ptxFits(regs[r], "u64") {
+					errorf("%q: address %s is not [64-bit register]", stmt, a)
+				}
+			case special.MatchString(a):
+				if want != "u32" {
+					errorf("%q: special register %s read as .%s, want .u32", stmt, a, want)
+				}
+			case strings.HasPrefix(a, "%"):
+				if decl, ok := regs[a]; !ok || !ptxFits(decl, want) {
+					errorf("%q: operand %d %s is declared .%s, which does not fit .%s", stmt, i, a, decl, want)
+				}
+			case want == "f32":
+				if !f32Imm.MatchString(a) {
+					errorf("%q: immediate %s for an .f32 operand is not a 0f hex float", stmt, a)
+				}
+			default:
+				if !intImm.MatchString(a) || want == "pred" {
+					errorf("%q: immediate %s does not fit .%s", stmt, a, want)
+				}
+			}
+		}
+	}
+	if !used["cos.approx.f32"] || !used["testp.finite.f32"] || !used["st.global.f32"] {
+		errorf("the checker saw none of cos.approx.f32, testp.finite.f32 or st.global.f32: it did not read the kernel")
+	}
+	return errs
+}
+
+// TestPTXTypesCatches feeds the checker the kernel with one mistake each
+// and expects it to say so.
+func TestPTXTypesCatches(t *testing.T) {
+	tests := map[string]struct{ from, to, want string }{
+		"param loaded too wide":   {"ld.param.u32\t%n, [oscillate_n]", "ld.param.u64\t%n, [oscillate_n]", "does not fit .u64"},
+		"param type mismatch":     {"ld.param.f32\t%dt, [oscillate_dt]", "ld.param.u32\t%dt, [oscillate_dt]", "is .f32, loaded as .u32"},
+		"float in an int op":      {"add.u32\t\t%k, %k, 1", "add.u32\t\t%k, %x, 1", "%x is declared .f32"},
+		"int immediate for f32":   {"0fC0000000", "2", "not a 0f hex float"},
+		"fma without rounding":    {"fma.rn.f32\t%k1v, %nc1, %v, %c0", "fma.f32\t%k1v, %nc1, %v, %c0", "fma.f32 is not in the checked subset"},
+		"cos without approx":      {"cos.approx.f32\t%c0, %arg", "cos.f32\t%c0, %arg", "cos.f32 is not in the checked subset"},
+		"32-bit address":          {"st.global.u32\t[%a], %bad", "st.global.u32\t[%i], %bad", "not [64-bit register]"},
+		"narrow product":          {"mul.wide.u32\t%i4, %i, 4", "mul.wide.u32\t%i, %i, 4", "does not fit .u64"},
+		"operand count":           {"neg.f32\t\t%nc2, %nc2", "neg.f32\t\t%nc2", "takes 2 operands, got 1"},
+		"guard not a predicate":   {"@%pexit bra", "@%n bra", "not a declared .pred"},
+		"predicate from a number": {"and.pred\t%pok, %pfx, %pfv", "and.pred\t%pok, %pfx, %bad", "does not fit .pred"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if !strings.Contains(PTX, tc.from) {
+				t.Fatalf("the kernel has no %q to change", tc.from)
+			}
+			errs := ptxTypeErrors(strings.Replace(PTX, tc.from, tc.to, 1))
+			if !strings.Contains(strings.Join(errs, "\n"), tc.want) {
+				t.Fatalf("with %q the checker said %q; want a message containing %q", tc.to, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestPTXFits(t *testing.T) {
+	tests := map[string]struct {
+		decl, want string
+		fits       bool
+	}{
+		"b32 as u32":   {"b32", "u32", true},
+		"b32 as f32":   {"b32", "f32", true},
+		"b64 as s64":   {"b64", "s64", true},
+		"u32 as s32":   {"u32", "s32", true},
+		"f32 as f32":   {"f32", "f32", true},
+		"f32 as u32":   {"f32", "u32", false},
+		"u32 as f32":   {"u32", "f32", false},
+		"b32 as u64":   {"b32", "u64", false},
+		"b64 as u32":   {"b64", "u32", false},
+		"pred as pred": {"pred", "pred", true},
+		"b32 as pred":  {"b32", "pred", false},
+		"pred as u32":  {"pred", "u32", false},
+		"undeclared":   {"", "u32", false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.decl != "" && ptxFits(tc.decl, tc.want); got != tc.fits {
+				t.Errorf("ptxFits(%q, %q) = %v, want %v", tc.decl, tc.want, got, tc.fits)
+			}
+		})
 	}
 }

@@ -28,6 +28,8 @@ enum {
 #define CONTEXT (64ull << 20)
 #define GRAN (2ull << 20)
 #define MAXALLOC 4096
+/* Far below a real GPU's 2 GiB − 1, so that tests can reach it. */
+#define MAX_PITCH (1 << 20)
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int inited, refs, ctxgen = 1;
@@ -53,7 +55,7 @@ static int p2h(void *p, int kind) {
 	return (int)(v / 64);
 }
 enum { STREAM = 1, EVENT, MODULE, FUNCTION };
-static char module_text[64][4096];
+static char module_text[64][64 << 10]; /* PTX texts of live modules */
 static int function_module[1024];
 static char function_name[1024][64];
 
@@ -115,6 +117,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	switch (attr) {
 	case 75: *v = 9; return OK;   /* compute capability major */
 	case 76: *v = 0; return OK;   /* minor */
+	case 11: *v = MAX_PITCH; return OK; /* max pitch for cuMemcpy2D */
 	case 115: *v = 1; return OK;  /* memory pools supported */
 	}
 	return INVALID_VALUE;
@@ -259,6 +262,52 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *
 	/* src may be a mapped host buffer, which the fake does not track */
 	if (!valid_range(dst, n)) return INVALID_VALUE;
 	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n); return OK;
+}
+/* CUDA_MEMCPY2D as cuda.h declares it (CUDA_MEMCPY2D_v2): the compiler
+ * lays it out, so a Go struct with other offsets copies the wrong bytes. */
+typedef enum { MEMTYPE_HOST = 1, MEMTYPE_DEVICE = 2, MEMTYPE_ARRAY = 3, MEMTYPE_UNIFIED = 4 } CUmemorytype;
+typedef struct {
+	size_t srcXInBytes, srcY;
+	CUmemorytype srcMemoryType;
+	const void *srcHost;
+	CUdeviceptr srcDevice;
+	void *srcArray;
+	size_t srcPitch;
+	size_t dstXInBytes, dstY;
+	CUmemorytype dstMemoryType;
+	void *dstHost;
+	CUdeviceptr dstDevice;
+	void *dstArray;
+	size_t dstPitch;
+	size_t WidthInBytes, Height;
+} CUDA_MEMCPY2D;
+_Static_assert(sizeof(CUDA_MEMCPY2D) == 128, "CUDA_MEMCPY2D is 128 bytes on LP64");
+
+/* Host↔device 2-D copies only (no arrays, no unified addresses); every
+ * device row must lie in an allocation, like the 1-D copies here. */
+CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, void *s) {
+	if (!c) return INVALID_VALUE;
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	if (c->srcArray || c->dstArray) return INVALID_VALUE;
+	if (c->srcMemoryType != MEMTYPE_HOST && c->srcMemoryType != MEMTYPE_DEVICE) return INVALID_VALUE;
+	if (c->dstMemoryType != MEMTYPE_HOST && c->dstMemoryType != MEMTYPE_DEVICE) return INVALID_VALUE;
+	if (c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes) return INVALID_VALUE;
+	if (c->srcPitch > MAX_PITCH || c->dstPitch > MAX_PITCH) return INVALID_VALUE;
+	if (c->WidthInBytes == 0 || c->Height == 0) return OK;
+	const char *src = c->srcMemoryType == MEMTYPE_HOST ? (const char *)c->srcHost : (const char *)(uintptr_t)c->srcDevice;
+	char *dst = c->dstMemoryType == MEMTYPE_HOST ? (char *)c->dstHost : (char *)(uintptr_t)c->dstDevice;
+	if (!src || !dst) return INVALID_VALUE;
+	src += c->srcY * c->srcPitch + c->srcXInBytes;
+	dst += c->dstY * c->dstPitch + c->dstXInBytes;
+	for (size_t r = 0; r < c->Height; r++) {
+		if (c->srcMemoryType == MEMTYPE_DEVICE && !valid_range((CUdeviceptr)(uintptr_t)(src + r * c->srcPitch), c->WidthInBytes))
+			return INVALID_VALUE;
+		if (c->dstMemoryType == MEMTYPE_DEVICE && !valid_range((CUdeviceptr)(uintptr_t)(dst + r * c->dstPitch), c->WidthInBytes))
+			return INVALID_VALUE;
+	}
+	for (size_t r = 0; r < c->Height; r++)
+		memmove(dst + r * c->dstPitch, src + r * c->srcPitch, c->WidthInBytes);
+	return OK;
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) {
 	if (!valid_stream(s)) return INVALID_HANDLE;
