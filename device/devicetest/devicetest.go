@@ -496,8 +496,8 @@ func testAsynchrony(t *testing.T, o opener) {
 	ok(t, d.CopyHtoD(p, []byte("written on the device"), s))
 	syncStream(t, s)
 
+	got := hostBytes(t, d, 21)
 	release := hold(t, d, s)
-	got := make([]byte, 21)
 	ok(t, d.CopyDtoH(got, p, s))
 	if string(got) != string(make([]byte, 21)) {
 		t.Fatalf("CopyDtoH wrote %q before its stream reached it", got)
@@ -554,11 +554,12 @@ func testEvents(t *testing.T, o opener) {
 		defer func() { ok(t, e.Close()) }()
 		p := ptr(t)(d.Malloc(256))
 		defer func() { ok(t, d.Free(p)) }()
+		src := hostText(t, d, "from stream one")
+		got := hostBytes(t, d, 15)
 		release := hold(t, d, s1)
-		ok(t, d.CopyHtoD(p, []byte("from stream one"), s1))
+		ok(t, d.CopyHtoD(p, src, s1))
 		ok(t, e.Record(s1))
 		within(t, "Event.Wait on a held stream's event (it must not block the host)", func() { ok(t, e.Wait(s2)) })
-		got := make([]byte, 15)
 		ok(t, d.CopyDtoH(got, p, s2))
 		if done, err := s2.Query(); err != nil || done {
 			t.Fatalf("stream two did not wait for the event: Query = %v, %v", done, err)
@@ -1372,4 +1373,36 @@ func testStreamCloseWaits(t *testing.T, o opener) {
 	if !bytes.Equal(out, pattern(1<<16, 5)) {
 		t.Errorf("Stream.Close returned before its work finished")
 	}
+}
+
+// hostBytes returns n zeroed host bytes for a copy that is enqueued behind
+// held work. On a device with pinned host memory they are pinned: a driver
+// may complete a copy to or from ordinary (pageable) memory before
+// returning (CUDA does), which would block on the held stream forever.
+// Elsewhere they are ordinary Go memory.
+func hostBytes(t *testing.T, d device.Device, n int) []byte {
+	t.Helper()
+	ha, isHost := d.(device.HostAllocator)
+	if !isHost {
+		return make([]byte, n)
+	}
+	b, err := ha.HostAlloc(uint64(n), false)
+	if err != nil {
+		t.Fatalf("HostAlloc(%d) for a copy behind held work: %v", n, err)
+	}
+	t.Cleanup(func() {
+		if err := ha.HostFree(b); err != nil {
+			t.Errorf("HostFree: %v", err)
+		}
+	})
+	clear(b.Data)
+	return b.Data[:n]
+}
+
+// hostText is hostBytes holding s.
+func hostText(t *testing.T, d device.Device, s string) []byte {
+	t.Helper()
+	b := hostBytes(t, d, len(s))
+	copy(b, s)
+	return b
 }

@@ -283,12 +283,12 @@ func testStridedAsync(t *testing.T, o opener) {
 	ok(t, d.Memset(p, 0, 4*64, s1))
 	syncStream(t, s1)
 
+	src := hostText(t, d, fmt.Sprintf("%-32s%-32s%-32s", "row zero", "row one", "row two"))
+	got := hostBytes(t, d, 3*32)
 	release := hold(t, d, s1)
-	src := []byte(fmt.Sprintf("%-32s%-32s%-32s", "row zero", "row one", "row two"))
 	ok(t, sc.CopyHtoD2D(p, 64, src, 32, 32, 3, s1))
 	ok(t, e.Record(s1))
 	ok(t, e.Wait(s2))
-	got := make([]byte, 3*32)
 	ok(t, sc.CopyDtoH2D(got, 32, p, 64, 32, 3, s2))
 	if done, err := s2.Query(); err != nil || done {
 		t.Fatalf("stream two's 2-D copy did not wait for the event: Query = %v, %v", done, err)
