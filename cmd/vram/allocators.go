@@ -75,10 +75,11 @@ type allocatorReport struct {
 	// Granularity is each allocator's rounding unit on this device, bytes.
 	Granularity map[string]uint64 `json:"granularity"`
 	// Pool is the caching pool's configuration, defaults filled in.
-	Pool alloc.PoolConfig `json:"pool"`
-	// AsyncReleaseThreshold is the async pool's default release
-	// threshold, bytes.
-	AsyncReleaseThreshold uint64 `json:"async_release_threshold"`
+	Pool poolConfigJSON `json:"pool"`
+	// AsyncKeepsAll is true when the async pool keeps all freed memory
+	// (the default); else AsyncReleaseThreshold is the bytes it keeps.
+	AsyncKeepsAll         bool   `json:"async_keeps_all_freed"`
+	AsyncReleaseThreshold uint64 `json:"async_release_threshold_bytes,omitempty"`
 	// Unavailable says, per allocator, why it cannot run on this device.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 }
@@ -105,9 +106,13 @@ func allocatorDefaults(dev device.Device) allocatorReport {
 		}
 		switch a := a.(type) {
 		case *alloc.Pool:
-			rep.Pool = a.Config()
+			rep.Pool = toPoolConfigJSON(a.Config())
 		case *alloc.AsyncPool:
-			rep.AsyncReleaseThreshold = a.ReleaseThreshold()
+			if th := a.ReleaseThreshold(); th == alloc.KeepAll {
+				rep.AsyncKeepsAll = true
+			} else {
+				rep.AsyncReleaseThreshold = th
+			}
 		}
 		a.Close()
 	}
@@ -133,7 +138,7 @@ func (r allocatorReport) notes() []string {
 				units.Format(p.MaxMediumSegment), units.Format(p.LargeSize))
 		case "async":
 			th := "keeps all freed memory"
-			if r.AsyncReleaseThreshold != alloc.KeepAll {
+			if !r.AsyncKeepsAll {
 				th = "release threshold " + units.Format(r.AsyncReleaseThreshold)
 			}
 			line = "the device's stream-ordered pool, " + th
@@ -141,4 +146,20 @@ func (r allocatorReport) notes() []string {
 		lines = append(lines, fmt.Sprintf("%-6s rounds to %s; %s", kind, units.Format(r.Granularity[kind]), line))
 	}
 	return lines
+}
+
+// poolConfigJSON is alloc.PoolConfig with JSON names. Sizes are bytes.
+type poolConfigJSON struct {
+	SmallSize        uint64 `json:"small_size_bytes"`
+	SmallSegment     uint64 `json:"small_segment_bytes"`
+	LargeSize        uint64 `json:"large_size_bytes"`
+	MediumSegment    uint64 `json:"medium_segment_bytes"`
+	MaxMediumSegment uint64 `json:"max_medium_segment_bytes"`
+	GrowthDivisor    uint64 `json:"growth_divisor"`
+	KeepCache        bool   `json:"keep_cache"`
+}
+
+func toPoolConfigJSON(c alloc.PoolConfig) poolConfigJSON {
+	return poolConfigJSON{c.SmallSize, c.SmallSegment, c.LargeSize, c.MediumSegment, c.MaxMediumSegment,
+		c.GrowthDivisor, c.KeepCache}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/vramkit/vram/device"
@@ -62,6 +63,11 @@ type app struct {
 	verbose bool   // -v: debug logs on stderr
 
 	log *slog.Logger // set before any subcommand runs
+
+	// onMetrics, when set (by tests), is called with the /metrics URL
+	// once `run --metrics-addr` has allocated the batch, before the
+	// first chunk.
+	onMetrics func(url string)
 }
 
 // run executes the vram command line args (without the program name) with
@@ -145,7 +151,7 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return usageError{err}
+		return usageError{flagError(err)}
 	})
 	root.CompletionOptions.HiddenDefaultCmd = true
 	// The root runs only to report a missing or unknown command; its usage
@@ -174,11 +180,39 @@ func commandNames(cmd *cobra.Command) string {
 	return strings.Join(names, ", ")
 }
 
-// usageArgs turns a cobra argument check's error into a usage error.
-func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+// flagError rewrites pflag's message for a flag value that does not
+// parse ("invalid argument "x" for "--runs" flag: strconv.ParseInt: ...")
+// into one that says what the flag wants.
+func flagError(err error) error {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err
+	}
+	f := ive.GetFlag()
+	want := map[string]string{
+		"int":      "a whole number",
+		"uint64":   "a whole number of at least 0",
+		"float64":  "a number",
+		"bool":     "true or false",
+		"duration": "a duration such as 200ms or 2s",
+	}[f.Value.Type()]
+	if want == "" {
+		return err
+	}
+	return fmt.Errorf("--%s %q: want %s (default %s)", f.Name, ive.GetValue(), want, f.DefValue)
+}
+
+// usageArgs checks a command's arguments: at least lo and at most hi
+// (hi < 0: no limit). what names them for the message ("TRACE.csv").
+func usageArgs(lo, hi int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
-		if err := check(cmd, args); err != nil {
-			return usageError{err}
+		switch {
+		case hi == 0 && len(args) > 0:
+			return usagef("%s takes no arguments, but was given %q", cmd.CommandPath(), args)
+		case len(args) < lo:
+			return usagef("%s needs %s", cmd.CommandPath(), what)
+		case hi >= 0 && len(args) > hi:
+			return usagef("%s takes at most %d %s, but was given %d: %q", cmd.CommandPath(), hi, what, len(args), args)
 		}
 		return nil
 	}
@@ -196,12 +230,22 @@ func version() string {
 // from it) and says why "auto" fell back to the simulator, if it did. A
 // spec Open cannot read is a usage error.
 func (a *app) openDevice(spec string) (device.Device, error, error) {
+	return a.openDeviceAs(spec, fmt.Sprintf("--device %q", spec))
+}
+
+// openDeviceAs is openDevice for a spec a command derived from its flags;
+// flags names them for a bad spec's message.
+func (a *app) openDeviceAs(spec, flags string) (device.Device, error, error) {
 	dev, fallback, err := device.OpenWithFallback(spec)
 	if err != nil {
 		if errors.Is(err, device.ErrBadSpec) {
-			return nil, nil, usageError{fmt.Errorf("--device %q: %w", spec, err)}
+			return nil, nil, usageError{fmt.Errorf("%s: %w", flags, err)}
 		}
-		return nil, nil, err // it says "open SPEC: why"
+		if errors.Is(err, device.ErrNoDevice) {
+			// It says "open SPEC: why"; say what to do instead.
+			return nil, nil, fmt.Errorf("%w; --device sim (or auto) runs on the simulator instead", err)
+		}
+		return nil, nil, err
 	}
 	info := dev.Info()
 	if fallback != nil {

@@ -72,7 +72,7 @@ so that it measures the allocators and not host memory; give
 		Example: `  vram bench
   vram bench --allocator pool --time 1s --json
   vram bench --device cuda`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := benchDevice
 			if cmd.Flags().Changed("device") {

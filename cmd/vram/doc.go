@@ -28,6 +28,13 @@
 // Output: results go to stdout; errors, logs and progress bars (drawn only
 // when stderr is a terminal, never with --json) go to stderr.
 //
+// Observability: `vram run --metrics-addr HOST:PORT` serves Prometheus
+// metrics on /metrics for as long as the job runs: the memory manager's
+// (package vram/metrics: device memory, allocator counters, each client's
+// held bytes, cap and proportion, clients per group), the job's progress
+// (vram_run_chunks, vram_run_chunks_done_total, vram_run_runs_done_total)
+// and the Go runtime's. -v logs each chunk as it finishes.
+//
 // Exit status: 0 on success; 1 when a command ran and failed (no device,
 // out of memory, a plan that does not fit, a request set that cannot be
 // read, results that do not verify); 2 on a usage error (an unknown
@@ -38,6 +45,7 @@
 //
 //	go run ./cmd/vram run                    # the batch job on the simulator (or a GPU)
 //	vram run --runs 2000000 --double-buffer  # more runs, copies overlapped with compute
+//	vram run --metrics-addr :9090            # Prometheus metrics on /metrics while it runs
 //	vram plan requests.json --budget 256MiB
 //	vram replay trace.csv --plot replay.png
 //	vram info --device cuda:1 --json

@@ -51,7 +51,7 @@ why it fell back to the simulator when it did.`,
 		Example: `  vram info
   vram info --device sim:vram=8GiB --json
   VRAM_DEVICE=cuda:1 vram info`,
-		Args: usageArgs(cobra.NoArgs),
+		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.info()
 		},

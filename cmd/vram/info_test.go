@@ -51,6 +51,15 @@ func TestInfoJSON(t *testing.T) {
 			if al.Default != defaultAllocator || len(al.Kinds) != 3 || al.Granularity["pool"] != 512 || al.Pool.SmallSize == 0 {
 				t.Errorf("allocators %+v: want default %s, three kinds, pool rounding 512 and its config", al, defaultAllocator)
 			}
+			if !al.AsyncKeepsAll || al.AsyncReleaseThreshold != 0 {
+				t.Errorf("async pool: keeps all %v, threshold %d; want it to keep all freed memory by default", al.AsyncKeepsAll, al.AsyncReleaseThreshold)
+			}
+			// The JSON names are snake_case throughout.
+			for _, key := range []string{`"small_size_bytes"`, `"max_medium_segment_bytes"`, `"async_keeps_all_freed": true`, `"context_bytes"`} {
+				if !strings.Contains(stdout, key) {
+					t.Errorf("info --json lacks %s:\n%s", key, stdout)
+				}
+			}
 			if len(al.Unavailable) != 0 {
 				t.Errorf("the simulator runs every allocator, but info says %v", al.Unavailable)
 			}
@@ -91,7 +100,7 @@ func TestInfoNoCUDA(t *testing.T) {
 	if stdout != "" {
 		t.Errorf("stdout not empty:\n%s", stdout)
 	}
-	if !strings.Contains(stderr, "libcuda") {
+	if !strings.Contains(stderr, "libcuda.so.1") || !strings.Contains(stderr, "--device sim") {
 		t.Errorf("stderr does not name the driver library:\n%s", stderr)
 	}
 }

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -50,7 +51,7 @@ exits 1 with the reason on stderr.`,
 		Example: `  vram plan requests.json
   echo '{"requests": {"out": {"x": {"shape": [100, 1000000], "dtype": "float64", "chunk_axis": 1}}}}' | vram plan --budget 256MiB
   vram plan --json --buffers 2 requests.json`,
-		Args: usageArgs(cobra.MaximumNArgs(1)),
+		Args: usageArgs(0, 1, "request set FILE (or - for stdin)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := "-"
 			if len(args) == 1 {
@@ -120,7 +121,7 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	// What the input leaves open comes from the device.
 	budgetFrom, granFrom := "given", "given"
 	if budget == 0 || gran == 0 {
-		dev, _, err := a.openDevice(a.device)
+		dev, fallback, err := a.openDevice(a.device)
 		if err != nil {
 			return err
 		}
@@ -130,7 +131,13 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 			if err != nil {
 				return fmt.Errorf("read the device's free memory for the budget: %w", err)
 			}
-			budget, budgetFrom = free, "the device's free memory"
+			info := dev.Info()
+			budget = free
+			budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
+			if fallback != nil {
+				budgetFrom += ", as auto found no GPU"
+			}
+			budgetFrom += "; --budget to choose"
 		}
 		if gran == 0 {
 			g, err := allocatorGranularity(f.allocator, dev)
@@ -144,7 +151,11 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 		"granularity_from", granFrom, "buffers", buffers)
 	plan, err := vram.Plan(in.Requests, budget, vram.PlanOptions{Granularity: gran, Buffers: buffers})
 	if err != nil {
-		return fmt.Errorf("plan %s: %w", src, err)
+		err = fmt.Errorf("%s: %w", src, err)
+		if errors.Is(err, vram.ErrRunTooLarge) || errors.Is(err, vram.ErrUnchunkable) {
+			err = fmt.Errorf("%w\n--budget and --buffers override the request set's \"budget\" and \"buffers\"", err)
+		}
+		return err
 	}
 	if a.json {
 		return a.writeJSON(plan)

@@ -105,6 +105,15 @@ func TestPlanRules(t *testing.T) {
 			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
 				t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
 			}
+			var raw map[string]any
+			if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"chunks", "chunk_length", "total_runs", "chunked_shapes", "bytes_per_chunk"} {
+				if _, ok := raw[k]; !ok {
+					t.Errorf("plan --json lacks %q", k)
+				}
+			}
 			shapes := got.ChunkedShapes
 			if tc.want.ChunkedShapes == nil {
 				got.ChunkedShapes = nil
@@ -182,7 +191,7 @@ func TestPlanErrors(t *testing.T) {
 		"wrong type":        {input: `{"requests": {"c": {"x": {"shape": 4, "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape: want an array", "got a number 4"}},
 		"not JSON":          {input: "budget: 1\n", code: exitFailure, want: []string{"invalid JSON at line 1"}},
 		"no such file":      {args: []string{"/nonexistent/requests.json"}, code: exitFailure, want: []string{"/nonexistent/requests.json"}},
-		"double, too small": {input: `{"budget": 1000, "requests": {"c": {"x": {"shape": [128, 100], "dtype": "float32", "chunk_axis": 1}}}}`, args: []string{"--buffers", "2"}, code: exitFailure, want: []string{"2 × 512 B per run", "fewer buffers"}},
+		"double, too small": {input: `{"budget": 1000, "requests": {"c": {"x": {"shape": [128, 100], "dtype": "float32", "chunk_axis": 1}}}}`, args: []string{"--buffers", "2"}, code: exitFailure, want: []string{"2 × 512 B per run", "fewer buffers", "--budget and --buffers override"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

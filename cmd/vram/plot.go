@@ -6,8 +6,10 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -47,11 +49,32 @@ func plotTimelines(path, title string, lines []timeline) error {
 	if len(lines) == 0 {
 		return fmt.Errorf("plot %s: nothing to draw", path)
 	}
+	// Bytes are drawn in the unit that suits the largest value.
+	var top, lastEvent float64
+	for _, l := range lines {
+		if len(l.Reserved) > 0 {
+			top = max(top, slices.Max(l.Reserved), slices.Max(l.Live))
+		}
+		if len(l.Events) > 0 {
+			lastEvent = max(lastEvent, l.Events[len(l.Events)-1])
+		}
+	}
+	unit, scale := plotUnit(top)
+
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "event"
-	p.Y.Label.Text = "MiB"
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.Title.Padding = vg.Points(8)
+	p.X.Label.Text = "event (allocations and frees, in log order)"
+	p.Y.Label.Text = "bytes (" + unit + ")"
+	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
+		ax.Label.TextStyle.Font.Size = vg.Points(12)
+		ax.Tick.Label.Font.Size = vg.Points(11)
+	}
 	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
+	p.Legend.Padding = vg.Points(2)
+	p.Legend.ThumbnailWidth = vg.Points(24)
 	p.Add(plotter.NewGrid())
 
 	// Live bytes are the trace's own and the same for every allocator
@@ -69,51 +92,77 @@ func plotTimelines(path, title string, lines []timeline) error {
 		color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 		color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 	}
-	add := func(name string, xs, ys []float64, c color.Color, dashed bool) error {
-		line, err := plotter.NewLine(downsample(xs, ys))
+	entries := 0
+	add := func(name string, xs, ys []float64, c color.Color, dashed bool, width vg.Length) error {
+		line, err := plotter.NewLine(downsample(xs, ys, scale))
 		if err != nil {
 			return fmt.Errorf("plot %s: %s: %w", path, name, err)
 		}
 		line.Color = c
-		line.Width = vg.Points(1.2)
+		line.Width = width
 		if dashed {
 			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		}
 		p.Add(line)
 		p.Legend.Add(name, line)
+		entries++
 		return nil
 	}
 	if sameLive {
-		if err := add("live", lines[0].Events, lines[0].Live, color.Black, true); err != nil {
+		if err := add("live", lines[0].Events, lines[0].Live, color.Black, true, vg.Points(1.4)); err != nil {
 			return err
 		}
 	}
 	for i, l := range lines {
 		c := palette[i%len(palette)]
-		if err := add(l.Allocator+" reserved", l.Events, l.Reserved, c, false); err != nil {
+		// Each line is drawn thinner than the one before, over it, so
+		// that lines which coincide (two pools reserving the same) stay
+		// visible as a border around the other.
+		width := vg.Points(1.2 + 0.8*float64(len(lines)-1-i))
+		if err := add(l.Allocator+" reserved", l.Events, l.Reserved, c, false, width); err != nil {
 			return err
 		}
 		if !sameLive {
-			if err := add(l.Allocator+" live", l.Events, l.Live, c, true); err != nil {
+			if err := add(l.Allocator+" live", l.Events, l.Live, c, true, width); err != nil {
 				return err
 			}
 		}
 	}
+	// Room above the lines for the legend, so that it hides no data.
+	p.X.Min, p.X.Max = 0, max(lastEvent, 1)
 	p.Y.Min = 0
-	if err := p.Save(8*vg.Inch, 4.5*vg.Inch, path); err != nil {
+	p.Y.Max = max(top/scale, 1) * (1 + 0.09*float64(entries) + 0.05)
+	p.Y.Tick.Marker = byteTicks{}
+	if err := p.Save(9*vg.Inch, 5*vg.Inch, path); err != nil {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
 	return nil
 }
 
-// downsample returns at most maxPlotPoints points in MiB, each the maximum
-// of its bucket of events.
-func downsample(xs, ys []float64) plotter.XYs {
+// plotUnit picks the byte unit for an axis whose largest value is top,
+// and how many bytes it is.
+func plotUnit(top float64) (string, float64) {
+	switch {
+	case top >= 1<<40:
+		return "TiB", 1 << 40
+	case top >= 1<<30:
+		return "GiB", 1 << 30
+	case top >= 1<<20:
+		return "MiB", 1 << 20
+	case top >= 1<<10:
+		return "KiB", 1 << 10
+	}
+	return "B", 1
+}
+
+// downsample returns at most maxPlotPoints points, bytes divided by
+// scale, each the maximum of its bucket of events.
+func downsample(xs, ys []float64, scale float64) plotter.XYs {
 	n := len(xs)
 	if n <= maxPlotPoints {
 		pts := make(plotter.XYs, n)
 		for i := range n {
-			pts[i] = plotter.XY{X: xs[i], Y: ys[i] / (1 << 20)}
+			pts[i] = plotter.XY{X: xs[i], Y: ys[i] / scale}
 		}
 		return pts
 	}
@@ -124,7 +173,32 @@ func downsample(xs, ys []float64) plotter.XYs {
 			continue
 		}
 		top := slices.Max(ys[lo:hi])
-		pts = append(pts, plotter.XY{X: xs[hi-1], Y: top / (1 << 20)})
+		pts = append(pts, plotter.XY{X: xs[hi-1], Y: top / scale})
 	}
 	return pts
+}
+
+// byteTicks labels an axis at 4 to 10 round values (steps of 1, 2 or 5
+// times a power of ten), so that a few GiB get more than two labels.
+type byteTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (byteTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) {
+		return []plot.Tick{{Value: lo, Label: strconv.FormatFloat(lo, 'g', -1, 64)}}
+	}
+	step := math.Pow(10, math.Floor(math.Log10(hi-lo)))
+	for _, f := range []float64{0.1, 0.2, 0.5, 1} {
+		if (hi-lo)/(step*f) <= 10 {
+			step *= f
+			break
+		}
+	}
+	digits := max(0, int(-math.Floor(math.Log10(step)+1e-9)))
+	var ticks []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi+step*1e-9; i++ {
+		v := i * step
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', digits, 64)})
+	}
+	return ticks
 }

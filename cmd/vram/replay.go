@@ -67,7 +67,7 @@ and replay speed. --plot draws live and reserved bytes over the log.`,
 		Example: `  vram replay trace.csv
   vram replay --allocator pool --vram 16GiB --plot replay.svg trace.csv
   vram replay --json traces/*.csv`,
-		Args: usageArgs(cobra.MinimumNArgs(1)),
+		Args: usageArgs(1, -1, "at least one TRACE.csv: an RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.replay(args, f)
 		},

@@ -150,7 +150,7 @@ func TestReplayErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		"no trace":       {nil, exitUsage, "requires at least 1 arg"},
+		"no trace":       {nil, exitUsage, "needs at least one TRACE.csv"},
 		"bad allocator":  {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `unknown allocator "slab"`},
 		"no allocator":   {[]string{"--allocator", ",", smallTrace}, exitUsage, "names no allocator"},
 		"bad vram":       {[]string{"--vram", "0", smallTrace}, exitUsage, `--vram "0"`},

@@ -71,6 +71,7 @@ type runFlags struct {
 	doubleBuffer         bool
 	verify               int
 	seed                 uint64
+	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
 }
 
 // runReport is what `vram run` reports; --json prints it as one object.
@@ -116,7 +117,10 @@ type runReport struct {
 	PeakDeviceBytes uint64    `json:"peak_device_bytes"` // the allocator's peak reserved bytes
 	PeakLiveBytes   uint64    `json:"peak_live_bytes"`   // the allocator's peak bytes in use
 	DeviceUsedBytes uint64    `json:"device_used_bytes"` // total − free with the arrays allocated (context included)
-	Pool            statsJSON `json:"pool"`
+	Stats           statsJSON `json:"allocator_stats"`   // the allocator's counters at the end of the job
+
+	// MetricsURL is where --metrics-addr served /metrics during the job.
+	MetricsURL string `json:"metrics_url,omitempty"`
 }
 
 // statsJSON is alloc.Stats with JSON names.
@@ -156,12 +160,17 @@ reference: the command fails (exit 1) if any disagrees.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On
-a GPU, --vram caps what the job may use when given.`,
+a GPU, --vram caps what the job may use when given.
+
+--metrics-addr serves Prometheus metrics on /metrics while the job runs:
+device memory, allocator counters, each client's held bytes and cap, and
+the chunks done so far.`,
 		Example: `  vram run
   vram run --runs 1000000 --double-buffer
   vram run --device sim:bandwidth=8GB --double-buffer   # emulate PCIe copies
-  vram run --allocator direct --json`,
-		Args: usageArgs(cobra.NoArgs),
+  vram run --allocator direct --json
+  vram run --metrics-addr :9090                          # Prometheus /metrics while it runs`,
+		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.vramSet = cmd.Flags().Changed("vram")
 			return a.runJob(f)
@@ -177,6 +186,7 @@ a GPU, --vram caps what the job may use when given.`,
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs, e.g. :9090 or 127.0.0.1:9090")
 	return cmd
 }
 
@@ -217,6 +227,11 @@ func (f runFlags) check() (jobShape, error) {
 	}
 	if !slices.Contains(allocatorKinds, f.allocator) {
 		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	}
+	if f.metricsAddr != "" {
+		if err := checkMetricsAddr(f.metricsAddr); err != nil {
+			return js, err
+		}
 	}
 	return jobShape{
 		runs:    f.runs,
@@ -272,11 +287,15 @@ type job struct {
 	m      *vram.Manager
 	dev    device.Device
 	kernel oscillator.Kernel
-	in     *vram.Client
-	out    *vram.Client
-	inR    *vram.ArrayResponse // the inputs' arrays, from its OnAllocated hook
-	outR   *vram.ArrayResponse // the outputs' arrays
-	plan   vram.ChunkPlan
+	stats  *jobMetrics // nil unless --metrics-addr
+	// fitHint adds to a failure to allocate the device arrays what to
+	// change on the command line; nil adds nothing.
+	fitHint func(error) error
+	in      *vram.Client
+	out     *vram.Client
+	inR     *vram.ArrayResponse // the inputs' arrays, from its OnAllocated hook
+	outR    *vram.ArrayResponse // the outputs' arrays
+	plan    vram.ChunkPlan
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, pinned
 }
@@ -291,7 +310,11 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	dev, fallback, err := a.openDevice(spec)
+	flags := fmt.Sprintf("--device %q", a.device)
+	if spec != a.device {
+		flags += fmt.Sprintf(" with --vram %s (the spec %q)", f.vram, spec)
+	}
+	dev, fallback, err := a.openDeviceAs(spec, flags)
 	if err != nil {
 		return err
 	}
@@ -317,11 +340,26 @@ func (a *app) runJob(f runFlags) (err error) {
 	defer func() { err = errors.Join(err, closeErr("kernel", kernel.Close())) }()
 
 	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kernel}
+	var ms *metricsServer
+	if f.metricsAddr != "" {
+		if ms, err = a.serveMetrics(f.metricsAddr, m); err != nil {
+			return err
+		}
+		// Stopped before the manager closes.
+		defer func() { err = errors.Join(err, ms.close()) }()
+		fmt.Fprintf(a.stderr, "vram: serving metrics on %s while the job runs\n", ms.url)
+		j.stats = ms.job
+	}
 	// Pinned host arrays go back before the manager closes, also when
 	// allocate fails part-way.
 	defer func() { err = errors.Join(err, j.freeHost()) }()
+	j.fitHint = func(err error) error { return allocHint(err, f, info, limit) }
 	if err := j.allocate(f.doubleBuffer); err != nil {
 		return err
+	}
+	j.stats.planned(j.plan.Chunks)
+	if ms != nil && a.onMetrics != nil {
+		a.onMetrics(ms.url)
 	}
 	free, total, err := dev.MemInfo()
 	if err != nil {
@@ -353,6 +391,9 @@ func (a *app) runJob(f runFlags) (err error) {
 	if fallback != nil {
 		rep.Fallback = fallback.Error()
 	}
+	if ms != nil {
+		rep.MetricsURL = ms.url
+	}
 	a.log.Debug("plan", "chunks", j.plan.Chunks, "chunk_length", j.plan.ChunkLength, "buffers", j.plan.Buffers,
 		"budget", j.plan.Budget, "bytes_per_chunk", j.plan.BytesPerChunk)
 
@@ -375,7 +416,7 @@ func (a *app) runJob(f runFlags) (err error) {
 		rep.VerifyError = verr.Error()
 	}
 	st := m.Allocator().Stats()
-	rep.Pool = toStatsJSON(st)
+	rep.Stats = toStatsJSON(st)
 	rep.PeakDeviceBytes = st.PeakReserved
 	rep.PeakLiveBytes = st.PeakInUse
 	rep.WallSeconds = time.Since(start).Seconds()
@@ -435,17 +476,30 @@ func (j *job) allocate(double bool) error {
 		buffers = 2
 	}
 	if _, err := j.m.AllocateQueue(j.out, vram.WithBuffers(buffers)); err != nil {
-		return fmt.Errorf("allocate the batch's device arrays: %w", err)
+		err = fmt.Errorf("allocate the batch's device arrays: %w", err)
+		if j.fitHint != nil {
+			err = j.fitHint(err)
+		}
+		return err
 	}
 	if j.inR == nil || j.outR == nil {
 		return fmt.Errorf("allocate the batch: the manager delivered no arrays (inputs %v, outputs %v)", j.inR != nil, j.outR != nil)
 	}
 	j.plan = j.outR.Plan
+	if j.plan.TotalRuns == 0 {
+		// Nothing was chunkable (one run: a run axis of length 1 is
+		// not), so the plan counts no runs; it is one chunk of them all.
+		j.plan.TotalRuns, j.plan.ChunkLength, j.plan.LastChunkLength = n, n, n
+	}
 
+	// The host arrays hold the whole batch: 24 bytes of inputs and
+	// samples × 8 + 4 bytes of outputs a run.
+	hostBytes := uint64(n) * (24 + uint64(s)*8 + 4)
 	mk := func(shape []int, dt vram.DType, what string) (*vram.HostArray, error) {
 		h, err := j.m.NewHostArray(shape, dt, vram.Pinned, nil)
 		if err != nil {
-			return nil, fmt.Errorf("pinned host array for the %s: %w", what, err)
+			return nil, fmt.Errorf("pinned host array for the %s (the host arrays take %s in all; lower --runs or --samples): %w",
+				what, units.Format(hostBytes), err)
 		}
 		return h, nil
 	}
@@ -557,6 +611,9 @@ func (j *job) pipeline() (err error) {
 		if err := done[i%2].Synchronize(); err != nil {
 			return fmt.Errorf("chunk %d: %w", i, err)
 		}
+		start, n := j.plan.Chunk(i)
+		j.a.log.Debug("chunk done", "chunk", i+1, "of", j.plan.Chunks, "runs", fmt.Sprintf("%d-%d", start, start+n-1))
+		j.stats.chunkDone(n)
 		bar.Add(1)
 		return nil
 	}
@@ -770,11 +827,10 @@ func (a *app) printRun(r runReport) error {
 	if r.LimitBytes > 0 {
 		fmt.Fprintf(w, "limit        %s (--vram)\n", units.Format(r.LimitBytes))
 	}
-	fmt.Fprintf(w, "allocator    %s\n", r.Allocator)
-	fmt.Fprintf(w, "batch        %d runs × %d steps, %d samples each (dt %g)\n", r.Runs, r.Steps, r.Samples, r.Dt)
-	plan := fmt.Sprintf("%d chunks × %d runs", r.Chunks, r.ChunkLength)
+	fmt.Fprintf(w, "batch        %s × %s, %s each (dt %g)\n", plural(r.Runs, "run"), plural(r.Steps, "step"), plural(r.Samples, "sample"), r.Dt)
+	plan := fmt.Sprintf("%d chunks × %s", r.Chunks, plural(r.ChunkLength, "run"))
 	if r.Chunks == 1 {
-		plan = fmt.Sprintf("1 chunk of %d runs", r.ChunkLength)
+		plan = fmt.Sprintf("1 chunk of %s", plural(r.ChunkLength, "run"))
 	} else if r.LastChunkLength != r.ChunkLength {
 		plan += fmt.Sprintf(" (last %d)", r.LastChunkLength)
 	}
@@ -782,19 +838,77 @@ func (a *app) printRun(r runReport) error {
 	if r.Buffers > 1 {
 		buf = fmt.Sprintf("%d buffers, copies overlapping compute", r.Buffers)
 	}
-	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget (all at once: %s)\n",
-		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), units.Format(r.FullBytes))
+	whole := ""
+	if r.Chunks > 1 {
+		whole = fmt.Sprintf(" (all at once: %s)", units.Format(r.FullBytes))
+	}
+	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget%s\n",
+		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), whole)
 	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
 	fmt.Fprintf(w, "peak memory  %s reserved from the device, %s live; %s of the device in use with the arrays allocated\n",
 		units.Format(r.PeakDeviceBytes), units.Format(r.PeakLiveBytes), units.Format(r.DeviceUsedBytes))
-	p := r.Pool
-	fmt.Fprintf(w, "pool         %d allocs, %d frees, %d cache hits, %d device allocs, %d device frees, %d retries, %d out of memory\n",
-		p.Allocs, p.Frees, p.CacheHits, p.DeviceAllocs, p.DeviceFrees, p.Retries, p.OOMs)
+	p := r.Stats
+	fmt.Fprintf(w, "allocator    %s: %s, %s, %s, %s, %s, %s, %s\n", r.Allocator,
+		plural(p.Allocs, "alloc"), plural(p.Frees, "free"), plural(p.CacheHits, "cache hit"),
+		plural(p.DeviceAllocs, "device alloc"), plural(p.DeviceFrees, "device free"), plural(p.Retries, "retry"),
+		plural(p.OOMs, "out of memory"))
+	if r.MetricsURL != "" {
+		fmt.Fprintf(w, "metrics      served on %s during the job\n", r.MetricsURL)
+	}
+	spread := ""
+	if r.Chunks > 1 {
+		spread = fmt.Sprintf(", spread over all %d chunks,", r.Chunks)
+	}
 	if r.Verified {
-		fmt.Fprintf(w, "verified     %d runs from every chunk match the float64 reference (tolerance %g)\n", r.VerifiedRuns, oscillator.Tolerance)
+		verb := "match"
+		if r.VerifiedRuns == 1 {
+			verb = "matches"
+		}
+		fmt.Fprintf(w, "verified     %s%s %s the float64 reference (tolerance %g)\n",
+			plural(r.VerifiedRuns, "run"), spread, verb, oscillator.Tolerance)
 	} else {
 		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
 	}
 	return nil
+}
+
+// plural writes n and a noun, in the plural unless n is 1 ("3 retries",
+// "1 cache hit"); nouns that do not change ("out of memory") stay as
+// they are.
+func plural[N int | uint64](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	switch {
+	case noun == "out of memory":
+	case strings.HasSuffix(noun, "y"):
+		noun = strings.TrimSuffix(noun, "y") + "ies"
+	default:
+		noun += "s"
+	}
+	return fmt.Sprintf("%d %s", n, noun)
+}
+
+// allocHint adds to a failure to allocate the batch what to change on the
+// command line to make it fit.
+func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
+	if !errors.Is(err, vram.ErrUnchunkable) && !errors.Is(err, vram.ErrRunTooLarge) && !errors.Is(err, vram.ErrOutOfMemory) {
+		return err
+	}
+	var fixes []string
+	switch {
+	case info.Backend == "sim":
+		fixes = append(fixes, fmt.Sprintf("give the simulator more than its %s (--vram)", units.Format(info.TotalBytes)))
+	case limit > 0:
+		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s", f.vram))
+	default:
+		fixes = append(fixes, "free memory on the GPU")
+	}
+	fixes = append(fixes, "save fewer samples per run (--samples)")
+	if f.doubleBuffer {
+		fixes = append(fixes, "drop --double-buffer")
+	}
+	last := len(fixes) - 1
+	return fmt.Errorf("%w\nto make the batch fit: %s or %s", err, strings.Join(fixes[:last], ", "), fixes[last])
 }

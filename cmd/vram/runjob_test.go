@@ -45,6 +45,17 @@ func TestRunChunkedVerified(t *testing.T) {
 			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 				t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
 			}
+			// The fields the issue names, by their JSON names.
+			var raw map[string]any
+			if err := json.Unmarshal([]byte(stdout), &raw); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"runs", "chunks", "chunk_length", "verified", "wall_seconds", "runs_per_second",
+				"peak_device_bytes", "allocator", "device", "bytes_to_device", "bytes_from_device", "allocator_stats"} {
+				if _, ok := raw[k]; !ok {
+					t.Errorf("run --json lacks %q", k)
+				}
+			}
 			const runs, samples = 20000, 21
 			switch {
 			case !r.Verified || r.VerifyError != "" || r.FailedRuns != 0:
@@ -71,13 +82,30 @@ func TestRunChunkedVerified(t *testing.T) {
 	}
 }
 
+// TestRunOneRun checks the smallest batch: one run, whose run axis of
+// length 1 makes nothing chunkable.
+func TestRunOneRun(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "run", "--json", "--device", "sim:vram=64MiB", "--runs", "1", "--steps", "4")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var r runReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Verified || r.Chunks != 1 || r.ChunkLength != 1 || r.VerifiedRuns != 1 {
+		t.Errorf("one run: verified %v, %d chunks of %d, %d runs checked; want verified, 1 chunk of 1, 1 checked",
+			r.Verified, r.Chunks, r.ChunkLength, r.VerifiedRuns)
+	}
+}
+
 func TestRunText(t *testing.T) {
 	stdout, stderr, code := cli(t, "", append([]string{"run"}, smallRun...)...)
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	for _, w := range []string{"device", "sim:0", "allocator    pool", "20000 runs × 40 steps, 21 samples", "chunks ×",
-		"copied", "runs/s", "peak memory", "cache hits", "match the float64 reference"} {
+	for _, w := range []string{"device", "sim:0", "allocator    pool: ", "20000 runs × 40 steps, 21 samples", "chunks ×",
+		"copied", "runs/s", "peak memory", "cache hit", "spread over all", "match the float64 reference"} {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("report does not contain %q:\n%s", w, stdout)
 		}
@@ -97,13 +125,18 @@ func TestRunErrors(t *testing.T) {
 		"negative dt":           {[]string{"--dt", "-1"}, exitUsage, "--dt -1"},
 		"bad allocator":         {[]string{"--allocator", "slab"}, exitUsage, `--allocator "slab"`},
 		"bad vram":              {[]string{"--vram", "big"}, exitUsage, `--vram "big"`},
+		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--device "auto" with --vram 1MiB (the spec "auto:vram=1MiB"): `},
 		"sized twice":           {[]string{"--device", "sim:vram=1GiB", "--vram", "1GiB"}, exitUsage, "give one of them"},
 		"verify none":           {[]string{"--verify", "0"}, exitUsage, "--verify 0"},
-		"arguments":             {[]string{"extra"}, exitUsage, `unknown command "extra"`},
-		// 40,001 samples are 313 KiB a run: no chunk fits what 512 KiB
-		// leaves once the manager has set a page aside for each array.
-		"one run too large": {[]string{"--device", "sim:granularity=64KiB,context=0", "--vram", "512KiB", "--steps", "40000", "--dt", "0.001"},
-			exitFailure, "one run does not fit"},
+		"arguments":             {[]string{"extra"}, exitUsage, "vram run takes no arguments"},
+		// 80,001 samples are 625 KiB a run: more than the whole device.
+		"one run too large": {[]string{"--device", "sim:granularity=64KiB,context=0", "--vram", "512KiB", "--runs", "100",
+			"--steps", "80000", "--dt", "0.0005"}, exitFailure, "one run does not fit"},
+		"one run too large, hint": {[]string{"--device", "sim:granularity=64KiB,context=0", "--vram", "512KiB", "--runs", "100",
+			"--steps", "80000", "--dt", "0.0005", "--double-buffer"}, exitFailure,
+			"to make the batch fit: give the simulator more than its 512 KiB (--vram), save fewer samples per run (--samples) or drop --double-buffer"},
+		"host arrays too large": {[]string{"--device", "sim:pinned=64MiB", "--runs", "1000000", "--steps", "40"}, exitFailure,
+			"the host arrays take 339.5 MiB in all; lower --runs or --samples"},
 		"address-only device": {[]string{"--device", "sim:backed=false", "--runs", "10", "--steps", "2"}, exitFailure, "not supported"},
 	}
 	for name, tc := range tests {
@@ -291,6 +324,27 @@ func TestRunInterrupted(t *testing.T) {
 			code := runContext(ctx, args, strings.NewReader(""), &out, &errb)
 			if code != exitFailure || !strings.Contains(errb.String(), "interrupted before chunk 1") || out.Len() != 0 {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and the interrupt named", code, out.String(), errb.String())
+			}
+		})
+	}
+}
+
+func TestPlural(t *testing.T) {
+	tests := map[string]struct {
+		n    uint64
+		noun string
+		want string
+	}{
+		"one":           {1, "cache hit", "1 cache hit"},
+		"none":          {0, "free", "0 frees"},
+		"y to ies":      {3, "retry", "3 retries"},
+		"invariant":     {2, "out of memory", "2 out of memory"},
+		"one invariant": {1, "out of memory", "1 out of memory"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := plural(tc.n, tc.noun); got != tc.want {
+				t.Errorf("plural(%d, %q) = %q, want %q", tc.n, tc.noun, got, tc.want)
 			}
 		})
 	}

@@ -1,0 +1,160 @@
+// `vram run --metrics-addr`: the manager's state and the job's progress
+// served to Prometheus on /metrics while the job runs.
+//
+// The server listens before the batch starts and is shut down (gracefully,
+// in-flight scrapes finishing) when the job ends, before the manager is
+// closed. What it serves is read at scrape time: vram/metrics's collector
+// for the manager (device memory, allocator counters, clients and
+// groups), the job's own chunk and run counters, and the Go runtime's and
+// the process's standard metrics.
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/metrics"
+)
+
+// metricsShutdownTimeout bounds how long the end of the job waits for
+// scrapes in flight.
+const metricsShutdownTimeout = 5 * time.Second
+
+// checkMetricsAddr refuses a --metrics-addr that is not host:port.
+func checkMetricsAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		var n int
+		n, err = strconv.Atoi(port)
+		if err == nil && (n < 0 || n > 65535) {
+			err = errors.New("port out of range")
+		}
+	}
+	if err != nil {
+		return usagef("--metrics-addr %q: want host:port, such as :9090 (every interface) or 127.0.0.1:9090", addr)
+	}
+	return nil
+}
+
+// jobMetrics are the batch job's own progress metrics. A nil *jobMetrics
+// records nothing. Safe for concurrent use.
+type jobMetrics struct {
+	chunks     prometheus.Gauge
+	chunksDone prometheus.Counter
+	runsDone   prometheus.Counter
+}
+
+func newJobMetrics() *jobMetrics {
+	return &jobMetrics{
+		chunks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "vram", Subsystem: "run", Name: "chunks",
+			Help: "Chunks the batch job's plan has.",
+		}),
+		chunksDone: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "vram", Subsystem: "run", Name: "chunks_done_total",
+			Help: "Chunks of the batch job copied in, computed and copied back.",
+		}),
+		runsDone: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "vram", Subsystem: "run", Name: "runs_done_total",
+			Help: "Runs of the batch job whose results are back on the host.",
+		}),
+	}
+}
+
+func (m *jobMetrics) planned(chunks int) {
+	if m != nil {
+		m.chunks.Set(float64(chunks))
+	}
+}
+
+func (m *jobMetrics) chunkDone(runs int) {
+	if m != nil {
+		m.chunksDone.Inc()
+		m.runsDone.Add(float64(runs))
+	}
+}
+
+// metricsServer serves /metrics until close.
+type metricsServer struct {
+	srv  *http.Server
+	done chan error // Serve's result
+	url  string     // where to scrape, for people
+	job  *jobMetrics
+}
+
+// serveMetrics starts serving m's metrics and the job's on addr. A
+// failure to listen (the port is taken, the host is not this machine's)
+// is a runtime error naming the address.
+func (a *app) serveMetrics(addr string, m *vram.Manager) (*metricsServer, error) {
+	job := newJobMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		metrics.NewCollector(m, metrics.Opts{}),
+		job.chunks, job.chunksDone, job.runsDone,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(a.ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serve metrics on --metrics-addr %s: %w; pick another port, or a host:port of this machine", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError, // serve what can be read
+	}))
+	s := &metricsServer{
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
+		},
+		done: make(chan error, 1),
+		url:  scrapeURL(ln.Addr()),
+		job:  job,
+	}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	a.log.Debug("serving metrics", "addr", ln.Addr().String())
+	return s, nil
+}
+
+// close stops the server, letting scrapes in flight finish, and waits for
+// it to be done.
+func (s *metricsServer) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return fmt.Errorf("stop the metrics server: %w", err)
+	}
+	return nil
+}
+
+// scrapeURL is the URL of /metrics on addr; a listener on every interface
+// is shown as localhost.
+func scrapeURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String() + "/metrics"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/metrics"
+}
