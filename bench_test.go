@@ -81,6 +81,41 @@ func BenchmarkPlan(b *testing.B) {
 	}
 }
 
+// BenchmarkPlanGroup is AllocateQueue's planning of the 1,000 arrays of
+// BenchmarkPlan on a device whose page reserve binds: the first plan does
+// not fit with its reserve, so the fewest chunks that do are searched for
+// and planned again.
+func BenchmarkPlanGroup(b *testing.B) {
+	reqs := map[string]map[string]ArrayRequest{}
+	for c := range 10 {
+		labels := map[string]ArrayRequest{}
+		for l := range 100 {
+			r := ArrayRequest{Shape: []int{1 + l%7, 3, 100_000}, DType: Float32, ChunkAxis: 2}
+			if l%10 == 0 {
+				r = ArrayRequest{Shape: []int{64, 1 + l}, DType: Float64, Unchunkable: true}
+			}
+			labels[fmt.Sprintf("a%d", l)] = r
+		}
+		reqs[fmt.Sprintf("c%d", c)] = labels
+	}
+	opts := PlanOptions{Granularity: 512, Buffers: 2}
+	budget := func() groupBudget {
+		return groupBudget{free: 2 * units.GiB, pm: pageModel{page: 2 * units.MiB, gran: 512, small: units.MiB, kind: "the pool"}}
+	}
+	gb := budget()
+	p, err := planGroup(reqs, &gb, opts)
+	if first, _ := Plan(reqs, 2*units.GiB, opts); err != nil || p.Chunks <= first.Chunks {
+		b.Fatalf("plan: %d chunks (Plan alone %d), %v", p.Chunks, first.Chunks, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		gb := budget()
+		if _, err := planGroup(reqs, &gb, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkAllocateQueue queues and allocates 8 arrays for one client
 // and frees them again, through the Pool allocator.
 func BenchmarkAllocateQueue(b *testing.B) {

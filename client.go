@@ -237,11 +237,11 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		group:        group,
 	}
 	if m.isClosed() {
-		return nil, ErrClosed
+		return nil, closedErr("register")
 	}
 	if err := m.groups.Add(c.id, group); err != nil {
 		if errors.Is(err, streams.ErrClosed) {
-			return nil, ErrClosed // closed meanwhile
+			return nil, closedErr("register") // closed meanwhile
 		}
 		return nil, fmt.Errorf("vram: register %v: %w", c, err)
 	}
@@ -249,7 +249,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	if m.closed {
 		m.mu.Unlock()
 		_ = m.groups.Remove(c.id)
-		return nil, ErrClosed
+		return nil, closedErr("register")
 	}
 	warn, err := m.joinPoolLocked(c, units)
 	if err != nil {
@@ -339,7 +339,7 @@ func (m *Manager) leavePoolLocked(c *Client) {
 // was.
 func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) error {
 	if c == nil || c.m != m {
-		return fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return foreign(c)
 	}
 	units, err := toUnits(p, !toManual)
 	if err != nil {
@@ -404,7 +404,7 @@ func (m *Manager) SetAutoLimitMode(c *Client) error {
 // part of the auto pool.
 func (m *Manager) Proportion(c *Client) (float64, error) {
 	if c == nil || c.m != m {
-		return 0, fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return 0, foreign(c)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -427,7 +427,7 @@ func (m *Manager) proportionLocked(c *Client) float64 {
 // Cap is c's share in bytes: Proportion × total device memory.
 func (m *Manager) Cap(c *Client) (uint64, error) {
 	if c == nil || c.m != m {
-		return 0, fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return 0, foreign(c)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -5,10 +5,13 @@ package vram
 // A chunk copy moves the runs [Start, Start+Len) of a full-length host
 // array into the first Len positions along the same axis of a
 // chunk-length device array (or back). In row-major order that range is
-// one contiguous slab per index of the axes before the chunk axis, so a
-// chunk copy is outer = ∏ shape[:axis] copies of Len × inner bytes each,
-// inner = ∏ shape[axis+1:] × element size: one copy when the chunk axis is
-// the first, one per leading row when it is the last.
+// one contiguous row per index of the axes before the chunk axis: outer =
+// ∏ shape[:axis] rows of Len × inner bytes each, inner = ∏ shape[axis+1:]
+// × element size, spaced shape[axis] × inner bytes apart on the host and
+// chunk length × inner on the device. When the device implements
+// device.StridedCopier (cuMemcpy2DAsync) that is one pitched 2-D copy;
+// otherwise one copy per row. Either way it is one copy when the rows are
+// adjacent (the chunk axis is the first, or the chunk is the whole array).
 
 import (
 	"fmt"
@@ -35,7 +38,7 @@ func (m *Manager) ToDevice(c *Client, dst *DeviceArray, src *HostArray) error {
 	}
 	defer done()
 	if !slices.Equal(dst.shape, src.shape) {
-		return fmt.Errorf("vram: to device: %v into %v: %w", src, dst, ErrMismatch)
+		return fmt.Errorf("vram: to device: %v into %v: the shapes differ; give both the same shape, or copy one chunk with ToDeviceChunk: %w", src, dst, ErrMismatch)
 	}
 	if err := m.dev.CopyHtoD(dst.ptr, src.data, s); err != nil {
 		return fmt.Errorf("vram: to device: %v into %v: %w", src, dst, err)
@@ -53,7 +56,7 @@ func (m *Manager) FromDevice(c *Client, dst *HostArray, src *DeviceArray) error 
 	}
 	defer done()
 	if !slices.Equal(dst.shape, src.shape) {
-		return fmt.Errorf("vram: from device: %v into %v: %w", src, dst, ErrMismatch)
+		return fmt.Errorf("vram: from device: %v into %v: the shapes differ; give both the same shape, or copy one chunk with FromDeviceChunk: %w", src, dst, ErrMismatch)
 	}
 	if err := m.dev.CopyDtoH(dst.data, src.ptr, s); err != nil {
 		return fmt.Errorf("vram: from device: %v into %v: %w", src, dst, err)
@@ -68,22 +71,23 @@ func (m *Manager) FromDevice(c *Client, dst *HostArray, src *DeviceArray) error 
 // dtype, rank and dimensions except along sp.Axis, where dst needs at
 // least sp.Len and src at least sp.Start+sp.Len. dst's elements past
 // sp.Len along the axis (the idle tail of a short last chunk) are left
-// as they were. Ordered on c's stream; keep src unchanged until Sync(c).
+// as they were. It is one copy when the device implements
+// device.StridedCopier or the runs are contiguous, else one per index of
+// the axes before sp.Axis. Ordered on c's stream; keep src unchanged
+// until Sync(c).
 func (m *Manager) ToDeviceChunk(c *Client, dst *DeviceArray, src *HostArray, sp Span) error {
 	s, done, err := m.copyCheck(c, dst, src)
 	if err != nil {
 		return fmt.Errorf("vram: to device chunk: %w", err)
 	}
 	defer done()
-	slabs, err := chunkSlabs(src.shape, dst.shape, dst.dtype.Size(), sp)
+	cc, err := planChunkCopy(src.shape, dst.shape, dst.dtype.Size(), sp)
 	if err != nil {
 		return fmt.Errorf("vram: to device chunk: %v into %v: %w", src, dst, err)
 	}
-	for _, sl := range slabs {
-		if err := m.dev.CopyHtoD(dst.ptr.Add(uint64(sl.dev)), src.data[sl.host:sl.host+sl.n], s); err != nil {
-			return fmt.Errorf("vram: to device chunk: runs %d..%d of %v into %v: %w",
-				sp.Start, sp.Start+sp.Len, src, dst, err)
-		}
+	if err := m.copyChunk(true, dst.ptr, src.data, cc, s); err != nil {
+		return fmt.Errorf("vram: to device chunk: runs %d..%d of %v into %v: %w",
+			sp.Start, sp.Start+sp.Len, src, dst, err)
 	}
 	return nil
 }
@@ -98,14 +102,51 @@ func (m *Manager) FromDeviceChunk(c *Client, dst *HostArray, src *DeviceArray, s
 		return fmt.Errorf("vram: from device chunk: %w", err)
 	}
 	defer done()
-	slabs, err := chunkSlabs(dst.shape, src.shape, src.dtype.Size(), sp)
+	cc, err := planChunkCopy(dst.shape, src.shape, src.dtype.Size(), sp)
 	if err != nil {
 		return fmt.Errorf("vram: from device chunk: %v into %v: %w", src, dst, err)
 	}
-	for _, sl := range slabs {
-		if err := m.dev.CopyDtoH(dst.data[sl.host:sl.host+sl.n], src.ptr.Add(uint64(sl.dev)), s); err != nil {
-			return fmt.Errorf("vram: from device chunk: runs %d..%d of %v into %v: %w",
-				sp.Start, sp.Start+sp.Len, src, dst, err)
+	if err := m.copyChunk(false, src.ptr, dst.data, cc, s); err != nil {
+		return fmt.Errorf("vram: from device chunk: runs %d..%d of %v into %v: %w",
+			sp.Start, sp.Start+sp.Len, src, dst, err)
+	}
+	return nil
+}
+
+// copyChunk enqueues the copy cc between the device array at dev and the
+// host bytes host, toward the device when toDev: one 2-D copy when the
+// device can do them and the rows are apart, else one copy per row (one
+// in all when they are adjacent).
+func (m *Manager) copyChunk(toDev bool, dev device.Ptr, host []byte, cc chunkCopy, s device.Stream) error {
+	if cc.rows == 0 || cc.width == 0 {
+		return nil
+	}
+	if cc.contiguous() {
+		n := cc.rows * cc.width
+		if toDev {
+			return m.dev.CopyHtoD(dev, host[cc.hostOff:cc.hostOff+n], s)
+		}
+		return m.dev.CopyDtoH(host[cc.hostOff:cc.hostOff+n], dev, s)
+	}
+	if m.strided != nil {
+		hs := host[cc.hostOff : cc.hostOff+(cc.rows-1)*cc.hostPitch+cc.width]
+		w, h, hp, dp := uint64(cc.width), uint64(cc.rows), uint64(cc.hostPitch), uint64(cc.devPitch)
+		if toDev {
+			return m.strided.CopyHtoD2D(dev, dp, hs, hp, w, h, s)
+		}
+		return m.strided.CopyDtoH2D(hs, hp, dev, dp, w, h, s)
+	}
+	for r := range cc.rows {
+		ho := cc.hostOff + r*cc.hostPitch
+		d := dev.Add(uint64(r * cc.devPitch))
+		var err error
+		if toDev {
+			err = m.dev.CopyHtoD(d, host[ho:ho+cc.width], s)
+		} else {
+			err = m.dev.CopyDtoH(host[ho:ho+cc.width], d, s)
+		}
+		if err != nil {
+			return fmt.Errorf("row %d of %d: %w", r, cc.rows, err)
 		}
 	}
 	return nil
@@ -116,7 +157,7 @@ func (m *Manager) FromDeviceChunk(c *Client, dst *HostArray, src *DeviceArray, s
 // the copy is enqueued; call done when it is.
 func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.Stream, done func(), err error) {
 	if d == nil || h == nil {
-		return nil, nil, fmt.Errorf("nil array: %w", device.ErrInvalidValue)
+		return nil, nil, fmt.Errorf("nil array; pass arrays from an ArrayResponse and NewHostArray: %w", device.ErrInvalidValue)
 	}
 	m.allocMu.RLock()
 	d.use.RLock()
@@ -128,11 +169,11 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	}
 	switch {
 	case d.Freed():
-		err = fmt.Errorf("device array %v: %w", d, ErrFreed)
+		err = fmt.Errorf("device array %v was freed (Free, FreeAll, a re-allocation of its label, Close or SetAllocator); use the arrays of the latest ArrayResponse: %w", d, ErrFreed)
 	case h.Freed():
-		err = fmt.Errorf("host array %v: %w", h, ErrFreed)
+		err = fmt.Errorf("host array %v was freed; make another with NewHostArray: %w", h, ErrFreed)
 	case d.dtype != h.dtype:
-		err = fmt.Errorf("dtype %v and %v: %w", d.dtype, h.dtype, ErrMismatch)
+		err = fmt.Errorf("the device array is %v and the host array %v; make the host array with the device array's dtype: %w", d.dtype, h.dtype, ErrMismatch)
 	default:
 		s, err = m.Stream(c)
 	}
@@ -144,31 +185,43 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	return s, done, nil
 }
 
-// slab is one contiguous piece of a chunk copy: n bytes at offset host in
-// the host array and dev in the device array.
-type slab struct{ host, dev, n int }
+// chunkCopy is a chunk copy as rows: rows pieces of width bytes, row r
+// at byte hostOff + r·hostPitch of the host array and r·devPitch of the
+// device array.
+type chunkCopy struct {
+	rows, width         int
+	hostOff             int
+	hostPitch, devPitch int
+}
 
-// chunkSlabs lists the contiguous pieces of a chunk copy between a host
-// array of shape hs and a device array of shape ds.
-func chunkSlabs(hs, ds []int, size uint64, sp Span) ([]slab, error) {
+// contiguous reports whether the rows are adjacent on both sides, so that
+// one plain copy moves them all.
+func (cc chunkCopy) contiguous() bool {
+	return cc.rows == 1 || (cc.hostPitch == cc.width && cc.devPitch == cc.width)
+}
+
+// planChunkCopy checks a chunk copy between a host array of shape hs and
+// a device array of shape ds (elements of size bytes) and lays it out as
+// rows.
+func planChunkCopy(hs, ds []int, size uint64, sp Span) (chunkCopy, error) {
 	if len(hs) != len(ds) {
-		return nil, fmt.Errorf("rank %d and %d: %w", len(hs), len(ds), ErrMismatch)
+		return chunkCopy{}, fmt.Errorf("rank %d and %d; give both arrays the same axes: %w", len(hs), len(ds), ErrMismatch)
 	}
 	ax := sp.Axis
 	if ax < 0 || ax >= len(hs) {
-		return nil, fmt.Errorf("axis %d of a rank-%d array: %w", ax, len(hs), ErrMismatch)
+		return chunkCopy{}, fmt.Errorf("axis %d of a rank-%d array; the span's axis must be the arrays' chunk axis: %w", ax, len(hs), ErrMismatch)
 	}
 	for i := range hs {
 		if i != ax && hs[i] != ds[i] {
-			return nil, fmt.Errorf("shapes %v and %v differ on axis %d (only the chunk axis %d may): %w", hs, ds, i, ax, ErrMismatch)
+			return chunkCopy{}, fmt.Errorf("shapes %v and %v differ on axis %d (only the chunk axis %d may): %w", hs, ds, i, ax, ErrMismatch)
 		}
 	}
 	if sp.Start < 0 || sp.Len < 0 || sp.Start+sp.Len > hs[ax] || sp.Len > ds[ax] {
-		return nil, fmt.Errorf("runs [%d, %d) along axis %d: the host array has %d and the device array %d: %w",
+		return chunkCopy{}, fmt.Errorf("runs [%d, %d) along axis %d: the host array has %d and the device array %d; use the plan's Span(i, axis): %w",
 			sp.Start, sp.Start+sp.Len, ax, hs[ax], ds[ax], ErrMismatch)
 	}
 	if sp.Len == 0 {
-		return nil, nil
+		return chunkCopy{}, nil
 	}
 	outer := 1
 	for _, d := range hs[:ax] {
@@ -178,17 +231,11 @@ func chunkSlabs(hs, ds []int, size uint64, sp Span) ([]slab, error) {
 	for _, d := range hs[ax+1:] {
 		inner *= d
 	}
-	// Whole rows on both sides: the pieces are adjacent, one copy.
-	if sp.Start == 0 && sp.Len == hs[ax] && sp.Len == ds[ax] {
-		return []slab{{0, 0, outer * sp.Len * inner}}, nil
-	}
-	slabs := make([]slab, outer)
-	for o := range outer {
-		slabs[o] = slab{
-			host: (o*hs[ax] + sp.Start) * inner,
-			dev:  o * ds[ax] * inner,
-			n:    sp.Len * inner,
-		}
-	}
-	return slabs, nil
+	return chunkCopy{
+		rows:      outer,
+		width:     sp.Len * inner,
+		hostOff:   sp.Start * inner,
+		hostPitch: hs[ax] * inner,
+		devPitch:  ds[ax] * inner,
+	}, nil
 }

@@ -3,9 +3,11 @@ package vram
 import (
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 )
 
 // fillSeq sets element i of a Float32 host array to i.
@@ -42,10 +44,45 @@ func refChunk(full []int, axis, length, start, n int) []float32 {
 	return out
 }
 
+// countingDev counts the copies a manager enqueues on a simulator.
+type countingDev struct {
+	*sim.Device
+	plain, strided atomic.Int64
+}
+
+func (d *countingDev) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
+	d.plain.Add(1)
+	return d.Device.CopyHtoD(dst, src, s)
+}
+
+func (d *countingDev) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
+	d.plain.Add(1)
+	return d.Device.CopyDtoH(dst, src, s)
+}
+
+func (d *countingDev) CopyHtoD2D(dst device.Ptr, dp uint64, src []byte, sp, w, h uint64, s device.Stream) error {
+	d.strided.Add(1)
+	return d.Device.CopyHtoD2D(dst, dp, src, sp, w, h, s)
+}
+
+func (d *countingDev) CopyDtoH2D(dst []byte, dp uint64, src device.Ptr, sp, w, h uint64, s device.Stream) error {
+	d.strided.Add(1)
+	return d.Device.CopyDtoH2D(dst, dp, src, sp, w, h, s)
+}
+
+// rowsOnly is a device without 2-D copies: only device.Device and host
+// allocation show through.
+type rowsOnly struct {
+	device.Device
+	device.HostAllocator
+}
+
 // TestChunkCopies copies every chunk of a full host array into a
 // chunk-length device array and checks the device holds exactly the
 // chunk's runs (read back whole), then copies it out into a second full
-// host array and checks the round trip.
+// host array and checks the round trip. On a device with 2-D copies each
+// chunk copy must be one copy; on one without, one per leading row
+// unless the rows are adjacent.
 func TestChunkCopies(t *testing.T) {
 	for name, tc := range map[string]struct {
 		shape  []int
@@ -59,55 +96,120 @@ func TestChunkCopies(t *testing.T) {
 		"chunk length equals the run count": {[]int{4, 10}, 1, 10},
 		"single run per chunk":              {[]int{2, 5}, 1, 1},
 	} {
-		t.Run(name, func(t *testing.T) {
-			m, _, _ := newManager(t, 64*MiB)
-			c := register(t, m, ClientOptions{})
-			runs := tc.shape[tc.axis]
-			chunkShape := slices.Clone(tc.shape)
-			chunkShape[tc.axis] = tc.length
-			_ = m.QueueRequest(c, map[string]ArrayRequest{"d": {Shape: chunkShape, DType: Float32, ChunkAxis: tc.axis, Unchunkable: true}})
-			resp, err := m.AllocateQueue(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			d := resp.Arrays["d"]
-			src, _ := m.NewHostArray(tc.shape, Float32, Pinned, nil)
-			defer src.Free()
-			fillSeq(src)
-			dst, _ := m.NewHostArray(tc.shape, Float32, Pageable, nil)
-			whole, _ := m.NewHostArray(chunkShape, Float32, Pageable, nil)
-			for start := 0; start < runs; start += tc.length {
-				n := min(tc.length, runs-start)
-				sp := Span{Axis: tc.axis, Start: start, Len: n}
-				// Mark the device array so idle positions show.
-				neg, _ := m.NewHostArray(chunkShape, Float32, Pageable, nil)
-				for i := range neg.Float32s() {
-					neg.Float32s()[i] = -1
+		for _, strided := range []bool{true, false} {
+			kind := map[bool]string{true: "2-D copies", false: "row copies"}[strided]
+			t.Run(name+", "+kind, func(t *testing.T) {
+				cd := &countingDev{Device: newSim(t, 64*MiB)}
+				var dev device.Device = cd
+				if !strided {
+					dev = rowsOnly{cd, cd}
 				}
-				if err := m.ToDevice(c, d, neg); err != nil {
+				m, err := New(dev, WithAllocator(Direct))
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := m.ToDeviceChunk(c, d, src, sp); err != nil {
+				defer m.Close()
+				if (m.strided != nil) != strided {
+					t.Fatalf("manager sees 2-D copies: %v, want %v", m.strided != nil, strided)
+				}
+				c := register(t, m, ClientOptions{})
+				runs := tc.shape[tc.axis]
+				rows := 1
+				for _, d := range tc.shape[:tc.axis] {
+					rows *= d
+				}
+				chunkShape := slices.Clone(tc.shape)
+				chunkShape[tc.axis] = tc.length
+				_ = m.QueueRequest(c, map[string]ArrayRequest{"d": {Shape: chunkShape, DType: Float32, ChunkAxis: tc.axis, Unchunkable: true}})
+				resp, err := m.AllocateQueue(c)
+				if err != nil {
 					t.Fatal(err)
 				}
-				if err := m.FromDevice(c, whole, d); err != nil {
-					t.Fatal(err)
+				d := resp.Arrays["d"]
+				src, _ := m.NewHostArray(tc.shape, Float32, Pinned, nil)
+				defer src.Free()
+				fillSeq(src)
+				dst, _ := m.NewHostArray(tc.shape, Float32, Pageable, nil)
+				whole, _ := m.NewHostArray(chunkShape, Float32, Pageable, nil)
+				for start := 0; start < runs; start += tc.length {
+					n := min(tc.length, runs-start)
+					sp := Span{Axis: tc.axis, Start: start, Len: n}
+					// Mark the device array so idle positions show.
+					neg, _ := m.NewHostArray(chunkShape, Float32, Pageable, nil)
+					for i := range neg.Float32s() {
+						neg.Float32s()[i] = -1
+					}
+					if err := m.ToDevice(c, d, neg); err != nil {
+						t.Fatal(err)
+					}
+					p0, s0 := cd.plain.Load(), cd.strided.Load()
+					if err := m.ToDeviceChunk(c, d, src, sp); err != nil {
+						t.Fatal(err)
+					}
+					p1, s1 := cd.plain.Load(), cd.strided.Load()
+					if err := m.FromDevice(c, whole, d); err != nil {
+						t.Fatal(err)
+					}
+					p2, s2 := cd.plain.Load(), cd.strided.Load()
+					if err := m.FromDeviceChunk(c, dst, d, sp); err != nil {
+						t.Fatal(err)
+					}
+					p3, s3 := cd.plain.Load(), cd.strided.Load()
+					// Adjacent rows (one row, or the whole array) are one
+					// plain copy; apart, one 2-D copy or a copy per row.
+					wantPlain, want2D := int64(1), int64(0)
+					if rows > 1 && !(n == runs && tc.length == runs) {
+						if strided {
+							wantPlain, want2D = 0, 1
+						} else {
+							wantPlain = int64(rows)
+						}
+					}
+					for dir, got := range map[string][2]int64{"to device": {p1 - p0, s1 - s0}, "from device": {p3 - p2, s3 - s2}} {
+						if got != [2]int64{wantPlain, want2D} {
+							t.Errorf("chunk at %d, %s: %d plain and %d 2-D copies, want %d and %d", start, dir, got[0], got[1], wantPlain, want2D)
+						}
+					}
+					if err := m.Sync(c); err != nil {
+						t.Fatal(err)
+					}
+					if want := refChunk(tc.shape, tc.axis, tc.length, start, n); !slices.Equal(whole.Float32s(), want) {
+						t.Fatalf("chunk at %d: device holds %v, want %v", start, whole.Float32s(), want)
+					}
 				}
-				if err := m.FromDeviceChunk(c, dst, d, sp); err != nil {
-					t.Fatal(err)
+				if !slices.Equal(dst.Float32s(), src.Float32s()) {
+					t.Errorf("round trip: %v, want %v", dst.Float32s(), src.Float32s())
 				}
-				if err := m.Sync(c); err != nil {
-					t.Fatal(err)
-				}
-				if want := refChunk(tc.shape, tc.axis, tc.length, start, n); !slices.Equal(whole.Float32s(), want) {
-					t.Fatalf("chunk at %d: device holds %v, want %v", start, whole.Float32s(), want)
-				}
-			}
-			if !slices.Equal(dst.Float32s(), src.Float32s()) {
-				t.Errorf("round trip: %v, want %v", dst.Float32s(), src.Float32s())
-			}
-		})
+			})
+		}
 	}
+}
+
+// TestStridedChunkIsOneDeviceCopy counts with the simulator's own fault
+// counter: a 3-row chunk is one copy, so a fault armed for the second
+// copy does not fire and one armed for the first fails the chunk.
+func TestStridedChunkIsOneDeviceCopy(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"d": {Shape: []int{3, 4}, DType: Float32, Unchunkable: true}})
+	resp, _ := m.AllocateQueue(c)
+	h, _ := m.NewHostArray([]int{3, 10}, Float32, Pageable, nil)
+	sp := Span{Axis: 1, Start: 2, Len: 4}
+	dev.Faults().FailCopyAt(2)
+	if err := m.ToDeviceChunk(c, resp.Arrays["d"], h, sp); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(c); err != nil || dev.Faults().Fired() != 0 {
+		t.Fatalf("the second copy failed (%v, %d fired): the chunk took more than one", err, dev.Faults().Fired())
+	}
+	dev.Faults().FailCopyAt(1)
+	if err := m.FromDeviceChunk(c, h, resp.Arrays["d"], sp); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(c); !errors.Is(err, device.ErrCopyFailed) {
+		t.Fatalf("a failed 2-D copy: Sync returned %v, want ErrCopyFailed", err)
+	}
+	dev.Faults().Clear()
 }
 
 func TestWholeCopies(t *testing.T) {

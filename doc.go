@@ -35,6 +35,22 @@
 //     DeviceArrays and HostArrays and the chunk parameters; the other
 //     members (notaries) get the chunk parameters alone.
 //   - Plan: the chunk planner, a pure function (also behind `vram plan`).
+//     Its budget is in the bytes the allocator charges (each array rounded
+//     to the allocator's granularity, 512 B for the Pool), so a plan that
+//     fits its budget fits an allocator or alloc.Limit with that much to
+//     give.
+//   - The budget AllocateQueue plans a group with: the device's free
+//     memory (after trimming the allocator's cache) plus the arrays being
+//     replaced, less the page reserve of the planned arrays — the device
+//     hands out 2 MiB pages, so an array above the Pool's small-request
+//     size may cost its bytes rounded up to a page and the small ones
+//     share pages; nothing is kept for Direct, which counts whole pages —
+//     and at most, in Active mode, the members' caps less what they hold
+//     and, under an alloc.Limit, its cap less its use. The plan has the
+//     fewest chunks that fit all of these; if the allocator still runs the
+//     device out (the Pool's larger first tries), the group is planned
+//     again with what it took kept back. A refusal names each figure and
+//     what would raise the one that binds.
 //   - Copies: ToDevice, FromDevice, and ToDeviceChunk / FromDeviceChunk,
 //     which move one chunk's runs between a full-length host array and a
 //     chunk-length device array, all ordered on the client's stream; Sync
@@ -46,8 +62,10 @@
 //
 // A Manager, its Clients and the arrays' accessors are safe for
 // concurrent use. Registration, Close, share changes and group lookups
-// cost O(1) in the number of clients. AllocateQueue calls for one stream
-// group are serialized; calls for different groups run in parallel. No
+// cost O(1) in the number of clients. AllocateQueue calls are serialized
+// from reading the device's free memory to their last allocation, so two
+// groups never plan against the same free memory; copies, frees and
+// registration run in parallel with them. No
 // hook is ever called with a lock held, so hooks may call the manager;
 // they run on the goroutine whose call caused them (AllocateQueue,
 // SetAllocator, InvalidateAll). Device memory follows the stream contract

@@ -76,8 +76,8 @@ func Example() {
 	}
 	fmt.Println("every run came back:", slices.Equal(in.Float32s(), out.Float32s()))
 	// Output:
-	// output: 3 chunks of 333334 runs, 0 arrays
-	// solver: 3 chunks of 333334 runs; state [2 333334], table [1024]
+	// output: 2 chunks of 500000 runs, 0 arrays
+	// solver: 2 chunks of 500000 runs; state [2 500000], table [1024]
 	// every run came back: true
 }
 
@@ -113,7 +113,7 @@ func ExamplePlan() {
 	// 4 chunks of 2500 runs (last 2500), 1041920 of 1048576 bytes
 	// [50 2 2500] [100]
 	// 8 chunks when double buffered
-	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run; make the large fixed inputs chunkable, shrink them, or raise the budget (a larger proportion, more free memory): vram: does not fit and cannot be chunked
+	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run (one run of the chunked arrays needs 1 KiB more, 2 KiB in all); make the large fixed inputs chunkable, shrink them, or raise the budget by 1 KiB: vram: does not fit and cannot be chunked
 }
 
 // Manual proportions and the auto pool.

@@ -44,7 +44,7 @@ func (h *hostPool) alloc(n uint64, mem MemoryType, s device.Stream) ([]byte, dev
 		return pageable(n), 0, nil, nil
 	case Pinned, Mapped:
 		if h.ha == nil {
-			return nil, 0, nil, fmt.Errorf("%s host memory: the %s device cannot allocate pinned memory: %w",
+			return nil, 0, nil, fmt.Errorf("%s host memory: the %s device cannot allocate pinned memory; ask for pageable memory: %w",
 				mem, h.dev.Info().Backend, ErrNotSupported)
 		}
 		if mem == Pinned && h.pinned != nil {
@@ -96,7 +96,7 @@ func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like an
 		return nil, fmt.Errorf("vram: new host array: memory %v is not host memory; want pinned, mapped or pageable: %w", mem, ErrInvalidRequest)
 	}
 	if m.isClosed() {
-		return nil, ErrClosed
+		return nil, closedErr("new host array")
 	}
 	h, err := m.newHost(slices.Clone(shape), dtype, mem, "", m.dev.DefaultStream())
 	if err != nil {

@@ -3,15 +3,18 @@ package vram
 // The Manager: the registry of clients, the allocator, the stream groups
 // and the queues of array requests.
 //
-// Locking. Three levels, always taken in this order:
+// Locking. Four levels, always taken in this order:
 //
 //  1. a per-group mutex (groupLock), held by AllocateQueue for one group
 //     while it plans and allocates, so two calls never allocate the same
 //     queue;
-//  2. allocMu, an RWMutex: held for reading by everything that uses the
+//  2. planMu, held by AllocateQueue from reading the device's free memory
+//     until its arrays are allocated, so that two groups never plan
+//     against the same free memory;
+//  3. allocMu, an RWMutex: held for reading by everything that uses the
 //     allocator (allocating, freeing), for writing by SetAllocator and
 //     Close, which swap or close it;
-//  3. mu, which protects the registry (clients, shares, queues, each
+//  4. mu, which protects the registry (clients, shares, queues, each
 //     client's arrays). Nothing holding mu calls the device or the
 //     allocator, and no hook is ever called with any of these held.
 //
@@ -28,7 +31,6 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/streams"
 )
 
@@ -164,14 +166,17 @@ func WithTotalMemory(total uint64) Option { return func(c *config) { c.total = t
 //
 // A Manager is safe for concurrent use by any number of goroutines.
 type Manager struct {
-	dev    device.Device
-	total  uint64 // bytes that shares are proportions of
-	groups *streams.Groups
-	log    *slog.Logger
-	cfg    config
-	host   *hostPool
-	nextID atomic.Uint64
+	dev     device.Device
+	strided device.StridedCopier // dev's 2-D copies, or nil
+	total   uint64               // bytes that shares are proportions of
+	groups  *streams.Groups
+	log     *slog.Logger
+	cfg     config
+	host    *hostPool
+	nextID  atomic.Uint64
+	replans atomic.Uint64 // AllocateQueue plans made again after the allocator took more than reserved
 
+	planMu  sync.Mutex      // serializes AllocateQueue's budget, plan and allocation
 	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
@@ -199,6 +204,9 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 	if cfg.log == nil {
 		cfg.log = slog.Default()
 	}
+	if cfg.mode != Passive && cfg.mode != Active {
+		return nil, fmt.Errorf("vram: new manager: limit mode %v: want Passive or Active: %w", cfg.mode, device.ErrInvalidValue)
+	}
 	total := cfg.total
 	if total == 0 {
 		_, t, err := dev.MemInfo()
@@ -219,9 +227,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]*sync.Mutex{},
 	}
-	if m.mode != Passive && m.mode != Active {
-		return nil, fmt.Errorf("vram: new manager: %v: %w", m.mode, device.ErrInvalidValue)
-	}
+	m.strided, _ = dev.(device.StridedCopier)
 	a, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
@@ -338,7 +344,7 @@ func (m *Manager) SetLimitMode(mode LimitMode) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return ErrClosed
+		return closedErr("set limit mode")
 	}
 	m.mode = mode
 	return nil
@@ -357,7 +363,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	if m.closed {
 		m.mu.Unlock()
 		m.allocMu.Unlock()
-		return ErrClosed
+		return closedErr("set allocator")
 	}
 	m.mu.Unlock()
 	next, err := m.newAllocator(kind)
@@ -406,7 +412,7 @@ func (m *Manager) Free(label string) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return ErrClosed
+		return closedErr("free")
 	}
 	var work []freeWork
 	for _, c := range m.reg.slots {
@@ -450,7 +456,7 @@ func (m *Manager) ReinitStreams() error {
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
 	if m.isClosed() {
-		return ErrClosed
+		return closedErr("reinit streams")
 	}
 	return wrapIf("reinit streams", m.groups.Reinit())
 }
@@ -592,7 +598,7 @@ func (m *Manager) Stream(c *Client) (device.Stream, error) {
 // used.
 func (m *Manager) check(c *Client) error {
 	if c == nil || c.m != m {
-		return fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return foreign(c)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -601,18 +607,31 @@ func (m *Manager) check(c *Client) error {
 
 func (m *Manager) checkLocked(c *Client) error {
 	if m.closed {
-		return fmt.Errorf("vram: manager: %w", ErrClosed)
+		return closedErr("use a client")
 	}
 	if c.closed {
-		return fmt.Errorf("vram: client %v: %w", c, ErrClosed)
+		return fmt.Errorf("vram: client %v is closed; register a new client: %w", c, ErrClosed)
 	}
 	return nil
+}
+
+// closedErr is the error of op on a closed manager.
+func closedErr(op string) error {
+	return fmt.Errorf("vram: %s: the manager is closed; make a new one with New: %w", op, ErrClosed)
+}
+
+// foreign is the error for a client handle this manager did not make.
+func foreign(c *Client) error {
+	if c == nil {
+		return fmt.Errorf("vram: nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
+	}
+	return fmt.Errorf("vram: client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
 }
 
 // StreamGroup returns the name of c's stream group.
 func (m *Manager) StreamGroup(c *Client) (string, error) {
 	if c == nil || c.m != m {
-		return "", fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return "", foreign(c)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -696,9 +715,4 @@ func (m *Manager) ensureGroup(group string) error {
 		return fmt.Errorf("vram: make group %q: %w", group, err)
 	}
 	return m.groups.Remove(id)
-}
-
-// budgetLine describes what a group may use, for errors.
-func budgetLine(mode LimitMode, budget, free uint64) string {
-	return fmt.Sprintf("%s mode, budget %s, device free %s", mode, units.Format(budget), units.Format(free))
 }

@@ -428,6 +428,9 @@ func TestAllocatorKinds(t *testing.T) {
 	if _, err := New(dev, WithAllocator(AllocatorKind(7))); !errors.Is(err, device.ErrInvalidValue) {
 		t.Errorf("New with a bad kind: %v", err)
 	}
+	if _, err := New(dev, WithLimitMode(LimitMode(9))); !errors.Is(err, device.ErrInvalidValue) {
+		t.Errorf("New with a bad limit mode: %v", err)
+	}
 	if _, err := New(nil); !errors.Is(err, device.ErrInvalidValue) {
 		t.Errorf("New(nil): %v", err)
 	}

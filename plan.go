@@ -123,13 +123,17 @@ type PlanError struct {
 
 func (e *PlanError) Error() string {
 	var b strings.Builder
+	run := satMul(uint64(max(e.Buffers, 1)), e.RunBytes)
 	switch {
 	case e.Chunkable == 0:
 		fmt.Fprintf(&b, "the arrays need %s but the budget is %s, and none of them can be chunked",
 			units.Format(e.Need), units.Format(e.Budget))
+	case errors.Is(e.Err, ErrUnchunkable) && e.UnchunkableBytes == 0:
+		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run)",
+			units.Format(e.Budget), units.Format(run), e.Buffers, units.Format(e.RunBytes))
 	case errors.Is(e.Err, ErrUnchunkable):
-		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run",
-			units.Format(e.UnchunkableBytes), units.Format(e.Budget))
+		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all)",
+			units.Format(e.UnchunkableBytes), units.Format(e.Budget), units.Format(run), units.Format(e.Need))
 	default:
 		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run) but the budget is %s",
 			units.Format(e.Need), units.Format(e.UnchunkableBytes), e.Buffers, units.Format(e.RunBytes), units.Format(e.Budget))
@@ -159,6 +163,30 @@ type planItem struct {
 // device bytes. requests maps client → label → request (the clients
 // planned together, e.g. one stream group). Plan is a pure function: the
 // same input always gives the same plan, and it touches no device.
+//
+// The rules (N = runs, L = chunk length, k = opts.Buffers, B = budget):
+// a request is chunkable unless Unchunkable, or its shape has no axis
+// ChunkAxis, or that axis has length 1. N is the TotalRuns (Runs) of the
+// chunkable requests, which must agree, or with none chunkable the
+// largest TotalRuns. A request's bytes at L are its shape with the chunk
+// axis set to L (chunkable) or as is, times the dtype size, rounded up to
+// opts.Granularity; U sums the unchunkable device requests, C(L) the
+// chunkable ones. If U + C(N) ≤ B: one chunk of N runs. Else, with no
+// chunkable device request or U ≥ B, ErrUnchunkable; with U + k·C(1) > B,
+// ErrRunTooLarge; otherwise chunks = ⌈N / Lmax⌉ for the largest Lmax
+// with U + k·C(Lmax) ≤ B, of ⌈N / chunks⌉ runs each.
+//
+// Budget semantics. The budget is in the bytes the allocator charges:
+// each array rounded to its granularity, as the allocator, an
+// alloc.Limit and the Active caps count them. So a plan that fits B
+// fits an allocator (or a Limit) with B bytes to give, exactly. What the
+// device gives is another matter when the allocator rounds finer than
+// the device's page (the Pool and the AsyncPool round to 512 B, the
+// device to 2 MiB): its segments are whole pages. AllocateQueue plans
+// with the device's free memory less the page reserve the planned arrays
+// may need (see AllocateQueue), so that its plans fit the device too;
+// give Plan a budget with that margin taken off when planning for a
+// device by hand, or a granularity of the device's page (Direct's).
 //
 // Errors: a request that fails Validate (wrapping ErrInvalidRequest or
 // ErrNotSupported), chunkable requests that disagree on their runs
@@ -245,10 +273,14 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		e := &PlanError{Err: ErrUnchunkable, Need: p.FullBytes, Budget: budget, UnchunkableBytes: u,
 			Buffers: k, Chunkable: nChunkableDev, RunBytes: chunkBytes(devRuns, 1, g)}
 		if nChunkableDev == 0 {
-			e.Hint = "give the largest requests a chunk axis along their runs, or raise the budget (a larger proportion, more free memory)"
+			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs, or raise the budget by %s", units.Format(e.Need-min(e.Need, budget)))
 		} else {
 			e.Need = satAdd(u, satMul(uint64(k), e.RunBytes))
-			e.Hint = "make the large fixed inputs chunkable, shrink them, or raise the budget (a larger proportion, more free memory)"
+			if u > 0 {
+				e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or raise the budget by %s", units.Format(e.Need-min(e.Need, budget)))
+			} else {
+				e.Hint = fmt.Sprintf("raise the budget by %s", units.Format(e.Need-min(e.Need, budget)))
+			}
 		}
 		return ChunkPlan{}, e
 	default:
@@ -257,11 +289,16 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		if need1 > budget {
 			e := &PlanError{Err: ErrRunTooLarge, Need: need1, Budget: budget, UnchunkableBytes: u,
 				RunBytes: c1, Buffers: k, Chunkable: nChunkableDev}
-			e.Hint = fmt.Sprintf("raise the budget by %s", units.Format(need1-budget))
+			var ways []string
+			ways = append(ways, "raise the budget by "+units.Format(need1-budget))
 			if k > 1 {
-				e.Hint += ", use fewer buffers in flight"
+				ways = append(ways, "use fewer buffers in flight")
 			}
-			e.Hint += ", or make more of the fixed arrays chunkable"
+			if u > 0 {
+				ways = append(ways, "make more of the fixed arrays chunkable")
+			}
+			ways = append(ways, "make the per-run arrays smaller")
+			e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
 			return ChunkPlan{}, e
 		}
 		// Largest L in [1, N) with U + k·C(L) ≤ B, that is with

@@ -79,7 +79,7 @@ func (r *ArrayResponse) Span(i, axis int) Span { return r.Plan.Span(i, axis) }
 // queues nothing. Queuing a label again replaces its earlier request.
 func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) error {
 	if c == nil || c.m != m {
-		return fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return foreign(c)
 	}
 	labels := slices.Sorted(maps.Keys(requests))
 	for _, l := range labels {
@@ -151,15 +151,34 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // AllocateQueue allocates every request queued in c's stream group,
 // planned together, and delivers them.
 //
-// The group's budget is what it may use under the limit mode (Passive:
-// the device's free memory once the allocator's cache is trimmed; Active:
-// the smaller of that and the members' caps less what they hold), plus
-// what the arrays being replaced take, less one device page per array
-// when the allocator rounds finer than the device, and never more than a
-// Limit adaptor's headroom. The plan is made with the allocator's
-// granularity (see Plan). Each requester's arrays are then allocated on
-// the group's stream at the planned shapes, replacing any it holds under
-// the same labels.
+// The budget. Plan counts bytes as the allocator charges them (rounded
+// to its granularity, 512 B for the Pool); the group may spend, in those
+// bytes, at most:
+//
+//   - the device's free memory, read after trimming the allocator's cache,
+//     plus what the arrays being replaced take, less the page reserve of
+//     the planned arrays: the device hands out whole pages (2 MiB), and an
+//     allocator that rounds finer gets its memory as segments of pages, so
+//     each array above the Pool's small-request size (1 MiB) may cost up
+//     to its bytes rounded up to a page, and the small ones share pages
+//     (see budget.go; nothing is kept for Direct, which counts whole
+//     pages itself);
+//   - in Active mode, the sum of the group's members' caps less what they
+//     hold (arrays being replaced count as free);
+//   - under an alloc.Limit found in the WithWrap chain, its cap less what
+//     it counts in use.
+//
+// The plan has the fewest chunks whose arrays fit all three. When the
+// allocator still runs the device out (the Pool's first try for a
+// request of 1 to 10 MiB is a shared 20 MiB segment, whose tail can go
+// unused), AllocateQueue gives the arrays back and plans again with what
+// it took beyond the reserve kept back, up to three times. Calls for all
+// groups are serialized from reading the free memory to the last
+// allocation, so two groups never plan against the same free memory.
+// Errors name each figure and what would raise the one that binds.
+//
+// Each requester's arrays are allocated on the group's stream at the
+// planned shapes, replacing any it holds under the same labels.
 //
 // Hooks, called after the allocation with no lock held, on this
 // goroutine, in client id order: every requester's OnAllocated with its
@@ -178,7 +197,7 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 		o(&ac)
 	}
 	if c == nil || c.m != m {
-		return nil, fmt.Errorf("vram: client %v: %w", c, ErrUnknownClient)
+		return nil, foreign(c)
 	}
 	// Lock c's group, making sure c is still in it once locked.
 	var gl *sync.Mutex
@@ -200,9 +219,13 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 		group = g
 		break
 	}
+	// One group plans and allocates at a time, so that each plans against
+	// free memory no other allocation is taking meanwhile.
+	m.planMu.Lock()
 	m.allocMu.RLock()
 	out, err := m.allocateGroup(c, group, ac)
 	m.allocMu.RUnlock()
+	m.planMu.Unlock()
 	gl.Unlock()
 	if err != nil || out == nil {
 		return nil, err
@@ -296,15 +319,22 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	}
 
 	// 2. The budget and the plan.
-	budget, free, err := m.budget(mode, caps, held, replaced, countDevice(reqs, ac.buffers), gran)
-	if err != nil {
+	gb := groupBudget{mode: mode, caps: caps, held: held, replaced: replaced}
+	if err := m.readBudget(&gb); err != nil {
 		restore()
 		return nil, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
-	plan, err := Plan(reqs, budget, PlanOptions{Granularity: gran, Buffers: ac.buffers})
+	plan, err := planGroup(reqs, &gb, PlanOptions{Granularity: gran, Buffers: ac.buffers})
 	if err != nil {
 		restore()
-		return nil, fmt.Errorf("vram: allocate group %q (%s): %w", group, budgetLine(mode, budget, free), err)
+		var pe *PlanError
+		if errors.As(err, &pe) {
+			pe.Hint += "; " + gb.advice()
+		}
+		if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
+			return nil, fmt.Errorf("vram: allocate group %q: %w", group, err) // the requests themselves
+		}
+		return nil, fmt.Errorf("vram: allocate group %q with %s: %w", group, &gb, err)
 	}
 
 	// 3. Free what is being replaced.
@@ -325,34 +355,40 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	m.mu.Unlock()
 	freeErr := m.freeWork(old)
 
-	// 4. Allocate, all or nothing.
-	var todo []pending
-	for _, c := range requesters {
-		shapes := plan.ChunkedShapes[c.String()]
-		for _, l := range slices.Sorted(maps.Keys(q[c])) {
-			r := q[c][l]
-			nb := 1
-			if r.Chunkable() {
-				nb = plan.Buffers
-			}
-			for b := range nb {
-				todo = append(todo, pending{c: c, label: l, buffer: b, req: r, shape: shapes[l]})
-			}
+	// 4. Allocate, all or nothing. When the allocator takes more of the
+	// device than the page reserve allows for (the Pool's growth policy
+	// can: see budget.go) and the device runs out, give the arrays back
+	// and plan again with what it took beyond the reserve kept back.
+	opts := PlanOptions{Granularity: gran, Buffers: ac.buffers}
+	var made []*allocation
+	for attempt := 0; ; attempt++ {
+		todo := pendingOf(requesters, q, plan)
+		var failed int
+		var beyond uint64
+		made, failed, beyond, err = m.allocAll(todo, stream, gb.pm)
+		if err == nil {
+			break
 		}
-	}
-	made := make([]*allocation, 0, len(todo))
-	for i, p := range todo {
-		a, err := m.allocOne(p, stream, gran)
-		if err != nil {
-			for j := len(made) - 1; j >= 0; j-- {
-				_ = m.release(made[j], stream)
+		if beyond > 0 && attempt < maxReplans && errors.Is(err, ErrOutOfMemory) {
+			m.replans.Add(1)
+			gb.lost = satAdd(gb.lost, beyond)
+			gb.held -= min(gb.held, gb.replaced)
+			gb.replaced = 0 // freed in step 3
+			perr := m.readBudget(&gb)
+			if perr == nil {
+				var next ChunkPlan
+				if next, perr = planGroup(reqs, &gb, opts); perr == nil {
+					plan = next
+					continue
+				}
 			}
-			restore()
-			return nil, errors.Join(fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s of %s): %w",
-				group, p.label, p.c, fmtShape(p.req.DType, p.shape), i+1, len(todo),
-				plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(budget), err), freeErr)
+			err = errors.Join(err, fmt.Errorf("plan again with %s less: %w", units.Format(gb.lost), perr))
 		}
-		made = append(made, a)
+		restore()
+		p := todo[failed]
+		return nil, errors.Join(fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s + %s page reserve; %s): %w",
+			group, p.label, p.c, fmtShape(p.req.DType, p.shape), failed+1, len(todo),
+			plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(gb.planReserve), &gb, err), freeErr)
 	}
 
 	// 5. Install, and build the responses.
@@ -438,70 +474,120 @@ func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
 	return r
 }
 
-// countDevice is the most device arrays reqs can take with k buffers.
-func countDevice(reqs map[string]map[string]ArrayRequest, k int) int {
-	n := 0
-	for _, labels := range reqs {
-		for _, r := range labels {
-			if r.Memory != Device {
-				continue
-			}
-			if r.Chunkable() {
-				n += k
-			} else {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// budget works out what a group may plan with. allocMu must be held.
-func (m *Manager) budget(mode LimitMode, caps, held, replaced uint64, arrays int, gran uint64) (budget, free uint64, err error) {
+// readBudget trims the allocator's cache, reads the device's free memory
+// and the allocation limit into b, and works out how the allocator takes
+// pages. allocMu must be held.
+func (m *Manager) readBudget(b *groupBudget) error {
 	// Give the cache back so that free memory is what the device can
-	// really give (a cached block may be too fragmented to serve).
+	// really give (a cached block may be too fragmented to serve); what
+	// the allocator still caches after the trim sits in segments that
+	// are partly in use, too fragmented to count on.
 	if err := m.al.Trim(); err != nil && !errors.Is(err, alloc.ErrClosed) {
-		return 0, 0, fmt.Errorf("trim the allocator: %w", err)
+		return fmt.Errorf("trim the allocator: %w", err)
 	}
-	free, _, err = m.dev.MemInfo()
+	free, _, err := m.dev.MemInfo()
 	if err != nil {
-		return 0, 0, fmt.Errorf("read device memory: %w", err)
+		return fmt.Errorf("read device memory: %w", err)
 	}
-	// What the allocator still caches after the trim sits in segments
-	// that are partly in use: too fragmented to count on.
-	avail := free
-	// The device rounds each allocation up to its page: when the
-	// allocator counts finer, leave a page per array for it.
-	if page := m.dev.Info().Granularity; page > gran {
-		slack := satMul(uint64(arrays), page)
-		avail = avail - min(avail, slack)
-	}
-	avail = satAdd(avail, replaced)
-	if mode == Active {
-		room := caps - min(caps, held-min(held, replaced))
-		avail = min(avail, room)
-	}
+	b.free = free
 	if lim := findLimit(m.al); lim != nil {
-		used := lim.Used()
-		headroom := lim.Cap() - min(lim.Cap(), used-min(used, replaced))
-		avail = min(avail, headroom)
+		b.limited, b.limCap, b.limUsed = true, lim.Cap(), lim.Used()
 	}
-	return avail, free, nil
+	b.pm = pageModelOf(m.al, m.dev.Info().Granularity)
+	return nil
 }
 
-// findLimit returns the first alloc.Limit in a's adaptor chain.
-func findLimit(a alloc.Allocator) *alloc.Limit {
-	for a != nil {
-		if l, ok := a.(*alloc.Limit); ok {
-			return l
-		}
-		ad, ok := a.(alloc.Adaptor)
-		if !ok {
-			return nil
-		}
-		a = ad.Upstream()
+// maxReplans bounds how often AllocateQueue plans a group again after
+// the allocator took more of the device than the page reserve allowed.
+const maxReplans = 3
+
+// pendingOf lists the arrays plan allocates for the requesters' queues
+// q, in client id and label order, each chunkable one once per buffer.
+func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan ChunkPlan) []pending {
+	n := 0
+	for _, c := range requesters {
+		n += len(q[c]) * max(plan.Buffers, 1)
 	}
-	return nil
+	todo := make([]pending, 0, n)
+	labels := make([]string, 0, 8)
+	for _, c := range requesters {
+		shapes := plan.ChunkedShapes[c.String()]
+		labels = labels[:0]
+		for l := range q[c] {
+			labels = append(labels, l)
+		}
+		slices.Sort(labels)
+		for _, l := range labels {
+			r := q[c][l]
+			nb := 1
+			if r.Chunkable() {
+				nb = plan.Buffers
+			}
+			for b := range nb {
+				todo = append(todo, pending{c: c, label: l, buffer: b, req: r, shape: shapes[l]})
+			}
+		}
+	}
+	return todo
+}
+
+// allocAll allocates todo on s, all or nothing: made[i] is todo[i]'s
+// array. Device arrays are allocated small ones first, then the rest from
+// the largest down, so that a segment one of them opens serves those
+// after it where it can (an allocator's large segments do not serve small
+// requests). On failure it frees what it made and returns the index of
+// the array that failed and how many device bytes the allocator took
+// beyond those arrays' bytes and page reserve (pm), read from the
+// device's free memory. allocMu must be held.
+func (m *Manager) allocAll(todo []pending, s device.Stream, pm pageModel) (made []*allocation, failed int, beyond uint64, err error) {
+	bytes := make([]uint64, len(todo))
+	order := make([]int, len(todo))
+	for i, p := range todo {
+		order[i] = i
+		if p.req.Memory.OnDevice() {
+			n, _ := elements(p.shape)
+			bytes[i] = roundUp(n*p.req.DType.Size(), pm.gran)
+		}
+	}
+	small := func(i int) bool { return bytes[i] <= pm.small }
+	slices.SortStableFunc(order, func(a, b int) int {
+		if sa, sb := small(a), small(b); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(bytes[b], bytes[a])
+	})
+	free0, _, ferr := m.dev.MemInfo()
+	made = make([]*allocation, len(todo))
+	var sizes []uint64
+	for _, i := range order {
+		a, err := m.allocOne(todo[i], s, pm.gran)
+		if err == nil {
+			made[i] = a
+			if bytes[i] > 0 {
+				sizes = append(sizes, bytes[i])
+			}
+			continue
+		}
+		if free, _, e := m.dev.MemInfo(); e == nil && ferr == nil && free < free0 {
+			var sum uint64
+			for _, n := range sizes {
+				sum += n
+			}
+			if spent, want := free0-free, satAdd(sum, pm.reserve(sizes)); spent > want {
+				beyond = spent - want
+			}
+		}
+		for _, j := range slices.Backward(order) {
+			if made[j] != nil {
+				_ = m.release(made[j], s)
+			}
+		}
+		return nil, i, beyond, err
+	}
+	return made, 0, 0, nil
 }
 
 // allocOne allocates one array. allocMu must be held.

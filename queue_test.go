@@ -200,6 +200,17 @@ func TestChunkedAllocation(t *testing.T) {
 			if resp.Arrays["x"] != resp.Buffers[0].Device["x"] {
 				t.Error("Arrays is not buffer 0")
 			}
+			covered := 0
+			for i := range resp.Chunks {
+				start, n := resp.Chunk(i)
+				if start != covered || n < 1 || n > resp.ChunkLength {
+					t.Errorf("Chunk(%d) = %d, %d after %d runs", i, start, n, covered)
+				}
+				covered += n
+			}
+			if covered != resp.TotalRuns {
+				t.Errorf("chunks cover %d runs of %d", covered, resp.TotalRuns)
+			}
 			if c.Held() != resp.Plan.BytesPerChunk {
 				t.Errorf("held %d, plan %d", c.Held(), resp.Plan.BytesPerChunk)
 			}

@@ -219,10 +219,12 @@ func (r ArrayRequest) Chunkable() bool {
 	return !r.Unchunkable && r.ChunkAxis >= 0 && r.ChunkAxis < len(r.Shape) && r.Shape[r.ChunkAxis] > 1
 }
 
-// Runs is the request's number of runs: TotalRuns, or for a chunkable
-// request with TotalRuns 0, the length of its chunk axis.
+// Runs is the request's number of runs: TotalRuns, or when that is 0, the
+// length of its chunk axis — unless the request is marked Unchunkable or
+// its shape has no such axis, when it is 0. (An axis of length 1 is one
+// run, though it cannot be cut.)
 func (r ArrayRequest) Runs() int {
-	if r.TotalRuns == 0 && r.Chunkable() {
+	if r.TotalRuns == 0 && !r.Unchunkable && r.ChunkAxis >= 0 && r.ChunkAxis < len(r.Shape) {
 		return r.Shape[r.ChunkAxis]
 	}
 	return r.TotalRuns
@@ -261,10 +263,10 @@ func (r ArrayRequest) Validate() error {
 	}
 	n, ok := r.Elements()
 	if !ok {
-		return fmt.Errorf("shape %v: element count overflows 64 bits: %w", r.Shape, ErrInvalidRequest)
+		return fmt.Errorf("shape %v: element count overflows 64 bits; shrink the shape or chunk it: %w", r.Shape, ErrInvalidRequest)
 	}
 	if hi, _ := bits.Mul64(n, r.DType.Size()); hi != 0 {
-		return fmt.Errorf("shape %v of %v: byte size overflows 64 bits: %w", r.Shape, r.DType, ErrInvalidRequest)
+		return fmt.Errorf("shape %v of %v: byte size overflows 64 bits; shrink the shape or chunk it: %w", r.Shape, r.DType, ErrInvalidRequest)
 	}
 	switch r.Memory {
 	case Device, Pinned, Mapped, Pageable:
@@ -277,7 +279,7 @@ func (r ArrayRequest) Validate() error {
 		return fmt.Errorf("shape %v: chunk axis %d is negative; axes count from 0: %w", r.Shape, r.ChunkAxis, ErrInvalidRequest)
 	}
 	if r.TotalRuns < 0 {
-		return fmt.Errorf("shape %v: total runs %d is negative: %w", r.Shape, r.TotalRuns, ErrInvalidRequest)
+		return fmt.Errorf("shape %v: total runs %d is negative; use 0 (the chunk axis' length) or the number of runs: %w", r.Shape, r.TotalRuns, ErrInvalidRequest)
 	}
 	if r.Chunkable() && r.TotalRuns != 0 && r.TotalRuns != r.Shape[r.ChunkAxis] {
 		return fmt.Errorf("shape %v: total runs %d differs from the length %d of chunk axis %d; set them equal or mark the request unchunkable: %w",

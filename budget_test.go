@@ -1,0 +1,648 @@
+package vram
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// TestAllocateQueueFitsTheDevice: a plan AllocateQueue makes fits the
+// device. Random request sets are queued on managers over small
+// simulated devices (2 MiB pages, a little memory already held by another
+// group) so that the budget is tight; AllocateQueue may refuse with a
+// plan error, but never run out of memory while allocating what it
+// planned.
+func TestAllocateQueueFitsTheDevice(t *testing.T) {
+	for _, kind := range []AllocatorKind{Direct, AsyncPool, Pool} {
+		t.Run(kind.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, uint64(kind)))
+			outcomes := map[string]int{}
+			var replans uint64
+			iters := 300
+			if testing.Short() {
+				iters = 80
+			}
+			for range iters {
+				data := make([]byte, 4*(1+rng.IntN(10)))
+				for i := range data {
+					data[i] = byte(rng.Uint32())
+				}
+				reqs := decodeRequests(data, 1+rng.IntN(1<<uint(rng.IntN(22))))
+				for _, labels := range reqs {
+					for l, r := range labels {
+						r.Memory = Device // host arrays would only cost time here
+						labels[l] = r
+					}
+				}
+				// A device around the size of the batch, so that it is
+				// sometimes chunked and the plans are tight.
+				full := float64(fullBytes(reqs, alloc.PoolGranularity))
+				total := max(4*MiB, uint64(full*(0.2+rng.Float64()))&^(2*MiB-1))
+				dev := newSim(t, total, func(c *sim.Config) { c.AddressOnly = true })
+				m, err := New(dev, WithAllocator(kind))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Another group holds a few arrays.
+				other := register(t, m, ClientOptions{Group: "other"})
+				held := map[string]ArrayRequest{}
+				for i := range rng.IntN(4) {
+					held[fmt.Sprint("h", i)] = fixed(Uint8, 1+rng.IntN(int(total/16)))
+				}
+				if len(held) > 0 {
+					_ = m.QueueRequest(other, held)
+					if _, err := m.AllocateQueue(other); err != nil && !errors.Is(err, ErrUnchunkable) {
+						t.Fatalf("holding %v on %s: %v", held, units.Format(total), err)
+					}
+				}
+				var cs []*Client
+				for name, labels := range reqs {
+					c := register(t, m, ClientOptions{Name: name, Group: "g"})
+					cs = append(cs, c)
+					if err := m.QueueRequest(c, labels); err != nil {
+						t.Fatal(err)
+					}
+				}
+				k := 1 + rng.IntN(2)
+				var resp *ArrayResponse
+				if len(cs) > 0 {
+					resp, err = m.AllocateQueue(cs[0], WithBuffers(k))
+				}
+				switch {
+				case errors.Is(err, ErrOutOfMemory):
+					t.Errorf("%s device: a plan that fits ran out of memory: %v", units.Format(total), err)
+					outcomes["out of memory"]++
+				case errors.Is(err, ErrUnchunkable), errors.Is(err, ErrRunTooLarge), errors.Is(err, ErrRunsMismatch):
+					outcomes["refused"]++
+				case err != nil:
+					t.Fatal(err)
+				case resp == nil:
+					outcomes["nothing queued"]++
+				case resp.Chunks > 1:
+					outcomes["chunked"]++
+				default:
+					outcomes["one chunk"]++
+				}
+				replans += m.replans.Load()
+				if err := m.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, o := range []string{"one chunk", "chunked", "refused"} {
+				if outcomes[o] == 0 {
+					t.Errorf("no case ended %q: %v", o, outcomes)
+				}
+			}
+			t.Logf("%v; planned again %d times", outcomes, replans)
+		})
+	}
+}
+
+func TestPageReserve(t *testing.T) {
+	const page, g = 2 * MiB, 512
+	pool := pageModel{page: page, gran: g, small: MiB, kind: "the pool"}
+	async := pageModel{page: page, gran: g, small: page / 2, kind: "the async pool"}
+	unknown := pageModel{page: page, gran: g, kind: "the allocator"}
+	direct := pageModel{page: page, gran: page, none: true}
+	kib := func(n uint64) uint64 { return n * 1024 }
+	rep := func(n int, s uint64) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = s
+		}
+		return out
+	}
+	for name, tc := range map[string]struct {
+		pm    pageModel
+		sizes []uint64
+		want  uint64
+	}{
+		"no arrays":                         {pool, nil, 0},
+		"one granule takes a page":          {pool, []uint64{512}, page - 512},
+		"eight small arrays share one page": {pool, rep(8, kib(4)), page - kib(32)},
+		// 4 arrays of 768 KiB: every page but the last holds > 2 MiB − 768 KiB,
+		// so ⌊3 MiB / 1.25 MiB⌋ + 1 = 3 pages; per array it would be 4.
+		"small arrays, a few pages": {pool, rep(4, kib(768)), 3*page - 3*MiB},
+		// Three 1 MiB arrays: K = 3 MiB / 1 MiB + 1 = 4 is not below 3, so
+		// each is counted rounded to a page.
+		"1 MiB arrays count a page each":   {pool, rep(3, MiB), 3 * MiB},
+		"a large array rounds to its page": {pool, []uint64{3 * MiB}, MiB},
+		"whole pages reserve nothing":      {pool, []uint64{4 * MiB, 10 * MiB}, 0},
+		"large and small together":         {pool, []uint64{3 * MiB, kib(4), kib(4)}, MiB + page - kib(8)},
+		"async: half a page is small":      {async, rep(8, kib(4)), page - kib(32)},
+		"unknown allocator: page each":     {unknown, rep(8, kib(4)), 8 * (page - kib(4))},
+		"direct rounds to pages itself":    {direct, rep(8, page), 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := tc.pm.reserve(tc.sizes); got != tc.want {
+				t.Errorf("reserve(%v) = %d (%s), want %d (%s)", tc.sizes, got, units.Format(got), tc.want, units.Format(tc.want))
+			}
+			if w := uint64(len(tc.sizes)) * (tc.pm.page - tc.pm.gran); tc.pm.reserve(tc.sizes) > w {
+				t.Errorf("reserve %d above a page less a granule per array, %d", tc.pm.reserve(tc.sizes), w)
+			}
+		})
+	}
+}
+
+// TestPageReserveIsEnough allocates random arrays, in random order,
+// through the allocators whose growth the reserve models (the simulator's
+// stream-ordered pool; a Pool on a device too small for its larger first
+// tries) on a device with exactly their bytes plus the reserve free. Not
+// one allocation may fail.
+func TestPageReserveIsEnough(t *testing.T) {
+	for name, mk := range map[string]func(*sim.Device) (alloc.Allocator, error){
+		"pool":  func(d *sim.Device) (alloc.Allocator, error) { return alloc.NewPool(d, alloc.PoolConfig{}) },
+		"async": func(d *sim.Device) (alloc.Allocator, error) { return alloc.NewAsyncPool(d, alloc.AsyncConfig{}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(11, 12))
+			tight := 0
+			for range 400 {
+				sizes := make([]uint64, 1+rng.IntN(12))
+				var sum uint64
+				for i := range sizes {
+					switch rng.IntN(3) {
+					case 0: // small
+						sizes[i] = uint64(1 + rng.IntN(int(MiB)))
+					case 1: // around a page
+						sizes[i] = uint64(int(MiB) + rng.IntN(int(2*MiB)))
+					default: // a few pages
+						sizes[i] = uint64(1 + rng.IntN(int(6*MiB)))
+					}
+					sizes[i] = roundUp(sizes[i], alloc.PoolGranularity)
+					sum += sizes[i]
+				}
+				dev, err := sim.New(sim.Config{TotalBytes: 64 * MiB, NoContext: true, AddressOnly: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := mk(dev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pm := pageModelOf(a, dev.Info().Granularity)
+				need := sum + pm.reserve(sizes)
+				if need > 18*MiB { // keep the Pool's 20 MiB first tries failing
+					_ = a.Close()
+					_ = dev.Close()
+					continue
+				}
+				// Take all but need bytes of the device.
+				var ballast []device.Ptr
+				if free, _, _ := dev.MemInfo(); free > need {
+					left := free - need
+					for left >= 2*MiB {
+						p, err := dev.Malloc(2 * MiB)
+						if err != nil {
+							t.Fatal(err)
+						}
+						ballast = append(ballast, p)
+						left -= 2 * MiB
+					}
+				}
+				if free, _, _ := dev.MemInfo(); free-need < alloc.PoolGranularity {
+					tight++
+				}
+				s := dev.DefaultStream()
+				var live []device.Ptr
+				for _, i := range rng.Perm(len(sizes)) {
+					p, err := a.Alloc(sizes[i], s)
+					if err != nil {
+						t.Fatalf("sizes %v (%s + %s reserve): alloc %d: %v", sizes, units.Format(sum), units.Format(need-sum), sizes[i], err)
+					}
+					live = append(live, p)
+				}
+				for _, p := range live {
+					_ = a.Free(p, s)
+				}
+				_ = a.Close()
+				for _, p := range ballast {
+					_ = dev.Free(p)
+				}
+				if err := dev.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tight < 100 {
+				t.Errorf("only %d cases left the device with exactly the bytes and the reserve free", tight)
+			}
+		})
+	}
+}
+
+// TestSmallDeviceKeepsOnlyWhatThePagesNeed: the batch of `vram run` (four
+// chunkable arrays, double buffered: eight device arrays) on an 8 MiB
+// device. Keeping a page for each array would leave nothing to plan
+// with; the arrays of a short chunk share one page, so the batch runs in
+// chunks.
+func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
+	m, _, _ := newManager(t, 8*MiB, WithAllocator(Pool))
+	in := register(t, m, ClientOptions{Name: "inputs", Group: "oscillators"})
+	out := register(t, m, ClientOptions{Name: "outputs", Group: "oscillators"})
+	const n, samples = 100_000, 50
+	_ = m.QueueRequest(in, map[string]ArrayRequest{
+		"init":   req(Float32, 1, 2, n),
+		"params": req(Float32, 1, 4, n),
+	})
+	_ = m.QueueRequest(out, map[string]ArrayRequest{
+		"trajectories": req(Float32, 2, samples, 2, n),
+		"status":       req(Int32, 0, n),
+	})
+	resp, err := m.AllocateQueue(out, WithBuffers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Plan
+	// 428 B per run, of which the trajectories take 400: at 5,000 runs a
+	// chunk (20 chunks) they are 1.9 MiB, a page each once rounded, and
+	// the six other arrays (140 KB) share one page: 2 × 2 + 2 = 6 MiB of
+	// 8. At 5,264 runs (19 chunks) the trajectories pass 2 MiB and take
+	// two pages each: 10 MiB. A page kept for each of the eight arrays
+	// would have left nothing to plan with.
+	if p.Chunks != 20 || p.ChunkLength != 5000 || p.Buffers != 2 {
+		t.Errorf("%d chunks of %d runs, %d buffers; want 20 of 5000, 2", p.Chunks, p.ChunkLength, p.Buffers)
+	}
+	if f := free(t, m); f != 2*MiB {
+		t.Errorf("%s left free on the device, want 8 − 6 = 2 MiB", units.Format(f))
+	}
+}
+
+// TestBudgetErrorsNameTheFigures: when a batch cannot be planned,
+// AllocateQueue's error gives the device's free memory, the page reserve
+// and why it is kept, the need, and what to change.
+func TestBudgetErrorsNameTheFigures(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts    []Option
+		prop    float64
+		reqs    map[string]ArrayRequest
+		is      error
+		mention []string
+	}{
+		"page reserve on a small device": {
+			opts: []Option{WithAllocator(Pool)},
+			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 7*int(MiB)), "x": req(Float32, 0, 1000)},
+			is:   ErrUnchunkable,
+			mention: []string{
+				"unchunkable arrays need 7 MiB but the budget is 5 MiB",
+				"passive mode, budget 5 MiB: 8 MiB free on the device after trimming the allocator's cache",
+				"− 3 MiB kept for the pool getting its memory in 2 MiB device pages (2 arrays)",
+				"free device memory", "fewer, larger arrays",
+			},
+		},
+		"a cap of 8 bytes": {
+			opts: []Option{WithAllocator(Direct), WithLimitMode(Active)},
+			prop: 1e-6, // 8 MiB × 1e-6 = 8 B
+			reqs: map[string]ArrayRequest{"x": req(Float32, 0, 1<<20)},
+			is:   ErrRunTooLarge,
+			mention: []string{
+				"one run needs 2 MiB", "but the budget is 8 B", "at most 8 B under the group's caps (8 B, less 0 B its members hold)",
+				"raise the members' proportions", "raise the budget by 2 MiB",
+			},
+		},
+		"a budget of nothing says what one run needs": {
+			opts: []Option{WithAllocator(Direct), WithLimitMode(Active)},
+			prop: 1e-9, // a cap of 0 B
+			reqs: map[string]ArrayRequest{"x": req(Float32, 0, 1<<20)},
+			is:   ErrUnchunkable,
+			mention: []string{
+				"the budget is 0 B, leaving no room for any run: one run of the chunked arrays needs 2 MiB (1 × 2 MiB per run)",
+				"raise the budget by 2 MiB", "raise the members' proportions",
+			},
+		},
+		"limit binds": {
+			opts: []Option{WithAllocator(Direct), WithWrap(func(a alloc.Allocator) alloc.Allocator { return alloc.NewLimit(a, 2*MiB) })},
+			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 3*int(MiB)), "x": req(Float32, 0, 1000)},
+			is:   ErrUnchunkable,
+			mention: []string{
+				"unchunkable arrays need 4 MiB but the budget is 2 MiB",
+				"at most 2 MiB under the allocation limit (2 MiB, 0 B in use)", "raise the allocation limit",
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 8*MiB, tc.opts...)
+			c := register(t, m, ClientOptions{Group: "g", Proportion: tc.prop})
+			_ = m.QueueRequest(c, tc.reqs)
+			_, err := m.AllocateQueue(c)
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("got %v, want %v", err, tc.is)
+			}
+			for _, s := range tc.mention {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error does not say %q:\n%v", s, err)
+				}
+			}
+		})
+	}
+}
+
+// TestPoolGrowthPolicyIsPlannedAround: five 7 MiB arrays on 40 MiB. The
+// plan fits with a page reserve (35 MiB + 5 × 1 MiB), but the Pool's
+// first tries take shared 20 MiB segments, two arrays each, and the
+// fifth finds no room. AllocateQueue gives the arrays back and plans
+// again with what the pool took beyond the reserve kept back: the batch
+// is chunked and allocated.
+func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
+	m, _, _ := newManager(t, 40*MiB, WithAllocator(Pool))
+	c := register(t, m, ClientOptions{Group: "g"})
+	reqs := map[string]ArrayRequest{}
+	for i := range 5 {
+		reqs[fmt.Sprint("a", i)] = req(Uint8, 0, 7*int(MiB))
+	}
+	_ = m.QueueRequest(c, reqs)
+	resp, err := m.AllocateQueue(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.replans.Load() != 1 || resp.Chunks != 2 {
+		t.Errorf("planned again %d times, %d chunks; want once, 2 chunks", m.replans.Load(), resp.Chunks)
+	}
+	if len(resp.Arrays) != 5 || c.Held() != resp.Plan.BytesPerChunk {
+		t.Errorf("%d arrays, %d bytes held, plan %d", len(resp.Arrays), c.Held(), resp.Plan.BytesPerChunk)
+	}
+}
+
+// TestPassiveGroupsPlanInTurn: two groups that each want most of the
+// device allocate at once, many times. In Passive mode each may use the
+// device's free memory; they must not both plan against the same.
+func TestPassiveGroupsPlanInTurn(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	a := register(t, m, ClientOptions{Group: "a"})
+	b := register(t, m, ClientOptions{Group: "b"})
+	for range 30 {
+		var wg sync.WaitGroup
+		var ra, rb *ArrayResponse
+		var ea, eb error
+		_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Uint8, 0, 40*int(MiB))})
+		_ = m.QueueRequest(b, map[string]ArrayRequest{"x": req(Uint8, 0, 40*int(MiB))})
+		wg.Go(func() { ra, ea = m.AllocateQueue(a) })
+		wg.Go(func() { rb, eb = m.AllocateQueue(b) })
+		wg.Wait()
+		if ea != nil || eb != nil {
+			t.Fatalf("a: %v; b: %v", ea, eb)
+		}
+		if sum := ra.Plan.BytesPerChunk + rb.Plan.BytesPerChunk; sum > 64*MiB || ra.Chunks+rb.Chunks != 3 {
+			t.Fatalf("the groups planned %s together, %d and %d chunks", units.Format(sum), ra.Chunks, rb.Chunks)
+		}
+		if err := m.FreeAll(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkPlanGroup checks planGroup against its promises: a plan fits the
+// device with its page reserve and the caps, follows Plan's rules for its
+// budget, and has no fewer chunks than could fit; a refusal means not
+// even one run at a time fits.
+func checkPlanGroup(t *testing.T, reqs map[string]map[string]ArrayRequest, b groupBudget, opts PlanOptions) (outcome string) {
+	t.Helper()
+	p, err := planGroup(reqs, &b, opts)
+	counted := min(b.capRoom(), b.limRoom())
+	k := max(opts.Buffers, 1)
+	if err != nil {
+		if errors.Is(err, ErrRunsMismatch) || errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrNotSupported) {
+			return "invalid"
+		}
+		if !errors.Is(err, ErrUnchunkable) && !errors.Is(err, ErrRunTooLarge) {
+			t.Fatalf("planGroup: unexpected error %v", err)
+		}
+		// Refused: neither the whole batch nor one run at a time fits.
+		for _, tc := range []struct{ l, bufs int }{{1, k}, {1 << 30, 1}} {
+			p0, _ := Plan(reqs, math.MaxUint64, opts)
+			l := min(tc.l, p0.TotalRuns)
+			sizes, sum := sizesAt(devArrays(reqs), opts.Granularity, l, tc.bufs, nil)
+			if sum <= counted && sum+b.pm.reserve(sizes) <= b.device() && (tc.bufs == 1 || l == p0.TotalRuns || sum < p0.FullBytes) {
+				t.Fatalf("refused (%v), but %d runs a chunk in %d buffers take %d + %d reserve of %d (counted %d)",
+					err, l, tc.bufs, sum, b.pm.reserve(sizes), b.device(), counted)
+			}
+		}
+		return "refused"
+	}
+	checkPlan(t, reqs, p.Budget, opts, p, nil)
+	r := b.pm.reserve(refSizes(reqs, p))
+	if p.BytesPerChunk > counted || p.BytesPerChunk+r > b.device() {
+		t.Fatalf("plan spends %d + %d reserve; caps allow %d, device %d", p.BytesPerChunk, r, counted, b.device())
+	}
+	// One chunk fewer does not fit.
+	if c := p.Chunks - 1; c >= 1 {
+		bufs := k
+		if c == 1 {
+			bufs = 1
+		}
+		l := ceilDiv(p.TotalRuns, c)
+		sizes, sum := sizesAt(devArrays(reqs), opts.Granularity, l, bufs, nil)
+		if sum <= counted && sum+b.pm.reserve(sizes) <= b.device() && (c == 1 || sum < p.FullBytes) {
+			t.Fatalf("%d chunks of %d, but %d of %d fit: %d + %d reserve of %d", p.Chunks, p.ChunkLength, c, l, sum, b.pm.reserve(sizes), b.device())
+		}
+	}
+	switch {
+	case p.Chunks == 1:
+		return "one chunk"
+	case p.BytesPerChunk+r > b.device()-min(b.device(), r/2) && r > 0:
+		return "chunked, reserve binds"
+	}
+	return "chunked"
+}
+
+func FuzzPlanGroup(f *testing.F) {
+	f.Add([]byte{4, 1, 0x55, 2, 8, 2, 0xaa, 0x01, 1, 0, 3, 0x20}, uint32(1000), uint64(8<<20), uint64(1<<40), uint8(0), false)
+	f.Add([]byte{0x44, 0x82, 0xff, 0x07, 0x01, 0x02, 0x03, 0x04}, uint32(65535), uint64(3<<20), uint64(1<<20), uint8(1), true)
+	f.Fuzz(func(t *testing.T, data []byte, runs uint32, free, caps uint64, k uint8, async bool) {
+		reqs := decodeRequests(data, int(runs%(1<<22))+1)
+		pm := pageModel{page: 2 * MiB, gran: alloc.PoolGranularity, small: MiB, kind: "the pool"}
+		if async {
+			pm.small, pm.kind = MiB, "the async pool"
+		}
+		b := groupBudget{mode: Active, free: free % (1 << 36), caps: caps % (1 << 36), pm: pm}
+		checkPlanGroup(t, reqs, b, PlanOptions{Granularity: alloc.PoolGranularity, Buffers: int(k%2) + 1})
+	})
+}
+
+func TestPlanGroupProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	outcomes := map[string]int{}
+	for range 3000 {
+		data := make([]byte, 4*(1+rng.IntN(12)))
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		reqs := decodeRequests(data, 1+rng.IntN(1<<uint(rng.IntN(21))))
+		full := float64(fullBytes(reqs, alloc.PoolGranularity))
+		b := groupBudget{mode: Passive, free: uint64(rng.Float64()*1.5*full) + uint64(rng.IntN(6))*MiB,
+			pm: pageModel{page: 2 * MiB, gran: alloc.PoolGranularity, small: MiB, kind: "the pool"}}
+		if rng.IntN(3) == 0 {
+			b.mode, b.caps = Active, uint64(rng.Float64()*1.5*full)
+		}
+		outcomes[checkPlanGroup(t, reqs, b, PlanOptions{Granularity: alloc.PoolGranularity, Buffers: 1 + rng.IntN(2)})]++
+	}
+	for _, o := range []string{"one chunk", "chunked", "chunked, reserve binds", "refused"} {
+		if outcomes[o] == 0 {
+			t.Errorf("no case ended %q: %v", o, outcomes)
+		}
+	}
+	t.Logf("%v", outcomes)
+}
+
+// refSizes lists the allocator bytes of the device arrays plan allocates,
+// from its chunked shapes (independently of sizesAt).
+func refSizes(reqs map[string]map[string]ArrayRequest, plan ChunkPlan) []uint64 {
+	var sizes []uint64
+	for client, labels := range reqs {
+		for label, r := range labels {
+			if r.Memory != Device {
+				continue
+			}
+			n, _ := elements(plan.ChunkedShapes[client][label])
+			copies := 1
+			if refChunkable(r) {
+				copies = plan.Buffers
+			}
+			for range copies {
+				sizes = append(sizes, refBytes(ArrayRequest{Shape: []int{int(n)}, DType: r.DType, Unchunkable: true}, 0, plan.Granularity).Uint64())
+			}
+		}
+	}
+	return sizes
+}
+
+// opaque is an allocator the manager knows nothing about (what a WithWrap
+// that replaces the allocator gives it).
+type opaque struct{ alloc.Allocator }
+
+func TestPageModelOf(t *testing.T) {
+	dev := newSim(t, 64*MiB)
+	pool, err := alloc.NewPool(dev, alloc.PoolConfig{SmallSize: 256 * 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	async, err := alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer async.Close()
+	direct := alloc.NewDirect(dev)
+	defer direct.Close()
+	for name, tc := range map[string]struct {
+		a     alloc.Allocator
+		none  bool
+		small uint64
+		kind  string
+	}{
+		"pool: its SmallSize":         {pool, false, 256 * 1024, "the pool"},
+		"pool under a limit":          {alloc.NewLimit(pool, MiB), false, 256 * 1024, "the pool"},
+		"async pool: half a page":     {async, false, MiB, "the device's stream-ordered pool"},
+		"direct: pages itself":        {direct, true, 0, ""},
+		"traced direct":               {alloc.NewTrace(direct, nil), true, 0, ""},
+		"unknown: a segment an array": {opaque{pool}, false, 0, "the allocator"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pm := pageModelOf(tc.a, 2*MiB)
+			if pm.none != tc.none || pm.small != tc.small || pm.kind != tc.kind || pm.page != 2*MiB {
+				t.Errorf("got %+v, want none %v, small %d, kind %q", pm, tc.none, tc.small, tc.kind)
+			}
+		})
+	}
+}
+
+// TestBudgetExplained: every figure of a budget appears in its
+// explanation, and the advice follows what binds.
+func TestBudgetExplained(t *testing.T) {
+	pool := pageModel{page: 2 * MiB, gran: 512, small: MiB, kind: "the pool"}
+	for name, tc := range map[string]struct {
+		b      groupBudget
+		says   []string
+		advice []string
+		not    []string
+	}{
+		"device binds, after a replan": {
+			b: groupBudget{mode: Passive, free: 10 * MiB, replaced: MiB, lost: 3 * MiB, pm: pool},
+			says: []string{"passive mode, budget 6 MiB: 10 MiB free", "+ 1 MiB of arrays being replaced",
+				"− 3 MiB that the pool took beyond its pages in an earlier try", "− 2 MiB kept for the pool getting its memory in 2 MiB device pages (4 arrays)"},
+			advice: []string{"free device memory", "fewer, larger arrays"},
+			not:    []string{"caps", "limit"},
+		},
+		"caps bind": {
+			b:      groupBudget{mode: Active, free: 10 * MiB, caps: 8 * MiB, held: 5 * MiB, replaced: MiB, pm: pool},
+			says:   []string{"active mode, budget 4 MiB", "at most 4 MiB under the group's caps (8 MiB, less 4 MiB its members hold)"},
+			advice: []string{"raise the members' proportions"},
+			not:    []string{"free device memory", "allocation limit"},
+		},
+		"limit binds": {
+			b:      groupBudget{mode: Passive, free: 10 * MiB, limited: true, limCap: 3 * MiB, limUsed: MiB, pm: pool},
+			says:   []string{"budget 2 MiB", "at most 2 MiB under the allocation limit (3 MiB, 1 MiB in use)"},
+			advice: []string{"raise the allocation limit"},
+			not:    []string{"free device memory", "proportions"},
+		},
+		"direct rounds to pages": {
+			b:      groupBudget{mode: Passive, free: 4 * MiB, pm: pageModel{page: 2 * MiB, gran: 2 * MiB, none: true}},
+			says:   []string{"budget 4 MiB: 4 MiB free"},
+			advice: []string{"use the Pool allocator", "rounds each array up to 2 MiB"},
+			not:    []string{"kept for"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := tc.b
+			r := uint64(0)
+			if !b.pm.none {
+				r = 2 * MiB
+			}
+			b.set(r, 4)
+			got, adv := b.String(), b.advice()
+			for _, s := range tc.says {
+				if !strings.Contains(got, s) {
+					t.Errorf("%q does not say %q", got, s)
+				}
+			}
+			for _, s := range tc.advice {
+				if !strings.Contains(adv, s) {
+					t.Errorf("advice %q does not say %q", adv, s)
+				}
+			}
+			for _, s := range tc.not {
+				if strings.Contains(adv, s) {
+					t.Errorf("advice %q says %q, which does not bind", adv, s)
+				}
+			}
+		})
+	}
+}
+
+// TestTinyBatchOnAFullDevice: three runs of a byte, double buffered, with
+// a page less 512 B free. The whole batch is one granule but needs a page
+// of its own, and two buffers of one run each take no less: the error
+// says so, and what to change.
+func TestTinyBatchOnAFullDevice(t *testing.T) {
+	reqs := map[string]map[string]ArrayRequest{"c": {"x": req(Uint8, 0, 3)}}
+	for name, tc := range map[string]struct {
+		buffers int
+		is      error
+		says    []string
+	}{
+		"double buffered": {2, ErrRunTooLarge, []string{"the batch needs 2 MiB with its page reserve (512 B of arrays)", "no plan of 2 chunk buffers takes less", "free 512 B or allocate with fewer buffers"}},
+		// One run at a time keeps a page less 512 B back: nothing is left.
+		"single buffered": {1, ErrUnchunkable, []string{"the budget is 0 B, leaving no room for any run", "raise the budget by 512 B"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := groupBudget{free: 2*MiB - 512, pm: pageModel{page: 2 * MiB, gran: 512, small: MiB, kind: "the pool"}}
+			_, err := planGroup(reqs, &b, PlanOptions{Granularity: 512, Buffers: tc.buffers})
+			if !errors.Is(err, tc.is) {
+				t.Fatalf("got %v, want %v", err, tc.is)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%v does not say %q", err, s)
+				}
+			}
+		})
+	}
+}
