@@ -8,17 +8,32 @@ import (
 
 // Allocator hands out device memory, ordered on streams.
 //
-// Stream contract: a pointer returned by Alloc(n, s) may be used by work
-// ordered on s at once. Free(p, s) says that the last use of p is work
-// ordered on s before the call; the allocator may hand p's memory out again
-// to an allocation on s at once, and to an allocation on another stream only
-// after the work enqueued on s up to the free has finished — pools enforce
-// this by recording an event on s at the free and reusing the block
-// elsewhere only once that event has completed (or by making the new stream
-// wait on it). Using memory on a stream other than the one it was freed on,
-// without such ordering or a host synchronization, is undefined, as in
-// RMM. Free with a different stream than Alloc is allowed and names the
-// stream of the last use.
+// Stream contract, in full (it is RMM's, and CUDA's stream-ordered
+// allocator's):
+//
+//   - Alloc(n, s) returns memory that work ordered on s may use at once.
+//     The memory may have been used before, by work on s that is still
+//     pending (which runs first, being on s) or by work on other streams
+//     that has finished. Work on another stream t may use it only once t
+//     is ordered after s (an event recorded on s after the Alloc that t
+//     waits on, or a host synchronization).
+//   - Free(p, s) promises that every use of p is work ordered on s before
+//     the call: the caller must first order any other stream's use of p
+//     into s (an event recorded on that stream that s waits on) or wait
+//     for it on the host. s may differ from the Alloc's stream; it names
+//     the stream of the last use. Free does not wait for that work.
+//   - After Free(p, s) the allocator may hand the memory to an Alloc on s
+//     at once, since stream order runs the new use after the old, and to
+//     an Alloc on another stream only once the work enqueued on s up to
+//     the Free has finished. The allocators enforce this themselves:
+//     Pool (and PinnedPool) record an event on s after the free and offer
+//     the block to other streams only once it has completed, never
+//     waiting for it (until then they serve the request from other
+//     memory); AsyncPool leaves it to the device's stream-ordered pool,
+//     which applies the same rule; Direct's device Free waits for all
+//     work, so its memory is safe on any stream.
+//   - Anything else is undefined: using p after Free, or on a stream not
+//     ordered as above.
 //
 // Every Allocator is safe for concurrent use.
 type Allocator interface {

@@ -77,6 +77,7 @@ type AsyncPool struct {
 	dev       device.Device
 	aa        device.AsyncAllocator
 	threshold uint64 // bytes, as set on the device pool
+	maxReq    uint64 // largest request whose rounding to the device's granularity does not overflow
 	st        counters
 
 	mu       sync.Mutex                // protects the fields below
@@ -105,6 +106,7 @@ func NewAsyncPool(dev device.Device, cfg AsyncConfig) (*AsyncPool, error) {
 		dev:       dev,
 		aa:        aa,
 		threshold: cfg.threshold(),
+		maxReq:    math.MaxUint64 &^ (max(dev.Info().Granularity, 1) - 1),
 		live:      make(map[device.Ptr]asyncBlock),
 	}
 	if err := aa.SetReleaseThreshold(a.threshold); err != nil {
@@ -133,6 +135,11 @@ func (a *AsyncPool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	}
 	if a.isClosed() {
 		return 0, fmt.Errorf("alloc: async alloc of %s: %w", units.Format(n), ErrClosed)
+	}
+	if n > a.maxReq {
+		a.st.onOOM()
+		return 0, fmt.Errorf("alloc: async alloc of %d bytes: no device can hold it (rounding it up to the device's %s granularity overflows 64 bits): %w",
+			n, units.Format(a.dev.Info().Granularity), device.ErrOutOfMemory)
 	}
 	p, err := a.aa.MallocAsync(n, s)
 	retried := ""
@@ -226,7 +233,9 @@ func (a *AsyncPool) Free(p device.Ptr, s device.Stream) error {
 	a.mu.Unlock()
 	if err := a.aa.FreeAsync(p, s); err != nil {
 		a.mu.Lock()
-		a.live[p] = b
+		if !a.closed { // else Close has given up the table
+			a.live[p] = b
+		}
 		a.mu.Unlock()
 		return fmt.Errorf("alloc: async free of %v on stream %d: %w", p, s.Handle(), err)
 	}

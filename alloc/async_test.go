@@ -24,17 +24,18 @@ func TestAsyncPoolNeedsStreamOrderedPool(t *testing.T) {
 	}
 }
 
-// TestAsyncPoolReleaseThreshold frees 8 MiB and synchronizes: the device
-// pool keeps what the threshold allows, and Trim gives back the rest.
+// TestAsyncPoolReleaseThreshold frees four 2 MiB blocks and synchronizes:
+// the device pool keeps exactly what the threshold allows, and Trim gives
+// back the rest.
 func TestAsyncPoolReleaseThreshold(t *testing.T) {
 	tests := map[string]struct {
 		cfg           alloc.AsyncConfig
-		wantAfterSync uint64 // at most this many bytes stay reserved
-		wantKept      bool   // the whole 8 MiB stays
+		wantAfterSync uint64 // bytes that stay reserved
 	}{
-		"keep all (zero config)": {cfg: alloc.AsyncConfig{}, wantAfterSync: 8 * units.MiB, wantKept: true},
+		"keep all (zero config)": {cfg: alloc.AsyncConfig{}, wantAfterSync: 8 * units.MiB},
 		"release at sync":        {cfg: alloc.AsyncConfig{ReleaseAtSync: true}, wantAfterSync: 0},
 		"keep 4 MiB":             {cfg: alloc.AsyncConfig{ReleaseThreshold: 4 * units.MiB}, wantAfterSync: 4 * units.MiB},
+		"threshold above use":    {cfg: alloc.AsyncConfig{ReleaseThreshold: 64 * units.MiB}, wantAfterSync: 8 * units.MiB},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -45,28 +46,31 @@ func TestAsyncPoolReleaseThreshold(t *testing.T) {
 			}
 			defer a.Close()
 			s := dev.DefaultStream()
-			p, err := a.Alloc(8*units.MiB, s)
-			if err != nil {
-				t.Fatal(err)
+			var ps []device.Ptr
+			for range 4 {
+				p, err := a.Alloc(2*units.MiB, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ps = append(ps, p)
 			}
-			if st := a.Stats(); st.Reserved < 8*units.MiB || st.DeviceAllocs != 1 {
-				t.Errorf("after an 8 MiB alloc: %+v", st)
+			if st := a.Stats(); st.Reserved != 8*units.MiB || st.DeviceAllocs != 4 {
+				t.Errorf("after four 2 MiB allocs: %+v", st)
 			}
-			if err := a.Free(p, s); err != nil {
-				t.Fatal(err)
+			for _, p := range ps {
+				if err := a.Free(p, s); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := dev.Synchronize(); err != nil {
 				t.Fatal(err)
 			}
 			st := a.Stats()
-			if st.Reserved > tc.wantAfterSync {
-				t.Errorf("after free and sync Reserved = %s, want at most %s", units.Format(st.Reserved), units.Format(tc.wantAfterSync))
+			if st.Reserved != tc.wantAfterSync {
+				t.Errorf("after free and sync Reserved = %s, want %s", units.Format(st.Reserved), units.Format(tc.wantAfterSync))
 			}
-			if tc.wantKept && st.Reserved < 8*units.MiB {
-				t.Errorf("after free and sync Reserved = %s, want the 8 MiB kept", units.Format(st.Reserved))
-			}
-			if st.PeakReserved < 8*units.MiB {
-				t.Errorf("PeakReserved = %s, want at least 8 MiB", units.Format(st.PeakReserved))
+			if st.PeakReserved != 8*units.MiB {
+				t.Errorf("PeakReserved = %s, want 8 MiB", units.Format(st.PeakReserved))
 			}
 			if err := a.Trim(); err != nil {
 				t.Fatal(err)

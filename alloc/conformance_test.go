@@ -1,12 +1,16 @@
 package alloc_test
 
 import (
+	"errors"
 	"io"
+	"math"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/alloc/alloctest"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // newAsyncT makes an AsyncPool or stops the test.
@@ -74,6 +78,48 @@ func TestConformance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			alloctest.Run(t, f)
+		})
+	}
+}
+
+// TestHugeRequests: a request near 2^64 bytes, whose rounding to any
+// granularity would wrap around, fails cleanly on every allocator and
+// adaptor: an error wrapping device.ErrOutOfMemory, one OOM counted,
+// nothing allocated, and the allocator still usable.
+func TestHugeRequests(t *testing.T) {
+	sizes := []uint64{math.MaxUint64, math.MaxUint64 - 511, math.MaxUint64 - 2*units.MiB + 2, 1 << 63}
+	for name, f := range factories {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, sim.Config{TotalBytes: 256 * units.MiB, AddressOnly: true, NoContext: true})
+			a := f(t, dev)
+			defer a.Close()
+			s := dev.DefaultStream()
+			free0, _, _ := dev.MemInfo()
+			for _, n := range sizes {
+				before := a.Stats()
+				p, err := a.Alloc(n, s)
+				if !errors.Is(err, device.ErrOutOfMemory) {
+					t.Fatalf("Alloc(%#x) = %v, %v; want an error wrapping device.ErrOutOfMemory", n, p, err)
+				}
+				after := a.Stats()
+				if after.OOMs != before.OOMs+1 {
+					t.Errorf("Alloc(%#x): OOMs %d → %d, want one more", n, before.OOMs, after.OOMs)
+				}
+				after.OOMs, after.Retries = before.OOMs, before.Retries
+				if after != before {
+					t.Errorf("Alloc(%#x) changed Stats: %+v → %+v", n, before, after)
+				}
+				if free, _, _ := dev.MemInfo(); free != free0 {
+					t.Errorf("Alloc(%#x): device free memory %d → %d", n, free0, free)
+				}
+			}
+			p, err := a.Alloc(units.MiB, s)
+			if err != nil {
+				t.Fatalf("Alloc(1 MiB) after the huge requests: %v", err)
+			}
+			if err := a.Free(p, s); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
 }

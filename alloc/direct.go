@@ -109,7 +109,9 @@ func (d *Direct) Free(p device.Ptr, s device.Stream) error {
 	d.mu.Unlock()
 	if err := d.dev.Free(p); err != nil {
 		d.mu.Lock()
-		d.live[p] = charged
+		if !d.closed { // else Close has given up the table
+			d.live[p] = charged
+		}
 		d.mu.Unlock()
 		return fmt.Errorf("alloc: direct free of %v: %w", p, err)
 	}

@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
@@ -98,6 +99,71 @@ func TestDirectRejectsBadArguments(t *testing.T) {
 			}
 			if st := d.Stats(); st.Allocs != 0 || st.OOMs != 0 {
 				t.Errorf("a refused call changed Stats: %+v", st)
+			}
+		})
+	}
+}
+
+// gatedDevice is a simulated device whose Free and FreeAsync, once armed,
+// wait for the test to let them go on.
+type gatedDevice struct {
+	*sim.Device
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedDevice) wait() {
+	if g.armed.Load() {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+}
+
+func (g *gatedDevice) Free(p device.Ptr) error {
+	g.wait()
+	return g.Device.Free(p)
+}
+
+func (g *gatedDevice) FreeAsync(p device.Ptr, s device.Stream) error {
+	g.wait()
+	return g.Device.FreeAsync(p, s)
+}
+
+// TestCloseDuringDeviceFree: a Free whose device call fails after Close
+// has run (here: the device is reset under it) returns the error and
+// leaves the closed allocator alone, instead of writing to the live table
+// Close gave up.
+func TestCloseDuringDeviceFree(t *testing.T) {
+	tests := map[string]func(t *testing.T, dev device.Device) alloc.Allocator{
+		"Direct":    func(t *testing.T, dev device.Device) alloc.Allocator { return alloc.NewDirect(dev) },
+		"AsyncPool": func(t *testing.T, dev device.Device) alloc.Allocator { return newAsyncT(t, dev, alloc.AsyncConfig{}) },
+	}
+	for name, newAlloc := range tests {
+		t.Run(name, func(t *testing.T) {
+			sd := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB, AddressOnly: true})
+			g := &gatedDevice{Device: sd, entered: make(chan struct{}, 1), release: make(chan struct{})}
+			a := newAlloc(t, g)
+			s := g.DefaultStream()
+			p, err := a.Alloc(units.MiB, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.armed.Store(true)
+			done := make(chan error, 1)
+			go func() { done <- a.Free(p, s) }()
+			<-g.entered
+			g.armed.Store(false)
+			if err := a.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			sd.Faults().ResetAt(sim.OpFree, 1)
+			close(g.release)
+			if err := <-done; !errors.Is(err, device.ErrInvalidated) {
+				t.Errorf("Free across Close and a reset: err = %v, want device.ErrInvalidated", err)
+			}
+			if err := a.Free(p, s); !errors.Is(err, alloc.ErrClosed) {
+				t.Errorf("Free after Close: err = %v, want alloc.ErrClosed", err)
 			}
 		})
 	}

@@ -1,12 +1,14 @@
 package alloc_test
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/alloc/alloctest"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/trace"
 )
 
 // seeds start every fuzz target: alloc-heavy, free-heavy, trims, refused
@@ -59,5 +61,36 @@ func FuzzLimit(f *testing.F) {
 func FuzzLimitDirect(f *testing.F) {
 	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator {
 		return alloc.NewLimit(alloc.NewDirect(dev), 64*units.MiB)
+	})
+}
+
+// FuzzTrace runs the sequences through Trace(Limit(Pool)) and reads the
+// log back: every line parses, every free matches a live allocation
+// (never a pointer allocated twice without a free between), and the log
+// counts the calls that succeeded.
+func FuzzTrace(f *testing.F) {
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4096 {
+			data = data[:4096]
+		}
+		var log bytes.Buffer
+		var tr *alloc.Trace
+		alloctest.Ops(t, func(t *testing.T, dev device.Device) alloc.Allocator {
+			tr = alloc.NewTrace(alloc.NewLimit(newPoolT(t, dev), 96*units.MiB), &log)
+			return tr
+		}, data)
+		events, err := trace.Read(&log)
+		if err != nil {
+			t.Fatalf("reading the log back: %v", err)
+		}
+		sum := trace.Summarize(events)
+		st := tr.Stats()
+		if sum.UnmatchedFrees != 0 || sum.Reallocs != 0 || sum.BlocksAtEnd != 0 ||
+			uint64(sum.Allocs) != st.Allocs || uint64(sum.Frees) != st.Frees {
+			t.Fatalf("log %+v disagrees with the calls made (%+v)", sum, st)
+		}
 	})
 }

@@ -93,15 +93,18 @@ func (l *Limit) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	l.mu.Unlock()
 	p, err := l.up.Alloc(n, s)
 	l.mu.Lock()
+	if l.closed {
+		// Closed while the upstream call ran: Close has zeroed used.
+		l.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return 0, errors.Join(fmt.Errorf("alloc: limit: alloc of %s: %w", units.Format(n), ErrClosed), l.up.Free(p, s))
+	}
 	if err != nil {
 		l.used -= charged
 		l.mu.Unlock()
 		return 0, err
-	}
-	if l.closed {
-		// Closed while the upstream call ran.
-		l.mu.Unlock()
-		return 0, errors.Join(fmt.Errorf("alloc: limit: alloc of %s: %w", units.Format(n), ErrClosed), l.up.Free(p, s))
 	}
 	l.live[p] = charged
 	l.mu.Unlock()
@@ -122,16 +125,19 @@ func (l *Limit) Free(p device.Ptr, s device.Stream) error {
 	}
 	delete(l.live, p)
 	l.mu.Unlock()
-	if err := l.up.Free(p, s); err != nil {
-		l.mu.Lock()
-		l.live[p] = charged
-		l.mu.Unlock()
-		return err
-	}
+	err := l.up.Free(p, s)
 	l.mu.Lock()
-	l.used -= charged
-	l.mu.Unlock()
-	return nil
+	defer l.mu.Unlock()
+	switch {
+	case l.closed:
+		// Closed while the upstream call ran: Close has given up the
+		// table and zeroed used.
+	case err != nil:
+		l.live[p] = charged
+	default:
+		l.used -= charged
+	}
+	return err
 }
 
 // Stats are the upstream's, with the Limit's refusals added to OOMs.

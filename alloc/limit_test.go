@@ -2,7 +2,10 @@ package alloc_test
 
 import (
 	"errors"
+	"io"
+	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
@@ -129,13 +132,187 @@ func TestLimitChargesUpstreamGranularity(t *testing.T) {
 	}
 }
 
-func TestLimitUpstream(t *testing.T) {
-	dev := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB, AddressOnly: true})
-	d := alloc.NewDirect(dev)
-	l := alloc.NewLimit(d, units.MiB)
-	defer l.Close()
-	var a alloc.Adaptor = l
-	if a.Upstream() != alloc.Allocator(d) || l.Cap() != units.MiB {
-		t.Errorf("Upstream() = %v, Cap() = %d", a.Upstream(), l.Cap())
+// TestAdaptorsUpstream: each adaptor exposes what it wraps, its
+// granularity and its Stats.
+func TestAdaptorsUpstream(t *testing.T) {
+	adaptors := map[string]func(up alloc.Allocator) alloc.Adaptor{
+		"Limit": func(up alloc.Allocator) alloc.Adaptor { return alloc.NewLimit(up, units.GiB) },
+		"Trace": func(up alloc.Allocator) alloc.Adaptor { return alloc.NewTrace(up, io.Discard) },
+	}
+	for name, wrap := range adaptors {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB, AddressOnly: true})
+			d := alloc.NewDirect(dev)
+			a := wrap(d)
+			defer a.Close()
+			if a.Upstream() != alloc.Allocator(d) {
+				t.Errorf("Upstream() = %v, want the Direct it wraps", a.Upstream())
+			}
+			if g := a.(alloc.Granular).Granularity(); g != d.Granularity() {
+				t.Errorf("Granularity() = %d, want the upstream's %d", g, d.Granularity())
+			}
+			if _, err := a.Alloc(units.MiB, dev.DefaultStream()); err != nil {
+				t.Fatal(err)
+			}
+			if l, ok := a.(*alloc.Limit); ok && l.Cap() != units.GiB {
+				t.Errorf("Cap() = %d, want 1 GiB", l.Cap())
+			}
+			if a.Stats() != d.Stats() {
+				t.Errorf("Stats() = %+v, want the upstream's %+v", a.Stats(), d.Stats())
+			}
+		})
+	}
+}
+
+// TestLimitFailedCallsChangeNothing: a call the Limit or its upstream
+// refuses leaves the bytes charged and the live table as they were.
+func TestLimitFailedCallsChangeNothing(t *testing.T) {
+	tests := map[string]struct {
+		call func(l *alloc.Limit, s device.Stream, live device.Ptr) error
+		want error
+	}{
+		"over the cap": {
+			call: func(l *alloc.Limit, s device.Stream, _ device.Ptr) error {
+				_, err := l.Alloc(60*units.MiB, s)
+				return err
+			},
+			want: alloc.ErrLimit,
+		},
+		"device out of memory under the cap": {
+			call: func(l *alloc.Limit, s device.Stream, _ device.Ptr) error {
+				_, err := l.Alloc(40*units.MiB, s)
+				return err
+			},
+			want: device.ErrOutOfMemory,
+		},
+		"a request too large to round": {
+			call: func(l *alloc.Limit, s device.Stream, _ device.Ptr) error {
+				_, err := l.Alloc(math.MaxUint64, s)
+				return err
+			},
+			want: device.ErrOutOfMemory,
+		},
+		"free of a pointer it did not hand out": {
+			call: func(l *alloc.Limit, s device.Stream, live device.Ptr) error { return l.Free(live+512, s) },
+			want: alloc.ErrUnknownPointer,
+		},
+		"free the upstream refuses": {
+			call: func(l *alloc.Limit, s device.Stream, live device.Ptr) error { return l.Free(live, nil) },
+			want: device.ErrInvalidValue,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB, AddressOnly: true, NoContext: true})
+			p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := alloc.NewLimit(p, 56*units.MiB)
+			defer l.Close()
+			s := dev.DefaultStream()
+			live, err := l.Alloc(30*units.MiB, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			used := l.Used()
+			if err := tc.call(l, s, live); !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if l.Used() != used {
+				t.Errorf("Used() %d → %d after a failed call", used, l.Used())
+			}
+			// The live block is still the Limit's: freeing it gives its
+			// bytes back.
+			if err := l.Free(live, s); err != nil {
+				t.Fatalf("Free of the live block after the failed call: %v", err)
+			}
+			if l.Used() != 0 {
+				t.Errorf("Used() = %d after freeing everything", l.Used())
+			}
+		})
+	}
+}
+
+// gated wraps an allocator so that a test can hold an Alloc or Free inside
+// the upstream call (once armed) while it closes the adaptor around it.
+type gated struct {
+	alloc.Allocator
+	armed   atomic.Bool
+	entered chan struct{} // receives when a call is held
+	release chan struct{} // closed to let held calls go on
+}
+
+func newGated(up alloc.Allocator) *gated {
+	return &gated{Allocator: up, entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (g *gated) wait() {
+	if g.armed.Load() {
+		g.entered <- struct{}{}
+		<-g.release
+	}
+}
+
+func (g *gated) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	g.wait()
+	return g.Allocator.Alloc(n, s)
+}
+
+func (g *gated) Free(p device.Ptr, s device.Stream) error {
+	g.wait()
+	return g.Allocator.Free(p, s)
+}
+
+// TestAdaptorsCloseDuringCall: Close while an Alloc or Free is inside the
+// upstream (which Close closes, so the call fails there) must neither
+// panic nor leave the adaptor's books wrapped around.
+func TestAdaptorsCloseDuringCall(t *testing.T) {
+	adaptors := map[string]func(up alloc.Allocator) alloc.Adaptor{
+		"Limit": func(up alloc.Allocator) alloc.Adaptor { return alloc.NewLimit(up, 32*units.MiB) },
+		"Trace": func(up alloc.Allocator) alloc.Adaptor { return alloc.NewTrace(up, io.Discard) },
+	}
+	calls := map[string]func(a alloc.Allocator, s device.Stream, live device.Ptr) error{
+		"alloc": func(a alloc.Allocator, s device.Stream, _ device.Ptr) error {
+			_, err := a.Alloc(units.MiB, s)
+			return err
+		},
+		"free": func(a alloc.Allocator, s device.Stream, live device.Ptr) error { return a.Free(live, s) },
+	}
+	for aname, wrap := range adaptors {
+		for cname, call := range calls {
+			t.Run(aname+"/"+cname, func(t *testing.T) {
+				dev := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB, AddressOnly: true})
+				p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := newGated(p)
+				a := wrap(g)
+				s := dev.DefaultStream()
+				live, err := a.Alloc(units.MiB, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.armed.Store(true)
+
+				done := make(chan error, 1)
+				go func() { done <- call(a, s, live) }()
+				<-g.entered
+				if err := a.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				close(g.release)
+				if err := <-done; !errors.Is(err, alloc.ErrClosed) {
+					t.Errorf("call across Close: err = %v, want alloc.ErrClosed", err)
+				}
+				if l, ok := a.(*alloc.Limit); ok && l.Used() != 0 {
+					t.Errorf("Used() = %d after Close", l.Used())
+				}
+				if err := a.Close(); err != nil {
+					t.Errorf("second Close: %v", err)
+				}
+			})
+		}
 	}
 }

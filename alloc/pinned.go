@@ -50,8 +50,7 @@ type PinnedPool struct {
 	closed bool
 	idx    freeIndex
 	live   map[device.Ptr]*block // keyed by the host address of the buffer's first byte
-	spare  *block
-	segs   *segment // every buffer held
+	segs   *segment              // every buffer held
 	nsegs  int
 	st     Stats
 }
@@ -163,7 +162,7 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), p.host.HostFree(buf))
 	}
 	seg := &segment{base: hostKey(buf.Data), size: size, host: buf}
-	b := p.newBlockLocked()
+	b := p.idx.newBlock()
 	b.addr, b.size, b.seg = seg.base, size, seg
 	seg.first = b
 	seg.snext = p.segs
@@ -172,10 +171,8 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 	}
 	p.segs = seg
 	p.nsegs++
-	p.st.Reserved += size
-	p.st.PeakReserved = max(p.st.PeakReserved, p.st.Reserved)
-	p.st.DeviceAllocs++
-	p.liveLocked(b)
+	p.st.deviceAllocLocked(size)
+	p.liveLocked(b, false)
 	p.mu.Unlock()
 	return device.HostBuffer{Data: buf.Data[:n:n], DevicePtr: buf.DevicePtr}, nil
 }
@@ -183,28 +180,16 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 // hitLocked hands out cached buffer b for n bytes and releases the lock.
 func (p *PinnedPool) hitLocked(b *block, n uint64) device.HostBuffer {
 	p.idx.remove(b)
-	p.liveLocked(b)
-	p.st.CacheHits++
+	p.liveLocked(b, true)
 	h := b.seg.host
 	p.mu.Unlock()
 	return device.HostBuffer{Data: h.Data[:n:n], DevicePtr: h.DevicePtr}
 }
 
-func (p *PinnedPool) liveLocked(b *block) {
+// liveLocked hands out buffer b; hit says it was cached.
+func (p *PinnedPool) liveLocked(b *block, hit bool) {
 	p.live[b.addr] = b
-	p.st.Allocs++
-	p.st.InUse += b.size
-	p.st.PeakInUse = max(p.st.PeakInUse, p.st.InUse)
-}
-
-func (p *PinnedPool) newBlockLocked() *block {
-	b := p.spare
-	if b == nil {
-		return new(block)
-	}
-	p.spare = b.next
-	b.next = nil
-	return b
+	p.st.allocLocked(b.size, hit)
 }
 
 // Free returns buffer b, last used by work on s (or by the host). It is
@@ -228,8 +213,7 @@ func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
 		return fmt.Errorf("alloc: pinned free of a %s buffer at %#x: %w", units.Format(uint64(len(b.Data))), uint64(key), ErrUnknownPointer)
 	}
 	delete(p.live, key)
-	p.st.Frees++
-	p.st.InUse -= blk.size
+	p.st.freeLocked(blk.size)
 	p.idx.insertOwned(blk, p.idx.streamLocked(s))
 	p.mu.Unlock()
 	return nil
@@ -242,8 +226,7 @@ func (p *PinnedPool) trimLocked() []*segment {
 		next := seg.snext
 		if b := seg.first; b.free {
 			p.idx.remove(b)
-			*b = block{next: p.spare}
-			p.spare = b
+			p.idx.putBlock(b)
 			p.unlinkLocked(seg)
 			out = append(out, seg)
 		}
@@ -263,8 +246,7 @@ func (p *PinnedPool) unlinkLocked(seg *segment) {
 	}
 	seg.sprev, seg.snext, seg.first = nil, nil, nil
 	p.nsegs--
-	p.st.Reserved -= seg.size
-	p.st.DeviceFrees++
+	p.st.deviceFreeLocked(seg.size)
 }
 
 // freeBuffers gives buffers back to the device. Called without the lock.
@@ -288,7 +270,7 @@ func (p *PinnedPool) Stats() Stats {
 // ResetPeaks sets PeakInUse and PeakReserved to the current values.
 func (p *PinnedPool) ResetPeaks() {
 	p.mu.Lock()
-	p.st.PeakInUse, p.st.PeakReserved = p.st.InUse, p.st.Reserved
+	p.st.resetPeaksLocked()
 	p.mu.Unlock()
 }
 

@@ -181,6 +181,7 @@ const (
 type Pool struct {
 	dev    device.Device
 	gran   uint64 // device allocation unit, bytes
+	maxReq uint64 // largest request whose rounding to gran does not overflow
 	cfg    PoolConfig
 	retain bool // keep segments until Trim/OOM (cfg.KeepCache)
 
@@ -188,7 +189,6 @@ type Pool struct {
 	closed    bool
 	idx       freeIndex
 	live      map[device.Ptr]*block
-	spare     *block   // recycled block structs, linked through next
 	segs      *segment // every segment
 	nsegs     int
 	wholly    []*segment // segments that are one free block, unordered
@@ -206,9 +206,11 @@ func NewPool(dev device.Device, cfg PoolConfig) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	gran := max(dev.Info().Granularity, PoolGranularity)
 	p := &Pool{
 		dev:    dev,
-		gran:   max(dev.Info().Granularity, PoolGranularity),
+		gran:   gran,
+		maxReq: math.MaxUint64 &^ (gran - 1),
 		cfg:    c,
 		retain: c.KeepCache,
 		idx:    newFreeIndex(dev, false),
@@ -226,7 +228,7 @@ func (p *Pool) Config() PoolConfig { return p.cfg }
 // Alloc returns n bytes usable on s: a cached block when one fits and
 // may be used on s, else a block of a new segment.
 func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
-	if n == 0 || n > math.MaxUint64-PoolGranularity || s == nil {
+	if n == 0 || n > p.maxReq || s == nil {
 		return 0, p.badRequest(n, s)
 	}
 	size := (n + PoolGranularity - 1) &^ (PoolGranularity - 1)
@@ -238,8 +240,7 @@ func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	}
 	st := p.idx.streamLocked(s)
 	if b := p.idx.bestFit(size, c, st); b != nil {
-		ptr := p.takeLocked(b, size)
-		p.st.CacheHits++
+		ptr := p.takeLocked(b, size, true)
 		p.mu.Unlock()
 		return ptr, nil
 	}
@@ -256,34 +257,19 @@ func (p *Pool) badRequest(n uint64, s device.Stream) error {
 	p.mu.Lock()
 	p.st.OOMs++
 	p.mu.Unlock()
-	return fmt.Errorf("alloc: pool alloc of %d bytes overflows the 512-byte rounding: %w", n, device.ErrOutOfMemory)
-}
-
-// newBlockLocked returns a zeroed block struct, recycled when possible.
-func (p *Pool) newBlockLocked() *block {
-	b := p.spare
-	if b == nil {
-		return new(block)
-	}
-	p.spare = b.next
-	b.next = nil
-	return b
-}
-
-func (p *Pool) putBlockLocked(b *block) {
-	*b = block{next: p.spare}
-	p.spare = b
+	return fmt.Errorf("alloc: pool alloc of %d bytes: no device can hold it (rounding it up to the device's %s granularity overflows 64 bits): %w",
+		n, units.Format(p.gran), device.ErrOutOfMemory)
 }
 
 // takeLocked hands out size bytes from the front of free block b and
-// returns the address.
-func (p *Pool) takeLocked(b *block, size uint64) device.Ptr {
+// returns the address; hit says b was cached, not a new segment.
+func (p *Pool) takeLocked(b *block, size uint64, hit bool) device.Ptr {
 	if b.prev == nil && b.next == nil {
 		p.unmarkWhollyLocked(b.seg)
 	}
 	a := b
 	if b.size-size >= PoolGranularity {
-		a = p.newBlockLocked()
+		a = p.idx.newBlock()
 		a.addr, a.size, a.seg, a.class = b.addr, size, b.seg, b.class
 		a.prev, a.next = b.prev, b
 		if b.prev != nil {
@@ -297,11 +283,7 @@ func (p *Pool) takeLocked(b *block, size uint64) device.Ptr {
 		p.idx.remove(b)
 	}
 	p.live[a.addr] = a
-	p.st.Allocs++
-	p.st.InUse += a.size
-	if p.st.InUse > p.st.PeakInUse {
-		p.st.PeakInUse = p.st.InUse
-	}
+	p.st.allocLocked(a.size, hit)
 	return a.addr
 }
 
@@ -343,8 +325,7 @@ func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
 		return fmt.Errorf("alloc: pool free of %v: %w", ptr, ErrUnknownPointer)
 	}
 	delete(p.live, ptr)
-	p.st.Frees++
-	p.st.InUse -= b.size
+	p.st.freeLocked(b.size)
 	st := p.idx.streamLocked(s)
 	// Free neighbours alternate between sets (two of one set would have
 	// merged), so absorbing a shared neighbour can bring one of st's
@@ -359,7 +340,7 @@ func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
 		} else {
 			b.seg.first = b
 		}
-		p.putBlockLocked(pv)
+		p.idx.putBlock(pv)
 	}
 	for nx := b.next; canJoin(nx, st); nx = b.next {
 		p.idx.remove(nx)
@@ -368,7 +349,7 @@ func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
 		if b.next != nil {
 			b.next.prev = b
 		}
-		p.putBlockLocked(nx)
+		p.idx.putBlock(nx)
 	}
 	p.idx.insertOwned(b, st)
 	if b.prev == nil && b.next == nil {
@@ -398,7 +379,7 @@ func (p *Pool) joinSharedLocked(b *block) {
 		} else {
 			b.seg.first = b
 		}
-		p.putBlockLocked(pv)
+		p.idx.putBlock(pv)
 	}
 	if joinNext {
 		p.idx.remove(nx)
@@ -407,7 +388,7 @@ func (p *Pool) joinSharedLocked(b *block) {
 		if b.next != nil {
 			b.next.prev = b
 		}
-		p.putBlockLocked(nx)
+		p.idx.putBlock(nx)
 	}
 	p.idx.insertShared(b)
 	if b.prev == nil && b.next == nil {
@@ -463,7 +444,7 @@ func (p *Pool) detachLocked(seg *segment) {
 	for b := seg.first; b != nil; {
 		nx := b.next
 		p.idx.remove(b)
-		p.putBlockLocked(b)
+		p.idx.putBlock(b)
 		b = nx
 	}
 	seg.first = nil
@@ -477,9 +458,8 @@ func (p *Pool) detachLocked(seg *segment) {
 	}
 	seg.sprev, seg.snext = nil, nil
 	p.nsegs--
-	p.st.Reserved -= seg.size
+	p.st.deviceFreeLocked(seg.size)
 	p.classRes[seg.class] -= seg.size
-	p.st.DeviceFrees++
 }
 
 // releaseWantedLocked reports whether a growth of g bytes would take the
@@ -589,8 +569,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 			return 0, errors.Join(closedErr(), err)
 		}
 		if b := p.idx.bestFit(size, c, st); b != nil {
-			ptr := p.takeLocked(b, size)
-			p.st.CacheHits++
+			ptr := p.takeLocked(b, size, true)
 			p.mu.Unlock()
 			return ptr, nil
 		}
@@ -602,8 +581,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 			return 0, errors.Join(closedErr(), err)
 		}
 		if b := p.idx.bestFit(size, c, st); b != nil {
-			ptr := p.takeLocked(b, size)
-			p.st.CacheHits++
+			ptr := p.takeLocked(b, size, true)
 			p.mu.Unlock()
 			return ptr, nil
 		}
@@ -613,6 +591,10 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	g := p.segmentSizeLocked(size, c)
 	rel := p.releaseForGrowthLocked(g)
 	p.mu.Unlock()
+	// A segment the device fails to free is gone from the books either
+	// way; that only happens to a lost device (a reset, a dead context),
+	// which fails every later call too. The error is reported if this
+	// allocation fails, and dropped if it succeeds.
 	relErr := p.freeSegments(rel)
 
 	base, err := p.dev.Malloc(g)
@@ -639,7 +621,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 		return 0, errors.Join(fmt.Errorf("alloc: pool alloc of %s: %w", units.Format(n), ErrClosed), p.dev.Free(base))
 	}
 	seg := &segment{base: base, size: g, class: c}
-	b := p.newBlockLocked()
+	b := p.idx.newBlock()
 	b.addr, b.size, b.seg, b.class = base, g, seg, c
 	seg.first = b
 	seg.snext = p.segs
@@ -648,19 +630,13 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	}
 	p.segs = seg
 	p.nsegs++
-	p.st.Reserved += g
+	p.st.deviceAllocLocked(g)
 	p.classRes[c] += g
-	p.st.DeviceAllocs++
-	if p.st.Reserved > p.st.PeakReserved {
-		p.st.PeakReserved = p.st.Reserved
-	}
-	if p.st.Reserved > p.highWater {
-		p.highWater = p.st.Reserved
-	}
+	p.highWater = max(p.highWater, p.st.Reserved)
 	// The new block is fresh memory: safe on every stream.
 	p.idx.insertShared(b)
 	p.markWhollyLocked(seg)
-	ptr := p.takeLocked(b, size)
+	ptr := p.takeLocked(b, size, false)
 	p.mu.Unlock()
 	return ptr, nil
 }
@@ -680,15 +656,19 @@ func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr error) e
 		devFree = units.Format(free) + " of " + units.Format(total)
 	}
 	asked := units.Format(n)
-	if size != n {
-		asked += " (" + units.Format(size) + " rounded)"
+	if r := units.Format(size); r != asked {
+		asked += " (" + r + " rounded)"
+	}
+	advice := "free live arrays, lower the batch size, or give this pool more of the device"
+	if st.Cached() >= size {
+		// What Trim could not give back lies between live blocks.
+		advice = "the cache has the bytes but not in one piece (live blocks hold its segments); " + advice
 	}
 	return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d failed after trimming the cache and retrying: "+
-		"the pool has %s allocated and %s reserved (%s cached, largest free block %s), the device has %s free; "+
-		"free live arrays, lower the batch size, or give this pool more of the device: %w",
+		"the pool has %s allocated and %s reserved (%s cached, largest free block %s), the device has %s free; %s: %w",
 		asked, s.Handle(),
-		units.Format(st.InUse), units.Format(st.Reserved), units.Format(st.Reserved-st.InUse), units.Format(largest),
-		devFree, err), relErr)
+		units.Format(st.InUse), units.Format(st.Reserved), units.Format(st.Cached()), units.Format(largest),
+		devFree, advice, err), relErr)
 }
 
 // Stats reports the pool's counters, exactly: the snapshot is taken under
@@ -703,8 +683,7 @@ func (p *Pool) Stats() Stats {
 // ResetPeaks sets PeakInUse and PeakReserved to the current values.
 func (p *Pool) ResetPeaks() {
 	p.mu.Lock()
-	p.st.PeakInUse = p.st.InUse
-	p.st.PeakReserved = p.st.Reserved
+	p.st.resetPeaksLocked()
 	p.mu.Unlock()
 }
 

@@ -141,3 +141,52 @@ func BenchmarkPoolChurn(b *testing.B) {
 		i++
 	}
 }
+
+// pairSizes are the sizes of the Direct and AsyncPool pair benchmarks: a
+// small block and one of several device pages.
+var pairSizes = []uint64{64 * units.KiB, 8 * units.MiB}
+
+// benchPair times Alloc and Free pairs of n bytes on s; one op is one pair.
+func benchPair(b *testing.B, a alloc.Allocator, n uint64, s device.Stream) {
+	b.Helper()
+	b.ReportAllocs()
+	for b.Loop() {
+		ptr, err := a.Alloc(n, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.Free(ptr, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDirectPair is the baseline for BenchmarkPoolHit: every pair is
+// a simulated device Malloc and Free.
+func BenchmarkDirectPair(b *testing.B) {
+	for _, n := range pairSizes {
+		b.Run(units.Format(n), func(b *testing.B) {
+			dev := openSimT(b, sim.Config{TotalBytes: 16 * units.GiB, AddressOnly: true, NoContext: true})
+			d := alloc.NewDirect(dev)
+			b.Cleanup(func() { d.Close() })
+			benchPair(b, d, n, dev.DefaultStream())
+		})
+	}
+}
+
+// BenchmarkAsyncPoolPair: every pair is a MallocAsync and FreeAsync of the
+// simulator's stream-ordered pool, which reuses the block on the same
+// stream.
+func BenchmarkAsyncPoolPair(b *testing.B) {
+	for _, n := range pairSizes {
+		b.Run(units.Format(n), func(b *testing.B) {
+			dev := openSimT(b, sim.Config{TotalBytes: 16 * units.GiB, AddressOnly: true, NoContext: true})
+			a, err := alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { a.Close() })
+			benchPair(b, a, n, dev.DefaultStream())
+		})
+	}
+}

@@ -211,3 +211,29 @@ func (x *freeIndex) check(nfree int, freeBytes uint64) error {
 	}
 	return errors.Join(errs...)
 }
+
+// StreamStates is how many streams the pool keeps state for.
+func (p *Pool) StreamStates() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idx.streams)
+}
+
+// Locked reports whether the pool's lock is held. In a test where one
+// goroutine calls the pool, true means that goroutine holds it.
+func (p *Pool) Locked() bool {
+	if p.mu.TryLock() {
+		p.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// Locked is Pool.Locked for a PinnedPool.
+func (p *PinnedPool) Locked() bool {
+	if p.mu.TryLock() {
+		p.mu.Unlock()
+		return false
+	}
+	return true
+}

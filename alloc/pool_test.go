@@ -707,3 +707,97 @@ func TestPoolConformanceKeepCache(t *testing.T) {
 		return p
 	})
 }
+
+// TestPoolHitPathDoesNotAllocate: an Alloc and Free pair of a size the
+// pool holds free makes no heap allocation (the goal; the
+// benchmark measures its time), for a split block and a whole one.
+func TestPoolHitPathDoesNotAllocate(t *testing.T) {
+	for _, n := range []uint64{4 * kib, 64 * mib} {
+		e := newPoolEnv(t, addressOnlySim(units.GiB), alloc.PoolConfig{})
+		s := e.dev.DefaultStream()
+		e.release(t, e.alloc(t, n, s), s)
+		allocs := testing.AllocsPerRun(100, func() {
+			p, err := e.p.Alloc(n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.p.Free(p, s); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f heap allocations per Alloc+Free pair, want 0", units.Format(n), allocs)
+		}
+		if st := e.check(t); st.DeviceAllocs != 1 || st.CacheHits < 100 {
+			t.Errorf("%s: %+v: want every pair served from the one segment", units.Format(n), st)
+		}
+	}
+}
+
+// TestPoolForgetsIdleStreams: a program that makes, uses and closes
+// streams does not leave the pool keeping state for each of them.
+func TestPoolForgetsIdleStreams(t *testing.T) {
+	e := newPoolEnv(t, addressOnlySim(units.GiB), alloc.PoolConfig{})
+	for range 50 {
+		s, err := e.dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.release(t, e.alloc(t, 4*kib, s), s)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A miss on the default stream runs a fence round over the streams
+	// that own free blocks; the closed ones hand their blocks over and
+	// are forgotten by the next round.
+	s := e.dev.DefaultStream()
+	big := e.alloc(t, 4*mib, s)
+	e.release(t, e.alloc(t, 2*mib, s), s)
+	e.release(t, big, s)
+	other := e.stream(t)
+	e.release(t, e.alloc(t, 12*mib, other), other)
+	e.alloc(t, 30*mib, s)
+	if n := e.p.StreamStates(); n > 3 {
+		t.Errorf("the pool keeps state for %d streams after 50 were closed, want at most 3", n)
+	}
+	e.check(t)
+}
+
+// TestPoolOutOfMemoryAdvice: the error tells fragmentation apart from a
+// pool that simply holds too much live memory.
+func TestPoolOutOfMemoryAdvice(t *testing.T) {
+	tests := map[string]struct {
+		n     uint64 // allocate blocks of n bytes...
+		count int    // ...this many...
+		free  bool   // ...and free every other one
+		ask   uint64
+		want  string
+	}{
+		"too much live": {n: 40 * mib, count: 1, ask: 30 * mib, want: "free; free live arrays"},
+		// Medium blocks share 20 MiB segments: three of them, each
+		// holding two live 5 MiB blocks between two free ones.
+		"cache in pieces": {n: 5 * mib, count: 12, free: true, ask: 8 * mib, want: "the cache has the bytes but not in one piece"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			e := newPoolEnv(t, addressOnlySim(64*mib), alloc.PoolConfig{})
+			s := e.dev.DefaultStream()
+			var ptrs []device.Ptr
+			for range tc.count {
+				ptrs = append(ptrs, e.alloc(t, tc.n, s))
+			}
+			for i := 0; tc.free && i < len(ptrs); i += 2 {
+				e.release(t, ptrs[i], s)
+			}
+			_, err := e.p.Alloc(tc.ask, s)
+			if !errors.Is(err, device.ErrOutOfMemory) {
+				t.Fatalf("Alloc(%s): err = %v, want ErrOutOfMemory", units.Format(tc.ask), err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q does not say %q", err, tc.want)
+			}
+			e.check(t)
+		})
+	}
+}

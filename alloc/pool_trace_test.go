@@ -48,6 +48,10 @@ func (f pytorchFigures) ratio() float64 { return float64(f.PeakReserved) / float
 // offlineCapacity is the capacity of the minimalloc placement problems.
 const offlineCapacity = 1 << 20
 
+// fragmentationGoal is issue 3's goal for peak reserved / peak live on the
+// PyTorch traces.
+const fragmentationGoal = 1.05
+
 func TestPoolTraces(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays every shared trace")
@@ -92,6 +96,9 @@ func TestPoolTraces(t *testing.T) {
 				res.DeviceAllocs, pt.Segments, res.DeviceFrees, res.EventsPerSec/1e6)
 			if res.Fragmentation() >= pt.ratio() {
 				t.Errorf("peak reserved / peak live = %.3f, not below PyTorch's %.3f", res.Fragmentation(), pt.ratio())
+			}
+			if res.Fragmentation() > fragmentationGoal {
+				t.Errorf("peak reserved / peak live = %.3f, above the goal of %.2f", res.Fragmentation(), fragmentationGoal)
 			}
 			if res.DeviceAllocs > pt.Segments {
 				t.Errorf("%d device allocations, more than PyTorch's %d segments", res.DeviceAllocs, pt.Segments)

@@ -1,10 +1,14 @@
 package alloc
 
-// This file holds counters, the Stats bookkeeping every allocator in the
-// package embeds. Each figure is an atomic, so the hot path of a pool pays
-// a few uncontended atomic adds and never a lock; a peak is raised with a
-// compare-and-swap only when the current value passes it, which on a
-// steady workload is almost never.
+// This file is the one place where allocators count what goes into Stats.
+// Allocators that keep no lock on their hot path (Direct, AsyncPool) embed
+// counters, whose figures are atomics: the hot path pays a few
+// uncontended atomic adds, and a peak is raised with a compare-and-swap
+// only when the current value passes it, which on a steady workload is
+// almost never. Pools that keep their books under their own lock (Pool,
+// PinnedPool) keep a plain Stats and change it only through the Locked
+// methods at the end of the file, so that a snapshot is exact. Both
+// count the same events the same way.
 
 import "sync/atomic"
 
@@ -102,4 +106,43 @@ func (c *counters) stats() Stats {
 func (c *counters) resetPeaks() {
 	c.peakInUse.Store(c.inUse.Load())
 	c.peakReserved.Store(c.reserved.Load())
+}
+
+// The methods below keep a Stats owned by an allocator that changes it
+// only under its own lock (Pool, PinnedPool); they mirror counters'.
+
+// allocLocked counts a successful allocation of n bytes (as the allocator
+// spends them); cacheHit says it was served without a device allocation.
+func (s *Stats) allocLocked(n uint64, cacheHit bool) {
+	s.Allocs++
+	s.InUse += n
+	s.PeakInUse = max(s.PeakInUse, s.InUse)
+	if cacheHit {
+		s.CacheHits++
+	}
+}
+
+// freeLocked counts a successful free of n bytes (the same n allocLocked
+// saw).
+func (s *Stats) freeLocked(n uint64) {
+	s.Frees++
+	s.InUse -= n
+}
+
+// deviceAllocLocked counts a device allocation that reserved n bytes.
+func (s *Stats) deviceAllocLocked(n uint64) {
+	s.DeviceAllocs++
+	s.Reserved += n
+	s.PeakReserved = max(s.PeakReserved, s.Reserved)
+}
+
+// deviceFreeLocked counts a device free that released n bytes.
+func (s *Stats) deviceFreeLocked(n uint64) {
+	s.DeviceFrees++
+	s.Reserved -= n
+}
+
+// resetPeaksLocked sets both peaks to the current values.
+func (s *Stats) resetPeaksLocked() {
+	s.PeakInUse, s.PeakReserved = s.InUse, s.Reserved
 }

@@ -41,7 +41,9 @@ package alloc
 // whose event is not complete is simply not offered, and the pool grows
 // instead. When an event completes, every block of S numbered at or before
 // it moves to the shared set (coalescing with shared neighbours there). At
-// most one event per stream is in flight; events are recycled. If the
+// most one event per stream is in flight; events are recycled, and a
+// stream that owns no free block and has no event in flight is forgotten
+// at the next round (closed streams do not pile up). If the
 // device cannot make an event, a stream that Query reports idle stands in
 // for one. Pool also runs a round over its own stream before giving a
 // wholly free segment back to the device on a miss, so that the device's
@@ -66,7 +68,7 @@ import (
 const numClasses = 2
 
 // block is a run of memory: a live allocation, or a free block in exactly
-// one free set. Block structs are recycled through the owning pool's spare
+// one free set. Block structs are recycled through the freeIndex's spare
 // list, so the hit path allocates nothing.
 type block struct {
 	addr device.Ptr // first byte
@@ -232,7 +234,8 @@ type freeIndex struct {
 	last    *streamState
 	owning  int // streams with owned > 0
 
-	rng uint32 // treap priorities (xorshift)
+	rng   uint32 // treap priorities (xorshift)
+	spare *block // recycled block structs, linked through next
 
 	fencing bool           // a goroutine is running fence work (see runFences)
 	work    []fenceWork    // reused by prepareFences
@@ -265,6 +268,24 @@ func (x *freeIndex) streamLocked(s device.Stream) *streamState {
 	// can still record events.
 	st.s = s
 	return st
+}
+
+// newBlock returns a zeroed block struct, recycled when possible, so
+// that splitting a block on the hit path allocates nothing.
+func (x *freeIndex) newBlock() *block {
+	b := x.spare
+	if b == nil {
+		return new(block)
+	}
+	x.spare = b.next
+	b.next = nil
+	return b
+}
+
+// putBlock recycles b, which must be in no set and no segment.
+func (x *freeIndex) putBlock(b *block) {
+	*b = block{next: x.spare}
+	x.spare = b
 }
 
 func (x *freeIndex) nextPrio() uint32 {
@@ -420,7 +441,18 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
 		return false
 	}
 	x.work = x.work[:0]
-	for _, o := range x.streams {
+	for h, o := range x.streams {
+		if o.owned == 0 && o.ev == nil && o != st {
+			// Nothing to fence: forget the stream, so that a program
+			// that makes and closes streams does not grow the map (and
+			// every round with it). Only free blocks name their owner,
+			// and it has none; its state starts afresh on next use.
+			delete(x.streams, h)
+			if x.last == o {
+				x.last = nil
+			}
+			continue
+		}
 		if o.owned == 0 || (o == st && !x.hostVisible && !all) {
 			continue
 		}

@@ -92,6 +92,7 @@ type step struct {
 	size   uint64 // bytes (opAlloc)
 	slot   int32  // the allocation's slot
 	stream int32  // index into the replay's streams
+	event  int32  // index of the event in the log (a realloc's implied free shares its Allocate's)
 	op     uint8
 }
 
@@ -124,43 +125,44 @@ func compile(events []Event) *program {
 		return i
 	}
 	zeroSlot := int32(-1)
-	for _, e := range events {
+	for i, e := range events {
+		ev := int32(i)
 		switch e.Action {
 		case Allocate:
 			si := stream(e.Stream)
 			if old, ok := live[e.Pointer]; ok {
 				pr.reallocs++
 				if old != zeroSlot {
-					pr.steps = append(pr.steps, step{slot: old, stream: si, op: opFree})
+					pr.steps = append(pr.steps, step{slot: old, stream: si, event: ev, op: opFree})
 				}
 				delete(live, e.Pointer)
 			}
 			if e.Size == 0 {
 				pr.zero++
 				live[e.Pointer] = zeroSlot
-				pr.steps = append(pr.steps, step{op: opSkip})
+				pr.steps = append(pr.steps, step{event: ev, op: opSkip})
 				continue
 			}
 			slot := int32(pr.slots)
 			pr.slots++
 			live[e.Pointer] = slot
-			pr.steps = append(pr.steps, step{size: e.Size, slot: slot, stream: si, op: opAlloc})
+			pr.steps = append(pr.steps, step{size: e.Size, slot: slot, stream: si, event: ev, op: opAlloc})
 		case Free:
 			slot, ok := live[e.Pointer]
 			if !ok {
 				pr.unmatch++
-				pr.steps = append(pr.steps, step{op: opSkip})
+				pr.steps = append(pr.steps, step{event: ev, op: opSkip})
 				continue
 			}
 			delete(live, e.Pointer)
 			if slot == zeroSlot {
-				pr.steps = append(pr.steps, step{op: opSkip})
+				pr.steps = append(pr.steps, step{event: ev, op: opSkip})
 				continue
 			}
-			pr.steps = append(pr.steps, step{slot: slot, stream: stream(e.Stream), op: opFree})
+			pr.steps = append(pr.steps, step{slot: slot, stream: stream(e.Stream), event: ev, op: opFree})
 		default:
 			pr.failures++
-			pr.steps = append(pr.steps, step{op: opSkip})
+			pr.steps = append(pr.steps, step{event: ev, op: opSkip})
 		}
 	}
 	return pr
@@ -249,9 +251,10 @@ func Replay(events []Event, a alloc.Allocator, opts Options) (Result, error) {
 			live -= sizes[st.slot]
 			res.Frees++
 		}
-		if (i+1)%stride == 0 || (n > 0 && i == len(pr.steps)-1) {
+		last := i == len(pr.steps)-1
+		if ((i+1)%stride == 0 || (n > 0 && last)) && (last || pr.steps[i+1].event != st.event) {
 			s := a.Stats()
-			res.Samples = append(res.Samples, Sample{Event: i, Live: live, InUse: s.InUse, Reserved: s.Reserved})
+			res.Samples = append(res.Samples, Sample{Event: int(st.event), Live: live, InUse: s.InUse, Reserved: s.Reserved})
 		}
 	}
 	res.Wall = time.Since(start)
