@@ -29,6 +29,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -260,6 +261,9 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 
 // oomLocked explains why n bytes (reserving need) do not fit.
 func (d *Device) oomLocked(op string, n, need uint64) error {
+	if need < n { // rounding n up to the granularity overflowed
+		need = math.MaxUint64
+	}
 	return fmt.Errorf("%v: %s %s: needs %s at %s granularity but only %s of %s is free "+
 		"(context %s, Malloc %s, async pool %s reserved): %w",
 		d, op, units.Format(n), units.Format(need), units.Format(d.cfg.Granularity),

@@ -3,6 +3,7 @@ package sim_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 	"sync"
@@ -886,5 +887,26 @@ func TestStreamHandles(t *testing.T) {
 	}
 	if d.Leaks().Streams != 0 {
 		t.Errorf("closed streams still reported: %v", d.Leaks())
+	}
+}
+
+func TestOOMMessageOfHugeSizes(t *testing.T) {
+	d, err := sim.New(sim.Config{TotalBytes: 64 << 20, AddressOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s := d.DefaultStream()
+	for name, alloc := range map[string]func() error{
+		"Malloc":      func() error { _, err := d.Malloc(math.MaxUint64); return err },
+		"MallocAsync": func() error { _, err := d.MallocAsync(math.MaxUint64, s); return err },
+	} {
+		err := alloc()
+		if !errors.Is(err, device.ErrOutOfMemory) {
+			t.Fatalf("%s(MaxUint64) = %v, want ErrOutOfMemory", name, err)
+		}
+		if strings.Contains(err.Error(), "needs 0 B") {
+			t.Errorf("%s(MaxUint64): the rounded size wrapped around in the message: %v", name, err)
+		}
 	}
 }
