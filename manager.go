@@ -246,7 +246,10 @@ var (
 // device.Open("auto") (or $VRAM_DEVICE): the CUDA device 0 when a driver
 // and GPU are present, else the simulator. Every call returns the same
 // manager (or the same error); it is safe to call from many goroutines
-// at once. Its device is never closed.
+// at once. Its device is never closed. Do not Close the default manager
+// while anything in the process may still use it: it is never remade,
+// so every later call returns the closed manager. Close clients instead,
+// or use New for a manager of your own.
 func Default() (*Manager, error) {
 	defaultOnce.Do(func() {
 		dev, err := device.Open("")

@@ -34,7 +34,13 @@
 //     before a Reset and a pointer from another device each give a
 //     distinct error (device.ErrOutOfBounds, ErrUseAfterFree,
 //     ErrDoubleFree, ErrInvalidated, ErrInvalidPointer), never silent
-//     corruption.
+//     corruption. It checks against the device's own allocations (each
+//     Malloc's exact size), not an allocator's sub-allocations: under a
+//     caching allocator (alloc.Pool, the manager's default) an access
+//     past an array but inside its pool segment goes unseen. To check a
+//     program's array bounds, run it with the Direct allocator
+//     (vram.WithAllocator(vram.Direct)), which gives each array its own
+//     Malloc.
 //   - Fault injection (Device.Faults): out of memory at the nth
 //     allocation or above a size, a failing copy, a device reset at a
 //     chosen call.
