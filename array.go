@@ -8,6 +8,7 @@ package vram
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -173,7 +174,10 @@ func (h *HostArray) Free() error {
 
 // String describes the array.
 func (h *HostArray) String() string {
-	return fmt.Sprintf("%s %v%v %v host", h.label, h.dtype, h.shape, h.memory)
+	if h.label == "" {
+		return fmt.Sprintf("%v%v %v host array", h.dtype, h.shape, h.memory)
+	}
+	return fmt.Sprintf("%s %v%v %v host array", h.label, h.dtype, h.shape, h.memory)
 }
 
 // view returns the array's bytes as a []T after checking the dtype and
@@ -261,7 +265,8 @@ func fill(h *HostArray, like any) error {
 		return fmt.Errorf("like is a %T; want nil, a *HostArray or a slice of %v: %w", like, h.dtype, ErrMismatch)
 	}
 	if src == nil {
-		return fmt.Errorf("like is a %T of the wrong type or length for %v%v: %w", like, h.dtype, h.shape, ErrMismatch)
+		return fmt.Errorf("like is a %T of %d elements; want a %s of %d elements for %v%v: %w",
+			like, reflect.ValueOf(like).Len(), goSliceType(h.dtype), h.Len(), h.dtype, h.shape, ErrMismatch)
 	}
 	copy(h.data, src)
 	return nil
@@ -278,4 +283,27 @@ func sliceBytes[T any](v []T, d DType, h *HostArray) []byte {
 	}
 	var zero T
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), uintptr(len(v))*unsafe.Sizeof(zero))
+}
+
+// goSliceType names the Go slice type that holds a dtype's elements.
+func goSliceType(d DType) string {
+	switch d {
+	case Float64:
+		return "[]float64"
+	case Float32:
+		return "[]float32"
+	case Int32:
+		return "[]int32"
+	case Int64:
+		return "[]int64"
+	case Uint8:
+		return "[]uint8"
+	case Uint32:
+		return "[]uint32"
+	case Complex64:
+		return "[]complex64"
+	case Complex128:
+		return "[]complex128"
+	}
+	return "slice of " + d.String()
 }

@@ -83,10 +83,10 @@ func TestAllocateQueueFitsTheDevice(t *testing.T) {
 					outcomes["out of memory"]++
 				case errors.Is(err, ErrUnchunkable), errors.Is(err, ErrRunTooLarge), errors.Is(err, ErrRunsMismatch):
 					outcomes["refused"]++
+				case errors.Is(err, ErrNothingQueued):
+					outcomes["nothing queued"]++
 				case err != nil:
 					t.Fatal(err)
-				case resp == nil:
-					outcomes["nothing queued"]++
 				case resp.Chunks > 1:
 					outcomes["chunked"]++
 				default:

@@ -286,7 +286,13 @@ func pct(u uint64) string { return fmt.Sprintf("%.1f%%", 100*float64(u)/float64(
 // MinAutoPool with no auto clients.
 func (m *Manager) checkPoolsLocked(manual uint64, auto int, asked uint64) (warn string, err error) {
 	if manual > shareUnit {
-		over := manual - shareUnit
+		// The most this client could have: what 100% leaves, less the
+		// auto pool's minimum while it has clients.
+		limit := uint64(shareUnit)
+		if auto > 0 {
+			limit -= minAutoUnits
+		}
+		over := manual - min(manual, limit)
 		return "", fmt.Errorf("manual proportions would total %s, over 100%%; ask for at most %s or lower the others: %w",
 			pct(manual), pct(asked-min(asked, over)), ErrProportion)
 	}

@@ -3,6 +3,7 @@ package vram
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -363,18 +364,20 @@ func TestHostArrays(t *testing.T) {
 		mem   MemoryType
 		like  any
 		is    error
+		says  string
 	}{
-		"wrong slice type":      {[]int{2}, Float64, Pageable, []float32{1, 2}, ErrMismatch},
-		"wrong slice length":    {[]int{2}, Float64, Pageable, []float64{1}, ErrMismatch},
-		"unknown like":          {[]int{2}, Float64, Pageable, "1,2", ErrMismatch},
-		"like of another shape": {[]int{4}, Int32, Pageable, src, ErrMismatch},
-		"device memory":         {[]int{2}, Float64, Device, nil, ErrInvalidRequest},
-		"managed memory":        {[]int{2}, Float64, Managed, nil, ErrNotSupported},
-		"bad shape":             {[]int{0}, Float64, Pinned, nil, ErrInvalidRequest},
+		"wrong slice type":      {[]int{2}, Float64, Pageable, []float32{1, 2}, ErrMismatch, "like is a []float32 of 2 elements; want a []float64 of 2 elements"},
+		"wrong slice length":    {[]int{2}, Float64, Pageable, []float64{1}, ErrMismatch, "like is a []float64 of 1 elements; want a []float64 of 2 elements"},
+		"unknown like":          {[]int{2}, Float64, Pageable, "1,2", ErrMismatch, "like is a string"},
+		"like of another shape": {[]int{4}, Int32, Pageable, src, ErrMismatch, ""},
+		"device memory":         {[]int{2}, Float64, Device, nil, ErrInvalidRequest, "want pinned, mapped or pageable"},
+		"managed memory":        {[]int{2}, Float64, Managed, nil, ErrNotSupported, "want pinned, mapped or pageable"},
+		"bad shape":             {[]int{0}, Float64, Pinned, nil, ErrInvalidRequest, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := m.NewHostArray(tc.shape, tc.dt, tc.mem, tc.like); !errors.Is(err, tc.is) {
-				t.Errorf("got %v, want %v", err, tc.is)
+			_, err := m.NewHostArray(tc.shape, tc.dt, tc.mem, tc.like)
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("got %v, want %v saying %q", err, tc.is, tc.says)
 			}
 		})
 	}

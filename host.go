@@ -88,6 +88,9 @@ func (h *hostPool) close() error {
 // for Float64, …) with as many elements. Pinned and mapped arrays must be
 // freed (HostArray.Free) before the manager is closed.
 func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like any) (*HostArray, error) {
+	if mem == Managed {
+		return nil, fmt.Errorf("vram: new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
+	}
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: mem, Unchunkable: true}
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("vram: new host array: %w", err)

@@ -336,8 +336,8 @@ func TestStreamGroupsThroughTheManager(t *testing.T) {
 	if q := m.Queued(b); len(q) != 1 {
 		t.Errorf("b's queue after the move: %v", q)
 	}
-	if resp, err := m.AllocateQueue(a); err != nil || resp != nil {
-		t.Errorf("a's group has nothing queued now: %v, %v", resp, err)
+	if resp, err := m.AllocateQueue(a); !errors.Is(err, ErrNothingQueued) || resp != nil {
+		t.Errorf("a's group has nothing queued now: %v, %v; want ErrNothingQueued", resp, err)
 	}
 	if resp, err := m.AllocateQueue(b); err != nil || resp == nil || resp.Arrays["x"] == nil {
 		t.Errorf("b's request in its new group: %v, %v", resp, err)
@@ -540,4 +540,29 @@ func TestClosedManager(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The hint in a refusal over 100% must be a proportion that is then
+// accepted: it leaves the auto pool its minimum while it has clients.
+func TestOverHundredHintIsAccepted(t *testing.T) {
+	m, _, _ := newManager(t, 1<<30)
+	a, err := m.Register(ClientOptions{Name: "a", Proportion: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	auto, err := m.Register(ClientOptions{Name: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auto.Close()
+	_, err = m.Register(ClientOptions{Name: "b", Proportion: 0.6})
+	if !errors.Is(err, ErrProportion) || !strings.Contains(err.Error(), "at most 45.0%") {
+		t.Fatalf("Register at 0.6 = %v; want ErrProportion saying to ask for at most 45.0%%", err)
+	}
+	b, err := m.Register(ClientOptions{Name: "b", Proportion: 0.45})
+	if err != nil {
+		t.Fatalf("Register at the hinted 45%%: %v", err)
+	}
+	defer b.Close()
 }

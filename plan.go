@@ -23,6 +23,7 @@ package vram
 // are counted apart, in HostBytes.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -229,7 +230,7 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 				}
 			} else {
 				it.fixed = elems * size
-				maxRuns = max(maxRuns, r.TotalRuns)
+				maxRuns = max(maxRuns, r.Runs())
 			}
 			items = append(items, it)
 		}
@@ -273,7 +274,8 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		e := &PlanError{Err: ErrUnchunkable, Need: p.FullBytes, Budget: budget, UnchunkableBytes: u,
 			Buffers: k, Chunkable: nChunkableDev, RunBytes: chunkBytes(devRuns, 1, g)}
 		if nChunkableDev == 0 {
-			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs, or raise the budget by %s", units.Format(e.Need-min(e.Need, budget)))
+			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or raise the budget by %s",
+				largestUnchunkable(items, 3), units.Format(e.Need-min(e.Need, budget)))
 		} else {
 			e.Need = satAdd(u, satMul(uint64(k), e.RunBytes))
 			if u > 0 {
@@ -448,4 +450,36 @@ func satMul(a, b uint64) uint64 {
 		return math.MaxUint64
 	}
 	return lo
+}
+
+// largestUnchunkable names the n largest unchunkable device requests and
+// why each cannot be chunked, for an error's hint.
+func largestUnchunkable(items []planItem, n int) string {
+	var fixed []planItem
+	for _, it := range items {
+		if !it.chunkable && it.req.Memory.OnDevice() {
+			fixed = append(fixed, it)
+		}
+	}
+	slices.SortFunc(fixed, func(a, b planItem) int {
+		if c := cmp.Compare(b.fixed, a.fixed); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.client+"/"+a.label, b.client+"/"+b.label)
+	})
+	parts := make([]string, 0, n)
+	for _, it := range fixed[:min(n, len(fixed))] {
+		r := it.req
+		var why string
+		switch {
+		case r.Unchunkable:
+			why = "marked unchunkable"
+		case r.ChunkAxis >= len(r.Shape):
+			why = fmt.Sprintf("chunk axis %d, but its shape %v has %d axes", r.ChunkAxis, r.Shape, len(r.Shape))
+		default:
+			why = fmt.Sprintf("its chunk axis %d has length 1", r.ChunkAxis)
+		}
+		parts = append(parts, fmt.Sprintf("%s/%s: %s, %s", it.client, it.label, units.Format(it.fixed), why))
+	}
+	return strings.Join(parts, "; ")
 }

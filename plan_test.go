@@ -609,3 +609,40 @@ func TestPlanSaturatesHugeRequests(t *testing.T) {
 		t.Fatalf("plan spends %s of 1 TiB", units.Format(p.BytesPerChunk))
 	}
 }
+
+// With nothing chunkable, the error names the largest fixed requests and
+// why each cannot be chunked.
+func TestPlanNamesUnchunkableRequests(t *testing.T) {
+	reqs := map[string]map[string]ArrayRequest{"c": {
+		"typo":   {Shape: []int{100, 1000}, DType: Float32, ChunkAxis: 5},
+		"fixed":  {Shape: []int{1000}, DType: Float32, Unchunkable: true},
+		"single": {Shape: []int{50, 1}, DType: Float32, ChunkAxis: 1},
+	}}
+	_, err := Plan(reqs, 1<<10, PlanOptions{})
+	if !errors.Is(err, ErrUnchunkable) {
+		t.Fatalf("Plan = %v, want ErrUnchunkable", err)
+	}
+	for _, want := range []string{
+		"c/typo: 390.6 KiB, chunk axis 5, but its shape [100 1000] has 2 axes",
+		"c/fixed: 3.9 KiB, marked unchunkable",
+		"c/single: 200 B, its chunk axis 1 has length 1",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+// An unchunkable request whose chunk axis has length 1 is one run, so the
+// plan of a lone such request is one chunk of one run, not of none.
+func TestPlanLengthOneAxisIsOneRun(t *testing.T) {
+	p, err := Plan(map[string]map[string]ArrayRequest{"c": {
+		"x": {Shape: []int{4, 1}, DType: Float32, ChunkAxis: 1},
+	}}, 1<<20, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.TotalRuns != 1 || p.ChunkLength != 1 || p.Chunks != 1 {
+		t.Errorf("plan = %d runs, %d chunks of %d; want 1 run, 1 chunk of 1", p.TotalRuns, p.Chunks, p.ChunkLength)
+	}
+}

@@ -184,7 +184,8 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // goroutine, in client id order: every requester's OnAllocated with its
 // arrays, then every other member of the group (a notary) with the chunk
 // parameters and no arrays. AllocateQueue returns c's own response.
-// With nothing queued in the group it does nothing and returns nil, nil.
+// With nothing queued in the group it does nothing and returns an error
+// wrapping ErrNothingQueued.
 //
 // On failure (a plan error: ErrUnchunkable, ErrRunTooLarge,
 // ErrRunsMismatch; an allocation error: ErrOutOfMemory) the arrays it
@@ -227,7 +228,7 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 	m.allocMu.RUnlock()
 	m.planMu.Unlock()
 	gl.Unlock()
-	if err != nil || out == nil {
+	if err != nil {
 		return nil, err
 	}
 	var mine *ArrayResponse
@@ -258,8 +259,7 @@ type pending struct {
 }
 
 // allocateGroup is AllocateQueue with the group lock and allocMu held.
-// It returns the deliveries, requesters first, or nil with nothing
-// queued.
+// It returns the deliveries, requesters first.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) ([]delivery, error) {
 	gran := granularityOf(m.al)
 
@@ -272,7 +272,8 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	q := m.queues[group]
 	if len(q) == 0 {
 		m.mu.Unlock()
-		return nil, nil
+		return nil, fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with QueueRequest first; "+
+			"another member's AllocateQueue may have allocated them already): %w", trigger, group, ErrNothingQueued)
 	}
 	delete(m.queues, group)
 	requesters := slices.SortedFunc(maps.Keys(q), byID)

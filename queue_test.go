@@ -118,8 +118,8 @@ func TestAllocateQueueHooks(t *testing.T) {
 		t.Errorf("a.Arrays() = %v", got)
 	}
 	// The queue is empty now; the outsider's queue is untouched.
-	if resp, err := m.AllocateQueue(a); resp != nil || err != nil {
-		t.Errorf("second AllocateQueue: %v, %v", resp, err)
+	if resp, err := m.AllocateQueue(a); resp != nil || !errors.Is(err, ErrNothingQueued) || !strings.Contains(err.Error(), "QueueRequest") {
+		t.Errorf("second AllocateQueue: %v, %v; want ErrNothingQueued saying to call QueueRequest", resp, err)
 	}
 	if len(h.got()) != 3 {
 		t.Errorf("hooks called again on an empty queue: %v", h.got())
