@@ -43,6 +43,8 @@ type benchRow struct {
 	PeakLiveBytes    uint64  `json:"peak_live_bytes,omitempty"`
 	PeakReserved     uint64  `json:"peak_reserved_bytes,omitempty"`
 	ReservedOverLive float64 `json:"reserved_over_live,omitempty"`
+	// Skipped says why a case did not run (it does not fit the device).
+	Skipped string `json:"skipped,omitempty"`
 }
 
 type benchFlags struct {
@@ -124,7 +126,12 @@ func (a *app) bench(spec string, f benchFlags) error {
 				return err
 			}
 			row, err := runBenchCase(dev, kind, c, f.duration)
-			if err != nil {
+			switch {
+			case errors.Is(err, device.ErrOutOfMemory):
+				// A case too big for this device is reported, not fatal.
+				row = benchRow{Allocator: kind, Case: c.name, Skipped: "does not fit the device"}
+				a.log.Debug("bench case skipped", "allocator", kind, "case", c.name, "err", err)
+			case err != nil:
 				return fmt.Errorf("bench %s, %s: %w", kind, c.name, err)
 			}
 			rows = append(rows, row)
@@ -141,6 +148,10 @@ func (a *app) bench(spec string, f benchFlags) error {
 	tw := a.table()
 	fmt.Fprintln(tw, "ALLOCATOR\tCASE\tOPS\tNS/OP\tHEAP ALLOCS/OP\tDEVICE ALLOCS\tRESERVED/LIVE")
 	for _, r := range rows {
+		if r.Skipped != "" {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t%s\n", r.Allocator, r.Case, r.Skipped)
+			continue
+		}
 		ratio := "-"
 		if r.ReservedOverLive > 0 {
 			ratio = fmt.Sprintf("%.3f", r.ReservedOverLive)

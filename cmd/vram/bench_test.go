@@ -47,3 +47,27 @@ func TestBenchText(t *testing.T) {
 		t.Errorf("--time 0s: exit %d, stderr %q; want a usage error", code, stderr)
 	}
 }
+
+// A case too big for the device is reported as skipped; the others run.
+func TestBenchSkipsCasesThatDoNotFit(t *testing.T) {
+	stdout, stderr, code := cli(t, "", "bench", "--json", "--time", "2ms", "--allocator", "pool",
+		"--device", "sim:vram=64MiB,backed=false")
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []benchRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("stdout is not a JSON array: %v\n%s", err, stdout)
+	}
+	ran, skipped := 0, map[string]bool{}
+	for _, r := range rows {
+		if r.Skipped != "" {
+			skipped[r.Case] = true
+		} else if r.Ops > 0 {
+			ran++
+		}
+	}
+	if !skipped["pair 64MiB"] || ran < 2 {
+		t.Errorf("rows %+v: want pair 64MiB skipped and the small pairs run", rows)
+	}
+}

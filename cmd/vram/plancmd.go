@@ -152,8 +152,13 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	plan, err := vram.Plan(in.Requests, budget, vram.PlanOptions{Granularity: gran, Buffers: buffers})
 	if err != nil {
 		err = fmt.Errorf("%s: %w", src, err)
-		if errors.Is(err, vram.ErrRunTooLarge) || errors.Is(err, vram.ErrUnchunkable) {
-			err = fmt.Errorf("%w\n--budget and --buffers override the request set's \"budget\" and \"buffers\"", err)
+		if pe := (*vram.PlanError)(nil); errors.As(err, &pe) {
+			// Say how to change the figures the hint talks about.
+			how := "--budget overrides the request set's \"budget\""
+			if pe.Buffers > 1 {
+				how = "--budget and --buffers override the request set's \"budget\" and \"buffers\""
+			}
+			err = fmt.Errorf("%w\n%s", err, how)
 		}
 		return err
 	}
