@@ -38,6 +38,9 @@ type deviceReport struct {
 	Backed            bool   `json:"backed"`
 	AsyncAlloc        bool   `json:"async_alloc"` // a stream-ordered pool (cuMemAllocAsync)
 	PinnedHost        bool   `json:"pinned_host"` // pinned host memory
+	Copy2D            bool   `json:"copy_2d"`     // one-call pitched copies (a chunk in one copy)
+	GoKernels         bool   `json:"go_kernels"`  // runs kernels written in Go (the simulator)
+	PTXKernels        bool   `json:"ptx_kernels"` // loads PTX kernels (CUDA)
 }
 
 func (a *app) infoCommand() *cobra.Command {
@@ -112,6 +115,9 @@ func describeDevice(dev device.Device) (deviceReport, error) {
 	}
 	_, async := dev.(device.AsyncAllocator)
 	_, host := dev.(device.HostAllocator)
+	_, copy2d := dev.(device.StridedCopier)
+	_, goKernels := dev.(device.FuncLauncher)
+	_, ptx := dev.(device.ModuleLoader)
 	return deviceReport{
 		Backend:           info.Backend,
 		Name:              info.Name,
@@ -125,6 +131,9 @@ func describeDevice(dev device.Device) (deviceReport, error) {
 		Backed:            info.Backed,
 		AsyncAlloc:        async,
 		PinnedHost:        host,
+		Copy2D:            copy2d,
+		GoKernels:         goKernels,
+		PTXKernels:        ptx,
 	}, nil
 }
 
@@ -184,6 +193,15 @@ func features(d deviceReport) string {
 	}
 	if d.PinnedHost {
 		f = append(f, "pinned host memory")
+	}
+	if d.Copy2D {
+		f = append(f, "2-D copies")
+	}
+	if d.GoKernels {
+		f = append(f, "Go kernels")
+	}
+	if d.PTXKernels {
+		f = append(f, "PTX kernels")
 	}
 	return strings.Join(f, ", ")
 }

@@ -14,7 +14,8 @@ func TestInfoText(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	for _, w := range []string{"device", "sim:0", "memory", "1 GiB total", "granularity", "allocators", "pool", "direct", "async"} {
+	for _, w := range []string{"device", "sim:0", "memory", "1 GiB total", "granularity", "allocators", "pool", "direct", "async",
+		"stream-ordered pool, pinned host memory, 2-D copies, Go kernels"} {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("info does not show %q:\n%s", w, stdout)
 		}
@@ -44,8 +45,9 @@ func TestInfoJSON(t *testing.T) {
 			}
 			d := rep.Devices[0]
 			if d.Backend != "sim" || d.TotalBytes != tc.total || d.FreeBytes > d.TotalBytes ||
-				d.FreeBytes+d.ContextBytes > d.TotalBytes || d.Granularity == 0 || !d.Backed {
-				t.Errorf("device %+v: want sim, %d bytes total, free + context ≤ total, a granularity, backed", d, tc.total)
+				d.FreeBytes+d.ContextBytes > d.TotalBytes || d.Granularity == 0 || !d.Backed ||
+				!d.Copy2D || !d.GoKernels || d.PTXKernels {
+				t.Errorf("device %+v: want sim, %d bytes total, free + context ≤ total, a granularity, backed, 2-D copies and Go kernels but no PTX", d, tc.total)
 			}
 			al := rep.Allocators
 			if al.Default != defaultAllocator || len(al.Kinds) != 3 || al.Granularity["pool"] != 512 || al.Pool.SmallSize == 0 {
