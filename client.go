@@ -55,8 +55,7 @@ type Client struct {
 	slot         int     // index in the registry's slots
 	gprev, gnext *Client // neighbours in the group's member list
 	closed       bool
-	manual       bool
-	prop         uint64                   // manual proportion in shareUnit
+	prop         uint64                   // manual proportion in shareUnit; 0 in the auto pool
 	group        string                   // stream group name
 	arrays       map[string][]*allocation // label → one allocation per buffer
 	held         uint64                   // device bytes held, as charged
@@ -69,6 +68,10 @@ type allocation struct {
 	host    *HostArray   // Pinned, Mapped and Pageable memory
 	charged uint64       // device bytes counted in held (rounded)
 }
+
+// isManual reports whether c has a manual proportion (else it is in the
+// auto pool). m.mu must be held.
+func (c *Client) isManual() bool { return c.prop > 0 }
 
 // ID is the client's id, unique within the process.
 func (c *Client) ID() uint64 { return c.id }
@@ -232,7 +235,6 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		name:         o.Name,
 		onInvalidate: o.OnInvalidate,
 		onAllocated:  o.OnAllocated,
-		manual:       units > 0,
 		prop:         units,
 		group:        group,
 	}
@@ -317,7 +319,7 @@ func (m *Manager) joinPoolLocked(c *Client, units uint64) (string, error) {
 			return "", fmt.Errorf("an auto client needs at least %s left by the manual clients, and they leave %s; lower a manual proportion or give this client one: %w",
 				pct(minAutoUnits), pct(left), ErrProportion)
 		}
-		c.manual, c.prop = false, 0
+		c.prop = 0
 		m.numAuto++
 		return "", nil
 	}
@@ -325,14 +327,14 @@ func (m *Manager) joinPoolLocked(c *Client, units uint64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.manual, c.prop = true, units
+	c.prop = units
 	m.manual += units
 	return warn, nil
 }
 
 // leavePoolLocked takes c out of its pool.
 func (m *Manager) leavePoolLocked(c *Client) {
-	if c.manual {
+	if c.isManual() {
 		m.manual -= c.prop
 	} else {
 		m.numAuto--
@@ -357,20 +359,20 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		return err
 	}
 	switch {
-	case need == "auto" && c.manual:
+	case need == "auto" && c.isManual():
 		m.mu.Unlock()
 		return fmt.Errorf("vram: %v already has a manual proportion; use SetManualProportion to change it: %w", c, ErrLimitMode)
-	case !toManual && !c.manual:
+	case !toManual && !c.isManual():
 		m.mu.Unlock()
 		return fmt.Errorf("vram: %v is already in the auto pool: %w", c, ErrLimitMode)
 	}
 	// Take c out, try to put it back as asked, and undo on refusal.
-	wasManual, wasProp := c.manual, c.prop
+	wasProp := c.prop
 	m.leavePoolLocked(c)
 	warn, err := m.joinPoolLocked(c, units)
 	if err != nil {
-		c.manual, c.prop = wasManual, wasProp
-		if wasManual {
+		c.prop = wasProp
+		if wasProp > 0 {
 			m.manual += wasProp
 		} else {
 			m.numAuto++
@@ -421,7 +423,7 @@ func (m *Manager) Proportion(c *Client) (float64, error) {
 }
 
 func (m *Manager) proportionLocked(c *Client) float64 {
-	if c.manual {
+	if c.isManual() {
 		return float64(c.prop) / float64(shareUnit)
 	}
 	if m.numAuto == 0 {

@@ -216,7 +216,7 @@ func planChunkCopy(hs, ds []int, size uint64, sp Span) (chunkCopy, error) {
 			return chunkCopy{}, fmt.Errorf("shapes %v and %v differ on axis %d (only the chunk axis %d may): %w", hs, ds, i, ax, ErrMismatch)
 		}
 	}
-	if sp.Start < 0 || sp.Len < 0 || sp.Start+sp.Len > hs[ax] || sp.Len > ds[ax] {
+	if sp.Start < 0 || sp.Len < 0 || sp.Start > hs[ax] || sp.Len > hs[ax]-sp.Start || sp.Len > ds[ax] {
 		return chunkCopy{}, fmt.Errorf("runs [%d, %d) along axis %d: the host array has %d and the device array %d; use the plan's Span(i, axis): %w",
 			sp.Start, sp.Start+sp.Len, ax, hs[ax], ds[ax], ErrMismatch)
 	}

@@ -2,6 +2,7 @@ package vram
 
 import (
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -284,6 +285,7 @@ func TestCopyErrors(t *testing.T) {
 		"chunk axis out of range":    {func() error { return m.FromDeviceChunk(c, full, d, Span{Axis: 2, Start: 0, Len: 1}) }, ErrMismatch},
 		"chunk ranks differ":         {func() error { return m.ToDeviceChunk(c, d, host(Float32, 20), Span{Axis: 0, Len: 1}) }, ErrMismatch},
 		"negative start":             {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: -1, Len: 2}) }, ErrMismatch},
+		"start + len overflows":      {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: math.MaxInt, Len: 1}) }, ErrMismatch},
 		"chunk of a freed array":     {func() error { return m.FromDeviceChunk(c, full, old, Span{Axis: 1, Len: 1}) }, ErrFreed},
 		"chunk dtype differs":        {func() error { return m.FromDeviceChunk(c, host(Int32, 2, 10), d, Span{Axis: 1, Len: 1}) }, ErrMismatch},
 		"nil array":                  {func() error { return m.ToDevice(c, nil, full) }, device.ErrInvalidValue},

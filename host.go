@@ -10,6 +10,7 @@ package vram
 // or into it have finished. Each copy records its stream in the array.
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -106,8 +107,7 @@ func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like an
 		return nil, fmt.Errorf("vram: new host array: %w", err)
 	}
 	if err := fill(h, like); err != nil {
-		_ = h.Free()
-		return nil, fmt.Errorf("vram: new host array: %w", err)
+		return nil, errors.Join(fmt.Errorf("vram: new host array: %w", err), h.Free())
 	}
 	return h, nil
 }

@@ -659,11 +659,15 @@ func (m *Manager) GroupMembers(group string) []*Client {
 // client. Clients in the "default" group are never grouped (as in the
 // reference: the default group is where ungrouped clients live).
 func (m *Manager) IsGrouped(c *Client) (bool, error) {
-	g, err := m.StreamGroup(c)
-	if err != nil {
+	if c == nil || c.m != m {
+		return false, foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
 		return false, err
 	}
-	return g != streams.Default && len(m.GroupMembers(g)) > 1, nil
+	return c.group != streams.Default && m.reg.groups[c.group].n > 1, nil
 }
 
 // ChangeStreamGroup moves c to the named group ("" is "default"), making

@@ -122,6 +122,8 @@ type PlanError struct {
 	Hint             string // what to change
 }
 
+// Error says what the smallest plan needs, what the budget is, and what to
+// change.
 func (e *PlanError) Error() string {
 	var b strings.Builder
 	run := satMul(uint64(max(e.Buffers, 1)), e.RunBytes)

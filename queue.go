@@ -251,11 +251,10 @@ type delivery struct {
 
 // pending is one array to allocate.
 type pending struct {
-	c      *Client
-	label  string
-	buffer int
-	req    ArrayRequest
-	shape  []int
+	c     *Client
+	label string
+	req   ArrayRequest
+	shape []int
 }
 
 // allocateGroup is AllocateQueue with the group lock and allocMu held.
@@ -362,8 +361,9 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	// and plan again with what it took beyond the reserve kept back.
 	opts := PlanOptions{Granularity: gran, Buffers: ac.buffers}
 	var made []*allocation
+	var todo []pending
 	for attempt := 0; ; attempt++ {
-		todo := pendingOf(requesters, q, plan)
+		todo = pendingOf(requesters, q, plan)
 		var failed int
 		var beyond uint64
 		made, failed, beyond, err = m.allocAll(todo, stream, gb.pm)
@@ -392,7 +392,8 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(gb.planReserve), &gb, err), freeErr)
 	}
 
-	// 5. Install, and build the responses.
+	// 5. Install, and build the responses. made is in todo's order: each
+	// requester's arrays in a run, requesters by id.
 	m.mu.Lock()
 	var gone []freeWork
 	out := make([]delivery, 0, len(requesters))
@@ -400,17 +401,12 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	idx := 0
 	for _, c := range requesters {
 		isReq[c] = true
-		n := 0
-		for _, l := range slices.Sorted(maps.Keys(q[c])) {
-			r := q[c][l]
-			if r.Chunkable() {
-				n += plan.Buffers
-			} else {
-				n++
-			}
+		n := idx
+		for n < len(todo) && todo[n].c == c {
+			n++
 		}
-		mine := made[idx : idx+n]
-		idx += n
+		mine := made[idx:n]
+		idx = n
 		if c.closed {
 			gone = append(gone, freeWork{c: c, allocs: mine, s: stream})
 			continue
@@ -524,8 +520,8 @@ func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan
 			if r.Chunkable() {
 				nb = plan.Buffers
 			}
-			for b := range nb {
-				todo = append(todo, pending{c: c, label: l, buffer: b, req: r, shape: shapes[l]})
+			for range nb {
+				todo = append(todo, pending{c: c, label: l, req: r, shape: shapes[l]})
 			}
 		}
 	}
@@ -583,7 +579,9 @@ func (m *Manager) allocAll(todo []pending, s device.Stream, pm pageModel) (made 
 		}
 		for _, j := range slices.Backward(order) {
 			if made[j] != nil {
-				_ = m.release(made[j], s)
+				if rerr := m.release(made[j], s); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("free %s of %v again: %w", todo[j].label, todo[j].c, rerr))
+				}
 			}
 		}
 		return nil, i, beyond, err

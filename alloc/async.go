@@ -31,7 +31,8 @@ import (
 const KeepAll uint64 = math.MaxUint64
 
 // AsyncConfig configures an AsyncPool. The zero value keeps freed memory
-// cached in the device's pool (release threshold KeepAll).
+// cached in the device's pool (release threshold KeepAll). A plain value,
+// safe to share.
 type AsyncConfig struct {
 	// ReleaseThreshold is how many bytes of freed memory the device's pool
 	// keeps reserved when a synchronization point releases memory; what is

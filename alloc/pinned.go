@@ -28,7 +28,8 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// PinnedConfig tunes a PinnedPool. The zero value is the default.
+// PinnedConfig tunes a PinnedPool. The zero value is the default. A plain
+// value, safe to share.
 type PinnedConfig struct {
 	// Mapped makes every buffer also mapped into the device's address
 	// space (HostBuffer.DevicePtr), so kernels can read it over the bus.
@@ -112,15 +113,9 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 	}
 	// Buffers freed on any stream become reusable once that stream's
 	// work up to the free is done.
-	if p.idx.needFences(st) && p.idx.prepareFencesLocked(st, true) {
-		p.mu.Unlock()
-		p.idx.runFences()
-		p.mu.Lock()
-		p.idx.finishFencesLocked(nil)
-		if p.closed {
-			evs := p.idx.eventsLocked()
-			p.mu.Unlock()
-			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), closeEvents(evs))
+	if p.idx.needFences(st) {
+		if open, err := p.idx.fenceLocked(&p.mu, &p.closed, st, true, nil); !open {
+			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), err)
 		}
 		if b := p.idx.bestFit(size, 0, st); b != nil && reusable(b.size, size) {
 			return p.hitLocked(b, n), nil
@@ -140,10 +135,11 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 		buf, err = p.host.HostAlloc(size, p.mapped)
 	}
 	if err != nil {
-		p.mu.Lock()
-		if errors.Is(err, device.ErrOutOfMemory) {
-			p.st.OOMs++
+		if !errors.Is(err, device.ErrOutOfMemory) {
+			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err), relErr)
 		}
+		p.mu.Lock()
+		p.st.OOMs++
 		st := p.st
 		p.mu.Unlock()
 		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s on stream %d failed after giving back the cache: "+
@@ -151,9 +147,8 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 			units.Format(n), s.Handle(), units.Format(st.Reserved), units.Format(st.InUse), err), relErr)
 	}
 	if uint64(len(buf.Data)) < size {
-		p.host.HostFree(buf)
-		return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %s: the device returned %d bytes: %w",
-			units.Format(n), len(buf.Data), device.ErrInvalidValue)
+		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: the device returned %d bytes: %w",
+			units.Format(n), len(buf.Data), device.ErrInvalidValue), p.host.HostFree(buf))
 	}
 
 	p.mu.Lock()

@@ -94,7 +94,7 @@ import (
 const PoolGranularity = 512
 
 // PoolConfig tunes a Pool. Zero fields take the defaults given; the zero
-// value is the recommended configuration.
+// value is the recommended configuration. A plain value, safe to share.
 type PoolConfig struct {
 	// SmallSize is the largest request (bytes, after rounding) served from
 	// small segments. Default 1 MiB.
@@ -183,7 +183,6 @@ type Pool struct {
 	gran   uint64 // device allocation unit, bytes
 	maxReq uint64 // largest request whose rounding to gran does not overflow
 	cfg    PoolConfig
-	retain bool // keep segments until Trim/OOM (cfg.KeepCache)
 
 	mu        sync.Mutex // protects the fields below
 	closed    bool
@@ -212,7 +211,6 @@ func NewPool(dev device.Device, cfg PoolConfig) (*Pool, error) {
 		gran:   gran,
 		maxReq: math.MaxUint64 &^ (gran - 1),
 		cfg:    c,
-		retain: c.KeepCache,
 		idx:    newFreeIndex(dev, false),
 		live:   make(map[device.Ptr]*block),
 	}
@@ -331,25 +329,10 @@ func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
 	// merged), so absorbing a shared neighbour can bring one of st's
 	// next to b: keep going.
 	for pv := b.prev; canJoin(pv, st); pv = b.prev {
-		p.idx.remove(pv)
-		b.addr = pv.addr
-		b.size += pv.size
-		b.prev = pv.prev
-		if b.prev != nil {
-			b.prev.next = b
-		} else {
-			b.seg.first = b
-		}
-		p.idx.putBlock(pv)
+		p.absorbPrevLocked(b)
 	}
 	for nx := b.next; canJoin(nx, st); nx = b.next {
-		p.idx.remove(nx)
-		b.size += nx.size
-		b.next = nx.next
-		if b.next != nil {
-			b.next.prev = b
-		}
-		p.idx.putBlock(nx)
+		p.absorbNextLocked(b)
 	}
 	p.idx.insertOwned(b, st)
 	if b.prev == nil && b.next == nil {
@@ -370,30 +353,43 @@ func (p *Pool) joinSharedLocked(b *block) {
 	}
 	p.idx.remove(b)
 	if joinPrev {
-		p.idx.remove(pv)
-		b.addr = pv.addr
-		b.size += pv.size
-		b.prev = pv.prev
-		if b.prev != nil {
-			b.prev.next = b
-		} else {
-			b.seg.first = b
-		}
-		p.idx.putBlock(pv)
+		p.absorbPrevLocked(b)
 	}
 	if joinNext {
-		p.idx.remove(nx)
-		b.size += nx.size
-		b.next = nx.next
-		if b.next != nil {
-			b.next.prev = b
-		}
-		p.idx.putBlock(nx)
+		p.absorbNextLocked(b)
 	}
 	p.idx.insertShared(b)
 	if b.prev == nil && b.next == nil {
 		p.markWhollyLocked(b.seg)
 	}
+}
+
+// absorbPrevLocked merges b's free predecessor into b, which is in no
+// free set: the predecessor leaves its set and its struct is recycled.
+func (p *Pool) absorbPrevLocked(b *block) {
+	pv := b.prev
+	p.idx.remove(pv)
+	b.addr = pv.addr
+	b.size += pv.size
+	b.prev = pv.prev
+	if b.prev != nil {
+		b.prev.next = b
+	} else {
+		b.seg.first = b
+	}
+	p.idx.putBlock(pv)
+}
+
+// absorbNextLocked merges b's free successor into b, as absorbPrevLocked.
+func (p *Pool) absorbNextLocked(b *block) {
+	nx := b.next
+	p.idx.remove(nx)
+	b.size += nx.size
+	b.next = nx.next
+	if b.next != nil {
+		b.next.prev = b
+	}
+	p.idx.putBlock(nx)
 }
 
 // classOf is the size class of a request of size bytes (rounded).
@@ -465,7 +461,7 @@ func (p *Pool) detachLocked(seg *segment) {
 // releaseWantedLocked reports whether a growth of g bytes would take the
 // pool past its high-water mark while it holds wholly free segments.
 func (p *Pool) releaseWantedLocked(g uint64) bool {
-	return !p.retain && len(p.wholly) > 0 && p.st.Reserved+g > p.highWater
+	return !p.cfg.KeepCache && len(p.wholly) > 0 && p.st.Reserved+g > p.highWater
 }
 
 // ownedWhollyLocked reports whether some wholly free segment still waits
@@ -477,27 +473,6 @@ func (p *Pool) ownedWhollyLocked() bool {
 		}
 	}
 	return false
-}
-
-// fenceLocked runs a fence round (streamorder.go) with the lock released:
-// for every stream but st that owns free blocks, or for every such stream
-// when all is set. If the pool was closed meanwhile it releases the lock,
-// closes the events Close left to it and returns false with any error
-// closing them.
-func (p *Pool) fenceLocked(st *streamState, all bool) (open bool, err error) {
-	if !p.idx.prepareFencesLocked(st, all) {
-		return true, nil
-	}
-	p.mu.Unlock()
-	p.idx.runFences()
-	p.mu.Lock()
-	p.idx.finishFencesLocked(p.joinSharedLocked)
-	if p.closed {
-		evs := p.idx.eventsLocked()
-		p.mu.Unlock()
-		return false, closeEvents(evs)
-	}
-	return true, nil
 }
 
 // releaseForGrowthLocked picks wholly free segments to give back before a
@@ -565,7 +540,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	closedErr := func() error { return fmt.Errorf("alloc: pool alloc of %s: %w", units.Format(n), ErrClosed) }
 	// Memory freed on other streams may have become safe here.
 	if p.idx.needFences(st) {
-		if open, err := p.fenceLocked(st, false); !open {
+		if open, err := p.idx.fenceLocked(&p.mu, &p.closed, st, false, p.joinSharedLocked); !open {
 			return 0, errors.Join(closedErr(), err)
 		}
 		if b := p.idx.bestFit(size, c, st); b != nil {
@@ -577,7 +552,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	// A growth past the high-water mark gives back wholly free segments;
 	// those freed on a stream can go once that stream's work is done.
 	if g := p.segmentSizeLocked(size, c); p.releaseWantedLocked(g) && p.ownedWhollyLocked() && !p.idx.fencing {
-		if open, err := p.fenceLocked(st, true); !open {
+		if open, err := p.idx.fenceLocked(&p.mu, &p.closed, st, true, p.joinSharedLocked); !open {
 			return 0, errors.Join(closedErr(), err)
 		}
 		if b := p.idx.bestFit(size, c, st); b != nil {

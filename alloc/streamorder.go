@@ -59,6 +59,7 @@ package alloc
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/vramkit/vram/device"
 )
@@ -101,9 +102,6 @@ type segment struct {
 	sprev, snext *segment
 	host         device.HostBuffer // PinnedPool only
 }
-
-// whollyFree reports whether the segment is one free block.
-func (s *segment) whollyFree() bool { return s.first.free && s.first.next == nil }
 
 // treap is an intrusive treap of free blocks keyed by (size, addr).
 type treap struct {
@@ -473,6 +471,29 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
 	}
 	x.fencing = true
 	return true
+}
+
+// fenceLocked runs a whole fence round for the pool whose lock is mu and
+// whose closed flag is *closed (both its own fields): it prepares the
+// round (for every stream but st that owns free blocks, or every such
+// stream when all is set), releases mu for the device work, locks mu again
+// and applies the results, calling join as finishFencesLocked does. If
+// the pool was closed meanwhile, it releases mu, closes the events Close
+// left to the round and returns false with any error closing them.
+func (x *freeIndex) fenceLocked(mu *sync.Mutex, closed *bool, st *streamState, all bool, join func(*block)) (open bool, err error) {
+	if !x.prepareFencesLocked(st, all) {
+		return true, nil
+	}
+	mu.Unlock()
+	x.runFences()
+	mu.Lock()
+	x.finishFencesLocked(join)
+	if *closed {
+		evs := x.eventsLocked()
+		mu.Unlock()
+		return false, closeEvents(evs)
+	}
+	return true, nil
 }
 
 // runFences does the device work of a round. It must be called without the

@@ -24,7 +24,8 @@ import (
 // DefaultNamespace prefixes every metric name unless Opts says otherwise.
 const DefaultNamespace = "vram"
 
-// Opts configures a Collector. The zero value is ready to use.
+// Opts configures a Collector. The zero value is ready to use. NewCollector
+// reads it once; do not change ConstLabels while it runs.
 type Opts struct {
 	// Namespace prefixes every metric name ("vram_device_free_bytes");
 	// "" means DefaultNamespace.

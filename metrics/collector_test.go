@@ -425,6 +425,9 @@ func TestCollectConcurrent(t *testing.T) {
 				err := m.QueueRequest(cl, map[string]vram.ArrayRequest{"x": {Shape: []int{1000 + i}, DType: vram.Float64, Unchunkable: true}})
 				if err == nil {
 					_, err = m.AllocateQueue(cl)
+					if errors.Is(err, vram.ErrNothingQueued) {
+						err = nil // the other member of the group allocated it
+					}
 				}
 				if err == nil {
 					err = cl.Free("x")

@@ -305,8 +305,10 @@ func (g *Groups) Reinit() error {
 		return ErrClosed
 	}
 	for n, s := range fresh {
-		// Groups made after the snapshot already have a new stream; the
-		// spare is closed below.
+		// Groups are only ever forgotten by Close, checked above, so every
+		// name of the snapshot is still there (a group made after the
+		// snapshot keeps the stream it was made with, after the reset);
+		// the else branch only guards against that changing.
 		if grp, ok := g.groups[n]; ok {
 			old = append(old, grp.stream)
 			grp.stream = s

@@ -25,10 +25,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/vramkit/vram/alloc"
 )
 
-// Header is the header line Write writes (RMM's, without the newline).
-const Header = "Thread,Time,Action,Pointer,Size,Stream"
+// Header is the header line Write writes (RMM's, without the newline);
+// alloc.Trace writes the same.
+const Header = alloc.TraceHeader
 
 // ErrMalformed is wrapped by Read's errors on input that is not an
 // allocation log.
@@ -293,13 +296,22 @@ func NewWriter(w io.Writer) *Writer {
 	return &Writer{w: bufio.NewWriter(w), line: make([]byte, 0, 128)}
 }
 
+// writeHeader writes the header line unless it has been written.
+func (w *Writer) writeHeader() error {
+	if w.header {
+		return nil
+	}
+	w.header = true
+	if _, err := w.w.WriteString(Header + "\n"); err != nil {
+		return fmt.Errorf("trace: write: %w", err)
+	}
+	return nil
+}
+
 // Write writes one event (after the header, on the first call).
 func (w *Writer) Write(e Event) error {
-	if !w.header {
-		w.header = true
-		if _, err := w.w.WriteString(Header + "\n"); err != nil {
-			return fmt.Errorf("trace: write: %w", err)
-		}
+	if err := w.writeHeader(); err != nil {
+		return err
 	}
 	b := w.line[:0]
 	b = strconv.AppendUint(b, e.Thread, 10)
@@ -323,11 +335,8 @@ func (w *Writer) Write(e Event) error {
 
 // Flush writes what is buffered (the header alone for an empty log).
 func (w *Writer) Flush() error {
-	if !w.header {
-		w.header = true
-		if _, err := w.w.WriteString(Header + "\n"); err != nil {
-			return fmt.Errorf("trace: write: %w", err)
-		}
+	if err := w.writeHeader(); err != nil {
+		return err
 	}
 	if err := w.w.Flush(); err != nil {
 		return fmt.Errorf("trace: write: %w", err)

@@ -3,6 +3,8 @@ package trace
 import (
 	"fmt"
 	"strconv"
+
+	"github.com/vramkit/vram/alloc"
 )
 
 // Action is what an event did.
@@ -24,11 +26,11 @@ const (
 func (a Action) String() string {
 	switch a {
 	case Allocate:
-		return "allocate"
+		return alloc.ActionAllocate
 	case Free:
-		return "free"
+		return alloc.ActionFree
 	case AllocateFailure:
-		return "allocate failure"
+		return alloc.ActionAllocateFailure
 	default:
 		return "Action(" + strconv.Itoa(int(a)) + ")"
 	}
@@ -63,7 +65,8 @@ type Summary struct {
 	PeakBlocks     int    // most blocks live at once
 	LiveAtEnd      uint64 // bytes still live after the last event
 	BlocksAtEnd    int    // blocks still live after the last event
-	Duration       float64
+	// Duration is the latest event's Time, in seconds.
+	Duration float64
 }
 
 // Summarize reads the figures of a trace: how many events of each kind,

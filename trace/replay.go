@@ -65,10 +65,11 @@ type Result struct {
 	DeviceFrees    uint64 // device frees made
 	CacheHits      uint64 // allocations served without a device allocation
 	Retries        uint64 // allocations retried after trimming
-	Final          alloc.Stats
-	Wall           time.Duration // time to compile and replay the log
-	EventsPerSec   float64       // Events / Wall
-	Samples        []Sample      // the time series, when asked for
+	// Final is the allocator's Stats after the replay.
+	Final        alloc.Stats
+	Wall         time.Duration // time to compile and replay the log
+	EventsPerSec float64       // Events / Wall
+	Samples      []Sample      // the time series, when asked for
 }
 
 // Fragmentation is PeakReserved / PeakLive: 1.0 for an allocator that

@@ -61,7 +61,6 @@ const (
 	symDeviceGet
 	symDeviceGetName
 	symDeviceGetAttribute
-	symDeviceTotalMem
 	symDevicePrimaryCtxRetain
 	symDevicePrimaryCtxRelease
 	symDevicePrimaryCtxReset
@@ -110,7 +109,6 @@ var symbolNames = [numSyms]string{
 	symDeviceGet:               "cuDeviceGet",
 	symDeviceGetName:           "cuDeviceGetName",
 	symDeviceGetAttribute:      "cuDeviceGetAttribute",
-	symDeviceTotalMem:          "cuDeviceTotalMem_v2",
 	symDevicePrimaryCtxRetain:  "cuDevicePrimaryCtxRetain",
 	symDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease_v2",
 	symDevicePrimaryCtxReset:   "cuDevicePrimaryCtxReset_v2",
@@ -230,10 +228,6 @@ func (l *lib) deviceGetName(buf []byte, dev int32) Result {
 
 func (l *lib) deviceGetAttribute(v *int32, attr int, dev int32) Result {
 	return l.call(symDeviceGetAttribute, uintptr(unsafe.Pointer(v)), uintptr(attr), uintptr(dev))
-}
-
-func (l *lib) deviceTotalMem(n *uint64, dev int32) Result {
-	return l.call(symDeviceTotalMem, uintptr(unsafe.Pointer(n)), uintptr(dev))
 }
 
 func (l *lib) primaryCtxRetain(ctx *uintptr, dev int32) Result {

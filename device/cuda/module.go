@@ -83,11 +83,9 @@ func (m *module) Function(name string) (device.Function, error) {
 		}
 		return nil, fmt.Errorf("cuda: Function(%q): %w", name, r)
 	}
-	params, known := m.entries[name]
-	if !known {
-		params = nil
-	}
-	return &function{m: m, h: h, name: name, params: params}, nil
+	// A name the PTX parse did not read gives nil params: Launch then
+	// checks only the Go types of the arguments.
+	return &function{m: m, h: h, name: name, params: m.entries[name]}, nil
 }
 
 // Close unloads the module (cuModuleUnload). Its functions can no longer

@@ -23,7 +23,7 @@ const Entry = "oscillate"
 // arguments that break the layout's rules.
 var ErrArgs = errors.New("bad oscillator arguments")
 
-// Args are one launch's arrays and scalars. Arrays hold little-endian
+// Args are one launch's arrays and scalars, a plain value. Arrays hold little-endian
 // float32 (status: int32) in rows of LD columns; only the first N columns
 // are computed:
 //
@@ -42,7 +42,7 @@ type Args struct {
 	Steps, Every              uint32
 }
 
-// Samples is the number of saved samples S for steps and every.
+// Samples is the number of saved samples S for steps and every (> 0).
 func Samples(steps, every uint32) int { return int(steps/every) + 1 }
 
 // InitBytes is the size of the init array for leading dimension ld.
@@ -112,7 +112,7 @@ func New(dev device.Device) (Kernel, error) {
 	return nil, fmt.Errorf("oscillator: device %q runs neither PTX nor Go kernels: %w", dev.Info().Name, device.ErrNotSupported)
 }
 
-// Run is one oscillator's initial state and parameters.
+// Run is one oscillator's initial state and parameters, a plain value.
 type Run struct {
 	X0, V0 float64
 	Omega  float64 // ω, natural angular frequency
@@ -142,7 +142,7 @@ func Encode(runs []Run, ld int, init, params []byte) error {
 	return nil
 }
 
-// Sample is one saved state.
+// Sample is one saved state, a plain value.
 type Sample struct{ X, V float64 }
 
 // Decode reads run i's samples from a host copy of the out array.

@@ -1,6 +1,7 @@
 package oscillator
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vramkit/vram/device"
@@ -24,8 +25,7 @@ func NewPTX(dev device.ModuleLoader) (Kernel, error) {
 	}
 	fn, err := mod.Function(Entry)
 	if err != nil {
-		mod.Close()
-		return nil, fmt.Errorf("oscillator: %w", err)
+		return nil, errors.Join(fmt.Errorf("oscillator: %w", err), mod.Close())
 	}
 	return &ptxKernel{mod: mod, fn: fn}, nil
 }
@@ -41,7 +41,7 @@ func (k *ptxKernel) Launch(s device.Stream, a Args) error {
 	if err := a.Check(); err != nil {
 		return err
 	}
-	grid := (a.N + BlockSize - 1) / BlockSize
+	grid := (a.N-1)/BlockSize + 1 // a.N > 0 (Check); a.N + BlockSize − 1 could overflow
 	return k.fn.Launch(s, device.Dim3{X: grid, Y: 1, Z: 1}, device.Dim3{X: BlockSize, Y: 1, Z: 1}, 0,
 		a.Init, a.Params, a.Out, a.Status, a.N, a.LD, a.Dt, a.Steps, a.Every)
 }
