@@ -682,8 +682,7 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 		group = streams.Default
 	}
 	// Moving under mu keeps the group name and the queues in step; the
-	// stream of a new group is made before, outside mu, by a no-op
-	// lookup-or-make on a throwaway id.
+	// stream of a new group is made before, outside mu.
 	if err := m.ensureGroup(group); err != nil {
 		return err
 	}
@@ -714,12 +713,8 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 // ensureGroup makes the named group and its stream if it does not exist,
 // without the registry lock.
 func (m *Manager) ensureGroup(group string) error {
-	if _, err := m.groups.GroupStream(group); err == nil {
-		return nil
-	}
-	id := m.nextID.Add(1) // never a client's id
-	if err := m.groups.Add(id, group); err != nil {
+	if _, err := m.groups.Ensure(group); err != nil {
 		return fmt.Errorf("vram: make group %q: %w", group, err)
 	}
-	return m.groups.Remove(id)
+	return nil
 }

@@ -168,6 +168,38 @@ func (g *Groups) place(id uint64, gname string, move bool) error {
 	}
 }
 
+// Ensure makes the named group ("" is Default) and its stream if the
+// group does not exist, and returns the group's stream. It fails with the
+// device's error if a new stream cannot be made, changing nothing.
+func (g *Groups) Ensure(groupName string) (device.Stream, error) {
+	gname := name(groupName)
+	var fresh device.Stream // made outside the lock when the group is new
+	for {
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			closeQuietly(fresh)
+			return nil, ErrClosed
+		}
+		if grp, ok := g.groups[gname]; ok {
+			g.mu.Unlock()
+			closeQuietly(fresh) // another goroutine made the group first
+			return grp.stream, nil
+		}
+		if fresh != nil {
+			g.groups[gname] = &group{name: gname, stream: fresh}
+			g.mu.Unlock()
+			return fresh, nil
+		}
+		g.mu.Unlock()
+		s, err := g.mk.NewStream()
+		if err != nil {
+			return nil, fmt.Errorf("make the stream of group %q: %w", gname, err)
+		}
+		fresh = s
+	}
+}
+
 func closeQuietly(s device.Stream) {
 	if s != nil {
 		_ = s.Close()

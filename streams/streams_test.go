@@ -347,3 +347,37 @@ func ExampleGroups() {
 	// [1 2] [3] []
 	// 2 is in post of [default post solver]
 }
+
+func TestEnsure(t *testing.T) {
+	g, _ := newGroups(t)
+	s, err := g.Ensure("solo")
+	if err != nil || s == nil {
+		t.Fatalf("Ensure a new group = %v, %v", s, err)
+	}
+	if got, err := g.GroupStream("solo"); err != nil || got != s {
+		t.Errorf("GroupStream after Ensure = %v, %v; want the ensured stream", got, err)
+	}
+	if m := g.Members("solo"); len(m) != 0 {
+		t.Errorf("an ensured group has members %v", m)
+	}
+	if again, err := g.Ensure("solo"); err != nil || again != s {
+		t.Errorf("a second Ensure = %v, %v; want the same stream", again, err)
+	}
+	if d, err := g.Ensure(""); err != nil || d == nil {
+		t.Errorf("Ensure(\"\") = %v, %v", d, err)
+	} else if got, _ := g.GroupStream(streams.Default); got != d {
+		t.Error("Ensure(\"\") did not make the default group")
+	}
+
+	dev := newDev(t)
+	mk := &failingMaker{dev: dev}
+	fg := streams.New(mk)
+	defer fg.Close()
+	mk.fail.Store(true)
+	if _, err := fg.Ensure("x"); !errors.Is(err, errMake) {
+		t.Errorf("Ensure with no stream to be had = %v", err)
+	}
+	if names := fg.Names(); len(names) != 0 {
+		t.Errorf("a failed Ensure left groups %v", names)
+	}
+}
