@@ -52,7 +52,8 @@ type Allocator interface {
 }
 
 // Stats are an allocator's counters. Bytes are as the allocator spends
-// them (after its rounding).
+// them (after its rounding). A Stats is a snapshot, a plain value: copy
+// and read it freely.
 type Stats struct {
 	InUse        uint64 // bytes in live allocations
 	PeakInUse    uint64 // most bytes live at once since the last ResetPeaks
@@ -71,11 +72,13 @@ type Stats struct {
 func (s Stats) Cached() uint64 { return s.Reserved - s.InUse }
 
 // PeakResetter is an allocator whose peaks can be reset to the current
-// values. Every allocator in this package implements it.
+// values. Every allocator in this package implements it, safely for
+// concurrent use with the allocator's other methods.
 type PeakResetter interface{ ResetPeaks() }
 
 // Granular is an allocator that rounds requests up to a multiple of
-// Granularity bytes. The planner counts bytes the same way.
+// Granularity bytes. The planner counts bytes the same way. Granularity
+// is fixed for the allocator's life and safe to call at any time.
 type Granular interface{ Granularity() uint64 }
 
 // Adaptor is an allocator that wraps another.
