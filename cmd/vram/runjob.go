@@ -702,14 +702,10 @@ func (j *job) pipeline() (err error) {
 			return fmt.Errorf("chunk %d: %w", i, err)
 		}
 		if i+1 < j.plan.Chunks {
-			// Refill the other buffer once chunk i−1's kernel is done
-			// reading it.
+			// Refill the other buffer. Chunk i−1's kernel, the last to
+			// read it, is done: s waited for it before chunk i−1's copy
+			// out, which precedes this copy on s.
 			nb := (i + 1) % 2
-			if i >= 1 {
-				if err := kernDone[nb].Wait(s); err != nil {
-					return fmt.Errorf("chunk %d: %w", i+1, err)
-				}
-			}
 			if err := j.copyIn(i+1, nb); err != nil {
 				return err
 			}

@@ -53,8 +53,10 @@ type Config struct {
 	KernelWorkers int
 	// CopyBandwidth, in bytes per second, makes each copy and memset take
 	// as long as it would over a link that fast (the stream's goroutine
-	// sleeps), so overlap of copies and compute can be seen. 0 copies at
-	// host memory speed.
+	// does the host copy, then sleeps out the rest of that time, so a
+	// copy takes the longer of the two, not their sum), so overlap of
+	// copies and compute can be seen. Copies on different streams run at
+	// once, each at this bandwidth. 0 copies at host memory speed.
 	CopyBandwidth uint64
 	// PinnedLimit caps the bytes of pinned host memory (HostAlloc) live
 	// at once; past it HostAlloc fails with ErrOutOfMemory, as pinning

@@ -24,7 +24,8 @@
 //   - The driver's stream-ordered pool (MallocAsync/FreeAsync) with its
 //     reuse rules and release threshold, emulated exactly as pool.go's
 //     overview states.
-//   - Pinned host memory, mapped or not (HostAlloc).
+//   - Pinned host memory, mapped or not (HostAlloc), made resident when
+//     allocated as pinning does, so copies do not pay its page faults.
 //   - Kernels written as Go functions (LaunchFunc), run over the host's
 //     cores.
 //   - 2-D (pitched) copies, device.StridedCopier, as one stream operation

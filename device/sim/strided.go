@@ -114,14 +114,15 @@ func (d *Device) copy2D(op string, toDevice bool, dev device.Ptr, devPitch uint6
 		if fail {
 			return d.copyFailed(op, n, st)
 		}
-		d.transferDelay(n)
 		dstBuf, dstPitch, srcBuf, srcPitch := mem, devPitch, host, hostPitch
 		if !toDevice {
 			dstBuf, dstPitch, srcBuf, srcPitch = host, hostPitch, mem, devPitch
 		}
-		for r := range height {
-			copy(dstBuf[r*dstPitch:r*dstPitch+width], srcBuf[r*srcPitch:r*srcPitch+width])
-		}
+		d.transfer(n, func() {
+			for r := range height {
+				copy(dstBuf[r*dstPitch:r*dstPitch+width], srcBuf[r*srcPitch:r*srcPitch+width])
+			}
+		})
 		return nil
 	})
 }
