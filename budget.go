@@ -29,13 +29,12 @@ package vram
 //
 // The bound holds whatever free blocks the allocator already has (arrays
 // placed there open no segment) for allocators that grow by the request
-// rounded to a page when memory is short, as the Pool does after its
-// first try and the device's stream-ordered pool always does. The Pool's
-// growth policy first tries a larger shared segment (20 MiB or more for
-// requests of 1 to 10 MiB, a doubling one for small requests); when that
-// succeeds, its tail serves only later requests of the same class, so a
-// batch that fills the device to the last page with medium arrays can
-// still run out (see allocateGroup's retry).
+// rounded to a page: the device's stream-ordered pool always, and the
+// Pool through AllocExact, which AllocateQueue uses (its Alloc would
+// first try a larger shared segment, whose tail serves only later
+// requests of the same class). An allocator behind a wrapper that hides
+// AllocExact can still run the device out; allocateGroup then plans
+// again.
 //
 // The reserve depends on the arrays' sizes and so on the chunk length.
 // AllocateQueue plans with the device's free memory; when the plan's

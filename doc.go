@@ -47,10 +47,11 @@
 //     share pages; nothing is kept for Direct, which counts whole pages —
 //     and at most, in Active mode, the members' caps less what they hold
 //     and, under an alloc.Limit, its cap less its use. The plan has the
-//     fewest chunks that fit all of these; if the allocator still runs the
-//     device out (the Pool's larger first tries), the group is planned
-//     again with what it took kept back. A refusal names each figure and
-//     what would raise the one that binds.
+//     fewest chunks that fit all of these. The arrays are allocated with
+//     alloc.AllocExact, so the Pool grows by no more than they need; if an
+//     allocator still runs the device out, the group is planned again with
+//     what it took kept back. A refusal names each figure and what would
+//     raise the one that binds.
 //   - Copies: ToDevice, FromDevice, and ToDeviceChunk / FromDeviceChunk,
 //     which move one chunk's runs between a full-length host array and a
 //     chunk-length device array, all ordered on the client's stream; Sync

@@ -168,11 +168,13 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 //   - under an alloc.Limit found in the WithWrap chain, its cap less what
 //     it counts in use.
 //
-// The plan has the fewest chunks whose arrays fit all three. When the
-// allocator still runs the device out (the Pool's first try for a
-// request of 1 to 10 MiB is a shared 20 MiB segment, whose tail can go
-// unused), AllocateQueue gives the arrays back and plans again with what
-// it took beyond the reserve kept back, up to three times. Calls for all
+// The plan has the fewest chunks whose arrays fit all three. The arrays
+// are allocated with alloc.AllocExact, so an allocator that grows in
+// shared segments (the Pool) takes for them no more than the reserve
+// counts. When the allocator still runs the device out (one that hides
+// AllocExact behind a wrapper), AllocateQueue gives the arrays back and
+// plans again with what it took beyond the reserve kept back, up to three
+// times. Calls for all
 // groups are serialized from reading the free memory to the last
 // allocation, so two groups never plan against the same free memory.
 // Errors name each figure and what would raise the one that binds.
@@ -597,7 +599,9 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 	a := &allocation{label: p.label}
 	switch p.req.Memory {
 	case Device:
-		ptr, err := m.al.Alloc(bytes, s)
+		// A batch's arrays live long: no shared segment is grown for
+		// them, so they take from the device what the reserve counts.
+		ptr, err := alloc.AllocExact(m.al, bytes, s)
 		if err != nil {
 			return nil, err
 		}

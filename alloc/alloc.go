@@ -81,6 +81,27 @@ type PeakResetter interface{ ResetPeaks() }
 // is fixed for the allocator's life and safe to call at any time.
 type Granular interface{ Granularity() uint64 }
 
+// ExactGrower is an allocator that can serve a long-lived allocation (a
+// batch's arrays) without growing a shared segment for it. AllocExact is
+// Alloc, except that on a cache miss it takes from the device no more
+// than n rounded up to the device's granularity (a request small enough
+// to share takes one SmallSegment at most), so the device memory a set of
+// such allocations may take is bounded by their own rounded sizes. The
+// manager uses it for the arrays of a planned batch, so that a plan that
+// fits does fit. Pool implements it; the adaptors forward it.
+type ExactGrower interface {
+	AllocExact(n uint64, s device.Stream) (device.Ptr, error)
+}
+
+// AllocExact calls a.AllocExact when a is an ExactGrower, else a.Alloc
+// (whose device use is already exact for Direct and AsyncPool).
+func AllocExact(a Allocator, n uint64, s device.Stream) (device.Ptr, error) {
+	if eg, ok := a.(ExactGrower); ok {
+		return eg.AllocExact(n, s)
+	}
+	return a.Alloc(n, s)
+}
+
 // Adaptor is an allocator that wraps another.
 type Adaptor interface {
 	Allocator

@@ -68,6 +68,16 @@ func (l *Limit) Granularity() uint64 { return l.gran }
 // Alloc allocates n bytes from the upstream if the bytes in use stay
 // within the cap.
 func (l *Limit) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	return l.alloc(n, s, false)
+}
+
+// AllocExact is Alloc through the upstream's AllocExact (ExactGrower),
+// charged the same way.
+func (l *Limit) AllocExact(n uint64, s device.Stream) (device.Ptr, error) {
+	return l.alloc(n, s, true)
+}
+
+func (l *Limit) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) {
 	charged, ok := units.RoundUp(n, l.gran)
 	if !ok {
 		charged = n
@@ -91,7 +101,13 @@ func (l *Limit) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	}
 	l.used += charged
 	l.mu.Unlock()
-	p, err := l.up.Alloc(n, s)
+	var p device.Ptr
+	var err error
+	if exact {
+		p, err = AllocExact(l.up, n, s)
+	} else {
+		p, err = l.up.Alloc(n, s)
+	}
 	l.mu.Lock()
 	if l.closed {
 		// Closed while the upstream call ran: Close has zeroed used.

@@ -226,6 +226,19 @@ func (p *Pool) Config() PoolConfig { return p.cfg }
 // Alloc returns n bytes usable on s: a cached block when one fits and
 // may be used on s, else a block of a new segment.
 func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	return p.alloc(n, s, false)
+}
+
+// AllocExact is Alloc for a long-lived allocation (alloc.ExactGrower): a
+// miss takes a segment of the request's size rounded up to the device's
+// granularity (at most SmallSegment for a small request), never a larger
+// shared one. What the segment holds beyond the request is cached as
+// usual.
+func (p *Pool) AllocExact(n uint64, s device.Stream) (device.Ptr, error) {
+	return p.alloc(n, s, true)
+}
+
+func (p *Pool) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) {
 	if n == 0 || n > p.maxReq || s == nil {
 		return 0, p.badRequest(n, s)
 	}
@@ -242,7 +255,7 @@ func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 		p.mu.Unlock()
 		return ptr, nil
 	}
-	return p.allocSlow(n, size, c, st, s)
+	return p.allocSlow(n, size, c, st, s, exact)
 }
 
 func (p *Pool) badRequest(n uint64, s device.Stream) error {
@@ -536,7 +549,16 @@ func (p *Pool) freeSegments(segs []*segment) error {
 
 // allocSlow serves a miss. Called with the lock held; returns with it
 // released.
-func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stream) (device.Ptr, error) {
+func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stream, exactGrowth bool) (device.Ptr, error) {
+	growth := func() uint64 {
+		if exactGrowth {
+			if c == classSmall {
+				return roundUp(max(size, p.cfg.SmallSegment), p.gran)
+			}
+			return roundUp(size, p.gran)
+		}
+		return p.segmentSizeLocked(size, c)
+	}
 	closedErr := func() error { return fmt.Errorf("alloc: pool alloc of %s: %w", units.Format(n), ErrClosed) }
 	// Memory freed on other streams may have become safe here.
 	if p.idx.needFences(st) {
@@ -551,7 +573,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	}
 	// A growth past the high-water mark gives back wholly free segments;
 	// those freed on a stream can go once that stream's work is done.
-	if g := p.segmentSizeLocked(size, c); p.releaseWantedLocked(g) && p.ownedWhollyLocked() && !p.idx.fencing {
+	if g := growth(); p.releaseWantedLocked(g) && p.ownedWhollyLocked() && !p.idx.fencing {
 		if open, err := p.idx.fenceLocked(&p.mu, &p.closed, st, true, p.joinSharedLocked); !open {
 			return 0, errors.Join(closedErr(), err)
 		}
@@ -563,7 +585,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	}
 
 	exact := roundUp(size, p.gran)
-	g := p.segmentSizeLocked(size, c)
+	g := growth()
 	rel := p.releaseForGrowthLocked(g)
 	p.mu.Unlock()
 	// A segment the device fails to free is gone from the books either

@@ -92,10 +92,26 @@ func (t *Trace) Granularity() uint64 {
 
 // Alloc allocates from the upstream and logs the outcome.
 func (t *Trace) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	return t.alloc(n, s, false)
+}
+
+// AllocExact is Alloc through the upstream's AllocExact (ExactGrower),
+// logged the same way.
+func (t *Trace) AllocExact(n uint64, s device.Stream) (device.Ptr, error) {
+	return t.alloc(n, s, true)
+}
+
+func (t *Trace) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) {
 	if t.isClosed() {
 		return 0, fmt.Errorf("alloc: trace: alloc of %s: %w", units.Format(n), ErrClosed)
 	}
-	p, err := t.up.Alloc(n, s)
+	var p device.Ptr
+	var err error
+	if exact {
+		p, err = AllocExact(t.up, n, s)
+	} else {
+		p, err = t.up.Alloc(n, s)
+	}
 	thread := goroutineID()
 	t.mu.Lock()
 	defer t.mu.Unlock()
