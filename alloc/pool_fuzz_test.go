@@ -133,10 +133,14 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 				n = 10*mib + v*512
 			}
 			before := p.Stats()
-			ptr, err := p.Alloc(n, s)
+			allocate := p.Alloc
+			if op&8 != 0 { // bit 3: the exact-growth path
+				allocate = p.AllocExact
+			}
+			ptr, err := allocate(n, s)
 			if err != nil {
 				if !errors.Is(err, device.ErrOutOfMemory) {
-					t.Fatalf("Alloc(%d): %v", n, err)
+					t.Fatalf("Alloc(%d, exact %v): %v", n, op&8 != 0, err)
 				}
 				if after := p.Stats(); after.InUse != before.InUse || after.OOMs != before.OOMs+1 {
 					t.Fatalf("failed Alloc changed the pool: %+v → %+v", before, after)
