@@ -310,6 +310,15 @@ func (m *Manager) Allocator() alloc.Allocator {
 	return m.al
 }
 
+// AllocatorStats returns the current allocator's kind and its Stats, read
+// together, so that a SetAllocator in between cannot pair one allocator's
+// kind with another's counters.
+func (m *Manager) AllocatorStats() (AllocatorKind, alloc.Stats) {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	return m.kind, m.al.Stats()
+}
+
 // AllocatorKind returns the current allocator kind.
 func (m *Manager) AllocatorKind() AllocatorKind {
 	m.allocMu.RLock()

@@ -507,6 +507,9 @@ func TestSetAllocator(t *testing.T) {
 			if m.AllocatorKind() != kind {
 				t.Errorf("kind %v", m.AllocatorKind())
 			}
+			if k, st := m.AllocatorStats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
+				t.Errorf("AllocatorStats = %v, %+v; want the new %v with nothing allocated", k, st, kind)
+			}
 			if !resp.Arrays["x"].Freed() || !resp.Host["p"].Freed() || a.Held() != 0 {
 				t.Error("arrays survived SetAllocator")
 			}

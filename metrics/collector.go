@@ -192,10 +192,9 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectAllocator(ch chan<- prometheus.Metric) {
-	kind := c.m.AllocatorKind().String()
-	st := c.m.Allocator().Stats()
+	kind, st := c.m.AllocatorStats()
 	for _, s := range c.stats {
-		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(st)), kind)
+		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(st)), kind.String())
 	}
 }
 
