@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
-	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -141,29 +136,7 @@ func runTimedJob(t *testing.T, double bool, bandwidth uint64, kernelDelay time.D
 	}
 	dev := &timedDev{Device: sd, kernelDelay: kernelDelay}
 	t.Cleanup(func() { dev.Close() })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m, err := vram.New(dev, vram.WithLogger(log))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	k, err := oscillator.New(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &app{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard, log: log}
-	js, err := runFlags{runs: 10000, steps: 40, samples: 21, dt: 0.01, verify: 64, allocator: "pool"}.check()
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &job{a: a, shape: js, seed: 7, m: m, dev: dev, kernel: k}
-	if err := j.allocate(double); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.freeHost() })
-	if err := j.pipeline(); err != nil {
-		t.Fatal(err)
-	}
+	j := runTestJob(t, dev, 10000, double)
 	if n, err := j.verify(64); err != nil || j.failedRuns() != 0 {
 		t.Fatalf("verify checked %d runs: %v; %d failed runs", n, err, j.failedRuns())
 	}

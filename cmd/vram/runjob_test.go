@@ -200,6 +200,14 @@ func newTestJob(t *testing.T) *job {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dev.Close() })
+	return runTestJob(t, dev, 20000, false)
+}
+
+// runTestJob plans, allocates and runs a batch of runs (40 steps, 21
+// samples each) on dev, single or double buffered, and frees its host
+// arrays and manager when the test ends.
+func runTestJob(t *testing.T, dev device.Device, runs int, double bool) *job {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, err := vram.New(dev, vram.WithLogger(log))
 	if err != nil {
@@ -211,12 +219,12 @@ func newTestJob(t *testing.T) *job {
 		t.Fatal(err)
 	}
 	a := &app{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard, log: log}
-	js, err := runFlags{runs: 20000, steps: 40, samples: 21, dt: 0.01, verify: 64, allocator: "pool"}.check()
+	js, err := runFlags{runs: runs, steps: 40, samples: 21, dt: 0.01, verify: 64, allocator: "pool"}.check()
 	if err != nil {
 		t.Fatal(err)
 	}
 	j := &job{a: a, shape: js, seed: 7, m: m, dev: dev, kernel: k}
-	if err := j.allocate(false); err != nil {
+	if err := j.allocate(double); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.freeHost() })
