@@ -14,26 +14,10 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
-
-// poolTraceDir finds the shared traces: $VRAM_TRACES, or shared/traces
-// beside the repository.
-func poolTraceDir(t testing.TB) string {
-	t.Helper()
-	dirs := []string{os.Getenv("VRAM_TRACES"), "../../shared/traces", "../shared/traces"}
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		if m, _ := filepath.Glob(filepath.Join(d, "*.csv")); len(m) > 0 {
-			return d
-		}
-	}
-	t.Skipf("no traces: set VRAM_TRACES to a directory of RMM logs (looked in %q)", dirs)
-	return ""
-}
 
 // pytorchFigures are what PyTorch's allocator did on a trace (its
 // .info.json).
@@ -56,7 +40,7 @@ func TestPoolTraces(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays every shared trace")
 	}
-	dir := poolTraceDir(t)
+	dir := sharedtraces.Dir(t)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.csv"))
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".csv")
@@ -115,7 +99,7 @@ func TestPoolTracesScaled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays every shared trace six times")
 	}
-	dir := poolTraceDir(t)
+	dir := sharedtraces.Dir(t)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.csv"))
 	var worst float64
 	var worstAt string

@@ -16,6 +16,7 @@ import (
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
@@ -226,27 +227,10 @@ func TestTraceAdaptorRoundTrip(t *testing.T) {
 	}
 }
 
-// traceDir finds the shared traces: $VRAM_TRACES, or shared/traces beside
-// or inside the repository.
-func traceDir(t testing.TB) string {
-	t.Helper()
-	dirs := []string{os.Getenv("VRAM_TRACES"), "../../shared/traces", "../shared/traces"}
-	for _, d := range dirs {
-		if d == "" {
-			continue
-		}
-		if m, _ := filepath.Glob(filepath.Join(d, "*.csv")); len(m) > 0 {
-			return d
-		}
-	}
-	t.Skipf("no traces: set VRAM_TRACES to a directory of RMM logs (looked in %q)", dirs)
-	return ""
-}
-
 // sharedTraces reads every trace of the shared directory.
 func sharedTraces(t testing.TB) map[string][]trace.Event {
 	t.Helper()
-	dir := traceDir(t)
+	dir := sharedtraces.Dir(t)
 	files, _ := filepath.Glob(filepath.Join(dir, "*.csv"))
 	out := map[string][]trace.Event{}
 	for _, f := range files {
@@ -273,7 +257,7 @@ func TestSharedTraces(t *testing.T) {
 			if sum.Allocs == 0 || sum.Frees == 0 || sum.Failures != 0 {
 				t.Errorf("summary: %+v", sum)
 			}
-			info := filepath.Join(traceDir(t), name+".info.json")
+			info := filepath.Join(sharedtraces.Dir(t), name+".info.json")
 			if b, err := os.ReadFile(info); err == nil {
 				var want struct {
 					Events        int    `json:"events"`
