@@ -119,6 +119,11 @@ type PoolConfig struct {
 	// past the high-water mark: the pool then returns memory only on Trim,
 	// Close and out-of-memory, as CuPy's and PyTorch's pools do.
 	KeepCache bool
+	// CheckBlocks marks each block handed out with the device's
+	// device.SubAllocationChecker, when it has one, so the simulator's
+	// memory checker catches accesses outside a block; costs a device
+	// call per Alloc and Free.
+	CheckBlocks bool
 }
 
 // withDefaults fills zero fields and checks the rest.
@@ -183,6 +188,7 @@ type Pool struct {
 	gran   uint64 // device allocation unit, bytes
 	maxReq uint64 // largest request whose rounding to gran does not overflow
 	cfg    PoolConfig
+	chk    device.SubAllocationChecker // non-nil when cfg.CheckBlocks and dev has one
 
 	mu        sync.Mutex // protects the fields below
 	closed    bool
@@ -214,6 +220,9 @@ func NewPool(dev device.Device, cfg PoolConfig) (*Pool, error) {
 		idx:    newFreeIndex(dev, false),
 		live:   make(map[device.Ptr]*block),
 	}
+	if c.CheckBlocks {
+		p.chk, _ = dev.(device.SubAllocationChecker)
+	}
 	return p, nil
 }
 
@@ -226,7 +235,11 @@ func (p *Pool) Config() PoolConfig { return p.cfg }
 // Alloc returns n bytes usable on s: a cached block when one fits and
 // may be used on s, else a block of a new segment.
 func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
-	return p.alloc(n, s, false)
+	ptr, err := p.alloc(n, s, false)
+	if p.chk != nil && err == nil {
+		return p.markAllocated(ptr, n, s)
+	}
+	return ptr, err
 }
 
 // AllocExact is Alloc for a long-lived allocation (alloc.ExactGrower): a
@@ -235,7 +248,21 @@ func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 // shared one. What the segment holds beyond the request is cached as
 // usual.
 func (p *Pool) AllocExact(n uint64, s device.Stream) (device.Ptr, error) {
-	return p.alloc(n, s, true)
+	ptr, err := p.alloc(n, s, true)
+	if p.chk != nil && err == nil {
+		return p.markAllocated(ptr, n, s)
+	}
+	return ptr, err
+}
+
+// markAllocated marks the block just handed out (CheckBlocks); if the
+// device refuses, the block goes back to the pool.
+func (p *Pool) markAllocated(ptr device.Ptr, n uint64, s device.Stream) (device.Ptr, error) {
+	if err := p.chk.MarkAllocated(ptr, n); err != nil {
+		_ = p.free(ptr, s)
+		return 0, fmt.Errorf("alloc: pool alloc of %s: marking the block for the memory checker: %w", units.Format(n), err)
+	}
+	return ptr, nil
 }
 
 func (p *Pool) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) {
@@ -325,6 +352,23 @@ func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
 	if s == nil {
 		return fmt.Errorf("alloc: pool free of %v: nil stream: %w", ptr, device.ErrInvalidValue)
 	}
+	if p.chk != nil {
+		// Unmark before the block can be reused; the pool's own error
+		// (an unknown pointer, a closed pool) takes precedence.
+		markErr := p.chk.MarkFreed(ptr)
+		if err := p.free(ptr, s); err != nil {
+			return err
+		}
+		if markErr != nil {
+			return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but unmarking it for the memory checker failed: %w", ptr, markErr)
+		}
+		return nil
+	}
+	return p.free(ptr, s)
+}
+
+// free is Free without the CheckBlocks unmarking; s is not nil.
+func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -238,3 +238,22 @@ type StridedCopier interface {
 	// dst[r*dstPitch:][:width], ordered on s.
 	CopyDtoH2D(dst []byte, dstPitch uint64, src Ptr, srcPitch, width, height uint64, s Stream) error
 }
+
+// SubAllocationChecker is a device that can check accesses against
+// allocations an allocator makes inside its own device allocations (a
+// pool's blocks), as compute-sanitizer does for pools that annotate their
+// sub-allocations. Found by type assertion.
+//
+// Once any sub-allocation has been marked inside a device allocation,
+// every access to that device allocation must lie wholly inside one live
+// marked range, else it fails with ErrOutOfBounds (or ErrUseAfterFree
+// when it falls in a range freed recently). Device allocations with no
+// marks are checked as before. Freeing the device allocation drops its
+// marks.
+type SubAllocationChecker interface {
+	// MarkAllocated marks [p, p+n), n > 0, lying inside one device
+	// allocation and overlapping no live mark, as a live sub-allocation.
+	MarkAllocated(p Ptr, n uint64) error
+	// MarkFreed ends the live sub-allocation that starts at p.
+	MarkFreed(p Ptr) error
+}

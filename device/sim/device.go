@@ -46,6 +46,8 @@ var (
 	_ device.HostAllocator  = (*Device)(nil)
 	_ device.FuncLauncher   = (*Device)(nil)
 	_ device.StridedCopier  = (*Device)(nil)
+
+	_ device.SubAllocationChecker = (*Device)(nil)
 )
 
 // ghostCap bounds how many freed allocations are remembered for use after
@@ -59,6 +61,7 @@ const (
 	kMapped
 	kSegment
 	kPoolBlock // ghosts only
+	kMarked    // a sub-allocation marked with MarkAllocated (marks.go)
 )
 
 func (k recKind) String() string {
@@ -71,6 +74,8 @@ func (k recKind) String() string {
 		return "async pool segment"
 	case kPoolBlock:
 		return "MallocAsync"
+	case kMarked:
+		return "marked block"
 	}
 	return "?"
 }
@@ -82,6 +87,10 @@ type rec struct {
 	id   uint64   // allocation number, counted from 1 per device
 	mem  *backing // the bytes (nil when address-only)
 	seg  *segment // kSegment
+	// marks are the sub-allocations marked inside a Malloc (marks.go);
+	// nil until the first MarkAllocated, so unmarked allocations cost
+	// nothing.
+	marks *marks
 }
 
 // backing holds an allocation's bytes, made on first access: memory that
@@ -127,8 +136,8 @@ type hostRec struct {
 
 // Device is a simulated GPU. It implements device.Device and every
 // optional interface of package device except ModuleLoader:
-// device.AsyncAllocator, device.HostAllocator, device.FuncLauncher and
-// device.StridedCopier.
+// device.AsyncAllocator, device.HostAllocator, device.FuncLauncher,
+// device.StridedCopier and device.SubAllocationChecker.
 //
 // A Device is safe for concurrent use.
 type Device struct {
@@ -471,6 +480,9 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 		r := &nd.v
 		if r.kind == kSegment {
 			return d.pool.resolveLocked(d, op, p, n, stamp, r.seg)
+		}
+		if r.marks != nil {
+			return d.resolveMarkedLocked(op, p, n, stamp, nd)
 		}
 		if end > nd.k1+r.size {
 			return nil, 0, d.oobErr(op, p, n, nd.k1, r.size, r.kind, r.id)

@@ -36,12 +36,13 @@
 //     distinct error (device.ErrOutOfBounds, ErrUseAfterFree,
 //     ErrDoubleFree, ErrInvalidated, ErrInvalidPointer), never silent
 //     corruption. It checks against the device's own allocations (each
-//     Malloc's exact size), not an allocator's sub-allocations: under a
-//     caching allocator (alloc.Pool, the manager's default) an access
-//     past an array but inside its pool segment goes unseen. To check a
-//     program's array bounds, run it with the Direct allocator
-//     (vram.WithAllocator(vram.Direct)), which gives each array its own
-//     Malloc.
+//     Malloc's exact size), and against an allocator's sub-allocations
+//     only where the allocator marks them (device.SubAllocationChecker,
+//     marks.go): under a caching allocator (alloc.Pool, the manager's
+//     default) an access past an array but inside its pool segment goes
+//     unseen unless the pool marks its blocks. To check a program's array
+//     bounds, set alloc.PoolConfig{CheckBlocks: true}
+//     (vram.WithPoolConfig).
 //   - Fault injection (Device.Faults): out of memory at the nth
 //     allocation or above a size, a failing copy, a device reset at a
 //     chosen call.
