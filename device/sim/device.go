@@ -128,6 +128,28 @@ type ghost struct {
 
 type ghostRef struct{ start, id uint64 }
 
+// forgetQueue keeps the order in which freed records were remembered, so
+// that only the most recent ones are kept: push returns the record to
+// forget once more than limit are remembered.
+type forgetQueue struct {
+	refs []ghostRef // oldest first from head
+	head int
+}
+
+func (q *forgetQueue) push(r ghostRef, limit int) (old ghostRef, forget bool) {
+	q.refs = append(q.refs, r)
+	if len(q.refs)-q.head <= limit {
+		return ghostRef{}, false
+	}
+	old = q.refs[q.head]
+	q.head++
+	if q.head > limit { // compact, amortized
+		q.refs = append(q.refs[:0], q.refs[q.head:]...)
+		q.head = 0
+	}
+	return old, true
+}
+
 type hostRec struct {
 	n   uint64
 	ptr device.Ptr
@@ -154,10 +176,9 @@ type Device struct {
 	old         []region // regions of earlier generations
 	live        tree[rec]
 	ghosts      tree[ghost]
-	ghostFIFO   []ghostRef
-	ghostHead   int
-	mallocBytes uint64 // reserved by Malloc, rounded to the granularity
-	mallocReq   uint64 // requested by live Mallocs
+	ghostOrder  forgetQueue // which ghosts to forget first
+	mallocBytes uint64      // reserved by Malloc, rounded to the granularity
+	mallocReq   uint64      // requested by live Mallocs
 	nMalloc     int
 	host        map[*byte]hostRec  // live pinned buffers by first byte
 	hostFreed   map[uintptr]uint64 // recently freed host buffers (first byte → id)
@@ -199,7 +220,7 @@ func (d *Device) startGenLocked() {
 	d.va = newVASpace(d.rg)
 	d.live.clear()
 	d.ghosts.clear()
-	d.ghostFIFO, d.ghostHead = nil, 0
+	d.ghostOrder = forgetQueue{}
 	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
 	d.host = map[*byte]hostRec{}
 	d.hostFreed = map[uintptr]uint64{}
@@ -362,16 +383,9 @@ func (d *Device) addGhostLocked(a uint64, g ghost) {
 		d.ghosts.remove(a, 0)
 	}
 	d.ghosts.insert(a, 0, g.size, g)
-	d.ghostFIFO = append(d.ghostFIFO, ghostRef{a, g.id})
-	if len(d.ghostFIFO)-d.ghostHead > ghostCap {
-		old := d.ghostFIFO[d.ghostHead]
-		d.ghostHead++
+	if old, forget := d.ghostOrder.push(ghostRef{a, g.id}, ghostCap); forget {
 		if n := d.ghosts.get(old.start, 0); n != nil && n.v.id == old.id {
 			d.ghosts.remove(old.start, 0)
-		}
-		if d.ghostHead > ghostCap {
-			d.ghostFIFO = append(d.ghostFIFO[:0], d.ghostFIFO[d.ghostHead:]...)
-			d.ghostHead = 0
 		}
 	}
 }

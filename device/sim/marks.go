@@ -36,8 +36,7 @@ type mark struct {
 type marks struct {
 	live   tree[mark]
 	freed  tree[mark]
-	fifo   []ghostRef // freed marks, oldest first from head
-	head   int
+	order  forgetQueue // which freed marks to forget first
 	nextID uint64
 }
 
@@ -130,16 +129,9 @@ func (d *Device) MarkFreed(p device.Ptr) error {
 	}
 	mk.stamp = d.stamp.Add(1)
 	m.freed.insert(a, 0, mk.size, mk)
-	m.fifo = append(m.fifo, ghostRef{a, mk.id})
-	if len(m.fifo)-m.head > markGhostCap {
-		old := m.fifo[m.head]
-		m.head++
+	if old, forget := m.order.push(ghostRef{a, mk.id}, markGhostCap); forget {
 		if g := m.freed.get(old.start, 0); g != nil && g.v.id == old.id {
 			m.freed.remove(old.start, 0)
-		}
-		if m.head > markGhostCap {
-			m.fifo = append(m.fifo[:0], m.fifo[m.head:]...)
-			m.head = 0
 		}
 	}
 	return nil
