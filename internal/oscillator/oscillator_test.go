@@ -470,42 +470,25 @@ func TestPTXTypes(t *testing.T) {
 func ptxTypeErrors(ptx string) []string {
 	var errs []string
 	errorf := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
-	src := regexp.MustCompile(`//[^\n]*`).ReplaceAllString(ptx, "")
-	m := regexp.MustCompile(`\.entry\s+\w+\s*\(([^)]*)\)`).FindStringSubmatch(src)
-	if m == nil {
-		return []string{"no .entry found"}
+	e, err := readPTX(ptx)
+	if err != nil {
+		return []string{err.Error()}
 	}
-	params := map[string]string{}
-	for _, p := range strings.Split(m[1], ",") {
-		f := strings.Fields(p)
-		params[f[2]] = strings.TrimPrefix(f[1], ".")
-	}
-	body := src[strings.Index(src, "{")+1 : strings.LastIndex(src, "}")]
-	regs := map[string]string{}
-	for _, d := range regexp.MustCompile(`\.reg\s+\.(\w+)\s+([^;]+);`).FindAllStringSubmatch(body, -1) {
-		for _, r := range strings.Split(d[2], ",") {
-			regs[strings.TrimSpace(r)] = d[1]
-		}
-	}
+	params, regs := e.paramTypes, e.regs
 	special := regexp.MustCompile(`^%(ctaid|ntid|tid|nctaid)\.[xyz]$`)
 	guardRE := regexp.MustCompile(`^@!?(%\w+)\s+`)
 	intImm := regexp.MustCompile(`^-?[0-9]+$`)
 	f32Imm := regexp.MustCompile(`^0[fF][0-9A-Fa-f]{8}$`)
-	code := regexp.MustCompile(`\.reg[^;]*;`).ReplaceAllString(body, "")
-	code = regexp.MustCompile(`(?m)^\s*\w+:`).ReplaceAllString(code, "")
 	used := map[string]bool{}
-	for _, stmt := range strings.Split(code, ";") {
-		stmt = strings.TrimSpace(stmt)
-		if stmt == "" {
-			continue
-		}
+	for _, st := range e.stmts {
+		stmt := st.text
 		if g := guardRE.FindStringSubmatch(stmt); g != nil {
 			if regs[g[1]] != "pred" {
 				errorf("%q: guard %s is not a declared .pred register", stmt, g[1])
 			}
 			stmt = stmt[len(g[0]):]
 		}
-		op, rest, _ := strings.Cut(strings.Join(strings.Fields(stmt), " "), " ")
+		op, rest, _ := strings.Cut(stmt, " ")
 		form, ok := ptxForms[op]
 		if !ok {
 			errorf("%q: instruction form %s is not in the checked subset (add it to ptxForms after checking it against the PTX ISA)", stmt, op)
