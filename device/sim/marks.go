@@ -12,11 +12,16 @@ package sim
 // ErrOutOfBounds, one in a freed mark is ErrUseAfterFree. As for
 // FreeAsync, a kernel launched before the MarkFreed (the free is
 // stream-ordered after it) may still use the freed range: MarkFreed takes
-// an issue stamp. A Malloc never marked has a nil marks pointer and is
-// checked exactly as before; freeing the Malloc drops its marks with it.
+// an issue stamp, and such a kernel may use the freed range even after it
+// has been marked again, smaller (a pool re-handing the block on the same
+// stream). Freed marks are keyed by start and id, since a range can be
+// freed more than once and freed ranges can overlap. A Malloc never marked
+// has a nil marks pointer and is checked exactly as before; freeing the
+// Malloc drops its marks with it.
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
@@ -34,8 +39,8 @@ type mark struct {
 
 // marks are the sub-allocations of one Malloc.
 type marks struct {
-	live   tree[mark]
-	freed  tree[mark]
+	live   tree[mark] // keyed by (start, 0); live marks never overlap
+	freed  tree[mark] // keyed by (start, id); may overlap each other and live marks
 	order  forgetQueue // which freed marks to forget first
 	nextID uint64
 }
@@ -91,13 +96,6 @@ func (d *Device) MarkAllocated(p device.Ptr, n uint64) error {
 		return fmt.Errorf("%v: %s of %s at %v: it overlaps live marked block #%d (%s at 0x%x): %w",
 			d, op, units.Format(n), p, o.v.id, units.Format(o.v.size), o.k1, device.ErrInvalidValue)
 	}
-	for { // the range is in use again: forget freed marks it overlaps
-		g := m.freed.floor(a+n-1, 0)
-		if g == nil || g.k1+g.span <= a {
-			break
-		}
-		m.freed.remove(g.k1, 0)
-	}
 	m.nextID++
 	m.live.insert(a, 0, n, mark{size: n, id: m.nextID})
 	return nil
@@ -121,20 +119,48 @@ func (d *Device) MarkFreed(p device.Ptr) error {
 	}
 	mk, ok := m.live.remove(a, 0)
 	if !ok {
-		if g := m.freed.get(a, 0); g != nil {
+		if g := m.freed.floor(a, math.MaxUint64); g != nil && g.k1 == a {
 			return fmt.Errorf("%v: %s %v: marked block #%d (%s) is already freed: %w",
 				d, op, p, g.v.id, units.Format(g.v.size), device.ErrDoubleFree)
 		}
 		return fmt.Errorf("%v: %s %v: no live marked block starts here: %w", d, op, p, device.ErrInvalidPointer)
 	}
 	mk.stamp = d.stamp.Add(1)
-	m.freed.insert(a, 0, mk.size, mk)
+	m.freed.insert(a, mk.id, mk.size, mk)
 	if old, forget := m.order.push(ghostRef{a, mk.id}, markGhostCap); forget {
-		if g := m.freed.get(old.start, 0); g != nil && g.v.id == old.id {
-			m.freed.remove(old.start, 0)
-		}
+		m.freed.remove(old.start, old.id)
 	}
 	return nil
+}
+
+// freedCover finds a freed mark of m that holds [a, a+n) and was freed
+// after stamp (so an access issued at stamp may still use it), or failing
+// that any freed mark holding a, for the error. The nearest freed mark is
+// tried first; the others are scanned only when it does not answer.
+func (m *marks) freedCover(a, n, stamp uint64) (usable, holder *tnode[mark]) {
+	ok := func(g *tnode[mark]) bool { return stamp != 0 && stamp < g.v.stamp && a+n <= g.k1+g.v.size }
+	if g := m.freed.floor(a, math.MaxUint64); g != nil && a < g.k1+g.span {
+		if ok(g) {
+			return g, g
+		}
+		holder = g
+	}
+	m.freed.each(func(g *tnode[mark]) bool {
+		if g.k1 > a {
+			return false
+		}
+		if a < g.k1+g.span {
+			if ok(g) {
+				usable = g
+				return false
+			}
+			if holder == nil {
+				holder = g
+			}
+		}
+		return true
+	})
+	return usable, holder
 }
 
 // resolveMarkedLocked checks an access of n bytes at p (end not
@@ -155,15 +181,21 @@ func (d *Device) resolveMarkedLocked(op string, p device.Ptr, n, stamp uint64, n
 		off := k1 - nd.k1
 		return data[off : off+mk.size : off+mk.size], k1, nil
 	}
-	if mk := m.live.floor(a, 0); mk != nil && a < mk.k1+mk.span {
-		return in(mk.k1, mk.v)
+	live := m.live.floor(a, 0)
+	if live != nil && a < live.k1+live.span && a+n <= live.k1+live.v.size {
+		return in(live.k1, live.v)
 	}
-	if g := m.freed.floor(a, 0); g != nil && a < g.k1+g.span {
-		// A kernel launched before the (stream-ordered) free may still
-		// use the block: the free takes effect after it.
-		if stamp != 0 && stamp < g.v.stamp {
-			return in(g.k1, g.v)
-		}
+	// A kernel launched before a (stream-ordered) free may still use the
+	// freed block, even where it has been marked again: the free takes
+	// effect after the kernel.
+	usable, g := m.freedCover(a, n, stamp)
+	if usable != nil {
+		return in(usable.k1, usable.v)
+	}
+	if live != nil && a < live.k1+live.span {
+		return in(live.k1, live.v) // the overrun error
+	}
+	if g != nil {
 		return nil, 0, fmt.Errorf("%v: %s of %s at %v: marked block #%d (%s at 0x%x, in Malloc allocation #%d) has been freed: %w",
 			d, op, units.Format(n), p, g.v.id, units.Format(g.v.size), g.k1, r.id, device.ErrUseAfterFree)
 	}

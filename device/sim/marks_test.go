@@ -95,6 +95,24 @@ func TestMarksKernelView(t *testing.T) {
 	check(t, d.LaunchFunc(s, 1, read(seg, 1)))
 	wantOnly(t, d.Synchronize(), device.ErrUseAfterFree)
 
+	// Re-handed smaller on the same stream: a kernel launched before the
+	// free may still read the old block's whole range; one launched after
+	// may not, and the block cannot be freed twice.
+	check(t, d.MarkAllocated(seg, 4000))
+	gate = make(chan struct{})
+	check(t, d.LaunchFunc(s, 1, func(device.View, int, int) error { <-gate; return nil }))
+	check(t, d.LaunchFunc(s, 1, read(seg.Add(2000), 2000)))
+	check(t, d.MarkFreed(seg))
+	check(t, d.MarkAllocated(seg, 1000))
+	close(gate)
+	check(t, d.Synchronize())
+	check(t, d.LaunchFunc(s, 1, read(seg.Add(500), 1000)))
+	wantOnly(t, d.Synchronize(), device.ErrOutOfBounds)
+	check(t, d.LaunchFunc(s, 1, read(seg.Add(2000), 10)))
+	wantOnly(t, d.Synchronize(), device.ErrUseAfterFree)
+	check(t, d.MarkFreed(seg))
+	wantOnly(t, d.MarkFreed(seg), device.ErrDoubleFree)
+
 	// Freeing the Malloc drops its marks; a fresh Malloc is unmarked.
 	check(t, d.Free(seg))
 	p := get[device.Ptr](t)(d.Malloc(1 << 16))
