@@ -39,8 +39,8 @@ type mark struct {
 
 // marks are the sub-allocations of one Malloc.
 type marks struct {
-	live   tree[mark] // keyed by (start, 0); live marks never overlap
-	freed  tree[mark] // keyed by (start, id); may overlap each other and live marks
+	live   tree[mark]  // keyed by (start, 0); live marks never overlap
+	freed  tree[mark]  // keyed by (start, id); may overlap each other and live marks
 	order  forgetQueue // which freed marks to forget first
 	nextID uint64
 }
