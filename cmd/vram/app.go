@@ -20,6 +20,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -29,6 +31,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 )
 
 // Exit statuses.
@@ -58,9 +61,10 @@ type app struct {
 	stdout io.Writer // command output only: tables, or one JSON value with --json
 	stderr io.Writer // errors, logs and progress bars
 
-	device  string // --device: a device spec for device.Open
-	json    bool   // --json: machine-readable output on stdout
-	verbose bool   // -v: debug logs on stderr
+	device    string // --device: a device spec for device.Open
+	deviceSet bool   // --device was given (else device came from $VRAM_DEVICE or is "auto")
+	json      bool   // --json: machine-readable output on stdout
+	verbose   bool   // -v: debug logs on stderr
 
 	log *slog.Logger // set before any subcommand runs
 
@@ -68,6 +72,12 @@ type app struct {
 	// once `run --metrics-addr` has allocated the batch, before the
 	// first chunk.
 	onMetrics func(url string)
+	// onChunkDone, when set (by tests), is called by `run` as each chunk
+	// finishes: done chunks of of.
+	onChunkDone func(done, of int)
+	// hostMem, when set (by tests), stands in for the host memory
+	// available to the process (hostAvailable).
+	hostMem func() (avail uint64, from string, ok bool)
 }
 
 // run executes the vram command line args (without the program name) with
@@ -141,8 +151,19 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 				level = slog.LevelDebug
 			}
 			a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+			a.deviceSet = cmd.Flags().Changed("device")
 			if strings.TrimSpace(a.device) == "" {
 				return usagef("--device is empty; give a spec such as auto, sim, sim:vram=8GiB or cuda:0")
+			}
+			// Checked here, so that a command that does not open a
+			// device (replay, or plan given a budget and granularity)
+			// still refuses a spec it would have ignored; help and a
+			// bare "vram" work whatever $VRAM_DEVICE says.
+			if !a.isCommand(cmd) {
+				return nil
+			}
+			if err := checkSpec(a.device); err != nil {
+				return usageError{fmt.Errorf("%s: %w", a.deviceSource(), err)}
 			}
 			a.log.Debug("vram", "command", cmd.CommandPath(), "device", a.device, "json", a.json)
 			return nil
@@ -167,6 +188,16 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 
 	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.replayCommand(), a.benchCommand())
 	return root
+}
+
+// isCommand reports whether cmd is one of vram's own commands (info,
+// plan, run, replay, bench), not the root, help or completion.
+func (a *app) isCommand(cmd *cobra.Command) bool {
+	switch cmd.Name() {
+	case "info", "plan", "run", "replay", "bench":
+		return cmd.HasParent() && !cmd.Parent().HasParent()
+	}
+	return false
 }
 
 // commandNames lists cmd's runnable subcommands for error messages.
@@ -226,11 +257,53 @@ func version() string {
 	return "devel"
 }
 
-// openDevice opens spec (the --device flag, or a spec a command derived
-// from it) and says why "auto" fell back to the simulator, if it did. A
-// spec Open cannot read is a usage error.
+// deviceSource names where the device spec came from, for messages:
+// `--device "sim"` when the flag was given (or nothing was, and the spec
+// is the default "auto"), `$VRAM_DEVICE "sim"` when the environment set
+// it.
+func (a *app) deviceSource() string {
+	if !a.deviceSet && strings.TrimSpace(os.Getenv(device.EnvDevice)) != "" {
+		return fmt.Sprintf("$%s %q", device.EnvDevice, a.device)
+	}
+	return fmt.Sprintf("--device %q", a.device)
+}
+
+// checkSpec checks a device spec without opening anything: a linked
+// backend or auto, and options that backend reads (the simulator's for
+// sim and for auto, which passes them to the simulator when it falls
+// back; a device number for cuda). Errors wrap device.ErrBadSpec.
+func checkSpec(spec string) error {
+	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
+	name = strings.ToLower(strings.TrimSpace(name))
+	linked := device.Backends()
+	switch {
+	case name == "":
+		return fmt.Errorf("spec %q has no backend name (want auto, sim or cuda): %w", spec, device.ErrBadSpec)
+	case name != "auto" && !slices.Contains(linked, name):
+		return fmt.Errorf("unknown backend %q (want auto, sim or cuda; linked: %s): %w", name, strings.Join(linked, ", "), device.ErrBadSpec)
+	case name == "auto" || name == "sim":
+		if _, err := sim.ParseSpec(opts); err != nil {
+			return err
+		}
+	case name == "cuda":
+		if o := strings.TrimSpace(opts); o != "" {
+			if n, err := strconv.Atoi(o); err != nil || n < 0 {
+				return fmt.Errorf("cuda device %q: want a device number such as cuda:0 or cuda:1: %w", o, device.ErrBadSpec)
+			}
+		}
+	}
+	return nil
+}
+
+// openDevice opens spec (the --device flag or $VRAM_DEVICE, or a spec a
+// command chose itself) and says why "auto" fell back to the simulator,
+// if it did. A spec Open cannot read is a usage error.
 func (a *app) openDevice(spec string) (device.Device, error, error) {
-	return a.openDeviceAs(spec, fmt.Sprintf("--device %q", spec))
+	src := fmt.Sprintf("device %q", spec)
+	if spec == a.device {
+		src = a.deviceSource()
+	}
+	return a.openDeviceAs(spec, src)
 }
 
 // openDeviceAs is openDevice for a spec a command derived from its flags;

@@ -3,14 +3,26 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/vramkit/vram/device"
 )
 
+// mainArgsEnv, set in a child process's environment, makes the test
+// binary run main with these arguments (separated by newlines) instead of
+// the tests: how the signal tests run the real command.
+const mainArgsEnv = "VRAM_TEST_MAIN_ARGS"
+
 func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv(mainArgsEnv); ok {
+		os.Args = append([]string{"vram"}, strings.Split(args, "\n")...)
+		main()
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -143,5 +155,135 @@ func TestRunWrapper(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"nosuch"}, &out, &errb); code != exitUsage || out.Len() != 0 || !strings.Contains(errb.String(), "nosuch") {
 		t.Errorf("run nosuch: exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+func TestCheckSpec(t *testing.T) {
+	tests := map[string]struct {
+		spec string
+		want string // "" for a good spec, else a substring of the error
+	}{
+		"auto":             {"auto", ""},
+		"auto, sim option": {"auto:vram=1GiB", ""},
+		"sim":              {"sim", ""},
+		"sim options":      {"sim:vram=8GiB,backed=false", ""},
+		"cuda":             {"cuda", ""},
+		"cuda 1":           {"cuda:1", ""},
+		"upper case":       {"SIM", ""},
+		"no backend":       {":1", "no backend name"},
+		"unknown":          {"bogus", `unknown backend "bogus"`},
+		"unknown, opts":    {"tpu:0", `unknown backend "tpu"`},
+		"bad sim option":   {"sim:colour=red", `unknown sim option "colour"`},
+		"bad auto option":  {"auto:vram=lots", "sim option vram"},
+		"cuda, not number": {"cuda:first", `cuda device "first": want a device number`},
+		"cuda, negative":   {"cuda:-1", `cuda device "-1"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			err := checkSpec(tc.spec)
+			if tc.want == "" {
+				if err != nil {
+					t.Errorf("checkSpec(%q) = %v, want nil", tc.spec, err)
+				}
+				return
+			}
+			if !errors.Is(err, device.ErrBadSpec) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("checkSpec(%q) = %v, want an error wrapping ErrBadSpec containing %q", tc.spec, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeviceSpecCheckedEverywhere checks that a malformed device spec is
+// a usage error also for the commands that do not open a device, and that
+// the message names where the spec came from: the flag, or $VRAM_DEVICE.
+func TestDeviceSpecCheckedEverywhere(t *testing.T) {
+	const planInput = `{"budget": "64MiB", "granularity": 512,
+		"requests": {"c": {"x": {"shape": [10, 1000], "dtype": "float32", "chunk_axis": 1}}}}`
+	tests := map[string]struct {
+		env   string
+		stdin string
+		args  []string
+		want  string
+	}{
+		"replay, flag":      {"", "", []string{"replay", "--device", "bogus", smallTrace}, `--device "bogus": unknown backend "bogus"`},
+		"replay, env":       {"bogus", "", []string{"replay", smallTrace}, `$VRAM_DEVICE "bogus": unknown backend "bogus"`},
+		"plan, flag":        {"", planInput, []string{"plan", "--device", "bogus"}, `--device "bogus": unknown backend`},
+		"plan, env":         {"sim:vram=lots", planInput, []string{"plan"}, `$VRAM_DEVICE "sim:vram=lots": sim option vram`},
+		"info, cuda number": {"", "", []string{"info", "--device", "cuda:x"}, `--device "cuda:x": cuda device "x"`},
+		"bench, env":        {"tpu", "", []string{"bench", "--time", "1ms"}, `$VRAM_DEVICE "tpu"`},
+		"flag beats env":    {"sim", "", []string{"info", "--device", "bogus"}, `--device "bogus"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(device.EnvDevice, tc.env)
+			stdout, stderr, code := cli(t, tc.stdin, tc.args...)
+			if code != exitUsage || stdout != "" {
+				t.Errorf("exit %d, stdout %q; want exit %d and nothing on stdout", code, stdout, exitUsage)
+			}
+			if !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr)
+			}
+		})
+	}
+}
+
+// TestHelpWithBadEnvDevice checks that help, --version and a bare vram
+// do not trip over a bad $VRAM_DEVICE they never use.
+func TestHelpWithBadEnvDevice(t *testing.T) {
+	t.Setenv(device.EnvDevice, "bogus")
+	tests := map[string]struct {
+		args []string
+		code int
+		want string // in stdout for exit 0, else stderr
+	}{
+		"help run":    {[]string{"help", "run"}, exitOK, "vram run [flags]"},
+		"run --help":  {[]string{"run", "--help"}, exitOK, "vram run [flags]"},
+		"--version":   {[]string{"--version"}, exitOK, "vram version"},
+		"no command":  {nil, exitUsage, "missing command"},
+		"completion":  {[]string{"completion", "bash"}, exitOK, "bash completion"},
+		"the command": {[]string{"info"}, exitUsage, `$VRAM_DEVICE "bogus"`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", tc.args...)
+			got := stdout
+			if tc.code != exitOK {
+				got = stderr
+			}
+			if code != tc.code || !strings.Contains(got, tc.want) {
+				t.Errorf("exit %d, want %d with %q; stdout:\n%s\nstderr:\n%s", code, tc.code, tc.want, stdout, stderr)
+			}
+		})
+	}
+}
+
+// TestEnvDeviceNamedInRunErrors checks that run blames $VRAM_DEVICE, not
+// --device, for a spec that came from the environment.
+func TestEnvDeviceNamedInRunErrors(t *testing.T) {
+	tests := map[string]struct {
+		env  string
+		args []string
+		want string
+		not  string
+	}{
+		"sized twice, env": {"sim:vram=1GiB", []string{"run", "--vram", "512MiB"},
+			`$VRAM_DEVICE "sim:vram=1GiB" sizes the simulator and so does --vram 512MiB`, "--device"},
+		"sized twice, flag": {"", []string{"run", "--device", "sim:vram=1GiB", "--vram", "512MiB"},
+			`--device "sim:vram=1GiB" sizes the simulator`, "VRAM_DEVICE"},
+		"bad sim, env": {"sim:vram=1MiB", []string{"run", "--runs", "10", "--steps", "2"},
+			`$VRAM_DEVICE "sim:vram=1MiB": open "sim:vram=1MiB"`, "--device"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(device.EnvDevice, tc.env)
+			_, stderr, code := cli(t, "", tc.args...)
+			if code != exitUsage {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, stderr)
+			}
+			if !strings.Contains(stderr, tc.want) || strings.Contains(stderr, tc.not) {
+				t.Errorf("stderr should contain %q and not %q:\n%s", tc.want, tc.not, stderr)
+			}
+		})
 	}
 }

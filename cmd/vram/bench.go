@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -53,7 +54,8 @@ type benchFlags struct {
 	seed       uint64
 }
 
-// benchDevice is the device bench uses unless --device is given: an
+// benchDevice is the device bench uses unless --device or $VRAM_DEVICE
+// names one: an
 // address-only simulator, so device allocations cost bookkeeping only
 // and a 64 MiB block costs no host memory.
 const benchDevice = "sim:vram=64GiB,backed=false,context=0"
@@ -68,16 +70,17 @@ path of a pool) and on a random workload, and prints ns per operation,
 heap allocations per operation, device allocations and, for the random
 workload, peak reserved over peak live bytes.
 
-Unless --device is given it runs on an address-only simulator (` + benchDevice + `),
-so that it measures the allocators and not host memory; give
---device cuda to time them against the driver.`,
+Unless --device or $VRAM_DEVICE names a device it runs on an address-only
+simulator (` + benchDevice + `), so that it
+measures the allocators and not host memory; give --device cuda to time
+them against the driver.`,
 		Example: `  vram bench
   vram bench --allocator pool --time 1s --json
   vram bench --device cuda`,
 		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec := benchDevice
-			if cmd.Flags().Changed("device") {
+			if a.deviceSet || strings.TrimSpace(os.Getenv(device.EnvDevice)) != "" {
 				spec = a.device
 			}
 			return a.bench(spec, f)

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/vramkit/vram/device"
 )
 
 func TestBench(t *testing.T) {
+	t.Setenv(device.EnvDevice, "") // bench's own address-only simulator
 	stdout, stderr, code := cli(t, "", "bench", "--json", "--time", "2ms", "--allocator", "direct,pool")
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
@@ -34,6 +37,7 @@ func TestBench(t *testing.T) {
 }
 
 func TestBenchText(t *testing.T) {
+	t.Setenv(device.EnvDevice, "")
 	stdout, stderr, code := cli(t, "", "bench", "--time", "1ms", "--allocator", "async")
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
@@ -49,25 +53,40 @@ func TestBenchText(t *testing.T) {
 }
 
 // A case too big for the device is reported as skipped; the others run.
+// The device comes from --device or, as for every command, $VRAM_DEVICE
+// (bench's own 64 GiB simulator would fit every case).
 func TestBenchSkipsCasesThatDoNotFit(t *testing.T) {
-	stdout, stderr, code := cli(t, "", "bench", "--json", "--time", "2ms", "--allocator", "pool",
-		"--device", "sim:vram=64MiB,backed=false")
-	if code != exitOK {
-		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	const small = "sim:vram=64MiB,backed=false"
+	tests := map[string]struct {
+		env  string
+		args []string
+	}{
+		"--device":     {"", []string{"--device", small}},
+		"$VRAM_DEVICE": {small, nil},
 	}
-	var rows []benchRow
-	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
-		t.Fatalf("stdout is not a JSON array: %v\n%s", err, stdout)
-	}
-	ran, skipped := 0, map[string]bool{}
-	for _, r := range rows {
-		if r.Skipped != "" {
-			skipped[r.Case] = true
-		} else if r.Ops > 0 {
-			ran++
-		}
-	}
-	if !skipped["pair 64MiB"] || ran < 2 {
-		t.Errorf("rows %+v: want pair 64MiB skipped and the small pairs run", rows)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(device.EnvDevice, tc.env)
+			args := append([]string{"bench", "--json", "--time", "2ms", "--allocator", "pool"}, tc.args...)
+			stdout, stderr, code := cli(t, "", args...)
+			if code != exitOK {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			var rows []benchRow
+			if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+				t.Fatalf("stdout is not a JSON array: %v\n%s", err, stdout)
+			}
+			ran, skipped := 0, map[string]bool{}
+			for _, r := range rows {
+				if r.Skipped != "" {
+					skipped[r.Case] = true
+				} else if r.Ops > 0 {
+					ran++
+				}
+			}
+			if !skipped["pair 64MiB"] || ran < 2 {
+				t.Errorf("rows %+v: want pair 64MiB skipped and the small pairs run", rows)
+			}
+		})
 	}
 }

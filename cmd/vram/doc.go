@@ -22,6 +22,8 @@
 //	--device SPEC   auto (CUDA device 0 if the driver loads and a GPU
 //	                exists, else the simulator), sim, sim:vram=8GiB,
 //	                cuda, cuda:N. Default: $VRAM_DEVICE, else auto.
+//	                Every command checks the spec, also those that do
+//	                not open a device (replay; plan given a budget).
 //	--json          one JSON value on stdout and nothing else there.
 //	-v, --verbose   debug logs (log/slog) on stderr.
 //
@@ -35,11 +37,18 @@
 // (vram_run_chunks, vram_run_chunks_done_total, vram_run_runs_done_total)
 // and the Go runtime's. -v logs each chunk as it finishes.
 //
+// Interrupts: the first Ctrl-C (SIGINT, or SIGTERM) asks long work to
+// stop at its next safe point — `vram run` before its next chunk, or
+// before verifying — and exits 1 saying how far it got; it also gives
+// both signals back their default action, so a second Ctrl-C ends the
+// process at once.
+//
 // Exit status: 0 on success; 1 when a command ran and failed (no device,
-// out of memory, a plan that does not fit, a request set that cannot be
-// read, results that do not verify); 2 on a usage error (an unknown
-// command or flag, a bad flag value or argument, a device spec that cannot
-// be read).
+// out of memory, a plan that does not fit, a request set or trace that
+// cannot be read, results that do not verify, an interrupt); 2 on a usage
+// error (an unknown command or flag, a bad flag value or argument, a
+// device spec that cannot be read, a batch bigger than the host memory
+// available or a time step at which RK4 is unstable).
 //
 // Examples:
 //

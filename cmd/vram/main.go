@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,8 +15,37 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptContext(os.Stderr)
 	code := runContext(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// interruptContext returns a context cancelled by the first SIGINT or
+// SIGTERM, which asks long work (the batch job, replays, benchmarks) to
+// stop at its next safe point. That signal also gives both back to their
+// default action and says so on w, so a second Ctrl-C ends the process at
+// once. stop releases the signals and the goroutine that watches them.
+func interruptContext(w io.Writer) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case sig := <-sigs:
+			signal.Stop(sigs) // the next one kills
+			fmt.Fprintf(w, "vram: %v: stopping at the next safe point; press Ctrl-C again to quit at once\n", sig)
+			cancel()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		<-exited
+		cancel()
+	}
 }

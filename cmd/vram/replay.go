@@ -6,6 +6,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
@@ -38,6 +40,11 @@ type replayRow struct {
 	WallSeconds       float64 `json:"wall_seconds"`
 	DeviceBytes       uint64  `json:"device_bytes"` // size of the simulated device
 
+	// TracePeakLiveBytes is the trace's own peak of live bytes, as
+	// logged; PeakLiveBytes is what this allocator's replay reached,
+	// less where allocations failed.
+	TracePeakLiveBytes uint64 `json:"trace_peak_live_bytes"`
+
 	traceIndex int // which of the command's traces, for grouping the table
 }
 
@@ -57,8 +64,9 @@ func (a *app) replayCommand() *cobra.Command {
 logging_resource_adaptor write) and replays each against the allocators
 named by --allocator, each on a fresh address-only simulated device: its
 memory has addresses but no bytes, so a log that peaked at tens of GB
-replays on a laptop. --device is not used: replays always run on the
-simulator.
+replays on a laptop. --device is not used (though a malformed spec is
+still refused): replays always run on the simulator. --vram is at least
+2 MiB, one page of the simulator; a log with no events is an error.
 
 For each allocator it reports the log's peak live bytes, the allocator's
 peak reserved bytes (and their ratio: 1.0 wastes nothing), device
@@ -89,6 +97,11 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if size, err = units.ParseSize(f.vram); err != nil || size == 0 {
 			return usagef("--vram %q: want a positive size such as 16GiB", f.vram)
 		}
+		// trace.SimConfig leaves the granularity at the simulator's.
+		if size < sim.DefaultGranularity {
+			return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
+				f.vram, units.Format(sim.DefaultGranularity))
+		}
 	}
 	if f.plot != "" {
 		if err := checkPlotPath(f.plot); err != nil {
@@ -112,9 +125,16 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if err != nil {
 			return fmt.Errorf("read trace: %w", err)
 		}
+		if len(events) == 0 {
+			return emptyTrace(path)
+		}
 		cfg := trace.SimConfig(events)
 		if size != 0 {
 			cfg.TotalBytes = size
+			if g := cfg.Granularity; g != 0 && size < g {
+				return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
+					f.vram, units.Format(g))
+			}
 		}
 		sum := trace.Summarize(events)
 		a.log.Debug("replay", "trace", path, "events", sum.Events, "peak_live", sum.PeakLive,
@@ -130,24 +150,25 @@ func (a *app) replay(paths []string, f replayFlags) error {
 				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
 			}
 			rows = append(rows, replayRow{
-				Trace:             filepath.Base(path),
-				Allocator:         kind,
-				Events:            res.Events,
-				Allocs:            res.Allocs,
-				Frees:             res.Frees,
-				PeakLiveBytes:     res.PeakLive,
-				PeakInUseBytes:    res.PeakInUse,
-				PeakReservedBytes: res.PeakReserved,
-				ReservedOverLive:  res.Fragmentation(),
-				DeviceAllocs:      res.DeviceAllocs,
-				DeviceFrees:       res.DeviceFrees,
-				CacheHits:         res.CacheHits,
-				FailedAllocs:      res.FailedAllocs,
-				UnmatchedFrees:    res.UnmatchedFrees,
-				EventsPerSecond:   res.EventsPerSec,
-				WallSeconds:       res.Wall.Seconds(),
-				DeviceBytes:       cfg.TotalBytes,
-				traceIndex:        ti,
+				Trace:              filepath.Base(path),
+				Allocator:          kind,
+				Events:             res.Events,
+				Allocs:             res.Allocs,
+				Frees:              res.Frees,
+				PeakLiveBytes:      res.PeakLive,
+				PeakInUseBytes:     res.PeakInUse,
+				PeakReservedBytes:  res.PeakReserved,
+				ReservedOverLive:   res.Fragmentation(),
+				DeviceAllocs:       res.DeviceAllocs,
+				DeviceFrees:        res.DeviceFrees,
+				CacheHits:          res.CacheHits,
+				FailedAllocs:       res.FailedAllocs,
+				UnmatchedFrees:     res.UnmatchedFrees,
+				EventsPerSecond:    res.EventsPerSec,
+				WallSeconds:        res.Wall.Seconds(),
+				DeviceBytes:        cfg.TotalBytes,
+				TracePeakLiveBytes: sum.PeakLive,
+				traceIndex:         ti,
 			})
 			if samples > 0 {
 				lines = append(lines, toTimeline(kind, res.Samples))
@@ -169,6 +190,17 @@ func (a *app) replay(paths []string, f replayFlags) error {
 	return a.printReplay(rows, f.plot)
 }
 
+// emptyTrace is the error for a log with no events: an empty file, or one
+// with only a header, blank lines or comments.
+func emptyTrace(path string) error {
+	what := "holds no allocation events"
+	if st, err := os.Stat(path); err == nil && st.Size() == 0 {
+		what = "is empty"
+	}
+	return fmt.Errorf("read trace: %s %s: want an RMM logging CSV, the header %s and then one line per allocate or free",
+		path, what, trace.Header)
+}
+
 // toTimeline converts a replay's samples for plotting.
 func toTimeline(kind string, samples []trace.Sample) timeline {
 	t := timeline{Allocator: kind}
@@ -187,7 +219,7 @@ func (a *app) printReplay(rows []replayRow, plot string) error {
 			fmt.Fprintln(a.stdout)
 		}
 		fmt.Fprintf(a.stdout, "%s: %d events, peak live %s, on an address-only simulated device of %s\n",
-			r.Trace, r.Events, units.Format(r.PeakLiveBytes), units.Format(r.DeviceBytes))
+			r.Trace, r.Events, units.Format(r.TracePeakLiveBytes), units.Format(r.DeviceBytes))
 		if r.UnmatchedFrees > 0 {
 			fmt.Fprintf(a.stdout, "%d frees of pointers never allocated in the trace were skipped\n", r.UnmatchedFrees)
 		}

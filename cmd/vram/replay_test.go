@@ -3,11 +3,13 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
 
@@ -95,6 +97,44 @@ func TestReplaySmallDeviceFails(t *testing.T) {
 	}
 }
 
+// TestReplayHeaderShowsTracePeak checks that the text header gives the
+// trace's own peak of live bytes, not that of the first allocator's
+// replay, which is lower when it refuses allocations.
+func TestReplayHeaderShowsTracePeak(t *testing.T) {
+	events, err := trace.ReadFile(smallTrace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := trace.Summarize(events).PeakLive
+	args := []string{"replay", "--allocator", "direct,pool", "--vram", "8MiB", smallTrace}
+	stdout, stderr, code := cli(t, "", args...)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	head := fmt.Sprintf("minimalloc_A.csv: 308 events, peak live %s,", units.Format(want))
+	if !strings.Contains(stdout, head) {
+		t.Errorf("header does not give the trace's peak live %d bytes (%q):\n%s", want, head, stdout)
+	}
+	stdout, stderr, code = cli(t, "", append([]string{"--json"}, args...)...)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	// Direct refuses some allocations on 8 MiB, so its replay peaks
+	// lower than the trace; both rows carry the trace's peak.
+	if len(rows) != 2 || rows[0].FailedAllocs == 0 || rows[0].PeakLiveBytes >= want {
+		t.Fatalf("rows %+v: want direct to refuse allocations and peak below the trace's %d bytes", rows, want)
+	}
+	for _, r := range rows {
+		if r.TracePeakLiveBytes != want {
+			t.Errorf("%s: trace_peak_live_bytes %d, want %d", r.Allocator, r.TracePeakLiveBytes, want)
+		}
+	}
+}
+
 func TestReplayText(t *testing.T) {
 	stdout, stderr, code := cli(t, "", "replay", smallTrace, smallTrace)
 	if code != exitOK {
@@ -145,15 +185,30 @@ func TestReplayErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("Thread,Time,Action,Pointer,Size,Stream\n0,0.0,allocate,0x10,notasize,0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	empty := filepath.Join(dir, "empty.csv")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	headerOnly := filepath.Join(dir, "header.csv")
+	if err := os.WriteFile(headerOnly, []byte(trace.Header+"\n\n# nothing\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := map[string]struct {
 		args []string
 		code int
 		want string
 	}{
-		"no trace":       {nil, exitUsage, "needs at least one TRACE.csv"},
-		"bad allocator":  {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `unknown allocator "slab"`},
-		"no allocator":   {[]string{"--allocator", ",", smallTrace}, exitUsage, "names no allocator"},
-		"bad vram":       {[]string{"--vram", "0", smallTrace}, exitUsage, `--vram "0"`},
+		"no trace":      {nil, exitUsage, "needs at least one TRACE.csv"},
+		"bad allocator": {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `unknown allocator "slab"`},
+		"no allocator":  {[]string{"--allocator", ",", smallTrace}, exitUsage, "names no allocator"},
+		"bad vram":      {[]string{"--vram", "0", smallTrace}, exitUsage, `--vram "0"`},
+		"vram below a page": {[]string{"--vram", "1MiB", smallTrace}, exitUsage,
+			"--vram 1MiB: want at least 2 MiB, one page of the simulated device"},
+		"empty file": {[]string{empty}, exitFailure,
+			empty + " is empty: want an RMM logging CSV, the header Thread,Time,Action,Pointer,Size,Stream"},
+		"header only":    {[]string{headerOnly}, exitFailure, headerOnly + " holds no allocation events"},
+		"bad device":     {[]string{"--device", "bogus", smallTrace}, exitUsage, `--device "bogus": unknown backend "bogus"`},
+		"bad sim option": {[]string{"--device", "sim:colour=red", smallTrace}, exitUsage, `unknown sim option "colour"`},
 		"plot format":    {[]string{"--plot", filepath.Join(dir, "x.gif"), smallTrace}, exitUsage, ".png or .svg"},
 		"plot two":       {[]string{"--plot", filepath.Join(dir, "x.png"), smallTrace, smallTrace}, exitUsage, "one trace"},
 		"missing file":   {[]string{filepath.Join(dir, "none.csv")}, exitFailure, "none.csv"},

@@ -60,6 +60,22 @@ const (
 	// maxDrive is the largest drive frequency Ω the job draws; with
 	// |Ω·t| < 100π (the PTX cosine's accurate range) it bounds steps × dt.
 	maxDrive = 4.0
+	// minOmega, maxOmega bound the natural frequencies ω the job draws,
+	// and minZeta, maxZeta the damping ratios ζ (runAt).
+	minOmega, maxOmega = 0.5, 4.0
+	minZeta, maxZeta   = 0.02, 0.5
+	// rk4Limit bounds ω·dt for RK4 to stay stable on every oscillator
+	// the job draws. A run's RK4 step multiplies its state by
+	// R(z) = 1 + z + z²/2 + z³/6 + z⁴/24 with z = λ·dt, λ = ω(−ζ ± i√(1−ζ²)),
+	// and grows without bound once |R(z)| > 1. Along those rays the edge
+	// of |R| ≤ 1 lies at |z| = 2.83 for ζ → 0, 2.95 at ζ = 0.1 and 2.6225
+	// at ζ = 0.5, the least for ζ in [minZeta, maxZeta); rk4Limit stays
+	// just inside it (TestRK4Limit checks both).
+	rk4Limit = 2.62
+	// stabilityScanRuns is the largest batch whose runs check --dt
+	// one by one; a larger batch draws ω so close to maxOmega that the
+	// bound is used instead.
+	stabilityScanRuns = 1 << 22
 )
 
 type runFlags struct {
@@ -160,7 +176,17 @@ reference: the command fails (exit 1) if any disagrees.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On
-a GPU, --vram caps what the job may use when given.
+a GPU, --vram caps what the job may use, 256 MiB unless given, so the
+default batch is chunked there too; give more (--vram 40GiB) to use more
+of the GPU.
+
+--dt must keep RK4 stable: ω·dt ≤ 2.62 for the batch's largest ω (ω < 4,
+so any --dt up to 0.655 will do). The host arrays hold the whole batch
+(runs × (28 + 8 × samples) bytes); a batch that does not fit the host
+memory available is refused before anything is allocated.
+
+Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
+ends it at once.
 
 --metrics-addr serves Prometheus metrics on /metrics while the job runs:
 device memory, allocator counters, each client's held bytes and cap, and
@@ -181,7 +207,7 @@ the chunks done so far.`,
 	fl.IntVar(&f.steps, "steps", defaultSteps, "RK4 steps per run")
 	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
-	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator; on a GPU, a cap on what the job may use, applied only when given")
+	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
 	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "device allocator: "+strings.Join(allocatorKinds, ", "))
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
@@ -218,6 +244,9 @@ func (f runFlags) check() (jobShape, error) {
 	if !(f.dt > 0) || math.IsInf(f.dt, 0) || float32(f.dt) == 0 {
 		return js, usagef("--dt %v: want a positive time step", f.dt)
 	}
+	if err := checkStable(f.dt, f.runs, f.seed); err != nil {
+		return js, err
+	}
 	if tEnd := f.dt * float64(f.steps); maxDrive*tEnd >= 100*math.Pi {
 		return js, usagef("--steps %d × --dt %v = %.4g time units: the drive cos(Ωt), Ω ≤ %v, must stay within |Ωt| < 100π; keep steps × dt below %.4g",
 			f.steps, f.dt, tEnd, maxDrive, 100*math.Pi/maxDrive)
@@ -242,36 +271,67 @@ func (f runFlags) check() (jobShape, error) {
 	}, nil
 }
 
+// checkStable refuses a --dt at which RK4 blows up on some run of the
+// batch: ω·dt must stay within rk4Limit for the batch's largest ω (found
+// run by run up to stabilityScanRuns runs, else taken as maxOmega).
+func checkStable(dt float64, runs int, seed uint64) error {
+	if dt*maxOmega <= rk4Limit {
+		return nil // stable whatever ω the batch draws
+	}
+	omega := maxOmega
+	if runs <= stabilityScanRuns {
+		omega = 0
+		for i := range runs {
+			omega = max(omega, runAt(seed, i).Omega)
+		}
+		if dt*omega <= rk4Limit {
+			return nil
+		}
+	}
+	// The largest dt allowed, rounded down to 4 significant digits.
+	most := rk4Limit / omega
+	scale := math.Pow(10, 3-math.Floor(math.Log10(most)))
+	most = math.Floor(most*scale) / scale
+	return usagef("--dt %v: RK4 is unstable at this step: it needs ω·dt ≤ %v for these oscillators, and the batch's largest ω is %.4g (ω·dt = %.3g); want --dt of at most %v",
+		dt, rk4Limit, omega, dt*omega, most)
+}
+
 // runDeviceSpec folds --vram into the device spec when the spec may open
 // the simulator (sim, or auto falling back to it) and does not size it
-// already. It returns the cap to put on a real device: --vram when given
-// and the spec may open one (cuda, or auto finding a GPU).
-func runDeviceSpec(spec string, f runFlags) (string, uint64, error) {
+// already. src names where spec came from, for messages. It returns the
+// cap to put on a real device (cuda, or auto finding a GPU): --vram,
+// given or not, so that the default batch is chunked on a GPU too.
+func runDeviceSpec(spec, src string, f runFlags) (string, uint64, error) {
 	size, err := units.ParseSize(f.vram)
 	if err != nil || size == 0 {
 		return "", 0, usagef("--vram %q: want a positive size such as 256MiB", f.vram)
 	}
 	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
 	name = strings.ToLower(strings.TrimSpace(name))
-	var limit uint64
-	if f.vramSet {
-		limit = size
-	}
 	if name != "sim" && name != "auto" {
-		return spec, limit, nil
+		return spec, size, nil
 	}
+	limit := size // if auto finds a GPU
 	if name == "sim" {
 		limit = 0 // --vram sizes the simulator instead
 	}
 	cfg, err := sim.ParseSpec(opts)
 	if err != nil {
-		return "", 0, usageError{fmt.Errorf("--device %q: %w", spec, err)}
+		return "", 0, usageError{fmt.Errorf("%s: %w", src, err)}
 	}
 	if cfg.TotalBytes != 0 {
 		if f.vramSet {
-			return "", 0, usagef("--device %q sizes the simulator and so does --vram %s; give one of them", spec, f.vram)
+			return "", 0, usagef("%s sizes the simulator and so does --vram %s; give one of them", src, f.vram)
 		}
-		return spec, 0, nil
+		return spec, limit, nil
+	}
+	gran := cfg.Granularity
+	if gran == 0 {
+		gran = sim.DefaultGranularity
+	}
+	if size < gran {
+		return "", 0, usagef("--vram %s: want at least %s, one page of the simulator (its granularity)",
+			f.vram, units.Format(gran))
 	}
 	if strings.TrimSpace(opts) != "" {
 		opts += ","
@@ -306,11 +366,11 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	spec, limit, err := runDeviceSpec(a.device, f)
+	spec, limit, err := runDeviceSpec(a.device, a.deviceSource(), f)
 	if err != nil {
 		return err
 	}
-	flags := fmt.Sprintf("--device %q", a.device)
+	flags := a.deviceSource()
 	if spec != a.device {
 		flags += fmt.Sprintf(" with --vram %s (the spec %q)", f.vram, spec)
 	}
@@ -322,6 +382,12 @@ func (a *app) runJob(f runFlags) (err error) {
 	info := dev.Info()
 	if info.Backend == "sim" {
 		limit = 0 // --vram sized the simulator itself
+	}
+	if limit > 0 && limit < info.Granularity {
+		return usagef("--vram %s: want at least %s, one page of %s", f.vram, units.Format(info.Granularity), info.Name)
+	}
+	if err := a.checkHostMemory(js, info, f.doubleBuffer); err != nil {
+		return err
 	}
 	kind, _ := vram.ParseAllocatorKind(f.allocator)
 	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log)}
@@ -402,6 +468,12 @@ func (a *app) runJob(f runFlags) (err error) {
 		return err
 	}
 	batch := time.Since(batchStart)
+	// An interrupt during the last chunk: the batch is done but not
+	// checked, and the user asked to stop.
+	if err := a.ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted after the last chunk: %d of %d chunks finished, results not verified: %w",
+			j.plan.Chunks, j.plan.Chunks, err)
+	}
 	rep.BatchSeconds = batch.Seconds()
 	rep.RunsPerSecond = float64(js.runs) / batch.Seconds()
 
@@ -494,7 +566,7 @@ func (j *job) allocate(double bool) error {
 
 	// The host arrays hold the whole batch: 24 bytes of inputs and
 	// samples × 8 + 4 bytes of outputs a run.
-	hostBytes := uint64(n) * (24 + uint64(s)*8 + 4)
+	hostBytes := uint64(n) * hostBytesPerRun(s)
 	mk := func(shape []int, dt vram.DType, what string) (*vram.HostArray, error) {
 		h, err := j.m.NewHostArray(shape, dt, vram.Pinned, nil)
 		if err != nil {
@@ -548,10 +620,10 @@ func (j *job) copyIn(i, b int) error {
 	start, n := j.plan.Chunk(i)
 	d := set(j.inR, b)
 	if err := j.m.ToDeviceChunk(j.in, d["init"], j.hInit, vram.Span{Axis: 1, Start: start, Len: n}); err != nil {
-		return fmt.Errorf("chunk %d: %w", i, err)
+		return j.chunkErr(i, "copy in the initial states", err)
 	}
 	if err := j.m.ToDeviceChunk(j.in, d["params"], j.hParams, vram.Span{Axis: 1, Start: start, Len: n}); err != nil {
-		return fmt.Errorf("chunk %d: %w", i, err)
+		return j.chunkErr(i, "copy in the parameters", err)
 	}
 	return nil
 }
@@ -567,7 +639,7 @@ func (j *job) launch(i, b int, s device.Stream) error {
 		Dt: j.shape.dt, Steps: j.shape.steps, Every: j.shape.every,
 	})
 	if err != nil {
-		return fmt.Errorf("chunk %d: launch the kernel: %w", i, err)
+		return j.chunkErr(i, "launch the kernel", err)
 	}
 	return nil
 }
@@ -577,12 +649,27 @@ func (j *job) copyOut(i, b int) error {
 	start, n := j.plan.Chunk(i)
 	d := set(j.outR, b)
 	if err := j.m.FromDeviceChunk(j.out, j.hOut, d["trajectories"], vram.Span{Axis: 2, Start: start, Len: n}); err != nil {
-		return fmt.Errorf("chunk %d: %w", i, err)
+		return j.chunkErr(i, "copy out the trajectories", err)
 	}
 	if err := j.m.FromDeviceChunk(j.out, j.hStatus, d["status"], vram.Span{Axis: 0, Start: start, Len: n}); err != nil {
-		return fmt.Errorf("chunk %d: %w", i, err)
+		return j.chunkErr(i, "copy out the status", err)
 	}
 	return nil
+}
+
+// chunkErr wraps err from doing what to chunk i (0-based), numbering the
+// chunk from 1 as every message does: "chunk 2 of 4: launch the kernel:
+// ...".
+func (j *job) chunkErr(i int, what string, err error) error {
+	return fmt.Errorf("chunk %d of %d: %s: %w", i+1, j.plan.Chunks, what, err)
+}
+
+// interrupted is the error of a job stopped by an interrupt before chunk
+// i (0-based): chunks 0 to i−1 were enqueued, and the pipeline waits for
+// them before it returns.
+func (j *job) interrupted(i int, err error) error {
+	return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
+		i+1, j.plan.Chunks, i, j.plan.Chunks, err)
 }
 
 // pipeline runs every chunk and waits for the last. The host stays at
@@ -609,12 +696,15 @@ func (j *job) pipeline() (err error) {
 			return nil
 		}
 		if err := done[i%2].Synchronize(); err != nil {
-			return fmt.Errorf("chunk %d: %w", i, err)
+			return j.chunkErr(i, "wait for the copies out", err)
 		}
 		start, n := j.plan.Chunk(i)
 		j.a.log.Debug("chunk done", "chunk", i+1, "of", j.plan.Chunks, "runs", fmt.Sprintf("%d-%d", start, start+n-1))
 		j.stats.chunkDone(n)
 		bar.Add(1)
+		if j.a.onChunkDone != nil {
+			j.a.onChunkDone(i+1, j.plan.Chunks)
+		}
 		return nil
 	}
 	// On an error or interrupt, let what was enqueued finish before the
@@ -629,7 +719,7 @@ func (j *job) pipeline() (err error) {
 	if !double {
 		for i := range j.plan.Chunks {
 			if err := j.a.ctx.Err(); err != nil {
-				return fmt.Errorf("interrupted before chunk %d of %d: %w", i+1, j.plan.Chunks, err)
+				return j.interrupted(i, err)
 			}
 			if err := j.copyIn(i, 0); err != nil {
 				return err
@@ -641,7 +731,7 @@ func (j *job) pipeline() (err error) {
 				return err
 			}
 			if err := done[i%2].Record(s); err != nil {
-				return fmt.Errorf("chunk %d: %w", i, err)
+				return j.chunkErr(i, "record its end", err)
 			}
 			if err := wait(i - 1); err != nil {
 				return err
@@ -650,7 +740,10 @@ func (j *job) pipeline() (err error) {
 		if err := wait(j.plan.Chunks - 1); err != nil {
 			return err
 		}
-		return s.Synchronize()
+		if err := s.Synchronize(); err != nil {
+			return fmt.Errorf("finish the batch's %d chunks: %w", j.plan.Chunks, err)
+		}
+		return nil
 	}
 
 	// Double buffering: copies on s (the group's stream), kernels on k.
@@ -682,24 +775,24 @@ func (j *job) pipeline() (err error) {
 		return err
 	}
 	if err := inReady[0].Record(s); err != nil {
-		return err
+		return j.chunkErr(0, "record the copies in", err)
 	}
 	for i := range j.plan.Chunks {
 		if err := j.a.ctx.Err(); err != nil {
-			return fmt.Errorf("interrupted before chunk %d of %d: %w", i+1, j.plan.Chunks, err)
+			return j.interrupted(i, err)
 		}
 		b := i % 2
 		// The kernel waits for its inputs; its outputs' buffer was last
 		// read by chunk i−2's copy out, which s ran before chunk i's
 		// copy in, so inReady covers that too.
 		if err := inReady[b].Wait(k); err != nil {
-			return fmt.Errorf("chunk %d: %w", i, err)
+			return j.chunkErr(i, "order the kernel after the copies in", err)
 		}
 		if err := j.launch(i, b, k); err != nil {
 			return err
 		}
 		if err := kernDone[b].Record(k); err != nil {
-			return fmt.Errorf("chunk %d: %w", i, err)
+			return j.chunkErr(i, "record the kernel's end", err)
 		}
 		if i+1 < j.plan.Chunks {
 			// Refill the other buffer. Chunk i−1's kernel, the last to
@@ -710,17 +803,17 @@ func (j *job) pipeline() (err error) {
 				return err
 			}
 			if err := inReady[nb].Record(s); err != nil {
-				return fmt.Errorf("chunk %d: %w", i+1, err)
+				return j.chunkErr(i+1, "record the copies in", err)
 			}
 		}
 		if err := kernDone[b].Wait(s); err != nil {
-			return fmt.Errorf("chunk %d: %w", i, err)
+			return j.chunkErr(i, "order the copies out after the kernel", err)
 		}
 		if err := j.copyOut(i, b); err != nil {
 			return err
 		}
 		if err := done[i%2].Record(s); err != nil {
-			return fmt.Errorf("chunk %d: %w", i, err)
+			return j.chunkErr(i, "record its end", err)
 		}
 		if err := wait(i - 1); err != nil {
 			return err
@@ -730,9 +823,12 @@ func (j *job) pipeline() (err error) {
 		return err
 	}
 	if err := k.Synchronize(); err != nil {
-		return err
+		return fmt.Errorf("finish the batch's %d kernels: %w", j.plan.Chunks, err)
 	}
-	return s.Synchronize()
+	if err := s.Synchronize(); err != nil {
+		return fmt.Errorf("finish the batch's %d chunks: %w", j.plan.Chunks, err)
+	}
+	return nil
 }
 
 // verifyIndices picks up to want runs spread evenly over the batch, plus
@@ -765,7 +861,8 @@ func (j *job) verify(want int) (int, error) {
 	for _, i := range idx {
 		r := runAt(j.seed, i)
 		if st := oscillator.Status(status, i); st != 0 {
-			return len(idx), fmt.Errorf("run %d (%s): status %d, want 0: %w", i, describeRun(r), st, errVerify)
+			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): the integration became non-finite (NaN or ±Inf; status %d): %w",
+				i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, st, errVerify)
 		}
 		got, err := oscillator.Decode(out, n, sh.samples, i)
 		if err != nil {
@@ -773,10 +870,18 @@ func (j *job) verify(want int) (int, error) {
 		}
 		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
 		if err := oscillator.Verify(got, want); err != nil {
-			return len(idx), fmt.Errorf("run %d (%s, chunk %d): %v: %w", i, describeRun(r), i/j.plan.ChunkLength+1, err, errVerify)
+			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, err, errVerify)
 		}
 	}
 	return len(idx), nil
+}
+
+// chunkOf is the chunk (0-based) that ran run i.
+func (j *job) chunkOf(i int) int {
+	if j.plan.ChunkLength <= 0 {
+		return 0
+	}
+	return i / j.plan.ChunkLength
 }
 
 // failedRuns counts the runs whose status is not 0.
@@ -809,7 +914,7 @@ func runAt(seed uint64, i int) oscillator.Run {
 	}
 	return oscillator.Run{
 		X0: u(-1, 1), V0: u(-1, 1),
-		Omega: u(0.5, 4), Zeta: u(0.02, 0.5), A: u(0, 2), Drive: u(0.2, maxDrive),
+		Omega: u(minOmega, maxOmega), Zeta: u(minZeta, maxZeta), A: u(0, 2), Drive: u(0.2, maxDrive),
 	}
 }
 

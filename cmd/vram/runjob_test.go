@@ -7,12 +7,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
+	"math/cmplx"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/oscillator"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // A small batch for tests: 20,000 runs of 40 steps with 21 samples
@@ -125,7 +130,9 @@ func TestRunErrors(t *testing.T) {
 		"negative dt":           {[]string{"--dt", "-1"}, exitUsage, "--dt -1"},
 		"bad allocator":         {[]string{"--allocator", "slab"}, exitUsage, `--allocator "slab"`},
 		"bad vram":              {[]string{"--vram", "big"}, exitUsage, `--vram "big"`},
-		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--device "auto" with --vram 1MiB (the spec "auto:vram=1MiB"): `},
+		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--vram 1MiB: want at least 2 MiB, one page of the simulator`},
+		"vram below its page":   {[]string{"--device", "sim:granularity=64KiB", "--vram", "32KiB"}, exitUsage, `--vram 32KiB: want at least 64 KiB`},
+		"unstable dt":           {[]string{"--runs", "2000", "--dt", "1", "--steps", "50"}, exitUsage, "RK4 is unstable at this step"},
 		"sized twice":           {[]string{"--device", "sim:vram=1GiB", "--vram", "1GiB"}, exitUsage, "give one of them"},
 		"verify none":           {[]string{"--verify", "0"}, exitUsage, "--verify 0"},
 		"arguments":             {[]string{"extra"}, exitUsage, "vram run takes no arguments"},
@@ -165,18 +172,22 @@ func TestRunDeviceSpec(t *testing.T) {
 		wantErr   string
 	}{
 		"sim default":         {spec: "sim", vram: "256MiB", wantSpec: "sim:vram=256MiB"},
-		"auto default":        {spec: "auto", vram: "256MiB", wantSpec: "auto:vram=256MiB"},
+		"auto default":        {spec: "auto", vram: "256MiB", wantSpec: "auto:vram=256MiB", wantLimit: 256 << 20},
 		"sim with options":    {spec: "sim:granularity=64KiB", vram: "1MiB", set: true, wantSpec: "sim:granularity=64KiB,vram=1MiB"},
 		"sim already sized":   {spec: "sim:vram=1GiB", vram: "256MiB", wantSpec: "sim:vram=1GiB"},
-		"sized twice":         {spec: "sim:vram=1GiB", vram: "2GiB", set: true, wantErr: "give one of them"},
-		"cuda, no cap":        {spec: "cuda:1", vram: "256MiB", wantSpec: "cuda:1"},
+		"auto already sized":  {spec: "auto:vram=1GiB", vram: "256MiB", wantSpec: "auto:vram=1GiB", wantLimit: 256 << 20},
+		"sized twice":         {spec: "sim:vram=1GiB", vram: "2GiB", set: true, wantErr: `--device "sim:vram=1GiB" sizes the simulator`},
+		"cuda, default cap":   {spec: "cuda:1", vram: "256MiB", wantSpec: "cuda:1", wantLimit: 256 << 20},
 		"cuda, capped":        {spec: "cuda", vram: "4GiB", set: true, wantSpec: "cuda", wantLimit: 4 << 30},
 		"auto, capped if GPU": {spec: "auto", vram: "1GiB", set: true, wantSpec: "auto:vram=1GiB", wantLimit: 1 << 30},
-		"bad sim option":      {spec: "sim:colour=blue", vram: "1GiB", wantErr: "unknown sim option"},
+		"bad sim option":      {spec: "sim:colour=blue", vram: "1GiB", wantErr: `--device "sim:colour=blue": unknown sim option`},
+		"below a page":        {spec: "auto", vram: "1MiB", set: true, wantErr: "--vram 1MiB: want at least 2 MiB"},
+		"below a small page":  {spec: "sim:granularity=64KiB", vram: "32KiB", set: true, wantErr: "want at least 64 KiB"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			spec, limit, err := runDeviceSpec(tc.spec, runFlags{vram: tc.vram, vramSet: tc.set})
+			src := fmt.Sprintf("--device %q", tc.spec)
+			spec, limit, err := runDeviceSpec(tc.spec, src, runFlags{vram: tc.vram, vramSet: tc.set})
 			if tc.wantErr != "" {
 				var ue usageError
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {
@@ -208,6 +219,16 @@ func newTestJob(t *testing.T) *job {
 // arrays and manager when the test ends.
 func runTestJob(t *testing.T, dev device.Device, runs int, double bool) *job {
 	t.Helper()
+	j := prepareTestJob(t, dev, runs, double)
+	if err := j.pipeline(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// prepareTestJob is runTestJob up to the pipeline: planned and allocated.
+func prepareTestJob(t *testing.T, dev device.Device, runs int, double bool) *job {
+	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m, err := vram.New(dev, vram.WithLogger(log))
 	if err != nil {
@@ -228,9 +249,6 @@ func runTestJob(t *testing.T, dev device.Device, runs int, double bool) *job {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.freeHost() })
-	if err := j.pipeline(); err != nil {
-		t.Fatal(err)
-	}
 	return j
 }
 
@@ -259,8 +277,9 @@ func TestVerifyCatchesBadResults(t *testing.T) {
 
 	status := j.hStatus.Int32s()
 	status[victim] = 1
-	if _, err := j.verify(64); !errors.Is(err, errVerify) || !strings.Contains(err.Error(), "status 1") {
-		t.Errorf("a bad status: verify error %v", err)
+	if _, err := j.verify(64); !errors.Is(err, errVerify) || !strings.Contains(err.Error(), "the integration became non-finite (NaN or ±Inf; status 1)") ||
+		!strings.Contains(err.Error(), fmt.Sprintf("run %d (", victim)) || !strings.Contains(err.Error(), "chunk 2 of ") {
+		t.Errorf("a bad status: verify error %v, want one saying the run became NaN or Inf, with its run and chunk", err)
 	}
 	if got := j.failedRuns(); got != 1 {
 		t.Errorf("failedRuns = %d, want 1", got)
@@ -330,10 +349,149 @@ func TestRunInterrupted(t *testing.T) {
 			var out, errb strings.Builder
 			args := append([]string{"run", fmt.Sprintf("--double-buffer=%v", double)}, smallRun...)
 			code := runContext(ctx, args, strings.NewReader(""), &out, &errb)
-			if code != exitFailure || !strings.Contains(errb.String(), "interrupted before chunk 1") || out.Len() != 0 {
+			if code != exitFailure || !strings.Contains(errb.String(), "interrupted before chunk 1 of ") ||
+				!strings.Contains(errb.String(), ": 0 of ") || out.Len() != 0 {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and the interrupt named", code, out.String(), errb.String())
 			}
 		})
+	}
+}
+
+// TestRunInterruptedDuringChunk cancels the job's context as a chunk
+// finishes, the way Ctrl-C lands while the device works: after the first
+// chunk the job stops before the third (the second was already enqueued,
+// and is waited for); after the last it stops before verifying. Either
+// way it exits 1 and says how many chunks finished.
+func TestRunInterruptedDuringChunk(t *testing.T) {
+	tests := map[string]struct {
+		double bool
+		at     int // cancel when this many chunks are done; 0: the last
+		want   string
+	}{
+		"after the first":         {false, 1, "interrupted before chunk 3 of %[1]d: 2 of %[1]d chunks finished, results not verified"},
+		"after the first, double": {true, 1, "interrupted before chunk 3 of %[1]d: 2 of %[1]d chunks finished, results not verified"},
+		"during the last":         {false, 0, "interrupted after the last chunk: %[1]d of %[1]d chunks finished, results not verified"},
+		"during the last, double": {true, 0, "interrupted after the last chunk: %[1]d of %[1]d chunks finished, results not verified"},
+		"during the only":         {false, -1, "interrupted after the last chunk: %[1]d of %[1]d chunks finished"},
+		"during the only, double": {true, -1, "interrupted after the last chunk: %[1]d of %[1]d chunks finished"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var out, errb strings.Builder
+			chunks := 0
+			a := &app{ctx: ctx, stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
+				onChunkDone: func(done, of int) {
+					chunks = of
+					if done == tc.at || (tc.at <= 0 && done == of) {
+						cancel()
+					}
+				}}
+			args := append([]string{"run", "--json", fmt.Sprintf("--double-buffer=%v", tc.double)}, smallRun...)
+			if tc.at < 0 { // one chunk: the same batch on a device it fits
+				args = []string{"run", "--json", fmt.Sprintf("--double-buffer=%v", tc.double), "--device", "sim:vram=64MiB",
+					"--runs", "2000", "--steps", "40", "--samples", "21"}
+			}
+			code := a.execute(args)
+			if tc.at < 0 && chunks != 1 {
+				t.Fatalf("%d chunks; the test wants a batch of one", chunks)
+			}
+			if tc.at > 0 && chunks < 4 {
+				t.Fatalf("%d chunks; the test wants at least 4", chunks)
+			}
+			want := fmt.Sprintf(tc.want, chunks)
+			if code != exitFailure || out.Len() != 0 || !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), "context canceled") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and %q", code, out.String(), errb.String(), want)
+			}
+		})
+	}
+}
+
+// TestChunkErrorsCountFromOne makes the second chunk's kernel launch
+// fail and checks that the error calls it chunk 2, as the logs and
+// interrupts do.
+func TestChunkErrorsCountFromOne(t *testing.T) {
+	for _, double := range []bool{false, true} {
+		t.Run(fmt.Sprintf("double=%v", double), func(t *testing.T) {
+			dev, err := sim.New(sim.Config{TotalBytes: units.MiB, Granularity: 64 * units.KiB, NoContext: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dev.Close() })
+			j := prepareTestJob(t, dev, 20000, double)
+			if j.plan.Chunks < 3 {
+				t.Fatalf("%d chunks, want at least 3", j.plan.Chunks)
+			}
+			// The second launch resets the device and fails.
+			dev.Faults().ResetAt(sim.OpLaunch, 2)
+			err = j.pipeline()
+			want := fmt.Sprintf("chunk 2 of %d: launch the kernel: ", j.plan.Chunks)
+			if !errors.Is(err, sim.ErrInjected) || !strings.Contains(err.Error(), want) {
+				t.Errorf("pipeline error %v, want one containing %q", err, want)
+			}
+		})
+	}
+}
+
+// TestRK4Limit checks rk4Limit against RK4's stability polynomial: inside
+// the region |R(z)| ≤ 1 for every damping ratio the job draws, and not
+// far inside it (just past it, the most damped runs grow).
+func TestRK4Limit(t *testing.T) {
+	r := func(z complex128) float64 {
+		return cmplx.Abs(1 + z + z*z/2 + z*z*z/6 + z*z*z*z/24)
+	}
+	ray := func(zeta, wdt float64) complex128 {
+		return complex(-zeta*wdt, math.Sqrt(1-zeta*zeta)*wdt)
+	}
+	for k := 0; k <= 1000; k++ {
+		zeta := minZeta + (maxZeta-minZeta)*float64(k)/1000
+		for _, wdt := range []float64{rk4Limit / 4, rk4Limit / 2, rk4Limit} {
+			if g := r(ray(zeta, wdt)); g > 1 {
+				t.Fatalf("ζ %.4f, ω·dt %.4f: |R| = %.6f > 1: rk4Limit is outside RK4's stability region", zeta, wdt, g)
+			}
+		}
+	}
+	if g := r(ray(maxZeta, rk4Limit+0.01)); g <= 1 {
+		t.Errorf("ζ %v, ω·dt %v: |R| = %.6f ≤ 1: rk4Limit could be larger", maxZeta, rk4Limit+0.01, g)
+	}
+}
+
+// TestRunDtAtTheLimit asks for a --dt RK4 cannot take, reads the largest
+// allowed one from the message, and runs the batch at that step: it is
+// stable, finite and matches the reference.
+func TestRunDtAtTheLimit(t *testing.T) {
+	base := []string{"run", "--json", "--device", "sim:vram=64MiB", "--runs", "2000", "--steps", "50"}
+	_, stderr, code := cli(t, "", append(base, "--dt", "1")...)
+	const marker = "want --dt of at most "
+	i := strings.Index(stderr, marker)
+	if code != exitUsage || i < 0 || !strings.Contains(stderr, "RK4 is unstable") || !strings.Contains(stderr, "largest ω is 3.99") {
+		t.Fatalf("--dt 1: exit %d; want %d and the largest allowed dt; stderr:\n%s", code, exitUsage, stderr)
+	}
+	most := strings.Fields(stderr[i+len(marker):])[0]
+	dt, err := strconv.ParseFloat(most, 64)
+	if err != nil || dt < 0.6 || dt > rk4Limit/3.99 {
+		t.Fatalf("largest dt %q: want about %.3g", most, rk4Limit/4)
+	}
+	stdout, stderr, code := cli(t, "", append(base, "--dt", most)...)
+	if code != exitOK {
+		t.Fatalf("--dt %s: exit %d; stderr:\n%s", most, code, stderr)
+	}
+	var rep runReport
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Verified || rep.FailedRuns != 0 {
+		t.Errorf("--dt %s: verified %v, %d runs non-finite; want a verified batch", most, rep.Verified, rep.FailedRuns)
+	}
+	// A batch of one run checks its own ω: a step too large for the
+	// batch of 2,000 suits a run of small ω.
+	seed := uint64(1)
+	for runAt(seed, 0).Omega > 2.5 {
+		seed++
+	}
+	if err := checkStable(1, 1, seed); err != nil {
+		t.Errorf("one run of ω %.3g: --dt 1 refused: %v", runAt(seed, 0).Omega, err)
 	}
 }
 

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+func TestParseMemAvailable(t *testing.T) {
+	tests := map[string]struct {
+		text string
+		want uint64
+		ok   bool
+	}{
+		"kB":         {"MemTotal:       24683656 kB\nMemFree:  100 kB\nMemAvailable:   24216164 kB\nBuffers: 1 kB\n", 24216164 << 10, true},
+		"bytes":      {"MemAvailable: 4096\n", 4096, true},
+		"missing":    {"MemTotal: 1 kB\nMemFree: 1 kB\n", 0, false},
+		"no number":  {"MemAvailable: kB\n", 0, false},
+		"no value":   {"MemAvailable:\n", 0, false},
+		"overflow":   {"MemAvailable: 18446744073709551615 kB\n", 0, false},
+		"empty file": {"", 0, false},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			got, ok := parseMemAvailable(strings.NewReader(tc.text))
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("parseMemAvailable = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// TestLinuxAvailable checks that a cgroup limit lowers MemAvailable to
+// what it leaves, and that "no limit" leaves MemAvailable alone.
+func TestLinuxAvailable(t *testing.T) {
+	const gib = 1 << 30
+	tests := map[string]struct {
+		files    map[string]string // under the cgroup root
+		want     uint64
+		fromPart string
+	}{
+		"no cgroup files": {nil, 8 * gib, "MemAvailable"},
+		"v2 limit": {map[string]string{"memory.max": "2147483648\n", "memory.current": "1073741824\n"},
+			1 * gib, "memory.max"},
+		"v2 no limit": {map[string]string{"memory.max": "max\n", "memory.current": "1073741824\n"},
+			8 * gib, "MemAvailable"},
+		"v2 limit above available": {map[string]string{"memory.max": "17179869184", "memory.current": "0"},
+			8 * gib, "MemAvailable"},
+		"v2 over its limit": {map[string]string{"memory.max": "1073741824", "memory.current": "2147483648"},
+			0, "memory.max"},
+		"v1 limit": {map[string]string{"memory/memory.limit_in_bytes": "3221225472", "memory/memory.usage_in_bytes": "1073741824"},
+			2 * gib, "memory.limit_in_bytes"},
+		"v1 no limit": {map[string]string{"memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": "1073741824"},
+			8 * gib, "MemAvailable"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			meminfo := filepath.Join(dir, "meminfo")
+			if err := os.WriteFile(meminfo, []byte("MemTotal: 16777216 kB\nMemAvailable: 8388608 kB\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			root := filepath.Join(dir, "cgroup")
+			for name, text := range tc.files {
+				path := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, from, ok := linuxAvailable(meminfo, root)
+			if !ok || got != tc.want || !strings.Contains(from, tc.fromPart) {
+				t.Errorf("linuxAvailable = %d, %q, %v; want %d from %s", got, from, ok, tc.want, tc.fromPart)
+			}
+		})
+	}
+	if _, _, ok := linuxAvailable(filepath.Join(t.TempDir(), "none"), "/nonexistent"); ok {
+		t.Error("linuxAvailable without a meminfo file says it knows")
+	}
+}
+
+// TestRunRefusesBatchBiggerThanHostMemory checks that run compares the
+// host memory a batch needs with what is available before it allocates,
+// and refuses a batch that would not fit as a usage error naming both.
+func TestRunRefusesBatchBiggerThanHostMemory(t *testing.T) {
+	tests := map[string]struct {
+		avail uint64
+		args  []string
+		code  int
+		want  []string
+	}{
+		// 1,000,000 runs × (28 + 41 × 8) bytes = 339.5 MiB of host
+		// arrays, and up to 256 MiB more for the backed simulator.
+		"too big": {100 << 20, []string{"--runs", "1000000", "--steps", "40"}, exitUsage,
+			[]string{"--runs 1000000 with 41 samples a run needs 595.5 MiB of host memory",
+				"339.5 MiB of host arrays and up to 256 MiB for the simulator's device memory",
+				"but only 100 MiB is available (test)", "lower --runs or --samples/--steps"}},
+		// 100,000 runs: 33.9 MiB of host arrays, as much again on a
+		// backed simulator, none on an address-only one.
+		"backed device counted": {40 << 20, []string{"--device", "sim:vram=256MiB", "--runs", "100000", "--steps", "40"}, exitUsage,
+			[]string{"needs 67.9 MiB of host memory"}},
+		"address-only device not counted": {40 << 20, []string{"--device", "sim:backed=false,vram=256MiB", "--runs", "100000", "--steps", "40"}, exitFailure,
+			[]string{"not supported"}},
+		"fits": {64 << 20, []string{"--device", "sim:vram=8MiB", "--runs", "1000", "--steps", "40"}, exitOK, nil},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			a := &app{ctx: context.Background(), stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
+				hostMem: func() (uint64, string, bool) { return tc.avail, "test", true }}
+			code := a.execute(append([]string{"run", "--json"}, tc.args...))
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stderr:\n%s", code, tc.code, errb.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errb.String(), w) {
+					t.Errorf("stderr does not contain %q:\n%s", w, errb.String())
+				}
+			}
+		})
+	}
+}
+
+// TestRunRefusesBatchBiggerThanThisMachine asks for a batch of 17 TB of
+// host arrays with the machine's real figures: a usage error, not an
+// attempt that the kernel or the Go runtime would kill.
+func TestRunRefusesBatchBiggerThanThisMachine(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("host memory is read from /proc/meminfo, on Linux only")
+	}
+	_, stderr, code := cli(t, "", "run", "--device", "sim", "--runs", "2147483647", "--steps", "1000")
+	if code != exitUsage || !strings.Contains(stderr, "lower --runs or --samples/--steps") || !strings.Contains(stderr, "MemAvailable") {
+		t.Errorf("exit %d; want %d and a message naming the host memory; stderr:\n%s", code, exitUsage, stderr)
+	}
+}

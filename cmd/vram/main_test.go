@@ -1,0 +1,117 @@
+//go:build unix
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// slowRun is a batch job that takes several seconds: the small test batch
+// with copies emulated at 1 MB/s, about a second a chunk. -v logs the plan
+// before the first chunk.
+var slowRun = []string{"-v", "run", "--device", "sim:bandwidth=1MB,granularity=64KiB,context=0", "--vram", "1MiB",
+	"--runs", "20000", "--steps", "40", "--samples", "21"}
+
+// child is the real vram command (the test binary running main) and its
+// stderr, line by line.
+type child struct {
+	cmd   *exec.Cmd
+	lines chan string // closed at the end of stderr
+	seen  []string
+}
+
+func startChild(t *testing.T, args []string) *child {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), mainArgsEnv+"="+strings.Join(args, "\n"))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, lines: make(chan string, 1024)}
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+	}()
+	return c
+}
+
+// waitFor reads stderr until a line contains s.
+func (c *child) waitFor(t *testing.T, s string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case line, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("stderr ended before %q:\n%s", s, strings.Join(c.seen, "\n"))
+			}
+			c.seen = append(c.seen, line)
+			if strings.Contains(line, s) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %q on stderr after 30 s:\n%s", s, strings.Join(c.seen, "\n"))
+		}
+	}
+}
+
+// wait reads the rest of stderr and waits for the process to end.
+func (c *child) wait(t *testing.T) (*os.ProcessState, string) {
+	t.Helper()
+	for line := range c.lines {
+		c.seen = append(c.seen, line)
+	}
+	_ = c.cmd.Wait()
+	return c.cmd.ProcessState, strings.Join(c.seen, "\n")
+}
+
+// TestInterruptStopsTheJob sends the running job one SIGINT: it stops
+// before its next chunk and exits 1, saying so.
+func TestInterruptStopsTheJob(t *testing.T) {
+	c := startChild(t, slowRun)
+	c.waitFor(t, "msg=plan")
+	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	st, stderr := c.wait(t)
+	if st.ExitCode() != exitFailure || !strings.Contains(stderr, "press Ctrl-C again to quit at once") ||
+		!strings.Contains(stderr, "interrupted before chunk") {
+		t.Errorf("exit %d (%v); want exit 1, the interrupt acknowledged and the job stopped; stderr:\n%s", st.ExitCode(), st, stderr)
+	}
+}
+
+// TestSecondInterruptKills sends the running job two SIGINTs: the first
+// asks it to stop, the second, once signals are back to their default,
+// ends it at once.
+func TestSecondInterruptKills(t *testing.T) {
+	c := startChild(t, slowRun)
+	c.waitFor(t, "msg=plan")
+	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	c.waitFor(t, "press Ctrl-C again")
+	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	st, stderr := c.wait(t)
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("the job ended with %v; want it killed by the second SIGINT; stderr:\n%s", st, stderr)
+	}
+}
