@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // DeviceArray is an array in device memory: an address with a shape, a
@@ -224,10 +225,35 @@ func (h *HostArray) Complex64s() []complex64 { return view[complex64](h, Complex
 // Complex128s views a Complex128 array; see Float64s.
 func (h *HostArray) Complex128s() []complex128 { return view[complex128](h, Complex128) }
 
-// pageable returns n zeroed bytes of Go memory aligned to 8 bytes.
-func pageable(n uint64) []byte {
+// maxGoAlloc bounds one allocation of Go memory: the Go runtime cannot
+// make a larger object (it has 48-bit heap addresses on 64-bit
+// platforms, 32-bit ones elsewhere; this keeps a margin below both).
+const maxGoAlloc = 1<<(31+16*(^uint(0)>>63)) - 1<<20
+
+// pageableLimit is the most bytes one pageable host array may have:
+// what the Go runtime can allocate in one piece, and no more than the
+// host's memory and swap where they are known (hostMemory), since a
+// larger one would end the process, not fail.
+func pageableLimit() uint64 {
+	limit := uint64(maxGoAlloc)
+	if h := hostMemory(); h > 0 {
+		limit = min(limit, h)
+	}
+	return limit
+}
+
+// pageable returns n zeroed bytes of Go memory aligned to 8 bytes, or an
+// error wrapping ErrOutOfMemory when n is more than pageableLimit.
+func pageable(n uint64) ([]byte, error) {
+	if limit := pageableLimit(); n > limit {
+		return nil, fmt.Errorf("pageable host memory of %s (%d bytes) is more than one Go allocation on this host may take, %s (its memory and swap, and the Go runtime's limit); shrink the array or chunk it: %w",
+			units.Format(n), n, units.Format(limit), ErrOutOfMemory)
+	}
+	if n == 0 {
+		return []byte{}, nil
+	}
 	words := make([]uint64, (n+7)/8)
-	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n)
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n), nil
 }
 
 // fill copies like (nil, a *HostArray, or a slice of the array's element

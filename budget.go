@@ -309,6 +309,23 @@ func (b *groupBudget) fits(arrays []devArray, plan ChunkPlan, buf []uint64) bool
 	return true
 }
 
+// fitsBeside reports whether plan's arrays fit while the arrays being
+// replaced are still held: within the device's free memory (less what
+// was lost to the allocator's growth) with the plan's page reserve, and
+// under the allocation limit as it counts now. The Active caps are not
+// checked again: they bound what the group holds once the replaced
+// arrays are freed, which the plan already respects.
+func (b *groupBudget) fitsBeside(plan ChunkPlan) bool {
+	if b.replaced == 0 {
+		return true
+	}
+	d := b.free - min(b.free, b.lost)
+	if satAdd(plan.BytesPerChunk, b.planReserve) > d {
+		return false
+	}
+	return !b.limited || plan.BytesPerChunk <= b.limCap-min(b.limCap, b.limUsed)
+}
+
 // planGroup plans reqs within b with the fewest chunks whose arrays fit
 // the device with their page reserve (see the file overview), and within
 // the caps and the limit. On an error, b holds the budget it was made
@@ -351,7 +368,7 @@ func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts Pla
 			also = " or allocate with fewer buffers"
 		}
 		return ChunkPlan{}, fmt.Errorf("the batch needs %s with its page reserve (%s of arrays), and no plan of %d chunk buffers takes less; free %s%s: %w",
-			units.Format(need), units.Format(p.BytesPerChunk), k, units.Format(need-min(need, b.device())), also, ErrRunTooLarge)
+			bytesUp(need), units.Format(p.BytesPerChunk), k, bytesUp(need-min(need, b.device())), also, ErrRunTooLarge)
 	}
 	lo, hi := p.Chunks, n // lo does not fit, hi does
 	for hi-lo > 1 {
@@ -381,7 +398,7 @@ func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts Pla
 	p, err = Plan(reqs, b.set(d-min(d, sum), len(sizes)), opts)
 	if err == nil && !b.fits(arrays, p, buf) {
 		err = fmt.Errorf("%d chunks of %d runs need %s with their page reserve: %w", p.Chunks, p.ChunkLength,
-			units.Format(satAdd(p.BytesPerChunk, b.pm.reserve(planSizes(arrays, p, buf)))), ErrOutOfMemory)
+			bytesUp(satAdd(p.BytesPerChunk, b.pm.reserve(planSizes(arrays, p, buf)))), ErrOutOfMemory)
 	}
 	return p, err
 }

@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/vramkit/vram/streams"
 )
@@ -30,9 +32,10 @@ type ClientOptions struct {
 	// Group is the stream group to join ("" is "default").
 	Group string
 	// OnInvalidate is called when the manager has freed the client's
-	// arrays behind its back (SetAllocator, InvalidateAll): drop them and
-	// queue again. Called with no lock held, from the goroutine that
-	// caused it.
+	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
+	// AllocateQueue that had to free the arrays it was replacing first):
+	// drop them and queue again. Called with no lock held, from the
+	// goroutine that caused it.
 	OnInvalidate func()
 	// OnAllocated is called by AllocateQueue on its goroutine, with no
 	// lock held: with the client's arrays when it had requests queued,
@@ -219,7 +222,8 @@ func (c *Client) takeAllLocked() []*allocation {
 // auto pool under MinAutoPool while auto clients exist (with no auto
 // clients it is allowed, and a warning is logged). An auto client (p = 0)
 // is refused when the manual clients leave less than MinAutoPool. The
-// client joins the stream group o.Group, made (with its stream) if new.
+// client joins the stream group o.Group, made (with its stream) if new;
+// a refused Register makes no group.
 func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	units, err := toUnits(o.Proportion, true)
 	if err != nil {
@@ -238,10 +242,25 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		prop:         units,
 		group:        group,
 	}
-	if m.isClosed() {
+	// Take the share first, so that a refused one makes no group; then
+	// join the group (which may make a stream: a device call, not under
+	// mu), giving the share back if that fails.
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
 		return nil, closedErr("register")
 	}
+	warn, err := m.joinPoolLocked(c, units)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+	}
 	if err := m.groups.Add(c.id, group); err != nil {
+		m.mu.Lock()
+		if !m.closed { // Close zeroes the pools itself
+			m.leavePoolLocked(c)
+		}
+		m.mu.Unlock()
 		if errors.Is(err, streams.ErrClosed) {
 			return nil, closedErr("register") // closed meanwhile
 		}
@@ -252,12 +271,6 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		m.mu.Unlock()
 		_ = m.groups.Remove(c.id)
 		return nil, closedErr("register")
-	}
-	warn, err := m.joinPoolLocked(c, units)
-	if err != nil {
-		m.mu.Unlock()
-		_ = m.groups.Remove(c.id)
-		return nil, fmt.Errorf("vram: register %v: %w", c, err)
 	}
 	m.reg.add(c)
 	m.mu.Unlock()
@@ -280,7 +293,37 @@ func toUnits(p float64, allowZero bool) (uint64, error) {
 	return u, nil
 }
 
-func pct(u uint64) string { return fmt.Sprintf("%.1f%%", 100*float64(u)/float64(shareUnit)) }
+// pct formats u (in shareUnit) as an exact percentage, trailing zeros
+// trimmed ("33.33%", "5%"), so that figures compared in one message
+// never round to the same text.
+func pct(u uint64) string { return decimal(u, shareUnit/100) + "%" }
+
+// decimal formats v/scale (scale a power of ten) with the decimals it
+// needs.
+func decimal(v, scale uint64) string {
+	s := strconv.FormatUint(v/scale, 10)
+	if f := v % scale; f > 0 {
+		digits := len(strconv.FormatUint(scale, 10)) - 1
+		s += "." + strings.TrimRight(fmt.Sprintf("%0*d", digits, f), "0")
+	}
+	return s
+}
+
+// suggest says what proportion a refused client may ask for, given the
+// most it can have, u (in shareUnit), and the other way out, else. The
+// figure is rounded down to 0.0001 (more decimals if that leaves
+// nothing), so that asking for it is accepted.
+func suggest(u uint64, other string) string {
+	if u == 0 {
+		return "no manual proportion fits beside the others; " + other
+	}
+	step := shareUnit / 10_000
+	for step > 1 && u/step == 0 {
+		step /= 10
+	}
+	p := u / step * step
+	return fmt.Sprintf("ask for a proportion of at most %s (%s) or %s", decimal(p, shareUnit), pct(p), other)
+}
 
 // checkPoolsLocked checks that the pools can have a manual total of
 // manual with auto auto clients, once a client asks for asked of it; it
@@ -295,15 +338,19 @@ func (m *Manager) checkPoolsLocked(manual uint64, auto int, asked uint64) (warn 
 			limit -= minAutoUnits
 		}
 		over := manual - min(manual, limit)
-		return "", fmt.Errorf("manual proportions would total %s, over 100%%; ask for at most %s or lower the others: %w",
-			pct(manual), pct(asked-min(asked, over)), ErrProportion)
+		why := ""
+		if auto > 0 {
+			why = fmt.Sprintf(" (the auto pool's %d client(s) keep at least %s)", auto, pct(minAutoUnits))
+		}
+		return "", fmt.Errorf("manual proportions would total %s, over 100%%%s; %s: %w",
+			pct(manual), why, suggest(asked-min(asked, over), "lower the others"), ErrProportion)
 	}
 	left := shareUnit - manual
 	if left < minAutoUnits {
 		if auto > 0 {
 			short := minAutoUnits - left
-			return "", fmt.Errorf("manual proportions would total %s, leaving %s for the auto pool's %d client(s), under the minimum %s; ask for at most %s or move the auto clients to manual: %w",
-				pct(manual), pct(left), auto, pct(minAutoUnits), pct(asked-min(asked, short)), ErrProportion)
+			return "", fmt.Errorf("manual proportions would total %s, leaving %s for the auto pool's %d client(s), under the minimum %s; %s: %w",
+				pct(manual), pct(left), auto, pct(minAutoUnits), suggest(asked-min(asked, short), "move the auto clients to manual"), ErrProportion)
 		}
 		warn = fmt.Sprintf("vram: manual proportions total %s, leaving %s for the auto pool, under the minimum %s: auto clients will be refused",
 			pct(manual), pct(left), pct(minAutoUnits))

@@ -33,7 +33,11 @@
 //     AllocateQueue plans everything queued in the client's group together
 //     (Plan) and hands each requester an ArrayResponse with its
 //     DeviceArrays and HostArrays and the chunk parameters; the other
-//     members (notaries) get the chunk parameters alone.
+//     members (notaries) get the chunk parameters alone. Arrays queued
+//     again under a label they already hold are replaced: the old ones
+//     are freed once the new ones are in, so a failed AllocateQueue
+//     leaves them (only when the plan needs their memory are they freed
+//     first, and a failure then calls their owners' OnInvalidate).
 //   - Plan: the chunk planner, a pure function (also behind `vram plan`).
 //     Its budget is in the bytes the allocator charges (each array rounded
 //     to the allocator's granularity, 512 B for the Pool), so a plan that

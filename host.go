@@ -42,7 +42,8 @@ func newHostPool(dev device.Device) *hostPool {
 func (h *hostPool) alloc(n uint64, mem MemoryType, s device.Stream) ([]byte, device.Ptr, func(device.Stream) error, error) {
 	switch mem {
 	case Pageable:
-		return pageable(n), 0, nil, nil
+		b, err := pageable(n)
+		return b, 0, nil, err
 	case Pinned, Mapped:
 		if h.ha == nil {
 			return nil, 0, nil, fmt.Errorf("%s host memory: the %s device cannot allocate pinned memory; ask for pageable memory: %w",

@@ -682,17 +682,29 @@ func (m *Manager) IsGrouped(c *Client) (bool, error) {
 // ChangeStreamGroup moves c to the named group ("" is "default"), making
 // it if needed. Requests c has queued move with it; arrays it holds stay
 // valid (they were made on the old group's stream: synchronize it before
-// using them on the new one).
+// using them on the new one). A refused move (a closed client or
+// manager) makes no group.
 func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
-	if err := m.check(c); err != nil {
-		return err
+	if c == nil || c.m != m {
+		return foreign(c)
 	}
 	if group == "" {
 		group = streams.Default
 	}
 	// Moving under mu keeps the group name and the queues in step; the
-	// stream of a new group is made before, outside mu.
+	// stream of a new group is made before, outside mu, once the move is
+	// known to be allowed, so that a refused one makes no group.
+	m.mu.Lock()
+	err := m.checkLocked(c)
+	same := err == nil && c.group == group
+	m.mu.Unlock()
+	if err != nil || same {
+		return err
+	}
 	if err := m.ensureGroup(group); err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			return closedErr("change stream group") // closed meanwhile
+		}
 		return err
 	}
 	m.mu.Lock()

@@ -2,7 +2,11 @@ package vram
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +213,7 @@ func TestProportionErrorsSayWhatToChange(t *testing.T) {
 	register(t, m, ClientOptions{})
 	register(t, m, ClientOptions{Proportion: 0.5})
 	_, err := m.Register(ClientOptions{Name: "big", Proportion: 0.48})
-	for _, s := range []string{"98.0%", "2.0%", "5.0%", "at most 45.0%", "big#"} {
+	for _, s := range []string{"total 98%", "leaving 2%", "minimum 5%", "at most 0.45 (45%)", "big#"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("error %v does not mention %q", err, s)
 		}
@@ -542,27 +546,123 @@ func TestClosedManager(t *testing.T) {
 	}
 }
 
-// The hint in a refusal over 100% must be a proportion that is then
-// accepted: it leaves the auto pool its minimum while it has clients.
-func TestOverHundredHintIsAccepted(t *testing.T) {
-	m, _, _ := newManager(t, 1<<30)
-	a, err := m.Register(ClientOptions{Name: "a", Proportion: 0.5})
-	if err != nil {
-		t.Fatal(err)
+// The proportion a refusal suggests must be accepted, and be the most
+// that is (to 0.0001): it is rounded down, never to a figure that is
+// refused in turn, with non-round shares on both sides.
+func TestProportionHintIsAccepted(t *testing.T) {
+	hint := regexp.MustCompile(`at most ([0-9.]+) \(([0-9.]+)%\)`)
+	for name, tc := range map[string]struct {
+		manual []float64 // the other manual clients
+		auto   int       // auto clients
+		move   bool      // ask with SetManualProportion of a client at 0.01, not Register
+		ask    float64
+		want   string // the suggestion, "" for none
+	}{
+		"over 100% with an auto client":       {manual: []float64{0.3333}, auto: 1, ask: 0.7, want: "0.6167"},
+		"over 100%, non-round shares":         {manual: []float64{0.123456789, 0.2}, auto: 2, ask: 0.9, want: "0.6265"},
+		"auto pool under its minimum":         {manual: []float64{0.41234567}, auto: 1, ask: 0.55, want: "0.5376"},
+		"over 100% with no auto client":       {manual: []float64{0.3333333}, ask: 0.7, want: "0.6666"},
+		"room below 0.0001":                   {manual: []float64{0.94995}, auto: 1, ask: 0.01, want: "0.00005"},
+		"SetManualProportion":                 {manual: []float64{0.3333}, auto: 1, move: true, ask: 0.7, want: "0.6167"},
+		"no room at all":                      {manual: []float64{0.95}, auto: 1, ask: 0.1},
+		"over 100% at the auto pool's border": {manual: []float64{0.45}, auto: 3, ask: 0.6, want: "0.5"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 1<<30)
+			for _, p := range tc.manual {
+				register(t, m, ClientOptions{Proportion: p})
+			}
+			for range tc.auto {
+				register(t, m, ClientOptions{})
+			}
+			var mover *Client
+			if tc.move {
+				// The mover's own share is given back first: the hint
+				// counts it as free.
+				mover = register(t, m, ClientOptions{Proportion: 0.01})
+			}
+			ask := func(p float64) error {
+				if tc.move {
+					return m.SetManualProportion(mover, p)
+				}
+				c, err := m.Register(ClientOptions{Name: "b", Proportion: p})
+				if err == nil {
+					_ = c.Close()
+				}
+				return err
+			}
+			err := ask(tc.ask)
+			if !errors.Is(err, ErrProportion) {
+				t.Fatalf("asking for %v: %v, want ErrProportion", tc.ask, err)
+			}
+			got := hint.FindStringSubmatch(err.Error())
+			if tc.want == "" {
+				if got != nil || !strings.Contains(err.Error(), "no manual proportion fits") {
+					t.Fatalf("error %q suggests a proportion; there is none", err)
+				}
+				return
+			}
+			if got == nil || got[1] != tc.want {
+				t.Fatalf("error %q: want it to suggest at most %s", err, tc.want)
+			}
+			p, _ := strconv.ParseFloat(got[1], 64)
+			pc, _ := strconv.ParseFloat(got[2], 64)
+			if math.Abs(pc-100*p) > 1e-9 {
+				t.Errorf("suggestion %s and its percentage %s%% differ", got[1], got[2])
+			}
+			if err := ask(p); err != nil {
+				t.Fatalf("the suggested %v is refused: %v", p, err)
+			}
+			if tc.move {
+				if err := m.SetManualProportion(mover, 0.01); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ask(p + 0.0001); !errors.Is(err, ErrProportion) {
+				t.Errorf("%v, above the suggestion, got %v: the suggestion is not the most there is", p+0.0001, err)
+			}
+		})
 	}
-	defer a.Close()
-	auto, err := m.Register(ClientOptions{Name: "auto"})
-	if err != nil {
-		t.Fatal(err)
+}
+
+// TestRefusalsMakeNoGroup: a refused Register or ChangeStreamGroup
+// leaves the stream groups (and their device streams) as they were.
+func TestRefusalsMakeNoGroup(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB)
+	register(t, m, ClientOptions{})
+	closed := register(t, m, ClientOptions{Group: "g"})
+	_ = closed.Close()
+	names := m.groups.Names()
+	streams0 := dev.Leaks().Streams
+	for name, try := range map[string]func(group string) error{
+		"Register over 100%": func(g string) error {
+			_, err := m.Register(ClientOptions{Proportion: 0.99, Group: g})
+			return err
+		},
+		"Register of a bad proportion": func(g string) error {
+			_, err := m.Register(ClientOptions{Proportion: 1.5, Group: g})
+			return err
+		},
+		"ChangeStreamGroup of a closed client": func(g string) error {
+			return m.ChangeStreamGroup(closed, g)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for i := range 3 {
+				if err := try(fmt.Sprint("new", i)); err == nil {
+					t.Fatal("not refused")
+				}
+			}
+			if got := m.groups.Names(); !slices.Equal(got, names) {
+				t.Errorf("groups %v after refusals, were %v", got, names)
+			}
+			if s := dev.Leaks().Streams; s != streams0 {
+				t.Errorf("%d streams on the device after refusals, were %d", s, streams0)
+			}
+		})
 	}
-	defer auto.Close()
-	_, err = m.Register(ClientOptions{Name: "b", Proportion: 0.6})
-	if !errors.Is(err, ErrProportion) || !strings.Contains(err.Error(), "at most 45.0%") {
-		t.Fatalf("Register at 0.6 = %v; want ErrProportion saying to ask for at most 45.0%%", err)
+	// The share a refused Register asked for is not kept either.
+	if p := m.ManualPoolProportion(); p != 0 {
+		t.Errorf("manual pool %v after refusals", p)
 	}
-	b, err := m.Register(ClientOptions{Name: "b", Proportion: 0.45})
-	if err != nil {
-		t.Fatalf("Register at the hinted 45%%: %v", err)
-	}
-	defer b.Close()
 }

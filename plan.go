@@ -29,6 +29,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/vramkit/vram/internal/units"
@@ -125,21 +126,23 @@ type PlanError struct {
 // Error says what the smallest plan needs, what the budget is, and what to
 // change.
 func (e *PlanError) Error() string {
+	// What is needed is rounded up and what there is down, so that the
+	// two never read the same.
 	var b strings.Builder
 	run := satMul(uint64(max(e.Buffers, 1)), e.RunBytes)
 	switch {
 	case e.Chunkable == 0:
 		fmt.Fprintf(&b, "the arrays need %s but the budget is %s, and none of them can be chunked",
-			units.Format(e.Need), units.Format(e.Budget))
+			bytesUp(e.Need), bytesDown(e.Budget))
 	case errors.Is(e.Err, ErrUnchunkable) && e.UnchunkableBytes == 0:
 		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run)",
-			units.Format(e.Budget), units.Format(run), e.Buffers, units.Format(e.RunBytes))
+			bytesDown(e.Budget), bytesUp(run), e.Buffers, bytesUp(e.RunBytes))
 	case errors.Is(e.Err, ErrUnchunkable):
 		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all)",
-			units.Format(e.UnchunkableBytes), units.Format(e.Budget), units.Format(run), units.Format(e.Need))
+			bytesUp(e.UnchunkableBytes), bytesDown(e.Budget), bytesUp(run), bytesUp(e.Need))
 	default:
 		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run) but the budget is %s",
-			units.Format(e.Need), units.Format(e.UnchunkableBytes), e.Buffers, units.Format(e.RunBytes), units.Format(e.Budget))
+			bytesUp(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), bytesDown(e.Budget))
 	}
 	if e.Hint != "" {
 		b.WriteString("; ")
@@ -277,13 +280,13 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 			Buffers: k, Chunkable: nChunkableDev, RunBytes: chunkBytes(devRuns, 1, g)}
 		if nChunkableDev == 0 {
 			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or raise the budget by %s",
-				largestUnchunkable(items, 3), units.Format(e.Need-min(e.Need, budget)))
+				largestUnchunkable(items, 3), bytesUp(e.Need-min(e.Need, budget)))
 		} else {
 			e.Need = satAdd(u, satMul(uint64(k), e.RunBytes))
 			if u > 0 {
-				e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or raise the budget by %s", units.Format(e.Need-min(e.Need, budget)))
+				e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or raise the budget by %s", bytesUp(e.Need-min(e.Need, budget)))
 			} else {
-				e.Hint = fmt.Sprintf("raise the budget by %s", units.Format(e.Need-min(e.Need, budget)))
+				e.Hint = fmt.Sprintf("raise the budget by %s", bytesUp(e.Need-min(e.Need, budget)))
 			}
 		}
 		return ChunkPlan{}, e
@@ -294,7 +297,7 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 			e := &PlanError{Err: ErrRunTooLarge, Need: need1, Budget: budget, UnchunkableBytes: u,
 				RunBytes: c1, Buffers: k, Chunkable: nChunkableDev}
 			var ways []string
-			ways = append(ways, "raise the budget by "+units.Format(need1-budget))
+			ways = append(ways, "raise the budget by "+bytesUp(need1-budget))
 			if k > 1 {
 				ways = append(ways, "use fewer buffers in flight")
 			}
@@ -484,4 +487,37 @@ func largestUnchunkable(items []planItem, n int) string {
 		parts = append(parts, fmt.Sprintf("%s/%s: %s, %s", it.client, it.label, units.Format(it.fixed), why))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// bytesUp writes n bytes as units.Format does ("1.5 KiB", "256 MiB"),
+// rounded up to the decimal shown, so that a shortfall it names is
+// enough: "raise the budget by 1.1 KiB" for 1,048 bytes, not "1 KiB".
+func bytesUp(n uint64) string { return bytesRounded(n, true) }
+
+// bytesDown writes n bytes rounded down to the decimal shown, for what
+// there is.
+func bytesDown(n uint64) string { return bytesRounded(n, false) }
+
+func bytesRounded(n uint64, up bool) string {
+	unit, name := uint64(units.TiB), "TiB"
+	switch {
+	case n < units.KiB:
+		return strconv.FormatUint(n, 10) + " B"
+	case n < units.MiB:
+		unit, name = units.KiB, "KiB"
+	case n < units.GiB:
+		unit, name = units.MiB, "MiB"
+	case n < units.TiB:
+		unit, name = units.GiB, "GiB"
+	}
+	hi, lo := bits.Mul64(n, 10) // tenths of a unit: hi < 10 < unit
+	tenths, rem := bits.Div64(hi, lo, unit)
+	if up && rem > 0 {
+		tenths++
+	}
+	s := strconv.FormatUint(tenths/10, 10)
+	if d := tenths % 10; d != 0 {
+		s += "." + strconv.FormatUint(d, 10)
+	}
+	return s + " " + name
 }

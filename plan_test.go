@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -553,6 +554,7 @@ func TestPlanProperties(t *testing.T) {
 		budget := uint64(rng.Float64() * 1.2 * float64(full+1))
 		p, err := Plan(reqs, budget, opts)
 		checkPlan(t, reqs, budget, opts, p, err)
+		outcomes["hints checked"] += checkHints(t, reqs, budget, opts, err)
 		switch {
 		case err == nil && p.Chunks == 1:
 			outcomes["one chunk"]++
@@ -569,7 +571,7 @@ func TestPlanProperties(t *testing.T) {
 		}
 	}
 	// The generator must reach every outcome, or the test proves little.
-	for _, o := range []string{"one chunk", "chunked", "unchunkable", "run too large", "runs mismatch"} {
+	for _, o := range []string{"one chunk", "chunked", "unchunkable", "run too large", "runs mismatch", "hints checked"} {
 		if outcomes[o] == 0 {
 			t.Errorf("no case ended %q: %v", o, outcomes)
 		}
@@ -586,7 +588,122 @@ func FuzzPlan(f *testing.F) {
 		opts := PlanOptions{Granularity: 1 << (gexp % 14), Buffers: int(k%3) + 1}
 		p, err := Plan(reqs, budget, opts)
 		checkPlan(t, reqs, budget, opts, p, err)
+		checkHints(t, reqs, budget, opts, err)
 	})
+}
+
+var raiseBy = regexp.MustCompile(`raise the budget by ([0-9.]+ [KMGT]?i?B)`)
+
+// checkHints checks that raising the budget by what a PlanError says is
+// enough for Plan to succeed, and that the error's figures of what is
+// needed and what there is never read the same. It returns the number of
+// hints checked.
+func checkHints(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions, err error) int {
+	t.Helper()
+	var pe *PlanError
+	if !errors.As(err, &pe) {
+		return 0
+	}
+	if bytesUp(pe.Need) == bytesDown(pe.Budget) {
+		t.Errorf("%v: need %d and budget %d read the same", err, pe.Need, pe.Budget)
+	}
+	n := 0
+	for _, m := range raiseBy.FindAllStringSubmatch(err.Error(), -1) {
+		x, perr := units.ParseSize(m[1])
+		if perr != nil {
+			t.Fatalf("hint %q: %v", m[0], perr)
+		}
+		if x < pe.Need-min(pe.Need, pe.Budget) {
+			t.Errorf("%v: %q is %d bytes, short of the %d missing", err, m[0], x, pe.Need-pe.Budget)
+		}
+		if budget > math.MaxUint64-x {
+			continue // a saturated figure
+		}
+		if _, err2 := Plan(reqs, budget+x, opts); err2 != nil {
+			t.Errorf("%v: following %q (budget %d + %d) still fails: %v", err, m[0], budget, x, err2)
+		}
+		n++
+	}
+	return n
+}
+
+// TestPlanHintsAreEnough: a shortfall is rounded up, never to a figure
+// that is not enough (1,048 bytes once read "1 KiB").
+func TestPlanHintsAreEnough(t *testing.T) {
+	for name, tc := range map[string]struct {
+		reqs   map[string]map[string]ArrayRequest
+		budget uint64
+		opts   PlanOptions
+		hint   string
+	}{
+		"1048 B short, unchunkable inputs": {
+			reqs: map[string]map[string]ArrayRequest{
+				"solver": {"state": req(Float64, 1, 2, 10_000), "consts": fixed(Float64, 100)},
+				"output": {"samples": req(Float32, 2, 50, 2, 10_000)},
+			},
+			budget: 1000, hint: "raise the budget by 1.1 KiB",
+		},
+		"nothing chunkable, 1 MiB + 1 B short": {
+			reqs: one("x", fixed(Uint8, int(MiB)+4097)), budget: 4096, opts: PlanOptions{Granularity: 1},
+			hint: "raise the budget by 1.1 MiB",
+		},
+		"one run 1 B too large": {
+			reqs: one("x", req(Uint8, 1, 3000, 10)), budget: 2999, opts: PlanOptions{Granularity: 1},
+			hint: "raise the budget by 1 B",
+		},
+		"one run too large, double buffered": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 100), "x": req(Uint8, 2, 3, 70_001, 5)}},
+			budget: 400_000, opts: PlanOptions{Granularity: 1, Buffers: 2},
+			hint: "raise the budget by 19.7 KiB", // 20,106 B
+		},
+		"no budget at all": {
+			reqs: one("x", req(Float64, 0, 1000)), budget: 0,
+			hint: "raise the budget by 512 B",
+		},
+		"whole units stay whole": {
+			reqs: one("x", fixed(Uint8, 3*int(MiB))), budget: 1 * MiB, opts: PlanOptions{Granularity: 1},
+			hint: "raise the budget by 2 MiB",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Plan(tc.reqs, tc.budget, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.hint) {
+				t.Fatalf("error %v; want it to say %q", err, tc.hint)
+			}
+			if checkHints(t, tc.reqs, tc.budget, tc.opts, err) == 0 {
+				t.Fatal("no hint checked")
+			}
+		})
+	}
+}
+
+func TestBytesRounded(t *testing.T) {
+	for n, want := range map[uint64][2]string{
+		0:                 {"0 B", "0 B"},
+		1023:              {"1023 B", "1023 B"},
+		1024:              {"1 KiB", "1 KiB"},
+		1048:              {"1.1 KiB", "1 KiB"},
+		1126:              {"1.1 KiB", "1 KiB"},
+		1127:              {"1.2 KiB", "1.1 KiB"},
+		MiB - 1:           {"1024 KiB", "1023.9 KiB"},
+		3*MiB/2 + 1:       {"1.6 MiB", "1.5 MiB"},
+		math.MaxUint64:    {"16777216 TiB", "16777215.9 TiB"},
+		units.TiB * 5 / 2: {"2.5 TiB", "2.5 TiB"},
+	} {
+		if up, down := bytesUp(n), bytesDown(n); up != want[0] || down != want[1] {
+			t.Errorf("%d: up %q down %q, want %q %q", n, up, down, want[0], want[1])
+		}
+		// Up is never less, down never more, than n.
+		for _, c := range []struct {
+			s    string
+			ok   func(v uint64) bool
+			what string
+		}{{bytesUp(n), func(v uint64) bool { return v >= n || n > 1<<62 }, "up"}, {bytesDown(n), func(v uint64) bool { return v <= n }, "down"}} {
+			if v, err := units.ParseSize(c.s); err == nil && !c.ok(v) {
+				t.Errorf("%d %s: %q reads %d", n, c.what, c.s, v)
+			}
+		}
+	}
 }
 
 func TestPlanSaturatesHugeRequests(t *testing.T) {

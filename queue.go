@@ -4,11 +4,14 @@ package vram
 //
 // Clients queue requests per stream group; AllocateQueue takes the whole
 // group's queue, works out the group's budget, plans the requests
-// together (Plan), frees the arrays being replaced, allocates every
-// requester's arrays at the planned shapes on the group's stream, installs
-// them, and then, with no lock held, calls the requesters' and the other
-// members' OnAllocated hooks. If planning or any allocation fails, what
-// was allocated is freed and the queue is put back as it was.
+// together (Plan), allocates every requester's arrays at the planned
+// shapes on the group's stream, installs them, frees the arrays they
+// replace, and then, with no lock held, calls the requesters' and the
+// other members' OnAllocated hooks. If planning or any allocation fails,
+// what was allocated is freed and the queue is put back as it was. The
+// arrays being replaced are freed before allocating only when the plan
+// needs their memory; a failure after that calls their owners'
+// OnInvalidate hooks.
 
 import (
 	"cmp"
@@ -16,6 +19,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/vramkit/vram/alloc"
@@ -57,6 +61,13 @@ type ArrayResponse struct {
 	ChunkedShapes map[string][]int
 	// Plan is the group's whole plan (every requester's shapes).
 	Plan ChunkPlan
+	// FreeErr is what went wrong freeing the arrays this allocation
+	// replaced for the client (nil when nothing did; always nil for a
+	// notary). It never means the allocation failed: the new arrays are
+	// installed and the old ones are no longer the client's. After a
+	// device reset it wraps device.ErrInvalidated: the old memory went
+	// with the reset and there was nothing left to free.
+	FreeErr error
 }
 
 // ArraySet is one buffer's arrays. Like the response it belongs to, it
@@ -77,6 +88,8 @@ func (r *ArrayResponse) Span(i, axis int) Span { return r.Plan.Span(i, axis) }
 // group. Every request is validated first; an invalid one (an error
 // wrapping ErrInvalidRequest, or ErrNotSupported for Managed memory)
 // queues nothing. Queuing a label again replaces its earlier request.
+// An empty (or nil) map queues nothing and returns nil once c is known to
+// be open: it does not make c a requester of the next AllocateQueue.
 func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) error {
 	if c == nil || c.m != m {
 		return foreign(c)
@@ -96,6 +109,9 @@ func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) erro
 	defer m.mu.Unlock()
 	if err := m.checkLocked(c); err != nil {
 		return err
+	}
+	if len(own) == 0 {
+		return nil // nothing to queue: no queue entry, so no hook calls for it
 	}
 	m.queueLocked(c, c.group, own)
 	return nil
@@ -180,20 +196,32 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // Errors name each figure and what would raise the one that binds.
 //
 // Each requester's arrays are allocated on the group's stream at the
-// planned shapes, replacing any it holds under the same labels.
+// planned shapes, replacing any it holds under the same labels. The
+// arrays being replaced stay held until the new ones are allocated, and
+// are freed after, unless the plan needs their memory (it does not fit
+// the device's free memory, or the allocation limit, beside them): then
+// they are freed first.
 //
 // Hooks, called after the allocation with no lock held, on this
 // goroutine, in client id order: every requester's OnAllocated with its
 // arrays, then every other member of the group (a notary) with the chunk
 // parameters and no arrays. AllocateQueue returns c's own response.
 // With nothing queued in the group it does nothing and returns an error
-// wrapping ErrNothingQueued.
+// wrapping ErrNothingQueued. If c is closed while its group is being
+// allocated, the other members get their arrays and hooks, and
+// AllocateQueue returns an error wrapping ErrClosed.
 //
 // On failure (a plan error: ErrUnchunkable, ErrRunTooLarge,
 // ErrRunsMismatch; an allocation error: ErrOutOfMemory) the arrays it
-// allocated are freed, no hook is called and the queue is left as it was.
-// Arrays being replaced are freed once the plan has succeeded, so after a
-// failed allocation those labels hold nothing.
+// allocated are freed, no OnAllocated hook is called, the queue is left
+// as it was, and so are the arrays being replaced, with one exception:
+// when they had to be freed first (above), they are gone; the error then
+// names each owner and label, and each owner's OnInvalidate hook is
+// called, as it is after SetAllocator.
+//
+// Freeing the replaced arrays once the new ones are in never fails the
+// call: what went wrong (after a device reset, an error wrapping
+// device.ErrInvalidated) is in the owner's ArrayResponse.FreeErr.
 func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayResponse, error) {
 	ac := allocConfig{buffers: 1}
 	for _, o := range opts {
@@ -202,47 +230,57 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 	if c == nil || c.m != m {
 		return nil, foreign(c)
 	}
+	res, err := m.allocateLocking(c, ac)
+	// Hooks run with no lock held: a failure that dropped arrays tells
+	// their owners, a success delivers every response.
+	for _, h := range res.invalidate {
+		h()
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range res.out {
+		if d.c.onAllocated != nil {
+			d.c.onAllocated(d.resp)
+		}
+	}
+	if res.mine == nil {
+		return nil, fmt.Errorf("vram: allocate for %v: the client was closed while its group was allocated; the other members got their arrays: %w", c, ErrClosed)
+	}
+	return res.mine, nil
+}
+
+// allocateLocking takes c's group lock, planMu and allocMu, runs
+// allocateGroup and releases them, even if it panics.
+func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, error) {
 	// Lock c's group, making sure c is still in it once locked.
 	var gl *sync.Mutex
 	var group string
 	for {
 		g, err := m.StreamGroup(c)
 		if err != nil {
-			return nil, err
+			return groupOutcome{}, err
 		}
 		gl = m.groupLock(g)
 		gl.Lock()
 		if now, err := m.StreamGroup(c); err != nil || now != g {
 			gl.Unlock()
 			if err != nil {
-				return nil, err
+				return groupOutcome{}, err
 			}
 			continue
 		}
 		group = g
 		break
 	}
+	defer gl.Unlock()
 	// One group plans and allocates at a time, so that each plans against
 	// free memory no other allocation is taking meanwhile.
 	m.planMu.Lock()
+	defer m.planMu.Unlock()
 	m.allocMu.RLock()
-	out, err := m.allocateGroup(c, group, ac)
-	m.allocMu.RUnlock()
-	m.planMu.Unlock()
-	gl.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	var mine *ArrayResponse
-	for _, d := range out {
-		if d.c == c {
-			mine = d.resp
-		}
-		if d.c.onAllocated != nil {
-			d.c.onAllocated(d.resp)
-		}
-	}
-	return mine, nil
+	defer m.allocMu.RUnlock()
+	return m.allocateGroup(c, group, ac)
 }
 
 // delivery is one hook call.
@@ -259,21 +297,29 @@ type pending struct {
 	shape []int
 }
 
-// allocateGroup is AllocateQueue with the group lock and allocMu held.
-// It returns the deliveries, requesters first.
-func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) ([]delivery, error) {
+// groupOutcome is what allocateGroup leaves AllocateQueue to do once
+// every lock is released.
+type groupOutcome struct {
+	out        []delivery     // OnAllocated calls, requesters first
+	mine       *ArrayResponse // the trigger's response; nil if it was closed meanwhile
+	invalidate []func()       // OnInvalidate of the owners of arrays a failed call freed
+}
+
+// allocateGroup is AllocateQueue with the group lock, planMu and allocMu
+// held.
+func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
 	gran := granularityOf(m.al)
 
 	// 1. Take the queue and what the budget needs, under mu.
 	m.mu.Lock()
 	if err := m.checkLocked(trigger); err != nil {
 		m.mu.Unlock()
-		return nil, err
+		return groupOutcome{}, err
 	}
 	q := m.queues[group]
 	if len(q) == 0 {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with QueueRequest first; "+
+		return groupOutcome{}, fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with QueueRequest first; "+
 			"another member's AllocateQueue may have allocated them already): %w", trigger, group, ErrNothingQueued)
 	}
 	delete(m.queues, group)
@@ -317,14 +363,14 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	stream, err := m.groups.GroupStream(group)
 	if err != nil {
 		restore()
-		return nil, fmt.Errorf("vram: allocate group %q: %w", group, err)
+		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
 
 	// 2. The budget and the plan.
 	gb := groupBudget{mode: mode, caps: caps, held: held, replaced: replaced}
 	if err := m.readBudget(&gb); err != nil {
 		restore()
-		return nil, fmt.Errorf("vram: allocate group %q: %w", group, err)
+		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
 	plan, err := planGroup(reqs, &gb, PlanOptions{Granularity: gran, Buffers: ac.buffers})
 	if err != nil {
@@ -334,28 +380,41 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			pe.Hint += "; " + gb.advice()
 		}
 		if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
-			return nil, fmt.Errorf("vram: allocate group %q: %w", group, err) // the requests themselves
+			return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err) // the requests themselves
 		}
-		return nil, fmt.Errorf("vram: allocate group %q with %s: %w", group, &gb, err)
+		return groupOutcome{}, fmt.Errorf("vram: allocate group %q with %s: %w", group, &gb, err)
 	}
 
-	// 3. Free what is being replaced.
-	m.mu.Lock()
-	var old []freeWork
-	for _, c := range requesters {
-		if c.closed {
-			continue
+	// 3. The arrays being replaced stay held while the new ones are
+	// allocated, so that a failure loses nothing, unless the plan needs
+	// their memory: then they are freed first (dropOld), and a failure
+	// after that tells their owners (OnInvalidate).
+	freeErrs := map[*Client]error{} // errors freeing replaced arrays, by owner
+	var dropped []freeWork          // arrays freed before allocating
+	dropOld := func() {
+		m.mu.Lock()
+		var old []freeWork
+		for _, c := range requesters {
+			if c.closed {
+				continue
+			}
+			var as []*allocation
+			for _, l := range slices.Sorted(maps.Keys(q[c])) {
+				as = append(as, c.takeLocked(l)...)
+			}
+			if len(as) > 0 {
+				old = append(old, freeWork{c: c, allocs: as, s: stream})
+			}
 		}
-		var as []*allocation
-		for l := range q[c] {
-			as = append(as, c.takeLocked(l)...)
-		}
-		if len(as) > 0 {
-			old = append(old, freeWork{c: c, allocs: as, s: stream})
-		}
+		m.mu.Unlock()
+		m.freeEach(old, freeErrs)
+		dropped = append(dropped, old...)
+		gb.held -= min(gb.held, gb.replaced)
+		gb.replaced = 0
 	}
-	m.mu.Unlock()
-	freeErr := m.freeWork(old)
+	if !gb.fitsBeside(plan) {
+		dropOld()
+	}
 
 	// 4. Allocate, all or nothing. When the allocator takes more of the
 	// device than the page reserve allows for (the Pool's growth policy
@@ -375,13 +434,14 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		if beyond > 0 && attempt < maxReplans && errors.Is(err, ErrOutOfMemory) {
 			m.replans.Add(1)
 			gb.lost = satAdd(gb.lost, beyond)
-			gb.held -= min(gb.held, gb.replaced)
-			gb.replaced = 0 // freed in step 3
 			perr := m.readBudget(&gb)
 			if perr == nil {
 				var next ChunkPlan
 				if next, perr = planGroup(reqs, &gb, opts); perr == nil {
 					plan = next
+					if !gb.fitsBeside(plan) {
+						dropOld()
+					}
 					continue
 				}
 			}
@@ -389,16 +449,44 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		}
 		restore()
 		p := todo[failed]
-		return nil, errors.Join(fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s + %s page reserve; %s): %w",
+		err = fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s + %s page reserve; %s): %w",
 			group, p.label, p.c, fmtShape(p.req.DType, p.shape), failed+1, len(todo),
-			plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(gb.planReserve), &gb, err), freeErr)
+			plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(gb.planReserve), &gb, err)
+		if len(dropped) == 0 {
+			return groupOutcome{}, err
+		}
+		// The replaced arrays are gone: say whose, and tell them.
+		var lost []string
+		var hooks []func()
+		m.mu.Lock()
+		for _, w := range dropped {
+			labels := make([]string, 0, len(w.allocs))
+			for _, a := range w.allocs {
+				if !slices.Contains(labels, a.label) {
+					labels = append(labels, a.label)
+				}
+			}
+			lost = append(lost, fmt.Sprintf("%v: %s", w.c, strings.Join(labels, ", ")))
+			if w.c.onInvalidate != nil && !w.c.closed {
+				hooks = append(hooks, w.c.onInvalidate)
+			}
+		}
+		m.mu.Unlock()
+		var errs []error
+		for _, w := range dropped {
+			errs = append(errs, freeErrs[w.c])
+		}
+		lostErr := fmt.Errorf("the plan needed the memory of the arrays being replaced, so they were freed first and are gone "+
+			"(%s); their owners' OnInvalidate hooks are called and their requests stay queued", strings.Join(lost, "; "))
+		return groupOutcome{invalidate: hooks}, errors.Join(err, lostErr, errors.Join(errs...))
 	}
 
 	// 5. Install, and build the responses. made is in todo's order: each
 	// requester's arrays in a run, requesters by id.
 	m.mu.Lock()
 	var gone []freeWork
-	out := make([]delivery, 0, len(requesters))
+	var res groupOutcome
+	res.out = make([]delivery, 0, len(requesters))
 	isReq := make(map[*Client]bool, len(requesters))
 	idx := 0
 	for _, c := range requesters {
@@ -419,7 +507,8 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			byLabel[a.label] = append(byLabel[a.label], a)
 		}
 		for l, as := range byLabel {
-			// Anything installed under l meanwhile is replaced too.
+			// What l holds now (the array being replaced, or one
+			// installed meanwhile) is freed once the new one is in.
 			if prev := c.takeLocked(l); len(prev) > 0 {
 				gone = append(gone, freeWork{c: c, allocs: prev, s: stream})
 			}
@@ -441,18 +530,51 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			}
 		}
 		resp.ChunkedShapes = plan.ChunkedShapes[c.String()]
-		out = append(out, delivery{c: c, resp: resp})
+		res.out = append(res.out, delivery{c: c, resp: resp})
 	}
 	// Notaries: the other open members of the group, at install time.
 	for _, c := range m.reg.members(group) {
 		if !isReq[c] {
 			resp := newResponse(c, plan, 1)
 			resp.ChunkedShapes = map[string][]int{}
-			out = append(out, delivery{c: c, resp: resp})
+			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
+	for _, d := range res.out {
+		if d.c == trigger {
+			res.mine = d.resp
+		}
+	}
+	if res.mine == nil && !trigger.closed {
+		// The trigger moved to another group meanwhile: it gets the
+		// chunk parameters of the group it asked for, and no hook call.
+		res.mine = newResponse(trigger, plan, 1)
+		res.mine.ChunkedShapes = map[string][]int{}
+	}
 	m.mu.Unlock()
-	return out, errors.Join(freeErr, m.freeWork(gone))
+
+	// 6. Free what was replaced. The new arrays are in: a failure here
+	// does not fail the call; each owner's response carries it.
+	m.freeEach(gone, freeErrs)
+	for _, d := range res.out {
+		d.resp.FreeErr = freeErrs[d.c]
+		delete(freeErrs, d.c)
+	}
+	for c, err := range freeErrs { // owners closed meanwhile: no response to carry it
+		m.log.Warn("vram: AllocateQueue could not free arrays it replaced, or made for a client closed meanwhile",
+			"client", c.String(), "group", group, "err", err)
+	}
+	return res, nil
+}
+
+// freeEach frees work as freeWork does, adding the errors to errs by
+// owner. allocMu must be held.
+func (m *Manager) freeEach(work []freeWork, errs map[*Client]error) {
+	for _, w := range work {
+		if err := m.freeWork([]freeWork{w}); err != nil {
+			errs[w.c] = errors.Join(errs[w.c], err)
+		}
+	}
 }
 
 func byID(a, b *Client) int { return cmp.Compare(a.id, b.id) }

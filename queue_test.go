@@ -7,9 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 )
 
 // hookLog records hook calls in order.
@@ -40,6 +44,20 @@ func (h *hookLog) opts(name, group string) ClientOptions {
 			h.inval[name]++
 		},
 	}
+}
+
+// reset forgets the calls so far.
+func (h *hookLog) reset() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls, h.resps, h.inval = nil, map[string]*ArrayResponse{}, map[string]int{}
+}
+
+// invalidated counts the OnInvalidate calls of the client named name.
+func (h *hookLog) invalidated(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inval[name]
 }
 
 func (h *hookLog) got() []string {
@@ -258,11 +276,19 @@ func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
 
 func fmtBytes(n uint64) string { return fmt.Sprintf("%d (%.2f MiB)", n, float64(n)/float64(MiB)) }
 
+// TestAllocateFailures: a failed AllocateQueue frees what it allocated,
+// calls no OnAllocated hook and leaves the queue as it was; the arrays
+// being replaced, its own or another member's, survive it, unless the
+// plan needed their memory: then they are gone, the error names them and
+// their owners' OnInvalidate hooks are called.
 func TestAllocateFailures(t *testing.T) {
 	for name, tc := range map[string]struct {
-		reqs  map[string]ArrayRequest
-		setup func(t *testing.T, m *Manager, fault func(int))
+		held  map[string]ArrayRequest // c holds these first
+		other map[string]ArrayRequest // n holds these first, and queues them again
+		reqs  map[string]ArrayRequest // c queues these
+		fault func(f *sim.Faults)
 		is    error
+		lost  []string // owners and labels the failure frees ("c/x"), in the error's order
 	}{
 		"unchunkable": {
 			reqs: map[string]ArrayRequest{"x": fixed(Uint8, 100*int(MiB))},
@@ -273,56 +299,156 @@ func TestAllocateFailures(t *testing.T) {
 			is:   ErrRunTooLarge,
 		},
 		"out of memory at the third array": {
-			reqs: map[string]ArrayRequest{"a": req(Float32, 0, 1000), "b": req(Float32, 0, 1000), "c": req(Float32, 0, 1000)},
-			setup: func(t *testing.T, m *Manager, fault func(int)) {
-				fault(3)
-			},
-			is: ErrOutOfMemory,
+			reqs:  map[string]ArrayRequest{"a": req(Float32, 0, 1000), "b": req(Float32, 0, 1000), "c": req(Float32, 0, 1000)},
+			fault: func(f *sim.Faults) { f.OOMAtAlloc(3) },
+			is:    ErrOutOfMemory,
 		},
 		"out of memory at the first array": {
 			reqs:  map[string]ArrayRequest{"a": req(Float32, 0, 1000), "b": req(Float32, 0, 1000)},
-			setup: func(t *testing.T, m *Manager, fault func(int)) { fault(1) },
+			fault: func(f *sim.Faults) { f.OOMAtAlloc(1) },
 			is:    ErrOutOfMemory,
+		},
+		"replacing its own and another member's arrays": {
+			held:  map[string]ArrayRequest{"x": req(Float32, 0, 1000), "keep": req(Float32, 0, 1000)},
+			other: map[string]ArrayRequest{"z": req(Float32, 0, 1000)},
+			reqs:  map[string]ArrayRequest{"x": req(Float32, 0, 1000), "y": req(Float32, 0, 1000)},
+			fault: func(f *sim.Faults) { f.OOMAtAlloc(2) },
+			is:    ErrOutOfMemory,
+		},
+		"replacing another member's array": {
+			other: map[string]ArrayRequest{"x": req(Float32, 0, 1000)},
+			reqs:  map[string]ArrayRequest{"y": req(Float32, 0, 1000)},
+			fault: func(f *sim.Faults) { f.OOMAtAlloc(2) },
+			is:    ErrOutOfMemory,
+		},
+		"replacing arrays: a plan error": {
+			held: map[string]ArrayRequest{"x": req(Float32, 0, 1000)},
+			reqs: map[string]ArrayRequest{"x": fixed(Uint8, 100*int(MiB))},
+			is:   ErrUnchunkable,
+		},
+		"replacing arrays whose memory the plan needs": {
+			held:  map[string]ArrayRequest{"big": fixed(Uint8, 40*int(MiB)), "keep": req(Float32, 0, 1000)},
+			other: map[string]ArrayRequest{"w": fixed(Uint8, 10*int(MiB))},
+			reqs:  map[string]ArrayRequest{"big": fixed(Uint8, 40*int(MiB))},
+			fault: func(f *sim.Faults) { f.OOMAtAlloc(2) },
+			is:    ErrOutOfMemory,
+			lost:  []string{"c/big", "n/w"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, dev, _ := newManager(t, 64*MiB)
 			h := newHookLog()
 			c := register(t, m, h.opts("c", "g"))
-			register(t, m, h.opts("n", "g"))
+			n := register(t, m, h.opts("n", "g"))
+			freeEmpty := free(t, m)
+			if tc.held != nil || tc.other != nil {
+				if err := m.QueueRequest(c, tc.held); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.QueueRequest(n, tc.other); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.AllocateQueue(c); err != nil {
+					t.Fatal(err)
+				}
+				h.reset()
+			}
 			if err := m.QueueRequest(c, tc.reqs); err != nil {
 				t.Fatal(err)
 			}
-			queued := m.Queued(c)
+			if err := m.QueueRequest(n, tc.other); err != nil {
+				t.Fatal(err)
+			}
+			type state struct {
+				queued map[string]ArrayRequest
+				arrays map[string]*DeviceArray
+				held   uint64
+			}
+			snap := func(x *Client) state { return state{m.Queued(x), x.Arrays(), x.Held()} }
+			before := map[*Client]state{c: snap(c), n: snap(n)}
 			free0 := free(t, m)
-			if tc.setup != nil {
-				tc.setup(t, m, dev.Faults().OOMAtAlloc)
+			if tc.fault != nil {
+				tc.fault(dev.Faults())
 			}
 			resp, err := m.AllocateQueue(c)
 			if !errors.Is(err, tc.is) || resp != nil {
 				t.Fatalf("got %v, %v; want %v", resp, err, tc.is)
 			}
-			if got := h.got(); len(got) != 0 {
-				t.Errorf("hooks called on failure: %v", got)
-			}
-			if got := m.Queued(c); !maps.EqualFunc(got, queued, func(a, b ArrayRequest) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
-				t.Errorf("queue after failure %v, want %v", got, queued)
-			}
-			if f := free(t, m); f != free0 {
-				t.Errorf("device free %d after failure, was %d: something stayed allocated", f, free0)
-			}
-			if c.Held() != 0 || len(c.Arrays()) != 0 {
-				t.Errorf("client holds %d bytes, %v", c.Held(), c.Arrays())
-			}
 			dev.Faults().Clear()
-			if tc.is == ErrOutOfMemory {
-				// The queue is intact: the retry succeeds.
-				if resp, err := m.AllocateQueue(c); err != nil || len(resp.Arrays) != len(tc.reqs) {
-					t.Fatalf("retry: %v, %v", resp, err)
+			if got := h.got(); len(got) != 0 {
+				t.Errorf("OnAllocated called on failure: %v", got)
+			}
+			sameReq := func(a, b ArrayRequest) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
+			lost := map[string]bool{}
+			for _, l := range tc.lost {
+				lost[l] = true
+			}
+			for x, was := range before {
+				name := x.Name()
+				if got := m.Queued(x); !maps.EqualFunc(got, was.queued, sameReq) {
+					t.Errorf("%s's queue after failure %v, want %v", name, got, was.queued)
 				}
-				if got := h.got(); !slices.Equal(got, []string{"c", "n"}) {
-					t.Errorf("hooks on retry: %v", got)
+				now := x.Arrays()
+				gone, held := 0, was.held
+				for l, a := range was.arrays {
+					switch {
+					case lost[name+"/"+l]:
+						if now[l] != nil || !a.Freed() {
+							t.Errorf("%s/%s: the failure freed it, yet it is still held", name, l)
+						}
+						held -= roundUp(a.Bytes(), m.Granularity())
+						gone++
+					case now[l] != a || a.Freed():
+						t.Errorf("%s/%s was lost by the failure: holds %v (freed %v), had %v", name, l, now[l], a.Freed(), a)
+					}
 				}
+				if len(now) != len(was.arrays)-gone || x.Held() != held {
+					t.Errorf("%s holds %v (%d bytes), had %v (%d bytes)", name, now, x.Held(), was.arrays, was.held)
+				}
+				if want := min(gone, 1); h.invalidated(name) != want {
+					t.Errorf("%s's OnInvalidate called %d times, want %d", name, h.invalidated(name), want)
+				}
+			}
+			if len(tc.lost) == 0 {
+				if f := free(t, m); f != free0 {
+					t.Errorf("device free %d after failure, was %d: something stayed allocated or was freed", f, free0)
+				}
+			} else {
+				if !strings.Contains(err.Error(), "freed first") {
+					t.Errorf("error %q does not say the replaced arrays were freed", err)
+				}
+				for _, l := range tc.lost {
+					who, label, _ := strings.Cut(l, "/")
+					owner := map[string]*Client{"c": c, "n": n}[who]
+					if !strings.Contains(err.Error(), owner.String()+": "+label) {
+						t.Errorf("error %q does not name %v's %s", err, owner, label)
+					}
+				}
+				if tc.held["keep"].Shape != nil && c.Arrays()["keep"] == nil {
+					t.Error("an array not being replaced was lost")
+				}
+			}
+			if tc.is != ErrOutOfMemory {
+				return
+			}
+			// The queue is intact: the retry succeeds, and frees what it
+			// replaces only then.
+			resp, err = m.AllocateQueue(c)
+			if err != nil || len(resp.Arrays) != len(tc.reqs) || resp.FreeErr != nil {
+				t.Fatalf("retry: %v, %v", resp, err)
+			}
+			if got := h.got(); !slices.Equal(got, []string{"c", "n"}) {
+				t.Errorf("hooks on retry: %v", got)
+			}
+			for x, was := range before {
+				for l, a := range was.arrays {
+					if _, requeued := was.queued[l]; requeued != a.Freed() {
+						t.Errorf("%s/%s after the retry: freed %v, replaced %v", x.Name(), l, a.Freed(), requeued)
+					}
+				}
+			}
+			if f := free(t, m); f != freeEmpty-c.Held()-n.Held() {
+				t.Errorf("device free %d after the retry, want %d less what c and n hold (%d, %d)", f, freeEmpty, c.Held(), n.Held())
 			}
 		})
 	}
@@ -636,5 +762,244 @@ func TestDoubleBuffersShareUnchunkable(t *testing.T) {
 	}
 	if err := c.Free("x"); err != nil || !b0.Device["x"].Freed() || !b1.Device["x"].Freed() {
 		t.Errorf("Free(x) must free every buffer: %v", err)
+	}
+}
+
+// TestReplacementNeedingTheOldMemory: when the new arrays fit only in
+// the memory of the ones they replace (on the device, or under an
+// allocation limit), the old ones are freed first and the allocation
+// succeeds.
+func TestReplacementNeedingTheOldMemory(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"the device": nil,
+		"a limit":    {WithWrap(func(a alloc.Allocator) alloc.Allocator { return alloc.NewLimit(a, 48*MiB) })},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, opts...)
+			h := newHookLog()
+			c := register(t, m, h.opts("c", "g"))
+			big := map[string]ArrayRequest{"big": fixed(Uint8, 30*int(MiB))}
+			if err := m.QueueRequest(c, big); err != nil {
+				t.Fatal(err)
+			}
+			r1, err := m.AllocateQueue(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = m.QueueRequest(c, big)
+			if name == "the device" {
+				_ = m.QueueRequest(c, map[string]ArrayRequest{"big": fixed(Uint8, 40*int(MiB))})
+			}
+			r2, err := m.AllocateQueue(c)
+			if err != nil {
+				t.Fatalf("replacing an array with one that fits only in its memory: %v", err)
+			}
+			if !r1.Arrays["big"].Freed() || r2.Arrays["big"].Freed() || c.Arrays()["big"] != r2.Arrays["big"] || r2.FreeErr != nil {
+				t.Errorf("after the replacement: old freed %v, new %v, FreeErr %v", r1.Arrays["big"].Freed(), c.Arrays()["big"], r2.FreeErr)
+			}
+			if h.invalidated("c") != 0 {
+				t.Error("OnInvalidate called on a replacement that succeeded")
+			}
+		})
+	}
+}
+
+// TestFreeErrorsDoNotFailTheAllocation: after a device reset the arrays
+// being replaced cannot be freed (their memory went with the reset). The
+// allocation has succeeded all the same: it returns the response, calls
+// the hooks, consumes the queue, and reports the free's error in
+// ArrayResponse.FreeErr.
+func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
+	m, dev, lb := newManager(t, 64*MiB)
+	h := newHookLog()
+	c := register(t, m, h.opts("c", "g"))
+	register(t, m, h.opts("n", "g"))
+	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.AllocateQueue(c); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ReinitStreams(); err != nil {
+		t.Fatal(err)
+	}
+	h.reset()
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	resp, err := m.AllocateQueue(c)
+	if err != nil || resp == nil {
+		t.Fatalf("AllocateQueue = %v, %v; want the response", resp, err)
+	}
+	if !errors.Is(resp.FreeErr, device.ErrInvalidated) || !strings.Contains(resp.FreeErr.Error(), "free x of "+c.String()) {
+		t.Errorf("FreeErr = %v; want the free of the old x, wrapping ErrInvalidated", resp.FreeErr)
+	}
+	if c.Arrays()["x"] != resp.Arrays["x"] || resp.Arrays["x"].Freed() || len(m.Queued(c)) != 0 {
+		t.Errorf("arrays %v, queue %v", c.Arrays(), m.Queued(c))
+	}
+	if got := h.got(); !slices.Equal(got, []string{"c", "n"}) || h.resps["n"].FreeErr != nil {
+		t.Errorf("hooks %v (notary FreeErr %v)", got, h.resps["n"].FreeErr)
+	}
+	if strings.Contains(lb.String(), "level=WARN") {
+		t.Errorf("a delivered FreeErr was logged too: %s", lb)
+	}
+	// Direct keeps the pointer it failed to free (package alloc's
+	// choice); a new allocator drops it, and says so.
+	if err := m.SetAllocator(Direct); err != nil && !errors.Is(err, device.ErrInvalidated) {
+		t.Fatal(err)
+	}
+}
+
+// allocHook calls before ahead of each Alloc of the allocator it wraps,
+// to act in the middle of an AllocateQueue.
+type allocHook struct {
+	alloc.Allocator
+	before func()
+}
+
+func (a allocHook) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	a.before()
+	return a.Allocator.Alloc(n, s)
+}
+
+func (a allocHook) Upstream() alloc.Allocator { return a.Allocator }
+
+// TestAllocateQueueOfATriggerClosedMeanwhile: the client whose
+// AllocateQueue allocates its group is closed meanwhile. Its arrays are
+// freed, the other members get theirs, and it gets ErrClosed, not
+// (nil, nil).
+func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
+	var armed atomic.Bool
+	var victim atomic.Pointer[Client]
+	m, dev, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
+		return allocHook{a, func() {
+			if armed.CompareAndSwap(true, false) {
+				_ = victim.Load().Close()
+			}
+		}}
+	}))
+	h := newHookLog()
+	c := register(t, m, h.opts("c", "g"))
+	n := register(t, m, h.opts("n", "g"))
+	register(t, m, h.opts("o", "g"))
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	_ = m.QueueRequest(n, map[string]ArrayRequest{"y": req(Float32, 0, 1000)})
+	victim.Store(c)
+	armed.Store(true)
+	resp, err := m.AllocateQueue(c)
+	if resp != nil || !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), c.String()) {
+		t.Fatalf("AllocateQueue of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
+	}
+	if got := h.got(); !slices.Equal(got, []string{"n", "o"}) || h.resps["n"].Arrays["y"] == nil {
+		t.Errorf("hooks %v; want the other requester and the notary", got)
+	}
+	if n.Arrays()["y"] == nil || c.Held() != 0 {
+		t.Errorf("n holds %v, the closed client %d bytes", n.Arrays(), c.Held())
+	}
+	_ = n.Close()
+	if r := dev.Leaks(); r.Allocs != 0 {
+		t.Errorf("left on the device: %s", r)
+	}
+}
+
+// TestAllocateQueueReleasesItsLocksOnPanic: a panic inside the
+// allocation (here an allocator's) leaves no lock held: the manager
+// still serves calls and closes.
+func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
+	var armed atomic.Bool
+	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
+		return allocHook{a, func() {
+			if armed.CompareAndSwap(true, false) {
+				panic("allocator bug")
+			}
+		}}
+	}))
+	c := register(t, m, ClientOptions{Group: "g"})
+	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	armed.Store(true)
+	func() {
+		defer func() {
+			if r := recover(); r != "allocator bug" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		_, _ = m.AllocateQueue(c)
+	}()
+	done := make(chan error)
+	go func() {
+		_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+		if _, err := m.AllocateQueue(c); err != nil { // the same group lock
+			done <- err
+			return
+		}
+		if err := m.SetAllocator(Direct); err != nil { // allocMu for writing
+			done <- err
+			return
+		}
+		done <- m.Close()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the manager is wedged after a panic in AllocateQueue")
+	}
+}
+
+// TestHugePageableRequestIsRefused: a pageable array larger than the
+// host can hold is an error wrapping ErrOutOfMemory that names its bytes,
+// not a panic (which used to leave AllocateQueue's locks held).
+func TestHugePageableRequestIsRefused(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	huge := map[string]ArrayRequest{"h": {Shape: []int{1 << 59}, DType: Float64, Memory: Pageable, Unchunkable: true}}
+	if err := m.QueueRequest(c, huge); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := m.AllocateQueue(c)
+	if resp != nil || !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "4611686018427387904 bytes") {
+		t.Fatalf("AllocateQueue = %v, %v; want ErrOutOfMemory naming 4611686018427387904 bytes", resp, err)
+	}
+	if len(m.Queued(c)) != 1 {
+		t.Error("the refused request left the queue")
+	}
+	if err := m.FreeAll(); err != nil { // allocMu is free
+		t.Fatal(err)
+	}
+	for _, mem := range []MemoryType{Pageable, Pinned, Mapped} {
+		h, err := m.NewHostArray([]int{1 << 59}, Float64, mem, nil)
+		if h != nil || !errors.Is(err, ErrOutOfMemory) {
+			t.Errorf("NewHostArray of 4 EiB %v memory = %v, %v; want ErrOutOfMemory", mem, h, err)
+		}
+	}
+	// Within the limit, pageable memory is still served.
+	if h, err := m.NewHostArray([]int{1 << 10}, Float64, Pageable, nil); err != nil || len(h.Float64s()) != 1024 {
+		t.Errorf("a small pageable array: %v", err)
+	}
+}
+
+// TestEmptyRequestQueuesNothing: queuing no request is a no-op; it does
+// not make the client a requester whose hook AllocateQueue calls.
+func TestEmptyRequestQueuesNothing(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	h := newHookLog()
+	c := register(t, m, h.opts("c", "g"))
+	for name, reqs := range map[string]map[string]ArrayRequest{"nil": nil, "empty": {}} {
+		if err := m.QueueRequest(c, reqs); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if resp, err := m.AllocateQueue(c); resp != nil || !errors.Is(err, ErrNothingQueued) {
+			t.Errorf("%s: AllocateQueue after an empty QueueRequest = %v, %v; want ErrNothingQueued", name, resp, err)
+		}
+	}
+	if got := h.got(); len(got) != 0 {
+		t.Errorf("hooks called for an empty queue: %v", got)
+	}
+	_ = c.Close()
+	if err := m.QueueRequest(c, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("QueueRequest(nil) of a closed client = %v; want ErrClosed", err)
 	}
 }
