@@ -918,6 +918,9 @@ func testMemcheck(t *testing.T, o opener) {
 			"HtoD":   func() error { return d.CopyHtoD(p, []byte{1}, s) },
 			"DtoH":   func() error { return d.CopyDtoH(make([]byte, 1), p.Add(10), s) },
 			"Memset": func() error { return d.Memset(p, 0, 8, s) },
+			// Moving no bytes does not make a freed pointer valid.
+			"HtoD of 0 bytes":   func() error { return d.CopyHtoD(p, nil, s) },
+			"Memset of 0 bytes": func() error { return d.Memset(p, 0, 0, s) },
 		}
 		for _, name := range sortedKeys(cases) {
 			t.Run(name, func(t *testing.T) {

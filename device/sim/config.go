@@ -22,13 +22,21 @@ const (
 	DefaultPinnedLimit = 64 * units.GiB
 	// PoolAlignment is the alignment (and rounding) of MallocAsync blocks.
 	PoolAlignment uint64 = 512
+	// MaxTotalBytes caps Config.TotalBytes: 256 TiB (2^48 bytes), far more
+	// than any GPU, so that every device's address region fits many times
+	// in the simulator's address range (see vaspace.go).
+	MaxTotalBytes = 256 * units.TiB
+	// MaxGranularity caps Config.Granularity: 1 TiB, the alignment of
+	// every device's address region, so that Malloc addresses are aligned
+	// to the granularity.
+	MaxGranularity = units.TiB
 )
 
 // Config describes a simulated device. The zero value is a backed 8 GiB
 // device with a 256 MiB context and 2 MiB granularity.
 type Config struct {
-	// TotalBytes is the device memory MemInfo reports as total. 0 means
-	// DefaultTotalBytes.
+	// TotalBytes is the device memory MemInfo reports as total, at most
+	// MaxTotalBytes. 0 means DefaultTotalBytes.
 	TotalBytes uint64
 	// ContextBytes is the memory the context itself takes from the total
 	// (it is never free). 0 means min(TotalBytes/32, 256 MiB) rounded down
@@ -37,8 +45,9 @@ type Config struct {
 	// NoContext makes the context take no memory (ContextBytes is ignored).
 	NoContext bool
 	// Granularity is the unit in which Malloc reserves memory and the
-	// async pool grows: a power of two, at least PoolAlignment. 0 means
-	// DefaultGranularity (2 MiB, as current drivers).
+	// async pool grows: a power of two from PoolAlignment to
+	// MaxGranularity. 0 means DefaultGranularity (2 MiB, as current
+	// drivers).
 	Granularity uint64
 	// AddressOnly keeps accounting and addresses but no bytes: nothing of
 	// the device's size is spent on the host, so a 100 GiB device can be
@@ -76,9 +85,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Granularity == 0 {
 		c.Granularity = DefaultGranularity
 	}
-	if c.Granularity < PoolAlignment || bits.OnesCount64(c.Granularity) != 1 {
-		return c, fmt.Errorf("sim: granularity %d bytes: want a power of two of at least %d bytes: %w",
-			c.Granularity, PoolAlignment, device.ErrInvalidValue)
+	if c.Granularity < PoolAlignment || c.Granularity > MaxGranularity || bits.OnesCount64(c.Granularity) != 1 {
+		return c, fmt.Errorf("sim: granularity %d bytes: want a power of two from %d bytes to %s: %w",
+			c.Granularity, PoolAlignment, units.Format(MaxGranularity), device.ErrInvalidValue)
+	}
+	if c.TotalBytes > MaxTotalBytes {
+		return c, fmt.Errorf("sim: total memory %s is more than the simulator's limit of %s (sim.MaxTotalBytes): %w",
+			units.Format(c.TotalBytes), units.Format(MaxTotalBytes), device.ErrInvalidValue)
 	}
 	if c.TotalBytes < c.Granularity {
 		return c, fmt.Errorf("sim: total memory %s is less than the granularity %s: %w",

@@ -13,19 +13,30 @@ package sim
 // host buffer, a segment of the async pool — is a node of d.live, a treap
 // keyed by start address whose span is the reserved length; a floor query
 // finds the allocation an interior pointer falls in. Freed allocations
-// leave a ghost in d.ghosts until their addresses are handed out again, so
-// a later access or free is reported as use after free or double free
-// rather than as an unknown pointer. Addresses from earlier generations
-// (before a Reset) and from other devices are recognised by region (see
-// vaspace.go).
+// leave a ghost in d.ghosts, keyed by start address and allocation number
+// (a range can be freed, handed out again and freed again), so a later
+// access or free is reported as use after free or double free rather than
+// as an unknown pointer. When addresses are handed out again, the ghosts
+// there whose frees have completed are cut back to what lies outside the
+// new allocation (dropped if nothing does); ghosts whose frees have not
+// completed are kept whole, overlapping it. The ghosts of the oldest
+// frees beyond the last ghostCap are forgotten. Addresses from earlier
+// generations (before a Reset) and from other devices are recognised by
+// region (see vaspace.go).
 //
 // Checking. Copies and memsets resolve their pointers when they are
 // enqueued (the host's view: freeing happens-before a later call) and
 // capture the backing slices; kernels resolve through their View when
 // they run. A kernel may still touch a MallocAsync block that was freed
-// after the kernel was launched (the free is stream-ordered after it):
-// every launch and every FreeAsync take a stamp from one device counter,
-// and a kernel with an earlier stamp than the free is allowed the block.
+// after the kernel was launched (the free is stream-ordered after it),
+// even once the block has been handed out again, smaller, on the freeing
+// stream: every launch and every FreeAsync take a stamp from one device
+// counter, and a kernel with an earlier stamp than the free may use the
+// freed block's range while the freeing stream has not reached the free.
+// The check against the live allocation comes first and is unchanged;
+// the freed blocks are searched only when it fails. Malloc needs none of
+// this: Free waits for all work first, so no kernel launched before it
+// runs after it.
 
 import (
 	"fmt"
@@ -111,6 +122,32 @@ func (m *backing) bytes() []byte {
 	return m.b
 }
 
+// spareMemCap bounds how many byte holders of freed Mallocs are kept.
+const spareMemCap = 1024
+
+// newBackingLocked returns a holder for the bytes of a Malloc of n bytes,
+// reusing one of a freed Malloc if there is one: a steady stream of Malloc
+// and Free allocates nothing but the bytes, and those only when used.
+func (d *Device) newBackingLocked(n uint64) *backing {
+	if k := len(d.spareMem); k > 0 {
+		m := d.spareMem[k-1]
+		d.spareMem = d.spareMem[:k-1]
+		*m = backing{n: n}
+		return m
+	}
+	return &backing{n: n}
+}
+
+// recycleBackingLocked keeps the holder of a freed Malloc for reuse. No
+// one holds it any more: accesses keep the byte slice, not the holder.
+func (d *Device) recycleBackingLocked(m *backing) {
+	if m == nil || len(d.spareMem) >= spareMemCap {
+		return
+	}
+	m.b = nil // let the bytes go now
+	d.spareMem = append(d.spareMem, m)
+}
+
 // preset is a backing over existing bytes (mapped host memory).
 func preset(b []byte) *backing {
 	m := &backing{n: uint64(len(b)), b: b}
@@ -118,15 +155,34 @@ func preset(b []byte) *backing {
 	return m
 }
 
-// ghost is a freed allocation whose addresses are not in use again yet.
+// ghost is a freed allocation, remembered for error messages and for
+// kernels launched before a stream-ordered free. Its node in d.ghosts is
+// keyed by (where it starts now, id) and spans what is left of it: the
+// part of a ghost that is handed out again is cut off once its free has
+// completed, so that what remains still names the allocation.
 type ghost struct {
-	size  uint64
+	start uint64 // where the allocation started
+	size  uint64 // its requested bytes
 	id    uint64
 	kind  recKind
-	stamp uint64 // issue stamp of the free (pool blocks)
+	stamp uint64  // issue stamp of the free (FreeAsync)
+	s     *stream // FreeAsync: the freeing stream; nil when the free is complete at once
+	seq   uint64  // FreeAsync: s's enqueued count at the free
 }
 
-type ghostRef struct{ start, id uint64 }
+// done reports whether the free has completed: its stream has finished
+// the work enqueued before it, so no kernel may use the range any more.
+func (g *ghost) done() bool { return g.s == nil || g.s.done.Load() >= g.seq }
+
+// ghostRef names a freed allocation (or mark) in a forgetQueue; size is
+// its requested bytes (device ghosts only).
+type ghostRef struct{ start, id, size uint64 }
+
+// ghostNode is a copy of a node of d.ghosts.
+type ghostNode struct {
+	k1, k2, span uint64
+	v            ghost
+}
 
 // forgetQueue keeps the order in which freed records were remembered, so
 // that only the most recent ones are kept: push returns the record to
@@ -173,10 +229,12 @@ type Device struct {
 	mu          sync.RWMutex // protects the fields below
 	rg          region       // this generation's address region
 	va          *vaSpace
-	old         []region // regions of earlier generations
+	old         []region // regions of the last keepGenerations earlier generations, oldest first
 	live        tree[rec]
-	ghosts      tree[ghost]
+	ghosts      tree[ghost] // freed allocations by (start of what is left, id); span: what is left
 	ghostOrder  forgetQueue // which ghosts to forget first
+	ghostCut    []ghostNode // scratch for cutGhostsLocked
+	spareMem    []*backing  // byte holders of freed Mallocs, for reuse
 	mallocBytes uint64      // reserved by Malloc, rounded to the granularity
 	mallocReq   uint64      // requested by live Mallocs
 	nMalloc     int
@@ -207,17 +265,21 @@ func New(cfg Config) (*Device, error) {
 	}
 	d := &Device{id: deviceIDs.Add(1), cfg: c}
 	d.faults.dev = d
+	rg, err := newRegion(c.TotalBytes, d.id, 0)
+	if err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.startGenLocked()
+	d.startGenLocked(rg)
 	return d, nil
 }
 
-// startGenLocked sets up a fresh generation: address region, indexes,
-// pool and default stream.
-func (d *Device) startGenLocked() {
-	d.rg = newRegion(16*d.cfg.TotalBytes, d.id, d.gen.Load())
-	d.va = newVASpace(d.rg)
+// startGenLocked sets up a fresh generation in address region rg:
+// indexes, pool and default stream.
+func (d *Device) startGenLocked(rg region) {
+	d.rg = rg
+	d.va = newVASpace(rg)
 	d.live.clear()
 	d.ghosts.clear()
 	d.ghostOrder = forgetQueue{}
@@ -315,10 +377,6 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 		return 0, err
 	}
 	need, ok := units.RoundUp(n, d.cfg.Granularity)
-	var mem *backing
-	if !d.cfg.AddressOnly {
-		mem = &backing{n: n}
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {
@@ -330,6 +388,10 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 	a, ok := d.va.alloc(need)
 	if !ok {
 		return 0, fmt.Errorf("%v: malloc %s: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
+	}
+	var mem *backing
+	if !d.cfg.AddressOnly {
+		mem = d.newBackingLocked(n)
 	}
 	d.nextID++
 	d.live.insert(a, 0, need, rec{kind: kMalloc, size: n, id: d.nextID, mem: mem})
@@ -371,6 +433,7 @@ func (d *Device) Free(p device.Ptr) error {
 	d.live.remove(a, 0)
 	d.va.release(a, span)
 	d.addGhostLocked(a, ghost{size: r.size, id: r.id, kind: kMalloc})
+	d.recycleBackingLocked(r.mem)
 	d.mallocBytes -= span
 	d.mallocReq -= r.size
 	d.nMalloc--
@@ -379,27 +442,123 @@ func (d *Device) Free(p device.Ptr) error {
 
 // addGhostLocked remembers a freed allocation.
 func (d *Device) addGhostLocked(a uint64, g ghost) {
-	if d.ghosts.get(a, 0) != nil {
-		d.ghosts.remove(a, 0)
+	g.start = a
+	d.ghosts.insert(a, g.id, g.size, g)
+	old, forget := d.ghostOrder.push(ghostRef{a, g.id, g.size}, ghostCap)
+	if !forget {
+		return
 	}
-	d.ghosts.insert(a, 0, g.size, g)
-	if old, forget := d.ghostOrder.push(ghostRef{a, g.id}, ghostCap); forget {
-		if n := d.ghosts.get(old.start, 0); n != nil && n.v.id == old.id {
-			d.ghosts.remove(old.start, 0)
+	if nd := d.ghosts.get(old.start, old.id); nd != nil && nd.span == old.size {
+		d.ghosts.remove(old.start, old.id) // still whole: the usual case
+		return
+	}
+	// Forget what is left of it, in pieces or not at all.
+	d.cutGhostsLocked(old.start, old.start+old.size, func(g *tnode[ghost]) bool { return g.k2 == old.id }, false)
+}
+
+// dropGhostsLocked cuts [a, a+n), whose addresses are being handed out
+// again, out of the ghosts there whose frees have completed, keeping the
+// parts of them outside it. Ghosts whose frees have not completed stay
+// whole: a kernel launched before the free may still use them.
+func (d *Device) dropGhostsLocked(a, n uint64) {
+	hi := a + n
+	// The usual case, in two floor queries: the ghost nearest below hi is
+	// done (cut it), and then the nearest one misses a and none further
+	// down is long enough to reach it.
+	for {
+		g := d.ghosts.floor(hi-1, math.MaxUint64)
+		switch {
+		case g == nil:
+			return
+		case g.k1+g.span <= a:
+			if d.ghosts.root.maxSpan <= a-g.k1 {
+				return
+			}
+		case g.v.done():
+			if g.k1 >= a && g.k1+g.span <= hi {
+				d.ghosts.remove(g.k1, g.k2) // wholly handed out again
+			} else {
+				d.cutGhostLocked(ghostNode{g.k1, g.k2, g.span, g.v}, a, hi)
+			}
+			continue
 		}
+		break
+	}
+	d.cutGhostsLocked(a, hi, func(g *tnode[ghost]) bool { return g.v.done() }, true)
+}
+
+// cutGhostLocked cuts [lo, hi) out of ghost node g, keeping the parts of
+// it outside.
+func (d *Device) cutGhostLocked(g ghostNode, lo, hi uint64) {
+	d.ghosts.remove(g.k1, g.k2)
+	if g.k1 < lo {
+		d.ghosts.insert(g.k1, g.k2, lo-g.k1, g.v)
+	}
+	if end := g.k1 + g.span; end > hi {
+		d.ghosts.insert(hi, g.k2, end-hi, g.v)
 	}
 }
 
-// dropGhostsLocked forgets freed allocations overlapping [a, a+n), whose
-// addresses are being handed out again.
-func (d *Device) dropGhostsLocked(a, n uint64) {
-	for {
-		g := d.ghosts.floor(a+n-1, 0)
-		if g == nil || g.k1+g.span <= a {
-			return
-		}
-		d.ghosts.remove(g.k1, 0)
+// cutGhostsLocked cuts [lo, hi) out of the ghost nodes overlapping it that
+// match; with keep, the parts of them outside it stay as nodes of their
+// own, else they go too.
+func (d *Device) cutGhostsLocked(lo, hi uint64, match func(g *tnode[ghost]) bool, keep bool) {
+	if !d.ghosts.mayOverlap(lo, hi) {
+		return
 	}
+	cut := d.ghostCut[:0]
+	d.ghosts.overlapping(lo, hi, func(g *tnode[ghost]) bool {
+		if match(g) {
+			cut = append(cut, ghostNode{g.k1, g.k2, g.span, g.v})
+		}
+		return true
+	})
+	for _, g := range cut {
+		if keep {
+			d.cutGhostLocked(g, lo, hi)
+		} else {
+			d.ghosts.remove(g.k1, g.k2)
+		}
+	}
+	clear(cut) // drop the stream pointers
+	d.ghostCut = cut[:0]
+}
+
+// ghostHoldingLocked finds a freed allocation that held address a: the
+// one starting nearest below a (the latest one, if several start there).
+func (d *Device) ghostHoldingLocked(a uint64) *tnode[ghost] {
+	if !d.ghosts.mayOverlap(a, a+1) {
+		return nil
+	}
+	var found *tnode[ghost]
+	d.ghosts.overlapping(a, a+1, func(g *tnode[ghost]) bool {
+		found = g
+		return false
+	})
+	return found
+}
+
+// usableGhostLocked finds a freed pool block that a kernel launched at
+// stamp may still use for [a, a+n): freed (stream-ordered) after the
+// launch, the free not yet complete, and holding the whole access. Failing
+// that, overrun is such a block that holds a but not the whole access.
+func (d *Device) usableGhostLocked(a, n, stamp uint64) (usable, overrun *tnode[ghost]) {
+	if !d.ghosts.mayOverlap(a, a+1) {
+		return nil, nil
+	}
+	d.ghosts.overlapping(a, a+1, func(g *tnode[ghost]) bool {
+		if stamp < g.v.stamp && !g.v.done() {
+			if a+n <= g.k1+g.span {
+				usable = g
+				return false
+			}
+			if overrun == nil {
+				overrun = g
+			}
+		}
+		return true
+	})
+	return usable, overrun
 }
 
 // badFreeLocked explains why p cannot be freed by op.
@@ -423,7 +582,7 @@ func (d *Device) badFreeLocked(p device.Ptr, op string) error {
 				return fmt.Errorf("%v: %s %v: it is %d bytes into the MallocAsync allocation at 0x%x; free takes the start: %w",
 					d, op, p, a-b.v.start, b.v.start, device.ErrInvalidPointer)
 			}
-			if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+			if g := d.ghostHoldingLocked(a); g != nil {
 				return d.freedErr(op, p, g)
 			}
 			return fmt.Errorf("%v: %s %v: it points into the async pool's free memory, never allocated: %w", d, op, p, device.ErrInvalidPointer)
@@ -431,7 +590,7 @@ func (d *Device) badFreeLocked(p device.Ptr, op string) error {
 		return fmt.Errorf("%v: %s %v: it is %d bytes into the %s allocation at 0x%x; free takes the start: %w",
 			d, op, p, a-nd.k1, nd.v.kind, nd.k1, device.ErrInvalidPointer)
 	}
-	if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+	if g := d.ghostHoldingLocked(a); g != nil {
 		return d.freedErr(op, p, g)
 	}
 	return d.foreignLocked(op, p, false)
@@ -439,12 +598,12 @@ func (d *Device) badFreeLocked(p device.Ptr, op string) error {
 
 // freedErr reports a free of an address inside the freed allocation g.
 func (d *Device) freedErr(op string, p device.Ptr, g *tnode[ghost]) error {
-	if uint64(p) == g.k1 {
+	if uint64(p) == g.v.start {
 		return fmt.Errorf("%v: %s %v: already freed (%s allocation #%d of %s): %w",
 			d, op, p, g.v.kind, g.v.id, units.Format(g.v.size), device.ErrDoubleFree)
 	}
 	return fmt.Errorf("%v: %s %v: it is %d bytes into the freed %s allocation #%d at 0x%x: %w",
-		d, op, p, uint64(p)-g.k1, g.v.kind, g.v.id, g.k1, device.ErrInvalidPointer)
+		d, op, p, uint64(p)-g.v.start, g.v.kind, g.v.id, g.v.start, device.ErrInvalidPointer)
 }
 
 // foreignLocked explains an address that is not in this generation's
@@ -455,14 +614,16 @@ func (d *Device) foreignLocked(op string, p device.Ptr, access bool) error {
 	if a == 0 {
 		return fmt.Errorf("%v: %s: null pointer: %w", d, op, device.ErrInvalidPointer)
 	}
-	for _, r := range d.old {
-		if a >= r.lo && a < r.hi {
+	if r, open, ok := regionOf(a); ok {
+		switch {
+		case r.dev == d.id && r.gen != d.gen.Load():
 			return fmt.Errorf("%v: %s %v: the pointer was allocated before a device reset (generation %d, now %d): %w",
 				d, op, p, r.gen, d.gen.Load(), device.ErrInvalidated)
+		case r.dev != d.id && open:
+			return fmt.Errorf("%v: %s %v: the pointer belongs to another device (sim#%d): %w", d, op, p, r.dev, device.ErrInvalidPointer)
+		case r.dev != d.id:
+			return fmt.Errorf("%v: %s %v: the pointer belongs to another device (sim#%d, closed since): %w", d, op, p, r.dev, device.ErrInvalidPointer)
 		}
-	}
-	if r, ok := regionOf(a); ok && r.dev != d.id {
-		return fmt.Errorf("%v: %s %v: the pointer belongs to another device (sim#%d): %w", d, op, p, r.dev, device.ErrInvalidPointer)
 	}
 	if d.va.handedOut(a) {
 		// Handed out before and freed since, but its ghost is forgotten.
@@ -503,7 +664,7 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 		}
 		return r.mem.bytes(), nd.k1, nil
 	}
-	if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+	if g := d.ghostHoldingLocked(a); g != nil {
 		return nil, 0, d.uafErr(op, p, n, g)
 	}
 	return nil, 0, d.foreignLocked(op, p, true)
@@ -517,7 +678,7 @@ func (d *Device) oobErr(op string, p device.Ptr, n, start, size uint64, kind rec
 
 func (d *Device) uafErr(op string, p device.Ptr, n uint64, g *tnode[ghost]) error {
 	return fmt.Errorf("%v: %s of %s at %v: %s allocation #%d (%s at 0x%x) has been freed: %w",
-		d, op, units.Format(n), p, g.v.kind, g.v.id, units.Format(g.v.size), g.k1, device.ErrUseAfterFree)
+		d, op, units.Format(n), p, g.v.kind, g.v.id, units.Format(g.v.size), g.v.start, device.ErrUseAfterFree)
 }
 
 // checkAccess resolves an access from the host and returns the n bytes
@@ -534,6 +695,28 @@ func (d *Device) checkAccess(op string, p device.Ptr, n uint64) ([]byte, error) 
 	}
 	off := uint64(p) - base
 	return data[off : off+n : off+n], nil
+}
+
+// checkEmpty checks the device pointer of a 0-byte copy or memset: nil is
+// allowed; any other must lie in a live allocation or point just past
+// its end. The error is that of a 0-byte access at p.
+func (d *Device) checkEmpty(op string, p device.Ptr) error {
+	if p == 0 {
+		return nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed.Load() {
+		return d.errClosed(op)
+	}
+	_, _, err := d.resolveLocked(op, p, 0, 0)
+	if err != nil {
+		// Just past the end: the last byte before p is in bounds.
+		if _, _, e := d.resolveLocked(op, p-1, 1, 0); e == nil {
+			return nil
+		}
+	}
+	return err
 }
 
 // quiesce waits until every stream has finished the work enqueued so far.
@@ -603,6 +786,11 @@ func (d *Device) Reset() error {
 		d.mu.Unlock()
 		return d.errClosed("reset")
 	}
+	rg, err := newRegion(d.cfg.TotalBytes, d.id, d.gen.Load()+1)
+	if err != nil {
+		d.mu.Unlock()
+		return fmt.Errorf("%v: reset: %w", d, err)
+	}
 	old := make([]*stream, 0, len(d.streams)+1)
 	old = append(old, d.def)
 	for s := range d.streams {
@@ -612,8 +800,12 @@ func (d *Device) Reset() error {
 		d.oldHostAdd(k)
 	}
 	d.old = append(d.old, d.rg)
+	if len(d.old) > keepGenerations {
+		releaseRegions(d.old[0])
+		d.old = slices.Delete(d.old, 0, 1)
+	}
 	d.gen.Add(1)
-	d.startGenLocked()
+	d.startGenLocked(rg)
 	// Old streams drop their queues; one may still be running an
 	// operation (a kernel), which is not waited for here: Close joins it.
 	for _, s := range old {
@@ -639,18 +831,21 @@ func (d *Device) oldHostAdd(k *byte) {
 // ErrLeak) whose report lists it; streams and events left open are listed
 // in the report but are not an error. Closing twice returns ErrClosed.
 func (d *Device) Close() error {
+	// Closed is set under d.mu, where NewStream and Reset check it before
+	// they start a stream, so the streams listed here are all there will
+	// ever be.
+	d.mu.Lock()
 	if !d.closed.CompareAndSwap(false, true) {
+		d.mu.Unlock()
 		return d.errClosed("close")
 	}
+	streams := append(slices.Clone(d.allStreams()), d.retired...)
+	d.mu.Unlock()
 	// Let queued work finish first; it may still use the memory.
-	streams := d.allStreams()
 	for _, s := range streams {
 		s.halt(false)
 	}
-	d.mu.RLock()
-	retired := d.retired
-	d.mu.RUnlock()
-	for _, s := range append(streams, retired...) {
+	for _, s := range streams {
 		s.join()
 	}
 	d.mu.Lock()
@@ -663,6 +858,8 @@ func (d *Device) Close() error {
 	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
 	d.streams = map[*stream]struct{}{}
 	d.publishStreamsLocked()
+	releaseRegions(append(d.old, d.rg)...)
+	d.old = nil
 	d.mu.Unlock()
 	if rep.leaksMemory() {
 		return &LeakError{Device: d.String(), Report: rep}

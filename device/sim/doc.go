@@ -9,7 +9,8 @@
 //     the context's own memory, every Malloc rounded up to the
 //     granularity (2 MiB by default, as current drivers), and what the
 //     stream-ordered pool holds reserved. Pinned host memory takes
-//     nothing from the device.
+//     nothing from the device. A device may have up to MaxTotalBytes
+//     (256 TiB) of memory.
 //   - Two backing modes. Backed (the default): device memory is host
 //     memory behind addresses that look like device addresses
 //     (0x7f0000000000 and up, aligned to the granularity), so copies and
@@ -54,7 +55,8 @@
 // memory, and the driver's sub-allocation of small Mallocs within a 2 MiB
 // page (every Malloc reserves whole granules).
 //
-// Its costs are those of a few treap operations per allocation (O(log n),
-// no allocation in steady state) and of a mutex and a goroutine wake-up
-// per stream operation; see BENCHMARKS.md.
+// Its costs are those of a few treap operations per allocation (O(log n);
+// in steady state nothing is allocated on the Go heap but the bytes of a
+// backed allocation, made on its first access) and of a mutex and a
+// goroutine wake-up per stream operation; see BENCHMARKS.md.
 package sim

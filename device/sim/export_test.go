@@ -4,8 +4,9 @@ import "fmt"
 
 // CheckInvariants verifies the device's internal bookkeeping (tests only):
 // pool segments are tiled by their blocks, no two ready neighbours are left
-// uncoalesced, every free block is in exactly the index of its class, and
-// the pool's and the device's byte counts add up.
+// uncoalesced, every free block is in exactly the index of its class, the
+// pool's and the device's byte counts add up, and every piece of a freed
+// allocation's record lies inside it.
 func (d *Device) CheckInvariants() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -92,8 +93,26 @@ func (d *Device) CheckInvariants() error {
 			return fmt.Errorf("%v's pending index holds %d, counted %d", s, s.pend.len(), n)
 		}
 	}
+	d.ghosts.each(func(g *tnode[ghost]) bool {
+		if g.span == 0 || g.k1 < g.v.start || g.k1+g.span > g.v.start+g.v.size || g.k2 != g.v.id {
+			err = fmt.Errorf("ghost node (0x%x, #%d) of %d bytes lies outside freed allocation #%d (%d bytes at 0x%x)",
+				g.k1, g.k2, g.span, g.v.id, g.v.size, g.v.start)
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
 	if free := d.freeLocked(); free > d.cfg.TotalBytes {
 		return fmt.Errorf("free memory %d underflowed", free)
 	}
 	return nil
+}
+
+// HeldRegions reports how many address regions open devices hold, and
+// how many bytes of addresses (tests only).
+func HeldRegions() (n int, bytes uint64) {
+	regions.mu.Lock()
+	defer regions.mu.Unlock()
+	return regions.owned.len(), regions.nOwned
 }

@@ -9,16 +9,22 @@ import (
 )
 
 // FuzzAllocFree drives Malloc, Free, MallocAsync, FreeAsync, stream
-// synchronization and held streams (a kernel waiting on a gate, so that
-// frees stay pending) from fuzz input and checks the internal invariants
-// (CheckInvariants) and,
-// after every step: live allocations never overlap; free memory is exactly
+// synchronization, held streams (a kernel waiting on a gate, so that
+// frees stay pending) and kernels that read whole allocations from fuzz
+// input. A kernel on stream s reads every live Malloc and every live
+// MallocAsync block allocated on s; such a block is then freed on s, so
+// the kernel runs before the free takes effect and must never see an
+// error, however the pool hands the block out again meanwhile. It checks
+// the internal invariants (CheckInvariants) and, after every step: live allocations never overlap; free memory is exactly
 // total − context − Σ Malloc rounded to the granularity − the pool's
 // reserve; the pool's used bytes are Σ MallocAsync rounded to 512 B; and
 // freeing everything then trimming returns free memory to where it started.
 func FuzzAllocFree(f *testing.F) {
 	f.Add([]byte{0, 10, 1, 0, 2, 30, 3, 0, 4, 1})
 	f.Add([]byte{2, 200, 2, 100, 6, 1, 3, 1, 2, 50, 5, 0, 4, 0})
+	// A held stream; a kernel reads a block; the block is freed and a
+	// smaller one takes its address before the kernel runs.
+	f.Add([]byte{7, 0, 2, 6, 9, 0, 5, 0, 2, 3, 8, 0, 6, 0})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		const gran = 64 << 10
 		d, err := sim.New(sim.Config{TotalBytes: 16 << 20, ContextBytes: gran, Granularity: gran, KernelWorkers: 1})
@@ -46,6 +52,8 @@ func FuzzAllocFree(f *testing.F) {
 		type live struct {
 			n     uint64
 			async bool
+			s     int  // MallocAsync: the allocating stream
+			read  bool // a kernel on s may read it: free it on s
 		}
 		lives := map[device.Ptr]live{}
 		var mallocReserved, asyncUsed uint64
@@ -67,8 +75,9 @@ func FuzzAllocFree(f *testing.F) {
 			return 0, false
 		}
 		for i := 0; i+1 < len(ops); i += 2 {
-			op, arg := ops[i]%9, ops[i+1]
-			s := streams[int(arg)%len(streams)]
+			op, arg := ops[i]%10, ops[i+1]
+			si := int(arg) % len(streams)
+			s := streams[si]
 			n := uint64(arg)*4099 + 1
 			switch op {
 			case 0, 1:
@@ -76,7 +85,7 @@ func FuzzAllocFree(f *testing.F) {
 				if err != nil {
 					continue
 				}
-				lives[p] = live{n, false}
+				lives[p] = live{n: n}
 				r, _ := units.RoundUp(n, gran)
 				mallocReserved += r
 			case 2, 3:
@@ -84,7 +93,7 @@ func FuzzAllocFree(f *testing.F) {
 				if err != nil {
 					continue
 				}
-				lives[p] = live{n, true}
+				lives[p] = live{n: n, async: true, s: si}
 				r, _ := units.RoundUp(n, sim.PoolAlignment)
 				asyncUsed += r
 			case 4:
@@ -99,6 +108,9 @@ func FuzzAllocFree(f *testing.F) {
 				}
 			case 5:
 				if p, ok := pick(arg, true); ok {
+					if lives[p].read {
+						s = streams[lives[p].s]
+					}
 					if err := d.FreeAsync(p, s); err != nil {
 						t.Fatal(err)
 					}
@@ -123,6 +135,29 @@ func FuzzAllocFree(f *testing.F) {
 				}
 			case 8:
 				releaseAll()
+			case 9:
+				type read struct {
+					p device.Ptr
+					n uint64
+				}
+				var reads []read
+				for p, l := range lives {
+					if !l.async || l.s == si {
+						reads = append(reads, read{p, l.n})
+						l.read = true
+						lives[p] = l
+					}
+				}
+				if err := d.LaunchFunc(s, 1, func(v device.View, _, _ int) error {
+					for _, r := range reads {
+						if _, err := v.Bytes(r.p, r.n); err != nil {
+							return err
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for p, l := range lives {
 				for q, m := range lives {
@@ -146,7 +181,7 @@ func FuzzAllocFree(f *testing.F) {
 		releaseAll()
 		for p, l := range lives {
 			if l.async {
-				err = d.FreeAsync(p, streams[0])
+				err = d.FreeAsync(p, streams[l.s])
 			} else {
 				err = d.Free(p)
 			}

@@ -54,9 +54,9 @@ func (d *Device) markedLocked(op string, p device.Ptr, n uint64) (*tnode[rec], e
 	a := uint64(p)
 	nd := d.live.floor(a, 0)
 	if nd == nil || a >= nd.k1+nd.span {
-		if g := d.ghosts.floor(a, 0); g != nil && a < g.k1+g.span {
+		if g := d.ghostHoldingLocked(a); g != nil {
 			return nil, fmt.Errorf("%v: %s at %v: %s allocation #%d at 0x%x has been freed: %w",
-				d, op, p, g.v.kind, g.v.id, g.k1, device.ErrUseAfterFree)
+				d, op, p, g.v.kind, g.v.id, g.v.start, device.ErrUseAfterFree)
 		}
 		return nil, d.foreignLocked(op, p, false)
 	}
@@ -127,7 +127,7 @@ func (d *Device) MarkFreed(p device.Ptr) error {
 	}
 	mk.stamp = d.stamp.Add(1)
 	m.freed.insert(a, mk.id, mk.size, mk)
-	if old, forget := m.order.push(ghostRef{a, mk.id}, markGhostCap); forget {
+	if old, forget := m.order.push(ghostRef{a, mk.id, 0}, markGhostCap); forget {
 		m.freed.remove(old.start, old.id)
 	}
 	return nil
@@ -135,28 +135,16 @@ func (d *Device) MarkFreed(p device.Ptr) error {
 
 // freedCover finds a freed mark of m that holds [a, a+n) and was freed
 // after stamp (so an access issued at stamp may still use it), or failing
-// that any freed mark holding a, for the error. The nearest freed mark is
-// tried first; the others are scanned only when it does not answer.
+// that any freed mark holding a, for the error. Freed marks holding a are
+// tried nearest start first.
 func (m *marks) freedCover(a, n, stamp uint64) (usable, holder *tnode[mark]) {
-	ok := func(g *tnode[mark]) bool { return stamp != 0 && stamp < g.v.stamp && a+n <= g.k1+g.v.size }
-	if g := m.freed.floor(a, math.MaxUint64); g != nil && a < g.k1+g.span {
-		if ok(g) {
-			return g, g
+	m.freed.overlapping(a, a+1, func(g *tnode[mark]) bool {
+		if holder == nil {
+			holder = g
 		}
-		holder = g
-	}
-	m.freed.each(func(g *tnode[mark]) bool {
-		if g.k1 > a {
+		if stamp != 0 && stamp < g.v.stamp && a+n <= g.k1+g.v.size {
+			usable = g
 			return false
-		}
-		if a < g.k1+g.span {
-			if ok(g) {
-				usable = g
-				return false
-			}
-			if holder == nil {
-				holder = g
-			}
 		}
 		return true
 	})

@@ -9,6 +9,12 @@ package sim
 // written when the stream gets there, not when the call returns, so a
 // caller that reuses a buffer before synchronizing sees the bug.
 //
+// A copy or memset of 0 bytes enqueues nothing, but its device pointers
+// are checked all the same (a freed, stale or foreign pointer is a bug
+// even when no byte moves): each must lie in a live allocation or point
+// just past its end. A nil device pointer with 0 bytes is allowed and
+// does nothing, as CUDA allows 0-byte copies.
+//
 // A kernel (LaunchFunc) is enqueued as one operation; when the stream
 // reaches it, [0, n) is cut into up to 4×KernelWorkers blocks that
 // KernelWorkers goroutines take in turn. Each goroutine has its own View,
@@ -107,12 +113,17 @@ func (d *Device) enqueueCopy(op string, st *stream, dst, src []byte) error {
 }
 
 // CopyHtoD copies src to dst on s. src is read when the stream reaches the
-// copy: keep it unchanged until the stream is synchronized past it.
+// copy: keep it unchanged until the stream is synchronized past it. An
+// empty src copies nothing; dst is still checked unless it is nil (see
+// the file comment).
 func (d *Device) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
 	const op = "copy host to device"
 	st, err := d.prepare(op, OpCopy, s)
-	if err != nil || len(src) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(src) == 0 {
+		return d.checkEmpty(op, dst)
 	}
 	buf, err := d.checkAccess(op, dst, uint64(len(src)))
 	if err != nil {
@@ -126,8 +137,11 @@ func (d *Device) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
 func (d *Device) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
 	const op = "copy device to host"
 	st, err := d.prepare(op, OpCopy, s)
-	if err != nil || len(dst) == 0 {
+	if err != nil {
 		return err
+	}
+	if len(dst) == 0 {
+		return d.checkEmpty(op, src)
 	}
 	buf, err := d.checkAccess(op, src, uint64(len(dst)))
 	if err != nil {
@@ -140,8 +154,14 @@ func (d *Device) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
 func (d *Device) CopyDtoD(dst, src device.Ptr, n uint64, s device.Stream) error {
 	const op = "copy device to device"
 	st, err := d.prepare(op, OpCopy, s)
-	if err != nil || n == 0 {
+	if err != nil {
 		return err
+	}
+	if n == 0 {
+		if err := d.checkEmpty(op+" (destination)", dst); err != nil {
+			return err
+		}
+		return d.checkEmpty(op+" (source)", src)
 	}
 	to, err := d.checkAccess(op+" (destination)", dst, n)
 	if err != nil {
@@ -158,8 +178,11 @@ func (d *Device) CopyDtoD(dst, src device.Ptr, n uint64, s device.Stream) error 
 func (d *Device) Memset(dst device.Ptr, value byte, n uint64, s device.Stream) error {
 	const op = "memset"
 	st, err := d.prepare(op, OpMemset, s)
-	if err != nil || n == 0 {
+	if err != nil {
 		return err
+	}
+	if n == 0 {
+		return d.checkEmpty(op, dst)
 	}
 	buf, err := d.checkAccess(op, dst, n)
 	if err != nil {

@@ -361,26 +361,29 @@ func (p *pool) usedBlockAt(d *Device, a uint64) *block {
 // resolveLocked checks an access of n bytes at p inside segment seg.
 func (p *pool) resolveLocked(d *Device, op string, ptr device.Ptr, n, stamp uint64, seg *segment) ([]byte, uint64, error) {
 	a := uint64(ptr)
-	nd := p.blocks.floor(a, 0)
-	b := nd.v
-	if b.state == bUsed {
-		if a+n > b.start+b.req {
-			return nil, 0, d.oobErr(op, ptr, n, b.start, b.req, kPoolBlock, b.id)
-		}
+	b := p.blocks.floor(a, 0).v
+	if b.state == bUsed && a+n <= b.start+b.req {
 		return sub(seg, b.start, b.req), b.start, nil
 	}
-	g := d.ghosts.floor(a, 0)
-	if g == nil || a >= g.k1+g.span {
+	// A kernel launched before a (stream-ordered) free may still use the
+	// freed block, even where it has been handed out again: the free takes
+	// effect after the kernel.
+	if stamp != 0 {
+		g, over := d.usableGhostLocked(a, n, stamp)
+		if g != nil && g.k1 >= seg.start && g.k1+g.span <= seg.start+seg.size {
+			return sub(seg, g.k1, g.span), g.k1, nil
+		}
+		if over != nil { // the kernel's own block, overrun
+			return nil, 0, d.oobErr(op, ptr, n, over.v.start, over.v.size, kPoolBlock, over.v.id)
+		}
+	}
+	if b.state == bUsed {
+		return nil, 0, d.oobErr(op, ptr, n, b.start, b.req, kPoolBlock, b.id)
+	}
+	g := d.ghostHoldingLocked(a)
+	if g == nil {
 		return nil, 0, fmt.Errorf("%v: %s of %s at %v: it points into the async pool's free memory, never allocated: %w",
 			d, op, units.Format(n), ptr, device.ErrInvalidPointer)
-	}
-	// A kernel launched before the (stream-ordered) free may still use the
-	// block: the free takes effect after it.
-	if stamp != 0 && stamp < g.v.stamp && b.state == bPending {
-		if a+n > g.k1+g.v.size {
-			return nil, 0, d.oobErr(op, ptr, n, g.k1, g.v.size, kPoolBlock, g.v.id)
-		}
-		return sub(seg, g.k1, g.v.size), g.k1, nil
 	}
 	return nil, 0, d.uafErr(op, ptr, n, g)
 }
@@ -446,7 +449,7 @@ func (d *Device) FreeAsync(p device.Ptr, s device.Stream) error {
 	if b == nil {
 		return d.badFreeLocked(p, "free async")
 	}
-	d.addGhostLocked(a, ghost{size: b.req, id: b.id, kind: kPoolBlock, stamp: d.stamp.Add(1)})
+	d.addGhostLocked(a, ghost{size: b.req, id: b.id, kind: kPoolBlock, stamp: d.stamp.Add(1), s: st, seq: st.enq.Load()})
 	d.pool.freeLocked(st, b)
 	return nil
 }

@@ -20,7 +20,8 @@ package sim
 //     ResetAt(OpCopy, n)), and Config.CopyBandwidth charges width·height
 //     bytes, the bytes actually moved.
 //   - A zero width or height copies nothing and enqueues nothing, like a
-//     1-D copy of zero bytes.
+//     1-D copy of zero bytes: the device pointer is still checked unless
+//     it is nil.
 
 import (
 	"fmt"
@@ -83,7 +84,7 @@ func (d *Device) copy2D(op string, toDevice bool, dev device.Ptr, devPitch uint6
 			d, op, shape2D(width, height), side, units.Format(pitch), device.ErrInvalidValue)
 	}
 	if width == 0 || height == 0 {
-		return nil
+		return d.checkEmpty(op, dev)
 	}
 	hostExt, ok := extent2D(hostPitch, width, height)
 	if !ok || hostExt > uint64(len(host)) {

@@ -13,6 +13,11 @@ package sim
 //
 // A tree is not safe for concurrent use; the device's mutex guards them.
 
+import (
+	"math"
+	"math/bits"
+)
+
 type tnode[V any] struct {
 	k1, k2  uint64 // key, compared as (k1, k2)
 	span    uint64 // length of the range this node stands for (address trees)
@@ -223,6 +228,55 @@ func fitIn[V any](n *tnode[V], from, need uint64) *tnode[V] {
 		n = n.r
 	}
 	return nil
+}
+
+// overlapping calls fn for every node whose range [k1, k1+span) meets
+// [lo, hi), in descending key order (so the nearest start at or below lo
+// comes before those further down), until fn returns false. Subtrees whose
+// ranges cannot reach lo are skipped by their largest span, so the cost is
+// that of two descents plus the nodes it reports, plus the paths to
+// nodes far below lo with spans long enough to maybe reach it.
+func (t *tree[V]) overlapping(lo, hi uint64, fn func(n *tnode[V]) bool) {
+	overlapIn(t.root, math.MaxUint64, lo, hi, fn)
+}
+
+// overlapIn walks n's subtree, whose keys all have k1 <= upper.
+func overlapIn[V any](n *tnode[V], upper, lo, hi uint64, fn func(n *tnode[V]) bool) bool {
+	for n != nil {
+		if reach, c := bits.Add64(upper, n.maxSpan, 0); c == 0 && reach <= lo {
+			return true // every range here ends at or before lo
+		}
+		if n.k1 < hi {
+			if !overlapIn(n.r, upper, lo, hi, fn) {
+				return false
+			}
+			if n.k1+n.span > lo && !fn(n) {
+				return false
+			}
+		}
+		upper = n.k1
+		n = n.l
+	}
+	return true
+}
+
+// mayOverlap is a quick test for overlapping: false means no node's range
+// meets [lo, hi), at the cost of one floor query. The nearest node
+// starting below hi must miss lo, and no node further down may be long
+// enough to reach it.
+func (t *tree[V]) mayOverlap(lo, hi uint64) bool {
+	if hi <= lo {
+		return false
+	}
+	g := t.floor(hi-1, math.MaxUint64)
+	switch {
+	case g == nil:
+		return false
+	case g.k1 >= lo || g.k1+g.span > lo:
+		return true
+	}
+	// Every other node starts at or below g.k1 < lo.
+	return t.root.maxSpan > lo-g.k1
 }
 
 // each calls fn for every node in key order until fn returns false.

@@ -85,6 +85,56 @@ func TestTreeAgainstReference(t *testing.T) {
 	}
 }
 
+// TestTreeOverlapping checks overlapping and mayOverlap against a scan of
+// a reference, over ranges mostly short with a few long ones (the case
+// the pruning by largest span is for), keys repeated with several k2.
+func TestTreeOverlapping(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var tr tree[int]
+	var ref []refEntry // sorted by key
+	for i := range 10000 {
+		k := refEntry{rng.Uint64N(10_000), rng.Uint64N(3), rng.Uint64N(20)}
+		if rng.IntN(50) == 0 {
+			k.span = rng.Uint64N(3000)
+		}
+		at, found := slices.BinarySearchFunc(ref, k, refLess)
+		if found {
+			tr.remove(k.k1, k.k2)
+			ref = slices.Delete(ref, at, at+1)
+		} else if rng.IntN(3) > 0 {
+			tr.insert(k.k1, k.k2, k.span, i)
+			ref = slices.Insert(ref, at, k)
+		}
+		lo := rng.Uint64N(10_100)
+		hi := lo + 1 + rng.Uint64N(30)
+		var want []refEntry
+		for j := len(ref) - 1; j >= 0; j-- {
+			if e := ref[j]; e.k1 < hi && e.k1+e.span > lo {
+				want = append(want, e)
+			}
+		}
+		var got []refEntry
+		tr.overlapping(lo, hi, func(n *tnode[int]) bool {
+			got = append(got, refEntry{n.k1, n.k2, n.span})
+			return true
+		})
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: overlapping(%d, %d) = %v, want %v", i, lo, hi, got, want)
+		}
+		if may := tr.mayOverlap(lo, hi); !may && len(want) > 0 {
+			t.Fatalf("step %d: mayOverlap(%d, %d) = false, but %v overlap", i, lo, hi, want)
+		}
+		var first []refEntry
+		tr.overlapping(lo, hi, func(n *tnode[int]) bool {
+			first = append(first, refEntry{n.k1, n.k2, n.span})
+			return false
+		})
+		if len(first) != min(1, len(want)) || len(want) > 0 && first[0] != want[0] {
+			t.Fatalf("step %d: overlapping(%d, %d) stopped after %v, want only the first of %v", i, lo, hi, first, want)
+		}
+	}
+}
+
 // FuzzVASpace checks the address space allocator: ranges handed out never
 // overlap, stay inside the region, handedOut is true exactly of the
 // addresses ever handed out, and releasing everything leaves one free

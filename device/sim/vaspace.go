@@ -2,13 +2,26 @@ package sim
 
 // Device address space.
 //
-// Every simulated device (and every generation of one, after a Reset) owns
-// a region of the 64-bit address space that no other ever gets: regions
-// are handed out by a process-wide bump counter starting at
-// 0x7f0000000000, each at least 1 TiB (16 times the device's memory when
-// that is more). Because regions are never reused, a pointer tells which
-// device and which generation made it, so a pointer from another device
-// or from before a Reset is recognised, not mistaken for a live one.
+// Every simulated device, and every generation of one (after a Reset),
+// owns a region of the address space between AddressBase and 2^63: at
+// least 1 TiB, or 16 times the device's memory rounded up to a power of
+// two when that is more (at most 4 PiB, since Config.TotalBytes is capped
+// at MaxTotalBytes). Regions are handed out next-fit from one process-wide
+// range, so an address range is handed out again only after the search
+// has gone once round the whole range (about 8 million TiB): a pointer
+// tells which device and which generation made it, and one from another
+// device or from before a Reset is recognised, not mistaken for a live
+// one.
+//
+// Regions are recycled: Close gives a device's regions back, and a device
+// keeps the regions of its last keepGenerations generations, giving older
+// ones back as it is reset again, so a process that makes and closes
+// devices (or resets one) without end never runs out. The last
+// keepReleased regions given back are still remembered for error
+// messages (a pointer from a closed device, or from many resets ago);
+// older ones are not, and a pointer into them is only "not an address of
+// this device". If open devices hold the whole range, New and Reset fail
+// with an error wrapping device.ErrOutOfMemory.
 //
 // Within a region, ranges (multiples of the granularity) are handed out
 // next-fit: the search starts where the last allocation ended and wraps
@@ -23,24 +36,37 @@ package sim
 // of each subtree, so the search is O(log n).
 
 import (
-	"sort"
+	"fmt"
+	"math/bits"
 	"sync"
 
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
 
 const (
 	// AddressBase is where the first simulated device's addresses start.
 	AddressBase uint64 = 0x7f00_0000_0000
-	regionMin          = units.TiB
+	// addressTop is where the regions end: device addresses stay below 2^63.
+	addressTop uint64 = 1 << 63
+	regionMin         = units.TiB
+	// keepGenerations is how many earlier generations' regions a device
+	// keeps (their pointers give ErrInvalidated).
+	keepGenerations = 1024
+	// keepReleased is how many regions given back are remembered for
+	// error messages.
+	keepReleased = 1024
 )
 
 // regions is the process-wide record of address regions, so that any
 // device can say which device a foreign pointer came from.
 var regions struct {
-	mu   sync.Mutex // protects the fields below
-	next uint64     // start of the next region
-	list []region   // sorted by lo (regions are handed out in order)
+	mu       sync.Mutex   // protects the fields below
+	space    *vaSpace     // free ranges of [AddressBase, addressTop); nil until first used
+	owned    tree[region] // regions of open devices, by lo (span: hi − lo)
+	nOwned   uint64       // bytes of the owned regions
+	released []region     // the last keepReleased regions given back, a ring
+	relNext  int          // where the next one goes in released
 }
 
 type region struct {
@@ -49,33 +75,80 @@ type region struct {
 	gen    uint64 // generation of that device
 }
 
-// newRegion reserves a fresh address region of at least size bytes.
-func newRegion(size, dev, gen uint64) region {
+// regionSize is the size of the region of a device of total bytes: at
+// least regionMin, 16 times total rounded up to a power of two.
+func regionSize(total uint64) (uint64, bool) {
+	hi, want := bits.Mul64(total, 16)
+	if hi != 0 || want > addressTop-AddressBase {
+		return 0, false
+	}
 	r := regionMin
-	for r < size {
+	for r < want {
 		r <<= 1
 	}
-	regions.mu.Lock()
-	defer regions.mu.Unlock()
-	if regions.next == 0 {
-		regions.next = AddressBase
-	}
-	rg := region{lo: regions.next, hi: regions.next + r, dev: dev, gen: gen}
-	regions.next += r
-	regions.list = append(regions.list, rg)
-	return rg
+	return r, true
 }
 
-// regionOf finds the region holding addr.
-func regionOf(addr uint64) (region, bool) {
+// newRegion reserves a fresh address region for a device of total bytes.
+func newRegion(total, dev, gen uint64) (region, error) {
+	size, ok := regionSize(total)
+	if !ok {
+		return region{}, fmt.Errorf("sim: a device of %s needs more addresses than the simulator's %s: %w",
+			units.Format(total), units.Format(addressTop-AddressBase), device.ErrInvalidValue)
+	}
 	regions.mu.Lock()
 	defer regions.mu.Unlock()
-	l := regions.list
-	i := sort.Search(len(l), func(i int) bool { return l[i].hi > addr })
-	if i < len(l) && l[i].lo <= addr {
-		return l[i], true
+	if regions.space == nil {
+		regions.space = newVASpace(region{lo: AddressBase, hi: addressTop})
 	}
-	return region{}, false
+	lo, ok := regions.space.alloc(size)
+	if !ok {
+		return region{}, fmt.Errorf("sim: no address region of %s is left for a device of %s: open simulated devices "+
+			"hold %s of the simulator's %s of addresses; close the devices no longer in use: %w",
+			units.Format(size), units.Format(total), units.Format(regions.nOwned),
+			units.Format(addressTop-AddressBase), device.ErrOutOfMemory)
+	}
+	rg := region{lo: lo, hi: lo + size, dev: dev, gen: gen}
+	regions.owned.insert(lo, 0, size, rg)
+	regions.nOwned += size
+	return rg, nil
+}
+
+// releaseRegions gives regions back for reuse.
+func releaseRegions(rs ...region) {
+	regions.mu.Lock()
+	defer regions.mu.Unlock()
+	for _, rg := range rs {
+		if _, ok := regions.owned.remove(rg.lo, 0); !ok {
+			continue
+		}
+		regions.nOwned -= rg.hi - rg.lo
+		regions.space.release(rg.lo, rg.hi-rg.lo)
+		if len(regions.released) < keepReleased {
+			regions.released = append(regions.released, rg)
+		} else {
+			regions.released[regions.relNext] = rg
+		}
+		regions.relNext = (regions.relNext + 1) % keepReleased
+	}
+}
+
+// regionOf finds the region holding addr: an open device's (open is
+// true), or failing that the last one given back that held it.
+func regionOf(addr uint64) (rg region, open, ok bool) {
+	regions.mu.Lock()
+	defer regions.mu.Unlock()
+	if nd := regions.owned.floor(addr, 0); nd != nil && addr < nd.v.hi {
+		return nd.v, true, true
+	}
+	rel := regions.released
+	for i := range rel { // newest first
+		r := rel[(regions.relNext-1-i+2*len(rel))%len(rel)]
+		if addr >= r.lo && addr < r.hi {
+			return r, false, true
+		}
+	}
+	return region{}, false, false
 }
 
 // vaSpace hands out address ranges within one region.

@@ -1,6 +1,3 @@
-// Package sharedtraces finds the project's shared allocation traces for
-// tests and benchmarks: $VRAM_TRACES, or shared/traces beside the
-// repository (where CI and the developers' checkouts keep it).
 package sharedtraces
 
 import (

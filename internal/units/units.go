@@ -1,5 +1,3 @@
-// Package units parses and formats byte sizes the way vram's specs, flags
-// and error messages write them: "256MiB", "2 GiB", "1.5GB", "4096".
 package units
 
 import (
