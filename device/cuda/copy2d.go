@@ -86,7 +86,7 @@ func shape2D(op string, hostLen int, hostPitch, devPitch, width, height uint64) 
 // p.mu (read).
 func (d *Device) checkRowsLocked(op string, p device.Ptr, pitch, width, height, ext uint64) error {
 	if width == 0 || height == 0 {
-		return d.checkRangeLocked(op, p, 1)
+		return d.checkRangeLocked(op, p, 0)
 	}
 	if err := d.checkRangeLocked(op+" row 0", p, width); err != nil {
 		return err

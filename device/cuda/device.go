@@ -481,9 +481,22 @@ func (d *Device) badPointerLocked(op string, p device.Ptr, free bool) error {
 
 // checkRangeLocked checks that [p, p+n) lies inside one live allocation.
 // Requires d.mu and p.mu (read).
+//
+// A 0-byte range is what a 0-byte copy or memset checks, as the simulator
+// does: at a nil pointer it is nothing to check; otherwise the pointer must
+// lie inside a live allocation or exactly at its end.
 func (d *Device) checkRangeLocked(op string, p device.Ptr, n uint64) error {
 	d.syncGenLocked()
 	a := uint64(p)
+	if n == 0 {
+		if p == 0 {
+			return nil
+		}
+		if i := d.live.search(a); i > 0 && a == d.live.s[i-1].end() {
+			return nil
+		}
+		n = 1 // inside a live allocation, or the error for a byte at p
+	}
 	if sp, ok := d.live.containing(a); ok {
 		if n > sp.end()-a {
 			return fmt.Errorf("cuda: %s of %s at %v runs %s past the end of the %s allocation of %s at %v: %w",

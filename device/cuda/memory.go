@@ -330,7 +330,7 @@ func (d *Device) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
 	}
 	defer d.exit()
 	n := uint64(len(src))
-	st, pinned, err := d.copyPrologue("CopyHtoD", s, dst, max(n, 1), src)
+	st, pinned, err := d.copyPrologue("CopyHtoD", s, dst, n, src)
 	if err != nil || n == 0 {
 		return err
 	}
@@ -353,7 +353,7 @@ func (d *Device) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
 	}
 	defer d.exit()
 	n := uint64(len(dst))
-	st, pinned, err := d.copyPrologue("CopyDtoH", s, src, max(n, 1), dst)
+	st, pinned, err := d.copyPrologue("CopyDtoH", s, src, n, dst)
 	if err != nil || n == 0 {
 		return err
 	}
@@ -375,12 +375,12 @@ func (d *Device) CopyDtoD(dst, src device.Ptr, n uint64, s device.Stream) error 
 		return err
 	}
 	defer d.exit()
-	st, _, err := d.copyPrologue("CopyDtoD", s, dst, max(n, 1), nil)
+	st, _, err := d.copyPrologue("CopyDtoD", s, dst, n, nil)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
-	err = d.checkRangeLocked("CopyDtoD", src, max(n, 1))
+	err = d.checkRangeLocked("CopyDtoD", src, n)
 	d.mu.Unlock()
 	if err != nil || n == 0 {
 		return err
@@ -397,7 +397,7 @@ func (d *Device) Memset(dst device.Ptr, value byte, n uint64, s device.Stream) e
 		return err
 	}
 	defer d.exit()
-	st, _, err := d.copyPrologue("Memset", s, dst, max(n, 1), nil)
+	st, _, err := d.copyPrologue("Memset", s, dst, n, nil)
 	if err != nil || n == 0 {
 		return err
 	}

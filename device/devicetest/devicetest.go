@@ -958,6 +958,32 @@ func testMemcheck(t *testing.T, o opener) {
 			isOnly(t, d.CopyHtoD(0, []byte{1}, d.DefaultStream()), device.ErrInvalidPointer, "copy to the null pointer")
 		}
 	})
+	t.Run("zero bytes", func(t *testing.T) {
+		// Moving no bytes is allowed at the nil pointer and anywhere from
+		// an allocation's start to just past its end; a pointer past that
+		// is still checked.
+		d := o.fresh(t)
+		backed(t, d)
+		s := d.DefaultStream()
+		p := ptr(t)(d.Malloc(1000))
+		defer func() { ok(t, d.Free(p)) }()
+		for name, at := range map[string]device.Ptr{"nil": 0, "start": p, "inside": p.Add(500), "end": p.Add(1000)} {
+			for op, err := range map[string]error{
+				"HtoD":   d.CopyHtoD(at, nil, s),
+				"DtoH":   d.CopyDtoH(nil, at, s),
+				"Memset": d.Memset(at, 0, 0, s),
+				"DtoD":   d.CopyDtoD(at, p, 0, s),
+			} {
+				if err != nil {
+					t.Errorf("0-byte %s at %s (%v): %v", op, name, at, err)
+				}
+			}
+		}
+		if err := d.CopyHtoD(p.Add(1<<40), nil, s); err == nil {
+			t.Errorf("0-byte HtoD at an address never allocated: nil error")
+		}
+		syncStream(t, s)
+	})
 	t.Run("pointer from another device", func(t *testing.T) {
 		d1 := o.fresh(t)
 		d2 := o.fresh(t)
