@@ -27,9 +27,10 @@ import (
 //     an Alloc on another stream only once the work enqueued on s up to
 //     the Free has finished. The allocators enforce this themselves:
 //     Pool (and PinnedPool) record an event on s after the free and offer
-//     the block to other streams only once it has completed, never
-//     waiting for it (until then they serve the request from other
-//     memory); AsyncPool leaves it to the device's stream-ordered pool,
+//     the block to other streams only once it has completed; until then
+//     they serve the request from other memory, and they wait for the
+//     event only when the device has none left; AsyncPool leaves it to
+//     the device's stream-ordered pool,
 //     which applies the same rule; Direct's device Free waits for all
 //     work, so its memory is safe on any stream.
 //   - Anything else is undefined: using p after Free, or on a stream not
@@ -64,7 +65,7 @@ type Stats struct {
 	CacheHits    uint64 // Allocs served without a device allocation
 	DeviceAllocs uint64 // device allocations made
 	DeviceFrees  uint64 // device frees made
-	Retries      uint64 // allocations retried after trimming the cache
+	Retries      uint64 // allocations retried after the device ran out of memory (waiting for other streams' frees, trimming the cache)
 	OOMs         uint64 // Allocs that failed for want of memory
 }
 

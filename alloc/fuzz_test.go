@@ -12,7 +12,8 @@ import (
 )
 
 // seeds start every fuzz target: alloc-heavy, free-heavy, trims, refused
-// frees, and large requests that run the 256 MiB device out of memory.
+// frees, large requests that run the 256 MiB device out of memory, and
+// blocks freed on a stream held busy.
 var seeds = [][]byte{
 	{},
 	{0, 0, 1, 1, 0, 2, 4, 5},
@@ -20,6 +21,12 @@ var seeds = [][]byte{
 	{3, 0x7f, 0xff, 3, 0x7f, 0xff, 3, 0x7f, 0xff, 4, 4, 4, 6},
 	{0, 1, 0, 0x10, 1, 0, 0x20, 1, 0, 0x14, 0x24, 0x04, 0x37, 0x06},
 	{0x03, 0xff, 0xff, 0x00, 0x00, 0x10, 0x07, 0x05},
+	// Hold stream 1; 1 KiB on it, freed there behind the hold; 1 KiB on
+	// stream 2; release.
+	{0x1e, 0x10, 0x00, 0x0f, 0x14, 0x20, 0x00, 0x0f, 0x1e},
+	// Hold stream 1; two 96 MiB blocks on it, freed there; two more on
+	// stream 2, which only the freed memory can hold; release.
+	{0x1e, 0x13, 0x2f, 0xff, 0x13, 0x2f, 0xff, 0x14, 0x14, 0x23, 0x2f, 0xff, 0x23, 0x2f, 0xff, 0x1e},
 }
 
 func fuzzAllocator(f *testing.F, newAlloc alloctest.Factory) {

@@ -24,6 +24,7 @@ type probeDevice struct {
 	*sim.Device
 	t      *testing.T
 	locked func() bool // the pool's lock is held
+	onWait func()      // called at each Event.Synchronize, after the probe, if set
 
 	mu   sync.Mutex
 	seen map[string]int // calls probed, by name
@@ -85,6 +86,14 @@ func (e *probeEvent) Record(s device.Stream) error {
 func (e *probeEvent) Query() (bool, error) {
 	e.d.probe("Event.Query")
 	return e.Event.Query()
+}
+
+func (e *probeEvent) Synchronize() error {
+	e.d.probe("Event.Synchronize")
+	if e.d.onWait != nil {
+		e.d.onWait()
+	}
+	return e.Event.Synchronize()
 }
 
 func (e *probeEvent) Close() error {
@@ -165,10 +174,20 @@ func TestPoolNeverCallsTheDeviceUnderItsLock(t *testing.T) {
 	if err := p.Trim(); err != nil {
 		t.Fatal(err)
 	}
+	// Out of memory with 40 MiB freed on a busy stream: the pool waits
+	// for that stream's event (which releases it) and reuses the block.
+	x := must(p.Alloc(40*mib, s1))
+	release = busy(t, d.Device, s1)
+	free(x, s1)
+	d.onWait = release
+	if y := must(p.Alloc(40*mib, s2)); y != x {
+		t.Errorf("Alloc(40 MiB) on stream 2 got %v, want the block freed on stream 1 (%v)", y, x)
+	}
+	d.onWait = nil
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	d.checkSeen(t, "Malloc", "Free", "MemInfo", "NewEvent", "Event.Record", "Event.Query")
+	d.checkSeen(t, "Malloc", "Free", "MemInfo", "NewEvent", "Event.Record", "Event.Query", "Event.Synchronize")
 }
 
 func TestPinnedPoolNeverCallsTheDeviceUnderItsLock(t *testing.T) {

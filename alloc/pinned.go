@@ -12,11 +12,15 @@ package alloc
 // or reads it from the host, which no stream orders, so a buffer freed on
 // stream S — say after an asynchronous copy from it on S — is handed out
 // again, on any stream, only once an event recorded on S after the free
-// has completed. The pool never blocks on that event: until it completes,
-// the buffer is not offered and a request makes a new buffer.
+// has completed. The event is recorded at the free (when the stream has
+// none in flight; see streamorder.go). The pool does not block on that
+// event: until it completes, the buffer is not offered and a request
+// makes a new buffer.
 //
 // The pool never calls the device while holding its lock. On the device's
-// out-of-memory it frees every cached buffer and retries once.
+// out-of-memory it waits for the events of the streams that freed cached
+// buffers and tries the cache again, then frees every cached buffer and
+// retries once.
 
 import (
 	"errors"
@@ -126,12 +130,25 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 	buf, err := p.host.HostAlloc(size, p.mapped)
 	var relErr error
 	if err != nil && errors.Is(err, device.ErrOutOfMemory) {
-		// Give back every cached buffer and retry once.
+		// Wait for the streams that freed cached buffers and try the
+		// cache again; then give back every cached buffer and retry once.
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed)
+		}
 		p.st.Retries++
+		st = p.idx.streamLocked(s)
+		open, werr := p.idx.waitLocked(&p.mu, &p.closed, st, nil)
+		if !open {
+			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), werr)
+		}
+		if b := p.idx.bestFit(size, 0, p.idx.streamLocked(s)); b != nil && reusable(b.size, size) {
+			return p.hitLocked(b, n), nil
+		}
 		rel := p.trimLocked()
 		p.mu.Unlock()
-		relErr = p.freeBuffers(rel)
+		relErr = errors.Join(werr, p.freeBuffers(rel))
 		buf, err = p.host.HostAlloc(size, p.mapped)
 	}
 	if err != nil {
@@ -209,7 +226,16 @@ func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
 	}
 	delete(p.live, key)
 	p.st.freeLocked(blk.size)
-	p.idx.insertOwned(blk, p.idx.streamLocked(s))
+	st := p.idx.streamLocked(s)
+	p.idx.insertOwned(blk, st)
+	if p.idx.recordWanted(st) {
+		// An event at the free covers s's work up to here and no later
+		// work, so the buffer comes back as soon as it may.
+		if err := p.idx.recordAtFreeLocked(&p.mu, &p.closed, st, nil); err != nil {
+			return fmt.Errorf("alloc: pinned free: the buffer is back in the pool, but the pool was closed meanwhile and closing its event failed: %w", err)
+		}
+		return nil
+	}
 	p.mu.Unlock()
 	return nil
 }

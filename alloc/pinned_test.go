@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/alloc/alloctest"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -164,6 +165,38 @@ func TestPinnedPoolOutOfMemory(t *testing.T) {
 		if st := p.Stats(); st.Retries != 1 || st.DeviceFrees != 1 || st.Reserved != 64*kib || st.OOMs != 0 {
 			t.Errorf("stats %+v: want one retry after freeing the cached buffer", st)
 		}
+	})
+	t.Run("waits for the stream that freed a buffer", func(t *testing.T) {
+		// Room for one 512 KiB buffer. It is freed on a busy stream, so
+		// the next request must wait for that stream, then reuse it.
+		dev := newWaitProbe(t, sim.Config{TotalBytes: 64 * mib, PinnedLimit: 768 * kib})
+		p := newPinnedT(t, dev, alloc.PinnedConfig{})
+		s1, s2 := newStreamT(t, dev.Device), newStreamT(t, dev.Device)
+		release := busy(t, dev.Device, s1)
+		b := pinnedAlloc(t, p, 512*kib, s1)
+		pinnedFree(t, p, b, s1)
+		got := make(chan device.HostBuffer, 1)
+		go func() {
+			c, err := p.Alloc(512*kib, s2)
+			if err != nil {
+				t.Errorf("Alloc after waiting for the busy stream: %v", err)
+			}
+			got <- c
+		}()
+		select {
+		case c := <-got:
+			t.Fatalf("Alloc returned (same buffer %v) while the stream that freed the only buffer was busy; want it to wait", len(c.Data) > 0 && same(b, c))
+		case <-dev.waits:
+		}
+		release()
+		c := <-got
+		if len(c.Data) == 0 || !same(b, c) {
+			t.Fatalf("after waiting: got a new buffer (or none), want the one freed on the busy stream")
+		}
+		if st := p.Stats(); st.Retries != 1 || st.OOMs != 0 || st.DeviceAllocs != 1 || st.CacheHits != 1 {
+			t.Errorf("stats %+v: want one retry served from the cache", st)
+		}
+		pinnedFree(t, p, c, s2)
 	})
 	t.Run("says so when it cannot", func(t *testing.T) {
 		dev := openSimT(t, sim.Config{TotalBytes: 64 * mib})
@@ -425,4 +458,16 @@ func FuzzPinnedPool(f *testing.F) {
 			t.Fatalf("after freeing everything and Trim: %+v, device holds %d buffers", st, dev.Leaks().HostBuffers)
 		}
 	})
+}
+
+// TestPinnedConformance runs the pinned pool conformance suite on
+// PinnedPool, plain and mapped.
+func TestPinnedConformance(t *testing.T) {
+	for name, cfg := range map[string]alloc.PinnedConfig{"plain": {}, "mapped": {Mapped: true}} {
+		t.Run(name, func(t *testing.T) {
+			alloctest.RunPinned(t, func(t *testing.T, dev device.Device) alloctest.PinnedAllocator {
+				return newPinnedT(t, dev, cfg)
+			})
+		})
+	}
 }

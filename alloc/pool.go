@@ -65,11 +65,18 @@ package alloc
 // 1.02 to 1.11, with 27% to 67% of its device allocations; the
 // measurements and method are in BENCHMARKS.md.
 //
-// Trim gives back every segment whose blocks are all free. When the
-// device is out of memory, the pool retries with an exactly-sized
-// segment, then gives back everything it caches and retries once more; if
-// that fails too, the error says what was asked, what is allocated,
-// reserved, cached and free, and the largest free block.
+// Trim gives back every segment whose blocks are all free (a segment with
+// one live block stays, however much of it is free). When the device is
+// out of memory, the pool retries with an exactly-sized segment; then it
+// waits, with its lock released, for the work of every stream that owns
+// free blocks (recording an event on each where none covers its frees),
+// so that those blocks become usable on any stream and coalesce, and
+// tries its cache again; then it gives back every wholly free segment and
+// retries the device once more. If that fails too, the error says what
+// was asked, what is allocated, reserved, cached and free, the largest
+// free block, and how much of the cache still waits on other streams'
+// work, and tells fragmentation (the bytes are cached but not in one
+// piece) from memory that is live.
 //
 // # Locking
 //
@@ -174,10 +181,12 @@ const (
 //
 // Streams: a block freed with Free(p, s) may be handed out again at once to
 // an Alloc on s, and to an Alloc on another stream only after an event
-// recorded on s after the free has completed (the pool records and
-// queries such events itself, lazily, and never waits on one: until the
-// event completes the block is not offered elsewhere and the pool grows
-// instead). So memory is never reused on a stream while work on the
+// recorded on s after the free has completed (the pool records such events
+// itself, at the free where it can, and queries them at later misses; it
+// waits on one only when the device is
+// out of memory: otherwise, until the event completes, the block is not
+// offered elsewhere and the pool grows instead). So memory is never
+// reused on a stream while work on the
 // stream that freed it may still touch it; using a pointer after Free, or
 // on a stream other than the one named at Free without ordering the two
 // streams, is undefined, as Allocator's contract says.
@@ -347,7 +356,10 @@ func (p *Pool) unmarkWhollyLocked(seg *segment) {
 }
 
 // Free returns p's block to the pool; it may be reused on s at once and on
-// other streams once s's work up to now has finished.
+// other streams once s's work up to now has finished. It may record an
+// event on s for that, after releasing the pool's lock (streamorder.go
+// says when: in a pool used from one stream, only when s has no event in
+// flight, so the hit path makes no device call).
 func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
 	if s == nil {
 		return fmt.Errorf("alloc: pool free of %v: nil stream: %w", ptr, device.ErrInvalidValue)
@@ -394,6 +406,14 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 	p.idx.insertOwned(b, st)
 	if b.prev == nil && b.next == nil {
 		p.markWhollyLocked(b.seg)
+	}
+	if p.idx.recordWanted(st) {
+		// An event at the free lets other streams reuse the block once
+		// s's work up to here is done, not later (streamorder.go).
+		if err := p.idx.recordAtFreeLocked(&p.mu, &p.closed, st, p.joinSharedLocked); err != nil {
+			return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but the pool was closed meanwhile and closing its event failed: %w", ptr, err)
+		}
+		return nil
 	}
 	p.mu.Unlock()
 	return nil
@@ -643,17 +663,38 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 		g = exact
 		base, err = p.dev.Malloc(g)
 	}
+	var waitErr error
 	if err != nil && errors.Is(err, device.ErrOutOfMemory) {
-		// Give back everything cached and retry once.
+		// Before giving up, as PyTorch's allocator does: wait (with the
+		// lock released) for the work of every stream that owns free
+		// blocks, so that they become usable here and coalesce, and try
+		// the cache again; then give back every wholly free segment and
+		// retry the device once.
 		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return 0, errors.Join(closedErr(), relErr)
+		}
 		p.st.Retries++
+		st = p.idx.streamLocked(s)
+		open, werr := p.idx.waitLocked(&p.mu, &p.closed, st, p.joinSharedLocked)
+		if !open {
+			return 0, errors.Join(closedErr(), relErr, werr)
+		}
+		waitErr = werr
+		st = p.idx.streamLocked(s)
+		if b := p.idx.bestFit(size, c, st); b != nil {
+			ptr := p.takeLocked(b, size, true)
+			p.mu.Unlock()
+			return ptr, nil
+		}
 		rel = p.trimLocked()
 		p.mu.Unlock()
 		relErr = errors.Join(relErr, p.freeSegments(rel))
 		base, err = p.dev.Malloc(g)
 	}
 	if err != nil {
-		return 0, p.allocFailed(n, size, s, err, relErr)
+		return 0, p.allocFailed(n, size, s, err, relErr, waitErr)
 	}
 
 	p.mu.Lock()
@@ -683,7 +724,8 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 }
 
 // allocFailed builds the error for a failed miss. Called without the lock.
-func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr error) error {
+// waitErr is what waiting for other streams' frees raised.
+func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr, waitErr error) error {
 	if !errors.Is(err, device.ErrOutOfMemory) {
 		return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err), relErr)
 	}
@@ -691,6 +733,7 @@ func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr error) e
 	p.st.OOMs++
 	st := p.st
 	largest := p.idx.largest()
+	waiting := p.idx.waitingBytes(s.Handle())
 	p.mu.Unlock()
 	devFree := "unknown"
 	if free, total, e := p.dev.MemInfo(); e == nil {
@@ -701,14 +744,22 @@ func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr error) e
 		asked += " (" + r + " rounded)"
 	}
 	advice := "free live arrays, lower the batch size, or give this pool more of the device"
-	if st.Cached() >= size {
+	switch {
+	case waiting > 0 && waitErr != nil:
+		advice = fmt.Sprintf("%s freed on other streams cannot be used on stream %d, as waiting for those streams failed (%v); "+
+			"synchronize them, or %s", units.Format(waiting), s.Handle(), waitErr, advice)
+	case waiting > 0:
+		// Freed by other goroutines while this call waited.
+		advice = fmt.Sprintf("%s was freed on other streams after this call waited for them; retry, or %s",
+			units.Format(waiting), advice)
+	case st.Cached() >= size:
 		// What Trim could not give back lies between live blocks.
 		advice = "the cache has the bytes but not in one piece (live blocks hold its segments); " + advice
 	}
-	return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d failed after trimming the cache and retrying: "+
-		"the pool has %s allocated and %s reserved (%s cached, largest free block %s), the device has %s free; %s: %w",
+	return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d failed after waiting for other streams' frees, trimming the cache and retrying: "+
+		"the pool has %s allocated and %s reserved (%s cached, largest free block %s, %s of it waiting on other streams' work), the device has %s free; %s: %w",
 		asked, s.Handle(),
-		units.Format(st.InUse), units.Format(st.Reserved), units.Format(st.Cached()), units.Format(largest),
+		units.Format(st.InUse), units.Format(st.Reserved), units.Format(st.Cached()), units.Format(largest), units.Format(waiting),
 		devFree, advice, err), relErr)
 }
 

@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
@@ -189,4 +190,159 @@ func BenchmarkAsyncPoolPair(b *testing.B) {
 			benchPair(b, a, n, dev.DefaultStream())
 		})
 	}
+}
+
+// eventCounter is a simulated device that counts the event calls made on
+// it, so a benchmark can report what the stream-ordering rules cost in
+// device calls.
+type eventCounter struct {
+	*sim.Device
+	made, records, queries atomic.Int64
+}
+
+func (d *eventCounter) NewEvent() (device.Event, error) {
+	ev, err := d.Device.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	d.made.Add(1)
+	return &countedEvent{Event: ev, d: d}, nil
+}
+
+type countedEvent struct {
+	device.Event
+	d *eventCounter
+}
+
+func (e *countedEvent) Record(s device.Stream) error {
+	e.d.records.Add(1)
+	return e.Event.Record(s)
+}
+
+func (e *countedEvent) Query() (bool, error) {
+	e.d.queries.Add(1)
+	return e.Event.Query()
+}
+
+// BenchmarkPoolTwoStreams measures what a free costs once a pool is used
+// from two streams (streamorder.go, "When events are recorded"), with the
+// event calls per op as metrics. One op is one Alloc and Free pair.
+//
+//   - "own stream": each of two goroutines allocates and frees on its own
+//     stream (BenchmarkPoolHitStreams's pattern): every free records an
+//     event, since its stream's event in flight guards no block.
+//   - "handoff": one goroutine alternates streams, so every Alloc takes
+//     the block the other stream just freed: the free records an event,
+//     and the Alloc misses its own set, queries that event, finds it
+//     complete and takes the block.
+func BenchmarkPoolTwoStreams(b *testing.B) {
+	setup := func(b *testing.B) (*eventCounter, *alloc.Pool, [2]device.Stream) {
+		dev := &eventCounter{Device: openSimT(b, sim.Config{TotalBytes: 16 * units.GiB, AddressOnly: true, NoContext: true})}
+		p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { p.Close() })
+		var ss [2]device.Stream
+		for i := range ss {
+			s, err := dev.NewStream()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { s.Close() })
+			ss[i] = s
+		}
+		return dev, p, ss
+	}
+	// report gives the event calls per op as metrics; warm is the
+	// device allocations made before the timed loop, which must make none.
+	report := func(b *testing.B, dev *eventCounter, p *alloc.Pool, warm uint64) {
+		n := float64(b.N)
+		b.ReportMetric(float64(dev.records.Load())/n, "records/op")
+		b.ReportMetric(float64(dev.queries.Load())/n, "queries/op")
+		if st := p.Stats(); st.DeviceAllocs != warm {
+			b.Fatalf("%d device allocations, want the %d made warming up", st.DeviceAllocs, warm)
+		}
+	}
+	const n = 64 * units.KiB
+	b.Run("own stream", func(b *testing.B) {
+		dev, p, ss := setup(b)
+		// Each stream gets a block of its own, both live at once.
+		var warmed [2]device.Ptr
+		for i, s := range ss {
+			ptr, err := p.Alloc(n, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			warmed[i] = ptr
+		}
+		for i, s := range ss {
+			if err := p.Free(warmed[i], s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		warm := p.Stats().DeviceAllocs
+		b.ReportAllocs()
+		dev.records.Store(0)
+		dev.queries.Store(0)
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		errs := make(chan error, len(ss))
+		for i, s := range ss {
+			iters := b.N / len(ss)
+			if i < b.N%len(ss) {
+				iters++
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range iters {
+					ptr, err := p.Alloc(n, s)
+					if err == nil {
+						err = p.Free(ptr, s)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		b.StopTimer()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		report(b, dev, p, warm)
+	})
+	b.Run("handoff", func(b *testing.B) {
+		dev, p, ss := setup(b)
+		ptr, err := p.Alloc(n, ss[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Free(ptr, ss[0]); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		dev.records.Store(0)
+		dev.queries.Store(0)
+		i := 1
+		for b.Loop() {
+			s := ss[i&1]
+			i++
+			q, err := p.Alloc(n, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if q != ptr {
+				b.Fatalf("Alloc on stream %d got %v, want the block the other stream freed (%v)", s.Handle(), q, ptr)
+			}
+			if err := p.Free(q, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		report(b, dev, p, 1)
+	})
 }

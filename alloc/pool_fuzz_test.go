@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/alloc/alloctest"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
 
 // poolSeeds are inline seed inputs for the Pool fuzz targets: runs of
 // small, medium and large allocations on three streams, interleaved frees,
-// trims and syncs.
+// trims and syncs, and streams held busy while blocks are freed on them.
 var poolSeeds = [][]byte{
 	{},
 	{0, 1, 2, 4, 0, 6},
@@ -21,13 +22,23 @@ var poolSeeds = [][]byte{
 	{1, 0xff, 0xff, 2, 0x80, 0x10, 3, 0x40, 0x33, 5, 1, 5, 0, 5, 2, 7, 6, 0, 1, 2},
 	{0, 0x81, 1, 0, 0x82, 2, 0, 0xc3, 7, 4, 1, 4, 0, 0, 0x41, 3, 6, 7, 4, 0},
 	[]byte("the quick brown fox jumps over the lazy dog, many times over and over"),
+	// Hold stream 1; a medium block on it, freed there; the same size on
+	// stream 2 and on stream 1; release.
+	{0x1e, 0x12, 0x00, 0x10, 0x14, 0x00, 0x22, 0x00, 0x10, 0x12, 0x00, 0x10, 0x1e},
+	// Hold streams 1 and 2; fill the device with large blocks on 1, free
+	// them there, ask on 2 (the pool must wait for stream 1 before it
+	// may give up), release.
+	{0x1e, 0x2e, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff,
+		0x14, 0, 0x14, 0, 0x14, 0, 0x23, 0xff, 0xff, 0x23, 0xff, 0xff, 0x1e, 0x2e},
 }
 
 // FuzzPool runs byte strings as sequences of Pool calls on a small
 // simulated device and checks after every call that no two live blocks
 // overlap, that every live block lies in a segment the pool holds, that
 // InUse is the sum of the live blocks' rounded sizes and Reserved the sum
-// of the segments and the device's own count, and, at the end, that
+// of the segments and the device's own count, that no block is handed to
+// a stream before the last use of its bytes on another stream has run
+// (calls hold streams busy: alloctest.StreamRules), and, at the end, that
 // freeing everything and trimming gives the device back all its memory.
 func FuzzPool(f *testing.F) {
 	for _, s := range poolSeeds {
@@ -51,6 +62,7 @@ func FuzzPoolKeepCache(f *testing.F) {
 type liveBlock struct {
 	p device.Ptr
 	n uint64
+	s device.Stream // allocated on
 }
 
 func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
@@ -60,10 +72,8 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 	if len(ops) > 1024 {
 		ops = ops[:1024]
 	}
-	dev, err := sim.New(sim.Config{TotalBytes: 160 * mib, AddressOnly: true, NoContext: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := alloctest.NewStreamRules(t, sim.Config{TotalBytes: 160 * mib, NoContext: true})
+	dev := rules.Device()
 	defer dev.Close()
 	free0, _, _ := dev.MemInfo()
 	p, err := alloc.NewPool(dev, cfg)
@@ -80,6 +90,7 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 		defer s.Close()
 		streams = append(streams, s)
 	}
+	defer rules.ReleaseAll() // before the streams close, should the test stop while one is held
 	var live []liveBlock
 	next := func() byte {
 		if len(ops) == 0 {
@@ -148,13 +159,15 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 				check("a failed alloc")
 				continue
 			}
-			live = append(live, liveBlock{ptr, n})
+			rules.Allocated(t, ptr, (n+511)&^511, s)
+			live = append(live, liveBlock{ptr, n, s})
 			check("alloc")
 		case 4, 5:
 			if len(live) == 0 {
 				continue
 			}
 			i := int(next()) % len(live)
+			rules.BeforeFree(t, live[i].p, (live[i].n+511)&^511, live[i].s, s)
 			if err := p.Free(live[i].p, s); err != nil {
 				t.Fatalf("Free(%v): %v", live[i].p, err)
 			}
@@ -162,6 +175,10 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 			live = live[:len(live)-1]
 			check("free")
 		case 6:
+			if op&8 != 0 { // hold the stream busy, or release it
+				rules.Toggle(t, s)
+				continue
+			}
 			if err := p.Trim(); err != nil {
 				t.Fatalf("Trim: %v", err)
 			}
@@ -169,12 +186,16 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 		case 7:
 			if op&0x40 != 0 {
 				p.ResetPeaks()
-			} else if err := s.Synchronize(); err != nil {
-				t.Fatal(err)
+			} else {
+				rules.ReleaseAll() // s may wait for a held stream
+				if err := s.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
 			}
 			check("sync")
 		}
 	}
+	rules.ReleaseAll()
 	for _, b := range live {
 		if err := p.Free(b.p, streams[int(b.p>>9)%len(streams)]); err != nil {
 			t.Fatalf("Free(%v): %v", b.p, err)

@@ -51,9 +51,12 @@ func TestPoolTraces(t *testing.T) {
 			}
 			// Where the pool put each block, to measure how much of a
 			// segment a placement problem really touched.
+			// What the device gave the pool, counted on the device's side.
 			var spy *spyAlloc
+			var given *deviceBytes
 			res, err := trace.ReplayOn(events, func(dev device.Device) (alloc.Allocator, error) {
-				p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+				given = &deviceBytes{Device: dev, gran: dev.Info().Granularity, size: map[device.Ptr]uint64{}}
+				p, err := alloc.NewPool(given, alloc.PoolConfig{})
 				spy = &spyAlloc{Allocator: p}
 				return spy, err
 			}, trace.Options{})
@@ -62,6 +65,13 @@ func TestPoolTraces(t *testing.T) {
 			}
 			if res.FailedAllocs != 0 || res.UnmatchedFrees != 0 {
 				t.Fatalf("replay: %+v", res)
+			}
+			// The peak reserved reported (Stats.PeakReserved) is what the
+			// device gave the pool at its peak, not an estimate; and the
+			// replay's Close gave it all back.
+			if res.PeakReserved != given.peak || given.cur != 0 {
+				t.Errorf("Stats.PeakReserved %d; the device gave the pool %d at its peak, and still gives it %d after Close",
+					res.PeakReserved, given.peak, given.cur)
 			}
 			var pt pytorchFigures
 			b, err := os.ReadFile(filepath.Join(dir, name+".info.json"))
@@ -161,3 +171,34 @@ func (s *spyAlloc) ResetPeaks() {
 }
 
 func (s *spyAlloc) span() uint64 { return uint64(s.hi - s.lo) }
+
+// deviceBytes is a device that counts the bytes it gives out through
+// Malloc (rounded to its granularity, as it reserves them) and takes back
+// through Free, and their peak. Not safe for concurrent use (a replay
+// calls it from one goroutine).
+type deviceBytes struct {
+	device.Device
+	gran      uint64
+	size      map[device.Ptr]uint64
+	cur, peak uint64
+}
+
+func (d *deviceBytes) Malloc(n uint64) (device.Ptr, error) {
+	p, err := d.Device.Malloc(n)
+	if err == nil {
+		r := (n + d.gran - 1) / d.gran * d.gran
+		d.size[p] = r
+		d.cur += r
+		d.peak = max(d.peak, d.cur)
+	}
+	return p, err
+}
+
+func (d *deviceBytes) Free(p device.Ptr) error {
+	err := d.Device.Free(p)
+	if err == nil {
+		d.cur -= d.size[p]
+		delete(d.size, p)
+	}
+	return err
+}

@@ -30,35 +30,80 @@ package alloc
 // Every free on S takes the next number in S's sequence; a stream's owned
 // blocks are also linked in a list ordered by that number.
 //
-// Events are recorded lazily, not at every free, so the hit path makes no
-// device call: when an allocation finds nothing in its own set or the shared
-// set and another stream S owns free blocks, the allocator (with its lock
-// released) records an event on S covering every free made on S so far and
-// queries it; a later miss queries it again. An event recorded after the
-// free captures all of S's work up to the free and possibly more, so the
-// rule above holds, and reuse is at worst somewhat later than with an event
-// recorded at the free itself. Nothing ever blocks on an event: a block
-// whose event is not complete is simply not offered, and the pool grows
-// instead. When an event completes, every block of S numbered at or before
-// it moves to the shared set (coalescing with shared neighbours there). At
+// # When events are recorded
+//
+// At most one event per stream is in flight (recorded, not yet seen
+// complete); it leaves flight when a fence round (below) queries it and
+// finds it complete. A Free on S — after the pool's lock is released, so
+// the free pays one more lock round trip — records S's event again (or a
+// recycled one, or a NewEvent) covering every free on S so far, when no
+// other goroutine is recording or querying one for S and S has no event
+// in flight.
+//
+// What a free costs, with one stream or several: a free records an event
+// only when its stream has none in flight — the stream's first free, and
+// the first after a miss that found its event complete — and every other
+// free makes no device call, so the hit pair stays a lock, a descent and a
+// map update (BenchmarkPoolHit, BenchmarkPoolHitStreams,
+// BenchmarkPoolTwoStreams). Re-recording at every free whose stream's
+// event in flight guards no block still free would cover more frees at
+// the free itself, but costs every stream that frees and reuses its own
+// blocks one Event.Record per free (measured on the simulator: the hit
+// pair from about 75 ns to about 160 ns; on CUDA a cuEventRecord of a
+// microsecond or more, which RMM's pool pays at every free and PyTorch's
+// avoids); a pool under memory pressure gets the same blocks back by
+// waiting on the out-of-memory path (below), so the hit path wins.
+//
+// An event recorded at the free covers S's work up to the free and
+// nothing queued later, so work queued on S afterwards never delays the
+// block's reuse elsewhere. A block freed while S's event in flight still
+// guards an earlier block is covered later, lazily: when an allocation
+// finds nothing in its own set or the shared set and another stream S
+// owns free blocks, the allocator (with its lock released) queries S's
+// event and, once it has completed, records a new one covering every free
+// made on S so far and queries it. A lazy event captures all of S's work
+// up to the frees and possibly more, so the rule above holds, and reuse
+// is at worst later than with an event at the free.
+//
+// Recording at the first free even with one stream costs a single-stream
+// pool one Record per miss at most, and covers a block freed on S before any
+// other stream has asked the pool for memory (whose lazy event would
+// otherwise cover whatever S was given to do since). Recording at every
+// free (RMM's rule) would cost the single-stream hit pair a device call.
+//
+// A miss never blocks on an event: a block whose event is not complete
+// is simply not offered, and the pool grows instead. Only when the device
+// itself is out of memory does the allocator wait: it records (or reuses)
+// an event on every stream that owns free blocks, waits for them with the
+// lock released (a stream whose events cannot be made is synchronized
+// instead), promotes their blocks and tries again before giving cached
+// memory back to the device (PyTorch's allocator does the same before
+// freeing its cache: it synchronizes its outstanding events).
+//
+// When an event completes, every block of S numbered at or before it
+// moves to the shared set (coalescing with shared neighbours there). At
 // most one event per stream is in flight; events are recycled, and a
 // stream that owns no free block and has no event in flight is forgotten
-// at the next round (closed streams do not pile up). If the
-// device cannot make an event, a stream that Query reports idle stands in
-// for one. Pool also runs a round over its own stream before giving a
-// wholly free segment back to the device on a miss, so that the device's
-// Free never has to wait for a stream's work.
+// at the next round (closed streams do not pile up). If the device cannot
+// make an event, a stream that Query reports idle stands in for one. Pool
+// also runs a round over its own stream before giving a wholly free
+// segment back to the device on a miss, so that the device's Free never
+// has to wait for a stream's work.
 //
 // Coalescing a block freed on S with a free neighbour is allowed when the
 // neighbour is in S's set or in the shared set; the merged block belongs to
 // S (demoting the shared part is always safe). Neighbours owned by other
 // streams are left alone until they are promoted.
 //
-// All methods except runFences must be called with the owning pool's lock
-// held (they end in Locked where that is not obvious from context).
+// All methods except runFences and runRecord must be called with the
+// owning pool's lock held (they end in Locked where that is not obvious
+// from context). A stream's busy flag says that one goroutine is doing
+// device work for its event outside the lock (a round, or a free's
+// record); nobody else touches that stream's event meanwhile.
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/vramkit/vram/device"
@@ -217,6 +262,11 @@ type streamState struct {
 
 	ev    device.Event // event in flight (recorded, not yet seen complete), or nil
 	evSeq uint64       // seq that ev covers
+
+	// busy: a goroutine is recording or querying this stream's event
+	// outside the lock (a fence round, or a free recording one); nobody
+	// else may touch ev, and the state is not forgotten, until it is done.
+	busy bool
 }
 
 // freeIndex holds a pool's free blocks by stream and size class and applies
@@ -238,6 +288,9 @@ type freeIndex struct {
 	fencing bool           // a goroutine is running fence work (see runFences)
 	work    []fenceWork    // reused by prepareFences
 	spareEv []device.Event // idle events
+	// roundDone, when not nil, is closed when the running round finishes;
+	// made by a goroutine that must wait for it (waitLocked).
+	roundDone chan struct{}
 }
 
 func newFreeIndex(dev device.Device, hostVisible bool) freeIndex {
@@ -403,6 +456,108 @@ func (x *freeIndex) largest() uint64 {
 	return m
 }
 
+// waitingBytes is the bytes of free blocks that a stream other than
+// the one with handle h owns: memory that h may not use until those
+// streams' work up to the frees is known done.
+func (x *freeIndex) waitingBytes(h uintptr) uint64 {
+	var n uint64
+	for _, st := range x.streams {
+		if st.handle == h && !x.hostVisible {
+			continue
+		}
+		for c := range st.free {
+			n += st.free[c].bytes
+		}
+	}
+	return n
+}
+
+// recordWanted reports whether a free just made on st should record an
+// event on st now (see "When events are recorded" above). Cheap: it is on
+// the hit path.
+func (x *freeIndex) recordWanted(st *streamState) bool {
+	if st.busy || st.recorded >= st.seq {
+		return false
+	}
+	// Only when S has no event in flight: moving one that is in flight
+	// would put a device call on the hit path of every stream that frees
+	// and reuses its own blocks (see "When events are recorded").
+	return st.ev == nil
+}
+
+// freeRecord is the device work of recording an event at a free.
+type freeRecord struct {
+	st     *streamState
+	s      device.Stream
+	seq    uint64       // the free number the event covers
+	ev     device.Event // the event (nil: make one)
+	ok     bool         // recorded
+	closed bool         // the stream is closed: its work is all done
+}
+
+// recordAtFreeLocked records an event on st covering the frees made on it
+// so far, for a pool whose lock is mu and whose closed flag is *closed; the
+// caller has checked recordWanted. It releases mu for the device work and
+// returns with mu released. An event that cannot be made or recorded is
+// no error: the frees are then covered lazily, by the next miss's round.
+// The error is that of closing the event when the pool was closed
+// meanwhile.
+func (x *freeIndex) recordAtFreeLocked(mu *sync.Mutex, closed *bool, st *streamState, join func(*block)) error {
+	st.busy = true
+	r := freeRecord{st: st, s: st.s, seq: st.seq, ev: st.ev}
+	st.ev = nil // an event in flight that guards nothing is recorded again
+	if n := len(x.spareEv); r.ev == nil && n > 0 {
+		r.ev = x.spareEv[n-1]
+		x.spareEv[n-1] = nil
+		x.spareEv = x.spareEv[:n-1]
+	}
+	mu.Unlock()
+	x.runRecord(&r)
+	mu.Lock()
+	st.busy = false
+	if *closed {
+		// Close took every event the index held, but not this one.
+		mu.Unlock()
+		if r.ev == nil {
+			return nil
+		}
+		return closeEvents([]device.Event{r.ev})
+	}
+	switch {
+	case r.ok:
+		// st.ev is still nil: only a goroutine that marked st busy sets it.
+		st.recorded = max(st.recorded, r.seq)
+		st.ev, st.evSeq = r.ev, r.seq
+	case r.closed:
+		st.fenced, st.recorded = max(st.fenced, r.seq), max(st.recorded, r.seq)
+		x.spareEv = append(x.spareEv, r.ev)
+		x.promoteLocked(st, join)
+	case r.ev != nil:
+		x.spareEv = append(x.spareEv, r.ev)
+	}
+	mu.Unlock()
+	return nil
+}
+
+// runRecord does a free's device work: make the event if needed and
+// record it. Called without the pool's lock; r belongs to the caller.
+func (x *freeIndex) runRecord(r *freeRecord) {
+	if r.ev == nil {
+		ev, err := x.dev.NewEvent()
+		if err != nil {
+			return
+		}
+		r.ev = ev
+	}
+	if err := r.ev.Record(r.s); err != nil {
+		// Closing a stream waits for its work, so everything freed on
+		// it is safe now.
+		r.closed = errors.Is(err, device.ErrClosed)
+		return
+	}
+	r.ok = true
+}
+
 // fenceWork is the device work for one stream in a fence round: query the
 // event in flight, and record (and query) a new one.
 type fenceWork struct {
@@ -417,7 +572,9 @@ type fenceWork struct {
 	newDone bool         // the new event completed
 	newOK   bool         // the new event was recorded
 	closed  bool         // the stream is closed: its work is all done
-	idle    bool         // no event could be made, but the stream was idle
+	idle    bool         // no event could be made, but the stream was idle (or, waiting, has been synchronized)
+	wait    bool         // block until the events complete (out of memory)
+	err     error        // waiting failed
 }
 
 // needFences reports whether a fence round could make memory available to
@@ -432,19 +589,29 @@ func (x *freeIndex) needFences(st *streamState) bool {
 
 // prepareFencesLocked lists the fence work for every stream that owns
 // blocks another stream could use (every stream owning blocks, st
-// included, when all is set), and marks a round as running. It returns
-// false when there is nothing to do or a round is already running.
-func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
+// included, when all is set), and marks a round as running; wait makes
+// the round block until the events complete. Streams busy with a free's
+// record are left out. It returns false when there is nothing to do or a
+// round is already running.
+func (x *freeIndex) prepareFencesLocked(st *streamState, all, wait bool) bool {
 	if x.fencing {
 		return false
 	}
 	x.work = x.work[:0]
 	for h, o := range x.streams {
-		if o.owned == 0 && o.ev == nil && o != st {
+		if o.busy {
+			continue
+		}
+		if o.owned == 0 && o != st {
 			// Nothing to fence: forget the stream, so that a program
 			// that makes and closes streams does not grow the map (and
 			// every round with it). Only free blocks name their owner,
-			// and it has none; its state starts afresh on next use.
+			// and it has none; its state starts afresh on next use. Its
+			// event in flight, if any, guards no block: recycle it.
+			if o.ev != nil {
+				x.spareEv = append(x.spareEv, o.ev)
+				o.ev = nil
+			}
 			delete(x.streams, h)
 			if x.last == o {
 				x.last = nil
@@ -454,7 +621,7 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
 		if o.owned == 0 || (o == st && !x.hostVisible && !all) {
 			continue
 		}
-		w := fenceWork{st: o, s: o.s, ev: o.ev, evSeq: o.evSeq}
+		w := fenceWork{st: o, s: o.s, ev: o.ev, evSeq: o.evSeq, wait: wait}
 		if o.recorded < o.seq {
 			w.newSeq = o.seq
 			if n := len(x.spareEv); n > 0 {
@@ -463,6 +630,7 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
 			}
 		}
 		if w.ev != nil || w.newSeq != 0 {
+			o.busy = true
 			x.work = append(x.work, w)
 		}
 	}
@@ -481,19 +649,55 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all bool) bool {
 // the pool was closed meanwhile, it releases mu, closes the events Close
 // left to the round and returns false with any error closing them.
 func (x *freeIndex) fenceLocked(mu *sync.Mutex, closed *bool, st *streamState, all bool, join func(*block)) (open bool, err error) {
-	if !x.prepareFencesLocked(st, all) {
+	if !x.prepareFencesLocked(st, all, false) {
 		return true, nil
 	}
+	return x.roundLocked(mu, closed, join)
+}
+
+// waitLocked is fenceLocked for an allocation on st that the device could
+// not serve, blocking until the work of the streams that own free blocks
+// is done up to their frees: the out-of-memory path's last resort before
+// giving up. It covers every stream but st that owns free blocks, and st
+// too when another does (promoted, st's blocks may coalesce with theirs).
+// A round already running is waited for first. With the pool open it
+// returns true and the errors waiting raised (blocks whose wait failed
+// stay with their streams); if the pool was closed meanwhile, it releases
+// mu and returns false, as fenceLocked.
+func (x *freeIndex) waitLocked(mu *sync.Mutex, closed *bool, st *streamState, join func(*block)) (open bool, err error) {
+	for x.fencing {
+		if x.roundDone == nil {
+			x.roundDone = make(chan struct{})
+		}
+		done := x.roundDone
+		mu.Unlock()
+		<-done
+		mu.Lock()
+		if *closed {
+			mu.Unlock()
+			return false, nil
+		}
+	}
+	all := x.owning > 1 || (x.owning == 1 && st.owned == 0)
+	if !x.prepareFencesLocked(st, all, true) {
+		return true, nil
+	}
+	return x.roundLocked(mu, closed, join)
+}
+
+// roundLocked runs a prepared round: releases mu for the device work,
+// locks it again and applies the results. See fenceLocked.
+func (x *freeIndex) roundLocked(mu *sync.Mutex, closed *bool, join func(*block)) (open bool, err error) {
 	mu.Unlock()
 	x.runFences()
 	mu.Lock()
-	x.finishFencesLocked(join)
+	werr := x.finishFencesLocked(join)
 	if *closed {
 		evs := x.eventsLocked()
 		mu.Unlock()
-		return false, closeEvents(evs)
+		return false, errors.Join(werr, closeEvents(evs))
 	}
-	return true, nil
+	return true, werr
 }
 
 // runFences does the device work of a round. It must be called without the
@@ -503,14 +707,21 @@ func (x *freeIndex) runFences() {
 	for i := range x.work {
 		w := &x.work[i]
 		if w.ev != nil {
+			if w.wait && w.newSeq == 0 {
+				// The event in flight covers every free: wait for it.
+				w.err = w.ev.Synchronize()
+				w.evOK = w.err == nil
+				continue
+			}
 			done, err := w.ev.Query()
 			w.evOK = done && err == nil
-			if !w.evOK {
+			if !w.evOK && !w.wait {
 				// Still running: keep at most one event in flight
 				// (a newer one could not complete first anyway).
 				w.newSeq = 0
 				continue
 			}
+			// Waiting: a newer event, recorded below, supersedes it.
 		}
 		if w.newSeq == 0 {
 			continue
@@ -520,8 +731,13 @@ func (x *freeIndex) runFences() {
 			if err != nil {
 				// No event to be had: an idle stream has finished
 				// everything enqueued on it, the frees' work included.
-				done, err := w.s.Query()
-				w.idle = done && err == nil
+				if w.wait {
+					w.err = w.s.Synchronize()
+					w.idle = w.err == nil
+				} else {
+					done, err := w.s.Query()
+					w.idle = done && err == nil
+				}
 				continue
 			}
 			w.newEv = ev
@@ -531,10 +747,19 @@ func (x *freeIndex) runFences() {
 				// Closing a stream waits for its work, so
 				// everything freed on it is safe now.
 				w.closed = true
+			} else if w.wait {
+				w.err = err
 			}
 			continue
 		}
 		w.newOK = true
+		if w.wait {
+			w.err = w.newEv.Synchronize()
+			w.newDone = w.err == nil
+			// Work on a stream finishes in order: the older event too.
+			w.evOK = w.evOK || (w.ev != nil && w.newDone)
+			continue
+		}
 		done, err := w.newEv.Query()
 		w.newDone = done && err == nil
 	}
@@ -543,13 +768,21 @@ func (x *freeIndex) runFences() {
 // finishFencesLocked applies a round's results: advances each stream's
 // fence, recycles completed events and promotes the blocks they cover.
 // join is called for every promoted block, already in the shared set, so
-// the pool can coalesce it with shared neighbours.
-func (x *freeIndex) finishFencesLocked(join func(*block)) {
+// the pool can coalesce it with shared neighbours. It returns the errors
+// waiting raised (a waiting round's only), naming their streams.
+func (x *freeIndex) finishFencesLocked(join func(*block)) error {
+	var errs []error
 	for i := range x.work {
 		w := &x.work[i]
 		st := w.st
-		if w.ev != nil && w.evOK {
-			if w.evSeq > st.fenced {
+		st.busy = false
+		if w.err != nil {
+			errs = append(errs, fmt.Errorf("waiting for stream %d: %w", st.handle, w.err))
+		}
+		// An event in flight that completed, or that a newer event
+		// recorded on the same stream supersedes (only when waiting).
+		if w.ev != nil && (w.evOK || w.newOK) {
+			if w.evOK && w.evSeq > st.fenced {
 				st.fenced = w.evSeq
 			}
 			st.ev = nil
@@ -578,6 +811,11 @@ func (x *freeIndex) finishFencesLocked(join func(*block)) {
 	}
 	x.work = x.work[:0]
 	x.fencing = false
+	if x.roundDone != nil {
+		close(x.roundDone)
+		x.roundDone = nil
+	}
+	return errors.Join(errs...)
 }
 
 // promoteLocked moves st's blocks covered by its completed fence to the

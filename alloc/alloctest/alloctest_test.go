@@ -158,3 +158,144 @@ func TestUnsafeReuseChild(t *testing.T) {
 	}
 	testCrossStreamSafety(simTarget, newAlloc)(t)
 }
+
+// unsafeReuseOps is a call sequence for Ops (see its encoding): hold
+// stream 1, allocate 1 KiB on it, free it there (its last use still
+// queued behind the hold), allocate 1 KiB on stream 2, release stream 1.
+var unsafeReuseOps = []byte{0x1e, 0x10, 0x00, 0x0f, 0x14, 0x20, 0x00, 0x0f, 0x1e}
+
+const opsChildEnv = "VRAM_ALLOCTEST_UNSAFE_OPS_CHILD"
+
+// TestOpsCatchesUnsafeReuse runs unsafeReuseOps on unsafeCache in a child
+// process and expects Ops to fail, naming the early handoff: the fuzz
+// targets' stream check can tell a safe allocator from an unsafe one. The
+// safe allocators pass the same sequence (it is among the fuzz seeds).
+func TestOpsCatchesUnsafeReuse(t *testing.T) {
+	if os.Getenv(opsChildEnv) != "" {
+		t.Skip("in the child process")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnsafeOpsChild$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), opsChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("Ops passed an allocator that reuses blocks across streams at once:\n%s", out)
+	}
+	if want := "handed to another stream before the freeing stream's work was done"; !strings.Contains(string(out), want) {
+		t.Fatalf("the child failed, but not for the early handoff (want %q):\n%s", want, out)
+	}
+}
+
+// TestUnsafeOpsChild runs only in TestOpsCatchesUnsafeReuse's child.
+func TestUnsafeOpsChild(t *testing.T) {
+	if os.Getenv(opsChildEnv) == "" {
+		t.Skip("run by TestOpsCatchesUnsafeReuse")
+	}
+	Ops(t, func(t *testing.T, dev device.Device) alloc.Allocator {
+		return &unsafeCache{dev: dev, free: map[uint64][]device.Ptr{}, size: map[device.Ptr]uint64{}}
+	}, unsafeReuseOps)
+}
+
+// TestOpsHoldsStreams runs unsafeReuseOps on the Pool: the stream held,
+// the block freed behind the hold is not handed to the other stream.
+func TestOpsHoldsStreams(t *testing.T) {
+	Ops(t, func(t *testing.T, dev device.Device) alloc.Allocator {
+		p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+		if err != nil {
+			t.Fatalf("NewPool: %v", err)
+		}
+		return p
+	}, unsafeReuseOps)
+}
+
+// unsafePinned is a deliberately broken pinned pool: it hands a freed
+// buffer of the same size to the next Alloc at once, on any stream.
+type unsafePinned struct {
+	dev  device.HostAllocator
+	mu   sync.Mutex
+	free map[int][]device.HostBuffer
+	live map[*byte]bool
+	st   alloc.Stats
+}
+
+func (u *unsafePinned) Alloc(n uint64, s device.Stream) (device.HostBuffer, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if l := u.free[int(n)]; len(l) > 0 {
+		b := l[len(l)-1]
+		u.free[int(n)] = l[:len(l)-1]
+		u.live[&b.Data[0]] = true
+		u.st.Allocs++
+		u.st.InUse += n
+		return b, nil
+	}
+	b, err := u.dev.HostAlloc(n, false)
+	if err != nil {
+		u.st.OOMs++
+		return b, err
+	}
+	u.live[&b.Data[0]] = true
+	u.st.Allocs++
+	u.st.InUse += n
+	u.st.Reserved += n
+	return b, nil
+}
+
+func (u *unsafePinned) Free(b device.HostBuffer, s device.Stream) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(b.Data) == 0 || !u.live[&b.Data[0]] {
+		return alloc.ErrUnknownPointer
+	}
+	delete(u.live, &b.Data[0])
+	u.free[len(b.Data)] = append(u.free[len(b.Data)], b)
+	u.st.Frees++
+	u.st.InUse -= uint64(len(b.Data))
+	return nil
+}
+
+func (u *unsafePinned) Stats() alloc.Stats {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.st
+}
+
+func (u *unsafePinned) Trim() error { return nil }
+func (u *unsafePinned) Close() error {
+	var errs []error
+	for _, l := range u.free {
+		for _, b := range l {
+			errs = append(errs, u.dev.HostFree(b))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+const pinnedChildEnv = "VRAM_ALLOCTEST_UNSAFE_PINNED_CHILD"
+
+// TestRunPinnedCatchesUnsafeReuse runs RunPinned's Streams rule on
+// unsafePinned in a child process and expects it to fail for the early
+// handoff.
+func TestRunPinnedCatchesUnsafeReuse(t *testing.T) {
+	if os.Getenv(pinnedChildEnv) != "" {
+		t.Skip("in the child process")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestUnsafePinnedChild$/^Streams$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), pinnedChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("RunPinned passed a pool that reuses buffers before the freeing stream's work ran:\n%s", out)
+	}
+	if want := "was handed out on stream"; !strings.Contains(string(out), want) {
+		t.Fatalf("the child failed, but not for the early handoff (want %q):\n%s", want, out)
+	}
+}
+
+// TestUnsafePinnedChild runs only in TestRunPinnedCatchesUnsafeReuse's child.
+func TestUnsafePinnedChild(t *testing.T) {
+	if os.Getenv(pinnedChildEnv) == "" {
+		t.Skip("run by TestRunPinnedCatchesUnsafeReuse")
+	}
+	RunPinned(t, func(t *testing.T, dev device.Device) PinnedAllocator {
+		return &unsafePinned{dev: dev.(device.HostAllocator), free: map[int][]device.HostBuffer{}, live: map[*byte]bool{}}
+	})
+}

@@ -6,35 +6,51 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 )
 
-// OpsDeviceBytes is the size of the address-only device Ops runs on: small
-// enough that random sequences run out of memory now and then.
+// OpsDeviceBytes is the size of the device Ops runs on: small enough that
+// random sequences run out of memory now and then.
 const OpsDeviceBytes = 256 * units.MiB
 
 // Ops reads data as a sequence of allocator calls and runs it against the
-// allocator newAlloc makes on a fresh address-only simulated device of
-// OpsDeviceBytes, on three streams, checking after every call that:
-// pointers are aligned and no two live blocks overlap; Stats add up
+// allocator newAlloc makes on a fresh simulated device of OpsDeviceBytes
+// (a StreamRules device), on three streams, checking after every call
+// that: pointers are aligned and no two live blocks overlap; Stats add up
 // (Allocs − Frees = blocks live, InUse at least the bytes live, Reserved at
 // least InUse and at most what the device gave); a failed Alloc wraps
 // device.ErrOutOfMemory, adds one to OOMs and changes
 // nothing else; a Free of a pointer not handed out fails with
-// alloc.ErrUnknownPointer and changes nothing. At the end it frees
-// everything, trims (after a device synchronization) and closes, and
-// checks that the device has every byte back. It is meant for fuzz
-// targets:
+// alloc.ErrUnknownPointer and changes nothing; and no allocation hands
+// out a range freed on another stream whose work up to the free has not
+// run (a call can hold a stream busy, or release it, so that freed
+// memory's last use is still pending when other streams allocate; see
+// StreamRules). At the end it frees everything, trims (after a device
+// synchronization) and closes, and checks that the device has every byte
+// back. It is meant for fuzz targets:
 //
 //	f.Fuzz(func(t *testing.T, data []byte) { alloctest.Ops(t, newAlloc, data) })
 //
-// Each call takes one byte for its kind and stream and, for an Alloc, two
-// more for its size (64 B … 4 MiB, or up to 512 MiB, past the device, for
-// one kind in eight).
+// Each call takes one byte: its kind is the byte mod 8 (0–3 Alloc, 4–5
+// Free of a live block, 6 synchronize the device and Trim — or, with bit
+// 3 set, hold the stream busy or release it — 7 a Free that must be
+// refused), its stream the high four bits mod 3. An Alloc takes two more
+// bytes for its size (64 B … 4 MiB, or up to 512 MiB, past the device,
+// for one kind in eight).
 func Ops(t *testing.T, newAlloc Factory, data []byte) {
 	t.Helper()
-	e := setup(t, simTarget, newAlloc, addressOnly(OpsDeviceBytes))
+	r := NewStreamRules(t, sim.Config{TotalBytes: OpsDeviceBytes})
+	rulesTarget := target{sim: true, open: func(*testing.T, sim.Config) device.Device { return r.Device() }}
+	e := setup(t, rulesTarget, newAlloc, sim.Config{})
 	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
+	t.Cleanup(r.ReleaseAll) // before the streams close, should the test stop while one is held
+	// Blocks as the allocator spends them: rounded to its granularity, or
+	// to 512 bytes (the least any of vram's allocators rounds to).
+	gran := uint64(alloc.PoolGranularity)
+	if g, ok := e.a.(alloc.Granular); ok {
+		gran = max(g.Granularity(), 1)
+	}
 	for i := 0; i < len(data); i++ {
 		op := data[i]
 		s := streams[int(op>>4)%len(streams)]
@@ -49,14 +65,21 @@ func Ops(t *testing.T, newAlloc Factory, data []byte) {
 			if op%8 == 3 {
 				n = (v + 1) * 8 * units.KiB
 			}
-			e.tryAlloc(t, n, s)
+			if p, ok := e.tryAlloc(t, n, s); ok {
+				r.Allocated(t, p, roundUp(n, gran), s)
+			}
 		case 4, 5:
 			if e.live.len() == 0 {
 				continue
 			}
-			p, _, _ := e.live.at(int(op>>3) % e.live.len())
+			p, n, from := e.live.at(int(op>>3) % e.live.len())
+			r.BeforeFree(t, p, roundUp(n, gran), from, s)
 			e.free(t, p, s)
 		case 6:
+			if op&8 != 0 {
+				r.Toggle(t, s)
+				continue
+			}
 			if err := e.dev.Synchronize(); err != nil {
 				t.Fatalf("Synchronize: %v", err)
 			}
@@ -79,6 +102,7 @@ func Ops(t *testing.T, newAlloc Factory, data []byte) {
 		}
 		e.checkQuiet(t)
 	}
+	r.ReleaseAll()
 	e.freeAll(t)
 	if err := e.dev.Synchronize(); err != nil {
 		t.Fatalf("Synchronize: %v", err)
@@ -99,7 +123,8 @@ func Ops(t *testing.T, newAlloc Factory, data []byte) {
 
 // tryAlloc allocates n bytes on s; running out of memory is allowed, but
 // must change nothing but OOMs (and the cache a retry may have trimmed).
-func (e *env) tryAlloc(t *testing.T, n uint64, s device.Stream) {
+// It returns the new block, and whether there is one.
+func (e *env) tryAlloc(t *testing.T, n uint64, s device.Stream) (device.Ptr, bool) {
 	t.Helper()
 	before := e.a.Stats()
 	p, err := e.a.Alloc(n, s)
@@ -111,11 +136,12 @@ func (e *env) tryAlloc(t *testing.T, n uint64, s device.Stream) {
 		if after.OOMs != before.OOMs+1 || after.InUse != before.InUse || after.Allocs != before.Allocs {
 			t.Fatalf("a failed Alloc(%s) changed Stats other than OOMs+1: %+v → %+v", units.Format(n), before, after)
 		}
-		return
+		return 0, false
 	}
 	if err := e.live.add(p, n, s); err != nil {
 		t.Fatal(err)
 	}
+	return p, true
 }
 
 // checkQuiet is checkStats that stops the test at the first failure.
@@ -126,4 +152,12 @@ func (e *env) checkQuiet(t *testing.T) alloc.Stats {
 		t.FailNow()
 	}
 	return st
+}
+
+// roundUp is n rounded up to a multiple of g, or n when that overflows.
+func roundUp(n, g uint64) uint64 {
+	if r, ok := units.RoundUp(n, g); ok {
+		return r
+	}
+	return n
 }
