@@ -25,32 +25,54 @@ func wantOnly(t *testing.T, err, want error) {
 	}
 }
 
+// memcheckFixture is one of every kind of allocation, live and freed, on
+// a 64 MiB simulator d: live and liveAsync (100 B each), mapped (pinned,
+// 100 B), freed and freedAsync (freed), whole (2 MiB, allocated last, so
+// that nothing follows it: its end is where its granule ends, and the
+// address there is in no allocation), foreign (on another simulator) and
+// stale (on old, from before a Reset). The live ones are freed at cleanup.
+type memcheckFixture struct {
+	d, old                                    *sim.Device
+	s                                         device.Stream
+	live, liveAsync, freed, freedAsync, whole device.Ptr
+	foreign, stale                            device.Ptr
+	mapped                                    device.HostBuffer
+}
+
+func newMemcheckFixture(t *testing.T) memcheckFixture {
+	t.Helper()
+	var f memcheckFixture
+	f.d = newSim(t, sim.Config{TotalBytes: 64 * MiB})
+	other := newSim(t, sim.Config{TotalBytes: 64 * MiB})
+	d, s := f.d, f.d.DefaultStream()
+	f.s = s
+	f.live = get[device.Ptr](t)(d.Malloc(100))
+	t.Cleanup(func() { check(t, d.Free(f.live)) })
+	f.liveAsync = get[device.Ptr](t)(d.MallocAsync(100, s))
+	t.Cleanup(func() { check(t, d.FreeAsync(f.liveAsync, s)) })
+	f.mapped = get[device.HostBuffer](t)(d.HostAlloc(100, true))
+	t.Cleanup(func() { check(t, d.HostFree(f.mapped)) })
+	f.freed = get[device.Ptr](t)(d.Malloc(100))
+	check(t, d.Free(f.freed))
+	f.freedAsync = get[device.Ptr](t)(d.MallocAsync(100, s))
+	check(t, d.FreeAsync(f.freedAsync, s))
+	f.whole = get[device.Ptr](t)(d.Malloc(2 * MiB))
+	t.Cleanup(func() { check(t, d.Free(f.whole)) })
+	f.foreign = get[device.Ptr](t)(other.Malloc(100))
+	t.Cleanup(func() { check(t, other.Free(f.foreign)) })
+	f.old = newSim(t, sim.Config{TotalBytes: 64 * MiB})
+	f.stale = get[device.Ptr](t)(f.old.Malloc(100))
+	check(t, f.old.Reset())
+	return f
+}
+
 // Every kind of allocation, every kind of access: each misuse gives its
 // own sentinel and no other.
 func TestMemcheckDistinct(t *testing.T) {
-	d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-	other := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-	s := d.DefaultStream()
-	live := get[device.Ptr](t)(d.Malloc(100))
-	defer func() { check(t, d.Free(live)) }()
-	liveAsync := get[device.Ptr](t)(d.MallocAsync(100, s))
-	defer func() { check(t, d.FreeAsync(liveAsync, s)) }()
-	mapped := get[device.HostBuffer](t)(d.HostAlloc(100, true))
-	defer func() { check(t, d.HostFree(mapped)) }()
-	freed := get[device.Ptr](t)(d.Malloc(100))
-	check(t, d.Free(freed))
-	freedAsync := get[device.Ptr](t)(d.MallocAsync(100, s))
-	check(t, d.FreeAsync(freedAsync, s))
-	// Allocated last, so that nothing follows it: its end is where its
-	// granule ends, and the address there is in no allocation.
-	whole := get[device.Ptr](t)(d.Malloc(2 * MiB))
-	defer func() { check(t, d.Free(whole)) }()
-	foreign := get[device.Ptr](t)(other.Malloc(100))
-	defer func() { check(t, other.Free(foreign)) }()
-	// A device reset in the middle: pointers of a generation before.
-	old := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-	stale := get[device.Ptr](t)(old.Malloc(100))
-	check(t, old.Reset())
+	f := newMemcheckFixture(t)
+	d, s, old := f.d, f.s, f.old
+	live, liveAsync, mapped, freed, freedAsync := f.live, f.liveAsync, f.mapped, f.freed, f.freedAsync
+	foreign, stale := f.foreign, f.stale
 	one := []byte{1}
 	tests := map[string]struct {
 		call func() error
@@ -274,26 +296,10 @@ func TestKernelUsesBlockFreedAfterLaunch(t *testing.T) {
 // device pointer; a nil one is a no-op, and a pointer just past the end
 // of an allocation is in bounds.
 func TestZeroByteOpsChecked(t *testing.T) {
-	d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-	other := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-	s := d.DefaultStream()
-	live := get[device.Ptr](t)(d.Malloc(100))
-	defer func() { check(t, d.Free(live)) }()
-	async := get[device.Ptr](t)(d.MallocAsync(100, s))
-	defer func() { check(t, d.FreeAsync(async, s)) }()
-	freed := get[device.Ptr](t)(d.Malloc(100))
-	check(t, d.Free(freed))
-	freedAsync := get[device.Ptr](t)(d.MallocAsync(100, s))
-	check(t, d.FreeAsync(freedAsync, s))
-	// Allocated last, so that nothing follows it: its end is where its
-	// granule ends, and the address there is in no allocation.
-	whole := get[device.Ptr](t)(d.Malloc(2 * MiB))
-	defer func() { check(t, d.Free(whole)) }()
-	foreign := get[device.Ptr](t)(other.Malloc(100))
-	defer func() { check(t, other.Free(foreign)) }()
-	old := newSim(t, sim.Config{TotalBytes: 64 * MiB})
-	stale := get[device.Ptr](t)(old.Malloc(100))
-	check(t, old.Reset())
+	f := newMemcheckFixture(t)
+	d, s, old := f.d, f.s, f.old
+	live, async, whole, freed, freedAsync := f.live, f.liveAsync, f.whole, f.freed, f.freedAsync
+	foreign, stale := f.foreign, f.stale
 	tests := map[string]struct {
 		call func() error
 		want error // nil: no error
