@@ -36,12 +36,50 @@ import (
 //   - Anything else is undefined: using p after Free, or on a stream not
 //     ordered as above.
 //
+// Device reset contract, in full. device.Device.Reset destroys every
+// allocation, stream and event made before it. That memory is already
+// gone, so every allocator treats it as given back, never as something
+// still to free:
+//
+//   - Free(p, s) of a pointer handed out before the reset, on any stream
+//     (one from before the reset will do), takes p back as any Free does
+//     (InUse drops, Frees counts it, and p is forgotten: a second Free
+//     returns ErrUnknownPointer), and returns an error wrapping
+//     device.ErrInvalidated, so that the caller learns that p's contents
+//     were lost. It is the one error after which p is taken back.
+//   - Device memory held from before the reset (Direct's allocations,
+//     Pool's segments, PinnedPool's buffers) counts as released, with
+//     Reserved dropping and DeviceFrees counting it, once no live pointer
+//     lies in it: cached memory as soon as the allocator notices the
+//     reset, the rest as its pointers are freed (AsyncPool's Reserved is
+//     the device pool's, which the reset emptied). A device free that
+//     fails with device.ErrInvalidated counts as done and is never
+//     retried, so Trim and Close return nil for memory a reset took, and
+//     once every pointer from before the reset has been freed, InUse and
+//     Reserved count only memory allocated since.
+//   - The allocator stays usable: an Alloc after the reset returns memory
+//     of the reset device, never cached memory from before it. Pool and
+//     PinnedPool, which hand out cached memory without a device call,
+//     notice the reset at their next call by the device's generation
+//     (device.Generational, which both backends implement); with a device
+//     that has none they cannot, so make a new allocator after a reset.
+//     Use streams made after the reset for new work.
+//   - Free the pointers from before a reset before allocating after it,
+//     as the manager's InvalidateAll does: a device may hand their
+//     addresses out again (CUDA may; the simulator never does), and then
+//     a Free of the old pointer cannot be told from one of the new.
+//   - A Reset that overtakes a call is as if it came right after the
+//     call, except that an Alloc that was growing when the device was
+//     reset fails with an error wrapping device.ErrInvalidated (retry it).
+//
 // Every Allocator is safe for concurrent use.
 type Allocator interface {
 	// Alloc returns n > 0 bytes usable on s. Errors wrap
 	// device.ErrOutOfMemory when memory ran out.
 	Alloc(n uint64, s device.Stream) (device.Ptr, error)
-	// Free returns p, last used on s.
+	// Free returns p, last used on s. An error wrapping
+	// device.ErrInvalidated says p was allocated before a device reset:
+	// p is taken back all the same (see the reset contract above).
 	Free(p device.Ptr, s device.Stream) error
 	// Stats reports the allocator's counters.
 	Stats() Stats
@@ -61,10 +99,10 @@ type Stats struct {
 	Reserved     uint64 // bytes held from the device (live plus cached)
 	PeakReserved uint64 // most bytes held at once since the last ResetPeaks
 	Allocs       uint64 // successful Alloc calls
-	Frees        uint64 // successful Free calls
+	Frees        uint64 // Free calls that took a pointer back (those of pointers lost to a device reset included)
 	CacheHits    uint64 // Allocs served without a device allocation
 	DeviceAllocs uint64 // device allocations made
-	DeviceFrees  uint64 // device frees made
+	DeviceFrees  uint64 // device frees made, and device allocations lost to a device reset and given up
 	Retries      uint64 // allocations retried after the device ran out of memory (waiting for other streams' frees, trimming the cache)
 	OOMs         uint64 // Allocs that failed for want of memory
 }
@@ -120,3 +158,7 @@ var (
 	// ErrClosed: the allocator has been closed.
 	ErrClosed = errors.New("allocator closed")
 )
+
+// lostToReset reports whether err from a device free says the memory was
+// allocated before a device reset, which has freed it already.
+func lostToReset(err error) bool { return errors.Is(err, device.ErrInvalidated) }

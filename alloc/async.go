@@ -73,6 +73,14 @@ func (c AsyncConfig) threshold() uint64 {
 // two readings may be recorded out of order, so these three counts are
 // then approximate; InUse, Allocs, Frees and OOMs are always exact.
 //
+// After a device reset (see Allocator), the device's pool starts afresh,
+// so Reserved (read from it) drops at once, while a pointer from before
+// the reset stays in InUse until it is freed: the device's FreeAsync of it
+// fails with device.ErrInvalidated (on the stream given, and again on the
+// default stream, in case only the stream was from before the reset), and
+// Free then forgets it, counts a free and returns that error. Close counts
+// such pointers the same way and returns nil for them.
+//
 // An AsyncPool is safe for concurrent use.
 type AsyncPool struct {
 	dev       device.Device
@@ -215,7 +223,8 @@ func (a *AsyncPool) memoryLine() string {
 
 // Free returns p to the device's pool, ordered on s: the memory is
 // reusable on s at once and on other streams once s's work up to this
-// call has finished.
+// call has finished. For a pointer from before a device reset it returns
+// an error wrapping device.ErrInvalidated, having taken p back.
 func (a *AsyncPool) Free(p device.Ptr, s device.Stream) error {
 	if s == nil {
 		return fmt.Errorf("alloc: async free of %v on a nil stream: %w", p, device.ErrInvalidValue)
@@ -232,7 +241,12 @@ func (a *AsyncPool) Free(p device.Ptr, s device.Stream) error {
 	}
 	delete(a.live, p)
 	a.mu.Unlock()
-	if err := a.aa.FreeAsync(p, s); err != nil {
+	if err := a.freeAsync(p, s); err != nil {
+		if lostToReset(err) {
+			// The reset freed it: taken back, and the caller told.
+			a.st.onFree(b.size)
+			return fmt.Errorf("alloc: async free of %v on stream %d: its memory went with a device reset: %w", p, s.Handle(), err)
+		}
 		a.mu.Lock()
 		if !a.closed { // else Close has given up the table
 			a.live[p] = b
@@ -242,6 +256,19 @@ func (a *AsyncPool) Free(p device.Ptr, s device.Stream) error {
 	}
 	a.st.onFree(b.size)
 	return nil
+}
+
+// freeAsync frees p on s. When that fails with device.ErrInvalidated it
+// tries the default stream, since s may be what a device reset
+// invalidated (its work went with the reset, so no work on it can still
+// use p) while p is not; an error wrapping device.ErrInvalidated then
+// means p itself is from before the reset.
+func (a *AsyncPool) freeAsync(p device.Ptr, s device.Stream) error {
+	err := a.aa.FreeAsync(p, s)
+	if lostToReset(err) {
+		return a.aa.FreeAsync(p, a.dev.DefaultStream())
+	}
+	return err
 }
 
 // Stats reports the counters, with Reserved read from the device's pool
@@ -281,8 +308,9 @@ func (a *AsyncPool) Trim() error {
 
 // Close frees every live allocation (on the stream it was allocated on, or
 // the default stream when that one is gone), synchronizes the device and
-// trims the device's pool. Later calls return ErrClosed; a second Close
-// returns nil.
+// trims the device's pool. Allocations a device reset took count as freed,
+// without an error. Later calls return ErrClosed; a second Close returns
+// nil.
 func (a *AsyncPool) Close() error {
 	a.mu.Lock()
 	if a.closed {
@@ -299,7 +327,7 @@ func (a *AsyncPool) Close() error {
 		if err != nil {
 			err = a.aa.FreeAsync(p, a.dev.DefaultStream())
 		}
-		if err != nil {
+		if err != nil && !lostToReset(err) {
 			errs = append(errs, fmt.Errorf("alloc: async close: free %v: %w", p, err))
 			continue
 		}

@@ -24,6 +24,13 @@ import (
 // waits for all work that may use the pointer (as cuMemFree does), so
 // memory freed by Direct is safe to reuse on any stream.
 //
+// After a device reset (see Allocator), Direct learns that an allocation
+// is gone when the device's Free of it fails with device.ErrInvalidated:
+// Free then forgets the pointer, counts a free and a device free, and
+// returns that error; Close counts it the same way and returns nil for
+// it. Until its pointers are freed, allocations from before the reset
+// stay in InUse and Reserved.
+//
 // A Direct is safe for concurrent use.
 type Direct struct {
 	dev  device.Device
@@ -93,7 +100,8 @@ func (d *Direct) memoryLine() string {
 }
 
 // Free releases p with one device Free, which waits for work that may
-// still use p.
+// still use p. For a pointer from before a device reset it returns an
+// error wrapping device.ErrInvalidated, having taken p back.
 func (d *Direct) Free(p device.Ptr, s device.Stream) error {
 	d.mu.Lock()
 	if d.closed {
@@ -108,6 +116,12 @@ func (d *Direct) Free(p device.Ptr, s device.Stream) error {
 	delete(d.live, p)
 	d.mu.Unlock()
 	if err := d.dev.Free(p); err != nil {
+		if lostToReset(err) {
+			// The reset freed it: taken back, and the caller told.
+			d.st.onFree(charged)
+			d.st.onDeviceFree(charged)
+			return fmt.Errorf("alloc: direct free of %v: its memory went with a device reset: %w", p, err)
+		}
 		d.mu.Lock()
 		if !d.closed { // else Close has given up the table
 			d.live[p] = charged
@@ -137,8 +151,9 @@ func (d *Direct) Trim() error {
 	return nil
 }
 
-// Close frees every live allocation. Later calls return ErrClosed; a
-// second Close returns nil.
+// Close frees every live allocation; those a device reset took count as
+// freed, without an error. Later calls return ErrClosed; a second Close
+// returns nil.
 func (d *Direct) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -151,7 +166,7 @@ func (d *Direct) Close() error {
 	d.mu.Unlock()
 	var errs []error
 	for p, charged := range live {
-		if err := d.dev.Free(p); err != nil {
+		if err := d.dev.Free(p); err != nil && !lostToReset(err) {
 			errs = append(errs, fmt.Errorf("alloc: direct close: free %v: %w", p, err))
 			continue
 		}

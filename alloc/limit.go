@@ -26,6 +26,10 @@ import (
 // A Limit owns its upstream: Close closes it. Stats are the upstream's,
 // with the Limit's refusals added to OOMs.
 //
+// When the upstream's Free fails with device.ErrInvalidated (a pointer
+// from before a device reset, which the upstream takes back; see
+// Allocator), the Limit takes it back too and its bytes leave Used.
+//
 // A Limit is safe for concurrent use.
 type Limit struct {
 	up   Allocator
@@ -127,7 +131,10 @@ func (l *Limit) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error)
 	return p, nil
 }
 
-// Free returns p to the upstream and its bytes to the cap.
+// Free returns p to the upstream and its bytes to the cap. If the
+// upstream refuses, p stays charged, unless the error wraps
+// device.ErrInvalidated: then p is gone with a device reset, and is
+// released all the same.
 func (l *Limit) Free(p device.Ptr, s device.Stream) error {
 	l.mu.Lock()
 	if l.closed {
@@ -148,7 +155,7 @@ func (l *Limit) Free(p device.Ptr, s device.Stream) error {
 	case l.closed:
 		// Closed while the upstream call ran: Close has given up the
 		// table and zeroed used.
-	case err != nil:
+	case err != nil && !lostToReset(err):
 		l.live[p] = charged
 	default:
 		l.used -= charged

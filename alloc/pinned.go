@@ -21,6 +21,16 @@ package alloc
 // out-of-memory it waits for the events of the streams that freed cached
 // buffers and tries the cache again, then frees every cached buffer and
 // retries once.
+//
+// A device Reset unpins every buffer (see the reset contract at
+// Allocator). As Pool does, the pool reads the device's generation
+// (device.Generational) at each call; when it has moved on, its cached
+// buffers leave the books (counted as device frees) and are handed to
+// HostFree, which releases their host memory and whose
+// device.ErrInvalidated is expected, at the first call that may call the
+// device; a buffer handed out before the reset is marked stale and
+// released the same way when it is freed, which returns an error wrapping
+// device.ErrInvalidated.
 
 import (
 	"errors"
@@ -45,11 +55,20 @@ type PinnedConfig struct {
 // handed out (after rounding), Reserved the bytes of buffers held, device
 // allocations and frees are HostAlloc and HostFree calls.
 //
+// After a device reset (see Allocator) the pool notices, at its next
+// call, that the device's generation has moved on (device.Generational):
+// its cached buffers leave Reserved and are never handed out again; a
+// buffer handed out before the reset stays in InUse and Reserved until it
+// is freed, which returns an error wrapping device.ErrInvalidated. Trim and
+// Close return nil for buffers the reset unpinned. On a device without a
+// generation the pool cannot notice: make a new one after a reset.
+//
 // A PinnedPool is safe for concurrent use.
 type PinnedPool struct {
 	dev    device.Device
 	host   device.HostAllocator
 	mapped bool
+	gen    device.Generational // the device's reset count; nil when it has none
 
 	mu     sync.Mutex // protects the fields below
 	closed bool
@@ -58,6 +77,8 @@ type PinnedPool struct {
 	segs   *segment              // every buffer held
 	nsegs  int
 	st     Stats
+	devGen uint64     // the device's generation of the buffers in segs, but those marked stale
+	dead   []*segment // cached buffers a device reset unpinned, off the books, for HostFree
 }
 
 // NewPinnedPool returns a PinnedPool on dev with the default configuration.
@@ -77,13 +98,51 @@ func NewPinnedPoolConfig(dev device.Device, cfg PinnedConfig) (*PinnedPool, erro
 		return nil, fmt.Errorf("alloc: new pinned pool: %s device %q cannot allocate pinned host memory: %w",
 			dev.Info().Backend, dev.Info().Name, device.ErrNotSupported)
 	}
-	return &PinnedPool{
+	p := &PinnedPool{
 		dev:    dev,
 		host:   h,
 		mapped: cfg.Mapped,
 		idx:    newFreeIndex(dev, true),
 		live:   make(map[device.Ptr]*block),
-	}, nil
+	}
+	if g, ok := dev.(device.Generational); ok {
+		p.gen, p.devGen = g, g.Generation()
+	}
+	return p, nil
+}
+
+// syncGenLocked notices a device reset: when the device's generation has
+// moved on, every buffer held is from before the reset. Cached ones leave
+// the books (and the free index) for p.dead; those handed out are marked
+// stale, for Free.
+func (p *PinnedPool) syncGenLocked() {
+	if p.gen == nil {
+		return
+	}
+	g := p.gen.Generation()
+	if g == p.devGen {
+		return
+	}
+	p.devGen = g
+	for seg := p.segs; seg != nil; {
+		next := seg.snext
+		if b := seg.first; b.free {
+			p.idx.remove(b)
+			p.idx.putBlock(b)
+			p.unlinkLocked(seg)
+			p.dead = append(p.dead, seg)
+		} else {
+			seg.stale = true
+		}
+		seg = next
+	}
+}
+
+// takeDeadLocked takes the buffers a device reset left for HostFree.
+func (p *PinnedPool) takeDeadLocked() []*segment {
+	dead := p.dead
+	p.dead = nil
+	return dead
 }
 
 // Granularity is the unit buffer sizes are rounded to: 512 bytes.
@@ -111,6 +170,19 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 		p.mu.Unlock()
 		return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed)
 	}
+	p.syncGenLocked()
+	// Buffers a device reset unpinned are released before anything else;
+	// an error doing so is reported only if the allocation fails.
+	var relErr error
+	if dead := p.takeDeadLocked(); dead != nil {
+		p.mu.Unlock()
+		relErr = p.freeBuffers(dead)
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), relErr)
+		}
+	}
 	st := p.idx.streamLocked(s)
 	if b := p.idx.bestFit(size, 0, st); b != nil && reusable(b.size, size) {
 		return p.hitLocked(b, n), nil
@@ -125,10 +197,11 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 			return p.hitLocked(b, n), nil
 		}
 	}
+	p.syncGenLocked() // a fence round above may have released the lock
+	gen := p.devGen   // a Reset from here on leaves the new buffer's side of it unknown
 	p.mu.Unlock()
 
 	buf, err := p.host.HostAlloc(size, p.mapped)
-	var relErr error
 	if err != nil && errors.Is(err, device.ErrOutOfMemory) {
 		// Wait for the streams that freed cached buffers and try the
 		// cache again; then give back every cached buffer and retry once.
@@ -138,17 +211,19 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 			return device.HostBuffer{}, fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed)
 		}
 		p.st.Retries++
+		p.syncGenLocked()
 		st = p.idx.streamLocked(s)
 		open, werr := p.idx.waitLocked(&p.mu, &p.closed, st, nil)
 		if !open {
 			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), werr)
 		}
+		p.syncGenLocked()
 		if b := p.idx.bestFit(size, 0, p.idx.streamLocked(s)); b != nil && reusable(b.size, size) {
 			return p.hitLocked(b, n), nil
 		}
-		rel := p.trimLocked()
+		rel := append(p.trimLocked(), p.takeDeadLocked()...)
 		p.mu.Unlock()
-		relErr = errors.Join(werr, p.freeBuffers(rel))
+		relErr = errors.Join(relErr, werr, p.freeBuffers(rel))
 		buf, err = p.host.HostAlloc(size, p.mapped)
 	}
 	if err != nil {
@@ -172,6 +247,13 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 	if p.closed {
 		p.mu.Unlock()
 		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), p.host.HostFree(buf))
+	}
+	if p.syncGenLocked(); p.devGen != gen {
+		dead := p.takeDeadLocked()
+		p.mu.Unlock()
+		ferr := p.freeBuffers(append(dead, &segment{size: size, host: buf}))
+		return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s on stream %d: the device was reset during the allocation, so the new buffer may be from before the reset and was given back; retry on a stream made since: %w",
+			units.Format(n), s.Handle(), device.ErrInvalidated), ferr)
 	}
 	seg := &segment{base: hostKey(buf.Data), size: size, host: buf}
 	b := p.idx.newBlock()
@@ -205,7 +287,9 @@ func (p *PinnedPool) liveLocked(b *block, hit bool) {
 }
 
 // Free returns buffer b, last used by work on s (or by the host). It is
-// handed out again once s's work up to now has finished.
+// handed out again once s's work up to now has finished. For a buffer from
+// before a device reset it returns an error wrapping
+// device.ErrInvalidated, having taken b back and released it.
 func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
 	if s == nil {
 		return fmt.Errorf("alloc: pinned free: nil stream: %w", device.ErrInvalidValue)
@@ -219,6 +303,7 @@ func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
 		p.mu.Unlock()
 		return fmt.Errorf("alloc: pinned free: %w", ErrClosed)
 	}
+	p.syncGenLocked()
 	blk := p.live[key]
 	if blk == nil || blk.seg.host.DevicePtr != b.DevicePtr {
 		p.mu.Unlock()
@@ -226,6 +311,14 @@ func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
 	}
 	delete(p.live, key)
 	p.st.freeLocked(blk.size)
+	if seg := blk.seg; seg.stale {
+		p.unlinkLocked(seg)
+		p.idx.putBlock(blk)
+		rel := append(p.takeDeadLocked(), seg)
+		p.mu.Unlock()
+		return errors.Join(fmt.Errorf("alloc: pinned free of a %s buffer at %#x: the buffer was allocated before a device reset, which unpinned it: %w",
+			units.Format(uint64(len(b.Data))), uint64(key), device.ErrInvalidated), p.freeBuffers(rel))
+	}
 	st := p.idx.streamLocked(s)
 	p.idx.insertOwned(blk, st)
 	if p.idx.recordWanted(st) {
@@ -271,10 +364,12 @@ func (p *PinnedPool) unlinkLocked(seg *segment) {
 }
 
 // freeBuffers gives buffers back to the device. Called without the lock.
+// A buffer a device reset unpinned counts as given back: HostFree releases
+// its host memory and says so with device.ErrInvalidated.
 func (p *PinnedPool) freeBuffers(segs []*segment) error {
 	var errs []error
 	for _, seg := range segs {
-		if err := p.host.HostFree(seg.host); err != nil {
+		if err := p.host.HostFree(seg.host); err != nil && !lostToReset(err) {
 			errs = append(errs, fmt.Errorf("alloc: pinned pool: free %s buffer: %w", units.Format(seg.size), err))
 		}
 	}
@@ -285,6 +380,9 @@ func (p *PinnedPool) freeBuffers(segs []*segment) error {
 func (p *PinnedPool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.closed {
+		p.syncGenLocked()
+	}
 	return p.st
 }
 
@@ -296,20 +394,23 @@ func (p *PinnedPool) ResetPeaks() {
 }
 
 // Trim frees every cached buffer. The device's HostFree waits for work
-// that may still use one.
+// that may still use one. Buffers a device reset unpinned count as freed,
+// without an error.
 func (p *PinnedPool) Trim() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return fmt.Errorf("alloc: pinned trim: %w", ErrClosed)
 	}
-	rel := p.trimLocked()
+	p.syncGenLocked()
+	rel := append(p.trimLocked(), p.takeDeadLocked()...)
 	p.mu.Unlock()
 	return p.freeBuffers(rel)
 }
 
 // Close frees every buffer, handed out or cached, and the pool's events.
-// Later calls return ErrClosed; a second Close returns nil.
+// Buffers and events a device reset took count as freed, without an
+// error. Later calls return ErrClosed; a second Close returns nil.
 func (p *PinnedPool) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -317,11 +418,13 @@ func (p *PinnedPool) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.syncGenLocked()
 	var segs []*segment
 	for seg := p.segs; seg != nil; seg = seg.snext {
 		segs = append(segs, seg)
 	}
 	p.st.DeviceFrees += uint64(len(segs))
+	segs = append(segs, p.takeDeadLocked()...) // already off the books
 	p.segs, p.nsegs, p.live = nil, 0, nil
 	p.st.InUse, p.st.Reserved = 0, 0
 	var evs []device.Event

@@ -78,6 +78,27 @@ package alloc
 // work, and tells fragmentation (the bytes are cached but not in one
 // piece) from memory that is live.
 //
+// # Device resets
+//
+// A device Reset frees every segment (see the reset contract at
+// Allocator). The pool reads the device's generation (device.Generational)
+// under its lock in every Alloc, Free, Stats, Trim and Close, which costs
+// the hit pair two atomic loads behind an interface call (about 4 ns on
+// the simulator); when it has moved on, every segment is from before the
+// reset.
+// Their free blocks leave the free index at once, so nothing of them is
+// handed out again, and a segment with no live block leaves the books
+// (counted as a device free, without a device call: its memory is gone).
+// A segment with live blocks becomes stale, kept aside with a count of
+// them: freeing one takes it back and returns an error wrapping
+// device.ErrInvalidated, and the last takes the segment off the books.
+// The pool's events from before the reset leave at their next use
+// (streamorder.go). A device free that fails with device.ErrInvalidated
+// (a device without a generation, or a reset racing the call) counts as
+// done. A growth that a Reset overtakes cannot tell which side of it the
+// new segment came from: the pool gives it back and the Alloc fails with
+// an error wrapping device.ErrInvalidated.
+//
 // # Locking
 //
 // One mutex protects everything. The pool never calls the device while
@@ -191,6 +212,15 @@ const (
 // on a stream other than the one named at Free without ordering the two
 // streams, is undefined, as Allocator's contract says.
 //
+// After a device reset (see Allocator) the pool notices, at its next
+// call, that the device's generation has moved on (device.Generational):
+// its cached memory leaves Reserved and is never handed out again; a
+// block still live from before the reset stays in InUse and Reserved
+// until it is freed, which returns an error wrapping
+// device.ErrInvalidated. Trim and Close return nil for memory the reset
+// took. On a device without a generation the pool cannot notice: make a
+// new one after a reset.
+//
 // A Pool is safe for concurrent use.
 type Pool struct {
 	dev    device.Device
@@ -198,13 +228,16 @@ type Pool struct {
 	maxReq uint64 // largest request whose rounding to gran does not overflow
 	cfg    PoolConfig
 	chk    device.SubAllocationChecker // non-nil when cfg.CheckBlocks and dev has one
+	gen    device.Generational         // the device's reset count; nil when it has none
 
 	mu        sync.Mutex // protects the fields below
 	closed    bool
 	idx       freeIndex
 	live      map[device.Ptr]*block
-	segs      *segment // every segment
+	segs      *segment // every segment of the device's current generation
 	nsegs     int
+	stale     *segment   // segments from before a device reset that have live blocks
+	devGen    uint64     // the device's generation that segs belong to
 	wholly    []*segment // segments that are one free block, unordered
 	st        Stats
 	highWater uint64             // most bytes ever reserved (not reset by ResetPeaks)
@@ -231,6 +264,9 @@ func NewPool(dev device.Device, cfg PoolConfig) (*Pool, error) {
 	}
 	if c.CheckBlocks {
 		p.chk, _ = dev.(device.SubAllocationChecker)
+	}
+	if g, ok := dev.(device.Generational); ok {
+		p.gen, p.devGen = g, g.Generation()
 	}
 	return p, nil
 }
@@ -285,6 +321,7 @@ func (p *Pool) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) 
 		p.mu.Unlock()
 		return 0, fmt.Errorf("alloc: pool alloc of %s: %w", units.Format(n), ErrClosed)
 	}
+	p.syncGenLocked()
 	st := p.idx.streamLocked(s)
 	if b := p.idx.bestFit(size, c, st); b != nil {
 		ptr := p.takeLocked(b, size, true)
@@ -386,6 +423,7 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 		p.mu.Unlock()
 		return fmt.Errorf("alloc: pool free of %v: %w", ptr, ErrClosed)
 	}
+	p.syncGenLocked()
 	b := p.live[ptr]
 	if b == nil {
 		p.mu.Unlock()
@@ -393,6 +431,12 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 	}
 	delete(p.live, ptr)
 	p.st.freeLocked(b.size)
+	if b.seg.stale {
+		p.freeStaleLocked(b)
+		p.mu.Unlock()
+		return fmt.Errorf("alloc: pool free of %v: the block was allocated before a device reset, which freed it: %w",
+			ptr, device.ErrInvalidated)
+	}
 	st := p.idx.streamLocked(s)
 	// Free neighbours alternate between sets (two of one set would have
 	// merged), so absorbing a shared neighbour can bring one of st's
@@ -417,6 +461,76 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+// syncGenLocked notices a device reset: when the device's generation has
+// moved on, every segment is from before the reset and its memory is
+// gone. Its free blocks leave the free index; a segment with no live
+// block leaves the books, counted as a device free; one with live blocks
+// goes to the stale list until they are freed (freeStaleLocked). The
+// growth policy starts afresh, as on a new device.
+func (p *Pool) syncGenLocked() {
+	if p.gen == nil {
+		return
+	}
+	g := p.gen.Generation()
+	if g == p.devGen {
+		return
+	}
+	p.devGen = g
+	for seg := p.segs; seg != nil; {
+		next := seg.snext
+		p.unmarkWhollyLocked(seg)
+		live := 0
+		for b := seg.first; b != nil; {
+			nx := b.next
+			if b.free {
+				p.idx.remove(b)
+				p.idx.putBlock(b)
+			} else {
+				b.prev, b.next = nil, nil
+				live++
+			}
+			b = nx
+		}
+		seg.first = nil
+		if live == 0 {
+			seg.sprev, seg.snext = nil, nil
+			p.st.deviceFreeLocked(seg.size)
+		} else {
+			seg.stale, seg.nlive = true, live
+			seg.sprev, seg.snext = nil, p.stale
+			if p.stale != nil {
+				p.stale.sprev = seg
+			}
+			p.stale = seg
+		}
+		seg = next
+	}
+	p.segs, p.nsegs = nil, 0
+	p.classRes = [numClasses]uint64{}
+}
+
+// freeStaleLocked takes back live block b of a stale segment, already out
+// of the live table and InUse; the segment leaves the books with its last
+// live block.
+func (p *Pool) freeStaleLocked(b *block) {
+	seg := b.seg
+	p.idx.putBlock(b)
+	seg.nlive--
+	if seg.nlive > 0 {
+		return
+	}
+	if seg.sprev != nil {
+		seg.sprev.snext = seg.snext
+	} else {
+		p.stale = seg.snext
+	}
+	if seg.snext != nil {
+		seg.snext.sprev = seg.sprev
+	}
+	seg.sprev, seg.snext = nil, nil
+	p.st.deviceFreeLocked(seg.size)
 }
 
 // joinSharedLocked merges b, just moved to the shared set, with its shared
@@ -600,11 +714,11 @@ func (p *Pool) trimLocked() []*segment {
 }
 
 // freeSegments gives detached segments back to the device. Called without
-// the lock.
+// the lock. A segment a device reset has freed counts as given back.
 func (p *Pool) freeSegments(segs []*segment) error {
 	var errs []error
 	for _, seg := range segs {
-		if err := p.dev.Free(seg.base); err != nil {
+		if err := p.dev.Free(seg.base); err != nil && !lostToReset(err) {
 			errs = append(errs, fmt.Errorf("alloc: pool: free segment %v (%s): %w", seg.base, units.Format(seg.size), err))
 		}
 	}
@@ -648,9 +762,11 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 		}
 	}
 
+	p.syncGenLocked() // the fence rounds above released the lock
 	exact := roundUp(size, p.gran)
 	g := growth()
 	rel := p.releaseForGrowthLocked(g)
+	gen := p.devGen // a Reset from here on leaves the new segment's side of it unknown
 	p.mu.Unlock()
 	// A segment the device fails to free is gone from the books either
 	// way; that only happens to a lost device (a reset, a dead context),
@@ -676,12 +792,14 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 			return 0, errors.Join(closedErr(), relErr)
 		}
 		p.st.Retries++
+		p.syncGenLocked()
 		st = p.idx.streamLocked(s)
 		open, werr := p.idx.waitLocked(&p.mu, &p.closed, st, p.joinSharedLocked)
 		if !open {
 			return 0, errors.Join(closedErr(), relErr, werr)
 		}
 		waitErr = werr
+		p.syncGenLocked()
 		st = p.idx.streamLocked(s)
 		if b := p.idx.bestFit(size, c, st); b != nil {
 			ptr := p.takeLocked(b, size, true)
@@ -701,6 +819,15 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 	if p.closed {
 		p.mu.Unlock()
 		return 0, errors.Join(fmt.Errorf("alloc: pool alloc of %s: %w", units.Format(n), ErrClosed), p.dev.Free(base))
+	}
+	if p.syncGenLocked(); p.devGen != gen {
+		p.mu.Unlock()
+		ferr := p.dev.Free(base)
+		if lostToReset(ferr) {
+			ferr = nil
+		}
+		return 0, errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d: the device was reset while the pool grew, so the new %s segment may be from before the reset and was given back; retry on a stream made since: %w",
+			units.Format(n), s.Handle(), units.Format(g), device.ErrInvalidated), ferr)
 	}
 	seg := &segment{base: base, size: g, class: c}
 	b := p.idx.newBlock()
@@ -767,6 +894,9 @@ func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr, waitErr
 // the lock.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
+	if !p.closed {
+		p.syncGenLocked()
+	}
 	s := p.st
 	p.mu.Unlock()
 	return s
@@ -781,21 +911,24 @@ func (p *Pool) ResetPeaks() {
 
 // Trim gives every wholly free segment back to the device. Blocks still
 // waiting for another stream's event are freed too: the device's Free waits
-// for work that may use the memory.
+// for work that may use the memory. Segments a device reset took count as
+// given back, without an error.
 func (p *Pool) Trim() error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return fmt.Errorf("alloc: pool trim: %w", ErrClosed)
 	}
+	p.syncGenLocked()
 	rel := p.trimLocked()
 	p.mu.Unlock()
 	return p.freeSegments(rel)
 }
 
 // Close gives every segment back to the device, live blocks included, and
-// releases the pool's events. Later calls return ErrClosed; a second
-// Close returns nil.
+// releases the pool's events. Segments and events a device reset took
+// count as given back, without an error. Later calls return ErrClosed; a
+// second Close returns nil.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -803,12 +936,17 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.syncGenLocked()
 	var segs []*segment
 	for seg := p.segs; seg != nil; seg = seg.snext {
 		segs = append(segs, seg)
 	}
-	p.segs, p.nsegs, p.wholly = nil, 0, nil
-	p.st.DeviceFrees += uint64(len(segs))
+	nstale := 0
+	for seg := p.stale; seg != nil; seg = seg.snext {
+		nstale++ // gone with a device reset: nothing to free
+	}
+	p.segs, p.nsegs, p.wholly, p.stale = nil, 0, nil, nil
+	p.st.DeviceFrees += uint64(len(segs) + nstale)
 	p.st.Reserved, p.st.InUse = 0, 0
 	p.classRes = [numClasses]uint64{}
 	p.live = nil
@@ -820,11 +958,12 @@ func (p *Pool) Close() error {
 	return errors.Join(p.freeSegments(segs), closeEvents(evs))
 }
 
-// closeEvents closes events the pool no longer needs.
+// closeEvents closes events the pool no longer needs; one a device reset
+// destroyed counts as closed.
 func closeEvents(evs []device.Event) error {
 	var errs []error
 	for _, ev := range evs {
-		if err := ev.Close(); err != nil {
+		if err := ev.Close(); err != nil && !lostToReset(err) {
 			errs = append(errs, fmt.Errorf("alloc: close event: %w", err))
 		}
 	}

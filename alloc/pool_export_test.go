@@ -59,6 +59,9 @@ func (p *Pool) CheckInvariants() error {
 		if seg.snext != nil && seg.snext.sprev != seg {
 			bad("segment %v: broken list link", seg.base)
 		}
+		if seg.stale {
+			bad("segment %v: stale but on the segment list", seg.base)
+		}
 		if seg.first == nil || seg.first.prev != nil {
 			bad("segment %v: bad first block", seg.base)
 			continue
@@ -110,6 +113,33 @@ func (p *Pool) CheckInvariants() error {
 		if seg.wi > 0 && (seg.wi > len(p.wholly) || p.wholly[seg.wi-1] != seg) {
 			bad("segment %v: wrong index in the wholly free list", seg.base)
 		}
+	}
+	// Segments from before a device reset with live blocks: off the
+	// segment list, each counting its live blocks.
+	staleLive := map[*segment]int{}
+	for ptr, b := range p.live {
+		if b.seg.stale {
+			staleLive[b.seg]++
+			nlive++
+			inUse += b.size
+			if b.free || b.prev != nil || b.next != nil || b.addr != ptr {
+				bad("block %v of a stale segment: free %v, linked %v", b.addr, b.free, b.prev != nil || b.next != nil)
+			}
+		}
+	}
+	nstale := 0
+	for seg := p.stale; seg != nil; seg = seg.snext {
+		nstale++
+		reserved += seg.size
+		if !seg.stale || seg.nlive <= 0 || staleLive[seg] != seg.nlive || seg.first != nil || seg.wi != 0 {
+			bad("stale segment %v: stale %v, %d live blocks counted, %d found", seg.base, seg.stale, seg.nlive, staleLive[seg])
+		}
+		if seg.snext != nil && seg.snext.sprev != seg {
+			bad("stale segment %v: broken list link", seg.base)
+		}
+	}
+	if nstale != len(staleLive) {
+		bad("%d stale segments listed, %d hold live blocks", nstale, len(staleLive))
 	}
 	if nsegs != p.nsegs || nwholly != len(p.wholly) {
 		bad("segments %d (books %d), wholly free %d (list %d)", nsegs, p.nsegs, nwholly, len(p.wholly))

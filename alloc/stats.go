@@ -23,7 +23,7 @@ type counters struct {
 	reserved     atomic.Uint64 // bytes held from the device
 	peakReserved atomic.Uint64 // most bytes held since the last resetPeaks
 	allocs       atomic.Uint64 // successful Allocs
-	frees        atomic.Uint64 // successful Frees
+	frees        atomic.Uint64 // Frees that took a pointer back (one lost to a device reset included)
 	cacheHits    atomic.Uint64 // Allocs served without a device allocation
 	deviceAllocs atomic.Uint64 // device allocations made
 	deviceFrees  atomic.Uint64 // device frees made
@@ -51,7 +51,7 @@ func (c *counters) onAlloc(n uint64, cacheHit bool) {
 	}
 }
 
-// onFree counts a successful free of n bytes (the same n onAlloc saw).
+// onFree counts a free that took back n bytes (the same n onAlloc saw).
 func (c *counters) onFree(n uint64) {
 	c.inUse.Add(^(n - 1))
 	c.frees.Add(1)

@@ -95,6 +95,20 @@ package alloc
 // S (demoting the shared part is always safe). Neighbours owned by other
 // streams are left alone until they are promoted.
 //
+// # Device resets
+//
+// A device Reset destroys every stream and event made before it, with the
+// work queued on them (CUDA finishes the work first; the simulator drops
+// it): nothing that work did can still touch a block. So an event that
+// fails with device.ErrInvalidated counts as complete, and is dropped
+// (closed, the error ignored) rather than recycled; an event that cannot
+// be recorded for that reason is replaced by a new one, once, and if the
+// new one fails the same way the stream is from before the reset and
+// counts as closed: its work is all gone. Events from before a reset thus
+// leave the index at their next use, and never keep a stream's blocks
+// from being promoted. (The pools drop the blocks of memory from before a
+// reset themselves; see Pool and PinnedPool.)
+//
 // All methods except runFences and runRecord must be called with the
 // owning pool's lock held (they end in Locked where that is not obvious
 // from context). A stream's busy flag says that one goroutine is doing
@@ -146,6 +160,11 @@ type segment struct {
 	// sprev, snext link every segment of the pool.
 	sprev, snext *segment
 	host         device.HostBuffer // PinnedPool only
+	// stale: the segment is from before a device reset and still has
+	// live blocks (nlive of them), out of the free index and the pool's
+	// list of segments; it leaves the books when the last is freed.
+	stale bool
+	nlive int
 }
 
 // treap is an intrusive treap of free blocks keyed by (size, addr).
@@ -542,20 +561,49 @@ func (x *freeIndex) recordAtFreeLocked(mu *sync.Mutex, closed *bool, st *streamS
 // runRecord does a free's device work: make the event if needed and
 // record it. Called without the pool's lock; r belongs to the caller.
 func (x *freeIndex) runRecord(r *freeRecord) {
-	if r.ev == nil {
-		ev, err := x.dev.NewEvent()
-		if err != nil {
-			return
+	var err error
+	r.ev, r.closed, err = x.record(r.ev, r.s)
+	r.ok = err == nil
+}
+
+// record records ev (or, when ev is nil, a new event) on s and returns the
+// event to keep (nil when none could be made) and the error. closed
+// reports that s's work is all done: s is closed (closing a stream waits
+// for its work), or it is from before a device reset (which took its
+// work). An event from before a reset is closed and replaced, once (see
+// "Device resets" above). Called without the pool's lock.
+func (x *freeIndex) record(ev device.Event, s device.Stream) (kept device.Event, closed bool, err error) {
+	for try := 0; ; try++ {
+		if ev == nil {
+			if ev, err = x.dev.NewEvent(); err != nil {
+				return nil, false, err
+			}
 		}
-		r.ev = ev
+		err = ev.Record(s)
+		switch {
+		case err == nil:
+			return ev, false, nil
+		case errors.Is(err, device.ErrClosed):
+			return ev, true, err
+		case lostToReset(err) && try == 0:
+			_ = ev.Close() // gone with the reset, or replaced: either way not kept
+			ev = nil
+		case lostToReset(err):
+			return ev, true, err
+		default:
+			return ev, false, err
+		}
 	}
-	if err := r.ev.Record(r.s); err != nil {
-		// Closing a stream waits for its work, so everything freed on
-		// it is safe now.
-		r.closed = errors.Is(err, device.ErrClosed)
-		return
+}
+
+// settled reports whether a Query or Synchronize of an event ended with
+// its work done: it returned done, or the event went with a device reset
+// (lost), whose work can no longer touch any block.
+func settled(done bool, err error) (ok, lost bool) {
+	if lostToReset(err) {
+		return true, true
 	}
-	r.ok = true
+	return done && err == nil, false
 }
 
 // fenceWork is the device work for one stream in a fence round: query the
@@ -567,10 +615,12 @@ type fenceWork struct {
 	evSeq uint64
 	evOK  bool // ev completed
 
+	evLost  bool         // ev went with a device reset (counted complete, not kept)
 	newEv   device.Event // event to record (nil: make one)
 	newSeq  uint64       // seq the new event covers; 0: record none
 	newDone bool         // the new event completed
 	newOK   bool         // the new event was recorded
+	newLost bool         // newEv went with a device reset after its record
 	closed  bool         // the stream is closed: its work is all done
 	idle    bool         // no event could be made, but the stream was idle (or, waiting, has been synchronized)
 	wait    bool         // block until the events complete (out of memory)
@@ -709,12 +759,14 @@ func (x *freeIndex) runFences() {
 		if w.ev != nil {
 			if w.wait && w.newSeq == 0 {
 				// The event in flight covers every free: wait for it.
-				w.err = w.ev.Synchronize()
-				w.evOK = w.err == nil
+				err := w.ev.Synchronize()
+				if w.evOK, w.evLost = settled(true, err); !w.evOK {
+					w.err = err
+				}
 				continue
 			}
 			done, err := w.ev.Query()
-			w.evOK = done && err == nil
+			w.evOK, w.evLost = settled(done, err)
 			if !w.evOK && !w.wait {
 				// Still running: keep at most one event in flight
 				// (a newer one could not complete first anyway).
@@ -726,42 +778,45 @@ func (x *freeIndex) runFences() {
 		if w.newSeq == 0 {
 			continue
 		}
-		if w.newEv == nil {
-			ev, err := x.dev.NewEvent()
-			if err != nil {
-				// No event to be had: an idle stream has finished
-				// everything enqueued on it, the frees' work included.
-				if w.wait {
-					w.err = w.s.Synchronize()
-					w.idle = w.err == nil
-				} else {
-					done, err := w.s.Query()
-					w.idle = done && err == nil
+		ev, closed, err := x.record(w.newEv, w.s)
+		w.newEv = ev
+		switch {
+		case closed:
+			// Its work is all done (closed, or gone with a device
+			// reset), so everything freed on it is safe now.
+			w.closed = true
+			continue
+		case ev == nil:
+			// No event to be had: an idle stream has finished
+			// everything enqueued on it, the frees' work included.
+			if w.wait {
+				serr := w.s.Synchronize()
+				if w.idle, _ = settled(true, serr); !w.idle {
+					w.err = serr
 				}
-				continue
+			} else {
+				done, qerr := w.s.Query()
+				w.idle, _ = settled(done, qerr)
 			}
-			w.newEv = ev
-		}
-		if err := w.newEv.Record(w.s); err != nil {
-			if errors.Is(err, device.ErrClosed) {
-				// Closing a stream waits for its work, so
-				// everything freed on it is safe now.
-				w.closed = true
-			} else if w.wait {
+			continue
+		case err != nil:
+			if w.wait {
 				w.err = err
 			}
 			continue
 		}
 		w.newOK = true
 		if w.wait {
-			w.err = w.newEv.Synchronize()
-			w.newDone = w.err == nil
+			serr := w.newEv.Synchronize()
+			if w.newDone, w.newLost = settled(true, serr); !w.newDone {
+				w.err = serr
+			}
 			// Work on a stream finishes in order: the older event too.
 			w.evOK = w.evOK || (w.ev != nil && w.newDone)
 			continue
 		}
-		done, err := w.newEv.Query()
-		w.newDone = done && err == nil
+		done, qerr := w.newEv.Query()
+		w.newDone, w.newLost = settled(done, qerr)
 	}
 }
 
@@ -786,7 +841,9 @@ func (x *freeIndex) finishFencesLocked(join func(*block)) error {
 				st.fenced = w.evSeq
 			}
 			st.ev = nil
-			x.spareEv = append(x.spareEv, w.ev)
+			if !w.evLost {
+				x.spareEv = append(x.spareEv, w.ev)
+			}
 		}
 		switch {
 		case w.closed || w.idle:
@@ -799,7 +856,9 @@ func (x *freeIndex) finishFencesLocked(join func(*block)) error {
 			if w.newSeq > st.fenced {
 				st.fenced = w.newSeq
 			}
-			x.spareEv = append(x.spareEv, w.newEv)
+			if !w.newLost {
+				x.spareEv = append(x.spareEv, w.newEv)
+			}
 		case w.newOK:
 			st.recorded = w.newSeq
 			st.ev, st.evSeq = w.newEv, w.newSeq

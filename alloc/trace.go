@@ -39,7 +39,8 @@ const (
 )
 
 // Trace is an adaptor that logs every Alloc (successful or failed) and
-// every successful Free as RMM logging CSV. Time is in seconds since
+// every Free that takes a pointer back (a successful one, or one of a
+// pointer lost to a device reset) as RMM logging CSV. Time is in seconds since
 // NewTrace; Thread is the calling goroutine's id; Stream is the stream's
 // Handle; a failed allocation is logged as "allocate failure" with
 // pointer 0x0. A Free of a pointer that did not come through the Trace is
@@ -129,7 +130,9 @@ func (t *Trace) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error)
 
 // Free logs the free and returns p to the upstream. If the upstream
 // refuses, p is logged as allocated again, so the log still matches what
-// is live.
+// is live, unless the error wraps device.ErrInvalidated: then p went with
+// a device reset and the upstream has taken it back (see Allocator), so
+// the free stands.
 func (t *Trace) Free(p device.Ptr, s device.Stream) error {
 	thread := goroutineID()
 	t.mu.Lock()
@@ -146,6 +149,9 @@ func (t *Trace) Free(p device.Ptr, s device.Stream) error {
 	t.logLocked(thread, ActionFree, p, n, s)
 	t.mu.Unlock()
 	if err := t.up.Free(p, s); err != nil {
+		if lostToReset(err) {
+			return err
+		}
 		t.mu.Lock()
 		if !t.closed {
 			t.live[p] = n

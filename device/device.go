@@ -257,3 +257,15 @@ type SubAllocationChecker interface {
 	// MarkFreed ends the live sub-allocation that starts at p.
 	MarkFreed(p Ptr) error
 }
+
+// Generational is a device that numbers its resets, so that code holding
+// device memory across calls (an allocator's cache) can tell, without a
+// driver call, that a Reset has destroyed it. Found by type assertion.
+type Generational interface {
+	// Generation changes at every Reset and at no other time (on CUDA,
+	// at every reset of the primary context, by any Device of the
+	// process on the same GPU). Memory, streams and events made while it
+	// had an earlier value are invalid. It is an atomic load, cheap
+	// enough for an allocator's hit path, and safe for concurrent use.
+	Generation() uint64
+}

@@ -45,6 +45,15 @@ type Factory func(t *testing.T, dev device.Device) alloc.Allocator
 //     with alloc.ErrClosed.
 //   - Concurrent: goroutines on their own streams allocating and freeing
 //     at once (run it under -race).
+//   - AfterReset: the device reset contract of alloc.Allocator. Across a
+//     device Reset with blocks live and cached, allocations after the
+//     reset are new memory the reset device accepts (copies to it
+//     succeed); Free of a pointer from before it returns an error wrapping
+//     device.ErrInvalidated and takes the pointer back; the counters
+//     then count only memory from after the reset, Trim gives it all
+//     back, and Close after another reset returns nil with InUse and
+//     Reserved at zero. The devices here keep contents (copies), and the
+//     suite resets them twice.
 func Run(t *testing.T, newAlloc Factory) {
 	t.Helper()
 	run(t, simTarget, newAlloc)
@@ -61,8 +70,10 @@ func Run(t *testing.T, newAlloc Factory) {
 // device in blocks of a 64th of it (at least 4 MiB), so it takes all of
 // the device's free memory for a moment; Streams' busy-stream check skips,
 // saying why, on a device that cannot hold a stream busy (an address-only
-// one, or a driver that does not really run kernels). The other subtests
-// need about 1 GiB free. Byte counts come from the device's MemInfo, so
+// one, or a driver that does not really run kernels). AfterReset resets
+// the device twice (on CUDA the primary context, which every Device of
+// the process on that GPU shares). The other subtests need about 1 GiB
+// free. Byte counts come from the device's MemInfo, so
 // nothing else may allocate on the device while the suite runs. Before
 // each subtest measures the device's free memory, a device that is not
 // the simulator is warmed up (a stream made and closed, a small
@@ -86,6 +97,7 @@ func run(t *testing.T, tg target, newAlloc Factory) {
 		"Trim":           testTrim,
 		"Close":          testClose,
 		"Concurrent":     testConcurrent,
+		"AfterReset":     testAfterReset,
 	}
 	for name, test := range tests {
 		t.Run(name, func(t *testing.T) { test(t, tg, newAlloc) })

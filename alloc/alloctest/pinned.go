@@ -38,9 +38,15 @@ type PinnedFactory func(t *testing.T, dev device.Device) PinnedAllocator
 // fails with device.ErrOutOfMemory, counted and changing nothing else,
 // and the pool recovers after filling the limit (OutOfMemory); a buffer
 // freed on a stream held busy, with its last use queued there, is not
-// handed out again on any stream before that use has run (Streams); and
+// handed out again on any stream before that use has run (Streams);
 // Close gives every buffer back and later calls fail with alloc.ErrClosed
-// (Close). (PinnedPool's own tests cover refused frees and concurrency.)
+// (Close); and across a device Reset (the reset contract of
+// alloc.Allocator), buffers allocated after it are newly pinned, never
+// cached ones from before it, Free of a buffer from before it returns an
+// error wrapping device.ErrInvalidated and takes it back, Trim then gives
+// everything back, and Close after another reset returns nil with nothing
+// left pinned (AfterReset). (PinnedPool's own tests cover refused frees
+// and concurrency.)
 func RunPinned(t *testing.T, newPool PinnedFactory) {
 	t.Helper()
 	const limit = 16 * units.MiB
@@ -178,6 +184,79 @@ func RunPinned(t *testing.T, newPool PinnedFactory) {
 				t.Errorf("Free after Close: err = %v, want alloc.ErrClosed", err)
 			}
 		},
+	}
+	tests["AfterReset"] = func(t *testing.T) {
+		d, p, olds := setup(t)
+		live := map[*byte]device.HostBuffer{}
+		sizes := []uint64{4096, 100000, units.MiB}
+		var before []device.HostBuffer // live across the reset
+		for i, n := range sizes {
+			s := olds[i%3]
+			before = append(before, use(t, p, live, n, byte(i+1), s))
+			free(t, p, live, use(t, p, live, n, 0x77, s), s) // cached
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Reset(); err != nil {
+			t.Fatalf("Reset: %v", err)
+		}
+		news := []device.Stream{d.DefaultStream(), newStream(t, d)}
+		for i, n := range sizes {
+			pinned := d.Leaks().HostBytes
+			use(t, p, live, n, byte(0x10+i), news[i%2])
+			if now := d.Leaks().HostBytes; now < pinned+n {
+				t.Fatalf("Alloc(%s) after the reset: the device pins %d bytes, %d before it: the buffer was not pinned anew (a cached one from before the reset?)",
+					units.Format(n), now, pinned)
+			}
+		}
+		for i, b := range before {
+			delete(live, &b.Data[0])
+			s := news[i%2]
+			if i == 0 {
+				s = olds[1] // a stream from before the reset will do too
+			}
+			st0 := p.Stats()
+			if err := p.Free(b, s); !errors.Is(err, device.ErrInvalidated) {
+				t.Errorf("Free of a %s buffer from before the reset: err = %v; want one wrapping device.ErrInvalidated", units.Format(uint64(len(b.Data))), err)
+			}
+			if st := p.Stats(); st.Frees != st0.Frees+1 || st.InUse >= st0.InUse {
+				t.Errorf("Free of a buffer from before the reset did not take it back: %+v → %+v", st0, st)
+			}
+			if err := p.Free(b, s); !errors.Is(err, alloc.ErrUnknownPointer) {
+				t.Errorf("second Free of a buffer from before the reset: err = %v; want alloc.ErrUnknownPointer", err)
+			}
+		}
+		check(t, d, p, live) // Reserved within what the device pins now
+		for _, b := range live {
+			free(t, p, live, b, news[0])
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Trim(); err != nil {
+			t.Errorf("Trim after a reset: %v", err)
+		}
+		if st := check(t, d, p, live); st.InUse != 0 || st.Reserved != 0 || d.Leaks().HostBuffers != 0 {
+			t.Errorf("after freeing everything and Trim: stats %+v, %d buffers pinned", st, d.Leaks().HostBuffers)
+		}
+		use(t, p, live, 4096, 1, news[0])
+		free(t, p, live, use(t, p, live, 100000, 2, news[1]), news[1])
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Reset(); err != nil {
+			t.Fatalf("second Reset: %v", err)
+		}
+		if err := p.Close(); err != nil {
+			t.Errorf("Close after a reset: %v; want nil", err)
+		}
+		if st := p.Stats(); st.InUse != 0 || st.Reserved != 0 {
+			t.Errorf("after a reset and Close: stats %+v; want nothing in use or reserved", st)
+		}
+		if lr := d.Leaks(); lr.HostBuffers != 0 || lr.Events != 0 {
+			t.Errorf("after a reset and Close the device still has %d pinned buffers and %d events", lr.HostBuffers, lr.Events)
+		}
 	}
 	for name, test := range tests {
 		t.Run(name, test)

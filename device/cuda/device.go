@@ -109,6 +109,7 @@ var (
 	_ device.HostAllocator  = (*Device)(nil)
 	_ device.ModuleLoader   = (*Device)(nil)
 	_ device.StridedCopier  = (*Device)(nil)
+	_ device.Generational   = (*Device)(nil)
 )
 
 // parseOrdinal reads the part of a spec after "cuda:".
@@ -627,6 +628,11 @@ func (d *Device) Reset() error {
 	d.mu.Unlock()
 	return nil
 }
+
+// Generation is the primary context's generation (device.Generational):
+// it moves on at every Reset by any Device on the same GPU in this
+// process.
+func (d *Device) Generation() uint64 { return d.p.gen.Load() }
 
 // Close releases everything the Device made that is still held — device
 // memory, pinned host buffers (their Data must not be used afterwards),

@@ -59,6 +59,7 @@ var (
 	_ device.StridedCopier  = (*Device)(nil)
 
 	_ device.SubAllocationChecker = (*Device)(nil)
+	_ device.Generational         = (*Device)(nil)
 )
 
 // ghostCap bounds how many freed allocations are remembered for use after
@@ -815,6 +816,10 @@ func (d *Device) Reset() error {
 	d.mu.Unlock()
 	return nil
 }
+
+// Generation counts the device's Resets (device.Generational): 0 until
+// the first.
+func (d *Device) Generation() uint64 { return d.gen.Load() }
 
 func (d *Device) oldHostAdd(k *byte) {
 	if d.oldHost == nil {

@@ -1,0 +1,438 @@
+package alloc_test
+
+// Device resets, allocator by allocator: what the conformance suite's
+// AfterReset rule cannot see from outside (a Pool's books between the
+// reset and the last free, its events, an allocation the reset overtakes,
+// the pinned pool's HostFree of what the reset unpinned, the adaptors'
+// own tables).
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// TestPoolBooksAcrossReset: at the first call after a reset the pool's
+// cached segments leave Reserved (counted as device frees); a segment
+// with live blocks stays until the last of them is freed, each free
+// returning ErrInvalidated; the books check out at every step, and no
+// segment from before the reset is listed.
+func TestPoolBooksAcrossReset(t *testing.T) {
+	dev := openSimT(t, addressOnlySim(256*units.MiB))
+	p := newPoolOn(t, dev)
+	s := dev.DefaultStream()
+	a := mustAlloc(t, p, 4096, s)         // small segment, stays live
+	b := mustAlloc(t, p, 4096, s)         // same small segment, cached
+	c := mustAlloc(t, p, 12*units.MiB, s) // a segment of its own, stays live
+	d := mustAlloc(t, p, 2*units.MiB, s)  // a shared medium segment, cached
+	for _, q := range []device.Ptr{b, d} {
+		if err := p.Free(q, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segs := p.Segments()
+	size := map[device.Ptr]uint64{}
+	for _, sg := range segs {
+		for _, q := range []device.Ptr{a, c, d} {
+			if uint64(q) >= sg.Base && uint64(q) < sg.Base+sg.Size {
+				size[q] = sg.Size
+			}
+		}
+	}
+	if len(segs) != 3 || len(size) != 3 {
+		t.Fatalf("before the reset: segments %+v", segs)
+	}
+	st0 := p.Stats()
+	if err := dev.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	s = dev.DefaultStream()
+
+	steps := []struct {
+		name     string
+		free     device.Ptr // 0: just Stats
+		reserved uint64
+		inUse    uint64
+	}{
+		{"noticed at Stats", 0, size[a] + size[c], st0.InUse},
+		{"small block freed", a, size[c], st0.InUse - 4096},
+		{"large block freed", c, 0, 0},
+	}
+	for i, step := range steps {
+		if step.free != 0 {
+			if err := p.Free(step.free, s); !errors.Is(err, device.ErrInvalidated) {
+				t.Errorf("%s: Free = %v; want ErrInvalidated", step.name, err)
+			}
+		}
+		st := p.Stats()
+		if st.Reserved != step.reserved || st.InUse != step.inUse {
+			t.Errorf("%s: Reserved %d, InUse %d; want %d, %d", step.name, st.Reserved, st.InUse, step.reserved, step.inUse)
+		}
+		if want := st0.DeviceFrees + uint64(i) + 1; st.DeviceFrees != want {
+			t.Errorf("%s: DeviceFrees %d; want %d", step.name, st.DeviceFrees, want)
+		}
+		if len(p.Segments()) != 0 {
+			t.Errorf("%s: segments from before the reset listed: %+v", step.name, p.Segments())
+		}
+		if err := p.CheckInvariants(); err != nil {
+			t.Errorf("%s: %v", step.name, err)
+		}
+	}
+	q := mustAlloc(t, p, 4096, s)
+	if st := p.Stats(); st.InUse != 4096 || st.Reserved == 0 || st.CacheHits != st0.CacheHits {
+		t.Errorf("first Alloc after the reset: %+v (a cache hit from before it?)", st)
+	}
+	if err := p.Free(q, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPoolStreamsAcrossReset: an event of the pool's from before a reset
+// (in flight on the default stream, whose handle outlives the reset, or
+// kept for recycling) neither lets a block freed on a stream still busy
+// after the reset go to another stream early, nor keeps it from going
+// there once the stream has finished; and the events that replaced it are
+// closed with the pool.
+func TestPoolStreamsAcrossReset(t *testing.T) {
+	tests := map[string]func(t *testing.T, dev *sim.Device, p *alloc.Pool){
+		// The default stream's first free records an event at the free,
+		// left in flight.
+		"event in flight": func(t *testing.T, dev *sim.Device, p *alloc.Pool) {
+			s := dev.DefaultStream()
+			if err := p.Free(mustAlloc(t, p, units.MiB, s), s); err != nil {
+				t.Fatal(err)
+			}
+		},
+		// A miss on another stream finds that event complete and keeps
+		// it as a spare, for the default stream's next free to take (no
+		// free follows to take it before the reset).
+		"spare event": func(t *testing.T, dev *sim.Device, p *alloc.Pool) {
+			s := dev.DefaultStream()
+			if err := p.Free(mustAlloc(t, p, units.MiB, s), s); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			mustAlloc(t, p, 2*units.MiB, newStreamT(t, dev))
+		},
+	}
+	for name, before := range tests {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, sim.Config{TotalBytes: 256 * units.MiB}) // backed: runs the kernel that holds a stream
+			p := newPoolOn(t, dev)
+			before(t, dev, p)
+			if err := dev.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			s, other := dev.DefaultStream(), newStreamT(t, dev)
+
+			// 12 MiB blocks get segments of their own, so that only the
+			// block freed can serve the next request from the cache.
+			const n = 12 * units.MiB
+			release := busy(t, dev, s)
+			q := mustAlloc(t, p, n, s)
+			if err := p.Free(q, s); err != nil {
+				t.Fatal(err)
+			}
+			r := mustAlloc(t, p, n, other)
+			if r == q {
+				t.Fatalf("a block freed on a stream still busy after the reset was handed to another stream")
+			}
+			release()
+			if err := p.Free(r, other); err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Trim(); err != nil {
+				t.Fatal(err)
+			}
+
+			for round := range 3 {
+				q := mustAlloc(t, p, n, s)
+				if err := p.Free(q, s); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				before := p.Stats()
+				r := mustAlloc(t, p, n, other)
+				if st := p.Stats(); st.DeviceAllocs != before.DeviceAllocs || r != q {
+					t.Fatalf("round %d: a block freed on a finished stream after the reset was not reused on another: got %v, freed %v, device allocations %d → %d",
+						round, r, q, before.DeviceAllocs, st.DeviceAllocs)
+				}
+				if err := p.Free(r, other); err != nil {
+					t.Fatal(err)
+				}
+				if err := other.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			if err := p.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if lr := dev.Leaks(); lr.Events != 0 {
+				t.Errorf("after Close the device has %d events left: %v", lr.Events, lr)
+			}
+		})
+	}
+}
+
+// resetDuring is a simulated device that resets itself during the next
+// Malloc or HostAlloc once armed: before the call (which then hands out
+// memory of the new generation) or after it (memory of the old one).
+type resetDuring struct {
+	*sim.Device
+	before bool
+	armed  atomic.Bool
+}
+
+func (d *resetDuring) around(call func() error) error {
+	armed := d.armed.CompareAndSwap(true, false)
+	if armed && d.before {
+		if err := d.Reset(); err != nil {
+			return err
+		}
+	}
+	err := call()
+	if armed && !d.before {
+		if rerr := d.Reset(); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+func (d *resetDuring) Malloc(n uint64) (p device.Ptr, err error) {
+	err = d.around(func() error { p, err = d.Device.Malloc(n); return err })
+	return p, err
+}
+
+func (d *resetDuring) HostAlloc(n uint64, mapped bool) (b device.HostBuffer, err error) {
+	err = d.around(func() error { b, err = d.Device.HostAlloc(n, mapped); return err })
+	return b, err
+}
+
+// TestGrowthOvertakenByReset: a reset during a pool's device allocation
+// leaves it unable to tell which side of the reset the new memory is
+// from. The pool gives it back, and the Alloc fails with ErrInvalidated,
+// counting nothing; the next Alloc works, and after Close nothing is left
+// on the device. Likewise when the device call itself fails with the reset
+// (the simulator's injected reset).
+func TestGrowthOvertakenByReset(t *testing.T) {
+	tests := map[string]struct {
+		before, inject bool
+	}{
+		"reset before the device call": {before: true},
+		"reset after the device call":  {before: false},
+		"device call fails with it":    {inject: true},
+	}
+	kinds := map[string]func(t *testing.T, dev device.Device, s device.Stream) (alloc.Stats, error){
+		"Pool": func(t *testing.T, dev device.Device, s device.Stream) (alloc.Stats, error) {
+			p := newPoolOn(t, dev)
+			_, err := p.Alloc(units.MiB, s)
+			if err == nil {
+				return p.Stats(), nil
+			}
+			if cerr := p.CheckInvariants(); cerr != nil {
+				t.Error(cerr)
+			}
+			st := p.Stats()
+			q := mustAlloc(t, p, units.MiB, dev.DefaultStream())
+			return st, errors.Join(err, p.Free(q, dev.DefaultStream()), p.Close())
+		},
+		"PinnedPool": func(t *testing.T, dev device.Device, s device.Stream) (alloc.Stats, error) {
+			p := newPinnedT(t, dev, alloc.PinnedConfig{})
+			_, err := p.Alloc(units.MiB, s)
+			if err == nil {
+				return p.Stats(), nil
+			}
+			st := p.Stats()
+			pinnedFree(t, p, pinnedAlloc(t, p, units.MiB, dev.DefaultStream()), dev.DefaultStream())
+			return st, errors.Join(err, p.Close())
+		},
+	}
+	for kind, run := range kinds {
+		for name, tc := range tests {
+			t.Run(kind+"/"+name, func(t *testing.T) {
+				sd := openSimT(t, addressOnlySim(64*units.MiB))
+				d := &resetDuring{Device: sd, before: tc.before}
+				if tc.inject {
+					sd.Faults().ResetAt(sim.OpAlloc, 1)
+				} else {
+					d.armed.Store(true)
+				}
+				st, err := run(t, d, d.DefaultStream())
+				if !errors.Is(err, device.ErrInvalidated) {
+					t.Fatalf("Alloc across a reset: %v; want an error wrapping device.ErrInvalidated", err)
+				}
+				if st.Allocs != 0 || st.DeviceAllocs != 0 || st.InUse != 0 || st.Reserved != 0 {
+					t.Errorf("the failed Alloc counted: %+v", st)
+				}
+				if lr := sd.Leaks(); !lr.Empty() {
+					t.Errorf("left on the device after Close: %v", lr)
+				}
+			})
+		}
+	}
+}
+
+// hostFreeLog is a simulated device that records the buffers HostFree
+// was called on (whatever it returned).
+type hostFreeLog struct {
+	*sim.Device
+	mu    sync.Mutex
+	freed map[*byte]int
+}
+
+func (d *hostFreeLog) HostFree(b device.HostBuffer) error {
+	d.mu.Lock()
+	d.freed[unsafe.SliceData(b.Data)]++
+	d.mu.Unlock()
+	return d.Device.HostFree(b)
+}
+
+func (d *hostFreeLog) count(b device.HostBuffer) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.freed[unsafe.SliceData(b.Data)]
+}
+
+// TestPinnedPoolReleasesWhatResetUnpinned: a reset unpins every buffer,
+// but the host memory stays until HostFree (on CUDA, this package's own
+// mapping). The pool hands each buffer from before the reset to HostFree
+// exactly once: cached ones at the first call after the reset that may
+// call the device (here an Alloc; Stats only takes them off the books),
+// live ones when they are freed.
+func TestPinnedPoolReleasesWhatResetUnpinned(t *testing.T) {
+	sd := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB})
+	d := &hostFreeLog{Device: sd, freed: map[*byte]int{}}
+	p := newPinnedT(t, d, alloc.PinnedConfig{})
+	s := d.DefaultStream()
+	live := pinnedAlloc(t, p, 4096, s)
+	c1, c2 := pinnedAlloc(t, p, 8192, s), pinnedAlloc(t, p, 100000, s)
+	pinnedFree(t, p, c1, s)
+	pinnedFree(t, p, c2, s)
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	s = d.DefaultStream()
+	if st := p.Stats(); st.Reserved != 4096 || st.InUse != 4096 || d.count(c1)+d.count(c2) != 0 {
+		t.Errorf("Stats after the reset: %+v, cached buffers freed %d, %d times; want only the live buffer held, nothing freed yet",
+			st, d.count(c1), d.count(c2))
+	}
+	b := pinnedAlloc(t, p, 8192, s)
+	if same(b, c1) || d.count(c1) != 1 || d.count(c2) != 1 {
+		t.Errorf("Alloc after the reset: reused %v; cached buffers freed %d, %d times; want a new buffer, each freed once",
+			same(b, c1), d.count(c1), d.count(c2))
+	}
+	if err := p.Free(live, s); !errors.Is(err, device.ErrInvalidated) || d.count(live) != 1 {
+		t.Errorf("Free of the live buffer from before the reset: %v, HostFree called %d times; want ErrInvalidated, once", err, d.count(live))
+	}
+	pinnedFree(t, p, b, s)
+	if err := p.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for name, buf := range map[string]device.HostBuffer{"live": live, "cached": c1, "other cached": c2, "new": b} {
+		if n := d.count(buf); n != 1 {
+			t.Errorf("%s buffer: HostFree called %d times; want once", name, n)
+		}
+	}
+	if lr := sd.Leaks(); lr.HostBuffers != 0 {
+		t.Errorf("left pinned: %v", lr)
+	}
+}
+
+// TestAsyncPoolFreeOnStreamFromBeforeReset: a pointer allocated after a
+// reset and freed naming a stream from before it (whose work went with
+// the reset) is freed all the same, on the default stream.
+func TestAsyncPoolFreeOnStreamFromBeforeReset(t *testing.T) {
+	dev := openSimT(t, addressOnlySim(64*units.MiB))
+	a := newAsyncT(t, dev, alloc.AsyncConfig{})
+	defer a.Close()
+	old := newStreamT(t, dev)
+	if err := dev.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	p := mustAlloc(t, a, units.MiB, dev.DefaultStream())
+	if err := a.Free(p, old); err != nil {
+		t.Fatalf("Free on a stream from before the reset: %v", err)
+	}
+	if st := a.Stats(); st.InUse != 0 || st.Frees != 1 {
+		t.Errorf("after the free: %+v", st)
+	}
+	if lr := dev.Leaks(); lr.AsyncAllocs != 0 {
+		t.Errorf("left on the device: %v", lr)
+	}
+}
+
+// TestAdaptorsAcrossReset: when the upstream takes back a pointer lost to
+// a reset (its Free wrapping ErrInvalidated), Limit releases its bytes
+// from Used and Trace keeps the free in its log, not logging the pointer
+// as allocated again.
+func TestAdaptorsAcrossReset(t *testing.T) {
+	ups := map[string]func(t *testing.T, dev device.Device) alloc.Allocator{
+		"Direct":    func(t *testing.T, dev device.Device) alloc.Allocator { return alloc.NewDirect(dev) },
+		"Pool":      func(t *testing.T, dev device.Device) alloc.Allocator { return newPoolT(t, dev) },
+		"AsyncPool": func(t *testing.T, dev device.Device) alloc.Allocator { return newAsyncT(t, dev, alloc.AsyncConfig{}) },
+	}
+	for name, up := range ups {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, addressOnlySim(64*units.MiB))
+			var log bytes.Buffer
+			l := alloc.NewLimit(up(t, dev), 16*units.MiB)
+			tr := alloc.NewTrace(l, &log)
+			s := dev.DefaultStream()
+			p := mustAlloc(t, tr, 4*units.MiB, s)
+			if err := dev.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			s = dev.DefaultStream()
+			if err := tr.Free(p, s); !errors.Is(err, device.ErrInvalidated) {
+				t.Fatalf("Free after the reset: %v; want ErrInvalidated", err)
+			}
+			if l.Used() != 0 {
+				t.Errorf("Limit.Used = %d after its only pointer was taken back", l.Used())
+			}
+			if err := tr.Free(p, s); !errors.Is(err, alloc.ErrUnknownPointer) {
+				t.Errorf("second Free: %v; want ErrUnknownPointer", err)
+			}
+			// The whole cap is there again.
+			q := mustAlloc(t, tr, 16*units.MiB, s)
+			if err := tr.Free(q, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := tr.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			var actions []string
+			for _, line := range parseTraceLog(t, log.String()) {
+				actions = append(actions, line.action)
+			}
+			if got, want := strings.Join(actions, ","), "allocate,free,allocate,free"; got != want {
+				t.Errorf("trace actions %s; want %s", got, want)
+			}
+		})
+	}
+}
