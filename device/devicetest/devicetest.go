@@ -1018,7 +1018,22 @@ func testReset(t *testing.T, o opener) {
 	if isAA {
 		ap = ptr(t)(aa.MallocAsync(4096, s))
 	}
+	gd, isGen := d.(device.Generational)
+	var gen uint64
+	if isGen {
+		gen = gd.Generation()
+		// Work, allocations and frees do not move it; only Reset does.
+		q := ptr(t)(d.Malloc(4096))
+		ok(t, d.Free(q))
+		ok(t, s.Synchronize())
+		if g := gd.Generation(); g != gen {
+			t.Errorf("Generation moved from %d to %d without a Reset", gen, g)
+		}
+	}
 	ok(t, d.Reset())
+	if isGen && gd.Generation() == gen {
+		t.Errorf("Generation is still %d after Reset", gen)
+	}
 	if f := memFree(t, d); f != start {
 		t.Errorf("free memory after Reset is %d, want %d (everything released)", f, start)
 	}

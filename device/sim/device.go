@@ -265,6 +265,7 @@ func New(cfg Config) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{id: deviceIDs.Add(1), cfg: c}
+	d.pool.threshold = c.ReleaseThreshold
 	d.faults.dev = d
 	rg, err := newRegion(c.TotalBytes, d.id, 0)
 	if err != nil {
@@ -289,7 +290,7 @@ func (d *Device) startGenLocked(rg region) {
 	d.hostFreed = map[uintptr]uint64{}
 	d.hostFreedQ = nil
 	d.pinnedBytes = 0
-	d.pool = pool{threshold: d.cfg.ReleaseThreshold}
+	d.pool = pool{threshold: d.pool.threshold} // a Reset keeps SetReleaseThreshold's value, as CUDA's binding does
 	d.streams = map[*stream]struct{}{}
 	d.events = 0
 	d.def = d.newStreamLocked(true)

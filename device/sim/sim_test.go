@@ -429,6 +429,19 @@ func TestLeakReport(t *testing.T) {
 }
 
 func TestPoolEmulation(t *testing.T) {
+	t.Run("release threshold kept across a reset", func(t *testing.T) {
+		d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
+		check(t, d.SetReleaseThreshold(1<<62))
+		check(t, d.Reset())
+		s := d.DefaultStream()
+		p := get[device.Ptr](t)(d.MallocAsync(2*MiB, s))
+		check(t, d.FreeAsync(p, s))
+		check(t, s.Synchronize())
+		if res, _, _ := d.PoolUsage(); res != 2*MiB {
+			t.Errorf("after a reset and a synchronize the pool keeps %d bytes, want 2 MiB: the release threshold set before the reset was lost", res)
+		}
+		check(t, d.TrimPool(0))
+	})
 	t.Run("cross-stream reuse after completion", func(t *testing.T) {
 		d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
 		s1 := get[device.Stream](t)(d.NewStream())
