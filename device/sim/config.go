@@ -18,7 +18,9 @@ const (
 	// MaxContextBytes caps the default context size: a context takes
 	// min(TotalBytes/32, MaxContextBytes), rounded down to the granularity.
 	MaxContextBytes = 256 * units.MiB
-	// DefaultPinnedLimit is the default cap on live pinned host memory.
+	// DefaultPinnedLimit is the most the default cap on live pinned host
+	// memory can be; the default is half the host's RAM when that is less
+	// (the simulator's pinned buffers are real host memory).
 	DefaultPinnedLimit = 64 * units.GiB
 	// PoolAlignment is the alignment (and rounding) of MallocAsync blocks.
 	PoolAlignment uint64 = 512
@@ -69,7 +71,10 @@ type Config struct {
 	CopyBandwidth uint64
 	// PinnedLimit caps the bytes of pinned host memory (HostAlloc) live
 	// at once; past it HostAlloc fails with ErrOutOfMemory, as pinning
-	// does when the host runs short. 0 means DefaultPinnedLimit.
+	// does when the host runs short. 0 means DefaultPinnedLimit or half
+	// the host's RAM, whichever is less, so that pinning more than the
+	// machine can hold is an error, not the Go runtime's fatal out of
+	// memory.
 	PinnedLimit uint64
 	// Name is the device name Info reports. "" means "vram simulator".
 	Name string
@@ -115,6 +120,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PinnedLimit == 0 {
 		c.PinnedLimit = DefaultPinnedLimit
+		if ram := hostRAM(); ram > 0 {
+			c.PinnedLimit = min(c.PinnedLimit, ram/2)
+		}
 	}
 	if c.Name == "" {
 		c.Name = "vram simulator"

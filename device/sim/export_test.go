@@ -116,3 +116,6 @@ func HeldRegions() (n int, bytes uint64) {
 	defer regions.mu.Unlock()
 	return regions.owned.len(), regions.nOwned
 }
+
+// HostRAM is hostRAM, for the default pinned limit's test.
+var HostRAM = hostRAM

@@ -923,3 +923,19 @@ func TestOOMMessageOfHugeSizes(t *testing.T) {
 		}
 	}
 }
+
+// The default pinned limit is at most half the host's RAM: pinning more
+// is ErrOutOfMemory naming the limit, refused before any memory is taken.
+func TestDefaultPinnedLimitFitsTheHost(t *testing.T) {
+	ram := sim.HostRAM()
+	if ram == 0 {
+		t.Skip("the host's RAM is unknown on this system: the default limit is DefaultPinnedLimit")
+	}
+	d := newSim(t, sim.Config{TotalBytes: 64 * MiB})
+	n := min(ram/2, sim.DefaultPinnedLimit) + 4096
+	_, err := d.HostAlloc(n, false)
+	wantErr(t, err, device.ErrOutOfMemory)
+	if err != nil && !strings.Contains(err.Error(), "pinned-memory limit") {
+		t.Errorf("error %q does not name the pinned-memory limit", err)
+	}
+}
