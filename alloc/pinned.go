@@ -18,9 +18,14 @@ package alloc
 // makes a new buffer.
 //
 // The pool never calls the device while holding its lock. On the device's
-// out-of-memory it waits for the events of the streams that freed cached
-// buffers and tries the cache again, then frees every cached buffer and
-// retries once.
+// out-of-memory it waits, without holding its lock, for the events of the
+// streams that freed cached buffers and tries the cache again, then frees
+// every cached buffer and retries once. As for Pool, such an event may
+// have been recorded lazily (at an earlier miss or at the wait itself),
+// so the wait may also cover work queued on a stream after its frees;
+// work there that itself waits for the allocating goroutine deadlocks
+// with it, as with any blocking allocation (streamorder.go, "When events
+// are recorded").
 //
 // A device Reset unpins every buffer (see the reset contract at
 // Allocator). As Pool does, the pool reads the device's generation
@@ -218,6 +223,7 @@ func (p *PinnedPool) Alloc(n uint64, s device.Stream) (device.HostBuffer, error)
 			return device.HostBuffer{}, errors.Join(fmt.Errorf("alloc: pinned alloc of %s: %w", units.Format(n), ErrClosed), werr)
 		}
 		p.syncGenLocked()
+		gen = p.devGen // the retry below allocates from here
 		if b := p.idx.bestFit(size, 0, p.idx.streamLocked(s)); b != nil && reusable(b.size, size) {
 			return p.hitLocked(b, n), nil
 		}

@@ -68,15 +68,34 @@ package alloc
 // Trim gives back every segment whose blocks are all free (a segment with
 // one live block stays, however much of it is free). When the device is
 // out of memory, the pool retries with an exactly-sized segment; then it
-// waits, with its lock released, for the work of every stream that owns
-// free blocks (recording an event on each where none covers its frees),
-// so that those blocks become usable on any stream and coalesce, and
-// tries its cache again; then it gives back every wholly free segment and
-// retries the device once more. If that fails too, the error says what
-// was asked, what is allocated, reserved, cached and free, the largest
-// free block, and how much of the cache still waits on other streams'
-// work, and tells fragmentation (the bytes are cached but not in one
-// piece) from memory that is live.
+// waits for the work of every other stream that owns free blocks (and of
+// the calling stream too when another does, so that their blocks may
+// coalesce), so that those blocks become usable on any stream and
+// coalesce; merges the calling stream's own free blocks with their free
+// neighbours that any stream may use; and tries its cache again; then it
+// gives back every wholly free segment and retries the device once more.
+// If that fails too, the error says what was asked, what is allocated,
+// reserved, cached and free, the largest free block, and how much of the
+// cache still waits on other streams' work, and tells fragmentation (free
+// blocks of the request's size class that live blocks keep apart), cache
+// that only the other size class may use, and memory that is live.
+//
+// What that wait blocks on: for each such stream S, an event recorded on
+// S and synchronized. When the event S recorded at a free covers all of
+// S's frees, it is that one, which covers S's work up to the free; else
+// it is an event recorded lazily, at an earlier miss or at the wait
+// itself, which covers everything queued on S up to then, work queued
+// after the frees included (streamorder.go, "When events are recorded");
+// a stream on which no event can be recorded is synchronized. So an Alloc
+// that finds the device out of memory may return only after S's later
+// work is done too. It holds no pool lock while it waits: other
+// goroutines allocate and free meanwhile, and may wait alongside. But
+// work on S that itself waits for the allocating goroutine (for an event
+// it records, or a host function it releases, only after Alloc returns)
+// deadlocks with it, as it would with any blocking allocation: a
+// goroutine that such work waits for must not allocate from a pool whose
+// device may be out of memory, or must order that work after the
+// allocation.
 //
 // # Device resets
 //
@@ -90,8 +109,10 @@ package alloc
 // handed out again, and a segment with no live block leaves the books
 // (counted as a device free, without a device call: its memory is gone).
 // A segment with live blocks becomes stale, kept aside with a count of
-// them: freeing one takes it back and returns an error wrapping
-// device.ErrInvalidated, and the last takes the segment off the books.
+// them, its free bytes out of Reserved at once: freeing a live block
+// takes it back, its bytes leaving InUse and Reserved, and returns an
+// error wrapping device.ErrInvalidated; the last takes the segment off
+// the books, counted as a device free.
 // The pool's events from before the reset leave at their next use
 // (streamorder.go). A device free that fails with device.ErrInvalidated
 // (a device without a generation, or a reset racing the call) counts as
@@ -204,9 +225,11 @@ const (
 // an Alloc on s, and to an Alloc on another stream only after an event
 // recorded on s after the free has completed (the pool records such events
 // itself, at the free where it can, and queries them at later misses; it
-// waits on one only when the device is
-// out of memory: otherwise, until the event completes, the block is not
-// offered elsewhere and the pool grows instead). So memory is never
+// waits on one only when the device is out of memory, without holding
+// its lock, and then possibly for work queued on s after the free too;
+// the file overview of pool.go, "Giving memory back", says what that
+// wait may deadlock with: otherwise, until the event completes, the block is not offered
+// elsewhere and the pool grows instead). So memory is never
 // reused on a stream while work on the
 // stream that freed it may still touch it; using a pointer after Free, or
 // on a stream other than the one named at Free without ordering the two
@@ -467,8 +490,9 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 // moved on, every segment is from before the reset and its memory is
 // gone. Its free blocks leave the free index; a segment with no live
 // block leaves the books, counted as a device free; one with live blocks
-// goes to the stale list until they are freed (freeStaleLocked). The
-// growth policy starts afresh, as on a new device.
+// keeps only their bytes in Reserved and goes to the stale list until
+// they are freed (freeStaleLocked). The growth policy starts afresh, as
+// on a new device.
 func (p *Pool) syncGenLocked() {
 	if p.gen == nil {
 		return
@@ -481,7 +505,7 @@ func (p *Pool) syncGenLocked() {
 	for seg := p.segs; seg != nil; {
 		next := seg.snext
 		p.unmarkWhollyLocked(seg)
-		live := 0
+		live, liveBytes := 0, uint64(0)
 		for b := seg.first; b != nil; {
 			nx := b.next
 			if b.free {
@@ -490,6 +514,7 @@ func (p *Pool) syncGenLocked() {
 			} else {
 				b.prev, b.next = nil, nil
 				live++
+				liveBytes += b.size
 			}
 			b = nx
 		}
@@ -498,6 +523,9 @@ func (p *Pool) syncGenLocked() {
 			seg.sprev, seg.snext = nil, nil
 			p.st.deviceFreeLocked(seg.size)
 		} else {
+			// Only its live blocks stay in Reserved (and InUse), each
+			// until it is freed: the rest of it is gone with the reset.
+			p.st.Reserved -= seg.size - liveBytes
 			seg.stale, seg.nlive = true, live
 			seg.sprev, seg.snext = nil, p.stale
 			if p.stale != nil {
@@ -512,10 +540,11 @@ func (p *Pool) syncGenLocked() {
 }
 
 // freeStaleLocked takes back live block b of a stale segment, already out
-// of the live table and InUse; the segment leaves the books with its last
-// live block.
+// of the live table and InUse: its bytes leave Reserved, and the segment
+// leaves the books with its last live block, counted as a device free.
 func (p *Pool) freeStaleLocked(b *block) {
 	seg := b.seg
+	p.st.Reserved -= b.size
 	p.idx.putBlock(b)
 	seg.nlive--
 	if seg.nlive > 0 {
@@ -530,7 +559,7 @@ func (p *Pool) freeStaleLocked(b *block) {
 		seg.snext.sprev = seg.sprev
 	}
 	seg.sprev, seg.snext = nil, nil
-	p.st.deviceFreeLocked(seg.size)
+	p.st.DeviceFrees++ // its bytes left Reserved at the reset and with each free
 }
 
 // joinSharedLocked merges b, just moved to the shared set, with its shared
@@ -552,6 +581,51 @@ func (p *Pool) joinSharedLocked(b *block) {
 	p.idx.insertShared(b)
 	if b.prev == nil && b.next == nil {
 		p.markWhollyLocked(b.seg)
+	}
+}
+
+// joinOwnLocked merges each free block that st owns with its free
+// neighbours in the shared set (and, through them, with st's other blocks),
+// the merged block staying st's with the latest free number among its
+// parts: demoting shared memory to one stream is always safe
+// (streamorder.go). A free on st merges so at once, but a neighbour
+// promoted to the shared set later joins only shared neighbours; the
+// out-of-memory path calls this so that st can use such a run as one
+// block.
+func (p *Pool) joinOwnLocked(st *streamState) {
+	if st.owned == 0 {
+		return
+	}
+	own := make([]*block, 0, st.owned)
+	for b := st.head; b != nil; b = b.fnext {
+		own = append(own, b)
+	}
+	shared := func(nb *block) bool { return nb != nil && nb.free && nb.owner == nil }
+	for _, b := range own {
+		if !b.free || b.owner != st {
+			continue // absorbed by a block merged before it (recycled)
+		}
+		if !shared(b.prev) && !shared(b.next) {
+			continue
+		}
+		seq := b.seq
+		p.idx.remove(b)
+		for pv := b.prev; canJoin(pv, st); pv = b.prev {
+			if pv.owner == st {
+				seq = max(seq, pv.seq)
+			}
+			p.absorbPrevLocked(b)
+		}
+		for nx := b.next; canJoin(nx, st); nx = b.next {
+			if nx.owner == st {
+				seq = max(seq, nx.seq)
+			}
+			p.absorbNextLocked(b)
+		}
+		p.idx.insertOwnedAt(b, st, seq)
+		if b.prev == nil && b.next == nil {
+			p.markWhollyLocked(b.seg)
+		}
 	}
 }
 
@@ -800,7 +874,11 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 		}
 		waitErr = werr
 		p.syncGenLocked()
+		gen = p.devGen // the retry below grows from here
 		st = p.idx.streamLocked(s)
+		// s's own free blocks next to shared ones are usable here as
+		// one block.
+		p.joinOwnLocked(st)
 		if b := p.idx.bestFit(size, c, st); b != nil {
 			ptr := p.takeLocked(b, size, true)
 			p.mu.Unlock()
@@ -812,7 +890,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 		base, err = p.dev.Malloc(g)
 	}
 	if err != nil {
-		return 0, p.allocFailed(n, size, s, err, relErr, waitErr)
+		return 0, p.allocFailed(n, size, c, s, err, relErr, waitErr)
 	}
 
 	p.mu.Lock()
@@ -852,7 +930,7 @@ func (p *Pool) allocSlow(n, size uint64, c uint8, st *streamState, s device.Stre
 
 // allocFailed builds the error for a failed miss. Called without the lock.
 // waitErr is what waiting for other streams' frees raised.
-func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr, waitErr error) error {
+func (p *Pool) allocFailed(n, size uint64, c uint8, s device.Stream, err, relErr, waitErr error) error {
 	if !errors.Is(err, device.ErrOutOfMemory) {
 		return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err), relErr)
 	}
@@ -861,6 +939,7 @@ func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr, waitErr
 	st := p.st
 	largest := p.idx.largest()
 	waiting := p.idx.waitingBytes(s.Handle())
+	classFree := p.idx.classBytes(c)
 	p.mu.Unlock()
 	devFree := "unknown"
 	if free, total, e := p.dev.MemInfo(); e == nil {
@@ -879,9 +958,22 @@ func (p *Pool) allocFailed(n, size uint64, s device.Stream, err, relErr, waitErr
 		// Freed by other goroutines while this call waited.
 		advice = fmt.Sprintf("%s was freed on other streams after this call waited for them; retry, or %s",
 			units.Format(waiting), advice)
+	case classFree >= size:
+		// Nothing waits on another stream, and the out-of-memory path
+		// merged every free block this stream may use with its free
+		// neighbours: live blocks lie between what is left.
+		advice = fmt.Sprintf("the cache has the bytes but not in one piece: its %s of free blocks for requests of this size lie between live blocks; %s",
+			units.Format(classFree), advice)
 	case st.Cached() >= size:
-		// What Trim could not give back lies between live blocks.
-		advice = "the cache has the bytes but not in one piece (live blocks hold its segments); " + advice
+		// Trim gave back every wholly free segment: the rest of the
+		// cache is in segments of the other size class that live
+		// blocks hold.
+		other := "small requests (at most " + units.Format(p.cfg.SmallSize) + ")"
+		if c == classSmall {
+			other = "larger requests"
+		}
+		advice = fmt.Sprintf("the cache has the bytes but only %s of them serve requests of this size: the rest lies in segments for %s, held by live blocks; %s",
+			units.Format(classFree), other, advice)
 	}
 	return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d failed after waiting for other streams' frees, trimming the cache and retrying: "+
 		"the pool has %s allocated and %s reserved (%s cached, largest free block %s, %s of it waiting on other streams' work), the device has %s free; %s: %w",

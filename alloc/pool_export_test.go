@@ -120,6 +120,7 @@ func (p *Pool) CheckInvariants() error {
 	for ptr, b := range p.live {
 		if b.seg.stale {
 			staleLive[b.seg]++
+			reserved += b.size // the rest of a stale segment left Reserved at the reset
 			nlive++
 			inUse += b.size
 			if b.free || b.prev != nil || b.next != nil || b.addr != ptr {
@@ -130,7 +131,6 @@ func (p *Pool) CheckInvariants() error {
 	nstale := 0
 	for seg := p.stale; seg != nil; seg = seg.snext {
 		nstale++
-		reserved += seg.size
 		if !seg.stale || seg.nlive <= 0 || staleLive[seg] != seg.nlive || seg.first != nil || seg.wi != 0 {
 			bad("stale segment %v: stale %v, %d live blocks counted, %d found", seg.base, seg.stale, seg.nlive, staleLive[seg])
 		}

@@ -252,6 +252,96 @@ func TestPoolOutOfMemoryFragmented(t *testing.T) {
 	}
 }
 
+// TestPoolOutOfMemoryOwnBlockNextToShared: blocks T freed lie next to
+// one S freed, already promoted to the shared set (S's work is done): a
+// run all of it usable on T. Out of memory, the pool merges T's blocks
+// with their shared neighbour and hands the run out rather than blaming
+// fragmentation.
+func TestPoolOutOfMemoryOwnBlockNextToShared(t *testing.T) {
+	tests := map[string]struct {
+		freeOnT []int // of the four 5 MiB blocks, T's (block 1 is S's)
+		want    uint64
+	}{
+		"own block then shared":           {freeOnT: []int{0}, want: 10 * mib},
+		"own blocks on both sides":        {freeOnT: []int{0, 2}, want: 15 * mib},
+		"own block freed after the other": {freeOnT: []int{2, 0}, want: 15 * mib},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, sim.Config{TotalBytes: 22 * mib, NoContext: true, AddressOnly: true})
+			p := newPoolOn(t, dev)
+			S, T := newStreamT(t, dev), newStreamT(t, dev)
+			var blocks []device.Ptr
+			for range 4 {
+				blocks = append(blocks, mustAlloc(t, p, 5*mib, T))
+			}
+			if len(p.Segments()) != 1 || uint64(blocks[1]) != uint64(blocks[0])+5*mib {
+				t.Fatalf("layout: %+v", p.Segments())
+			}
+			for _, i := range tc.freeOnT {
+				if err := p.Free(blocks[i], T); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Free(blocks[1], S); err != nil {
+				t.Fatal(err)
+			}
+			if err := dev.Synchronize(); err != nil { // every stream's work is done
+				t.Fatal(err)
+			}
+			q, err := p.Alloc(tc.want, T)
+			if err != nil {
+				t.Fatalf("Alloc(%d MiB) on T with its own blocks and a shared one side by side: %v", tc.want/mib, err)
+			}
+			if q != blocks[0] {
+				t.Errorf("Alloc = %v, want the run at %v", q, blocks[0])
+			}
+			if err := p.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			live := []device.Ptr{q, blocks[3]}
+			if len(tc.freeOnT) == 1 {
+				live = append(live, blocks[2])
+			}
+			for _, x := range live {
+				if err := p.Free(x, T); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestPoolOutOfMemoryOtherClass: cached bytes that only the other size
+// class may use are not called fragmentation.
+func TestPoolOutOfMemoryOtherClass(t *testing.T) {
+	dev := openSimT(t, sim.Config{TotalBytes: 22 * mib, NoContext: true, AddressOnly: true})
+	p := newPoolOn(t, dev)
+	s := dev.DefaultStream()
+	small := mustAlloc(t, p, 4096, s) // a 2 MiB small segment, held
+	big := mustAlloc(t, p, 20*mib, s) // the rest of the device
+	_, err := p.Alloc(mib+mib/2, s)   // large class: the small segment's cache cannot serve it
+	if !errors.Is(err, device.ErrOutOfMemory) {
+		t.Fatalf("Alloc(1.5 MiB): err = %v, want ErrOutOfMemory", err)
+	}
+	for _, want := range []string{"only 0 B of them serve requests of this size", "segments for small requests (at most 1 MiB)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "not in one piece") {
+		t.Errorf("error %q calls the other class's cache fragmentation", err)
+	}
+	for _, x := range []device.Ptr{small, big} {
+		if err := p.Free(x, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // newPoolOn makes a Pool on dev, closed when the test ends — after the
 // holds that the test registers later are released, so that its device
 // frees do not wait on a held stream.

@@ -22,9 +22,9 @@ import (
 )
 
 // TestPoolBooksAcrossReset: at the first call after a reset the pool's
-// cached segments leave Reserved (counted as device frees); a segment
-// with live blocks stays until the last of them is freed, each free
-// returning ErrInvalidated; the books check out at every step, and no
+// cached segments leave Reserved (counted as device frees); of a segment
+// with live blocks only they stay, each until it is freed (the last
+// counting the device free), each free returning ErrInvalidated; the books check out at every step, and no
 // segment from before the reset is listed.
 func TestPoolBooksAcrossReset(t *testing.T) {
 	dev := openSimT(t, addressOnlySim(256*units.MiB))
@@ -63,8 +63,9 @@ func TestPoolBooksAcrossReset(t *testing.T) {
 		reserved uint64
 		inUse    uint64
 	}{
-		{"noticed at Stats", 0, size[a] + size[c], st0.InUse},
-		{"small block freed", a, size[c], st0.InUse - 4096},
+		// Only the live blocks of a segment with live blocks stay.
+		{"noticed at Stats", 0, st0.InUse, st0.InUse},
+		{"small block freed", a, st0.InUse - 4096, st0.InUse - 4096},
 		{"large block freed", c, 0, 0},
 	}
 	for i, step := range steps {
@@ -432,6 +433,85 @@ func TestAdaptorsAcrossReset(t *testing.T) {
 			}
 			if got, want := strings.Join(actions, ","), "allocate,free,allocate,free"; got != want {
 				t.Errorf("trace actions %s; want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestPoolStaleSegmentLeavesReserved: after a reset, a segment that still
+// holds a live block keeps only that block in Reserved; its cached rest
+// is gone at once, so Cached is 0, a growth after the reset does not
+// take PeakReserved past the device, and an out-of-memory error reports
+// no cache that the reset took.
+func TestPoolStaleSegmentLeavesReserved(t *testing.T) {
+	tests := map[string]struct {
+		total  uint64
+		blocks uint64 // allocated before the reset; all but the first freed
+		size   uint64
+		after  uint64 // allocated after the reset (0: none)
+	}{
+		"small segment":  {total: 64 * units.MiB, blocks: 2, size: units.MiB},
+		"medium segment": {total: 40 * units.MiB, blocks: 4, size: 8 * units.MiB, after: 30 * units.MiB},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			dev := openSimT(t, sim.Config{TotalBytes: tc.total, NoContext: true, AddressOnly: true})
+			p := newPoolOn(t, dev)
+			s := newStreamT(t, dev)
+			var bs []device.Ptr
+			for range tc.blocks {
+				bs = append(bs, mustAlloc(t, p, tc.size, s))
+			}
+			for _, b := range bs[1:] {
+				if err := p.Free(b, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := dev.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Stats(); st.Cached() == 0 {
+				t.Fatalf("before the reset: nothing cached: %+v", st)
+			}
+			if err := dev.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			st := p.Stats()
+			if st.Reserved != tc.size || st.InUse != tc.size || st.Cached() != 0 {
+				t.Errorf("after the reset: Reserved %d, InUse %d, Cached %d; want %d, %d, 0 (the live block only)",
+					st.Reserved, st.InUse, st.Cached(), tc.size, tc.size)
+			}
+			if err := p.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			T := newStreamT(t, dev)
+			if tc.after != 0 {
+				x := mustAlloc(t, p, tc.after, T)
+				if st := p.Stats(); st.PeakReserved > tc.total {
+					t.Errorf("PeakReserved %d exceeds the device's %d bytes: %+v", st.PeakReserved, tc.total, st)
+				}
+				_, err := p.Alloc(tc.total-tc.after+units.MiB, T)
+				if !errors.Is(err, device.ErrOutOfMemory) {
+					t.Fatalf("Alloc past the device: err = %v, want ErrOutOfMemory", err)
+				}
+				if !strings.Contains(err.Error(), "(0 B cached") {
+					t.Errorf("error %q reports cache the reset took", err)
+				}
+				if err := p.Free(x, T); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := p.Stats()
+			if err := p.Free(bs[0], T); !errors.Is(err, device.ErrInvalidated) {
+				t.Errorf("Free of the block from before the reset = %v; want ErrInvalidated", err)
+			}
+			st = p.Stats()
+			if st.Reserved != before.Reserved-tc.size || st.InUse != before.InUse-tc.size || st.DeviceFrees != before.DeviceFrees+1 {
+				t.Errorf("after the last free from before the reset: %+v; want %d fewer bytes reserved and in use than %+v, and one more device free",
+					st, tc.size, before)
+			}
+			if err := p.CheckInvariants(); err != nil {
+				t.Error(err)
 			}
 		})
 	}

@@ -73,12 +73,25 @@ package alloc
 //
 // A miss never blocks on an event: a block whose event is not complete
 // is simply not offered, and the pool grows instead. Only when the device
-// itself is out of memory does the allocator wait: it records (or reuses)
-// an event on every stream that owns free blocks, waits for them with the
-// lock released (a stream whose events cannot be made is synchronized
-// instead), promotes their blocks and tries again before giving cached
-// memory back to the device (PyTorch's allocator does the same before
-// freeing its cache: it synchronizes its outstanding events).
+// itself is out of memory does the allocator wait (waitLocked): with the
+// lock released, it synchronizes, for every stream S that owns free
+// blocks another stream could use, S's event in flight if that covers
+// all of S's frees, else a new event recorded on S then; where no event
+// can be made it synchronizes S itself. Then it promotes their blocks
+// and tries again before giving cached memory back to the device
+// (PyTorch's allocator does the same before freeing its cache: it
+// synchronizes its outstanding events). The event it waits for may be a
+// lazy one, recorded at an earlier miss or at the wait itself, which
+// covers work queued on S after the frees too, so the allocation may
+// wait for that later work as well; an event recorded at the free covers
+// the frees' work only. The pools keep this wait: failing at once while
+// memory is merely waiting on a stream would be worse. It holds no pool
+// lock, so other goroutines allocate and free meanwhile, but work on S
+// that itself waits for the allocating goroutine (an event or a host
+// function that goroutine releases only after its Alloc returns)
+// deadlocks with it, as it would with any blocking allocation. Pool then
+// merges the calling stream's own free blocks with shared neighbours
+// (see below) before trying its cache again.
 //
 // When an event completes, every block of S numbered at or before it
 // moves to the shared set (coalescing with shared neighbours there). At
@@ -93,7 +106,10 @@ package alloc
 // Coalescing a block freed on S with a free neighbour is allowed when the
 // neighbour is in S's set or in the shared set; the merged block belongs to
 // S (demoting the shared part is always safe). Neighbours owned by other
-// streams are left alone until they are promoted.
+// streams are left alone until they are promoted. A promoted block joins
+// only shared neighbours, so a block S owns may end up next to a shared
+// one; Pool's out-of-memory path merges such runs into S's set, keeping
+// the latest free number of their parts (Pool.joinOwnLocked).
 //
 // # Device resets
 //
@@ -409,6 +425,47 @@ func (x *freeIndex) insertOwned(b *block, st *streamState) {
 		x.owning++
 	}
 	st.owned++
+}
+
+// insertOwnedAt adds free block b to st's set with free number seq (one
+// st has already used), keeping st's list in order: for a block merged
+// from blocks freed earlier, seq is the latest of their numbers.
+func (x *freeIndex) insertOwnedAt(b *block, st *streamState, seq uint64) {
+	b.free = true
+	b.owner = st
+	b.prio = x.nextPrio()
+	b.seq = seq
+	st.free[b.class].insert(b)
+	at := st.tail
+	for at != nil && at.seq > seq {
+		at = at.fprev
+	}
+	b.fprev = at
+	if at != nil {
+		b.fnext = at.fnext
+		at.fnext = b
+	} else {
+		b.fnext = st.head
+		st.head = b
+	}
+	if b.fnext != nil {
+		b.fnext.fprev = b
+	} else {
+		st.tail = b
+	}
+	if st.owned == 0 {
+		x.owning++
+	}
+	st.owned++
+}
+
+// classBytes is the bytes of free blocks of class c in every set.
+func (x *freeIndex) classBytes(c uint8) uint64 {
+	n := x.shared[c].bytes
+	for _, st := range x.streams {
+		n += st.free[c].bytes
+	}
+	return n
 }
 
 // remove takes free block b out of its set. b keeps its owner and seq until

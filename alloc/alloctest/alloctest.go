@@ -53,7 +53,7 @@ type Factory func(t *testing.T, dev device.Device) alloc.Allocator
 //     then count only memory from after the reset, Trim gives it all
 //     back, and Close after another reset returns nil with InUse and
 //     Reserved at zero. The devices here keep contents (copies), and the
-//     suite resets them twice.
+//     suite resets them three times.
 func Run(t *testing.T, newAlloc Factory) {
 	t.Helper()
 	run(t, simTarget, newAlloc)
@@ -71,7 +71,7 @@ func Run(t *testing.T, newAlloc Factory) {
 // the device's free memory for a moment; Streams' busy-stream check skips,
 // saying why, on a device that cannot hold a stream busy (an address-only
 // one, or a driver that does not really run kernels). AfterReset resets
-// the device twice (on CUDA the primary context, which every Device of
+// the device three times (on CUDA the primary context, which every Device of
 // the process on that GPU shares). The other subtests need about 1 GiB
 // free. Byte counts come from the device's MemInfo, so
 // nothing else may allocate on the device while the suite runs. Before
