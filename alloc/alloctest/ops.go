@@ -45,11 +45,14 @@ func Ops(t *testing.T, newAlloc Factory, data []byte) {
 	e := setup(t, rulesTarget, newAlloc, sim.Config{})
 	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
 	t.Cleanup(r.ReleaseAll) // before the streams close, should the test stop while one is held
-	// Blocks as the allocator spends them: rounded to its granularity, or
-	// to 512 bytes (the least any of vram's allocators rounds to).
+	// Blocks as the allocator spends them: rounded to its granularity, and
+	// at least to 512 bytes, the least any of vram's allocators (and the
+	// simulator's stream-ordered pool under AsyncPool) rounds to. An
+	// adaptor over an allocator that is not Granular reports 1, but its
+	// blocks are still rounded below it.
 	gran := uint64(alloc.PoolGranularity)
 	if g, ok := e.a.(alloc.Granular); ok {
-		gran = max(g.Granularity(), 1)
+		gran = max(g.Granularity(), gran)
 	}
 	for i := 0; i < len(data); i++ {
 		op := data[i]
