@@ -203,6 +203,18 @@ func (c *Client) takeLocked(label string) []*allocation {
 	return as
 }
 
+// holdsHostLocked reports whether c holds label and every array under it
+// is host memory (Pinned, Mapped or Pageable). m.mu must be held.
+func (c *Client) holdsHostLocked(label string) bool {
+	as := c.arrays[label]
+	for _, a := range as {
+		if a.host == nil {
+			return false
+		}
+	}
+	return len(as) > 0
+}
+
 // takeAllLocked removes and returns every allocation. m.mu must be held.
 func (c *Client) takeAllLocked() []*allocation {
 	if len(c.arrays) == 0 {

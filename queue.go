@@ -10,8 +10,8 @@ package vram
 // other members' OnAllocated hooks. If planning or any allocation fails,
 // what was allocated is freed and the queue is put back as it was. The
 // arrays being replaced are freed before allocating only when the plan
-// needs their memory; a failure after that calls their owners'
-// OnInvalidate hooks.
+// needs their memory (or, for host arrays, the pinned-memory limit does);
+// a failure after that calls their owners' OnInvalidate hooks.
 
 import (
 	"cmp"
@@ -200,7 +200,10 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // arrays being replaced stay held until the new ones are allocated, and
 // are freed after, unless the plan needs their memory (it does not fit
 // the device's free memory, or the allocation limit, beside them): then
-// they are freed first.
+// they are freed first. Likewise, when a new host array (Pinned, Mapped,
+// Pageable) does not fit beside the host arrays being replaced (the
+// pinned-memory limit), those host arrays are freed and the allocation is
+// tried once more; a failure of a host array never frees device arrays.
 //
 // Hooks, called after the allocation with no lock held, on this
 // goroutine, in client id order: every requester's OnAllocated with its
@@ -388,10 +391,12 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	// 3. The arrays being replaced stay held while the new ones are
 	// allocated, so that a failure loses nothing, unless the plan needs
 	// their memory: then they are freed first (dropOld), and a failure
-	// after that tells their owners (OnInvalidate).
+	// after that tells their owners (OnInvalidate). A host array that
+	// does not fit beside the host arrays it replaces (the pinned-memory
+	// limit) frees those alone and tries once more (dropOld(true)).
 	freeErrs := map[*Client]error{} // errors freeing replaced arrays, by owner
 	var dropped []freeWork          // arrays freed before allocating
-	dropOld := func() {
+	dropOld := func(hostOnly bool) {
 		m.mu.Lock()
 		var old []freeWork
 		for _, c := range requesters {
@@ -400,6 +405,9 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			}
 			var as []*allocation
 			for _, l := range slices.Sorted(maps.Keys(q[c])) {
+				if hostOnly && !c.holdsHostLocked(l) {
+					continue
+				}
 				as = append(as, c.takeLocked(l)...)
 			}
 			if len(as) > 0 {
@@ -409,11 +417,13 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		m.mu.Unlock()
 		m.freeEach(old, freeErrs)
 		dropped = append(dropped, old...)
-		gb.held -= min(gb.held, gb.replaced)
-		gb.replaced = 0
+		if !hostOnly {
+			gb.held -= min(gb.held, gb.replaced)
+			gb.replaced = 0
+		}
 	}
 	if !gb.fitsBeside(plan) {
-		dropOld()
+		dropOld(false)
 	}
 
 	// 4. Allocate, all or nothing. When the allocator takes more of the
@@ -423,6 +433,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	opts := PlanOptions{Granularity: gran, Buffers: ac.buffers}
 	var made []*allocation
 	var todo []pending
+	hostDropped := false
 	for attempt := 0; ; attempt++ {
 		todo = pendingOf(requesters, q, plan)
 		var failed int
@@ -431,7 +442,18 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		if err == nil {
 			break
 		}
-		if beyond > 0 && attempt < maxReplans && errors.Is(err, ErrOutOfMemory) {
+		// Only a device array's failure says anything about device
+		// memory; a host array's is its own limit's.
+		onDevice := todo[failed].req.Memory == Device
+		if !onDevice && !hostDropped && errors.Is(err, ErrOutOfMemory) {
+			hostDropped = true
+			n := len(dropped)
+			dropOld(true)
+			if len(dropped) > n {
+				continue
+			}
+		}
+		if onDevice && beyond > 0 && attempt < maxReplans && errors.Is(err, ErrOutOfMemory) {
 			m.replans.Add(1)
 			gb.lost = satAdd(gb.lost, beyond)
 			perr := m.readBudget(&gb)
@@ -440,7 +462,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 				if next, perr = planGroup(reqs, &gb, opts); perr == nil {
 					plan = next
 					if !gb.fitsBeside(plan) {
-						dropOld()
+						dropOld(false)
 					}
 					continue
 				}
