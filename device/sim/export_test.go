@@ -119,3 +119,10 @@ func HeldRegions() (n int, bytes uint64) {
 
 // HostRAM is hostRAM, for the default pinned limit's test.
 var HostRAM = hostRAM
+
+// OpenStreams is how many streams the device lists as open (tests only).
+func (d *Device) OpenStreams() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.streams)
+}

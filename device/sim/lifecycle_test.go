@@ -6,7 +6,9 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -237,4 +239,37 @@ func TestPointerOfClosedDevice(t *testing.T) {
 			t.Errorf("%s: the error does not say the pointer is a closed device's: %v", name, err)
 		}
 	}
+}
+
+// Device.Close waits for the queued work of a stream whose own Close is
+// still waiting for it: the kernel has finished when Device.Close returns.
+func TestCloseWaitsForAStreamBeingClosed(t *testing.T) {
+	d, err := sim.New(sim.Config{TotalBytes: 64 * MiB})
+	check(t, err)
+	s, err := d.NewStream()
+	check(t, err)
+	open := d.OpenStreams()
+	gate := make(chan struct{})
+	var finished atomic.Bool
+	check(t, d.LaunchFunc(s, 1, func(device.View, int, int) error {
+		<-gate
+		finished.Store(true)
+		return nil
+	}))
+	streamClosed := make(chan error, 1)
+	go func() { streamClosed <- s.Close() }()
+	for d.OpenStreams() == open { // until the stream's Close has delisted it
+		runtime.Gosched()
+	}
+	// Open the gate a little later: a Device.Close that did not wait
+	// would return before it. With the wait, it returns after, whenever
+	// the gate opens.
+	time.AfterFunc(20*time.Millisecond, func() { close(gate) })
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !finished.Load() {
+		t.Fatal("Device.Close returned while a closing stream's kernel had not finished")
+	}
+	check(t, <-streamClosed)
 }

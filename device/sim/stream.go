@@ -25,6 +25,7 @@ package sim
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -284,6 +285,9 @@ func (s *stream) Close() error {
 	}
 	delete(d.streams, s)
 	d.publishStreamsLocked()
+	// Until its goroutine has exited, the stream is retired: a concurrent
+	// Device.Close still waits for its queued work.
+	d.retired = slices.DeleteFunc(append(d.retired, s), (*stream).exited)
 	d.mu.Unlock()
 	s.halt(false)
 	s.join()
