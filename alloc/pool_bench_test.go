@@ -84,35 +84,7 @@ func BenchmarkPoolHitStreams(b *testing.B) {
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			var wg sync.WaitGroup
-			errs := make(chan error, g)
-			for i, s := range streams {
-				iters := b.N / g
-				if i < b.N%g {
-					iters++
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range iters {
-						ptr, err := p.Alloc(n, s)
-						if err != nil {
-							errs <- err
-							return
-						}
-						if err := p.Free(ptr, s); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.StopTimer()
-			close(errs)
-			for err := range errs {
-				b.Fatal(err)
-			}
+			pairsOnStreams(b, p, n, streams)
 		})
 	}
 }
@@ -286,34 +258,7 @@ func BenchmarkPoolTwoStreams(b *testing.B) {
 		dev.records.Store(0)
 		dev.queries.Store(0)
 		b.ResetTimer()
-		var wg sync.WaitGroup
-		errs := make(chan error, len(ss))
-		for i, s := range ss {
-			iters := b.N / len(ss)
-			if i < b.N%len(ss) {
-				iters++
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range iters {
-					ptr, err := p.Alloc(n, s)
-					if err == nil {
-						err = p.Free(ptr, s)
-					}
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		b.StopTimer()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
+		pairsOnStreams(b, p, n, ss[:])
 		report(b, dev, p, warm)
 	})
 	b.Run("handoff", func(b *testing.B) {
@@ -345,4 +290,38 @@ func BenchmarkPoolTwoStreams(b *testing.B) {
 		}
 		report(b, dev, p, 1)
 	})
+}
+
+// pairsOnStreams runs b.N Alloc+Free pairs of n bytes on p, split evenly
+// over one goroutine per stream, each on its own stream, and stops the
+// timer when they are done.
+func pairsOnStreams(b *testing.B, p *alloc.Pool, n uint64, streams []device.Stream) {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(streams))
+	for i, s := range streams {
+		iters := b.N / len(streams)
+		if i < b.N%len(streams) {
+			iters++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range iters {
+				ptr, err := p.Alloc(n, s)
+				if err == nil {
+					err = p.Free(ptr, s)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
 }

@@ -225,7 +225,7 @@ func compilePTX(ptx string) (*ptxProgram, error) {
 	return p, nil
 }
 
-// thread is one thread's state while run executes it.
+// ptxThread is one thread's state while run executes it.
 type ptxThread struct {
 	regs             []uint64
 	ctaid, ntid, tid uint32
