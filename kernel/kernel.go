@@ -1,0 +1,355 @@
+// Package kernel holds portable kernels: one value that carries a kernel
+// as PTX text, for devices that load PTX (CUDA, device.ModuleLoader), and
+// as a Go function, for devices that run Go kernels (the simulator,
+// device.FuncLauncher), under one name. A program written against a
+// Kernel runs unchanged on the simulator and on a GPU.
+//
+// # Launch
+//
+// Launch(dev, s, n, args...) runs the kernel over the indices [0, n) on
+// stream s. Each argument is a device array (anything with Ptr and Bytes,
+// such as *vram.DeviceArray) or a scalar of type int32, uint32, int64,
+// uint64, float32 or float64, in the order the PTX entry declares its
+// parameters.
+//
+//   - On CUDA the PTX module is loaded on first use on each device (and
+//     unloaded by Close); the kernel runs as a 1-D grid of Block threads
+//     per block, ⌈n/Block⌉ blocks, each thread one index. Arrays pass as
+//     their device addresses, scalars by value.
+//   - On the simulator the Go function is called with disjoint [lo, hi)
+//     ranges that together cover [0, n), in parallel over the host's
+//     cores, and an Args that gives typed views of the arrays.
+//
+// # Typed views and byte order
+//
+// Args.Float32s(i), Float64s(i), Int32s(i), Uint32s(i), Int64s(i) and
+// Bytes(i) view argument i's whole array in device memory, in the
+// device's byte order, which is little-endian: the order of every GPU
+// CUDA supports and of every host vram builds for (amd64, arm64; New
+// refuses a big-endian host). An element k of a view is the same element
+// k a PTX thread reads at ptr + k·size. Views must not be kept after the
+// function returns. An array whose address is not aligned to the
+// element's size cannot be viewed with that type.
+//
+// An accessor given the wrong index or type panics with an *ArgError;
+// Launch recovers it and returns it as the launch's error (it wraps
+// ErrArgs), so a kernel need not check each access.
+//
+// The package knows nothing of chunks or pools: the caller (vram's batch
+// pipeline, or a program of its own) says what n is and which arrays to
+// pass.
+package kernel
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+
+	"github.com/vramkit/vram/device"
+)
+
+// ErrArgs is wrapped by launch arguments of a type a kernel cannot take,
+// and by a Go kernel's access to an argument of another index or type.
+var ErrArgs = errors.New("bad kernel arguments")
+
+// DefaultBlock is the threads per block of a PTX launch when New is given
+// none.
+const DefaultBlock = 128
+
+// Array is a device array a kernel can take: its address and size in
+// bytes. *vram.DeviceArray is one.
+type Array interface {
+	Ptr() device.Ptr
+	Bytes() uint64
+}
+
+// Func is a kernel's Go form: it computes the indices [lo, hi) of a launch
+// over the arguments a. It may be called for several ranges at once, from
+// several goroutines.
+type Func func(a Args, lo, hi int) error
+
+// Kernel is a portable kernel. It is safe for concurrent use; Close it
+// when done, to unload the modules it loaded.
+type Kernel struct {
+	name  string // the PTX entry's name, and the kernel's in messages
+	ptx   string
+	fn    Func
+	block uint32
+
+	mu     sync.Mutex // protects loaded
+	loaded map[device.ModuleLoader]*ptxModule
+}
+
+type ptxModule struct {
+	mod device.Module
+	fn  device.Function
+}
+
+// New returns the kernel named name: ptx is its PTX text, whose entry is
+// called name (empty: the kernel runs only where Go kernels do), fn its Go
+// form (nil: only where PTX loads), block the PTX launch's threads per
+// block (0: DefaultBlock).
+func New(name, ptx string, fn Func, block int) (*Kernel, error) {
+	switch {
+	case name == "":
+		return nil, fmt.Errorf("kernel: a kernel needs a name (its PTX entry): %w", ErrArgs)
+	case ptx == "" && fn == nil:
+		return nil, fmt.Errorf("kernel %s: neither PTX nor a Go function; give at least one: %w", name, ErrArgs)
+	case block < 0 || block > 1024:
+		return nil, fmt.Errorf("kernel %s: %d threads per block: want 1 to 1024, or 0 for %d: %w", name, block, DefaultBlock, ErrArgs)
+	case binary.NativeEndian.Uint16([]byte{1, 0}) != 1:
+		return nil, fmt.Errorf("kernel %s: a big-endian host cannot view little-endian device memory: %w", name, device.ErrNotSupported)
+	}
+	if block == 0 {
+		block = DefaultBlock
+	}
+	return &Kernel{name: name, ptx: ptx, fn: fn, block: uint32(block), loaded: map[device.ModuleLoader]*ptxModule{}}, nil
+}
+
+// Name is the kernel's name, its PTX entry.
+func (k *Kernel) Name() string { return k.name }
+
+// Form is the form the kernel takes on dev: "ptx" where dev loads PTX
+// and the kernel has it, else "go" where dev runs Go kernels and the
+// kernel has a Go function, else "" (Launch fails).
+func (k *Kernel) Form(dev device.Device) string {
+	if _, ok := dev.(device.ModuleLoader); ok && k.ptx != "" {
+		return "ptx"
+	}
+	if _, ok := dev.(device.FuncLauncher); ok && k.fn != nil {
+		return "go"
+	}
+	return ""
+}
+
+// Load loads the PTX module on dev now, where it takes PTX, so that a
+// compile error shows before a batch starts; elsewhere it does nothing.
+func (k *Kernel) Load(dev device.Device) error {
+	if k.Form(dev) != "ptx" {
+		return nil
+	}
+	_, err := k.module(dev.(device.ModuleLoader))
+	return err
+}
+
+func (k *Kernel) module(ml device.ModuleLoader) (*ptxModule, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if m := k.loaded[ml]; m != nil {
+		return m, nil
+	}
+	mod, err := ml.LoadPTX(k.ptx)
+	if err != nil {
+		return nil, fmt.Errorf("kernel %s: load PTX: %w", k.name, err)
+	}
+	fn, err := mod.Function(k.name)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("kernel %s: %w", k.name, err), mod.Close())
+	}
+	m := &ptxModule{mod: mod, fn: fn}
+	k.loaded[ml] = m
+	return m, nil
+}
+
+// Close unloads every module the kernel loaded. The kernel can be
+// launched again afterwards (it loads them again).
+func (k *Kernel) Close() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var errs []error
+	for ml, m := range k.loaded {
+		errs = append(errs, m.mod.Close())
+		delete(k.loaded, ml)
+	}
+	return errors.Join(errs...)
+}
+
+// Launch enqueues the kernel over the indices [0, n), n > 0, on s of dev,
+// in the form dev runs (see the package doc). It returns once the launch
+// is enqueued; errors the Go form returns while it runs come back from
+// the stream's Synchronize, like any device work's.
+func (k *Kernel) Launch(dev device.Device, s device.Stream, n int, args ...any) error {
+	if n <= 0 || n > math.MaxInt32 {
+		return fmt.Errorf("kernel %s: launch over %d indices: want 1 to %d: %w", k.name, n, math.MaxInt32, device.ErrInvalidValue)
+	}
+	vals, err := k.check(args)
+	if err != nil {
+		return err
+	}
+	switch k.Form(dev) {
+	case "ptx":
+		m, err := k.module(dev.(device.ModuleLoader))
+		if err != nil {
+			return err
+		}
+		grid := (uint32(n)-1)/k.block + 1
+		if err := m.fn.Launch(s, device.Dim3{X: grid, Y: 1, Z: 1}, device.Dim3{X: k.block, Y: 1, Z: 1}, 0, vals...); err != nil {
+			return fmt.Errorf("kernel %s: %w", k.name, err)
+		}
+		return nil
+	case "go":
+		fn := k.fn
+		err := dev.(device.FuncLauncher).LaunchFunc(s, n, func(mem device.View, lo, hi int) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					ae, ok := r.(*ArgError)
+					if !ok {
+						panic(r)
+					}
+					err = ae
+				}
+			}()
+			return fn(Args{name: k.name, mem: mem, args: args, n: n}, lo, hi)
+		})
+		if err != nil {
+			return fmt.Errorf("kernel %s: %w", k.name, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("kernel %s: device %q runs neither its PTX (%v) nor its Go form (%v): %w",
+		k.name, dev.Info().Name, k.ptx != "", k.fn != nil, device.ErrNotSupported)
+}
+
+// check turns args into what a PTX launch takes (arrays become their
+// addresses) and refuses other types.
+func (k *Kernel) check(args []any) ([]any, error) {
+	vals := make([]any, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case Array:
+			if v == nil || v.Ptr() == 0 {
+				return nil, fmt.Errorf("kernel %s: argument %d is a nil array: %w", k.name, i, ErrArgs)
+			}
+			vals[i] = v.Ptr()
+		case int32, uint32, int64, uint64, float32, float64:
+			vals[i] = v
+		default:
+			return nil, fmt.Errorf("kernel %s: argument %d is a %T; want an array or an int32, uint32, int64, uint64, float32 or float64: %w",
+				k.name, i, a, ErrArgs)
+		}
+	}
+	return vals, nil
+}
+
+// ArgError is a Go kernel's access to an argument it does not have, or as
+// a type it is not. It wraps ErrArgs.
+type ArgError struct {
+	Kernel string
+	Index  int
+	Want   string // what the access asked for: "[]float32", "float32", …
+	Got    string // what the argument is, or "nothing" past the end
+	Reason string // set when the argument is of the right kind but cannot be viewed
+}
+
+func (e *ArgError) Error() string {
+	if e.Reason != "" {
+		return fmt.Sprintf("kernel %s: argument %d as %s: %s: %v", e.Kernel, e.Index, e.Want, e.Reason, ErrArgs)
+	}
+	return fmt.Sprintf("kernel %s: argument %d as %s, but it is %s: %v", e.Kernel, e.Index, e.Want, e.Got, ErrArgs)
+}
+
+func (e *ArgError) Unwrap() error { return ErrArgs }
+
+// Args are a Go kernel's arguments while it runs: views of its arrays and
+// its scalars, by the index they were passed at. A plain value; its views
+// are valid only until the kernel function returns.
+type Args struct {
+	name string
+	mem  device.View
+	args []any
+	n    int
+}
+
+// N is the launch's number of indices.
+func (a Args) N() int { return a.n }
+
+// Len is the number of arguments.
+func (a Args) Len() int { return len(a.args) }
+
+func (a Args) arg(i int, want string) any {
+	if i < 0 || i >= len(a.args) {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: "nothing"})
+	}
+	return a.args[i]
+}
+
+// Bytes views argument i's array as bytes.
+func (a Args) Bytes(i int) []byte {
+	arr, ok := a.arg(i, "[]byte").(Array)
+	if !ok {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: "[]byte", Got: fmt.Sprintf("a %T", a.args[i])})
+	}
+	b, err := a.mem.Bytes(arr.Ptr(), arr.Bytes())
+	if err != nil {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: "[]byte", Reason: err.Error()})
+	}
+	return b
+}
+
+// viewAs views argument i's array as a slice of T.
+func viewAs[T any](a Args, i int, want string) []T {
+	arr, ok := a.arg(i, want).(Array)
+	if !ok {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: fmt.Sprintf("a %T", a.args[i])})
+	}
+	var zero T
+	size := uint64(unsafe.Sizeof(zero))
+	n := arr.Bytes() / size
+	if n == 0 {
+		return nil
+	}
+	b, err := a.mem.Bytes(arr.Ptr(), n*size)
+	if err != nil {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Reason: err.Error()})
+	}
+	p := unsafe.Pointer(unsafe.SliceData(b))
+	if uintptr(p)%uintptr(unsafe.Alignof(zero)) != 0 {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Reason: fmt.Sprintf("its memory is not aligned to %d bytes", unsafe.Alignof(zero))})
+	}
+	return unsafe.Slice((*T)(p), n)
+}
+
+// Float32s views argument i's array as float32 values.
+func (a Args) Float32s(i int) []float32 { return viewAs[float32](a, i, "[]float32") }
+
+// Float64s views argument i's array as float64 values.
+func (a Args) Float64s(i int) []float64 { return viewAs[float64](a, i, "[]float64") }
+
+// Int32s views argument i's array as int32 values.
+func (a Args) Int32s(i int) []int32 { return viewAs[int32](a, i, "[]int32") }
+
+// Uint32s views argument i's array as uint32 values.
+func (a Args) Uint32s(i int) []uint32 { return viewAs[uint32](a, i, "[]uint32") }
+
+// Int64s views argument i's array as int64 values.
+func (a Args) Int64s(i int) []int64 { return viewAs[int64](a, i, "[]int64") }
+
+// scalar returns argument i as a T.
+func scalar[T any](a Args, i int, want string) T {
+	v, ok := a.arg(i, want).(T)
+	if !ok {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: fmt.Sprintf("a %T", a.args[i])})
+	}
+	return v
+}
+
+// Float32 is scalar argument i, a float32.
+func (a Args) Float32(i int) float32 { return scalar[float32](a, i, "float32") }
+
+// Float64 is scalar argument i, a float64.
+func (a Args) Float64(i int) float64 { return scalar[float64](a, i, "float64") }
+
+// Int32 is scalar argument i, an int32.
+func (a Args) Int32(i int) int32 { return scalar[int32](a, i, "int32") }
+
+// Uint32 is scalar argument i, a uint32.
+func (a Args) Uint32(i int) uint32 { return scalar[uint32](a, i, "uint32") }
+
+// Int64 is scalar argument i, an int64.
+func (a Args) Int64(i int) int64 { return scalar[int64](a, i, "int64") }
+
+// Uint64 is scalar argument i, a uint64.
+func (a Args) Uint64(i int) uint64 { return scalar[uint64](a, i, "uint64") }
