@@ -20,9 +20,10 @@ package vram
 // The host stays lag = max(1, k−1) chunks ahead of the device: after
 // enqueueing chunk i it waits for chunk i−lag to be copied out ("retires"
 // it: drains its staged outputs, reports progress). Staging buffers (for
-// pageable host arrays and fill/drain functions) are lag+1 per array,
-// used in turn, so a staging buffer is refilled only after the chunk that
-// last used it has been retired.
+// pageable host arrays and fill/drain functions) are used in turn, lag+1
+// per output and lag+k per input (filled k−1 chunks ahead), so a staging
+// buffer is refilled only after the chunk that last used it has been
+// retired.
 //
 // Cancellation is checked before each step; a batch stopped by its
 // context waits for what was enqueued, retires the chunks that finished,

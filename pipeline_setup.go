@@ -176,7 +176,7 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 	var err error
 	if ba.host != nil {
 		err = r.inferAxis(a, ds)
-	} else if ba.axis < 0 || ba.axis >= len(ds) || (r.n > 1 && ds[ba.axis] != r.plan.ChunkLength) {
+	} else if a.axis = ba.axis; ba.axis < 0 || ba.axis >= len(ds) || (r.n > 1 && ds[ba.axis] != r.plan.ChunkLength) {
 		err = batchErr("array %s: axis %d of its shape %v is not its chunk axis (the one of length %d)", a.name, ba.axis, ds, r.plan.ChunkLength)
 	}
 	if err != nil {
@@ -186,7 +186,13 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 		a.run = a.dev[0].Bytes() / uint64(max(ds[a.axis], 1))
 	}
 	if ba.fill != nil || ba.drain != nil || (ba.host.memory == Pageable && !a.whole) {
-		a.stage = make([]*HostArray, r.lag+1)
+		// An input's buffer is refilled k−1 chunks ahead of its compute,
+		// so it needs k−1 more than an output's to be free again by then.
+		slots := r.lag + 1
+		if !ba.out {
+			slots = r.lag + r.k
+		}
+		a.stage = make([]*HostArray, slots)
 		r.rep.Staged++
 	}
 	return a, nil

@@ -101,7 +101,7 @@ func (r *batchRun) span(a *batchArr, i int) Span {
 
 // copyIn fills chunk i's staging buffers and enqueues its copies in on s.
 func (r *batchRun) copyIn(i int) error {
-	buf, slot := i%r.k, i%(r.lag+1)
+	buf := i % r.k
 	for _, a := range r.arrs {
 		if a.out || (a.whole && i > 0) {
 			continue
@@ -117,7 +117,7 @@ func (r *batchRun) copyIn(i int) error {
 		sp := r.span(a, i)
 		src := a.host
 		if a.staged() {
-			src = a.stage[slot]
+			src = a.stage[i%len(a.stage)]
 			if err := r.fill(a, src, sp); err != nil {
 				return err
 			}
@@ -211,7 +211,7 @@ func (r *batchRun) copyOut(i int) error {
 		sp := r.span(a, i)
 		dst := a.host
 		if a.staged() {
-			dst, sp.Start = a.stage[slot], 0
+			dst, sp.Start = a.stage[i%len(a.stage)], 0
 		}
 		if err := r.m.FromDeviceChunk(a.client, dst, d, sp); err != nil {
 			return fmt.Errorf("copy out %s: %w", a.name, err)
@@ -240,9 +240,9 @@ func (r *batchRun) retireUpTo(upTo int) error {
 			sp := r.span(a, i)
 			var err error
 			if a.drain != nil {
-				err = a.drain(sp, a.stage[slot])
+				err = a.drain(sp, a.stage[i%len(a.stage)])
 			} else {
-				err = hostChunkCopy(a.stage[slot], a.host, sp, false)
+				err = hostChunkCopy(a.stage[i%len(a.stage)], a.host, sp, false)
 			}
 			if err != nil {
 				return fmt.Errorf("vram: batch: chunk %d of %d: drain %s: %w", i+1, r.n, a.name, err)
