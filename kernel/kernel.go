@@ -93,7 +93,15 @@ func (k *Kernel) Load(dev device.Device) error {
 	if k.Form(dev) != "ptx" {
 		return nil
 	}
-	_, err := k.module(dev.(device.ModuleLoader))
+	return k.LoadOn(dev.(device.ModuleLoader))
+}
+
+// LoadOn loads the PTX module on dev now (once; Close unloads it).
+func (k *Kernel) LoadOn(dev device.ModuleLoader) error {
+	if k.ptx == "" {
+		return fmt.Errorf("kernel %s: no PTX form: %w", k.name, device.ErrNotSupported)
+	}
+	_, err := k.module(dev)
 	return err
 }
 
@@ -134,50 +142,70 @@ func (k *Kernel) Close() error {
 // is enqueued; errors the Go form returns while it runs come back from
 // the stream's Synchronize, like any device work's.
 func (k *Kernel) Launch(dev device.Device, s device.Stream, n int, args ...any) error {
-	if n <= 0 || n > math.MaxInt32 {
-		return fmt.Errorf("kernel %s: launch over %d indices: want 1 to %d: %w", k.name, n, math.MaxInt32, device.ErrInvalidValue)
-	}
-	vals, err := k.check(args)
-	if err != nil {
-		return err
-	}
 	switch k.Form(dev) {
 	case "ptx":
-		m, err := k.module(dev.(device.ModuleLoader))
-		if err != nil {
-			return err
-		}
-		grid := (uint32(n)-1)/k.block + 1
-		if err := m.fn.Launch(s, device.Dim3{X: grid, Y: 1, Z: 1}, device.Dim3{X: k.block, Y: 1, Z: 1}, 0, vals...); err != nil {
-			return fmt.Errorf("kernel %s: %w", k.name, err)
-		}
-		return nil
+		return k.LaunchPTX(dev.(device.ModuleLoader), s, n, args...)
 	case "go":
-		fn := k.fn
-		err := dev.(device.FuncLauncher).LaunchFunc(s, n, func(mem device.View, lo, hi int) (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					ae, ok := r.(*ArgError)
-					if !ok {
-						panic(r)
-					}
-					err = ae
-				}
-			}()
-			return fn(Args{name: k.name, mem: mem, args: args, n: n}, lo, hi)
-		})
-		if err != nil {
-			return fmt.Errorf("kernel %s: %w", k.name, err)
-		}
-		return nil
+		return k.LaunchGo(dev.(device.FuncLauncher), s, n, args...)
 	}
 	return fmt.Errorf("kernel %s: device %q runs neither its PTX (%v) nor its Go form (%v): %w",
 		k.name, dev.Info().Name, k.ptx != "", k.fn != nil, device.ErrNotSupported)
 }
 
+// LaunchPTX is Launch in the PTX form, whatever else dev runs (to compare
+// the forms on a device that runs both).
+func (k *Kernel) LaunchPTX(dev device.ModuleLoader, s device.Stream, n int, args ...any) error {
+	vals, err := k.check(n, args)
+	if err != nil {
+		return err
+	}
+	if k.ptx == "" {
+		return fmt.Errorf("kernel %s: no PTX form: %w", k.name, device.ErrNotSupported)
+	}
+	m, err := k.module(dev)
+	if err != nil {
+		return err
+	}
+	grid := (uint32(n)-1)/k.block + 1
+	if err := m.fn.Launch(s, device.Dim3{X: grid, Y: 1, Z: 1}, device.Dim3{X: k.block, Y: 1, Z: 1}, 0, vals...); err != nil {
+		return fmt.Errorf("kernel %s: %w", k.name, err)
+	}
+	return nil
+}
+
+// LaunchGo is Launch in the Go form, whatever else dev runs.
+func (k *Kernel) LaunchGo(dev device.FuncLauncher, s device.Stream, n int, args ...any) error {
+	if _, err := k.check(n, args); err != nil {
+		return err
+	}
+	if k.fn == nil {
+		return fmt.Errorf("kernel %s: no Go form: %w", k.name, device.ErrNotSupported)
+	}
+	fn, name := k.fn, k.name
+	err := dev.LaunchFunc(s, n, func(mem device.View, lo, hi int) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				ae, ok := r.(*ArgError)
+				if !ok {
+					panic(r)
+				}
+				err = ae
+			}
+		}()
+		return fn(Args{name: name, mem: mem, args: args, n: n}, lo, hi)
+	})
+	if err != nil {
+		return fmt.Errorf("kernel %s: %w", k.name, err)
+	}
+	return nil
+}
+
 // check turns args into what a PTX launch takes (arrays become their
 // addresses) and refuses other types.
-func (k *Kernel) check(args []any) ([]any, error) {
+func (k *Kernel) check(n int, args []any) ([]any, error) {
+	if n <= 0 || n > math.MaxInt32 {
+		return nil, fmt.Errorf("kernel %s: launch over %d indices: want 1 to %d: %w", k.name, n, math.MaxInt32, device.ErrInvalidValue)
+	}
 	vals := make([]any, len(args))
 	for i, a := range args {
 		switch v := a.(type) {

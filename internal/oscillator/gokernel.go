@@ -1,66 +1,38 @@
 package oscillator
 
 import (
-	"encoding/binary"
-	"fmt"
 	"math"
 
-	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/kernel"
 )
 
-// goKernel is the kernel as a Go function, for devices that run Go kernels.
-type goKernel struct{ dev device.FuncLauncher }
-
-// NewGo returns the Go form of the kernel on dev. It computes in float32
-// like the PTX form, with math.Cos in place of the GPU's fast cosine.
-func NewGo(dev device.FuncLauncher) Kernel { return goKernel{dev: dev} }
-
-func (goKernel) Kind() string { return "go" }
-func (goKernel) Close() error { return nil }
-
-// Launch enqueues the kernel over a.N runs on s.
-func (k goKernel) Launch(s device.Stream, a Args) error {
-	if err := a.Check(); err != nil {
-		return err
+// goForm is the kernel's Go form, for devices that run Go kernels. Its
+// arguments are those of the PTX entry, in its order (see Args): typed
+// views of the four arrays, then N, LD, Dt, Steps and Every. It computes
+// in float32 like the PTX form, with math.Cos in place of the GPU's fast
+// cosine.
+func goForm(a kernel.Args, lo, hi int) error {
+	init, params, out, status := a.Float32s(0), a.Float32s(1), a.Float32s(2), a.Int32s(3)
+	ld, dt, steps, every := int(a.Uint32(5)), a.Float32(6), a.Uint32(7), a.Uint32(8)
+	for i := lo; i < hi; i++ {
+		integrate32(init, params, out, status, ld, i, dt, steps, every)
 	}
-	ld, samples := int(a.LD), Samples(a.Steps, a.Every)
-	return k.dev.LaunchFunc(s, int(a.N), func(mem device.View, lo, hi int) error {
-		init, err := mem.Bytes(a.Init, InitBytes(ld))
-		if err != nil {
-			return fmt.Errorf("oscillator: init: %w", err)
-		}
-		params, err := mem.Bytes(a.Params, ParamsBytes(ld))
-		if err != nil {
-			return fmt.Errorf("oscillator: params: %w", err)
-		}
-		out, err := mem.Bytes(a.Out, OutBytes(ld, samples))
-		if err != nil {
-			return fmt.Errorf("oscillator: out: %w", err)
-		}
-		status, err := mem.Bytes(a.Status, StatusBytes(ld))
-		if err != nil {
-			return fmt.Errorf("oscillator: status: %w", err)
-		}
-		for i := lo; i < hi; i++ {
-			integrate32(init, params, out, status, ld, i, a.Dt, a.Steps, a.Every)
-		}
-		return nil
-	})
+	return nil
 }
 
 func finite32(x float32) bool { return !math.IsNaN(float64(x)) && !math.IsInf(float64(x), 0) }
 
 // integrate32 is one thread of the kernel: run i, in float32, step for step
 // as oscillate.ptx.
-func integrate32(init, params, out, status []byte, ld, i int, dt float32, steps, every uint32) {
-	x, v := f32at(init, i), f32at(init, ld+i)
-	w, zeta := f32at(params, i), f32at(params, ld+i)
-	amp, drive := f32at(params, 2*ld+i), f32at(params, 3*ld+i)
+func integrate32(init, params, out []float32, status []int32, ld, i int, dt float32, steps, every uint32) {
+	x, v := init[i], init[ld+i]
+	w, zeta := params[i], params[ld+i]
+	amp, drive := params[2*ld+i], params[3*ld+i]
 	nc1, nc2 := -2*(zeta*w), -(w * w)
 	half, sixth := dt*0.5, dt/6
 	cos := func(t float32) float32 { return amp * float32(math.Cos(float64(drive*t))) }
-	putf32(out, outIndex(ld, 0, 0, i), x)
-	putf32(out, outIndex(ld, 0, 1, i), v)
+	out[outIndex(ld, 0, 0, i)] = x
+	out[outIndex(ld, 0, 1, i)] = v
 	bad := !finite32(x) || !finite32(v)
 	s, cnt := 1, uint32(0)
 	for k := uint32(1); k <= steps; k++ {
@@ -77,16 +49,16 @@ func integrate32(init, params, out, status []byte, ld, i int, dt float32, steps,
 		v += sixth * (k1v + 2*(k2v+k3v) + k4v)
 		if cnt++; cnt == every {
 			cnt = 0
-			putf32(out, outIndex(ld, s, 0, i), x)
-			putf32(out, outIndex(ld, s, 1, i), v)
+			out[outIndex(ld, s, 0, i)] = x
+			out[outIndex(ld, s, 1, i)] = v
 			s++
 			bad = bad || !finite32(x) || !finite32(v)
 		}
 	}
 	bad = bad || !finite32(x) || !finite32(v)
-	var st uint32
+	var st int32
 	if bad {
 		st = 1
 	}
-	binary.LittleEndian.PutUint32(status[4*i:], st)
+	status[i] = st
 }
