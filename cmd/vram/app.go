@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -75,6 +76,12 @@ type app struct {
 	// onChunkDone, when set (by tests), is called by `run` as each chunk
 	// finishes: done chunks of of.
 	onChunkDone func(done, of int)
+	// progressEvery, when set (by tests), replaces how often `run`
+	// writes progress lines on a stderr that is not a terminal.
+	progressEvery time.Duration
+	// metricsGrace, when set (by tests), replaces how long `run` waits
+	// for scrapes in flight when it stops its metrics server.
+	metricsGrace time.Duration
 	// hostMem, when set (by tests), stands in for the host memory
 	// available to the process (hostAvailable).
 	hostMem func() (avail uint64, from string, ok bool)

@@ -28,9 +28,18 @@ import (
 	"github.com/vramkit/vram/metrics"
 )
 
-// metricsShutdownTimeout bounds how long the end of the job waits for
-// scrapes in flight.
-const metricsShutdownTimeout = 5 * time.Second
+// Timeouts of the metrics server. A scrape takes milliseconds; these only
+// bound what a slow or stuck client can hold: a request being read, a
+// response being written (a client that pipelines requests and never
+// reads), an idle keep-alive connection.
+const (
+	metricsReadTimeout  = 10 * time.Second
+	metricsWriteTimeout = 10 * time.Second
+	metricsIdleTimeout  = 30 * time.Second
+	// defaultMetricsGrace is how long the end of the job waits for
+	// scrapes in flight before it closes their connections.
+	defaultMetricsGrace = time.Second
+)
 
 // checkMetricsAddr refuses a --metrics-addr that is not host:port.
 func checkMetricsAddr(addr string) error {
@@ -120,6 +129,9 @@ func (a *app) serveMetrics(addr string, m *vram.Manager) (*metricsServer, error)
 		srv: &http.Server{
 			Handler:           mux,
 			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       metricsReadTimeout,
+			WriteTimeout:      metricsWriteTimeout,
+			IdleTimeout:       metricsIdleTimeout,
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		},
 		done: make(chan error, 1),
@@ -131,12 +143,31 @@ func (a *app) serveMetrics(addr string, m *vram.Manager) (*metricsServer, error)
 	return s, nil
 }
 
-// close stops the server, letting scrapes in flight finish, and waits for
-// it to be done.
-func (s *metricsServer) close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
+// startMetrics serves /metrics for the job when --metrics-addr asks; nil
+// when it does not.
+func (a *app) startMetrics(f runFlags, m *vram.Manager) (*metricsServer, error) {
+	if f.metricsAddr == "" {
+		return nil, nil
+	}
+	ms, err := a.serveMetrics(f.metricsAddr, m)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(a.stderr, "vram: serving metrics on %s while the job runs\n", ms.url)
+	return ms, nil
+}
+
+// close stops the server: it lets scrapes in flight finish for up to
+// grace, then closes the connections still open (a client that stopped
+// reading), and waits for the server to be done. The error says what did
+// not stop cleanly.
+func (s *metricsServer) close(grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		err = fmt.Errorf("scrapes still in flight after %v, their connections closed: %w", grace, errors.Join(err, s.srv.Close()))
+	}
 	if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
@@ -144,6 +175,18 @@ func (s *metricsServer) close() error {
 		return fmt.Errorf("stop the metrics server: %w", err)
 	}
 	return nil
+}
+
+// stop closes the server at the end of the job. A server that does not
+// stop cleanly is a warning: the job's results do not depend on it.
+func (s *metricsServer) stop(a *app) {
+	grace := a.metricsGrace
+	if grace <= 0 {
+		grace = defaultMetricsGrace
+	}
+	if err := s.close(grace); err != nil {
+		fmt.Fprintf(a.stderr, "vram: warning: %v\n", err)
+	}
 }
 
 // scrapeURL is the URL of /metrics on addr; a listener on every interface

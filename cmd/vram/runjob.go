@@ -11,15 +11,14 @@
 //     AllocateQueue plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
-//  2. The host arrays are full-length and pinned. For each chunk the job
-//     copies that chunk's inputs in, launches the kernel over the chunk's
-//     runs and copies its outputs back into place, all ordered on the
-//     group's stream.
-//  3. With --double-buffer, chunk i+1's inputs are copied in (on the
-//     group's stream) while chunk i's kernel runs on a second stream, and
-//     chunk i−1's outputs are copied out; events order the two streams so
-//     that a buffer is refilled only after the kernel that read it, and
-//     rewritten only after the copy that read it out.
+//  2. The host arrays are full-length and pinned. vram.RunBatch, the
+//     library's chunk pipeline, copies each chunk's inputs in, launches the
+//     kernel (oscillator.NewPortable: PTX on CUDA, Go on the simulator)
+//     over the chunk's runs and copies its outputs back into place on the
+//     group's stream; the job holds no streams or events of its own.
+//  3. With --double-buffer the plan allocates two buffers and RunBatch
+//     keeps both in flight: chunk i+1's inputs go in while chunk i's
+//     kernel runs on a second stream and chunk i−1's outputs come out.
 //  4. A sample of runs spread over every chunk — and the first and last
 //     run of each chunk, where an off-by-one would show — is checked
 //     against the float64 host reference; the job fails if any disagrees.
@@ -27,6 +26,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -43,6 +43,7 @@ import (
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/kernel"
 )
 
 // errVerify marks results that disagree with the reference.
@@ -90,75 +91,6 @@ type runFlags struct {
 	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
 }
 
-// runReport is what `vram run` reports; --json prints it as one object.
-// Bytes are bytes, times seconds.
-type runReport struct {
-	Device      string `json:"device"`  // e.g. "sim:0 vram simulator"
-	Backend     string `json:"backend"` // sim or cuda
-	Fallback    string `json:"fallback,omitempty"`
-	Kernel      string `json:"kernel"` // go or ptx
-	Allocator   string `json:"allocator"`
-	DeviceBytes uint64 `json:"device_total_bytes"`
-	// LimitBytes is the cap --vram put on a real device (0: none).
-	LimitBytes uint64 `json:"limit_bytes,omitempty"`
-
-	Runs            int     `json:"runs"`
-	Steps           int     `json:"steps"`
-	Samples         int     `json:"samples"`
-	Dt              float64 `json:"dt"`
-	Chunks          int     `json:"chunks"`
-	ChunkLength     int     `json:"chunk_length"`
-	LastChunkLength int     `json:"last_chunk_length"`
-	Buffers         int     `json:"buffers"`
-	DoubleBuffer    bool    `json:"double_buffer"`
-	BudgetBytes     uint64  `json:"budget_bytes"`
-	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
-	FullBytes       uint64  `json:"full_bytes"` // the batch's device arrays unchunked
-
-	BytesToDevice   uint64 `json:"bytes_to_device"`
-	BytesFromDevice uint64 `json:"bytes_from_device"`
-
-	Verified     bool   `json:"verified"`
-	VerifiedRuns int    `json:"verified_runs"` // runs checked against the reference
-	FailedRuns   int    `json:"failed_runs"`   // runs whose status says NaN/Inf, of all runs
-	VerifyError  string `json:"verify_error,omitempty"`
-
-	// WallSeconds is the whole job: device, planning, allocation, the
-	// batch and verification. BatchSeconds is the chunk loop alone, from
-	// the first copy in to the last copy out; RunsPerSecond is over it.
-	WallSeconds   float64 `json:"wall_seconds"`
-	BatchSeconds  float64 `json:"batch_seconds"`
-	RunsPerSecond float64 `json:"runs_per_second"`
-
-	PeakDeviceBytes uint64    `json:"peak_device_bytes"` // the allocator's peak reserved bytes
-	PeakLiveBytes   uint64    `json:"peak_live_bytes"`   // the allocator's peak bytes in use
-	DeviceUsedBytes uint64    `json:"device_used_bytes"` // total − free with the arrays allocated (context included)
-	Stats           statsJSON `json:"allocator_stats"`   // the allocator's counters at the end of the job
-
-	// MetricsURL is where --metrics-addr served /metrics during the job.
-	MetricsURL string `json:"metrics_url,omitempty"`
-}
-
-// statsJSON is alloc.Stats with JSON names.
-type statsJSON struct {
-	InUse        uint64 `json:"in_use_bytes"`
-	PeakInUse    uint64 `json:"peak_in_use_bytes"`
-	Reserved     uint64 `json:"reserved_bytes"`
-	PeakReserved uint64 `json:"peak_reserved_bytes"`
-	Allocs       uint64 `json:"allocs"`
-	Frees        uint64 `json:"frees"`
-	CacheHits    uint64 `json:"cache_hits"`
-	DeviceAllocs uint64 `json:"device_allocs"`
-	DeviceFrees  uint64 `json:"device_frees"`
-	Retries      uint64 `json:"retries"`
-	OOMs         uint64 `json:"ooms"`
-}
-
-func toStatsJSON(s alloc.Stats) statsJSON {
-	return statsJSON{s.InUse, s.PeakInUse, s.Reserved, s.PeakReserved, s.Allocs, s.Frees,
-		s.CacheHits, s.DeviceAllocs, s.DeviceFrees, s.Retries, s.OOMs}
-}
-
 func (a *app) runCommand() *cobra.Command {
 	f := runFlags{}
 	cmd := &cobra.Command{
@@ -190,7 +122,14 @@ ends it at once.
 
 --metrics-addr serves Prometheus metrics on /metrics while the job runs:
 device memory, allocator counters, each client's held bytes and cap, and
-the chunks done so far.`,
+the chunks done so far. A host-less address such as :9090 listens on
+every interface of the machine; give 127.0.0.1:9090 to keep the metrics
+to this machine. A metrics server that does not stop cleanly at the end
+(a client that stopped reading) is a warning, not the job's failure.
+
+On a terminal a bar shows the chunks. Elsewhere (a batch system's log)
+the job writes a line as each step of its set-up begins, and then one
+per chunk or one every 5 seconds, whichever is rarer.`,
 		Example: `  vram run
   vram run --runs 1000000 --double-buffer
   vram run --device sim:bandwidth=8GB --double-buffer   # emulate PCIe copies
@@ -212,7 +151,7 @@ the chunks done so far.`,
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
-	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs, e.g. :9090 or 127.0.0.1:9090")
+	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")
 	return cmd
 }
 
@@ -271,31 +210,6 @@ func (f runFlags) check() (jobShape, error) {
 	}, nil
 }
 
-// checkStable refuses a --dt at which RK4 blows up on some run of the
-// batch: ω·dt must stay within rk4Limit for the batch's largest ω (found
-// run by run up to stabilityScanRuns runs, else taken as maxOmega).
-func checkStable(dt float64, runs int, seed uint64) error {
-	if dt*maxOmega <= rk4Limit {
-		return nil // stable whatever ω the batch draws
-	}
-	omega := maxOmega
-	if runs <= stabilityScanRuns {
-		omega = 0
-		for i := range runs {
-			omega = max(omega, runAt(seed, i).Omega)
-		}
-		if dt*omega <= rk4Limit {
-			return nil
-		}
-	}
-	// The largest dt allowed, rounded down to 4 significant digits.
-	most := rk4Limit / omega
-	scale := math.Pow(10, 3-math.Floor(math.Log10(most)))
-	most = math.Floor(most*scale) / scale
-	return usagef("--dt %v: RK4 is unstable at this step: it needs ω·dt ≤ %v for these oscillators, and the batch's largest ω is %.4g (ω·dt = %.3g); want --dt of at most %v",
-		dt, rk4Limit, omega, dt*omega, most)
-}
-
 // runDeviceSpec folds --vram into the device spec when the spec may open
 // the simulator (sim, or auto falling back to it) and does not size it
 // already. src names where spec came from, for messages. It returns the
@@ -346,8 +260,9 @@ type job struct {
 	seed   uint64
 	m      *vram.Manager
 	dev    device.Device
-	kernel oscillator.Kernel
-	stats  *jobMetrics // nil unless --metrics-addr
+	kernel *kernel.Kernel // the oscillator, portable
+	stats  *jobMetrics    // nil unless --metrics-addr
+	prog   runProgress    // set-up and chunk progress on stderr; nil: none
 	// fitHint adds to a failure to allocate the device arrays what to
 	// change on the command line; nil adds nothing.
 	fitHint func(error) error
@@ -360,32 +275,28 @@ type job struct {
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, pinned
 }
 
+// phase says on the progress log that a step of the set-up begins.
+func (j *job) phase(what string) {
+	if j.prog != nil {
+		j.prog.Phase(what)
+	}
+}
+
 func (a *app) runJob(f runFlags) (err error) {
 	start := time.Now()
 	js, err := f.check()
 	if err != nil {
 		return err
 	}
-	spec, limit, err := runDeviceSpec(a.device, a.deviceSource(), f)
-	if err != nil {
-		return err
-	}
-	flags := a.deviceSource()
-	if spec != a.device {
-		flags += fmt.Sprintf(" with --vram %s (the spec %q)", f.vram, spec)
-	}
-	dev, fallback, err := a.openDeviceAs(spec, flags)
+	prog := a.runProgress()
+	defer prog.Finish()
+	prog.Phase("open the device")
+	dev, fallback, limit, err := a.openRunDevice(f)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, closeErr("device", dev.Close())) }()
 	info := dev.Info()
-	if info.Backend == "sim" {
-		limit = 0 // --vram sized the simulator itself
-	}
-	if limit > 0 && limit < info.Granularity {
-		return usagef("--vram %s: want at least %s, one page of %s", f.vram, units.Format(info.Granularity), info.Name)
-	}
 	if err := a.checkHostMemory(js, info, f.doubleBuffer); err != nil {
 		return err
 	}
@@ -399,21 +310,21 @@ func (a *app) runJob(f runFlags) (err error) {
 		return fmt.Errorf("memory manager on %s: %w", info.Name, err)
 	}
 	defer func() { err = errors.Join(err, closeErr("memory manager", m.Close())) }()
-	kernel, err := oscillator.New(dev)
-	if err != nil {
+	prog.Phase("load the oscillator kernel")
+	kern := oscillator.NewPortable()
+	defer func() { err = errors.Join(err, closeErr("kernel", kern.Close())) }()
+	if err := kern.Load(dev); err != nil {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
-	defer func() { err = errors.Join(err, closeErr("kernel", kernel.Close())) }()
-
-	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kernel}
-	var ms *metricsServer
-	if f.metricsAddr != "" {
-		if ms, err = a.serveMetrics(f.metricsAddr, m); err != nil {
-			return err
-		}
-		// Stopped before the manager closes.
-		defer func() { err = errors.Join(err, ms.close()) }()
-		fmt.Fprintf(a.stderr, "vram: serving metrics on %s while the job runs\n", ms.url)
+	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog}
+	ms, err := a.startMetrics(f, m)
+	if err != nil {
+		return err
+	}
+	if ms != nil {
+		// Stopped before the manager closes; failing to stop it is a
+		// warning, not the job's failure.
+		defer ms.stop(a)
 		j.stats = ms.job
 	}
 	// Pinned host arrays go back before the manager closes, also when
@@ -427,15 +338,66 @@ func (a *app) runJob(f runFlags) (err error) {
 	if ms != nil && a.onMetrics != nil {
 		a.onMetrics(ms.url)
 	}
-	free, total, err := dev.MemInfo()
+	rep, err := j.report(info, fallback, limit, ms)
 	if err != nil {
-		return fmt.Errorf("device memory: %w", err)
+		return err
 	}
+	if err := j.runBatch(&rep); err != nil {
+		return err
+	}
+	verr := j.check(f.verify, &rep)
+	rep.WallSeconds = time.Since(start).Seconds()
+	prog.Finish()
+	if a.json {
+		err = a.writeJSON(rep)
+	} else {
+		err = a.printRun(rep)
+	}
+	if err != nil {
+		err = fmt.Errorf("write the report: %w", err)
+	}
+	return errors.Join(err, verr)
+}
+
+// openRunDevice opens the device --device and --vram name, and returns
+// the cap to put on a real device (0 on the simulator, which --vram
+// sizes).
+func (a *app) openRunDevice(f runFlags) (device.Device, error, uint64, error) {
+	spec, limit, err := runDeviceSpec(a.device, a.deviceSource(), f)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	flags := a.deviceSource()
+	if spec != a.device {
+		flags += fmt.Sprintf(" with --vram %s (the spec %q)", f.vram, spec)
+	}
+	dev, fallback, err := a.openDeviceAs(spec, flags)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	info := dev.Info()
+	if info.Backend == "sim" {
+		limit = 0 // --vram sized the simulator itself
+	}
+	if limit > 0 && limit < info.Granularity {
+		err := usagef("--vram %s: want at least %s, one page of %s", f.vram, units.Format(info.Granularity), info.Name)
+		return nil, nil, 0, errors.Join(err, closeErr("device", dev.Close()))
+	}
+	return dev, fallback, limit, nil
+}
+
+// report is the job's report as far as the plan goes.
+func (j *job) report(info device.Info, fallback error, limit uint64, ms *metricsServer) (runReport, error) {
+	free, total, err := j.dev.MemInfo()
+	if err != nil {
+		return runReport{}, fmt.Errorf("device memory: %w", err)
+	}
+	js := j.shape
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,
-		Kernel:          kernel.Kind(),
-		Allocator:       m.AllocatorKind().String(),
+		Kernel:          j.kernel.Form(j.dev),
+		Allocator:       j.m.AllocatorKind().String(),
 		DeviceBytes:     total,
 		LimitBytes:      limit,
 		Runs:            js.runs,
@@ -460,45 +422,93 @@ func (a *app) runJob(f runFlags) (err error) {
 	if ms != nil {
 		rep.MetricsURL = ms.url
 	}
-	a.log.Debug("plan", "chunks", j.plan.Chunks, "chunk_length", j.plan.ChunkLength, "buffers", j.plan.Buffers,
+	j.a.log.Debug("plan", "chunks", j.plan.Chunks, "chunk_length", j.plan.ChunkLength, "buffers", j.plan.Buffers,
 		"budget", j.plan.Budget, "bytes_per_chunk", j.plan.BytesPerChunk)
+	return rep, nil
+}
 
-	batchStart := time.Now()
-	if err := j.pipeline(); err != nil {
+// runBatch runs the batch through the library's pipeline and adds its
+// figures to rep. An interrupt is an error saying how far the job got.
+func (j *job) runBatch(rep *runReport) error {
+	j.phase("run the batch")
+	br, err := j.pipeline()
+	ctxErr := j.a.ctx.Err()
+	switch {
+	case err != nil && ctxErr != nil && errors.Is(err, ctxErr):
+		return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
+			br.ChunksDone+1, j.plan.Chunks, br.ChunksDone, j.plan.Chunks, ctxErr)
+	case err != nil:
 		return err
-	}
-	batch := time.Since(batchStart)
-	// An interrupt during the last chunk: the batch is done but not
-	// checked, and the user asked to stop.
-	if err := a.ctx.Err(); err != nil {
+	case ctxErr != nil:
+		// An interrupt during the last chunk: the batch is done but not
+		// checked, and the user asked to stop.
 		return fmt.Errorf("interrupted after the last chunk: %d of %d chunks finished, results not verified: %w",
-			j.plan.Chunks, j.plan.Chunks, err)
+			j.plan.Chunks, j.plan.Chunks, ctxErr)
 	}
-	rep.BatchSeconds = batch.Seconds()
-	rep.RunsPerSecond = float64(js.runs) / batch.Seconds()
+	rep.BatchSeconds = br.Wall.Seconds()
+	rep.RunsPerSecond = float64(j.shape.runs) / br.Wall.Seconds()
+	rep.CopySeconds = br.Copy.Seconds()
+	rep.ComputeSeconds = br.Compute.Seconds()
+	rep.ExposedCopySeconds = br.ExposedCopy.Seconds()
+	return nil
+}
 
-	checked, verr := j.verify(f.verify)
+// pipeline runs every chunk through vram.RunBatch: the inputs copied in,
+// the oscillator kernel over the chunk's runs, the outputs copied back,
+// with the buffers the plan allocated.
+func (j *job) pipeline() (vram.BatchReport, error) {
+	sh := j.shape
+	return vram.RunBatch(j.a.ctx, j.out, vram.Batch{
+		Arrays: []vram.BatchArray{
+			vram.In(j.inR, "init", j.hInit), vram.In(j.inR, "params", j.hParams),
+			vram.Out(j.outR, "trajectories", j.hOut), vram.Out(j.outR, "status", j.hStatus),
+		},
+		Runs: sh.runs,
+		Compute: func(_ context.Context, ch *vram.Chunk) error {
+			err := ch.Launch(j.kernel, ch.Array(j.inR, "init"), ch.Array(j.inR, "params"),
+				ch.Array(j.outR, "trajectories"), ch.Array(j.outR, "status"),
+				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
+			if err != nil {
+				return fmt.Errorf("launch the kernel: %w", err)
+			}
+			return nil
+		},
+		Progress: j.chunkDone,
+	})
+}
+
+// chunkDone reports a chunk back on the host: the log, the metrics, the
+// progress on stderr.
+func (j *job) chunkDone(p vram.Progress) {
+	j.a.log.Debug("chunk done", "chunk", p.Chunk, "of", p.Chunks, "runs", fmt.Sprintf("%d-%d", p.Start, p.Start+p.Len-1))
+	j.stats.chunkDone(p.Len)
+	if j.prog != nil {
+		j.prog.Chunk(p)
+	}
+	if j.a.onChunkDone != nil {
+		j.a.onChunkDone(p.Chunk, p.Chunks)
+	}
+}
+
+// check verifies the results and the runs' status into rep; the error
+// is the verification's.
+func (j *job) check(want int, rep *runReport) error {
+	j.phase("verify the results")
+	checked, verr := j.verify(want)
 	rep.VerifiedRuns = checked
 	rep.FailedRuns = j.failedRuns()
 	rep.Verified = verr == nil && rep.FailedRuns == 0
 	if verr == nil && rep.FailedRuns > 0 {
-		verr = fmt.Errorf("%d of %d runs report a NaN or infinite state: %w", rep.FailedRuns, js.runs, errVerify)
+		verr = fmt.Errorf("%d of %d runs report a NaN or infinite state: %w", rep.FailedRuns, j.shape.runs, errVerify)
 	}
 	if verr != nil {
 		rep.VerifyError = verr.Error()
 	}
-	st := m.Allocator().Stats()
+	st := j.m.Allocator().Stats()
 	rep.Stats = toStatsJSON(st)
 	rep.PeakDeviceBytes = st.PeakReserved
 	rep.PeakLiveBytes = st.PeakInUse
-	rep.WallSeconds = time.Since(start).Seconds()
-
-	if a.json {
-		err = a.writeJSON(rep)
-	} else {
-		err = a.printRun(rep)
-	}
-	return errors.Join(err, verr)
+	return verr
 }
 
 // shortest is v as the float64 with the fewest digits that rounds to it
@@ -543,6 +553,7 @@ func (j *job) allocate(double bool) error {
 	}); err != nil {
 		return fmt.Errorf("queue the outputs: %w", err)
 	}
+	j.phase("plan and allocate the device arrays")
 	buffers := 1
 	if double {
 		buffers = 2
@@ -566,6 +577,7 @@ func (j *job) allocate(double bool) error {
 
 	// The host arrays hold the whole batch: 24 bytes of inputs and
 	// samples × 8 + 4 bytes of outputs a run.
+	j.phase("make the pinned host arrays")
 	hostBytes := uint64(n) * hostBytesPerRun(s)
 	mk := func(shape []int, dt vram.DType, what string) (*vram.HostArray, error) {
 		h, err := j.m.NewHostArray(shape, dt, vram.Pinned, nil)
@@ -587,6 +599,7 @@ func (j *job) allocate(double bool) error {
 	if j.hStatus, err = mk([]int{n}, vram.Int32, "status"); err != nil {
 		return err
 	}
+	j.phase("fill the inputs")
 	init, params := j.hInit.Float32s(), j.hParams.Float32s()
 	for i := range n {
 		r := runAt(j.seed, i)
@@ -605,411 +618,4 @@ func (j *job) freeHost() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// set returns buffer b's device arrays of r.
-func set(r *vram.ArrayResponse, b int) map[string]*vram.DeviceArray {
-	if b < len(r.Buffers) {
-		return r.Buffers[b].Device
-	}
-	return r.Arrays
-}
-
-// copyIn enqueues chunk i's inputs into buffer b on the group's stream.
-func (j *job) copyIn(i, b int) error {
-	start, n := j.plan.Chunk(i)
-	d := set(j.inR, b)
-	if err := j.m.ToDeviceChunk(j.in, d["init"], j.hInit, vram.Span{Axis: 1, Start: start, Len: n}); err != nil {
-		return j.chunkErr(i, "copy in the initial states", err)
-	}
-	if err := j.m.ToDeviceChunk(j.in, d["params"], j.hParams, vram.Span{Axis: 1, Start: start, Len: n}); err != nil {
-		return j.chunkErr(i, "copy in the parameters", err)
-	}
-	return nil
-}
-
-// launch enqueues chunk i's kernel over buffer b on s.
-func (j *job) launch(i, b int, s device.Stream) error {
-	_, n := j.plan.Chunk(i)
-	in, out := set(j.inR, b), set(j.outR, b)
-	err := j.kernel.Launch(s, oscillator.Args{
-		Init: in["init"].Ptr(), Params: in["params"].Ptr(),
-		Out: out["trajectories"].Ptr(), Status: out["status"].Ptr(),
-		N: uint32(n), LD: uint32(j.plan.ChunkLength),
-		Dt: j.shape.dt, Steps: j.shape.steps, Every: j.shape.every,
-	})
-	if err != nil {
-		return j.chunkErr(i, "launch the kernel", err)
-	}
-	return nil
-}
-
-// copyOut enqueues chunk i's outputs from buffer b on the group's stream.
-func (j *job) copyOut(i, b int) error {
-	start, n := j.plan.Chunk(i)
-	d := set(j.outR, b)
-	if err := j.m.FromDeviceChunk(j.out, j.hOut, d["trajectories"], vram.Span{Axis: 2, Start: start, Len: n}); err != nil {
-		return j.chunkErr(i, "copy out the trajectories", err)
-	}
-	if err := j.m.FromDeviceChunk(j.out, j.hStatus, d["status"], vram.Span{Axis: 0, Start: start, Len: n}); err != nil {
-		return j.chunkErr(i, "copy out the status", err)
-	}
-	return nil
-}
-
-// chunkErr wraps err from doing what to chunk i (0-based), numbering the
-// chunk from 1 as every message does: "chunk 2 of 4: launch the kernel:
-// ...".
-func (j *job) chunkErr(i int, what string, err error) error {
-	return fmt.Errorf("chunk %d of %d: %s: %w", i+1, j.plan.Chunks, what, err)
-}
-
-// interrupted is the error of a job stopped by an interrupt before chunk
-// i (0-based): chunks 0 to i−1 were enqueued, and the pipeline waits for
-// them before it returns.
-func (j *job) interrupted(i int, err error) error {
-	return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
-		i+1, j.plan.Chunks, i, j.plan.Chunks, err)
-}
-
-// pipeline runs every chunk and waits for the last. The host stays at
-// most one chunk ahead of the device, so an interrupt stops the job
-// within a chunk and the progress bar moves as chunks finish.
-func (j *job) pipeline() (err error) {
-	s, err := j.m.Stream(j.out)
-	if err != nil {
-		return err
-	}
-	// done[i%2] marks the end of chunk i's copies out.
-	var done [2]device.Event
-	for k := range done {
-		if done[k], err = j.dev.NewEvent(); err != nil {
-			return fmt.Errorf("make an event: %w", err)
-		}
-		defer func(e device.Event) { err = errors.Join(err, closeErr("event", e.Close())) }(done[k])
-	}
-	bar := j.a.progress(j.plan.Chunks, "chunks")
-	defer bar.Finish()
-	// wait blocks until chunk i has been copied out.
-	wait := func(i int) error {
-		if i < 0 {
-			return nil
-		}
-		if err := done[i%2].Synchronize(); err != nil {
-			return j.chunkErr(i, "wait for the copies out", err)
-		}
-		start, n := j.plan.Chunk(i)
-		j.a.log.Debug("chunk done", "chunk", i+1, "of", j.plan.Chunks, "runs", fmt.Sprintf("%d-%d", start, start+n-1))
-		j.stats.chunkDone(n)
-		bar.Add(1)
-		if j.a.onChunkDone != nil {
-			j.a.onChunkDone(i+1, j.plan.Chunks)
-		}
-		return nil
-	}
-	// On an error or interrupt, let what was enqueued finish before the
-	// arrays are freed.
-	defer func() {
-		if err != nil {
-			_ = s.Synchronize()
-		}
-	}()
-
-	double := j.plan.Buffers > 1 && j.plan.Chunks > 1
-	if !double {
-		for i := range j.plan.Chunks {
-			if err := j.a.ctx.Err(); err != nil {
-				return j.interrupted(i, err)
-			}
-			if err := j.copyIn(i, 0); err != nil {
-				return err
-			}
-			if err := j.launch(i, 0, s); err != nil {
-				return err
-			}
-			if err := j.copyOut(i, 0); err != nil {
-				return err
-			}
-			if err := done[i%2].Record(s); err != nil {
-				return j.chunkErr(i, "record its end", err)
-			}
-			if err := wait(i - 1); err != nil {
-				return err
-			}
-		}
-		if err := wait(j.plan.Chunks - 1); err != nil {
-			return err
-		}
-		if err := s.Synchronize(); err != nil {
-			return fmt.Errorf("finish the batch's %d chunks: %w", j.plan.Chunks, err)
-		}
-		return nil
-	}
-
-	// Double buffering: copies on s (the group's stream), kernels on k.
-	k, err := j.dev.NewStream()
-	if err != nil {
-		return fmt.Errorf("make the kernel stream: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = k.Synchronize()
-		}
-		err = errors.Join(err, closeErr("kernel stream", k.Close()))
-	}()
-	// inReady[b]: buffer b's inputs are on the device. kernDone[b]: the
-	// kernel that used buffer b has finished with it.
-	var inReady, kernDone [2]device.Event
-	for b := range 2 {
-		for _, e := range []*device.Event{&inReady[b], &kernDone[b]} {
-			if *e, err = j.dev.NewEvent(); err != nil {
-				return fmt.Errorf("make an event: %w", err)
-			}
-			defer func(e device.Event) { err = errors.Join(err, closeErr("event", e.Close())) }(*e)
-		}
-	}
-	// Order on s: in(0), in(1), out(0), in(2), out(1), in(3), … so chunk
-	// i+1's inputs go in while chunk i computes and chunk i−1's outputs
-	// come out. On k: kernel(0), kernel(1), …
-	if err := j.copyIn(0, 0); err != nil {
-		return err
-	}
-	if err := inReady[0].Record(s); err != nil {
-		return j.chunkErr(0, "record the copies in", err)
-	}
-	for i := range j.plan.Chunks {
-		if err := j.a.ctx.Err(); err != nil {
-			return j.interrupted(i, err)
-		}
-		b := i % 2
-		// The kernel waits for its inputs; its outputs' buffer was last
-		// read by chunk i−2's copy out, which s ran before chunk i's
-		// copy in, so inReady covers that too.
-		if err := inReady[b].Wait(k); err != nil {
-			return j.chunkErr(i, "order the kernel after the copies in", err)
-		}
-		if err := j.launch(i, b, k); err != nil {
-			return err
-		}
-		if err := kernDone[b].Record(k); err != nil {
-			return j.chunkErr(i, "record the kernel's end", err)
-		}
-		if i+1 < j.plan.Chunks {
-			// Refill the other buffer. Chunk i−1's kernel, the last to
-			// read it, is done: s waited for it before chunk i−1's copy
-			// out, which precedes this copy on s.
-			nb := (i + 1) % 2
-			if err := j.copyIn(i+1, nb); err != nil {
-				return err
-			}
-			if err := inReady[nb].Record(s); err != nil {
-				return j.chunkErr(i+1, "record the copies in", err)
-			}
-		}
-		if err := kernDone[b].Wait(s); err != nil {
-			return j.chunkErr(i, "order the copies out after the kernel", err)
-		}
-		if err := j.copyOut(i, b); err != nil {
-			return err
-		}
-		if err := done[i%2].Record(s); err != nil {
-			return j.chunkErr(i, "record its end", err)
-		}
-		if err := wait(i - 1); err != nil {
-			return err
-		}
-	}
-	if err := wait(j.plan.Chunks - 1); err != nil {
-		return err
-	}
-	if err := k.Synchronize(); err != nil {
-		return fmt.Errorf("finish the batch's %d kernels: %w", j.plan.Chunks, err)
-	}
-	if err := s.Synchronize(); err != nil {
-		return fmt.Errorf("finish the batch's %d chunks: %w", j.plan.Chunks, err)
-	}
-	return nil
-}
-
-// verifyIndices picks up to want runs spread evenly over the batch, plus
-// the first and last run of every chunk.
-func (j *job) verifyIndices(want int) []int {
-	n := j.shape.runs
-	want = min(want, n)
-	idx := make([]int, 0, want+2*j.plan.Chunks)
-	for k := range want {
-		if want == 1 {
-			idx = append(idx, 0)
-			break
-		}
-		idx = append(idx, int(int64(k)*int64(n-1)/int64(want-1)))
-	}
-	for i := range j.plan.Chunks {
-		start, n := j.plan.Chunk(i)
-		idx = append(idx, start, start+n-1)
-	}
-	slices.Sort(idx)
-	return slices.Compact(idx)
-}
-
-// verify checks the chosen runs against the float64 reference and returns
-// how many it checked.
-func (j *job) verify(want int) (int, error) {
-	idx := j.verifyIndices(want)
-	out, status := j.hOut.Data(), j.hStatus.Data()
-	n, sh := j.shape.runs, j.shape
-	for _, i := range idx {
-		r := runAt(j.seed, i)
-		if st := oscillator.Status(status, i); st != 0 {
-			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): the integration became non-finite (NaN or ±Inf; status %d): %w",
-				i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, st, errVerify)
-		}
-		got, err := oscillator.Decode(out, n, sh.samples, i)
-		if err != nil {
-			return len(idx), err
-		}
-		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
-		if err := oscillator.Verify(got, want); err != nil {
-			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, err, errVerify)
-		}
-	}
-	return len(idx), nil
-}
-
-// chunkOf is the chunk (0-based) that ran run i.
-func (j *job) chunkOf(i int) int {
-	if j.plan.ChunkLength <= 0 {
-		return 0
-	}
-	return i / j.plan.ChunkLength
-}
-
-// failedRuns counts the runs whose status is not 0.
-func (j *job) failedRuns() int {
-	bad := 0
-	for _, st := range j.hStatus.Int32s() {
-		if st != 0 {
-			bad++
-		}
-	}
-	return bad
-}
-
-func describeRun(r oscillator.Run) string {
-	return fmt.Sprintf("x0 %.3g, v0 %.3g, ω %.3g, ζ %.3g, A %.3g, Ω %.3g", r.X0, r.V0, r.Omega, r.Zeta, r.A, r.Drive)
-}
-
-// runAt is run i's initial state and parameters, a pure function of seed
-// and i (so verification needs no copy of them): x0, v0 ∈ [−1, 1),
-// ω ∈ [0.5, 4), ζ ∈ [0.02, 0.5), A ∈ [0, 2), Ω ∈ [0.2, maxDrive).
-func runAt(seed uint64, i int) oscillator.Run {
-	h := seed*0x9e3779b97f4a7c15 ^ uint64(i)*0xbf58476d1ce4e5b9
-	u := func(lo, hi float64) float64 {
-		h += 0x9e3779b97f4a7c15
-		z := h
-		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-		z = (z ^ z>>27) * 0x94d049bb133111eb
-		z ^= z >> 31
-		return lo + (hi-lo)*float64(z>>11)/(1<<53)
-	}
-	return oscillator.Run{
-		X0: u(-1, 1), V0: u(-1, 1),
-		Omega: u(minOmega, maxOmega), Zeta: u(minZeta, maxZeta), A: u(0, 2), Drive: u(0.2, maxDrive),
-	}
-}
-
-func (a *app) printRun(r runReport) error {
-	w := a.stdout
-	dev := r.Device
-	if r.Fallback != "" {
-		dev += " (auto found no GPU; vram info says why)"
-	}
-	fmt.Fprintf(w, "device       %s, %s total, %s kernel\n", dev, units.Format(r.DeviceBytes), r.Kernel)
-	if r.LimitBytes > 0 {
-		fmt.Fprintf(w, "limit        %s (--vram)\n", units.Format(r.LimitBytes))
-	}
-	fmt.Fprintf(w, "batch        %s × %s, %s each (dt %g)\n", plural(r.Runs, "run"), plural(r.Steps, "step"), plural(r.Samples, "sample"), r.Dt)
-	plan := fmt.Sprintf("%d chunks × %s", r.Chunks, plural(r.ChunkLength, "run"))
-	if r.Chunks == 1 {
-		plan = fmt.Sprintf("1 chunk of %s", plural(r.ChunkLength, "run"))
-	} else if r.LastChunkLength != r.ChunkLength {
-		plan += fmt.Sprintf(" (last %d)", r.LastChunkLength)
-	}
-	buf := "1 buffer"
-	if r.Buffers > 1 {
-		buf = fmt.Sprintf("%d buffers, copies overlapping compute", r.Buffers)
-	}
-	whole := ""
-	if r.Chunks > 1 {
-		whole = fmt.Sprintf(" (all at once: %s)", units.Format(r.FullBytes))
-	}
-	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget%s\n",
-		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), whole)
-	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
-	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
-	fmt.Fprintf(w, "peak memory  %s reserved from the device, %s live; %s of the device in use with the arrays allocated\n",
-		units.Format(r.PeakDeviceBytes), units.Format(r.PeakLiveBytes), units.Format(r.DeviceUsedBytes))
-	p := r.Stats
-	fmt.Fprintf(w, "allocator    %s: %s, %s, %s, %s, %s, %s, %s\n", r.Allocator,
-		plural(p.Allocs, "alloc"), plural(p.Frees, "free"), plural(p.CacheHits, "cache hit"),
-		plural(p.DeviceAllocs, "device alloc"), plural(p.DeviceFrees, "device free"), plural(p.Retries, "retry"),
-		plural(p.OOMs, "out of memory"))
-	if r.MetricsURL != "" {
-		fmt.Fprintf(w, "metrics      served on %s during the job\n", r.MetricsURL)
-	}
-	spread := ""
-	if r.Chunks > 1 {
-		spread = fmt.Sprintf(", spread over all %d chunks,", r.Chunks)
-	}
-	if r.Verified {
-		verb := "match"
-		if r.VerifiedRuns == 1 {
-			verb = "matches"
-		}
-		fmt.Fprintf(w, "verified     %s%s %s the float64 reference (tolerance %g)\n",
-			plural(r.VerifiedRuns, "run"), spread, verb, oscillator.Tolerance)
-	} else {
-		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
-	}
-	return nil
-}
-
-// plural writes n and a noun, in the plural unless n is 1 ("3 retries",
-// "1 cache hit"); nouns that do not change ("out of memory") stay as
-// they are.
-func plural[N int | uint64](n N, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("1 %s", noun)
-	}
-	switch {
-	case noun == "out of memory":
-	case strings.HasSuffix(noun, "y"):
-		noun = strings.TrimSuffix(noun, "y") + "ies"
-	default:
-		noun += "s"
-	}
-	return fmt.Sprintf("%d %s", n, noun)
-}
-
-// allocHint adds to a failure to allocate the batch what to change on the
-// command line to make it fit.
-func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
-	if !errors.Is(err, vram.ErrUnchunkable) && !errors.Is(err, vram.ErrRunTooLarge) && !errors.Is(err, vram.ErrOutOfMemory) {
-		return err
-	}
-	var fixes []string
-	switch {
-	case info.Backend == "sim":
-		fixes = append(fixes, fmt.Sprintf("give the simulator more than its %s (--vram)", units.Format(info.TotalBytes)))
-	case limit > 0:
-		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s", f.vram))
-	default:
-		fixes = append(fixes, "free memory on the GPU")
-	}
-	fixes = append(fixes, "save fewer samples per run (--samples)")
-	if f.doubleBuffer {
-		fixes = append(fixes, "drop --double-buffer")
-	}
-	last := len(fixes) - 1
-	return fmt.Errorf("%w\nto make the batch fit: %s or %s", err, strings.Join(fixes[:last], ", "), fixes[last])
 }

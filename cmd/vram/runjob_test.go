@@ -220,7 +220,7 @@ func newTestJob(t *testing.T) *job {
 func runTestJob(t *testing.T, dev device.Device, runs int, double bool) *job {
 	t.Helper()
 	j := prepareTestJob(t, dev, runs, double)
-	if err := j.pipeline(); err != nil {
+	if _, err := j.pipeline(); err != nil {
 		t.Fatal(err)
 	}
 	return j
@@ -235,10 +235,8 @@ func prepareTestJob(t *testing.T, dev device.Device, runs int, double bool) *job
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	k, err := oscillator.New(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := oscillator.NewPortable()
+	t.Cleanup(func() { k.Close() })
 	a := &app{ctx: context.Background(), stdout: io.Discard, stderr: io.Discard, log: log}
 	js, err := runFlags{runs: runs, steps: 40, samples: 21, dt: 0.01, verify: 64, allocator: "pool"}.check()
 	if err != nil {
@@ -425,7 +423,7 @@ func TestChunkErrorsCountFromOne(t *testing.T) {
 			}
 			// The second launch resets the device and fails.
 			dev.Faults().ResetAt(sim.OpLaunch, 2)
-			err = j.pipeline()
+			_, err = j.pipeline()
 			want := fmt.Sprintf("chunk 2 of %d: launch the kernel: ", j.plan.Chunks)
 			if !errors.Is(err, sim.ErrInjected) || !strings.Contains(err.Error(), want) {
 				t.Errorf("pipeline error %v, want one containing %q", err, want)

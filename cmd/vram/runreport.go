@@ -1,0 +1,206 @@
+// `vram run`'s report: what --json prints, and the text form.
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/oscillator"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// runReport is what `vram run` reports; --json prints it as one object.
+// Bytes are bytes, times seconds.
+type runReport struct {
+	Device      string `json:"device"`  // e.g. "sim:0 vram simulator"
+	Backend     string `json:"backend"` // sim or cuda
+	Fallback    string `json:"fallback,omitempty"`
+	Kernel      string `json:"kernel"` // go or ptx
+	Allocator   string `json:"allocator"`
+	DeviceBytes uint64 `json:"device_total_bytes"`
+	// LimitBytes is the cap --vram put on a real device (0: none).
+	LimitBytes uint64 `json:"limit_bytes,omitempty"`
+
+	Runs            int     `json:"runs"`
+	Steps           int     `json:"steps"`
+	Samples         int     `json:"samples"`
+	Dt              float64 `json:"dt"`
+	Chunks          int     `json:"chunks"`
+	ChunkLength     int     `json:"chunk_length"`
+	LastChunkLength int     `json:"last_chunk_length"`
+	Buffers         int     `json:"buffers"`
+	DoubleBuffer    bool    `json:"double_buffer"`
+	BudgetBytes     uint64  `json:"budget_bytes"`
+	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
+	FullBytes       uint64  `json:"full_bytes"` // the batch's device arrays unchunked
+
+	BytesToDevice   uint64 `json:"bytes_to_device"`
+	BytesFromDevice uint64 `json:"bytes_from_device"`
+
+	Verified     bool   `json:"verified"`
+	VerifiedRuns int    `json:"verified_runs"` // runs checked against the reference
+	FailedRuns   int    `json:"failed_runs"`   // runs whose status says NaN/Inf, of all runs
+	VerifyError  string `json:"verify_error,omitempty"`
+
+	// WallSeconds is the whole job: device, planning, allocation, the
+	// batch and verification. BatchSeconds is the chunk loop alone, from
+	// the first copy in to the last copy out; RunsPerSecond is over it.
+	WallSeconds   float64 `json:"wall_seconds"`
+	BatchSeconds  float64 `json:"batch_seconds"`
+	RunsPerSecond float64 `json:"runs_per_second"`
+	// CopySeconds is the time the batch's copies ran, ComputeSeconds its
+	// kernels', ExposedCopySeconds the part of the copying no kernel ran
+	// beside (vram.BatchReport: measured on the host as each step's work
+	// finished).
+	CopySeconds        float64 `json:"copy_seconds"`
+	ComputeSeconds     float64 `json:"compute_seconds"`
+	ExposedCopySeconds float64 `json:"exposed_copy_seconds"`
+
+	PeakDeviceBytes uint64    `json:"peak_device_bytes"` // the allocator's peak reserved bytes
+	PeakLiveBytes   uint64    `json:"peak_live_bytes"`   // the allocator's peak bytes in use
+	DeviceUsedBytes uint64    `json:"device_used_bytes"` // total − free with the arrays allocated (context included)
+	Stats           statsJSON `json:"allocator_stats"`   // the allocator's counters at the end of the job
+
+	// MetricsURL is where --metrics-addr served /metrics during the job.
+	MetricsURL string `json:"metrics_url,omitempty"`
+}
+
+// statsJSON is alloc.Stats with JSON names.
+type statsJSON struct {
+	InUse        uint64 `json:"in_use_bytes"`
+	PeakInUse    uint64 `json:"peak_in_use_bytes"`
+	Reserved     uint64 `json:"reserved_bytes"`
+	PeakReserved uint64 `json:"peak_reserved_bytes"`
+	Allocs       uint64 `json:"allocs"`
+	Frees        uint64 `json:"frees"`
+	CacheHits    uint64 `json:"cache_hits"`
+	DeviceAllocs uint64 `json:"device_allocs"`
+	DeviceFrees  uint64 `json:"device_frees"`
+	Retries      uint64 `json:"retries"`
+	OOMs         uint64 `json:"ooms"`
+}
+
+func toStatsJSON(s alloc.Stats) statsJSON {
+	return statsJSON{s.InUse, s.PeakInUse, s.Reserved, s.PeakReserved, s.Allocs, s.Frees,
+		s.CacheHits, s.DeviceAllocs, s.DeviceFrees, s.Retries, s.OOMs}
+}
+
+func (a *app) printRun(r runReport) error {
+	w := &errWriter{w: a.stdout}
+	dev := r.Device
+	if r.Fallback != "" {
+		dev += " (auto found no GPU; vram info says why)"
+	}
+	fmt.Fprintf(w, "device       %s, %s total, %s kernel\n", dev, units.Format(r.DeviceBytes), r.Kernel)
+	if r.LimitBytes > 0 {
+		fmt.Fprintf(w, "limit        %s (--vram)\n", units.Format(r.LimitBytes))
+	}
+	fmt.Fprintf(w, "batch        %s × %s, %s each (dt %g)\n", plural(r.Runs, "run"), plural(r.Steps, "step"), plural(r.Samples, "sample"), r.Dt)
+	plan := fmt.Sprintf("%d chunks × %s", r.Chunks, plural(r.ChunkLength, "run"))
+	if r.Chunks == 1 {
+		plan = fmt.Sprintf("1 chunk of %s", plural(r.ChunkLength, "run"))
+	} else if r.LastChunkLength != r.ChunkLength {
+		plan += fmt.Sprintf(" (last %d)", r.LastChunkLength)
+	}
+	buf := "1 buffer"
+	if r.Buffers > 1 {
+		buf = fmt.Sprintf("%d buffers, copies overlapping compute", r.Buffers)
+	}
+	whole := ""
+	if r.Chunks > 1 {
+		whole = fmt.Sprintf(" (all at once: %s)", units.Format(r.FullBytes))
+	}
+	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget%s\n",
+		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), whole)
+	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
+	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
+	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels; %.2f s of copying not hidden by a kernel\n",
+		r.CopySeconds, r.ComputeSeconds, r.ExposedCopySeconds)
+	fmt.Fprintf(w, "peak memory  %s reserved from the device, %s live; %s of the device in use with the arrays allocated\n",
+		units.Format(r.PeakDeviceBytes), units.Format(r.PeakLiveBytes), units.Format(r.DeviceUsedBytes))
+	p := r.Stats
+	fmt.Fprintf(w, "allocator    %s: %s, %s, %s, %s, %s, %s, %s\n", r.Allocator,
+		plural(p.Allocs, "alloc"), plural(p.Frees, "free"), plural(p.CacheHits, "cache hit"),
+		plural(p.DeviceAllocs, "device alloc"), plural(p.DeviceFrees, "device free"), plural(p.Retries, "retry"),
+		plural(p.OOMs, "out of memory"))
+	if r.MetricsURL != "" {
+		fmt.Fprintf(w, "metrics      served on %s during the job\n", r.MetricsURL)
+	}
+	spread := ""
+	if r.Chunks > 1 {
+		spread = fmt.Sprintf(", spread over all %d chunks,", r.Chunks)
+	}
+	if r.Verified {
+		verb := "match"
+		if r.VerifiedRuns == 1 {
+			verb = "matches"
+		}
+		fmt.Fprintf(w, "verified     %s%s %s the float64 reference (tolerance %g)\n",
+			plural(r.VerifiedRuns, "run"), spread, verb, oscillator.Tolerance)
+	} else {
+		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
+	}
+	return w.err
+}
+
+// errWriter keeps the first error of its writes and drops the writes
+// after it, so that a report printed line by line fails as a whole.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+// plural writes n and a noun, in the plural unless n is 1 ("3 retries",
+// "1 cache hit"); nouns that do not change ("out of memory") stay as
+// they are.
+func plural[N int | uint64](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	switch {
+	case noun == "out of memory":
+	case strings.HasSuffix(noun, "y"):
+		noun = strings.TrimSuffix(noun, "y") + "ies"
+	default:
+		noun += "s"
+	}
+	return fmt.Sprintf("%d %s", n, noun)
+}
+
+// allocHint adds to a failure to allocate the batch what to change on the
+// command line to make it fit.
+func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
+	if !errors.Is(err, vram.ErrUnchunkable) && !errors.Is(err, vram.ErrRunTooLarge) && !errors.Is(err, vram.ErrOutOfMemory) {
+		return err
+	}
+	var fixes []string
+	switch {
+	case info.Backend == "sim":
+		fixes = append(fixes, fmt.Sprintf("give the simulator more than its %s (--vram)", units.Format(info.TotalBytes)))
+	case limit > 0:
+		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s", f.vram))
+	default:
+		fixes = append(fixes, "free memory on the GPU")
+	}
+	fixes = append(fixes, "save fewer samples per run (--samples)")
+	if f.doubleBuffer {
+		fixes = append(fixes, "drop --double-buffer")
+	}
+	last := len(fixes) - 1
+	return fmt.Errorf("%w\nto make the batch fit: %s or %s", err, strings.Join(fixes[:last], ", "), fixes[last])
+}
