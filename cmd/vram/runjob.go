@@ -31,7 +31,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +39,6 @@ import (
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/kernel"
@@ -210,49 +208,6 @@ func (f runFlags) check() (jobShape, error) {
 	}, nil
 }
 
-// runDeviceSpec folds --vram into the device spec when the spec may open
-// the simulator (sim, or auto falling back to it) and does not size it
-// already. src names where spec came from, for messages. It returns the
-// cap to put on a real device (cuda, or auto finding a GPU): --vram,
-// given or not, so that the default batch is chunked on a GPU too.
-func runDeviceSpec(spec, src string, f runFlags) (string, uint64, error) {
-	size, err := units.ParseSize(f.vram)
-	if err != nil || size == 0 {
-		return "", 0, usagef("--vram %q: want a positive size such as 256MiB", f.vram)
-	}
-	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
-	name = strings.ToLower(strings.TrimSpace(name))
-	if name != "sim" && name != "auto" {
-		return spec, size, nil
-	}
-	limit := size // if auto finds a GPU
-	if name == "sim" {
-		limit = 0 // --vram sizes the simulator instead
-	}
-	cfg, err := sim.ParseSpec(opts)
-	if err != nil {
-		return "", 0, usageError{fmt.Errorf("%s: %w", src, err)}
-	}
-	if cfg.TotalBytes != 0 {
-		if f.vramSet {
-			return "", 0, usagef("%s sizes the simulator and so does --vram %s; give one of them", src, f.vram)
-		}
-		return spec, limit, nil
-	}
-	gran := cfg.Granularity
-	if gran == 0 {
-		gran = sim.DefaultGranularity
-	}
-	if size < gran {
-		return "", 0, usagef("--vram %s: want at least %s, one page of the simulator (its granularity)",
-			f.vram, units.Format(gran))
-	}
-	if strings.TrimSpace(opts) != "" {
-		opts += ","
-	}
-	return name + ":" + opts + "vram=" + f.vram, limit, nil
-}
-
 // job holds one batch job's state.
 type job struct {
 	a      *app
@@ -359,74 +314,6 @@ func (a *app) runJob(f runFlags) (err error) {
 	return errors.Join(err, verr)
 }
 
-// openRunDevice opens the device --device and --vram name, and returns
-// the cap to put on a real device (0 on the simulator, which --vram
-// sizes).
-func (a *app) openRunDevice(f runFlags) (device.Device, error, uint64, error) {
-	spec, limit, err := runDeviceSpec(a.device, a.deviceSource(), f)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	flags := a.deviceSource()
-	if spec != a.device {
-		flags += fmt.Sprintf(" with --vram %s (the spec %q)", f.vram, spec)
-	}
-	dev, fallback, err := a.openDeviceAs(spec, flags)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	info := dev.Info()
-	if info.Backend == "sim" {
-		limit = 0 // --vram sized the simulator itself
-	}
-	if limit > 0 && limit < info.Granularity {
-		err := usagef("--vram %s: want at least %s, one page of %s", f.vram, units.Format(info.Granularity), info.Name)
-		return nil, nil, 0, errors.Join(err, closeErr("device", dev.Close()))
-	}
-	return dev, fallback, limit, nil
-}
-
-// report is the job's report as far as the plan goes.
-func (j *job) report(info device.Info, fallback error, limit uint64, ms *metricsServer) (runReport, error) {
-	free, total, err := j.dev.MemInfo()
-	if err != nil {
-		return runReport{}, fmt.Errorf("device memory: %w", err)
-	}
-	js := j.shape
-	rep := runReport{
-		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
-		Backend:         info.Backend,
-		Kernel:          j.kernel.Form(j.dev),
-		Allocator:       j.m.AllocatorKind().String(),
-		DeviceBytes:     total,
-		LimitBytes:      limit,
-		Runs:            js.runs,
-		Steps:           int(js.steps),
-		Samples:         js.samples,
-		Dt:              shortest(js.dt),
-		Chunks:          j.plan.Chunks,
-		ChunkLength:     j.plan.ChunkLength,
-		LastChunkLength: j.plan.LastChunkLength,
-		Buffers:         j.plan.Buffers,
-		DoubleBuffer:    j.plan.Buffers > 1,
-		BudgetBytes:     j.plan.Budget,
-		BytesPerChunk:   j.plan.BytesPerChunk,
-		FullBytes:       j.plan.FullBytes,
-		BytesToDevice:   j.hInit.Bytes() + j.hParams.Bytes(),
-		BytesFromDevice: j.hOut.Bytes() + j.hStatus.Bytes(),
-		DeviceUsedBytes: total - free,
-	}
-	if fallback != nil {
-		rep.Fallback = fallback.Error()
-	}
-	if ms != nil {
-		rep.MetricsURL = ms.url
-	}
-	j.a.log.Debug("plan", "chunks", j.plan.Chunks, "chunk_length", j.plan.ChunkLength, "buffers", j.plan.Buffers,
-		"budget", j.plan.Budget, "bytes_per_chunk", j.plan.BytesPerChunk)
-	return rep, nil
-}
-
 // runBatch runs the batch through the library's pipeline and adds its
 // figures to rep. An interrupt is an error saying how far the job got.
 func (j *job) runBatch(rep *runReport) error {
@@ -509,20 +396,6 @@ func (j *job) check(want int, rep *runReport) error {
 	rep.PeakDeviceBytes = st.PeakReserved
 	rep.PeakLiveBytes = st.PeakInUse
 	return verr
-}
-
-// shortest is v as the float64 with the fewest digits that rounds to it
-// (0.01, not 0.009999999776482582).
-func shortest(v float32) float64 {
-	f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(v), 'g', -1, 32), 64)
-	return f
-}
-
-func closeErr(what string, err error) error {
-	if err != nil {
-		return fmt.Errorf("close the %s: %w", what, err)
-	}
-	return nil
 }
 
 // allocate registers the two clients, queues their requests, allocates

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/vramkit/vram"
@@ -203,4 +204,59 @@ func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
 	}
 	last := len(fixes) - 1
 	return fmt.Errorf("%w\nto make the batch fit: %s or %s", err, strings.Join(fixes[:last], ", "), fixes[last])
+}
+
+// report is the job's report as far as the plan goes.
+func (j *job) report(info device.Info, fallback error, limit uint64, ms *metricsServer) (runReport, error) {
+	free, total, err := j.dev.MemInfo()
+	if err != nil {
+		return runReport{}, fmt.Errorf("device memory: %w", err)
+	}
+	js := j.shape
+	rep := runReport{
+		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
+		Backend:         info.Backend,
+		Kernel:          j.kernel.Form(j.dev),
+		Allocator:       j.m.AllocatorKind().String(),
+		DeviceBytes:     total,
+		LimitBytes:      limit,
+		Runs:            js.runs,
+		Steps:           int(js.steps),
+		Samples:         js.samples,
+		Dt:              shortest(js.dt),
+		Chunks:          j.plan.Chunks,
+		ChunkLength:     j.plan.ChunkLength,
+		LastChunkLength: j.plan.LastChunkLength,
+		Buffers:         j.plan.Buffers,
+		DoubleBuffer:    j.plan.Buffers > 1,
+		BudgetBytes:     j.plan.Budget,
+		BytesPerChunk:   j.plan.BytesPerChunk,
+		FullBytes:       j.plan.FullBytes,
+		BytesToDevice:   j.hInit.Bytes() + j.hParams.Bytes(),
+		BytesFromDevice: j.hOut.Bytes() + j.hStatus.Bytes(),
+		DeviceUsedBytes: total - free,
+	}
+	if fallback != nil {
+		rep.Fallback = fallback.Error()
+	}
+	if ms != nil {
+		rep.MetricsURL = ms.url
+	}
+	j.a.log.Debug("plan", "chunks", j.plan.Chunks, "chunk_length", j.plan.ChunkLength, "buffers", j.plan.Buffers,
+		"budget", j.plan.Budget, "bytes_per_chunk", j.plan.BytesPerChunk)
+	return rep, nil
+}
+
+// shortest is v as the float64 with the fewest digits that rounds to it
+// (0.01, not 0.009999999776482582).
+func shortest(v float32) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(float64(v), 'g', -1, 32), 64)
+	return f
+}
+
+func closeErr(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("close the %s: %w", what, err)
+	}
+	return nil
 }
