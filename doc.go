@@ -63,6 +63,33 @@
 //   - SetAllocator(Direct | Pool | AsyncPool) frees everything, calls every
 //     OnInvalidate and gives every group a fresh stream.
 //
+// # Batches
+//
+// RunBatch(ctx, c, Batch{...}) runs an allocated batch chunk by chunk:
+// for each chunk it copies the inputs in, calls the Compute step (which
+// enqueues the chunk's kernels, usually Chunk.Launch of a portable
+// kernel), and copies the outputs back, then waits for each chunk a
+// buffer or two behind the one it enqueues. The host side of each array
+// is a full-length host array (In, Out; pinned or mapped ones are copied
+// from directly, pageable ones staged through pinned buffers) or a
+// function that fills or drains a pinned staging buffer chunk by chunk
+// (InFunc, OutFunc). With one buffer every step runs on the group's
+// stream in turn; with two or three (allocated with WithBuffers) the
+// compute runs on a stream of the batch's own, events order the two
+// streams, and copies of one chunk overlap the compute of another. The
+// context is checked between any two steps; a cancelled batch waits for
+// what it enqueued, reports the chunks that finished and frees every
+// stream, event and staging buffer it made. Progress is called as each
+// chunk is back on the host; the BatchReport gives bytes moved, the copy
+// and compute times measured from the device's completions, and the copy
+// time no compute hid. RunBatch takes the client whose group runs the
+// batch and the responses whose arrays it moves; it keeps no state after
+// it returns.
+//
+// Kernels that run on both the simulator and CUDA come from package
+// kernel: one value with PTX for CUDA and a Go function, given typed,
+// little-endian views of the same arrays, for the simulator.
+//
 // # Concurrency
 //
 // A Manager, its Clients and the arrays' accessors are safe for

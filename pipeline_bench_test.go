@@ -1,0 +1,167 @@
+package vram
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/kernel"
+)
+
+// benchBatch is a batch of one float32 input and one float32 output per
+// run on a simulator of total bytes (4 KiB pages) with an emulated copy
+// bandwidth (0: host memory speed), allocated with buffers buffers.
+type benchBatch struct {
+	m       *Manager
+	c       *Client
+	r       *ArrayResponse
+	in, out *HostArray
+}
+
+func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint64) *benchBatch {
+	b.Helper()
+	dev, err := sim.New(sim.Config{TotalBytes: total, Granularity: 4 << 10, NoContext: true, CopyBandwidth: bandwidth})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { dev.Close() })
+	m, err := New(dev, WithAllocator(Pool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { m.Close() })
+	bb := &benchBatch{m: m}
+	bb.c, err = m.Register(ClientOptions{Name: "bench", Group: "bench", OnAllocated: func(r *ArrayResponse) { bb.r = r }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.QueueRequest(bb.c, map[string]ArrayRequest{
+		"in": {Shape: []int{runs}, DType: Float32}, "out": {Shape: []int{runs}, DType: Float32},
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.AllocateQueue(bb.c, WithBuffers(buffers)); err != nil {
+		b.Fatal(err)
+	}
+	if bb.in, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
+		b.Fatal(err)
+	}
+	if bb.out, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { bb.in.Free(); bb.out.Free() })
+	return bb
+}
+
+// BenchmarkBatchOverlap runs 32 MiB in and 32 MiB out over an emulated
+// 1 GB/s link (about 67 ms of copies) in 8 (one buffer) to 25 chunks, with a kernel
+// that takes 8 ms a chunk (a sleep: the device's time, not the host's
+// CPU), and reports the share of the copy time no kernel hid.
+func BenchmarkBatchOverlap(b *testing.B) {
+	const runs = 8 << 20
+	for _, buffers := range []int{1, 2, 3} {
+		b.Run(fmt.Sprintf("buffers=%d", buffers), func(b *testing.B) {
+			bb := newBenchBatch(b, 8<<20, runs, buffers, 1e9)
+			k, err := kernel.New("wait", "", func(a kernel.Args, lo, hi int) error {
+				if lo == 0 {
+					time.Sleep(8 * time.Millisecond)
+				}
+				in, out := a.Float32s(0), a.Float32s(1)
+				copy(out[lo:hi], in[lo:hi])
+				return nil
+			}, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var copyT, exposed, compute time.Duration
+			chunks := 0
+			for b.Loop() {
+				rep, err := RunBatch(context.Background(), bb.c, Batch{
+					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
+					Buffers: buffers,
+					Compute: func(_ context.Context, ch *Chunk) error {
+						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
+					},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				copyT, exposed, compute, chunks = copyT+rep.Copy, exposed+rep.ExposedCopy, compute+rep.Compute, rep.Chunks
+			}
+			b.ReportMetric(float64(chunks), "chunks")
+			b.ReportMetric(100*exposed.Seconds()/copyT.Seconds(), "exposed-%")
+			b.ReportMetric(copyT.Seconds()/float64(b.N)*1e3, "copy-ms")
+			b.ReportMetric(compute.Seconds()/float64(b.N)*1e3, "compute-ms")
+		})
+	}
+}
+
+// BenchmarkBatchOverhead measures what RunBatch costs a chunk beyond the
+// device work: small chunks (16 KiB in, 16 KiB out, a one-line kernel)
+// through RunBatch with 1 and 2 buffers, against the same copies and
+// kernels enqueued by hand on one stream, all at once, and waited for at
+// the end ("bare": the device work and the least host work that can
+// enqueue it). The difference of their ns/chunk is the pipeline's
+// overhead: its events, waits, timeline and checks.
+func BenchmarkBatchOverhead(b *testing.B) {
+	const runs = 1 << 20 // 8 MiB of arrays on a 256 KiB device: 1 chunk per ~16 KiB
+	k, err := kernel.New("copy", "", func(a kernel.Args, lo, hi int) error {
+		copy(a.Float32s(1)[lo:hi], a.Float32s(0)[lo:hi])
+		return nil
+	}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, buffers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("bare/buffers=%d", buffers), func(b *testing.B) {
+			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
+			s, err := bb.m.Stream(bb.c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p := bb.r.Plan
+			for b.Loop() {
+				for i := range p.Chunks {
+					sp := p.Span(i, 0)
+					if err := bb.m.ToDeviceChunk(bb.c, bb.r.Arrays["in"], bb.in, sp); err != nil {
+						b.Fatal(err)
+					}
+					if err := k.Launch(bb.m.Device(), s, sp.Len, bb.r.Arrays["in"], bb.r.Arrays["out"]); err != nil {
+						b.Fatal(err)
+					}
+					if err := bb.m.FromDeviceChunk(bb.c, bb.out, bb.r.Arrays["out"], sp); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := s.Synchronize(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*p.Chunks), "ns/chunk")
+			b.ReportMetric(float64(p.Chunks), "chunks")
+		})
+	}
+	for _, buffers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("RunBatch/buffers=%d", buffers), func(b *testing.B) {
+			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
+			chunks := 0
+			for b.Loop() {
+				rep, err := RunBatch(context.Background(), bb.c, Batch{
+					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
+					Buffers: buffers,
+					Compute: func(_ context.Context, ch *Chunk) error {
+						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
+					},
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				chunks = rep.Chunks
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunks), "ns/chunk")
+			b.ReportMetric(float64(chunks), "chunks")
+		})
+	}
+}
