@@ -16,32 +16,39 @@ const affinePTX = `.version 7.0
 .target sm_52
 .address_size 64
 
-.visible .entry affine(.param .u64 x, .param .u64 y, .param .u32 n, .param .f32 a, .param .f32 b)
+.visible .entry affine(
+	.param .u64 affine_x,
+	.param .u64 affine_y,
+	.param .u32 affine_n,
+	.param .f32 affine_a,
+	.param .f32 affine_b
+)
 {
-	.reg .pred %p<2>;
-	.reg .b32 %r<6>;
-	.reg .f32 %f<5>;
-	.reg .b64 %rd<8>;
-	ld.param.u64 %rd1, [x];
-	ld.param.u64 %rd2, [y];
-	ld.param.u32 %r1, [n];
-	ld.param.f32 %f1, [a];
-	ld.param.f32 %f2, [b];
-	mov.u32 %r2, %ctaid.x;
-	mov.u32 %r3, %ntid.x;
-	mov.u32 %r4, %tid.x;
-	mad.lo.s32 %r5, %r2, %r3, %r4;
-	setp.ge.u32 %p1, %r5, %r1;
-	@%p1 bra DONE;
-	cvta.to.global.u64 %rd3, %rd1;
-	cvta.to.global.u64 %rd4, %rd2;
-	mul.wide.u32 %rd5, %r5, 4;
-	add.s64 %rd6, %rd3, %rd5;
-	ld.global.f32 %f3, [%rd6];
-	fma.rn.f32 %f4, %f1, %f3, %f2;
-	add.s64 %rd7, %rd4, %rd5;
-	st.global.f32 [%rd7], %f4;
-DONE:
+	.reg .pred	%pexit;
+	.reg .b32	%blk, %bdim, %thr, %i, %n;
+	.reg .b64	%x, %y, %i4, %ax, %ay;
+	.reg .f32	%s, %c, %v, %r;
+
+	mov.u32		%blk, %ctaid.x;
+	mov.u32		%bdim, %ntid.x;
+	mov.u32		%thr, %tid.x;
+	mad.lo.u32	%i, %blk, %bdim, %thr;
+	ld.param.u32	%n, [affine_n];
+	setp.ge.u32	%pexit, %i, %n;
+	@%pexit bra	L_done;
+	ld.param.u64	%x, [affine_x];
+	ld.param.u64	%y, [affine_y];
+	ld.param.f32	%s, [affine_a];
+	ld.param.f32	%c, [affine_b];
+	cvta.to.global.u64	%x, %x;
+	cvta.to.global.u64	%y, %y;
+	mul.wide.u32	%i4, %i, 4;
+	add.s64		%ax, %x, %i4;
+	add.s64		%ay, %y, %i4;
+	ld.global.f32	%v, [%ax];
+	fma.rn.f32	%r, %s, %v, %c;
+	st.global.f32	[%ay], %r;
+L_done:
 	ret;
 }
 `
