@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"unsafe"
 
@@ -210,7 +211,7 @@ func (k *Kernel) check(n int, args []any) ([]any, error) {
 	for i, a := range args {
 		switch v := a.(type) {
 		case Array:
-			if v == nil || v.Ptr() == 0 {
+			if rv := reflect.ValueOf(v); rv.Kind() == reflect.Pointer && rv.IsNil() || v.Ptr() == 0 {
 				return nil, fmt.Errorf("kernel %s: argument %d is a nil array: %w", k.name, i, ErrArgs)
 			}
 			vals[i] = v.Ptr()

@@ -24,6 +24,9 @@ type buf struct {
 func (b buf) Ptr() device.Ptr { return b.p }
 func (b buf) Bytes() uint64   { return b.n }
 
+// ptrBuf is an array behind a pointer, as *vram.DeviceArray is.
+type ptrBuf struct{ buf }
+
 func newSim(t *testing.T) *sim.Device {
 	t.Helper()
 	dev, err := sim.New(sim.Config{TotalBytes: 64 << 20, NoContext: true})
