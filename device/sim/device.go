@@ -107,20 +107,63 @@ type rec struct {
 
 // backing holds an allocation's bytes, made on first access: memory that
 // is allocated but never read or written costs no host memory, and Malloc
-// stays cheap for allocations of any size. Safe for concurrent use.
+// stays cheap for allocations of any size. The bytes made count against
+// Config.BackingLimit (Device.backed) until the allocation is freed.
+// Safe for concurrent use: bytes runs under d.mu held for reading, the
+// holder is reset or recycled only under d.mu held for writing.
 type backing struct {
-	once sync.Once
-	n    uint64
-	b    []byte
+	made    atomic.Bool // b is set
+	mu      sync.Mutex  // serializes making b
+	n       uint64
+	b       []byte
+	counted bool // b counts against Device.backed
 }
 
-// bytes returns the allocation's bytes; nil on a nil backing.
-func (m *backing) bytes() []byte {
+// bytes returns the allocation's bytes, making them on first access; nil
+// on a nil backing. Past Config.BackingLimit it returns an error wrapping
+// device.ErrOutOfMemory. Call with d.mu held (for reading at least).
+func (m *backing) bytes(d *Device, op string) ([]byte, error) {
 	if m == nil {
-		return nil
+		return nil, nil
 	}
-	m.once.Do(func() { m.b = make([]byte, m.n) })
-	return m.b
+	if m.made.Load() {
+		return m.b, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.made.Load() {
+		return m.b, nil
+	}
+	lim := d.cfg.BackingLimit
+	for {
+		used := d.backed.Load()
+		if m.n > lim || used > lim-m.n {
+			return nil, fmt.Errorf("%v: %s: the allocation's %s of bytes are made on first access, and the host memory "+
+				"backing device memory would pass its limit (%s in use of %s; Config.BackingLimit, spec backing=): "+
+				"use a smaller granularity, backed=false for accounting only, or raise the limit: %w",
+				d, op, units.Format(m.n), units.Format(used), units.Format(lim), device.ErrOutOfMemory)
+		}
+		if d.backed.CompareAndSwap(used, used+m.n) {
+			break
+		}
+	}
+	m.b = make([]byte, m.n)
+	m.counted = true
+	m.made.Store(true)
+	return m.b, nil
+}
+
+// releaseLocked lets the bytes go and takes them off Device.backed. Call
+// with d.mu held for writing.
+func (m *backing) releaseLocked(d *Device) {
+	if m == nil {
+		return
+	}
+	if m.counted {
+		d.backed.Add(-m.n)
+	}
+	m.b, m.counted = nil, false
+	m.made.Store(false)
 }
 
 // spareMemCap bounds how many byte holders of freed Mallocs are kept.
@@ -133,7 +176,7 @@ func (d *Device) newBackingLocked(n uint64) *backing {
 	if k := len(d.spareMem); k > 0 {
 		m := d.spareMem[k-1]
 		d.spareMem = d.spareMem[:k-1]
-		*m = backing{n: n}
+		m.n = n
 		return m
 	}
 	return &backing{n: n}
@@ -142,17 +185,19 @@ func (d *Device) newBackingLocked(n uint64) *backing {
 // recycleBackingLocked keeps the holder of a freed Malloc for reuse. No
 // one holds it any more: accesses keep the byte slice, not the holder.
 func (d *Device) recycleBackingLocked(m *backing) {
-	if m == nil || len(d.spareMem) >= spareMemCap {
+	if m == nil {
 		return
 	}
-	m.b = nil // let the bytes go now
-	d.spareMem = append(d.spareMem, m)
+	m.releaseLocked(d) // let the bytes go now
+	if len(d.spareMem) < spareMemCap {
+		d.spareMem = append(d.spareMem, m)
+	}
 }
 
 // preset is a backing over existing bytes (mapped host memory).
 func preset(b []byte) *backing {
 	m := &backing{n: uint64(len(b)), b: b}
-	m.once.Do(func() {})
+	m.made.Store(true)
 	return m
 }
 
@@ -226,6 +271,7 @@ type Device struct {
 	closed atomic.Bool
 	gen    atomic.Uint64 // generation, bumped by Reset
 	stamp  atomic.Uint64 // issue stamps of launches and async frees
+	backed atomic.Uint64 // host bytes made for backings of this generation (Config.BackingLimit)
 
 	mu          sync.RWMutex // protects the fields below
 	rg          region       // this generation's address region
@@ -290,6 +336,7 @@ func (d *Device) startGenLocked(rg region) {
 	d.hostFreed = map[uintptr]uint64{}
 	d.hostFreedQ = nil
 	d.pinnedBytes = 0
+	d.backed.Store(0)                          // the earlier generation's bytes go with its allocations
 	d.pool = pool{threshold: d.pool.threshold} // a Reset keeps SetReleaseThreshold's value, as CUDA's binding does
 	d.streams = map[*stream]struct{}{}
 	d.events = 0
@@ -664,7 +711,8 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 		if end > nd.k1+r.size {
 			return nil, 0, d.oobErr(op, p, n, nd.k1, r.size, r.kind, r.id)
 		}
-		return r.mem.bytes(), nd.k1, nil
+		data, err := r.mem.bytes(d, op)
+		return data, nd.k1, err
 	}
 	if g := d.ghostHoldingLocked(a); g != nil {
 		return nil, 0, d.uafErr(op, p, n, g)
@@ -862,6 +910,7 @@ func (d *Device) Close() error {
 	d.host = nil
 	d.pool = pool{}
 	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
+	d.backed.Store(0)
 	d.streams = map[*stream]struct{}{}
 	d.publishStreamsLocked()
 	releaseRegions(append(d.old, d.rg)...)
