@@ -701,13 +701,20 @@ func TestKernelAccessRules(t *testing.T) {
 			return err
 		}))
 		<-started
-		check(t, d.Reset()) // does not wait for the running kernel
-		close(gate)
-		wantErr(t, s.Synchronize(), device.ErrInvalidated)
-		check(t, d.Close()) // waits for the old stream's goroutine
-		if err, _ := got.Load().(error); !errors.Is(err, device.ErrInvalidated) {
-			t.Errorf("kernel access after reset = %v, want ErrInvalidated", err)
+		reset := make(chan error)
+		go func() { reset <- d.Reset() }() // waits for the running kernel
+		select {
+		case err := <-reset:
+			t.Fatalf("Reset returned (%v) while a kernel from before it still ran", err)
+		case <-time.After(20 * time.Millisecond):
 		}
+		close(gate)
+		check(t, <-reset)
+		if err, _ := got.Load().(error); !errors.Is(err, device.ErrInvalidated) {
+			t.Errorf("kernel access after reset = %v, want ErrInvalidated (or none: Reset returned before the kernel ended)", err)
+		}
+		wantErr(t, s.Synchronize(), device.ErrInvalidated)
+		check(t, d.Close())
 	})
 }
 
