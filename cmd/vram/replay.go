@@ -151,27 +151,7 @@ func (a *app) replay(paths []string, f replayFlags) error {
 			if err != nil {
 				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
 			}
-			rows = append(rows, replayRow{
-				Trace:              filepath.Base(path),
-				Allocator:          kind,
-				Events:             res.Events,
-				Allocs:             res.Allocs,
-				Frees:              res.Frees,
-				PeakLiveBytes:      res.PeakLive,
-				PeakInUseBytes:     res.PeakInUse,
-				PeakReservedBytes:  res.PeakReserved,
-				ReservedOverLive:   res.Fragmentation(),
-				DeviceAllocs:       res.DeviceAllocs,
-				DeviceFrees:        res.DeviceFrees,
-				CacheHits:          res.CacheHits,
-				FailedAllocs:       res.FailedAllocs,
-				UnmatchedFrees:     res.UnmatchedFrees,
-				EventsPerSecond:    res.EventsPerSec,
-				WallSeconds:        res.Wall.Seconds(),
-				DeviceBytes:        cfg.TotalBytes,
-				TracePeakLiveBytes: sum.PeakLive,
-				traceIndex:         ti,
-			})
+			rows = append(rows, newReplayRow(path, kind, ti, res, cfg, sum))
 			if samples > 0 {
 				lines = append(lines, toTimeline(kind, res.Samples))
 			}
@@ -221,6 +201,31 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
+}
+
+// newReplayRow is one allocator's replay of the ti-th trace, at path.
+func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary) replayRow {
+	return replayRow{
+		Trace:              filepath.Base(path),
+		Allocator:          kind,
+		Events:             res.Events,
+		Allocs:             res.Allocs,
+		Frees:              res.Frees,
+		PeakLiveBytes:      res.PeakLive,
+		PeakInUseBytes:     res.PeakInUse,
+		PeakReservedBytes:  res.PeakReserved,
+		ReservedOverLive:   res.Fragmentation(),
+		DeviceAllocs:       res.DeviceAllocs,
+		DeviceFrees:        res.DeviceFrees,
+		CacheHits:          res.CacheHits,
+		FailedAllocs:       res.FailedAllocs,
+		UnmatchedFrees:     res.UnmatchedFrees,
+		EventsPerSecond:    res.EventsPerSec,
+		WallSeconds:        res.Wall.Seconds(),
+		DeviceBytes:        cfg.TotalBytes,
+		TracePeakLiveBytes: sum.PeakLive,
+		traceIndex:         ti,
+	}
 }
 
 // emptyTrace is the error for a log with no events: an empty file, or one
