@@ -5,7 +5,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,9 +123,9 @@ func (a *app) replay(paths []string, f replayFlags) error {
 	var rows []replayRow
 	var lines []timeline
 	for ti, path := range paths {
-		events, err := trace.ReadFile(path)
+		events, err := readTrace(a.ctx, path)
 		if err != nil {
-			return fmt.Errorf("read trace: %w", err)
+			return err
 		}
 		if len(events) == 0 {
 			return emptyTrace(path)
@@ -143,33 +145,13 @@ func (a *app) replay(paths []string, f replayFlags) error {
 			if err := a.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := trace.ReplayOnConfig(events, cfg, func(dev device.Device) (alloc.Allocator, error) {
+			res, err := trace.ReplayOnConfigContext(a.ctx, events, cfg, func(dev device.Device) (alloc.Allocator, error) {
 				return newAllocator(kind, dev)
 			}, trace.Options{Samples: samples})
 			if err != nil {
 				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
 			}
-			rows = append(rows, replayRow{
-				Trace:              filepath.Base(path),
-				Allocator:          kind,
-				Events:             res.Events,
-				Allocs:             res.Allocs,
-				Frees:              res.Frees,
-				PeakLiveBytes:      res.PeakLive,
-				PeakInUseBytes:     res.PeakInUse,
-				PeakReservedBytes:  res.PeakReserved,
-				ReservedOverLive:   res.Fragmentation(),
-				DeviceAllocs:       res.DeviceAllocs,
-				DeviceFrees:        res.DeviceFrees,
-				CacheHits:          res.CacheHits,
-				FailedAllocs:       res.FailedAllocs,
-				UnmatchedFrees:     res.UnmatchedFrees,
-				EventsPerSecond:    res.EventsPerSec,
-				WallSeconds:        res.Wall.Seconds(),
-				DeviceBytes:        cfg.TotalBytes,
-				TracePeakLiveBytes: sum.PeakLive,
-				traceIndex:         ti,
-			})
+			rows = append(rows, newReplayRow(path, kind, ti, res, cfg, sum))
 			if samples > 0 {
 				lines = append(lines, toTimeline(kind, res.Samples))
 			}
@@ -188,6 +170,62 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		return a.writeJSON(rows)
 	}
 	return a.printReplay(rows, f.plot)
+}
+
+// readTrace reads a trace file, stopping soon after ctx is done (a large
+// file takes seconds to read).
+func readTrace(ctx context.Context, path string) ([]trace.Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read trace: %w", err)
+	}
+	defer f.Close()
+	events, err := trace.Read(ctxReader{ctx, f})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("read trace: %s: %w", path, err)
+	}
+	return events, nil
+}
+
+// ctxReader is a reader that fails once its context is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// newReplayRow is one allocator's replay of the ti-th trace, at path.
+func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary) replayRow {
+	return replayRow{
+		Trace:              filepath.Base(path),
+		Allocator:          kind,
+		Events:             res.Events,
+		Allocs:             res.Allocs,
+		Frees:              res.Frees,
+		PeakLiveBytes:      res.PeakLive,
+		PeakInUseBytes:     res.PeakInUse,
+		PeakReservedBytes:  res.PeakReserved,
+		ReservedOverLive:   res.Fragmentation(),
+		DeviceAllocs:       res.DeviceAllocs,
+		DeviceFrees:        res.DeviceFrees,
+		CacheHits:          res.CacheHits,
+		FailedAllocs:       res.FailedAllocs,
+		UnmatchedFrees:     res.UnmatchedFrees,
+		EventsPerSecond:    res.EventsPerSec,
+		WallSeconds:        res.Wall.Seconds(),
+		DeviceBytes:        cfg.TotalBytes,
+		TracePeakLiveBytes: sum.PeakLive,
+		traceIndex:         ti,
+	}
 }
 
 // emptyTrace is the error for a log with no events: an empty file, or one

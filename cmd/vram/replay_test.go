@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -227,5 +229,55 @@ func TestReplayErrors(t *testing.T) {
 				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr)
 			}
 		})
+	}
+}
+
+// streamsTrace writes a log of n allocations, each on a stream of its
+// own, and returns its path.
+func streamsTrace(t *testing.T, n int) string {
+	t.Helper()
+	events := make([]trace.Event, 0, 2*n)
+	for i := range n {
+		p := uint64(i+1) << 12
+		events = append(events,
+			trace.Event{Action: trace.Allocate, Pointer: p, Size: 4096, Stream: uint64(i + 1)},
+			trace.Event{Action: trace.Free, Pointer: p, Size: 4096, Stream: uint64(i + 1)})
+	}
+	path := filepath.Join(t.TempDir(), "streams.csv")
+	if err := trace.WriteFile(path, events); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A log of 200,000 distinct streams is refused with an error that says
+// why (it once ran for minutes, quadratic in the streams); one of 60,000
+// replays.
+func TestReplayManyStreams(t *testing.T) {
+	_, stderr, code := cli(t, "", "replay", streamsTrace(t, 200000))
+	if code != exitFailure || !strings.Contains(stderr, "200000 distinct streams, more than the 65536") {
+		t.Errorf("exit %d, stderr %q: want the log refused for its streams", code, stderr)
+	}
+	stdout, stderr, code := cli(t, "", "replay", "--json", "--allocator", "direct", streamsTrace(t, 60000))
+	if code != exitOK || !strings.Contains(stdout, `"allocs": 60000`) {
+		t.Errorf("60,000 streams: exit %d, stderr %q, stdout %.200q", code, stderr, stdout)
+	}
+}
+
+// Under a cancelled context replay stops at once: reading the file, and
+// the replay itself, look at the context (the replay stops within 256
+// allocator calls of a cancellation; trace.TestReplayCancel counts them).
+func TestReplayCancelled(t *testing.T) {
+	path := streamsTrace(t, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := runContext(ctx, []string{"replay", path}, strings.NewReader(""), &out, &errb)
+	if code == exitOK || !strings.Contains(errb.String(), "context canceled") || strings.Contains(out.String(), "direct") {
+		t.Errorf("cancelled replay: exit %d, stdout %q, stderr %q; want it stopped with context canceled", code, out.String(), errb.String())
+	}
+	r := ctxReader{ctx, strings.NewReader("data")}
+	if n, err := r.Read(make([]byte, 4)); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Errorf("ctxReader under a cancelled context read %d bytes, %v", n, err)
 	}
 }
