@@ -247,29 +247,24 @@ func TestPackArgs(t *testing.T) {
 
 	params := []ptxParam{{"u64", 8}, {"u32", 4}, {"f32", 4}, {"f64", 8}}
 	args := []any{device.Ptr(0x1000), uint32(9), float32(0.25), 3.0}
-	slots, vals, ptrs, err := packArgs("k", params, args)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	slots, vals, ptrs, err := packArgs("k", params, args, &pin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(slots) != 4 || len(vals) != 4 || len(ptrs) != 4 {
 		t.Fatalf("packArgs lengths %d, %d, %d; want 4", len(slots), len(vals), len(ptrs))
 	}
-	// Each kernelParams entry points at its value, laid out as the driver
-	// reads it: little-endian from the slot's first byte.
-	if got := *(*uint64)(ptrs[0]); got != 0x1000 {
-		t.Errorf("param 0 reads %#x", got)
+	// Each kernelParams entry is the address of its value, laid out as the
+	// driver reads it: little-endian from the slot's first byte.
+	for i := range vals {
+		if ptrs[i] != uintptr(unsafe.Pointer(&vals[i])) {
+			t.Errorf("kernelParams[%d] = %#x, not the address of value slot %d", i, ptrs[i], i)
+		}
 	}
-	if got := *(*uint32)(ptrs[1]); got != 9 {
-		t.Errorf("param 1 reads %d", got)
-	}
-	if got := *(*float32)(ptrs[2]); got != 0.25 {
-		t.Errorf("param 2 reads %v", got)
-	}
-	if got := *(*float64)(ptrs[3]); got != 3 {
-		t.Errorf("param 3 reads %v", got)
-	}
-	if uintptr(ptrs[1])-uintptr(ptrs[0]) != 8 || ptrs[0] != unsafe.Pointer(&vals[0]) {
-		t.Errorf("kernelParams do not point into the value slots")
+	if vals[0] != 0x1000 || uint32(vals[1]) != 9 || math.Float32frombits(uint32(vals[2])) != 0.25 || math.Float64frombits(vals[3]) != 3 {
+		t.Errorf("value slots %#x", vals)
 	}
 
 	mismatch := map[string]struct {
@@ -285,14 +280,16 @@ func TestPackArgs(t *testing.T) {
 	}
 	for name, tc := range mismatch {
 		t.Run(name, func(t *testing.T) {
-			_, _, _, err := packArgs("k", tc.params, tc.args)
+			var pin runtime.Pinner
+			defer pin.Unpin()
+			_, _, _, err := packArgs("k", tc.params, tc.args, &pin)
 			if !errors.Is(err, device.ErrInvalidValue) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("packArgs = %v; want ErrInvalidValue mentioning %q", err, tc.want)
 			}
 		})
 	}
 	// Unknown parameter lists (nil) check only the Go types.
-	if _, _, _, err := packArgs("k", nil, args); err != nil {
+	if _, _, _, err := packArgs("k", nil, args, &pin); err != nil {
 		t.Fatalf("packArgs without a parameter list: %v", err)
 	}
 }
