@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -392,5 +393,27 @@ func TestSpanSet(t *testing.T) {
 	f.forget(500, 10)
 	if _, ok := f.containing(505); ok {
 		t.Error("forget did not drop a reused range")
+	}
+}
+
+// TestNoGoPointersToDriver: memory handed to the driver holds no Go
+// pointers (the rule for memory passed to C): the 2-D copy descriptor has
+// integer fields only, and the kernelParams array packArgs builds and
+// launchKernel passes is an array of integer addresses (of pinned slots).
+func TestNoGoPointersToDriver(t *testing.T) {
+	ct := reflect.TypeOf(memcpy2D{})
+	for i := range ct.NumField() {
+		switch f := ct.Field(i); f.Type.Kind() {
+		case reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		default:
+			t.Errorf("memcpy2D.%s is a %v: the driver reads this struct, so it may hold integers only", f.Name, f.Type)
+		}
+	}
+	want := reflect.TypeOf([]uintptr(nil))
+	if got := reflect.TypeOf(packArgs).Out(2); got != want {
+		t.Errorf("packArgs builds kernelParams as %v; want %v", got, want)
+	}
+	if got := reflect.TypeOf((*lib).launchKernel).In(6); got != want {
+		t.Errorf("launchKernel passes kernelParams as %v; want %v", got, want)
 	}
 }

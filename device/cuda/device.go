@@ -69,7 +69,7 @@ type primary struct {
 
 	refs     int                  // Devices open on it; protected by primariesMu
 	devs     map[*Device]struct{} // the Devices open on it; protected by primariesMu
-	ctxBytes uint64 // total − free right after the context was first made
+	ctxBytes uint64               // total − free right after the context was first made
 }
 
 var (

@@ -165,6 +165,7 @@ func TestFakeDriverChild(t *testing.T) {
 	t.Run("StridedPinned", TestStridedPinned)
 	t.Run("DriverOutOfMemory", TestDriverOutOfMemory)
 	t.Run("NoAliasAfterReset", TestNoAliasAfterReset)
+	t.Run("Regressions", fakeRegressions)
 
 	t.Run("Conformance", func(t *testing.T) {
 		devicetest.Run(t, func(t *testing.T) device.Device {
