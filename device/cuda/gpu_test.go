@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/alloc/alloctest"
@@ -16,10 +18,12 @@ import (
 	"github.com/vramkit/vram/device/devicetest"
 )
 
+// TestConformance runs the device conformance suite with one Device held
+// open throughout, so that the primary context is not destroyed and made
+// again for each of the suite's fifty-odd opens (each a context creation
+// on a real GPU).
 func TestConformance(t *testing.T) {
-	if why := probe(); why != "" {
-		t.Skipf("no CUDA device: %s", why)
-	}
+	openOrSkip(t) // held until the test ends
 	devicetest.Run(t, func(t *testing.T) device.Device {
 		d, err := Open(0)
 		if err != nil {
@@ -27,6 +31,31 @@ func TestConformance(t *testing.T) {
 		}
 		return d
 	})
+}
+
+// holdEnv names a file for TestHoldDevice to write once it holds device 0.
+const holdEnv = "VRAM_GPU_CHECK_HOLD"
+
+// TestHoldDevice is scripts/gpu-check.sh's keeper, skipped otherwise: it
+// opens device 0, writes "ready" to the file named by VRAM_GPU_CHECK_HOLD,
+// and holds the device until that file is removed (or 20 minutes pass).
+// Without persistence mode the driver tears a GPU down when no process
+// holds it, so every check would pay a cold cuInit; held, only this one
+// does.
+func TestHoldDevice(t *testing.T) {
+	file := os.Getenv(holdEnv)
+	if file == "" {
+		t.Skip("run by scripts/gpu-check.sh (set " + holdEnv + ")")
+	}
+	d := openOrSkip(t)
+	if err := os.WriteFile(file, []byte("ready "+d.Info().Name+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err := os.Stat(file); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+	}
 }
 
 // allocators are the allocator kinds exercised on the GPU.
