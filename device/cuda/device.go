@@ -416,7 +416,7 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("Malloc", n, r)
 		}
-		return 0, fmt.Errorf("cuda: Malloc %s: %w", units.Format(n), r)
+		return 0, fmt.Errorf("cuda: Malloc %s: %w", units.Format(n), d.note(r))
 	}
 	d.record(span{base: p, size: n, kind: kindMalloc})
 	return device.Ptr(p), nil

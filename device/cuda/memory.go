@@ -92,7 +92,7 @@ func (d *Device) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("MallocAsync", n, r)
 		}
-		return 0, fmt.Errorf("cuda: MallocAsync %s: %w", units.Format(n), r)
+		return 0, fmt.Errorf("cuda: MallocAsync %s: %w", units.Format(n), d.note(r))
 	}
 	d.record(span{base: p, size: n, kind: kindAsync})
 	return device.Ptr(p), nil
