@@ -417,3 +417,30 @@ func TestNoGoPointersToDriver(t *testing.T) {
 		t.Errorf("launchKernel passes kernelParams as %v; want %v", got, want)
 	}
 }
+
+func TestStickyResults(t *testing.T) {
+	cases := map[string]struct {
+		r      Result
+		sticky bool
+	}{
+		"illegal address":  {ErrorIllegalAddress, true},
+		"launch failed":    {ErrorLaunchFailed, true},
+		"misaligned":       {ErrorMisalignedAddress, true},
+		"out of memory":    {ErrorOutOfMemory, false},
+		"invalid value":    {ErrorInvalidValue, false},
+		"context gone":     {ErrorContextIsDestroyed, false},
+		"already pinned":   {ErrorHostMemoryAlreadyReg, false},
+		"operating system": {ErrorOperatingSystem, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if tc.r.Sticky() != tc.sticky || errors.Is(tc.r, ErrNeedsReset) != tc.sticky ||
+				strings.Contains(tc.r.Error(), "sticky") != tc.sticky {
+				t.Errorf("%v: Sticky %v, Is(ErrNeedsReset) %v; want %v", tc.r, tc.r.Sticky(), errors.Is(tc.r, ErrNeedsReset), tc.sticky)
+			}
+		})
+	}
+	if !errors.Is(ErrorIllegalAddress, device.ErrInvalidPointer) {
+		t.Error("CUDA_ERROR_ILLEGAL_ADDRESS no longer matches device.ErrInvalidPointer")
+	}
+}
