@@ -189,7 +189,6 @@ func Open(ordinal int) (*Device, error) {
 	p.mu.RLock()
 	d.seenGen = p.gen.Load()
 	d.defStr = &stream{d: d, h: cuDefaultLegacyStream, isDefault: true, gen: d.seenGen}
-	err = nil
 	if r := l.ctxSetCurrent(p.ctx); r != Success {
 		err = fmt.Errorf("cuda: %w: cuCtxSetCurrent(device %d): %w", device.ErrNoDevice, ordinal, r)
 	} else {
