@@ -563,7 +563,8 @@ func (d *Device) checkRangeLocked(op string, p device.Ptr, n uint64) error {
 // the device work that may use it has finished.
 //
 // cuMemFree waits for that work itself only for memory from cuMemAlloc.
-// The driver documents (cuMemFree_v2) that it "will not perform any
+// The driver API reference for cuMemFree_v2 (as NVIDIA's cuda-python
+// bindings publish it, nvidia.github.io/cuda-python) says that it "will not perform any
 // implicit synchronization when the pointer was allocated with
 // cuMemAllocAsync or cuMemAllocFromPoolAsync. Callers must ensure that all
 // accesses to these pointer have completed before invoking cuMemFree"; for

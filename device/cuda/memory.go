@@ -101,10 +101,11 @@ func (d *Device) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
 // FreeAsync returns p to the pool once the work enqueued on s so far has
 // finished (cuMemFreeAsync). p may come from MallocAsync or Malloc.
 //
-// cuMemFreeAsync is documented for stream-ordered memory only ("Frees
-// memory with stream ordered semantics"; cuMemAllocAsync's pool reuses what
-// it frees); nothing in the driver's documentation allows it for memory
-// from cuMemAlloc. A Malloc'd p is therefore freed with cuMemFree after
+// cuMemFreeAsync is documented for stream-ordered memory only (its
+// reference, and cudaFreeAsync's in the runtime API: "Frees memory with
+// stream ordered semantics. Inserts a free operation into hStream";
+// cuMemAllocAsync's pool reuses what it frees); nothing in the
+// documentation found allows it for memory from cuMemAlloc. A Malloc'd p is therefore freed with cuMemFree after
 // cuStreamSynchronize(s): the same order, paid for by waiting here.
 func (d *Device) FreeAsync(p device.Ptr, s device.Stream) error {
 	if err := d.enter(); err != nil {
@@ -258,10 +259,12 @@ func (d *Device) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
 // pinRefused reports whether cuMemHostRegister's r means that the system
 // would not pin more memory, which HostAlloc reports as
 // device.ErrOutOfMemory (the pinned pool's out-of-memory path relies on
-// it). The driver documents cuMemHostRegister as page-locking the range
-// and warns that "page-locking excessive amounts of memory may degrade
-// system performance"; it does not promise CUDA_ERROR_OUT_OF_MEMORY when
-// the operating system refuses. A refusal has been seen as
+// it). The driver API reference for cuMemHostRegister_v2 (cuda-python's
+// copy) describes it as page-locking the range and warns that
+// "page-locking excessive amounts of memory may degrade system
+// performance"; it ties CUDA_ERROR_NOT_PERMITTED and _NOT_SUPPORTED to the
+// IOMEMORY flag, and nothing found there promises CUDA_ERROR_OUT_OF_MEMORY
+// when the operating system refuses. A refusal has been seen as
 // CUDA_ERROR_OPERATING_SYSTEM (304, the OS call failed) and as
 // CUDA_ERROR_INVALID_VALUE (1). HostAlloc passes a page-aligned mapping of
 // its own and fixed, supported flags (PORTABLE, DEVICEMAP), so

@@ -175,14 +175,18 @@ func (r Result) Error() string {
 var ErrNeedsReset = errors.New("the CUDA context needs a reset")
 
 // Sticky reports whether r is an error after which the context can do no
-// more work: an exception raised by a kernel. The driver documents each of
-// these codes — CUDA_ERROR_MISALIGNED_ADDRESS, _INVALID_ADDRESS_SPACE,
-// _INVALID_PC, _LAUNCH_FAILED (cudaErrorMisalignedAddress …
-// cudaErrorLaunchFailure in the runtime's list), and likewise
-// CUDA_ERROR_ILLEGAL_ADDRESS, _HARDWARE_STACK_ERROR,
-// _ILLEGAL_INSTRUCTION and _ASSERT — with "This leaves the process in an
-// inconsistent state and any further CUDA work will return the same error.
-// To continue using CUDA, the process must be terminated and relaunched."
+// more work: an exception raised by a kernel. The error list of the CUDA
+// API reference (found as the runtime's cudaErrorMisalignedAddress 716,
+// cudaErrorInvalidAddressSpace 717, cudaErrorInvalidPc 718 and
+// cudaErrorLaunchFailure 719, which share the driver's numbers) describes
+// each with "This leaves the process in an inconsistent state and any
+// further CUDA work will return the same error. To continue using CUDA,
+// the process must be terminated and relaunched." The same group of
+// kernel exceptions — CUDA_ERROR_ILLEGAL_ADDRESS (700),
+// _HARDWARE_STACK_ERROR (714), _ILLEGAL_INSTRUCTION (715) and _ASSERT
+// (710) — is treated alike; for 700 the stored documentation pages found
+// did not quote the sentence, so that one rests on the issue's report and
+// the driver's behaviour, which gpu-check can confirm.
 // Device.Reset (cuDevicePrimaryCtxReset) is what this package can try; the
 // driver promises recovery only from a new process.
 func (r Result) Sticky() bool {
