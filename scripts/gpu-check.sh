@@ -24,8 +24,8 @@
 # a usable GPU it says why and stops. Then, each under a timeout: the
 # device conformance suite (one device held open throughout), the
 # allocator conformance suite and the other GPU tests of device/cuda, the
-# PTX kernel test of internal/oscillator, the CUDA benchmarks, and `vram
-# run` on the GPU and on the simulator. Each step prints its table line as
+# PTX kernel test of internal/oscillator, the CUDA benchmarks, `vram run`
+# on the GPU and on the simulator, and the sticky-error check. Each step prints its table line as
 # soon as it ends (also in DIR/logs/table.txt), so a run cut short still
 # shows what passed; a failed step prints its first failure lines. Then a
 # summary of the figures: the cost of an allocate-and-free pair
@@ -35,8 +35,10 @@
 # (goal 90%), and vram run's runs per second on the GPU and the simulator.
 # Logs go to DIR/logs/.
 #
-# Time: the step limits add up to 8 min 40 s (first open 120, preflight
-# 20, conformance 90, cuda tests 100, PTX 35, bench 75, vram runs 30+30+40),
+# Time: the step limits add up to 9 min 5 s (first open 120, preflight 20,
+# conformance 90, cuda tests 100, PTX 35, bench 75, vram runs 30+30+40,
+# and last, in a process of its own, a kernel fault to check that the
+# sticky error is reported and whether Reset recovers from it: 25),
 # a step is killed at most 5 s after its limit, and a step that would end
 # past GPU_CHECK_BUDGET seconds (default 600) is not started but listed as
 # NOT RUN: the whole run stays within about 10 minutes. GPU_CHECK_BENCHTIME
@@ -185,6 +187,8 @@ run() {
 			step vram-run-cuda-chunked 30 ./vram run --device cuda --vram 256MiB --double-buffer --json
 			step vram-run-sim 40 ./vram run --device sim --json
 		fi
+		# Last and alone: it breaks its own process's context on purpose.
+		VRAM_GPU_CHECK_STICKY=1 step sticky-error 25 ./cuda.test -test.v -test.count=1 -test.timeout=20s -test.run '^TestStickyErrorOnGPU$'
 	fi
 	rm -f "$ready"
 	wait $keeper 2>/dev/null

@@ -58,6 +58,58 @@ func TestHoldDevice(t *testing.T) {
 	}
 }
 
+// TestStickyErrorOnGPU makes a kernel store to address 0x10 and checks
+// that the device reports the sticky error (ErrNeedsReset, Device.Err) and
+// refuses work until Reset, and then whether Reset recovers the context
+// (the driver promises recovery only by restarting the process). It breaks
+// the context of its process, so it runs only when asked, alone:
+// scripts/gpu-check.sh's last step sets VRAM_GPU_CHECK_STICKY=1.
+func TestStickyErrorOnGPU(t *testing.T) {
+	if os.Getenv("VRAM_GPU_CHECK_STICKY") == "" {
+		t.Skip("breaks the CUDA context: run alone by scripts/gpu-check.sh (set VRAM_GPU_CHECK_STICKY=1)")
+	}
+	d := openOrSkip(t)
+	mod, err := d.LoadPTX(fillPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := mod.Function("fill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := d.DefaultStream()
+	err = fn.Launch(s, device.Dim3{X: 1, Y: 1, Z: 1}, device.Dim3{X: 1, Y: 1, Z: 1}, 0, uint64(0x10), uint32(1), float32(1), 1.0)
+	if err == nil {
+		err = s.Synchronize() // on a GPU the fault shows here
+	}
+	if !errors.Is(err, ErrNeedsReset) {
+		t.Fatalf("a kernel storing to 0x10: %v; want a sticky error (ErrNeedsReset)", err)
+	}
+	t.Logf("the fault: %v", err)
+	if d.Err() == nil {
+		t.Error("Device.Err() is nil after a sticky error")
+	}
+	if _, err := d.Malloc(4096); !errors.Is(err, ErrNeedsReset) {
+		t.Errorf("Malloc after a sticky error = %v; want ErrNeedsReset", err)
+	}
+	if err := d.Reset(); err != nil {
+		t.Fatalf("Reset after a sticky error: %v", err)
+	}
+	p, err := d.Malloc(4096)
+	if err == nil {
+		err = d.Memset(p, 1, 4096, d.DefaultStream())
+	}
+	if err == nil {
+		err = d.Synchronize()
+	}
+	if err != nil {
+		t.Errorf("after Reset the context still fails (%v): a sticky error needs a new process here", err)
+	} else {
+		t.Log("Reset recovered the context after the sticky error")
+		d.Free(p)
+	}
+}
+
 // allocators are the allocator kinds exercised on the GPU.
 var allocators = map[string]func(dev device.Device) (alloc.Allocator, error){
 	"Direct":    func(dev device.Device) (alloc.Allocator, error) { return alloc.NewDirect(dev), nil },
