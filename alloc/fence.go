@@ -1,13 +1,53 @@
 package alloc
 
-// Events of the free index: recording them at frees, fence rounds that
-// query them at misses and wait on them at out of memory, and promoting
-// the blocks they cover. The rules are in streamorder.go's overview.
+// Events of the free index: when they are recorded and checked, and how
+// their results promote blocks (streamorder.go states the rule).
+//
+// # When events are recorded
+//
+//   - At a free on S, after the lock is released (recordAtFreeLocked): an
+//     event covering every free on S so far, only when S has no event in
+//     flight and no goroutine is recording or querying one for S. Every
+//     other free makes no device call, so the hit path makes none; why
+//     not at every free (RMM's rule) is in BENCHMARKS.md.
+//   - Lazily, at a miss that finds nothing in its own set or the shared
+//     set while another stream S owns free blocks (fenceLocked): with the
+//     lock released, S's event in flight is queried and, once complete, a
+//     new one is recorded covering every free on S so far and queried. A
+//     lazy event covers S's work up to the frees and possibly later work,
+//     so the rule holds and reuse is at worst later.
+//   - A miss never blocks on an event: a block whose event is not
+//     complete is not offered, and the pool grows instead.
+//   - On the device's out of memory (waitLocked): with the lock released,
+//     for every stream S owning free blocks another stream could use, S's
+//     event in flight is synchronized if it covers all of S's frees, else
+//     a new event recorded on S then; where no event can be made, S itself
+//     is synchronized. A lazy event may cover work queued on S after the
+//     frees, so the allocation may wait for that work too; work on S that
+//     itself waits for the allocating goroutine (an event or host function
+//     it releases only after Alloc returns) deadlocks with it, as with any
+//     blocking allocation. Other goroutines allocate and free meanwhile.
+//
+// Events are recycled (spareEv). If the device cannot make an event, a
+// stream that Query reports idle stands in for one. x.work belongs to the
+// goroutine running a round while x.fencing is set.
+//
+// # Device resets
+//
+// A device Reset destroys every stream and event made before it, with the
+// work queued on them: nothing that work did can still touch a block. So
+// an event that fails with device.ErrInvalidated counts as complete and is
+// dropped, not recycled; an event that cannot be recorded for that reason
+// is replaced by a new one, once, and if the new one fails the same way
+// the stream is from before the reset and counts as closed (its work is
+// all gone). Events from before a reset thus leave the index at their next
+// use and never keep a stream's blocks from being promoted. The
+// strategies drop the memory from before a reset themselves
+// (strategy.dropGenerationLocked).
 
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/vramkit/vram/device"
 )
@@ -23,13 +63,13 @@ type freeRecord struct {
 }
 
 // recordAtFreeLocked records an event on st covering the frees made on it
-// so far, for a pool whose lock is mu and whose closed flag is *closed; the
-// caller has checked recordWanted. It releases mu for the device work and
-// returns with mu released. An event that cannot be made or recorded is
-// no error: the frees are then covered lazily, by the next miss's round.
-// The error is that of closing the event when the pool was closed
-// meanwhile.
-func (x *freeIndex) recordAtFreeLocked(mu *sync.Mutex, closed *bool, st *streamState, join func(*block)) error {
+// so far; the caller has checked recordWanted. It releases the lock for
+// the device work and returns with it released. An event that cannot be
+// made or recorded is no error: the frees are then covered lazily, by the
+// next miss's round. The error is that of closing the event when the pool
+// was closed meanwhile.
+func (c *core) recordAtFreeLocked(st *streamState) error {
+	x := &c.idx
 	st.busy = true
 	r := freeRecord{st: st, s: st.s, seq: st.seq, ev: st.ev}
 	st.ev = nil // an event in flight that guards nothing is recorded again
@@ -38,13 +78,13 @@ func (x *freeIndex) recordAtFreeLocked(mu *sync.Mutex, closed *bool, st *streamS
 		x.spareEv[n-1] = nil
 		x.spareEv = x.spareEv[:n-1]
 	}
-	mu.Unlock()
+	c.mu.Unlock()
 	x.runRecord(&r)
-	mu.Lock()
+	c.mu.Lock()
 	st.busy = false
-	if *closed {
+	if c.closed {
 		// Close took every event the index held, but not this one.
-		mu.Unlock()
+		c.mu.Unlock()
 		if r.ev == nil {
 			return nil
 		}
@@ -58,11 +98,11 @@ func (x *freeIndex) recordAtFreeLocked(mu *sync.Mutex, closed *bool, st *streamS
 	case r.closed:
 		st.fenced, st.recorded = max(st.fenced, r.seq), max(st.recorded, r.seq)
 		x.spareEv = append(x.spareEv, r.ev)
-		x.promoteLocked(st, join)
+		x.promoteLocked(st)
 	case r.ev != nil:
 		x.spareEv = append(x.spareEv, r.ev)
 	}
-	mu.Unlock()
+	c.mu.Unlock()
 	return nil
 }
 
@@ -199,18 +239,17 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all, wait bool) bool {
 	return true
 }
 
-// fenceLocked runs a whole fence round for the pool whose lock is mu and
-// whose closed flag is *closed (both its own fields): it prepares the
-// round (for every stream but st that owns free blocks, or every such
-// stream when all is set), releases mu for the device work, locks mu again
-// and applies the results, calling join as finishFencesLocked does. If
-// the pool was closed meanwhile, it releases mu, closes the events Close
-// left to the round and returns false with any error closing them.
-func (x *freeIndex) fenceLocked(mu *sync.Mutex, closed *bool, st *streamState, all bool, join func(*block)) (open bool, err error) {
-	if !x.prepareFencesLocked(st, all, false) {
+// fenceLocked runs a whole fence round: it prepares the round (for every
+// stream but st that owns free blocks, or every such stream when all is
+// set), releases the lock for the device work, locks it again and applies
+// the results. If the pool was closed meanwhile, it releases the lock,
+// closes the events Close left to the round and returns false with any
+// error closing them.
+func (c *core) fenceLocked(st *streamState, all bool) (open bool, err error) {
+	if !c.idx.prepareFencesLocked(st, all, false) {
 		return true, nil
 	}
-	return x.roundLocked(mu, closed, join)
+	return c.roundLocked()
 }
 
 // waitLocked is fenceLocked for an allocation on st that the device could
@@ -221,18 +260,19 @@ func (x *freeIndex) fenceLocked(mu *sync.Mutex, closed *bool, st *streamState, a
 // A round already running is waited for first. With the pool open it
 // returns true and the errors waiting raised (blocks whose wait failed
 // stay with their streams); if the pool was closed meanwhile, it releases
-// mu and returns false, as fenceLocked.
-func (x *freeIndex) waitLocked(mu *sync.Mutex, closed *bool, st *streamState, join func(*block)) (open bool, err error) {
+// the lock and returns false, as fenceLocked.
+func (c *core) waitLocked(st *streamState) (open bool, err error) {
+	x := &c.idx
 	for x.fencing {
 		if x.roundDone == nil {
 			x.roundDone = make(chan struct{})
 		}
 		done := x.roundDone
-		mu.Unlock()
+		c.mu.Unlock()
 		<-done
-		mu.Lock()
-		if *closed {
-			mu.Unlock()
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
 			return false, nil
 		}
 	}
@@ -240,100 +280,112 @@ func (x *freeIndex) waitLocked(mu *sync.Mutex, closed *bool, st *streamState, jo
 	if !x.prepareFencesLocked(st, all, true) {
 		return true, nil
 	}
-	return x.roundLocked(mu, closed, join)
+	return c.roundLocked()
 }
 
-// roundLocked runs a prepared round: releases mu for the device work,
-// locks it again and applies the results. See fenceLocked.
-func (x *freeIndex) roundLocked(mu *sync.Mutex, closed *bool, join func(*block)) (open bool, err error) {
-	mu.Unlock()
-	x.runFences()
-	mu.Lock()
-	werr := x.finishFencesLocked(join)
-	if *closed {
-		evs := x.eventsLocked()
-		mu.Unlock()
+// roundLocked runs a prepared round: releases the lock for the device
+// work, locks it again and applies the results. See fenceLocked.
+func (c *core) roundLocked() (open bool, err error) {
+	c.mu.Unlock()
+	c.idx.runFences()
+	c.mu.Lock()
+	werr := c.idx.finishFencesLocked()
+	if c.closed {
+		evs := c.idx.eventsLocked()
+		c.mu.Unlock()
 		return false, errors.Join(werr, closeEvents(evs))
 	}
 	return true, werr
 }
 
 // runFences does the device work of a round. It must be called without the
-// pool's lock; x.work belongs to this goroutine while x.fencing is set, and
+// core's lock; x.work belongs to this goroutine while x.fencing is set, and
 // nothing else reads or changes it.
 func (x *freeIndex) runFences() {
 	for i := range x.work {
 		w := &x.work[i]
-		if w.ev != nil {
-			if w.wait && w.newSeq == 0 {
-				// The event in flight covers every free: wait for it.
-				err := w.ev.Synchronize()
-				if w.evOK, w.evLost = settled(true, err); !w.evOK {
-					w.err = err
-				}
-				continue
-			}
-			done, err := w.ev.Query()
-			w.evOK, w.evLost = settled(done, err)
-			if !w.evOK && !w.wait {
-				// Still running: keep at most one event in flight
-				// (a newer one could not complete first anyway).
-				w.newSeq = 0
-				continue
-			}
-			// Waiting: a newer event, recorded below, supersedes it.
-		}
-		if w.newSeq == 0 {
+		if w.ev != nil && !w.checkInFlight() {
 			continue
 		}
-		ev, closed, err := x.record(w.newEv, w.s)
-		w.newEv = ev
-		switch {
-		case closed:
-			// Its work is all done (closed, or gone with a device
-			// reset), so everything freed on it is safe now.
-			w.closed = true
-			continue
-		case ev == nil:
-			// No event to be had: an idle stream has finished
-			// everything enqueued on it, the frees' work included.
-			if w.wait {
-				serr := w.s.Synchronize()
-				if w.idle, _ = settled(true, serr); !w.idle {
-					w.err = serr
-				}
-			} else {
-				done, qerr := w.s.Query()
-				w.idle, _ = settled(done, qerr)
-			}
-			continue
-		case err != nil:
-			if w.wait {
-				w.err = err
-			}
-			continue
+		if w.newSeq != 0 {
+			x.recordNew(w)
 		}
-		w.newOK = true
+	}
+}
+
+// checkInFlight queries (or, waiting, synchronizes) w's event in flight,
+// and reports whether a new event is still to be recorded.
+func (w *fenceWork) checkInFlight() bool {
+	if w.wait && w.newSeq == 0 {
+		// The event in flight covers every free: wait for it.
+		err := w.ev.Synchronize()
+		if w.evOK, w.evLost = settled(true, err); !w.evOK {
+			w.err = err
+		}
+		return false
+	}
+	done, err := w.ev.Query()
+	w.evOK, w.evLost = settled(done, err)
+	if !w.evOK && !w.wait {
+		// Still running: keep at most one event in flight (a newer
+		// one could not complete first anyway).
+		w.newSeq = 0
+		return false
+	}
+	// Waiting: a newer event, recorded next, supersedes it.
+	return true
+}
+
+// recordNew records w's new event and queries (or, waiting, synchronizes)
+// it; where no event can be had, the stream itself stands in.
+func (x *freeIndex) recordNew(w *fenceWork) {
+	ev, closed, err := x.record(w.newEv, w.s)
+	w.newEv = ev
+	switch {
+	case closed:
+		// Its work is all done (closed, or gone with a device reset),
+		// so everything freed on it is safe now.
+		w.closed = true
+		return
+	case ev == nil:
+		// No event to be had: an idle stream has finished everything
+		// enqueued on it, the frees' work included.
 		if w.wait {
-			serr := w.newEv.Synchronize()
-			if w.newDone, w.newLost = settled(true, serr); !w.newDone {
+			serr := w.s.Synchronize()
+			if w.idle, _ = settled(true, serr); !w.idle {
 				w.err = serr
 			}
-			// Work on a stream finishes in order: the older event too.
-			w.evOK = w.evOK || (w.ev != nil && w.newDone)
-			continue
+		} else {
+			done, qerr := w.s.Query()
+			w.idle, _ = settled(done, qerr)
 		}
-		done, qerr := w.newEv.Query()
-		w.newDone, w.newLost = settled(done, qerr)
+		return
+	case err != nil:
+		if w.wait {
+			w.err = err
+		}
+		return
 	}
+	w.newOK = true
+	if w.wait {
+		serr := w.newEv.Synchronize()
+		if w.newDone, w.newLost = settled(true, serr); !w.newDone {
+			w.err = serr
+		}
+		// Work on a stream finishes in order: the older event too.
+		w.evOK = w.evOK || (w.ev != nil && w.newDone)
+		return
+	}
+	done, qerr := w.newEv.Query()
+	w.newDone, w.newLost = settled(done, qerr)
 }
 
 // finishFencesLocked applies a round's results: advances each stream's
 // fence, recycles completed events and promotes the blocks they cover.
-// join is called for every promoted block, already in the shared set, so
-// the pool can coalesce it with shared neighbours. It returns the errors
+// The index's join is called for every promoted block, already in the
+// shared set, so the strategy can coalesce it with shared neighbours. It returns the errors
 // waiting raised (a waiting round's only), naming their streams.
-func (x *freeIndex) finishFencesLocked(join func(*block)) error {
+func (x *freeIndex) finishFencesLocked() error {
 	var errs []error
 	for i := range x.work {
 		w := &x.work[i]
@@ -373,7 +425,7 @@ func (x *freeIndex) finishFencesLocked(join func(*block)) error {
 		case w.newEv != nil:
 			x.spareEv = append(x.spareEv, w.newEv)
 		}
-		x.promoteLocked(st, join)
+		x.promoteLocked(st)
 		x.work[i] = fenceWork{}
 	}
 	x.work = x.work[:0]
@@ -387,13 +439,13 @@ func (x *freeIndex) finishFencesLocked(join func(*block)) error {
 
 // promoteLocked moves st's blocks covered by its completed fence to the
 // shared set.
-func (x *freeIndex) promoteLocked(st *streamState, join func(*block)) {
+func (x *freeIndex) promoteLocked(st *streamState) {
 	for st.head != nil && st.head.seq <= st.fenced {
 		b := st.head
 		x.remove(b)
 		x.insertShared(b)
-		if join != nil {
-			join(b)
+		if x.join != nil {
+			x.join(b)
 		}
 	}
 }

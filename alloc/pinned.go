@@ -107,7 +107,7 @@ func NewPinnedPoolConfig(dev device.Device, cfg PinnedConfig) (*PinnedPool, erro
 		dev:    dev,
 		host:   h,
 		mapped: cfg.Mapped,
-		idx:    newFreeIndex(dev, true),
+		idx:    newFreeIndex(dev, true, nil),
 		live:   make(map[device.Ptr]*block),
 	}
 	if g, ok := dev.(device.Generational); ok {

@@ -1,11 +1,9 @@
 package alloc
 
-// This file is the one place where vram's caching allocators decide which
-// freed memory may be handed out again on which stream. Pool (device
-// segments, split and coalesced) and PinnedPool (whole pinned host buffers)
-// both keep their free blocks in a freeIndex and differ only in how they get
-// memory from the device and how they carve it (RMM's
-// stream_ordered_memory_resource plays the same part for its pools).
+// The free index: which freed memory may be handed out again on which
+// stream. The core (core.go) keeps every free block of its strategy here;
+// its events are made and checked in fence.go. RMM's
+// stream_ordered_memory_resource plays the same part for its pools.
 //
 // # The rule
 //
@@ -19,117 +17,33 @@ package alloc
 //     has completed.
 //
 // Fresh memory from the device (a new segment) has never been used by any
-// stream and is safe everywhere.
+// stream and is safe everywhere. Using a block on another stream without
+// ordering the streams first is undefined, as Allocator's contract says.
 //
-// # How it is kept
+// # Invariants
 //
-// Every free block is in exactly one free set: its stream's set (owner = the
-// streamState of the stream it was freed on) or the shared set (owner = nil),
-// whose blocks are safe on every stream. Each set is split by size class and
-// kept as a treap keyed by (size, address), so best fit is one descent.
-// Every free on S takes the next number in S's sequence; a stream's owned
-// blocks are also linked in a list ordered by that number.
+//   - Every free block is in exactly one free set: its stream's set (owner
+//     = the streamState of the stream it was freed on) or the shared set
+//     (owner = nil), whose blocks are safe on every stream. Each set is
+//     split by size class and kept as a treap keyed by (size, address).
+//   - Every free on S takes the next number in S's sequence (seq); S's owned
+//     blocks are linked in a list ordered by it; fenced ≤ recorded ≤ seq.
+//   - When an event covering S's free number k is seen complete, every
+//     block of S numbered at or before k moves to the shared set
+//     (promoteLocked), where it coalesces with shared neighbours.
+//   - Coalescing a block freed on S with a free neighbour is allowed when
+//     the neighbour is S's or shared; the merged block is S's (demoting
+//     shared memory is always safe). Blocks of other streams wait for
+//     their promotion.
+//   - At most one event per stream is in flight; a stream that owns no
+//     free block and has no event in flight is forgotten at the next round.
+//   - A stream's busy flag says one goroutine is doing device work for its
+//     event outside the lock; nobody else touches that event meanwhile.
 //
-// # When events are recorded
-//
-// At most one event per stream is in flight (recorded, not yet seen
-// complete); it leaves flight when a fence round (below) queries it and
-// finds it complete. A Free on S — after the pool's lock is released, so
-// the free pays one more lock round trip — records S's event again (or a
-// recycled one, or a NewEvent) covering every free on S so far, when no
-// other goroutine is recording or querying one for S and S has no event
-// in flight.
-//
-// What a free costs, with one stream or several: a free records an event
-// only when its stream has none in flight — the stream's first free, and
-// the first after a miss that found its event complete — and every other
-// free makes no device call, so the hit pair stays a lock, a descent and a
-// map update (BenchmarkPoolHit, BenchmarkPoolHitStreams,
-// BenchmarkPoolTwoStreams). Re-recording at every free whose stream's
-// event in flight guards no block still free would cover more frees at
-// the free itself, but costs every stream that frees and reuses its own
-// blocks one Event.Record per free (measured on the simulator: the hit
-// pair from about 75 ns to about 160 ns; on CUDA a cuEventRecord of a
-// microsecond or more, which RMM's pool pays at every free and PyTorch's
-// avoids); a pool under memory pressure gets the same blocks back by
-// waiting on the out-of-memory path (below), so the hit path wins.
-//
-// An event recorded at the free covers S's work up to the free and
-// nothing queued later, so work queued on S afterwards never delays the
-// block's reuse elsewhere. A block freed while S's event in flight still
-// guards an earlier block is covered later, lazily: when an allocation
-// finds nothing in its own set or the shared set and another stream S
-// owns free blocks, the allocator (with its lock released) queries S's
-// event and, once it has completed, records a new one covering every free
-// made on S so far and queries it. A lazy event captures all of S's work
-// up to the frees and possibly more, so the rule above holds, and reuse
-// is at worst later than with an event at the free.
-//
-// Recording at the first free even with one stream costs a single-stream
-// pool one Record per miss at most, and covers a block freed on S before any
-// other stream has asked the pool for memory (whose lazy event would
-// otherwise cover whatever S was given to do since). Recording at every
-// free (RMM's rule) would cost the single-stream hit pair a device call.
-//
-// A miss never blocks on an event: a block whose event is not complete
-// is simply not offered, and the pool grows instead. Only when the device
-// itself is out of memory does the allocator wait (waitLocked): with the
-// lock released, it synchronizes, for every stream S that owns free
-// blocks another stream could use, S's event in flight if that covers
-// all of S's frees, else a new event recorded on S then; where no event
-// can be made it synchronizes S itself. Then it promotes their blocks
-// and tries again before giving cached memory back to the device
-// (PyTorch's allocator does the same before freeing its cache: it
-// synchronizes its outstanding events). The event it waits for may be a
-// lazy one, recorded at an earlier miss or at the wait itself, which
-// covers work queued on S after the frees too, so the allocation may
-// wait for that later work as well; an event recorded at the free covers
-// the frees' work only. The pools keep this wait: failing at once while
-// memory is merely waiting on a stream would be worse. It holds no pool
-// lock, so other goroutines allocate and free meanwhile, but work on S
-// that itself waits for the allocating goroutine (an event or a host
-// function that goroutine releases only after its Alloc returns)
-// deadlocks with it, as it would with any blocking allocation. Pool then
-// merges the calling stream's own free blocks with shared neighbours
-// (see below) before trying its cache again.
-//
-// When an event completes, every block of S numbered at or before it
-// moves to the shared set (coalescing with shared neighbours there). At
-// most one event per stream is in flight; events are recycled, and a
-// stream that owns no free block and has no event in flight is forgotten
-// at the next round (closed streams do not pile up). If the device cannot
-// make an event, a stream that Query reports idle stands in for one. Pool
-// also runs a round over its own stream before giving a wholly free
-// segment back to the device on a miss, so that the device's Free never
-// has to wait for a stream's work.
-//
-// Coalescing a block freed on S with a free neighbour is allowed when the
-// neighbour is in S's set or in the shared set; the merged block belongs to
-// S (demoting the shared part is always safe). Neighbours owned by other
-// streams are left alone until they are promoted. A promoted block joins
-// only shared neighbours, so a block S owns may end up next to a shared
-// one; Pool's out-of-memory path merges such runs into S's set, keeping
-// the latest free number of their parts (Pool.joinOwnLocked).
-//
-// # Device resets
-//
-// A device Reset destroys every stream and event made before it, with the
-// work queued on them (CUDA finishes the work first; the simulator drops
-// it): nothing that work did can still touch a block. So an event that
-// fails with device.ErrInvalidated counts as complete, and is dropped
-// (closed, the error ignored) rather than recycled; an event that cannot
-// be recorded for that reason is replaced by a new one, once, and if the
-// new one fails the same way the stream is from before the reset and
-// counts as closed: its work is all gone. Events from before a reset thus
-// leave the index at their next use, and never keep a stream's blocks
-// from being promoted. (The pools drop the blocks of memory from before a
-// reset themselves; see Pool and PinnedPool.)
-//
-// All methods except runFences and runRecord must be called with the
-// owning pool's lock held (they end in Locked where that is not obvious
-// from context). A stream's busy flag says that one goroutine is doing
-// device work for its event outside the lock (a round, or a free's
-// record); nobody else touches that stream's event meanwhile.
+// When events are recorded (at a free, lazily at a miss, and while waiting
+// on out of memory), and what a device reset does to them, is in fence.go.
+// Every method must be called with the owning core's lock held, except
+// where fence.go says otherwise.
 
 import "github.com/vramkit/vram/device"
 
@@ -201,10 +115,11 @@ type streamState struct {
 
 // freeIndex holds a pool's free blocks by stream and size class and applies
 // the reuse rule above. Not safe for concurrent use on its own: the owning
-// pool's lock protects it, except where runFences says otherwise.
+// core's lock protects it, except where runFences says otherwise.
 type freeIndex struct {
 	dev         device.Device
-	hostVisible bool // every reuse waits for an event (pinned host memory)
+	hostVisible bool         // every reuse waits for an event (pinned host memory)
+	join        func(*block) // called for every promoted block (nil: none); see promoteLocked
 
 	shared  [numClasses]treap // blocks safe on every stream
 	streams map[uintptr]*streamState
@@ -223,10 +138,14 @@ type freeIndex struct {
 	roundDone chan struct{}
 }
 
-func newFreeIndex(dev device.Device, hostVisible bool) freeIndex {
+// newFreeIndex returns an index for memory of dev; hostVisible says every
+// reuse waits for an event, and join, when not nil, is called for every
+// block promoted to the shared set, so the strategy can coalesce it.
+func newFreeIndex(dev device.Device, hostVisible bool, join func(*block)) freeIndex {
 	return freeIndex{
 		dev:         dev,
 		hostVisible: hostVisible,
+		join:        join,
 		streams:     make(map[uintptr]*streamState),
 		rng:         0x9e3779b9,
 	}

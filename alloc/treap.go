@@ -3,7 +3,7 @@ package alloc
 // An intrusive treap of free blocks keyed by (size, address): best fit is
 // one descent (lowerBound). Invariants: keys ascend in order; a parent's
 // priority is at least its children's; n and bytes count the blocks held.
-// Not safe for concurrent use: the owning pool's lock protects it.
+// Not safe for concurrent use: the owning core's lock protects it.
 
 // treap is an intrusive treap of free blocks keyed by (size, addr).
 type treap struct {
