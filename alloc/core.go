@@ -99,9 +99,9 @@ type strategy interface {
 	// how many segments it held aside, to count as device frees.
 	closeLocked() int
 	// allocFailed is the error of a miss that could not be served.
-	allocFailed(m *miss, err error) error
+	allocFailed(m miss, err error) error
 	// grewAcrossReset is the error of a growth a reset overtook.
-	grewAcrossReset(m *miss, seg *segment) error
+	grewAcrossReset(m miss, seg *segment) error
 }
 
 // core is the part of a caching allocator that every strategy shares.
@@ -151,7 +151,9 @@ func (c *core) alloc(r request, s device.Stream) (*block, error) {
 		c.mu.Unlock()
 		return nil, c.closedAllocErr(r)
 	}
-	c.syncGenLocked()
+	if c.genMovedLocked() {
+		c.newGenerationLocked()
+	}
 	var relErr error
 	if c.dead != nil {
 		// Memory a reset took is released before anything else.
@@ -166,12 +168,14 @@ func (c *core) alloc(r request, s device.Stream) (*block, error) {
 		c.mu.Unlock()
 		return b, nil
 	}
-	return c.missLocked(&miss{r: r, s: s, relErr: relErr}, st)
+	return c.missLocked(r, s, st, relErr)
 }
 
-// missLocked is the ladder of a miss (see the file overview). Entered with
-// mu held; returns with it released.
-func (c *core) missLocked(m *miss, st *streamState) (*block, error) {
+// missLocked is the ladder of a miss (see the file overview) for r on s,
+// whose state is st; relErr is what releasing memory a reset took
+// raised. Entered with mu held; returns with it released.
+func (c *core) missLocked(r request, s device.Stream, st *streamState, relErr error) (*block, error) {
+	m := &miss{r: r, s: s, relErr: relErr}
 	if c.idx.needFences(st) {
 		// Memory freed on other streams may have become safe here.
 		if b, done, err := c.fenceTakeLocked(m, st, false); done {
@@ -193,7 +197,7 @@ func (c *core) missLocked(m *miss, st *streamState) (*block, error) {
 		seg, m.g, err = c.strat.grow(m.r, m.g)
 	}
 	if err != nil {
-		return nil, c.strat.allocFailed(m, err)
+		return nil, c.strat.allocFailed(*m, err)
 	}
 	return c.addSegment(m, seg)
 }
@@ -277,7 +281,7 @@ func (c *core) addSegment(m *miss, seg *segment) (*block, error) {
 	if c.syncGenLocked(); c.devGen != m.gen {
 		rel := append(c.takeDeadLocked(), seg)
 		c.mu.Unlock()
-		return nil, joinErr(c.strat.grewAcrossReset(m, seg), c.strat.giveBack(rel))
+		return nil, joinErr(c.strat.grewAcrossReset(*m, seg), c.strat.giveBack(rel))
 	}
 	b := c.idx.newBlock()
 	b.addr, b.size, b.seg, b.class = seg.base, seg.size, seg, seg.class
@@ -316,7 +320,9 @@ func (c *core) free(key, devPtr device.Ptr, s device.Stream) (freeResult, error)
 		c.mu.Unlock()
 		return freeClosed, nil
 	}
-	c.syncGenLocked()
+	if c.genMovedLocked() { // syncGenLocked, inlined
+		c.newGenerationLocked()
+	}
 	b := c.live[key]
 	if b == nil || b.seg.host.DevicePtr != devPtr {
 		c.mu.Unlock()
@@ -404,14 +410,21 @@ func (c *core) resetPeaks() {
 // moved on, every segment on segs is from before it, and the strategy
 // drops what the reset took.
 func (c *core) syncGenLocked() {
-	if c.gen == nil {
-		return
+	if c.genMovedLocked() {
+		c.newGenerationLocked()
 	}
-	g := c.gen.Generation()
-	if g == c.devGen {
-		return
-	}
-	c.devGen = g
+}
+
+// genMovedLocked reports whether the device has been reset since the
+// core last looked. Small enough to inline: the hit path pays one
+// interface call and a compare, not a function call more.
+func (c *core) genMovedLocked() bool {
+	return c.gen != nil && c.gen.Generation() != c.devGen
+}
+
+// newGenerationLocked moves to the device's new generation.
+func (c *core) newGenerationLocked() {
+	c.devGen = c.gen.Generation()
 	c.strat.dropGenerationLocked()
 }
 

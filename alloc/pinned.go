@@ -207,7 +207,7 @@ func (p *PinnedPool) freeStaleLocked(b *block) []*segment {
 func (p *PinnedPool) closeLocked() int { return 0 }
 
 // allocFailed is the error of a request the ladder could not serve.
-func (p *PinnedPool) allocFailed(m *miss, err error) error {
+func (p *PinnedPool) allocFailed(m miss, err error) error {
 	n, s := m.r.n, m.s
 	if !errors.Is(err, device.ErrOutOfMemory) {
 		return errors.Join(fmt.Errorf("alloc: pinned alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err), m.relErr, m.waitErr)
@@ -222,7 +222,7 @@ func (p *PinnedPool) allocFailed(m *miss, err error) error {
 }
 
 // grewAcrossReset is the error of an allocation a reset overtook.
-func (p *PinnedPool) grewAcrossReset(m *miss, _ *segment) error {
+func (p *PinnedPool) grewAcrossReset(m miss, _ *segment) error {
 	return fmt.Errorf("alloc: pinned alloc of %s on stream %d: the device was reset during the allocation, so the new buffer may be from before the reset and was given back; retry on a stream made since: %w",
 		units.Format(m.r.n), m.s.Handle(), device.ErrInvalidated)
 }

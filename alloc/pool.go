@@ -201,11 +201,15 @@ func (p *Pool) Config() PoolConfig { return p.cfg }
 // Alloc returns n bytes usable on s: a cached block when one fits and
 // may be used on s, else a block of a new segment.
 func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
-	ptr, err := p.alloc(n, s, false)
-	if p.chk != nil && err == nil {
-		return p.markAllocated(ptr, n, s)
+	if p.chk != nil || n == 0 || n > p.maxReq || s == nil {
+		return p.allocChecked(n, s, false)
 	}
-	return ptr, err
+	size := (n + PoolGranularity - 1) &^ (PoolGranularity - 1)
+	b, err := p.core.alloc(request{n: n, size: size, class: p.classOf(size)}, s)
+	if err != nil {
+		return 0, err
+	}
+	return b.addr, nil
 }
 
 // AllocExact is Alloc for a long-lived allocation (alloc.ExactGrower): a
@@ -214,24 +218,13 @@ func (p *Pool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 // shared one. What the segment holds beyond the request is cached as
 // usual.
 func (p *Pool) AllocExact(n uint64, s device.Stream) (device.Ptr, error) {
-	ptr, err := p.alloc(n, s, true)
-	if p.chk != nil && err == nil {
-		return p.markAllocated(ptr, n, s)
-	}
-	return ptr, err
+	return p.allocChecked(n, s, true)
 }
 
-// markAllocated marks the block just handed out (CheckBlocks); if the
-// device refuses, the block goes back to the pool.
-func (p *Pool) markAllocated(ptr device.Ptr, n uint64, s device.Stream) (device.Ptr, error) {
-	if err := p.chk.MarkAllocated(ptr, n); err != nil {
-		_ = p.free(ptr, s)
-		return 0, fmt.Errorf("alloc: pool alloc of %s: marking the block for the memory checker: %w", units.Format(n), err)
-	}
-	return ptr, nil
-}
-
-func (p *Pool) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) {
+// allocChecked is Alloc (AllocExact when exact is set) with its request
+// checked and, for CheckBlocks, the block marked for the memory checker;
+// if the device refuses the mark, the block goes back to the pool.
+func (p *Pool) allocChecked(n uint64, s device.Stream, exact bool) (device.Ptr, error) {
 	if n == 0 || n > p.maxReq || s == nil {
 		return 0, p.badRequest(n, s)
 	}
@@ -239,6 +232,12 @@ func (p *Pool) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error) 
 	b, err := p.core.alloc(request{n: n, size: size, class: p.classOf(size), exact: exact}, s)
 	if err != nil {
 		return 0, err
+	}
+	if p.chk != nil {
+		if err := p.chk.MarkAllocated(b.addr, n); err != nil {
+			_ = p.free(b.addr, s)
+			return 0, fmt.Errorf("alloc: pool alloc of %s: marking the block for the memory checker: %w", units.Format(n), err)
+		}
 	}
 	return b.addr, nil
 }
@@ -319,27 +318,44 @@ func (p *Pool) unmarkWhollyLocked(seg *segment) {
 // says when: in a pool used from one stream, only when s has no event in
 // flight, so the hit path makes no device call).
 func (p *Pool) Free(ptr device.Ptr, s device.Stream) error {
+	if s == nil || p.chk != nil {
+		return p.freeChecked(ptr, s)
+	}
+	if res, err := p.core.free(ptr, 0, s); res != freed {
+		return p.freeErr(ptr, res, err)
+	}
+	return nil
+}
+
+// freeChecked is Free for a nil stream or with CheckBlocks: the block is
+// unmarked for the memory checker before it can be reused.
+func (p *Pool) freeChecked(ptr device.Ptr, s device.Stream) error {
 	if s == nil {
 		return fmt.Errorf("alloc: pool free of %v: nil stream: %w", ptr, device.ErrInvalidValue)
 	}
-	if p.chk != nil {
-		// Unmark before the block can be reused; the pool's own error
-		// (an unknown pointer, a closed pool) takes precedence.
-		markErr := p.chk.MarkFreed(ptr)
-		if err := p.free(ptr, s); err != nil {
-			return err
-		}
-		if markErr != nil {
-			return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but unmarking it for the memory checker failed: %w", ptr, markErr)
-		}
-		return nil
+	// The pool's own error (an unknown pointer, a closed pool) takes
+	// precedence.
+	markErr := p.chk.MarkFreed(ptr)
+	if err := p.free(ptr, s); err != nil {
+		return err
 	}
-	return p.free(ptr, s)
+	if markErr != nil {
+		return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but unmarking it for the memory checker failed: %w", ptr, markErr)
+	}
+	return nil
 }
 
 // free is Free without the CheckBlocks unmarking; s is not nil.
 func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
-	switch res, err := p.core.free(ptr, 0, s); res {
+	if res, err := p.core.free(ptr, 0, s); res != freed {
+		return p.freeErr(ptr, res, err)
+	}
+	return nil
+}
+
+// freeErr is the error of a free of ptr that ended with res (and err).
+func (p *Pool) freeErr(ptr device.Ptr, res freeResult, err error) error {
+	switch res {
 	case freeClosed:
 		return fmt.Errorf("alloc: pool free of %v: %w", ptr, ErrClosed)
 	case freeUnknown:
@@ -347,10 +363,8 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 	case freeStale:
 		return joinErr(fmt.Errorf("alloc: pool free of %v: the block was allocated before a device reset, which freed it: %w",
 			ptr, device.ErrInvalidated), err)
-	case freeEventErr:
-		return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but the pool was closed meanwhile and closing its event failed: %w", ptr, err)
 	}
-	return nil
+	return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but the pool was closed meanwhile and closing its event failed: %w", ptr, err)
 }
 
 // freeLocked merges live block b, freed on st, with the free neighbours

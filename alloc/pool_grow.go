@@ -273,14 +273,14 @@ func (p *Pool) closeLocked() int {
 }
 
 // grewAcrossReset is the error of a growth a reset overtook.
-func (p *Pool) grewAcrossReset(m *miss, seg *segment) error {
+func (p *Pool) grewAcrossReset(m miss, seg *segment) error {
 	return fmt.Errorf("alloc: pool alloc of %s on stream %d: the device was reset while the pool grew, so the new %s segment may be from before the reset and was given back; retry on a stream made since: %w",
 		units.Format(m.r.n), m.s.Handle(), units.Format(seg.size), device.ErrInvalidated)
 }
 
 // allocFailed builds the error of a miss the ladder could not serve.
 // Called without the lock.
-func (p *Pool) allocFailed(m *miss, err error) error {
+func (p *Pool) allocFailed(m miss, err error) error {
 	n, size, s := m.r.n, m.r.size, m.s
 	if !errors.Is(err, device.ErrOutOfMemory) {
 		return errors.Join(fmt.Errorf("alloc: pool alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err), m.relErr)
@@ -311,7 +311,7 @@ func (p *Pool) allocFailed(m *miss, err error) error {
 // oomAdvice says what to do about a failed miss, given the counters st,
 // the cached bytes that wait on other streams, and the free bytes of the
 // request's class.
-func (p *Pool) oomAdvice(m *miss, st Stats, waiting, classFree uint64) string {
+func (p *Pool) oomAdvice(m miss, st Stats, waiting, classFree uint64) string {
 	size, s := m.r.size, m.s
 	advice := "free live arrays, lower the batch size, or give this pool more of the device"
 	switch {
