@@ -349,8 +349,12 @@ func (c *core) free(key, devPtr device.Ptr, s device.Stream) (freeResult, error)
 	return freed, nil
 }
 
-// trim gives every wholly free segment back to the device.
-func (c *core) trim() error {
+// Trim gives every wholly free segment back to the device (for a
+// PinnedPool, every cached buffer). For a Pool, blocks still waiting for
+// another stream's event are freed too: the device's Free waits for work
+// that may use the memory. Memory a device reset took counts as given
+// back, without an error.
+func (c *core) Trim() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -362,9 +366,11 @@ func (c *core) trim() error {
 	return c.strat.giveBack(rel)
 }
 
-// close gives every segment back, live blocks included, and closes the
-// events; a second close returns nil.
-func (c *core) close() error {
+// Close gives all memory back to the device, live blocks included, and
+// releases the pool's events. Memory and events a device reset took
+// count as given back, without an error. Later calls return ErrClosed; a
+// second Close returns nil.
+func (c *core) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -388,8 +394,9 @@ func (c *core) close() error {
 	return errors.Join(c.strat.giveBack(segs), closeEvents(evs))
 }
 
-// stats is a snapshot of the counters, taken under the lock.
-func (c *core) stats() Stats {
+// Stats reports the pool's counters, exactly: the snapshot is taken under
+// the lock. A PinnedPool counts buffers as a Pool counts blocks.
+func (c *core) Stats() Stats {
 	c.mu.Lock()
 	if !c.closed {
 		c.syncGenLocked()
@@ -399,8 +406,8 @@ func (c *core) stats() Stats {
 	return s
 }
 
-// resetPeaks sets the peaks to the current values.
-func (c *core) resetPeaks() {
+// ResetPeaks sets PeakInUse and PeakReserved to the current values.
+func (c *core) ResetPeaks() {
 	c.mu.Lock()
 	c.st.resetPeaksLocked()
 	c.mu.Unlock()

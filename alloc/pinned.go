@@ -182,10 +182,7 @@ func (p *PinnedPool) addSegmentLocked(seg *segment, _ request) *block { return s
 func (p *PinnedPool) dropGenerationLocked() {
 	for seg := p.segs; seg != nil; {
 		next := seg.snext
-		if b := seg.first; b.free {
-			p.idx.remove(b)
-			p.idx.putBlock(b)
-			p.unlinkLocked(seg)
+		if p.uncacheLocked(seg) {
 			p.dead = append(p.dead, seg)
 		} else {
 			seg.stale = true
@@ -232,15 +229,25 @@ func (p *PinnedPool) trimLocked() []*segment {
 	var out []*segment
 	for seg := p.segs; seg != nil; {
 		next := seg.snext
-		if b := seg.first; b.free {
-			p.idx.remove(b)
-			p.idx.putBlock(b)
-			p.unlinkLocked(seg)
+		if p.uncacheLocked(seg) {
 			out = append(out, seg)
 		}
 		seg = next
 	}
 	return out
+}
+
+// uncacheLocked takes buffer seg off the books if it is cached, and
+// reports whether it was.
+func (p *PinnedPool) uncacheLocked(seg *segment) bool {
+	b := seg.first
+	if !b.free {
+		return false
+	}
+	p.idx.remove(b)
+	p.idx.putBlock(b)
+	p.unlinkLocked(seg)
+	return true
 }
 
 // giveBack gives buffers back to the device. Called without the lock.
@@ -255,22 +262,6 @@ func (p *PinnedPool) giveBack(segs []*segment) error {
 	}
 	return errors.Join(errs...)
 }
-
-// Stats reports the pool's counters, exactly.
-func (p *PinnedPool) Stats() Stats { return p.stats() }
-
-// ResetPeaks sets PeakInUse and PeakReserved to the current values.
-func (p *PinnedPool) ResetPeaks() { p.resetPeaks() }
-
-// Trim frees every cached buffer. The device's HostFree waits for work
-// that may still use one. Buffers a device reset unpinned count as freed,
-// without an error.
-func (p *PinnedPool) Trim() error { return p.trim() }
-
-// Close frees every buffer, handed out or cached, and the pool's events.
-// Buffers and events a device reset took count as freed, without an
-// error. Later calls return ErrClosed; a second Close returns nil.
-func (p *PinnedPool) Close() error { return p.close() }
 
 var (
 	_ PeakResetter = (*PinnedPool)(nil)

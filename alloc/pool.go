@@ -488,25 +488,6 @@ func (p *Pool) classOf(size uint64) uint8 {
 	return classLarge
 }
 
-// Stats reports the pool's counters, exactly: the snapshot is taken under
-// the lock.
-func (p *Pool) Stats() Stats { return p.stats() }
-
-// ResetPeaks sets PeakInUse and PeakReserved to the current values.
-func (p *Pool) ResetPeaks() { p.resetPeaks() }
-
-// Trim gives every wholly free segment back to the device. Blocks still
-// waiting for another stream's event are freed too: the device's Free waits
-// for work that may use the memory. Segments a device reset took count as
-// given back, without an error.
-func (p *Pool) Trim() error { return p.trim() }
-
-// Close gives every segment back to the device, live blocks included, and
-// releases the pool's events. Segments and events a device reset took
-// count as given back, without an error. Later calls return ErrClosed; a
-// second Close returns nil.
-func (p *Pool) Close() error { return p.close() }
-
 var (
 	_ Allocator    = (*Pool)(nil)
 	_ PeakResetter = (*Pool)(nil)
