@@ -44,6 +44,14 @@ type PinnedConfig struct {
 // handed out (after rounding), Reserved the bytes of buffers held, device
 // allocations and frees are HostAlloc and HostFree calls.
 //
+// A buffer freed on stream s is handed out again, on any stream, once an
+// event recorded on s after the free has completed; until then a request
+// makes a new buffer. On the device's out of memory the pool waits,
+// without holding its lock, for the streams that freed cached buffers
+// (possibly for work queued on them after the frees too; fence.go, "When
+// events are recorded", says what that wait may deadlock with) and tries
+// the cache again, then frees every cached buffer and retries once.
+//
 // After a device reset (see Allocator) the pool notices, at its next
 // call, that the device's generation has moved on (device.Generational):
 // its cached buffers leave Reserved and are never handed out again; a
