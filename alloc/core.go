@@ -85,9 +85,8 @@ type strategy interface {
 	beforeRetryLocked(st *streamState)
 	// trimLocked takes every wholly free segment off the books.
 	trimLocked() []*segment
-	// giveBack returns segments taken off the books to the device; one a
-	// device reset took counts as given back.
-	giveBack(segs []*segment) error
+	// release returns one segment taken off the books to the device.
+	release(seg *segment) error
 	// dropGenerationLocked handles a device reset: every segment on segs
 	// is from before it.
 	dropGenerationLocked()
@@ -230,7 +229,7 @@ func (c *core) growLocked(m *miss) (*segment, error) {
 	// A segment the device fails to free is gone from the books either
 	// way; that only happens to a lost device, which fails every later
 	// call too. The error is reported if the allocation fails.
-	m.relErr = joinErr(m.relErr, c.strat.giveBack(rel))
+	m.relErr = joinErr(m.relErr, c.giveBack(rel))
 	seg, g, err := c.strat.grow(m.r, m.g)
 	m.g = g
 	return seg, err
@@ -265,7 +264,7 @@ func (c *core) waitTake(m *miss) (b *block, done bool, err error) {
 	}
 	rel := append(c.strat.trimLocked(), c.takeDeadLocked()...)
 	c.mu.Unlock()
-	m.relErr = joinErr(m.relErr, c.strat.giveBack(rel))
+	m.relErr = joinErr(m.relErr, c.giveBack(rel))
 	return nil, false, nil
 }
 
@@ -276,12 +275,12 @@ func (c *core) addSegment(m *miss, seg *segment) (*block, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, c.closedAllocErr(m.r, c.strat.giveBack([]*segment{seg}))
+		return nil, c.closedAllocErr(m.r, c.giveBack([]*segment{seg}))
 	}
 	if c.syncGenLocked(); c.devGen != m.gen {
 		rel := append(c.takeDeadLocked(), seg)
 		c.mu.Unlock()
-		return nil, joinErr(c.strat.grewAcrossReset(*m, seg), c.strat.giveBack(rel))
+		return nil, joinErr(c.strat.grewAcrossReset(*m, seg), c.giveBack(rel))
 	}
 	b := c.idx.newBlock()
 	b.addr, b.size, b.seg, b.class = seg.base, seg.size, seg, seg.class
@@ -333,7 +332,7 @@ func (c *core) free(key, devPtr device.Ptr, s device.Stream) (freeResult, error)
 	if b.seg.stale {
 		rel := append(c.takeDeadLocked(), c.strat.freeStaleLocked(b)...)
 		c.mu.Unlock()
-		return freeStale, c.strat.giveBack(rel)
+		return freeStale, c.giveBack(rel)
 	}
 	st := c.idx.streamLocked(s)
 	c.strat.freeLocked(b, st)
@@ -363,7 +362,7 @@ func (c *core) Trim() error {
 	c.syncGenLocked()
 	rel := append(c.strat.trimLocked(), c.takeDeadLocked()...)
 	c.mu.Unlock()
-	return c.strat.giveBack(rel)
+	return c.giveBack(rel)
 }
 
 // Close gives all memory back to the device, live blocks included, and
@@ -391,7 +390,7 @@ func (c *core) Close() error {
 		evs = c.idx.eventsLocked()
 	}
 	c.mu.Unlock()
-	return errors.Join(c.strat.giveBack(segs), closeEvents(evs))
+	return errors.Join(c.giveBack(segs), closeEvents(evs))
 }
 
 // Stats reports the pool's counters, exactly: the snapshot is taken under
@@ -447,7 +446,7 @@ func (c *core) takeDeadLocked() []*segment {
 func (c *core) releaseDeadLocked() error {
 	dead := c.takeDeadLocked()
 	c.mu.Unlock()
-	err := c.strat.giveBack(dead)
+	err := c.giveBack(dead)
 	c.mu.Lock()
 	return err
 }
@@ -466,17 +465,24 @@ func (c *core) linkLocked(seg *segment) {
 // unlinkLocked takes segment seg, whose blocks are out of the free index,
 // off the books, counted as a device free.
 func (c *core) unlinkLocked(seg *segment) {
+	unlinkSegment(&c.segs, seg)
+	seg.first = nil
+	c.nsegs--
+	c.st.deviceFreeLocked(seg.size)
+}
+
+// unlinkSegment takes seg out of the list of segments that starts at
+// *head (linked through sprev and snext).
+func unlinkSegment(head **segment, seg *segment) {
 	if seg.sprev != nil {
 		seg.sprev.snext = seg.snext
 	} else {
-		c.segs = seg.snext
+		*head = seg.snext
 	}
 	if seg.snext != nil {
 		seg.snext.sprev = seg.sprev
 	}
-	seg.sprev, seg.snext, seg.first = nil, nil, nil
-	c.nsegs--
-	c.st.deviceFreeLocked(seg.size)
+	seg.sprev, seg.snext = nil, nil
 }
 
 // closedAllocErr is the error of an Alloc the pool's closing ended,
@@ -501,6 +507,18 @@ func joinErr(a, b error) error {
 		return a
 	}
 	return errors.Join(a, b)
+}
+
+// giveBack returns segments taken off the books to the device, without
+// the lock; one a device reset took counts as given back.
+func (c *core) giveBack(segs []*segment) error {
+	var errs []error
+	for _, seg := range segs {
+		if err := c.strat.release(seg); err != nil && !lostToReset(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // closeEvents closes events the pool no longer needs; one a device reset

@@ -258,17 +258,14 @@ func (p *PinnedPool) uncacheLocked(seg *segment) bool {
 	return true
 }
 
-// giveBack gives buffers back to the device. Called without the lock.
-// A buffer a device reset unpinned counts as given back: HostFree releases
-// its host memory and says so with device.ErrInvalidated.
-func (p *PinnedPool) giveBack(segs []*segment) error {
-	var errs []error
-	for _, seg := range segs {
-		if err := p.host.HostFree(seg.host); err != nil && !lostToReset(err) {
-			errs = append(errs, fmt.Errorf("alloc: pinned pool: free %s buffer: %w", units.Format(seg.size), err))
-		}
+// release gives buffer seg back to the device. Called without the lock.
+// For a buffer a device reset unpinned, HostFree releases its host memory
+// and says so with device.ErrInvalidated.
+func (p *PinnedPool) release(seg *segment) error {
+	if err := p.host.HostFree(seg.host); err != nil {
+		return fmt.Errorf("alloc: pinned pool: free %s buffer: %w", units.Format(seg.size), err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 var (

@@ -180,16 +180,13 @@ func (p *Pool) trimLocked() []*segment {
 	return out
 }
 
-// giveBack gives detached segments back to the device. Called without
-// the lock. A segment a device reset has freed counts as given back.
-func (p *Pool) giveBack(segs []*segment) error {
-	var errs []error
-	for _, seg := range segs {
-		if err := p.dev.Free(seg.base); err != nil && !lostToReset(err) {
-			errs = append(errs, fmt.Errorf("alloc: pool: free segment %v (%s): %w", seg.base, units.Format(seg.size), err))
-		}
+// release gives detached segment seg back to the device. Called without
+// the lock.
+func (p *Pool) release(seg *segment) error {
+	if err := p.dev.Free(seg.base); err != nil {
+		return fmt.Errorf("alloc: pool: free segment %v (%s): %w", seg.base, units.Format(seg.size), err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // dropGenerationLocked handles a device reset: every segment is from
@@ -247,15 +244,7 @@ func (p *Pool) freeStaleLocked(b *block) []*segment {
 	if seg.nlive > 0 {
 		return nil
 	}
-	if seg.sprev != nil {
-		seg.sprev.snext = seg.snext
-	} else {
-		p.stale = seg.snext
-	}
-	if seg.snext != nil {
-		seg.snext.sprev = seg.sprev
-	}
-	seg.sprev, seg.snext = nil, nil
+	unlinkSegment(&p.stale, seg)
 	p.st.DeviceFrees++ // its bytes left Reserved at the reset and with each free
 	return nil
 }
