@@ -1,0 +1,85 @@
+package trace_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/vramkit/vram/internal/sharedtraces"
+	"github.com/vramkit/vram/trace"
+)
+
+// TestReadSnapshotMatchesCSV reads the original PyTorch snapshots of the
+// shared traces and checks them against the CSVs converted from them and
+// the README's figures of what PyTorch reserved.
+func TestReadSnapshotMatchesCSV(t *testing.T) {
+	dir := sharedtraces.Dir(t)
+	tests := map[string]struct {
+		liveAtStart  int
+		peakReserved uint64
+		segments     int
+		peakAlloc    uint64
+	}{
+		"W_medium_512_training": {liveAtStart: 664, peakReserved: 12660506624, segments: 400, peakAlloc: 12435476996},
+		"k_fullstep":            {liveAtStart: 324, peakReserved: 61111009280, segments: 1010, peakAlloc: 55078640128},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			pickle := filepath.Join(dir, name+".pickle")
+			if _, err := os.Stat(pickle); err != nil {
+				t.Skipf("no snapshot: %v", err)
+			}
+			snap, err := trace.ReadSnapshotFile(pickle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := trace.ReadFile(filepath.Join(dir, name+".csv"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := snap.Events
+			if len(got) != len(want) {
+				t.Fatalf("%d events, the CSV has %d", len(got), len(want))
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.Action != w.Action || g.Size != w.Size || g.Pointer != w.Pointer || g.Stream != w.Stream {
+					t.Fatalf("event %d: %v, the CSV has %v", i, g, w)
+				}
+				if d := g.Time - w.Time; d > 1e-9 || d < -1e-9 {
+					t.Fatalf("event %d at %v s, the CSV at %v s", i, g.Time, w.Time)
+				}
+			}
+			if g, w := trace.PeakLive(got), trace.PeakLive(want); g != w {
+				t.Errorf("peak live %d, the CSV's %d", g, w)
+			}
+			if snap.LiveAtStart != tc.liveAtStart {
+				t.Errorf("%d blocks live at start, want %d", snap.LiveAtStart, tc.liveAtStart)
+			}
+			p := snap.PyTorch
+			if p.PeakReserved != tc.peakReserved || p.Segments != tc.segments || p.PeakAllocated != tc.peakAlloc {
+				t.Errorf("PyTorch peak reserved %d, segments %d, peak allocated %d; want %d, %d, %d",
+					p.PeakReserved, p.Segments, p.PeakAllocated, tc.peakReserved, tc.segments, tc.peakAlloc)
+			}
+		})
+	}
+}
+
+func TestReadSnapshotRefusesOtherInput(t *testing.T) {
+	tests := map[string][]byte{
+		"csv":        []byte(trace.Header + "\n0,0,allocate,0x10,8,0\n"),
+		"not a dict": {0x80, 0x02, 'K', 0x07, '.'}, // the int 7
+		"empty dict": {0x80, 0x02, '}', '.'},       // {}
+		"truncated":  {0x80, 0x04, 0x95},           // a frame cut short
+	}
+	for name, in := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := trace.ReadSnapshot(bytes.NewReader(in))
+			if !errors.Is(err, trace.ErrSnapshot) {
+				t.Fatalf("err %v, want ErrSnapshot", err)
+			}
+		})
+	}
+}
