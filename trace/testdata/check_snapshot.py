@@ -25,7 +25,7 @@ for i, s in enumerate(segs):
     prev_end = s["address"] + s["total_size"]
     at, allocated = s["address"], 0
     for j, b in enumerate(s["blocks"]):
-        for k in ("size", "state", "address"):
+        for k in ("size", "requested_size", "state", "address", "frames"):
             assert k in b, "segment %d block %d lacks %r" % (i, j, k)
         assert b["address"] == at, "segment %d block %d at %#x, want %#x" % (i, j, b["address"], at)
         assert b["state"] in ("active_allocated", "inactive"), b["state"]
