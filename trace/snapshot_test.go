@@ -83,3 +83,29 @@ func TestReadSnapshotRefusesOtherInput(t *testing.T) {
 		})
 	}
 }
+
+// FuzzReadSnapshot: any input is read or refused with an error, never a
+// panic, and a snapshot read gives a log whose frees free live blocks.
+func FuzzReadSnapshot(f *testing.F) {
+	var buf bytes.Buffer
+	_ = trace.WriteSnapshot(&buf, trace.History{
+		Segments: []trace.SnapshotSegment{{Addr: 1 << 20, Size: 2 << 20, Blocks: []trace.SnapshotBlock{
+			{Addr: 1 << 20, Size: 1 << 20, Allocated: true}, {Addr: 2 << 20, Size: 1 << 20}}}},
+		Entries: []trace.SnapshotEntry{
+			{Action: "segment_alloc", Addr: 1 << 20, Size: 2 << 20},
+			{Action: "free_requested", Addr: 3 << 20, Size: 512, TimeUS: 5},
+			{Action: "alloc", Addr: 1 << 20, Size: 1 << 20, TimeUS: 9},
+		},
+	})
+	f.Add(buf.Bytes())
+	f.Add([]byte{0x80, 0x02, '}', '.'})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		snap, err := trace.ReadSnapshot(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if s := trace.Summarize(snap.Events); s.UnmatchedFrees != 0 || s.Reallocs > s.Allocs {
+			t.Fatalf("a snapshot read as a log with %d unmatched frees", s.UnmatchedFrees)
+		}
+	})
+}
