@@ -109,3 +109,23 @@ func FuzzReadSnapshot(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkReadSnapshot reads the shared PyTorch snapshots (decoding the
+// pickle and building the log).
+func BenchmarkReadSnapshot(b *testing.B) {
+	dir := sharedtraces.Dir(b)
+	for _, name := range []string{"W_medium_512_training", "k_fullstep"} {
+		data, err := os.ReadFile(filepath.Join(dir, name+".pickle"))
+		if err != nil {
+			b.Skipf("no snapshot: %v", err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if _, err := trace.ReadSnapshot(bytes.NewReader(data)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
