@@ -5,7 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+
+	ogorek "github.com/kisielk/og-rek"
 
 	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/trace"
@@ -125,6 +128,84 @@ func BenchmarkReadSnapshot(b *testing.B) {
 				if _, err := trace.ReadSnapshot(bytes.NewReader(data)); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// TestReadSnapshotRules checks the rules of reading a snapshot on small
+// hand-made ones: which blocks are live at start, which free entries
+// count, and PyTorch's figures walked back from the segments.
+func TestReadSnapshotRules(t *testing.T) {
+	entry := func(action string, addr, size, us int64) map[string]any {
+		return map[string]any{"action": action, "addr": addr, "size": size, "stream": int64(0), "time_us": us}
+	}
+	segment := func(addr, total, allocated int64, blocks ...map[string]any) map[string]any {
+		bl := make([]any, len(blocks))
+		for i, b := range blocks {
+			bl[i] = b
+		}
+		return map[string]any{"address": addr, "total_size": total, "allocated_size": allocated, "blocks": bl}
+	}
+	block := func(addr, size int64, state string) map[string]any {
+		return map[string]any{"address": addr, "size": size, "state": state}
+	}
+	tests := map[string]struct {
+		segments []any
+		trace    []any
+		want     []string // events as Event.String
+		figures  trace.PyTorchFigures
+	}{
+		"free before alloc and an untouched live block are live at start, in address order": {
+			segments: []any{segment(0x1000, 0x3000, 0x1800,
+				block(0x1000, 0x800, "active_allocated"), block(0x1800, 0x1000, "active_allocated"), block(0x2800, 0x1800, "inactive"))},
+			trace: []any{
+				entry("free_requested", 0x2800, 0x100, 100), entry("free_completed", 0x2800, 0x100, 101),
+				entry("alloc", 0x1800, 0x1000, 102),
+			},
+			want: []string{"0,0,allocate,0x1000,2048,0", "0,0,allocate,0x2800,256,0",
+				"0,0.000001,free,0x2800,256,0", "0,0.000003,allocate,0x1800,4096,0"},
+			figures: trace.PyTorchFigures{PeakReserved: 0x3000, ReservedAtStart: 0x3000, PeakAllocated: 0x1800, Segments: 1},
+		},
+		"free_completed is the free where there is no free_requested": {
+			segments: []any{segment(0x1000, 0x2000, 0)},
+			trace: []any{
+				entry("segment_alloc", 0x1000, 0x2000, 10), entry("alloc", 0x1000, 0x800, 12),
+				entry("free_completed", 0x1000, 0x800, 15),
+			},
+			want:    []string{"0,0.000003,allocate,0x1000,2048,0", "0,0.000006,free,0x1000,2048,0"},
+			figures: trace.PyTorchFigures{PeakReserved: 0x2000, PeakAllocated: 0x800, Segments: 1, SegmentAllocs: 1},
+		},
+		"a segment freed during the history counts, and its bytes were held at start": {
+			segments: []any{segment(0x1000, 0x1000, 0)},
+			trace: []any{
+				entry("alloc", 0x9000, 0x400, 1), entry("free_requested", 0x9000, 0x400, 2),
+				entry("free_completed", 0x9000, 0x400, 3), entry("segment_free", 0x8000, 0x4000, 4),
+			},
+			want:    []string{"0,0.000001,allocate,0x9000,1024,0", "0,0.000002,free,0x9000,1024,0"},
+			figures: trace.PyTorchFigures{PeakReserved: 0x5000, ReservedAtStart: 0x5000, PeakAllocated: 0x400, Segments: 2, SegmentFrees: 1},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			snap := map[string]any{"segments": tc.segments, "device_traces": []any{tc.trace}}
+			if err := ogorek.NewEncoderWithConfig(&buf, &ogorek.EncoderConfig{Protocol: 4, StrictUnicode: true}).Encode(snap); err != nil {
+				t.Fatal(err)
+			}
+			s, err := trace.ReadSnapshot(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range s.Events {
+				got = append(got, e.String())
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("events\n%q\nwant\n%q", got, tc.want)
+			}
+			if s.PyTorch != tc.figures {
+				t.Errorf("PyTorch figures %+v, want %+v", s.PyTorch, tc.figures)
 			}
 		})
 	}
