@@ -96,7 +96,7 @@ func ReadSnapshotFile(path string) (*Snapshot, error) {
 func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	v, err := ogorek.NewDecoder(bufio.NewReaderSize(r, 1<<16)).Decode()
 	if err != nil {
-		return nil, fmt.Errorf("trace: decode the pickle: %v: %w", err, ErrSnapshot)
+		return nil, fmt.Errorf("trace: decode the pickle (want one written by torch.cuda.memory._dump_snapshot): %v: %w", err, ErrSnapshot)
 	}
 	top, ok := v.(map[any]any)
 	if !ok {
