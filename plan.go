@@ -273,31 +273,31 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 
 	length := runs
 	switch {
-	case p.FullBytes <= budget:
+	case fitsIn(p.FullBytes, budget):
 		p.Chunks, p.Buffers = 1, 1
 	case nChunkableDev == 0 || u >= budget:
 		e := &PlanError{Err: ErrUnchunkable, Need: p.FullBytes, Budget: budget, UnchunkableBytes: u,
 			Buffers: k, Chunkable: nChunkableDev, RunBytes: chunkBytes(devRuns, 1, g)}
 		if nChunkableDev == 0 {
-			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or raise the budget by %s",
-				largestUnchunkable(items, 3), bytesUp(e.Need-min(e.Need, budget)))
+			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s",
+				largestUnchunkable(items, 3), raiseHint(e.Need, budget))
 		} else {
 			e.Need = satAdd(u, satMul(uint64(k), e.RunBytes))
 			if u > 0 {
-				e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or raise the budget by %s", bytesUp(e.Need-min(e.Need, budget)))
+				e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or %s", raiseHint(e.Need, budget))
 			} else {
-				e.Hint = fmt.Sprintf("raise the budget by %s", bytesUp(e.Need-min(e.Need, budget)))
+				e.Hint = raiseHint(e.Need, budget)
 			}
 		}
 		return ChunkPlan{}, e
 	default:
 		c1 := chunkBytes(devRuns, 1, g)
 		need1 := satAdd(u, satMul(uint64(k), c1))
-		if need1 > budget {
+		if !fitsIn(need1, budget) {
 			e := &PlanError{Err: ErrRunTooLarge, Need: need1, Budget: budget, UnchunkableBytes: u,
 				RunBytes: c1, Buffers: k, Chunkable: nChunkableDev}
 			var ways []string
-			ways = append(ways, "raise the budget by "+bytesUp(need1-budget))
+			ways = append(ways, raiseHint(need1, budget))
 			if k > 1 {
 				ways = append(ways, "use fewer buffers in flight")
 			}
@@ -314,7 +314,7 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		// chunkable arrays, S·L ≤ C(L) < S·L + m·g, which brackets the
 		// answer to a few values before bisecting.
 		a := (budget - u) / uint64(k)
-		fits := func(l int) bool { return chunkBytes(devRuns, l, g) <= a }
+		fits := func(l int) bool { return fitsIn(chunkBytes(devRuns, l, g), a) }
 		lo, hi := 1, runs
 		var perRun uint64
 		for _, r := range devRuns {
@@ -431,7 +431,20 @@ func runsMismatch(requests map[string]map[string]ArrayRequest) error {
 		strings.Join(parts, "; "), ErrRunsMismatch)
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// ceilDiv is ⌈a/b⌉ for a ≥ 0 and b ≥ 1, exact up to a = MaxInt (a + b − 1
+// would overflow near it).
+func ceilDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
+// fitsIn reports whether n bytes fit a budget. A sum that saturated
+// (MaxUint64: 2⁶⁴−1 bytes or more) never fits, not even a budget of
+// MaxUint64, since it stands for any larger figure too.
+func fitsIn(n, budget uint64) bool { return n <= budget && n < math.MaxUint64 }
 
 func roundUp(n, g uint64) uint64 {
 	r, ok := units.RoundUp(n, g)
@@ -487,6 +500,16 @@ func largestUnchunkable(items []planItem, n int) string {
 		parts = append(parts, fmt.Sprintf("%s/%s: %s, %s", it.client, it.label, units.Format(it.fixed), why))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// raiseHint says how much more budget need takes, or, when the shortfall
+// is within a TiB of 2⁶⁴ (need saturated, or its figure rounded up would
+// pass 2⁶⁴), that no budget can hold it.
+func raiseHint(need, budget uint64) string {
+	if short := need - min(need, budget); need < math.MaxUint64 && short <= math.MaxUint64-units.TiB {
+		return "raise the budget by " + bytesUp(short)
+	}
+	return "shrink the arrays (they need about 16 EiB more than the budget, more than any budget can give)"
 }
 
 // bytesUp writes n bytes as units.Format does ("1.5 KiB", "256 MiB"),
