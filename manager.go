@@ -440,17 +440,26 @@ func (m *Manager) Free(label string) error {
 }
 
 // FreeAll frees every array of every client. Hooks are not called.
+// After Close it returns an error wrapping ErrClosed.
 func (m *Manager) FreeAll() error {
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
+	if m.isClosed() {
+		return closedErr("free all")
+	}
 	return m.freeAllLocked(nil)
 }
 
 // InvalidateAll frees every array of every client and then calls every
 // client's OnInvalidate hook, so that they drop what they held and ask
-// again.
+// again. After Close it returns an error wrapping ErrClosed and calls no
+// hook.
 func (m *Manager) InvalidateAll() error {
 	m.allocMu.RLock()
+	if m.isClosed() {
+		m.allocMu.RUnlock()
+		return closedErr("invalidate all")
+	}
 	err := m.freeAllLocked(nil)
 	hooks := m.invalidateHooks()
 	m.allocMu.RUnlock()
@@ -524,12 +533,18 @@ func (m *Manager) clientStream(c *Client) device.Stream {
 }
 
 // release frees one allocation. allocMu must be held. It waits for
-// copies being enqueued on the array; the free is ordered on s after them.
+// copies being enqueued on the array; the free is ordered on s after them
+// and after the work on the stream the array was last used on (its
+// client's stream before a group move), so that the allocator cannot
+// hand the memory to work on s while an older copy may still write it.
 func (m *Manager) release(a *allocation, s device.Stream) error {
 	var errs []error
 	if d := a.dev; d != nil {
 		d.use.Lock()
 		if d.freed.CompareAndSwap(false, true) && d.memory == Device {
+			if err := m.orderAfter(d.lastStream(), s); err != nil {
+				errs = append(errs, err)
+			}
 			if err := m.al.Free(d.ptr, s); err != nil {
 				errs = append(errs, err)
 			}
@@ -542,6 +557,35 @@ func (m *Manager) release(a *allocation, s device.Stream) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// orderAfter makes work enqueued on s from now on wait for the work
+// enqueued on last so far. Nothing is needed when last is s or nil, or
+// has been closed (Close waited for its work). When no event can be made
+// it waits for last on the host instead, so the order holds either way.
+func (m *Manager) orderAfter(last, s device.Stream) error {
+	if last == nil || last == s {
+		return nil
+	}
+	done, err := last.Query()
+	if (err == nil && done) || errors.Is(err, device.ErrClosed) || errors.Is(err, device.ErrInvalidated) {
+		return nil // idle, closed (Close waited for its work) or gone with a reset
+	}
+	ev, err := m.dev.NewEvent()
+	if err == nil {
+		// An event has no owner to leak to: it is closed at once; the
+		// wait it enqueued on s stays.
+		if err = ev.Record(last); err == nil {
+			err = ev.Wait(s)
+		}
+		err = errors.Join(err, ev.Close())
+	}
+	if err != nil {
+		if serr := last.Synchronize(); serr != nil && !errors.Is(serr, device.ErrClosed) && !errors.Is(serr, device.ErrInvalidated) {
+			return fmt.Errorf("order the free after stream %d: %w", last.Handle(), errors.Join(err, serr))
+		}
+	}
+	return nil
 }
 
 // Close frees every array, closes every client (no hooks are called),

@@ -750,6 +750,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 			return nil, err
 		}
 		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label}
+		a.dev.setLast(s)
 		a.charged = roundUp(bytes, gran)
 	default:
 		h, err := m.newHost(shape, p.req.DType, p.req.Memory, p.label, s)

@@ -1,0 +1,103 @@
+package vram
+
+// Regression tests for defects found by trying to break the manager:
+// misuse, races and faults. Each failed before its fix.
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+)
+
+// holdStream runs a kernel on s that waits until the returned release is
+// called (or 10 s pass, so that a failing test cannot hang), holding back
+// everything enqueued on s after it.
+func holdStream(t *testing.T, dev *sim.Device, s device.Stream) (release func()) {
+	t.Helper()
+	ch := make(chan struct{})
+	err := dev.LaunchFunc(s, 1, func(device.View, int, int) error {
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once bool
+	return func() {
+		if !once {
+			once = true
+			close(ch)
+		}
+	}
+}
+
+// A device array is freed ordered after the stream it was last used on,
+// not only its client's current one: a copy queued on the old group's
+// stream before a group move once wrote into the block the pool had
+// handed, at once, to another client on the new stream.
+func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
+	const n = 64 << 10 // small: x shares its segment with z, so a trim cannot free it
+	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+	a := register(t, m, ClientOptions{Name: "a", Group: "A"})
+	b := register(t, m, ClientOptions{Name: "b", Group: "B"})
+	if err := m.QueueRequest(a, map[string]ArrayRequest{"x": req(Uint8, 0, n), "z": req(Uint8, 0, n)}); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := m.AllocateQueue(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := ra.Arrays["x"]
+	xPtr := x.Ptr()
+	sA, _ := m.Stream(a)
+	release := holdStream(t, dev, sA)
+	defer release()
+	old, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0xaa}, n))
+	defer old.Free()
+	if err := m.ToDevice(a, x, old); err != nil { // queued on A behind the kernel
+		t.Fatal(err)
+	}
+	if err := m.ChangeStreamGroup(a, "B"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.QueueRequest(b, map[string]ArrayRequest{"y": req(Uint8, 0, n)}); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := m.AllocateQueue(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := rb.Arrays["y"]
+	t.Logf("x at %v, y at %v", xPtr, y.Ptr())
+	mine, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0x55}, n))
+	defer mine.Free()
+	if err := m.ToDevice(b, y, mine); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := m.Sync(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := sA.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	back, _ := m.NewHostArray([]int{n}, Uint8, Pageable, nil)
+	if err := m.FromDevice(b, back, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Sync(b); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexFunc(back.Data(), func(r rune) bool { return r != 0x55 }); i >= 0 {
+		t.Fatalf("y holds %#x at %d, want 0x55 everywhere: the old copy to x on the first stream overwrote it", back.Data()[i], i)
+	}
+}
