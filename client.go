@@ -159,19 +159,21 @@ func (c *Client) Free(label string) error {
 
 // Close frees the client's arrays, drops its queued requests, and takes
 // it out of its group and the pools (rebalancing the auto pool). Its
-// hooks are not called. A second Close, or a Close after the manager's,
+// hooks are not called. When it is the last member of its stream group,
+// the group is removed and its stream closed, after the work queued on
+// it. A second Close, or a Close after the manager's,
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m
 	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
 	m.mu.Lock()
 	if c.closed || m.closed {
 		m.mu.Unlock()
+		m.allocMu.RUnlock()
 		return nil
 	}
 	c.closed = true
-	m.reg.remove(c)
+	m.removeLocked(c)
 	m.leavePoolLocked(c)
 	if q := m.queues[c.group]; q != nil {
 		delete(q, c)
@@ -185,7 +187,12 @@ func (c *Client) Close() error {
 	if len(allocs) > 0 {
 		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
 	}
-	_ = m.groups.Remove(c.id) // after the frees, which use its stream
+	m.allocMu.RUnlock()
+	// After the frees, which use its stream. The last member of a group
+	// closes the group's stream, which waits for its work.
+	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
+		err = errors.Join(err, wrapIf("leave the stream group", gerr))
+	}
 	return err
 }
 

@@ -5,6 +5,9 @@ package vram
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,6 +48,7 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	const n = 64 << 10 // small: x shares its segment with z, so a trim cannot free it
 	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool))
 	a := register(t, m, ClientOptions{Name: "a", Group: "A"})
+	register(t, m, ClientOptions{Name: "keeper", Group: "A"}) // A stays when a leaves
 	b := register(t, m, ClientOptions{Name: "b", Group: "B"})
 	if err := m.QueueRequest(a, map[string]ArrayRequest{"x": req(Uint8, 0, n), "z": req(Uint8, 0, n)}); err != nil {
 		t.Fatal(err)
@@ -99,5 +103,66 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	}
 	if i := bytes.IndexFunc(back.Data(), func(r rune) bool { return r != 0x55 }); i >= 0 {
 		t.Fatalf("y holds %#x at %d, want 0x55 everywhere: the old copy to x on the first stream overwrote it", back.Data()[i], i)
+	}
+}
+
+// A stream group lives while it has members: the last client to leave
+// (Close or ChangeStreamGroup) removes it and closes its stream. Every
+// group name once kept a stream and its goroutine for the manager's
+// life.
+func TestGroupsGoWithTheirLastClient(t *testing.T) {
+	m, dev, _ := newManager(t, 128*MiB)
+	var cs []*Client
+	for i := range 40 {
+		c := register(t, m, ClientOptions{Group: fmt.Sprint("g", i)})
+		if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 100)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.AllocateQueue(c); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for i, c := range cs[:20] {
+		if err := m.ChangeStreamGroup(c, fmt.Sprint("moved", i%5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := len(m.groups.Names()), 25; got != want {
+		t.Errorf("%d groups after the moves, want %d (20 left, 5 joined)", got, want)
+	}
+	for _, c := range cs {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if names := m.groups.Names(); len(names) != 0 {
+		t.Errorf("groups %v remain with no client", names)
+	}
+	if n := dev.Leaks().Streams; n != 0 {
+		t.Errorf("%d streams remain on the device with no client", n)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.groupLocks) != 0 || len(m.reg.groups) != 0 || len(m.queues) != 0 {
+		t.Errorf("the manager still keeps %d group locks, %d member lists, %d queues", len(m.groupLocks), len(m.reg.groups), len(m.queues))
+	}
+}
+
+// ChangeStreamGroup racing the client's Close leaves no empty group (the
+// new group was once made before the move was refused, and stayed).
+func TestChangeStreamGroupRacingCloseLeavesNoGroup(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	register(t, m, ClientOptions{Group: "home"})
+	for i := range 200 {
+		c := register(t, m, ClientOptions{Group: "home"})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _ = m.ChangeStreamGroup(c, fmt.Sprint("new", i)) }()
+		go func() { defer wg.Done(); _ = c.Close() }()
+		wg.Wait()
+	}
+	if names := m.groups.Names(); !slices.Equal(names, []string{"home"}) {
+		t.Errorf("groups %v, want only home", names)
 	}
 }

@@ -510,26 +510,32 @@ type freeWork struct {
 func (m *Manager) freeWork(work []freeWork) error {
 	var errs []error
 	for _, w := range work {
-		s := w.s
+		s, release := w.s, func() error { return nil }
 		if s == nil {
-			s = m.clientStream(w.c)
+			s, release = m.clientStream(w.c)
 		}
 		for _, a := range w.allocs {
 			if err := m.release(a, s); err != nil {
 				errs = append(errs, fmt.Errorf("vram: free %s of %v: %w", a.label, w.c, err))
 			}
 		}
+		if err := release(); err != nil {
+			errs = append(errs, fmt.Errorf("vram: free the arrays of %v: %w", w.c, err))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// clientStream is c's group stream, or the device's default stream when
-// c is in no group any more.
-func (m *Manager) clientStream(c *Client) device.Stream {
-	if s, err := m.groups.Stream(c.id); err == nil {
-		return s
+// clientStream is c's group stream, held (so that it stays open even if
+// the group's last member leaves meanwhile) until release is called; or
+// the device's default stream when c is in no group any more.
+func (m *Manager) clientStream(c *Client) (s device.Stream, release func() error) {
+	if g, err := m.groups.Group(c.id); err == nil {
+		if s, release, err := m.groups.Hold(g); err == nil {
+			return s, release
+		}
 	}
-	return m.dev.DefaultStream()
+	return m.dev.DefaultStream(), func() error { return nil }
 }
 
 // release frees one allocation. allocMu must be held. It waits for
@@ -568,8 +574,15 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 		return nil
 	}
 	done, err := last.Query()
-	if (err == nil && done) || errors.Is(err, device.ErrClosed) || errors.Is(err, device.ErrInvalidated) {
-		return nil // idle, closed (Close waited for its work) or gone with a reset
+	if errors.Is(err, device.ErrClosed) {
+		// The stream of a group its last member left: its Close waits
+		// for its work (any other stream is closed only with the
+		// allocator's lock held for writing, which the caller's excludes).
+		m.groups.WaitClosed(last)
+		return nil
+	}
+	if (err == nil && done) || errors.Is(err, device.ErrInvalidated) {
+		return nil // idle, or gone with a reset
 	}
 	ev, err := m.dev.NewEvent()
 	if err == nil {
@@ -726,8 +739,11 @@ func (m *Manager) IsGrouped(c *Client) (bool, error) {
 // ChangeStreamGroup moves c to the named group ("" is "default"), making
 // it if needed. Requests c has queued move with it; arrays it holds stay
 // valid (they were made on the old group's stream: synchronize it before
-// using them on the new one). A refused move (a closed client or
-// manager) makes no group.
+// using them on the new one; the manager frees each array ordered after
+// the stream it was last copied on). A group c leaves with no member is
+// removed and its stream closed once its work is done, so a stream
+// obtained from Stream before the move may be closed. A refused move (a
+// closed client or manager) makes no group.
 func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 	if c == nil || c.m != m {
 		return foreign(c)
@@ -735,32 +751,57 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 	if group == "" {
 		group = streams.Default
 	}
-	// Moving under mu keeps the group name and the queues in step; the
-	// stream of a new group is made before, outside mu, once the move is
-	// known to be allowed, so that a refused one makes no group.
-	m.mu.Lock()
-	err := m.checkLocked(c)
-	same := err == nil && c.group == group
-	m.mu.Unlock()
-	if err != nil || same {
-		return err
-	}
-	if err := m.ensureGroup(group); err != nil {
-		if errors.Is(err, streams.ErrClosed) {
-			return closedErr("change stream group") // closed meanwhile
+	for {
+		m.mu.Lock()
+		err := m.checkLocked(c)
+		from := c.group
+		m.mu.Unlock()
+		if err != nil || from == group {
+			return err
 		}
-		return err
+		moved, err := m.moveHeld(c, from, group)
+		if moved || err != nil {
+			return err
+		}
+		// c moved meanwhile: try again from where it is now.
 	}
+}
+
+// moveHeld moves c from group from to group to, holding both groups
+// (making to and its stream outside mu, so that a refused move makes
+// none) so that the move under mu makes no stream and empties no group.
+// Once released, the group c left is removed if it has no member, and
+// its stream closed after its work. moved is false, with no error, if c
+// was no longer in from.
+func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
+	_, releaseTo, err := m.groups.Hold(to)
+	if err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			return false, closedErr("change stream group") // closed meanwhile
+		}
+		return false, fmt.Errorf("vram: make group %q: %w", to, err)
+	}
+	_, releaseFrom, err := m.groups.Hold(from)
+	if err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			err = closedErr("change stream group")
+		}
+		return false, errors.Join(err, releaseTo())
+	}
+	defer func() {
+		// After mu is released: closing a stream waits for its work.
+		err = errors.Join(err, wrapIf("close the stream of the group left", releaseFrom()), releaseTo())
+	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkLocked(c); err != nil {
-		return err
+		return false, err
 	}
-	if c.group == group {
-		return nil
+	if c.group != from {
+		return false, nil
 	}
-	if err := m.groups.Move(c.id, group); err != nil {
-		return fmt.Errorf("vram: change group of %v: %w", c, err)
+	if err := m.groups.Move(c.id, to); err != nil {
+		return false, fmt.Errorf("vram: change group of %v: %w", c, err)
 	}
 	if q := m.queues[c.group]; q != nil {
 		if reqs, ok := q[c]; ok {
@@ -768,18 +809,32 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 			if len(q) == 0 {
 				delete(m.queues, c.group)
 			}
-			m.queueLocked(c, group, reqs)
+			m.queueLocked(c, to, reqs)
 		}
 	}
-	m.reg.move(c, group)
-	return nil
+	m.moveLocked(c, to)
+	return true, nil
 }
 
-// ensureGroup makes the named group and its stream if it does not exist,
-// without the registry lock.
-func (m *Manager) ensureGroup(group string) error {
-	if _, err := m.groups.Ensure(group); err != nil {
-		return fmt.Errorf("vram: make group %q: %w", group, err)
+// moveLocked puts c in group in the registry. m.mu must be held.
+func (m *Manager) moveLocked(c *Client, group string) {
+	from := c.group
+	m.reg.move(c, group)
+	m.forgetIfEmptyLocked(from)
+}
+
+// removeLocked takes c out of the registry. m.mu must be held.
+func (m *Manager) removeLocked(c *Client) {
+	m.reg.remove(c)
+	m.forgetIfEmptyLocked(c.group)
+}
+
+// forgetIfEmptyLocked drops the allocation lock of group once it has no
+// member, so that group names do not pile up. (AllocateQueue re-checks
+// its trigger's group after locking, and planMu serializes allocations,
+// so a lock made again later for the name is as good.) m.mu must be held.
+func (m *Manager) forgetIfEmptyLocked(group string) {
+	if _, ok := m.reg.groups[group]; !ok {
+		delete(m.groupLocks, group)
 	}
-	return nil
 }
