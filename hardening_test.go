@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -164,5 +166,76 @@ func TestChangeStreamGroupRacingCloseLeavesNoGroup(t *testing.T) {
 	}
 	if names := m.groups.Names(); !slices.Equal(names, []string{"home"}) {
 		t.Errorf("groups %v, want only home", names)
+	}
+}
+
+// blockOnFree is an adaptor whose Free, once armed, blocks the first call
+// until released, telling entered.
+type blockOnFree struct {
+	alloc.Allocator
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockOnFree) Free(p device.Ptr, s device.Stream) error {
+	if b.armed.CompareAndSwap(true, false) {
+		close(b.entered)
+		<-b.release
+	}
+	return b.Allocator.Free(p, s)
+}
+
+// Hooks are delivered in the order of their events: an InvalidateAll
+// between AllocateQueue's install and its hook calls once delivered
+// OnInvalidate first, so the client went on holding arrays it believed
+// live that were already freed.
+func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
+	bf := &blockOnFree{entered: make(chan struct{}), release: make(chan struct{})}
+	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator { bf.Allocator = a; return bf }))
+	var mu sync.Mutex
+	var events []string
+	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	c := register(t, m, ClientOptions{
+		OnInvalidate: func() { record("invalidated") },
+		OnAllocated:  func(*ArrayResponse) { record("allocated") },
+	})
+	queue := func() {
+		t.Helper()
+		if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queue()
+	if _, err := m.AllocateQueue(c); err != nil {
+		t.Fatal(err)
+	}
+	events = nil
+	// Allocate x again: the old x is freed after the new one is
+	// installed, before the hooks; hold that free.
+	queue()
+	bf.armed.Store(true)
+	done := make(chan error, 1)
+	var resp *ArrayResponse
+	go func() {
+		var err error
+		resp, err = m.AllocateQueue(c)
+		done <- err
+	}()
+	<-bf.entered
+	if err := m.InvalidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	close(bf.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !resp.Arrays["x"].Freed() {
+		t.Error("InvalidateAll did not free the array installed before it")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"allocated", "invalidated"}; !slices.Equal(events, want) {
+		t.Errorf("hooks in the order %v, want %v", events, want)
 	}
 }

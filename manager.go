@@ -388,11 +388,11 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	m.al, m.kind = next, kind
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
-	hooks := m.invalidateHooks()
+	m.mu.Lock()
+	clients, _ := m.postInvalidateLocked(true)
+	m.mu.Unlock()
 	m.allocMu.Unlock()
-	for _, h := range hooks {
-		h()
-	}
+	deliver(clients)
 	return errors.Join(freeErr, wrapIf("close the old allocator", closeErr), wrapIf("new streams", streamErr))
 }
 
@@ -401,19 +401,6 @@ func wrapIf(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("vram: %s: %w", what, err)
-}
-
-// invalidateHooks returns every open client's OnInvalidate hook.
-func (m *Manager) invalidateHooks() []func() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	hooks := make([]func(), 0, m.reg.n)
-	for _, c := range m.reg.all() {
-		if c.onInvalidate != nil {
-			hooks = append(hooks, c.onInvalidate)
-		}
-	}
-	return hooks
 }
 
 // Free frees, for every client, the arrays held under label (in every
@@ -456,16 +443,24 @@ func (m *Manager) FreeAll() error {
 // hook.
 func (m *Manager) InvalidateAll() error {
 	m.allocMu.RLock()
-	if m.isClosed() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
 		m.allocMu.RUnlock()
 		return closedErr("invalidate all")
 	}
-	err := m.freeAllLocked(nil)
-	hooks := m.invalidateHooks()
+	// Take the arrays and queue the hooks at once, so that an allocation
+	// installed before is delivered before, and one installed after is
+	// not taken; the hooks wait for the frees.
+	work := m.takeAllLocked(nil)
+	clients, calls := m.postInvalidateLocked(false)
+	m.mu.Unlock()
+	err := m.freeWork(work)
 	m.allocMu.RUnlock()
-	for _, h := range hooks {
-		h()
+	for i, c := range clients {
+		c.markReady(calls[i])
 	}
+	deliver(clients)
 	return err
 }
 
@@ -486,6 +481,14 @@ func (m *Manager) ReinitStreams() error {
 // non-nil, of that client). allocMu must be held (either way).
 func (m *Manager) freeAllLocked(only *Client) error {
 	m.mu.Lock()
+	work := m.takeAllLocked(only)
+	m.mu.Unlock()
+	return m.freeWork(work)
+}
+
+// takeAllLocked takes every array of every client (or, with only
+// non-nil, of that client) for freeWork. m.mu must be held.
+func (m *Manager) takeAllLocked(only *Client) []freeWork {
 	var work []freeWork
 	for _, c := range m.reg.slots {
 		if c == nil || (only != nil && c != only) {
@@ -495,8 +498,7 @@ func (m *Manager) freeAllLocked(only *Client) error {
 			work = append(work, freeWork{c: c, allocs: allocs})
 		}
 	}
-	m.mu.Unlock()
-	return m.freeWork(work)
+	return work
 }
 
 // freeWork is arrays taken from a client, to be freed on its stream.

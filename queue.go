@@ -205,10 +205,15 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // pinned-memory limit), those host arrays are freed and the allocation is
 // tried once more; a failure of a host array never frees device arrays.
 //
-// Hooks, called after the allocation with no lock held, on this
-// goroutine, in client id order: every requester's OnAllocated with its
-// arrays, then every other member of the group (a notary) with the chunk
-// parameters and no arrays. AllocateQueue returns c's own response.
+// Hooks, called after the allocation with no lock held, in client id
+// order: every requester's OnAllocated with its arrays, then every other
+// member of the group (a notary) with the chunk parameters and no arrays.
+// They are called on this goroutine before AllocateQueue returns, except
+// a client's whose earlier hook another goroutine is calling at the
+// time: that goroutine calls it next (see ClientOptions: a client's hooks
+// come one at a time, in event order, so an invalidation after the
+// install is delivered after OnAllocated). AllocateQueue returns c's own
+// response.
 // With nothing queued in the group it does nothing and returns an error
 // wrapping ErrNothingQueued. If c is closed while its group is being
 // allocated, the other members get their arrays and hooks, and
@@ -234,18 +239,18 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 		return nil, foreign(c)
 	}
 	res, err := m.allocateLocking(c, ac)
-	// Hooks run with no lock held: a failure that dropped arrays tells
-	// their owners, a success delivers every response.
-	for _, h := range res.invalidate {
-		h()
-	}
+	// Hooks run with no lock held, in event order (hooks.go): a failure
+	// that dropped arrays tells their owners, a success delivers every
+	// response, now complete.
+	deliver(res.invalidated)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range res.out {
-		if d.c.onAllocated != nil {
-			d.c.onAllocated(d.resp)
+	for i, d := range res.out {
+		if h := res.calls[i]; h != nil {
+			d.c.markReady(h)
 		}
+		d.c.deliverHooks()
 	}
 	if res.mine == nil {
 		return nil, fmt.Errorf("vram: allocate for %v: the client was closed while its group was allocated; the other members got their arrays: %w", c, ErrClosed)
@@ -313,9 +318,10 @@ type pending struct {
 // groupOutcome is what allocateGroup leaves AllocateQueue to do once
 // every lock is released.
 type groupOutcome struct {
-	out        []delivery     // OnAllocated calls, requesters first
-	mine       *ArrayResponse // the trigger's response; nil if it was closed meanwhile
-	invalidate []func()       // OnInvalidate of the owners of arrays a failed call freed
+	out         []delivery     // responses, requesters first
+	calls       []*hookCall    // out[i]'s OnAllocated call, queued not ready; nil with no hook
+	mine        *ArrayResponse // the trigger's response; nil if it was closed meanwhile
+	invalidated []*Client      // owners of arrays a failed call freed, their OnInvalidate queued
 }
 
 // allocateGroup is AllocateQueue with the group lock, planMu and allocMu
@@ -489,7 +495,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		}
 		// The replaced arrays are gone: say whose, and tell them.
 		var lost []string
-		var hooks []func()
+		var told []*Client
 		m.mu.Lock()
 		for _, w := range dropped {
 			labels := make([]string, 0, len(w.allocs))
@@ -500,7 +506,8 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			}
 			lost = append(lost, fmt.Sprintf("%v: %s", w.c, strings.Join(labels, ", ")))
 			if w.c.onInvalidate != nil && !w.c.closed {
-				hooks = append(hooks, w.c.onInvalidate)
+				w.c.postLocked(w.c.onInvalidate, true)
+				told = append(told, w.c)
 			}
 		}
 		m.mu.Unlock()
@@ -510,7 +517,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		}
 		lostErr := fmt.Errorf("the plan needed the memory of the arrays being replaced, so they were freed first and are gone "+
 			"(%s); their owners' OnInvalidate hooks are called and their requests stay queued", strings.Join(lost, "; "))
-		return groupOutcome{invalidate: hooks}, errors.Join(err, lostErr, errors.Join(errs...))
+		return groupOutcome{invalidated: told}, errors.Join(err, lostErr, errors.Join(errs...))
 	}
 
 	// 5. Install, and build the responses. made is in todo's order: each
@@ -572,9 +579,16 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
-	for _, d := range res.out {
+	// Queue the OnAllocated calls now, in event order before any later
+	// invalidation; they are made once the responses are complete.
+	res.calls = make([]*hookCall, len(res.out))
+	for i, d := range res.out {
 		if d.c == trigger {
 			res.mine = d.resp
+		}
+		if d.c.onAllocated != nil {
+			on, resp := d.c.onAllocated, d.resp
+			res.calls[i] = d.c.postLocked(func() { on(resp) }, false)
 		}
 	}
 	if res.mine == nil && !trigger.closed {
