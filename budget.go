@@ -122,6 +122,12 @@ func (pm pageModel) reserve(sizes []uint64) uint64 {
 // groupBudget is what a group may plan with and why, for AllocateQueue's
 // errors.
 type groupBudget struct {
+	// What the figures are read for: the group, its requesters and
+	// their queued requests (the labels whose arrays are replaced).
+	group      string
+	requesters []*Client
+	queue      map[*Client]map[string]ArrayRequest
+
 	mode     LimitMode
 	free     uint64 // device free memory after trimming the allocator's cache
 	replaced uint64 // allocator bytes of the arrays being replaced

@@ -239,3 +239,65 @@ func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
 		t.Errorf("hooks in the order %v, want %v", events, want)
 	}
 }
+
+// blockOnTrim is an adaptor whose Trim, once armed, blocks the first call
+// until released, telling entered. It forwards the granularity and its
+// upstream, so the manager sees the allocator it wraps.
+type blockOnTrim struct {
+	alloc.Allocator
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockOnTrim) Trim() error {
+	if b.armed.CompareAndSwap(true, false) {
+		close(b.entered)
+		<-b.release
+	}
+	return b.Allocator.Trim()
+}
+
+func (b *blockOnTrim) Upstream() alloc.Allocator { return b.Allocator }
+
+func (b *blockOnTrim) Granularity() uint64 { return b.Allocator.(alloc.Granular).Granularity() }
+
+// An array freed (Client.Free) while AllocateQueue reads its budget is
+// counted once: it was once counted both as an array being replaced and
+// in the device's free memory, so the plan took one chunk that did not
+// fit.
+func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
+	bt := &blockOnTrim{entered: make(chan struct{}), release: make(chan struct{})}
+	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator { bt.Allocator = a; return bt }))
+	c := register(t, m, ClientOptions{})
+	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 8<<20)}); err != nil { // 32 MiB
+		t.Fatal(err)
+	}
+	if _, err := m.AllocateQueue(c); err != nil {
+		t.Fatal(err)
+	}
+	// x again, 80 MiB: 64 MiB are free once the old x goes, so two chunks.
+	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 20<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	bt.armed.Store(true)
+	done := make(chan struct{})
+	var resp *ArrayResponse
+	var err error
+	go func() {
+		defer close(done)
+		resp, err = m.AllocateQueue(c)
+	}()
+	<-bt.entered
+	if err := c.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	close(bt.release)
+	<-done
+	if err != nil {
+		t.Fatalf("AllocateQueue: %v", err)
+	}
+	if resp.Chunks != 2 {
+		t.Errorf("%d chunks of %d, want 2 of %d", resp.Chunks, resp.ChunkLength, 10<<20)
+	}
+}

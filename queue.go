@@ -344,23 +344,10 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	delete(m.queues, group)
 	requesters := slices.SortedFunc(maps.Keys(q), byID)
 	reqs := make(map[string]map[string]ArrayRequest, len(q))
-	var replaced uint64
 	for _, c := range requesters {
 		reqs[c.String()] = q[c]
-		for l := range q[c] {
-			for _, a := range c.arrays[l] {
-				replaced += a.charged
-			}
-		}
 	}
 	mode := m.mode
-	var caps, held uint64
-	if mode == Active {
-		for _, c := range m.reg.members(group) {
-			caps += m.capLocked(c)
-			held += c.held
-		}
-	}
 	m.mu.Unlock()
 
 	restore := func() {
@@ -386,7 +373,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	}
 
 	// 2. The budget and the plan.
-	gb := groupBudget{mode: mode, caps: caps, held: held, replaced: replaced}
+	gb := groupBudget{mode: mode, group: group, requesters: requesters, queue: q}
 	if err := m.readBudget(&gb); err != nil {
 		restore()
 		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
@@ -661,7 +648,35 @@ func (m *Manager) readBudget(b *groupBudget) error {
 		b.limited, b.limCap, b.limUsed = true, lim.Cap(), lim.Used()
 	}
 	b.pm = pageModelOf(m.al, m.dev.Info().Granularity)
+	m.mu.Lock()
+	m.heldLocked(b)
+	m.mu.Unlock()
 	return nil
+}
+
+// heldLocked reads into b what the arrays being replaced take, and in
+// Active mode the group's caps and what its members hold. It is read
+// after the free memory and the limit's count: an array freed meanwhile
+// (Client.Free) is then left out of one figure or both, never counted in
+// both. m.mu must be held.
+func (m *Manager) heldLocked(b *groupBudget) {
+	b.replaced, b.caps, b.held = 0, 0, 0
+	for _, c := range b.requesters {
+		if c.closed {
+			continue
+		}
+		for l := range b.queue[c] {
+			for _, a := range c.arrays[l] {
+				b.replaced += a.charged
+			}
+		}
+	}
+	if b.mode == Active {
+		for _, c := range m.reg.members(b.group) {
+			b.caps += m.capLocked(c)
+			b.held += c.held
+		}
+	}
 }
 
 // maxReplans bounds how often AllocateQueue plans a group again after
