@@ -71,12 +71,20 @@
 // from reading the device's free memory to their last allocation, so two
 // groups never plan against the same free memory; copies, frees and
 // registration run in parallel with them. No
-// hook is ever called with a lock held, so hooks may call the manager;
-// they run on the goroutine whose call caused them (AllocateQueue,
-// SetAllocator, InvalidateAll). Device memory follows the stream contract
-// of package device: work on one stream is ordered; an array used on two
-// streams needs an event or a Sync between the uses, and a host array must
-// stay untouched while a copy that uses it is in flight (until Sync).
+// hook is ever called with a lock held, so hooks may call the manager. A
+// client's hooks come one at a time, in the order of their events (an
+// OnAllocated before the OnInvalidate of a later invalidation), on the
+// goroutine whose call caused them (AllocateQueue, SetAllocator,
+// InvalidateAll) unless another is delivering that client's earlier hook,
+// which then delivers the later one too. Device memory follows the stream
+// contract of package device: work on one stream is ordered; an array
+// used on two streams needs an event or a Sync between the uses, and a
+// host array must stay untouched while a copy that uses it is in flight
+// (until Sync). The manager frees an array ordered after the stream it
+// was last copied on, even when its client has moved to another group
+// since. A stream group lives while it has clients: the last one to leave
+// (Close, ChangeStreamGroup) removes it and closes its stream, waiting
+// for the stream's work.
 // Errors wrap package sentinels (ErrOutOfMemory, ErrUnchunkable,
 // ErrRunTooLarge, ErrProportion, …) with the figures that explain them;
 // test them with errors.Is. A call that fails leaves the manager as it
