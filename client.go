@@ -196,13 +196,15 @@ func (c *Client) Close() error {
 	}
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()
+	defer m.allocMu.RUnlock()
 	var err error
 	if len(allocs) > 0 {
 		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
 	}
-	m.allocMu.RUnlock()
 	// After the frees, which use its stream. The last member of a group
-	// closes the group's stream, which waits for its work.
+	// closes the group's stream, which waits for its work: under allocMu,
+	// so that no SetAllocator or Close overlaps it (an allocator's Close
+	// waits for the frees queued on live streams only).
 	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
 		err = errors.Join(err, wrapIf("leave the stream group", gerr))
 	}

@@ -776,6 +776,10 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 // its stream closed after its work. moved is false, with no error, if c
 // was no longer in from.
 func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
+	// Streams of groups left empty are closed under allocMu, so that no
+	// SetAllocator or Close overlaps it (see Client.Close).
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
 	_, releaseTo, err := m.groups.Hold(to)
 	if err != nil {
 		if errors.Is(err, streams.ErrClosed) {

@@ -281,16 +281,6 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 		group = g
 		break
 	}
-	// Hold the group so that it stays while it is allocated, even if its
-	// last member leaves meanwhile; released (which may close its stream,
-	// waiting for its work) after every lock.
-	if _, release, err := m.groups.Hold(group); err == nil {
-		defer func() {
-			if err := release(); err != nil {
-				m.log.Warn("vram: AllocateQueue could not close the stream of a group left with no member", "group", group, "err", err)
-			}
-		}()
-	}
 	defer gl.Unlock()
 	// One group plans and allocates at a time, so that each plans against
 	// free memory no other allocation is taking meanwhile.
@@ -298,6 +288,16 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 	defer m.planMu.Unlock()
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
+	// Hold the group so that it stays while it is allocated, even if its
+	// last member leaves meanwhile; the release (which then closes its
+	// stream, waiting for its work) comes before allocMu is released.
+	if _, release, err := m.groups.Hold(group); err == nil {
+		defer func() {
+			if err := release(); err != nil {
+				m.log.Warn("vram: AllocateQueue could not close the stream of a group left with no member", "group", group, "err", err)
+			}
+		}()
+	}
 	return m.allocateGroup(c, group, ac)
 }
 
