@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -831,6 +832,112 @@ func TestPlanHugeFigures(t *testing.T) {
 				t.Fatalf("%d chunks of %d (last %d), want %d of %d (last %d)", p.Chunks, p.ChunkLength, p.LastChunkLength, tc.chunks, tc.length, tc.last)
 			}
 			checkPlan(t, reqs, tc.budget, PlanOptions{}, p, err)
+		})
+	}
+}
+
+// pageCost is a Cost as the Pool states it, for pages of page bytes.
+func pageCost(g, page uint64) func([]uint64) uint64 {
+	return func(sizes []uint64) uint64 { return alloc.PageCost(sizes, g, page, page/2) }
+}
+
+// checkCostPlan checks a plan made with opts.Cost against the rules with
+// that cost: the plan's arrays cost at most the budget, one chunk fewer
+// would not fit, the chunks are balanced, and the errors are the ones the
+// cost calls for.
+func checkCostPlan(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions, p ChunkPlan, err error) {
+	t.Helper()
+	var pe *PlanError
+	if errors.As(err, &pe) {
+		if pe.Need <= budget && pe.Need < math.MaxUint64 {
+			t.Fatalf("%v: needs %d, within the budget %d", err, pe.Need, budget)
+		}
+		return
+	}
+	if err != nil {
+		return // invalid requests or runs that disagree: checkPlan's business
+	}
+	if p.DeviceBytes > budget {
+		t.Fatalf("plan costs %d, over the budget %d", p.DeviceBytes, budget)
+	}
+	n := p.TotalRuns
+	if p.Chunks > 1 {
+		if p.ChunkLength != refCeil(n, p.Chunks) {
+			t.Fatalf("chunk length %d of %d chunks for %d runs is not balanced", p.ChunkLength, p.Chunks, n)
+		}
+		fewer := p.Chunks - 1
+		if fewer == 1 {
+			return // one chunk was tried first and did not fit
+		}
+		l := refCeil(n, fewer)
+		var sizes []uint64
+		for _, ls := range reqs {
+			for _, r := range ls {
+				if r.Memory != Device {
+					continue
+				}
+				b := r.Bytes()
+				if refChunkable(r) {
+					for range p.Buffers {
+						sizes = append(sizes, b/uint64(r.Shape[r.ChunkAxis])*uint64(l))
+					}
+					continue
+				}
+				sizes = append(sizes, b)
+			}
+		}
+		if c := opts.Cost(sizes); c <= budget && c < math.MaxUint64 {
+			t.Fatalf("%d chunks of %d would cost %d, within the budget %d, but the plan has %d", fewer, l, c, budget, p.Chunks)
+		}
+	}
+}
+
+// FuzzPlanCost plans with a page cost as the Pool states it.
+func FuzzPlanCost(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0}, uint32(100), uint64(4096), uint8(0), uint8(9))
+	f.Add([]byte{4, 1, 0x55, 2, 8, 2, 0xaa, 0x81, 1, 0, 3, 0x20}, uint32(1000), uint64(10000), uint8(1), uint8(0))
+	f.Add([]byte{0x44, 0x82, 0xff, 0x07, 0x01, 0x02, 0x03, 0x04}, uint32(65535), uint64(1<<20), uint8(1), uint8(12))
+	f.Fuzz(func(t *testing.T, data []byte, runs uint32, budget uint64, k, gexp uint8) {
+		reqs := decodeRequests(data, int(runs%(1<<22))+1)
+		g := uint64(1) << (gexp % 14)
+		opts := PlanOptions{Granularity: g, Buffers: int(k%3) + 1, Cost: pageCost(g, g<<(gexp>>4%8))}
+		p, err := Plan(reqs, budget, opts)
+		checkCostPlan(t, reqs, budget, opts, p, err)
+	})
+}
+
+func TestPlanWithCost(t *testing.T) {
+	reqs := map[string]map[string]ArrayRequest{"c": {
+		"x": {Shape: []int{1000, 3000}, DType: Uint8, ChunkAxis: 0},     // 3000 B a run
+		"k": {Shape: []int{700 << 10}, DType: Uint8, Unchunkable: true}, // 700 KiB, one page
+	}}
+	cost := pageCost(512, 2*MiB)
+	for name, tc := range map[string]struct {
+		budget uint64
+		chunks int
+		device uint64
+		err    error
+		says   string
+	}{
+		"one chunk":                            {budget: 6 * MiB, chunks: 1, device: 6 * MiB},
+		"two chunks: the page rounding counts": {budget: 6*MiB - 1, chunks: 2, device: 4 * MiB},
+		"unchunkable: pages named":             {budget: 2*MiB - 1, err: ErrUnchunkable, says: "1.4 MiB the allocator takes in whole device pages"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Plan(reqs, tc.budget, PlanOptions{Cost: cost})
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("got %v, want %v saying %q", err, tc.err, tc.says)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Chunks != tc.chunks || p.DeviceBytes != tc.device {
+				t.Errorf("%d chunks costing %d, want %d costing %d", p.Chunks, p.DeviceBytes, tc.chunks, tc.device)
+			}
+			checkCostPlan(t, reqs, tc.budget, PlanOptions{Cost: cost}, p, err)
 		})
 	}
 }
