@@ -131,6 +131,7 @@ type config struct {
 	pcfg  alloc.PoolConfig
 	acfg  alloc.AsyncConfig
 	total uint64
+	cap   uint64 // WithCap; 0: none
 }
 
 // WithAllocator sets the allocator kind (default Pool).
@@ -151,10 +152,19 @@ func WithAsyncConfig(cfg alloc.AsyncConfig) Option { return func(c *config) { c.
 // WithWrap wraps every allocator the manager makes (now and on each
 // SetAllocator) in adaptors, e.g. alloc.NewLimit or alloc.NewTrace. The
 // wrapper owns what it wraps: closing it must close the upstream. A
-// Limit found in the chain also bounds every group's budget.
+// wrapper should forward alloc.Coster (the package's adaptors do): the
+// manager plans with the cost it states, and with the room a Limit in
+// the chain leaves. One that does not is taken to give every array a
+// segment of whole pages, and is planned around by trying.
 func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
 	return func(c *config) { c.wrap = wrap }
 }
+
+// WithCap caps the device bytes the manager's arrays may take, as the
+// allocator charges them (0: no cap): every group plans within what the
+// cap leaves, and an allocation past it is refused (an alloc.Limit
+// around the allocator, WithWrap's included).
+func WithCap(bytes uint64) Option { return func(c *config) { c.cap = bytes } }
 
 // WithTotalMemory makes shares and caps a proportion of total bytes
 // instead of the device's total memory (to manage part of a device).
@@ -288,6 +298,9 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	}
 	if m.cfg.wrap != nil {
 		a = m.cfg.wrap(a)
+	}
+	if m.cfg.cap > 0 {
+		a = alloc.NewLimit(a, m.cfg.cap)
 	}
 	return a, nil
 }

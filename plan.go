@@ -131,6 +131,7 @@ type PlanError struct {
 	Buffers          int    // k
 	Chunkable        int    // number of chunkable device requests
 	Pages            uint64 // bytes of Need beyond the rounded sizes: what the allocator takes in whole device pages (PlanOptions.Cost)
+	UnchunkableCost  uint64 // U as the allocator takes it from the device (PlanOptions.Cost); U without one
 	Hint             string // what to change
 }
 
@@ -153,8 +154,12 @@ func (e *PlanError) Error() string {
 		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run%s)",
 			bytesDown(e.Budget), bytesUp(max(run, e.Need)), e.Buffers, bytesUp(e.RunBytes), pages)
 	case errors.Is(e.Err, ErrUnchunkable):
+		fixed := bytesUp(e.UnchunkableBytes)
+		if e.UnchunkableCost > e.UnchunkableBytes {
+			fixed += fmt.Sprintf(" (%s in whole device pages)", bytesUp(e.UnchunkableCost))
+		}
 		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all%s)",
-			bytesUp(e.UnchunkableBytes), bytesDown(e.Budget), bytesUp(run), bytesUp(e.Need), pages)
+			fixed, bytesDown(e.Budget), bytesUp(run), bytesUp(e.Need), pages)
 	default:
 		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run%s) but the budget is %s",
 			bytesUp(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), pages, bytesDown(e.Budget))
@@ -378,7 +383,7 @@ func (pl *planner) longest(budget uint64) int {
 // unchunkableError is the PlanError of a set that does not fit and has no
 // room for a run.
 func (pl *planner) unchunkableError(budget uint64) error {
-	e := &PlanError{Err: ErrUnchunkable, Budget: budget, UnchunkableBytes: pl.u,
+	e := &PlanError{Err: ErrUnchunkable, Budget: budget, UnchunkableBytes: pl.u, UnchunkableCost: pl.fixedCost(),
 		Buffers: pl.k, Chunkable: pl.nChunkableDev, RunBytes: chunkBytes(pl.devRuns, 1, pl.g)}
 	if pl.nChunkableDev == 0 {
 		e.Need = pl.device(pl.runs, 1)
