@@ -165,30 +165,29 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // AllocateQueue allocates every request queued in c's stream group,
 // planned together, and delivers them.
 //
-// The budget. Plan counts bytes as the allocator charges them (rounded
-// to its granularity, 512 B for the Pool); the group may spend, in those
-// bytes, at most:
+// The budget. The group may take at most:
 //
-//   - the device's free memory, read after trimming the allocator's cache,
-//     plus what the arrays being replaced take, less the page reserve of
-//     the planned arrays: the device hands out whole pages (2 MiB), and an
-//     allocator that rounds finer gets its memory as segments of pages, so
-//     each array above the Pool's small-request size (1 MiB) may cost up
-//     to its bytes rounded up to a page, and the small ones share pages
-//     (see budget.go; nothing is kept for Direct, which counts whole
-//     pages itself);
+//   - of the device, its free memory, read after trimming the
+//     allocator's cache, plus what the arrays being replaced take, in
+//     device bytes as the allocator states them (alloc.Coster): the device
+//     hands out whole pages (2 MiB), and an allocator that rounds finer
+//     gets its memory as segments of pages, so each array above the
+//     Pool's small-request size (1 MiB) may cost up to its bytes rounded
+//     up to a page, and the small ones share pages (alloc.PageCost);
 //   - in Active mode, the sum of the group's members' caps less what they
-//     hold (arrays being replaced count as free);
-//   - under an alloc.Limit found in the WithWrap chain, its cap less what
-//     it counts in use.
+//     hold (arrays being replaced count as free), in bytes as the
+//     allocator charges them (rounded to its granularity, 512 B for the
+//     Pool);
+//   - under a cap (WithCap, or an alloc.Limit in the WithWrap chain), the
+//     room it leaves (alloc.Coster's Room), in charged bytes.
 //
-// The plan has the fewest chunks whose arrays fit all three. The arrays
-// are allocated with alloc.AllocExact, so an allocator that grows in
-// shared segments (the Pool) takes for them no more than the reserve
-// counts. When the allocator still runs the device out (one that hides
-// AllocExact behind a wrapper), AllocateQueue gives the arrays back and
-// plans again with what it took beyond the reserve kept back, up to three
-// times. Calls for all
+// The plan, made once, has the fewest chunks whose arrays fit all three.
+// The arrays are allocated with alloc.AllocExact, so the Pool takes for
+// them no more than it states. An allocator that states no cost (a
+// wrapper that does not forward alloc.Coster) is counted a segment of
+// whole pages per array; should it still run the device out, AllocateQueue
+// gives the arrays back and plans again with what it took beyond that
+// kept back, up to three times. Calls for all
 // groups are serialized from reading the free memory to the last
 // allocation, so two groups never plan against the same free memory.
 // Errors name each figure and what would raise the one that binds.
@@ -197,7 +196,7 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // planned shapes, replacing any it holds under the same labels. The
 // arrays being replaced stay held until the new ones are allocated, and
 // are freed after, unless the plan needs their memory (it does not fit
-// the device's free memory, or the allocation limit, beside them): then
+// the device's free memory, or the allocation cap, beside them): then
 // they are freed first. Likewise, when a new host array (Pinned, Mapped,
 // Pageable) does not fit beside the host arrays being replaced (the
 // pinned-memory limit), those host arrays are freed and the allocation is
@@ -389,7 +388,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 	switch p.req.Memory {
 	case Device:
 		// A batch's arrays live long: no shared segment is grown for
-		// them, so they take from the device what the reserve counts.
+		// them, so they take from the device what the allocator states.
 		ptr, err := alloc.AllocExact(m.al, bytes, s)
 		if err != nil {
 			return nil, err
