@@ -683,3 +683,28 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestWithCapBoundsThePlan: a cap given to the manager reaches the
+// planner as the room it leaves: a batch larger than the cap is chunked
+// to fit it, and the arrays the manager holds never pass it.
+func TestWithCapBoundsThePlan(t *testing.T) {
+	for _, kind := range []AllocatorKind{Pool, Direct, AsyncPool} {
+		t.Run(kind.String(), func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, WithAllocator(kind), WithCap(8*MiB))
+			c := register(t, m, ClientOptions{})
+			if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 5<<20)}); err != nil { // 20 MiB
+				t.Fatal(err)
+			}
+			resp, err := m.AllocateQueue(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Chunks < 3 || c.Held() > 8*MiB {
+				t.Errorf("%d chunks, %s held; want at least 3 chunks within the cap of 8 MiB", resp.Chunks, units.Format(c.Held()))
+			}
+			if _, ok := m.Allocator().(*alloc.Limit); !ok {
+				t.Errorf("the allocator is a %T, not capped by a Limit", m.Allocator())
+			}
+		})
+	}
+}
