@@ -225,13 +225,14 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		}
 		total = t
 	}
+	groups := streams.New(dev)
 	m := &Manager{
 		dev:        dev,
 		total:      total,
-		groups:     streams.New(dev),
+		groups:     groups,
 		log:        cfg.log,
 		cfg:        cfg,
-		host:       newHostPool(dev),
+		host:       newHostPool(dev, groups.WaitClosed),
 		reg:        newRegistry(),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
