@@ -149,7 +149,7 @@ func (e *PlanError) Error() string {
 	switch {
 	case e.Chunkable == 0:
 		fmt.Fprintf(&b, "the arrays need %s%s but the budget is %s, and none of them can be chunked",
-			bytesUp(e.Need), pages, bytesDown(e.Budget))
+			needed(e.Need), pages, bytesDown(e.Budget))
 	case errors.Is(e.Err, ErrUnchunkable) && e.UnchunkableBytes == 0:
 		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run%s)",
 			bytesDown(e.Budget), bytesUp(max(run, e.Need)), e.Buffers, bytesUp(e.RunBytes), pages)
@@ -159,10 +159,10 @@ func (e *PlanError) Error() string {
 			fixed += fmt.Sprintf(" (%s in whole device pages)", bytesUp(e.UnchunkableCost))
 		}
 		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all%s)",
-			fixed, bytesDown(e.Budget), bytesUp(run), bytesUp(e.Need), pages)
+			fixed, bytesDown(e.Budget), bytesUp(run), needed(e.Need), pages)
 	default:
 		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run%s) but the budget is %s",
-			bytesUp(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), pages, bytesDown(e.Budget))
+			needed(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), pages, bytesDown(e.Budget))
 	}
 	if e.Hint != "" {
 		b.WriteString("; ")
@@ -589,6 +589,15 @@ func raiseHint(need, budget uint64) string {
 		return "raise the budget by " + bytesUp(short)
 	}
 	return "shrink the arrays (they need about 16 EiB more than the budget, more than any budget can give)"
+}
+
+// needed writes a need rounded up, saying "or more" for a saturated
+// figure (a sum that passed 2⁶⁴−1 bytes).
+func needed(n uint64) string {
+	if n == math.MaxUint64 {
+		return bytesUp(n) + " or more"
+	}
+	return bytesUp(n)
 }
 
 // bytesUp writes n bytes as units.Format does ("1.5 KiB", "256 MiB"),
