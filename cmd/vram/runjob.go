@@ -258,7 +258,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	kind, _ := vram.ParseAllocatorKind(f.allocator)
 	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log)}
 	if limit > 0 {
-		opts = append(opts, vram.WithWrap(func(up alloc.Allocator) alloc.Allocator { return alloc.NewLimit(up, limit) }))
+		opts = append(opts, vram.WithCap(limit))
 	}
 	m, err := vram.New(dev, opts...)
 	if err != nil {
