@@ -37,7 +37,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
