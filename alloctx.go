@@ -64,6 +64,12 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		tx.restoreQueue()
 		return groupOutcome{}, err
 	}
+	// The last point where a cancelled Allocate leaves everything as it
+	// was: nothing has been freed or allocated yet.
+	if err := ac.ctx.Err(); err != nil {
+		tx.restoreQueue()
+		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
+	}
 	if !tx.gb.fitsBeside(tx.plan) {
 		tx.setAsideReplaced(false)
 	}

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -135,10 +136,10 @@ func BenchmarkAllocateQueue(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := m.QueueRequest(c, reqs); err != nil {
+		if err := c.Queue(reqs); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := m.AllocateQueue(c); err != nil {
+		if _, err := c.Allocate(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		if err := m.FreeAll(); err != nil {

@@ -84,9 +84,9 @@ func ExampleRunBatch() {
 
 	// 32 MiB of device arrays on an 8 MiB device.
 	const runs = 4 << 20
-	_ = m.QueueRequest(solver, map[string]vram.ArrayRequest{"x": {Shape: []int{runs}, DType: vram.Float32}})
-	_ = m.QueueRequest(writer, map[string]vram.ArrayRequest{"y": {Shape: []int{runs}, DType: vram.Float32}})
-	if _, err := m.AllocateQueue(solver, vram.WithBuffers(2)); err != nil {
+	_ = solver.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{runs}, DType: vram.Float32}})
+	_ = writer.Queue(map[string]vram.ArrayRequest{"y": {Shape: []int{runs}, DType: vram.Float32}})
+	if _, err := solver.Allocate(context.Background(), vram.WithBuffers(2)); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -44,12 +44,12 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, m.QueueRequest(f.solver, map[string]ArrayRequest{
+	must(t, f.solver.Queue(map[string]ArrayRequest{
 		"in":    {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1},
 		"table": {Shape: []int{4}, DType: Float32, Unchunkable: true},
 	}))
-	must(t, m.QueueRequest(f.writer, map[string]ArrayRequest{"out": {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1}}))
-	if _, err := m.AllocateQueue(f.solver, WithBuffers(buffers)); err != nil {
+	must(t, f.writer.Queue(map[string]ArrayRequest{"out": {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1}}))
+	if _, err := f.solver.Allocate(context.Background(), WithBuffers(buffers)); err != nil {
 		t.Fatal(err)
 	}
 	// out[r][i] = in[r][i]·table[0] + table[1] over the chunk's runs; the

@@ -15,11 +15,11 @@ package vram
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
@@ -81,17 +81,14 @@ func (r *ArrayResponse) Chunk(i int) (start, n int) { return r.Plan.Chunk(i) }
 // Span returns chunk i along axis: see ChunkPlan.Span.
 func (r *ArrayResponse) Span(i, axis int) Span { return r.Plan.Span(i, axis) }
 
-// QueueRequest queues requests (label → request) for c in its stream
-// group, to be allocated by the next AllocateQueue of any member of the
-// group. Every request is validated first; an invalid one (an error
+// Queue queues requests (label → request) for c in its stream group, to
+// be allocated by the next Allocate of any member of the group. Every request is validated first; an invalid one (an error
 // wrapping ErrInvalidRequest, or ErrNotSupported for Managed memory)
 // queues nothing. Queuing a label again replaces its earlier request.
 // An empty (or nil) map queues nothing and returns nil once c is known to
-// be open: it does not make c a requester of the next AllocateQueue.
-func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) error {
-	if c == nil || c.m != m {
-		return foreign(c)
-	}
+// be open: it does not make c a requester of the next Allocate.
+func (c *Client) Queue(requests map[string]ArrayRequest) error {
+	m := c.m
 	labels := slices.Sorted(maps.Keys(requests))
 	for _, l := range labels {
 		if err := requests[l].Validate(); err != nil {
@@ -129,11 +126,13 @@ func (m *Manager) queueLocked(c *Client, group string, reqs map[string]ArrayRequ
 	q[c] = reqs
 }
 
-// Queued returns a copy of the requests c has queued, by label.
-func (m *Manager) Queued(c *Client) map[string]ArrayRequest {
+// Queued returns a copy of the requests c has queued, by label (none
+// once closed).
+func (c *Client) Queued() map[string]ArrayRequest {
+	m := c.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c == nil || c.m != m || c.closed {
+	if c.closed {
 		return map[string]ArrayRequest{}
 	}
 	return maps.Clone(m.queues[c.group][c])
@@ -143,23 +142,40 @@ func (m *Manager) Queued(c *Client) map[string]ArrayRequest {
 // goroutine.
 type AllocateOption func(*allocConfig)
 
-type allocConfig struct{ buffers int }
+type allocConfig struct {
+	buffers int
+	ctx     context.Context // Allocate's
+}
 
 // WithBuffers plans for k chunk buffers in flight (2 for double
 // buffering) and, when the batch is chunked, allocates k copies of each
 // chunkable array (ArrayResponse.Buffers).
 func WithBuffers(k int) AllocateOption { return func(a *allocConfig) { a.buffers = max(k, 1) } }
 
-// groupLock returns the mutex that serializes AllocateQueue for group.
-func (m *Manager) groupLock(group string) *sync.Mutex {
+// groupLock returns the lock that serializes Allocate for group: a
+// channel with room for one, taken by sending, so that a wait for it can
+// be abandoned (lockCtx).
+func (m *Manager) groupLock(group string) chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.groupLocks[group]
 	if l == nil {
-		l = new(sync.Mutex)
+		l = make(chan struct{}, 1)
 		m.groupLocks[group] = l
 	}
 	return l
+}
+
+// lockCtx takes the lock l (a channel with room for one; receive from it
+// to unlock), or returns an error wrapping ctx.Err() if ctx is done
+// first.
+func lockCtx(ctx context.Context, l chan struct{}, what string) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
 }
 
 // AllocateQueue allocates every request queued in c's stream group,
@@ -227,13 +243,26 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // Freeing the replaced arrays once the new ones are in never fails the
 // call: what went wrong (after a device reset, an error wrapping
 // device.ErrInvalidated) is in the owner's ArrayResponse.FreeErr.
-func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayResponse, error) {
-	ac := allocConfig{buffers: 1}
+//
+// Cancellation. The allocator does not wait for memory: what does not
+// fit fails with ErrOutOfMemory. What Allocate may wait for is another
+// Allocate of the same group, or of any group from its budget to its
+// last allocation, and the trim of the allocator's cache, which may wait
+// for work on the streams. ctx is checked before, while waiting for
+// those two locks, and once more after the plan, before any array is
+// freed or allocated: a cancelled Allocate returns an error wrapping
+// ctx.Err(), with the queue, every client's arrays and the pools as
+// they were, and calls no hook. Past that point it completes (or fails
+// as above) whatever ctx says. A SetAllocator or Close in progress is
+// waited for.
+func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayResponse, error) {
+	m := c.m
+	ac := allocConfig{buffers: 1, ctx: ctx}
 	for _, o := range opts {
 		o(&ac)
 	}
-	if c == nil || c.m != m {
-		return nil, foreign(c)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("vram: allocate for %v: %w", c, err)
 	}
 	res, err := m.allocateLocking(c, ac)
 	// Hooks run with no lock held, in event order (hooks.go): a failure
@@ -259,17 +288,19 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 // allocateGroup and releases them, even if it panics.
 func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, error) {
 	// Lock c's group, making sure c is still in it once locked.
-	var gl *sync.Mutex
+	var gl chan struct{}
 	var group string
 	for {
-		g, err := m.StreamGroup(c)
+		g, err := m.streamGroup(c)
 		if err != nil {
 			return groupOutcome{}, err
 		}
 		gl = m.groupLock(g)
-		gl.Lock()
-		if now, err := m.StreamGroup(c); err != nil || now != g {
-			gl.Unlock()
+		if err := lockCtx(ac.ctx, gl, "another allocation of group "+g); err != nil {
+			return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
+		}
+		if now, err := m.streamGroup(c); err != nil || now != g {
+			<-gl
 			if err != nil {
 				return groupOutcome{}, err
 			}
@@ -278,11 +309,13 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 		group = g
 		break
 	}
-	defer gl.Unlock()
+	defer func() { <-gl }()
 	// One group plans and allocates at a time, so that each plans against
 	// free memory no other allocation is taking meanwhile.
-	m.planMu.Lock()
-	defer m.planMu.Unlock()
+	if err := lockCtx(ac.ctx, m.planMu, "the allocation of another group"); err != nil {
+		return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
+	}
+	defer func() { <-m.planMu }()
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
 	// Hold the group so that it stays while it is allocated, even if its
