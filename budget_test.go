@@ -16,13 +16,13 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// TestAllocateQueueFitsTheDevice: a plan AllocateQueue makes fits the
+// TestAllocateFitsTheDevice: a plan Allocate makes fits the
 // device. Random request sets are queued on managers over small
 // simulated devices (2 MiB pages, a little memory already held by another
-// group) so that the budget is tight; AllocateQueue may refuse with a
+// group) so that the budget is tight; Allocate may refuse with a
 // plan error, but never run out of memory while allocating what it
 // planned.
-func TestAllocateQueueFitsTheDevice(t *testing.T) {
+func TestAllocateFitsTheDevice(t *testing.T) {
 	for _, kind := range []AllocatorKind{Direct, AsyncPool, Pool} {
 		t.Run(kind.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(5, uint64(kind)))
@@ -175,7 +175,7 @@ func TestBudgetCost(t *testing.T) {
 }
 
 // TestPageReserveIsEnough allocates random arrays, in random order, as
-// AllocateQueue does (alloc.AllocExact), through the Pool and the
+// Allocate does (alloc.AllocExact), through the Pool and the
 // simulator's stream-ordered pool, on a device with exactly their bytes
 // plus the reserve free. Not one allocation may fail.
 func TestPageReserveIsEnough(t *testing.T) {
@@ -298,7 +298,7 @@ func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
 }
 
 // TestBudgetErrorsNameTheFigures: when a batch cannot be planned,
-// AllocateQueue's error gives the device's free memory, the page reserve
+// Allocate's error gives the device's free memory, the page reserve
 // and why it is kept, the need, and what to change.
 func TestBudgetErrorsNameTheFigures(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -385,7 +385,7 @@ type onlyAlloc struct{ alloc.Allocator }
 // AllocExact each array takes a segment of 8 MiB and the batch is one
 // chunk. Without it (a wrapper that hides it), the Pool's first tries take
 // shared 20 MiB segments, two arrays each, and the fifth finds no room:
-// AllocateQueue gives the arrays back and plans again with what the pool
+// Allocate gives the arrays back and plans again with what the pool
 // took beyond the reserve kept back, so the batch is chunked and allocated.
 func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
 	for name, tc := range map[string]struct {

@@ -23,7 +23,7 @@ import (
 // ClientOptions describe a client to Register. The zero value is an
 // unnamed client in the auto pool and the "default" group, with no hooks.
 // Register copies what it needs; the hooks must be safe to call from
-// whichever goroutine runs AllocateQueue, SetAllocator or InvalidateAll.
+// whichever goroutine runs Allocate, SetAllocator or InvalidateAll.
 //
 // A client's hooks are called with no lock held, one at a time, in the
 // order of the events: the OnAllocated of arrays installed before an
@@ -32,7 +32,7 @@ import (
 // returns, except when another goroutine is calling the same client's
 // earlier hook at the time (or is still finishing the allocation it is
 // for): that goroutine then calls the later hook, after the earlier one.
-// A hook may call the manager, AllocateQueue included.
+// A hook may call the manager, Allocate included.
 type ClientOptions struct {
 	// Name labels the client in errors, logs and plans ("" is "client").
 	Name string
@@ -43,10 +43,10 @@ type ClientOptions struct {
 	Group string
 	// OnInvalidate is called when the manager has freed the client's
 	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
-	// AllocateQueue that had to free the arrays it was replacing first):
+	// Allocate that had to free the arrays it was replacing first):
 	// drop them and queue again.
 	OnInvalidate func()
-	// OnAllocated is called after AllocateQueue has allocated its group:
+	// OnAllocated is called after Allocate has allocated its group:
 	// with the client's arrays when it had requests queued, and with the
 	// chunk parameters and no arrays when another member of its group
 	// had.

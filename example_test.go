@@ -84,7 +84,7 @@ func Example() {
 }
 
 // Plan is a pure function: the same request set and budget always give
-// the same chunks. It is what AllocateQueue and `vram plan` use.
+// the same chunks. It is what Allocate and `vram plan` use.
 func ExamplePlan() {
 	requests := map[string]map[string]vram.ArrayRequest{
 		"solver": {

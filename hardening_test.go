@@ -188,7 +188,7 @@ func (b *blockOnFree) Free(p device.Ptr, s device.Stream) error {
 }
 
 // Hooks are delivered in the order of their events: an InvalidateAll
-// between AllocateQueue's install and its hook calls once delivered
+// between Allocate's install and its hook calls once delivered
 // OnInvalidate first, so the client went on holding arrays it believed
 // live that were already freed.
 func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
@@ -263,7 +263,7 @@ func (b *blockOnTrim) Upstream() alloc.Allocator { return b.Allocator }
 
 func (b *blockOnTrim) Granularity() uint64 { return b.Allocator.(alloc.Granular).Granularity() }
 
-// An array freed (Client.Free) while AllocateQueue reads its budget is
+// An array freed (Client.Free) while Allocate reads its budget is
 // counted once: it was once counted both as an array being replaced and
 // in the device's free memory, so the plan took one chunk that did not
 // fit.
@@ -296,7 +296,7 @@ func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	close(bt.release)
 	<-done
 	if err != nil {
-		t.Fatalf("AllocateQueue: %v", err)
+		t.Fatalf("Allocate: %v", err)
 	}
 	if resp.Chunks != 2 {
 		t.Errorf("%d chunks of %d, want 2 of %d", resp.Chunks, resp.ChunkLength, 10<<20)

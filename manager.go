@@ -5,10 +5,10 @@ package vram
 //
 // Locking. Four levels, always taken in this order:
 //
-//  1. a per-group mutex (groupLock), held by AllocateQueue for one group
+//  1. a per-group mutex (groupLock), held by Allocate for one group
 //     while it plans and allocates, so two calls never allocate the same
 //     queue;
-//  2. planMu, held by AllocateQueue from reading the device's free memory
+//  2. planMu, held by Allocate from reading the device's free memory
 //     until its arrays are allocated, so that two groups never plan
 //     against the same free memory;
 //  3. allocMu, an RWMutex: held for reading by everything that uses the
@@ -185,7 +185,7 @@ type Manager struct {
 	cfg     config
 	host    *hostPool
 	nextID  atomic.Uint64
-	replans atomic.Uint64 // AllocateQueue plans made again after the allocator took more than reserved
+	replans atomic.Uint64 // Allocate plans made again after the allocator took more than reserved
 
 	planMu  chan struct{}   // room for one: serializes Allocate's budget, plan and allocation (lockCtx)
 	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
@@ -862,7 +862,7 @@ func (m *Manager) removeLocked(c *Client) {
 }
 
 // forgetIfEmptyLocked drops the allocation lock of group once it has no
-// member, so that group names do not pile up. (AllocateQueue re-checks
+// member, so that group names do not pile up. (Allocate re-checks
 // its trigger's group after locking, and planMu serializes allocations,
 // so a lock made again later for the name is as good.) m.mu must be held.
 func (m *Manager) forgetIfEmptyLocked(group string) {

@@ -123,7 +123,7 @@ func (r *batchRun) resolvePlan() error {
 		if i == 0 {
 			r.plan = ba.resp.Plan
 		} else if p := ba.resp.Plan; p.Chunks != r.plan.Chunks || p.ChunkLength != r.plan.ChunkLength || p.TotalRuns != r.plan.TotalRuns {
-			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one AllocateQueue",
+			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one Allocate",
 				ba.label, p.Chunks, p.ChunkLength, r.plan.Chunks, r.plan.ChunkLength)
 		}
 		avail = min(avail, max(len(ba.resp.Buffers), 1))

@@ -2,7 +2,7 @@ package vram
 
 // Queued requests and their allocation.
 //
-// Clients queue requests per stream group; AllocateQueue takes the whole
+// Clients queue requests per stream group; Allocate takes the whole
 // group's queue, works out the group's budget, plans the requests
 // together (Plan), allocates every requester's arrays at the planned
 // shapes on the group's stream, installs them, frees the arrays they
@@ -25,7 +25,7 @@ import (
 	"github.com/vramkit/vram/device"
 )
 
-// ArrayResponse is what AllocateQueue gives a client: its arrays (none for
+// ArrayResponse is what Allocate gives a client: its arrays (none for
 // a notary, a group member that queued nothing) and the group's chunk
 // parameters. The arrays stay the manager's: it frees them on Free,
 // FreeAll, the client's Close, a later allocation under the same label,
@@ -138,7 +138,7 @@ func (c *Client) Queued() map[string]ArrayRequest {
 	return maps.Clone(m.queues[c.group][c])
 }
 
-// AllocateOption tunes one AllocateQueue; applied on the caller's
+// AllocateOption tunes one Allocate; applied on the caller's
 // goroutine.
 type AllocateOption func(*allocConfig)
 
@@ -178,7 +178,7 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 	}
 }
 
-// AllocateQueue allocates every request queued in c's stream group,
+// Allocate allocates every request queued in c's stream group,
 // planned together, and delivers them.
 //
 // The budget. The group may take at most:
@@ -201,7 +201,7 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // The arrays are allocated with alloc.AllocExact, so the Pool takes for
 // them no more than it states. An allocator that states no cost (a
 // wrapper that does not forward alloc.Coster) is counted a segment of
-// whole pages per array; should it still run the device out, AllocateQueue
+// whole pages per array; should it still run the device out, Allocate
 // gives the arrays back and plans again with what it took beyond that
 // kept back, up to three times. Calls for all
 // groups are serialized from reading the free memory to the last
@@ -221,16 +221,16 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // Hooks, called after the allocation with no lock held, in client id
 // order: every requester's OnAllocated with its arrays, then every other
 // member of the group (a notary) with the chunk parameters and no arrays.
-// They are called on this goroutine before AllocateQueue returns, except
+// They are called on this goroutine before Allocate returns, except
 // a client's whose earlier hook another goroutine is calling at the
 // time: that goroutine calls it next (see ClientOptions: a client's hooks
 // come one at a time, in event order, so an invalidation after the
-// install is delivered after OnAllocated). AllocateQueue returns c's own
+// install is delivered after OnAllocated). Allocate returns c's own
 // response.
 // With nothing queued in the group it does nothing and returns an error
 // wrapping ErrNothingQueued. If c is closed while its group is being
 // allocated, the other members get their arrays and hooks, and
-// AllocateQueue returns an error wrapping ErrClosed.
+// Allocate returns an error wrapping ErrClosed.
 //
 // On failure (a plan error: ErrUnchunkable, ErrRunTooLarge,
 // ErrRunsMismatch; an allocation error: ErrOutOfMemory) the arrays it
@@ -324,7 +324,7 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 	if _, release, err := m.groups.Hold(group); err == nil {
 		defer func() {
 			if err := release(); err != nil {
-				m.log.Warn("vram: AllocateQueue could not close the stream of a group left with no member", "group", group, "err", err)
+				m.log.Warn("vram: Allocate could not close the stream of a group left with no member", "group", group, "err", err)
 			}
 		}()
 	}
@@ -345,7 +345,7 @@ type pending struct {
 	shape []int
 }
 
-// groupOutcome is what allocateGroup leaves AllocateQueue to do once
+// groupOutcome is what allocateGroup leaves Allocate to do once
 // every lock is released.
 type groupOutcome struct {
 	out         []delivery     // responses, requesters first

@@ -12,7 +12,7 @@ import (
 )
 
 // A pinned host array that the pinned-memory limit refuses is an
-// ErrOutOfMemory that says nothing about device memory: AllocateQueue
+// ErrOutOfMemory that says nothing about device memory: Allocate
 // must not plan again for the device, nor free the device arrays being
 // replaced (nor call OnInvalidate).
 func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {

@@ -67,7 +67,7 @@ func (h *hookLog) got() []string {
 	return slices.Clone(h.calls)
 }
 
-func TestAllocateQueueHooks(t *testing.T) {
+func TestAllocateHooks(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	h := newHookLog()
 	a := register(t, m, h.opts("a", "batch"))
@@ -94,7 +94,7 @@ func TestAllocateQueueHooks(t *testing.T) {
 		t.Fatalf("hooks called %v, want requesters a, b then notary n", got)
 	}
 	if resp != h.resps["b"] {
-		t.Error("AllocateQueue did not return the trigger's own response")
+		t.Error("Allocate did not return the trigger's own response")
 	}
 	ra, rb, rn := h.resps["a"], h.resps["b"], h.resps["n"]
 	for name, tc := range map[string]struct {
@@ -137,8 +137,8 @@ func TestAllocateQueueHooks(t *testing.T) {
 		t.Errorf("a.Arrays() = %v", got)
 	}
 	// The queue is empty now; the outsider's queue is untouched.
-	if resp, err := a.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) || !strings.Contains(err.Error(), "QueueRequest") {
-		t.Errorf("second AllocateQueue: %v, %v; want ErrNothingQueued saying to call QueueRequest", resp, err)
+	if resp, err := a.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) || !strings.Contains(err.Error(), "Queue") {
+		t.Errorf("second Allocate: %v, %v; want ErrNothingQueued saying to call Queue", resp, err)
 	}
 	if len(h.got()) != 3 {
 		t.Errorf("hooks called again on an empty queue: %v", h.got())
@@ -275,7 +275,7 @@ func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
 
 func fmtBytes(n uint64) string { return fmt.Sprintf("%d (%.2f MiB)", n, float64(n)/float64(MiB)) }
 
-// TestAllocateFailures: a failed AllocateQueue frees what it allocated,
+// TestAllocateFailures: a failed Allocate frees what it allocated,
 // calls no OnAllocated hook and leaves the queue as it was; the arrays
 // being replaced, its own or another member's, survive it, unless the
 // plan needed their memory: then they are gone, the error names them and
@@ -480,7 +480,7 @@ func TestRunsMismatchAcrossClients(t *testing.T) {
 	}
 }
 
-func TestQueueRequestValidation(t *testing.T) {
+func TestQueueValidation(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
 	for name, tc := range map[string]struct {
@@ -831,7 +831,7 @@ func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
 	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
 	resp, err := c.Allocate(context.Background())
 	if err != nil || resp == nil {
-		t.Fatalf("AllocateQueue = %v, %v; want the response", resp, err)
+		t.Fatalf("Allocate = %v, %v; want the response", resp, err)
 	}
 	if !errors.Is(resp.FreeErr, device.ErrInvalidated) || !strings.Contains(resp.FreeErr.Error(), "free x of "+c.String()) {
 		t.Errorf("FreeErr = %v; want the free of the old x, wrapping ErrInvalidated", resp.FreeErr)
@@ -853,7 +853,7 @@ func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
 }
 
 // allocHook calls before ahead of each Alloc of the allocator it wraps,
-// to act in the middle of an AllocateQueue.
+// to act in the middle of an Allocate.
 type allocHook struct {
 	alloc.Allocator
 	before func()
@@ -866,11 +866,11 @@ func (a allocHook) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 
 func (a allocHook) Upstream() alloc.Allocator { return a.Allocator }
 
-// TestAllocateQueueOfATriggerClosedMeanwhile: the client whose
-// AllocateQueue allocates its group is closed meanwhile. Its arrays are
+// TestAllocateOfATriggerClosedMeanwhile: the client whose
+// Allocate allocates its group is closed meanwhile. Its arrays are
 // freed, the other members get theirs, and it gets ErrClosed, not
 // (nil, nil).
-func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
+func TestAllocateOfATriggerClosedMeanwhile(t *testing.T) {
 	var armed atomic.Bool
 	var victim atomic.Pointer[Client]
 	m, dev, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
@@ -890,7 +890,7 @@ func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
 	armed.Store(true)
 	resp, err := c.Allocate(context.Background())
 	if resp != nil || !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), c.String()) {
-		t.Fatalf("AllocateQueue of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
+		t.Fatalf("Allocate of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
 	}
 	if got := h.got(); !slices.Equal(got, []string{"n", "o"}) || h.resps["n"].Arrays["y"] == nil {
 		t.Errorf("hooks %v; want the other requester and the notary", got)
@@ -904,10 +904,10 @@ func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
 	}
 }
 
-// TestAllocateQueueReleasesItsLocksOnPanic: a panic inside the
+// TestAllocateReleasesItsLocksOnPanic: a panic inside the
 // allocation (here an allocator's) leaves no lock held: the manager
 // still serves calls and closes.
-func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
+func TestAllocateReleasesItsLocksOnPanic(t *testing.T) {
 	var armed atomic.Bool
 	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
 		return allocHook{a, func() {
@@ -946,13 +946,13 @@ func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the manager is wedged after a panic in AllocateQueue")
+		t.Fatal("the manager is wedged after a panic in Allocate")
 	}
 }
 
 // TestHugePageableRequestIsRefused: a pageable array larger than the
 // host can hold is an error wrapping ErrOutOfMemory that names its bytes,
-// not a panic (which used to leave AllocateQueue's locks held).
+// not a panic (which used to leave Allocate's locks held).
 func TestHugePageableRequestIsRefused(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
@@ -962,7 +962,7 @@ func TestHugePageableRequestIsRefused(t *testing.T) {
 	}
 	resp, err := c.Allocate(context.Background())
 	if resp != nil || !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "4611686018427387904 bytes") {
-		t.Fatalf("AllocateQueue = %v, %v; want ErrOutOfMemory naming 4611686018427387904 bytes", resp, err)
+		t.Fatalf("Allocate = %v, %v; want ErrOutOfMemory naming 4611686018427387904 bytes", resp, err)
 	}
 	if len(c.Queued()) != 1 {
 		t.Error("the refused request left the queue")
@@ -983,7 +983,7 @@ func TestHugePageableRequestIsRefused(t *testing.T) {
 }
 
 // TestEmptyRequestQueuesNothing: queuing no request is a no-op; it does
-// not make the client a requester whose hook AllocateQueue calls.
+// not make the client a requester whose hook Allocate calls.
 func TestEmptyRequestQueuesNothing(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	h := newHookLog()
@@ -993,7 +993,7 @@ func TestEmptyRequestQueuesNothing(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		if resp, err := c.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) {
-			t.Errorf("%s: AllocateQueue after an empty QueueRequest = %v, %v; want ErrNothingQueued", name, resp, err)
+			t.Errorf("%s: Allocate after an empty Queue = %v, %v; want ErrNothingQueued", name, resp, err)
 		}
 	}
 	if got := h.got(); len(got) != 0 {
@@ -1001,6 +1001,6 @@ func TestEmptyRequestQueuesNothing(t *testing.T) {
 	}
 	_ = c.Close()
 	if err := c.Queue(nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("QueueRequest(nil) of a closed client = %v; want ErrClosed", err)
+		t.Errorf("Queue(nil) of a closed client = %v; want ErrClosed", err)
 	}
 }

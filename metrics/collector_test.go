@@ -280,7 +280,7 @@ func TestCollectOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := cl.Allocate(context.Background()); !errors.Is(err, vram.ErrOutOfMemory) {
-		t.Fatalf("AllocateQueue with an injected OOM: %v, want ErrOutOfMemory", err)
+		t.Fatalf("Allocate with an injected OOM: %v, want ErrOutOfMemory", err)
 	}
 	c := metrics.NewCollector(m, metrics.Opts{})
 	want := `

@@ -8,7 +8,7 @@
 //  1. Two clients, "inputs" (initial states [2, N] and parameters [4, N])
 //     and "outputs" (trajectories [S, 2, N] float32 and status [N] int32),
 //     register in one stream group and queue their requests; one
-//     AllocateQueue plans the group together, so when the batch does not
+//     Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
 //  2. The host arrays are full-length and pinned. vram.RunBatch, the
