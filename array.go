@@ -103,7 +103,7 @@ func (a *DeviceArray) String() string {
 // Its accessors are safe for concurrent use; its contents are not, and a
 // host array must not be written (or, as a copy's destination, read)
 // while an asynchronous copy that uses it is in flight: synchronize the
-// stream first (Manager.Sync).
+// stream first (Client.Sync).
 type HostArray struct {
 	data    []byte
 	shape   []int

@@ -470,7 +470,7 @@ func (m *Manager) InvalidateAll() error {
 // ReinitStreams gives every stream group a fresh stream, as needed after
 // the device has been reset, and closes the old ones (waiting for their
 // work). Arrays are not freed (after a reset they are already invalid:
-// call InvalidateAll too). A stream obtained from Stream before is closed.
+// call InvalidateAll too). A stream obtained from Client.Stream before is closed.
 func (m *Manager) ReinitStreams() error {
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
