@@ -272,12 +272,10 @@ func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
 		"init":   req(Float32, 1, 2, n),
 		"params": req(Float32, 1, 4, n),
 	})
-
 	_ = out.Queue(map[string]ArrayRequest{
 		"trajectories": req(Float32, 2, samples, 2, n),
 		"status":       req(Int32, 0, n),
 	})
-
 	resp, err := out.Allocate(context.Background(), WithBuffers(2))
 	if err != nil {
 		t.Fatal(err)

@@ -256,7 +256,6 @@ func TestCopyErrors(t *testing.T) {
 		"d":   {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
 		"old": {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
 	})
-
 	resp, _ := c.Allocate(context.Background())
 	d, old := resp.Arrays["d"], resp.Arrays["old"]
 	_ = c.Free("old")

@@ -20,6 +20,7 @@ func Example() {
 	defer dev.Close()
 	m, _ := vram.New(dev)
 	defer m.Close()
+	ctx := context.Background() // the calls that may wait take it
 
 	// Components that work on the same runs join one group: they share a
 	// stream and are planned together.
@@ -40,12 +41,11 @@ func Example() {
 		"params": {Shape: []int{4, runs}, DType: vram.Float32, ChunkAxis: 1},
 		"table":  {Shape: []int{1024}, DType: vram.Float64, Unchunkable: true},
 	})
-
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	resp, err := solver.Allocate(context.Background())
+	resp, err := solver.Allocate(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -62,17 +62,17 @@ func Example() {
 	out, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pageable, nil)
 	for i := range resp.Chunks {
 		sp := resp.Span(i, 1) // the runs of chunk i along axis 1
-		if err := solver.ToDeviceChunk(context.Background(), resp.Arrays["state"], in, sp); err != nil {
+		if err := solver.ToDeviceChunk(ctx, resp.Arrays["state"], in, sp); err != nil {
 			fmt.Println(err)
 			return
 		}
-		// ... kernels run here on m.Stream(solver) over sp.Len runs ...
-		if err := solver.FromDeviceChunk(context.Background(), out, resp.Arrays["state"], sp); err != nil {
+		// ... kernels run here on solver.Stream() over sp.Len runs ...
+		if err := solver.FromDeviceChunk(ctx, out, resp.Arrays["state"], sp); err != nil {
 			fmt.Println(err)
 			return
 		}
 	}
-	if err := solver.Sync(context.Background()); err != nil {
+	if err := solver.Sync(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -58,7 +58,6 @@ func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
 		"s": fixed(Uint8, 4096),
 		"p": {Shape: []int{2 * int(MiB)}, DType: Uint8, Memory: Pinned, Unchunkable: true},
 	})
-
 	if err != nil {
 		t.Fatal(err)
 	}

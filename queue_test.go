@@ -528,7 +528,6 @@ func TestHostMemoryRequests(t *testing.T) {
 		"mapped": {Shape: []int{1000}, DType: Int32, Memory: Mapped},
 		"page":   {Shape: []int{1000}, DType: Uint8, Memory: Pageable},
 	})
-
 	resp, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -743,7 +742,6 @@ func TestDoubleBuffersShareUnchunkable(t *testing.T) {
 		"k": fixed(Float64, 1000),
 		"h": {Shape: []int{6 * 1024 * 1024}, DType: Uint8, Memory: Pinned},
 	})
-
 	resp, err := c.Allocate(context.Background(), WithBuffers(2))
 	if err != nil {
 		t.Fatal(err)

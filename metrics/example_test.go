@@ -26,7 +26,6 @@ func ExampleNewCollector() {
 	_ = solver.Queue(map[string]vram.ArrayRequest{
 		"state": {Shape: []int{4, 100_000}, DType: vram.Float32, ChunkAxis: 1},
 	})
-
 	_, _ = solver.Allocate(context.Background())
 
 	reg := prometheus.NewRegistry()
