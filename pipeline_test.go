@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )
@@ -226,6 +227,12 @@ func TestRunBatchCancel(t *testing.T) {
 				}
 				return f.compute(ctx, ch)
 			}
+			// The simulator starts a stream's goroutine with its first
+			// work: start the group's, which outlives the batch, first.
+			s, err := f.solver.Stream()
+			must(t, err)
+			must(t, f.dev.LaunchFunc(s, 1, func(device.View, int, int) error { return nil }))
+			must(t, f.solver.Sync(context.Background()))
 			before, goroutines := f.leaks(t), runtime.NumGoroutine()
 			rep, err := RunBatch(ctx, f.solver, Batch{
 				Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
