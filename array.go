@@ -20,7 +20,7 @@ import (
 
 // DeviceArray is an array in device memory: an address with a shape, a
 // dtype and row-major strides. Its address is never dereferenced on the
-// host; copy through Manager.ToDevice and Manager.FromDevice.
+// host; copy through Client.ToDevice and Client.FromDevice.
 //
 // Its accessors are safe for concurrent use. The memory behind it is
 // not: order kernels and copies that use it on one stream, or
