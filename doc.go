@@ -131,9 +131,10 @@
 // of any group while that one plans and allocates, and for the trim of
 // the allocator's cache), Client.Sync, the four copies (a copy into
 // pageable host memory returns, on CUDA, only once it is done) and
-// RunBatch. A call cancelled before it has changed anything returns an
-// error wrapping ctx.Err() and leaves the queue, every client's arrays,
-// the pools and the registry as they were. The allocator itself never
+// RunBatch. A cancelled call returns an error wrapping ctx.Err() and
+// leaves the queue, every client's arrays and the registry as they were
+// (an Allocate cancelled after its plan may have trimmed the allocator's
+// cache, giving cached free memory back to the device). The allocator itself never
 // waits for memory (it fails with ErrOutOfMemory), so Allocate checks
 // ctx before it starts, while it waits for its locks, and once more
 // after its plan, before it frees or allocates anything; past that it

@@ -251,8 +251,9 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // for work on the streams. ctx is checked before, while waiting for
 // those two locks, and once more after the plan, before any array is
 // freed or allocated: a cancelled Allocate returns an error wrapping
-// ctx.Err(), with the queue, every client's arrays and the pools as
-// they were, and calls no hook. Past that point it completes (or fails
+// ctx.Err(), with the queue and every client's arrays as they were, and
+// calls no hook (cancelled after its plan, it may leave the allocator's
+// cache trimmed: cached free memory went back to the device). Past that point it completes (or fails
 // as above) whatever ctx says. A SetAllocator or Close in progress is
 // waited for.
 func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayResponse, error) {
