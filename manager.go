@@ -133,6 +133,8 @@ type config struct {
 	acfg  alloc.AsyncConfig
 	total uint64
 	cap   uint64 // WithCap; 0: none
+
+	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }
 
 // WithAllocator sets the allocator kind (default Pool).
@@ -241,6 +243,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
+	m.observeOOM(nil, 0, m.host.pinned)
 	a, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
@@ -305,6 +308,7 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	if m.cfg.cap > 0 {
 		a = alloc.NewLimit(a, m.cfg.cap)
 	}
+	m.observeOOM(a, kind, nil)
 	return a, nil
 }
 
