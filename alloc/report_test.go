@@ -283,3 +283,39 @@ func TestAdaptorsForwardReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkPoolReport: a report of a pool whose small segments hold 1,000
+// free blocks between live ones.
+func BenchmarkPoolReport(b *testing.B) {
+	dev, err := sim.New(sim.Config{TotalBytes: 256 * mib, AddressOnly: true, NoContext: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	p, err := alloc.NewPool(dev, alloc.PoolConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	s := dev.DefaultStream()
+	var ptrs []device.Ptr
+	for range 2000 {
+		ptr, err := p.Alloc(4*kib, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ptrs = append(ptrs, ptr)
+	}
+	for i := 0; i < len(ptrs); i += 2 {
+		if err := p.Free(ptrs[i], s); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if r := p.Report(); r.FreeBlocks < 1000 {
+		b.Fatalf("%d free blocks, want at least 1000", r.FreeBlocks)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = p.Report()
+	}
+}
