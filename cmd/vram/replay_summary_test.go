@@ -97,3 +97,25 @@ func TestPeakWatch(t *testing.T) {
 		t.Fatalf("report %+v: want 2 MiB reserved, 1 MiB in use and free in one block, after 2 allocs", r)
 	}
 }
+
+func TestRunVerbosePrintsMemoryReport(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		want bool
+	}{
+		"-v":      {args: []string{"run", "-v", "--device", "sim:vram=64MiB", "--runs", "100", "--steps", "4"}, want: true},
+		"without": {args: []string{"run", "--device", "sim:vram=64MiB", "--runs", "100", "--steps", "4"}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := cli(t, "", tc.args...)
+			if code != exitOK {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			got := strings.Contains(stderr, "pool memory report") && strings.Contains(stderr, "inputs#")
+			if got != tc.want {
+				t.Errorf("stderr shows the memory report and clients: %v, want %v:\n%s", got, tc.want, stderr)
+			}
+		})
+	}
+}
