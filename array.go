@@ -95,7 +95,8 @@ type HostArray struct {
 	memory  MemoryType // Pinned, Mapped or Pageable
 	devPtr  device.Ptr // mapped: the device address of data
 	label   string
-	release func(last device.Stream) error // returns pinned memory; nil for pageable
+	release func(last device.Stream) error // returns the memory and uncounts it
+	place   *HostPlacement                 // the ladder's choice; nil: forced (Placement)
 	last    atomic.Pointer[streamRef]      // the stream of the latest copy
 	freed   atomic.Bool
 	use     sync.RWMutex // as DeviceArray.use

@@ -12,7 +12,9 @@ package vram
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
@@ -21,17 +23,27 @@ import (
 // hostPool hands out host memory for host arrays. Safe for concurrent
 // use (the pinned pool and the device's host allocator are).
 type hostPool struct {
-	dev    device.Device
-	ha     device.HostAllocator // nil when the device has none
-	pinned *alloc.PinnedPool    // nil when the device has no host allocator
+	dev     device.Device
+	ha      device.HostAllocator // nil when the device has none
+	pinned  *alloc.PinnedPool    // nil when the device has no host allocator
+	staging *StagingPool
+	lim     hostLimits
+	log     *slog.Logger
+	// avail is the RAM available and whether it is known (ramAvailable;
+	// tests replace it).
+	avail func() (uint64, bool)
+
+	mu sync.Mutex
+	n  hostCounts // bytes held on each rung
 }
 
-func newHostPool(dev device.Device) *hostPool {
-	h := &hostPool{dev: dev}
+func newHostPool(dev device.Device, o HostOptions, log *slog.Logger) *hostPool {
+	h := &hostPool{dev: dev, lim: resolveHostOptions(o), log: log, avail: ramAvailable}
 	h.ha, _ = dev.(device.HostAllocator)
 	if h.ha != nil {
 		h.pinned, _ = alloc.NewPinnedPool(dev)
 	}
+	h.staging = newStagingPool(h)
 	return h
 }
 
@@ -40,6 +52,19 @@ func newHostPool(dev device.Device) *hostPool {
 // function that frees it given the stream it was last used on (nil if
 // none or unknown).
 func (h *hostPool) alloc(n uint64, mem MemoryType, s device.Stream) ([]byte, device.Ptr, func(device.Stream) error, error) {
+	b, dp, release, err := h.allocRaw(n, mem, s)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	uncount := h.count(n, mem, false)
+	if release == nil {
+		return b, dp, func(device.Stream) error { uncount(); return nil }, nil
+	}
+	return b, dp, func(last device.Stream) error { uncount(); return release(last) }, nil
+}
+
+// allocRaw is alloc without the counting.
+func (h *hostPool) allocRaw(n uint64, mem MemoryType, s device.Stream) ([]byte, device.Ptr, func(device.Stream) error, error) {
 	switch mem {
 	case Pageable:
 		b, err := pageable(n)
@@ -78,10 +103,11 @@ func (h *hostPool) usable(s device.Stream) device.Stream {
 }
 
 func (h *hostPool) close() error {
+	err := h.staging.close()
 	if h.pinned == nil {
-		return nil
+		return err
 	}
-	return h.pinned.Close()
+	return errors.Join(err, h.pinned.Close())
 }
 
 // NewHostArray makes a host array of shape and dtype in mem (Pinned,

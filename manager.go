@@ -131,6 +131,7 @@ type config struct {
 	pcfg  alloc.PoolConfig
 	acfg  alloc.AsyncConfig
 	total uint64
+	host  HostOptions
 }
 
 // WithAllocator sets the allocator kind (default Pool).
@@ -221,7 +222,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		groups:     streams.New(dev),
 		log:        cfg.log,
 		cfg:        cfg,
-		host:       newHostPool(dev),
+		host:       newHostPool(dev, cfg.host, cfg.log),
 		reg:        newRegistry(),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},

@@ -228,10 +228,13 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 	return nil
 }
 
-// makeResources makes the compute stream, the events and the staging
-// buffers, and starts the timeline.
+// makeResources takes the staging buffers (which may lower k and lag),
+// makes the compute stream and the events, and starts the timeline.
 func (r *batchRun) makeResources() error {
 	dev := r.m.dev
+	if err := r.acquireStaging(); err != nil {
+		return err
+	}
 	ev := func() (device.Event, error) {
 		e, err := dev.NewEvent()
 		if err != nil {
@@ -261,16 +264,6 @@ func (r *batchRun) makeResources() error {
 			return err
 		}
 		r.done = append(r.done, e)
-	}
-	for _, a := range r.arrs {
-		for i := range a.stage {
-			h, err := r.m.NewHostArray(a.dev[0].shape, a.dev[0].dtype, Pinned, nil)
-			if err != nil {
-				return fmt.Errorf("vram: batch: pinned staging buffer %d of %d for %s (%d bytes): %w",
-					i+1, len(a.stage), a.name, a.dev[0].Bytes(), err)
-			}
-			a.stage[i] = h
-		}
 	}
 	tl, err := newTimeline(dev, r.s, r.ks, r.n, 2*(r.lag+2))
 	if err != nil {
