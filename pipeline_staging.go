@@ -121,6 +121,6 @@ func stageArray(b *StagingBuffer, d *DeviceArray) *HostArray {
 	}
 	n := d.Bytes()
 	return &HostArray{data: b.Bytes()[:n:n], shape: d.shape, dtype: d.dtype, memory: mem,
-		place: &HostPlacement{Rung: RungPinned, Reason: "staging pool buffer"},
+		place:   &HostPlacement{Rung: RungPinned, Reason: "staging pool buffer"},
 		release: func(_ device.Stream) error { b.Release(); return nil }}
 }
