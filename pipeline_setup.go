@@ -149,7 +149,7 @@ func (r *batchRun) resolvePlan() error {
 	}
 	r.lag = max(1, r.k-1)
 	r.moved[stepIn], r.moved[stepOut] = make([]uint64, r.n), make([]uint64, r.n)
-	r.rep = BatchReport{Chunks: r.n, Buffers: r.k}
+	r.rep = BatchReport{Chunks: r.n, Buffers: r.k, Lag: r.lag}
 	return nil
 }
 

@@ -190,7 +190,16 @@ func (p *StagingPool) tryLocked(sizes []uint64) ([]*StagingBuffer, error) {
 			grow += n
 		}
 	}
-	for grow > 0 && !p.roomLocked(grow) {
+	var spare uint64 // idle bytes nobody here takes
+	for _, b := range idle {
+		if b != nil {
+			spare += uint64(len(b.data))
+		}
+	}
+	if grow > 0 && !p.roomLocked(grow, spare) {
+		return nil, nil // not even with every idle buffer gone
+	}
+	for grow > 0 && !p.roomLocked(grow, 0) {
 		// Idle buffers nobody here takes give way, smallest first.
 		j := -1
 		for k, b := range idle {
@@ -238,12 +247,12 @@ func (p *StagingPool) tryLocked(sizes []uint64) ([]*StagingBuffer, error) {
 }
 
 // roomLocked reports whether n more bytes fit the pinned limit, the host
-// limit and the RAM available.
-func (p *StagingPool) roomLocked(n uint64) bool {
+// limit and the RAM available, once freed bytes of idle buffers are gone.
+func (p *StagingPool) roomLocked(n, freed uint64) bool {
 	h := p.h
 	h.mu.Lock()
-	pinned := h.n.pinned + h.n.mapped + p.bytes
-	ram := h.n.pinned + h.n.mapped + h.n.pageable + p.bytes
+	pinned := h.n.pinned + h.n.mapped + p.bytes - freed
+	ram := h.n.pinned + h.n.mapped + h.n.pageable + p.bytes - freed
 	h.mu.Unlock()
 	if pinned+n > h.lim.pinned || (h.lim.limit > 0 && ram+n > h.lim.limit) {
 		return false
