@@ -105,11 +105,16 @@ func numpyRuns(t *testing.T, path string, steps int, dt float32, samples int, id
 	script := `
 import sys, json, numpy as np
 a = np.load(sys.argv[1], mmap_mode="r")
-b = np.load(sys.argv[1])
-assert a.shape == b.shape and a.dtype == np.float32 and (a[:, :, -1] == b[:, :, -1]).all()
+assert a.dtype == np.float32 and a.flags.c_contiguous
+if a.nbytes <= int(sys.argv[2]) or sys.argv[3] == "1":
+    b = np.load(sys.argv[1])  # read whole, not mapped
+    assert a.shape == b.shape and (a[:, :, -1] == b[:, :, -1]).all()
 print(json.dumps({"shape": list(a.shape), "runs": [a[:, :, i].astype(float).tolist() for i in [` + strings.Join(list, ",") + `]]}))
 `
-	out, err := exec.Command(py, "-c", script, path).CombinedOutput()
+	// A plain load reads the whole file: done up to 1 GiB, or always with
+	// VRAM_NPY_FULL_LOAD=1.
+	full := os.Getenv("VRAM_NPY_FULL_LOAD")
+	out, err := exec.Command(py, "-c", script, path, strconv.Itoa(1<<30), full).CombinedOutput()
 	if err != nil {
 		t.Fatalf("numpy: %v\n%s", err, out)
 	}
@@ -133,4 +138,32 @@ print(json.dumps({"shape": list(a.shape), "runs": [a[:, :, i].astype(float).toli
 			t.Errorf("run %d as numpy reads it: %v", i, err)
 		}
 	}
+}
+
+// TestNumpyReadsOutFile checks a file written by `vram run --out` with
+// the default --steps, --dt and --seed, named by $VRAM_OUT_NPY: numpy
+// loads it with the documented shape, and runs spread over it match the
+// float64 reference. It skips when the variable is not set (BENCHMARKS.md
+// runs it on the 4,000,000-run file).
+func TestNumpyReadsOutFile(t *testing.T) {
+	path := os.Getenv("VRAM_OUT_NPY")
+	if path == "" {
+		t.Skip("set VRAM_OUT_NPY to a file written by vram run --out with the default --steps, --dt and --seed")
+	}
+	f, err := npy.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.Header()
+	f.Close()
+	if len(h.Shape) != 3 || h.Shape[0] != defaultSteps+1 || h.Shape[1] != 2 || h.Descr != "<f4" {
+		t.Fatalf("header %+v: want <f4 (%d, 2, runs)", h, defaultSteps+1)
+	}
+	runs := h.Shape[2]
+	var idx []int
+	for k := range 33 {
+		idx = append(idx, int(int64(k)*int64(runs-1)/32))
+	}
+	numpyRuns(t, path, defaultSteps, defaultDt, defaultSteps+1, idx)
+	t.Logf("%d runs of %d checked through numpy", len(idx), runs)
 }
