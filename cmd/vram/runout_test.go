@@ -167,3 +167,26 @@ func TestNumpyReadsOutFile(t *testing.T) {
 	numpyRuns(t, path, defaultSteps, defaultDt, defaultSteps+1, idx)
 	t.Logf("%d runs of %d checked through numpy", len(idx), runs)
 }
+
+// TestRunHostMemTooSmall gives --host-mem less than one chunk's staging
+// buffer: the job fails with what to change, and leaves no --out file.
+func TestRunHostMemTooSmall(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "r.npy")
+	_, stderr, code := cli(t, "", hostCapRun("--out", out, "--host-mem", "64KiB")...)
+	if code != exitFailure || !strings.Contains(stderr, "raise --host-mem, or lower --vram") || !strings.Contains(stderr, "staging pool") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying to raise --host-mem", code, stderr, exitFailure)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("--out file after a failed job: %v, want none", err)
+	}
+}
+
+// TestRunHostMemUsage refuses a --host-mem that is not a size.
+func TestRunHostMemUsage(t *testing.T) {
+	for _, v := range []string{"lots", "0", "-5MiB"} {
+		_, stderr, code := cli(t, "", hostCapRun("--host-mem", v)...)
+		if code != exitUsage || !strings.Contains(stderr, "--host-mem") {
+			t.Errorf("--host-mem %q: exit %d, stderr %q; want a usage error naming the flag", v, code, stderr)
+		}
+	}
+}
