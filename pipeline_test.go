@@ -230,6 +230,10 @@ func TestRunBatchCancel(t *testing.T) {
 				}
 				return f.compute(ctx, ch)
 			}
+			// The group stream's worker starts with its first work and
+			// lives as long as the stream: start it before counting.
+			must(t, f.m.ToDevice(f.solver, f.sr.Arrays["table"], table))
+			must(t, f.m.Sync(f.solver))
 			before, goroutines := f.leaks(t), runtime.NumGoroutine()
 			rep, err := RunBatch(ctx, f.solver, Batch{
 				Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
