@@ -191,7 +191,9 @@ func (m *Manager) placeHost(shape []int, dtype DType, place *HostPlacement, name
 
 // OpenHostArray maps the existing .npy file path (C order, a dtype vram
 // knows, little-endian) as a file-backed host array, writable when
-// writable is true. Freeing it unmaps the file and never removes it.
+// writable is true; a read-only array must not be written, nor copied
+// into (the write faults). Freeing it unmaps the file and never removes
+// it.
 func (m *Manager) OpenHostArray(path string, writable bool) (*HostArray, error) {
 	if m.isClosed() {
 		return nil, closedErr("open host array")
