@@ -20,7 +20,7 @@ import (
 
 // DeviceArray is an array in device memory: an address with a shape, a
 // dtype and row-major strides. Its address is never dereferenced on the
-// host; copy through Manager.ToDevice and Manager.FromDevice.
+// host; copy through Client.ToDevice and Client.FromDevice.
 //
 // Its accessors are safe for concurrent use. The memory behind it is
 // not: order kernels and copies that use it on one stream, or
@@ -103,7 +103,7 @@ func (a *DeviceArray) String() string {
 // Its accessors are safe for concurrent use; its contents are not, and a
 // host array must not be written (or, as a copy's destination, read)
 // while an asynchronous copy that uses it is in flight: synchronize the
-// stream first (Manager.Sync).
+// stream first (Client.Sync).
 type HostArray struct {
 	data    []byte
 	shape   []int
