@@ -210,6 +210,8 @@
 //	free_all()                                 Manager.FreeAll()
 //	create_host_array(shape, dtype,            Manager.NewHostArray(shape, dtype, mem, like)
 //	  memory_type, like)
+//	(newer) host memory chosen per array      Manager.AllocHostArray(shape, dtype, HostArrayOptions{})
+//	(newer) ChunkBufferPool                    Manager.StagingPool(): Acquire(ctx, n), AcquireSet, Release
 //	queue_request(instance, requests)          Client.Queue(requests)
 //	allocate_queue(triggering_instance)        Client.Allocate(ctx, opts...)
 //	to_device(instance, from, to)              Client.ToDevice(ctx, dst, src), ToDeviceChunk
