@@ -111,7 +111,8 @@ type HostArray struct {
 	memory  MemoryType // Pinned, Mapped or Pageable
 	devPtr  device.Ptr // mapped: the device address of data
 	label   string
-	release func(last device.Stream) error // returns pinned memory; nil for pageable
+	release func(last device.Stream) error // returns the memory and uncounts it
+	place   *HostPlacement                 // the ladder's choice; nil: forced (Placement)
 	last    atomic.Pointer[streamRef]      // the stream of the latest copy
 	freed   atomic.Bool
 	use     sync.RWMutex // as DeviceArray.use
@@ -166,8 +167,9 @@ func (h *HostArray) Data() []byte {
 }
 
 // Free returns a pinned or mapped array's memory to where it came from;
-// for a pageable array it only marks it freed. Views taken before must
-// not be used afterwards. A pinned buffer is reused only once the stream
+// for a pageable array it only marks it freed; a file-backed one (the
+// host ladder's file rung) is unmapped and its file removed unless kept.
+// Views taken before must not be used afterwards. A pinned buffer is reused only once the stream
 // of the array's latest copy has finished that copy; an array copied on
 // several streams at once must be synchronized before Free. A second Free
 // returns nil. Arrays from an

@@ -133,6 +133,7 @@ type config struct {
 	acfg  alloc.AsyncConfig
 	total uint64
 	cap   uint64 // WithCap; 0: none
+	host  HostOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }
@@ -235,7 +236,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		groups:     groups,
 		log:        cfg.log,
 		cfg:        cfg,
-		host:       newHostPool(dev, groups.WaitClosed),
+		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
 		reg:        newRegistry(),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
@@ -314,10 +315,6 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 
 // Device is the managed device.
 func (m *Manager) Device() device.Device { return m.dev }
-
-// TotalMemory is the bytes shares are proportions of: the device's total
-// memory unless WithTotalMemory said otherwise.
-func (m *Manager) TotalMemory() uint64 { return m.total }
 
 // MemInfo reports the device's free and total memory.
 func (m *Manager) MemInfo() (free, total uint64, err error) { return m.dev.MemInfo() }

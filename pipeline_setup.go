@@ -149,7 +149,7 @@ func (r *batchRun) resolvePlan() error {
 	}
 	r.lag = max(1, r.k-1)
 	r.moved[stepIn], r.moved[stepOut] = make([]uint64, r.n), make([]uint64, r.n)
-	r.rep = BatchReport{Chunks: r.n, Buffers: r.k}
+	r.rep = BatchReport{Chunks: r.n, Buffers: r.k, Lag: r.lag}
 	return nil
 }
 
@@ -192,7 +192,8 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 		if !ba.out {
 			slots = r.lag + r.k
 		}
-		a.stage = make([]*HostArray, slots)
+		// No more than the batch has chunks.
+		a.stage = make([]*HostArray, min(slots, r.n))
 		r.rep.Staged++
 	}
 	return a, nil
@@ -228,10 +229,13 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 	return nil
 }
 
-// makeResources makes the compute stream, the events and the staging
-// buffers, and starts the timeline.
+// makeResources takes the staging buffers (which may lower k and lag),
+// makes the compute stream and the events, and starts the timeline.
 func (r *batchRun) makeResources() error {
 	dev := r.m.dev
+	if err := r.acquireStaging(); err != nil {
+		return err
+	}
 	ev := func() (device.Event, error) {
 		e, err := dev.NewEvent()
 		if err != nil {
@@ -261,16 +265,6 @@ func (r *batchRun) makeResources() error {
 			return err
 		}
 		r.done = append(r.done, e)
-	}
-	for _, a := range r.arrs {
-		for i := range a.stage {
-			h, err := r.m.NewHostArray(a.dev[0].shape, a.dev[0].dtype, Pinned, nil)
-			if err != nil {
-				return fmt.Errorf("vram: batch: pinned staging buffer %d of %d for %s (%d bytes): %w",
-					i+1, len(a.stage), a.name, a.dev[0].Bytes(), err)
-			}
-			a.stage[i] = h
-		}
 	}
 	tl, err := newTimeline(dev, r.s, r.ks, r.n, 2*(r.lag+2))
 	if err != nil {

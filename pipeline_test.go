@@ -70,12 +70,16 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 	return f
 }
 
-// leaks is what is live on the device, the manager's pinned pool trimmed
-// first (it keeps freed staging buffers for the next batch).
+// leaks is what is live on the device, the manager's pinned pool and
+// staging pool trimmed first (they keep freed buffers for the next batch;
+// a staging buffer still in use is not trimmed, and shows).
 // Events are left out: the pool keeps one per stream it has seen.
 func (f *batchFixture) leaks(t *testing.T) string {
 	t.Helper()
 	if err := f.m.host.pinned.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Host().Staging().Trim(); err != nil {
 		t.Fatal(err)
 	}
 	r := f.dev.Leaks()
