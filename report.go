@@ -51,11 +51,19 @@ type GroupReport struct {
 // allocation in between may show in one and not the other. After Close
 // it reports no clients.
 func Report(m *Manager) ManagerReport {
-	m.allocMu.RLock()
-	r := ManagerReport{Allocator: m.kind, Memory: alloc.ReportOf(m.al)}
-	m.allocMu.RUnlock()
+	var r ManagerReport
+	r.Allocator, r.Memory = AllocatorReport(m)
 	m.fillReport(&r)
 	return r
+}
+
+// AllocatorReport returns m's current allocator kind and its report, read
+// together (as AllocatorStats reads the Stats): the device allocator's
+// part of Report, without the clients.
+func AllocatorReport(m *Manager) (AllocatorKind, alloc.MemoryReport) {
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	return m.kind, alloc.ReportOf(m.al)
 }
 
 // fillReport adds everything but the device allocator's report to r.

@@ -203,14 +203,14 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectAllocator(ch chan<- prometheus.Metric) {
-	r := vram.Report(c.m)
-	kind := r.Allocator.String()
+	k, r := vram.AllocatorReport(c.m)
+	kind := k.String()
 	for _, s := range c.stats {
-		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(r.Memory.Stats)), kind)
+		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(r.Stats)), kind)
 	}
-	if r.Memory.Layout {
-		ch <- prometheus.MustNewConstMetric(c.largestFree, prometheus.GaugeValue, float64(r.Memory.LargestFree), kind)
-		ch <- prometheus.MustNewConstMetric(c.fragmentation, prometheus.GaugeValue, r.Memory.Fragmentation(), kind)
+	if r.Layout {
+		ch <- prometheus.MustNewConstMetric(c.largestFree, prometheus.GaugeValue, float64(r.LargestFree), kind)
+		ch <- prometheus.MustNewConstMetric(c.fragmentation, prometheus.GaugeValue, r.Fragmentation(), kind)
 	}
 }
 
