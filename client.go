@@ -42,10 +42,15 @@ type ClientOptions struct {
 	// Group is the stream group to join ("" is "default").
 	Group string
 	// OnInvalidate is called when the manager has freed the client's
-	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
-	// AllocateQueue that had to free the arrays it was replacing first):
-	// drop them and queue again.
-	OnInvalidate func()
+	// arrays behind its back, with the reason: SetAllocator or
+	// InvalidateAll (an error wrapping ErrFreed), an eviction for another
+	// group (ErrEvicted, evict.go), or a failed AllocateQueue that had to
+	// free the arrays it was replacing first (ErrFreed). Drop the arrays
+	// and queue again.
+	OnInvalidate func(reason error)
+	// NoEvict opts the client out of eviction: its arrays are never freed
+	// to make room for another group.
+	NoEvict bool
 	// OnAllocated is called after AllocateQueue has allocated its group:
 	// with the client's arrays when it had requests queued, and with the
 	// chunk parameters and no arrays when another member of its group
@@ -60,8 +65,9 @@ type Client struct {
 	m            *Manager
 	id           uint64
 	name         string
-	onInvalidate func()
+	onInvalidate func(reason error)
 	onAllocated  func(*ArrayResponse)
+	work         workState // work marks and eviction (workmarks.go, evict.go)
 
 	hookMu     sync.Mutex  // protects hooks and delivering; taken after m.mu, never held over a call
 	hooks      []*hookCall // hook calls to make, in event order (hooks.go)
@@ -208,7 +214,7 @@ func (c *Client) Close() error {
 	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
 		err = errors.Join(err, wrapIf("leave the stream group", gerr))
 	}
-	return err
+	return errors.Join(err, c.work.drop())
 }
 
 // takeLocked removes and returns the allocations under label. m.mu must
@@ -276,6 +282,8 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		prop:         units,
 		group:        group,
 	}
+	c.work.noEvict = o.NoEvict
+	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
 	// join the group (which may make a stream: a device call, not under
 	// mu), giving the share back if that fails.

@@ -43,6 +43,11 @@ var (
 	// ErrFreed: an array used after the manager freed it (by Free,
 	// FreeAll, a client's Close, a re-allocation or SetAllocator).
 	ErrFreed = errors.New("vram: array has been freed")
+	// ErrEvicted: an array (or a client's work) whose memory the manager
+	// gave to another group while its client was idle (evict.go). Errors
+	// of copies through an evicted array wrap ErrFreed too. Queue the
+	// requests and allocate again.
+	ErrEvicted = errors.New("vram: arrays evicted for another group")
 	// ErrNothingQueued: AllocateQueue found no request queued in the
 	// client's group (none was queued, or another member's AllocateQueue
 	// has already allocated them).

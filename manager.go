@@ -403,7 +403,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
-	clients, _ := m.postInvalidateLocked(true)
+	clients, _ := m.postInvalidateLocked(fmt.Errorf("vram: SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
 	m.mu.Unlock()
 	m.allocMu.Unlock()
 	deliver(clients)
@@ -467,7 +467,7 @@ func (m *Manager) InvalidateAll() error {
 	// installed before is delivered before, and one installed after is
 	// not taken; the hooks wait for the frees.
 	work := m.takeAllLocked(nil)
-	clients, calls := m.postInvalidateLocked(false)
+	clients, calls := m.postInvalidateLocked(fmt.Errorf("vram: InvalidateAll freed every array: %w", ErrFreed), false)
 	m.mu.Unlock()
 	err := m.freeWork(work)
 	m.allocMu.RUnlock()
@@ -633,13 +633,17 @@ func (m *Manager) Close() error {
 	freeErr := m.freeAllLocked(nil)
 	m.mu.Lock()
 	m.closed = true
-	for _, c := range m.reg.all() {
+	clients := m.reg.all()
+	for _, c := range clients {
 		c.closed = true
 		m.reg.remove(c)
 	}
 	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
 	m.manual, m.numAuto = 0, 0
 	m.mu.Unlock()
+	for _, c := range clients {
+		freeErr = errors.Join(freeErr, c.work.drop())
+	}
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()

@@ -38,7 +38,7 @@ func (h *hookLog) opts(name, group string) ClientOptions {
 			h.calls = append(h.calls, name)
 			h.resps[name] = r
 		},
-		OnInvalidate: func() {
+		OnInvalidate: func(error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.inval[name]++
