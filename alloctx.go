@@ -1,6 +1,6 @@
 package vram
 
-// The allocation transaction: one AllocateQueue's allocation of a group,
+// The allocation transaction: one Allocate's allocation of a group,
 // as a type with named steps, run in order with the group lock, planMu
 // and allocMu held:
 //
@@ -11,7 +11,7 @@ package vram
 //  4. allocate: every planned array, all or nothing;
 //  5. install: the new arrays in their clients, the responses built and
 //     their OnAllocated calls queued, under mu;
-//  6. deliver: free what the new arrays replaced; AllocateQueue then
+//  6. deliver: free what the new arrays replaced; Allocate then
 //     makes the hook calls with no lock held;
 //
 // and rollback, on a failure after step 1: the queue is put back, and
@@ -55,14 +55,21 @@ type allocTx struct {
 	evictedBytes uint64    // device bytes their arrays took, as stated
 }
 
-// allocateGroup is AllocateQueue with the group lock, planMu and allocMu
+// allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
 	}
-	if err := tx.evict(tx.planOnce()); err != nil {
+	planErr := tx.planOnce()
+	// The last point where a cancelled Allocate leaves everything as it
+	// was: nothing has been freed or allocated yet.
+	if err := ac.ctx.Err(); err != nil {
+		tx.restoreQueue()
+		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
+	}
+	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(err)
 	}
 	if !tx.gb.fitsBeside(tx.plan) {
@@ -89,8 +96,8 @@ func (tx *allocTx) take() error {
 	q := m.queues[tx.group]
 	if len(q) == 0 {
 		m.mu.Unlock()
-		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with QueueRequest first; "+
-			"another member's AllocateQueue may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
+		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with Client.Queue first; "+
+			"another member's Allocate may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
 	}
 	delete(m.queues, tx.group)
 	tx.q = q
@@ -237,7 +244,7 @@ func (tx *allocTx) setAsideReplaced(hostOnly bool) {
 	}
 }
 
-// maxReplans bounds how often AllocateQueue plans a group again after an
+// maxReplans bounds how often Allocate plans a group again after an
 // allocator that does not state its cost took more of the device than
 // it was counted to.
 const maxReplans = 3
@@ -443,7 +450,7 @@ func (tx *allocTx) freeReplaced(res *groupOutcome) {
 		delete(tx.freeErrs, d.c)
 	}
 	for c, err := range tx.freeErrs { // owners closed meanwhile: no response to carry it
-		tx.m.log.Warn("vram: AllocateQueue could not free arrays it replaced, or made for a client closed meanwhile",
+		tx.m.log.Warn("vram: Allocate could not free arrays it replaced, or made for a client closed meanwhile",
 			"client", c.String(), "group", tx.group, "err", err)
 	}
 }

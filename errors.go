@@ -48,8 +48,8 @@ var (
 	// of copies through an evicted array wrap ErrFreed too. Queue the
 	// requests and allocate again.
 	ErrEvicted = errors.New("vram: arrays evicted for another group")
-	// ErrNothingQueued: AllocateQueue found no request queued in the
-	// client's group (none was queued, or another member's AllocateQueue
+	// ErrNothingQueued: Allocate found no request queued in the
+	// client's group (none was queued, or another member's Allocate
 	// has already allocated them).
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.

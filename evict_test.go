@@ -15,11 +15,10 @@ import (
 
 func queueAndAllocate(t *testing.T, c *Client, reqs map[string]ArrayRequest) (*ArrayResponse, error) {
 	t.Helper()
-	m := c.Manager()
-	if err := m.QueueRequest(c, reqs); err != nil {
+	if err := c.Queue(reqs); err != nil {
 		t.Fatal(err)
 	}
-	return m.AllocateQueue(c)
+	return c.Allocate(t.Context())
 }
 
 // holdBytes gives c one unchunkable device array of n bytes.
@@ -124,7 +123,7 @@ func TestEvict(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s, _ := a.Manager().Stream(a)
+				s, _ := a.Stream()
 				open := gateStream(t, dev, s)
 				if err := w.End(); err != nil {
 					t.Fatal(err)
@@ -230,7 +229,7 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Free()
-	err = m.ToDevice(a, old.Arrays["x"], h)
+	err = a.ToDevice(t.Context(), old.Arrays["x"], h)
 	if !errors.Is(err, ErrEvicted) || !errors.Is(err, ErrFreed) {
 		t.Errorf("copy into an evicted array: %v, want ErrEvicted and ErrFreed", err)
 	}
@@ -251,25 +250,25 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 	if err := w.End(); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Sync(big); err != nil {
+	if err := big.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	// big is idle again: a's request (still queued) evicts it and works.
-	resp, err := m.AllocateQueue(a)
+	resp, err := a.Allocate(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Evicted() || !big.Evicted() {
 		t.Errorf("a evicted %v, big evicted %v; want false, true", a.Evicted(), big.Evicted())
 	}
-	if err := m.ToDevice(a, resp.Arrays["x"], h); err != nil {
+	if err := a.ToDevice(t.Context(), resp.Arrays["x"], h); err != nil {
 		t.Errorf("copy into a's new array: %v", err)
 	}
 	w, err = a.BeginWork()
 	if err != nil {
 		t.Fatalf("BeginWork after allocating again: %v", err)
 	}
-	if err := errors.Join(w.End(), m.Sync(a)); err != nil {
+	if err := errors.Join(w.End(), a.Sync(t.Context())); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -213,7 +213,7 @@ type planItem struct {
 // exactly. What the device gives is another matter when the allocator
 // rounds finer than the device's page (the Pool and the AsyncPool round
 // to 512 B, the device to 2 MiB): its segments are whole pages. Give
-// opts.Cost (an allocator's alloc.Coster, as AllocateQueue does) to plan
+// opts.Cost (an allocator's alloc.Coster, as Allocate does) to plan
 // for the device's free memory.
 //
 // Errors: a request that fails Validate (wrapping ErrInvalidRequest or

@@ -30,7 +30,7 @@ func TestWorkMarks(t *testing.T) {
 				t.Fatal(err)
 			}
 			idle(false, "two marks open")
-			s, err := m.Stream(c)
+			s, err := c.Stream()
 			if err != nil {
 				t.Fatal(err)
 			}
