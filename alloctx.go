@@ -118,7 +118,7 @@ func (tx *allocTx) take() error {
 }
 
 // restoreQueue puts the requests taken back in their clients' queues,
-// under any queued since for the same labels.
+// unless a client has queued since: its newer set replaced them.
 func (tx *allocTx) restoreQueue() {
 	m := tx.m
 	m.mu.Lock()
@@ -127,11 +127,8 @@ func (tx *allocTx) restoreQueue() {
 		if c.closed {
 			continue
 		}
-		dst := m.queues[c.group][c]
-		for l, r := range tx.q[c] {
-			if _, newer := dst[l]; !newer {
-				m.queueLocked(c, c.group, map[string]ArrayRequest{l: r})
-			}
+		if _, newer := m.queues[c.group][c]; !newer {
+			m.queueLocked(c, c.group, tx.q[c])
 		}
 	}
 }

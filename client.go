@@ -463,13 +463,9 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		m.mu.Unlock()
 		return err
 	}
-	switch {
-	case need == "auto" && c.isManual():
+	if (need == "auto" && c.isManual()) || (!toManual && !c.isManual()) {
 		m.mu.Unlock()
-		return fmt.Errorf("vram: %v already has a manual proportion; use SetManualProportion to change it: %w", c, ErrLimitMode)
-	case !toManual && !c.isManual():
-		m.mu.Unlock()
-		return fmt.Errorf("vram: %v is already in the auto pool: %w", c, ErrLimitMode)
+		return nil // the mode it has: nothing to do (as cubie)
 	}
 	// Take c out, try to put it back as asked, and undo on refusal.
 	wasProp := c.prop
@@ -500,15 +496,17 @@ func (c *Client) SetManualProportion(p float64) error {
 }
 
 // SetManualLimitMode moves an auto client to the manual pool with
-// proportion p, under Register's rules. It fails with ErrLimitMode for a
-// client that is manual already.
+// proportion p, under Register's rules. For a client that is manual
+// already it does nothing and returns nil (its proportion stays: change
+// it with SetManualProportion).
 func (c *Client) SetManualLimitMode(p float64) error {
 	return c.m.setShare(c, p, true, "auto")
 }
 
-// SetAutoLimitMode moves a manual client to the auto pool. It fails with
-// ErrLimitMode for an auto client, and with ErrProportion when the other
-// manual clients leave the auto pool less than MinAutoPool.
+// SetAutoLimitMode moves a manual client to the auto pool; for an auto
+// client it does nothing and returns nil. It fails with ErrProportion
+// when the other manual clients leave the auto pool less than
+// MinAutoPool.
 func (c *Client) SetAutoLimitMode() error {
 	return c.m.setShare(c, 0, false, "")
 }

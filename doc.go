@@ -177,7 +177,7 @@
 //	resp, err := c.Allocate(ctx)                // plans, chunks if needed
 //	host, err := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
 //	for i := range resp.Chunks {
-//		sp := resp.Span(i, 1)                  // runs of chunk i along axis 1
+//		sp, err := resp.Span(i, 1)             // runs of chunk i along axis 1
 //		err = c.ToDeviceChunk(ctx, resp.Arrays["state"], host, sp)
 //		// … launch kernels on c.Stream() over sp.Len runs …
 //		err = c.FromDeviceChunk(ctx, host, resp.Arrays["state"], sp)

@@ -72,17 +72,19 @@ func (k AllocatorKind) String() string {
 }
 
 // ParseAllocatorKind reads "pool", "direct" or "async" ("asyncpool" and
-// "async-pool" too; case ignored).
+// "async-pool" too), and cubie's names: "cupy" (Pool), "cupy_async"
+// (AsyncPool) and "default" (Direct, Numba's default manager); case
+// ignored.
 func ParseAllocatorKind(s string) (AllocatorKind, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "pool", "":
+	case "pool", "", "cupy":
 		return Pool, nil
-	case "direct":
+	case "direct", "default":
 		return Direct, nil
-	case "async", "asyncpool", "async-pool", "async_pool":
+	case "async", "asyncpool", "async-pool", "async_pool", "cupy_async", "cupy-async":
 		return AsyncPool, nil
 	}
-	return 0, fmt.Errorf("allocator %q: want pool, direct or async: %w", s, device.ErrInvalidValue)
+	return 0, fmt.Errorf("allocator %q: want pool, direct or async (or cubie's cupy, default, cupy_async): %w", s, device.ErrInvalidValue)
 }
 
 // LimitMode says how much memory a stream group may plan with. A plain
