@@ -316,6 +316,7 @@ func (tx *allocTx) failure(failed int, err error) error {
 // queues their OnInvalidate hooks.
 func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	tx.restoreQueue()
+	err = tx.victimsErr(err)
 	if len(tx.setAside) == 0 {
 		return groupOutcome{invalidated: tx.victims}, err
 	}

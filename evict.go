@@ -73,10 +73,17 @@ func (tx *allocTx) evict(planErr error) error {
 			return nil
 		}
 	}
-	if err != nil && len(tx.victims) > 0 {
-		return fmt.Errorf("%w; evicting idle clients of other groups (%s) did not make room enough", err, victimNames(tx.victims))
-	}
 	return err
+}
+
+// victimsErr adds to the error of a failed transaction the clients it
+// evicted: their arrays are gone.
+func (tx *allocTx) victimsErr(err error) error {
+	if len(tx.victims) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; before it failed it evicted idle clients of other groups (%s, %s), whose arrays are gone; their OnInvalidate hooks are called",
+		err, victimNames(tx.victims), units.Format(tx.evictedBytes))
 }
 
 // wantsRoom reports whether the plan (or its error) calls for eviction:

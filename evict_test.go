@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -328,5 +329,36 @@ func TestRunBatchMarksWork(t *testing.T) {
 		if idle, err := c.Idle(); err != nil || !idle {
 			t.Errorf("%v after the batch: idle %v, %v", c, idle, err)
 		}
+	}
+}
+
+// TestEvictThenFail: an allocation that fails after evicting rolls back
+// as any failure does (its queue restored, nothing of it allocated), and
+// the error names the victims, whose hooks are called: freed memory
+// cannot be given back.
+func TestEvictThenFail(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB)
+	var iv invalidations
+	a := register(t, m, ClientOptions{Name: "a", Group: "a", OnInvalidate: iv.hook("a")})
+	holdBytes(t, a, 40*int(MiB))
+	big := register(t, m, ClientOptions{Name: "big", Group: "big"})
+	before := free(t, m)
+	dev.Faults().OOMAtAlloc(1) // the group's own array
+	_, err := queueAndAllocate(t, big, map[string]ArrayRequest{"y": fixed(Uint8, 40*int(MiB))})
+	if !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), a.String()) {
+		t.Fatalf("error %v, want ErrOutOfMemory naming %v", err, a)
+	}
+	if !a.Evicted() || !slices.Equal(iv.names(), []string{"a"}) {
+		t.Errorf("a evicted %v, hooks %v", a.Evicted(), iv.names())
+	}
+	if q := big.Queued(); len(q) != 1 || big.Held() != 0 {
+		t.Errorf("big: queue %v, holds %d; want its request back and nothing held", q, big.Held())
+	}
+	if got := free(t, m); got != before+40*MiB {
+		t.Errorf("free %d after the failure, want %d (a's memory back, nothing of big's)", got, before+40*MiB)
+	}
+	// Once the fault is gone, the restored queue allocates.
+	if _, err := big.Allocate(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

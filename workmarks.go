@@ -40,10 +40,19 @@ type workState struct {
 	pending []endMark  // events recorded at Ends, at most one per stream
 }
 
-// endMark is the event an End recorded, and the stream it was recorded on.
+// endMark is the event an End recorded (nil if none could be: then the
+// whole stream must be done), and the stream it was recorded on.
 type endMark struct {
 	ev device.Event
 	s  device.Stream
+}
+
+// done reports whether the work the mark stands for has finished.
+func (e endMark) done() (bool, error) {
+	if e.ev == nil {
+		return e.s.Query()
+	}
+	return e.ev.Query()
 }
 
 // touch records a use of the client's arrays now.
@@ -80,10 +89,10 @@ func (c *Client) BeginWork() (*Work, error) {
 // End closes the mark: it records an event on the client's stream after
 // the work enqueued there so far (work enqueued on another stream must be
 // ordered before it, with an event or a Sync), and the client becomes
-// idle once that work is done. It does not wait. A second End does
+// idle once that work is done. It never waits. A second End does
 // nothing and returns nil; so does the End of a mark whose client has
-// closed. If no event can be recorded, End waits for the stream instead,
-// so that the client is idle only once its work is done either way.
+// closed. If no event can be recorded, the client stays busy until all
+// the work on its stream is done.
 func (w *Work) End() error {
 	if w == nil || !w.ended.CompareAndSwap(false, true) {
 		return nil
@@ -106,17 +115,15 @@ func (w *Work) End() error {
 	return err
 }
 
-// markEnd records an event on s; when it cannot, it waits for s instead
-// and returns no mark.
+// markEnd records an event on s; when it cannot, the mark is s itself,
+// and the client is idle only once all of s's work is done.
 func (c *Client) markEnd(s device.Stream) (*endMark, error) {
 	ev, err := recordOn(c.m.dev, s)
-	if err == nil {
-		return &endMark{ev: ev, s: s}, nil
+	if err != nil {
+		c.m.log.Debug("vram: end work: no event recorded; the client is busy until its stream is idle", "client", c.String(), "err", err)
+		return &endMark{s: s}, nil
 	}
-	if serr := s.Synchronize(); serr != nil && !gone(serr) {
-		return nil, fmt.Errorf("vram: end work of %v: record an event: %w", c, errors.Join(err, serr))
-	}
-	return nil, nil
+	return &endMark{ev: ev, s: s}, nil
 }
 
 // recordOn makes an event and records it on s.
@@ -171,7 +178,7 @@ func (w *workState) idleLocked() (bool, error) {
 	var errs []error
 	kept := w.pending[:0]
 	for _, p := range w.pending {
-		done, err := p.ev.Query()
+		done, err := p.done()
 		if err == nil && !done {
 			kept = append(kept, p)
 			continue
@@ -196,9 +203,12 @@ func (w *workState) drop() error {
 	return wrapIf("close work events", errors.Join(errs...))
 }
 
-// closeEvent closes ev; an event already gone with a reset or a closed
-// device is not an error.
+// closeEvent closes ev (nil: nothing to close); an event already gone
+// with a reset or a closed device is not an error.
 func closeEvent(ev device.Event) error {
+	if ev == nil {
+		return nil
+	}
 	if err := ev.Close(); err != nil && !gone(err) {
 		return err
 	}
