@@ -39,18 +39,20 @@ type allocTx struct {
 	group   string
 	ac      allocConfig
 
-	stream     device.Stream
-	q          map[*Client]map[string]ArrayRequest // the queue taken
-	requesters []*Client                           // q's clients, by id
-	reqs       map[string]map[string]ArrayRequest  // q by client name, for Plan
-	gb         groupBudget
-	plan       ChunkPlan
-	todo       []pending     // the arrays of plan
-	made       []*allocation // todo's arrays, once allocated
-	setAside   []freeWork    // replaced arrays freed before allocating
-	replaced   []freeWork    // arrays the new ones replaced, freed after install
-	hostRetry  bool          // host arrays were set aside after a host failure
-	freeErrs   map[*Client]error
+	stream       device.Stream
+	q            map[*Client]map[string]ArrayRequest // the queue taken
+	requesters   []*Client                           // q's clients, by id
+	reqs         map[string]map[string]ArrayRequest  // q by client name, for Plan
+	gb           groupBudget
+	plan         ChunkPlan
+	todo         []pending     // the arrays of plan
+	made         []*allocation // todo's arrays, once allocated
+	setAside     []freeWork    // replaced arrays freed before allocating
+	replaced     []freeWork    // arrays the new ones replaced, freed after install
+	hostRetry    bool          // host arrays were set aside after a host failure
+	freeErrs     map[*Client]error
+	victims      []*Client // clients evicted for the group (evict.go), their OnInvalidate queued
+	evictedBytes uint64    // device bytes their arrays took, as stated
 }
 
 // allocateGroup is Allocate with the group lock, planMu and allocMu
@@ -60,15 +62,15 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
 	}
-	if err := tx.planOnce(); err != nil {
-		tx.restoreQueue()
-		return groupOutcome{}, err
-	}
+	planErr := tx.planOnce()
 	// The last point where a cancelled Allocate leaves everything as it
 	// was: nothing has been freed or allocated yet.
 	if err := ac.ctx.Err(); err != nil {
 		tx.restoreQueue()
 		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
+	}
+	if err := tx.evict(planErr); err != nil {
+		return tx.rollback(err)
 	}
 	if !tx.gb.fitsBeside(tx.plan) {
 		tx.setAsideReplaced(false)
@@ -78,6 +80,8 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	}
 	res := tx.install()
 	tx.freeReplaced(&res)
+	res.invalidated = tx.victims
+	tx.warn()
 	return res, nil
 }
 
@@ -114,7 +118,7 @@ func (tx *allocTx) take() error {
 }
 
 // restoreQueue puts the requests taken back in their clients' queues,
-// under any queued since for the same labels.
+// unless a client has queued since: its newer set replaced them.
 func (tx *allocTx) restoreQueue() {
 	m := tx.m
 	m.mu.Lock()
@@ -123,11 +127,8 @@ func (tx *allocTx) restoreQueue() {
 		if c.closed {
 			continue
 		}
-		dst := m.queues[c.group][c]
-		for l, r := range tx.q[c] {
-			if _, newer := dst[l]; !newer {
-				m.queueLocked(c, c.group, map[string]ArrayRequest{l: r})
-			}
+		if _, newer := m.queues[c.group][c]; !newer {
+			m.queueLocked(c, c.group, tx.q[c])
 		}
 	}
 }
@@ -315,12 +316,14 @@ func (tx *allocTx) failure(failed int, err error) error {
 // queues their OnInvalidate hooks.
 func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	tx.restoreQueue()
+	err = tx.victimsErr(err)
 	if len(tx.setAside) == 0 {
-		return groupOutcome{}, err
+		return groupOutcome{invalidated: tx.victims}, err
 	}
 	m := tx.m
 	var lost []string
 	var told []*Client
+	reason := fmt.Errorf("vram: AllocateQueue of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
 	m.mu.Lock()
 	for _, w := range tx.setAside {
 		labels := make([]string, 0, len(w.allocs))
@@ -330,8 +333,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 			}
 		}
 		lost = append(lost, fmt.Sprintf("%v: %s", w.c, strings.Join(labels, ", ")))
-		if w.c.onInvalidate != nil && !w.c.closed {
-			w.c.postLocked(w.c.onInvalidate, true)
+		if !w.c.closed && w.c.invalidateLocked(reason, true) != nil {
 			told = append(told, w.c)
 		}
 	}
@@ -342,7 +344,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	}
 	lostErr := fmt.Errorf("the plan needed the memory of the arrays being replaced, so they were freed first and are gone "+
 		"(%s); their owners' OnInvalidate hooks are called and their requests stay queued", strings.Join(lost, "; "))
-	return groupOutcome{invalidated: told}, errors.Join(err, lostErr, errors.Join(errs...))
+	return groupOutcome{invalidated: append(told, tx.victims...)}, errors.Join(err, lostErr, errors.Join(errs...))
 }
 
 // install puts the new arrays in their clients, in place of what they
@@ -420,6 +422,8 @@ func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
 		for _, a := range as {
 			c.held += a.charged
 		}
+		c.work.evicted.Store(false)
+		c.work.touch()
 		for b := range resp.Buffers {
 			a := as[min(b, len(as)-1)] // unchunkable: one array in every buffer
 			if a.dev != nil {

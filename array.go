@@ -26,13 +26,14 @@ import (
 // not: order kernels and copies that use it on one stream, or
 // synchronize between streams (see package device).
 type DeviceArray struct {
-	ptr    device.Ptr
-	shape  []int
-	dtype  DType
-	memory MemoryType // Device or Mapped
-	label  string
-	freed  atomic.Bool
-	last   atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
+	ptr     device.Ptr
+	shape   []int
+	dtype   DType
+	memory  MemoryType // Device or Mapped
+	label   string
+	freed   atomic.Bool
+	evicted atomic.Bool               // freed by an eviction (evict.go)
+	last    atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
 	// use is held for reading while a copy checks and enqueues work on
 	// the array, and for writing while the manager frees it, so that no
 	// copy is enqueued on memory already given back.
@@ -115,6 +116,7 @@ type HostArray struct {
 	place   *HostPlacement                 // the ladder's choice; nil: forced (Placement)
 	last    atomic.Pointer[streamRef]      // the stream of the latest copy
 	freed   atomic.Bool
+	evicted atomic.Bool  // freed by an eviction (evict.go)
 	use     sync.RWMutex // as DeviceArray.use
 }
 

@@ -421,8 +421,10 @@ func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
 // device's free memory; they must not both plan against the same.
 func TestPassiveGroupsPlanInTurn(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
-	a := register(t, m, ClientOptions{Group: "a"})
-	b := register(t, m, ClientOptions{Group: "b"})
+	// Opted out of eviction, which would otherwise give one group the
+	// other's idle memory (TestEvict).
+	a := register(t, m, ClientOptions{Group: "a", NoEvict: true})
+	b := register(t, m, ClientOptions{Group: "b", NoEvict: true})
 	for range 30 {
 		var wg sync.WaitGroup
 		var ra, rb *ArrayResponse

@@ -52,7 +52,7 @@ func TestAllocateCancelled(t *testing.T) {
 			}))
 			var hooks atomic.Int32
 			c := register(t, m, ClientOptions{Name: "c", Group: "g",
-				OnAllocated: func(*ArrayResponse) { hooks.Add(1) }, OnInvalidate: func() { hooks.Add(1) }})
+				OnAllocated: func(*ArrayResponse) { hooks.Add(1) }, OnInvalidate: func(error) { hooks.Add(1) }})
 			must(t, c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)}))
 			if _, err := c.Allocate(context.Background()); err != nil {
 				t.Fatal(err)

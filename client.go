@@ -42,10 +42,15 @@ type ClientOptions struct {
 	// Group is the stream group to join ("" is "default").
 	Group string
 	// OnInvalidate is called when the manager has freed the client's
-	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
-	// Allocate that had to free the arrays it was replacing first):
-	// drop them and queue again.
-	OnInvalidate func()
+	// arrays behind its back, with the reason: SetAllocator or
+	// InvalidateAll (an error wrapping ErrFreed), an eviction for another
+	// group (ErrEvicted, evict.go), or a failed Allocate that had to free
+	// the arrays it was replacing first (ErrFreed). Drop the arrays and
+	// queue again.
+	OnInvalidate func(reason error)
+	// NoEvict opts the client out of eviction: its arrays are never freed
+	// to make room for another group.
+	NoEvict bool
 	// OnAllocated is called after Allocate has allocated its group:
 	// with the client's arrays when it had requests queued, and with the
 	// chunk parameters and no arrays when another member of its group
@@ -60,8 +65,9 @@ type Client struct {
 	m            *Manager
 	id           uint64
 	name         string
-	onInvalidate func()
+	onInvalidate func(reason error)
 	onAllocated  func(*ArrayResponse)
+	work         workState // work marks and eviction (workmarks.go, evict.go)
 
 	hookMu     sync.Mutex  // protects hooks and delivering; taken after m.mu, never held over a call
 	hooks      []*hookCall // hook calls to make, in event order (hooks.go)
@@ -224,7 +230,7 @@ func (c *Client) Close() error {
 	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
 		err = errors.Join(err, wrapIf("leave the stream group", gerr))
 	}
-	return err
+	return errors.Join(err, c.work.drop())
 }
 
 // takeLocked removes and returns the allocations under label. m.mu must
@@ -292,6 +298,8 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		prop:         units,
 		group:        group,
 	}
+	c.work.noEvict = o.NoEvict
+	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
 	// join the group (which may make a stream: a device call, not under
 	// mu), giving the share back if that fails.
@@ -455,13 +463,9 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		m.mu.Unlock()
 		return err
 	}
-	switch {
-	case need == "auto" && c.isManual():
+	if (need == "auto" && c.isManual()) || (!toManual && !c.isManual()) {
 		m.mu.Unlock()
-		return fmt.Errorf("vram: %v already has a manual proportion; use SetManualProportion to change it: %w", c, ErrLimitMode)
-	case !toManual && !c.isManual():
-		m.mu.Unlock()
-		return fmt.Errorf("vram: %v is already in the auto pool: %w", c, ErrLimitMode)
+		return nil // the mode it has: nothing to do (as cubie)
 	}
 	// Take c out, try to put it back as asked, and undo on refusal.
 	wasProp := c.prop
@@ -492,15 +496,17 @@ func (c *Client) SetManualProportion(p float64) error {
 }
 
 // SetManualLimitMode moves an auto client to the manual pool with
-// proportion p, under Register's rules. It fails with ErrLimitMode for a
-// client that is manual already.
+// proportion p, under Register's rules. For a client that is manual
+// already it does nothing and returns nil (its proportion stays: change
+// it with SetManualProportion).
 func (c *Client) SetManualLimitMode(p float64) error {
 	return c.m.setShare(c, p, true, "auto")
 }
 
-// SetAutoLimitMode moves a manual client to the auto pool. It fails with
-// ErrLimitMode for an auto client, and with ErrProportion when the other
-// manual clients leave the auto pool less than MinAutoPool.
+// SetAutoLimitMode moves a manual client to the auto pool; for an auto
+// client it does nothing and returns nil. It fails with ErrProportion
+// when the other manual clients leave the auto pool less than
+// MinAutoPool.
 func (c *Client) SetAutoLimitMode() error {
 	return c.m.setShare(c, 0, false, "")
 }

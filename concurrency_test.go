@@ -161,7 +161,10 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 	}
 	defer host.Free()
 	for ch := range resp.Chunks {
-		sp := resp.Span(ch, 1)
+		sp, err := resp.Span(ch, 1)
+		if err != nil {
+			return err
+		}
 		if err := c.ToDeviceChunk(context.Background(), x, host, sp); err != nil {
 			if errors.Is(err, ErrFreed) {
 				count("freed under us")

@@ -211,9 +211,9 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	}
 	switch {
 	case d.Freed():
-		err = fmt.Errorf("device array %v was freed (Free, FreeAll, a re-allocation of its label, Close or SetAllocator); use the arrays of the latest ArrayResponse: %w", d, ErrFreed)
+		err = d.freedErr()
 	case h.Freed():
-		err = fmt.Errorf("host array %v was freed; make another with NewHostArray: %w", h, ErrFreed)
+		err = h.freedErr()
 	case d.dtype != h.dtype:
 		err = fmt.Errorf("the device array is %v and the host array %v; make the host array with the device array's dtype: %w", d.dtype, h.dtype, ErrMismatch)
 	default:

@@ -34,7 +34,8 @@
 //     (Register, the allocator, the limit mode, invalidation, streams
 //     after a reset, memory info, Close).
 //   - ArrayRequest{Shape, DType, Memory, ChunkAxis, Unchunkable,
-//     TotalRuns}: one array. Client.Queue queues a client's requests;
+//     TotalRuns}: one array. Client.Queue queues a client's requests
+//     (replacing what it had queued);
 //     Client.Allocate plans everything queued in the client's group
 //     together (Plan) and hands each requester an ArrayResponse with its
 //     DeviceArrays and HostArrays and the chunk parameters; the other
@@ -69,6 +70,18 @@
 //     client's stream; Client.Sync waits for them.
 //   - SetAllocator(Direct | Pool | AsyncPool) frees everything, calls every
 //     OnInvalidate and gives every group a fresh stream.
+//   - Eviction: when Allocate cannot fit a group, or chunks it more than
+//     the memory of idle clients of other groups would allow, it frees
+//     those clients' arrays, least recently used first and only as many
+//     as the plan needs, and calls their OnInvalidate with a reason
+//     wrapping ErrEvicted; their arrays then fail with ErrEvicted until
+//     they allocate again. Idle means no work mark open
+//     (Client.BeginWork … Work.End, which records an event) and the GPU
+//     done with the work before each End; RunBatch marks its clients.
+//     ClientOptions.NoEvict opts out.
+//   - Warnings through the manager's log/slog logger: a group past 95% of
+//     its caps in Active mode, and a client's requests more than 20 times
+//     the memory its group could plan with.
 //
 // # Batches
 //
@@ -177,7 +190,7 @@
 //	resp, err := c.Allocate(ctx)                // plans, chunks if needed
 //	host, err := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
 //	for i := range resp.Chunks {
-//		sp := resp.Span(i, 1)                  // runs of chunk i along axis 1
+//		sp, err := resp.Span(i, 1)             // runs of chunk i along axis 1
 //		err = c.ToDeviceChunk(ctx, resp.Arrays["state"], host, sp)
 //		// … launch kernels on c.Stream() over sp.Len runs …
 //		err = c.FromDeviceChunk(ctx, host, resp.Arrays["state"], sp)
@@ -237,6 +250,29 @@
 //	CuPyAsyncNumbaManager                      AsyncPool (alloc.AsyncPool)
 //	Numba's default memory manager             Direct (alloc.Direct)
 //	current_cupy_stream(nb_stream)             none: launch on Client.Stream()
+//	(newer) idle-owner eviction                Allocate's evict step; ClientOptions.NoEvict,
+//	                                             OnInvalidate(reason) with ErrEvicted
+//	(newer) work marks                         Client.BeginWork() → *Work; Work.End(); Client.Idle()
+//	(newer) cap and large-request warnings     the manager's slog logger (WithLogger)
+//	allocator names cupy, cupy_async, default  ParseAllocatorKind: Pool, AsyncPool, Direct
+//
+// Where vram follows cubie: Queue replaces the client's queued set;
+// setting a client's limit mode to the one it has does nothing; a chunk
+// index out of range is an error (ErrChunkRange), as it is an IndexError
+// in Python. Where vram differs on purpose:
+//
+//   - Chunk lengths are balanced: the runs are split into the fewest
+//     chunks that fit, each of ⌈runs/chunks⌉ runs, so the last is not a
+//     sliver (rather than chunks filled to the budget and a short last
+//     one): the passes take even time.
+//   - The chunk axis is 0 by default (ArrayRequest.ChunkAxis): the
+//     first axis of a row-major array of runs; a request names another.
+//   - Host arrays (Pinned, Mapped, Pageable) are not charged to the
+//     device budget or to a client's cap: they spend host memory, which
+//     the host ladder and its limits govern.
+//   - Chunkable requests planned together that disagree on their number
+//     of runs are refused (ErrRunsMismatch) instead of chunked by the
+//     first one's count, which would copy the wrong runs of the others.
 //
 // The package owns clients, shares, requests, plans and arrays. It does
 // not own allocation strategy (package alloc), stream groups' bookkeeping

@@ -61,7 +61,11 @@ func Example() {
 	}
 	out, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pageable, nil)
 	for i := range resp.Chunks {
-		sp := resp.Span(i, 1) // the runs of chunk i along axis 1
+		sp, err := resp.Span(i, 1) // the runs of chunk i along axis 1
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
 		if err := solver.ToDeviceChunk(ctx, resp.Arrays["state"], in, sp); err != nil {
 			fmt.Println(err)
 			return

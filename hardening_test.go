@@ -198,7 +198,7 @@ func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
 	var events []string
 	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	c := register(t, m, ClientOptions{
-		OnInvalidate: func() { record("invalidated") },
+		OnInvalidate: func(error) { record("invalidated") },
 		OnAllocated:  func(*ArrayResponse) { record("allocated") },
 	})
 	queue := func() {

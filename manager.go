@@ -72,17 +72,19 @@ func (k AllocatorKind) String() string {
 }
 
 // ParseAllocatorKind reads "pool", "direct" or "async" ("asyncpool" and
-// "async-pool" too; case ignored).
+// "async-pool" too), and cubie's names: "cupy" (Pool), "cupy_async"
+// (AsyncPool) and "default" (Direct, Numba's default manager); case
+// ignored.
 func ParseAllocatorKind(s string) (AllocatorKind, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "pool", "":
+	case "pool", "", "cupy":
 		return Pool, nil
-	case "direct":
+	case "direct", "default":
 		return Direct, nil
-	case "async", "asyncpool", "async-pool", "async_pool":
+	case "async", "asyncpool", "async-pool", "async_pool", "cupy_async", "cupy-async":
 		return AsyncPool, nil
 	}
-	return 0, fmt.Errorf("allocator %q: want pool, direct or async: %w", s, device.ErrInvalidValue)
+	return 0, fmt.Errorf("allocator %q: want pool, direct or async (or cubie's cupy, default, cupy_async): %w", s, device.ErrInvalidValue)
 }
 
 // LimitMode says how much memory a stream group may plan with. A plain
@@ -393,7 +395,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
-	clients, _ := m.postInvalidateLocked(true)
+	clients, _ := m.postInvalidateLocked(fmt.Errorf("vram: SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
 	m.mu.Unlock()
 	m.allocMu.Unlock()
 	deliver(clients)
@@ -457,7 +459,7 @@ func (m *Manager) InvalidateAll() error {
 	// installed before is delivered before, and one installed after is
 	// not taken; the hooks wait for the frees.
 	work := m.takeAllLocked(nil)
-	clients, calls := m.postInvalidateLocked(false)
+	clients, calls := m.postInvalidateLocked(fmt.Errorf("vram: InvalidateAll freed every array: %w", ErrFreed), false)
 	m.mu.Unlock()
 	err := m.freeWork(work)
 	m.allocMu.RUnlock()
@@ -623,13 +625,17 @@ func (m *Manager) Close() error {
 	freeErr := m.freeAllLocked(nil)
 	m.mu.Lock()
 	m.closed = true
-	for _, c := range m.reg.all() {
+	clients := m.reg.all()
+	for _, c := range clients {
 		c.closed = true
 		m.reg.remove(c)
 	}
 	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
 	m.manual, m.numAuto = 0, 0
 	m.mu.Unlock()
+	for _, c := range clients {
+		freeErr = errors.Join(freeErr, c.work.drop())
+	}
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()

@@ -196,6 +196,10 @@ func RunBatch(ctx context.Context, c *Client, b Batch) (BatchReport, error) {
 	if err != nil {
 		return BatchReport{}, err
 	}
-	err = r.run()
-	return r.finish(err)
+	end, err := markBatch(c, b) // no eviction while it runs (batchwork.go)
+	if err != nil {
+		return r.finish(err)
+	}
+	rep, err := r.finish(r.run())
+	return rep, errors.Join(err, end())
 }

@@ -124,7 +124,10 @@ func BenchmarkBatchOverhead(b *testing.B) {
 			p := bb.r.Plan
 			for b.Loop() {
 				for i := range p.Chunks {
-					sp := p.Span(i, 0)
+					sp, err := p.Span(i, 0)
+					if err != nil {
+						b.Fatal(err)
+					}
 					if err := bb.c.ToDeviceChunk(context.Background(), bb.r.Arrays["in"], bb.in, sp); err != nil {
 						b.Fatal(err)
 					}

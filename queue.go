@@ -76,17 +76,20 @@ type ArraySet struct {
 }
 
 // Chunk returns the runs of chunk i: see ChunkPlan.Chunk.
-func (r *ArrayResponse) Chunk(i int) (start, n int) { return r.Plan.Chunk(i) }
+func (r *ArrayResponse) Chunk(i int) (start, n int, err error) { return r.Plan.Chunk(i) }
 
 // Span returns chunk i along axis: see ChunkPlan.Span.
-func (r *ArrayResponse) Span(i, axis int) Span { return r.Plan.Span(i, axis) }
+func (r *ArrayResponse) Span(i, axis int) (Span, error) { return r.Plan.Span(i, axis) }
 
 // Queue queues requests (label → request) for c in its stream group, to
-// be allocated by the next Allocate of any member of the group. Every request is validated first; an invalid one (an error
-// wrapping ErrInvalidRequest, or ErrNotSupported for Managed memory)
-// queues nothing. Queuing a label again replaces its earlier request.
-// An empty (or nil) map queues nothing and returns nil once c is known to
-// be open: it does not make c a requester of the next Allocate.
+// be allocated by the next Allocate of any member of the group. Every
+// request is validated first; an invalid one (an error wrapping
+// ErrInvalidRequest, or ErrNotSupported for Managed memory) queues
+// nothing and leaves what c had queued. Otherwise the requests replace
+// everything c had queued (as cubie's queue_request does): a label queued
+// before and not now is no longer queued. An empty (or nil) map drops
+// c's queued requests and returns nil once c is known to be open: c is
+// then no requester of the next Allocate.
 func (c *Client) Queue(requests map[string]ArrayRequest) error {
 	m := c.m
 	labels := slices.Sorted(maps.Keys(requests))
@@ -104,6 +107,12 @@ func (c *Client) Queue(requests map[string]ArrayRequest) error {
 	defer m.mu.Unlock()
 	if err := m.checkLocked(c); err != nil {
 		return err
+	}
+	if q := m.queues[c.group]; q != nil { // replaced, not merged
+		delete(q, c)
+		if len(q) == 0 {
+			delete(m.queues, c.group)
+		}
 	}
 	if len(own) == 0 {
 		return nil // nothing to queue: no queue entry, so no hook calls for it

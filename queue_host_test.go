@@ -39,7 +39,7 @@ func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Close() })
 	var inval atomic.Int32
-	c, err := m.Register(ClientOptions{Name: "c", Group: "g", OnInvalidate: func() { inval.Add(1) }})
+	c, err := m.Register(ClientOptions{Name: "c", Group: "g", OnInvalidate: func(error) { inval.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}

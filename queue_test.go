@@ -39,7 +39,7 @@ func (h *hookLog) opts(name, group string) ClientOptions {
 			h.calls = append(h.calls, name)
 			h.resps[name] = r
 		},
-		OnInvalidate: func() {
+		OnInvalidate: func(error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.inval[name]++
@@ -219,8 +219,8 @@ func TestChunkedAllocation(t *testing.T) {
 			}
 			covered := 0
 			for i := range resp.Chunks {
-				start, n := resp.Chunk(i)
-				if start != covered || n < 1 || n > resp.ChunkLength {
+				start, n, err := resp.Chunk(i)
+				if err != nil || start != covered || n < 1 || n > resp.ChunkLength {
 					t.Errorf("Chunk(%d) = %d, %d after %d runs", i, start, n, covered)
 				}
 				covered += n
@@ -508,14 +508,22 @@ func TestQueueValidation(t *testing.T) {
 			}
 		})
 	}
-	// Queuing a label again replaces it; other labels stay.
+	// Queuing again replaces the whole set, as cubie's queue_request:
+	// b, not queued again, is gone.
 	_ = c.Queue(map[string]ArrayRequest{"a": req(Float32, 0, 10), "b": req(Float32, 0, 10)})
 	shape := []int{20}
 	_ = c.Queue(map[string]ArrayRequest{"a": {Shape: shape, DType: Float64}})
 	shape[0] = 99 // the queue holds its own copy
 	q := c.Queued()
-	if len(q) != 2 || q["a"].DType != Float64 || q["a"].Shape[0] != 20 {
-		t.Errorf("queue after re-queuing a: %v", q)
+	if len(q) != 1 || q["a"].DType != Float64 || q["a"].Shape[0] != 20 {
+		t.Errorf("queue after re-queuing a alone: %v; want a alone", q)
+	}
+	// A refused set leaves what was queued; an empty one drops it.
+	if err := c.Queue(map[string]ArrayRequest{"bad": {}}); err == nil || len(c.Queued()) != 1 {
+		t.Errorf("a refused set: %v, queue %v", err, c.Queued())
+	}
+	if err := c.Queue(nil); err != nil || len(c.Queued()) != 0 {
+		t.Errorf("Queue(nil): %v, queue %v; want it empty", err, c.Queued())
 	}
 }
 

@@ -50,7 +50,7 @@ func (j *job) verifyIndices(want int) []int {
 		idx = append(idx, int(int64(k)*int64(n-1)/int64(want-1)))
 	}
 	for i := range j.plan.Chunks {
-		start, n := j.plan.Chunk(i)
+		start, n, _ := j.plan.Chunk(i) // i in range
 		idx = append(idx, start, start+n-1)
 	}
 	slices.Sort(idx)
