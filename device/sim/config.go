@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
@@ -89,6 +90,11 @@ type Config struct {
 	// host). 0 means DefaultBackingLimit or half the host's RAM, whichever
 	// is less. Ignored when AddressOnly.
 	BackingLimit uint64
+	// KernelTime, per index, makes each kernel launch over n indices
+	// take at least n × KernelTime of stream time (kerneltime.go): the
+	// kernel runs, then the stream sleeps out the rest. 0 runs kernels
+	// at the host's speed.
+	KernelTime time.Duration
 	// Name is the device name Info reports. "" means "vram simulator".
 	Name string
 	// Ordinal is the device index Info reports.
@@ -143,6 +149,9 @@ func (c Config) withDefaults() (Config, error) {
 			c.BackingLimit = min(c.BackingLimit, ram/2)
 		}
 	}
+	if err := c.checkKernelTime(); err != nil {
+		return c, err
+	}
 	if c.Name == "" {
 		c.Name = "vram simulator"
 	}
@@ -153,7 +162,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // specKeys documents the options ParseSpec accepts.
-var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "pinned", "backing", "name", "ordinal"}
+var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "kerneltime", "pinned", "backing", "name", "ordinal"}
 
 // ParseSpec reads the options of a "sim:..." device spec (the text after
 // the colon) into a Config:
@@ -165,6 +174,7 @@ var specKeys = []string{"vram", "context", "granularity", "backed", "threshold",
 //	threshold=SIZE    async pool release threshold
 //	workers=N         goroutines per kernel launch
 //	bandwidth=SIZE    emulated copy bandwidth per second, e.g. bandwidth=16GB
+//	kerneltime=DUR    emulated kernel time per index, e.g. kerneltime=2us
 //	pinned=SIZE       cap on live pinned host memory (default 64 GiB)
 //	backing=SIZE      cap on host memory backing device memory (default 64 GiB)
 //	name=TEXT         device name
@@ -219,6 +229,8 @@ func ParseSpec(opts string) (Config, error) {
 			}
 		case "bandwidth", "bw":
 			c.CopyBandwidth, err = units.ParseSize(v)
+		case "kerneltime", "kernel-time":
+			c.KernelTime, err = parseKernelTime(v)
 		case "pinned":
 			c.PinnedLimit, err = units.ParseSize(v)
 			if err == nil && c.PinnedLimit == 0 {

@@ -220,7 +220,9 @@ func (d *Device) LaunchFunc(s device.Stream, n int, fn func(mem device.View, lo,
 	}
 	gen := d.gen.Load()
 	stamp := d.stamp.Add(1)
-	return st.enqueue(op, func() error { return d.runKernel(st, gen, stamp, n, fn) })
+	return st.enqueue(op, func() error {
+		return d.timedKernel(n, func() error { return d.runKernel(st, gen, stamp, n, fn) })
+	})
 }
 
 // runKernel runs a kernel's blocks in parallel.
