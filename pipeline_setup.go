@@ -23,7 +23,7 @@ type batchRun struct {
 	b    Batch
 	plan ChunkPlan
 	runs int // the batch's runs (plan.TotalRuns, or b.Runs when it counts none)
-	n, k int // chunks, buffers in flight
+	n, k int // chunks (for a part of a multi-device batch: the most it may take), buffers in flight
 	lag  int // chunks the host stays ahead of the device
 
 	arrs []*batchArr
@@ -36,11 +36,21 @@ type batchRun struct {
 	done     []device.Event // per staging slot: its chunk's copies out are done
 	tl       *timeline
 
-	rep      BatchReport
-	moved    [3][]uint64 // [stepIn or stepOut][chunk]: bytes the chunk's copies move
-	enqueued int         // chunks whose three steps are all enqueued
-	retired  int         // chunks back on the host
-	start    time.Time
+	// The chunks the run takes, in the order it runs them: from next
+	// (its plan's, or a multi-device batch's dealer) as it needs them.
+	chunks    []dealtChunk
+	next      func() (dealtChunk, bool)
+	ended     bool    // next said there are no more
+	total     int     // the batch's chunks, for messages
+	deal      *dealer // a multi-device batch's; nil for RunBatch
+	part      int     // the part of deal this run is
+	axes      []int   // deal's chunk axis per array, for arrays allocated full length; nil unless deal
+	resolving int     // the array resolve is at
+	rep       BatchReport
+	moved     [3][]uint64 // [stepIn or stepOut][chunk]: bytes the chunk's copies move
+	enqueued  int         // chunks whose three steps are all enqueued
+	retired   int         // chunks back on the host
+	start     time.Time
 }
 
 // batchArr is one host side, resolved.
@@ -63,7 +73,7 @@ func batchErr(format string, args ...any) error {
 
 // newBatchRun checks b and makes what the run needs; on an error it
 // leaves nothing behind.
-func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
+func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer, part int) (*batchRun, error) {
 	if c == nil {
 		return nil, batchErr("a nil client; pass a client of the batch's group")
 	}
@@ -75,8 +85,11 @@ func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
-	r := &batchRun{ctx: ctx, m: m, b: b, s: s, ks: s}
+	r := &batchRun{ctx: ctx, m: m, b: b, s: s, ks: s, deal: deal, part: part}
 	if err := r.resolvePlan(); err != nil {
+		return nil, err
+	}
+	if err := r.dealFrom(deal); err != nil {
 		return nil, err
 	}
 	group, err := m.streamGroup(c)
@@ -84,6 +97,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
 	for i, ba := range b.Arrays {
+		r.resolving = i
 		a, err := r.resolve(i, ba, group)
 		if err != nil {
 			return nil, err
@@ -218,6 +232,9 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 		}
 	}
 	switch {
+	case len(diff) == 0 && r.deal != nil && r.axes != nil && r.axes[r.resolving] >= 0:
+		// A part allocated full length in a batch dealt in chunks.
+		a.axis = r.axes[r.resolving]
 	case len(diff) == 0:
 		a.whole = true
 	case len(diff) == 1 && h.shape[diff[0]] == r.runs && ds[diff[0]] == r.plan.ChunkLength:
@@ -308,6 +325,9 @@ func (r *batchRun) finish(err error) (BatchReport, error) {
 		r.rep.Wall = time.Since(r.start)
 	}
 	r.rep.ChunksDone = r.retired
+	if r.deal != nil {
+		r.rep.Chunks = len(r.chunks)
+	}
 	if cerr := errors.Join(errs...); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("vram: batch: clean up: %w", cerr))
 	}

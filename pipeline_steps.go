@@ -23,7 +23,7 @@ func (r *batchRun) run() error {
 	r.start = time.Now()
 	err := r.loop()
 	if err == nil {
-		return r.retireUpTo(r.n)
+		return r.retireUpTo(len(r.chunks))
 	}
 	if cerr := r.ctx.Err(); cerr != nil && err == cerr {
 		// Stopped between steps: what was enqueued finishes and counts.
@@ -31,23 +31,23 @@ func (r *batchRun) run() error {
 			return rerr
 		}
 		return fmt.Errorf("vram: batch stopped before chunk %d of %d: %d of %d chunks finished: %w",
-			r.enqueued+1, r.n, r.retired, r.n, err)
+			r.enqueued+1, r.total, r.retired, r.total, err)
 	}
 	return err
 }
 
 // loop enqueues the chunks; it returns ctx.Err() itself when cancelled.
 func (r *batchRun) loop() error {
-	for p := range min(r.k-1, r.n) {
+	for p := 0; p < r.k-1 && r.take(p); p++ {
 		if err := r.step(stepIn, p); err != nil {
 			return err
 		}
 	}
-	for i := range r.n {
+	for i := 0; r.take(i); i++ {
 		if err := r.step(stepCompute, i); err != nil {
 			return err
 		}
-		if r.k > 1 && i+r.k-1 < r.n {
+		if r.k > 1 && r.take(i+r.k-1) {
 			if err := r.step(stepIn, i+r.k-1); err != nil {
 				return err
 			}
@@ -85,18 +85,17 @@ func (r *batchRun) step(kind, i int) error {
 		err = r.copyOut(i)
 	}
 	if err != nil {
-		return fmt.Errorf("vram: batch: chunk %d of %d: %w", i+1, r.n, err)
+		return fmt.Errorf("vram: batch: chunk %d of %d: %w", r.chunks[i].index+1, r.total, err)
 	}
 	if err := r.tl.mark(kind, i, enq); err != nil {
-		return fmt.Errorf("vram: batch: chunk %d of %d: time the %s: %w", i+1, r.n, stepNames[kind], err)
+		return fmt.Errorf("vram: batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.total, stepNames[kind], err)
 	}
 	return nil
 }
 
 // span is chunk i's runs along a's axis.
 func (r *batchRun) span(a *batchArr, i int) Span {
-	start := i * r.plan.ChunkLength
-	return Span{Axis: a.axis, Start: start, Len: min(r.plan.ChunkLength, r.runs-start)}
+	return Span{Axis: a.axis, Start: r.chunks[i].start, Len: r.chunks[i].len}
 }
 
 // copyIn fills chunk i's staging buffers and enqueues its copies in on s.
@@ -174,8 +173,8 @@ func (r *batchRun) compute(i int) error {
 			return fmt.Errorf("order the compute after the copies in: %w", err)
 		}
 	}
-	start, n := i*r.plan.ChunkLength, min(r.plan.ChunkLength, r.runs-i*r.plan.ChunkLength)
-	ch := &Chunk{Index: i, Chunks: r.n, Start: start, Len: n, ChunkLength: r.plan.ChunkLength,
+	dc := r.chunks[i]
+	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.plan.ChunkLength,
 		Buffer: buf, Stream: r.ks, dev: r.m.dev, sets: r.sets[buf]}
 	if err := r.b.Compute(r.ctx, ch); err != nil {
 		return err
@@ -231,7 +230,7 @@ func (r *batchRun) retireUpTo(upTo int) error {
 		i := r.retired
 		slot := i % (r.lag + 1)
 		if err := r.done[slot].Synchronize(); err != nil {
-			return fmt.Errorf("vram: batch: chunk %d of %d: wait for the copies out: %w", i+1, r.n, err)
+			return fmt.Errorf("vram: batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
 		}
 		for _, a := range r.arrs {
 			if !a.out || !a.staged() {
@@ -245,14 +244,14 @@ func (r *batchRun) retireUpTo(upTo int) error {
 				err = hostChunkCopy(a.stage[i%len(a.stage)], a.host, sp, false)
 			}
 			if err != nil {
-				return fmt.Errorf("vram: batch: chunk %d of %d: drain %s: %w", i+1, r.n, a.name, err)
+				return fmt.Errorf("vram: batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a.name, err)
 			}
 		}
 		r.rep.BytesIn += r.moved[stepIn][i]
 		r.rep.BytesOut += r.moved[stepOut][i]
 		if r.b.Progress != nil {
-			start, n := i*r.plan.ChunkLength, min(r.plan.ChunkLength, r.runs-i*r.plan.ChunkLength)
-			r.b.Progress(Progress{Chunk: i + 1, Chunks: r.n, Start: start, Len: n,
+			start, n := r.chunks[i].start, r.chunks[i].len
+			r.b.Progress(Progress{Chunk: i + 1, Chunks: r.total, Start: start, Len: n,
 				BytesIn: r.rep.BytesIn, BytesOut: r.rep.BytesOut, Elapsed: time.Since(r.start)})
 		}
 	}
