@@ -1,0 +1,111 @@
+package vram
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram/device/sim"
+)
+
+// multiParts makes a fixture per device config and the parts of one
+// batch over them, sharing f0's host arrays.
+func multiParts(t *testing.T, runs int, mods ...func(*sim.Config)) ([]*batchFixture, []BatchPart, *HostArray) {
+	t.Helper()
+	var fs []*batchFixture
+	for _, mod := range mods {
+		fs = append(fs, newBatchFixture(t, runs, 2, mod))
+	}
+	in, table, out := fs[0].hosts(t, Pinned)
+	var parts []BatchPart
+	for _, f := range fs {
+		parts = append(parts, BatchPart{Client: f.solver, Batch: Batch{
+			Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
+			Compute: f.compute,
+		}})
+	}
+	return fs, parts, out
+}
+
+func size(n uint64) func(*sim.Config) { return func(c *sim.Config) { c.TotalBytes = n } }
+
+// Devices of different sizes, one holding the whole batch: every result
+// right, every chunk done once, each device some, progress counting the
+// batch's chunks.
+func TestRunBatchesSizes(t *testing.T) {
+	const runs = 200_000
+	fs, parts, out := multiParts(t, runs, size(1<<20), size(2<<20), size(8<<20))
+	if fs[2].sr.Chunks != 1 {
+		t.Fatalf("the 8 MiB device's plan has %d chunks; the test wants it to hold the batch whole", fs[2].sr.Chunks)
+	}
+	var seen []int
+	rep, err := RunBatches(context.Background(), parts, func(p Progress) { seen = append(seen, p.Chunk) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ChunkLength != fs[0].sr.ChunkLength || rep.Chunks != ceilDiv(runs, rep.ChunkLength) {
+		t.Errorf("report %d chunks of %d; want the 1 MiB device's length %d", rep.Chunks, rep.ChunkLength, fs[0].sr.ChunkLength)
+	}
+	took := 0
+	for i, p := range rep.Parts {
+		took += p.Chunks
+		if p.ChunksDone != p.Chunks {
+			t.Errorf("device %d took %d chunks and did %d", i, p.Chunks, p.ChunksDone)
+		}
+	}
+	if took != rep.Chunks || rep.ChunksDone != rep.Chunks || len(seen) != rep.Chunks || seen[len(seen)-1] != rep.Chunks {
+		t.Errorf("parts took %d chunks, did %d, progress %v; want each of %d once", took, rep.ChunksDone, seen, rep.Chunks)
+	}
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	if want := uint64(2 * runs * 4); rep.BytesOut != want {
+		t.Errorf("bytes out %d; want %d", rep.BytesOut, want)
+	}
+	t.Logf("chunks per device: %d, %d, %d", rep.Parts[0].Chunks, rep.Parts[1].Chunks, rep.Parts[2].Chunks)
+}
+
+// A device whose kernels take twenty times as long takes fewer chunks.
+func TestRunBatchesSlowDevice(t *testing.T) {
+	const runs = 200_000
+	// 256 KiB devices: about 28 chunks, so that the fast device has
+	// time for many while the slow one holds the few it took ahead.
+	kt := func(d time.Duration) func(*sim.Config) {
+		return func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, d }
+	}
+	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
+	rep, err := RunBatches(context.Background(), parts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
+	t.Logf("%d chunks of %d runs: fast device %d, slow %d", rep.Chunks, rep.ChunkLength, fast, slow)
+	if fast <= slow || fast+slow != rep.Chunks {
+		t.Errorf("fast device took %d chunks, slow %d, of %d; want the fast one more", fast, slow, rep.Chunks)
+	}
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+}
+
+// A part that fails stops the batch: its error, naming the device, is
+// returned, and every part cleans up.
+func TestRunBatchesFailure(t *testing.T) {
+	const runs = 200_000
+	fs, parts, _ := multiParts(t, runs, size(1<<20), size(1<<20))
+	boom := errors.New("boom")
+	parts[1].Batch.Compute = func(context.Context, *Chunk) error { return boom }
+	_, err := RunBatches(context.Background(), parts, nil)
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
+		t.Fatalf("err %v; want boom from device 1", err)
+	}
+	bad := BatchPart{Client: fs[1].solver, Batch: Batch{Arrays: parts[1].Batch.Arrays[:2], Compute: fs[1].compute}}
+	if _, err := RunBatches(context.Background(), []BatchPart{parts[0], bad}, nil); !errors.Is(err, ErrBatch) {
+		t.Errorf("parts with different arrays: %v; want ErrBatch", err)
+	}
+	if _, err := RunBatches(context.Background(), nil, nil); !errors.Is(err, ErrBatch) {
+		t.Errorf("no parts: %v; want ErrBatch", err)
+	}
+}
