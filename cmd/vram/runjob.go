@@ -88,6 +88,7 @@ type runFlags struct {
 	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
 	out                  string // --out: the trajectories' .npy file ("": not kept)
 	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
+	devices              string // --devices: several devices in one process ("": --device's one); rundevices.go
 }
 
 func (a *app) runCommand() *cobra.Command {
@@ -163,6 +164,7 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
 	fl.StringVar(&f.hostMem, "host-mem", "", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
+	addDevicesFlag(fl, &f)
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")
 	return cmd
 }
@@ -263,6 +265,9 @@ func (a *app) runJob(f runFlags) (err error) {
 	js, err := f.check()
 	if err != nil {
 		return err
+	}
+	if f.devices != "" {
+		return a.runJobDevices(f, js)
 	}
 	prog := a.runProgress()
 	defer prog.Finish()

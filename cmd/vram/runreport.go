@@ -71,6 +71,9 @@ type runReport struct {
 	// MetricsURL is where --metrics-addr served /metrics during the job.
 	MetricsURL string `json:"metrics_url,omitempty"`
 
+	// Devices is each device's share with --devices (none without).
+	Devices []deviceRun `json:"devices,omitempty"`
+
 	// Out is the --out file; OutShape its array's shape (samples, 2, runs).
 	Out      string `json:"out,omitempty"`
 	OutShape []int  `json:"out_shape,omitempty"`
@@ -133,6 +136,9 @@ func (a *app) printRun(r runReport) error {
 	}
 	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget%s\n",
 		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), whole)
+	if len(r.Devices) > 0 {
+		fmt.Fprintf(w, "devices      %d, the chunks dealt to whichever was free:\n%s", len(r.Devices), devicesText(r.Devices))
+	}
 	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
 	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels; %.2f s of copying not hidden by a kernel\n",
