@@ -192,7 +192,8 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 		if !ba.out {
 			slots = r.lag + r.k
 		}
-		a.stage = make([]*HostArray, slots)
+		// No more than the batch has chunks.
+		a.stage = make([]*HostArray, min(slots, r.n))
 		r.rep.Staged++
 	}
 	return a, nil

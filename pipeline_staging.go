@@ -61,7 +61,7 @@ func (r *batchRun) acquireStaging() error {
 	for i, a := range staged {
 		a.stage = a.stage[:0]
 		for j, b := range got[i] {
-			if j >= r.slots(a) {
+			if j >= min(r.slots(a), r.n) {
 				b.Release()
 				continue
 			}
@@ -94,6 +94,9 @@ func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
 	for k := r.k; k >= 1; k-- {
 		lag := max(1, k-1)
 		for i, a := range staged {
+			if len(got[i]) >= r.n {
+				continue // a buffer per chunk: never reused
+			}
 			if a.out {
 				lag = min(lag, len(got[i])-1)
 			} else {
