@@ -40,6 +40,7 @@ import (
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
+	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/kernel"
 )
@@ -89,6 +90,7 @@ type runFlags struct {
 	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
 	out                  string // --out: the trajectories' .npy file ("": not kept)
 	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
+	shard                string // --shard i/N ("": the scheduler's environment, else the whole batch)
 }
 
 func (a *app) runCommand() *cobra.Command {
@@ -164,17 +166,23 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
 	fl.StringVar(&f.hostMem, "host-mem", "", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
+	fl.StringVar(&f.shard, "shard", "", "run shard i of N of the batch, runs [⌊i·runs/N⌋, ⌊(i+1)·runs/N⌋), and write --out's part OUT.shard-i-of-N.npy for vram merge (default: a Slurm array's or Kubernetes Indexed Job's index, else the whole batch; 0/1 is the whole batch)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")
 	return cmd
 }
 
 // jobShape is the batch's fixed figures, checked.
 type jobShape struct {
-	runs    int
+	runs    int // the job's runs: the batch's, or its shard's
 	steps   uint32
 	every   uint32
 	samples int
 	dt      float32
+	dtFlag  float64 // --dt as given
+	// shard is the job's share of the batch (shard.One: all of it); its
+	// runs are the batch's first … first+runs−1 of total.
+	shard        shard.Shard
+	first, total int
 }
 
 func (f runFlags) check() (jobShape, error) {
@@ -225,6 +233,9 @@ func (f runFlags) check() (jobShape, error) {
 		every:   uint32(f.steps / (samples - 1)),
 		samples: samples,
 		dt:      float32(f.dt),
+		dtFlag:  f.dt,
+		shard:   shard.One,
+		total:   f.runs,
 	}, nil
 }
 
@@ -265,6 +276,9 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	if js, err = a.shardJob(js, f); err != nil {
+		return err
+	}
 	prog := a.runProgress()
 	defer prog.Finish()
 	prog.Phase("open the device")
@@ -296,10 +310,10 @@ func (a *app) runJob(f runFlags) (err error) {
 	}
 	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{}}
 	if f.out != "" {
-		if j.traj, err = createTrajFile(f.out, js.runs, js.samples); err != nil {
+		if err := j.openOut(f.out); err != nil {
 			return err
 		}
-		defer func() { err = errors.Join(err, j.traj.close(err != nil)) }()
+		defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	}
 	ms, err := a.startMetrics(f, m)
 	if err != nil {
@@ -326,6 +340,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	j.shardReport(&rep)
 	if err := j.runBatch(&rep); err != nil {
 		return err
 	}
@@ -510,7 +525,7 @@ func (j *job) allocate(double bool) error {
 	j.phase("fill the inputs")
 	init, params := j.hInit.Float32s(), j.hParams.Float32s()
 	for i := range n {
-		r := runAt(j.seed, i)
+		r := runAt(j.seed, j.shape.first+i)
 		init[i], init[n+i] = float32(r.X0), float32(r.V0)
 		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
 	}
