@@ -150,3 +150,26 @@ func (j *job) shardReport(rep *runReport) {
 	}
 	rep.Shard, rep.ShardFrom, rep.FirstRun, rep.TotalRuns = s.String(), s.From, j.shape.first, j.shape.total
 }
+
+// shardOf is shard i of n as a value.
+func shardOf(i, n uint64) shard.Shard { return shard.Shard{Index: i, Count: n} }
+
+// partGlob is the pattern of out's parts' files with extension ext.
+func partGlob(out, ext string) string {
+	return strings.TrimSuffix(out, ".npy") + ".shard-*-of-*." + ext
+}
+
+// globEscape escapes the characters filepath.Match treats as special.
+func globEscape(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`)
+	return r.Replace(s)
+}
+
+// unfinishedNote names the parts of out that have no manifest, if any.
+func unfinishedNote(out string) string {
+	found, _ := filepath.Glob(globEscape(strings.TrimSuffix(out, ".npy")) + ".shard-*-of-*.npy")
+	if len(found) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %s exist without a manifest: their shards did not finish", strings.Join(found, ", "))
+}
