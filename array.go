@@ -151,7 +151,8 @@ func (h *HostArray) Data() []byte {
 }
 
 // Free returns a pinned or mapped array's memory to where it came from;
-// for a pageable array it only marks it freed. Views taken before must
+// for a pageable array it only marks it freed; a file-backed one (the
+// host ladder's file rung) is unmapped and its file removed unless kept. Views taken before must
 // not be used afterwards. A pinned buffer is reused only once the stream
 // of the array's latest copy has finished that copy; an array copied on
 // several streams at once must be synchronized before Free. A second Free

@@ -71,9 +71,12 @@
 // kernel), and copies the outputs back, then waits for each chunk a
 // buffer or two behind the one it enqueues. The host side of each array
 // is a full-length host array (In, Out; pinned or mapped ones are copied
-// from directly, pageable ones staged through pinned buffers) or a
-// function that fills or drains a pinned staging buffer chunk by chunk
-// (InFunc, OutFunc). With one buffer every step runs on the group's
+// from directly, pageable and file-backed ones staged through the
+// manager's StagingPool of pinned chunk buffers) or a function that fills
+// or drains a pinned staging buffer chunk by chunk (InFunc, OutFunc).
+// When the pool cannot give every buffer the batch wants (a host limit
+// below two chunks), the batch keeps fewer chunks ahead
+// (BatchReport.Lag) and, if need be, fewer buffers in flight. With one buffer every step runs on the group's
 // stream in turn; with two or three (allocated with WithBuffers) the
 // compute runs on a stream of the batch's own, events order the two
 // streams, and copies of one chunk overlap the compute of another. The
@@ -85,6 +88,19 @@
 // time no compute hid. RunBatch takes the client whose group runs the
 // batch and the responses whose arrays it moves; it keeps no state after
 // it returns.
+//
+// # Host memory
+//
+// AllocHostArray puts a host array on the host ladder: pinned while the
+// pinned bytes stay under HostOptions.PinnedLimit (by default
+// DefaultPinnedFraction of the host's RAM), then pageable while the host
+// limit (HostOptions.Limit) and the RAM available allow, then a
+// memory-mapped .npy file in the spill directory (HostOptions.SpillDir or
+// $VRAM_SPILL_DIR), removed when the array is freed unless kept.
+// HostArray.Placement says which rung and why (also logged at debug
+// level); HostStats counts each rung, and a Free takes off exactly what
+// the array took. OpenHostArray maps an existing .npy file. Package npy
+// reads and writes .npy files in parts, at offsets.
 //
 // Kernels that run on both the simulator and CUDA come from package
 // kernel: one value with PTX for CUDA and a Go function, given typed,

@@ -33,8 +33,9 @@ type hostPool struct {
 	// tests replace it).
 	avail func() (uint64, bool)
 
-	mu sync.Mutex
-	n  hostCounts // bytes held on each rung
+	placeMu sync.Mutex // serializes the ladder's choices (AllocHostArray)
+	mu      sync.Mutex
+	n       hostCounts // bytes held on each rung
 }
 
 func newHostPool(dev device.Device, o HostOptions, log *slog.Logger) *hostPool {

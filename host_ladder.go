@@ -127,7 +127,10 @@ func (m *Manager) HostStats() HostStats { return m.host.stats() }
 // o.Rung forces, or on the one the ladder chooses (see host_ladder.go's
 // overview: pinned, pageable, file-backed), and logs the choice at debug
 // level. Placement says which and why. Free it before the manager is
-// closed.
+// closed. A file-backed array's views must not be used after Free: its
+// mapping is gone, and touching it faults. The limits are checked as
+// each array is placed; a staging buffer made at the same moment may
+// overshoot them by its size.
 func (m *Manager) AllocHostArray(shape []int, dtype DType, o HostArrayOptions) (*HostArray, error) {
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: Pageable, Unchunkable: true}
 	if err := r.Validate(); err != nil {
@@ -141,10 +144,14 @@ func (m *Manager) AllocHostArray(shape []int, dtype DType, o HostArrayOptions) (
 	}
 	n, _ := elements(shape)
 	place := HostPlacement{Rung: o.Rung, Forced: o.Rung != RungAuto, Keep: o.Keep, Reason: "forced by the caller"}
+	// One choice at a time, so that two arrays never both take the last
+	// room under a limit.
+	m.host.placeMu.Lock()
 	if !place.Forced {
 		place.Rung, place.Reason = m.host.choose(n * dtype.Size())
 	}
 	h, err := m.placeHost(slices.Clone(shape), dtype, &place, o.Name)
+	m.host.placeMu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("vram: alloc host array %v%v on the %v rung: %w", dtype, shape, place.Rung, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,13 +17,18 @@ import (
 )
 
 // newHostManager is a manager on a simulator with host options o and the
-// RAM available reported as avail.
-func newHostManager(t *testing.T, o HostOptions, avail uint64) *Manager {
+// RAM available reported as avail, logging at debug level to log (if not
+// nil).
+func newHostManager(t *testing.T, o HostOptions, avail uint64, log ...*logBuf) *Manager {
 	t.Helper()
 	if o.SpillDir == "" {
 		o.SpillDir = t.TempDir()
 	}
-	m, err := New(newSim(t, 64*units.MiB), WithHostOptions(o))
+	opts := []Option{WithHostOptions(o)}
+	if len(log) > 0 {
+		opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(log[0], &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	m, err := New(newSim(t, 64*units.MiB), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +61,8 @@ func TestHostLadderRungs(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m := newHostManager(t, tc.o, tc.avail)
+			log := &logBuf{}
+			m := newHostManager(t, tc.o, tc.avail, log)
 			h, err := m.AllocHostArray([]int{int(tc.bytes / 8)}, Float64, HostArrayOptions{Rung: tc.force})
 			if err != nil {
 				t.Fatal(err)
@@ -63,6 +70,10 @@ func TestHostLadderRungs(t *testing.T) {
 			p := h.Placement()
 			if p.Rung != tc.want || p.Forced != (tc.force != RungAuto) || !strings.Contains(p.Reason, tc.reason) {
 				t.Fatalf("placement %+v: want rung %v saying %q", p, tc.want, tc.reason)
+			}
+			if l := log.String(); !strings.Contains(l, "level=DEBUG msg=\"vram: host array placed\"") ||
+				!strings.Contains(l, "rung="+tc.want.String()) || !strings.Contains(l, tc.reason) {
+				t.Errorf("debug log %q: want the placement with its rung %v and reason", l, tc.want)
 			}
 			got := m.HostStats()
 			counts := map[HostRung]uint64{RungPinned: got.Pinned, RungPageable: got.Pageable, RungFile: got.File}

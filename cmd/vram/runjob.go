@@ -380,6 +380,8 @@ func (j *job) runBatch(rep *runReport) error {
 	case err != nil && ctxErr != nil && errors.Is(err, ctxErr):
 		return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
 			br.ChunksDone+1, j.plan.Chunks, br.ChunksDone, j.plan.Chunks, ctxErr)
+	case err != nil && errors.Is(err, vram.ErrOutOfMemory) && j.m.HostStats().Limit > 0:
+		return fmt.Errorf("%w\nto make the staging fit: raise --host-mem, or lower --vram for smaller chunks", err)
 	case err != nil:
 		return err
 	case ctxErr != nil:
@@ -393,13 +395,7 @@ func (j *job) runBatch(rep *runReport) error {
 	rep.CopySeconds = br.Copy.Seconds()
 	rep.ComputeSeconds = br.Compute.Seconds()
 	rep.ExposedCopySeconds = br.ExposedCopy.Seconds()
-	rep.BuffersInFlight, rep.Lag = br.Buffers, br.Lag
-	rep.HostRungs = j.rungs
-	rep.StagingBytes = j.m.HostStats().Staging
-	rep.HostLimitBytes = j.m.HostStats().Limit
-	if j.traj != nil {
-		rep.Out, rep.OutShape = j.traj.path, []int{j.shape.samples, 2, j.shape.runs}
-	}
+	j.hostReport(rep, br)
 	return nil
 }
 
@@ -515,23 +511,7 @@ func (j *job) allocate(double bool) error {
 		j.plan.TotalRuns, j.plan.ChunkLength, j.plan.LastChunkLength = n, n, n
 	}
 
-	// The host arrays hold the whole batch: 24 bytes of inputs and
-	// samples × 8 + 4 bytes of outputs a run (the trajectories go to the
-	// file with --out). The manager's host ladder picks their memory.
-	j.phase("make the host arrays")
-	hostBytes := uint64(n) * hostBytesPerRun(s)
-	if j.hInit, err = j.hostArray([]int{2, n}, vram.Float32, "initial states", hostBytes); err != nil {
-		return err
-	}
-	if j.hParams, err = j.hostArray([]int{4, n}, vram.Float32, "parameters", hostBytes); err != nil {
-		return err
-	}
-	if j.traj == nil {
-		if j.hOut, err = j.hostArray([]int{s, 2, n}, vram.Float32, "trajectories", hostBytes); err != nil {
-			return err
-		}
-	}
-	if j.hStatus, err = j.hostArray([]int{n}, vram.Int32, "status", hostBytes); err != nil {
+	if err := j.makeHostArrays(); err != nil {
 		return err
 	}
 	j.phase("fill the inputs")
@@ -542,15 +522,4 @@ func (j *job) allocate(double bool) error {
 		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
 	}
 	return nil
-}
-
-// freeHost returns the host arrays.
-func (j *job) freeHost() error {
-	var errs []error
-	for _, h := range []*vram.HostArray{j.hInit, j.hParams, j.hOut, j.hStatus} {
-		if h != nil {
-			errs = append(errs, h.Free())
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -117,3 +117,53 @@ func (j *job) hostArray(shape []int, dt vram.DType, what string, hostBytes uint6
 	j.rungs[what] = p.Rung.String()
 	return h, nil
 }
+
+// makeHostArrays makes the full-length host arrays on the manager's host
+// ladder.
+func (j *job) makeHostArrays() error {
+	// The host arrays hold the whole batch: 24 bytes of inputs and
+	// samples × 8 + 4 bytes of outputs a run (the trajectories go to the
+	// file with --out). The manager's host ladder picks their memory.
+	j.phase("make the host arrays")
+	n, s := j.shape.runs, j.shape.samples
+	hostBytes := uint64(n) * hostBytesPerRun(s)
+	var err error
+	if j.hInit, err = j.hostArray([]int{2, n}, vram.Float32, "initial states", hostBytes); err != nil {
+		return err
+	}
+	if j.hParams, err = j.hostArray([]int{4, n}, vram.Float32, "parameters", hostBytes); err != nil {
+		return err
+	}
+	if j.traj == nil {
+		if j.hOut, err = j.hostArray([]int{s, 2, n}, vram.Float32, "trajectories", hostBytes); err != nil {
+			return err
+		}
+	}
+	if j.hStatus, err = j.hostArray([]int{n}, vram.Int32, "status", hostBytes); err != nil {
+		return err
+	}
+	return nil
+}
+
+// hostReport adds the host side to rep: the rungs, the staging, the
+// buffers the pipeline ran with, the --out file.
+func (j *job) hostReport(rep *runReport, br vram.BatchReport) {
+	rep.BuffersInFlight, rep.Lag = br.Buffers, br.Lag
+	rep.HostRungs = j.rungs
+	hs := j.m.HostStats()
+	rep.StagingBytes, rep.HostLimitBytes = hs.Staging, hs.Limit
+	if j.traj != nil {
+		rep.Out, rep.OutShape = j.traj.path, []int{j.shape.samples, 2, j.shape.runs}
+	}
+}
+
+// freeHost returns the host arrays.
+func (j *job) freeHost() error {
+	var errs []error
+	for _, h := range []*vram.HostArray{j.hInit, j.hParams, j.hOut, j.hStatus} {
+		if h != nil {
+			errs = append(errs, h.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
