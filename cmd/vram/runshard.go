@@ -33,6 +33,20 @@ import (
 	"github.com/vramkit/vram/internal/shard"
 )
 
+// shardHelp is the part of `vram run --help` about --shard.
+const shardHelp = `--shard i/N runs shard i of N of the batch: runs [⌊i·R/N⌋, ⌊(i+1)·R/N⌋)
+of R = --runs, each with the parameters it has in the whole batch. Without
+--shard the job takes its shard from a Slurm job array
+(SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT) or
+a Kubernetes Indexed Job (JOB_COMPLETION_INDEX of VRAM_SHARD_COUNT, which
+the Job sets to its completions), and says on stderr which it used;
+--shard 0/1 runs the whole batch. With --out OUT.npy a shard writes its
+part OUT.shard-i-of-N.npy and, once verified, its manifest
+OUT.shard-i-of-N.json; vram merge OUT.npy gathers the parts into the file
+one process would have written.
+
+`
+
 // partManifest is what a finished part says about itself: the
 // OUT.shard-i-of-N.json beside its .npy.
 type partManifest struct {
