@@ -91,6 +91,8 @@ type runFlags struct {
 	out                  string // --out: the trajectories' .npy file ("": not kept)
 	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
 	shard                string // --shard i/N ("": the scheduler's environment, else the whole batch)
+	devices              string // --devices: several devices in one process ("": --device alone)
+	kernelDelay          time.Duration
 }
 
 func (a *app) runCommand() *cobra.Command {
@@ -168,6 +170,8 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
 	fl.StringVar(&f.hostMem, "host-mem", "", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
 	fl.StringVar(&f.shard, "shard", "", "run shard i of N of the batch, runs [⌊i·runs/N⌋, ⌊(i+1)·runs/N⌋), and write --out's part OUT.shard-i-of-N.npy for vram merge (default: a Slurm array's or Kubernetes Indexed Job's index, else the whole batch; 0/1 is the whole batch)")
+	fl.StringVar(&f.devices, "devices", "", "run on several devices of this process, chunks dealt from one queue: all (every CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4, sim;sim:bandwidth=1GB)")
+	fl.DurationVar(&f.kernelDelay, "kernel-delay", 0, "with --devices: after each kernel wait this long per run, emulating a slower kernel (to measure scaling on the simulator)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")
 	return cmd
 }
@@ -279,6 +283,12 @@ func (a *app) runJob(f runFlags) (err error) {
 	}
 	if js, err = a.shardJob(js, f); err != nil {
 		return err
+	}
+	if f.devices != "" {
+		return a.runDevices(f, js, start)
+	}
+	if f.kernelDelay != 0 {
+		return usagef("--kernel-delay %v: only with --devices", f.kernelDelay)
 	}
 	prog := a.runProgress()
 	defer prog.Finish()
@@ -453,6 +463,27 @@ func (j *job) check(want int, rep *runReport) error {
 // allocate registers the two clients, queues their requests, allocates
 // them planned together, and makes the full-length host arrays.
 func (j *job) allocate(double bool) error {
+	if err := j.register(double); err != nil {
+		return err
+	}
+	if err := j.makeHostArrays(); err != nil {
+		return err
+	}
+	j.phase("fill the inputs")
+	n := j.shape.runs
+	init, params := j.hInit.Float32s(), j.hParams.Float32s()
+	for i := range n {
+		r := runAt(j.seed, j.shape.first+i)
+		init[i], init[n+i] = float32(r.X0), float32(r.V0)
+		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
+	}
+	return nil
+}
+
+// register registers the two clients, queues their requests and
+// allocates their device arrays, planned together (with two buffers
+// when double), into j.inR, j.outR and j.plan.
+func (j *job) register(double bool) error {
 	n, s := j.shape.runs, j.shape.samples
 	const group = "oscillators"
 	var err error
@@ -498,17 +529,6 @@ func (j *job) allocate(double bool) error {
 		// Nothing was chunkable (one run: a run axis of length 1 is
 		// not), so the plan counts no runs; it is one chunk of them all.
 		j.plan.TotalRuns, j.plan.ChunkLength, j.plan.LastChunkLength = n, n, n
-	}
-
-	if err := j.makeHostArrays(); err != nil {
-		return err
-	}
-	j.phase("fill the inputs")
-	init, params := j.hInit.Float32s(), j.hParams.Float32s()
-	for i := range n {
-		r := runAt(j.seed, j.shape.first+i)
-		init[i], init[n+i] = float32(r.X0), float32(r.V0)
-		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
 	}
 	return nil
 }
