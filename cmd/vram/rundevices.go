@@ -12,7 +12,7 @@
 // but its own parameters (runAt(seed, r)), so the result is the same
 // however the units were dealt: byte for byte what one device writes.
 //
-// A unit is the device's chunk length, at most a quarter of an equal
+// A unit is the device's chunk length, at most an eighth of an equal
 // share of the batch (so a batch that fits one device is still spread).
 // A unit shorter than that (the batch's tail) is padded with copies of
 // its last run, computed and dropped.
@@ -40,7 +40,7 @@ import (
 
 // unitsPerDevice is how many units an equal share of the batch is cut
 // into at least.
-const unitsPerDevice = 4
+const unitsPerDevice = 8
 
 // maxAllDevices bounds how many CUDA ordinals --devices all tries.
 const maxAllDevices = 64
@@ -191,7 +191,7 @@ type multiJob struct {
 	f     runFlags
 	shape jobShape
 	q     *unitQueue
-	// unitCap bounds a unit: a quarter of an equal share of the batch,
+	// unitCap bounds a unit: an eighth of an equal share of the batch,
 	// so that every device has work and a faster one can take more.
 	unitCap int
 	traj    *trajFile // --out; nil: the results stay in out and status

@@ -68,7 +68,7 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 // lengths).
 func TestDevicesInMemory(t *testing.T) {
 	// 356 device bytes a run: chunks of about 950 runs on the small
-	// device, and units of 2,500 (the batch's 20,000 / (4 × 2)) on the
+	// device, and units of 1,250 (the batch's 20,000 / (8 × 2)) on the
 	// large.
 	r := runMulti(t, "--devices", "sim:vram=512KiB,granularity=64KiB,context=0;sim:vram=16MiB,granularity=64KiB,context=0", "--steps", "40")
 	if !r.Verified || r.FailedRuns != 0 || len(r.Devices) != 2 || r.Devices[0].ChunkLength >= r.Devices[1].ChunkLength {
@@ -160,6 +160,34 @@ func TestDevicesRefuses(t *testing.T) {
 			if code != tc.code || !strings.Contains(stderr, tc.want) {
 				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying %q", code, stderr, tc.code, tc.want)
 			}
+		})
+	}
+}
+
+// BenchmarkRunDevices is the batch on one and on four simulated devices
+// with kernels that take 10 µs a run (--kernel-delay: they sleep, so the
+// devices overlap them as GPUs would, whatever the CPU). It reports the
+// batch's runs per second.
+//
+//	go test -run ^$ -bench RunDevices -benchtime 3x ./cmd/vram
+func BenchmarkRunDevices(b *testing.B) {
+	for _, devices := range []string{"sim", "sim:count=2", "sim:count=4"} {
+		b.Run("devices="+devices, func(b *testing.B) {
+			var rate float64
+			for b.Loop() {
+				var out, errb bytes.Buffer
+				code := runContext(b.Context(), []string{"run", "--json", "--runs", "100000", "--steps", "10",
+					"--devices", devices, "--kernel-delay", "10us"}, strings.NewReader(""), &out, &errb)
+				if code != exitOK {
+					b.Fatalf("exit %d: %s", code, errb.String())
+				}
+				var r multiReport
+				if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+					b.Fatal(err)
+				}
+				rate += r.RunsPerSecond
+			}
+			b.ReportMetric(rate/float64(b.N), "runs/s")
 		})
 	}
 }
