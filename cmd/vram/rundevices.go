@@ -509,3 +509,14 @@ func (a *app) printMulti(r multiReport) error {
 	}
 	return w.err
 }
+
+// devicesHelp is the part of `vram run --help` about --devices.
+const devicesHelp = `--devices runs the batch on several devices of this process: all (every
+CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
+Each device has its own memory manager; the batch is cut into units of
+each device's chunk length (at most an eighth of an equal share) dealt
+from one queue, so a faster device takes more. The results, and --out,
+are the same as on one device. --kernel-delay D makes each kernel take
+D per run longer (on the simulator, to see the scaling on a small CPU).
+
+`

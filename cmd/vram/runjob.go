@@ -131,7 +131,7 @@ RAM of the job's host arrays and pinned staging buffers; arrays past it
 spill to memory-mapped files in $VRAM_SPILL_DIR (default the temporary
 directory), and the chunks are staged through fewer buffers.
 
-` + shardHelp + `Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
+` + shardHelp + devicesHelp + `Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
 ends it at once.
 
 --metrics-addr serves Prometheus metrics on /metrics while the job runs:
