@@ -20,7 +20,7 @@ import (
 
 // DeviceArray is an array in device memory: an address with a shape, a
 // dtype and row-major strides. Its address is never dereferenced on the
-// host; copy through Manager.ToDevice and Manager.FromDevice.
+// host; copy through Client.ToDevice and Client.FromDevice.
 //
 // Its accessors are safe for concurrent use. The memory behind it is
 // not: order kernels and copies that use it on one stream, or
@@ -32,10 +32,26 @@ type DeviceArray struct {
 	memory MemoryType // Device or Mapped
 	label  string
 	freed  atomic.Bool
+	last   atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
 	// use is held for reading while a copy checks and enqueues work on
 	// the array, and for writing while the manager frees it, so that no
 	// copy is enqueued on memory already given back.
 	use sync.RWMutex
+}
+
+// setLast records s as the stream the array was last used on.
+func (a *DeviceArray) setLast(s device.Stream) {
+	if p := a.last.Load(); p == nil || p.s != s {
+		a.last.Store(&streamRef{s})
+	}
+}
+
+// lastStream is the stream the array was last used on (nil if none).
+func (a *DeviceArray) lastStream() device.Stream {
+	if p := a.last.Load(); p != nil {
+		return p.s
+	}
+	return nil
 }
 
 // Ptr is the array's device address (0 once freed).
@@ -87,7 +103,7 @@ func (a *DeviceArray) String() string {
 // Its accessors are safe for concurrent use; its contents are not, and a
 // host array must not be written (or, as a copy's destination, read)
 // while an asynchronous copy that uses it is in flight: synchronize the
-// stream first (Manager.Sync).
+// stream first (Client.Sync).
 type HostArray struct {
 	data    []byte
 	shape   []int
@@ -152,8 +168,8 @@ func (h *HostArray) Data() []byte {
 
 // Free returns a pinned or mapped array's memory to where it came from;
 // for a pageable array it only marks it freed; a file-backed one (the
-// host ladder's file rung) is unmapped and its file removed unless kept. Views taken before must
-// not be used afterwards. A pinned buffer is reused only once the stream
+// host ladder's file rung) is unmapped and its file removed unless kept.
+// Views taken before must not be used afterwards. A pinned buffer is reused only once the stream
 // of the array's latest copy has finished that copy; an array copied on
 // several streams at once must be synchronized before Free. A second Free
 // returns nil. Arrays from an

@@ -15,6 +15,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/vramkit/vram/streams"
 )
@@ -22,7 +23,16 @@ import (
 // ClientOptions describe a client to Register. The zero value is an
 // unnamed client in the auto pool and the "default" group, with no hooks.
 // Register copies what it needs; the hooks must be safe to call from
-// whichever goroutine runs AllocateQueue, SetAllocator or InvalidateAll.
+// whichever goroutine runs Allocate, SetAllocator or InvalidateAll.
+//
+// A client's hooks are called with no lock held, one at a time, in the
+// order of the events: the OnAllocated of arrays installed before an
+// invalidation comes before that invalidation's OnInvalidate. Each is
+// called on the goroutine that caused its event, before that call
+// returns, except when another goroutine is calling the same client's
+// earlier hook at the time (or is still finishing the allocation it is
+// for): that goroutine then calls the later hook, after the earlier one.
+// A hook may call the manager, Allocate included.
 type ClientOptions struct {
 	// Name labels the client in errors, logs and plans ("" is "client").
 	Name string
@@ -33,14 +43,13 @@ type ClientOptions struct {
 	Group string
 	// OnInvalidate is called when the manager has freed the client's
 	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
-	// AllocateQueue that had to free the arrays it was replacing first):
-	// drop them and queue again. Called with no lock held, from the
-	// goroutine that caused it.
+	// Allocate that had to free the arrays it was replacing first):
+	// drop them and queue again.
 	OnInvalidate func()
-	// OnAllocated is called by AllocateQueue on its goroutine, with no
-	// lock held: with the client's arrays when it had requests queued,
-	// and with the chunk parameters and no arrays when another member of
-	// its group had.
+	// OnAllocated is called after Allocate has allocated its group:
+	// with the client's arrays when it had requests queued, and with the
+	// chunk parameters and no arrays when another member of its group
+	// had.
 	OnAllocated func(*ArrayResponse)
 }
 
@@ -53,6 +62,10 @@ type Client struct {
 	name         string
 	onInvalidate func()
 	onAllocated  func(*ArrayResponse)
+
+	hookMu     sync.Mutex  // protects hooks and delivering; taken after m.mu, never held over a call
+	hooks      []*hookCall // hook calls to make, in event order (hooks.go)
+	delivering bool        // a goroutine is making the calls
 
 	// Protected by m.mu:
 	slot         int     // index in the registry's slots
@@ -114,11 +127,27 @@ func (c *Client) Group() string {
 	return c.group
 }
 
-// Proportion is the client's share of device memory (0 once closed).
-func (c *Client) Proportion() float64 { p, _ := c.m.Proportion(c); return p }
+// Proportion is the client's share of device memory: its manual
+// proportion, or its equal part of the auto pool (0 once closed).
+func (c *Client) Proportion() float64 {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.m.checkLocked(c) != nil {
+		return 0
+	}
+	return c.m.proportionLocked(c)
+}
 
-// Cap is the client's share of device memory in bytes (0 once closed).
-func (c *Client) Cap() uint64 { n, _ := c.m.Cap(c); return n }
+// Cap is the client's share of device memory in bytes: Proportion × the
+// manager's total memory (0 once closed).
+func (c *Client) Cap() uint64 {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.m.checkLocked(c) != nil {
+		return 0
+	}
+	return c.m.capLocked(c)
+}
 
 // Arrays returns the client's device arrays by label (buffer 0).
 func (c *Client) Arrays() map[string]*DeviceArray {
@@ -159,19 +188,21 @@ func (c *Client) Free(label string) error {
 
 // Close frees the client's arrays, drops its queued requests, and takes
 // it out of its group and the pools (rebalancing the auto pool). Its
-// hooks are not called. A second Close, or a Close after the manager's,
+// hooks are not called. When it is the last member of its stream group,
+// the group is removed and its stream closed, after the work queued on
+// it. A second Close, or a Close after the manager's,
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m
 	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
 	m.mu.Lock()
 	if c.closed || m.closed {
 		m.mu.Unlock()
+		m.allocMu.RUnlock()
 		return nil
 	}
 	c.closed = true
-	m.reg.remove(c)
+	m.removeLocked(c)
 	m.leavePoolLocked(c)
 	if q := m.queues[c.group]; q != nil {
 		delete(q, c)
@@ -181,11 +212,18 @@ func (c *Client) Close() error {
 	}
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()
+	defer m.allocMu.RUnlock()
 	var err error
 	if len(allocs) > 0 {
 		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
 	}
-	_ = m.groups.Remove(c.id) // after the frees, which use its stream
+	// After the frees, which use its stream. The last member of a group
+	// closes the group's stream, which waits for its work: under allocMu,
+	// so that no SetAllocator or Close overlaps it (an allocator's Close
+	// waits for the frees queued on live streams only).
+	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
+		err = errors.Join(err, wrapIf("leave the stream group", gerr))
+	}
 	return err
 }
 
@@ -449,36 +487,22 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 // SetManualProportion gives c the manual proportion p (0 < p ≤ 1),
 // moving it out of the auto pool if it is there, under Register's rules:
 // ErrProportion when the pools cannot give p. A refusal changes nothing.
-func (m *Manager) SetManualProportion(c *Client, p float64) error {
-	return m.setShare(c, p, true, "")
+func (c *Client) SetManualProportion(p float64) error {
+	return c.m.setShare(c, p, true, "")
 }
 
 // SetManualLimitMode moves an auto client to the manual pool with
 // proportion p, under Register's rules. It fails with ErrLimitMode for a
 // client that is manual already.
-func (m *Manager) SetManualLimitMode(c *Client, p float64) error {
-	return m.setShare(c, p, true, "auto")
+func (c *Client) SetManualLimitMode(p float64) error {
+	return c.m.setShare(c, p, true, "auto")
 }
 
 // SetAutoLimitMode moves a manual client to the auto pool. It fails with
 // ErrLimitMode for an auto client, and with ErrProportion when the other
 // manual clients leave the auto pool less than MinAutoPool.
-func (m *Manager) SetAutoLimitMode(c *Client) error {
-	return m.setShare(c, 0, false, "")
-}
-
-// Proportion is c's share of memory: its manual proportion, or its equal
-// part of the auto pool.
-func (m *Manager) Proportion(c *Client) (float64, error) {
-	if c == nil || c.m != m {
-		return 0, foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return 0, err
-	}
-	return m.proportionLocked(c), nil
+func (c *Client) SetAutoLimitMode() error {
+	return c.m.setShare(c, 0, false, "")
 }
 
 func (m *Manager) proportionLocked(c *Client) float64 {
@@ -489,19 +513,6 @@ func (m *Manager) proportionLocked(c *Client) float64 {
 		return 0
 	}
 	return float64(shareUnit-m.manual) / float64(m.numAuto) / float64(shareUnit)
-}
-
-// Cap is c's share in bytes: Proportion × total device memory.
-func (m *Manager) Cap(c *Client) (uint64, error) {
-	if c == nil || c.m != m {
-		return 0, foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return 0, err
-	}
-	return m.capLocked(c), nil
 }
 
 func (m *Manager) capLocked(c *Client) uint64 {

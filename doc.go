@@ -28,38 +28,45 @@
 //     proportion of the device's total memory. In the Active LimitMode a
 //     group plans within its members' caps; in Passive (the default)
 //     within the device's free memory.
+//   - The handle: everything about one component is a method of its
+//     *Client (Queue, Allocate, the copies, Stream, Sync, its share and
+//     its group); the Manager keeps what concerns the whole process
+//     (Register, the allocator, the limit mode, invalidation, streams
+//     after a reset, memory info, Close).
 //   - ArrayRequest{Shape, DType, Memory, ChunkAxis, Unchunkable,
-//     TotalRuns}: one array. QueueRequest queues a client's requests;
-//     AllocateQueue plans everything queued in the client's group together
-//     (Plan) and hands each requester an ArrayResponse with its
+//     TotalRuns}: one array. Client.Queue queues a client's requests;
+//     Client.Allocate plans everything queued in the client's group
+//     together (Plan) and hands each requester an ArrayResponse with its
 //     DeviceArrays and HostArrays and the chunk parameters; the other
 //     members (notaries) get the chunk parameters alone. Arrays queued
 //     again under a label they already hold are replaced: the old ones
-//     are freed once the new ones are in, so a failed AllocateQueue
-//     leaves them (only when the plan needs their memory are they freed
-//     first, and a failure then calls their owners' OnInvalidate).
+//     are freed once the new ones are in, so a failed Allocate leaves
+//     them (only when the plan needs their memory are they freed first,
+//     and a failure then calls their owners' OnInvalidate).
 //   - Plan: the chunk planner, a pure function (also behind `vram plan`).
 //     Its budget is in the bytes the allocator charges (each array rounded
 //     to the allocator's granularity, 512 B for the Pool), so a plan that
 //     fits its budget fits an allocator or alloc.Limit with that much to
-//     give.
-//   - The budget AllocateQueue plans a group with: the device's free
+//     give; with PlanOptions.Cost it bounds what the allocator says the
+//     arrays take from the device instead.
+//   - The budget Allocate plans a group with, once: the device's free
 //     memory (after trimming the allocator's cache) plus the arrays being
-//     replaced, less the page reserve of the planned arrays — the device
-//     hands out 2 MiB pages, so an array above the Pool's small-request
-//     size may cost its bytes rounded up to a page and the small ones
-//     share pages; nothing is kept for Direct, which counts whole pages —
-//     and at most, in Active mode, the members' caps less what they hold
-//     and, under an alloc.Limit, its cap less its use. The plan has the
+//     replaced, against what the allocator states the arrays take from
+//     the device (alloc.Coster: the device hands out 2 MiB pages, so an
+//     array above the Pool's small-request size may cost its bytes rounded
+//     up to a page and the small ones share pages), and at most, in
+//     Active mode, the members' caps less what they hold and, under a cap
+//     (WithCap, or an alloc.Limit), the room it leaves. The plan has the
 //     fewest chunks that fit all of these. The arrays are allocated with
-//     alloc.AllocExact, so the Pool grows by no more than they need; if an
-//     allocator still runs the device out, the group is planned again with
-//     what it took kept back. A refusal names each figure and what would
-//     raise the one that binds.
-//   - Copies: ToDevice, FromDevice, and ToDeviceChunk / FromDeviceChunk,
-//     which move one chunk's runs between a full-length host array and a
-//     chunk-length device array, all ordered on the client's stream; Sync
-//     waits for them.
+//     alloc.AllocExact, so the Pool grows by no more than it stated; an
+//     allocator that states nothing is counted a page per array and, if
+//     it still runs the device out, the group is planned again with what
+//     it took kept back. A refusal names each figure and what would raise
+//     the one that binds.
+//   - Copies: Client.ToDevice, FromDevice, and ToDeviceChunk /
+//     FromDeviceChunk, which move one chunk's runs between a full-length
+//     host array and a chunk-length device array, all ordered on the
+//     client's stream; Client.Sync waits for them.
 //   - SetAllocator(Direct | Pool | AsyncPool) frees everything, calls every
 //     OnInvalidate and gives every group a fresh stream.
 //
@@ -110,39 +117,126 @@
 //
 // A Manager, its Clients and the arrays' accessors are safe for
 // concurrent use. Registration, Close, share changes and group lookups
-// cost O(1) in the number of clients. AllocateQueue calls are serialized
+// cost O(1) in the number of clients. Allocate calls are serialized
 // from reading the device's free memory to their last allocation, so two
 // groups never plan against the same free memory; copies, frees and
 // registration run in parallel with them. No
-// hook is ever called with a lock held, so hooks may call the manager;
-// they run on the goroutine whose call caused them (AllocateQueue,
-// SetAllocator, InvalidateAll). Device memory follows the stream contract
-// of package device: work on one stream is ordered; an array used on two
-// streams needs an event or a Sync between the uses, and a host array must
-// stay untouched while a copy that uses it is in flight (until Sync).
+// hook is ever called with a lock held, so hooks may call the manager. A
+// client's hooks come one at a time, in the order of their events (an
+// OnAllocated before the OnInvalidate of a later invalidation), on the
+// goroutine whose call caused them (Allocate, SetAllocator,
+// InvalidateAll) unless another is delivering that client's earlier hook,
+// which then delivers the later one too. Device memory follows the stream
+// contract of package device: work on one stream is ordered; an array
+// used on two streams needs an event or a Sync between the uses, and a
+// host array must stay untouched while a copy that uses it is in flight
+// (until Sync). The manager frees an array ordered after the stream it
+// was last copied on, even when its client has moved to another group
+// since. A stream group lives while it has clients: the last one to leave
+// (Close, ChangeStreamGroup) removes it and closes its stream, waiting
+// for the stream's work.
 // Errors wrap package sentinels (ErrOutOfMemory, ErrUnchunkable,
 // ErrRunTooLarge, ErrProportion, …) with the figures that explain them;
 // test them with errors.Is. A call that fails leaves the manager as it
 // was, except where its documentation says otherwise.
+//
+// # Context
+//
+// Every call that may wait takes a context.Context first:
+// Client.Allocate (it may wait behind another allocation of its group, or
+// of any group while that one plans and allocates, and for the trim of
+// the allocator's cache), Client.Sync, the four copies (a copy into
+// pageable host memory returns, on CUDA, only once it is done) and
+// RunBatch. A cancelled call returns an error wrapping ctx.Err() and
+// leaves the queue, every client's arrays and the registry as they were
+// (an Allocate cancelled after its plan may have trimmed the allocator's
+// cache, giving cached free memory back to the device). The allocator itself never
+// waits for memory (it fails with ErrOutOfMemory), so Allocate checks
+// ctx before it starts, while it waits for its locks, and once more
+// after its plan, before it frees or allocates anything; past that it
+// completes. A cancelled Sync returns at once; the device work goes on,
+// and SetAllocator, ReinitStreams and Close still wait for it. A copy
+// checks ctx before it enqueues; a driver call in progress cannot be
+// abandoned. The calls that take no context do not wait for device
+// work, except for work already enqueued on a stream they close or
+// replace (Client.Close or ChangeStreamGroup leaving a group empty,
+// Manager.Close, SetAllocator, ReinitStreams, a free ordered after such a
+// stream) and, for SetAllocator, ReinitStreams and Manager.Close, for a
+// Sync, copy or Allocate in progress: they must finish to leave the
+// manager consistent, so they cannot be abandoned half-way.
 //
 // # Usage
 //
 //	m, err := vram.Default()                   // or vram.New(dev)
 //	c, err := m.Register(vram.ClientOptions{Name: "solver", Group: "batch"})
 //	defer c.Close()
-//	err = m.QueueRequest(c, map[string]vram.ArrayRequest{
+//	err = c.Queue(map[string]vram.ArrayRequest{
 //		"state": {Shape: []int{2, runs}, DType: vram.Float32, ChunkAxis: 1},
 //		"consts": {Shape: []int{16}, DType: vram.Float32, Unchunkable: true},
 //	})
-//	resp, err := m.AllocateQueue(c)             // plans, chunks if needed
+//	resp, err := c.Allocate(ctx)                // plans, chunks if needed
 //	host, err := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
 //	for i := range resp.Chunks {
 //		sp := resp.Span(i, 1)                  // runs of chunk i along axis 1
-//		err = m.ToDeviceChunk(c, resp.Arrays["state"], host, sp)
-//		// … launch kernels on m.Stream(c) over sp.Len runs …
-//		err = m.FromDeviceChunk(c, host, resp.Arrays["state"], sp)
+//		err = c.ToDeviceChunk(ctx, resp.Arrays["state"], host, sp)
+//		// … launch kernels on c.Stream() over sp.Len runs …
+//		err = c.FromDeviceChunk(ctx, host, resp.Arrays["state"], sp)
 //	}
-//	err = m.Sync(c)
+//	err = c.Sync(ctx)
+//
+// RunBatch does the loop above with buffers in flight, staging and
+// progress.
+//
+// # From cubie
+//
+// Each name of cubie.memory (the MemoryManager, default_memmgr,
+// StreamGroups and the allocator plugins) and its counterpart here; an
+// instance argument of cubie's is the *Client a method is called on.
+//
+//	cubie.memory                               vram
+//	default_memmgr                             Default()
+//	MemoryManager(...)                         New(dev, opts...)
+//	register(instance, proportion,             Manager.Register(ClientOptions{Proportion,
+//	  invalidate_cache_hook,                     OnInvalidate, OnAllocated, Group}) → *Client
+//	  allocation_ready_hook, stream_group)
+//	set_allocator(name)                        Manager.SetAllocator(Pool | AsyncPool | Direct)
+//	set_limit_mode(mode)                       Manager.SetLimitMode(Passive | Active)
+//	get_memory_info()                          Manager.MemInfo()
+//	manual_pool_proportion                     Manager.ManualPoolProportion()
+//	auto_pool_proportion                       Manager.AutoPoolProportion()
+//	invalidate_all()                           Manager.InvalidateAll()
+//	reinit_streams()                           Manager.ReinitStreams()
+//	free(array_label)                          Manager.Free(label); one client's: Client.Free(label)
+//	free_all()                                 Manager.FreeAll()
+//	create_host_array(shape, dtype,            Manager.NewHostArray(shape, dtype, mem, like)
+//	  memory_type, like)
+//	(newer) host memory chosen per array      Manager.AllocHostArray(shape, dtype, HostArrayOptions{})
+//	(newer) ChunkBufferPool                    Manager.StagingPool(): Acquire(ctx, n), AcquireSet, Release
+//	queue_request(instance, requests)          Client.Queue(requests)
+//	allocate_queue(triggering_instance)        Client.Allocate(ctx, opts...)
+//	to_device(instance, from, to)              Client.ToDevice(ctx, dst, src), ToDeviceChunk
+//	from_device(instance, from, to)            Client.FromDevice(ctx, dst, src), FromDeviceChunk
+//	sync_stream(instance)                      Client.Sync(ctx)
+//	get_stream(instance)                       Client.Stream()
+//	get_stream_group(instance)                 Client.Group()
+//	change_stream_group(instance, group)       Client.ChangeStreamGroup(group)
+//	is_grouped(instance)                       Client.IsGrouped()
+//	proportion(instance)                       Client.Proportion()
+//	cap(instance)                              Client.Cap()
+//	set_manual_proportion(instance, p)         Client.SetManualProportion(p)
+//	set_manual_limit_mode(instance, p)         Client.SetManualLimitMode(p)
+//	set_auto_limit_mode(instance)              Client.SetAutoLimitMode()
+//	StreamGroups.add_instance(i, group)        ClientOptions.Group at Register
+//	StreamGroups.change_group(i, group)        Client.ChangeStreamGroup(group)
+//	StreamGroups.get_group(i)                  Client.Group()
+//	StreamGroups.get_instances_in_group(g)     Manager.GroupMembers(group)
+//	StreamGroups.get_stream(i)                 Client.Stream()
+//	StreamGroups.reinit_streams()              Manager.ReinitStreams()
+//	ArrayRequest, ArrayResponse                ArrayRequest, ArrayResponse
+//	CuPySyncNumbaManager                       Pool (alloc.Pool)
+//	CuPyAsyncNumbaManager                      AsyncPool (alloc.AsyncPool)
+//	Numba's default memory manager             Direct (alloc.Direct)
+//	current_cupy_stream(nb_stream)             none: launch on Client.Stream()
 //
 // The package owns clients, shares, requests, plans and arrays. It does
 // not own allocation strategy (package alloc), stream groups' bookkeeping

@@ -43,8 +43,8 @@ var (
 	// ErrFreed: an array used after the manager freed it (by Free,
 	// FreeAll, a client's Close, a re-allocation or SetAllocator).
 	ErrFreed = errors.New("vram: array has been freed")
-	// ErrNothingQueued: AllocateQueue found no request queued in the
-	// client's group (none was queued, or another member's AllocateQueue
+	// ErrNothingQueued: Allocate found no request queued in the
+	// client's group (none was queued, or another member's Allocate
 	// has already allocated them).
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.

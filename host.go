@@ -32,14 +32,17 @@ type hostPool struct {
 	// avail is the RAM available and whether it is known (ramAvailable;
 	// tests replace it).
 	avail func() (uint64, bool)
+	// waitClosed waits for the close of a stream group's stream in
+	// progress (streams.Groups.WaitClosed).
+	waitClosed func(device.Stream)
 
 	placeMu sync.Mutex // serializes the ladder's choices (AllocHostArray)
 	mu      sync.Mutex
 	n       hostCounts // bytes held on each rung
 }
 
-func newHostPool(dev device.Device, o HostOptions, log *slog.Logger) *hostPool {
-	h := &hostPool{dev: dev, lim: resolveHostOptions(o), log: log, avail: ramAvailable}
+func newHostPool(dev device.Device, waitClosed func(device.Stream), o HostOptions, log *slog.Logger) *hostPool {
+	h := &hostPool{dev: dev, waitClosed: waitClosed, lim: resolveHostOptions(o), log: log, avail: ramAvailable}
 	h.ha, _ = dev.(device.HostAllocator)
 	if h.ha != nil {
 		h.pinned, _ = alloc.NewPinnedPool(dev)
@@ -93,11 +96,16 @@ func (h *hostPool) allocRaw(n uint64, mem MemoryType, s device.Stream) ([]byte, 
 }
 
 // usable returns s, or the device's default stream when s is nil or has
-// been closed (its work is then finished: Close waits for it).
+// been closed (its work is then finished: Close waits for it, and so
+// does this for a group's stream whose close is in progress).
 func (h *hostPool) usable(s device.Stream) device.Stream {
 	if s != nil {
-		if _, err := s.Query(); err == nil {
+		_, err := s.Query()
+		if err == nil {
 			return s
+		}
+		if errors.Is(err, device.ErrClosed) {
+			h.waitClosed(s)
 		}
 	}
 	return h.dev.DefaultStream()

@@ -100,12 +100,18 @@ type HostPlacement struct {
 type HostStats struct {
 	Pinned, Mapped, Pageable, File uint64 // host arrays, in bytes
 	Staging                        uint64 // staging pool buffers (pinned), free or in use
-	PinnedLimit, Limit             uint64 // the limits in force (Limit 0: none)
-	SpillDir                       string
+	// PinnedCached is pinned memory freed arrays left in the pinned pool's
+	// cache (alloc.PinnedPool) for the next pinned array; the ladder
+	// trims it when it needs the room.
+	PinnedCached       uint64
+	PinnedLimit, Limit uint64 // the limits in force (Limit 0: none)
+	SpillDir           string
 }
 
 // RAM is the host memory counted against HostOptions.Limit.
-func (s HostStats) RAM() uint64 { return s.Pinned + s.Mapped + s.Pageable + s.Staging }
+func (s HostStats) RAM() uint64 {
+	return s.Pinned + s.Mapped + s.Pageable + s.Staging + s.PinnedCached
+}
 
 // HostArrayOptions says how AllocHostArray makes an array. A plain value.
 type HostArrayOptions struct {
@@ -191,7 +197,9 @@ func (m *Manager) placeHost(shape []int, dtype DType, place *HostPlacement, name
 
 // OpenHostArray maps the existing .npy file path (C order, a dtype vram
 // knows, little-endian) as a file-backed host array, writable when
-// writable is true. Freeing it unmaps the file and never removes it.
+// writable is true; a read-only array must not be written, nor copied
+// into (the write faults). Freeing it unmaps the file and never removes
+// it.
 func (m *Manager) OpenHostArray(path string, writable bool) (*HostArray, error) {
 	if m.isClosed() {
 		return nil, closedErr("open host array")
@@ -294,9 +302,13 @@ func resolveHostOptions(o HostOptions) hostLimits {
 // choose picks the rung for n bytes and says why.
 func (h *hostPool) choose(n uint64) (HostRung, string) {
 	s := h.stats()
-	if h.lim.limit > 0 && s.RAM()+n > h.lim.limit && s.Staging > 0 {
-		// Idle staging buffers give way to arrays.
+	if (h.lim.limit > 0 && s.RAM()+n > h.lim.limit) || s.Pinned+s.Mapped+s.Staging+s.PinnedCached+n > h.lim.pinned {
+		// Idle staging buffers and cached pinned buffers give way to
+		// arrays.
 		h.staging.trim()
+		if h.pinned != nil && s.PinnedCached > 0 {
+			_ = h.pinned.Trim()
+		}
 		s = h.stats()
 	}
 	ram := s.RAM()
@@ -317,7 +329,7 @@ func (h *hostPool) choose(n uint64) (HostRung, string) {
 	if h.lim.limit > 0 {
 		limit = fmt.Sprintf("%s of the host limit %s in use", units.Format(ram), units.Format(h.lim.limit))
 	}
-	pinnedUse := s.Pinned + s.Mapped + s.Staging
+	pinnedUse := s.Pinned + s.Mapped + s.Staging + s.PinnedCached
 	switch {
 	case h.ha != nil && pinnedUse+n <= h.lim.pinned && fitsLimit && fitsRAM:
 		return RungPinned, fmt.Sprintf("%s fits: %s of the pinned limit %s in use; %s; RAM headroom %s",
@@ -337,10 +349,15 @@ func (h *hostPool) choose(n uint64) (HostRung, string) {
 // no lock of h held (the pool takes h.mu under its own lock).
 func (h *hostPool) stats() HostStats {
 	staging := h.staging.held()
+	var cached uint64
+	if h.pinned != nil {
+		st := h.pinned.Stats()
+		cached = st.Reserved - min(st.InUse, st.Reserved)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return HostStats{Pinned: h.n.pinned, Mapped: h.n.mapped, Pageable: h.n.pageable, File: h.n.file,
-		Staging: staging, PinnedLimit: h.lim.pinned, Limit: h.lim.limit, SpillDir: h.lim.spill}
+		Staging: staging, PinnedCached: cached, PinnedLimit: h.lim.pinned, Limit: h.lim.limit, SpillDir: h.lim.spill}
 }
 
 // count adds n bytes to a rung's count and returns the function that

@@ -233,3 +233,23 @@ func TestStagingPool(t *testing.T) {
 		t.Errorf("after Trim: %+v", s)
 	}
 }
+
+// TestHostLadderPinnedCache checks that a freed pinned array, cached by
+// the pinned pool for the next one, counts against the limits and gives
+// way when a new array needs its room.
+func TestHostLadderPinnedCache(t *testing.T) {
+	const mib = units.MiB
+	m := newHostManager(t, HostOptions{PinnedLimit: mib}, 1<<40)
+	a, err := m.AllocHostArray([]int{int(mib / 2)}, Uint8, HostArrayOptions{})
+	must(t, err)
+	must(t, a.Free())
+	if s := m.HostStats(); s.Pinned != 0 || s.PinnedCached < mib/2 || s.RAM() != s.PinnedCached {
+		t.Fatalf("after freeing a pinned array: %+v, want it cached and counted in RAM", s)
+	}
+	b, err := m.AllocHostArray([]int{int(mib * 3 / 4)}, Uint8, HostArrayOptions{})
+	must(t, err)
+	defer b.Free()
+	if s := m.HostStats(); b.Placement().Rung != RungPinned || s.Pinned != mib*3/4 || s.Pinned+s.PinnedCached > mib {
+		t.Errorf("placement %+v, stats %+v: want the cache trimmed and the array pinned within the limit", b.Placement(), s)
+	}
+}

@@ -37,12 +37,12 @@ func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.QueueRequest(bb.c, map[string]ArrayRequest{
+	if err := bb.c.Queue(map[string]ArrayRequest{
 		"in": {Shape: []int{runs}, DType: Float32}, "out": {Shape: []int{runs}, DType: Float32},
 	}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(bb.c, WithBuffers(buffers)); err != nil {
+	if _, err := bb.c.Allocate(context.Background(), WithBuffers(buffers)); err != nil {
 		b.Fatal(err)
 	}
 	if bb.in, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
@@ -117,7 +117,7 @@ func BenchmarkBatchOverhead(b *testing.B) {
 	for _, buffers := range []int{1, 2} {
 		b.Run(fmt.Sprintf("bare/buffers=%d", buffers), func(b *testing.B) {
 			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
-			s, err := bb.m.Stream(bb.c)
+			s, err := bb.c.Stream()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -125,13 +125,13 @@ func BenchmarkBatchOverhead(b *testing.B) {
 			for b.Loop() {
 				for i := range p.Chunks {
 					sp := p.Span(i, 0)
-					if err := bb.m.ToDeviceChunk(bb.c, bb.r.Arrays["in"], bb.in, sp); err != nil {
+					if err := bb.c.ToDeviceChunk(context.Background(), bb.r.Arrays["in"], bb.in, sp); err != nil {
 						b.Fatal(err)
 					}
 					if err := k.Launch(bb.m.Device(), s, sp.Len, bb.r.Arrays["in"], bb.r.Arrays["out"]); err != nil {
 						b.Fatal(err)
 					}
-					if err := bb.m.FromDeviceChunk(bb.c, bb.out, bb.r.Arrays["out"], sp); err != nil {
+					if err := bb.c.FromDeviceChunk(context.Background(), bb.out, bb.r.Arrays["out"], sp); err != nil {
 						b.Fatal(err)
 					}
 				}

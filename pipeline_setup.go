@@ -71,7 +71,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
 		return nil, batchErr("a batch needs a Compute step and at least one array (In, Out, InFunc, OutFunc)")
 	}
 	m := c.m
-	s, err := m.Stream(c)
+	s, err := m.stream(c)
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
@@ -79,7 +79,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
 	if err := r.resolvePlan(); err != nil {
 		return nil, err
 	}
-	group, err := m.StreamGroup(c)
+	group, err := m.streamGroup(c)
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
@@ -123,7 +123,7 @@ func (r *batchRun) resolvePlan() error {
 		if i == 0 {
 			r.plan = ba.resp.Plan
 		} else if p := ba.resp.Plan; p.Chunks != r.plan.Chunks || p.ChunkLength != r.plan.ChunkLength || p.TotalRuns != r.plan.TotalRuns {
-			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one AllocateQueue",
+			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one Allocate",
 				ba.label, p.Chunks, p.ChunkLength, r.plan.Chunks, r.plan.ChunkLength)
 		}
 		avail = min(avail, max(len(ba.resp.Buffers), 1))
@@ -158,7 +158,7 @@ func (r *batchRun) resolvePlan() error {
 func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error) {
 	a := &batchArr{BatchArray: ba, client: ba.resp.Client}
 	a.name = fmt.Sprintf("%q of %v", ba.label, a.client)
-	if g, err := r.m.StreamGroup(a.client); err != nil || g != group {
+	if g, err := r.m.streamGroup(a.client); err != nil || g != group {
 		return nil, batchErr("array %s: its client is in group %q (%v), not the batch's %q; run a batch per group", a.name, g, err, group)
 	}
 	for buf := range r.k {

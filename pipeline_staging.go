@@ -118,12 +118,12 @@ func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
 // stageArray views buffer b as a host array shaped like the device array
 // d; freeing it gives b back to the pool.
 func stageArray(b *StagingBuffer, d *DeviceArray) *HostArray {
-	mem := Pageable
+	mem, rung := Pageable, RungPageable // a device that cannot pin
 	if b.Pinned() {
-		mem = Pinned
+		mem, rung = Pinned, RungPinned
 	}
 	n := d.Bytes()
 	return &HostArray{data: b.Bytes()[:n:n], shape: d.shape, dtype: d.dtype, memory: mem,
-		place:   &HostPlacement{Rung: RungPinned, Reason: "staging pool buffer"},
+		place:   &HostPlacement{Rung: rung, Reason: "a staging pool buffer"},
 		release: func(_ device.Stream) error { b.Release(); return nil }}
 }

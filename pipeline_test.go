@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )
@@ -44,12 +45,12 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, m.QueueRequest(f.solver, map[string]ArrayRequest{
+	must(t, f.solver.Queue(map[string]ArrayRequest{
 		"in":    {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1},
 		"table": {Shape: []int{4}, DType: Float32, Unchunkable: true},
 	}))
-	must(t, m.QueueRequest(f.writer, map[string]ArrayRequest{"out": {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1}}))
-	if _, err := m.AllocateQueue(f.solver, WithBuffers(buffers)); err != nil {
+	must(t, f.writer.Queue(map[string]ArrayRequest{"out": {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1}}))
+	if _, err := f.solver.Allocate(context.Background(), WithBuffers(buffers)); err != nil {
 		t.Fatal(err)
 	}
 	// out[r][i] = in[r][i]·table[0] + table[1] over the chunk's runs; the
@@ -230,6 +231,12 @@ func TestRunBatchCancel(t *testing.T) {
 				}
 				return f.compute(ctx, ch)
 			}
+			// The simulator starts a stream's goroutine with its first
+			// work: start the group's, which outlives the batch, first.
+			s, err := f.solver.Stream()
+			must(t, err)
+			must(t, f.dev.LaunchFunc(s, 1, func(device.View, int, int) error { return nil }))
+			must(t, f.solver.Sync(context.Background()))
 			before, goroutines := f.leaks(t), runtime.NumGoroutine()
 			rep, err := RunBatch(ctx, f.solver, Batch{
 				Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},

@@ -250,9 +250,25 @@ func (p *StagingPool) tryLocked(sizes []uint64) ([]*StagingBuffer, error) {
 // limit and the RAM available, once freed bytes of idle buffers are gone.
 func (p *StagingPool) roomLocked(n, freed uint64) bool {
 	h := p.h
+	var cached uint64 // freed pinned arrays in the pinned pool's cache
+	if h.pinned != nil {
+		st := h.pinned.Stats()
+		if cached = st.Reserved - min(st.InUse, st.Reserved); cached > 0 && !p.fitsLocked(n, freed, cached) {
+			_ = h.pinned.Trim() // cached pinned buffers give way
+			st = h.pinned.Stats()
+			cached = st.Reserved - min(st.InUse, st.Reserved)
+		}
+	}
+	return p.fitsLocked(n, freed, cached)
+}
+
+// fitsLocked reports whether n more bytes fit with freed bytes of idle
+// buffers gone and cached bytes in the pinned pool's cache.
+func (p *StagingPool) fitsLocked(n, freed, cached uint64) bool {
+	h := p.h
 	h.mu.Lock()
-	pinned := h.n.pinned + h.n.mapped + p.bytes - freed
-	ram := h.n.pinned + h.n.mapped + h.n.pageable + p.bytes - freed
+	pinned := h.n.pinned + h.n.mapped + p.bytes + cached - freed
+	ram := h.n.pinned + h.n.mapped + h.n.pageable + p.bytes + cached - freed
 	h.mu.Unlock()
 	if pinned+n > h.lim.pinned || (h.lim.limit > 0 && ram+n > h.lim.limit) {
 		return false

@@ -213,18 +213,11 @@ func (c *Collector) collectClients(ch chan<- prometheus.Metric) {
 	groups := map[string]int{}
 	var groupOrder []string
 	for _, cl := range c.m.Clients() {
-		// Each read fails once the client is closed: a client closed
-		// during the scrape is left out rather than reported half.
-		group, err := c.m.StreamGroup(cl)
-		if err != nil {
-			continue
-		}
-		p, err := c.m.Proportion(cl)
-		if err != nil {
-			continue
-		}
-		capBytes, err := c.m.Cap(cl)
-		if err != nil {
+		// Each read gives zero once the client is closed: a client
+		// closed during the scrape (before the last check) is left out
+		// rather than reported half.
+		group, p, capBytes := cl.Group(), cl.Proportion(), cl.Cap()
+		if group == "" || cl.Closed() {
 			continue
 		}
 		k := clientKey{cl.Name(), group}

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,10 +59,10 @@ func register(t *testing.T, m *vram.Manager, name, group string) *vram.Client {
 
 func allocate(t *testing.T, m *vram.Manager, c *vram.Client, reqs map[string]vram.ArrayRequest) {
 	t.Helper()
-	if err := m.QueueRequest(c, reqs); err != nil {
+	if err := c.Queue(reqs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(c); err != nil {
+	if _, err := c.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -74,7 +75,7 @@ func TestCollectValues(t *testing.T) {
 	solver := register(t, m, "solver", "batch")
 	output := register(t, m, "output", "batch")
 	other := register(t, m, "loader", "io")
-	if err := m.SetManualProportion(other, 0.25); err != nil {
+	if err := other.SetManualProportion(0.25); err != nil {
 		t.Fatal(err)
 	}
 	// 8,000 B and 16,000 B: 8,192 + 16,384 held at 512-byte rounding.
@@ -274,12 +275,12 @@ func TestCollectOOM(t *testing.T) {
 	m, dev := newManager(t, vram.WithAllocator(vram.Direct))
 	cl := register(t, m, "a", "g")
 	dev.Faults().OOMAtAlloc(1)
-	err := m.QueueRequest(cl, map[string]vram.ArrayRequest{"x": {Shape: []int{1000}, DType: vram.Float64}})
+	err := cl.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{1000}, DType: vram.Float64}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(cl); !errors.Is(err, vram.ErrOutOfMemory) {
-		t.Fatalf("AllocateQueue with an injected OOM: %v, want ErrOutOfMemory", err)
+	if _, err := cl.Allocate(context.Background()); !errors.Is(err, vram.ErrOutOfMemory) {
+		t.Fatalf("Allocate with an injected OOM: %v, want ErrOutOfMemory", err)
 	}
 	c := metrics.NewCollector(m, metrics.Opts{})
 	want := `
@@ -307,7 +308,7 @@ func TestCollectSameNameSummed(t *testing.T) {
 	w2 := register(t, m, "worker", "w")
 	w3 := register(t, m, "worker", "w")
 	for _, w := range []*vram.Client{w1, w2} {
-		if err := m.SetManualProportion(w, 0.125); err != nil {
+		if err := w.SetManualProportion(0.125); err != nil {
 			t.Fatal(err)
 		}
 		allocate(t, m, w, map[string]vram.ArrayRequest{"x": {Shape: []int{256}, DType: vram.Float32}}) // 1,024 B
@@ -422,9 +423,9 @@ func TestCollectConcurrent(t *testing.T) {
 			}
 			defer cl.Close()
 			for i := range 30 {
-				err := m.QueueRequest(cl, map[string]vram.ArrayRequest{"x": {Shape: []int{1000 + i}, DType: vram.Float64, Unchunkable: true}})
+				err := cl.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{1000 + i}, DType: vram.Float64, Unchunkable: true}})
 				if err == nil {
-					_, err = m.AllocateQueue(cl)
+					_, err = cl.Allocate(context.Background())
 					if errors.Is(err, vram.ErrNothingQueued) {
 						err = nil // the other member of the group allocated it
 					}

@@ -25,8 +25,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // Header is the header line Write writes (RMM's, without the newline);
@@ -82,7 +84,7 @@ func Read(r io.Reader) ([]Event, error) {
 		}
 		e, err := parseEvent(fields, cols)
 		if err != nil {
-			return nil, fmt.Errorf("trace: line %d (%q): %w", line, text, err)
+			return nil, fmt.Errorf("trace: line %d (%q): %w", line, clip(text), err)
 		}
 		events = append(events, e)
 	}
@@ -161,7 +163,7 @@ func headerColumns(fields []string) (columns, error) {
 			continue
 		}
 		if *dst >= 0 {
-			return c, fmt.Errorf("header names column %q twice: %w", f, ErrMalformed)
+			return c, fmt.Errorf("header names column %q twice: %w", clip(f), ErrMalformed)
 		}
 		*dst = i
 	}
@@ -177,7 +179,7 @@ func headerColumns(fields []string) (columns, error) {
 	}
 	if len(missing) > 0 {
 		return c, fmt.Errorf("header %q lacks column %s (want %s): %w",
-			strings.Join(fields, ","), strings.Join(missing, ", "), Header, ErrMalformed)
+			clip(strings.Join(fields, ",")), strings.Join(missing, ", "), Header, ErrMalformed)
 	}
 	// Optional trailing columns may be missing from short lines.
 	c.n = max(c.action, c.pointer, c.size) + 1
@@ -203,23 +205,27 @@ func parseEvent(fields []string, c columns) (Event, error) {
 	case "allocate failure", "allocate_failure", "allocation failure":
 		e.Action = AllocateFailure
 	default:
-		return e, fmt.Errorf("action %q: want allocate, free or allocate failure: %w", get(c.action), ErrMalformed)
+		return e, fmt.Errorf("action %q: want allocate, free or allocate failure: %w", clip(get(c.action)), ErrMalformed)
 	}
 	var err error
 	if e.Pointer, err = parseAddress(get(c.pointer)); err != nil {
-		return e, fmt.Errorf("pointer %q: want an address in hex (0x7f00) or decimal: %w", get(c.pointer), ErrMalformed)
+		return e, fmt.Errorf("pointer %q: want an address in hex (0x7f00) or decimal: %w", clip(get(c.pointer)), ErrMalformed)
 	}
 	if e.Size, err = parseNumber(get(c.size)); err != nil {
-		return e, fmt.Errorf("size %q: want a whole number of bytes: %w", get(c.size), ErrMalformed)
+		return e, fmt.Errorf("size %q: want a whole number of bytes: %w", clip(get(c.size)), ErrMalformed)
+	}
+	if e.Size > MaxSize && e.Action != AllocateFailure {
+		return e, fmt.Errorf("size %d bytes: no device holds %s or more; want at most %d (trace.MaxSize): %w",
+			e.Size, units.Format(MaxSize+1), uint64(MaxSize), ErrMalformed)
 	}
 	if s := get(c.stream); s != "" {
 		if e.Stream, err = parseAddress(s); err != nil {
-			return e, fmt.Errorf("stream %q: want a stream handle in hex or decimal: %w", s, ErrMalformed)
+			return e, fmt.Errorf("stream %q: want a stream handle in hex or decimal: %w", clip(s), ErrMalformed)
 		}
 	}
 	if s := get(c.time); s != "" {
 		if e.Time, err = parseTime(s); err != nil {
-			return e, fmt.Errorf("time %q: want seconds (0.25) or a clock time (13:04:05.250): %w", s, ErrMalformed)
+			return e, fmt.Errorf("time %q: want seconds (0.25) or a clock time (13:04:05.250): %w", clip(s), ErrMalformed)
 		}
 	}
 	if s := get(c.thread); s != "" {
@@ -231,6 +237,28 @@ func parseEvent(fields []string, c columns) (Event, error) {
 		}
 	}
 	return e, nil
+}
+
+// MaxSize is the largest size an allocate or free event may have: sizes
+// of 2^63 bytes and more are refused, as no device holds them (and sums of
+// them would wrap).
+const MaxSize = 1<<63 - 1
+
+// clipLen is how much of a line or field an error message quotes.
+const clipLen = 80
+
+// clip cuts s to at most clipLen bytes (at a rune boundary) for an error
+// message, marking the cut with "…" and the length: a line of a megabyte
+// is not echoed whole.
+func clip(s string) string {
+	if len(s) <= clipLen {
+		return s
+	}
+	cut := clipLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", s[:cut], len(s))
 }
 
 // parseTime reads seconds ("0.25", "8e-06") or, as RMM's own logger

@@ -3,10 +3,13 @@ package trace_test
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/trace"
 )
 
@@ -96,6 +99,9 @@ func TestReadMalformed(t *testing.T) {
 		"header lacks":    {"Thread,Time,Action,Size\n", "Pointer"},
 		"header twice":    {"Action,Pointer,Size,size\n", "twice"},
 		"no header, junk": {"hello world\n", "line 1"},
+		"size 2^63":       {h + "0,0,allocate,0x10,9223372036854775808,0\n", "no device holds"},
+		"size 2^64-1":     {h + "0,0,free,0x10,18446744073709551615,0\n", "trace.MaxSize"},
+		"long line cut":   {h + "0,0,resize," + strings.Repeat("x", 500000) + ",1,0\n", "(500015 bytes)"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -106,7 +112,56 @@ func TestReadMalformed(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %q does not say %q", err, tc.want)
 			}
+			if len(err.Error()) > 600 {
+				t.Errorf("error of %d bytes: want the line cut to a short prefix", len(err.Error()))
+			}
 		})
+	}
+}
+
+// Sizes that would wrap a sum of 64 bits: Summarize and SimConfig count
+// without wrapping, and a log that needs more than any device is refused
+// by the simulator instead of replaying on a small device.
+func TestHugeSizesDoNotWrap(t *testing.T) {
+	half := uint64(1) << 63
+	tests := map[string]struct {
+		events []trace.Event
+		peak   uint64
+	}{
+		"two of 2^63": {[]trace.Event{
+			{Action: trace.Allocate, Pointer: 1, Size: half},
+			{Action: trace.Allocate, Pointer: 2, Size: half},
+		}, math.MaxUint64},
+		"2^64-1": {[]trace.Event{{Action: trace.Allocate, Pointer: 1, Size: math.MaxUint64}}, math.MaxUint64},
+		"back under after a free": {[]trace.Event{
+			{Action: trace.Allocate, Pointer: 1, Size: half},
+			{Action: trace.Allocate, Pointer: 2, Size: half},
+			{Action: trace.Free, Pointer: 1},
+			{Action: trace.Free, Pointer: 2},
+			{Action: trace.Allocate, Pointer: 3, Size: 5},
+		}, math.MaxUint64},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			s := trace.Summarize(tc.events)
+			if s.PeakLive != tc.peak {
+				t.Errorf("PeakLive = %d, want %d", s.PeakLive, tc.peak)
+			}
+			cfg := trace.SimConfig(tc.events)
+			if cfg.TotalBytes != math.MaxUint64 {
+				t.Errorf("SimConfig TotalBytes = %d, want the saturated %d", cfg.TotalBytes, uint64(math.MaxUint64))
+			}
+			_, err := trace.ReplayOn(tc.events, func(dev device.Device) (alloc.Allocator, error) {
+				return alloc.NewDirect(dev), nil
+			}, trace.Options{})
+			if !errors.Is(err, device.ErrInvalidValue) {
+				t.Errorf("replay of a log needing more than 2^64 bytes: %v, want refused (ErrInvalidValue)", err)
+			}
+		})
+	}
+	s := trace.Summarize(tests["back under after a free"].events)
+	if s.LiveAtEnd != 5 || s.BlocksAtEnd != 1 {
+		t.Errorf("LiveAtEnd = %d in %d blocks, want 5 in 1", s.LiveAtEnd, s.BlocksAtEnd)
 	}
 }
 

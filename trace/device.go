@@ -1,8 +1,11 @@
 package trace
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
@@ -16,12 +19,21 @@ import (
 // (what an allocator that rounds every block up to the granule, like
 // Direct, needs), plus 1 GiB, rounded up to a GiB. Address-only, so its
 // size costs the host nothing; its context takes no memory, so the device
-// free memory is all the allocator's.
+// free memory is all the allocator's. The sum saturates: for a log whose
+// peak needs more than 2^64 bytes TotalBytes is math.MaxUint64, which
+// sim.New refuses as larger than sim.MaxTotalBytes, as it refuses any
+// device too large to simulate.
 func SimConfig(events []Event) sim.Config {
 	s := Summarize(events)
-	total := 2*s.PeakLive + uint64(s.PeakBlocks)*sim.DefaultGranularity + units.GiB
-	total, _ = units.RoundUp(total, units.GiB)
-	return sim.Config{TotalBytes: total, AddressOnly: true, NoContext: true}
+	total := u128{}.add(s.PeakLive).add(s.PeakLive).add(units.GiB)
+	hi, lo := bits.Mul64(uint64(s.PeakBlocks), sim.DefaultGranularity)
+	total = total.add(lo)
+	total.hi += hi
+	t, ok := units.RoundUp(total.sat(), units.GiB)
+	if !ok {
+		t = math.MaxUint64
+	}
+	return sim.Config{TotalBytes: t, AddressOnly: true, NoContext: true}
 }
 
 // Factory makes the allocator for a replay on dev.
@@ -42,6 +54,12 @@ func ReplayOn(events []Event, newAlloc Factory, opts Options) (Result, error) {
 // ReplayOnConfig is ReplayOn on a simulated device made from cfg (for
 // another size or granularity).
 func ReplayOnConfig(events []Event, cfg sim.Config, newAlloc Factory, opts Options) (res Result, err error) {
+	return ReplayOnConfigContext(context.Background(), events, cfg, newAlloc, opts)
+}
+
+// ReplayOnConfigContext is ReplayOnConfig that stops soon after ctx is
+// done (see ReplayContext).
+func ReplayOnConfigContext(ctx context.Context, events []Event, cfg sim.Config, newAlloc Factory, opts Options) (res Result, err error) {
 	dev, err := sim.New(cfg)
 	if err != nil {
 		return Result{}, fmt.Errorf("trace: replay device: %w", err)
@@ -60,7 +78,7 @@ func ReplayOnConfig(events []Event, cfg sim.Config, newAlloc Factory, opts Optio
 		return Result{}, fmt.Errorf("trace: make the allocator: %w", err)
 	}
 	opts.Device = dev
-	res, err = Replay(events, a, opts)
+	res, err = ReplayContext(ctx, events, a, opts)
 	if cerr := a.Close(); cerr != nil {
 		return res, errors.Join(err, fmt.Errorf("trace: close the allocator: %w", cerr))
 	}

@@ -2,6 +2,8 @@ package trace
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"strconv"
 
 	"github.com/vramkit/vram/alloc"
@@ -61,22 +63,24 @@ type Summary struct {
 	UnmatchedFrees int    // Free events of a pointer not live in the trace
 	Reallocs       int    // Allocate events of a pointer already live (the earlier block is taken as freed)
 	Streams        int    // distinct streams
-	PeakLive       uint64 // most bytes live at once (trace sizes)
-	PeakBlocks     int    // most blocks live at once
-	LiveAtEnd      uint64 // bytes still live after the last event
-	BlocksAtEnd    int    // blocks still live after the last event
+	PeakLive       uint64 // most bytes live at once (trace sizes); math.MaxUint64 if more
+
+	PeakBlocks  int    // most blocks live at once
+	LiveAtEnd   uint64 // bytes still live after the last event; math.MaxUint64 if more
+	BlocksAtEnd int    // blocks still live after the last event
 	// Duration is the latest event's Time, in seconds.
 	Duration float64
 }
 
 // Summarize reads the figures of a trace: how many events of each kind,
 // and the most bytes and blocks live at once, pairing each Free with the
-// live Allocate of the same pointer.
+// live Allocate of the same pointer. Byte counts are summed without
+// wrapping: one that passes 2^64 − 1 reads as math.MaxUint64.
 func Summarize(events []Event) Summary {
 	s := Summary{Events: len(events)}
 	live := make(map[uint64]uint64, len(events)/2)
 	streams := make(map[uint64]struct{}, 4)
-	var bytes uint64
+	var bytes u128
 	for _, e := range events {
 		streams[e.Stream] = struct{}{}
 		s.Duration = max(s.Duration, e.Time)
@@ -85,11 +89,11 @@ func Summarize(events []Event) Summary {
 			s.Allocs++
 			if old, ok := live[e.Pointer]; ok {
 				s.Reallocs++
-				bytes -= old
+				bytes = bytes.sub(old)
 			}
 			live[e.Pointer] = e.Size
-			bytes += e.Size
-			s.PeakLive = max(s.PeakLive, bytes)
+			bytes = bytes.add(e.Size)
+			s.PeakLive = max(s.PeakLive, bytes.sat())
 			s.PeakBlocks = max(s.PeakBlocks, len(live))
 		case Free:
 			n, ok := live[e.Pointer]
@@ -99,13 +103,13 @@ func Summarize(events []Event) Summary {
 			}
 			s.Frees++
 			delete(live, e.Pointer)
-			bytes -= n
+			bytes = bytes.sub(n)
 		case AllocateFailure:
 			s.Failures++
 		}
 	}
 	s.Streams = len(streams)
-	s.LiveAtEnd = bytes
+	s.LiveAtEnd = bytes.sat()
 	s.BlocksAtEnd = len(live)
 	return s
 }
@@ -113,3 +117,24 @@ func Summarize(events []Event) Summary {
 // PeakLive is the most bytes live at once in the trace (Summarize's
 // PeakLive).
 func PeakLive(events []Event) uint64 { return Summarize(events).PeakLive }
+
+// u128 is a byte count that cannot wrap: a sum of up to 2^64 sizes.
+type u128 struct{ hi, lo uint64 }
+
+func (x u128) add(n uint64) u128 {
+	lo, c := bits.Add64(x.lo, n, 0)
+	return u128{x.hi + c, lo}
+}
+
+func (x u128) sub(n uint64) u128 {
+	lo, b := bits.Sub64(x.lo, n, 0)
+	return u128{x.hi - b, lo}
+}
+
+// sat is x, or math.MaxUint64 if x is more.
+func (x u128) sat() uint64 {
+	if x.hi != 0 {
+		return math.MaxUint64
+	}
+	return x.lo
+}

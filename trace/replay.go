@@ -8,8 +8,16 @@ package trace
 // touches only preallocated slices: a step's slot holds the pointer the
 // allocator returned, so the replay itself allocates nothing per event and
 // its cost is the allocator's.
+//
+// What a log may cost is bounded, since logs come from anywhere: each
+// event costs a fixed number of bytes (its Event, one step, and an entry
+// of the pointer map while its block is live), a log may use at most
+// MaxStreams distinct streams (each is a simulator stream), and the
+// context is checked every cancelCheck steps, so a cancelled replay stops
+// within a few thousand allocator calls. Figures in BENCHMARKS.md.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -24,6 +32,17 @@ const MaxSamples = 2000
 
 // ErrOptions is wrapped by Replay's errors for options it cannot use.
 var ErrOptions = errors.New("bad replay options")
+
+// ErrTooLarge is wrapped by Replay's errors for a log past what a replay
+// takes on (MaxStreams).
+var ErrTooLarge = errors.New("log too large to replay")
+
+// MaxStreams is the most distinct streams a replayed log may use: each
+// becomes a stream of the replay device, and real programs use tens.
+const MaxStreams = 1 << 16
+
+// cancelCheck is how many steps run between two looks at the context.
+const cancelCheck = 256
 
 // Options configure Replay.
 type Options struct {
@@ -173,11 +192,18 @@ func compile(events []Event) *program {
 // opts.Device. Allocations the allocator refuses for want of memory are
 // counted (FailedAllocs) and their frees skipped; any other allocator
 // error stops the replay and is returned. Blocks the log leaves live stay
-// allocated: close a to give them back.
+// allocated: close a to give them back. A log of more than MaxStreams
+// streams is refused with an error wrapping ErrTooLarge.
 //
 // The allocator should be fresh, or its peaks resettable
 // (alloc.PeakResetter), for the peaks to be the replay's own.
 func Replay(events []Event, a alloc.Allocator, opts Options) (Result, error) {
+	return ReplayContext(context.Background(), events, a, opts)
+}
+
+// ReplayContext is Replay that stops, returning ctx's error, soon after
+// ctx is done (within cancelCheck allocator calls).
+func ReplayContext(ctx context.Context, events []Event, a alloc.Allocator, opts Options) (Result, error) {
 	if opts.Device == nil {
 		return Result{}, fmt.Errorf("trace: replay needs Options.Device, the device the allocator was made on: %w", ErrOptions)
 	}
@@ -186,8 +212,19 @@ func Replay(events []Event, a alloc.Allocator, opts Options) (Result, error) {
 	}
 	start := time.Now()
 	pr := compile(events)
+	if len(pr.streams) > MaxStreams {
+		return Result{}, fmt.Errorf("trace: replay: the log uses %d distinct streams, more than the %d a replay takes on "+
+			"(each is a stream of the replay device); merge its streams or split the log: %w", len(pr.streams), MaxStreams, ErrTooLarge)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("trace: replay: %w", err)
+	}
 	streams := make([]device.Stream, len(pr.streams))
 	for i, id := range pr.streams {
+		if i%cancelCheck == 0 && ctx.Err() != nil {
+			closeStreams(streams)
+			return Result{}, fmt.Errorf("trace: replay: %w", ctx.Err())
+		}
 		if id == 0 {
 			streams[i] = opts.Device.DefaultStream()
 			continue
@@ -222,6 +259,9 @@ func Replay(events []Event, a alloc.Allocator, opts Options) (Result, error) {
 	sizes := make([]uint64, pr.slots)
 	var live uint64
 	for i := range pr.steps {
+		if i%cancelCheck == 0 && ctx.Err() != nil {
+			return res, fmt.Errorf("trace: replay stopped at step %d of %d: %w", i, len(pr.steps), ctx.Err())
+		}
 		st := &pr.steps[i]
 		switch st.op {
 		case opAlloc:

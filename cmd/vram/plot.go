@@ -6,7 +6,9 @@ package main
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -133,10 +135,44 @@ func plotTimelines(path, title string, lines []timeline) error {
 	p.Y.Min = 0
 	p.Y.Max = max(top/scale, 1) * (1 + 0.09*float64(entries) + 0.05)
 	p.Y.Tick.Marker = byteTicks{}
-	if err := p.Save(9*vg.Inch, 5*vg.Inch, path); err != nil {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(path)), ".")
+	wt, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, format)
+	if err != nil {
+		return fmt.Errorf("write plot %s: %w", path, err)
+	}
+	if err := writeFileAtomic(path, func(w io.Writer) error { _, err := wt.WriteTo(w); return err }); err != nil {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// writeFileAtomic writes a file through a temporary file beside it and a
+// rename, so that path holds either its old content or all of the new,
+// never a part (an interrupted or failed write leaves no partial plot).
+func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := write(f); err != nil {
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // plotUnit picks the byte unit for an axis whose largest value is top,

@@ -2,13 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
@@ -225,6 +229,132 @@ func TestReplayErrors(t *testing.T) {
 			}
 			if !strings.Contains(stderr, tc.want) {
 				t.Errorf("stderr does not contain %q:\n%s", tc.want, stderr)
+			}
+		})
+	}
+}
+
+// streamsTrace writes a log of n allocations, each on a stream of its
+// own, and returns its path.
+func streamsTrace(t *testing.T, n int) string {
+	t.Helper()
+	events := make([]trace.Event, 0, 2*n)
+	for i := range n {
+		p := uint64(i+1) << 12
+		events = append(events,
+			trace.Event{Action: trace.Allocate, Pointer: p, Size: 4096, Stream: uint64(i + 1)},
+			trace.Event{Action: trace.Free, Pointer: p, Size: 4096, Stream: uint64(i + 1)})
+	}
+	path := filepath.Join(t.TempDir(), "streams.csv")
+	if err := trace.WriteFile(path, events); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A log of 200,000 distinct streams is refused with an error that says
+// why (it once ran for minutes, quadratic in the streams); one of 60,000
+// replays.
+func TestReplayManyStreams(t *testing.T) {
+	_, stderr, code := cli(t, "", "replay", streamsTrace(t, 200000))
+	if code != exitFailure || !strings.Contains(stderr, "200000 distinct streams, more than the 65536") {
+		t.Errorf("exit %d, stderr %q: want the log refused for its streams", code, stderr)
+	}
+	stdout, stderr, code := cli(t, "", "replay", "--json", "--allocator", "direct", streamsTrace(t, 60000))
+	if code != exitOK || !strings.Contains(stdout, `"allocs": 60000`) {
+		t.Errorf("60,000 streams: exit %d, stderr %q, stdout %.200q", code, stderr, stdout)
+	}
+}
+
+// Under a cancelled context replay stops at once: reading the file, and
+// the replay itself, look at the context (the replay stops within 256
+// allocator calls of a cancellation; trace.TestReplayCancel counts them).
+func TestReplayCancelled(t *testing.T) {
+	path := streamsTrace(t, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := runContext(ctx, []string{"replay", path}, strings.NewReader(""), &out, &errb)
+	if code == exitOK || !strings.Contains(errb.String(), "context canceled") || strings.Contains(out.String(), "direct") {
+		t.Errorf("cancelled replay: exit %d, stdout %q, stderr %q; want it stopped with context canceled", code, out.String(), errb.String())
+	}
+	r := ctxReader{ctx, strings.NewReader("data")}
+	if n, err := r.Read(make([]byte, 4)); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Errorf("ctxReader under a cancelled context read %d bytes, %v", n, err)
+	}
+}
+
+// TestReplaySnapshotInput replays a PyTorch snapshot and checks its
+// events and PyTorch's figures against the CSV made from it and the
+// traces' README.
+func TestReplaySnapshotInput(t *testing.T) {
+	pickle := filepath.Join(sharedtraces.Dir(t), "W_medium_512_training.pickle")
+	if _, err := os.Stat(pickle); err != nil {
+		t.Skipf("no snapshot: %v", err)
+	}
+	stdout, stderr, code := cli(t, "", "replay", "--json", "--allocator", "pool", pickle)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].PyTorch == nil {
+		t.Fatalf("want one row with PyTorch's figures, got %s", stdout)
+	}
+	r, p := rows[0], rows[0].PyTorch
+	if r.Events != 15625 || r.TracePeakLiveBytes != 12428595208 || p.LiveAtStartBlocks != 664 {
+		t.Errorf("%d events, peak live %d, %d live at start; want the CSV's 15625, 12428595208, 664",
+			r.Events, r.TracePeakLiveBytes, p.LiveAtStartBlocks)
+	}
+	if p.PeakReservedBytes != 12660506624 || p.Segments != 400 || fmt.Sprintf("%.3f", p.ReservedOverLive) != "1.018" {
+		t.Errorf("PyTorch peak reserved %d, %d segments, ratio %.3f; want 12660506624, 400, 1.018",
+			p.PeakReservedBytes, p.Segments, p.ReservedOverLive)
+	}
+	text, _, code := cli(t, "", "replay", "--allocator", "pool", pickle)
+	if code != exitOK || !strings.Contains(text, "pytorch (recorded)") {
+		t.Errorf("exit %d; the table lacks PyTorch's row:\n%s", code, text)
+	}
+}
+
+// TestReplaySnapshotOut writes a replay as a PyTorch snapshot and has
+// Python's pickle check it.
+func TestReplaySnapshotOut(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "pool.pickle")
+	_, stderr, code := cli(t, "", "replay", "--allocator", "pool,direct", "--snapshot-out", out, smallTrace)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	snap, err := trace.ReadSnapshotFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := trace.Summarize(snap.Events); s.Allocs != 154 || s.Frees != 154 {
+		t.Errorf("the snapshot holds %d allocs and %d frees, want the trace's 154 and 154", s.Allocs, s.Frees)
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("python3 not found (%v): the pickle was not checked by Python", err)
+	}
+	// The pool keeps its segments cached after the last free: the check
+	// finds them.
+	check := filepath.Join("..", "..", "trace", "testdata", "check_snapshot.py")
+	if b, err := exec.Command(python, check, out, "154", "154").CombinedOutput(); err != nil {
+		t.Fatalf("python3 %s: %v\n%s", check, err, b)
+	}
+}
+
+func TestReplaySnapshotOutRefused(t *testing.T) {
+	tests := map[string][]string{
+		"two traces":     {"--snapshot-out", filepath.Join(t.TempDir(), "a.pickle"), smallTrace, smallTrace},
+		"no such folder": {"--snapshot-out", filepath.Join(t.TempDir(), "missing", "a.pickle"), smallTrace},
+	}
+	for name, args := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := cli(t, "", append([]string{"replay"}, args...)...)
+			if code != exitUsage || !strings.Contains(stderr, "--snapshot-out") {
+				t.Errorf("exit %d, want %d naming --snapshot-out; stderr:\n%s", code, exitUsage, stderr)
 			}
 		})
 	}

@@ -8,7 +8,7 @@
 //  1. Two clients, "inputs" (initial states [2, N] and parameters [4, N])
 //     and "outputs" (trajectories [S, 2, N] float32 and status [N] int32),
 //     register in one stream group and queue their requests; one
-//     AllocateQueue plans the group together, so when the batch does not
+//     Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
 //  2. The host arrays are full-length and pinned. vram.RunBatch, the
@@ -37,7 +37,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/shard"
@@ -306,7 +305,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	kind, _ := vram.ParseAllocatorKind(f.allocator)
 	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap})}
 	if limit > 0 {
-		opts = append(opts, vram.WithWrap(func(up alloc.Allocator) alloc.Allocator { return alloc.NewLimit(up, limit) }))
+		opts = append(opts, vram.WithCap(limit))
 	}
 	m, err := vram.New(dev, opts...)
 	if err != nil {
@@ -497,13 +496,13 @@ func (j *job) register(double bool) error {
 	if err != nil {
 		return fmt.Errorf("register the outputs: %w", err)
 	}
-	if err := j.m.QueueRequest(j.in, map[string]vram.ArrayRequest{
+	if err := j.in.Queue(map[string]vram.ArrayRequest{
 		"init":   {Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1},
 		"params": {Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1},
 	}); err != nil {
 		return fmt.Errorf("queue the inputs: %w", err)
 	}
-	if err := j.m.QueueRequest(j.out, map[string]vram.ArrayRequest{
+	if err := j.out.Queue(map[string]vram.ArrayRequest{
 		"trajectories": {Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2},
 		"status":       {Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0},
 	}); err != nil {
@@ -514,7 +513,10 @@ func (j *job) register(double bool) error {
 	if double {
 		buffers = 2
 	}
-	if _, err := j.m.AllocateQueue(j.out, vram.WithBuffers(buffers)); err != nil {
+	if _, err := j.out.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
+		if ctxErr := j.a.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return fmt.Errorf("interrupted while allocating the device arrays, before chunk 1: no chunk run: %w", ctxErr)
+		}
 		err = fmt.Errorf("allocate the batch's device arrays: %w", err)
 		if j.fitHint != nil {
 			err = j.fitHint(err)

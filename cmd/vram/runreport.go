@@ -263,11 +263,12 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 		return runReport{}, fmt.Errorf("device memory: %w", err)
 	}
 	js := j.shape
+	kind, _ := j.m.AllocatorStats()
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,
 		Kernel:          j.kernel.Form(j.dev),
-		Allocator:       j.m.AllocatorKind().String(),
+		Allocator:       kind.String(),
 		DeviceBytes:     total,
 		LimitBytes:      limit,
 		Runs:            js.runs,

@@ -59,7 +59,7 @@ func BenchmarkMallocFree(b *testing.B) {
 // device with idle streams open: Free waits for every stream's work, and
 // must not pay (or allocate) per stream to find out there is none.
 func BenchmarkFreeOpenStreams(b *testing.B) {
-	for _, n := range []int{1, 16} {
+	for _, n := range []int{1, 16, 10000} {
 		b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
 			d := benchDevice(b, true)
 			for range n {
@@ -76,6 +76,33 @@ func BenchmarkFreeOpenStreams(b *testing.B) {
 					b.Fatal(err)
 				}
 				if err := d.Free(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNewStreamClose makes and closes a stream beside n open ones:
+// O(1), whatever n.
+func BenchmarkNewStreamClose(b *testing.B) {
+	for _, n := range []int{0, 10000} {
+		b.Run(fmt.Sprintf("open=%d", n), func(b *testing.B) {
+			d := benchDevice(b, true)
+			for range n {
+				s, err := d.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				s, err := d.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Close(); err != nil {
 					b.Fatal(err)
 				}
 			}

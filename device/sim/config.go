@@ -22,6 +22,10 @@ const (
 	// memory can be; the default is half the host's RAM when that is less
 	// (the simulator's pinned buffers are real host memory).
 	DefaultPinnedLimit = 64 * units.GiB
+	// DefaultBackingLimit is the most the default cap on host memory
+	// backing device memory can be; the default is half the host's RAM
+	// when that is less.
+	DefaultBackingLimit = 64 * units.GiB
 	// PoolAlignment is the alignment (and rounding) of MallocAsync blocks.
 	PoolAlignment uint64 = 512
 	// MaxTotalBytes caps Config.TotalBytes: 256 TiB (2^48 bytes), far more
@@ -76,6 +80,15 @@ type Config struct {
 	// machine can hold is an error, not the Go runtime's fatal out of
 	// memory.
 	PinnedLimit uint64
+	// BackingLimit caps the host bytes a backed device spends on the
+	// bytes of its allocations at once. An allocation's bytes are made on
+	// its first access (a whole Malloc's requested size, or a whole async
+	// pool segment); an access that would take the bytes past the limit
+	// fails with ErrOutOfMemory instead of ending the process in the Go
+	// runtime's fatal out of memory (a 64 GiB granularity on a small
+	// host). 0 means DefaultBackingLimit or half the host's RAM, whichever
+	// is less. Ignored when AddressOnly.
+	BackingLimit uint64
 	// Name is the device name Info reports. "" means "vram simulator".
 	Name string
 	// Ordinal is the device index Info reports.
@@ -124,6 +137,12 @@ func (c Config) withDefaults() (Config, error) {
 			c.PinnedLimit = min(c.PinnedLimit, ram/2)
 		}
 	}
+	if c.BackingLimit == 0 {
+		c.BackingLimit = DefaultBackingLimit
+		if ram := hostRAM(); ram > 0 {
+			c.BackingLimit = min(c.BackingLimit, ram/2)
+		}
+	}
 	if c.Name == "" {
 		c.Name = "vram simulator"
 	}
@@ -134,7 +153,7 @@ func (c Config) withDefaults() (Config, error) {
 }
 
 // specKeys documents the options ParseSpec accepts.
-var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "pinned", "name", "ordinal"}
+var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "pinned", "backing", "name", "ordinal"}
 
 // ParseSpec reads the options of a "sim:..." device spec (the text after
 // the colon) into a Config:
@@ -147,6 +166,7 @@ var specKeys = []string{"vram", "context", "granularity", "backed", "threshold",
 //	workers=N         goroutines per kernel launch
 //	bandwidth=SIZE    emulated copy bandwidth per second, e.g. bandwidth=16GB
 //	pinned=SIZE       cap on live pinned host memory (default 64 GiB)
+//	backing=SIZE      cap on host memory backing device memory (default 64 GiB)
 //	name=TEXT         device name
 //	ordinal=N         device index
 //
@@ -202,6 +222,11 @@ func ParseSpec(opts string) (Config, error) {
 		case "pinned":
 			c.PinnedLimit, err = units.ParseSize(v)
 			if err == nil && c.PinnedLimit == 0 {
+				err = fmt.Errorf("the limit must be > 0")
+			}
+		case "backing":
+			c.BackingLimit, err = units.ParseSize(v)
+			if err == nil && c.BackingLimit == 0 {
 				err = fmt.Errorf("the limit must be > 0")
 			}
 		case "name":

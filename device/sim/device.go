@@ -107,20 +107,63 @@ type rec struct {
 
 // backing holds an allocation's bytes, made on first access: memory that
 // is allocated but never read or written costs no host memory, and Malloc
-// stays cheap for allocations of any size. Safe for concurrent use.
+// stays cheap for allocations of any size. The bytes made count against
+// Config.BackingLimit (Device.backed) until the allocation is freed.
+// Safe for concurrent use: bytes runs under d.mu held for reading, the
+// holder is reset or recycled only under d.mu held for writing.
 type backing struct {
-	once sync.Once
-	n    uint64
-	b    []byte
+	made    atomic.Bool // b is set
+	mu      sync.Mutex  // serializes making b
+	n       uint64
+	b       []byte
+	counted bool // b counts against Device.backed
 }
 
-// bytes returns the allocation's bytes; nil on a nil backing.
-func (m *backing) bytes() []byte {
+// bytes returns the allocation's bytes, making them on first access; nil
+// on a nil backing. Past Config.BackingLimit it returns an error wrapping
+// device.ErrOutOfMemory. Call with d.mu held (for reading at least).
+func (m *backing) bytes(d *Device, op string) ([]byte, error) {
 	if m == nil {
-		return nil
+		return nil, nil
 	}
-	m.once.Do(func() { m.b = make([]byte, m.n) })
-	return m.b
+	if m.made.Load() {
+		return m.b, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.made.Load() {
+		return m.b, nil
+	}
+	lim := d.cfg.BackingLimit
+	for {
+		used := d.backed.Load()
+		if m.n > lim || used > lim-m.n {
+			return nil, fmt.Errorf("%v: %s: the allocation's %s of bytes are made on first access, and the host memory "+
+				"backing device memory would pass its limit (%s in use of %s; Config.BackingLimit, spec backing=): "+
+				"use a smaller granularity, backed=false for accounting only, or raise the limit: %w",
+				d, op, units.Format(m.n), units.Format(used), units.Format(lim), device.ErrOutOfMemory)
+		}
+		if d.backed.CompareAndSwap(used, used+m.n) {
+			break
+		}
+	}
+	m.b = make([]byte, m.n)
+	m.counted = true
+	m.made.Store(true)
+	return m.b, nil
+}
+
+// releaseLocked lets the bytes go and takes them off Device.backed. Call
+// with d.mu held for writing.
+func (m *backing) releaseLocked(d *Device) {
+	if m == nil {
+		return
+	}
+	if m.counted {
+		d.backed.Add(-m.n)
+	}
+	m.b, m.counted = nil, false
+	m.made.Store(false)
 }
 
 // spareMemCap bounds how many byte holders of freed Mallocs are kept.
@@ -133,7 +176,7 @@ func (d *Device) newBackingLocked(n uint64) *backing {
 	if k := len(d.spareMem); k > 0 {
 		m := d.spareMem[k-1]
 		d.spareMem = d.spareMem[:k-1]
-		*m = backing{n: n}
+		m.n = n
 		return m
 	}
 	return &backing{n: n}
@@ -142,17 +185,19 @@ func (d *Device) newBackingLocked(n uint64) *backing {
 // recycleBackingLocked keeps the holder of a freed Malloc for reuse. No
 // one holds it any more: accesses keep the byte slice, not the holder.
 func (d *Device) recycleBackingLocked(m *backing) {
-	if m == nil || len(d.spareMem) >= spareMemCap {
+	if m == nil {
 		return
 	}
-	m.b = nil // let the bytes go now
-	d.spareMem = append(d.spareMem, m)
+	m.releaseLocked(d) // let the bytes go now
+	if len(d.spareMem) < spareMemCap {
+		d.spareMem = append(d.spareMem, m)
+	}
 }
 
 // preset is a backing over existing bytes (mapped host memory).
 func preset(b []byte) *backing {
 	m := &backing{n: uint64(len(b)), b: b}
-	m.once.Do(func() {})
+	m.made.Store(true)
 	return m
 }
 
@@ -226,6 +271,7 @@ type Device struct {
 	closed atomic.Bool
 	gen    atomic.Uint64 // generation, bumped by Reset
 	stamp  atomic.Uint64 // issue stamps of launches and async frees
+	backed atomic.Uint64 // host bytes made for backings of this generation (Config.BackingLimit)
 
 	mu          sync.RWMutex // protects the fields below
 	rg          region       // this generation's address region
@@ -247,15 +293,22 @@ type Device struct {
 	pool        pool
 	def         *stream
 	streams     map[*stream]struct{} // streams made by NewStream, not closed
-	// list is def and the keys of streams, as an immutable slice replaced
-	// (under mu) whenever they change, so that Free, HostFree and
-	// Synchronize read it without a lock or an allocation.
-	list       atomic.Pointer[[]*stream]
-	retired    []*stream // streams of earlier generations whose goroutine may still run
+	// retired are streams being closed, or of an earlier generation,
+	// whose goroutine may still run: Close waits for them too.
+	retired    map[*stream]struct{}
 	nextStream uint64
 	events     int
 	nextID     uint64
+
+	actMu sync.Mutex // protects active; taken after a stream's mu, never before
+	// active lists the streams (of any generation) with work enqueued and
+	// not finished, each at its stream.actIdx, so that Free and HostFree
+	// wait for those alone: their cost does not grow with idle streams.
+	active []*stream
 }
+
+// activeScratch holds the slices quiesce copies active into.
+var activeScratch = sync.Pool{New: func() any { return new([]*stream) }}
 
 // New makes a simulated device. Zero fields of cfg take their defaults;
 // invalid ones return an error wrapping device.ErrInvalidValue.
@@ -264,7 +317,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{id: deviceIDs.Add(1), cfg: c}
+	d := &Device{id: deviceIDs.Add(1), cfg: c, retired: map[*stream]struct{}{}}
 	d.pool.threshold = c.ReleaseThreshold
 	d.faults.dev = d
 	rg, err := newRegion(c.TotalBytes, d.id, 0)
@@ -290,23 +343,42 @@ func (d *Device) startGenLocked(rg region) {
 	d.hostFreed = map[uintptr]uint64{}
 	d.hostFreedQ = nil
 	d.pinnedBytes = 0
+	d.backed.Store(0)                          // the earlier generation's bytes go with its allocations
 	d.pool = pool{threshold: d.pool.threshold} // a Reset keeps SetReleaseThreshold's value, as CUDA's binding does
 	d.streams = map[*stream]struct{}{}
 	d.events = 0
 	d.def = d.newStreamLocked(true)
-	d.publishStreamsLocked()
 }
 
-// publishStreamsLocked replaces d.list after def or streams changed.
-func (d *Device) publishStreamsLocked() {
-	l := make([]*stream, 0, len(d.streams)+1)
+// streamsLocked appends the default stream and every open stream to dst.
+func (d *Device) streamsLocked(dst []*stream) []*stream {
 	if d.def != nil {
-		l = append(l, d.def)
+		dst = append(dst, d.def)
 	}
 	for s := range d.streams {
-		l = append(l, s)
+		dst = append(dst, s)
 	}
-	d.list.Store(&l)
+	return dst
+}
+
+// addActive lists s among the streams with unfinished work.
+func (d *Device) addActive(s *stream) {
+	d.actMu.Lock()
+	s.actIdx = len(d.active)
+	d.active = append(d.active, s)
+	d.actMu.Unlock()
+}
+
+// removeActive takes s off the list of streams with unfinished work.
+func (d *Device) removeActive(s *stream) {
+	d.actMu.Lock()
+	last := len(d.active) - 1
+	moved := d.active[last]
+	d.active[s.actIdx] = moved
+	moved.actIdx = s.actIdx
+	d.active[last] = nil
+	d.active = d.active[:last]
+	d.actMu.Unlock()
 }
 
 // Config returns the device's configuration with defaults filled in.
@@ -664,7 +736,8 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 		if end > nd.k1+r.size {
 			return nil, 0, d.oobErr(op, p, n, nd.k1, r.size, r.kind, r.id)
 		}
-		return r.mem.bytes(), nd.k1, nil
+		data, err := r.mem.bytes(d, op)
+		return data, nd.k1, err
 	}
 	if g := d.ghostHoldingLocked(a); g != nil {
 		return nil, 0, d.uafErr(op, p, n, g)
@@ -723,15 +796,21 @@ func (d *Device) checkEmpty(op string, p device.Ptr) error {
 
 // quiesce waits until every stream has finished the work enqueued so far.
 // It reports no errors: they stay for the streams' Synchronize.
+// Only streams with unfinished work are looked at: push lists a stream in
+// d.active before it returns, and its goroutine takes it off only once
+// everything enqueued has finished.
 func (d *Device) quiesce() {
-	for _, s := range d.allStreams() {
+	buf := activeScratch.Get().(*[]*stream)
+	d.actMu.Lock()
+	l := append((*buf)[:0], d.active...)
+	d.actMu.Unlock()
+	for _, s := range l {
 		s.waitFor(s.enq.Load())
 	}
+	clear(l)
+	*buf = l[:0]
+	activeScratch.Put(buf)
 }
-
-// allStreams lists the default stream and every open stream. The slice is
-// shared: read it, never change it.
-func (d *Device) allStreams() []*stream { return *d.list.Load() }
 
 // Synchronize waits for all work on all streams of the device and returns
 // the errors that work raised and that no Synchronize has reported yet.
@@ -744,8 +823,11 @@ func (d *Device) Synchronize() error {
 	if err := d.faults.check(OpSync, "synchronize", 0); err != nil {
 		return err
 	}
+	d.mu.RLock()
+	all := d.streamsLocked(nil)
+	d.mu.RUnlock()
 	var errs []error
-	for _, s := range d.allStreams() {
+	for _, s := range all {
 		s.waitFor(s.enq.Load())
 		if err := s.takeErr(); err != nil {
 			errs = append(errs, err)
@@ -776,9 +858,13 @@ func (d *Device) syncPoint() {
 // Reset destroys the context's state, like cuDevicePrimaryCtxReset:
 // all memory is freed, work still queued is dropped, and every pointer,
 // stream and event made before it returns an error wrapping
-// device.ErrInvalidated afterwards. Work already running (a kernel) runs
-// on, and its accesses fail. The device stays open, with a new default
-// stream; fault injection settings are kept.
+// device.ErrInvalidated afterwards. Work already running (a copy or a
+// kernel) runs to its end, and a kernel's device accesses from then on
+// fail; Reset returns only once it has ended, so no work from before the
+// reset reads or writes host memory after Reset returns. (So a kernel
+// must not call Reset, nor wait for something done after Reset.) The
+// device stays open, with a new default stream; fault injection settings
+// are kept.
 func (d *Device) Reset() error {
 	if d.closed.Load() {
 		return d.errClosed("reset")
@@ -793,11 +879,7 @@ func (d *Device) Reset() error {
 		d.mu.Unlock()
 		return fmt.Errorf("%v: reset: %w", d, err)
 	}
-	old := make([]*stream, 0, len(d.streams)+1)
-	old = append(old, d.def)
-	for s := range d.streams {
-		old = append(old, s)
-	}
+	old := d.streamsLocked(make([]*stream, 0, len(d.streams)+1))
 	for k := range d.host {
 		d.oldHostAdd(k)
 	}
@@ -809,11 +891,21 @@ func (d *Device) Reset() error {
 	d.gen.Add(1)
 	d.startGenLocked(rg)
 	// Old streams drop their queues; one may still be running an
-	// operation (a kernel), which is not waited for here: Close joins it.
+	// operation (a copy into a host buffer, a kernel), which is waited for
+	// without the lock (a kernel's accesses take it). Meanwhile they are
+	// retired, so a concurrent Close waits for them too.
 	for _, s := range old {
+		d.retired[s] = struct{}{}
 		s.halt(true)
 	}
-	d.retired = slices.DeleteFunc(append(d.retired, old...), (*stream).exited)
+	d.mu.Unlock()
+	for _, s := range old {
+		s.join()
+	}
+	d.mu.Lock()
+	for _, s := range old {
+		delete(d.retired, s)
+	}
 	d.mu.Unlock()
 	return nil
 }
@@ -845,7 +937,10 @@ func (d *Device) Close() error {
 		d.mu.Unlock()
 		return d.errClosed("close")
 	}
-	streams := append(slices.Clone(d.allStreams()), d.retired...)
+	streams := d.streamsLocked(nil)
+	for s := range d.retired {
+		streams = append(streams, s)
+	}
 	d.mu.Unlock()
 	// Let queued work finish first; it may still use the memory.
 	for _, s := range streams {
@@ -855,15 +950,15 @@ func (d *Device) Close() error {
 		s.join()
 	}
 	d.mu.Lock()
-	d.retired = nil
+	clear(d.retired)
 	rep := d.leaksLocked()
 	d.live.clear()
 	d.ghosts.clear()
 	d.host = nil
 	d.pool = pool{}
 	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
+	d.backed.Store(0)
 	d.streams = map[*stream]struct{}{}
-	d.publishStreamsLocked()
 	releaseRegions(append(d.old, d.rg)...)
 	d.old = nil
 	d.mu.Unlock()

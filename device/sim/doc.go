@@ -17,10 +17,14 @@
 //     kernels work. Address-only (Config.AddressOnly, spec backed=false):
 //     only addresses and accounting, no bytes, so a trace that peaks at
 //     90 GB replays on a small host; copies, memsets and kernels return
-//     errors wrapping device.ErrNotSupported.
-//   - Streams: ordered queues, each served by its own goroutine, so
-//     asynchronous work really runs after the call returns and ordering
-//     bugs show. Events order streams. Errors of asynchronous work are
+//     errors wrapping device.ErrNotSupported. A backed device makes an
+//     allocation's bytes on its first access and caps what it holds
+//     (Config.BackingLimit, spec backing=): past the cap an access fails
+//     with ErrOutOfMemory rather than ending the process.
+//   - Streams: ordered queues, each served by its own goroutine (started
+//     with the stream's first operation), so asynchronous work really
+//     runs after the call returns and ordering bugs show. Making and
+//     closing a stream costs O(1) however many are open. Events order streams. Errors of asynchronous work are
 //     sticky until the next Synchronize.
 //   - The driver's stream-ordered pool (MallocAsync/FreeAsync) with its
 //     reuse rules and release threshold, emulated exactly as pool.go's
@@ -47,7 +51,8 @@
 //   - Fault injection (Device.Faults): out of memory at the nth
 //     allocation or above a size, a failing copy, a device reset at a
 //     chosen call.
-//   - Reset (everything made before is invalid) and Close (everything
+//   - Reset (everything made before is invalid; it returns once the
+//     work it interrupted has ended) and Close (everything
 //     released, with a leak report: Device.Leaks, LeakError).
 //
 // What it does not simulate: timing (beyond an optional copy bandwidth),

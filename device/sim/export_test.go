@@ -1,6 +1,10 @@
 package sim
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 // CheckInvariants verifies the device's internal bookkeeping (tests only):
 // pool segments are tiled by their blocks, no two ready neighbours are left
@@ -126,3 +130,32 @@ func (d *Device) OpenStreams() int {
 	defer d.mu.Unlock()
 	return len(d.streams)
 }
+
+// timedAttempts is how many times a timing check is tried before it
+// fails: one run on a loaded machine may be stretched by the scheduler,
+// three in a row seldom are, and a real defect fails them all.
+const timedAttempts = 3
+
+// retryTimed runs attempt until it returns "" (passed), at most
+// timedAttempts times, and fails t with every attempt's complaint if none
+// passed. Only load-sensitive bounds (an upper bound on a duration, an
+// overlap) belong in attempt; what no load can break (a copy taking at
+// least its emulated time, an order of events) is checked outright.
+func retryTimed(t testing.TB, attempt func() string) {
+	t.Helper()
+	var why []string
+	for i := range timedAttempts {
+		msg := attempt()
+		if msg == "" {
+			if i > 0 {
+				t.Logf("passed at attempt %d of %d after: %s", i+1, timedAttempts, strings.Join(why, "; "))
+			}
+			return
+		}
+		why = append(why, msg)
+	}
+	t.Errorf("all %d attempts failed: %s", timedAttempts, strings.Join(why, "; "))
+}
+
+// RetryTimed is retryTimed, for the package's external tests.
+var RetryTimed = retryTimed

@@ -162,9 +162,9 @@ func (d *Device) resolveMarkedLocked(op string, p device.Ptr, n, stamp uint64, n
 				"the access runs %s past its end: %w",
 				d, op, units.Format(n), p, mk.id, k1, r.id, units.Format(mk.size), units.Format(a+n-k1-mk.size), device.ErrOutOfBounds)
 		}
-		data := r.mem.bytes()
+		data, err := r.mem.bytes(d, op)
 		if data == nil {
-			return nil, k1, nil
+			return nil, k1, err
 		}
 		off := k1 - nd.k1
 		return data[off : off+mk.size : off+mk.size], k1, nil

@@ -340,6 +340,7 @@ func (p *pool) releaseLocked(d *Device, keep uint64) {
 		p.blocks.remove(b.start, 0)
 		p.dropBlock(b)
 		d.live.remove(seg.start, 0)
+		seg.mem.releaseLocked(d)
 		d.va.release(seg.start, seg.size)
 		p.reserved -= seg.size
 		p.nSeg--
@@ -363,7 +364,8 @@ func (p *pool) resolveLocked(d *Device, op string, ptr device.Ptr, n, stamp uint
 	a := uint64(ptr)
 	b := p.blocks.floor(a, 0).v
 	if b.state == bUsed && a+n <= b.start+b.req {
-		return sub(seg, b.start, b.req), b.start, nil
+		data, err := sub(d, op, seg, b.start, b.req)
+		return data, b.start, err
 	}
 	// A kernel launched before a (stream-ordered) free may still use the
 	// freed block, even where it has been handed out again: the free takes
@@ -371,7 +373,8 @@ func (p *pool) resolveLocked(d *Device, op string, ptr device.Ptr, n, stamp uint
 	if stamp != 0 {
 		g, over := d.usableGhostLocked(a, n, stamp)
 		if g != nil && g.k1 >= seg.start && g.k1+g.span <= seg.start+seg.size {
-			return sub(seg, g.k1, g.span), g.k1, nil
+			data, err := sub(d, op, seg, g.k1, g.span)
+			return data, g.k1, err
 		}
 		if over != nil { // the kernel's own block, overrun
 			return nil, 0, d.oobErr(op, ptr, n, over.v.start, over.v.size, kPoolBlock, over.v.id)
@@ -388,12 +391,16 @@ func (p *pool) resolveLocked(d *Device, op string, ptr device.Ptr, n, stamp uint
 	return nil, 0, d.uafErr(op, ptr, n, g)
 }
 
-func sub(seg *segment, start, n uint64) []byte {
+func sub(d *Device, op string, seg *segment, start, n uint64) ([]byte, error) {
 	if seg.mem == nil {
-		return nil
+		return nil, nil
+	}
+	b, err := seg.mem.bytes(d, op)
+	if err != nil {
+		return nil, err
 	}
 	off := start - seg.start
-	return seg.mem.bytes()[off : off+n : off+n]
+	return b[off : off+n : off+n], nil
 }
 
 // MallocAsync allocates n > 0 bytes from the device's stream-ordered pool

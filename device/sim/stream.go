@@ -3,9 +3,13 @@ package sim
 // Streams and events.
 //
 // A stream is a FIFO of operations (Go closures) served by one goroutine
-// that the stream owns from NewStream to Close. Enqueueing appends under
-// the stream's mutex and returns at once, so work runs asynchronously with
-// the caller and strictly in order on its stream. Each stream counts the
+// that the stream owns from its first operation to Close (a stream that
+// is never given work costs no goroutine, and NewStream and Close cost
+// O(1) however many streams there are). Enqueueing appends under the
+// stream's mutex and returns at once, so work runs asynchronously with the
+// caller and strictly in order on its stream. While a stream has
+// unfinished work it is listed in the device's active list, which is all
+// that Free and HostFree wait for. Each stream counts the
 // operations enqueued (enq) and finished (done); both only grow, and
 // "the work enqueued so far" is simply the count enq at that moment.
 //
@@ -25,7 +29,6 @@ package sim
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -51,7 +54,11 @@ type stream struct {
 	closed  bool // no more work accepted
 	dead    bool // queued work is dropped (reset)
 	stopped bool // the goroutine should exit once the queue is empty
+	started bool // the goroutine was started, or quit closed without one
+	busy    bool // listed in dev.active: done < enq
 	quit    chan struct{}
+
+	actIdx int // index in dev.active while busy; protected by dev.actMu
 
 	// Async pool bookkeeping, protected by dev.mu.
 	pend      tree[*block] // blocks freed on this stream, not yet reusable elsewhere, by (size, start)
@@ -89,11 +96,9 @@ func (d *Device) newStreamLocked(isDefault bool) *stream {
 		d.nextStream++
 		s.handle = d.nextStream
 		d.streams[s] = struct{}{}
-		d.publishStreamsLocked()
 	}
 	s.work.L = &s.mu
 	s.idle.L = &s.mu
-	go s.serve()
 	return s
 }
 
@@ -126,6 +131,10 @@ func (s *stream) serve() {
 			s.err = err
 		}
 		s.done.Add(1)
+		if s.busy && s.done.Load() == s.enq.Load() {
+			s.busy = false
+			s.dev.removeActive(s)
+		}
 		if s.waiters > 0 {
 			s.idle.Broadcast()
 		}
@@ -142,21 +151,15 @@ func (s *stream) halt(drop bool) {
 	if drop {
 		s.dead = true
 	}
+	if !s.started { // never given work: no goroutine to stop
+		s.started = true
+		close(s.quit)
+	}
 	s.work.Signal()
 	s.mu.Unlock()
 }
 
 func (s *stream) join() { <-s.quit }
-
-// exited reports whether the stream's goroutine has exited.
-func (s *stream) exited() bool {
-	select {
-	case <-s.quit:
-		return true
-	default:
-		return false
-	}
-}
 
 // enqueue appends fn to the stream's queue.
 func (s *stream) enqueue(name string, fn func() error) error {
@@ -172,6 +175,14 @@ func (s *stream) push(name string, o op) error {
 	}
 	s.q = append(s.q, o)
 	s.enq.Add(1)
+	if !s.busy {
+		s.busy = true
+		s.dev.addActive(s)
+	}
+	if !s.started {
+		s.started = true
+		go s.serve()
+	}
 	s.work.Signal()
 	return nil
 }
@@ -284,14 +295,14 @@ func (s *stream) Close() error {
 		return s.goneErr("close stream")
 	}
 	delete(d.streams, s)
-	d.publishStreamsLocked()
 	// Until its goroutine has exited, the stream is retired: a concurrent
 	// Device.Close still waits for its queued work.
-	d.retired = slices.DeleteFunc(append(d.retired, s), (*stream).exited)
+	d.retired[s] = struct{}{}
 	d.mu.Unlock()
 	s.halt(false)
 	s.join()
 	d.mu.Lock()
+	delete(d.retired, s)
 	d.pool.promoteLocked() // the stream's frees are all complete now
 	d.mu.Unlock()
 	return s.takeErr()
