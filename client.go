@@ -519,22 +519,28 @@ func (m *Manager) capLocked(c *Client) uint64 {
 	return uint64(m.proportionLocked(c) * float64(m.total))
 }
 
-// ManualPoolProportion is the sum of the manual clients' proportions.
-func (m *Manager) ManualPoolProportion() float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return float64(m.manual) / float64(shareUnit)
+// Shares are how the manager divides memory between its clients.
+type Shares struct {
+	// Total is the bytes proportions are of: the device's total memory
+	// unless WithTotalMemory said otherwise.
+	Total uint64
+	// Manual is the sum of the manual clients' proportions.
+	Manual float64
+	// Auto is the share the auto clients split: 1 minus Manual while
+	// there are auto clients, else 0.
+	Auto float64
 }
 
-// AutoPoolProportion is the share the auto clients split: 1 minus the
-// manual total while there are auto clients, else 0.
-func (m *Manager) AutoPoolProportion() float64 {
+// Shares returns how memory is divided now (cubie's
+// manual_pool_proportion and auto_pool_proportion).
+func (m *Manager) Shares() Shares {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.numAuto == 0 {
-		return 0
+	s := Shares{Total: m.total, Manual: float64(m.manual) / float64(shareUnit)}
+	if m.numAuto > 0 {
+		s.Auto = float64(shareUnit-m.manual) / float64(shareUnit)
 	}
-	return float64(shareUnit-m.manual) / float64(shareUnit)
+	return s
 }
 
 // Clients returns the open clients, by id.

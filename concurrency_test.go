@@ -78,7 +78,7 @@ func TestConcurrentClients(t *testing.T) {
 			if n := len(m.Clients()); n != 0 {
 				t.Errorf("%d clients left", n)
 			}
-			if p := m.ManualPoolProportion(); p != 0 {
+			if p := m.Shares().Manual; p != 0 {
 				t.Errorf("manual pool %v after every client closed", p)
 			}
 			if err := m.Allocator().Trim(); err != nil {

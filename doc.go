@@ -98,15 +98,15 @@
 //
 // # Host memory
 //
-// AllocHostArray puts a host array on the host ladder: pinned while the
+// Manager.Host().Alloc puts a host array on the host ladder: pinned while the
 // pinned bytes stay under HostOptions.PinnedLimit (by default
 // DefaultPinnedFraction of the host's RAM), then pageable while the host
 // limit (HostOptions.Limit) and the RAM available allow, then a
 // memory-mapped .npy file in the spill directory (HostOptions.SpillDir or
 // $VRAM_SPILL_DIR), removed when the array is freed unless kept.
 // HostArray.Placement says which rung and why (also logged at debug
-// level); HostStats counts each rung, and a Free takes off exactly what
-// the array took. OpenHostArray maps an existing .npy file. Package npy
+// level); Host().Stats counts each rung, and a Free takes off exactly what
+// the array took. Host().Open maps an existing .npy file. Package npy
 // reads and writes .npy files in parts, at offsets.
 //
 // Kernels that run on both the simulator and CUDA come from package
@@ -202,16 +202,16 @@
 //	set_allocator(name)                        Manager.SetAllocator(Pool | AsyncPool | Direct)
 //	set_limit_mode(mode)                       Manager.SetLimitMode(Passive | Active)
 //	get_memory_info()                          Manager.MemInfo()
-//	manual_pool_proportion                     Manager.ManualPoolProportion()
-//	auto_pool_proportion                       Manager.AutoPoolProportion()
+//	manual_pool_proportion                     Manager.Shares().Manual
+//	auto_pool_proportion                       Manager.Shares().Auto
 //	invalidate_all()                           Manager.InvalidateAll()
 //	reinit_streams()                           Manager.ReinitStreams()
 //	free(array_label)                          Manager.Free(label); one client's: Client.Free(label)
 //	free_all()                                 Manager.FreeAll()
 //	create_host_array(shape, dtype,            Manager.NewHostArray(shape, dtype, mem, like)
 //	  memory_type, like)
-//	(newer) host memory chosen per array      Manager.AllocHostArray(shape, dtype, HostArrayOptions{})
-//	(newer) ChunkBufferPool                    Manager.StagingPool(): Acquire(ctx, n), AcquireSet, Release
+//	(newer) host memory chosen per array      Manager.Host().Alloc(shape, dtype, HostArrayOptions{})
+//	(newer) ChunkBufferPool                    Manager.Host().Staging(): Acquire(ctx, n), AcquireSet, Release
 //	queue_request(instance, requests)          Client.Queue(requests)
 //	allocate_queue(triggering_instance)        Client.Allocate(ctx, opts...)
 //	to_device(instance, from, to)              Client.ToDevice(ctx, dst, src), ToDeviceChunk

@@ -11,7 +11,7 @@ import (
 // The host ladder under small limits: a small array is pinned, a larger
 // one pageable, and one past the host limit spills to a memory-mapped
 // .npy file, kept here and mapped again.
-func ExampleManager_AllocHostArray() {
+func ExampleHostMemory_Alloc() {
 	spill, _ := os.MkdirTemp("", "spill")
 	defer os.RemoveAll(spill)
 	dev, _ := sim.New(sim.Config{TotalBytes: 16 << 20, NoContext: true})
@@ -23,7 +23,7 @@ func ExampleManager_AllocHostArray() {
 	}))
 	defer m.Close()
 	for _, n := range []int{1 << 16, 1 << 18, 1 << 20} { // float64s: 512 KiB, 2 MiB, 8 MiB
-		h, err := m.AllocHostArray([]int{n}, vram.Float64, vram.HostArrayOptions{Keep: true, Name: "x"})
+		h, err := m.Host().Alloc([]int{n}, vram.Float64, vram.HostArrayOptions{Keep: true, Name: "x"})
 		if err != nil {
 			fmt.Println(err)
 			return
@@ -32,7 +32,7 @@ func ExampleManager_AllocHostArray() {
 		if p := h.Placement(); p.Rung == vram.RungFile {
 			h.Float64s()[n-1] = 42
 			h.Free() // kept: the file stays
-			again, _ := m.OpenHostArray(p.Path, false)
+			again, _ := m.Host().Open(p.Path, false)
 			fmt.Println("reopened:", again.Shape(), again.Float64s()[n-1])
 			again.Free()
 			continue

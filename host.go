@@ -36,7 +36,7 @@ type hostPool struct {
 	// progress (streams.Groups.WaitClosed).
 	waitClosed func(device.Stream)
 
-	placeMu sync.Mutex // serializes the ladder's choices (AllocHostArray)
+	placeMu sync.Mutex // serializes the ladder's choices (HostMemory.Alloc)
 	mu      sync.Mutex
 	n       hostCounts // bytes held on each rung
 }

@@ -1,7 +1,7 @@
 package vram
 
 // The host ladder: where a host array's memory comes from when the
-// caller lets the manager choose (AllocHostArray with no Rung).
+// caller lets the manager choose (HostMemory.Alloc with no Rung).
 //
 //  1. Pinned, while the pinned bytes in use (arrays and staging buffers)
 //     stay under the pinned limit (HostOptions.PinnedLimit, by default
@@ -64,7 +64,7 @@ func WithHostOptions(o HostOptions) Option { return func(c *config) { c.host = o
 type HostRung uint8
 
 const (
-	// RungAuto lets the ladder choose (AllocHostArray).
+	// RungAuto lets the ladder choose (HostMemory.Alloc).
 	RungAuto HostRung = iota
 	// RungPinned is page-locked memory.
 	RungPinned
@@ -113,7 +113,7 @@ func (s HostStats) RAM() uint64 {
 	return s.Pinned + s.Mapped + s.Pageable + s.Staging + s.PinnedCached
 }
 
-// HostArrayOptions says how AllocHostArray makes an array. A plain value.
+// HostArrayOptions says how HostMemory.Alloc makes an array. A plain value.
 type HostArrayOptions struct {
 	// Rung forces a rung; RungAuto (the zero value) lets the ladder choose.
 	Rung HostRung
@@ -126,10 +126,32 @@ type HostArrayOptions struct {
 	Name string
 }
 
-// HostStats returns what the host arrays and the staging pool hold.
-func (m *Manager) HostStats() HostStats { return m.host.stats() }
+// HostMemory is the manager's host side: host arrays placed on the
+// ladder, .npy files mapped as arrays, what they hold, and the staging
+// pool. Get it from Manager.Host; it is safe for concurrent use.
+type HostMemory struct{ m *Manager }
 
-// AllocHostArray makes a zeroed host array of shape and dtype on the rung
+// Host returns the manager's host side.
+func (m *Manager) Host() HostMemory { return HostMemory{m} }
+
+// Stats returns what the host arrays and the staging pool hold.
+func (h HostMemory) Stats() HostStats { return h.m.host.stats() }
+
+// Staging is the manager's staging pool (cubie's ChunkBufferPool).
+func (h HostMemory) Staging() *StagingPool { return h.m.host.staging }
+
+// Alloc makes a host array on the ladder; see Manager.allocHostArray.
+func (h HostMemory) Alloc(shape []int, dtype DType, o HostArrayOptions) (*HostArray, error) {
+	return h.m.allocHostArray(shape, dtype, o)
+}
+
+// Open maps an existing .npy file as a host array; see
+// Manager.openHostArray.
+func (h HostMemory) Open(path string, writable bool) (*HostArray, error) {
+	return h.m.openHostArray(path, writable)
+}
+
+// allocHostArray (HostMemory.Alloc) makes a zeroed host array of shape and dtype on the rung
 // o.Rung forces, or on the one the ladder chooses (see host_ladder.go's
 // overview: pinned, pageable, file-backed), and logs the choice at debug
 // level. Placement says which and why. Free it before the manager is
@@ -137,7 +159,7 @@ func (m *Manager) HostStats() HostStats { return m.host.stats() }
 // mapping is gone, and touching it faults. The limits are checked as
 // each array is placed; a staging buffer made at the same moment may
 // overshoot them by its size.
-func (m *Manager) AllocHostArray(shape []int, dtype DType, o HostArrayOptions) (*HostArray, error) {
+func (m *Manager) allocHostArray(shape []int, dtype DType, o HostArrayOptions) (*HostArray, error) {
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: Pageable, Unchunkable: true}
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("vram: alloc host array: %w", err)
@@ -195,12 +217,12 @@ func (m *Manager) placeHost(shape []int, dtype DType, place *HostPlacement, name
 	return h, nil
 }
 
-// OpenHostArray maps the existing .npy file path (C order, a dtype vram
+// openHostArray (HostMemory.Open) maps the existing .npy file path (C order, a dtype vram
 // knows, little-endian) as a file-backed host array, writable when
 // writable is true; a read-only array must not be written, nor copied
 // into (the write faults). Freeing it unmaps the file and never removes
 // it.
-func (m *Manager) OpenHostArray(path string, writable bool) (*HostArray, error) {
+func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) {
 	if m.isClosed() {
 		return nil, closedErr("open host array")
 	}

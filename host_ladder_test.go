@@ -63,7 +63,7 @@ func TestHostLadderRungs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			log := &logBuf{}
 			m := newHostManager(t, tc.o, tc.avail, log)
-			h, err := m.AllocHostArray([]int{int(tc.bytes / 8)}, Float64, HostArrayOptions{Rung: tc.force})
+			h, err := m.Host().Alloc([]int{int(tc.bytes / 8)}, Float64, HostArrayOptions{Rung: tc.force})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +75,7 @@ func TestHostLadderRungs(t *testing.T) {
 				!strings.Contains(l, "rung="+tc.want.String()) || !strings.Contains(l, tc.reason) {
 				t.Errorf("debug log %q: want the placement with its rung %v and reason", l, tc.want)
 			}
-			got := m.HostStats()
+			got := m.Host().Stats()
 			counts := map[HostRung]uint64{RungPinned: got.Pinned, RungPageable: got.Pageable, RungFile: got.File}
 			if counts[tc.want] != tc.bytes || got.Pinned+got.Pageable+got.File != tc.bytes {
 				t.Errorf("stats %+v: want %d bytes on the %v rung only", got, tc.bytes, tc.want)
@@ -85,7 +85,7 @@ func TestHostLadderRungs(t *testing.T) {
 			if err := h.Free(); err != nil {
 				t.Fatal(err)
 			}
-			if s := m.HostStats(); s.Pinned+s.Mapped+s.Pageable+s.File != 0 {
+			if s := m.Host().Stats(); s.Pinned+s.Mapped+s.Pageable+s.File != 0 {
 				t.Errorf("after Free: %+v, want nothing held", s)
 			}
 			if p.Rung == RungFile {
@@ -110,7 +110,7 @@ func TestHostFileRung(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			h, err := m.AllocHostArray([]int{3, 1000}, Int32, HostArrayOptions{Keep: keep, Name: "traj"})
+			h, err := m.Host().Alloc([]int{3, 1000}, Int32, HostArrayOptions{Keep: keep, Name: "traj"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestHostFileRung(t *testing.T) {
 				h.Int32s()[i] = int32(i) * 3
 				_ = v
 			}
-			again, err := m.OpenHostArray(p.Path, false)
+			again, err := m.Host().Open(p.Path, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -142,7 +142,7 @@ func TestHostFileRung(t *testing.T) {
 			if !keep {
 				return
 			}
-			back, err := m.OpenHostArray(p.Path, true)
+			back, err := m.Host().Open(p.Path, true)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +182,7 @@ func TestStagingPool(t *testing.T) {
 	const mib = units.MiB
 	const limit = 2*mib + mib/2
 	m := newHostManager(t, HostOptions{PinnedLimit: 8 * mib, Limit: limit}, 1<<40)
-	p := m.StagingPool()
+	p := m.Host().Staging()
 	ctx := context.Background()
 	a, err := p.Acquire(ctx, mib)
 	must(t, err)
@@ -229,7 +229,7 @@ func TestStagingPool(t *testing.T) {
 		t.Errorf("stats %+v: want 2.5 MiB held after trimming one idle buffer", st)
 	}
 	must(t, p.Trim())
-	if s := m.HostStats(); s.Staging != 0 {
+	if s := m.Host().Stats(); s.Staging != 0 {
 		t.Errorf("after Trim: %+v", s)
 	}
 }
@@ -240,16 +240,16 @@ func TestStagingPool(t *testing.T) {
 func TestHostLadderPinnedCache(t *testing.T) {
 	const mib = units.MiB
 	m := newHostManager(t, HostOptions{PinnedLimit: mib}, 1<<40)
-	a, err := m.AllocHostArray([]int{int(mib / 2)}, Uint8, HostArrayOptions{})
+	a, err := m.Host().Alloc([]int{int(mib / 2)}, Uint8, HostArrayOptions{})
 	must(t, err)
 	must(t, a.Free())
-	if s := m.HostStats(); s.Pinned != 0 || s.PinnedCached < mib/2 || s.RAM() != s.PinnedCached {
+	if s := m.Host().Stats(); s.Pinned != 0 || s.PinnedCached < mib/2 || s.RAM() != s.PinnedCached {
 		t.Fatalf("after freeing a pinned array: %+v, want it cached and counted in RAM", s)
 	}
-	b, err := m.AllocHostArray([]int{int(mib * 3 / 4)}, Uint8, HostArrayOptions{})
+	b, err := m.Host().Alloc([]int{int(mib * 3 / 4)}, Uint8, HostArrayOptions{})
 	must(t, err)
 	defer b.Free()
-	if s := m.HostStats(); b.Placement().Rung != RungPinned || s.Pinned != mib*3/4 || s.Pinned+s.PinnedCached > mib {
+	if s := m.Host().Stats(); b.Placement().Rung != RungPinned || s.Pinned != mib*3/4 || s.Pinned+s.PinnedCached > mib {
 		t.Errorf("placement %+v, stats %+v: want the cache trimmed and the array pinned within the limit", b.Placement(), s)
 	}
 }

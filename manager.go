@@ -312,10 +312,6 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 // Device is the managed device.
 func (m *Manager) Device() device.Device { return m.dev }
 
-// TotalMemory is the bytes shares are proportions of: the device's total
-// memory unless WithTotalMemory said otherwise.
-func (m *Manager) TotalMemory() uint64 { return m.total }
-
 // MemInfo reports the device's free and total memory.
 func (m *Manager) MemInfo() (free, total uint64, err error) { return m.dev.MemInfo() }
 

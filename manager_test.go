@@ -36,10 +36,10 @@ func TestSharesAndCaps(t *testing.T) {
 				t.Errorf("%s: %v cap %d, want %d", step, c, got, want)
 			}
 		}
-		if got := m.ManualPoolProportion(); !near(got, manual) {
+		if got := m.Shares().Manual; !near(got, manual) {
 			t.Errorf("%s: manual pool %v, want %v", step, got, manual)
 		}
-		if got := m.AutoPoolProportion(); !near(got, auto) {
+		if got := m.Shares().Auto; !near(got, auto) {
 			t.Errorf("%s: auto pool %v, want %v", step, got, auto)
 		}
 	}
@@ -179,7 +179,7 @@ func TestProportionRules(t *testing.T) {
 			for i, c := range cs {
 				props[i] = c.Proportion()
 			}
-			manual, auto := m.ManualPoolProportion(), m.AutoPoolProportion()
+			manual, auto := m.Shares().Manual, m.Shares().Auto
 			nClients := len(m.Clients())
 			err := tc.do(m, cs)
 			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
@@ -198,9 +198,9 @@ func TestProportionRules(t *testing.T) {
 					t.Errorf("client %d proportion %v, was %v", i, c.Proportion(), props[i])
 				}
 			}
-			if !near(m.ManualPoolProportion(), manual) || !near(m.AutoPoolProportion(), auto) || len(m.Clients()) != nClients {
+			if !near(m.Shares().Manual, manual) || !near(m.Shares().Auto, auto) || len(m.Clients()) != nClients {
 				t.Errorf("pools changed by a refusal: manual %v→%v auto %v→%v clients %d→%d",
-					manual, m.ManualPoolProportion(), auto, m.AutoPoolProportion(), nClients, len(m.Clients()))
+					manual, m.Shares().Manual, auto, m.Shares().Auto, nClients, len(m.Clients()))
 			}
 		})
 	}
@@ -231,7 +231,7 @@ func TestNoDriftAfterManyClients(t *testing.T) {
 	for _, c := range cs {
 		_ = c.Close()
 	}
-	if got := m.ManualPoolProportion(); got != 0 {
+	if got := m.Shares().Manual; got != 0 {
 		t.Errorf("manual pool after closing everyone: %v, want exactly 0", got)
 	}
 	if _, err := m.Register(ClientOptions{Proportion: 1}); err != nil {
@@ -647,7 +647,7 @@ func TestRefusalsMakeNoGroup(t *testing.T) {
 		})
 	}
 	// The share a refused Register asked for is not kept either.
-	if p := m.ManualPoolProportion(); p != 0 {
+	if p := m.Shares().Manual; p != 0 {
 		t.Errorf("manual pool %v after refusals", p)
 	}
 }

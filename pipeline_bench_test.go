@@ -179,7 +179,7 @@ func BenchmarkBatchStaging(b *testing.B) {
 			bb.m.host.lim.spill = b.TempDir()
 			var err error
 			for _, h := range []**HostArray{&bb.in, &bb.out} {
-				if *h, err = bb.m.AllocHostArray([]int{runs}, Float32, HostArrayOptions{Rung: rung}); err != nil {
+				if *h, err = bb.m.Host().Alloc([]int{runs}, Float32, HostArrayOptions{Rung: rung}); err != nil {
 					b.Fatal(err)
 				}
 				defer (*h).Free()

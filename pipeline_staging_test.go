@@ -20,7 +20,7 @@ func TestRunBatchHostCap(t *testing.T) {
 			f.m.host.lim.limit = chunk + chunk/2
 			f.m.host.lim.spill = t.TempDir()
 			mk := func(shape []int, like any) *HostArray {
-				h, err := f.m.AllocHostArray(shape, Float32, HostArrayOptions{Like: like})
+				h, err := f.m.Host().Alloc(shape, Float32, HostArrayOptions{Like: like})
 				must(t, err)
 				t.Cleanup(func() { h.Free() })
 				return h
@@ -46,10 +46,10 @@ func TestRunBatchHostCap(t *testing.T) {
 			if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
 				t.Fatalf("%d wrong results", bad)
 			}
-			if s := f.m.HostStats(); s.RAM() > s.Limit {
+			if s := f.m.Host().Stats(); s.RAM() > s.Limit {
 				t.Errorf("host stats %+v: over the limit", s)
 			}
-			if st := f.m.StagingPool().Stats(); st.Buffers != 2 || st.InUse != 0 {
+			if st := f.m.Host().Staging().Stats(); st.Buffers != 2 || st.InUse != 0 {
 				t.Errorf("staging pool %+v: want the 2 buffers back", st)
 			}
 		})
@@ -66,7 +66,7 @@ func TestRunBatchStagingShort(t *testing.T) {
 	f := newBatchFixture(t, runs, 2)
 	chunk := f.sr.Arrays["in"].Bytes() + f.wr.Arrays["out"].Bytes()
 	in, table, out := f.hosts(t, Pageable)
-	s := f.m.HostStats()
+	s := f.m.Host().Stats()
 	f.m.host.lim.limit = s.RAM() + chunk + chunk/2
 	rep, err := RunBatch(context.Background(), f.solver, Batch{
 		Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},

@@ -79,7 +79,7 @@ func (f *batchFixture) leaks(t *testing.T) string {
 	if err := f.m.host.pinned.Trim(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.m.StagingPool().Trim(); err != nil {
+	if err := f.m.Host().Staging().Trim(); err != nil {
 		t.Fatal(err)
 	}
 	r := f.dev.Leaks()

@@ -84,9 +84,6 @@ func newStagingPool(h *hostPool) *StagingPool {
 	return &StagingPool{h: h, changed: make(chan struct{})}
 }
 
-// StagingPool is the manager's staging pool.
-func (m *Manager) StagingPool() *StagingPool { return m.host.staging }
-
 // Stats returns the pool's counters.
 func (p *StagingPool) Stats() StagingStats {
 	p.mu.Lock()

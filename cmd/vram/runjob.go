@@ -378,7 +378,7 @@ func (j *job) runBatch(rep *runReport) error {
 	case err != nil && ctxErr != nil && errors.Is(err, ctxErr):
 		return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
 			br.ChunksDone+1, j.plan.Chunks, br.ChunksDone, j.plan.Chunks, ctxErr)
-	case err != nil && errors.Is(err, vram.ErrOutOfMemory) && j.m.HostStats().Limit > 0:
+	case err != nil && errors.Is(err, vram.ErrOutOfMemory) && j.m.Host().Stats().Limit > 0:
 		return fmt.Errorf("%w\nto make the staging fit: raise --host-mem, or lower --vram for smaller chunks", err)
 	case err != nil:
 		return err

@@ -104,7 +104,7 @@ func (j *job) runSamples(i int) ([]oscillator.Sample, error) {
 
 // hostArray makes a host array on the rung the manager's ladder picks.
 func (j *job) hostArray(shape []int, dt vram.DType, what string, hostBytes uint64) (*vram.HostArray, error) {
-	h, err := j.m.AllocHostArray(shape, dt, vram.HostArrayOptions{Name: "vram-run-" + what})
+	h, err := j.m.Host().Alloc(shape, dt, vram.HostArrayOptions{Name: "vram-run-" + what})
 	if err != nil {
 		return nil, fmt.Errorf("host array for the %s (the host arrays take %s in all; lower --runs or --samples, or give --out): %w",
 			what, units.Format(hostBytes), err)
@@ -150,7 +150,7 @@ func (j *job) makeHostArrays() error {
 func (j *job) hostReport(rep *runReport, br vram.BatchReport) {
 	rep.BuffersInFlight, rep.Lag = br.Buffers, br.Lag
 	rep.HostRungs = j.rungs
-	hs := j.m.HostStats()
+	hs := j.m.Host().Stats()
 	rep.StagingBytes, rep.HostLimitBytes = hs.Staging, hs.Limit
 	if j.traj != nil {
 		rep.Out, rep.OutShape = j.traj.path, []int{j.shape.samples, 2, j.shape.runs}
