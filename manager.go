@@ -134,6 +134,8 @@ type config struct {
 	total uint64
 	cap   uint64 // WithCap; 0: none
 	host  HostOptions
+
+	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }
 
 // WithAllocator sets the allocator kind (default Pool).
@@ -242,6 +244,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
+	m.observeOOM(nil, 0, m.host.pinned)
 	a, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
@@ -306,6 +309,7 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	if m.cfg.cap > 0 {
 		a = alloc.NewLimit(a, m.cfg.cap)
 	}
+	m.observeOOM(a, kind, nil)
 	return a, nil
 }
 

@@ -391,15 +391,15 @@ func TestCollectorLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fams) != 18 {
-		t.Errorf("%d metric families, want 18 (3 device, 11 allocator, 3 client, 1 group)", len(fams))
+	if len(fams) != 20 {
+		t.Errorf("%d metric families, want 20 (3 device, 13 allocator, 3 client, 1 group)", len(fams))
 	}
 	// Describe sends as many descriptions as there are families.
 	ch := make(chan *prometheus.Desc, 64)
 	c.Describe(ch)
 	close(ch)
-	if len(ch) != 18 {
-		t.Errorf("Describe sent %d descriptions, want 18", len(ch))
+	if len(ch) != 20 {
+		t.Errorf("Describe sent %d descriptions, want 20", len(ch))
 	}
 }
 
@@ -470,5 +470,45 @@ func TestCollectConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestCollectLayout: the largest free block and fragmentation are the
+// manager's report's; the async pool, whose cache is the device's, has
+// neither.
+func TestCollectLayout(t *testing.T) {
+	tests := map[string]struct {
+		kind   vram.AllocatorKind
+		layout bool
+	}{
+		"pool":   {kind: vram.Pool, layout: true},
+		"direct": {kind: vram.Direct, layout: true},
+		"async":  {kind: vram.AsyncPool},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m, _ := newManager(t, vram.WithAllocator(tc.kind))
+			c := register(t, m, "c", "g")
+			allocate(t, m, c, map[string]vram.ArrayRequest{"a": {Shape: []int{3, 1000}, DType: vram.Float32, ChunkAxis: 1}})
+			col := metrics.NewCollector(m, metrics.Opts{})
+			r := vram.Report(m).Memory
+			names := []string{"vram_allocator_largest_free_bytes", "vram_allocator_fragmentation"}
+			if !tc.layout {
+				if n := testutil.CollectAndCount(col, names...); n != 0 {
+					t.Errorf("%d layout series for %s, want none", n, name)
+				}
+				return
+			}
+			if tc.kind == vram.Pool && (r.LargestFree == 0 || r.Fragmentation() != 0) {
+				t.Fatalf("pool report %+v: want the rest of its one small segment free in one block", r)
+			}
+			lbl := map[string]string{"allocator": name}
+			if got := value(t, col, names[0], lbl); got != float64(r.LargestFree) {
+				t.Errorf("largest free %v, want %d", got, r.LargestFree)
+			}
+			if got := value(t, col, names[1], lbl); got != r.Fragmentation() {
+				t.Errorf("fragmentation %v, want %v", got, r.Fragmentation())
+			}
+		})
 	}
 }

@@ -355,6 +355,7 @@ func (a *app) runJob(f runFlags) (err error) {
 		return err
 	}
 	verr := j.check(f.verify, &rep)
+	a.printMemoryReport(j.m)
 	rep.WallSeconds = time.Since(start).Seconds()
 	prog.Finish()
 	if a.json {
