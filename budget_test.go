@@ -148,9 +148,10 @@ func TestBudgetCost(t *testing.T) {
 		"no arrays":                         {pool, g, nil, 0},
 		"one granule takes a page":          {pool, g, []uint64{512}, page - 512},
 		"eight small arrays share one page": {pool, g, rep(8, kib(4)), page - kib(32)},
-		// 4 arrays of 768 KiB: every page but the last holds > 2 MiB − 768 KiB,
-		// so ⌊3 MiB / 1.25 MiB⌋ + 1 = 3 pages; per array it would be 4.
-		"small arrays, a few pages": {pool, g, rep(4, kib(768)), 3*page - 3*MiB},
+		// 6 arrays of 256 KiB: every page but the last holds more than
+		// 2 MiB − 1 MiB (no small array is larger than 1 MiB), so
+		// ⌊1.5 MiB / 1 MiB⌋ + 1 = 2 pages; per array it would be 6.
+		"small arrays, a few pages": {pool, g, rep(6, kib(256)), 2*page - 3*MiB/2},
 		// Three 1 MiB arrays: K = 3 MiB / 1 MiB + 1 = 4 is not below 3, so
 		// each is counted rounded to a page.
 		"1 MiB arrays count a page each":   {pool, g, rep(3, MiB), 3 * MiB},

@@ -9,8 +9,9 @@ package alloc
 // Allocated with AllocExact, a request larger than the allocator's
 // small-request size takes at most its bytes rounded up to a page; small
 // requests share segments: when a new one is needed, every earlier one
-// holds more than a page less the largest small request x, so
-// K = ⌊S/(page − x)⌋ + 1 pages hold them all (S their bytes), and they
+// holds more than a page less the small-request size x (no small request
+// is larger), so K = ⌊S/(page − x)⌋ + 1 pages hold them all (S their
+// bytes; used only where x ≤ page/2, which keeps the cost monotone), and they
 // never take more than each rounded up to a page (PageCost). The bound
 // holds whatever free blocks the allocator caches (a request placed there
 // opens no segment).
@@ -54,20 +55,27 @@ func PageCost(sizes []uint64, gran, page, small uint64) uint64 {
 		}
 		return sum
 	}
-	var cost, own, sum, largest, n uint64
+	var cost, own, sum, n uint64
 	for _, s := range sizes {
 		r := roundTo(s, gran)
 		p := roundTo(r, page)
 		if r <= small {
-			own, sum, largest, n = satAdd(own, p), satAdd(sum, r), max(largest, r), n+1
+			own, sum, n = satAdd(own, p), satAdd(sum, r), n+1
 			continue
 		}
 		cost = satAdd(cost, p)
 	}
 	if n > 0 {
 		shared := own
-		if largest < page {
-			if k := sum/(page-largest) + 1; k < n {
+		// The bound takes small, not the largest request present, for x:
+		// a request that grows past small leaves the shared pages (S and
+		// so K fall by at most one page when small ≤ page/2) and takes a
+		// page of its own, so the cost never falls as a size grows, as
+		// Coster promises. With the largest request present instead, a
+		// few requests growing past small could lower x enough to cost
+		// less than before.
+		if small <= page/2 {
+			if k := sum/(page-small) + 1; k < n {
 				shared = min(shared, max(satMul(k, page), sum))
 			}
 		}

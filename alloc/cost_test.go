@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"bytes"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
@@ -19,7 +20,9 @@ func TestPageCost(t *testing.T) {
 		"rounds to pages itself":    {[]uint64{1, 2*mib + 1}, 2 * mib, 2 * mib, 0, 6 * mib},
 		"large arrays own pages":    {[]uint64{3 * mib, 4 * mib}, 512, 2 * mib, mib, 8 * mib},
 		"one small takes a page":    {[]uint64{100}, 512, 2 * mib, mib, 2 * mib},
-		"small ones share pages":    {[]uint64{768 * kib, 768 * kib, 768 * kib, 768 * kib}, 512, 2 * mib, mib, 6 * mib}, // ⌊3 MiB / 1.25 MiB⌋ + 1 pages, not 4
+		"small ones share pages":    {[]uint64{256 * kib, 256 * kib, 256 * kib, 256 * kib, 256 * kib, 256 * kib}, 512, 2 * mib, mib, 4 * mib}, // ⌊1.5 MiB / (2 MiB − 1 MiB)⌋ + 1 pages, not 6
+		"near small, no saving":     {[]uint64{768 * kib, 768 * kib, 768 * kib, 768 * kib}, 512, 2 * mib, mib, 8 * mib},                       // ⌊3 MiB / 1 MiB⌋ + 1 = 4 pages
+		"small above half a page":   {[]uint64{256 * kib, 256 * kib, 256 * kib}, 512, 2 * mib, 3 * mib / 2, 6 * mib},                          // no shared bound: a page each
 		"many tiny in one page":     {[]uint64{512, 512, 512, 512, 512, 512}, 512, 2 * mib, mib, 2 * mib},
 		"small and large":           {[]uint64{5 * mib, 512}, 512, 2 * mib, mib, 8 * mib},
 		"saturates":                 {[]uint64{math.MaxUint64 - 10, 4 * mib}, 512, 2 * mib, mib, math.MaxUint64},
@@ -30,6 +33,32 @@ func TestPageCost(t *testing.T) {
 				t.Errorf("PageCost = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestPageCostMonotone checks Coster's promise on PageCost: growing any
+// one size never lowers the cost, also where a request grows past the
+// small-request size and leaves the shared pages (a bound that used the
+// largest small request present fell there).
+func TestPageCostMonotone(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	configs := []struct{ gran, page, small uint64 }{
+		{512, 2 * mib, mib}, {512, 2 * mib, 512 * kib}, {512, 2 * mib, 3 * mib / 2}, {512, 2 * mib, 0}, {2 * mib, 2 * mib, 0},
+	}
+	for _, c := range configs {
+		for range 20000 {
+			sizes := make([]uint64, 1+rng.IntN(6))
+			for i := range sizes {
+				sizes[i] = rng.Uint64N(3 * c.page)
+			}
+			before := alloc.PageCost(sizes, c.gran, c.page, c.small)
+			i := rng.IntN(len(sizes))
+			sizes[i] += 1 + rng.Uint64N(c.page)
+			if after := alloc.PageCost(sizes, c.gran, c.page, c.small); after < before {
+				t.Fatalf("gran %d page %d small %d: size %d grown to %d lowered the cost from %d to %d (sizes %v)",
+					c.gran, c.page, c.small, i, sizes[i], before, after, sizes)
+			}
+		}
 	}
 }
 

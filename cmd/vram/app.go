@@ -197,7 +197,7 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 	pf.BoolVar(&a.json, "json", false, "print one JSON value on stdout instead of text")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "debug logs on stderr")
 
-	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.replayCommand(), a.benchCommand())
+	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.mergeCommand(), a.replayCommand(), a.benchCommand())
 	return root
 }
 

@@ -10,6 +10,9 @@
 //	vram run      the example batch job: N damped, driven oscillators
 //	              integrated with RK4, planned into chunks that fit the
 //	              device, checked against a float64 host reference
+//	              (--shard i/N, or a Slurm array's or Kubernetes Indexed
+//	              Job's index: one share of the batch, written as a part)
+//	vram merge    gather the parts of a sharded run into one .npy
 //	vram plan     read a request set as JSON (a file or stdin) and print
 //	              the chunk plan: chunks, chunk length, bytes, shapes
 //	vram replay   replay RMM allocation logs (CSV) against the allocators:
@@ -23,7 +26,8 @@
 //	                exists, else the simulator), sim, sim:vram=8GiB,
 //	                cuda, cuda:N. Default: $VRAM_DEVICE, else auto.
 //	                Every command checks the spec, also those that do
-//	                not open a device (replay; plan given a budget).
+//	                not open a device (replay; plan given a budget),
+//	                but merge, which has no use for one.
 //	--json          one JSON value on stdout and nothing else there.
 //	-v, --verbose   debug logs (log/slog) on stderr.
 //

@@ -39,6 +39,7 @@ import (
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
+	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/kernel"
 )
@@ -88,7 +89,9 @@ type runFlags struct {
 	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
 	out                  string // --out: the trajectories' .npy file ("": not kept)
 	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
-	devices              string // --devices: several devices in one process ("": --device's one); rundevices.go
+	shard                string // --shard i/N ("": the scheduler's environment, else the whole batch)
+	devices              string // --devices: several devices in one process ("": --device alone)
+	kernelDelay          time.Duration
 }
 
 func (a *app) runCommand() *cobra.Command {
@@ -127,7 +130,7 @@ RAM of the job's host arrays and pinned staging buffers; arrays past it
 spill to memory-mapped files in $VRAM_SPILL_DIR (default the temporary
 directory), and the chunks are staged through fewer buffers.
 
-Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
+` + shardHelp + devicesHelp + `Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
 ends it at once.
 
 --metrics-addr serves Prometheus metrics on /metrics while the job runs:
@@ -145,7 +148,8 @@ per chunk or one every 5 seconds, whichever is rarer.`,
   vram run --device sim:bandwidth=8GB --double-buffer   # emulate PCIe copies
   vram run --allocator direct --json
   vram run --metrics-addr :9090                          # Prometheus /metrics while it runs
-  vram run --runs 4000000 --host-mem 512MiB --out r.npy  # results larger than RAM, kept`,
+  vram run --runs 4000000 --host-mem 512MiB --out r.npy  # results larger than RAM, kept
+  vram run --runs 4000000 --out r.npy --shard 2/4        # one quarter of it; vram merge r.npy gathers`,
 		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.vramSet = cmd.Flags().Changed("vram")
@@ -164,18 +168,25 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
 	fl.StringVar(&f.hostMem, "host-mem", "", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
-	addDevicesFlag(fl, &f)
+	fl.StringVar(&f.shard, "shard", "", "run shard i of N of the batch, runs [⌊i·runs/N⌋, ⌊(i+1)·runs/N⌋), and write --out's part OUT.shard-i-of-N.npy for vram merge (default: a Slurm array's or Kubernetes Indexed Job's index, else the whole batch; 0/1 is the whole batch)")
+	fl.StringVar(&f.devices, "devices", "", "run on several devices of this process, chunks dealt from one queue: all (every CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4, sim;sim:bandwidth=1GB)")
+	fl.DurationVar(&f.kernelDelay, "kernel-delay", 0, "with --devices: after each kernel wait this long per run, emulating a slower kernel (to measure scaling on the simulator)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")
 	return cmd
 }
 
 // jobShape is the batch's fixed figures, checked.
 type jobShape struct {
-	runs    int
+	runs    int // the job's runs: the batch's, or its shard's
 	steps   uint32
 	every   uint32
 	samples int
 	dt      float32
+	dtFlag  float64 // --dt as given
+	// shard is the job's share of the batch (shard.One: all of it); its
+	// runs are the batch's first … first+runs−1 of total.
+	shard        shard.Shard
+	first, total int
 }
 
 func (f runFlags) check() (jobShape, error) {
@@ -226,6 +237,9 @@ func (f runFlags) check() (jobShape, error) {
 		every:   uint32(f.steps / (samples - 1)),
 		samples: samples,
 		dt:      float32(f.dt),
+		dtFlag:  f.dt,
+		shard:   shard.One,
+		total:   f.runs,
 	}, nil
 }
 
@@ -266,8 +280,14 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	if js, err = a.shardJob(js, f); err != nil {
+		return err
+	}
 	if f.devices != "" {
-		return a.runJobDevices(f, js)
+		return a.runDevices(f, js, start)
+	}
+	if f.kernelDelay != 0 {
+		return usagef("--kernel-delay %v: only with --devices", f.kernelDelay)
 	}
 	prog := a.runProgress()
 	defer prog.Finish()
@@ -300,10 +320,10 @@ func (a *app) runJob(f runFlags) (err error) {
 	}
 	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{}}
 	if f.out != "" {
-		if j.traj, err = createTrajFile(f.out, js.runs, js.samples); err != nil {
+		if err := j.openOut(f.out); err != nil {
 			return err
 		}
-		defer func() { err = errors.Join(err, j.traj.close(err != nil)) }()
+		defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	}
 	ms, err := a.startMetrics(f, m)
 	if err != nil {
@@ -330,6 +350,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
+	j.shardReport(&rep)
 	if err := j.runBatch(&rep); err != nil {
 		return err
 	}
@@ -442,6 +463,27 @@ func (j *job) check(want int, rep *runReport) error {
 // allocate registers the two clients, queues their requests, allocates
 // them planned together, and makes the full-length host arrays.
 func (j *job) allocate(double bool) error {
+	if err := j.register(double); err != nil {
+		return err
+	}
+	if err := j.makeHostArrays(); err != nil {
+		return err
+	}
+	j.phase("fill the inputs")
+	n := j.shape.runs
+	init, params := j.hInit.Float32s(), j.hParams.Float32s()
+	for i := range n {
+		r := runAt(j.seed, j.shape.first+i)
+		init[i], init[n+i] = float32(r.X0), float32(r.V0)
+		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
+	}
+	return nil
+}
+
+// register registers the two clients, queues their requests and
+// allocates their device arrays, planned together (with two buffers
+// when double), into j.inR, j.outR and j.plan.
+func (j *job) register(double bool) error {
 	n, s := j.shape.runs, j.shape.samples
 	const group = "oscillators"
 	var err error
@@ -490,17 +532,6 @@ func (j *job) allocate(double bool) error {
 		// Nothing was chunkable (one run: a run axis of length 1 is
 		// not), so the plan counts no runs; it is one chunk of them all.
 		j.plan.TotalRuns, j.plan.ChunkLength, j.plan.LastChunkLength = n, n, n
-	}
-
-	if err := j.makeHostArrays(); err != nil {
-		return err
-	}
-	j.phase("fill the inputs")
-	init, params := j.hInit.Float32s(), j.hParams.Float32s()
-	for i := range n {
-		r := runAt(j.seed, i)
-		init[i], init[n+i] = float32(r.X0), float32(r.V0)
-		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
 	}
 	return nil
 }

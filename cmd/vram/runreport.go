@@ -71,12 +71,16 @@ type runReport struct {
 	// MetricsURL is where --metrics-addr served /metrics during the job.
 	MetricsURL string `json:"metrics_url,omitempty"`
 
-	// Devices is each device's share with --devices (none without).
-	Devices []deviceRun `json:"devices,omitempty"`
-
 	// Out is the --out file; OutShape its array's shape (samples, 2, runs).
 	Out      string `json:"out,omitempty"`
 	OutShape []int  `json:"out_shape,omitempty"`
+	// Shard is "i/N" when the job ran shard i of N of the batch (--shard
+	// or the scheduler's environment; ShardFrom says which): runs
+	// FirstRun … FirstRun+Runs−1 of TotalRuns.
+	Shard     string `json:"shard,omitempty"`
+	ShardFrom string `json:"shard_from,omitempty"`
+	FirstRun  int    `json:"first_run,omitempty"`
+	TotalRuns int    `json:"total_runs,omitempty"`
 	// HostLimitBytes is --host-mem (0: none); HostRungs the host ladder's
 	// rung for each host array ("pinned", "pageable", "file");
 	// StagingBytes the pinned staging buffers held at the end;
@@ -120,6 +124,9 @@ func (a *app) printRun(r runReport) error {
 		fmt.Fprintf(w, "limit        %s (--vram)\n", units.Format(r.LimitBytes))
 	}
 	fmt.Fprintf(w, "batch        %s × %s, %s each (dt %g)\n", plural(r.Runs, "run"), plural(r.Steps, "step"), plural(r.Samples, "sample"), r.Dt)
+	if r.Shard != "" {
+		fmt.Fprintf(w, "shard        %s (from %s): runs %d-%d of %d\n", r.Shard, r.ShardFrom, r.FirstRun, r.FirstRun+r.Runs-1, r.TotalRuns)
+	}
 	plan := fmt.Sprintf("%d chunks × %s", r.Chunks, plural(r.ChunkLength, "run"))
 	if r.Chunks == 1 {
 		plan = fmt.Sprintf("1 chunk of %s", plural(r.ChunkLength, "run"))
@@ -136,9 +143,6 @@ func (a *app) printRun(r runReport) error {
 	}
 	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget%s\n",
 		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), whole)
-	if len(r.Devices) > 0 {
-		fmt.Fprintf(w, "devices      %d, the chunks dealt to whichever was free:\n%s", len(r.Devices), devicesText(r.Devices))
-	}
 	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
 	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels; %.2f s of copying not hidden by a kernel\n",

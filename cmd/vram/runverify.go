@@ -63,10 +63,10 @@ func (j *job) verify(want int) (int, error) {
 	idx := j.verifyIndices(want)
 	status, sh := j.hStatus.Data(), j.shape
 	for _, i := range idx {
-		r := runAt(j.seed, i)
+		r := runAt(j.seed, j.shape.first+i)
 		if st := oscillator.Status(status, i); st != 0 {
 			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): the integration became non-finite (NaN or ±Inf; status %d): %w",
-				i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, st, errVerify)
+				sh.first+i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, st, errVerify)
 		}
 		got, err := j.runSamples(i)
 		if err != nil {
@@ -74,7 +74,7 @@ func (j *job) verify(want int) (int, error) {
 		}
 		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
 		if err := oscillator.Verify(got, want); err != nil {
-			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, err, errVerify)
+			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", sh.first+i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, err, errVerify)
 		}
 	}
 	return len(idx), nil

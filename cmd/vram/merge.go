@@ -1,0 +1,317 @@
+// `vram merge OUT.npy [PART.npy ...]`: gather the parts that the shards
+// of `vram run --shard i/N --out OUT.npy` wrote into OUT.npy.
+//
+// Each part OUT.shard-i-of-N.npy holds the trajectories of a contiguous
+// range of the batch's runs, shape (samples, 2, its runs); its manifest
+// OUT.shard-i-of-N.json says which range of which batch. merge reads the
+// manifests (found beside OUT.npy, or the ones of the parts named), checks
+// that they describe one batch and that their ranges cover every run
+// exactly once, and copies each part's 2 × samples rows to their places
+// in OUT.npy, shape (samples, 2, runs): the file `vram run --out OUT.npy`
+// writes for the whole batch in one process, byte for byte. A run in no
+// part, or in two, is an error that names the runs and the parts. The
+// output is written to OUT.npy.partial and renamed into place, so OUT.npy
+// is either whole or untouched. It holds no more than one buffer of data
+// in memory, whatever the batch's size.
+
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/npy"
+)
+
+// Errors of merge about the set of parts.
+var (
+	errMissingPart   = errors.New("runs missing from the parts")
+	errDuplicatePart = errors.New("runs in more than one part")
+	errPartMismatch  = errors.New("parts of different batches")
+)
+
+// mergeCopyBytes is the size of the buffer merge copies through.
+const mergeCopyBytes = 4 << 20
+
+// mergePart is one part to gather: its manifest and its open file.
+type mergePart struct {
+	partManifest
+	manifest string // the manifest's path
+	path     string // the part's .npy
+	f        *npy.File
+}
+
+// mergeReport is what merge reports; --json prints it.
+type mergeReport struct {
+	Out   string           `json:"out"`
+	Shape []int            `json:"shape"`
+	Bytes int64            `json:"bytes"`
+	Parts []mergeReportRow `json:"parts"`
+	// Removed is set when --remove-parts removed the parts and manifests.
+	Removed bool `json:"removed_parts,omitempty"`
+}
+
+type mergeReportRow struct {
+	Part     string `json:"part"`
+	FirstRun int    `json:"first_run"`
+	Runs     int    `json:"runs"`
+}
+
+func (a *app) mergeCommand() *cobra.Command {
+	var remove bool
+	cmd := &cobra.Command{
+		Use:   "merge OUT.npy [PART.npy ...]",
+		Short: "Gather the parts written by sharded runs into one .npy",
+		Long: `Merge gathers the parts that the shards of
+    vram run --shard i/N --out OUT.npy
+(or the tasks of a Slurm job array or Kubernetes Indexed Job, which find
+their shard in the environment) wrote as OUT.shard-i-of-N.npy, each with
+its manifest OUT.shard-i-of-N.json, into OUT.npy: float32, C order, shape
+(samples, 2, runs), byte for byte the file one process writes with
+vram run --out OUT.npy.
+
+With no PART arguments it gathers every part with a manifest beside
+OUT.npy. The parts must describe one batch (the same --runs, --seed,
+--steps, --samples and --dt) and cover each of its runs exactly once: a
+run in no part (a shard that failed, or never ran: its part has no
+manifest) or in two (parts of different splits) is an error naming the
+runs and the parts, and OUT.npy is left as it was.`,
+		Example: `  vram merge results.npy
+  vram merge results.npy results.shard-0-of-2.npy results.shard-1-of-2.npy
+  vram merge --remove-parts results.npy`,
+		Args: usageArgs(1, -1, "OUT.npy, the file to gather the parts into"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.merge(args[0], args[1:], remove)
+		},
+	}
+	cmd.Flags().BoolVar(&remove, "remove-parts", false, "remove the parts and their manifests once OUT.npy is written")
+	return cmd
+}
+
+func (a *app) merge(out string, named []string, remove bool) (err error) {
+	parts, err := loadParts(out, named)
+	defer func() {
+		for _, p := range parts {
+			if p.f != nil {
+				err = errors.Join(err, p.f.Close())
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	if err := checkCoverage(out, parts); err != nil {
+		return err
+	}
+	rep, err := writeMerged(a, out, parts)
+	if err != nil {
+		return err
+	}
+	if remove {
+		var errs []error
+		for _, p := range parts {
+			errs = append(errs, p.f.Close(), os.Remove(p.path), os.Remove(p.manifest))
+			p.f = nil
+		}
+		if err := errors.Join(errs...); err != nil {
+			return fmt.Errorf("%s is written, but removing the parts failed: %w", out, err)
+		}
+		rep.Removed = true
+	}
+	if a.json {
+		return a.writeJSON(rep)
+	}
+	w := &errWriter{w: a.stdout}
+	fmt.Fprintf(w, "merged %s into %s: float32 (%d, 2, %d), %s\n", plural(len(parts), "part"), out, rep.Shape[0], rep.Shape[2], units.Format(uint64(rep.Bytes)))
+	if rep.Removed {
+		fmt.Fprintf(w, "removed the parts and their manifests\n")
+	}
+	return w.err
+}
+
+// loadParts reads the manifests of the parts named, or of those found
+// beside out, and opens their .npy files, checked against the manifests.
+// The parts come back sorted by their first run.
+func loadParts(out string, named []string) ([]*mergePart, error) {
+	var manifests []string
+	if len(named) > 0 {
+		for _, p := range named {
+			manifests = append(manifests, strings.TrimSuffix(p, ".npy")+".json")
+		}
+	} else {
+		found, err := filepath.Glob(globEscape(strings.TrimSuffix(out, ".npy")) + ".shard-*-of-*.json")
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("no parts of %s: want %s files, each with its .json manifest, written by vram run --shard i/N --out %s (or a scheduler's array of them)%s: %w",
+				out, partGlob(out, "npy"), out, unfinishedNote(out), errMissingPart)
+		}
+		manifests = found
+	}
+	var parts []*mergePart
+	for _, m := range manifests {
+		p, err := openPart(m)
+		if p != nil {
+			parts = append(parts, p)
+		}
+		if err != nil {
+			return parts, err
+		}
+	}
+	sort.SliceStable(parts, func(i, j int) bool { return parts[i].FirstRun < parts[j].FirstRun })
+	return parts, nil
+}
+
+// openPart reads one manifest and opens the part it names.
+func openPart(manifest string) (*mergePart, error) {
+	b, err := os.ReadFile(manifest)
+	if errors.Is(err, os.ErrNotExist) {
+		part := strings.TrimSuffix(manifest, ".json") + ".npy"
+		if _, serr := os.Stat(part); serr == nil {
+			return nil, fmt.Errorf("part %s has no manifest %s: its shard did not finish (run it again): %w", part, manifest, errMissingPart)
+		}
+		return nil, fmt.Errorf("part %s: not found: %w", part, errMissingPart)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the manifest: %w", err)
+	}
+	p := &mergePart{manifest: manifest}
+	if err := json.Unmarshal(b, &p.partManifest); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", manifest, err)
+	}
+	if p.Part == "" || p.Runs < 1 || p.FirstRun < 0 || p.FirstRun+p.Runs > p.TotalRuns || p.Samples < 2 {
+		return nil, fmt.Errorf("manifest %s: part %q of runs %d+%d of %d with %d samples does not describe a part of a batch", manifest, p.Part, p.FirstRun, p.Runs, p.TotalRuns, p.Samples)
+	}
+	p.path = filepath.Join(filepath.Dir(manifest), filepath.Base(p.Part))
+	if p.f, err = npy.Open(p.path); err != nil {
+		return nil, fmt.Errorf("part of manifest %s: %w", manifest, err)
+	}
+	h, want := p.f.Header(), []int{p.Samples, 2, p.Runs}
+	if h.Descr != vram.NPYDescr(vram.Float32) || h.Fortran || !slices.Equal(h.Shape, want) {
+		return p, fmt.Errorf("part %s holds %s %v (Fortran order %v), but its manifest says float32 %v in C order", p.path, h.Descr, h.Shape, h.Fortran, want)
+	}
+	return p, nil
+}
+
+// checkCoverage checks that the parts, sorted by first run, are of one
+// batch and hold each of its runs exactly once.
+func checkCoverage(out string, parts []*mergePart) error {
+	first := parts[0]
+	var errs []error
+	for _, p := range parts[1:] {
+		if p.TotalRuns != first.TotalRuns || p.Seed != first.Seed || p.Steps != first.Steps || p.Samples != first.Samples || p.Dt != first.Dt {
+			errs = append(errs, fmt.Errorf("%s (%s) and %s (%s): %w", first.manifest, batchOf(first.partManifest), p.manifest, batchOf(p.partManifest), errPartMismatch))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	next, last := 0, (*mergePart)(nil) // runs before next are covered, the last of them by last
+	for _, p := range parts {
+		end := p.FirstRun + p.Runs
+		switch {
+		case p.FirstRun > next:
+			errs = append(errs, missing(out, parts, next, p.FirstRun))
+		case p.FirstRun < next:
+			errs = append(errs, fmt.Errorf("runs %d-%d are in both %s and %s: %w", p.FirstRun, min(next, end)-1, last.path, p.path, errDuplicatePart))
+		}
+		if end > next {
+			next, last = end, p
+		}
+	}
+	if next < first.TotalRuns {
+		errs = append(errs, missing(out, parts, next, first.TotalRuns))
+	}
+	return errors.Join(errs...)
+}
+
+// missing says that runs lo … hi−1 are in no part, and, when the parts
+// agree on a count of shards, which shards' parts would hold them.
+func missing(out string, parts []*mergePart, lo, hi int) error {
+	msg := fmt.Sprintf("runs %d-%d of %d are in no part", lo, hi-1, parts[0].TotalRuns)
+	n := parts[0].Shards
+	for _, p := range parts {
+		if p.Shards != n {
+			n = 0
+		}
+	}
+	if n > 0 {
+		var names []string
+		for i := range n {
+			s := shardOf(i, n)
+			start, end := s.Range(uint64(parts[0].TotalRuns))
+			if int(start) < hi && int(end) > lo {
+				path, manifest := partPaths(out, s)
+				state := "not found"
+				if _, err := os.Stat(path); err == nil {
+					state = "no manifest " + filepath.Base(manifest) + ": the shard did not finish"
+				}
+				names = append(names, fmt.Sprintf("shard %s (%s: %s)", s, path, state))
+			}
+		}
+		msg += ": " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%s: %w", msg, errMissingPart)
+}
+
+func batchOf(m partManifest) string {
+	return fmt.Sprintf("%d runs, seed %d, %d steps, %d samples, dt %g", m.TotalRuns, m.Seed, m.Steps, m.Samples, m.Dt)
+}
+
+// writeMerged copies every part's rows into out, through out.partial.
+func writeMerged(a *app, out string, parts []*mergePart) (rep mergeReport, err error) {
+	total, samples := parts[0].TotalRuns, parts[0].Samples
+	rep = mergeReport{Out: out, Shape: []int{samples, 2, total}}
+	tmp := out + ".partial"
+	f, err := npy.Create(tmp, npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: rep.Shape}, 0o644)
+	if err != nil {
+		return rep, fmt.Errorf("merge into %s: %w", out, err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, f.Close(), os.Remove(tmp))
+		}
+	}()
+	buf := make([]byte, mergeCopyBytes)
+	for _, p := range parts {
+		if err := a.ctx.Err(); err != nil {
+			return rep, fmt.Errorf("merge interrupted: %w", err)
+		}
+		for row := range int64(2 * samples) {
+			src, dst := row*int64(p.Runs)*4, (row*int64(total)+int64(p.FirstRun))*4
+			for left := int64(p.Runs) * 4; left > 0; {
+				b := buf[:min(left, int64(len(buf)))]
+				if _, err := p.f.ReadAt(b, src); err != nil {
+					return rep, fmt.Errorf("read %s: %w", p.path, err)
+				}
+				if _, err := f.WriteAt(b, dst); err != nil {
+					return rep, fmt.Errorf("write %s: %w", tmp, err)
+				}
+				src, dst, left = src+int64(len(b)), dst+int64(len(b)), left-int64(len(b))
+			}
+		}
+		rep.Parts = append(rep.Parts, mergeReportRow{Part: p.path, FirstRun: p.FirstRun, Runs: p.Runs})
+	}
+	rep.Bytes = f.DataOffset() + f.DataBytes()
+	if err := f.Sync(); err != nil {
+		return rep, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if err := f.Close(); err != nil {
+		return rep, errors.Join(fmt.Errorf("write %s: %w", tmp, err), os.Remove(tmp))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return rep, errors.Join(fmt.Errorf("merge into %s: %w", out, err), os.Remove(tmp))
+	}
+	return rep, nil
+}
