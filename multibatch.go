@@ -56,6 +56,18 @@ type MultiReport struct {
 	Wall     time.Duration
 }
 
+// MultiOptions tune RunBatches. The zero value deals chunks of the
+// parts' shortest chunk length and reports no progress. A plain value.
+type MultiOptions struct {
+	// MaxChunkLength, when positive, caps the batch's chunk length, so
+	// that a batch that fits every device whole is still spread over
+	// them (at least ceil(runs / MaxChunkLength) chunks).
+	MaxChunkLength int
+	// Progress, when set, is called as each chunk is back on the host,
+	// one call at a time, with Chunk counting the batch's chunks done.
+	Progress func(Progress)
+}
+
 // dealtChunk is one chunk of a batch: index of the batch's chunks, and
 // its runs.
 type dealtChunk struct{ index, start, len int }
@@ -64,7 +76,7 @@ type dealtChunk struct{ index, start, len int }
 // part asks next. Safe for concurrent use.
 type dealer struct {
 	runs, length, total int
-	axes                []int // chunk axis per array (-1: allocated whole); set before the parts start
+	axes                []int // chunk axis per array (-1: allocated whole), from a part chunked like the batch; nil if none is
 
 	mu       sync.Mutex // protects the fields below
 	next     int
@@ -130,11 +142,14 @@ func partShape(p BatchPart, i int) (runs, length int, err error) {
 
 // newDealer checks that the parts have the same runs and makes the
 // chunking of the shortest chunk length.
-func newDealer(parts []BatchPart, progress func(Progress)) (*dealer, error) {
+func newDealer(parts []BatchPart, o MultiOptions) (*dealer, error) {
 	if len(parts) == 0 {
 		return nil, batchErr("no parts; give one per device")
 	}
-	d := &dealer{in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: progress}
+	if o.MaxChunkLength < 0 {
+		return nil, batchErr("MaxChunkLength %d: want 0 (no cap) or more", o.MaxChunkLength)
+	}
+	d := &dealer{in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: o.Progress}
 	for i, p := range parts {
 		runs, length, err := partShape(p, i)
 		if err != nil {
@@ -150,6 +165,9 @@ func newDealer(parts []BatchPart, progress func(Progress)) (*dealer, error) {
 		if i == 0 || length < d.length {
 			d.length = length
 		}
+	}
+	if o.MaxChunkLength > 0 {
+		d.length = min(d.length, o.MaxChunkLength)
 	}
 	d.total = ceilDiv(d.runs, d.length)
 	return d, nil
@@ -196,19 +214,24 @@ func (r *batchRun) take(i int) bool {
 // RunBatches runs one batch on several devices: parts holds one part per
 // device (see BatchPart), each allocated for the batch's runs on its
 // device's manager. The batch's chunks (one chunking, of the parts' plans'
-// shortest chunk length; see the overview at the top of the file) are
-// dealt to the parts as each has a buffer free; each part runs its chunks
-// as RunBatch does, on its own goroutine locked to its OS thread.
-// progress, when set, is called as each chunk is back on the host, one
-// call at a time, with Chunk counting the batch's chunks done.
+// shortest chunk length or o.MaxChunkLength; see the overview at the top
+// of the file) are dealt to the parts as each has a buffer free; each
+// part runs its chunks as RunBatch does, on its own goroutine locked to
+// its OS thread.
+//
+// A part whose device holds the batch whole has arrays of the batch's
+// full length, and an In or Out host array of that shape looks like an
+// array allocated whole: its chunk axis is taken from a part chunked like
+// the batch, and with none it is an error (give the arrays with InFunc
+// and OutFunc, whose axes are explicit).
 //
 // It returns when every chunk is back, or when a part fails or ctx is
 // done, after every part's enqueued work has finished. An output
 // allocated whole (not chunked) cannot be gathered from several devices:
 // a batch of more than one chunk with one is refused. Safe to call from
 // several goroutines for batches of different groups.
-func RunBatches(ctx context.Context, parts []BatchPart, progress func(Progress)) (MultiReport, error) {
-	deal, err := newDealer(parts, progress)
+func RunBatches(ctx context.Context, parts []BatchPart, o MultiOptions) (MultiReport, error) {
+	deal, err := newDealer(parts, o)
 	if err != nil {
 		return MultiReport{}, err
 	}
@@ -278,7 +301,7 @@ func prepareParts(ctx context.Context, parts []BatchPart, deal *dealer) ([]*batc
 				return fail(fmt.Errorf("device %d: %w", i, err))
 			}
 			runs[i] = r
-			if deal.axes == nil {
+			if !full && deal.axes == nil {
 				deal.axes = make([]int, len(r.arrs))
 				for j, a := range r.arrs {
 					deal.axes[j] = a.axis

@@ -41,7 +41,7 @@ func TestRunBatchesSizes(t *testing.T) {
 		t.Fatalf("the 8 MiB device's plan has %d chunks; the test wants it to hold the batch whole", fs[2].sr.Chunks)
 	}
 	var seen []int
-	rep, err := RunBatches(context.Background(), parts, func(p Progress) { seen = append(seen, p.Chunk) })
+	rep, err := RunBatches(context.Background(), parts, MultiOptions{Progress: func(p Progress) { seen = append(seen, p.Chunk) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestRunBatchesSlowDevice(t *testing.T) {
 		return func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, d }
 	}
 	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
-	rep, err := RunBatches(context.Background(), parts, nil)
+	rep, err := RunBatches(context.Background(), parts, MultiOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,15 +97,45 @@ func TestRunBatchesFailure(t *testing.T) {
 	fs, parts, _ := multiParts(t, runs, size(1<<20), size(1<<20))
 	boom := errors.New("boom")
 	parts[1].Batch.Compute = func(context.Context, *Chunk) error { return boom }
-	_, err := RunBatches(context.Background(), parts, nil)
+	_, err := RunBatches(context.Background(), parts, MultiOptions{})
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
 		t.Fatalf("err %v; want boom from device 1", err)
 	}
 	bad := BatchPart{Client: fs[1].solver, Batch: Batch{Arrays: parts[1].Batch.Arrays[:2], Compute: fs[1].compute}}
-	if _, err := RunBatches(context.Background(), []BatchPart{parts[0], bad}, nil); !errors.Is(err, ErrBatch) {
+	if _, err := RunBatches(context.Background(), []BatchPart{parts[0], bad}, MultiOptions{}); !errors.Is(err, ErrBatch) {
 		t.Errorf("parts with different arrays: %v; want ErrBatch", err)
 	}
-	if _, err := RunBatches(context.Background(), nil, nil); !errors.Is(err, ErrBatch) {
+	if _, err := RunBatches(context.Background(), nil, MultiOptions{}); !errors.Is(err, ErrBatch) {
 		t.Errorf("no parts: %v; want ErrBatch", err)
+	}
+}
+
+// Devices that hold the batch whole share it when MaxChunkLength cuts
+// it: with fill and drain functions (explicit axes) every result is
+// right; with full-length host arrays, whose axes cannot be told, the
+// batch is refused.
+func TestRunBatchesMaxChunkLength(t *testing.T) {
+	const runs = 20_000 // 320 KB of chunked arrays: whole on 8 MiB
+	fs, parts, out := multiParts(t, runs, size(8<<20), size(8<<20))
+	if _, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: 1000}); !errors.Is(err, ErrBatch) {
+		t.Fatalf("full-length host arrays on devices holding the batch whole: %v; want ErrBatch", err)
+	}
+	in := parts[0].Batch.Arrays[0].host
+	for i, f := range fs {
+		parts[i].Batch.Arrays[0] = InFunc(f.sr, "in", 1, func(sp Span, st *HostArray) error { return hostChunkCopy(st, in, sp, true) })
+		parts[i].Batch.Arrays[2] = OutFunc(f.wr, "out", 1, func(sp Span, st *HostArray) error { return hostChunkCopy(st, out, sp, false) })
+	}
+	rep, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Chunks != 20 || rep.ChunkLength != 1000 || rep.Parts[0].Chunks+rep.Parts[1].Chunks != 20 {
+		t.Errorf("report: %d chunks of %d, parts took %d and %d; want 20 of 1000", rep.Chunks, rep.ChunkLength, rep.Parts[0].Chunks, rep.Parts[1].Chunks)
+	}
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	if _, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: -1}); !errors.Is(err, ErrBatch) {
+		t.Errorf("MaxChunkLength -1: %v; want ErrBatch", err)
 	}
 }

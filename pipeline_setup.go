@@ -235,6 +235,9 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 	case len(diff) == 0 && r.deal != nil && r.axes != nil && r.axes[r.resolving] >= 0:
 		// A part allocated full length in a batch dealt in chunks.
 		a.axis = r.axes[r.resolving]
+	case len(diff) == 0 && r.deal != nil && r.axes == nil && r.deal.total > 1 && slices.Contains(h.shape, r.runs):
+		return batchErr("array %s: host array %v has the shape of its device array, so its chunk axis cannot be told, and the batch is dealt in %d chunks; give it with InFunc or OutFunc",
+			a.name, h, r.deal.total)
 	case len(diff) == 0:
 		a.whole = true
 	case len(diff) == 1 && h.shape[diff[0]] == r.runs && ds[diff[0]] == r.plan.ChunkLength:
