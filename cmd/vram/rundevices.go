@@ -1,21 +1,18 @@
 // `vram run --devices LIST`: one batch on several devices of one process.
 //
-// Each device gets its own memory manager, kernel and clients, on its own
-// goroutine locked to its OS thread (a CUDA context is current per
-// thread). A device first plans the whole batch on itself, which gives
-// the chunk length that fits it; then it takes units of that many runs
-// from one queue shared by all devices, runs each unit through the
-// library's pipeline (vram.RunBatch, filling the inputs and draining the
-// outputs through the staging pool) and writes the unit's results at
-// their place in the result, until the queue is empty. A faster or larger
-// device therefore takes more units. A run's result depends on nothing
-// but its own parameters (runAt(seed, r)), so the result is the same
-// however the units were dealt: byte for byte what one device writes.
-//
-// A unit is the device's chunk length, at most an eighth of an equal
-// share of the batch (so a batch that fits one device is still spread).
-// A unit shorter than that (the batch's tail) is padded with copies of
-// its last run, computed and dropped.
+// Each device gets its own memory manager, kernel and clients, set up on
+// a goroutine of its own, and plans the whole batch on itself, which
+// gives the chunk length that fits it. The library's vram.RunBatches then
+// cuts the batch into chunks of the shortest of those lengths (at most an
+// eighth of an equal share, so a batch that fits one device is still
+// spread) and deals them from one queue to whichever device has a buffer
+// free, each device's pipeline on its own goroutine locked to its OS
+// thread (a CUDA context is current per thread): a faster device takes
+// more chunks. Each chunk's inputs are drawn for its runs (fill
+// functions) and its outputs written at its runs (drain functions). A
+// run's result depends on nothing but its own parameters (runAt(seed,
+// r)), so the result is the same however the chunks were dealt: byte for
+// byte what one device writes.
 
 package main
 
@@ -132,35 +129,16 @@ func expandCount(spec string) ([]string, error) {
 	return specs, nil
 }
 
-// unitQueue deals the batch's runs [0, end) in units, in order. Safe
-// for concurrent use.
-type unitQueue struct {
-	mu        sync.Mutex
-	next, end int
-	edges     []int // the first and last run of every unit dealt
-}
-
-// take deals the next unit of at most n runs; ok is false when none are
-// left.
-func (q *unitQueue) take(n int) (start, length int, ok bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.next >= q.end {
-		return 0, 0, false
-	}
-	start, length = q.next, min(n, q.end-q.next)
-	q.next += length
-	q.edges = append(q.edges, start, start+length-1)
-	return start, length, true
-}
-
 // deviceShare is one device's share of a run on several devices.
 type deviceShare struct {
-	Device      string  `json:"device"`
-	ChunkLength int     `json:"chunk_length"` // the runs of each unit it took (its plan's chunk length)
-	Chunks      int     `json:"chunks"`       // units it took
-	Runs        int     `json:"runs"`
-	BusySeconds float64 `json:"busy_seconds"` // in its units' pipelines
+	Device string `json:"device"`
+	// PlanChunkLength is the chunk length the device's plan of the whole
+	// batch gave (what its memory holds); the batch's chunks are the
+	// shortest of these, or shorter (multiReport.ChunkLength).
+	PlanChunkLength int     `json:"plan_chunk_length"`
+	Chunks          int     `json:"chunks"` // chunks of the batch it ran
+	Runs            int     `json:"runs"`
+	BusySeconds     float64 `json:"busy_seconds"` // in its pipeline
 }
 
 // multiReport is what `vram run --devices` reports; --json prints it.
@@ -171,6 +149,7 @@ type multiReport struct {
 	Samples       int           `json:"samples"`
 	Dt            float64       `json:"dt"`
 	Chunks        int           `json:"chunks"`
+	ChunkLength   int           `json:"chunk_length"`
 	Verified      bool          `json:"verified"`
 	VerifiedRuns  int           `json:"verified_runs"`
 	FailedRuns    int           `json:"failed_runs"`
@@ -185,19 +164,46 @@ type multiReport struct {
 	TotalRuns     int           `json:"total_runs,omitempty"`
 }
 
-// multiJob is a batch on several devices: the shared queue and results.
+// multiJob is a batch on several devices: the devices and the results.
 type multiJob struct {
 	a     *app
 	f     runFlags
 	shape jobShape
-	q     *unitQueue
-	// unitCap bounds a unit: an eighth of an equal share of the batch,
+	// unitCap bounds a chunk: an eighth of an equal share of the batch,
 	// so that every device has work and a faster one can take more.
 	unitCap int
 	traj    *trajFile // --out; nil: the results stay in out and status
 	out     []byte    // [samples, 2, runs] float32, without --out
 	// status is every run's status (int32); a failed run is not 0.
 	status []byte
+	// chunks and chunkLength are the batch's chunking, once run.
+	chunks, chunkLength int
+}
+
+// devicePart is one device of the batch: its manager, kernel and
+// clients, allocated for the whole batch.
+type devicePart struct {
+	share deviceShare
+	dev   device.Device
+	m     *vram.Manager
+	kern  *kernel.Kernel
+	j     *job
+	runs  int // runs of the chunks it computed (its goroutine's until RunBatches returns)
+}
+
+// close closes what setup made.
+func (p *devicePart) close() error {
+	var errs []error
+	if p.kern != nil {
+		errs = append(errs, closeErr("kernel", p.kern.Close()))
+	}
+	if p.m != nil {
+		errs = append(errs, closeErr("memory manager", p.m.Close()))
+	}
+	if p.dev != nil {
+		errs = append(errs, closeErr("device", p.dev.Close()))
+	}
+	return errors.Join(errs...)
 }
 
 func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
@@ -212,7 +218,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.doubleBuffer, f.out != "", hostCap); err != nil {
 		return err
 	}
-	mj := &multiJob{a: a, f: f, shape: js, q: &unitQueue{end: js.runs}, status: make([]byte, 4*js.runs),
+	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs),
 		unitCap: max(1, (js.runs+unitsPerDevice*len(specs)-1)/(unitsPerDevice*len(specs)))}
 	if f.out != "" {
 		j := &job{a: a, shape: js, seed: f.seed}
@@ -224,30 +230,23 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	} else {
 		mj.out = make([]byte, js.samples*2*js.runs*4)
 	}
-	ctx, cancel := context.WithCancel(a.ctx)
-	defer cancel()
-	reps := make([]deviceShare, len(specs))
-	errs := make([]error, len(specs))
-	batchStart := time.Now()
-	var wg sync.WaitGroup
-	for i, spec := range specs {
-		wg.Go(func() {
-			reps[i], errs[i] = mj.device(ctx, spec)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("device %d (%s): %w", i, spec, errs[i])
-				cancel()
-			}
-		})
-	}
-	wg.Wait()
-	batch := time.Since(batchStart)
-	if err := errors.Join(errs...); err != nil {
+	parts, err := mj.setupAll(specs)
+	defer func() {
+		for _, p := range parts {
+			err = errors.Join(err, p.close())
+		}
+	}()
+	if err != nil {
 		return err
 	}
-	if err := a.ctx.Err(); err != nil {
-		return fmt.Errorf("interrupted: %w", err)
+	batchStart := time.Now()
+	if err := mj.run(parts); err != nil {
+		if ctxErr := a.ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("interrupted: %w", errors.Join(err, ctxErr))
+		}
+		return err
 	}
-	rep := mj.report(reps, batch)
+	rep := mj.report(parts, time.Since(batchStart))
 	verr := mj.verify(&rep)
 	rep.WallSeconds = time.Since(start).Seconds()
 	if a.json {
@@ -261,85 +260,91 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	return errors.Join(err, verr)
 }
 
-// device runs units from the queue on the device spec opens until the
-// queue is empty, ctx is cancelled or a unit fails.
-func (mj *multiJob) device(ctx context.Context, spec string) (rep deviceShare, err error) {
+// setupAll sets every device up, at once; the parts it returns (those
+// set up, also on an error) are the caller's to close.
+func (mj *multiJob) setupAll(specs []string) ([]*devicePart, error) {
+	parts := make([]*devicePart, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Go(func() {
+			parts[i] = &devicePart{}
+			if err := mj.setup(parts[i], spec); err != nil {
+				errs[i] = fmt.Errorf("device %d (%s): %w", i, spec, err)
+			}
+		})
+	}
+	wg.Wait()
+	return parts, errors.Join(errs...)
+}
+
+// setup opens the device spec names, with its manager and kernel, and
+// allocates the batch on it, planned for its memory.
+func (mj *multiJob) setup(p *devicePart, spec string) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f, a := mj.f, mj.a
 	spec, limit, err := runDeviceSpec(spec, "--devices", f)
 	if err != nil {
-		return rep, err
+		return err
 	}
-	dev, _, err := a.openDeviceAs(spec, fmt.Sprintf("--devices (the spec %q)", spec))
-	if err != nil {
-		return rep, err
+	if p.dev, _, err = a.openDeviceAs(spec, fmt.Sprintf("--devices (the spec %q)", spec)); err != nil {
+		return err
 	}
-	defer func() { err = errors.Join(err, closeErr("device", dev.Close())) }()
-	info := dev.Info()
+	info := p.dev.Info()
 	if info.Backend == "sim" {
 		limit = 0
 	}
-	rep.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
+	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
 	kind, _ := vram.ParseAllocatorKind(f.allocator)
 	hostCap, _ := units.ParseSize(f.hostMem)
 	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap})}
 	if limit > 0 {
 		opts = append(opts, vram.WithWrap(func(up alloc.Allocator) alloc.Allocator { return alloc.NewLimit(up, limit) }))
 	}
-	m, err := vram.New(dev, opts...)
-	if err != nil {
-		return rep, fmt.Errorf("memory manager: %w", err)
+	if p.m, err = vram.New(p.dev, opts...); err != nil {
+		return fmt.Errorf("memory manager: %w", err)
 	}
-	defer func() { err = errors.Join(err, closeErr("memory manager", m.Close())) }()
-	kern := oscillator.NewPortable()
-	defer func() { err = errors.Join(err, closeErr("kernel", kern.Close())) }()
-	if err := kern.Load(dev); err != nil {
-		return rep, fmt.Errorf("load the oscillator kernel: %w", err)
+	p.kern = oscillator.NewPortable()
+	if err := p.kern.Load(p.dev); err != nil {
+		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
-	// The chunk length that fits this device, from a plan of the whole
-	// batch; then arrays for one unit of that length.
-	probe := &job{a: a, shape: mj.shape, m: m}
-	if err := probe.register(f.doubleBuffer); err != nil {
-		return rep, allocHint(err, f, info, limit)
+	p.j = &job{a: a, shape: mj.shape, m: p.m}
+	if err := p.j.register(f.doubleBuffer); err != nil {
+		return allocHint(err, f, info, limit)
 	}
-	rep.ChunkLength = min(probe.plan.ChunkLength, mj.unitCap)
-	if err := errors.Join(probe.in.Close(), probe.out.Close()); err != nil {
-		return rep, err
-	}
-	u := &job{a: a, shape: mj.shape, m: m}
-	u.shape.runs = rep.ChunkLength
-	if err := u.register(f.doubleBuffer); err != nil {
-		return rep, allocHint(err, f, info, limit)
-	}
-	for ctx.Err() == nil {
-		start, n, ok := mj.q.take(rep.ChunkLength)
-		if !ok {
-			break
-		}
-		br, err := mj.unit(ctx, u, kern, start, n)
-		if err != nil {
-			return rep, fmt.Errorf("runs %d-%d: %w", start, start+n-1, err)
-		}
-		rep.Chunks++
-		rep.Runs += n
-		rep.BusySeconds += br.Wall.Seconds()
-		a.log.Debug("unit done", "device", rep.Device, "runs", fmt.Sprintf("%d-%d", start, start+n-1))
-	}
-	return rep, nil
+	p.share.PlanChunkLength = p.j.plan.ChunkLength
+	return nil
 }
 
-// unit runs the batch's runs start … start+n−1 through u's arrays (whose
-// length, the device's chunk length, may exceed n: the rest is padding).
-func (mj *multiJob) unit(ctx context.Context, u *job, kern *kernel.Kernel, start, n int) (vram.BatchReport, error) {
-	sh := mj.shape
+// run deals the batch's chunks to the devices through vram.RunBatches.
+func (mj *multiJob) run(parts []*devicePart) error {
+	bps := make([]vram.BatchPart, len(parts))
+	for i, p := range parts {
+		bps[i] = mj.part(p)
+	}
+	mr, err := vram.RunBatches(mj.a.ctx, bps, vram.MultiOptions{MaxChunkLength: mj.unitCap,
+		Progress: func(pr vram.Progress) {
+			mj.a.log.Debug("chunk done", "chunk", pr.Chunk, "of", pr.Chunks, "runs", fmt.Sprintf("%d-%d", pr.Start, pr.Start+pr.Len-1))
+		}})
+	mj.chunks, mj.chunkLength = mr.Chunks, mr.ChunkLength
+	for i, p := range parts {
+		if i < len(mr.Parts) {
+			p.share.Chunks, p.share.Runs, p.share.BusySeconds = mr.Parts[i].Chunks, p.runs, mr.Parts[i].Wall.Seconds()
+		}
+	}
+	return err
+}
+
+// part is device p's part of the batch: the inputs drawn for each chunk's
+// runs, the outputs written at their runs of the result.
+func (mj *multiJob) part(p *devicePart) vram.BatchPart {
+	sh, u := mj.shape, p.j
 	seed, first := mj.f.seed, sh.first
-	// run is the batch run at unit position i (padding repeats the last).
-	run := func(i int) oscillator.Run { return runAt(seed, first+start+min(i, n-1)) }
 	fillInit := func(sp vram.Span, st *vram.HostArray) error {
 		v, ld := st.Float32s(), st.Dim(1)
 		for i := range sp.Len {
-			r := run(sp.Start + i)
+			r := runAt(seed, first+sp.Start+i)
 			v[i], v[ld+i] = float32(r.X0), float32(r.V0)
 		}
 		return nil
@@ -347,18 +352,16 @@ func (mj *multiJob) unit(ctx context.Context, u *job, kern *kernel.Kernel, start
 	fillParams := func(sp vram.Span, st *vram.HostArray) error {
 		v, ld := st.Float32s(), st.Dim(1)
 		for i := range sp.Len {
-			r := run(sp.Start + i)
+			r := runAt(seed, first+sp.Start+i)
 			v[i], v[ld+i], v[2*ld+i], v[3*ld+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
 		}
 		return nil
 	}
-	// valid is how many of chunk sp's runs are the unit's, not padding.
-	valid := func(sp vram.Span) int { return max(0, min(sp.Len, n-sp.Start)) }
 	drainTraj := func(sp vram.Span, st *vram.HostArray) error {
-		ld, data, k := st.Dim(2), st.Data(), valid(sp)
+		ld, data := st.Dim(2), st.Data()
 		for row := range 2 * sh.samples {
-			src := data[row*ld*4:][:k*4]
-			off := int64(row*sh.runs+start+sp.Start) * 4
+			src := data[row*ld*4:][:sp.Len*4]
+			off := int64(row*sh.runs+sp.Start) * 4
 			if mj.traj != nil {
 				if _, err := mj.traj.f.WriteAt(src, off); err != nil {
 					return fmt.Errorf("write to %s: %w", mj.traj.path, err)
@@ -370,26 +373,27 @@ func (mj *multiJob) unit(ctx context.Context, u *job, kern *kernel.Kernel, start
 		return nil
 	}
 	drainStatus := func(sp vram.Span, st *vram.HostArray) error {
-		copy(mj.status[(start+sp.Start)*4:], st.Data()[:valid(sp)*4])
+		copy(mj.status[sp.Start*4:], st.Data()[:sp.Len*4])
 		return nil
 	}
-	return vram.RunBatch(ctx, u.out, vram.Batch{
+	return vram.BatchPart{Client: u.out, Batch: vram.Batch{
 		Arrays: []vram.BatchArray{
 			vram.InFunc(u.inR, "init", 1, fillInit), vram.InFunc(u.inR, "params", 1, fillParams),
 			vram.OutFunc(u.outR, "trajectories", 2, drainTraj), vram.OutFunc(u.outR, "status", 0, drainStatus),
 		},
-		Runs: u.shape.runs,
+		Runs: sh.runs,
 		Compute: func(_ context.Context, ch *vram.Chunk) error {
-			err := ch.Launch(kern, ch.Array(u.inR, "init"), ch.Array(u.inR, "params"),
+			err := ch.Launch(p.kern, ch.Array(u.inR, "init"), ch.Array(u.inR, "params"),
 				ch.Array(u.outR, "trajectories"), ch.Array(u.outR, "status"),
 				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
 			if err != nil {
 				return fmt.Errorf("launch the kernel: %w", err)
 			}
-			emulateKernel(mj.f.kernelDelay, valid(vram.Span{Start: ch.Start, Len: ch.Len}))
+			p.runs += ch.Len
+			emulateKernel(mj.f.kernelDelay, ch.Len)
 			return nil
 		},
-	})
+	}}
 }
 
 // emulateKernel waits per × runs: with --kernel-delay, a kernel that
@@ -403,12 +407,13 @@ func emulateKernel(per time.Duration, runs int) {
 }
 
 // report gathers the devices' shares.
-func (mj *multiJob) report(reps []deviceShare, batch time.Duration) multiReport {
+func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport {
 	sh := mj.shape
-	rep := multiReport{Devices: reps, Runs: sh.runs, Steps: int(sh.steps), Samples: sh.samples, Dt: shortest(sh.dt),
+	rep := multiReport{Runs: sh.runs, Steps: int(sh.steps), Samples: sh.samples, Dt: shortest(sh.dt),
+		Chunks: mj.chunks, ChunkLength: mj.chunkLength,
 		BatchSeconds: batch.Seconds(), RunsPerSecond: float64(sh.runs) / batch.Seconds()}
-	for _, d := range reps {
-		rep.Chunks += d.Chunks
+	for _, p := range parts {
+		rep.Devices = append(rep.Devices, p.share)
 	}
 	if mj.traj != nil {
 		rep.Out = mj.traj.path
@@ -428,13 +433,13 @@ func (mj *multiJob) verify(rep *multiReport) error {
 	// The first and last run of every unit, or of want units spread
 	// over the batch when there are more.
 	var idx []int
-	units := len(mj.q.edges) / 2
+	units := mj.chunks
 	for k := range min(units, want) {
 		u := k
 		if units > want {
 			u = int(int64(k) * int64(units-1) / int64(max(want-1, 1)))
 		}
-		idx = append(idx, mj.q.edges[2*u], mj.q.edges[2*u+1])
+		idx = append(idx, u*mj.chunkLength, min((u+1)*mj.chunkLength, sh.runs)-1)
 	}
 	for k := range want {
 		if want == 1 {
@@ -493,9 +498,9 @@ func (a *app) printMulti(r multiReport) error {
 	if r.Shard != "" {
 		fmt.Fprintf(w, "shard        %s (from %s): runs %d-%d of %d\n", r.Shard, r.ShardFrom, r.FirstRun, r.FirstRun+r.Runs-1, r.TotalRuns)
 	}
-	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
+	fmt.Fprintf(w, "devices      %d, dealt %s of %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"), plural(r.ChunkLength, "run"))
 	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s: %s of %d runs (%s), %.2f s busy\n", i, d.Device, plural(d.Chunks, "chunk"), d.ChunkLength, plural(d.Runs, "run"), d.BusySeconds)
+		fmt.Fprintf(w, "  %-3d        %s: %s (%s), %.2f s busy; its plan: %s a chunk\n", i, d.Device, plural(d.Chunks, "chunk"), plural(d.Runs, "run"), d.BusySeconds, plural(d.PlanChunkLength, "run"))
 	}
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
 	if r.Out != "" {
@@ -513,9 +518,10 @@ func (a *app) printMulti(r multiReport) error {
 // devicesHelp is the part of `vram run --help` about --devices.
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
-Each device has its own memory manager; the batch is cut into units of
-each device's chunk length (at most an eighth of an equal share) dealt
-from one queue, so a faster device takes more. The results, and --out,
+Each device has its own memory manager; the batch is cut into chunks of
+the shortest chunk length the devices' plans give (at most an eighth of
+an equal share) dealt from one queue to whichever device is free, so a
+faster device takes more. The results, and --out,
 are the same as on one device. --kernel-delay D makes each kernel take
 D per run longer (on the simulator, to see the scaling on a small CPU).
 

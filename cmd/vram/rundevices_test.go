@@ -67,11 +67,14 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 // verified there, on devices of different sizes (so of different chunk
 // lengths).
 func TestDevicesInMemory(t *testing.T) {
-	// 356 device bytes a run: chunks of about 950 runs on the small
-	// device, and units of 1,250 (the batch's 20,000 / (8 × 2)) on the
-	// large.
+	// 356 device bytes a run: the small device's plan has chunks of
+	// about 950 runs, the large one's the whole batch; the batch is
+	// dealt in chunks of the shorter (under the cap of 1,250, the
+	// batch's 20,000 / (8 × 2)), which the large device runs in the
+	// first runs of its arrays.
 	r := runMulti(t, "--devices", "sim:vram=512KiB,granularity=64KiB,context=0;sim:vram=16MiB,granularity=64KiB,context=0", "--steps", "40")
-	if !r.Verified || r.FailedRuns != 0 || len(r.Devices) != 2 || r.Devices[0].ChunkLength >= r.Devices[1].ChunkLength {
+	if !r.Verified || r.FailedRuns != 0 || len(r.Devices) != 2 || r.Devices[0].PlanChunkLength >= r.Devices[1].PlanChunkLength ||
+		r.ChunkLength != r.Devices[0].PlanChunkLength || r.Devices[0].Chunks+r.Devices[1].Chunks != r.Chunks {
 		t.Fatalf("report %+v", r)
 	}
 }
