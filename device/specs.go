@@ -18,6 +18,9 @@ import (
 	"strings"
 )
 
+// MaxCount is the most devices a count= option may make.
+const MaxCount = 64
+
 // Counter counts the devices of one backend (for "all").
 type Counter func() (int, error)
 
@@ -52,7 +55,7 @@ func ParseSpecs(list string) ([]string, error) {
 		specs = append(specs, expanded...)
 	}
 	if len(specs) == 0 {
-		return nil, fmt.Errorf("device list %q names no device (want e.g. all, sim:count=4 or sim;sim:vram=1GiB): %w", list, ErrBadSpec)
+		return nil, fmt.Errorf("device list %q names no device; want all, or device specs separated by ';' (sim:count=4, or cuda:0;cuda:1): %w", list, ErrBadSpec)
 	}
 	if len(specs) > 1 {
 		for i, s := range specs {
@@ -131,13 +134,16 @@ func expandCount(spec string) ([]string, error) {
 			continue
 		}
 		c, err := strconv.Atoi(strings.TrimSpace(v))
-		if err != nil || c < 1 || found {
-			return nil, fmt.Errorf("spec %q: count=%s: want one count of at least 1: %w", spec, v, ErrBadSpec)
+		if err != nil || c < 1 || c > MaxCount || found {
+			return nil, fmt.Errorf("spec %q: count=%s: want one count, 1 to %d devices: %w", spec, strings.TrimSpace(v), MaxCount, ErrBadSpec)
 		}
 		n, found = c, true
 	}
 	if !found {
 		return []string{spec}, nil
+	}
+	if n > 1 && strings.Contains(strings.ToLower(opts), "ordinal=") {
+		return nil, fmt.Errorf("spec %q: count= with ordinal=: the devices would share one ordinal; give one of them: %w", spec, ErrBadSpec)
 	}
 	if !strings.EqualFold(strings.TrimSpace(name), "sim") {
 		return nil, fmt.Errorf("spec %q: count= is for the simulator; for CUDA devices give all or cuda:0;cuda:1: %w", spec, ErrBadSpec)

@@ -24,7 +24,7 @@ func TestParseSpecs(t *testing.T) {
 			t.Errorf("ParseSpecs(%q) = %q, %v; want %q", list, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", ";", "sim:count=0", "sim:count=x", "cuda:count=2", "sim:count=2,count=3"} {
+	for _, bad := range []string{"", ";", "sim:count=0", "sim:count=x", "cuda:count=2", "sim:count=2,count=3", "sim:count=65", "sim:count=2,ordinal=1"} {
 		if _, err := device.ParseSpecs(bad); !errors.Is(err, device.ErrBadSpec) {
 			t.Errorf("ParseSpecs(%q): %v; want ErrBadSpec", bad, err)
 		}

@@ -22,8 +22,6 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,92 +37,17 @@ import (
 // into at least.
 const unitsPerDevice = 8
 
-// maxAllDevices bounds how many CUDA ordinals --devices all tries.
-const maxAllDevices = 64
-
-// deviceSpecs expands --devices: "all" (every CUDA device), or specs
-// separated by ";", where a sim spec's count=N stands for N simulators
-// (ordinals 0 … N−1 unless it names one).
+// deviceSpecs expands --devices with device.ParseSpecs: "all" (every
+// CUDA device), or specs separated by ";", where a sim spec's count=N
+// stands for N simulators (ordinals 0 … N−1 unless it names one). A
+// malformed list is a usage error.
 func deviceSpecs(v string) ([]string, error) {
-	v = strings.TrimSpace(v)
-	if strings.EqualFold(v, "all") {
-		var specs []string
-		for i := range maxAllDevices {
-			dev, err := device.Open(fmt.Sprintf("cuda:%d", i))
-			if err != nil {
-				if i == 0 {
-					return nil, fmt.Errorf("--devices all: no CUDA device (%v); on the simulator give --devices sim:count=N", err)
-				}
-				break
-			}
-			specs = append(specs, fmt.Sprintf("cuda:%d", i))
-			if err := dev.Close(); err != nil {
-				return nil, fmt.Errorf("--devices all: close cuda:%d: %w", i, err)
-			}
-		}
-		return specs, nil
-	}
-	var specs []string
-	for _, s := range strings.Split(v, ";") {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		more, err := expandCount(s)
-		if err != nil {
-			return nil, usagef("--devices %q: %w", v, err)
-		}
-		specs = append(specs, more...)
-	}
-	if len(specs) == 0 {
-		return nil, usagef("--devices %q: want all, or device specs separated by ';' (sim:count=4, or cuda:0;cuda:1)", v)
-	}
-	// Simulators told apart: each its place in the list as its ordinal,
-	// unless its spec names one.
-	for i, s := range specs {
-		name, opts, _ := strings.Cut(s, ":")
-		if strings.EqualFold(strings.TrimSpace(name), "sim") && !strings.Contains(strings.ToLower(opts), "ordinal=") {
-			specs[i] = name + ":" + strings.TrimPrefix(opts+",ordinal="+strconv.Itoa(i), ",")
-		}
-	}
-	return specs, nil
-}
-
-// expandCount makes a spec with count=N into N specs without it.
-func expandCount(spec string) ([]string, error) {
-	name, opts, _ := strings.Cut(spec, ":")
-	var keep []string
-	count, ordinal := 1, false
-	for _, kv := range strings.Split(opts, ",") {
-		k, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		switch strings.ToLower(strings.TrimSpace(k)) {
-		case "":
-			continue
-		case "count":
-			n, err := strconv.Atoi(strings.TrimSpace(val))
-			if err != nil || n < 1 || n > maxAllDevices {
-				return nil, fmt.Errorf("count=%q: want 1 to %d devices", val, maxAllDevices)
-			}
-			count = n
-			continue
-		case "ordinal":
-			ordinal = true
-		}
-		keep = append(keep, strings.TrimSpace(kv))
-	}
-	if count > 1 && !strings.EqualFold(strings.TrimSpace(name), "sim") {
-		return nil, fmt.Errorf("count= is for the simulator; list real devices one by one (cuda:0;cuda:1) or give all")
-	}
-	specs := make([]string, count)
-	for i := range specs {
-		o := slices.Clone(keep)
-		if count > 1 && ordinal {
-			return nil, fmt.Errorf("count= with ordinal=: the devices would share one ordinal; give one of them")
-		}
-		specs[i] = name
-		if len(o) > 0 {
-			specs[i] += ":" + strings.Join(o, ",")
-		}
+	specs, err := device.ParseSpecs(v)
+	switch {
+	case errors.Is(err, device.ErrBadSpec):
+		return nil, usageError{fmt.Errorf("--devices %q: %w", v, err)}
+	case err != nil:
+		return nil, err
 	}
 	return specs, nil
 }

@@ -127,7 +127,7 @@ func TestDeviceSpecs(t *testing.T) {
 		{in: "sim; sim:bandwidth=1GB", want: []string{"sim:ordinal=0", "sim:bandwidth=1GB,ordinal=1"}},
 		{in: "sim:ordinal=7;cuda:1", want: []string{"sim:ordinal=7", "cuda:1"}},
 		{in: "cuda:count=2", wantErr: "count= is for the simulator"},
-		{in: "sim:count=0", wantErr: "want 1 to 64"},
+		{in: "sim:count=0", wantErr: "1 to 64 devices"},
 		{in: "sim:count=2,ordinal=1", wantErr: "share one ordinal"},
 		{in: " ; ", wantErr: "want all, or device specs"},
 	} {
