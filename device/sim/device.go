@@ -348,7 +348,7 @@ func (d *Device) startGenLocked(rg region) {
 	d.hostFreed = map[uintptr]uint64{}
 	d.hostFreedQ = nil
 	d.pinnedBytes = 0
-	d.backed.Store(0)                          // the earlier generation's bytes go with its allocations
+	d.backed.Store(0) // the earlier generation's bytes go with its allocations
 	d.vm = vmState{}
 	d.pool = pool{threshold: d.pool.threshold} // a Reset keeps SetReleaseThreshold's value, as CUDA's binding does
 	d.streams = map[*stream]struct{}{}

@@ -42,7 +42,7 @@ var _ device.VirtualMemory = (*Device)(nil)
 
 // vmState is a generation's virtual memory. Protected by Device.mu.
 type vmState struct {
-	res       tree[*vmRes]               // reservations by start; span: length
+	res       tree[*vmRes]                // reservations by start; span: length
 	phys      map[device.PhysMem]*physMem // handles alive: not yet both released and unmapped
 	nextPhys  uint64
 	physBytes uint64 // bytes of the handles in phys (counted in MemInfo)
