@@ -289,6 +289,8 @@ type PhysMem uint64
 // for work in flight: work that may still use a range must have finished
 // (synchronize its streams) before the range is unmapped; on CUDA such an
 // access is undefined, on the simulator it fails as a use after free.
+// A backend whose driver or GPU lacks the ability returns ErrNotSupported
+// from every method but VMGranularity.
 type VirtualMemory interface {
 	// VMGranularity is the unit of physical memory, mappings and
 	// reservations (cuMemGetAllocationGranularity, minimum), in bytes.

@@ -88,6 +88,7 @@ type Device struct {
 	// done a row at a time.
 	maxPitch uint64
 	closed   atomic.Bool
+	vm       vmInfo // virtual memory support, asked on first use (vmm.go)
 
 	mu        sync.Mutex // protects the fields below
 	seenGen   uint64     // the generation the records below describe

@@ -193,7 +193,7 @@ func vmMemcheck(t *testing.T, o opener) {
 		want error
 	}{
 		"past the mapped pages":  {func() error { return d.CopyHtoD(p.Add(2*g-8), make([]byte, 16), s) }, device.ErrOutOfBounds},
-		"reserved, never mapped": {func() error { return d.Memset(p.Add(2*g), 0, 8, s) }, device.ErrInvalidPointer},
+		"reserved, never mapped": {func() error { return d.Memset(p.Add(2*g+4096), 0, 8, s) }, device.ErrInvalidPointer},
 		"mapped without access":  {func() error { return d.Memset(p.Add(3*g), 0, 8, s) }, device.ErrInvalidPointer},
 	}
 	for _, name := range sortedKeys(cases) {
