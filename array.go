@@ -32,10 +32,26 @@ type DeviceArray struct {
 	memory MemoryType // Device or Mapped
 	label  string
 	freed  atomic.Bool
+	last   atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
 	// use is held for reading while a copy checks and enqueues work on
 	// the array, and for writing while the manager frees it, so that no
 	// copy is enqueued on memory already given back.
 	use sync.RWMutex
+}
+
+// setLast records s as the stream the array was last used on.
+func (a *DeviceArray) setLast(s device.Stream) {
+	if p := a.last.Load(); p == nil || p.s != s {
+		a.last.Store(&streamRef{s})
+	}
+}
+
+// lastStream is the stream the array was last used on (nil if none).
+func (a *DeviceArray) lastStream() device.Stream {
+	if p := a.last.Load(); p != nil {
+		return p.s
+	}
+	return nil
 }
 
 // Ptr is the array's device address (0 once freed).

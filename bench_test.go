@@ -82,9 +82,8 @@ func BenchmarkPlan(b *testing.B) {
 }
 
 // BenchmarkPlanGroup is AllocateQueue's planning of the 1,000 arrays of
-// BenchmarkPlan on a device whose page reserve binds: the first plan does
-// not fit with its reserve, so the fewest chunks that do are searched for
-// and planned again.
+// BenchmarkPlanGroup on a device whose page reserve binds: one Plan
+// against the pool's stated cost finds the fewest chunks that fit.
 func BenchmarkPlanGroup(b *testing.B) {
 	reqs := map[string]map[string]ArrayRequest{}
 	for c := range 10 {
@@ -100,7 +99,7 @@ func BenchmarkPlanGroup(b *testing.B) {
 	}
 	opts := PlanOptions{Granularity: 512, Buffers: 2}
 	budget := func() groupBudget {
-		return groupBudget{free: 2 * units.GiB, pm: pageModel{page: 2 * units.MiB, gran: 512, small: units.MiB, kind: "the pool"}}
+		return budgetOf(2*units.GiB, pageCoster{512, 2 * units.MiB, units.MiB}, 512)
 	}
 	gb := budget()
 	p, err := planGroup(reqs, &gb, opts)

@@ -107,12 +107,29 @@ func TestAllocateQueueFitsTheDevice(t *testing.T) {
 	}
 }
 
-func TestPageReserve(t *testing.T) {
+// pageCoster states costs as alloc.PageCost does, with no cap: the
+// Pool's statement when small is its SmallSize.
+type pageCoster struct{ gran, page, small uint64 }
+
+func (p pageCoster) Cost(sizes []uint64) (uint64, bool) {
+	return alloc.PageCost(sizes, p.gran, p.page, p.small), true
+}
+func (p pageCoster) Room() uint64 { return math.MaxUint64 }
+
+// budgetOf is a Passive budget of free device bytes with the cost c (nil:
+// an allocator that states none) at granularity gran on 2 MiB pages.
+func budgetOf(free uint64, c alloc.Coster, gran uint64) groupBudget {
+	return groupBudget{free: free, coster: c, gran: gran, page: 2 * MiB, kind: "the pool"}
+}
+
+// TestBudgetCost: what the budget counts for a set of arrays beyond their
+// bytes (the page reserve) is what the allocator states, or a page each
+// for one that states nothing.
+func TestBudgetCost(t *testing.T) {
 	const page, g = 2 * MiB, 512
-	pool := pageModel{page: page, gran: g, small: MiB, kind: "the pool"}
-	async := pageModel{page: page, gran: g, small: page / 2, kind: "the async pool"}
-	unknown := pageModel{page: page, gran: g, kind: "the allocator"}
-	direct := pageModel{page: page, gran: page, none: true}
+	pool := pageCoster{g, page, MiB}
+	async := pageCoster{g, page, page / 2}
+	direct := pageCoster{page, page, 0}
 	kib := func(n uint64) uint64 { return n * 1024 }
 	rep := func(n int, s uint64) []uint64 {
 		out := make([]uint64, n)
@@ -122,32 +139,35 @@ func TestPageReserve(t *testing.T) {
 		return out
 	}
 	for name, tc := range map[string]struct {
-		pm    pageModel
+		c     alloc.Coster
+		gran  uint64
 		sizes []uint64
-		want  uint64
+		want  uint64 // beyond the sizes
 	}{
-		"no arrays":                         {pool, nil, 0},
-		"one granule takes a page":          {pool, []uint64{512}, page - 512},
-		"eight small arrays share one page": {pool, rep(8, kib(4)), page - kib(32)},
+		"no arrays":                         {pool, g, nil, 0},
+		"one granule takes a page":          {pool, g, []uint64{512}, page - 512},
+		"eight small arrays share one page": {pool, g, rep(8, kib(4)), page - kib(32)},
 		// 4 arrays of 768 KiB: every page but the last holds > 2 MiB − 768 KiB,
 		// so ⌊3 MiB / 1.25 MiB⌋ + 1 = 3 pages; per array it would be 4.
-		"small arrays, a few pages": {pool, rep(4, kib(768)), 3*page - 3*MiB},
+		"small arrays, a few pages": {pool, g, rep(4, kib(768)), 3*page - 3*MiB},
 		// Three 1 MiB arrays: K = 3 MiB / 1 MiB + 1 = 4 is not below 3, so
 		// each is counted rounded to a page.
-		"1 MiB arrays count a page each":   {pool, rep(3, MiB), 3 * MiB},
-		"a large array rounds to its page": {pool, []uint64{3 * MiB}, MiB},
-		"whole pages reserve nothing":      {pool, []uint64{4 * MiB, 10 * MiB}, 0},
-		"large and small together":         {pool, []uint64{3 * MiB, kib(4), kib(4)}, MiB + page - kib(8)},
-		"async: half a page is small":      {async, rep(8, kib(4)), page - kib(32)},
-		"unknown allocator: page each":     {unknown, rep(8, kib(4)), 8 * (page - kib(4))},
-		"direct rounds to pages itself":    {direct, rep(8, page), 0},
+		"1 MiB arrays count a page each":   {pool, g, rep(3, MiB), 3 * MiB},
+		"a large array rounds to its page": {pool, g, []uint64{3 * MiB}, MiB},
+		"whole pages reserve nothing":      {pool, g, []uint64{4 * MiB, 10 * MiB}, 0},
+		"large and small together":         {pool, g, []uint64{3 * MiB, kib(4), kib(4)}, MiB + page - kib(8)},
+		"async: half a page is small":      {async, g, rep(8, kib(4)), page - kib(32)},
+		"states nothing: a page each":      {nil, g, rep(8, kib(4)), 8 * (page - kib(4))},
+		"direct rounds to pages itself":    {direct, page, rep(8, page), 0},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := tc.pm.reserve(tc.sizes); got != tc.want {
-				t.Errorf("reserve(%v) = %d (%s), want %d (%s)", tc.sizes, got, units.Format(got), tc.want, units.Format(tc.want))
+			b := budgetOf(0, tc.c, tc.gran)
+			var sum uint64
+			for _, s := range tc.sizes {
+				sum += s
 			}
-			if w := uint64(len(tc.sizes)) * (tc.pm.page - tc.pm.gran); tc.pm.reserve(tc.sizes) > w {
-				t.Errorf("reserve %d above a page less a granule per array, %d", tc.pm.reserve(tc.sizes), w)
+			if got := b.cost(tc.sizes) - sum; got != tc.want {
+				t.Errorf("cost(%v) − bytes = %d (%s), want %d (%s)", tc.sizes, got, units.Format(got), tc.want, units.Format(tc.want))
 			}
 		})
 	}
@@ -188,8 +208,7 @@ func TestPageReserveIsEnough(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				pm := pageModelOf(a, dev.Info().Granularity)
-				need := sum + pm.reserve(sizes)
+				need, _ := a.(alloc.Coster).Cost(sizes)
 				if free, _, _ := dev.MemInfo(); need > free {
 					_ = a.Close()
 					_ = dev.Close()
@@ -291,9 +310,9 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 7*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
-				"unchunkable arrays need 7 MiB but the budget is 5 MiB",
-				"passive mode, budget 5 MiB: 8 MiB free on the device after trimming the allocator's cache",
-				"− 3 MiB kept for the pool getting its memory in 2 MiB device pages (2 arrays)",
+				"unchunkable arrays need 7 MiB (8 MiB in whole device pages) but the budget is 8 MiB",
+				"passive mode, budget 8 MiB: 8 MiB free on the device after trimming the allocator's cache",
+				"10 MiB in all, with 3 MiB the allocator takes in whole device pages",
 				"free device memory", "fewer, larger arrays",
 			},
 		},
@@ -323,7 +342,16 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			is:   ErrUnchunkable,
 			mention: []string{
 				"unchunkable arrays need 4 MiB but the budget is 2 MiB",
-				"at most 2 MiB under the allocation limit (2 MiB, 0 B in use)", "raise the allocation limit",
+				"at most 2 MiB under the allocation cap (2 MiB left)", "raise the allocation cap",
+			},
+		},
+		"WithCap binds": {
+			opts: []Option{WithAllocator(Direct), WithCap(2 * MiB)},
+			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 3*int(MiB)), "x": req(Float32, 0, 1000)},
+			is:   ErrUnchunkable,
+			mention: []string{
+				"unchunkable arrays need 4 MiB but the budget is 2 MiB",
+				"at most 2 MiB under the allocation cap (2 MiB left)", "raise the allocation cap (WithCap)",
 			},
 		},
 	} {
@@ -415,15 +443,43 @@ func TestPassiveGroupsPlanInTurn(t *testing.T) {
 	}
 }
 
-// checkPlanGroup checks planGroup against its promises: a plan fits the
-// device with its page reserve and the caps, follows Plan's rules for its
-// budget, and has no fewer chunks than could fit; a refusal means not
-// even one run at a time fits.
+// refSizesAt lists the bytes of the device arrays of reqs at chunk
+// length l with bufs buffers (chunkable ones once per buffer), unrounded.
+func refSizesAt(reqs map[string]map[string]ArrayRequest, l, bufs int) []uint64 {
+	var sizes []uint64
+	for _, labels := range reqs {
+		for _, r := range labels {
+			if r.Memory != Device {
+				continue
+			}
+			n := r.Bytes()
+			if !refChunkable(r) {
+				sizes = append(sizes, n)
+				continue
+			}
+			for range bufs {
+				sizes = append(sizes, n/uint64(r.Shape[r.ChunkAxis])*uint64(l))
+			}
+		}
+	}
+	return sizes
+}
+
+// checkPlanGroup checks planGroup against its promises: a plan's arrays
+// cost what the allocator states within the device, their charged bytes
+// fit the caps, the chunks follow Plan's rules, and one chunk fewer would
+// not fit; a refusal means neither the whole batch nor one run at a time
+// fits.
 func checkPlanGroup(t *testing.T, reqs map[string]map[string]ArrayRequest, b groupBudget, opts PlanOptions) (outcome string) {
 	t.Helper()
 	p, err := planGroup(reqs, &b, opts)
 	counted := min(b.capRoom(), b.limRoom())
 	k := max(opts.Buffers, 1)
+	fits := func(l, bufs int) bool {
+		sizes := refSizesAt(reqs, l, bufs)
+		c := b.cost(sizes)
+		return c < math.MaxUint64 && c <= b.device() && b.charged(sizes) <= counted
+	}
 	if err != nil {
 		if errors.Is(err, ErrRunsMismatch) || errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrNotSupported) {
 			return "invalid"
@@ -431,42 +487,51 @@ func checkPlanGroup(t *testing.T, reqs map[string]map[string]ArrayRequest, b gro
 		if !errors.Is(err, ErrUnchunkable) && !errors.Is(err, ErrRunTooLarge) {
 			t.Fatalf("planGroup: unexpected error %v", err)
 		}
-		// Refused: neither the whole batch nor one run at a time fits.
-		for _, tc := range []struct{ l, bufs int }{{1, k}, {1 << 30, 1}} {
-			p0, _ := Plan(reqs, math.MaxUint64, opts)
-			l := min(tc.l, p0.TotalRuns)
-			sizes, sum := sizesAt(devArrays(reqs), opts.Granularity, l, tc.bufs, nil)
-			if sum <= counted && sum+b.pm.reserve(sizes) <= b.device() && (tc.bufs == 1 || l == p0.TotalRuns || sum < p0.FullBytes) {
-				t.Fatalf("refused (%v), but %d runs a chunk in %d buffers take %d + %d reserve of %d (counted %d)",
-					err, l, tc.bufs, sum, b.pm.reserve(sizes), b.device(), counted)
-			}
+		p0, _ := Plan(reqs, math.MaxUint64, opts)
+		if fits(p0.TotalRuns, 1) || (fits(1, k) && p0.TotalRuns > 1 && hasChunkable(reqs)) {
+			t.Fatalf("refused (%v), but the batch or one run at a time fits", err)
 		}
 		return "refused"
 	}
-	checkPlan(t, reqs, p.Budget, opts, p, nil)
-	r := b.pm.reserve(refSizes(reqs, p))
-	if p.BytesPerChunk > counted || p.BytesPerChunk+r > b.device() {
-		t.Fatalf("plan spends %d + %d reserve; caps allow %d, device %d", p.BytesPerChunk, r, counted, b.device())
+	if !fits(p.ChunkLength, p.Buffers) {
+		t.Fatalf("plan of %d chunks of %d does not fit: cost %d of %d, charged %d of %d", p.Chunks, p.ChunkLength,
+			b.cost(refSizesAt(reqs, p.ChunkLength, p.Buffers)), b.device(), p.BytesPerChunk, counted)
 	}
-	// One chunk fewer does not fit.
 	if c := p.Chunks - 1; c >= 1 {
 		bufs := k
 		if c == 1 {
 			bufs = 1
 		}
-		l := ceilDiv(p.TotalRuns, c)
-		sizes, sum := sizesAt(devArrays(reqs), opts.Granularity, l, bufs, nil)
-		if sum <= counted && sum+b.pm.reserve(sizes) <= b.device() && (c == 1 || sum < p.FullBytes) {
-			t.Fatalf("%d chunks of %d, but %d of %d fit: %d + %d reserve of %d", p.Chunks, p.ChunkLength, c, l, sum, b.pm.reserve(sizes), b.device())
+		if l := refCeil(p.TotalRuns, c); fits(l, bufs) {
+			t.Fatalf("%d chunks of %d, but %d of %d fit", p.Chunks, p.ChunkLength, c, l)
 		}
 	}
-	switch {
-	case p.Chunks == 1:
+	if p.Chunks > 1 && p.ChunkLength != refCeil(p.TotalRuns, p.Chunks) {
+		t.Fatalf("%d chunks of %d for %d runs: not balanced", p.Chunks, p.ChunkLength, p.TotalRuns)
+	}
+	if p.Chunks == 1 {
 		return "one chunk"
-	case p.BytesPerChunk+r > b.device()-min(b.device(), r/2) && r > 0:
+	}
+	bufs := k
+	if p.Chunks == 2 {
+		bufs = 1
+	}
+	if b.charged(refSizesAt(reqs, refCeil(p.TotalRuns, p.Chunks-1), bufs)) <= min(counted, b.device()) {
 		return "chunked, reserve binds"
 	}
 	return "chunked"
+}
+
+// hasChunkable reports whether reqs has a chunkable device request.
+func hasChunkable(reqs map[string]map[string]ArrayRequest) bool {
+	for _, labels := range reqs {
+		for _, r := range labels {
+			if r.Memory == Device && refChunkable(r) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func FuzzPlanGroup(f *testing.F) {
@@ -474,11 +539,12 @@ func FuzzPlanGroup(f *testing.F) {
 	f.Add([]byte{0x44, 0x82, 0xff, 0x07, 0x01, 0x02, 0x03, 0x04}, uint32(65535), uint64(3<<20), uint64(1<<20), uint8(1), true)
 	f.Fuzz(func(t *testing.T, data []byte, runs uint32, free, caps uint64, k uint8, async bool) {
 		reqs := decodeRequests(data, int(runs%(1<<22))+1)
-		pm := pageModel{page: 2 * MiB, gran: alloc.PoolGranularity, small: MiB, kind: "the pool"}
+		c := pageCoster{alloc.PoolGranularity, 2 * MiB, MiB}
 		if async {
-			pm.small, pm.kind = MiB, "the async pool"
+			c.small = MiB
 		}
-		b := groupBudget{mode: Active, free: free % (1 << 36), caps: caps % (1 << 36), pm: pm}
+		b := budgetOf(free%(1<<36), c, alloc.PoolGranularity)
+		b.mode, b.caps = Active, caps%(1<<36)
 		checkPlanGroup(t, reqs, b, PlanOptions{Granularity: alloc.PoolGranularity, Buffers: int(k%2) + 1})
 	})
 }
@@ -493,8 +559,7 @@ func TestPlanGroupProperties(t *testing.T) {
 		}
 		reqs := decodeRequests(data, 1+rng.IntN(1<<uint(rng.IntN(21))))
 		full := float64(fullBytes(reqs, alloc.PoolGranularity))
-		b := groupBudget{mode: Passive, free: uint64(rng.Float64()*1.5*full) + uint64(rng.IntN(6))*MiB,
-			pm: pageModel{page: 2 * MiB, gran: alloc.PoolGranularity, small: MiB, kind: "the pool"}}
+		b := budgetOf(uint64(rng.Float64()*1.5*full)+uint64(rng.IntN(6))*MiB, pageCoster{alloc.PoolGranularity, 2 * MiB, MiB}, alloc.PoolGranularity)
 		if rng.IntN(3) == 0 {
 			b.mode, b.caps = Active, uint64(rng.Float64()*1.5*full)
 		}
@@ -530,50 +595,10 @@ func refSizes(reqs map[string]map[string]ArrayRequest, plan ChunkPlan) []uint64 
 	return sizes
 }
 
-// opaque is an allocator the manager knows nothing about (what a WithWrap
-// that replaces the allocator gives it).
-type opaque struct{ alloc.Allocator }
-
-func TestPageModelOf(t *testing.T) {
-	dev := newSim(t, 64*MiB)
-	pool, err := alloc.NewPool(dev, alloc.PoolConfig{SmallSize: 256 * 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	async, err := alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer async.Close()
-	direct := alloc.NewDirect(dev)
-	defer direct.Close()
-	for name, tc := range map[string]struct {
-		a     alloc.Allocator
-		none  bool
-		small uint64
-		kind  string
-	}{
-		"pool: its SmallSize":         {pool, false, 256 * 1024, "the pool"},
-		"pool under a limit":          {alloc.NewLimit(pool, MiB), false, 256 * 1024, "the pool"},
-		"async pool: half a page":     {async, false, MiB, "the device's stream-ordered pool"},
-		"direct: pages itself":        {direct, true, 0, ""},
-		"traced direct":               {alloc.NewTrace(direct, nil), true, 0, ""},
-		"unknown: a segment an array": {opaque{pool}, false, 0, "the allocator"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			pm := pageModelOf(tc.a, 2*MiB)
-			if pm.none != tc.none || pm.small != tc.small || pm.kind != tc.kind || pm.page != 2*MiB {
-				t.Errorf("got %+v, want none %v, small %d, kind %q", pm, tc.none, tc.small, tc.kind)
-			}
-		})
-	}
-}
-
 // TestBudgetExplained: every figure of a budget appears in its
 // explanation, and the advice follows what binds.
 func TestBudgetExplained(t *testing.T) {
-	pool := pageModel{page: 2 * MiB, gran: 512, small: MiB, kind: "the pool"}
+	pool := pageCoster{512, 2 * MiB, MiB}
 	for name, tc := range map[string]struct {
 		b      groupBudget
 		says   []string
@@ -581,38 +606,34 @@ func TestBudgetExplained(t *testing.T) {
 		not    []string
 	}{
 		"device binds, after a replan": {
-			b: groupBudget{mode: Passive, free: 10 * MiB, replaced: MiB, lost: 3 * MiB, pm: pool},
-			says: []string{"passive mode, budget 6 MiB: 10 MiB free", "+ 1 MiB of arrays being replaced",
-				"− 3 MiB that the pool took beyond its pages in an earlier try", "− 2 MiB kept for the pool getting its memory in 2 MiB device pages (4 arrays)"},
+			b: groupBudget{mode: Passive, free: 10 * MiB, replaced: MiB, lost: 3 * MiB, coster: pool, gran: 512, page: 2 * MiB, kind: "the pool", planReserve: 2 * MiB},
+			says: []string{"passive mode, budget 8 MiB: 10 MiB free", "+ 1 MiB of arrays being replaced",
+				"− 3 MiB that the pool took beyond what it was counted to take in an earlier try", "the plan's arrays take 2 MiB beyond their bytes as the pool gets its memory in 2 MiB device pages"},
 			advice: []string{"free device memory", "fewer, larger arrays"},
-			not:    []string{"caps", "limit"},
+			not:    []string{"caps", "cap ("},
 		},
 		"caps bind": {
-			b:      groupBudget{mode: Active, free: 10 * MiB, caps: 8 * MiB, held: 5 * MiB, replaced: MiB, pm: pool},
+			b:      groupBudget{mode: Active, free: 10 * MiB, caps: 8 * MiB, held: 5 * MiB, replaced: MiB, coster: pool, gran: 512, page: 2 * MiB},
 			says:   []string{"active mode, budget 4 MiB", "at most 4 MiB under the group's caps (8 MiB, less 4 MiB its members hold)"},
 			advice: []string{"raise the members' proportions"},
-			not:    []string{"free device memory", "allocation limit"},
+			not:    []string{"free device memory", "allocation cap"},
 		},
-		"limit binds": {
-			b:      groupBudget{mode: Passive, free: 10 * MiB, limited: true, limCap: 3 * MiB, limUsed: MiB, pm: pool},
-			says:   []string{"budget 2 MiB", "at most 2 MiB under the allocation limit (3 MiB, 1 MiB in use)"},
-			advice: []string{"raise the allocation limit"},
+		"cap binds": {
+			b:      groupBudget{mode: Passive, free: 10 * MiB, capped: true, room: 2 * MiB, coster: pool, gran: 512, page: 2 * MiB},
+			says:   []string{"budget 2 MiB", "at most 2 MiB under the allocation cap (2 MiB left)"},
+			advice: []string{"raise the allocation cap (WithCap)"},
 			not:    []string{"free device memory", "proportions"},
 		},
 		"direct rounds to pages": {
-			b:      groupBudget{mode: Passive, free: 4 * MiB, pm: pageModel{page: 2 * MiB, gran: 2 * MiB, none: true}},
+			b:      groupBudget{mode: Passive, free: 4 * MiB, coster: pageCoster{2 * MiB, 2 * MiB, 0}, gran: 2 * MiB, page: 2 * MiB},
 			says:   []string{"budget 4 MiB: 4 MiB free"},
 			advice: []string{"use the Pool allocator", "rounds each array up to 2 MiB"},
-			not:    []string{"kept for"},
+			not:    []string{"fewer, larger"},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := tc.b
-			r := uint64(0)
-			if !b.pm.none {
-				r = 2 * MiB
-			}
-			b.set(r, 4)
+			b.budget, _ = b.planCost()
 			got, adv := b.String(), b.advice()
 			for _, s := range tc.says {
 				if !strings.Contains(got, s) {
@@ -633,10 +654,10 @@ func TestBudgetExplained(t *testing.T) {
 	}
 }
 
-// TestTinyBatchOnAFullDevice: three runs of a byte, double buffered, with
-// a page less 512 B free. The whole batch is one granule but needs a page
-// of its own, and two buffers of one run each take no less: the error
-// says so, and what to change.
+// TestTinyBatchOnAFullDevice: three runs of a byte, with a page less
+// 512 B free. The whole batch is one granule but needs a page of its own,
+// and one run at a time takes no less: the error says so, and what to
+// change.
 func TestTinyBatchOnAFullDevice(t *testing.T) {
 	reqs := map[string]map[string]ArrayRequest{"c": {"x": req(Uint8, 0, 3)}}
 	for name, tc := range map[string]struct {
@@ -644,12 +665,12 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 		is      error
 		says    []string
 	}{
-		"double buffered": {2, ErrRunTooLarge, []string{"the batch needs 2 MiB with its page reserve (512 B of arrays)", "no plan of 2 chunk buffers takes less", "free 512 B or allocate with fewer buffers"}},
-		// One run at a time keeps a page less 512 B back: nothing is left.
-		"single buffered": {1, ErrUnchunkable, []string{"the budget is 0 B, leaving no room for any run", "raise the budget by 512 B"}},
+		"double buffered": {2, ErrRunTooLarge, []string{"one run needs 2 MiB (unchunkable 0 B + 2 × 512 B per run, with 2 MiB the allocator takes in whole device pages) but the budget is 1.9 MiB", "raise the budget by 512 B, use fewer buffers in flight"}},
+		// One run at a time still takes a page.
+		"single buffered": {1, ErrRunTooLarge, []string{"one run needs 2 MiB", "but the budget is 1.9 MiB", "raise the budget by 512 B"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			b := groupBudget{free: 2*MiB - 512, pm: pageModel{page: 2 * MiB, gran: 512, small: MiB, kind: "the pool"}}
+			b := budgetOf(2*MiB-512, pageCoster{512, 2 * MiB, MiB}, 512)
 			_, err := planGroup(reqs, &b, PlanOptions{Granularity: 512, Buffers: tc.buffers})
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("got %v, want %v", err, tc.is)
@@ -658,6 +679,31 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("%v does not say %q", err, s)
 				}
+			}
+		})
+	}
+}
+
+// TestWithCapBoundsThePlan: a cap given to the manager reaches the
+// planner as the room it leaves: a batch larger than the cap is chunked
+// to fit it, and the arrays the manager holds never pass it.
+func TestWithCapBoundsThePlan(t *testing.T) {
+	for _, kind := range []AllocatorKind{Pool, Direct, AsyncPool} {
+		t.Run(kind.String(), func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, WithAllocator(kind), WithCap(8*MiB))
+			c := register(t, m, ClientOptions{})
+			if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 5<<20)}); err != nil { // 20 MiB
+				t.Fatal(err)
+			}
+			resp, err := m.AllocateQueue(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Chunks < 3 || c.Held() > 8*MiB {
+				t.Errorf("%d chunks, %s held; want at least 3 chunks within the cap of 8 MiB", resp.Chunks, units.Format(c.Held()))
+			}
+			if _, ok := m.Allocator().(*alloc.Limit); !ok {
+				t.Errorf("the allocator is a %T, not capped by a Limit", m.Allocator())
 			}
 		})
 	}

@@ -15,6 +15,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/vramkit/vram/streams"
 )
@@ -23,6 +24,15 @@ import (
 // unnamed client in the auto pool and the "default" group, with no hooks.
 // Register copies what it needs; the hooks must be safe to call from
 // whichever goroutine runs AllocateQueue, SetAllocator or InvalidateAll.
+//
+// A client's hooks are called with no lock held, one at a time, in the
+// order of the events: the OnAllocated of arrays installed before an
+// invalidation comes before that invalidation's OnInvalidate. Each is
+// called on the goroutine that caused its event, before that call
+// returns, except when another goroutine is calling the same client's
+// earlier hook at the time (or is still finishing the allocation it is
+// for): that goroutine then calls the later hook, after the earlier one.
+// A hook may call the manager, AllocateQueue included.
 type ClientOptions struct {
 	// Name labels the client in errors, logs and plans ("" is "client").
 	Name string
@@ -34,13 +44,12 @@ type ClientOptions struct {
 	// OnInvalidate is called when the manager has freed the client's
 	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
 	// AllocateQueue that had to free the arrays it was replacing first):
-	// drop them and queue again. Called with no lock held, from the
-	// goroutine that caused it.
+	// drop them and queue again.
 	OnInvalidate func()
-	// OnAllocated is called by AllocateQueue on its goroutine, with no
-	// lock held: with the client's arrays when it had requests queued,
-	// and with the chunk parameters and no arrays when another member of
-	// its group had.
+	// OnAllocated is called after AllocateQueue has allocated its group:
+	// with the client's arrays when it had requests queued, and with the
+	// chunk parameters and no arrays when another member of its group
+	// had.
 	OnAllocated func(*ArrayResponse)
 }
 
@@ -53,6 +62,10 @@ type Client struct {
 	name         string
 	onInvalidate func()
 	onAllocated  func(*ArrayResponse)
+
+	hookMu     sync.Mutex  // protects hooks and delivering; taken after m.mu, never held over a call
+	hooks      []*hookCall // hook calls to make, in event order (hooks.go)
+	delivering bool        // a goroutine is making the calls
 
 	// Protected by m.mu:
 	slot         int     // index in the registry's slots
@@ -159,19 +172,21 @@ func (c *Client) Free(label string) error {
 
 // Close frees the client's arrays, drops its queued requests, and takes
 // it out of its group and the pools (rebalancing the auto pool). Its
-// hooks are not called. A second Close, or a Close after the manager's,
+// hooks are not called. When it is the last member of its stream group,
+// the group is removed and its stream closed, after the work queued on
+// it. A second Close, or a Close after the manager's,
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m
 	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
 	m.mu.Lock()
 	if c.closed || m.closed {
 		m.mu.Unlock()
+		m.allocMu.RUnlock()
 		return nil
 	}
 	c.closed = true
-	m.reg.remove(c)
+	m.removeLocked(c)
 	m.leavePoolLocked(c)
 	if q := m.queues[c.group]; q != nil {
 		delete(q, c)
@@ -181,11 +196,18 @@ func (c *Client) Close() error {
 	}
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()
+	defer m.allocMu.RUnlock()
 	var err error
 	if len(allocs) > 0 {
 		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
 	}
-	_ = m.groups.Remove(c.id) // after the frees, which use its stream
+	// After the frees, which use its stream. The last member of a group
+	// closes the group's stream, which waits for its work: under allocMu,
+	// so that no SetAllocator or Close overlaps it (an allocator's Close
+	// waits for the frees queued on live streams only).
+	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
+		err = errors.Join(err, wrapIf("leave the stream group", gerr))
+	}
 	return err
 }
 

@@ -182,6 +182,7 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 		return nil, nil, err
 	}
 	h.setLast(s)
+	d.setLast(s)
 	return s, done, nil
 }
 

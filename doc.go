@@ -42,20 +42,22 @@
 //     Its budget is in the bytes the allocator charges (each array rounded
 //     to the allocator's granularity, 512 B for the Pool), so a plan that
 //     fits its budget fits an allocator or alloc.Limit with that much to
-//     give.
-//   - The budget AllocateQueue plans a group with: the device's free
+//     give; with PlanOptions.Cost it bounds what the allocator says the
+//     arrays take from the device instead.
+//   - The budget AllocateQueue plans a group with, once: the device's free
 //     memory (after trimming the allocator's cache) plus the arrays being
-//     replaced, less the page reserve of the planned arrays — the device
-//     hands out 2 MiB pages, so an array above the Pool's small-request
-//     size may cost its bytes rounded up to a page and the small ones
-//     share pages; nothing is kept for Direct, which counts whole pages —
-//     and at most, in Active mode, the members' caps less what they hold
-//     and, under an alloc.Limit, its cap less its use. The plan has the
+//     replaced, against what the allocator states the arrays take from
+//     the device (alloc.Coster: the device hands out 2 MiB pages, so an
+//     array above the Pool's small-request size may cost its bytes rounded
+//     up to a page and the small ones share pages), and at most, in
+//     Active mode, the members' caps less what they hold and, under a cap
+//     (WithCap, or an alloc.Limit), the room it leaves. The plan has the
 //     fewest chunks that fit all of these. The arrays are allocated with
-//     alloc.AllocExact, so the Pool grows by no more than they need; if an
-//     allocator still runs the device out, the group is planned again with
-//     what it took kept back. A refusal names each figure and what would
-//     raise the one that binds.
+//     alloc.AllocExact, so the Pool grows by no more than it stated; an
+//     allocator that states nothing is counted a page per array and, if
+//     it still runs the device out, the group is planned again with what
+//     it took kept back. A refusal names each figure and what would raise
+//     the one that binds.
 //   - Copies: ToDevice, FromDevice, and ToDeviceChunk / FromDeviceChunk,
 //     which move one chunk's runs between a full-length host array and a
 //     chunk-length device array, all ordered on the client's stream; Sync
@@ -98,12 +100,20 @@
 // from reading the device's free memory to their last allocation, so two
 // groups never plan against the same free memory; copies, frees and
 // registration run in parallel with them. No
-// hook is ever called with a lock held, so hooks may call the manager;
-// they run on the goroutine whose call caused them (AllocateQueue,
-// SetAllocator, InvalidateAll). Device memory follows the stream contract
-// of package device: work on one stream is ordered; an array used on two
-// streams needs an event or a Sync between the uses, and a host array must
-// stay untouched while a copy that uses it is in flight (until Sync).
+// hook is ever called with a lock held, so hooks may call the manager. A
+// client's hooks come one at a time, in the order of their events (an
+// OnAllocated before the OnInvalidate of a later invalidation), on the
+// goroutine whose call caused them (AllocateQueue, SetAllocator,
+// InvalidateAll) unless another is delivering that client's earlier hook,
+// which then delivers the later one too. Device memory follows the stream
+// contract of package device: work on one stream is ordered; an array
+// used on two streams needs an event or a Sync between the uses, and a
+// host array must stay untouched while a copy that uses it is in flight
+// (until Sync). The manager frees an array ordered after the stream it
+// was last copied on, even when its client has moved to another group
+// since. A stream group lives while it has clients: the last one to leave
+// (Close, ChangeStreamGroup) removes it and closes its stream, waiting
+// for the stream's work.
 // Errors wrap package sentinels (ErrOutOfMemory, ErrUnchunkable,
 // ErrRunTooLarge, ErrProportion, …) with the figures that explain them;
 // test them with errors.Is. A call that fails leaves the manager as it

@@ -24,10 +24,13 @@ type hostPool struct {
 	dev    device.Device
 	ha     device.HostAllocator // nil when the device has none
 	pinned *alloc.PinnedPool    // nil when the device has no host allocator
+	// waitClosed waits for the close of a stream group's stream in
+	// progress (streams.Groups.WaitClosed).
+	waitClosed func(device.Stream)
 }
 
-func newHostPool(dev device.Device) *hostPool {
-	h := &hostPool{dev: dev}
+func newHostPool(dev device.Device, waitClosed func(device.Stream)) *hostPool {
+	h := &hostPool{dev: dev, waitClosed: waitClosed}
 	h.ha, _ = dev.(device.HostAllocator)
 	if h.ha != nil {
 		h.pinned, _ = alloc.NewPinnedPool(dev)
@@ -67,11 +70,16 @@ func (h *hostPool) alloc(n uint64, mem MemoryType, s device.Stream) ([]byte, dev
 }
 
 // usable returns s, or the device's default stream when s is nil or has
-// been closed (its work is then finished: Close waits for it).
+// been closed (its work is then finished: Close waits for it, and so
+// does this for a group's stream whose close is in progress).
 func (h *hostPool) usable(s device.Stream) device.Stream {
 	if s != nil {
-		if _, err := s.Query(); err == nil {
+		_, err := s.Query()
+		if err == nil {
 			return s
+		}
+		if errors.Is(err, device.ErrClosed) {
+			h.waitClosed(s)
 		}
 	}
 	return h.dev.DefaultStream()

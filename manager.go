@@ -131,6 +131,7 @@ type config struct {
 	pcfg  alloc.PoolConfig
 	acfg  alloc.AsyncConfig
 	total uint64
+	cap   uint64 // WithCap; 0: none
 }
 
 // WithAllocator sets the allocator kind (default Pool).
@@ -151,10 +152,19 @@ func WithAsyncConfig(cfg alloc.AsyncConfig) Option { return func(c *config) { c.
 // WithWrap wraps every allocator the manager makes (now and on each
 // SetAllocator) in adaptors, e.g. alloc.NewLimit or alloc.NewTrace. The
 // wrapper owns what it wraps: closing it must close the upstream. A
-// Limit found in the chain also bounds every group's budget.
+// wrapper should forward alloc.Coster (the package's adaptors do): the
+// manager plans with the cost it states, and with the room a Limit in
+// the chain leaves. One that does not is taken to give every array a
+// segment of whole pages, and is planned around by trying.
 func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
 	return func(c *config) { c.wrap = wrap }
 }
+
+// WithCap caps the device bytes the manager's arrays may take, as the
+// allocator charges them (0: no cap): every group plans within what the
+// cap leaves, and an allocation past it is refused (an alloc.Limit
+// around the allocator, WithWrap's included).
+func WithCap(bytes uint64) Option { return func(c *config) { c.cap = bytes } }
 
 // WithTotalMemory makes shares and caps a proportion of total bytes
 // instead of the device's total memory (to manage part of a device).
@@ -215,13 +225,14 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		}
 		total = t
 	}
+	groups := streams.New(dev)
 	m := &Manager{
 		dev:        dev,
 		total:      total,
-		groups:     streams.New(dev),
+		groups:     groups,
 		log:        cfg.log,
 		cfg:        cfg,
-		host:       newHostPool(dev),
+		host:       newHostPool(dev, groups.WaitClosed),
 		reg:        newRegistry(),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
@@ -288,6 +299,9 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	}
 	if m.cfg.wrap != nil {
 		a = m.cfg.wrap(a)
+	}
+	if m.cfg.cap > 0 {
+		a = alloc.NewLimit(a, m.cfg.cap)
 	}
 	return a, nil
 }
@@ -388,11 +402,11 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	m.al, m.kind = next, kind
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
-	hooks := m.invalidateHooks()
+	m.mu.Lock()
+	clients, _ := m.postInvalidateLocked(true)
+	m.mu.Unlock()
 	m.allocMu.Unlock()
-	for _, h := range hooks {
-		h()
-	}
+	deliver(clients)
 	return errors.Join(freeErr, wrapIf("close the old allocator", closeErr), wrapIf("new streams", streamErr))
 }
 
@@ -401,19 +415,6 @@ func wrapIf(what string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("vram: %s: %w", what, err)
-}
-
-// invalidateHooks returns every open client's OnInvalidate hook.
-func (m *Manager) invalidateHooks() []func() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	hooks := make([]func(), 0, m.reg.n)
-	for _, c := range m.reg.all() {
-		if c.onInvalidate != nil {
-			hooks = append(hooks, c.onInvalidate)
-		}
-	}
-	return hooks
 }
 
 // Free frees, for every client, the arrays held under label (in every
@@ -440,23 +441,40 @@ func (m *Manager) Free(label string) error {
 }
 
 // FreeAll frees every array of every client. Hooks are not called.
+// After Close it returns an error wrapping ErrClosed.
 func (m *Manager) FreeAll() error {
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
+	if m.isClosed() {
+		return closedErr("free all")
+	}
 	return m.freeAllLocked(nil)
 }
 
 // InvalidateAll frees every array of every client and then calls every
 // client's OnInvalidate hook, so that they drop what they held and ask
-// again.
+// again. After Close it returns an error wrapping ErrClosed and calls no
+// hook.
 func (m *Manager) InvalidateAll() error {
 	m.allocMu.RLock()
-	err := m.freeAllLocked(nil)
-	hooks := m.invalidateHooks()
-	m.allocMu.RUnlock()
-	for _, h := range hooks {
-		h()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.allocMu.RUnlock()
+		return closedErr("invalidate all")
 	}
+	// Take the arrays and queue the hooks at once, so that an allocation
+	// installed before is delivered before, and one installed after is
+	// not taken; the hooks wait for the frees.
+	work := m.takeAllLocked(nil)
+	clients, calls := m.postInvalidateLocked(false)
+	m.mu.Unlock()
+	err := m.freeWork(work)
+	m.allocMu.RUnlock()
+	for i, c := range clients {
+		c.markReady(calls[i])
+	}
+	deliver(clients)
 	return err
 }
 
@@ -477,6 +495,14 @@ func (m *Manager) ReinitStreams() error {
 // non-nil, of that client). allocMu must be held (either way).
 func (m *Manager) freeAllLocked(only *Client) error {
 	m.mu.Lock()
+	work := m.takeAllLocked(only)
+	m.mu.Unlock()
+	return m.freeWork(work)
+}
+
+// takeAllLocked takes every array of every client (or, with only
+// non-nil, of that client) for freeWork. m.mu must be held.
+func (m *Manager) takeAllLocked(only *Client) []freeWork {
 	var work []freeWork
 	for _, c := range m.reg.slots {
 		if c == nil || (only != nil && c != only) {
@@ -486,8 +512,7 @@ func (m *Manager) freeAllLocked(only *Client) error {
 			work = append(work, freeWork{c: c, allocs: allocs})
 		}
 	}
-	m.mu.Unlock()
-	return m.freeWork(work)
+	return work
 }
 
 // freeWork is arrays taken from a client, to be freed on its stream.
@@ -501,35 +526,47 @@ type freeWork struct {
 func (m *Manager) freeWork(work []freeWork) error {
 	var errs []error
 	for _, w := range work {
-		s := w.s
+		s, release := w.s, func() error { return nil }
 		if s == nil {
-			s = m.clientStream(w.c)
+			s, release = m.clientStream(w.c)
 		}
 		for _, a := range w.allocs {
 			if err := m.release(a, s); err != nil {
 				errs = append(errs, fmt.Errorf("vram: free %s of %v: %w", a.label, w.c, err))
 			}
 		}
+		if err := release(); err != nil {
+			errs = append(errs, fmt.Errorf("vram: free the arrays of %v: %w", w.c, err))
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// clientStream is c's group stream, or the device's default stream when
-// c is in no group any more.
-func (m *Manager) clientStream(c *Client) device.Stream {
-	if s, err := m.groups.Stream(c.id); err == nil {
-		return s
+// clientStream is c's group stream, held (so that it stays open even if
+// the group's last member leaves meanwhile) until release is called; or
+// the device's default stream when c is in no group any more.
+func (m *Manager) clientStream(c *Client) (s device.Stream, release func() error) {
+	if g, err := m.groups.Group(c.id); err == nil {
+		if s, release, err := m.groups.Hold(g); err == nil {
+			return s, release
+		}
 	}
-	return m.dev.DefaultStream()
+	return m.dev.DefaultStream(), func() error { return nil }
 }
 
 // release frees one allocation. allocMu must be held. It waits for
-// copies being enqueued on the array; the free is ordered on s after them.
+// copies being enqueued on the array; the free is ordered on s after them
+// and after the work on the stream the array was last used on (its
+// client's stream before a group move), so that the allocator cannot
+// hand the memory to work on s while an older copy may still write it.
 func (m *Manager) release(a *allocation, s device.Stream) error {
 	var errs []error
 	if d := a.dev; d != nil {
 		d.use.Lock()
 		if d.freed.CompareAndSwap(false, true) && d.memory == Device {
+			if err := m.orderAfter(d.lastStream(), s); err != nil {
+				errs = append(errs, err)
+			}
 			if err := m.al.Free(d.ptr, s); err != nil {
 				errs = append(errs, err)
 			}
@@ -542,6 +579,42 @@ func (m *Manager) release(a *allocation, s device.Stream) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// orderAfter makes work enqueued on s from now on wait for the work
+// enqueued on last so far. Nothing is needed when last is s or nil, or
+// has been closed (Close waited for its work). When no event can be made
+// it waits for last on the host instead, so the order holds either way.
+func (m *Manager) orderAfter(last, s device.Stream) error {
+	if last == nil || last == s {
+		return nil
+	}
+	done, err := last.Query()
+	if errors.Is(err, device.ErrClosed) {
+		// The stream of a group its last member left: its Close waits
+		// for its work (any other stream is closed only with the
+		// allocator's lock held for writing, which the caller's excludes).
+		m.groups.WaitClosed(last)
+		return nil
+	}
+	if (err == nil && done) || errors.Is(err, device.ErrInvalidated) {
+		return nil // idle, or gone with a reset
+	}
+	ev, err := m.dev.NewEvent()
+	if err == nil {
+		// An event has no owner to leak to: it is closed at once; the
+		// wait it enqueued on s stays.
+		if err = ev.Record(last); err == nil {
+			err = ev.Wait(s)
+		}
+		err = errors.Join(err, ev.Close())
+	}
+	if err != nil {
+		if serr := last.Synchronize(); serr != nil && !errors.Is(serr, device.ErrClosed) && !errors.Is(serr, device.ErrInvalidated) {
+			return fmt.Errorf("order the free after stream %d: %w", last.Handle(), errors.Join(err, serr))
+		}
+	}
+	return nil
 }
 
 // Close frees every array, closes every client (no hooks are called),
@@ -682,8 +755,11 @@ func (m *Manager) IsGrouped(c *Client) (bool, error) {
 // ChangeStreamGroup moves c to the named group ("" is "default"), making
 // it if needed. Requests c has queued move with it; arrays it holds stay
 // valid (they were made on the old group's stream: synchronize it before
-// using them on the new one). A refused move (a closed client or
-// manager) makes no group.
+// using them on the new one; the manager frees each array ordered after
+// the stream it was last copied on). A group c leaves with no member is
+// removed and its stream closed once its work is done, so a stream
+// obtained from Stream before the move may be closed. A refused move (a
+// closed client or manager) makes no group.
 func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 	if c == nil || c.m != m {
 		return foreign(c)
@@ -691,32 +767,61 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 	if group == "" {
 		group = streams.Default
 	}
-	// Moving under mu keeps the group name and the queues in step; the
-	// stream of a new group is made before, outside mu, once the move is
-	// known to be allowed, so that a refused one makes no group.
-	m.mu.Lock()
-	err := m.checkLocked(c)
-	same := err == nil && c.group == group
-	m.mu.Unlock()
-	if err != nil || same {
-		return err
-	}
-	if err := m.ensureGroup(group); err != nil {
-		if errors.Is(err, streams.ErrClosed) {
-			return closedErr("change stream group") // closed meanwhile
+	for {
+		m.mu.Lock()
+		err := m.checkLocked(c)
+		from := c.group
+		m.mu.Unlock()
+		if err != nil || from == group {
+			return err
 		}
-		return err
+		moved, err := m.moveHeld(c, from, group)
+		if moved || err != nil {
+			return err
+		}
+		// c moved meanwhile: try again from where it is now.
 	}
+}
+
+// moveHeld moves c from group from to group to, holding both groups
+// (making to and its stream outside mu, so that a refused move makes
+// none) so that the move under mu makes no stream and empties no group.
+// Once released, the group c left is removed if it has no member, and
+// its stream closed after its work. moved is false, with no error, if c
+// was no longer in from.
+func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
+	// Streams of groups left empty are closed under allocMu, so that no
+	// SetAllocator or Close overlaps it (see Client.Close).
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	_, releaseTo, err := m.groups.Hold(to)
+	if err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			return false, closedErr("change stream group") // closed meanwhile
+		}
+		return false, fmt.Errorf("vram: make group %q: %w", to, err)
+	}
+	_, releaseFrom, err := m.groups.Hold(from)
+	if err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			err = closedErr("change stream group")
+		}
+		return false, errors.Join(err, releaseTo())
+	}
+	defer func() {
+		// After mu is released: closing a stream waits for its work.
+		err = errors.Join(err, wrapIf("close the stream of the group left", releaseFrom()), releaseTo())
+	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.checkLocked(c); err != nil {
-		return err
+		return false, err
 	}
-	if c.group == group {
-		return nil
+	if c.group != from {
+		return false, nil
 	}
-	if err := m.groups.Move(c.id, group); err != nil {
-		return fmt.Errorf("vram: change group of %v: %w", c, err)
+	if err := m.groups.Move(c.id, to); err != nil {
+		return false, fmt.Errorf("vram: change group of %v: %w", c, err)
 	}
 	if q := m.queues[c.group]; q != nil {
 		if reqs, ok := q[c]; ok {
@@ -724,18 +829,32 @@ func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
 			if len(q) == 0 {
 				delete(m.queues, c.group)
 			}
-			m.queueLocked(c, group, reqs)
+			m.queueLocked(c, to, reqs)
 		}
 	}
-	m.reg.move(c, group)
-	return nil
+	m.moveLocked(c, to)
+	return true, nil
 }
 
-// ensureGroup makes the named group and its stream if it does not exist,
-// without the registry lock.
-func (m *Manager) ensureGroup(group string) error {
-	if _, err := m.groups.Ensure(group); err != nil {
-		return fmt.Errorf("vram: make group %q: %w", group, err)
+// moveLocked puts c in group in the registry. m.mu must be held.
+func (m *Manager) moveLocked(c *Client, group string) {
+	from := c.group
+	m.reg.move(c, group)
+	m.forgetIfEmptyLocked(from)
+}
+
+// removeLocked takes c out of the registry. m.mu must be held.
+func (m *Manager) removeLocked(c *Client) {
+	m.reg.remove(c)
+	m.forgetIfEmptyLocked(c.group)
+}
+
+// forgetIfEmptyLocked drops the allocation lock of group once it has no
+// member, so that group names do not pile up. (AllocateQueue re-checks
+// its trigger's group after locking, and planMu serializes allocations,
+// so a lock made again later for the name is as good.) m.mu must be held.
+func (m *Manager) forgetIfEmptyLocked(group string) {
+	if _, ok := m.reg.groups[group]; !ok {
+		delete(m.groupLocks, group)
 	}
-	return nil
 }

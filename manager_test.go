@@ -535,6 +535,8 @@ func TestClosedManager(t *testing.T) {
 		"set allocator":  func() error { return m.SetAllocator(Direct) },
 		"set limit mode": func() error { return m.SetLimitMode(Active) },
 		"free":           func() error { return m.Free("x") },
+		"free all":       func() error { return m.FreeAll() },
+		"invalidate all": func() error { return m.InvalidateAll() },
 		"reinit":         func() error { return m.ReinitStreams() },
 		"host array":     func() error { _, err := m.NewHostArray([]int{1}, Float32, Pageable, nil); return err },
 	} {

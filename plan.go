@@ -49,6 +49,13 @@ type PlanOptions struct {
 	// double buffering, which overlaps one chunk's copies with another's
 	// compute. Values below 1 mean 1.
 	Buffers int `json:"buffers,omitempty"`
+	// Cost, when set, is what device arrays of the given sizes (bytes,
+	// unrounded; a chunkable array once per buffer) take from the
+	// device: an allocator's own statement (alloc.Coster). It must be
+	// non-decreasing in every size. The budget then bounds Cost instead
+	// of the sum of the sizes rounded to Granularity. A function: Plan
+	// is then pure only as far as Cost is.
+	Cost func(sizes []uint64) uint64 `json:"-"`
 }
 
 // ChunkPlan is the result of Plan. It marshals to JSON as is. It is a
@@ -80,6 +87,9 @@ type ChunkPlan struct {
 	// BytesPerChunk is the device bytes the plan allocates:
 	// UnchunkableBytes + Buffers × ChunkBytes. It is ≤ Budget.
 	BytesPerChunk uint64 `json:"bytes_per_chunk"`
+	// DeviceBytes is what the plan's device arrays take from the device:
+	// their PlanOptions.Cost, else BytesPerChunk. It is ≤ Budget.
+	DeviceBytes uint64 `json:"device_bytes"`
 	// FullBytes is U + C(N), the device bytes of everything unchunked.
 	FullBytes uint64 `json:"full_bytes"`
 	// HostBytes is the host bytes (pinned, mapped, pageable) of one
@@ -120,6 +130,8 @@ type PlanError struct {
 	RunBytes         uint64 // C(1): chunkable bytes of one run (one buffer)
 	Buffers          int    // k
 	Chunkable        int    // number of chunkable device requests
+	Pages            uint64 // bytes of Need beyond the rounded sizes: what the allocator takes in whole device pages (PlanOptions.Cost)
+	UnchunkableCost  uint64 // U as the allocator takes it from the device (PlanOptions.Cost); U without one
 	Hint             string // what to change
 }
 
@@ -130,19 +142,27 @@ func (e *PlanError) Error() string {
 	// two never read the same.
 	var b strings.Builder
 	run := satMul(uint64(max(e.Buffers, 1)), e.RunBytes)
+	pages := ""
+	if e.Pages > 0 {
+		pages = fmt.Sprintf(", with %s the allocator takes in whole device pages", bytesUp(e.Pages))
+	}
 	switch {
 	case e.Chunkable == 0:
-		fmt.Fprintf(&b, "the arrays need %s but the budget is %s, and none of them can be chunked",
-			bytesUp(e.Need), bytesDown(e.Budget))
+		fmt.Fprintf(&b, "the arrays need %s%s but the budget is %s, and none of them can be chunked",
+			needed(e.Need), pages, bytesDown(e.Budget))
 	case errors.Is(e.Err, ErrUnchunkable) && e.UnchunkableBytes == 0:
-		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run)",
-			bytesDown(e.Budget), bytesUp(run), e.Buffers, bytesUp(e.RunBytes))
+		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run%s)",
+			bytesDown(e.Budget), bytesUp(max(run, e.Need)), e.Buffers, bytesUp(e.RunBytes), pages)
 	case errors.Is(e.Err, ErrUnchunkable):
-		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all)",
-			bytesUp(e.UnchunkableBytes), bytesDown(e.Budget), bytesUp(run), bytesUp(e.Need))
+		fixed := bytesUp(e.UnchunkableBytes)
+		if e.UnchunkableCost > e.UnchunkableBytes {
+			fixed += fmt.Sprintf(" (%s in whole device pages)", bytesUp(e.UnchunkableCost))
+		}
+		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all%s)",
+			fixed, bytesDown(e.Budget), bytesUp(run), needed(e.Need), pages)
 	default:
-		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run) but the budget is %s",
-			bytesUp(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), bytesDown(e.Budget))
+		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run%s) but the budget is %s",
+			needed(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), pages, bytesDown(e.Budget))
 	}
 	if e.Hint != "" {
 		b.WriteString("; ")
@@ -180,196 +200,256 @@ type planItem struct {
 // chunkable ones. If U + C(N) ≤ B: one chunk of N runs. Else, with no
 // chunkable device request or U ≥ B, ErrUnchunkable; with U + k·C(1) > B,
 // ErrRunTooLarge; otherwise chunks = ⌈N / Lmax⌉ for the largest Lmax
-// with U + k·C(Lmax) ≤ B, of ⌈N / chunks⌉ runs each.
+// with U + k·C(Lmax) ≤ B, of ⌈N / chunks⌉ runs each. A sum of 2⁶⁴−1
+// bytes or more never fits. With opts.Cost, each "U + k·C(L)" above is
+// instead the Cost of the device arrays' sizes at L (U: of the
+// unchunkable ones alone), so the budget bounds what the allocator says
+// it takes from the device.
 //
-// Budget semantics. The budget is in the bytes the allocator charges:
-// each array rounded to its granularity, as the allocator, an
-// alloc.Limit and the Active caps count them. So a plan that fits B
-// fits an allocator (or a Limit) with B bytes to give, exactly. What the
-// device gives is another matter when the allocator rounds finer than
-// the device's page (the Pool and the AsyncPool round to 512 B, the
-// device to 2 MiB): its segments are whole pages. AllocateQueue plans
-// with the device's free memory less the page reserve the planned arrays
-// may need (see AllocateQueue), so that its plans fit the device too;
-// give Plan a budget with that margin taken off when planning for a
-// device by hand, or a granularity of the device's page (Direct's).
+// Budget semantics. Without opts.Cost the budget is in the bytes the
+// allocator charges: each array rounded to its granularity, as the
+// allocator, an alloc.Limit and the Active caps count them. So a plan
+// that fits B fits an allocator (or a Limit) with B bytes to give,
+// exactly. What the device gives is another matter when the allocator
+// rounds finer than the device's page (the Pool and the AsyncPool round
+// to 512 B, the device to 2 MiB): its segments are whole pages. Give
+// opts.Cost (an allocator's alloc.Coster, as AllocateQueue does) to plan
+// for the device's free memory.
 //
 // Errors: a request that fails Validate (wrapping ErrInvalidRequest or
 // ErrNotSupported), chunkable requests that disagree on their runs
 // (ErrRunsMismatch), and a *PlanError wrapping ErrUnchunkable or
 // ErrRunTooLarge when no plan fits.
 func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions) (ChunkPlan, error) {
-	g := opts.Granularity
-	if g == 0 {
-		g = DefaultGranularity
+	pl, err := newPlanner(requests, opts)
+	if err != nil {
+		return ChunkPlan{}, err
 	}
-	k := max(opts.Buffers, 1)
+	p := ChunkPlan{TotalRuns: pl.runs, Granularity: pl.g, Budget: budget, UnchunkableBytes: pl.u}
+	p.FullBytes = satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g))
+	length := pl.runs
+	switch {
+	case fitsIn(pl.device(pl.runs, 1), budget):
+		p.Chunks, p.Buffers = 1, 1
+	case pl.nChunkableDev == 0:
+		return ChunkPlan{}, pl.unchunkableError(budget)
+	default:
+		if need := pl.device(1, pl.k); !fitsIn(need, budget) {
+			if pl.fixedCost() >= budget {
+				return ChunkPlan{}, pl.unchunkableError(budget)
+			}
+			return ChunkPlan{}, pl.runTooLargeError(budget, need)
+		}
+		lo := pl.longest(budget)
+		p.Chunks = ceilDiv(pl.runs, lo)
+		length = ceilDiv(pl.runs, p.Chunks)
+		p.Buffers = pl.k
+	}
+	pl.finish(&p, length)
+	return p, nil
+}
 
+// planner is one Plan call's view of its requests.
+type planner struct {
+	requests      map[string]map[string]ArrayRequest
+	g             uint64 // granularity
+	k             int    // buffers in flight
+	cost          func([]uint64) uint64
+	items         []planItem
+	runs          int
+	nChunkableDev int
+	devRuns       []uint64 // bytes per run of the chunkable device requests
+	hostRuns      []uint64 // and of the chunkable host requests
+	fixedDev      []uint64 // bytes of the unchunkable device requests, unrounded
+	u             uint64   // U: their rounded sum
+	sizes         []uint64 // scratch for cost
+}
+
+// newPlanner validates the requests and works out the runs and the bytes
+// per run.
+func newPlanner(requests map[string]map[string]ArrayRequest, opts PlanOptions) (*planner, error) {
+	pl := &planner{requests: requests, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, runs: -1}
+	if pl.g == 0 {
+		pl.g = DefaultGranularity
+	}
 	count := 0
 	for _, labels := range requests {
 		count += len(labels)
 	}
-	items := make([]planItem, 0, count)
-	runs := -1
+	pl.items = make([]planItem, 0, count)
 	maxRuns := 0
-	nChunkableDev := 0
 	for client, labels := range requests {
 		for label, r := range labels {
 			if err := r.Validate(); err != nil {
-				return ChunkPlan{}, fmt.Errorf("request %s/%s: %w", client, label, err)
+				return nil, fmt.Errorf("request %s/%s: %w", client, label, err)
 			}
 			it := planItem{client: client, label: label, req: r, chunkable: r.Chunkable()}
 			elems, _ := r.Elements() // Validate checked it
 			size := r.DType.Size()
-			if it.chunkable {
-				it.perRun = elems / uint64(r.Shape[r.ChunkAxis]) * size
-				n := r.Runs()
-				switch {
-				case runs < 0:
-					runs = n
-				case n != runs:
-					return ChunkPlan{}, runsMismatch(requests)
-				}
-				if r.Memory.OnDevice() {
-					nChunkableDev++
-				}
-			} else {
+			switch {
+			case !it.chunkable:
 				it.fixed = elems * size
 				maxRuns = max(maxRuns, r.Runs())
+			case pl.runs >= 0 && r.Runs() != pl.runs:
+				return nil, runsMismatch(requests)
+			default:
+				it.perRun = elems / uint64(r.Shape[r.ChunkAxis]) * size
+				pl.runs = r.Runs()
 			}
-			items = append(items, it)
+			pl.add(it)
 		}
 	}
-	if runs < 0 {
-		runs = maxRuns
+	if pl.runs < 0 {
+		pl.runs = maxRuns
 	}
-	// Bytes per run of the chunkable requests, on the device and on the
-	// host.
-	var devRuns, hostRuns []uint64
-	for i := range items {
-		if items[i].chunkable {
-			if items[i].req.Memory.OnDevice() {
-				devRuns = append(devRuns, items[i].perRun)
-			} else {
-				hostRuns = append(hostRuns, items[i].perRun)
-			}
-		}
-	}
+	return pl, nil
+}
 
-	p := ChunkPlan{
-		TotalRuns:   runs,
-		Granularity: g,
-		Budget:      budget,
-	}
-	var u uint64
-	for i := range items {
-		if !items[i].chunkable && items[i].req.Memory.OnDevice() {
-			u = satAdd(u, roundUp(items[i].fixed, g))
-		}
-	}
-	p.UnchunkableBytes = u
-	cN := chunkBytes(devRuns, runs, g)
-	p.FullBytes = satAdd(u, cN)
-
-	length := runs
+// add files one request by kind.
+func (pl *planner) add(it planItem) {
+	pl.items = append(pl.items, it)
+	onDev := it.req.Memory.OnDevice()
 	switch {
-	case p.FullBytes <= budget:
-		p.Chunks, p.Buffers = 1, 1
-	case nChunkableDev == 0 || u >= budget:
-		e := &PlanError{Err: ErrUnchunkable, Need: p.FullBytes, Budget: budget, UnchunkableBytes: u,
-			Buffers: k, Chunkable: nChunkableDev, RunBytes: chunkBytes(devRuns, 1, g)}
-		if nChunkableDev == 0 {
-			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or raise the budget by %s",
-				largestUnchunkable(items, 3), bytesUp(e.Need-min(e.Need, budget)))
-		} else {
-			e.Need = satAdd(u, satMul(uint64(k), e.RunBytes))
-			if u > 0 {
-				e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or raise the budget by %s", bytesUp(e.Need-min(e.Need, budget)))
-			} else {
-				e.Hint = fmt.Sprintf("raise the budget by %s", bytesUp(e.Need-min(e.Need, budget)))
-			}
+	case it.chunkable && onDev:
+		pl.devRuns = append(pl.devRuns, it.perRun)
+		pl.nChunkableDev++
+	case it.chunkable:
+		pl.hostRuns = append(pl.hostRuns, it.perRun)
+	case onDev:
+		pl.fixedDev = append(pl.fixedDev, it.fixed)
+		pl.u = satAdd(pl.u, roundUp(it.fixed, pl.g))
+	}
+}
+
+// device is what the device arrays take at chunk length l with bufs
+// buffers: U + bufs·C(l), or their Cost.
+func (pl *planner) device(l, bufs int) uint64 {
+	if pl.cost == nil {
+		return satAdd(pl.u, satMul(uint64(bufs), chunkBytes(pl.devRuns, l, pl.g)))
+	}
+	pl.sizes = append(pl.sizes[:0], pl.fixedDev...)
+	for range bufs {
+		for _, r := range pl.devRuns {
+			pl.sizes = append(pl.sizes, satMul(r, uint64(l)))
 		}
-		return ChunkPlan{}, e
-	default:
-		c1 := chunkBytes(devRuns, 1, g)
-		need1 := satAdd(u, satMul(uint64(k), c1))
-		if need1 > budget {
-			e := &PlanError{Err: ErrRunTooLarge, Need: need1, Budget: budget, UnchunkableBytes: u,
-				RunBytes: c1, Buffers: k, Chunkable: nChunkableDev}
-			var ways []string
-			ways = append(ways, "raise the budget by "+bytesUp(need1-budget))
-			if k > 1 {
-				ways = append(ways, "use fewer buffers in flight")
-			}
-			if u > 0 {
-				ways = append(ways, "make more of the fixed arrays chunkable")
-			}
-			ways = append(ways, "make the per-run arrays smaller")
-			e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
-			return ChunkPlan{}, e
-		}
-		// Largest L in [1, N) with U + k·C(L) ≤ B, that is with
-		// C(L) ≤ A = ⌊(B − U)/k⌋: lo fits, hi does not (U + k·C(N) ≥
-		// U + C(N) > B). With S the bytes of one run unrounded and m the
-		// chunkable arrays, S·L ≤ C(L) < S·L + m·g, which brackets the
-		// answer to a few values before bisecting.
-		a := (budget - u) / uint64(k)
-		fits := func(l int) bool { return chunkBytes(devRuns, l, g) <= a }
-		lo, hi := 1, runs
+	}
+	return pl.cost(pl.sizes)
+}
+
+// fixedCost is what the unchunkable device arrays take alone.
+func (pl *planner) fixedCost() uint64 {
+	if pl.cost == nil {
+		return pl.u
+	}
+	return pl.cost(pl.fixedDev)
+}
+
+// longest is the largest L in [1, N) whose k buffers fit budget (one run
+// does; N runs in one buffer do not).
+func (pl *planner) longest(budget uint64) int {
+	lo, hi := 1, pl.runs // lo fits, hi does not
+	fits := func(l int) bool { return fitsIn(pl.device(l, pl.k), budget) }
+	if pl.cost == nil {
+		// U + k·C(L) ≤ B is C(L) ≤ A = ⌊(B − U)/k⌋. With S the bytes of
+		// one run unrounded and m the chunkable arrays, S·L ≤ C(L) <
+		// S·L + m·g, which brackets the answer to a few values.
+		a := (budget - pl.u) / uint64(pl.k)
+		fits = func(l int) bool { return fitsIn(chunkBytes(pl.devRuns, l, pl.g), a) }
 		var perRun uint64
-		for _, r := range devRuns {
+		for _, r := range pl.devRuns {
 			perRun = satAdd(perRun, r)
 		}
-		m := uint64(len(devRuns))
 		if perRun > 0 {
 			if l := a/perRun + 1; l < uint64(hi) && !fits(int(l)) {
 				hi = int(l)
 			}
-			if slack := satMul(m, g); a > slack {
+			if slack := satMul(uint64(len(pl.devRuns)), pl.g); a > slack {
 				if l := (a - slack) / perRun; l > uint64(lo) && l < uint64(hi) && fits(int(l)) {
 					lo = int(l)
 				}
 			}
 		}
-		for hi-lo > 1 {
-			mid := lo + (hi-lo)/2
-			if fits(mid) {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		p.Chunks = ceilDiv(runs, lo)
-		length = ceilDiv(runs, p.Chunks)
-		p.Buffers = k
 	}
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; fits(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// unchunkableError is the PlanError of a set that does not fit and has no
+// room for a run.
+func (pl *planner) unchunkableError(budget uint64) error {
+	e := &PlanError{Err: ErrUnchunkable, Budget: budget, UnchunkableBytes: pl.u, UnchunkableCost: pl.fixedCost(),
+		Buffers: pl.k, Chunkable: pl.nChunkableDev, RunBytes: chunkBytes(pl.devRuns, 1, pl.g)}
+	if pl.nChunkableDev == 0 {
+		e.Need = pl.device(pl.runs, 1)
+		e.Pages = e.Need - min(e.Need, satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g)))
+		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s",
+			largestUnchunkable(pl.items, 3), raiseHint(e.Need, budget))
+		return e
+	}
+	e.Need = pl.device(1, pl.k)
+	e.Pages = e.Need - min(e.Need, satAdd(pl.u, satMul(uint64(pl.k), e.RunBytes)))
+	if pl.u > 0 {
+		e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or %s", raiseHint(e.Need, budget))
+	} else {
+		e.Hint = raiseHint(e.Need, budget)
+	}
+	return e
+}
+
+// runTooLargeError is the PlanError of a set whose one run (in k buffers)
+// needs more than budget.
+func (pl *planner) runTooLargeError(budget, need uint64) error {
+	c1 := chunkBytes(pl.devRuns, 1, pl.g)
+	e := &PlanError{Err: ErrRunTooLarge, Need: need, Budget: budget, UnchunkableBytes: pl.u,
+		RunBytes: c1, Buffers: pl.k, Chunkable: pl.nChunkableDev}
+	e.Pages = need - min(need, satAdd(pl.u, satMul(uint64(pl.k), c1)))
+	ways := []string{raiseHint(need, budget)}
+	if pl.k > 1 {
+		ways = append(ways, "use fewer buffers in flight")
+	}
+	if pl.u > 0 {
+		ways = append(ways, "make more of the fixed arrays chunkable")
+	}
+	ways = append(ways, "make the per-run arrays smaller")
+	e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
+	return e
+}
+
+// finish fills in p's figures and shapes for chunks of length runs.
+func (pl *planner) finish(p *ChunkPlan, length int) {
 	p.ChunkLength = length
-	p.LastChunkLength = runs - (p.Chunks-1)*length
+	p.LastChunkLength = pl.runs - (p.Chunks-1)*length
 	if p.Chunks == 1 {
 		p.LastChunkLength = length
 	}
-	p.ChunkBytes = chunkBytes(devRuns, length, g)
-	p.BytesPerChunk = satAdd(u, satMul(uint64(p.Buffers), p.ChunkBytes))
-	p.HostBytes = chunkBytes(hostRuns, length, g)
-	for i := range items {
-		if !items[i].chunkable && !items[i].req.Memory.OnDevice() {
-			p.HostBytes = satAdd(p.HostBytes, roundUp(items[i].fixed, g))
+	p.ChunkBytes = chunkBytes(pl.devRuns, length, pl.g)
+	p.BytesPerChunk = satAdd(pl.u, satMul(uint64(p.Buffers), p.ChunkBytes))
+	p.DeviceBytes = pl.device(length, p.Buffers)
+	p.HostBytes = chunkBytes(pl.hostRuns, length, pl.g)
+	for i := range pl.items {
+		if !pl.items[i].chunkable && !pl.items[i].req.Memory.OnDevice() {
+			p.HostBytes = satAdd(p.HostBytes, roundUp(pl.items[i].fixed, pl.g))
 		}
 	}
-
 	// Every shape is a piece of one slab: two allocations, not one per
 	// request.
 	dims := 0
-	for i := range items {
-		dims += len(items[i].req.Shape)
+	for i := range pl.items {
+		dims += len(pl.items[i].req.Shape)
 	}
 	slab := make([]int, 0, dims)
-	p.ChunkedShapes = make(map[string]map[string][]int, len(requests))
-	for i := range items {
-		it := &items[i]
+	p.ChunkedShapes = make(map[string]map[string][]int, len(pl.requests))
+	for i := range pl.items {
+		it := &pl.items[i]
 		m := p.ChunkedShapes[it.client]
 		if m == nil {
-			m = make(map[string][]int, len(requests[it.client]))
+			m = make(map[string][]int, len(pl.requests[it.client]))
 			p.ChunkedShapes[it.client] = m
 		}
 		at := len(slab)
@@ -380,7 +460,6 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		}
 		m[it.label] = shape
 	}
-	return p, nil
 }
 
 // chunkBytes is C(L): the rounded bytes of the chunkable requests whose
@@ -431,7 +510,20 @@ func runsMismatch(requests map[string]map[string]ArrayRequest) error {
 		strings.Join(parts, "; "), ErrRunsMismatch)
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
+// ceilDiv is ⌈a/b⌉ for a ≥ 0 and b ≥ 1, exact up to a = MaxInt (a + b − 1
+// would overflow near it).
+func ceilDiv(a, b int) int {
+	q := a / b
+	if a%b != 0 {
+		q++
+	}
+	return q
+}
+
+// fitsIn reports whether n bytes fit a budget. A sum that saturated
+// (MaxUint64: 2⁶⁴−1 bytes or more) never fits, not even a budget of
+// MaxUint64, since it stands for any larger figure too.
+func fitsIn(n, budget uint64) bool { return n <= budget && n < math.MaxUint64 }
 
 func roundUp(n, g uint64) uint64 {
 	r, ok := units.RoundUp(n, g)
@@ -487,6 +579,25 @@ func largestUnchunkable(items []planItem, n int) string {
 		parts = append(parts, fmt.Sprintf("%s/%s: %s, %s", it.client, it.label, units.Format(it.fixed), why))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// raiseHint says how much more budget need takes, or, when the shortfall
+// is within a TiB of 2⁶⁴ (need saturated, or its figure rounded up would
+// pass 2⁶⁴), that no budget can hold it.
+func raiseHint(need, budget uint64) string {
+	if short := need - min(need, budget); need < math.MaxUint64 && short <= math.MaxUint64-units.TiB {
+		return "raise the budget by " + bytesUp(short)
+	}
+	return "shrink the arrays (they need about 16 EiB more than the budget, more than any budget can give)"
+}
+
+// needed writes a need rounded up, saying "or more" for a saturated
+// figure (a sum that passed 2⁶⁴−1 bytes).
+func needed(n uint64) string {
+	if n == math.MaxUint64 {
+		return bytesUp(n) + " or more"
+	}
+	return bytesUp(n)
 }
 
 // bytesUp writes n bytes as units.Format does ("1.5 KiB", "256 MiB"),

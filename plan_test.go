@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -391,7 +392,10 @@ func checkPlan(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uin
 	fits := func(length, k int) bool {
 		u, c := cost(length)
 		c.Mul(c, big.NewInt(int64(k)))
-		return u.Add(u, c).Cmp(new(big.Int).SetUint64(budget)) <= 0
+		u.Add(u, c)
+		// A sum of 2⁶⁴−1 bytes or more never fits (Plan's saturated
+		// figures stand for any larger one).
+		return u.Cmp(new(big.Int).SetUint64(budget)) <= 0 && u.Cmp(new(big.Int).SetUint64(math.MaxUint64)) < 0
 	}
 	B := new(big.Int).SetUint64(budget)
 	u, _ := cost(1)
@@ -417,25 +421,25 @@ func checkPlan(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uin
 		if err != nil {
 			t.Fatalf("a plan exists but Plan failed: %v", err)
 		}
-		if p.Chunks*p.ChunkLength < n {
+		if uint64(p.Chunks)*uint64(p.ChunkLength) < uint64(n) {
 			t.Fatalf("chunks × length = %d × %d < N = %d", p.Chunks, p.ChunkLength, n)
 		}
 		if !fits(p.ChunkLength, k) {
 			t.Fatalf("plan of %d chunks of %d does not fit %d with %d buffers", p.Chunks, p.ChunkLength, budget, k)
 		}
-		if p.Chunks > 1 && (p.Chunks-1)*p.ChunkLength >= n {
+		if p.Chunks > 1 && uint64(p.Chunks-1)*uint64(p.ChunkLength) >= uint64(n) {
 			t.Fatalf("last chunk is empty: %d chunks of %d for N = %d", p.Chunks, p.ChunkLength, n)
 		}
-		if p.ChunkLength != (n+p.Chunks-1)/p.Chunks {
-			t.Fatalf("chunk length %d is not balanced: ⌈%d/%d⌉ = %d", p.ChunkLength, n, p.Chunks, (n+p.Chunks-1)/p.Chunks)
+		if p.ChunkLength != refCeil(n, p.Chunks) {
+			t.Fatalf("chunk length %d is not balanced: ⌈%d/%d⌉ = %d", p.ChunkLength, n, p.Chunks, refCeil(n, p.Chunks))
 		}
 		// One chunk fewer never fits.
 		if fewer := p.Chunks - 1; fewer == 1 {
 			if fits(n, 1) {
 				t.Fatalf("one chunk fits but the plan has %d", p.Chunks)
 			}
-		} else if fewer > 1 && fits((n+fewer-1)/fewer, k) {
-			t.Fatalf("%d chunks of %d would fit, but the plan has %d", fewer, (n+fewer-1)/fewer, p.Chunks)
+		} else if fewer > 1 && fits(refCeil(n, fewer), k) {
+			t.Fatalf("%d chunks of %d would fit, but the plan has %d", fewer, refCeil(n, fewer), p.Chunks)
 		}
 		if p.Buffers != k {
 			t.Fatalf("buffers = %d, want %d", p.Buffers, k)
@@ -473,6 +477,12 @@ func checkPlan(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uin
 			}
 		}
 	}
+}
+
+// refCeil is ⌈n/d⌉ computed in 128 bits, for n up to MaxInt64.
+func refCeil(n, d int) int {
+	q := new(big.Int).Add(big.NewInt(int64(n)), big.NewInt(int64(d-1)))
+	return int(q.Quo(q, big.NewInt(int64(d))).Int64())
 }
 
 // decodeRequests turns bytes into a request set of up to 48 requests over
@@ -583,8 +593,17 @@ func FuzzPlan(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0}, uint32(100), uint64(4096), uint8(0), uint8(9))
 	f.Add([]byte{4, 1, 0x55, 2, 8, 2, 0xaa, 0x81, 1, 0, 3, 0x20}, uint32(1000), uint64(10000), uint8(1), uint8(0))
 	f.Add([]byte{0x44, 0x82, 0xff, 0x07, 0x01, 0x02, 0x03, 0x04}, uint32(65535), uint64(1<<20), uint8(1), uint8(12))
+	// Huge run counts (k's bits 3..6 set): once gave negative chunk
+	// counts from an overflowing ⌈N/L⌉.
+	f.Add([]byte{0, 0, 0, 0x01}, uint32(0), uint64(1<<20), uint8(1<<3), uint8(9))
+	f.Add([]byte{0, 0, 0, 0x01, 4, 0, 0, 0x01}, uint32(7), uint64(math.MaxUint64), uint8(1<<3), uint8(0))
+	f.Add([]byte{0, 0, 0, 0x01}, uint32(1), uint64(1<<40), uint8(5<<3|1), uint8(3))
 	f.Fuzz(func(t *testing.T, data []byte, runs uint32, budget uint64, k, gexp uint8) {
-		reqs := decodeRequests(data, int(runs%(1<<22))+1)
+		n := int(runs%(1<<22)) + 1
+		if s := int(k>>3) & 0xf; s > 0 {
+			n = math.MaxInt64>>(s-1) - int(runs) // up to MaxInt64 runs
+		}
+		reqs := decodeRequests(data, n)
 		opts := PlanOptions{Granularity: 1 << (gexp % 14), Buffers: int(k%3) + 1}
 		p, err := Plan(reqs, budget, opts)
 		checkPlan(t, reqs, budget, opts, p, err)
@@ -761,5 +780,164 @@ func TestPlanLengthOneAxisIsOneRun(t *testing.T) {
 	}
 	if p.TotalRuns != 1 || p.ChunkLength != 1 || p.Chunks != 1 {
 		t.Errorf("plan = %d runs, %d chunks of %d; want 1 run, 1 chunk of 1", p.TotalRuns, p.Chunks, p.ChunkLength)
+	}
+}
+
+// TestPlanHugeFigures: run counts near MaxInt64 and byte sums past 2⁶⁴
+// are computed exactly or refused, never wrapped (a shape of MaxInt64
+// uint8 once planned -8796093022207 chunks; a budget of 2⁶⁴−1 once took
+// arrays of 1.5 × 2⁶⁴ bytes in one chunk).
+func TestPlanHugeFigures(t *testing.T) {
+	req := func(d DType, unchunkable bool, shape ...int) ArrayRequest {
+		return ArrayRequest{Shape: shape, DType: d, Unchunkable: unchunkable}
+	}
+	for name, tc := range map[string]struct {
+		reqs                 map[string]ArrayRequest
+		budget               uint64
+		chunks, length, last int
+		err                  error
+	}{
+		"MaxInt64 runs, 1 MiB": {
+			reqs:   map[string]ArrayRequest{"x": req(Uint8, false, math.MaxInt64)},
+			budget: 1 << 20, chunks: 1 << 43, length: 1 << 20, last: 1<<20 - 1,
+		},
+		"MaxInt64 runs, two buffers' worth": {
+			reqs:   map[string]ArrayRequest{"x": req(Uint8, false, math.MaxInt64)},
+			budget: 1 << 62, chunks: 2, length: 1 << 62, last: 1<<62 - 1,
+		},
+		"unchunkable 1.5 × 2⁶⁴ bytes, budget 2⁶⁴−1": {
+			reqs: map[string]ArrayRequest{
+				"a": req(Float64, true, 1<<60), "b": req(Float64, true, 1<<60), "c": req(Float64, true, 1<<60),
+			},
+			budget: math.MaxUint64, err: ErrUnchunkable,
+		},
+		"chunkable 2⁶⁴ bytes, budget 2⁶⁴−1": {
+			reqs:   map[string]ArrayRequest{"a": req(Float64, false, 1<<60), "b": req(Float64, false, 1<<60)},
+			budget: math.MaxUint64, chunks: 2, length: 1 << 59, last: 1 << 59,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reqs := map[string]map[string]ArrayRequest{"c": tc.reqs}
+			p, err := Plan(reqs, tc.budget, PlanOptions{})
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) {
+					t.Fatalf("got %+v, %v; want %v", p, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Chunks != tc.chunks || p.ChunkLength != tc.length || p.LastChunkLength != tc.last {
+				t.Fatalf("%d chunks of %d (last %d), want %d of %d (last %d)", p.Chunks, p.ChunkLength, p.LastChunkLength, tc.chunks, tc.length, tc.last)
+			}
+			checkPlan(t, reqs, tc.budget, PlanOptions{}, p, err)
+		})
+	}
+}
+
+// pageCost is a Cost as the Pool states it, for pages of page bytes.
+func pageCost(g, page uint64) func([]uint64) uint64 {
+	return func(sizes []uint64) uint64 { return alloc.PageCost(sizes, g, page, page/2) }
+}
+
+// checkCostPlan checks a plan made with opts.Cost against the rules with
+// that cost: the plan's arrays cost at most the budget, one chunk fewer
+// would not fit, the chunks are balanced, and the errors are the ones the
+// cost calls for.
+func checkCostPlan(t *testing.T, reqs map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions, p ChunkPlan, err error) {
+	t.Helper()
+	var pe *PlanError
+	if errors.As(err, &pe) {
+		if pe.Need <= budget && pe.Need < math.MaxUint64 {
+			t.Fatalf("%v: needs %d, within the budget %d", err, pe.Need, budget)
+		}
+		return
+	}
+	if err != nil {
+		return // invalid requests or runs that disagree: checkPlan's business
+	}
+	if p.DeviceBytes > budget {
+		t.Fatalf("plan costs %d, over the budget %d", p.DeviceBytes, budget)
+	}
+	n := p.TotalRuns
+	if p.Chunks > 1 {
+		if p.ChunkLength != refCeil(n, p.Chunks) {
+			t.Fatalf("chunk length %d of %d chunks for %d runs is not balanced", p.ChunkLength, p.Chunks, n)
+		}
+		fewer := p.Chunks - 1
+		if fewer == 1 {
+			return // one chunk was tried first and did not fit
+		}
+		l := refCeil(n, fewer)
+		var sizes []uint64
+		for _, ls := range reqs {
+			for _, r := range ls {
+				if r.Memory != Device {
+					continue
+				}
+				b := r.Bytes()
+				if refChunkable(r) {
+					for range p.Buffers {
+						sizes = append(sizes, b/uint64(r.Shape[r.ChunkAxis])*uint64(l))
+					}
+					continue
+				}
+				sizes = append(sizes, b)
+			}
+		}
+		if c := opts.Cost(sizes); c <= budget && c < math.MaxUint64 {
+			t.Fatalf("%d chunks of %d would cost %d, within the budget %d, but the plan has %d", fewer, l, c, budget, p.Chunks)
+		}
+	}
+}
+
+// FuzzPlanCost plans with a page cost as the Pool states it.
+func FuzzPlanCost(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0}, uint32(100), uint64(4096), uint8(0), uint8(9))
+	f.Add([]byte{4, 1, 0x55, 2, 8, 2, 0xaa, 0x81, 1, 0, 3, 0x20}, uint32(1000), uint64(10000), uint8(1), uint8(0))
+	f.Add([]byte{0x44, 0x82, 0xff, 0x07, 0x01, 0x02, 0x03, 0x04}, uint32(65535), uint64(1<<20), uint8(1), uint8(12))
+	f.Fuzz(func(t *testing.T, data []byte, runs uint32, budget uint64, k, gexp uint8) {
+		reqs := decodeRequests(data, int(runs%(1<<22))+1)
+		g := uint64(1) << (gexp % 14)
+		opts := PlanOptions{Granularity: g, Buffers: int(k%3) + 1, Cost: pageCost(g, g<<(gexp>>4%8))}
+		p, err := Plan(reqs, budget, opts)
+		checkCostPlan(t, reqs, budget, opts, p, err)
+	})
+}
+
+func TestPlanWithCost(t *testing.T) {
+	reqs := map[string]map[string]ArrayRequest{"c": {
+		"x": {Shape: []int{1000, 3000}, DType: Uint8, ChunkAxis: 0},     // 3000 B a run
+		"k": {Shape: []int{700 << 10}, DType: Uint8, Unchunkable: true}, // 700 KiB, one page
+	}}
+	cost := pageCost(512, 2*MiB)
+	for name, tc := range map[string]struct {
+		budget uint64
+		chunks int
+		device uint64
+		err    error
+		says   string
+	}{
+		"one chunk":                            {budget: 6 * MiB, chunks: 1, device: 6 * MiB},
+		"two chunks: the page rounding counts": {budget: 6*MiB - 1, chunks: 2, device: 4 * MiB},
+		"unchunkable: pages named":             {budget: 2*MiB - 1, err: ErrUnchunkable, says: "1.4 MiB the allocator takes in whole device pages"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Plan(reqs, tc.budget, PlanOptions{Cost: cost})
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("got %v, want %v saying %q", err, tc.err, tc.says)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Chunks != tc.chunks || p.DeviceBytes != tc.device {
+				t.Errorf("%d chunks costing %d, want %d costing %d", p.Chunks, p.DeviceBytes, tc.chunks, tc.device)
+			}
+			checkCostPlan(t, reqs, tc.budget, PlanOptions{Cost: cost}, p, err)
+		})
 	}
 }

@@ -74,6 +74,9 @@ func (r *registry) unlink(c *Client) {
 	}
 	c.gprev, c.gnext = nil, nil
 	l.n--
+	if l.n == 0 {
+		delete(r.groups, c.group) // group names do not pile up
+	}
 }
 
 // move puts c in group.

@@ -4,6 +4,12 @@
 // PinnedPool (pooled pinned host buffers), and adaptors that wrap any
 // allocator (Limit, Trace).
 //
+// Pool and PinnedPool are strategies on one stream-ordered core
+// (core.go): the core owns the lock, the free index that decides which
+// freed memory each stream may reuse (streamorder.go, fence.go), the
+// out-of-memory ladder and device-reset handling; a strategy supplies how
+// memory is grown, carved, merged and given back.
+//
 // It talks to hardware only through vram/device, and knows nothing about
 // clients, budgets or chunking (package vram) or trace files (vram/trace).
 package alloc

@@ -12,8 +12,8 @@ import (
 )
 
 // seeds start every fuzz target: alloc-heavy, free-heavy, trims, refused
-// frees, large requests that run the 256 MiB device out of memory, and
-// blocks freed on a stream held busy.
+// frees, large requests that run the 256 MiB device out of memory,
+// blocks freed on a stream held busy, and device resets.
 var seeds = [][]byte{
 	{},
 	{0, 0, 1, 1, 0, 2, 4, 5},
@@ -27,6 +27,13 @@ var seeds = [][]byte{
 	// Hold stream 1; two 96 MiB blocks on it, freed there; two more on
 	// stream 2, which only the freed memory can hold; release.
 	{0x1e, 0x13, 0x2f, 0xff, 0x13, 0x2f, 0xff, 0x14, 0x14, 0x23, 0x2f, 0xff, 0x23, 0x2f, 0xff, 0x1e},
+	// A block on stream 0 and one on stream 1, one freed (cached); reset
+	// the device; a block on each stream made since; trim.
+	{0x00, 0x01, 0x00, 0x10, 0x02, 0x00, 0x14, 0xc6, 0x00, 0x01, 0x00, 0x10, 0x02, 0x00, 0x06},
+	// Hold stream 1; 1 MiB on it, freed there behind the hold, and 1 MiB
+	// live on stream 2; reset (which releases the hold); 1 MiB on stream
+	// 2, then reset again with it live.
+	{0x1e, 0x13, 0x00, 0x7f, 0x14, 0x23, 0x00, 0x7f, 0xd6, 0x23, 0x00, 0x7f, 0xe6},
 }
 
 func fuzzAllocator(f *testing.F, newAlloc alloctest.Factory) {

@@ -69,6 +69,19 @@ func (l *Limit) Used() uint64 {
 // Granularity is the upstream's granularity, or 1.
 func (l *Limit) Granularity() uint64 { return l.gran }
 
+// Cost forwards to the upstream (Coster): a Limit takes nothing from the
+// device itself.
+func (l *Limit) Cost(sizes []uint64) (uint64, bool) { return costOf(l.up, sizes) }
+
+// Room is the cap less the bytes in use, or the upstream's Room when
+// that is less.
+func (l *Limit) Room() uint64 {
+	l.mu.Lock()
+	room := l.cap - min(l.cap, l.used)
+	l.mu.Unlock()
+	return min(room, roomOf(l.up))
+}
+
 // Alloc allocates n bytes from the upstream if the bytes in use stay
 // within the cap.
 func (l *Limit) Alloc(n uint64, s device.Stream) (device.Ptr, error) {

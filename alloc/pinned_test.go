@@ -375,13 +375,15 @@ func TestPinnedPoolConcurrent(t *testing.T) {
 	}
 }
 
-// FuzzPinnedPool runs byte strings as PinnedPool calls and checks that
-// no buffer is handed out twice, that the counters add up, and that Trim
-// with nothing live gives every buffer back.
+// FuzzPinnedPool runs byte strings as PinnedPool calls (and device
+// resets) and checks that no buffer is handed out twice, that the
+// counters add up, and that Trim with nothing live gives every buffer
+// back.
 func FuzzPinnedPool(f *testing.F) {
 	for _, s := range poolSeeds {
 		f.Add(s)
 	}
+	f.Add([]byte{0, 4, 0x80, 2, 0x7f, 0, 0x81, 6, 0xff, 1, 3})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		if len(ops) > 1024 {
 			ops = ops[:1024]
@@ -431,6 +433,11 @@ func FuzzPinnedPool(f *testing.F) {
 				live[j] = live[len(live)-1]
 				live = live[:len(live)-1]
 			case 3:
+				if op&0x7c == 0x7c { // 0x7f, 0xff: reset the device with buffers live and cached
+					streams = resetPinnedFuzz(t, dev, p, live)
+					live, held = nil, map[*byte]bool{}
+					continue
+				}
 				if err := p.Trim(); err != nil {
 					t.Fatal(err)
 				}
@@ -470,4 +477,30 @@ func TestPinnedConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// resetPinnedFuzz resets dev under pinned pool p, frees every buffer of
+// live, from before the reset (each Free must fail with
+// device.ErrInvalidated and take its buffer back, leaving nothing in
+// InUse or Reserved), and returns two streams made since.
+func resetPinnedFuzz(t *testing.T, dev *sim.Device, p *alloc.PinnedPool, live []device.HostBuffer) []device.Stream {
+	t.Helper()
+	if err := dev.Reset(); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	s2, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	streams := []device.Stream{dev.DefaultStream(), s2}
+	for i, b := range live {
+		if err := p.Free(b, streams[i%2]); !errors.Is(err, device.ErrInvalidated) {
+			t.Fatalf("Free of a buffer from before the reset: err = %v, want one wrapping device.ErrInvalidated", err)
+		}
+	}
+	if st := p.Stats(); st.InUse != 0 || st.Reserved != 0 || st.Frees != st.Allocs {
+		t.Fatalf("with every buffer from before the reset freed: %+v", st)
+	}
+	return streams
 }

@@ -197,7 +197,7 @@ func (e *countedEvent) Query() (bool, error) {
 }
 
 // BenchmarkPoolTwoStreams measures what a free costs once a pool is used
-// from two streams (streamorder.go, "When events are recorded"), with the
+// from two streams (fence.go, "When events are recorded"), with the
 // event calls per op as metrics. One op is one Alloc and Free pair.
 //
 //   - "own stream": each of two goroutines allocates and frees on its own

@@ -1,7 +1,7 @@
 package alloc_test
 
 // When the pool records the events that let other streams reuse freed
-// blocks (streamorder.go, "When events are recorded"): at the free, so
+// blocks (fence.go, "When events are recorded"): at the free, so
 // that work queued on the freeing stream afterwards does not delay reuse;
 // and never on the hit path of a pool used from one stream.
 

@@ -14,7 +14,8 @@ import (
 
 // poolSeeds are inline seed inputs for the Pool fuzz targets: runs of
 // small, medium and large allocations on three streams, interleaved frees,
-// trims and syncs, and streams held busy while blocks are freed on them.
+// trims and syncs, streams held busy while blocks are freed on them, and
+// device resets.
 var poolSeeds = [][]byte{
 	{},
 	{0, 1, 2, 4, 0, 6},
@@ -30,10 +31,15 @@ var poolSeeds = [][]byte{
 	// may give up), release.
 	{0x1e, 0x2e, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff, 0x13, 0xff, 0xff,
 		0x14, 0, 0x14, 0, 0x14, 0, 0x23, 0xff, 0xff, 0x23, 0xff, 0xff, 0x1e, 0x2e},
+	// Small, medium and large blocks, one freed (cached); reset the
+	// device; the same sizes again, one freed; hold stream 1 with a block
+	// freed behind the hold; reset again.
+	{0, 0, 10, 2, 0x10, 0, 3, 0, 5, 4, 1, 0xc6, 0, 0, 10, 2, 0x10, 0, 3, 0, 5, 4, 0,
+		0x1e, 0x10, 0, 64, 0x14, 1, 0xd6},
 }
 
-// FuzzPool runs byte strings as sequences of Pool calls on a small
-// simulated device and checks after every call that no two live blocks
+// FuzzPool runs byte strings as sequences of Pool calls (and device
+// resets) on a small simulated device and checks after every call that no two live blocks
 // overlap, that every live block lies in a segment the pool holds, that
 // InUse is the sum of the live blocks' rounded sizes and Reserved the sum
 // of the segments and the device's own count, that no block is handed to
@@ -179,6 +185,12 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 				rules.Toggle(t, s)
 				continue
 			}
+			if op >= 0xc0 { // reset the device, work queued and blocks live
+				streams, free0 = resetPoolFuzz(t, dev, p, live)
+				live = nil
+				check("a reset and freeing the blocks from before it")
+				continue
+			}
 			if err := p.Trim(); err != nil {
 				t.Fatalf("Trim: %v", err)
 			}
@@ -212,4 +224,36 @@ func fuzzPoolOps(t *testing.T, ops []byte, cfg alloc.PoolConfig) {
 	if st := p.Stats(); st.Reserved != 0 || st.DeviceFrees != st.DeviceAllocs {
 		t.Fatalf("after freeing everything and Trim: %+v", st)
 	}
+}
+
+// resetPoolFuzz resets dev (the stream rules release their holds; work
+// still queued goes with the reset) under pool p, frees every block of
+// live, from before the reset (each Free must fail with
+// device.ErrInvalidated and take its block back, leaving nothing in
+// InUse or Reserved), and returns three streams made since and the
+// device's free bytes.
+func resetPoolFuzz(t *testing.T, dev device.Device, p *alloc.Pool, live []liveBlock) ([]device.Stream, uint64) {
+	t.Helper()
+	if err := dev.Reset(); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	free0, _, _ := dev.MemInfo()
+	streams := []device.Stream{dev.DefaultStream()}
+	for range 2 {
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		streams = append(streams, s)
+	}
+	for i, b := range live {
+		if err := p.Free(b.p, streams[i%len(streams)]); !errors.Is(err, device.ErrInvalidated) {
+			t.Fatalf("Free(%v) of a block from before the reset: err = %v, want one wrapping device.ErrInvalidated", b.p, err)
+		}
+	}
+	if st := p.Stats(); st.InUse != 0 || st.Reserved != 0 || st.Frees != st.Allocs {
+		t.Fatalf("with every block from before the reset freed: %+v", st)
+	}
+	return streams, free0
 }

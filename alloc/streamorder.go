@@ -1,11 +1,9 @@
 package alloc
 
-// This file is the one place where vram's caching allocators decide which
-// freed memory may be handed out again on which stream. Pool (device
-// segments, split and coalesced) and PinnedPool (whole pinned host buffers)
-// both keep their free blocks in a freeIndex and differ only in how they get
-// memory from the device and how they carve it (RMM's
-// stream_ordered_memory_resource plays the same part for its pools).
+// The free index: which freed memory may be handed out again on which
+// stream. The core (core.go) keeps every free block of its strategy here;
+// its events are made and checked in fence.go. RMM's
+// stream_ordered_memory_resource plays the same part for its pools.
 //
 // # The rule
 //
@@ -19,125 +17,35 @@ package alloc
 //     has completed.
 //
 // Fresh memory from the device (a new segment) has never been used by any
-// stream and is safe everywhere.
+// stream and is safe everywhere. Using a block on another stream without
+// ordering the streams first is undefined, as Allocator's contract says.
 //
-// # How it is kept
+// # Invariants
 //
-// Every free block is in exactly one free set: its stream's set (owner = the
-// streamState of the stream it was freed on) or the shared set (owner = nil),
-// whose blocks are safe on every stream. Each set is split by size class and
-// kept as a treap keyed by (size, address), so best fit is one descent.
-// Every free on S takes the next number in S's sequence; a stream's owned
-// blocks are also linked in a list ordered by that number.
+//   - Every free block is in exactly one free set: its stream's set (owner
+//     = the streamState of the stream it was freed on) or the shared set
+//     (owner = nil), whose blocks are safe on every stream. Each set is
+//     split by size class and kept as a treap keyed by (size, address).
+//   - Every free on S takes the next number in S's sequence (seq); S's owned
+//     blocks are linked in a list ordered by it; fenced ≤ recorded ≤ seq.
+//   - When an event covering S's free number k is seen complete, every
+//     block of S numbered at or before k moves to the shared set
+//     (promoteLocked), where it coalesces with shared neighbours.
+//   - Coalescing a block freed on S with a free neighbour is allowed when
+//     the neighbour is S's or shared; the merged block is S's (demoting
+//     shared memory is always safe). Blocks of other streams wait for
+//     their promotion.
+//   - At most one event per stream is in flight; a stream that owns no
+//     free block and has no event in flight is forgotten at the next round.
+//   - A stream's busy flag says one goroutine is doing device work for its
+//     event outside the lock; nobody else touches that event meanwhile.
 //
-// # When events are recorded
-//
-// At most one event per stream is in flight (recorded, not yet seen
-// complete); it leaves flight when a fence round (below) queries it and
-// finds it complete. A Free on S — after the pool's lock is released, so
-// the free pays one more lock round trip — records S's event again (or a
-// recycled one, or a NewEvent) covering every free on S so far, when no
-// other goroutine is recording or querying one for S and S has no event
-// in flight.
-//
-// What a free costs, with one stream or several: a free records an event
-// only when its stream has none in flight — the stream's first free, and
-// the first after a miss that found its event complete — and every other
-// free makes no device call, so the hit pair stays a lock, a descent and a
-// map update (BenchmarkPoolHit, BenchmarkPoolHitStreams,
-// BenchmarkPoolTwoStreams). Re-recording at every free whose stream's
-// event in flight guards no block still free would cover more frees at
-// the free itself, but costs every stream that frees and reuses its own
-// blocks one Event.Record per free (measured on the simulator: the hit
-// pair from about 75 ns to about 160 ns; on CUDA a cuEventRecord of a
-// microsecond or more, which RMM's pool pays at every free and PyTorch's
-// avoids); a pool under memory pressure gets the same blocks back by
-// waiting on the out-of-memory path (below), so the hit path wins.
-//
-// An event recorded at the free covers S's work up to the free and
-// nothing queued later, so work queued on S afterwards never delays the
-// block's reuse elsewhere. A block freed while S's event in flight still
-// guards an earlier block is covered later, lazily: when an allocation
-// finds nothing in its own set or the shared set and another stream S
-// owns free blocks, the allocator (with its lock released) queries S's
-// event and, once it has completed, records a new one covering every free
-// made on S so far and queries it. A lazy event captures all of S's work
-// up to the frees and possibly more, so the rule above holds, and reuse
-// is at worst later than with an event at the free.
-//
-// Recording at the first free even with one stream costs a single-stream
-// pool one Record per miss at most, and covers a block freed on S before any
-// other stream has asked the pool for memory (whose lazy event would
-// otherwise cover whatever S was given to do since). Recording at every
-// free (RMM's rule) would cost the single-stream hit pair a device call.
-//
-// A miss never blocks on an event: a block whose event is not complete
-// is simply not offered, and the pool grows instead. Only when the device
-// itself is out of memory does the allocator wait (waitLocked): with the
-// lock released, it synchronizes, for every stream S that owns free
-// blocks another stream could use, S's event in flight if that covers
-// all of S's frees, else a new event recorded on S then; where no event
-// can be made it synchronizes S itself. Then it promotes their blocks
-// and tries again before giving cached memory back to the device
-// (PyTorch's allocator does the same before freeing its cache: it
-// synchronizes its outstanding events). The event it waits for may be a
-// lazy one, recorded at an earlier miss or at the wait itself, which
-// covers work queued on S after the frees too, so the allocation may
-// wait for that later work as well; an event recorded at the free covers
-// the frees' work only. The pools keep this wait: failing at once while
-// memory is merely waiting on a stream would be worse. It holds no pool
-// lock, so other goroutines allocate and free meanwhile, but work on S
-// that itself waits for the allocating goroutine (an event or a host
-// function that goroutine releases only after its Alloc returns)
-// deadlocks with it, as it would with any blocking allocation. Pool then
-// merges the calling stream's own free blocks with shared neighbours
-// (see below) before trying its cache again.
-//
-// When an event completes, every block of S numbered at or before it
-// moves to the shared set (coalescing with shared neighbours there). At
-// most one event per stream is in flight; events are recycled, and a
-// stream that owns no free block and has no event in flight is forgotten
-// at the next round (closed streams do not pile up). If the device cannot
-// make an event, a stream that Query reports idle stands in for one. Pool
-// also runs a round over its own stream before giving a wholly free
-// segment back to the device on a miss, so that the device's Free never
-// has to wait for a stream's work.
-//
-// Coalescing a block freed on S with a free neighbour is allowed when the
-// neighbour is in S's set or in the shared set; the merged block belongs to
-// S (demoting the shared part is always safe). Neighbours owned by other
-// streams are left alone until they are promoted. A promoted block joins
-// only shared neighbours, so a block S owns may end up next to a shared
-// one; Pool's out-of-memory path merges such runs into S's set, keeping
-// the latest free number of their parts (Pool.joinOwnLocked).
-//
-// # Device resets
-//
-// A device Reset destroys every stream and event made before it, with the
-// work queued on them (CUDA finishes the work first; the simulator drops
-// it): nothing that work did can still touch a block. So an event that
-// fails with device.ErrInvalidated counts as complete, and is dropped
-// (closed, the error ignored) rather than recycled; an event that cannot
-// be recorded for that reason is replaced by a new one, once, and if the
-// new one fails the same way the stream is from before the reset and
-// counts as closed: its work is all gone. Events from before a reset thus
-// leave the index at their next use, and never keep a stream's blocks
-// from being promoted. (The pools drop the blocks of memory from before a
-// reset themselves; see Pool and PinnedPool.)
-//
-// All methods except runFences and runRecord must be called with the
-// owning pool's lock held (they end in Locked where that is not obvious
-// from context). A stream's busy flag says that one goroutine is doing
-// device work for its event outside the lock (a round, or a free's
-// record); nobody else touches that stream's event meanwhile.
+// When events are recorded (at a free, lazily at a miss, and while waiting
+// on out of memory), and what a device reset does to them, is in fence.go.
+// Every method must be called with the owning core's lock held, except
+// where fence.go says otherwise.
 
-import (
-	"errors"
-	"fmt"
-	"sync"
-
-	"github.com/vramkit/vram/device"
-)
+import "github.com/vramkit/vram/device"
 
 // numClasses is the number of size classes a free set is split into
 // (small and large for Pool; PinnedPool uses one).
@@ -183,105 +91,6 @@ type segment struct {
 	nlive int
 }
 
-// treap is an intrusive treap of free blocks keyed by (size, addr).
-type treap struct {
-	root  *block
-	n     int    // blocks
-	bytes uint64 // sum of sizes
-}
-
-func keyLess(a, b *block) bool {
-	return a.size < b.size || (a.size == b.size && a.addr < b.addr)
-}
-
-func (t *treap) insert(b *block) {
-	p := &t.root
-	for *p != nil && (*p).prio >= b.prio {
-		if keyLess(b, *p) {
-			p = &(*p).left
-		} else {
-			p = &(*p).right
-		}
-	}
-	// Split the subtree at *p around b's key.
-	cur := *p
-	l, r := &b.left, &b.right
-	for cur != nil {
-		if keyLess(cur, b) {
-			*l = cur
-			l = &cur.right
-			cur = cur.right
-		} else {
-			*r = cur
-			r = &cur.left
-			cur = cur.left
-		}
-	}
-	*l, *r = nil, nil
-	*p = b
-	t.n++
-	t.bytes += b.size
-}
-
-func (t *treap) remove(b *block) {
-	p := &t.root
-	for *p != b {
-		if keyLess(b, *p) {
-			p = &(*p).left
-		} else {
-			p = &(*p).right
-		}
-	}
-	// Merge b's children in its place.
-	a, c := b.left, b.right
-	for a != nil && c != nil {
-		if a.prio > c.prio {
-			*p = a
-			p = &a.right
-			a = a.right
-		} else {
-			*p = c
-			p = &c.left
-			c = c.left
-		}
-	}
-	if a != nil {
-		*p = a
-	} else {
-		*p = c
-	}
-	b.left, b.right = nil, nil
-	t.n--
-	t.bytes -= b.size
-}
-
-// lowerBound returns the smallest block of at least n bytes (lowest address
-// among equals), or nil.
-func (t *treap) lowerBound(n uint64) *block {
-	var best *block
-	for x := t.root; x != nil; {
-		if x.size >= n {
-			best = x
-			x = x.left
-		} else {
-			x = x.right
-		}
-	}
-	return best
-}
-
-// max returns the largest block, or nil.
-func (t *treap) max() *block {
-	x := t.root
-	if x == nil {
-		return nil
-	}
-	for x.right != nil {
-		x = x.right
-	}
-	return x
-}
-
 // streamState is what the index knows about one stream.
 type streamState struct {
 	handle uintptr
@@ -306,10 +115,11 @@ type streamState struct {
 
 // freeIndex holds a pool's free blocks by stream and size class and applies
 // the reuse rule above. Not safe for concurrent use on its own: the owning
-// pool's lock protects it, except where runFences says otherwise.
+// core's lock protects it, except where runFences says otherwise.
 type freeIndex struct {
 	dev         device.Device
-	hostVisible bool // every reuse waits for an event (pinned host memory)
+	hostVisible bool         // every reuse waits for an event (pinned host memory)
+	join        func(*block) // called for every promoted block (nil: none); see promoteLocked
 
 	shared  [numClasses]treap // blocks safe on every stream
 	streams map[uintptr]*streamState
@@ -328,10 +138,14 @@ type freeIndex struct {
 	roundDone chan struct{}
 }
 
-func newFreeIndex(dev device.Device, hostVisible bool) freeIndex {
+// newFreeIndex returns an index for memory of dev; hostVisible says every
+// reuse waits for an event, and join, when not nil, is called for every
+// block promoted to the shared set, so the strategy can coalesce it.
+func newFreeIndex(dev device.Device, hostVisible bool, join func(*block)) freeIndex {
 	return freeIndex{
 		dev:         dev,
 		hostVisible: hostVisible,
+		join:        join,
 		streams:     make(map[uintptr]*streamState),
 		rng:         0x9e3779b9,
 	}
@@ -559,404 +373,4 @@ func (x *freeIndex) recordWanted(st *streamState) bool {
 	// would put a device call on the hit path of every stream that frees
 	// and reuses its own blocks (see "When events are recorded").
 	return st.ev == nil
-}
-
-// freeRecord is the device work of recording an event at a free.
-type freeRecord struct {
-	st     *streamState
-	s      device.Stream
-	seq    uint64       // the free number the event covers
-	ev     device.Event // the event (nil: make one)
-	ok     bool         // recorded
-	closed bool         // the stream is closed: its work is all done
-}
-
-// recordAtFreeLocked records an event on st covering the frees made on it
-// so far, for a pool whose lock is mu and whose closed flag is *closed; the
-// caller has checked recordWanted. It releases mu for the device work and
-// returns with mu released. An event that cannot be made or recorded is
-// no error: the frees are then covered lazily, by the next miss's round.
-// The error is that of closing the event when the pool was closed
-// meanwhile.
-func (x *freeIndex) recordAtFreeLocked(mu *sync.Mutex, closed *bool, st *streamState, join func(*block)) error {
-	st.busy = true
-	r := freeRecord{st: st, s: st.s, seq: st.seq, ev: st.ev}
-	st.ev = nil // an event in flight that guards nothing is recorded again
-	if n := len(x.spareEv); r.ev == nil && n > 0 {
-		r.ev = x.spareEv[n-1]
-		x.spareEv[n-1] = nil
-		x.spareEv = x.spareEv[:n-1]
-	}
-	mu.Unlock()
-	x.runRecord(&r)
-	mu.Lock()
-	st.busy = false
-	if *closed {
-		// Close took every event the index held, but not this one.
-		mu.Unlock()
-		if r.ev == nil {
-			return nil
-		}
-		return closeEvents([]device.Event{r.ev})
-	}
-	switch {
-	case r.ok:
-		// st.ev is still nil: only a goroutine that marked st busy sets it.
-		st.recorded = max(st.recorded, r.seq)
-		st.ev, st.evSeq = r.ev, r.seq
-	case r.closed:
-		st.fenced, st.recorded = max(st.fenced, r.seq), max(st.recorded, r.seq)
-		x.spareEv = append(x.spareEv, r.ev)
-		x.promoteLocked(st, join)
-	case r.ev != nil:
-		x.spareEv = append(x.spareEv, r.ev)
-	}
-	mu.Unlock()
-	return nil
-}
-
-// runRecord does a free's device work: make the event if needed and
-// record it. Called without the pool's lock; r belongs to the caller.
-func (x *freeIndex) runRecord(r *freeRecord) {
-	var err error
-	r.ev, r.closed, err = x.record(r.ev, r.s)
-	r.ok = err == nil
-}
-
-// record records ev (or, when ev is nil, a new event) on s and returns the
-// event to keep (nil when none could be made) and the error. closed
-// reports that s's work is all done: s is closed (closing a stream waits
-// for its work), or it is from before a device reset (which took its
-// work). An event from before a reset is closed and replaced, once (see
-// "Device resets" above). Called without the pool's lock.
-func (x *freeIndex) record(ev device.Event, s device.Stream) (kept device.Event, closed bool, err error) {
-	for try := 0; ; try++ {
-		if ev == nil {
-			if ev, err = x.dev.NewEvent(); err != nil {
-				return nil, false, err
-			}
-		}
-		err = ev.Record(s)
-		switch {
-		case err == nil:
-			return ev, false, nil
-		case errors.Is(err, device.ErrClosed):
-			return ev, true, err
-		case lostToReset(err) && try == 0:
-			_ = ev.Close() // gone with the reset, or replaced: either way not kept
-			ev = nil
-		case lostToReset(err):
-			return ev, true, err
-		default:
-			return ev, false, err
-		}
-	}
-}
-
-// settled reports whether a Query or Synchronize of an event ended with
-// its work done: it returned done, or the event went with a device reset
-// (lost), whose work can no longer touch any block.
-func settled(done bool, err error) (ok, lost bool) {
-	if lostToReset(err) {
-		return true, true
-	}
-	return done && err == nil, false
-}
-
-// fenceWork is the device work for one stream in a fence round: query the
-// event in flight, and record (and query) a new one.
-type fenceWork struct {
-	st    *streamState
-	s     device.Stream
-	ev    device.Event // in flight: query it
-	evSeq uint64
-	evOK  bool // ev completed
-
-	evLost  bool         // ev went with a device reset (counted complete, not kept)
-	newEv   device.Event // event to record (nil: make one)
-	newSeq  uint64       // seq the new event covers; 0: record none
-	newDone bool         // the new event completed
-	newOK   bool         // the new event was recorded
-	newLost bool         // newEv went with a device reset after its record
-	closed  bool         // the stream is closed: its work is all done
-	idle    bool         // no event could be made, but the stream was idle (or, waiting, has been synchronized)
-	wait    bool         // block until the events complete (out of memory)
-	err     error        // waiting failed
-}
-
-// needFences reports whether a fence round could make memory available to
-// st: some stream other than st owns free blocks (or, for host-visible
-// memory, any stream does), and no round is running.
-func (x *freeIndex) needFences(st *streamState) bool {
-	if x.fencing || x.owning == 0 {
-		return false
-	}
-	return x.hostVisible || x.owning > 1 || st.owned == 0
-}
-
-// prepareFencesLocked lists the fence work for every stream that owns
-// blocks another stream could use (every stream owning blocks, st
-// included, when all is set), and marks a round as running; wait makes
-// the round block until the events complete. Streams busy with a free's
-// record are left out. It returns false when there is nothing to do or a
-// round is already running.
-func (x *freeIndex) prepareFencesLocked(st *streamState, all, wait bool) bool {
-	if x.fencing {
-		return false
-	}
-	x.work = x.work[:0]
-	for h, o := range x.streams {
-		if o.busy {
-			continue
-		}
-		if o.owned == 0 && o != st {
-			// Nothing to fence: forget the stream, so that a program
-			// that makes and closes streams does not grow the map (and
-			// every round with it). Only free blocks name their owner,
-			// and it has none; its state starts afresh on next use. Its
-			// event in flight, if any, guards no block: recycle it.
-			if o.ev != nil {
-				x.spareEv = append(x.spareEv, o.ev)
-				o.ev = nil
-			}
-			delete(x.streams, h)
-			if x.last == o {
-				x.last = nil
-			}
-			continue
-		}
-		if o.owned == 0 || (o == st && !x.hostVisible && !all) {
-			continue
-		}
-		w := fenceWork{st: o, s: o.s, ev: o.ev, evSeq: o.evSeq, wait: wait}
-		if o.recorded < o.seq {
-			w.newSeq = o.seq
-			if n := len(x.spareEv); n > 0 {
-				w.newEv = x.spareEv[n-1]
-				x.spareEv = x.spareEv[:n-1]
-			}
-		}
-		if w.ev != nil || w.newSeq != 0 {
-			o.busy = true
-			x.work = append(x.work, w)
-		}
-	}
-	if len(x.work) == 0 {
-		return false
-	}
-	x.fencing = true
-	return true
-}
-
-// fenceLocked runs a whole fence round for the pool whose lock is mu and
-// whose closed flag is *closed (both its own fields): it prepares the
-// round (for every stream but st that owns free blocks, or every such
-// stream when all is set), releases mu for the device work, locks mu again
-// and applies the results, calling join as finishFencesLocked does. If
-// the pool was closed meanwhile, it releases mu, closes the events Close
-// left to the round and returns false with any error closing them.
-func (x *freeIndex) fenceLocked(mu *sync.Mutex, closed *bool, st *streamState, all bool, join func(*block)) (open bool, err error) {
-	if !x.prepareFencesLocked(st, all, false) {
-		return true, nil
-	}
-	return x.roundLocked(mu, closed, join)
-}
-
-// waitLocked is fenceLocked for an allocation on st that the device could
-// not serve, blocking until the work of the streams that own free blocks
-// is done up to their frees: the out-of-memory path's last resort before
-// giving up. It covers every stream but st that owns free blocks, and st
-// too when another does (promoted, st's blocks may coalesce with theirs).
-// A round already running is waited for first. With the pool open it
-// returns true and the errors waiting raised (blocks whose wait failed
-// stay with their streams); if the pool was closed meanwhile, it releases
-// mu and returns false, as fenceLocked.
-func (x *freeIndex) waitLocked(mu *sync.Mutex, closed *bool, st *streamState, join func(*block)) (open bool, err error) {
-	for x.fencing {
-		if x.roundDone == nil {
-			x.roundDone = make(chan struct{})
-		}
-		done := x.roundDone
-		mu.Unlock()
-		<-done
-		mu.Lock()
-		if *closed {
-			mu.Unlock()
-			return false, nil
-		}
-	}
-	all := x.owning > 1 || (x.owning == 1 && st.owned == 0)
-	if !x.prepareFencesLocked(st, all, true) {
-		return true, nil
-	}
-	return x.roundLocked(mu, closed, join)
-}
-
-// roundLocked runs a prepared round: releases mu for the device work,
-// locks it again and applies the results. See fenceLocked.
-func (x *freeIndex) roundLocked(mu *sync.Mutex, closed *bool, join func(*block)) (open bool, err error) {
-	mu.Unlock()
-	x.runFences()
-	mu.Lock()
-	werr := x.finishFencesLocked(join)
-	if *closed {
-		evs := x.eventsLocked()
-		mu.Unlock()
-		return false, errors.Join(werr, closeEvents(evs))
-	}
-	return true, werr
-}
-
-// runFences does the device work of a round. It must be called without the
-// pool's lock; x.work belongs to this goroutine while x.fencing is set, and
-// nothing else reads or changes it.
-func (x *freeIndex) runFences() {
-	for i := range x.work {
-		w := &x.work[i]
-		if w.ev != nil {
-			if w.wait && w.newSeq == 0 {
-				// The event in flight covers every free: wait for it.
-				err := w.ev.Synchronize()
-				if w.evOK, w.evLost = settled(true, err); !w.evOK {
-					w.err = err
-				}
-				continue
-			}
-			done, err := w.ev.Query()
-			w.evOK, w.evLost = settled(done, err)
-			if !w.evOK && !w.wait {
-				// Still running: keep at most one event in flight
-				// (a newer one could not complete first anyway).
-				w.newSeq = 0
-				continue
-			}
-			// Waiting: a newer event, recorded below, supersedes it.
-		}
-		if w.newSeq == 0 {
-			continue
-		}
-		ev, closed, err := x.record(w.newEv, w.s)
-		w.newEv = ev
-		switch {
-		case closed:
-			// Its work is all done (closed, or gone with a device
-			// reset), so everything freed on it is safe now.
-			w.closed = true
-			continue
-		case ev == nil:
-			// No event to be had: an idle stream has finished
-			// everything enqueued on it, the frees' work included.
-			if w.wait {
-				serr := w.s.Synchronize()
-				if w.idle, _ = settled(true, serr); !w.idle {
-					w.err = serr
-				}
-			} else {
-				done, qerr := w.s.Query()
-				w.idle, _ = settled(done, qerr)
-			}
-			continue
-		case err != nil:
-			if w.wait {
-				w.err = err
-			}
-			continue
-		}
-		w.newOK = true
-		if w.wait {
-			serr := w.newEv.Synchronize()
-			if w.newDone, w.newLost = settled(true, serr); !w.newDone {
-				w.err = serr
-			}
-			// Work on a stream finishes in order: the older event too.
-			w.evOK = w.evOK || (w.ev != nil && w.newDone)
-			continue
-		}
-		done, qerr := w.newEv.Query()
-		w.newDone, w.newLost = settled(done, qerr)
-	}
-}
-
-// finishFencesLocked applies a round's results: advances each stream's
-// fence, recycles completed events and promotes the blocks they cover.
-// join is called for every promoted block, already in the shared set, so
-// the pool can coalesce it with shared neighbours. It returns the errors
-// waiting raised (a waiting round's only), naming their streams.
-func (x *freeIndex) finishFencesLocked(join func(*block)) error {
-	var errs []error
-	for i := range x.work {
-		w := &x.work[i]
-		st := w.st
-		st.busy = false
-		if w.err != nil {
-			errs = append(errs, fmt.Errorf("waiting for stream %d: %w", st.handle, w.err))
-		}
-		// An event in flight that completed, or that a newer event
-		// recorded on the same stream supersedes (only when waiting).
-		if w.ev != nil && (w.evOK || w.newOK) {
-			if w.evOK && w.evSeq > st.fenced {
-				st.fenced = w.evSeq
-			}
-			st.ev = nil
-			if !w.evLost {
-				x.spareEv = append(x.spareEv, w.ev)
-			}
-		}
-		switch {
-		case w.closed || w.idle:
-			st.fenced, st.recorded = w.newSeq, w.newSeq
-			if w.newEv != nil {
-				x.spareEv = append(x.spareEv, w.newEv)
-			}
-		case w.newOK && w.newDone:
-			st.recorded = w.newSeq
-			if w.newSeq > st.fenced {
-				st.fenced = w.newSeq
-			}
-			if !w.newLost {
-				x.spareEv = append(x.spareEv, w.newEv)
-			}
-		case w.newOK:
-			st.recorded = w.newSeq
-			st.ev, st.evSeq = w.newEv, w.newSeq
-		case w.newEv != nil:
-			x.spareEv = append(x.spareEv, w.newEv)
-		}
-		x.promoteLocked(st, join)
-		x.work[i] = fenceWork{}
-	}
-	x.work = x.work[:0]
-	x.fencing = false
-	if x.roundDone != nil {
-		close(x.roundDone)
-		x.roundDone = nil
-	}
-	return errors.Join(errs...)
-}
-
-// promoteLocked moves st's blocks covered by its completed fence to the
-// shared set.
-func (x *freeIndex) promoteLocked(st *streamState, join func(*block)) {
-	for st.head != nil && st.head.seq <= st.fenced {
-		b := st.head
-		x.remove(b)
-		x.insertShared(b)
-		if join != nil {
-			join(b)
-		}
-	}
-}
-
-// eventsLocked takes every event the index holds, for closing. The index
-// must not be used for fencing afterwards.
-func (x *freeIndex) eventsLocked() []device.Event {
-	evs := x.spareEv
-	x.spareEv = nil
-	for _, st := range x.streams {
-		if st.ev != nil {
-			evs = append(evs, st.ev)
-			st.ev = nil
-		}
-	}
-	return evs
 }

@@ -91,6 +91,12 @@ func (t *Trace) Granularity() uint64 {
 	return 1
 }
 
+// Cost forwards to the upstream (Coster).
+func (t *Trace) Cost(sizes []uint64) (uint64, bool) { return costOf(t.up, sizes) }
+
+// Room forwards to the upstream (Coster); math.MaxUint64 when it has none.
+func (t *Trace) Room() uint64 { return roomOf(t.up) }
+
 // Alloc allocates from the upstream and logs the outcome.
 func (t *Trace) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	return t.alloc(n, s, false)

@@ -4,8 +4,11 @@
 // Components of a batch program that work on the same data are put in the
 // same group, so their copies and kernels are ordered on one stream and the
 // memory manager (package vram) plans their arrays together. The "default"
-// group is made on first use. Every group keeps its stream until Reinit
-// (after a device reset) or Close.
+// group is made on first use. A group lives while it has members or is
+// held (Hold): the Remove, Move or release that leaves it with neither
+// forgets it and closes its stream, waiting for the work queued on it
+// (WaitClosed waits for such a close from elsewhere). A group's stream is
+// replaced only by Reinit (after a device reset) and closed by Close.
 //
 // Unlike the Python original, which scans every group to find a client,
 // every lookup here is a map access: O(1) in the number of clients and

@@ -3,11 +3,15 @@ package streams
 // Groups keeps two maps: group name → group (its stream and a list of
 // members) and member id → member (its group and its place in the list).
 // Adding, moving, removing and looking a client up are one map operation
-// and a list splice under one mutex; only the id map grows with the number
-// of clients. Streams are made and
+// and a list splice under one mutex; the maps grow with the clients and
+// the groups in use, not with every name ever used. Streams are made and
 // closed outside the mutex (they are device calls): Add and Move make the
 // stream of a new group first and then re-check the maps, closing the
 // spare stream if another goroutine made the group meanwhile.
+//
+// A group lives while it has members or holds (Hold): the Remove, Move
+// or release that leaves it with neither forgets it and closes its
+// stream, which waits for the work queued on it.
 
 import (
 	"errors"
@@ -45,6 +49,7 @@ type group struct {
 	stream device.Stream
 	head   *member // members, most recently added first
 	n      int     // number of members
+	holds  int     // Hold calls not yet released
 }
 
 // member is a client's place in its group's list.
@@ -81,16 +86,17 @@ func (grp *group) unlink(mb *member) {
 type Groups struct {
 	mk StreamMaker
 
-	mu     sync.Mutex         // protects the fields below
-	groups map[string]*group  // by name
-	member map[uint64]*member // by client id
-	closed bool
+	mu      sync.Mutex                      // protects the fields below
+	groups  map[string]*group               // by name
+	member  map[uint64]*member              // by client id
+	closing map[device.Stream]chan struct{} // streams of forgotten groups being closed → closed when done
+	closed  bool
 }
 
 // New returns an empty set of groups whose streams mk makes. No stream is
 // made until a group is first used.
 func New(mk StreamMaker) *Groups {
-	return &Groups{mk: mk, groups: map[string]*group{}, member: map[uint64]*member{}}
+	return &Groups{mk: mk, groups: map[string]*group{}, member: map[uint64]*member{}, closing: map[device.Stream]chan struct{}{}}
 }
 
 func name(g string) string {
@@ -109,8 +115,10 @@ func (g *Groups) Add(id uint64, groupName string) error {
 }
 
 // Move puts client id in the named group ("" is Default), making the
-// group and its stream if needed. The group it leaves keeps its stream.
-// It fails with ErrNotGrouped if the client is in no group.
+// group and its stream if needed. A group it leaves with no member and no
+// Hold is forgotten and its stream closed (Close waits for the stream's
+// work; its error, if any, is returned after the move is done). It fails
+// with ErrNotGrouped if the client is in no group.
 func (g *Groups) Move(id uint64, groupName string) error {
 	return g.place(id, name(groupName), true)
 }
@@ -143,12 +151,16 @@ func (g *Groups) place(id uint64, gname string, move bool) error {
 			fresh, ok = nil, true
 		}
 		if ok {
+			var left device.Stream // of a group the move leaves empty
+			var leftName string
 			switch {
 			case !in:
 				mb = &member{id: id}
 				g.member[id] = mb
 			case mb.g != dst:
-				mb.g.unlink(mb)
+				from := mb.g
+				from.unlink(mb)
+				left, leftName = g.dropIfIdleLocked(from), from.name
 			default:
 				dst = nil // already there
 			}
@@ -157,7 +169,7 @@ func (g *Groups) place(id uint64, gname string, move bool) error {
 			}
 			g.mu.Unlock()
 			closeQuietly(fresh) // another goroutine made the group first
-			return nil
+			return g.closeLeft(left, leftName)
 		}
 		g.mu.Unlock()
 		s, err := g.mk.NewStream()
@@ -170,9 +182,49 @@ func (g *Groups) place(id uint64, gname string, move bool) error {
 
 // Ensure makes the named group ("" is Default) and its stream if the
 // group does not exist, and returns the group's stream. It fails with the
-// device's error if a new stream cannot be made, changing nothing.
+// device's error if a new stream cannot be made, changing nothing. A
+// group Ensure makes stays, empty, until a member joins and leaves it
+// (or Close): use Hold to make a group for a while.
 func (g *Groups) Ensure(groupName string) (device.Stream, error) {
+	return g.get(name(groupName), false)
+}
+
+// Hold makes the named group ("" is Default) and its stream if the group
+// does not exist, and keeps it (even with no members) until release is
+// called: then a group left with no member and no other Hold is
+// forgotten and its stream closed, waiting for its work. It returns the
+// group's stream. release is safe to call more than once (only the first
+// call counts) and after Close.
+func (g *Groups) Hold(groupName string) (s device.Stream, release func() error, err error) {
 	gname := name(groupName)
+	if _, err := g.get(gname, true); err != nil {
+		return nil, nil, err
+	}
+	g.mu.Lock()
+	grp := g.groups[gname]
+	s = grp.stream
+	g.mu.Unlock()
+	var once sync.Once
+	release = func() error {
+		var err error
+		once.Do(func() {
+			g.mu.Lock()
+			grp.holds--
+			var idle device.Stream
+			if !g.closed {
+				idle = g.dropIfIdleLocked(grp)
+			}
+			g.mu.Unlock()
+			err = g.closeLeft(idle, gname)
+		})
+		return err
+	}
+	return s, release, nil
+}
+
+// get returns the named group's stream, making the group and its stream
+// if it does not exist; with hold it also counts a Hold of the group.
+func (g *Groups) get(gname string, hold bool) (device.Stream, error) {
 	var fresh device.Stream // made outside the lock when the group is new
 	for {
 		g.mu.Lock()
@@ -181,15 +233,20 @@ func (g *Groups) Ensure(groupName string) (device.Stream, error) {
 			closeQuietly(fresh)
 			return nil, ErrClosed
 		}
-		if grp, ok := g.groups[gname]; ok {
+		grp, ok := g.groups[gname]
+		if !ok && fresh != nil {
+			grp = &group{name: gname, stream: fresh}
+			g.groups[gname] = grp
+			fresh, ok = nil, true
+		}
+		if ok {
+			if hold {
+				grp.holds++
+			}
+			s := grp.stream // read under the lock: Reinit replaces it
 			g.mu.Unlock()
 			closeQuietly(fresh) // another goroutine made the group first
-			return grp.stream, nil
-		}
-		if fresh != nil {
-			g.groups[gname] = &group{name: gname, stream: fresh}
-			g.mu.Unlock()
-			return fresh, nil
+			return s, nil
 		}
 		g.mu.Unlock()
 		s, err := g.mk.NewStream()
@@ -200,25 +257,73 @@ func (g *Groups) Ensure(groupName string) (device.Stream, error) {
 	}
 }
 
+// dropIfIdleLocked forgets grp if it has no member and no Hold, and
+// returns its stream for the caller to close once g.mu is released (nil
+// if grp stays). g.mu must be held.
+func (g *Groups) dropIfIdleLocked(grp *group) device.Stream {
+	if grp.n > 0 || grp.holds > 0 || g.groups[grp.name] != grp {
+		return nil
+	}
+	delete(g.groups, grp.name)
+	g.closing[grp.stream] = make(chan struct{})
+	return grp.stream
+}
+
+// closeLeft closes the stream of a group that was forgotten (nil: none),
+// waiting for its work. After a device reset there is nothing to wait
+// for, and no error.
+func (g *Groups) closeLeft(s device.Stream, gname string) error {
+	if s == nil {
+		return nil
+	}
+	err := s.Close()
+	g.mu.Lock()
+	close(g.closing[s])
+	delete(g.closing, s)
+	g.mu.Unlock()
+	if err != nil && !errors.Is(err, device.ErrInvalidated) {
+		return fmt.Errorf("close the stream of group %q, left with no member: %w", gname, err)
+	}
+	return nil
+}
+
+// WaitClosed waits until s, if it is the stream of a group being
+// forgotten (its last member left), is closed, and so its work done. It
+// returns at once for any other stream. A stream reports itself closed
+// as soon as its Close starts; WaitClosed is how to wait for the work it
+// still had.
+func (g *Groups) WaitClosed(s device.Stream) {
+	g.mu.Lock()
+	ch := g.closing[s]
+	g.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
 func closeQuietly(s device.Stream) {
 	if s != nil {
 		_ = s.Close()
 	}
 }
 
-// Remove takes client id out of its group. The group keeps its stream,
-// even when it has no members left. It fails with ErrNotGrouped if the
-// client is in no group.
+// Remove takes client id out of its group. A group left with no member
+// and no Hold is forgotten and its stream closed, waiting for its work;
+// the error of that close, if any, is returned, the client being out
+// either way. It fails with ErrNotGrouped if the client is in no group.
 func (g *Groups) Remove(id uint64) error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	mb, ok := g.member[id]
 	if !ok {
+		g.mu.Unlock()
 		return fmt.Errorf("remove client %d: %w", id, ErrNotGrouped)
 	}
-	mb.g.unlink(mb)
+	grp := mb.g
+	grp.unlink(mb)
 	delete(g.member, id)
-	return nil
+	idle := g.dropIfIdleLocked(grp)
+	g.mu.Unlock()
+	return g.closeLeft(idle, grp.name)
 }
 
 // Group returns the name of the group client id is in, or ErrNotGrouped.
@@ -245,7 +350,8 @@ func (g *Groups) Stream(id uint64) (device.Stream, error) {
 }
 
 // GroupStream returns the stream of the named group ("" is Default), or
-// ErrUnknownGroup if it has never been used.
+// ErrUnknownGroup if it does not exist (never used, or forgotten when its
+// last member left).
 func (g *Groups) GroupStream(groupName string) (device.Stream, error) {
 	gname := name(groupName)
 	g.mu.Lock()
@@ -286,7 +392,8 @@ func (g *Groups) Size(groupName string) int {
 	return 0
 }
 
-// Names returns the names of every group made so far, sorted.
+// Names returns the names of the groups that exist (with members or
+// held), sorted.
 func (g *Groups) Names() []string {
 	g.mu.Lock()
 	names := make([]string, 0, len(g.groups))
@@ -337,10 +444,9 @@ func (g *Groups) Reinit() error {
 		return ErrClosed
 	}
 	for n, s := range fresh {
-		// Groups are only ever forgotten by Close, checked above, so every
-		// name of the snapshot is still there (a group made after the
-		// snapshot keeps the stream it was made with, after the reset);
-		// the else branch only guards against that changing.
+		// A group made after the snapshot keeps the stream it was made
+		// with, after the reset; one forgotten meanwhile (its last member
+		// left) needs no stream.
 		if grp, ok := g.groups[n]; ok {
 			old = append(old, grp.stream)
 			grp.stream = s

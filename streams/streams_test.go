@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -156,9 +157,12 @@ func TestMoveAndRemove(t *testing.T) {
 	if err := g.Remove(2); err != nil {
 		t.Fatal(err)
 	}
-	// An emptied group keeps its stream.
-	if s, err := g.GroupStream("a"); err != nil || s != sa || g.Size("a") != 0 {
-		t.Errorf("emptied group a: stream %v, %v (was %v), size %d", s, err, sa, g.Size("a"))
+	// An emptied group is forgotten and its stream closed.
+	if s, err := g.GroupStream("a"); !errors.Is(err, streams.ErrUnknownGroup) || g.Size("a") != 0 {
+		t.Errorf("emptied group a: stream %v, %v (was %v), size %d; want ErrUnknownGroup", s, err, sa, g.Size("a"))
+	}
+	if _, err := sa.Query(); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("the stream of the emptied group: Query = %v, want ErrClosed", err)
 	}
 	if err := g.Add(2, "b"); err != nil {
 		t.Errorf("re-add after Remove: %v", err)
@@ -380,4 +384,139 @@ func TestEnsure(t *testing.T) {
 	if names := fg.Names(); len(names) != 0 {
 		t.Errorf("a failed Ensure left groups %v", names)
 	}
+}
+
+// A group lives while it has members or holds: the last Remove, Move or
+// release closes its stream, after the work queued on it. (Groups were
+// once never forgotten: every name ever used kept a stream and its
+// goroutine.)
+func TestEmptyGroupsAreForgotten(t *testing.T) {
+	for name, tc := range map[string]func(t *testing.T, g *streams.Groups) (leave func() error){
+		"Remove": func(t *testing.T, g *streams.Groups) func() error {
+			if err := g.Add(1, "a"); err != nil {
+				t.Fatal(err)
+			}
+			return func() error { return g.Remove(1) }
+		},
+		"Move": func(t *testing.T, g *streams.Groups) func() error {
+			if err := g.Add(1, "a"); err != nil {
+				t.Fatal(err)
+			}
+			return func() error { return g.Move(1, "b") }
+		},
+		"release of a Hold": func(t *testing.T, g *streams.Groups) func() error {
+			_, release, err := g.Hold("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return release
+		},
+		"Remove while held, then release": func(t *testing.T, g *streams.Groups) func() error {
+			if err := g.Add(1, "a"); err != nil {
+				t.Fatal(err)
+			}
+			_, release, err := g.Hold("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Remove(1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.GroupStream("a"); err != nil {
+				t.Fatalf("a held group was forgotten when its last member left: %v", err)
+			}
+			return release
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g, dev := newGroups(t)
+			leave := tc(t, g)
+			s, err := g.GroupStream("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Work queued on the stream finishes before it is closed.
+			var ran atomic.Bool
+			if err := dev.LaunchFunc(s, 1, func(device.View, int, int) error {
+				time.Sleep(20 * time.Millisecond)
+				ran.Store(true)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := leave(); err != nil {
+				t.Fatal(err)
+			}
+			if !ran.Load() {
+				t.Error("the stream was closed before its work finished")
+			}
+			if names := g.Names(); slices.Contains(names, "a") {
+				t.Errorf("groups %v: a is still there with no member", names)
+			}
+			if _, err := s.Query(); !errors.Is(err, device.ErrClosed) {
+				t.Errorf("the stream of the forgotten group: Query = %v, want ErrClosed", err)
+			}
+		})
+	}
+	t.Run("many names", func(t *testing.T) {
+		g, dev := newGroups(t)
+		for i := range 200 {
+			if err := g.Add(uint64(i), fmt.Sprint("g", i)); err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Remove(uint64(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := len(g.Names()); n != 0 {
+			t.Errorf("%d groups left", n)
+		}
+		if n := dev.Leaks().Streams; n != 0 {
+			t.Errorf("%d streams left on the device", n)
+		}
+	})
+}
+
+// Ensure and Hold read a group's stream under the lock that Reinit writes
+// it under (Ensure once returned it after unlocking: a data race under
+// -race every time the two ran together).
+func TestEnsureRacesWithReinit(t *testing.T) {
+	g, _ := newGroups(t)
+	if err := g.Add(1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	done := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		defer close(done)
+		for range 50 {
+			if err := g.Reinit(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := g.Ensure("a"); err != nil {
+				t.Error(err)
+				return
+			}
+			_, release, err := g.Hold("a")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = release()
+		}
+	}()
+	wg.Wait()
 }

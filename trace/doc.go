@@ -11,13 +11,21 @@
 // sized for the log (SimConfig), so a log that peaked at 55 GB replays on a
 // laptop.
 //
+// PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles) are
+// read as logs by ReadSnapshot: the blocks live when recording began are
+// allocated at time 0, then the allocator history follows, and
+// PyTorchFigures say what PyTorch's own allocator reserved over it.
+// RecordReplay records a replay as a History (trace entries and the
+// segments held at the end) and WriteSnapshot pickles it as a snapshot
+// that PyTorch's memory visualizer opens.
+//
 // Event, Summary, Options, Result and Sample are plain values. Read,
 // Write, Summarize and Replay are safe to call from several goroutines at
 // once on separate data (a Replay needs its allocator to itself for its
 // figures to be its own); a Writer is not safe for concurrent use.
 //
-// Logs are recorded by alloc.Trace (an adaptor that writes the same CSV)
-// or by RMM's logging_resource_adaptor. The package does not own the
+// Logs are recorded by alloc.Trace (an adaptor that writes the same CSV),
+// by RMM's logging_resource_adaptor, or by PyTorch's memory history. The package does not own the
 // allocators (vram/alloc), the devices (vram/device) or plotting (the vram
 // command draws Result.Samples).
 package trace

@@ -34,10 +34,17 @@ const OpsDeviceBytes = 256 * units.MiB
 //
 // Each call takes one byte: its kind is the byte mod 8 (0–3 Alloc, 4–5
 // Free of a live block, 6 synchronize the device and Trim — or, with bit
-// 3 set, hold the stream busy or release it — 7 a Free that must be
+// 3 set, hold the stream busy or release it, and with bit 3 clear and
+// the two top bits set, reset the device — 7 a Free that must be
 // refused), its stream the high four bits mod 3. An Alloc takes two more
 // bytes for its size (64 B … 4 MiB, or up to 512 MiB, past the device,
 // for one kind in eight).
+//
+// A reset (see alloc.Allocator's reset contract) releases every hold and
+// resets the device with blocks live and cached; then every block live
+// from before it is freed, each Free returning an error wrapping
+// device.ErrInvalidated and taking the block back, after which InUse and
+// Reserved are zero; the streams are made anew.
 func Ops(t *testing.T, newAlloc Factory, data []byte) {
 	t.Helper()
 	r := NewStreamRules(t, sim.Config{TotalBytes: OpsDeviceBytes})
@@ -83,6 +90,10 @@ func Ops(t *testing.T, newAlloc Factory, data []byte) {
 				r.Toggle(t, s)
 				continue
 			}
+			if op >= 0xc0 {
+				streams = e.resetInOps(t, rulesTarget)
+				continue
+			}
 			if err := e.dev.Synchronize(); err != nil {
 				t.Fatalf("Synchronize: %v", err)
 			}
@@ -122,6 +133,31 @@ func Ops(t *testing.T, newAlloc Factory, data []byte) {
 	if used := e.used(t); used != 0 {
 		t.Fatalf("after Close the device still gives %d bytes to the allocator", used)
 	}
+}
+
+// resetInOps resets the device with blocks live and cached, frees every
+// block from before the reset (each Free must fail with
+// device.ErrInvalidated and take the block back), checks that nothing is
+// left in InUse or Reserved, and returns three streams made since.
+func (e *env) resetInOps(t *testing.T, tg target) []device.Stream {
+	t.Helper()
+	e.reset(t, tg)
+	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
+	for i := 0; e.live.len() > 0; i++ {
+		p, _, _ := e.live.at(0)
+		e.live.remove(p)
+		before := e.a.Stats()
+		if err := e.a.Free(p, streams[i%len(streams)]); !errors.Is(err, device.ErrInvalidated) {
+			t.Fatalf("Free(%v) of a block from before a reset: err = %v, want one wrapping device.ErrInvalidated", p, err)
+		}
+		if after := e.a.Stats(); after.Frees != before.Frees+1 || after.InUse >= before.InUse {
+			t.Fatalf("Free(%v) from before a reset did not take it back: %+v → %+v", p, before, after)
+		}
+	}
+	if st := e.checkQuiet(t); st.InUse != 0 || st.Reserved != 0 {
+		t.Fatalf("with every block from before the reset freed: InUse %d, Reserved %d; want 0, 0", st.InUse, st.Reserved)
+	}
+	return streams
 }
 
 // tryAlloc allocates n bytes on s; running out of memory is allowed, but

@@ -218,6 +218,30 @@ func (d *heldDevice) Synchronize() error {
 	return d.Device.Synchronize()
 }
 
+// Reset releases every hold and resets the device. The work queued on
+// the streams from before the reset went with it, and the memory its last
+// uses touched too: those are forgotten. The rules' event, from before the
+// reset, is replaced.
+func (d *heldDevice) Reset() error {
+	d.r.ReleaseAll()
+	if err := d.Device.Reset(); err != nil {
+		return err
+	}
+	ev, err := d.Device.NewEvent()
+	if err != nil {
+		return fmt.Errorf("alloctest: stream rules: an event after the reset: %w", err)
+	}
+	d.r.mu.Lock()
+	d.r.pending = nil
+	d.r.mu.Unlock()
+	old := d.r.ev
+	d.r.ev = ev
+	if err := old.Close(); err != nil && !errors.Is(err, device.ErrInvalidated) {
+		return fmt.Errorf("alloctest: stream rules: closing the event from before the reset: %w", err)
+	}
+	return nil
+}
+
 // Close releases every hold, closes the rules' event and the device.
 func (d *heldDevice) Close() error {
 	d.r.ReleaseAll()

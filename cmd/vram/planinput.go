@@ -27,6 +27,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/units"
@@ -219,7 +220,47 @@ func decodeObject(raw json.RawMessage, path string) (map[string]json.RawMessage,
 		}
 		return nil, fmt.Errorf("%s: want a JSON object, got %s: %w", where, describe(raw), errInput)
 	}
+	if err := checkKeys(raw, path); err != nil {
+		return nil, err
+	}
 	return obj, nil
+}
+
+// checkKeys refuses an object (raw, already known to be one) with a key
+// given twice, which encoding/json would resolve silently to the last
+// one, or a key that is not valid UTF-8 text: encoding/json decodes
+// invalid bytes and lone surrogate escapes to U+FFFD, so two different
+// labels could become one. The literal U+FFFD is refused with them.
+func checkKeys(raw json.RawMessage, path string) error {
+	where := "top level"
+	if path != "" {
+		where = path
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if _, err := dec.Token(); err != nil { // '{'
+		return fmt.Errorf("%s: %v: %w", where, err, errInput)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %w", where, err, errInput)
+		}
+		key, _ := tok.(string)
+		if strings.ContainsRune(key, utf8.RuneError) {
+			return fmt.Errorf("%s: key %q is not valid UTF-8 (invalid bytes, a lone surrogate escape, or U+FFFD); name clients and labels in UTF-8 text: %w",
+				where, key, errInput)
+		}
+		if seen[key] {
+			return fmt.Errorf("%s: key %q is given twice; give each key once: %w", where, key, errInput)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return fmt.Errorf("%s.%s: %v: %w", where, key, err, errInput)
+		}
+	}
+	return nil
 }
 
 // onlyKeys refuses members of obj not in allowed.

@@ -15,6 +15,12 @@ func TestParsePlanInputErrors(t *testing.T) {
 		want []string // substrings of the message
 	}{
 		"empty":             {``, []string{"empty input"}},
+		"duplicate label":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32"}, "x": {"shape": [8], "dtype": "int32"}}}}`, []string{`requests.a: key "x" is given twice`}},
+		"duplicate client":  {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}, "a": {"y": {"shape": [4], "dtype": "int32"}}}}`, []string{`requests: key "a" is given twice`}},
+		"duplicate field":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "dtype": "float64"}}}}`, []string{`requests.a.x: key "dtype" is given twice`}},
+		"duplicate budget":  {`{"budget": 1, "budget": 2, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{`top level: key "budget" is given twice`}},
+		"invalid utf-8":     {"{\"requests\": {\"a\": {\"x\xff\": {\"shape\": [4], \"dtype\": \"int32\"}}}}", []string{"requests.a: key", "not valid UTF-8"}},
+		"lone surrogate":    {`{"requests": {"\udc00": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"requests: key", "not valid UTF-8"}},
 		"syntax":            {"{\n  \"requests\": {,}\n}", []string{"invalid JSON at line 2, column"}},
 		"trailing garbage":  {`{"requests": {}} x`, []string{"invalid JSON"}},
 		"not an object":     {`[1, 2]`, []string{"want a JSON object, got an array"}},
@@ -113,6 +119,8 @@ func FuzzParsePlanInput(f *testing.F) {
 	f.Add([]byte(`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`))
 	f.Add([]byte(`{"budget": "1GiB", "requests": {"a": {"x": {"shape": [1e2, 3], "dtype": "bool", "memory": "mapped"}}}}`))
 	f.Add([]byte(`{"requests": {"a": {"x": {"shape": [-1], "dtype": 7}}}}`))
+	f.Add([]byte(`{"budget": 1048576, "requests": {"c": {"x": {"shape": [9223372036854775807], "dtype": "uint8"}}}}`))
+	f.Add([]byte(`{"budget": 1048576, "requests": {"c": {"x": {"shape": [9223372036854775807], "dtype": "uint8"}, "x": {"shape": [3], "dtype": "uint8"}}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := parsePlanInput(data)
 		if err != nil {
@@ -140,5 +148,37 @@ func FuzzParsePlanInput(f *testing.F) {
 				}
 			}
 		}
+		checkInputPlans(t, in)
 	})
+}
+
+// checkInputPlans plans a parsed request set (with its budget, or 1 MiB)
+// and checks that Plan either refuses it with a documented error or
+// returns a plan whose figures hold exactly, whatever the run count:
+// huge run counts once gave negative chunk counts.
+func checkInputPlans(t *testing.T, in planInput) {
+	t.Helper()
+	budget := in.Budget
+	if budget == 0 {
+		budget = 1 << 20
+	}
+	opts := vram.PlanOptions{Granularity: in.Granularity, Buffers: in.Buffers}
+	p, err := vram.Plan(in.Requests, budget, opts)
+	if err != nil {
+		if !errors.Is(err, vram.ErrUnchunkable) && !errors.Is(err, vram.ErrRunTooLarge) && !errors.Is(err, vram.ErrRunsMismatch) {
+			t.Fatalf("Plan of a parsed request set: %v", err)
+		}
+		return
+	}
+	n := uint64(p.TotalRuns)
+	switch {
+	case p.Chunks < 1 || p.ChunkLength < 0 || p.LastChunkLength < 0 || p.TotalRuns < 0:
+		t.Fatalf("plan with negative figures: %+v", p)
+	case p.BytesPerChunk > budget:
+		t.Fatalf("plan spends %d of a budget of %d", p.BytesPerChunk, budget)
+	case n > 0 && (uint64(p.Chunks-1)*uint64(p.ChunkLength) >= n || uint64(p.Chunks)*uint64(p.ChunkLength) < n):
+		t.Fatalf("%d chunks of %d do not cover %d runs exactly", p.Chunks, p.ChunkLength, n)
+	case p.Chunks > 1 && uint64(p.LastChunkLength) != n-uint64(p.Chunks-1)*uint64(p.ChunkLength):
+		t.Fatalf("last chunk %d for %d chunks of %d, %d runs", p.LastChunkLength, p.Chunks, p.ChunkLength, n)
+	}
 }

@@ -14,8 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vramkit/vram/alloc"
-	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
@@ -47,6 +45,9 @@ type replayRow struct {
 	// less where allocations failed.
 	TracePeakLiveBytes uint64 `json:"trace_peak_live_bytes"`
 
+	// PyTorch is what PyTorch's own allocator did, for a snapshot input.
+	PyTorch *pytorchFigures `json:"pytorch,omitempty"`
+
 	traceIndex int // which of the command's traces, for grouping the table
 }
 
@@ -54,16 +55,20 @@ type replayFlags struct {
 	allocators string // --allocator: comma-separated kinds
 	vram       string // --vram: device size; "" = large enough for the trace
 	plot       string // --plot: PNG or SVG file
+	snapshot   string // --snapshot-out: PyTorch snapshot of the first allocator's replay
 }
 
 func (a *app) replayCommand() *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay TRACE.csv...",
+		Use:   "replay TRACE.csv|SNAPSHOT.pickle...",
 		Short: "Replay allocation logs against the allocators",
 		Long: `Replay reads allocation logs in RAPIDS RMM's logging CSV format
 (Thread,Time,Action,Pointer,Size,Stream — what alloc.Trace and RMM's
-logging_resource_adaptor write) and replays each against the allocators
+logging_resource_adaptor write), or PyTorch memory snapshots
+(torch.cuda.memory._dump_snapshot pickles, known by their first bytes:
+their allocation history, after the blocks live when recording began,
+allocated at time 0), and replays each against the allocators
 named by --allocator, each on a fresh address-only simulated device: its
 memory has addresses but no bytes, so a log that peaked at tens of GB
 replays on a laptop. --device is not used (though a malformed spec is
@@ -73,12 +78,23 @@ still refused): replays always run on the simulator. --vram is at least
 For each allocator it reports the log's peak live bytes, the allocator's
 peak reserved bytes (and their ratio: 1.0 wastes nothing), device
 allocations and frees, cache hits, allocations refused for want of memory,
-and replay speed. --plot draws live and reserved bytes over the log.`,
+and replay speed. For a snapshot it adds what PyTorch's own allocator
+did on the GPU ("pytorch (recorded)": its peak reserved over its own peak
+allocated, its segment allocations and frees). --plot draws live and
+reserved bytes over the log. --snapshot-out writes the replay against the
+first allocator named as a PyTorch snapshot (its segments at the end of
+the log and every alloc, free and segment call), which PyTorch's memory
+visualizer (pytorch.org/memory_viz) opens.`,
 		Example: `  vram replay trace.csv
   vram replay --allocator pool --vram 16GiB --plot replay.svg trace.csv
-  vram replay --json traces/*.csv`,
-		Args: usageArgs(1, -1, "at least one TRACE.csv: an RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream)"),
+  vram replay --json traces/*.csv
+  vram replay memory_snapshot.pickle
+  vram replay --allocator pool --snapshot-out pool.pickle trace.csv`,
+		Args: usageArgs(1, -1, "at least one TRACE.csv or SNAPSHOT.pickle: an RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream) or a PyTorch memory snapshot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkSnapshotOut(f.snapshot, len(args)); err != nil {
+				return err
+			}
 			return a.replay(args, f)
 		},
 	}
@@ -86,6 +102,7 @@ and replay speed. --plot draws live and reserved bytes over the log.`,
 	fl.StringVar(&f.allocators, "allocator", strings.Join(allocatorKinds, ","), "comma-separated allocators to replay against: "+strings.Join(allocatorKinds, ", "))
 	fl.StringVar(&f.vram, "vram", "", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
 	fl.StringVar(&f.plot, "plot", "", "draw live and reserved bytes over the trace into this PNG or SVG file (one trace only)")
+	fl.StringVar(&f.snapshot, "snapshot-out", "", "write the replay against the first --allocator as a PyTorch memory snapshot (a .pickle for pytorch.org/memory_viz; one trace only)")
 	return cmd
 }
 
@@ -123,7 +140,7 @@ func (a *app) replay(paths []string, f replayFlags) error {
 	var rows []replayRow
 	var lines []timeline
 	for ti, path := range paths {
-		events, err := readTrace(a.ctx, path)
+		events, pytorch, err := readReplayTrace(a.ctx, path)
 		if err != nil {
 			return err
 		}
@@ -141,17 +158,15 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		sum := trace.Summarize(events)
 		a.log.Debug("replay", "trace", path, "events", sum.Events, "peak_live", sum.PeakLive,
 			"device_bytes", cfg.TotalBytes)
-		for _, kind := range kinds {
+		for ki, kind := range kinds {
 			if err := a.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := trace.ReplayOnConfigContext(a.ctx, events, cfg, func(dev device.Device) (alloc.Allocator, error) {
-				return newAllocator(kind, dev)
-			}, trace.Options{Samples: samples})
+			res, err := replayKind(a.ctx, events, cfg, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki))
 			if err != nil {
 				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
 			}
-			rows = append(rows, newReplayRow(path, kind, ti, res, cfg, sum))
+			rows = append(rows, newReplayRow(path, kind, ti, res, cfg, sum, pytorch))
 			if samples > 0 {
 				lines = append(lines, toTimeline(kind, res.Samples))
 			}
@@ -204,7 +219,8 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // newReplayRow is one allocator's replay of the ti-th trace, at path.
-func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary) replayRow {
+// pytorch is PyTorch's own figures when the trace is a snapshot, else nil.
+func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary, pytorch *pytorchFigures) replayRow {
 	return replayRow{
 		Trace:              filepath.Base(path),
 		Allocator:          kind,
@@ -224,6 +240,7 @@ func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, s
 		WallSeconds:        res.Wall.Seconds(),
 		DeviceBytes:        cfg.TotalBytes,
 		TracePeakLiveBytes: sum.PeakLive,
+		PyTorch:            pytorch,
 		traceIndex:         ti,
 	}
 }
@@ -268,9 +285,11 @@ func (a *app) printReplay(rows []replayRow, plot string) error {
 			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d\t%d\t%d\t%d\t%s\n", r.Allocator, units.Format(r.PeakReservedBytes),
 				r.ReservedOverLive, r.DeviceAllocs, r.DeviceFrees, r.CacheHits, r.FailedAllocs, rate(r.EventsPerSecond))
 		}
+		printPyTorch(tw, r.PyTorch)
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		fmt.Fprint(a.stdout, pytorchNote(r.PyTorch))
 	}
 	if plot != "" {
 		fmt.Fprintf(a.stdout, "\nplot: %s\n", plot)

@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
@@ -279,5 +281,81 @@ func TestReplayCancelled(t *testing.T) {
 	r := ctxReader{ctx, strings.NewReader("data")}
 	if n, err := r.Read(make([]byte, 4)); n != 0 || !errors.Is(err, context.Canceled) {
 		t.Errorf("ctxReader under a cancelled context read %d bytes, %v", n, err)
+	}
+}
+
+// TestReplaySnapshotInput replays a PyTorch snapshot and checks its
+// events and PyTorch's figures against the CSV made from it and the
+// traces' README.
+func TestReplaySnapshotInput(t *testing.T) {
+	pickle := filepath.Join(sharedtraces.Dir(t), "W_medium_512_training.pickle")
+	if _, err := os.Stat(pickle); err != nil {
+		t.Skipf("no snapshot: %v", err)
+	}
+	stdout, stderr, code := cli(t, "", "replay", "--json", "--allocator", "pool", pickle)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].PyTorch == nil {
+		t.Fatalf("want one row with PyTorch's figures, got %s", stdout)
+	}
+	r, p := rows[0], rows[0].PyTorch
+	if r.Events != 15625 || r.TracePeakLiveBytes != 12428595208 || p.LiveAtStartBlocks != 664 {
+		t.Errorf("%d events, peak live %d, %d live at start; want the CSV's 15625, 12428595208, 664",
+			r.Events, r.TracePeakLiveBytes, p.LiveAtStartBlocks)
+	}
+	if p.PeakReservedBytes != 12660506624 || p.Segments != 400 || fmt.Sprintf("%.3f", p.ReservedOverLive) != "1.018" {
+		t.Errorf("PyTorch peak reserved %d, %d segments, ratio %.3f; want 12660506624, 400, 1.018",
+			p.PeakReservedBytes, p.Segments, p.ReservedOverLive)
+	}
+	text, _, code := cli(t, "", "replay", "--allocator", "pool", pickle)
+	if code != exitOK || !strings.Contains(text, "pytorch (recorded)") {
+		t.Errorf("exit %d; the table lacks PyTorch's row:\n%s", code, text)
+	}
+}
+
+// TestReplaySnapshotOut writes a replay as a PyTorch snapshot and has
+// Python's pickle check it.
+func TestReplaySnapshotOut(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "pool.pickle")
+	_, stderr, code := cli(t, "", "replay", "--allocator", "pool,direct", "--snapshot-out", out, smallTrace)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	snap, err := trace.ReadSnapshotFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := trace.Summarize(snap.Events); s.Allocs != 154 || s.Frees != 154 {
+		t.Errorf("the snapshot holds %d allocs and %d frees, want the trace's 154 and 154", s.Allocs, s.Frees)
+	}
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("python3 not found (%v): the pickle was not checked by Python", err)
+	}
+	// The pool keeps its segments cached after the last free: the check
+	// finds them.
+	check := filepath.Join("..", "..", "trace", "testdata", "check_snapshot.py")
+	if b, err := exec.Command(python, check, out, "154", "154").CombinedOutput(); err != nil {
+		t.Fatalf("python3 %s: %v\n%s", check, err, b)
+	}
+}
+
+func TestReplaySnapshotOutRefused(t *testing.T) {
+	tests := map[string][]string{
+		"two traces":     {"--snapshot-out", filepath.Join(t.TempDir(), "a.pickle"), smallTrace, smallTrace},
+		"no such folder": {"--snapshot-out", filepath.Join(t.TempDir(), "missing", "a.pickle"), smallTrace},
+	}
+	for name, args := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := cli(t, "", append([]string{"replay"}, args...)...)
+			if code != exitUsage || !strings.Contains(stderr, "--snapshot-out") {
+				t.Errorf("exit %d, want %d naming --snapshot-out; stderr:\n%s", code, exitUsage, stderr)
+			}
+		})
 	}
 }

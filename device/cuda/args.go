@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"runtime"
 	"strings"
 	"unsafe"
 
@@ -16,8 +17,13 @@ import (
 // parameter is wide, and copies them before cuLaunchKernel returns.
 // packArgs builds both: one 8-byte slot per argument (values stored
 // little-endian from the slot's start, so a 4-byte parameter reads the low
-// half) and the pointer array into those slots. Both are Go heap memory,
-// kept alive across the call by the caller.
+// half) and the pointer array into those slots.
+//
+// Memory passed to C must hold no Go pointers the collector does not know
+// to be pinned. So the slots are pinned (runtime.Pinner, which also moves
+// them to the heap) and the pointer array holds their addresses as
+// uintptr: it is plain integers, which the driver may read freely. The
+// caller unpins after cuLaunchKernel has returned.
 
 // ptxParam is one parameter of a PTX entry, as declared in the PTX text.
 type ptxParam struct {
@@ -57,15 +63,19 @@ func packArg(a any) (argSlot, error) {
 
 // packArgs converts args for a kernel whose parameters are params (nil when
 // the PTX declaration could not be read; then only the Go types are
-// checked). It returns the value slots and the kernelParams array.
-func packArgs(name string, params []ptxParam, args []any) ([]argSlot, []uint64, []unsafe.Pointer, error) {
+// checked). It returns the argument slots, the values (pinned with pin)
+// and the kernelParams array of their addresses.
+func packArgs(name string, params []ptxParam, args []any, pin *runtime.Pinner) ([]argSlot, []uint64, []uintptr, error) {
 	if params != nil && len(args) != len(params) {
 		return nil, nil, nil, fmt.Errorf("kernel %s takes %d parameters, got %d arguments: %w",
 			name, len(params), len(args), device.ErrInvalidValue)
 	}
 	slots := make([]argSlot, len(args))
 	vals := make([]uint64, len(args))
-	ptrs := make([]unsafe.Pointer, len(args))
+	ptrs := make([]uintptr, len(args))
+	if len(vals) > 0 {
+		pin.Pin(&vals[0]) // pins the whole array
+	}
 	for i, a := range args {
 		s, err := packArg(a)
 		if err != nil {
@@ -77,7 +87,7 @@ func packArgs(name string, params []ptxParam, args []any) ([]argSlot, []uint64, 
 		}
 		slots[i] = s
 		vals[i] = s.bits
-		ptrs[i] = unsafe.Pointer(&vals[i])
+		ptrs[i] = uintptr(unsafe.Pointer(&vals[i]))
 	}
 	return slots, vals, ptrs, nil
 }

@@ -141,8 +141,11 @@ func (d *Device) CopyHtoD2D(dst device.Ptr, dstPitch uint64, src []byte, srcPitc
 	}
 	var r Result
 	if srcPitch <= d.maxPitch && dstPitch <= d.maxPitch {
+		var pin runtime.Pinner
+		pin.Pin(unsafe.SliceData(src))
+		defer pin.Unpin()
 		c := &memcpy2D{
-			srcMemoryType: cuMemoryTypeHost, srcHost: unsafe.Pointer(unsafe.SliceData(src)), srcPitch: srcPitch,
+			srcMemoryType: cuMemoryTypeHost, srcHost: uintptr(unsafe.Pointer(unsafe.SliceData(src))), srcPitch: srcPitch,
 			dstMemoryType: cuMemoryTypeDevice, dstDevice: uint64(dst), dstPitch: dstPitch,
 			widthInBytes: width, height: height,
 		}
@@ -159,7 +162,7 @@ func (d *Device) CopyHtoD2D(dst device.Ptr, dstPitch uint64, src []byte, srcPitc
 	runtime.KeepAlive(src)
 	if r != Success {
 		return fmt.Errorf("cuda: %s of %d rows of %s to %v (pitch %s, host pitch %s): %w: %w",
-			op, height, units.Format(width), dst, units.Format(dstPitch), units.Format(srcPitch), device.ErrCopyFailed, r)
+			op, height, units.Format(width), dst, units.Format(dstPitch), units.Format(srcPitch), device.ErrCopyFailed, d.note(r))
 	}
 	return nil
 }
@@ -186,9 +189,12 @@ func (d *Device) CopyDtoH2D(dst []byte, dstPitch uint64, src device.Ptr, srcPitc
 	}
 	var r Result
 	if srcPitch <= d.maxPitch && dstPitch <= d.maxPitch {
+		var pin runtime.Pinner
+		pin.Pin(unsafe.SliceData(dst))
+		defer pin.Unpin()
 		c := &memcpy2D{
 			srcMemoryType: cuMemoryTypeDevice, srcDevice: uint64(src), srcPitch: srcPitch,
-			dstMemoryType: cuMemoryTypeHost, dstHost: unsafe.Pointer(unsafe.SliceData(dst)), dstPitch: dstPitch,
+			dstMemoryType: cuMemoryTypeHost, dstHost: uintptr(unsafe.Pointer(unsafe.SliceData(dst))), dstPitch: dstPitch,
 			widthInBytes: width, height: height,
 		}
 		r = d.lib.memcpy2DAsync(c, st.h)
@@ -204,7 +210,7 @@ func (d *Device) CopyDtoH2D(dst []byte, dstPitch uint64, src device.Ptr, srcPitc
 	runtime.KeepAlive(dst)
 	if r != Success {
 		return fmt.Errorf("cuda: %s of %d rows of %s from %v (pitch %s, host pitch %s): %w: %w",
-			op, height, units.Format(width), src, units.Format(srcPitch), units.Format(dstPitch), device.ErrCopyFailed, r)
+			op, height, units.Format(width), src, units.Format(srcPitch), units.Format(dstPitch), device.ErrCopyFailed, d.note(r))
 	}
 	return nil
 }

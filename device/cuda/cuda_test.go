@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -247,29 +248,24 @@ func TestPackArgs(t *testing.T) {
 
 	params := []ptxParam{{"u64", 8}, {"u32", 4}, {"f32", 4}, {"f64", 8}}
 	args := []any{device.Ptr(0x1000), uint32(9), float32(0.25), 3.0}
-	slots, vals, ptrs, err := packArgs("k", params, args)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	slots, vals, ptrs, err := packArgs("k", params, args, &pin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(slots) != 4 || len(vals) != 4 || len(ptrs) != 4 {
 		t.Fatalf("packArgs lengths %d, %d, %d; want 4", len(slots), len(vals), len(ptrs))
 	}
-	// Each kernelParams entry points at its value, laid out as the driver
-	// reads it: little-endian from the slot's first byte.
-	if got := *(*uint64)(ptrs[0]); got != 0x1000 {
-		t.Errorf("param 0 reads %#x", got)
+	// Each kernelParams entry is the address of its value, laid out as the
+	// driver reads it: little-endian from the slot's first byte.
+	for i := range vals {
+		if ptrs[i] != uintptr(unsafe.Pointer(&vals[i])) {
+			t.Errorf("kernelParams[%d] = %#x, not the address of value slot %d", i, ptrs[i], i)
+		}
 	}
-	if got := *(*uint32)(ptrs[1]); got != 9 {
-		t.Errorf("param 1 reads %d", got)
-	}
-	if got := *(*float32)(ptrs[2]); got != 0.25 {
-		t.Errorf("param 2 reads %v", got)
-	}
-	if got := *(*float64)(ptrs[3]); got != 3 {
-		t.Errorf("param 3 reads %v", got)
-	}
-	if uintptr(ptrs[1])-uintptr(ptrs[0]) != 8 || ptrs[0] != unsafe.Pointer(&vals[0]) {
-		t.Errorf("kernelParams do not point into the value slots")
+	if vals[0] != 0x1000 || uint32(vals[1]) != 9 || math.Float32frombits(uint32(vals[2])) != 0.25 || math.Float64frombits(vals[3]) != 3 {
+		t.Errorf("value slots %#x", vals)
 	}
 
 	mismatch := map[string]struct {
@@ -285,14 +281,16 @@ func TestPackArgs(t *testing.T) {
 	}
 	for name, tc := range mismatch {
 		t.Run(name, func(t *testing.T) {
-			_, _, _, err := packArgs("k", tc.params, tc.args)
+			var pin runtime.Pinner
+			defer pin.Unpin()
+			_, _, _, err := packArgs("k", tc.params, tc.args, &pin)
 			if !errors.Is(err, device.ErrInvalidValue) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("packArgs = %v; want ErrInvalidValue mentioning %q", err, tc.want)
 			}
 		})
 	}
 	// Unknown parameter lists (nil) check only the Go types.
-	if _, _, _, err := packArgs("k", nil, args); err != nil {
+	if _, _, _, err := packArgs("k", nil, args, &pin); err != nil {
 		t.Fatalf("packArgs without a parameter list: %v", err)
 	}
 }
@@ -395,5 +393,54 @@ func TestSpanSet(t *testing.T) {
 	f.forget(500, 10)
 	if _, ok := f.containing(505); ok {
 		t.Error("forget did not drop a reused range")
+	}
+}
+
+// TestNoGoPointersToDriver: memory handed to the driver holds no Go
+// pointers (the rule for memory passed to C): the 2-D copy descriptor has
+// integer fields only, and the kernelParams array packArgs builds and
+// launchKernel passes is an array of integer addresses (of pinned slots).
+func TestNoGoPointersToDriver(t *testing.T) {
+	ct := reflect.TypeOf(memcpy2D{})
+	for i := range ct.NumField() {
+		switch f := ct.Field(i); f.Type.Kind() {
+		case reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		default:
+			t.Errorf("memcpy2D.%s is a %v: the driver reads this struct, so it may hold integers only", f.Name, f.Type)
+		}
+	}
+	want := reflect.TypeOf([]uintptr(nil))
+	if got := reflect.TypeOf(packArgs).Out(2); got != want {
+		t.Errorf("packArgs builds kernelParams as %v; want %v", got, want)
+	}
+	if got := reflect.TypeOf((*lib).launchKernel).In(6); got != want {
+		t.Errorf("launchKernel passes kernelParams as %v; want %v", got, want)
+	}
+}
+
+func TestStickyResults(t *testing.T) {
+	cases := map[string]struct {
+		r      Result
+		sticky bool
+	}{
+		"illegal address":  {ErrorIllegalAddress, true},
+		"launch failed":    {ErrorLaunchFailed, true},
+		"misaligned":       {ErrorMisalignedAddress, true},
+		"out of memory":    {ErrorOutOfMemory, false},
+		"invalid value":    {ErrorInvalidValue, false},
+		"context gone":     {ErrorContextIsDestroyed, false},
+		"already pinned":   {ErrorHostMemoryAlreadyReg, false},
+		"operating system": {ErrorOperatingSystem, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if tc.r.Sticky() != tc.sticky || errors.Is(tc.r, ErrNeedsReset) != tc.sticky ||
+				strings.Contains(tc.r.Error(), "sticky") != tc.sticky {
+				t.Errorf("%v: Sticky %v, Is(ErrNeedsReset) %v; want %v", tc.r, tc.r.Sticky(), errors.Is(tc.r, ErrNeedsReset), tc.sticky)
+			}
+		})
+	}
+	if !errors.Is(ErrorIllegalAddress, device.ErrInvalidPointer) {
+		t.Error("CUDA_ERROR_ILLEGAL_ADDRESS no longer matches device.ErrInvalidPointer")
 	}
 }

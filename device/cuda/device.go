@@ -65,9 +65,11 @@ type primary struct {
 	pool      uintptr       // the default CUmemoryPool, 0 if pools are unsupported; protected by mu
 	threshold atomic.Uint64 // release threshold last set, re-applied after a reset
 	gen       atomic.Uint64 // bumped (under mu) by every Reset
+	sticky    atomic.Int32  // the sticky Result that broke the context, 0 if none; cleared by Reset
 
-	refs     int    // Devices open on it; protected by primariesMu
-	ctxBytes uint64 // total − free right after the context was first made
+	refs     int                  // Devices open on it; protected by primariesMu
+	devs     map[*Device]struct{} // the Devices open on it; protected by primariesMu
+	ctxBytes uint64               // total − free right after the context was first made
 }
 
 var (
@@ -178,17 +180,29 @@ func Open(ordinal int) (*Device, error) {
 	d := &Device{
 		lib:     l,
 		p:       p,
-		seenGen: p.gen.Load(),
 		hostBuf: map[uint64]*hostBuffer{},
 		streams: map[*stream]struct{}{},
 		events:  map[*event]struct{}{},
 		modules: map[*module]struct{}{},
 	}
+	// A Reset through another Device may be replacing the context: read it,
+	// the pool and the generation under the lock Reset takes.
+	p.mu.RLock()
+	d.seenGen = p.gen.Load()
 	d.defStr = &stream{d: d, h: cuDefaultLegacyStream, isDefault: true, gen: d.seenGen}
-	if err := d.describe(); err != nil {
-		releasePrimary(l, p)
+	if r := l.ctxSetCurrent(p.ctx); r != Success {
+		err = fmt.Errorf("cuda: %w: cuCtxSetCurrent(device %d): %w", device.ErrNoDevice, ordinal, r)
+	} else {
+		err = d.describe()
+	}
+	p.mu.RUnlock()
+	if err != nil {
+		releasePrimary(l, p, nil)
 		return nil, err
 	}
+	primariesMu.Lock()
+	p.devs[d] = struct{}{}
+	primariesMu.Unlock()
 	return d, nil
 }
 
@@ -210,7 +224,7 @@ func acquirePrimary(l *lib, ordinal int, dev int32) (*primary, error) {
 		p.refs++
 		return p, nil
 	}
-	p := &primary{ordinal: ordinal, dev: dev, ctx: ctx, refs: 1}
+	p := &primary{ordinal: ordinal, dev: dev, ctx: ctx, refs: 1, devs: map[*Device]struct{}{}}
 	var free, total uint64
 	if r := l.memGetInfo(&free, &total); r == Success && total >= free {
 		p.ctxBytes = total - free
@@ -226,11 +240,12 @@ func acquirePrimary(l *lib, ordinal int, dev int32) (*primary, error) {
 	return p, nil
 }
 
-// releasePrimary drops one Device's hold on p and on the driver's primary
-// context; the last one forgets the record.
-func releasePrimary(l *lib, p *primary) error {
+// releasePrimary drops one Device's hold (d, or nil while opening) on p
+// and on the driver's primary context; the last one forgets the record.
+func releasePrimary(l *lib, p *primary, d *Device) error {
 	primariesMu.Lock()
 	defer primariesMu.Unlock()
+	delete(p.devs, d)
 	p.refs--
 	if p.refs == 0 {
 		delete(primaries, p.ordinal)
@@ -295,10 +310,35 @@ func (d *Device) enter() error {
 		d.p.mu.RUnlock()
 		return fmt.Errorf("cuda device %d: %w", d.p.ordinal, device.ErrClosed)
 	}
+	if code := d.p.sticky.Load(); code != 0 {
+		d.p.mu.RUnlock()
+		return fmt.Errorf("cuda device %d: an earlier %w left the context unusable; Reset the device", d.p.ordinal, Result(code))
+	}
 	runtime.LockOSThread()
 	if r := d.lib.ctxSetCurrent(d.p.ctx); r != Success {
 		d.exit()
 		return fmt.Errorf("cuda device %d: cuCtxSetCurrent: %w", d.p.ordinal, r)
+	}
+	return nil
+}
+
+// note records r on the primary context when it is a sticky error (see
+// Result.Sticky), so that every later call through any Device on this GPU
+// is refused with it until a Reset; it returns r.
+func (d *Device) note(r Result) Result {
+	if r.Sticky() {
+		d.p.sticky.CompareAndSwap(0, int32(r))
+	}
+	return r
+}
+
+// Err reports whether the device's context is broken: nil, or an error
+// wrapping ErrNeedsReset and the sticky Result that broke it (for example
+// CUDA_ERROR_ILLEGAL_ADDRESS from a kernel that touched memory it does not
+// own). Until Reset every call on the device returns that error.
+func (d *Device) Err() error {
+	if code := d.p.sticky.Load(); code != 0 {
+		return fmt.Errorf("cuda device %d: %w", d.p.ordinal, Result(code))
 	}
 	return nil
 }
@@ -376,7 +416,7 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("Malloc", n, r)
 		}
-		return 0, fmt.Errorf("cuda: Malloc %s: %w", units.Format(n), r)
+		return 0, fmt.Errorf("cuda: Malloc %s: %w", units.Format(n), d.note(r))
 	}
 	d.record(span{base: p, size: n, kind: kindMalloc})
 	return device.Ptr(p), nil
@@ -520,8 +560,19 @@ func (d *Device) checkRangeLocked(op string, p device.Ptr, n uint64) error {
 	return d.badPointerLocked(op, p, false)
 }
 
-// Free releases a Malloc'd (or MallocAsync'd) pointer with cuMemFree,
-// which waits for the device work that may use it.
+// Free releases a Malloc'd (or MallocAsync'd) pointer with cuMemFree once
+// the device work that may use it has finished.
+//
+// cuMemFree waits for that work itself only for memory from cuMemAlloc.
+// The driver API reference for cuMemFree_v2 (as NVIDIA's cuda-python
+// bindings publish it, nvidia.github.io/cuda-python) says that it "will not perform any
+// implicit synchronization when the pointer was allocated with
+// cuMemAllocAsync or cuMemAllocFromPoolAsync. Callers must ensure that all
+// accesses to these pointer have completed before invoking cuMemFree"; for
+// all other pointers it "may perform implicit synchronization". So a
+// MallocAsync pointer is freed after cuCtxSynchronize: synchronizing the
+// legacy default stream would not do, as the streams this package makes are
+// non-blocking and do not wait on it.
 func (d *Device) Free(p device.Ptr) error {
 	if err := d.enter(); err != nil {
 		return err
@@ -533,9 +584,15 @@ func (d *Device) Free(p device.Ptr) error {
 	if err != nil {
 		return err
 	}
+	if sp.kind == kindAsync {
+		if r := d.lib.ctxSynchronize(); r != Success {
+			d.record(sp)
+			return fmt.Errorf("cuda: Free(%v): waiting for the device's work before freeing stream-ordered memory: %w", p, d.note(r))
+		}
+	}
 	if r := d.lib.memFree(uint64(p)); r != Success {
 		d.record(sp) // the free did not happen: the allocation stays live
-		return fmt.Errorf("cuda: Free(%v): %w", p, r)
+		return fmt.Errorf("cuda: Free(%v): %w", p, d.note(r))
 	}
 	d.mu.Lock()
 	d.freed.add(sp)
@@ -551,7 +608,7 @@ func (d *Device) Synchronize() error {
 	}
 	defer d.exit()
 	if r := d.lib.ctxSynchronize(); r != Success {
-		return fmt.Errorf("cuda: synchronize device %d: %w", d.p.ordinal, r)
+		return fmt.Errorf("cuda: synchronize device %d: %w", d.p.ordinal, d.note(r))
 	}
 	return nil
 }
@@ -585,22 +642,24 @@ func (d *Device) Reset() error {
 		// reason to fail: the synchronize only lets work finish.
 		l.ctxSynchronize()
 	}
-	// Unpin this Device's host buffers while the context can still do it.
-	d.mu.Lock()
-	d.syncGenLocked()
-	for _, hb := range d.hostBuf {
-		if !hb.stale {
-			l.memHostUnregister(hb.addr())
-			hb.stale = true
-		}
+	// Unpin the host buffers of every Device on this GPU while the context
+	// can still do it: whether a context reset drops registrations is not
+	// documented, and one left behind would make a later registration at a
+	// reused address fail (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED).
+	// Lock order: p.mu, then primariesMu, then each Device's mu.
+	primariesMu.Lock()
+	for od := range p.devs {
+		od.unpinAllLocked()
 	}
-	d.mu.Unlock()
+	primariesMu.Unlock()
 	if r := l.primaryCtxReset(p.dev); r != Success {
 		return fmt.Errorf("cuda: reset device %d: cuDevicePrimaryCtxReset: %w", p.ordinal, r)
 	}
 	// The generation moves on even if re-activating fails below: the old
-	// handles are gone either way.
+	// handles are gone either way, and so is the context a sticky error
+	// broke.
 	p.gen.Add(1)
+	p.sticky.Store(0)
 	// The reset leaves the context retained but inactive; retain it again to
 	// make it active (and learn its handle), then drop the extra reference.
 	var ctx uintptr
@@ -628,6 +687,20 @@ func (d *Device) Reset() error {
 	d.syncGenLocked()
 	d.mu.Unlock()
 	return nil
+}
+
+// unpinAllLocked unregisters d's pinned host buffers and marks them stale.
+// Requires p.mu (write), with the context current on the locked thread.
+func (d *Device) unpinAllLocked() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.syncGenLocked()
+	for _, hb := range d.hostBuf {
+		if !hb.stale {
+			d.lib.memHostUnregister(hb.addr())
+			hb.stale = true
+		}
+	}
 }
 
 // Generation is the primary context's generation (device.Generational):
@@ -692,7 +765,7 @@ func (d *Device) Close() error {
 	clear(d.events)
 	clear(d.streams)
 	d.mu.Unlock()
-	if err := releasePrimary(l, p); err != nil {
+	if err := releasePrimary(l, p, d); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

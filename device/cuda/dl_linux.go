@@ -6,18 +6,30 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/ebitengine/purego"
 )
 
+// dlopen is purego.Dlopen: dlopen, then dlerror when it fails. A variable
+// so that tests can check which thread it runs on.
+var dlopen = purego.Dlopen
+
 // openLib dlopens the first of names that loads and resolves the symbol
 // table in it. It is separate from load so tests can point it at other
 // libraries.
+//
+// The loader reports why dlopen failed through dlerror, whose message is
+// kept per OS thread; purego.Dlopen calls the two one after the other, so
+// the goroutine is locked to its thread across them, else it may move
+// between the calls and read another thread's (empty) message.
 func openLib(names []string) (*lib, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var msgs []string
 	for _, name := range names {
-		h, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
+		h, err := dlopen(name, purego.RTLD_NOW|purego.RTLD_LOCAL)
 		if err != nil {
 			msgs = append(msgs, err.Error())
 			continue

@@ -29,9 +29,62 @@
 // chunking (package alloc and the manager above it do), and it does not
 // run Go kernels: device.FuncLauncher is the simulator's.
 //
+// Rules from the driver's documentation that the backend keeps (each cited
+// where it is kept):
+//
+//   - Free of MallocAsync memory synchronizes the context before
+//     cuMemFree, which does no implicit synchronization for stream-ordered
+//     memory; FreeAsync of Malloc memory waits on its stream and uses
+//     cuMemFree, as cuMemFreeAsync is documented for stream-ordered memory
+//     only.
+//   - Memory handed to the driver holds no Go pointers: kernel parameters
+//     are pinned (runtime.Pinner) and passed as an array of uintptr, and
+//     the 2-D copy descriptor names host memory by uintptr, pinned for the
+//     call.
+//   - A kernel exception (CUDA_ERROR_ILLEGAL_ADDRESS and the other codes
+//     Result.Sticky lists) breaks the context: the error says so and
+//     matches ErrNeedsReset, Device.Err reports it, and every later call on
+//     any Device of that GPU is refused with it until Reset. The driver
+//     itself promises recovery only by restarting the process.
+//   - A pinning the system refuses is device.ErrOutOfMemory whether
+//     cuMemHostRegister says OUT_OF_MEMORY, OPERATING_SYSTEM or
+//     INVALID_VALUE (see pinRefused). Reset unregisters the pinned buffers
+//     of every Device on the GPU first.
+//   - The dynamic loader runs on one locked thread, so a failed load keeps
+//     dlerror's reason.
+//
+// Conformance on a real driver. The suite in package devicetest is exact
+// on the simulator; on CUDA some of its assertions are tolerant, because a
+// real driver moves free memory for reasons of its own: it loads internal
+// modules lazily (on the first memset, copy or launch of a kind), gives
+// streams, events and the memory pool resources of their own, and re-makes
+// its own allocations after a context reset.
+//
+//	exact everywhere:
+//	  what is allocated, freed, copied and read back; every error and
+//	  sentinel; stream, event and pool ordering; MemInfo's total;
+//	  Info.Granularity; the pool's reserved and used bytes (PoolUsage),
+//	  which count only this process's pool
+//	exact on the simulator, within 16 MiB on CUDA (cudaMemSlack):
+//	  Accounting: each Malloc's drop in free memory (between n and the
+//	    size rounded to the granularity plus one granule), the sum of the
+//	    drops, free memory back where it started after the frees and after
+//	    MallocAsync/FreeAsync, a synchronize and a trim
+//	  AsyncPool: the drop at least the pool's reserve; free memory back
+//	    after the pool released everything
+//	  HostMemory: pinned host memory takes no device memory
+//	  Reset: free memory back where it started
+//	  BadInputs: a failed call, or a refused MallocAsync while another
+//	    device's stream is open, leaves free memory unchanged
+//	  Concurrency: free memory back where it started
+//
+// scripts/gpu-check.sh runs the suite and the rest on a GPU in one short
+// session; run --standin does the same here against the stand-in driver.
+//
 // The files: driver.go holds the raw symbols, constants and one thin
 // wrapper per driver entry point; dl_linux.go loads the library; result.go
 // is Result; device.go, memory.go, copy2d.go, stream.go and module.go are
-// the Device above them; spans.go and args.go are the allocation records and kernel
-// argument packing.
+// the Device above them; spans.go and args.go are the allocation records
+// and kernel argument packing; testdata/fakecuda.c is the stand-in driver
+// the tests run against where there is no GPU.
 package cuda

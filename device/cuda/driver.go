@@ -324,16 +324,19 @@ func (l *lib) memcpyDtoDAsync(dst, src, n uint64, s uintptr) Result {
 // cuMemcpy2DAsync_v2 reads): every size_t field 64-bit, each CUmemorytype a
 // 32-bit enum followed by 4 bytes of padding before the pointer after it.
 // 128 bytes in all; TestMemcpy2DLayout checks the offsets, and the fake
-// driver, compiled from a C declaration of the struct, reads it back. The
-// host pointers are unsafe.Pointer so that the memory they point to is kept
-// alive (and, being referenced from the heap, never on a goroutine stack)
-// while the struct is.
+// driver, compiled from a C declaration of the struct, reads it back.
+//
+// The struct is Go memory handed to the driver, so it holds no Go
+// pointers: the host addresses are uintptr, and whoever fills them pins
+// the memory they point to (runtime.Pinner; pinning memory this package
+// mapped itself is a no-op) until the driver has read it.
+// TestNoGoPointersToDriver checks the field types.
 type memcpy2D struct {
 	srcXInBytes   uint64
 	srcY          uint64
 	srcMemoryType uint32
 	_             uint32
-	srcHost       unsafe.Pointer
+	srcHost       uintptr
 	srcDevice     uint64
 	srcArray      uintptr
 	srcPitch      uint64
@@ -342,7 +345,7 @@ type memcpy2D struct {
 	dstY          uint64
 	dstMemoryType uint32
 	_             uint32
-	dstHost       unsafe.Pointer
+	dstHost       uintptr
 	dstDevice     uint64
 	dstArray      uintptr
 	dstPitch      uint64
@@ -352,8 +355,8 @@ type memcpy2D struct {
 }
 
 // memcpy2DAsync enqueues the 2-D copy c describes on s. c is converted in
-// call's argument list, so it and the host memory it points to stay alive
-// until the driver has read them.
+// call's argument list, so it stays alive until the driver has read it;
+// the host memory it names must be pinned by the caller.
 func (l *lib) memcpy2DAsync(c *memcpy2D, s uintptr) Result {
 	return l.call(symMemcpy2DAsync, uintptr(unsafe.Pointer(c)), s)
 }
@@ -421,9 +424,10 @@ func (l *lib) moduleGetFunction(f *uintptr, m uintptr, name []byte) Result {
 	return l.call(symModuleGetFunction, uintptr(unsafe.Pointer(f)), m, uintptr(unsafe.Pointer(&name[0])))
 }
 
-// launchKernel enqueues f. params is the kernelParams array: one pointer
-// per kernel parameter to that parameter's value.
-func (l *lib) launchKernel(f uintptr, grid, block [3]uint32, shared uint32, s uintptr, params []unsafe.Pointer) Result {
+// launchKernel enqueues f. params is the kernelParams array: one address
+// per kernel parameter of that parameter's value, in memory the caller has
+// pinned (see packArgs).
+func (l *lib) launchKernel(f uintptr, grid, block [3]uint32, shared uint32, s uintptr, params []uintptr) Result {
 	return l.call(symLaunchKernel, f,
 		uintptr(grid[0]), uintptr(grid[1]), uintptr(grid[2]),
 		uintptr(block[0]), uintptr(block[1]), uintptr(block[2]),

@@ -26,7 +26,6 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/devicetest"
 )
 
 const fakeEnv = "VRAM_TEST_FAKE_LIBCUDA"
@@ -165,16 +164,9 @@ func TestFakeDriverChild(t *testing.T) {
 	t.Run("StridedPinned", TestStridedPinned)
 	t.Run("DriverOutOfMemory", TestDriverOutOfMemory)
 	t.Run("NoAliasAfterReset", TestNoAliasAfterReset)
+	t.Run("Regressions", fakeRegressions)
 
-	t.Run("Conformance", func(t *testing.T) {
-		devicetest.Run(t, func(t *testing.T) device.Device {
-			d, err := Open(0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return d
-		})
-	})
+	t.Run("Conformance", TestConformance)
 }
 
 func fmtErr(err error) string {

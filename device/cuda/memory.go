@@ -92,7 +92,7 @@ func (d *Device) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("MallocAsync", n, r)
 		}
-		return 0, fmt.Errorf("cuda: MallocAsync %s: %w", units.Format(n), r)
+		return 0, fmt.Errorf("cuda: MallocAsync %s: %w", units.Format(n), d.note(r))
 	}
 	d.record(span{base: p, size: n, kind: kindAsync})
 	return device.Ptr(p), nil
@@ -100,6 +100,13 @@ func (d *Device) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
 
 // FreeAsync returns p to the pool once the work enqueued on s so far has
 // finished (cuMemFreeAsync). p may come from MallocAsync or Malloc.
+//
+// cuMemFreeAsync is documented for stream-ordered memory only (its
+// reference, and cudaFreeAsync's in the runtime API: "Frees memory with
+// stream ordered semantics. Inserts a free operation into hStream";
+// cuMemAllocAsync's pool reuses what it frees); nothing in the
+// documentation found allows it for memory from cuMemAlloc. A Malloc'd p is therefore freed with cuMemFree after
+// cuStreamSynchronize(s): the same order, paid for by waiting here.
 func (d *Device) FreeAsync(p device.Ptr, s device.Stream) error {
 	if err := d.enter(); err != nil {
 		return err
@@ -115,9 +122,17 @@ func (d *Device) FreeAsync(p device.Ptr, s device.Stream) error {
 	if err != nil {
 		return err
 	}
-	if r := d.lib.memFreeAsync(uint64(p), st.h); r != Success {
+	var r Result
+	if sp.kind == kindMalloc {
+		if r = d.lib.streamSynchronize(st.h); r == Success {
+			r = d.lib.memFree(uint64(p))
+		}
+	} else {
+		r = d.lib.memFreeAsync(uint64(p), st.h)
+	}
+	if r != Success {
 		d.record(sp)
-		return fmt.Errorf("cuda: FreeAsync(%v): %w", p, r)
+		return fmt.Errorf("cuda: FreeAsync(%v): %w", p, d.note(r))
 	}
 	d.mu.Lock()
 	d.freed.add(sp)
@@ -214,6 +229,11 @@ func (d *Device) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
 	}
 	if r := d.lib.memHostRegister(hb.addr(), uint64(len(mem)), flags); r != Success {
 		unmapHost(mem)
+		if pinRefused(r) {
+			return device.HostBuffer{}, fmt.Errorf("cuda: HostAlloc %s: the system refused to pin the memory "+
+				"(locked-memory limit, ulimit -l, or pinned memory exhausted); free pinned buffers or ask for less: %w: %w",
+				units.Format(n), device.ErrOutOfMemory, r)
+		}
 		return device.HostBuffer{}, fmt.Errorf("cuda: HostAlloc %s: cuMemHostRegister: %w", units.Format(n), r)
 	}
 	if mapped {
@@ -234,6 +254,25 @@ func (d *Device) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
 		d.record(span{base: hb.dptr, size: n, kind: kindMapped})
 	}
 	return device.HostBuffer{Data: mem[:n:n], DevicePtr: device.Ptr(hb.dptr)}, nil
+}
+
+// pinRefused reports whether cuMemHostRegister's r means that the system
+// would not pin more memory, which HostAlloc reports as
+// device.ErrOutOfMemory (the pinned pool's out-of-memory path relies on
+// it). The driver API reference for cuMemHostRegister_v2 (cuda-python's
+// copy) describes it as page-locking the range and warns that
+// "page-locking excessive amounts of memory may degrade system
+// performance"; it ties CUDA_ERROR_NOT_PERMITTED and _NOT_SUPPORTED to the
+// IOMEMORY flag, and nothing found there promises CUDA_ERROR_OUT_OF_MEMORY
+// when the operating system refuses. A refusal has been seen as
+// CUDA_ERROR_OPERATING_SYSTEM (304, the OS call failed) and as
+// CUDA_ERROR_INVALID_VALUE (1). HostAlloc passes a page-aligned mapping of
+// its own and fixed, supported flags (PORTABLE, DEVICEMAP), so
+// INVALID_VALUE there cannot mean a bad argument. Other codes
+// (_HOST_MEMORY_ALREADY_REGISTERED, _NOT_PERMITTED, _NOT_SUPPORTED, which
+// the documentation ties to flags HostAlloc does not use) stay themselves.
+func pinRefused(r Result) bool {
+	return r == ErrorOutOfMemory || r == ErrorOperatingSystem || r == ErrorInvalidValue
 }
 
 // HostFree unpins and unmaps a buffer from HostAlloc. A buffer made before
@@ -340,7 +379,7 @@ func (d *Device) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
 	}
 	runtime.KeepAlive(src)
 	if r != Success {
-		return fmt.Errorf("cuda: CopyHtoD %s to %v: %w: %w", units.Format(n), dst, device.ErrCopyFailed, r)
+		return fmt.Errorf("cuda: CopyHtoD %s to %v: %w: %w", units.Format(n), dst, device.ErrCopyFailed, d.note(r))
 	}
 	return nil
 }
@@ -363,7 +402,7 @@ func (d *Device) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
 	}
 	runtime.KeepAlive(dst)
 	if r != Success {
-		return fmt.Errorf("cuda: CopyDtoH %s from %v: %w: %w", units.Format(n), src, device.ErrCopyFailed, r)
+		return fmt.Errorf("cuda: CopyDtoH %s from %v: %w: %w", units.Format(n), src, device.ErrCopyFailed, d.note(r))
 	}
 	return nil
 }
@@ -386,7 +425,7 @@ func (d *Device) CopyDtoD(dst, src device.Ptr, n uint64, s device.Stream) error 
 		return err
 	}
 	if r := d.lib.memcpyDtoDAsync(uint64(dst), uint64(src), n, st.h); r != Success {
-		return fmt.Errorf("cuda: CopyDtoD %s from %v to %v: %w: %w", units.Format(n), src, dst, device.ErrCopyFailed, r)
+		return fmt.Errorf("cuda: CopyDtoD %s from %v to %v: %w: %w", units.Format(n), src, dst, device.ErrCopyFailed, d.note(r))
 	}
 	return nil
 }
@@ -402,7 +441,7 @@ func (d *Device) Memset(dst device.Ptr, value byte, n uint64, s device.Stream) e
 		return err
 	}
 	if r := d.lib.memsetD8Async(uint64(dst), value, n, st.h); r != Success {
-		return fmt.Errorf("cuda: Memset %s at %v: %w", units.Format(n), dst, r)
+		return fmt.Errorf("cuda: Memset %s at %v: %w", units.Format(n), dst, d.note(r))
 	}
 	return nil
 }

@@ -120,7 +120,7 @@ type function struct {
 // int64/uint64/float64 as 8. Their number and widths are checked against
 // the PTX declaration, and every non-zero device.Ptr against the device's
 // live allocations (a stale or freed one is refused before the kernel can
-// fault on it). The argument memory is Go memory kept alive until the
+// fault on it). The argument memory is pinned Go memory, held until the
 // driver has copied it, which it does before cuLaunchKernel returns.
 func (f *function) Launch(s device.Stream, grid, block device.Dim3, sharedMem uint32, args ...any) error {
 	for _, v := range []uint32{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z} {
@@ -129,7 +129,9 @@ func (f *function) Launch(s device.Stream, grid, block device.Dim3, sharedMem ui
 				f.name, grid, block, device.ErrInvalidValue)
 		}
 	}
-	slots, vals, ptrs, err := packArgs(f.name, f.params, args)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	slots, vals, ptrs, err := packArgs(f.name, f.params, args, &pin)
 	if err != nil {
 		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
 	}
@@ -159,7 +161,7 @@ func (f *function) Launch(s device.Stream, grid, block device.Dim3, sharedMem ui
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
 	if r != Success {
-		return fmt.Errorf("cuda: launch %s grid %v block %v on %v: %w", f.name, grid, block, st, r)
+		return fmt.Errorf("cuda: launch %s grid %v block %v on %v: %w", f.name, grid, block, st, d.note(r))
 	}
 	return nil
 }

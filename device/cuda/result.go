@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -39,6 +40,7 @@ const (
 	ErrorJITCompilerNotFound       Result = 221
 	ErrorInvalidSource             Result = 300
 	ErrorSharedObjectSymbolMissing Result = 302
+	ErrorOperatingSystem           Result = 304
 	ErrorInvalidHandle             Result = 400
 	ErrorIllegalState              Result = 401
 	ErrorNotFound                  Result = 500
@@ -84,6 +86,7 @@ var resultNames = map[Result]string{
 	ErrorUnsupportedPTXVersion:     "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
 	ErrorInvalidSource:             "CUDA_ERROR_INVALID_SOURCE",
 	ErrorSharedObjectSymbolMissing: "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
+	ErrorOperatingSystem:           "CUDA_ERROR_OPERATING_SYSTEM",
 	ErrorInvalidHandle:             "CUDA_ERROR_INVALID_HANDLE",
 	ErrorIllegalState:              "CUDA_ERROR_ILLEGAL_STATE",
 	ErrorNotFound:                  "CUDA_ERROR_NOT_FOUND",
@@ -158,11 +161,48 @@ func (r Result) Error() string {
 		s = fmt.Sprintf("%s (%d)", r.Name(), int32(r))
 		if f == nil {
 			// Only cache driver-made text: the driver may load later.
-			return s
+			return s + r.stickyNote()
 		}
 	}
+	s += r.stickyNote()
 	descCache.Store(r, s)
 	return s
+}
+
+// ErrNeedsReset is matched by a sticky Result (see Result.Sticky) and by
+// the errors a Device returns after one: its context can do no more work
+// until Device.Reset.
+var ErrNeedsReset = errors.New("the CUDA context needs a reset")
+
+// Sticky reports whether r is an error after which the context can do no
+// more work: an exception raised by a kernel. The error list of the CUDA
+// API reference (found as the runtime's cudaErrorMisalignedAddress 716,
+// cudaErrorInvalidAddressSpace 717, cudaErrorInvalidPc 718 and
+// cudaErrorLaunchFailure 719, which share the driver's numbers) describes
+// each with "This leaves the process in an inconsistent state and any
+// further CUDA work will return the same error. To continue using CUDA,
+// the process must be terminated and relaunched." The same group of
+// kernel exceptions — CUDA_ERROR_ILLEGAL_ADDRESS (700),
+// _HARDWARE_STACK_ERROR (714), _ILLEGAL_INSTRUCTION (715) and _ASSERT
+// (710) — is treated alike; for 700 the stored documentation pages found
+// did not quote the sentence, so that one rests on the issue's report and
+// the driver's behaviour, which gpu-check can confirm.
+// Device.Reset (cuDevicePrimaryCtxReset) is what this package can try; the
+// driver promises recovery only from a new process.
+func (r Result) Sticky() bool {
+	switch r {
+	case ErrorIllegalAddress, ErrorAssert, ErrorHardwareStackError, ErrorIllegalInstruction,
+		ErrorMisalignedAddress, ErrorInvalidAddressSpace, ErrorInvalidPC, ErrorLaunchFailed:
+		return true
+	}
+	return false
+}
+
+func (r Result) stickyNote() string {
+	if !r.Sticky() {
+		return ""
+	}
+	return " (sticky: every later call on the context fails with it; Reset the device, or restart the process)"
 }
 
 // Is reports whether r matches one of the device package's sentinels:
@@ -176,8 +216,12 @@ func (r Result) Error() string {
 //	CUDA_ERROR_CONTEXT_IS_DESTROYED,
 //	  _INVALID_CONTEXT                       device.ErrInvalidated
 //	CUDA_ERROR_ILLEGAL_ADDRESS               device.ErrInvalidPointer
+//
+// and every sticky code (see Sticky) matches ErrNeedsReset.
 func (r Result) Is(target error) bool {
 	switch target {
+	case ErrNeedsReset:
+		return r.Sticky()
 	case device.ErrOutOfMemory:
 		return r == ErrorOutOfMemory
 	case device.ErrInvalidValue:

@@ -79,7 +79,7 @@ func (s *stream) Synchronize() error {
 	}
 	defer s.d.exit()
 	if r := s.d.lib.streamSynchronize(s.h); r != Success {
-		return fmt.Errorf("cuda: synchronize %v: %w", s, r)
+		return fmt.Errorf("cuda: synchronize %v: %w", s, s.d.note(r))
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func (s *stream) Query() (bool, error) {
 	case ErrorNotReady:
 		return false, nil
 	default:
-		return false, fmt.Errorf("cuda: query %v: %w", s, r)
+		return false, fmt.Errorf("cuda: query %v: %w", s, s.d.note(r))
 	}
 }
 
@@ -121,7 +121,7 @@ func (s *stream) Close() error {
 	rs := s.d.lib.streamSynchronize(s.h)
 	rd := s.d.lib.streamDestroy(s.h)
 	if rs != Success {
-		return fmt.Errorf("cuda: close %v: synchronize: %w", s, rs)
+		return fmt.Errorf("cuda: close %v: synchronize: %w", s, s.d.note(rs))
 	}
 	if rd != Success {
 		return fmt.Errorf("cuda: close %v: %w", s, rd)
@@ -214,7 +214,7 @@ func (e *event) Synchronize() error {
 	}
 	defer e.d.exit()
 	if r := e.d.lib.eventSynchronize(e.h); r != Success {
-		return fmt.Errorf("cuda: synchronize %v: %w", e, r)
+		return fmt.Errorf("cuda: synchronize %v: %w", e, e.d.note(r))
 	}
 	return nil
 }
@@ -231,7 +231,7 @@ func (e *event) Query() (bool, error) {
 	case ErrorNotReady:
 		return false, nil
 	default:
-		return false, fmt.Errorf("cuda: query %v: %w", e, r)
+		return false, fmt.Errorf("cuda: query %v: %w", e, e.d.note(r))
 	}
 }
 

@@ -138,6 +138,36 @@ func memFree(t *testing.T, d device.Device) uint64 {
 	return free
 }
 
+// cudaMemSlack is how far free memory may move on a real CUDA driver for
+// reasons of the driver's own between two readings the suite expects to
+// be equal: it loads internal modules lazily (the first memset, copy or
+// launch of a kind) and gives streams, events and the memory pool
+// resources of their own. On every other backend (the simulator) free
+// memory is accounted exactly, and the suite demands it.
+const cudaMemSlack = 16 << 20
+
+// memSlack is the tolerance of d's free-memory readings: cudaMemSlack on
+// CUDA, 0 elsewhere.
+func memSlack(d device.Device) uint64 {
+	if d.Info().Backend == "cuda" {
+		return cudaMemSlack
+	}
+	return 0
+}
+
+// freeNear fails t when free memory got is further than memSlack(d) from
+// want; what says what the reading was after.
+func freeNear(t *testing.T, d device.Device, got, want uint64, what string) {
+	t.Helper()
+	diff := got - want
+	if got < want {
+		diff = want - got
+	}
+	if slack := memSlack(d); diff > slack {
+		t.Errorf("%s: free memory is %d, want %d (within %d bytes on %s)", what, got, want, slack, d.Info().Backend)
+	}
+}
+
 func roundUp(n, g uint64) uint64 {
 	if g == 0 {
 		return n
@@ -314,22 +344,20 @@ func testAccounting(t *testing.T, o opener) {
 			p := ptr(t)(d.Malloc(n))
 			ptrs = append(ptrs, p)
 			after := memFree(t, d)
-			if after > before || before-after < n || before-after > roundUp(n, g)+g {
-				t.Errorf("Malloc(%d): free went from %d to %d; want a drop between %d and %d",
-					n, before, after, n, roundUp(n, g)+g)
+			lo, hi, slack := n, roundUp(n, g)+g, memSlack(d)
+			drop := int64(before) - int64(after)
+			if drop < int64(lo)-int64(slack) || drop > int64(hi+slack) {
+				t.Errorf("Malloc(%d): free went from %d to %d; want a drop between %d and %d (give or take %d on %s)",
+					n, before, after, lo, hi, slack, d.Info().Backend)
 			}
 			spent += before - after
 		})
 	}
-	if s := memFree(t, d); start-s != spent {
-		t.Errorf("free dropped by %d in all, but by %d allocation by allocation", start-s, spent)
-	}
+	freeNear(t, d, memFree(t, d), start-spent, "after the allocations, against their drops one by one")
 	for _, p := range ptrs {
 		ok(t, d.Free(p))
 	}
-	if end := memFree(t, d); end != start {
-		t.Errorf("after freeing everything free memory is %d, want %d (where it started)", end, start)
-	}
+	freeNear(t, d, memFree(t, d), start, "after freeing everything (where it started)")
 	if aa, isAA := d.(device.AsyncAllocator); isAA {
 		s := d.DefaultStream()
 		var ps []device.Ptr
@@ -342,9 +370,7 @@ func testAccounting(t *testing.T, o opener) {
 		ok(t, aa.SetReleaseThreshold(0))
 		syncStream(t, s)
 		ok(t, aa.TrimPool(0))
-		if end := memFree(t, d); end != start {
-			t.Errorf("after MallocAsync, FreeAsync and a synchronize free memory is %d, want %d", end, start)
-		}
+		freeNear(t, d, memFree(t, d), start, "after MallocAsync, FreeAsync, a synchronize and a trim")
 	}
 }
 
@@ -779,7 +805,7 @@ func testAsyncPool(t *testing.T, o opener) {
 		if used < 3<<20 || res < used {
 			t.Errorf("PoolUsage with 3 MiB live = reserved %d, used %d", res, used)
 		}
-		if f := memFree(t, d); start-f < res {
+		if f := memFree(t, d); start-f+memSlack(d) < res {
 			t.Errorf("free memory dropped by %d, less than the pool's reserve %d", start-f, res)
 		}
 		ok(t, aa.FreeAsync(p, s))
@@ -796,9 +822,7 @@ func testAsyncPool(t *testing.T, o opener) {
 		if res3 != 0 {
 			t.Errorf("after a sync with threshold 0 the pool still holds %d bytes", res3)
 		}
-		if f := memFree(t, d); f != start {
-			t.Errorf("free memory %d after the pool released everything, want %d", f, start)
-		}
+		freeNear(t, d, memFree(t, d), start, "after the pool released everything")
 	})
 	t.Run("trim", func(t *testing.T) {
 		d := o.fresh(t)
@@ -847,9 +871,7 @@ func testHostMemory(t *testing.T, o opener) {
 		if len(b.Data) != 10000 || b.DevicePtr != 0 {
 			t.Errorf("HostAlloc(10000, false) = %d bytes, device address %v; want 10000 bytes, none", len(b.Data), b.DevicePtr)
 		}
-		if f := memFree(t, d); f != start {
-			t.Errorf("pinned host memory took %d bytes of device memory", int64(start)-int64(f))
-		}
+		freeNear(t, d, memFree(t, d), start, "with pinned host memory (which takes no device memory)")
 		ok(t, ha.HostFree(b))
 		err := ha.HostFree(b)
 		if !errors.Is(err, device.ErrDoubleFree) && !errors.Is(err, device.ErrInvalidPointer) {
@@ -1035,9 +1057,7 @@ func testReset(t *testing.T, o opener) {
 	if isGen && gd.Generation() == gen {
 		t.Errorf("Generation is still %d after Reset", gen)
 	}
-	if f := memFree(t, d); f != start {
-		t.Errorf("free memory after Reset is %d, want %d (everything released)", f, start)
-	}
+	freeNear(t, d, memFree(t, d), start, "after Reset (everything released)")
 	if aa, isAA := d.(device.AsyncAllocator); isAA {
 		if res, used, err := aa.PoolUsage(); err != nil || res != 0 || used != 0 {
 			t.Errorf("PoolUsage after Reset = %d reserved, %d used, %v; want 0, 0, nil", res, used, err)
@@ -1190,9 +1210,7 @@ func testBadInputs(t *testing.T, o opener) {
 		t.Run(name, func(t *testing.T) {
 			free := memFree(t, d)
 			isErr(t, tc.call(), tc.want, name)
-			if f := memFree(t, d); f != free {
-				t.Errorf("a failed call changed free memory from %d to %d", free, f)
-			}
+			freeNear(t, d, memFree(t, d), free, "after a failed call")
 		})
 	}
 	t.Run("stream from another device", func(t *testing.T) {
@@ -1212,9 +1230,7 @@ func testBadInputs(t *testing.T, o opener) {
 			free := memFree(t, d)
 			_, err := aa.MallocAsync(8, s2)
 			isErr(t, err, device.ErrInvalidValue, "MallocAsync on another device's stream")
-			if f := memFree(t, d); f != free {
-				t.Errorf("a refused MallocAsync changed free memory from %d to %d", free, f)
-			}
+			freeNear(t, d, memFree(t, d), free, "after a refused MallocAsync, another device's stream open")
 		}
 	})
 }
@@ -1369,9 +1385,7 @@ func testConcurrency(t *testing.T, o opener) {
 	if aa, isAA := d.(device.AsyncAllocator); isAA {
 		ok(t, aa.TrimPool(0))
 	}
-	if f := memFree(t, d); f != start {
-		t.Errorf("after concurrent alloc/free free memory is %d, want %d", f, start)
-	}
+	freeNear(t, d, memFree(t, d), start, "after concurrent alloc/free")
 }
 
 func testDeviceSync(t *testing.T, o opener) {

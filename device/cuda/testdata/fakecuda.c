@@ -7,7 +7,17 @@
  * on the stack, out-parameters, kernelParams, the JIT log buffers — runs for
  * real. It checks what it is given and fails the way the driver documents.
  * It is not a model of CUDA's timing or asynchrony: every operation is done
- * when its call returns.
+ * when its call returns. It does keep the rules a real driver would break
+ * on silently, and counts each breach (vram_fake_count, for the tests):
+ *   - cuMemFree of cuMemAllocAsync memory while work enqueued on some stream
+ *     has not been waited for by cuCtxSynchronize ("free_unsynced"): the
+ *     driver does no implicit synchronization for such memory;
+ *   - cuMemFreeAsync of memory from cuMemAlloc ("freeasync_malloc");
+ *   - cuMemHostRegister of a range that is still registered
+ *     ("register_twice"; a context reset here keeps registrations, the
+ *     worst a driver may do).
+ * vram_fake_set("register_error", code) makes the next cuMemHostRegister
+ * fail with code, as a system that refuses to pin more memory does.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -41,6 +51,33 @@ static unsigned long long pool_reserved, pool_used, pool_threshold;
 struct alloc { void *p; unsigned long long n, charged; int async; };
 static struct alloc allocs[MAXALLOC];
 static int handles[1024];                  /* live stream/event/module/function handles */
+static int unsynced;                       /* work enqueued since the last cuCtxSynchronize */
+static int free_unsynced, freeasync_malloc, register_twice, register_error;
+#define MAXREG 256
+static struct { uintptr_t p; size_t n; } regs[MAXREG]; /* registered host ranges */
+
+int vram_fake_count(const char *what) {
+	pthread_mutex_lock(&mu);
+	int v = -1, n = 0;
+	if (!strcmp(what, "free_unsynced")) v = free_unsynced;
+	else if (!strcmp(what, "freeasync_malloc")) v = freeasync_malloc;
+	else if (!strcmp(what, "register_twice")) v = register_twice;
+	else if (!strcmp(what, "registered")) {
+		for (int i = 0; i < MAXREG; i++) n += regs[i].p != 0;
+		v = n;
+	}
+	pthread_mutex_unlock(&mu);
+	return v;
+}
+int vram_fake_set(const char *what, int v) {
+	pthread_mutex_lock(&mu);
+	int ok = 1;
+	if (!strcmp(what, "register_error")) register_error = v;
+	else ok = 0;
+	pthread_mutex_unlock(&mu);
+	return ok;
+}
+static void enqueued(void) { pthread_mutex_lock(&mu); unsynced = 1; pthread_mutex_unlock(&mu); }
 
 static unsigned long long roundup(unsigned long long n, unsigned long long g) { return (n + g - 1) / g * g; }
 static uintptr_t ctx_handle(void) { return 0x1000 + (uintptr_t)ctxgen; }
@@ -154,7 +191,7 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
 CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) { *pool = (void *)0x2000; return d ? INVALID_DEVICE : OK; }
 CUresult cuCtxSetCurrent(void *ctx) { return (uintptr_t)ctx == ctx_handle() ? OK : INVALID_CONTEXT; }
 CUresult cuCtxSynchronize(void) {
-	pthread_mutex_lock(&mu); sync_point_locked(); pthread_mutex_unlock(&mu);
+	pthread_mutex_lock(&mu); sync_point_locked(); unsynced = 0; pthread_mutex_unlock(&mu);
 	return OK;
 }
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
@@ -186,10 +223,21 @@ static CUresult do_alloc(CUdeviceptr *dp, size_t n, int async) {
 	pthread_mutex_unlock(&mu);
 	return OK;
 }
-static CUresult do_free(CUdeviceptr dp) {
+/* how: 0 cuMemFree, 1 cuMemFreeAsync */
+static CUresult do_free(CUdeviceptr dp, int how) {
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < MAXALLOC; i++) {
 		if (allocs[i].p && (CUdeviceptr)(uintptr_t)allocs[i].p == dp) {
+			if (how == 0 && allocs[i].async && unsynced) {
+				free_unsynced++;
+				pthread_mutex_unlock(&mu);
+				return 999; /* a real driver frees it under running work */
+			}
+			if (how == 1 && !allocs[i].async) {
+				freeasync_malloc++;
+				pthread_mutex_unlock(&mu);
+				return INVALID_VALUE;
+			}
 			if (allocs[i].async) pool_used -= roundup(allocs[i].n, 512);
 			used -= allocs[i].charged;
 			free(allocs[i].p);
@@ -218,9 +266,17 @@ static int valid_range(CUdeviceptr p, size_t n) {
 static int valid_stream(void *s) { return s == 0 || p2h(s, STREAM); }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t n) { return do_alloc(dp, n, 0); }
-CUresult cuMemFree_v2(CUdeviceptr dp) { return do_free(dp); }
-CUresult cuMemAllocAsync(CUdeviceptr *dp, size_t n, void *s) { return valid_stream(s) ? do_alloc(dp, n, 1) : INVALID_HANDLE; }
-CUresult cuMemFreeAsync(CUdeviceptr dp, void *s) { return valid_stream(s) ? do_free(dp) : INVALID_HANDLE; }
+CUresult cuMemFree_v2(CUdeviceptr dp) { return do_free(dp, 0); }
+CUresult cuMemAllocAsync(CUdeviceptr *dp, size_t n, void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	enqueued();
+	return do_alloc(dp, n, 1);
+}
+CUresult cuMemFreeAsync(CUdeviceptr dp, void *s) {
+	if (!valid_stream(s)) return INVALID_HANDLE;
+	enqueued();
+	return do_free(dp, 1);
+}
 CUresult cuMemPoolSetAttribute(void *pool, int attr, void *v) {
 	if ((uintptr_t)pool != 0x2000 || attr != 4) return INVALID_VALUE;
 	pthread_mutex_lock(&mu); pool_threshold = *(unsigned long long *)v; pthread_mutex_unlock(&mu);
@@ -246,25 +302,52 @@ CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
 }
 CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned int flags) {
 	if (!p || n == 0 || ((uintptr_t)p & 4095) || (flags & ~3u)) return INVALID_VALUE;
-	return OK;
+	pthread_mutex_lock(&mu);
+	CUresult r = OK;
+	int slot = -1;
+	if (register_error) { r = register_error; register_error = 0; goto out; }
+	for (int i = 0; i < MAXREG; i++) {
+		if (regs[i].p && (uintptr_t)p < regs[i].p + regs[i].n && regs[i].p < (uintptr_t)p + n) {
+			register_twice++;
+			r = 712; /* CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED */
+			goto out;
+		}
+		if (!regs[i].p && slot < 0) slot = i;
+	}
+	if (slot < 0) { r = OUT_OF_MEMORY; goto out; }
+	regs[slot].p = (uintptr_t)p; regs[slot].n = n;
+out:
+	pthread_mutex_unlock(&mu);
+	return r;
 }
-CUresult cuMemHostUnregister(void *p) { return p ? OK : INVALID_VALUE; }
+CUresult cuMemHostUnregister(void *p) {
+	if (!p) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	CUresult r = 713; /* CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED */
+	for (int i = 0; i < MAXREG; i++)
+		if (regs[i].p == (uintptr_t)p) { regs[i].p = 0; r = OK; break; }
+	pthread_mutex_unlock(&mu);
+	return r;
+}
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *dp, void *p, unsigned int flags) {
 	if (flags || !p) return INVALID_VALUE;
 	*dp = (CUdeviceptr)(uintptr_t)p; return OK;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
 	if (!valid_stream(s)) return INVALID_HANDLE;
+	enqueued();
 	if (!valid_range(dst, n)) return INVALID_VALUE;
 	memcpy((void *)(uintptr_t)dst, src, n); return OK;
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
 	if (!valid_stream(s)) return INVALID_HANDLE;
+	enqueued();
 	if (!valid_range(src, n)) return INVALID_VALUE;
 	memcpy(dst, (void *)(uintptr_t)src, n); return OK;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
 	if (!valid_stream(s)) return INVALID_HANDLE;
+	enqueued();
 	/* src may be a mapped host buffer, which the fake does not track */
 	if (!valid_range(dst, n)) return INVALID_VALUE;
 	memmove((void *)(uintptr_t)dst, (void *)(uintptr_t)src, n); return OK;
@@ -295,6 +378,7 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, void *s) {
 	if (!c) return INVALID_VALUE;
 	if (!valid_stream(s)) return INVALID_HANDLE;
 	if (c->srcArray || c->dstArray) return INVALID_VALUE;
+	enqueued();
 	if (c->srcMemoryType != MEMTYPE_HOST && c->srcMemoryType != MEMTYPE_DEVICE) return INVALID_VALUE;
 	if (c->dstMemoryType != MEMTYPE_HOST && c->dstMemoryType != MEMTYPE_DEVICE) return INVALID_VALUE;
 	if (c->srcPitch < c->WidthInBytes || c->dstPitch < c->WidthInBytes) return INVALID_VALUE;
@@ -317,6 +401,7 @@ CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *c, void *s) {
 }
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void *s) {
 	if (!valid_stream(s)) return INVALID_HANDLE;
+	enqueued();
 	if (!valid_range(dst, n)) return INVALID_VALUE;
 	memset((void *)(uintptr_t)dst, v, n); return OK;
 }
@@ -405,6 +490,7 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 	if (!fh || !p2h(h2p(function_module[fh]), MODULE)) return INVALID_HANDLE;
 	if (!valid_stream(s)) return INVALID_HANDLE;
 	if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024 || shared > 48 * 1024 || extra) return INVALID_VALUE;
+	enqueued();
 	if (strcmp(function_name[fh], "fill") != 0) return OK;
 	if (!params) return INVALID_VALUE;
 	CUdeviceptr p = *(CUdeviceptr *)params[0];

@@ -1,0 +1,491 @@
+package vram
+
+// The allocation transaction: one AllocateQueue's allocation of a group,
+// as a type with named steps, run in order with the group lock, planMu
+// and allocMu held:
+//
+//  1. take: the group's queue (and its stream), under mu;
+//  2. plan: read the budget, plan once against the allocator's cost;
+//  3. setAside: free the arrays being replaced first, only when the plan
+//     needs their memory (or a host array the pinned-memory limit does);
+//  4. allocate: every planned array, all or nothing;
+//  5. install: the new arrays in their clients, the responses built and
+//     their OnAllocated calls queued, under mu;
+//  6. deliver: free what the new arrays replaced; AllocateQueue then
+//     makes the hook calls with no lock held;
+//
+// and rollback, on a failure after step 1: the queue is put back, and
+// the owners of arrays set aside are told (OnInvalidate) and named.
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// allocTx is one allocation of a group. Its fields are the
+// transaction's own, touched by one goroutine.
+type allocTx struct {
+	m       *Manager
+	trigger *Client
+	group   string
+	ac      allocConfig
+
+	stream     device.Stream
+	q          map[*Client]map[string]ArrayRequest // the queue taken
+	requesters []*Client                           // q's clients, by id
+	reqs       map[string]map[string]ArrayRequest  // q by client name, for Plan
+	gb         groupBudget
+	plan       ChunkPlan
+	todo       []pending     // the arrays of plan
+	made       []*allocation // todo's arrays, once allocated
+	setAside   []freeWork    // replaced arrays freed before allocating
+	replaced   []freeWork    // arrays the new ones replaced, freed after install
+	hostRetry  bool          // host arrays were set aside after a host failure
+	freeErrs   map[*Client]error
+}
+
+// allocateGroup is AllocateQueue with the group lock, planMu and allocMu
+// held: the transaction's steps in order.
+func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
+	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
+	if err := tx.take(); err != nil {
+		return groupOutcome{}, err
+	}
+	if err := tx.planOnce(); err != nil {
+		tx.restoreQueue()
+		return groupOutcome{}, err
+	}
+	if !tx.gb.fitsBeside(tx.plan) {
+		tx.setAsideReplaced(false)
+	}
+	if err := tx.allocate(); err != nil {
+		return tx.rollback(err)
+	}
+	res := tx.install()
+	tx.freeReplaced(&res)
+	return res, nil
+}
+
+// take takes the group's queue and stream.
+func (tx *allocTx) take() error {
+	m := tx.m
+	m.mu.Lock()
+	if err := m.checkLocked(tx.trigger); err != nil {
+		m.mu.Unlock()
+		return err
+	}
+	q := m.queues[tx.group]
+	if len(q) == 0 {
+		m.mu.Unlock()
+		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with QueueRequest first; "+
+			"another member's AllocateQueue may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
+	}
+	delete(m.queues, tx.group)
+	tx.q = q
+	tx.requesters = slices.SortedFunc(maps.Keys(q), byID)
+	tx.reqs = make(map[string]map[string]ArrayRequest, len(q))
+	for _, c := range tx.requesters {
+		tx.reqs[c.String()] = q[c]
+	}
+	tx.gb = groupBudget{mode: m.mode, group: tx.group, requesters: tx.requesters, queue: q}
+	m.mu.Unlock()
+	s, err := m.groups.GroupStream(tx.group)
+	if err != nil {
+		tx.restoreQueue()
+		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
+	}
+	tx.stream = s
+	return nil
+}
+
+// restoreQueue puts the requests taken back in their clients' queues,
+// under any queued since for the same labels.
+func (tx *allocTx) restoreQueue() {
+	m := tx.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range tx.requesters {
+		if c.closed {
+			continue
+		}
+		dst := m.queues[c.group][c]
+		for l, r := range tx.q[c] {
+			if _, newer := dst[l]; !newer {
+				m.queueLocked(c, c.group, map[string]ArrayRequest{l: r})
+			}
+		}
+	}
+}
+
+// planOnce reads the budget and plans the group against the allocator's
+// stated cost; errors say what bounds the budget.
+func (tx *allocTx) planOnce() error {
+	if err := tx.m.readBudget(&tx.gb); err != nil {
+		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
+	}
+	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers})
+	if err == nil {
+		tx.plan = plan
+		return nil
+	}
+	var pe *PlanError
+	if errors.As(err, &pe) {
+		pe.Hint += "; " + tx.gb.advice()
+	}
+	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
+		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
+	}
+	return fmt.Errorf("vram: allocate group %q with %s: %w", tx.group, &tx.gb, err)
+}
+
+// readBudget trims the allocator's cache, reads the device's free memory,
+// the allocator's statement of costs and the room its caps leave, then
+// what the arrays being replaced and the group hold. allocMu must be
+// held.
+func (m *Manager) readBudget(b *groupBudget) error {
+	// Give the cache back so that free memory is what the device can
+	// really give (a cached block may be too fragmented to serve); what
+	// the allocator still caches after the trim sits in segments that
+	// are partly in use, too fragmented to count on.
+	if err := m.al.Trim(); err != nil && !errors.Is(err, alloc.ErrClosed) {
+		return fmt.Errorf("trim the allocator: %w", err)
+	}
+	free, _, err := m.dev.MemInfo()
+	if err != nil {
+		return fmt.Errorf("read device memory: %w", err)
+	}
+	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
+	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
+	if c, ok := m.al.(alloc.Coster); ok {
+		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
+		if b.room = c.Room(); b.room < math.MaxUint64 {
+			b.capped = true
+		}
+	}
+	m.mu.Lock()
+	m.heldLocked(b)
+	m.mu.Unlock()
+	return nil
+}
+
+// heldLocked reads into b what the arrays being replaced take, and in
+// Active mode the group's caps and what its members hold. It is read
+// after the free memory and the cap's room: an array freed meanwhile
+// (Client.Free) is then left out of one figure or both, never counted in
+// both. m.mu must be held.
+func (m *Manager) heldLocked(b *groupBudget) {
+	b.replaced, b.caps, b.held = 0, 0, 0
+	for _, c := range b.requesters {
+		if c.closed {
+			continue
+		}
+		for l := range b.queue[c] {
+			for _, a := range c.arrays[l] {
+				b.replaced += a.charged
+			}
+		}
+	}
+	if b.mode == Active {
+		for _, c := range m.reg.members(b.group) {
+			b.caps += m.capLocked(c)
+			b.held += c.held
+		}
+	}
+}
+
+// setAsideReplaced frees the arrays being replaced before the new ones
+// are allocated (only host arrays with hostOnly), adding them to
+// tx.setAside: the plan needs their memory. A failure after this tells
+// their owners.
+func (tx *allocTx) setAsideReplaced(hostOnly bool) {
+	m := tx.m
+	m.mu.Lock()
+	var old []freeWork
+	for _, c := range tx.requesters {
+		if c.closed {
+			continue
+		}
+		var as []*allocation
+		for _, l := range slices.Sorted(maps.Keys(tx.q[c])) {
+			if hostOnly && !c.holdsHostLocked(l) {
+				continue
+			}
+			as = append(as, c.takeLocked(l)...)
+		}
+		if len(as) > 0 {
+			old = append(old, freeWork{c: c, allocs: as, s: tx.stream})
+		}
+	}
+	m.mu.Unlock()
+	m.freeEach(old, tx.freeErrs)
+	tx.setAside = append(tx.setAside, old...)
+	if !hostOnly {
+		tx.gb.held -= min(tx.gb.held, tx.gb.replaced)
+		tx.gb.replaced = 0
+	}
+}
+
+// maxReplans bounds how often AllocateQueue plans a group again after an
+// allocator that does not state its cost took more of the device than
+// it was counted to.
+const maxReplans = 3
+
+// allocate allocates the plan's arrays, all or nothing. A host array
+// that does not fit beside the host arrays it replaces sets those aside
+// and tries once more. With an allocator that does not state its cost,
+// a device that runs out makes it plan again with what the allocator
+// took beyond the counted cost kept back.
+func (tx *allocTx) allocate() error {
+	for attempt := 0; ; attempt++ {
+		tx.todo = pendingOf(tx.requesters, tx.q, tx.plan)
+		made, failed, beyond, err := tx.m.allocAll(tx.todo, tx.stream, &tx.gb)
+		if err == nil {
+			tx.made = made
+			return nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			return tx.failure(failed, err)
+		}
+		// Only a device array's failure says anything about device
+		// memory; a host array's is its own limit's.
+		if tx.todo[failed].req.Memory != Device {
+			if tx.hostRetry {
+				return tx.failure(failed, err)
+			}
+			tx.hostRetry = true
+			n := len(tx.setAside)
+			if tx.setAsideReplaced(true); len(tx.setAside) > n {
+				continue
+			}
+			return tx.failure(failed, err)
+		}
+		if tx.gb.stated() || beyond == 0 || attempt >= maxReplans {
+			return tx.failure(failed, err)
+		}
+		if perr := tx.replan(beyond); perr != nil {
+			return tx.failure(failed, errors.Join(err, perr))
+		}
+	}
+}
+
+// replan plans again with beyond more device bytes kept back.
+func (tx *allocTx) replan(beyond uint64) error {
+	m := tx.m
+	m.replans.Add(1)
+	tx.gb.lost = satAdd(tx.gb.lost, beyond)
+	err := m.readBudget(&tx.gb)
+	if err == nil {
+		var next ChunkPlan
+		if next, err = planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers}); err == nil {
+			tx.plan = next
+			if !tx.gb.fitsBeside(tx.plan) {
+				tx.setAsideReplaced(false)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("plan again with %s less: %w", units.Format(tx.gb.lost), err)
+}
+
+// failure is the error of array failed of todo, with the plan's figures.
+func (tx *allocTx) failure(failed int, err error) error {
+	p, plan := tx.todo[failed], tx.plan
+	return fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s, %s on the device; %s): %w",
+		tx.group, p.label, p.c, fmtShape(p.req.DType, p.shape), failed+1, len(tx.todo),
+		plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(tx.gb.planDevice), &tx.gb, err)
+}
+
+// rollback puts the queue back after a failed allocation; when arrays
+// being replaced were set aside, it names their owners and labels and
+// queues their OnInvalidate hooks.
+func (tx *allocTx) rollback(err error) (groupOutcome, error) {
+	tx.restoreQueue()
+	if len(tx.setAside) == 0 {
+		return groupOutcome{}, err
+	}
+	m := tx.m
+	var lost []string
+	var told []*Client
+	m.mu.Lock()
+	for _, w := range tx.setAside {
+		labels := make([]string, 0, len(w.allocs))
+		for _, a := range w.allocs {
+			if !slices.Contains(labels, a.label) {
+				labels = append(labels, a.label)
+			}
+		}
+		lost = append(lost, fmt.Sprintf("%v: %s", w.c, strings.Join(labels, ", ")))
+		if w.c.onInvalidate != nil && !w.c.closed {
+			w.c.postLocked(w.c.onInvalidate, true)
+			told = append(told, w.c)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, w := range tx.setAside {
+		errs = append(errs, tx.freeErrs[w.c])
+	}
+	lostErr := fmt.Errorf("the plan needed the memory of the arrays being replaced, so they were freed first and are gone "+
+		"(%s); their owners' OnInvalidate hooks are called and their requests stay queued", strings.Join(lost, "; "))
+	return groupOutcome{invalidated: told}, errors.Join(err, lostErr, errors.Join(errs...))
+}
+
+// install puts the new arrays in their clients, in place of what they
+// held under the same labels (kept in tx for freeReplaced), and builds
+// every response, queuing each OnAllocated call (not ready: freeReplaced
+// completes the responses first) so that it comes before any later
+// invalidation.
+func (tx *allocTx) install() groupOutcome {
+	m := tx.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var res groupOutcome
+	res.out = make([]delivery, 0, len(tx.requesters))
+	isReq := make(map[*Client]bool, len(tx.requesters))
+	idx := 0 // made is in todo's order: each requester's arrays in a run
+	for _, c := range tx.requesters {
+		isReq[c] = true
+		n := idx
+		for n < len(tx.todo) && tx.todo[n].c == c {
+			n++
+		}
+		mine := tx.made[idx:n]
+		idx = n
+		if c.closed {
+			tx.replaced = append(tx.replaced, freeWork{c: c, allocs: mine, s: tx.stream})
+			continue
+		}
+		res.out = append(res.out, delivery{c: c, resp: tx.installLocked(c, mine)})
+	}
+	// Notaries: the other open members of the group, at install time.
+	for _, c := range m.reg.members(tx.group) {
+		if !isReq[c] {
+			resp := newResponse(c, tx.plan, 1)
+			resp.ChunkedShapes = map[string][]int{}
+			res.out = append(res.out, delivery{c: c, resp: resp})
+		}
+	}
+	res.calls = make([]*hookCall, len(res.out))
+	for i, d := range res.out {
+		if d.c == tx.trigger {
+			res.mine = d.resp
+		}
+		if d.c.onAllocated != nil {
+			on, resp := d.c.onAllocated, d.resp
+			res.calls[i] = d.c.postLocked(func() { on(resp) }, false)
+		}
+	}
+	if res.mine == nil && !tx.trigger.closed {
+		// The trigger moved to another group meanwhile: it gets the
+		// chunk parameters of the group it asked for, and no hook call.
+		res.mine = newResponse(tx.trigger, tx.plan, 1)
+		res.mine.ChunkedShapes = map[string][]int{}
+	}
+	return res
+}
+
+// installLocked gives c its arrays mine and returns its response. m.mu
+// must be held.
+func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
+	resp := newResponse(c, tx.plan, max(tx.plan.Buffers, 1))
+	byLabel := map[string][]*allocation{}
+	for _, a := range mine {
+		byLabel[a.label] = append(byLabel[a.label], a)
+	}
+	for l, as := range byLabel {
+		// What l holds now (the array being replaced, or one installed
+		// meanwhile) is freed once the new one is in.
+		if prev := c.takeLocked(l); len(prev) > 0 {
+			tx.replaced = append(tx.replaced, freeWork{c: c, allocs: prev, s: tx.stream})
+		}
+		if c.arrays == nil {
+			c.arrays = map[string][]*allocation{}
+		}
+		c.arrays[l] = as
+		for _, a := range as {
+			c.held += a.charged
+		}
+		for b := range resp.Buffers {
+			a := as[min(b, len(as)-1)] // unchunkable: one array in every buffer
+			if a.dev != nil {
+				resp.Buffers[b].Device[l] = a.dev
+			}
+			if a.host != nil {
+				resp.Buffers[b].Host[l] = a.host
+			}
+		}
+	}
+	resp.ChunkedShapes = tx.plan.ChunkedShapes[c.String()]
+	return resp
+}
+
+// freeReplaced frees what the new arrays replaced (and arrays made for
+// clients closed meanwhile). The new arrays are in: a failure here does
+// not fail the call; each owner's response carries it.
+func (tx *allocTx) freeReplaced(res *groupOutcome) {
+	tx.m.freeEach(tx.replaced, tx.freeErrs)
+	for _, d := range res.out {
+		d.resp.FreeErr = tx.freeErrs[d.c]
+		delete(tx.freeErrs, d.c)
+	}
+	for c, err := range tx.freeErrs { // owners closed meanwhile: no response to carry it
+		tx.m.log.Warn("vram: AllocateQueue could not free arrays it replaced, or made for a client closed meanwhile",
+			"client", c.String(), "group", tx.group, "err", err)
+	}
+}
+
+// allocAll allocates todo on s, all or nothing: made[i] is todo[i]'s
+// array. Device arrays are allocated from the largest down, so that a
+// segment one of them opens serves those after it where it can. On
+// failure it frees what it made and returns the index of the array that
+// failed and, for an allocator that does not state its cost, how many
+// device bytes it took beyond the cost counted for the arrays it made
+// (read from the device's free memory). allocMu must be held.
+func (m *Manager) allocAll(todo []pending, s device.Stream, b *groupBudget) (made []*allocation, failed int, beyond uint64, err error) {
+	bytes := make([]uint64, len(todo))
+	order := make([]int, len(todo))
+	for i, p := range todo {
+		order[i] = i
+		if p.req.Memory.OnDevice() {
+			n, _ := elements(p.shape)
+			bytes[i] = n * p.req.DType.Size()
+		}
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(bytes[y], bytes[x]) })
+	free0, _, ferr := m.dev.MemInfo()
+	made = make([]*allocation, len(todo))
+	var sizes []uint64
+	for _, i := range order {
+		a, err := m.allocOne(todo[i], s, b.gran)
+		if err == nil {
+			made[i] = a
+			if bytes[i] > 0 {
+				sizes = append(sizes, bytes[i])
+			}
+			continue
+		}
+		if free, _, e := m.dev.MemInfo(); e == nil && ferr == nil && free < free0 && !b.stated() {
+			if spent, want := free0-free, b.cost(sizes); spent > want {
+				beyond = spent - want
+			}
+		}
+		for _, j := range slices.Backward(order) {
+			if made[j] != nil {
+				if rerr := m.release(made[j], s); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("free %s of %v again: %w", todo[j].label, todo[j].c, rerr))
+				}
+			}
+		}
+		return nil, i, beyond, err
+	}
+	return made, 0, 0, nil
+}

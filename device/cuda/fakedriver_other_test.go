@@ -1,0 +1,7 @@
+//go:build !linux
+
+package cuda
+
+import "testing"
+
+func fakeRegressions(t *testing.T) { t.Skip("the fake driver is a Linux shared library") }

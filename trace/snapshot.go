@@ -1,0 +1,381 @@
+package trace
+
+// Reading PyTorch memory snapshots.
+//
+// torch.cuda.memory._dump_snapshot pickles a dict: "segments" (the
+// device segments PyTorch held at the dump, each with its "blocks") and
+// "device_traces" (one list per device of the allocator's history:
+// "alloc", "free_requested", "free_completed", "segment_alloc",
+// "segment_free", ... with "addr", "size", "stream", "time_us").
+// ReadSnapshot turns it into a self-contained allocation log:
+//
+//   - first the blocks live when recording began, allocated at time 0 in
+//     address order: an address freed in the history before any alloc of
+//     it (the free's size), and a block "active_allocated" at the dump
+//     that the history never allocates (the block's size);
+//   - then, in order, each "alloc" and each free of a live address
+//     ("free_requested" where the snapshot has such entries, else
+//     "free_completed", else the older "free"), at its time_us less the
+//     first entry's, plus 1 µs, in seconds, so the history comes strictly
+//     after the blocks at time 0.
+//
+// What PyTorch reserved is read from the segment entries, walked back
+// from the segments at the dump: what it held when recording began, its
+// peak, and how many segments it used.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"os"
+	"slices"
+	"sort"
+
+	ogorek "github.com/kisielk/og-rek"
+)
+
+// ErrSnapshot is wrapped by ReadSnapshot's errors on input that is not a
+// PyTorch memory snapshot.
+var ErrSnapshot = errors.New("not a PyTorch memory snapshot")
+
+// PyTorchFigures are what PyTorch's own caching allocator did over a
+// snapshot's history, on the real GPU. Bytes are bytes.
+type PyTorchFigures struct {
+	// PeakReserved is the most memory it held from the device.
+	PeakReserved uint64
+	// ReservedAtStart is what it held when recording began.
+	ReservedAtStart uint64
+	// PeakAllocated is the most bytes in allocated blocks by its own
+	// accounting (after its rounding).
+	PeakAllocated uint64
+	// Segments is how many device segments it used: those held at the
+	// dump plus those it freed during the history.
+	Segments int
+	// SegmentAllocs and SegmentFrees count its device allocations and
+	// frees during the history.
+	SegmentAllocs, SegmentFrees int
+	// Expandable reports expandable segments (expandable_segments:True).
+	Expandable bool
+}
+
+// Snapshot is a PyTorch memory snapshot read as an allocation log.
+type Snapshot struct {
+	// Events are the log: the blocks live at start, then the history.
+	Events []Event
+	// LiveAtStart is how many of Events are blocks live at start.
+	LiveAtStart int
+	// PyTorch is what PyTorch's allocator reserved.
+	PyTorch PyTorchFigures
+}
+
+// IsSnapshot reports whether data, the first bytes of a file, begin a
+// pickle of protocol 2 or later (what _dump_snapshot writes); an RMM CSV
+// never does.
+func IsSnapshot(prefix []byte) bool {
+	return len(prefix) >= 2 && prefix[0] == 0x80 && prefix[1] >= 2 && prefix[1] <= 5
+}
+
+// ReadSnapshotFile reads the PyTorch memory snapshot in the named file.
+func ReadSnapshotFile(path string) (*Snapshot, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	s, err := ReadSnapshot(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// ReadSnapshot reads a PyTorch memory snapshot (a pickle made by
+// torch.cuda.memory._dump_snapshot) as an allocation log.
+func ReadSnapshot(r io.Reader) (*Snapshot, error) {
+	v, err := ogorek.NewDecoder(bufio.NewReaderSize(r, 1<<16)).Decode()
+	if err != nil {
+		return nil, fmt.Errorf("trace: decode the pickle (want one written by torch.cuda.memory._dump_snapshot): %v: %w", err, ErrSnapshot)
+	}
+	top, ok := v.(map[any]any)
+	if !ok {
+		return nil, fmt.Errorf("trace: the pickle holds a %T, want the dict _dump_snapshot writes: %w", v, ErrSnapshot)
+	}
+	segs, err := listOf(top, "segments")
+	if err != nil {
+		return nil, err
+	}
+	devs, err := listOf(top, "device_traces")
+	if err != nil {
+		return nil, err
+	}
+	entries, err := historyOf(devs)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("trace: the snapshot has no allocation history (device_traces is empty): record it with torch.cuda.memory._record_memory_history() before the dump: %w", ErrSnapshot)
+	}
+	state, err := segmentsOf(segs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snapshot{}
+	s.Events, s.LiveAtStart = snapshotEvents(entries, state)
+	s.PyTorch = pytorchFigures(entries, state)
+	return s, nil
+}
+
+// snapEntry is one entry of a snapshot's device_traces.
+type snapEntry struct {
+	action             string
+	addr, size, stream uint64
+	timeUS             int64
+}
+
+// snapBlock is one block of a segment at the dump.
+type snapBlock struct {
+	addr, size uint64
+	state      string
+}
+
+// snapState is the segments at the dump.
+type snapState struct {
+	reserved   uint64 // sum of total_size
+	allocated  uint64 // sum of allocated_size
+	segments   int
+	expandable bool
+	blocks     []snapBlock
+}
+
+// listOf is top[key] as a list.
+func listOf(m map[any]any, key string) ([]any, error) {
+	v, ok := m[key]
+	if !ok {
+		return nil, fmt.Errorf("trace: the snapshot has no %q key: %w", key, ErrSnapshot)
+	}
+	l, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("trace: the snapshot's %q is a %T, want a list: %w", key, v, ErrSnapshot)
+	}
+	return l, nil
+}
+
+// historyOf reads every device's trace entries, merged in time order
+// (one device's entries keep their order).
+func historyOf(devs []any) ([]snapEntry, error) {
+	var all []snapEntry
+	for d, dv := range devs {
+		l, ok := dv.([]any)
+		if !ok {
+			return nil, fmt.Errorf("trace: device_traces[%d] is a %T, want a list: %w", d, dv, ErrSnapshot)
+		}
+		for i, ev := range l {
+			m, ok := ev.(map[any]any)
+			if !ok {
+				return nil, fmt.Errorf("trace: device_traces[%d][%d] is a %T, want a dict: %w", d, i, ev, ErrSnapshot)
+			}
+			e, err := entryOf(m)
+			if err != nil {
+				return nil, fmt.Errorf("trace: device_traces[%d][%d]: %w", d, i, err)
+			}
+			all = append(all, e)
+		}
+	}
+	if len(devs) > 1 {
+		sort.SliceStable(all, func(i, j int) bool { return all[i].timeUS < all[j].timeUS })
+	}
+	return all, nil
+}
+
+func entryOf(m map[any]any) (snapEntry, error) {
+	var e snapEntry
+	a, ok := m["action"].(string)
+	if !ok {
+		return e, fmt.Errorf("no string \"action\": %w", ErrSnapshot)
+	}
+	e.action = a
+	var err error
+	if e.addr, err = uintOf(m, "addr"); err != nil {
+		return e, err
+	}
+	if e.size, err = uintOf(m, "size"); err != nil {
+		return e, err
+	}
+	if _, ok := m["stream"]; ok {
+		if e.stream, err = uintOf(m, "stream"); err != nil {
+			return e, err
+		}
+	}
+	if _, ok := m["time_us"]; ok {
+		t, err := uintOf(m, "time_us")
+		if err != nil {
+			return e, err
+		}
+		e.timeUS = int64(t)
+	}
+	return e, nil
+}
+
+// uintOf is m[key] as a non-negative integer below 2⁶³.
+func uintOf(m map[any]any, key string) (uint64, error) {
+	switch v := m[key].(type) {
+	case int64:
+		if v >= 0 {
+			return uint64(v), nil
+		}
+	case *big.Int:
+		if v.IsInt64() && v.Sign() >= 0 {
+			return uint64(v.Int64()), nil
+		}
+	case nil:
+		return 0, fmt.Errorf("no %q: %w", key, ErrSnapshot)
+	}
+	return 0, fmt.Errorf("%q is %v, want a non-negative integer: %w", key, m[key], ErrSnapshot)
+}
+
+// segmentsOf reads the segments at the dump.
+func segmentsOf(segs []any) (snapState, error) {
+	var st snapState
+	for i, sv := range segs {
+		m, ok := sv.(map[any]any)
+		if !ok {
+			return st, fmt.Errorf("trace: segments[%d] is a %T, want a dict: %w", i, sv, ErrSnapshot)
+		}
+		total, err := uintOf(m, "total_size")
+		if err != nil {
+			return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
+		}
+		st.reserved += total
+		st.segments++
+		if _, ok := m["allocated_size"]; ok {
+			n, err := uintOf(m, "allocated_size")
+			if err != nil {
+				return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
+			}
+			st.allocated += n
+		}
+		if x, ok := m["is_expandable"].(bool); ok && x {
+			st.expandable = true
+		}
+		blocks, _ := m["blocks"].([]any)
+		for j, bv := range blocks {
+			b, ok := bv.(map[any]any)
+			if !ok {
+				return st, fmt.Errorf("trace: segments[%d].blocks[%d] is a %T, want a dict: %w", i, j, bv, ErrSnapshot)
+			}
+			var sb snapBlock
+			if sb.addr, err = uintOf(b, "address"); err != nil {
+				return st, fmt.Errorf("trace: segments[%d].blocks[%d]: %w", i, j, err)
+			}
+			if sb.size, err = uintOf(b, "size"); err != nil {
+				return st, fmt.Errorf("trace: segments[%d].blocks[%d]: %w", i, j, err)
+			}
+			sb.state, _ = b["state"].(string)
+			st.blocks = append(st.blocks, sb)
+		}
+	}
+	return st, nil
+}
+
+// freeAction is the entry that frees a block in this history.
+func freeAction(entries []snapEntry) string {
+	has := map[string]bool{}
+	for _, e := range entries {
+		has[e.action] = true
+	}
+	for _, a := range []string{"free_requested", "free_completed", "free"} {
+		if has[a] {
+			return a
+		}
+	}
+	return "free_requested"
+}
+
+// snapshotEvents builds the log: blocks live at start, then the history.
+func snapshotEvents(entries []snapEntry, st snapState) ([]Event, int) {
+	free := freeAction(entries)
+	allocated := make(map[uint64]bool, len(entries)/2)
+	initial := make(map[uint64]uint64)
+	for _, e := range entries {
+		switch e.action {
+		case "alloc":
+			allocated[e.addr] = true
+		case free:
+			if _, ok := initial[e.addr]; !ok && !allocated[e.addr] {
+				initial[e.addr] = e.size
+			}
+		}
+	}
+	for _, b := range st.blocks {
+		if _, ok := initial[b.addr]; !ok && b.state == "active_allocated" && !allocated[b.addr] {
+			initial[b.addr] = b.size
+		}
+	}
+	addrs := make([]uint64, 0, len(initial))
+	for a := range initial {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	events := make([]Event, 0, len(addrs)+len(entries))
+	live := make(map[uint64]bool, len(addrs))
+	for _, a := range addrs {
+		events = append(events, Event{Action: Allocate, Pointer: a, Size: initial[a]})
+		live[a] = true
+	}
+	t0 := entries[0].timeUS
+	for _, e := range entries {
+		t := float64(e.timeUS-t0)/1e6 + 1e-6
+		switch e.action {
+		case "alloc":
+			live[e.addr] = true
+			events = append(events, Event{Time: t, Action: Allocate, Pointer: e.addr, Size: e.size, Stream: e.stream})
+		case free:
+			if live[e.addr] {
+				delete(live, e.addr)
+				events = append(events, Event{Time: t, Action: Free, Pointer: e.addr, Size: e.size, Stream: e.stream})
+			}
+		}
+	}
+	return events, len(addrs)
+}
+
+// pytorchFigures walks the history back from the dump: reserved bytes
+// through the segment entries, allocated bytes through alloc and
+// free_completed entries (or the history's free entries).
+func pytorchFigures(entries []snapEntry, st snapState) PyTorchFigures {
+	f := PyTorchFigures{Expandable: st.expandable}
+	completed := "free_completed"
+	if freeAction(entries) == "free" {
+		completed = "free"
+	}
+	res, allocd := int64(st.reserved), int64(st.allocated)
+	peakRes, peakAlloc := res, allocd
+	for i := len(entries) - 1; i >= 0; i-- {
+		e := entries[i]
+		switch e.action {
+		case "segment_alloc", "segment_map":
+			res -= int64(e.size)
+			if e.action == "segment_alloc" {
+				f.SegmentAllocs++
+			}
+		case "segment_free", "segment_unmap":
+			res += int64(e.size)
+			if e.action == "segment_free" {
+				f.SegmentFrees++
+			}
+		case "alloc":
+			allocd -= int64(e.size)
+		case completed:
+			allocd += int64(e.size)
+		}
+		peakRes = max(peakRes, res)
+		peakAlloc = max(peakAlloc, allocd)
+	}
+	f.PeakReserved = uint64(max(peakRes, 0))
+	f.ReservedAtStart = uint64(max(res, 0))
+	f.PeakAllocated = uint64(max(peakAlloc, 0))
+	f.Segments = st.segments + f.SegmentFrees
+	return f
+}
