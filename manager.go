@@ -283,7 +283,7 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	case Direct:
 		a = alloc.NewDirect(m.dev)
 	case Pool:
-		p, err := alloc.NewPool(m.dev, m.cfg.pcfg)
+		p, err := newPoolKind(m.dev, m.cfg.pcfg)
 		if err != nil {
 			return nil, err
 		}

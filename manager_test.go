@@ -423,8 +423,9 @@ func TestAllocatorKinds(t *testing.T) {
 	if m.AllocatorKind() != Pool {
 		t.Errorf("default allocator %v, want pool", m.AllocatorKind())
 	}
-	if _, ok := m.Allocator().(*alloc.Pool); !ok {
-		t.Errorf("default allocator is a %T", m.Allocator())
+	// The simulator manages virtual memory: the Pool kind is Expandable.
+	if _, ok := m.Allocator().(*alloc.Expandable); !ok {
+		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Allocator())
 	}
 	if m.Granularity() != alloc.PoolGranularity {
 		t.Errorf("granularity %d", m.Granularity())

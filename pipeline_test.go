@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )
@@ -225,6 +226,12 @@ func TestRunBatchCancel(t *testing.T) {
 					cancel()
 				}
 				return f.compute(ctx, ch)
+			}
+			// The group's stream serves its work on a goroutine started at
+			// its first operation; start it before counting.
+			if s, err := f.m.Stream(f.solver); err == nil {
+				_ = f.dev.LaunchFunc(s, 1, func(device.View, int, int) error { return nil })
+				_ = s.Synchronize()
 			}
 			before, goroutines := f.leaks(t), runtime.NumGoroutine()
 			rep, err := RunBatch(ctx, f.solver, Batch{

@@ -479,3 +479,16 @@ var (
 	_ Granular     = (*Expandable)(nil)
 	_ strategy     = (*Expandable)(nil)
 )
+
+// Cost is PageCost with the allocator's granularity, its page and its
+// SmallSize, as Pool's: a request's growth maps at most its bytes rounded
+// up to pages (less when it joins free space at a range's end), and small
+// requests share pages. ok is always true.
+func (e *Expandable) Cost(sizes []uint64) (uint64, bool) {
+	return PageCost(sizes, PoolGranularity, e.page, e.cfg.SmallSize), true
+}
+
+// Room is math.MaxUint64: an Expandable has no cap of its own.
+func (e *Expandable) Room() uint64 { return ^uint64(0) }
+
+var _ Coster = (*Expandable)(nil)

@@ -270,8 +270,39 @@ func (e *Expandable) trimLocked() []*segment {
 }
 
 // grow maps the pages of the best plan for r, reserving a new range when
-// no range has room. Called without the lock.
+// no range has room. Called without the lock. On the device's out of
+// memory, while streams still own free blocks, it waits for their work,
+// unmaps every whole free page and tries once more: the core's own wait
+// leaves the asking stream's blocks with it (a Pool's device Free waits for
+// their work, but Unmap does not), and those pages must go too.
 func (e *Expandable) grow(r request, g uint64) (*segment, uint64, error) {
+	seg, n, err := e.growOnce(r, g)
+	if err == nil || !errors.Is(err, device.ErrOutOfMemory) {
+		return seg, n, err
+	}
+	e.mu.Lock()
+	if e.closed || e.idx.owning == 0 {
+		e.mu.Unlock()
+		return seg, n, err
+	}
+	werr := e.fenceAllLocked()
+	if e.closed {
+		e.mu.Unlock()
+		return seg, n, joinErr(err, werr)
+	}
+	rel := e.trimLocked()
+	e.mu.Unlock()
+	if len(rel) == 0 {
+		return seg, n, joinErr(err, werr)
+	}
+	if rerr := e.giveBack(rel); rerr != nil {
+		return seg, n, errors.Join(err, werr, rerr)
+	}
+	return e.growOnce(r, g)
+}
+
+// growOnce is one try of grow.
+func (e *Expandable) growOnce(r request, g uint64) (*segment, uint64, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
