@@ -28,7 +28,11 @@ package alloc
 //   - Whole free pages are unmapped (releasing their memory) only in three
 //     cases: before a growth would take the mapped bytes past their
 //     high-water mark, as many as keep it under the mark; on Trim, every
-//     one; on the device's out of memory, every one. Only pages of blocks
+//     one; on the device's out of memory, every one. The first case has a
+//     budget: over the allocator's life it unmaps at most one page per two
+//     of the most ever mapped, so a workload that would unmap and map the
+//     same pages again and again cannot make more than about three map or
+//     unmap calls per page of its peak. Only pages of blocks
 //     that every stream may use (the shared set) are unmapped: their
 //     freeing streams' work is known done, as unmapping, which does not
 //     wait, requires. Why this policy, and its measured cost, is in
@@ -43,6 +47,10 @@ import (
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
+
+// churnDiv sets the churn budget: pages unmapped before growths, over the
+// allocator's life, stay at most PeakMapped/churnDiv.
+const churnDiv = 2
 
 // Block classes beyond Pool's two: blocks that are not in the free index.
 const (
@@ -140,12 +148,16 @@ type Expandable struct {
 // PageStats counts an Expandable's pages: mapped now and at most, and the
 // map and unmap calls made (one per page each).
 type PageStats struct {
-	Page        uint64 // bytes per page
-	Mapped      uint64 // pages mapped now
-	PeakMapped  uint64 // most pages mapped at once
-	Maps        uint64 // pages mapped (device Map calls)
-	Unmaps      uint64 // pages unmapped (device Unmap calls)
-	Reservation uint64 // address ranges reserved
+	Page       uint64 // bytes per page
+	Mapped     uint64 // pages mapped now
+	PeakMapped uint64 // most pages mapped at once
+	Maps       uint64 // pages mapped (device Map calls)
+	Unmaps     uint64 // pages unmapped (device Unmap calls)
+	// GrowthUnmaps counts the pages unmapped before growths past the
+	// high-water mark (not on Trim, Close or out of memory): at most
+	// PeakMapped/2 (the churn budget).
+	GrowthUnmaps uint64
+	Reservation  uint64 // address ranges reserved
 }
 
 // NewExpandable returns an Expandable on dev, which must implement

@@ -189,6 +189,14 @@ func (e *Expandable) releaseForGrowthLocked(g uint64) []*segment {
 		return nil
 	}
 	need := e.pagesFor(int64(e.st.Reserved + g - e.highWater))
+	// The churn budget: at most one page unmapped this way per two pages
+	// of the peak, so that maps and unmaps stay within 3× the pages at the
+	// peak whatever the workload (BENCHMARKS.md).
+	if budget := e.pages.PeakMapped / churnDiv; e.pages.GrowthUnmaps >= budget {
+		return nil
+	} else {
+		need = min(need, budget-e.pages.GrowthUnmaps)
+	}
 	cand := e.unmappableLocked(e.plan.left, e.plan.right)
 	var out []*segment
 	for _, b := range cand {
@@ -198,6 +206,7 @@ func (e *Expandable) releaseForGrowthLocked(g uint64) []*segment {
 		lo, hi := e.wholePages(b)
 		n := min(uint64(hi-lo)/e.page, need)
 		need -= n
+		e.pages.GrowthUnmaps += n
 		out = append(out, e.unmapLocked(b, hi-device.Ptr(n*e.page), hi))
 	}
 	return out

@@ -290,3 +290,34 @@ func BenchmarkExpandableHit(b *testing.B) {
 		})
 	}
 }
+
+// TestExpandableChurnBudget: a workload made to thrash — each round frees
+// a large block between small live ones and asks for a larger one, which
+// fits nowhere but past the high-water mark — unmaps before growths at
+// most one page per two of the peak, so that maps and unmaps stay within
+// three times the pages at the peak.
+func TestExpandableChurnBudget(t *testing.T) {
+	v := newExpEnv(t, 64*units.GiB, alloc.ExpandableConfig{})
+	s := v.dev.DefaultStream()
+	var pins []device.Ptr
+	big := v.alloc(t, 8*units.MiB, s)
+	for i := range 200 {
+		pins = append(pins, v.alloc(t, units.MiB+512, s)) // large class: pins the page after big
+		v.free(t, big, s)
+		big = v.alloc(t, uint64(10+i%3*2)*units.MiB, s)
+	}
+	ps := v.e.PageStats()
+	if ps.GrowthUnmaps > ps.PeakMapped/2 {
+		t.Errorf("%d pages unmapped before growths, over the budget of half the %d at the peak", ps.GrowthUnmaps, ps.PeakMapped)
+	}
+	if ps.GrowthUnmaps < ps.PeakMapped/2-8 {
+		t.Errorf("PageStats = %+v: the workload should have spent the churn budget", ps)
+	}
+	if calls, bound := ps.Maps+ps.Unmaps+ps.Mapped, 3*ps.PeakMapped; calls > bound {
+		t.Errorf("%d map and unmap calls (counting the unmaps Close will make); want at most %d", calls, bound)
+	}
+	v.free(t, big, s)
+	for _, p := range pins {
+		v.free(t, p, s)
+	}
+}
