@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/alloc/alloctest"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
@@ -320,4 +321,53 @@ func TestExpandableChurnBudget(t *testing.T) {
 	for _, p := range pins {
 		v.free(t, p, s)
 	}
+}
+
+// checked is an Expandable that checks its books after every call.
+type checked struct {
+	*alloc.Expandable
+	t *testing.T
+}
+
+func (c checked) check() {
+	c.t.Helper()
+	if err := c.CheckInvariants(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c checked) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	p, err := c.Expandable.Alloc(n, s)
+	c.check()
+	return p, err
+}
+
+func (c checked) Free(p device.Ptr, s device.Stream) error {
+	err := c.Expandable.Free(p, s)
+	c.check()
+	return err
+}
+
+func (c checked) Trim() error {
+	err := c.Expandable.Trim()
+	c.check()
+	return err
+}
+
+// FuzzExpandableInvariants runs the fuzz operations (allocations on three
+// streams, frees, trims, streams held busy, device resets) and checks
+// Expandable's books after every call: ranges tiled, holes whole unmapped
+// pages, blocks mapped, Reserved the pages mapped.
+func FuzzExpandableInvariants(f *testing.F) {
+	for _, s := range append(append([][]byte{}, seeds...), poolSeeds...) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1024 {
+			data = data[:1024]
+		}
+		alloctest.Ops(t, func(t *testing.T, dev device.Device) alloc.Allocator {
+			return checked{newExpandableT(t, dev, alloc.ExpandableConfig{}), t}
+		}, data)
+	})
 }
