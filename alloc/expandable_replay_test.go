@@ -109,9 +109,9 @@ func TestExpandableReplays(t *testing.T) {
 				res, ps := expandableReplay(t, ev, alloc.ExpandableConfig{})
 				ratio := res.Fragmentation()
 				calls := ps.Maps + ps.Unmaps
-				t.Logf("peak live %d, peak mapped %d: ratio %.4f (PyTorch %.3f); pages at peak %d, maps %d, unmaps %d (%.2f× the peak), failed %d",
+				t.Logf("peak live %d, peak mapped %d: ratio %.4f (PyTorch %.3f); pages at peak %d, maps %d, unmaps %d (%.2f× the peak; %d before growths), failed %d",
 					res.PeakLive, res.PeakReserved, ratio, pytorchRatio, ps.PeakMapped, ps.Maps, ps.Unmaps,
-					float64(calls)/float64(max(ps.PeakMapped, 1)), res.FailedAllocs)
+					float64(calls)/float64(max(ps.PeakMapped, 1)), ps.GrowthUnmaps, res.FailedAllocs)
 				if res.FailedAllocs > 0 {
 					t.Errorf("%d allocations failed", res.FailedAllocs)
 				}
