@@ -79,7 +79,8 @@ var (
 
 // Device is one CUDA GPU, driven through its primary context. It implements
 // device.Device, device.AsyncAllocator, device.HostAllocator,
-// device.ModuleLoader and device.StridedCopier. Safe for concurrent use.
+// device.ModuleLoader, device.StridedCopier and device.VirtualMemory. Safe
+// for concurrent use.
 type Device struct {
 	lib   *lib
 	p     *primary

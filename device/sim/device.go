@@ -265,7 +265,8 @@ type hostRec struct {
 // Device is a simulated GPU. It implements device.Device and every
 // optional interface of package device except ModuleLoader:
 // device.AsyncAllocator, device.HostAllocator, device.FuncLauncher,
-// device.StridedCopier and device.SubAllocationChecker.
+// device.StridedCopier, device.SubAllocationChecker and
+// device.VirtualMemory.
 //
 // A Device is safe for concurrent use.
 type Device struct {
