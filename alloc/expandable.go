@@ -71,6 +71,11 @@ type ExpandableConfig struct {
 	// high-water mark: pages are then unmapped only on Trim, Close and out
 	// of memory, as PyTorch's expandable segments do.
 	KeepMapped bool
+	// ReleaseThreshold is the cached bytes (mapped, not in use) Trim keeps
+	// mapped; it unmaps whole free pages only above it. Default 0: Trim
+	// unmaps every whole free page. Out of memory unmaps every one
+	// whatever it says.
+	ReleaseThreshold uint64
 }
 
 // rangeKey names the range a request grows: its stream and size class.
@@ -274,7 +279,9 @@ func (e *Expandable) Free(ptr device.Ptr, s device.Stream) error {
 }
 
 // Trim waits for the work of every stream that owns free blocks up to its
-// frees, then unmaps every whole free page.
+// frees, then unmaps whole free pages until at most ReleaseThreshold bytes
+// are cached (every one, by default). Memory a device reset took counts
+// as given back, without an error.
 func (e *Expandable) Trim() error {
 	e.mu.Lock()
 	if e.closed {
@@ -286,8 +293,10 @@ func (e *Expandable) Trim() error {
 		e.mu.Unlock()
 		return joinErr(werr, fmt.Errorf("alloc: expandable trim: %w", ErrClosed))
 	}
+	e.syncGenLocked()
+	rel := append(e.releaseCachedLocked(e.cfg.ReleaseThreshold), e.takeDeadLocked()...)
 	e.mu.Unlock()
-	return joinErr(werr, e.core.Trim())
+	return joinErr(werr, e.giveBack(rel))
 }
 
 // Close waits for the streams that own free blocks, then gives every page

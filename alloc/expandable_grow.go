@@ -269,11 +269,21 @@ func (e *Expandable) unmapLocked(b *block, lo, hi device.Ptr) *segment {
 }
 
 // trimLocked unmaps every whole page of every shared free block.
-func (e *Expandable) trimLocked() []*segment {
+func (e *Expandable) trimLocked() []*segment { return e.releaseCachedLocked(0) }
+
+// releaseCachedLocked unmaps whole pages of shared free blocks, those with
+// the most whole pages first, while more than keep bytes are cached
+// (mapped and not in use).
+func (e *Expandable) releaseCachedLocked(keep uint64) []*segment {
 	var out []*segment
 	for _, b := range e.unmappableLocked() {
+		cached := e.st.Reserved - min(e.st.Reserved, e.st.InUse)
+		if cached <= keep {
+			break
+		}
 		lo, hi := e.wholePages(b)
-		out = append(out, e.unmapLocked(b, lo, hi))
+		n := min(uint64(hi-lo)/e.page, e.pagesFor(int64(cached-keep)))
+		out = append(out, e.unmapLocked(b, hi-device.Ptr(n*e.page), hi))
 	}
 	return out
 }

@@ -371,3 +371,33 @@ func FuzzExpandableInvariants(f *testing.F) {
 		}, data)
 	})
 }
+
+// TestExpandableReleaseThreshold: Trim keeps up to ReleaseThreshold bytes
+// of cached pages mapped and unmaps the rest.
+func TestExpandableReleaseThreshold(t *testing.T) {
+	cases := map[string]struct {
+		keep   uint64
+		mapped uint64 // pages after Trim
+	}{
+		"all":          {0, 1},
+		"6 MiB":        {6 * units.MiB, 4},
+		"5 MiB":        {5 * units.MiB, 3},
+		"more than it": {units.GiB, 11},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{ReleaseThreshold: c.keep})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 20*units.MiB, s)
+			b := v.alloc(t, 2*units.MiB, s)
+			v.free(t, a, s)
+			if err := v.e.Trim(); err != nil {
+				t.Fatal(err)
+			}
+			if ps := v.e.PageStats(); ps.Mapped != c.mapped {
+				t.Errorf("after Trim %d pages mapped; want %d", ps.Mapped, c.mapped)
+			}
+			v.free(t, b, s)
+		})
+	}
+}
