@@ -105,6 +105,9 @@ func TestExpandableReplays(t *testing.T) {
 		pytorchRatio := float64(info.PeakReserved) / float64(info.PeakLive)
 		for _, v := range variants {
 			t.Run(fmt.Sprintf("%s/%s", name, v.name), func(t *testing.T) {
+				if raceOn && name == "k_fullstep" && v.name != "as recorded" {
+					t.Skip("a minute each under the race detector; the run without it checks these figures")
+				}
 				ev := perturb(events, v.scale, v.shuffle, 7)
 				res, ps := expandableReplay(t, ev, alloc.ExpandableConfig{})
 				ratio := res.Fragmentation()
