@@ -280,8 +280,9 @@ func (e *Expandable) Free(ptr device.Ptr, s device.Stream) error {
 
 // Trim waits for the work of every stream that owns free blocks up to its
 // frees, then unmaps whole free pages until at most ReleaseThreshold bytes
-// are cached (every one, by default). Memory a device reset took counts
-// as given back, without an error.
+// are cached (every one, by default), and frees the address ranges left
+// with nothing mapped. Memory a device reset took counts as given back,
+// without an error.
 func (e *Expandable) Trim() error {
 	e.mu.Lock()
 	if e.closed {
@@ -296,7 +297,16 @@ func (e *Expandable) Trim() error {
 	e.syncGenLocked()
 	rel := append(e.releaseCachedLocked(e.cfg.ReleaseThreshold), e.takeDeadLocked()...)
 	e.mu.Unlock()
-	return joinErr(werr, e.giveBack(rel))
+	err := joinErr(werr, e.giveBack(rel))
+	// Ranges left with nothing mapped (their streams' blocks all gone) give
+	// their address space back too.
+	e.mu.Lock()
+	var empty []*segment
+	if !e.closed {
+		empty = e.emptyRangesLocked()
+	}
+	e.mu.Unlock()
+	return joinErr(err, e.giveBack(empty))
 }
 
 // Close waits for the streams that own free blocks, then gives every page

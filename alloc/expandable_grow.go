@@ -360,8 +360,14 @@ func (e *Expandable) newRangeLocked(r request) (growthPlan, error) {
 	gen := e.devGen
 	e.mu.Unlock()
 	base, err := e.vm.ReserveAddress(size)
-	if err != nil && errors.Is(err, device.ErrOutOfMemory) && size > need {
-		size = need // address space is short: reserve what r needs
+	if err != nil && errors.Is(err, device.ErrOutOfMemory) {
+		// Address space is short: give back the ranges nothing is mapped
+		// in (streams gone), and reserve no more than r needs.
+		e.mu.Lock()
+		empty := e.emptyRangesLocked()
+		e.mu.Unlock()
+		_ = e.giveBack(empty)
+		size = need
 		base, err = e.vm.ReserveAddress(size)
 	}
 	e.mu.Lock()
@@ -542,6 +548,31 @@ func (e *Expandable) release(seg *segment) error {
 		return fmt.Errorf("alloc: expandable: unmapping %s at %v: %w", units.Format(uint64(w.hi-w.lo)), w.lo, err)
 	}
 	return nil
+}
+
+// emptyRangesLocked takes off the books every range that is one hole (no
+// block, nothing mapped, nothing in flight) and returns their segments, to
+// give back with release.
+func (e *Expandable) emptyRangesLocked() []*segment {
+	var out []*segment
+	for key, rgs := range e.ranges {
+		kept := rgs[:0]
+		for _, rg := range rgs {
+			if f := rg.seg.first; f != nil && f.class == holeClass && f.next == nil {
+				unlinkSegment(&e.segs, rg.seg)
+				e.nsegs--
+				out = append(out, rg.seg)
+				continue
+			}
+			kept = append(kept, rg)
+		}
+		if len(kept) == 0 {
+			delete(e.ranges, key)
+		} else {
+			e.ranges[key] = kept
+		}
+	}
+	return out
 }
 
 // releaseRange unmaps every page of rg and frees its addresses; entered

@@ -401,3 +401,40 @@ func TestExpandableReleaseThreshold(t *testing.T) {
 		})
 	}
 }
+
+// TestExpandableRanges: each stream that needs memory while the others'
+// blocks are live gets a range; when address space runs short a range is
+// reserved at the size asked; Trim frees the ranges left with nothing
+// mapped, so streams that come and go do not use address space up.
+func TestExpandableRanges(t *testing.T) {
+	// 600 GiB ranges: the simulator's 1 TiB of addresses holds one.
+	v := newExpEnv(t, 64*units.MiB, alloc.ExpandableConfig{Reserve: 600 * units.GiB})
+	var ps []device.Ptr
+	var ss []device.Stream
+	for range 3 {
+		s, err := v.dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss = append(ss, s)
+		ps = append(ps, v.alloc(t, 4*units.MiB, s))
+	}
+	if st := v.e.PageStats(); st.Reservation != 3 {
+		t.Errorf("%d ranges reserved for three streams; want 3", st.Reservation)
+	}
+	if u := v.dev.VMUsage(); u.Reserved != 600*units.GiB+2*4*units.MiB {
+		t.Errorf("%d bytes reserved; want one 600 GiB range and two of the 4 MiB asked", u.Reserved)
+	}
+	for i, p := range ps {
+		v.free(t, p, ss[i])
+	}
+	if err := v.e.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if u := v.dev.VMUsage(); u.Reserved != 0 || u.Mapped != 0 {
+		t.Errorf("after freeing everything and Trim the device has %+v; want nothing reserved", u)
+	}
+	p := v.alloc(t, 4*units.MiB, ss[0]) // and the allocator goes on
+	v.free(t, p, ss[0])
+}
