@@ -1,6 +1,6 @@
 package vram
 
-// The allocation transaction: one AllocateQueue's allocation of a group,
+// The allocation transaction: one Allocate's allocation of a group,
 // as a type with named steps, run in order with the group lock, planMu
 // and allocMu held:
 //
@@ -11,7 +11,7 @@ package vram
 //  4. allocate: every planned array, all or nothing;
 //  5. install: the new arrays in their clients, the responses built and
 //     their OnAllocated calls queued, under mu;
-//  6. deliver: free what the new arrays replaced; AllocateQueue then
+//  6. deliver: free what the new arrays replaced; Allocate then
 //     makes the hook calls with no lock held;
 //
 // and rollback, on a failure after step 1: the queue is put back, and
@@ -39,30 +39,38 @@ type allocTx struct {
 	group   string
 	ac      allocConfig
 
-	stream     device.Stream
-	q          map[*Client]map[string]ArrayRequest // the queue taken
-	requesters []*Client                           // q's clients, by id
-	reqs       map[string]map[string]ArrayRequest  // q by client name, for Plan
-	gb         groupBudget
-	plan       ChunkPlan
-	todo       []pending     // the arrays of plan
-	made       []*allocation // todo's arrays, once allocated
-	setAside   []freeWork    // replaced arrays freed before allocating
-	replaced   []freeWork    // arrays the new ones replaced, freed after install
-	hostRetry  bool          // host arrays were set aside after a host failure
-	freeErrs   map[*Client]error
+	stream       device.Stream
+	q            map[*Client]map[string]ArrayRequest // the queue taken
+	requesters   []*Client                           // q's clients, by id
+	reqs         map[string]map[string]ArrayRequest  // q by client name, for Plan
+	gb           groupBudget
+	plan         ChunkPlan
+	todo         []pending     // the arrays of plan
+	made         []*allocation // todo's arrays, once allocated
+	setAside     []freeWork    // replaced arrays freed before allocating
+	replaced     []freeWork    // arrays the new ones replaced, freed after install
+	hostRetry    bool          // host arrays were set aside after a host failure
+	freeErrs     map[*Client]error
+	victims      []*Client // clients evicted for the group (evict.go), their OnInvalidate queued
+	evictedBytes uint64    // device bytes their arrays took, as stated
 }
 
-// allocateGroup is AllocateQueue with the group lock, planMu and allocMu
+// allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
 	}
-	if err := tx.planOnce(); err != nil {
+	planErr := tx.planOnce()
+	// The last point where a cancelled Allocate leaves everything as it
+	// was: nothing has been freed or allocated yet.
+	if err := ac.ctx.Err(); err != nil {
 		tx.restoreQueue()
-		return groupOutcome{}, err
+		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
+	}
+	if err := tx.evict(planErr); err != nil {
+		return tx.rollback(err)
 	}
 	if !tx.gb.fitsBeside(tx.plan) {
 		tx.setAsideReplaced(false)
@@ -72,6 +80,8 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	}
 	res := tx.install()
 	tx.freeReplaced(&res)
+	res.invalidated = tx.victims
+	tx.warn()
 	return res, nil
 }
 
@@ -86,8 +96,8 @@ func (tx *allocTx) take() error {
 	q := m.queues[tx.group]
 	if len(q) == 0 {
 		m.mu.Unlock()
-		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with QueueRequest first; "+
-			"another member's AllocateQueue may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
+		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with Client.Queue first; "+
+			"another member's Allocate may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
 	}
 	delete(m.queues, tx.group)
 	tx.q = q
@@ -108,7 +118,7 @@ func (tx *allocTx) take() error {
 }
 
 // restoreQueue puts the requests taken back in their clients' queues,
-// under any queued since for the same labels.
+// unless a client has queued since: its newer set replaced them.
 func (tx *allocTx) restoreQueue() {
 	m := tx.m
 	m.mu.Lock()
@@ -117,11 +127,8 @@ func (tx *allocTx) restoreQueue() {
 		if c.closed {
 			continue
 		}
-		dst := m.queues[c.group][c]
-		for l, r := range tx.q[c] {
-			if _, newer := dst[l]; !newer {
-				m.queueLocked(c, c.group, map[string]ArrayRequest{l: r})
-			}
+		if _, newer := m.queues[c.group][c]; !newer {
+			m.queueLocked(c, c.group, tx.q[c])
 		}
 	}
 }
@@ -234,7 +241,7 @@ func (tx *allocTx) setAsideReplaced(hostOnly bool) {
 	}
 }
 
-// maxReplans bounds how often AllocateQueue plans a group again after an
+// maxReplans bounds how often Allocate plans a group again after an
 // allocator that does not state its cost took more of the device than
 // it was counted to.
 const maxReplans = 3
@@ -309,12 +316,14 @@ func (tx *allocTx) failure(failed int, err error) error {
 // queues their OnInvalidate hooks.
 func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	tx.restoreQueue()
+	err = tx.victimsErr(err)
 	if len(tx.setAside) == 0 {
-		return groupOutcome{}, err
+		return groupOutcome{invalidated: tx.victims}, err
 	}
 	m := tx.m
 	var lost []string
 	var told []*Client
+	reason := fmt.Errorf("vram: AllocateQueue of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
 	m.mu.Lock()
 	for _, w := range tx.setAside {
 		labels := make([]string, 0, len(w.allocs))
@@ -324,8 +333,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 			}
 		}
 		lost = append(lost, fmt.Sprintf("%v: %s", w.c, strings.Join(labels, ", ")))
-		if w.c.onInvalidate != nil && !w.c.closed {
-			w.c.postLocked(w.c.onInvalidate, true)
+		if !w.c.closed && w.c.invalidateLocked(reason, true) != nil {
 			told = append(told, w.c)
 		}
 	}
@@ -336,7 +344,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	}
 	lostErr := fmt.Errorf("the plan needed the memory of the arrays being replaced, so they were freed first and are gone "+
 		"(%s); their owners' OnInvalidate hooks are called and their requests stay queued", strings.Join(lost, "; "))
-	return groupOutcome{invalidated: told}, errors.Join(err, lostErr, errors.Join(errs...))
+	return groupOutcome{invalidated: append(told, tx.victims...)}, errors.Join(err, lostErr, errors.Join(errs...))
 }
 
 // install puts the new arrays in their clients, in place of what they
@@ -414,6 +422,8 @@ func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
 		for _, a := range as {
 			c.held += a.charged
 		}
+		c.work.evicted.Store(false)
+		c.work.touch()
 		for b := range resp.Buffers {
 			a := as[min(b, len(as)-1)] // unchunkable: one array in every buffer
 			if a.dev != nil {
@@ -438,7 +448,7 @@ func (tx *allocTx) freeReplaced(res *groupOutcome) {
 		delete(tx.freeErrs, d.c)
 	}
 	for c, err := range tx.freeErrs { // owners closed meanwhile: no response to carry it
-		tx.m.log.Warn("vram: AllocateQueue could not free arrays it replaced, or made for a client closed meanwhile",
+		tx.m.log.Warn("vram: Allocate could not free arrays it replaced, or made for a client closed meanwhile",
 			"client", c.String(), "group", tx.group, "err", err)
 	}
 }

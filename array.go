@@ -20,19 +20,20 @@ import (
 
 // DeviceArray is an array in device memory: an address with a shape, a
 // dtype and row-major strides. Its address is never dereferenced on the
-// host; copy through Manager.ToDevice and Manager.FromDevice.
+// host; copy through Client.ToDevice and Client.FromDevice.
 //
 // Its accessors are safe for concurrent use. The memory behind it is
 // not: order kernels and copies that use it on one stream, or
 // synchronize between streams (see package device).
 type DeviceArray struct {
-	ptr    device.Ptr
-	shape  []int
-	dtype  DType
-	memory MemoryType // Device or Mapped
-	label  string
-	freed  atomic.Bool
-	last   atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
+	ptr     device.Ptr
+	shape   []int
+	dtype   DType
+	memory  MemoryType // Device or Mapped
+	label   string
+	freed   atomic.Bool
+	evicted atomic.Bool               // freed by an eviction (evict.go)
+	last    atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
 	// use is held for reading while a copy checks and enqueues work on
 	// the array, and for writing while the manager frees it, so that no
 	// copy is enqueued on memory already given back.
@@ -103,7 +104,7 @@ func (a *DeviceArray) String() string {
 // Its accessors are safe for concurrent use; its contents are not, and a
 // host array must not be written (or, as a copy's destination, read)
 // while an asynchronous copy that uses it is in flight: synchronize the
-// stream first (Manager.Sync).
+// stream first (Client.Sync).
 type HostArray struct {
 	data    []byte
 	shape   []int
@@ -111,9 +112,11 @@ type HostArray struct {
 	memory  MemoryType // Pinned, Mapped or Pageable
 	devPtr  device.Ptr // mapped: the device address of data
 	label   string
-	release func(last device.Stream) error // returns pinned memory; nil for pageable
+	release func(last device.Stream) error // returns the memory and uncounts it
+	place   *HostPlacement                 // the ladder's choice; nil: forced (Placement)
 	last    atomic.Pointer[streamRef]      // the stream of the latest copy
 	freed   atomic.Bool
+	evicted atomic.Bool  // freed by an eviction (evict.go)
 	use     sync.RWMutex // as DeviceArray.use
 }
 
@@ -166,8 +169,9 @@ func (h *HostArray) Data() []byte {
 }
 
 // Free returns a pinned or mapped array's memory to where it came from;
-// for a pageable array it only marks it freed. Views taken before must
-// not be used afterwards. A pinned buffer is reused only once the stream
+// for a pageable array it only marks it freed; a file-backed one (the
+// host ladder's file rung) is unmapped and its file removed unless kept.
+// Views taken before must not be used afterwards. A pinned buffer is reused only once the stream
 // of the array's latest copy has finished that copy; an array copied on
 // several streams at once must be synchronized before Free. A second Free
 // returns nil. Arrays from an

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -81,7 +82,7 @@ func BenchmarkPlan(b *testing.B) {
 	}
 }
 
-// BenchmarkPlanGroup is AllocateQueue's planning of the 1,000 arrays of
+// BenchmarkPlanGroup is Allocate's planning of the 1,000 arrays of
 // BenchmarkPlanGroup on a device whose page reserve binds: one Plan
 // against the pool's stated cost finds the fewest chunks that fit.
 func BenchmarkPlanGroup(b *testing.B) {
@@ -115,9 +116,9 @@ func BenchmarkPlanGroup(b *testing.B) {
 	}
 }
 
-// BenchmarkAllocateQueue queues and allocates 8 arrays for one client
+// BenchmarkAllocate queues and allocates 8 arrays for one client
 // and frees them again, through the Pool allocator.
-func BenchmarkAllocateQueue(b *testing.B) {
+func BenchmarkAllocate(b *testing.B) {
 	dev, err := sim.New(sim.Config{TotalBytes: units.GiB, AddressOnly: true})
 	if err != nil {
 		b.Fatal(err)
@@ -135,10 +136,10 @@ func BenchmarkAllocateQueue(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := m.QueueRequest(c, reqs); err != nil {
+		if err := c.Queue(reqs); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := m.AllocateQueue(c); err != nil {
+		if _, err := c.Allocate(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		if err := m.FreeAll(); err != nil {

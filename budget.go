@@ -1,6 +1,6 @@
 package vram
 
-// The budget AllocateQueue plans a group with.
+// The budget Allocate plans a group with.
 //
 // Plan counts each array's bytes rounded to the allocator's granularity,
 // which is what the allocator charges (and what a cap, WithCap or an
@@ -28,7 +28,7 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// groupBudget is what a group may plan with and why, for AllocateQueue's
+// groupBudget is what a group may plan with and why, for Allocate's
 // errors.
 type groupBudget struct {
 	// What the figures are read for: the group, its requesters and

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -15,13 +16,13 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// TestAllocateQueueFitsTheDevice: a plan AllocateQueue makes fits the
+// TestAllocateFitsTheDevice: a plan Allocate makes fits the
 // device. Random request sets are queued on managers over small
 // simulated devices (2 MiB pages, a little memory already held by another
-// group) so that the budget is tight; AllocateQueue may refuse with a
+// group) so that the budget is tight; Allocate may refuse with a
 // plan error, but never run out of memory while allocating what it
 // planned.
-func TestAllocateQueueFitsTheDevice(t *testing.T) {
+func TestAllocateFitsTheDevice(t *testing.T) {
 	for _, kind := range []AllocatorKind{Direct, AsyncPool, Pool} {
 		t.Run(kind.String(), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(5, uint64(kind)))
@@ -59,8 +60,8 @@ func TestAllocateQueueFitsTheDevice(t *testing.T) {
 					held[fmt.Sprint("h", i)] = fixed(Uint8, 1+rng.IntN(int(total/16)))
 				}
 				if len(held) > 0 {
-					_ = m.QueueRequest(other, held)
-					if _, err := m.AllocateQueue(other); err != nil && !errors.Is(err, ErrUnchunkable) {
+					_ = other.Queue(held)
+					if _, err := other.Allocate(context.Background()); err != nil && !errors.Is(err, ErrUnchunkable) {
 						t.Fatalf("holding %v on %s: %v", held, units.Format(total), err)
 					}
 				}
@@ -68,14 +69,14 @@ func TestAllocateQueueFitsTheDevice(t *testing.T) {
 				for name, labels := range reqs {
 					c := register(t, m, ClientOptions{Name: name, Group: "g"})
 					cs = append(cs, c)
-					if err := m.QueueRequest(c, labels); err != nil {
+					if err := c.Queue(labels); err != nil {
 						t.Fatal(err)
 					}
 				}
 				k := 1 + rng.IntN(2)
 				var resp *ArrayResponse
 				if len(cs) > 0 {
-					resp, err = m.AllocateQueue(cs[0], WithBuffers(k))
+					resp, err = cs[0].Allocate(context.Background(), WithBuffers(k))
 				}
 				switch {
 				case errors.Is(err, ErrOutOfMemory):
@@ -174,7 +175,7 @@ func TestBudgetCost(t *testing.T) {
 }
 
 // TestPageReserveIsEnough allocates random arrays, in random order, as
-// AllocateQueue does (alloc.AllocExact), through the Pool and the
+// Allocate does (alloc.AllocExact), through the Pool and the
 // simulator's stream-ordered pool, on a device with exactly their bytes
 // plus the reserve free. Not one allocation may fail.
 func TestPageReserveIsEnough(t *testing.T) {
@@ -267,15 +268,15 @@ func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
 	in := register(t, m, ClientOptions{Name: "inputs", Group: "oscillators"})
 	out := register(t, m, ClientOptions{Name: "outputs", Group: "oscillators"})
 	const n, samples = 100_000, 50
-	_ = m.QueueRequest(in, map[string]ArrayRequest{
+	_ = in.Queue(map[string]ArrayRequest{
 		"init":   req(Float32, 1, 2, n),
 		"params": req(Float32, 1, 4, n),
 	})
-	_ = m.QueueRequest(out, map[string]ArrayRequest{
+	_ = out.Queue(map[string]ArrayRequest{
 		"trajectories": req(Float32, 2, samples, 2, n),
 		"status":       req(Int32, 0, n),
 	})
-	resp, err := m.AllocateQueue(out, WithBuffers(2))
+	resp, err := out.Allocate(context.Background(), WithBuffers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +296,7 @@ func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
 }
 
 // TestBudgetErrorsNameTheFigures: when a batch cannot be planned,
-// AllocateQueue's error gives the device's free memory, the page reserve
+// Allocate's error gives the device's free memory, the page reserve
 // and why it is kept, the need, and what to change.
 func TestBudgetErrorsNameTheFigures(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -358,8 +359,8 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := newManager(t, 8*MiB, tc.opts...)
 			c := register(t, m, ClientOptions{Group: "g", Proportion: tc.prop})
-			_ = m.QueueRequest(c, tc.reqs)
-			_, err := m.AllocateQueue(c)
+			_ = c.Queue(tc.reqs)
+			_, err := c.Allocate(context.Background())
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("got %v, want %v", err, tc.is)
 			}
@@ -382,7 +383,7 @@ type onlyAlloc struct{ alloc.Allocator }
 // AllocExact each array takes a segment of 8 MiB and the batch is one
 // chunk. Without it (a wrapper that hides it), the Pool's first tries take
 // shared 20 MiB segments, two arrays each, and the fifth finds no room:
-// AllocateQueue gives the arrays back and plans again with what the pool
+// Allocate gives the arrays back and plans again with what the pool
 // took beyond the reserve kept back, so the batch is chunked and allocated.
 func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
 	segmentPool := alloc.PoolConfig{GrowthDivisor: 4} // the default, stated
@@ -402,8 +403,8 @@ func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
 			for i := range 5 {
 				reqs[fmt.Sprint("a", i)] = req(Uint8, 0, 7*int(MiB))
 			}
-			_ = m.QueueRequest(c, reqs)
-			resp, err := m.AllocateQueue(c)
+			_ = c.Queue(reqs)
+			resp, err := c.Allocate(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -422,16 +423,18 @@ func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
 // device's free memory; they must not both plan against the same.
 func TestPassiveGroupsPlanInTurn(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
-	a := register(t, m, ClientOptions{Group: "a"})
-	b := register(t, m, ClientOptions{Group: "b"})
+	// Opted out of eviction, which would otherwise give one group the
+	// other's idle memory (TestEvict).
+	a := register(t, m, ClientOptions{Group: "a", NoEvict: true})
+	b := register(t, m, ClientOptions{Group: "b", NoEvict: true})
 	for range 30 {
 		var wg sync.WaitGroup
 		var ra, rb *ArrayResponse
 		var ea, eb error
-		_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Uint8, 0, 40*int(MiB))})
-		_ = m.QueueRequest(b, map[string]ArrayRequest{"x": req(Uint8, 0, 40*int(MiB))})
-		wg.Go(func() { ra, ea = m.AllocateQueue(a) })
-		wg.Go(func() { rb, eb = m.AllocateQueue(b) })
+		_ = a.Queue(map[string]ArrayRequest{"x": req(Uint8, 0, 40*int(MiB))})
+		_ = b.Queue(map[string]ArrayRequest{"x": req(Uint8, 0, 40*int(MiB))})
+		wg.Go(func() { ra, ea = a.Allocate(context.Background()) })
+		wg.Go(func() { rb, eb = b.Allocate(context.Background()) })
 		wg.Wait()
 		if ea != nil || eb != nil {
 			t.Fatalf("a: %v; b: %v", ea, eb)
@@ -694,10 +697,10 @@ func TestWithCapBoundsThePlan(t *testing.T) {
 		t.Run(kind.String(), func(t *testing.T) {
 			m, _, _ := newManager(t, 64*MiB, WithAllocator(kind), WithCap(8*MiB))
 			c := register(t, m, ClientOptions{})
-			if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 5<<20)}); err != nil { // 20 MiB
+			if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 5<<20)}); err != nil { // 20 MiB
 				t.Fatal(err)
 			}
-			resp, err := m.AllocateQueue(c)
+			resp, err := c.Allocate(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ import (
 // ClientOptions describe a client to Register. The zero value is an
 // unnamed client in the auto pool and the "default" group, with no hooks.
 // Register copies what it needs; the hooks must be safe to call from
-// whichever goroutine runs AllocateQueue, SetAllocator or InvalidateAll.
+// whichever goroutine runs Allocate, SetAllocator or InvalidateAll.
 //
 // A client's hooks are called with no lock held, one at a time, in the
 // order of the events: the OnAllocated of arrays installed before an
@@ -32,7 +32,7 @@ import (
 // returns, except when another goroutine is calling the same client's
 // earlier hook at the time (or is still finishing the allocation it is
 // for): that goroutine then calls the later hook, after the earlier one.
-// A hook may call the manager, AllocateQueue included.
+// A hook may call the manager, Allocate included.
 type ClientOptions struct {
 	// Name labels the client in errors, logs and plans ("" is "client").
 	Name string
@@ -42,11 +42,16 @@ type ClientOptions struct {
 	// Group is the stream group to join ("" is "default").
 	Group string
 	// OnInvalidate is called when the manager has freed the client's
-	// arrays behind its back (SetAllocator, InvalidateAll, or a failed
-	// AllocateQueue that had to free the arrays it was replacing first):
-	// drop them and queue again.
-	OnInvalidate func()
-	// OnAllocated is called after AllocateQueue has allocated its group:
+	// arrays behind its back, with the reason: SetAllocator or
+	// InvalidateAll (an error wrapping ErrFreed), an eviction for another
+	// group (ErrEvicted, evict.go), or a failed Allocate that had to free
+	// the arrays it was replacing first (ErrFreed). Drop the arrays and
+	// queue again.
+	OnInvalidate func(reason error)
+	// NoEvict opts the client out of eviction: its arrays are never freed
+	// to make room for another group.
+	NoEvict bool
+	// OnAllocated is called after Allocate has allocated its group:
 	// with the client's arrays when it had requests queued, and with the
 	// chunk parameters and no arrays when another member of its group
 	// had.
@@ -60,8 +65,9 @@ type Client struct {
 	m            *Manager
 	id           uint64
 	name         string
-	onInvalidate func()
+	onInvalidate func(reason error)
 	onAllocated  func(*ArrayResponse)
+	work         workState // work marks and eviction (workmarks.go, evict.go)
 
 	hookMu     sync.Mutex  // protects hooks and delivering; taken after m.mu, never held over a call
 	hooks      []*hookCall // hook calls to make, in event order (hooks.go)
@@ -127,11 +133,27 @@ func (c *Client) Group() string {
 	return c.group
 }
 
-// Proportion is the client's share of device memory (0 once closed).
-func (c *Client) Proportion() float64 { p, _ := c.m.Proportion(c); return p }
+// Proportion is the client's share of device memory: its manual
+// proportion, or its equal part of the auto pool (0 once closed).
+func (c *Client) Proportion() float64 {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.m.checkLocked(c) != nil {
+		return 0
+	}
+	return c.m.proportionLocked(c)
+}
 
-// Cap is the client's share of device memory in bytes (0 once closed).
-func (c *Client) Cap() uint64 { n, _ := c.m.Cap(c); return n }
+// Cap is the client's share of device memory in bytes: Proportion × the
+// manager's total memory (0 once closed).
+func (c *Client) Cap() uint64 {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.m.checkLocked(c) != nil {
+		return 0
+	}
+	return c.m.capLocked(c)
+}
 
 // Arrays returns the client's device arrays by label (buffer 0).
 func (c *Client) Arrays() map[string]*DeviceArray {
@@ -208,7 +230,7 @@ func (c *Client) Close() error {
 	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
 		err = errors.Join(err, wrapIf("leave the stream group", gerr))
 	}
-	return err
+	return errors.Join(err, c.work.drop())
 }
 
 // takeLocked removes and returns the allocations under label. m.mu must
@@ -276,6 +298,8 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		prop:         units,
 		group:        group,
 	}
+	c.work.noEvict = o.NoEvict
+	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
 	// join the group (which may make a stream: a device call, not under
 	// mu), giving the share back if that fails.
@@ -439,13 +463,9 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		m.mu.Unlock()
 		return err
 	}
-	switch {
-	case need == "auto" && c.isManual():
+	if (need == "auto" && c.isManual()) || (!toManual && !c.isManual()) {
 		m.mu.Unlock()
-		return fmt.Errorf("vram: %v already has a manual proportion; use SetManualProportion to change it: %w", c, ErrLimitMode)
-	case !toManual && !c.isManual():
-		m.mu.Unlock()
-		return fmt.Errorf("vram: %v is already in the auto pool: %w", c, ErrLimitMode)
+		return nil // the mode it has: nothing to do (as cubie)
 	}
 	// Take c out, try to put it back as asked, and undo on refusal.
 	wasProp := c.prop
@@ -471,36 +491,24 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 // SetManualProportion gives c the manual proportion p (0 < p ≤ 1),
 // moving it out of the auto pool if it is there, under Register's rules:
 // ErrProportion when the pools cannot give p. A refusal changes nothing.
-func (m *Manager) SetManualProportion(c *Client, p float64) error {
-	return m.setShare(c, p, true, "")
+func (c *Client) SetManualProportion(p float64) error {
+	return c.m.setShare(c, p, true, "")
 }
 
 // SetManualLimitMode moves an auto client to the manual pool with
-// proportion p, under Register's rules. It fails with ErrLimitMode for a
-// client that is manual already.
-func (m *Manager) SetManualLimitMode(c *Client, p float64) error {
-	return m.setShare(c, p, true, "auto")
+// proportion p, under Register's rules. For a client that is manual
+// already it does nothing and returns nil (its proportion stays: change
+// it with SetManualProportion).
+func (c *Client) SetManualLimitMode(p float64) error {
+	return c.m.setShare(c, p, true, "auto")
 }
 
-// SetAutoLimitMode moves a manual client to the auto pool. It fails with
-// ErrLimitMode for an auto client, and with ErrProportion when the other
-// manual clients leave the auto pool less than MinAutoPool.
-func (m *Manager) SetAutoLimitMode(c *Client) error {
-	return m.setShare(c, 0, false, "")
-}
-
-// Proportion is c's share of memory: its manual proportion, or its equal
-// part of the auto pool.
-func (m *Manager) Proportion(c *Client) (float64, error) {
-	if c == nil || c.m != m {
-		return 0, foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return 0, err
-	}
-	return m.proportionLocked(c), nil
+// SetAutoLimitMode moves a manual client to the auto pool; for an auto
+// client it does nothing and returns nil. It fails with ErrProportion
+// when the other manual clients leave the auto pool less than
+// MinAutoPool.
+func (c *Client) SetAutoLimitMode() error {
+	return c.m.setShare(c, 0, false, "")
 }
 
 func (m *Manager) proportionLocked(c *Client) float64 {
@@ -513,39 +521,32 @@ func (m *Manager) proportionLocked(c *Client) float64 {
 	return float64(shareUnit-m.manual) / float64(m.numAuto) / float64(shareUnit)
 }
 
-// Cap is c's share in bytes: Proportion × total device memory.
-func (m *Manager) Cap(c *Client) (uint64, error) {
-	if c == nil || c.m != m {
-		return 0, foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return 0, err
-	}
-	return m.capLocked(c), nil
-}
-
 func (m *Manager) capLocked(c *Client) uint64 {
 	return uint64(m.proportionLocked(c) * float64(m.total))
 }
 
-// ManualPoolProportion is the sum of the manual clients' proportions.
-func (m *Manager) ManualPoolProportion() float64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return float64(m.manual) / float64(shareUnit)
+// Shares are how the manager divides memory between its clients.
+type Shares struct {
+	// Total is the bytes proportions are of: the device's total memory
+	// unless WithTotalMemory said otherwise.
+	Total uint64
+	// Manual is the sum of the manual clients' proportions.
+	Manual float64
+	// Auto is the share the auto clients split: 1 minus Manual while
+	// there are auto clients, else 0.
+	Auto float64
 }
 
-// AutoPoolProportion is the share the auto clients split: 1 minus the
-// manual total while there are auto clients, else 0.
-func (m *Manager) AutoPoolProportion() float64 {
+// Shares returns how memory is divided now (cubie's
+// manual_pool_proportion and auto_pool_proportion).
+func (m *Manager) Shares() Shares {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.numAuto == 0 {
-		return 0
+	s := Shares{Total: m.total, Manual: float64(m.manual) / float64(shareUnit)}
+	if m.numAuto > 0 {
+		s.Auto = float64(shareUnit-m.manual) / float64(shareUnit)
 	}
-	return float64(shareUnit-m.manual) / float64(shareUnit)
+	return s
 }
 
 // Clients returns the open clients, by id.

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -77,7 +78,7 @@ func TestConcurrentClients(t *testing.T) {
 			if n := len(m.Clients()); n != 0 {
 				t.Errorf("%d clients left", n)
 			}
-			if p := m.ManualPoolProportion(); p != 0 {
+			if p := m.Shares().Manual; p != 0 {
 				t.Errorf("manual pool %v after every client closed", p)
 			}
 			if err := m.Allocator().Trim(); err != nil {
@@ -128,10 +129,10 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 		"x": {Shape: []int{2, groupRuns[g]}, DType: Float32, ChunkAxis: 1},
 		"k": {Shape: []int{1 + rng.IntN(64)}, DType: Float64, Unchunkable: true},
 	}
-	if err := m.QueueRequest(c, reqs); err != nil {
+	if err := c.Queue(reqs); err != nil {
 		return err
 	}
-	resp, err := m.AllocateQueue(c, WithBuffers(1+rng.IntN(2)))
+	resp, err := c.Allocate(context.Background(), WithBuffers(1+rng.IntN(2)))
 	switch {
 	case errors.Is(err, ErrRunTooLarge) || errors.Is(err, ErrUnchunkable):
 		// Other groups hold the memory (or the limit) meanwhile.
@@ -160,8 +161,11 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 	}
 	defer host.Free()
 	for ch := range resp.Chunks {
-		sp := resp.Span(ch, 1)
-		if err := m.ToDeviceChunk(c, x, host, sp); err != nil {
+		sp, err := resp.Span(ch, 1)
+		if err != nil {
+			return err
+		}
+		if err := c.ToDeviceChunk(context.Background(), x, host, sp); err != nil {
 			if errors.Is(err, ErrFreed) {
 				count("freed under us")
 				return nil
@@ -169,11 +173,11 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 			return err
 		}
 	}
-	if err := m.Sync(c); err != nil {
+	if err := c.Sync(context.Background()); err != nil {
 		return err
 	}
 	if rng.IntN(5) == 0 {
-		if err := m.ChangeStreamGroup(c, fmt.Sprintf("spare%d", rng.IntN(3))); err != nil {
+		if err := c.ChangeStreamGroup(fmt.Sprintf("spare%d", rng.IntN(3))); err != nil {
 			return err
 		}
 	}
@@ -223,10 +227,10 @@ func TestCloseWhileRegistering(t *testing.T) {
 			for i := 0; ; i++ {
 				c, err := m.Register(ClientOptions{Group: fmt.Sprintf("g%d", (w+i)%3)})
 				if err == nil {
-					err = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 100)})
+					err = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 100)})
 				}
 				if err == nil {
-					_, err = m.AllocateQueue(c)
+					_, err = c.Allocate(context.Background())
 				}
 				if errors.Is(err, ErrClosed) {
 					return

@@ -14,6 +14,7 @@ package vram
 // adjacent (the chunk axis is the first, or the chunk is the whole array).
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -30,8 +31,64 @@ type Span struct {
 
 // ToDevice copies src into dst, which must have the same dtype and shape,
 // ordered on c's stream. It returns once the copy is enqueued: keep src
-// unchanged until Sync(c).
-func (m *Manager) ToDevice(c *Client, dst *DeviceArray, src *HostArray) error {
+// unchanged until c.Sync.
+//
+// The copies (ToDevice, FromDevice, ToDeviceChunk, FromDeviceChunk) check
+// ctx before they enqueue and return an error wrapping ctx.Err(), with
+// nothing enqueued, when it is done. A copy between the device and
+// pageable host memory may wait in the driver until the stream reaches
+// it (CUDA returns from a copy into pageable memory only once it is
+// done); that wait cannot be abandoned.
+func (c *Client) ToDevice(ctx context.Context, dst *DeviceArray, src *HostArray) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("vram: to device for %v: %w", c, err)
+	}
+	return c.m.toDevice(c, dst, src)
+}
+
+// FromDevice copies src into dst, which must have the same dtype and
+// shape, ordered on c's stream. It returns once the copy is enqueued
+// (into pageable memory, on CUDA, once it is done): read dst after
+// c.Sync. ctx as for ToDevice.
+func (c *Client) FromDevice(ctx context.Context, dst *HostArray, src *DeviceArray) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("vram: from device for %v: %w", c, err)
+	}
+	return c.m.fromDevice(c, dst, src)
+}
+
+// ToDeviceChunk copies the runs sp of the full-length host array src into
+// the chunk-length device array dst: for every index of the axes other
+// than sp.Axis, src's elements at sp.Start … sp.Start+sp.Len−1 along
+// sp.Axis go to dst's elements 0 … sp.Len−1. The arrays must have the same
+// dtype, rank and dimensions except along sp.Axis, where dst needs at
+// least sp.Len and src at least sp.Start+sp.Len. dst's elements past
+// sp.Len along the axis (the idle tail of a short last chunk) are left
+// as they were. It is one copy when the device implements
+// device.StridedCopier or the runs are contiguous, else one per index of
+// the axes before sp.Axis. Ordered on c's stream; keep src unchanged
+// until c.Sync. ctx as for ToDevice.
+func (c *Client) ToDeviceChunk(ctx context.Context, dst *DeviceArray, src *HostArray, sp Span) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("vram: to device chunk for %v: %w", c, err)
+	}
+	return c.m.toDeviceChunk(c, dst, src, sp)
+}
+
+// FromDeviceChunk copies the first sp.Len runs along sp.Axis of the
+// chunk-length device array src into runs sp.Start … sp.Start+sp.Len−1 of
+// the full-length host array dst: the reverse of ToDeviceChunk, with the
+// same rules. Ordered on c's stream; read dst after c.Sync. ctx as for
+// ToDevice.
+func (c *Client) FromDeviceChunk(ctx context.Context, dst *HostArray, src *DeviceArray, sp Span) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("vram: from device chunk for %v: %w", c, err)
+	}
+	return c.m.fromDeviceChunk(c, dst, src, sp)
+}
+
+// toDevice is Client.ToDevice.
+func (m *Manager) toDevice(c *Client, dst *DeviceArray, src *HostArray) error {
 	s, done, err := m.copyCheck(c, dst, src)
 	if err != nil {
 		return fmt.Errorf("vram: to device: %w", err)
@@ -46,10 +103,8 @@ func (m *Manager) ToDevice(c *Client, dst *DeviceArray, src *HostArray) error {
 	return nil
 }
 
-// FromDevice copies src into dst, which must have the same dtype and
-// shape, ordered on c's stream. It returns once the copy is enqueued: read
-// dst after Sync(c).
-func (m *Manager) FromDevice(c *Client, dst *HostArray, src *DeviceArray) error {
+// fromDevice is Client.FromDevice.
+func (m *Manager) fromDevice(c *Client, dst *HostArray, src *DeviceArray) error {
 	s, done, err := m.copyCheck(c, src, dst)
 	if err != nil {
 		return fmt.Errorf("vram: from device: %w", err)
@@ -64,18 +119,8 @@ func (m *Manager) FromDevice(c *Client, dst *HostArray, src *DeviceArray) error 
 	return nil
 }
 
-// ToDeviceChunk copies the runs sp of the full-length host array src into
-// the chunk-length device array dst: for every index of the axes other
-// than sp.Axis, src's elements at sp.Start … sp.Start+sp.Len−1 along
-// sp.Axis go to dst's elements 0 … sp.Len−1. The arrays must have the same
-// dtype, rank and dimensions except along sp.Axis, where dst needs at
-// least sp.Len and src at least sp.Start+sp.Len. dst's elements past
-// sp.Len along the axis (the idle tail of a short last chunk) are left
-// as they were. It is one copy when the device implements
-// device.StridedCopier or the runs are contiguous, else one per index of
-// the axes before sp.Axis. Ordered on c's stream; keep src unchanged
-// until Sync(c).
-func (m *Manager) ToDeviceChunk(c *Client, dst *DeviceArray, src *HostArray, sp Span) error {
+// toDeviceChunk is Client.ToDeviceChunk.
+func (m *Manager) toDeviceChunk(c *Client, dst *DeviceArray, src *HostArray, sp Span) error {
 	s, done, err := m.copyCheck(c, dst, src)
 	if err != nil {
 		return fmt.Errorf("vram: to device chunk: %w", err)
@@ -92,11 +137,8 @@ func (m *Manager) ToDeviceChunk(c *Client, dst *DeviceArray, src *HostArray, sp 
 	return nil
 }
 
-// FromDeviceChunk copies the first sp.Len runs along sp.Axis of the
-// chunk-length device array src into runs sp.Start … sp.Start+sp.Len−1 of
-// the full-length host array dst: the reverse of ToDeviceChunk, with the
-// same rules. Ordered on c's stream; read dst after Sync(c).
-func (m *Manager) FromDeviceChunk(c *Client, dst *HostArray, src *DeviceArray, sp Span) error {
+// fromDeviceChunk is Client.FromDeviceChunk.
+func (m *Manager) fromDeviceChunk(c *Client, dst *HostArray, src *DeviceArray, sp Span) error {
 	s, done, err := m.copyCheck(c, src, dst)
 	if err != nil {
 		return fmt.Errorf("vram: from device chunk: %w", err)
@@ -169,13 +211,13 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	}
 	switch {
 	case d.Freed():
-		err = fmt.Errorf("device array %v was freed (Free, FreeAll, a re-allocation of its label, Close or SetAllocator); use the arrays of the latest ArrayResponse: %w", d, ErrFreed)
+		err = d.freedErr()
 	case h.Freed():
-		err = fmt.Errorf("host array %v was freed; make another with NewHostArray: %w", h, ErrFreed)
+		err = h.freedErr()
 	case d.dtype != h.dtype:
 		err = fmt.Errorf("the device array is %v and the host array %v; make the host array with the device array's dtype: %w", d.dtype, h.dtype, ErrMismatch)
 	default:
-		s, err = m.Stream(c)
+		s, err = m.stream(c)
 	}
 	if err != nil {
 		done()

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"errors"
 	"math"
 	"slices"
@@ -122,8 +123,8 @@ func TestChunkCopies(t *testing.T) {
 				}
 				chunkShape := slices.Clone(tc.shape)
 				chunkShape[tc.axis] = tc.length
-				_ = m.QueueRequest(c, map[string]ArrayRequest{"d": {Shape: chunkShape, DType: Float32, ChunkAxis: tc.axis, Unchunkable: true}})
-				resp, err := m.AllocateQueue(c)
+				_ = c.Queue(map[string]ArrayRequest{"d": {Shape: chunkShape, DType: Float32, ChunkAxis: tc.axis, Unchunkable: true}})
+				resp, err := c.Allocate(context.Background())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -141,19 +142,19 @@ func TestChunkCopies(t *testing.T) {
 					for i := range neg.Float32s() {
 						neg.Float32s()[i] = -1
 					}
-					if err := m.ToDevice(c, d, neg); err != nil {
+					if err := c.ToDevice(context.Background(), d, neg); err != nil {
 						t.Fatal(err)
 					}
 					p0, s0 := cd.plain.Load(), cd.strided.Load()
-					if err := m.ToDeviceChunk(c, d, src, sp); err != nil {
+					if err := c.ToDeviceChunk(context.Background(), d, src, sp); err != nil {
 						t.Fatal(err)
 					}
 					p1, s1 := cd.plain.Load(), cd.strided.Load()
-					if err := m.FromDevice(c, whole, d); err != nil {
+					if err := c.FromDevice(context.Background(), whole, d); err != nil {
 						t.Fatal(err)
 					}
 					p2, s2 := cd.plain.Load(), cd.strided.Load()
-					if err := m.FromDeviceChunk(c, dst, d, sp); err != nil {
+					if err := c.FromDeviceChunk(context.Background(), dst, d, sp); err != nil {
 						t.Fatal(err)
 					}
 					p3, s3 := cd.plain.Load(), cd.strided.Load()
@@ -172,7 +173,7 @@ func TestChunkCopies(t *testing.T) {
 							t.Errorf("chunk at %d, %s: %d plain and %d 2-D copies, want %d and %d", start, dir, got[0], got[1], wantPlain, want2D)
 						}
 					}
-					if err := m.Sync(c); err != nil {
+					if err := c.Sync(context.Background()); err != nil {
 						t.Fatal(err)
 					}
 					if want := refChunk(tc.shape, tc.axis, tc.length, start, n); !slices.Equal(whole.Float32s(), want) {
@@ -193,22 +194,22 @@ func TestChunkCopies(t *testing.T) {
 func TestStridedChunkIsOneDeviceCopy(t *testing.T) {
 	m, dev, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"d": {Shape: []int{3, 4}, DType: Float32, Unchunkable: true}})
-	resp, _ := m.AllocateQueue(c)
+	_ = c.Queue(map[string]ArrayRequest{"d": {Shape: []int{3, 4}, DType: Float32, Unchunkable: true}})
+	resp, _ := c.Allocate(context.Background())
 	h, _ := m.NewHostArray([]int{3, 10}, Float32, Pageable, nil)
 	sp := Span{Axis: 1, Start: 2, Len: 4}
 	dev.Faults().FailCopyAt(2)
-	if err := m.ToDeviceChunk(c, resp.Arrays["d"], h, sp); err != nil {
+	if err := c.ToDeviceChunk(context.Background(), resp.Arrays["d"], h, sp); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Sync(c); err != nil || dev.Faults().Fired() != 0 {
+	if err := c.Sync(context.Background()); err != nil || dev.Faults().Fired() != 0 {
 		t.Fatalf("the second copy failed (%v, %d fired): the chunk took more than one", err, dev.Faults().Fired())
 	}
 	dev.Faults().FailCopyAt(1)
-	if err := m.FromDeviceChunk(c, h, resp.Arrays["d"], sp); err != nil {
+	if err := c.FromDeviceChunk(context.Background(), h, resp.Arrays["d"], sp); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Sync(c); !errors.Is(err, device.ErrCopyFailed) {
+	if err := c.Sync(context.Background()); !errors.Is(err, device.ErrCopyFailed) {
 		t.Fatalf("a failed 2-D copy: Sync returned %v, want ErrCopyFailed", err)
 	}
 	dev.Faults().Clear()
@@ -219,8 +220,8 @@ func TestWholeCopies(t *testing.T) {
 	c := register(t, m, ClientOptions{})
 	for _, dt := range DTypes() {
 		t.Run(dt.String(), func(t *testing.T) {
-			_ = m.QueueRequest(c, map[string]ArrayRequest{dt.String(): {Shape: []int{3, 5}, DType: dt, Unchunkable: true}})
-			resp, err := m.AllocateQueue(c)
+			_ = c.Queue(map[string]ArrayRequest{dt.String(): {Shape: []int{3, 5}, DType: dt, Unchunkable: true}})
+			resp, err := c.Allocate(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -231,13 +232,13 @@ func TestWholeCopies(t *testing.T) {
 				src.Data()[i] = byte(i*7 + 1)
 			}
 			back, _ := m.NewHostArray([]int{3, 5}, dt, Pageable, nil)
-			if err := m.ToDevice(c, d, src); err != nil {
+			if err := c.ToDevice(context.Background(), d, src); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.FromDevice(c, back, d); err != nil {
+			if err := c.FromDevice(context.Background(), back, d); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.Sync(c); err != nil {
+			if err := c.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(back.Data(), src.Data()) || uint64(len(back.Data())) != 15*dt.Size() {
@@ -251,11 +252,11 @@ func TestCopyErrors(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
 	other := register(t, m, ClientOptions{})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{
+	_ = c.Queue(map[string]ArrayRequest{
 		"d":   {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
 		"old": {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
 	})
-	resp, _ := m.AllocateQueue(c)
+	resp, _ := c.Allocate(context.Background())
 	d, old := resp.Arrays["d"], resp.Arrays["old"]
 	_ = c.Free("old")
 	host := func(dt DType, shape ...int) *HostArray {
@@ -273,23 +274,29 @@ func TestCopyErrors(t *testing.T) {
 		do func() error
 		is error
 	}{
-		"dtype differs":              {func() error { return m.ToDevice(c, d, host(Float64, 2, 4)) }, ErrMismatch},
-		"shape differs":              {func() error { return m.ToDevice(c, d, host(Float32, 4, 2)) }, ErrMismatch},
-		"shape differs, from":        {func() error { return m.FromDevice(c, host(Float32, 8), d) }, ErrMismatch},
-		"freed device array":         {func() error { return m.ToDevice(c, old, host(Float32, 2, 4)) }, ErrFreed},
-		"freed host array":           {func() error { return m.FromDevice(c, freed, d) }, ErrFreed},
-		"closed client":              {func() error { return m.ToDevice(other, d, host(Float32, 2, 4)) }, ErrClosed},
-		"chunk past the host end":    {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: 8, Len: 4}) }, ErrMismatch},
-		"chunk longer than device":   {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: 0, Len: 5}) }, ErrMismatch},
-		"chunk on the wrong axis":    {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 0, Start: 0, Len: 2}) }, ErrMismatch},
-		"chunk axis out of range":    {func() error { return m.FromDeviceChunk(c, full, d, Span{Axis: 2, Start: 0, Len: 1}) }, ErrMismatch},
-		"chunk ranks differ":         {func() error { return m.ToDeviceChunk(c, d, host(Float32, 20), Span{Axis: 0, Len: 1}) }, ErrMismatch},
-		"negative start":             {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: -1, Len: 2}) }, ErrMismatch},
-		"start + len overflows":      {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: math.MaxInt, Len: 1}) }, ErrMismatch},
-		"chunk of a freed array":     {func() error { return m.FromDeviceChunk(c, full, old, Span{Axis: 1, Len: 1}) }, ErrFreed},
-		"chunk dtype differs":        {func() error { return m.FromDeviceChunk(c, host(Int32, 2, 10), d, Span{Axis: 1, Len: 1}) }, ErrMismatch},
-		"nil array":                  {func() error { return m.ToDevice(c, nil, full) }, device.ErrInvalidValue},
-		"empty chunk copies nothing": {func() error { return m.ToDeviceChunk(c, d, full, Span{Axis: 1, Start: 10, Len: 0}) }, nil},
+		"dtype differs":            {func() error { return c.ToDevice(context.Background(), d, host(Float64, 2, 4)) }, ErrMismatch},
+		"shape differs":            {func() error { return c.ToDevice(context.Background(), d, host(Float32, 4, 2)) }, ErrMismatch},
+		"shape differs, from":      {func() error { return c.FromDevice(context.Background(), host(Float32, 8), d) }, ErrMismatch},
+		"freed device array":       {func() error { return c.ToDevice(context.Background(), old, host(Float32, 2, 4)) }, ErrFreed},
+		"freed host array":         {func() error { return c.FromDevice(context.Background(), freed, d) }, ErrFreed},
+		"closed client":            {func() error { return other.ToDevice(context.Background(), d, host(Float32, 2, 4)) }, ErrClosed},
+		"chunk past the host end":  {func() error { return c.ToDeviceChunk(context.Background(), d, full, Span{Axis: 1, Start: 8, Len: 4}) }, ErrMismatch},
+		"chunk longer than device": {func() error { return c.ToDeviceChunk(context.Background(), d, full, Span{Axis: 1, Start: 0, Len: 5}) }, ErrMismatch},
+		"chunk on the wrong axis":  {func() error { return c.ToDeviceChunk(context.Background(), d, full, Span{Axis: 0, Start: 0, Len: 2}) }, ErrMismatch},
+		"chunk axis out of range":  {func() error { return c.FromDeviceChunk(context.Background(), full, d, Span{Axis: 2, Start: 0, Len: 1}) }, ErrMismatch},
+		"chunk ranks differ": {func() error {
+			return c.ToDeviceChunk(context.Background(), d, host(Float32, 20), Span{Axis: 0, Len: 1})
+		}, ErrMismatch},
+		"negative start": {func() error { return c.ToDeviceChunk(context.Background(), d, full, Span{Axis: 1, Start: -1, Len: 2}) }, ErrMismatch},
+		"start + len overflows": {func() error {
+			return c.ToDeviceChunk(context.Background(), d, full, Span{Axis: 1, Start: math.MaxInt, Len: 1})
+		}, ErrMismatch},
+		"chunk of a freed array": {func() error { return c.FromDeviceChunk(context.Background(), full, old, Span{Axis: 1, Len: 1}) }, ErrFreed},
+		"chunk dtype differs": {func() error {
+			return c.FromDeviceChunk(context.Background(), host(Int32, 2, 10), d, Span{Axis: 1, Len: 1})
+		}, ErrMismatch},
+		"nil array":                  {func() error { return c.ToDevice(context.Background(), nil, full) }, device.ErrInvalidValue},
+		"empty chunk copies nothing": {func() error { return c.ToDeviceChunk(context.Background(), d, full, Span{Axis: 1, Start: 10, Len: 0}) }, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := tc.do()
@@ -399,14 +406,14 @@ func TestHostArrays(t *testing.T) {
 func TestPinnedBuffersAreReused(t *testing.T) {
 	m, dev, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"d": fixed(Float32, 1000)})
-	resp, _ := m.AllocateQueue(c)
+	_ = c.Queue(map[string]ArrayRequest{"d": fixed(Float32, 1000)})
+	resp, _ := c.Allocate(context.Background())
 	h, _ := m.NewHostArray([]int{1000}, Float32, Pinned, nil)
 	fillSeq(h)
-	if err := m.ToDevice(c, resp.Arrays["d"], h); err != nil {
+	if err := c.ToDevice(context.Background(), resp.Arrays["d"], h); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Sync(c); err != nil {
+	if err := c.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	_ = h.Free()

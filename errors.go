@@ -27,6 +27,9 @@ var (
 	// give (a manual total over 1, an auto pool under MinAutoPool).
 	ErrProportion = errors.New("vram: proportion refused")
 	// ErrLimitMode: a client moved to the limit mode it already has.
+	//
+	// Deprecated: no call returns it any more: setting a client's limit
+	// mode to the one it has does nothing, as in cubie.
 	ErrLimitMode = errors.New("vram: client already in that limit mode")
 	// ErrInvalidRequest: an ArrayRequest with a bad shape, dtype, memory
 	// type or chunk axis, or whose size overflows 64 bits.
@@ -43,8 +46,16 @@ var (
 	// ErrFreed: an array used after the manager freed it (by Free,
 	// FreeAll, a client's Close, a re-allocation or SetAllocator).
 	ErrFreed = errors.New("vram: array has been freed")
-	// ErrNothingQueued: AllocateQueue found no request queued in the
-	// client's group (none was queued, or another member's AllocateQueue
+	// ErrChunkRange: a chunk index outside the plan's chunks (Chunk,
+	// Span).
+	ErrChunkRange = errors.New("vram: chunk index out of range")
+	// ErrEvicted: an array (or a client's work) whose memory the manager
+	// gave to another group while its client was idle (evict.go). Errors
+	// of copies through an evicted array wrap ErrFreed too. Queue the
+	// requests and allocate again.
+	ErrEvicted = errors.New("vram: arrays evicted for another group")
+	// ErrNothingQueued: Allocate found no request queued in the
+	// client's group (none was queued, or another member's Allocate
 	// has already allocated them).
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.

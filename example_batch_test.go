@@ -82,11 +82,12 @@ func ExampleRunBatch() {
 		OnAllocated: func(r *vram.ArrayResponse) { writerR = r }})
 	defer writer.Close()
 
+	ctx := context.Background()
 	// 32 MiB of device arrays on an 8 MiB device.
 	const runs = 4 << 20
-	_ = m.QueueRequest(solver, map[string]vram.ArrayRequest{"x": {Shape: []int{runs}, DType: vram.Float32}})
-	_ = m.QueueRequest(writer, map[string]vram.ArrayRequest{"y": {Shape: []int{runs}, DType: vram.Float32}})
-	if _, err := m.AllocateQueue(solver, vram.WithBuffers(2)); err != nil {
+	_ = solver.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{runs}, DType: vram.Float32}})
+	_ = writer.Queue(map[string]vram.ArrayRequest{"y": {Shape: []int{runs}, DType: vram.Float32}})
+	if _, err := solver.Allocate(ctx, vram.WithBuffers(2)); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -99,7 +100,7 @@ func ExampleRunBatch() {
 		x.Float32s()[i] = float32(i % 1000)
 	}
 
-	rep, err := vram.RunBatch(context.Background(), solver, vram.Batch{
+	rep, err := vram.RunBatch(ctx, solver, vram.Batch{
 		Arrays:  []vram.BatchArray{vram.In(solverR, "x", x), vram.Out(writerR, "y", y)},
 		Buffers: 2,
 		Compute: func(_ context.Context, ch *vram.Chunk) error {

@@ -1,6 +1,7 @@
 package vram_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,6 +20,7 @@ func Example() {
 	defer dev.Close()
 	m, _ := vram.New(dev)
 	defer m.Close()
+	ctx := context.Background() // the calls that may wait take it
 
 	// Components that work on the same runs join one group: they share a
 	// stream and are planned together.
@@ -34,7 +36,7 @@ func Example() {
 	// One million runs: 24 MB of per-run state and parameters, chunked
 	// along axis 1, and a small table every run reads.
 	const runs = 1_000_000
-	err := m.QueueRequest(solver, map[string]vram.ArrayRequest{
+	err := solver.Queue(map[string]vram.ArrayRequest{
 		"state":  {Shape: []int{2, runs}, DType: vram.Float32, ChunkAxis: 1},
 		"params": {Shape: []int{4, runs}, DType: vram.Float32, ChunkAxis: 1},
 		"table":  {Shape: []int{1024}, DType: vram.Float64, Unchunkable: true},
@@ -43,7 +45,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	resp, err := m.AllocateQueue(solver)
+	resp, err := solver.Allocate(ctx)
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -59,18 +61,22 @@ func Example() {
 	}
 	out, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pageable, nil)
 	for i := range resp.Chunks {
-		sp := resp.Span(i, 1) // the runs of chunk i along axis 1
-		if err := m.ToDeviceChunk(solver, resp.Arrays["state"], in, sp); err != nil {
+		sp, err := resp.Span(i, 1) // the runs of chunk i along axis 1
+		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		// ... kernels run here on m.Stream(solver) over sp.Len runs ...
-		if err := m.FromDeviceChunk(solver, out, resp.Arrays["state"], sp); err != nil {
+		if err := solver.ToDeviceChunk(ctx, resp.Arrays["state"], in, sp); err != nil {
+			fmt.Println(err)
+			return
+		}
+		// ... kernels run here on solver.Stream() over sp.Len runs ...
+		if err := solver.FromDeviceChunk(ctx, out, resp.Arrays["state"], sp); err != nil {
 			fmt.Println(err)
 			return
 		}
 	}
-	if err := m.Sync(solver); err != nil {
+	if err := solver.Sync(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
@@ -82,7 +88,7 @@ func Example() {
 }
 
 // Plan is a pure function: the same request set and budget always give
-// the same chunks. It is what AllocateQueue and `vram plan` use.
+// the same chunks. It is what Allocate and `vram plan` use.
 func ExamplePlan() {
 	requests := map[string]map[string]vram.ArrayRequest{
 		"solver": {

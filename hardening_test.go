@@ -5,6 +5,7 @@ package vram
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -52,33 +53,33 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	a := register(t, m, ClientOptions{Name: "a", Group: "A"})
 	register(t, m, ClientOptions{Name: "keeper", Group: "A"}) // A stays when a leaves
 	b := register(t, m, ClientOptions{Name: "b", Group: "B"})
-	if err := m.QueueRequest(a, map[string]ArrayRequest{"x": req(Uint8, 0, n), "z": req(Uint8, 0, n)}); err != nil {
+	if err := a.Queue(map[string]ArrayRequest{"x": req(Uint8, 0, n), "z": req(Uint8, 0, n)}); err != nil {
 		t.Fatal(err)
 	}
-	ra, err := m.AllocateQueue(a)
+	ra, err := a.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := ra.Arrays["x"]
 	xPtr := x.Ptr()
-	sA, _ := m.Stream(a)
+	sA, _ := a.Stream()
 	release := holdStream(t, dev, sA)
 	defer release()
 	old, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0xaa}, n))
 	defer old.Free()
-	if err := m.ToDevice(a, x, old); err != nil { // queued on A behind the kernel
+	if err := a.ToDevice(context.Background(), x, old); err != nil { // queued on A behind the kernel
 		t.Fatal(err)
 	}
-	if err := m.ChangeStreamGroup(a, "B"); err != nil {
+	if err := a.ChangeStreamGroup("B"); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Free("x"); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.QueueRequest(b, map[string]ArrayRequest{"y": req(Uint8, 0, n)}); err != nil {
+	if err := b.Queue(map[string]ArrayRequest{"y": req(Uint8, 0, n)}); err != nil {
 		t.Fatal(err)
 	}
-	rb, err := m.AllocateQueue(b)
+	rb, err := b.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,21 +87,21 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	t.Logf("x at %v, y at %v", xPtr, y.Ptr())
 	mine, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0x55}, n))
 	defer mine.Free()
-	if err := m.ToDevice(b, y, mine); err != nil {
+	if err := b.ToDevice(context.Background(), y, mine); err != nil {
 		t.Fatal(err)
 	}
 	release()
-	if err := m.Sync(b); err != nil {
+	if err := b.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := sA.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 	back, _ := m.NewHostArray([]int{n}, Uint8, Pageable, nil)
-	if err := m.FromDevice(b, back, y); err != nil {
+	if err := b.FromDevice(context.Background(), back, y); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Sync(b); err != nil {
+	if err := b.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if i := bytes.IndexFunc(back.Data(), func(r rune) bool { return r != 0x55 }); i >= 0 {
@@ -117,16 +118,16 @@ func TestGroupsGoWithTheirLastClient(t *testing.T) {
 	var cs []*Client
 	for i := range 40 {
 		c := register(t, m, ClientOptions{Group: fmt.Sprint("g", i)})
-		if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 100)}); err != nil {
+		if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 100)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := m.AllocateQueue(c); err != nil {
+		if _, err := c.Allocate(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		cs = append(cs, c)
 	}
 	for i, c := range cs[:20] {
-		if err := m.ChangeStreamGroup(c, fmt.Sprint("moved", i%5)); err != nil {
+		if err := c.ChangeStreamGroup(fmt.Sprint("moved", i%5)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +161,7 @@ func TestChangeStreamGroupRacingCloseLeavesNoGroup(t *testing.T) {
 		c := register(t, m, ClientOptions{Group: "home"})
 		var wg sync.WaitGroup
 		wg.Add(2)
-		go func() { defer wg.Done(); _ = m.ChangeStreamGroup(c, fmt.Sprint("new", i)) }()
+		go func() { defer wg.Done(); _ = c.ChangeStreamGroup(fmt.Sprint("new", i)) }()
 		go func() { defer wg.Done(); _ = c.Close() }()
 		wg.Wait()
 	}
@@ -187,7 +188,7 @@ func (b *blockOnFree) Free(p device.Ptr, s device.Stream) error {
 }
 
 // Hooks are delivered in the order of their events: an InvalidateAll
-// between AllocateQueue's install and its hook calls once delivered
+// between Allocate's install and its hook calls once delivered
 // OnInvalidate first, so the client went on holding arrays it believed
 // live that were already freed.
 func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
@@ -197,17 +198,17 @@ func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
 	var events []string
 	record := func(e string) { mu.Lock(); events = append(events, e); mu.Unlock() }
 	c := register(t, m, ClientOptions{
-		OnInvalidate: func() { record("invalidated") },
+		OnInvalidate: func(error) { record("invalidated") },
 		OnAllocated:  func(*ArrayResponse) { record("allocated") },
 	})
 	queue := func() {
 		t.Helper()
-		if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
+		if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	queue()
-	if _, err := m.AllocateQueue(c); err != nil {
+	if _, err := c.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	events = nil
@@ -219,7 +220,7 @@ func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
 	var resp *ArrayResponse
 	go func() {
 		var err error
-		resp, err = m.AllocateQueue(c)
+		resp, err = c.Allocate(context.Background())
 		done <- err
 	}()
 	<-bf.entered
@@ -262,7 +263,7 @@ func (b *blockOnTrim) Upstream() alloc.Allocator { return b.Allocator }
 
 func (b *blockOnTrim) Granularity() uint64 { return b.Allocator.(alloc.Granular).Granularity() }
 
-// An array freed (Client.Free) while AllocateQueue reads its budget is
+// An array freed (Client.Free) while Allocate reads its budget is
 // counted once: it was once counted both as an array being replaced and
 // in the device's free memory, so the plan took one chunk that did not
 // fit.
@@ -270,14 +271,14 @@ func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	bt := &blockOnTrim{entered: make(chan struct{}), release: make(chan struct{})}
 	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator { bt.Allocator = a; return bt }))
 	c := register(t, m, ClientOptions{})
-	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 8<<20)}); err != nil { // 32 MiB
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 8<<20)}); err != nil { // 32 MiB
 		t.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(c); err != nil {
+	if _, err := c.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// x again, 80 MiB: 64 MiB are free once the old x goes, so two chunks.
-	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 20<<20)}); err != nil {
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 20<<20)}); err != nil {
 		t.Fatal(err)
 	}
 	bt.armed.Store(true)
@@ -286,7 +287,7 @@ func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	var err error
 	go func() {
 		defer close(done)
-		resp, err = m.AllocateQueue(c)
+		resp, err = c.Allocate(context.Background())
 	}()
 	<-bt.entered
 	if err := c.Free("x"); err != nil {
@@ -295,7 +296,7 @@ func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	close(bt.release)
 	<-done
 	if err != nil {
-		t.Fatalf("AllocateQueue: %v", err)
+		t.Fatalf("Allocate: %v", err)
 	}
 	if resp.Chunks != 2 {
 		t.Errorf("%d chunks of %d, want 2 of %d", resp.Chunks, resp.ChunkLength, 10<<20)

@@ -91,3 +91,9 @@ func free(t testing.TB, m *Manager) uint64 {
 }
 
 const MiB = units.MiB
+
+// allocatorKind is m's allocator kind.
+func allocatorKind(m *Manager) AllocatorKind {
+	k, _ := m.AllocatorStats()
+	return k
+}

@@ -86,16 +86,26 @@ func deliver(cs []*Client) {
 }
 
 // postInvalidateLocked queues the OnInvalidate hook of every open client
-// that has one, and returns them and their calls (ready or not as said).
-// m.mu must be held.
-func (m *Manager) postInvalidateLocked(ready bool) ([]*Client, []*hookCall) {
+// that has one, with reason, and returns them and their calls (ready or
+// not as said). m.mu must be held.
+func (m *Manager) postInvalidateLocked(reason error, ready bool) ([]*Client, []*hookCall) {
 	var cs []*Client
 	var calls []*hookCall
 	for _, c := range m.reg.all() {
-		if c.onInvalidate != nil {
+		if h := c.invalidateLocked(reason, ready); h != nil {
 			cs = append(cs, c)
-			calls = append(calls, c.postLocked(c.onInvalidate, ready))
+			calls = append(calls, h)
 		}
 	}
 	return cs, calls
+}
+
+// invalidateLocked queues c's OnInvalidate hook with reason; nil when c
+// has none. m.mu must be held.
+func (c *Client) invalidateLocked(reason error, ready bool) *hookCall {
+	if c.onInvalidate == nil {
+		return nil
+	}
+	on := c.onInvalidate
+	return c.postLocked(func() { on(reason) }, ready)
 }

@@ -12,7 +12,9 @@ package vram
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
@@ -21,20 +23,31 @@ import (
 // hostPool hands out host memory for host arrays. Safe for concurrent
 // use (the pinned pool and the device's host allocator are).
 type hostPool struct {
-	dev    device.Device
-	ha     device.HostAllocator // nil when the device has none
-	pinned *alloc.PinnedPool    // nil when the device has no host allocator
+	dev     device.Device
+	ha      device.HostAllocator // nil when the device has none
+	pinned  *alloc.PinnedPool    // nil when the device has no host allocator
+	staging *StagingPool
+	lim     hostLimits
+	log     *slog.Logger
+	// avail is the RAM available and whether it is known (ramAvailable;
+	// tests replace it).
+	avail func() (uint64, bool)
 	// waitClosed waits for the close of a stream group's stream in
 	// progress (streams.Groups.WaitClosed).
 	waitClosed func(device.Stream)
+
+	placeMu sync.Mutex // serializes the ladder's choices (HostMemory.Alloc)
+	mu      sync.Mutex
+	n       hostCounts // bytes held on each rung
 }
 
-func newHostPool(dev device.Device, waitClosed func(device.Stream)) *hostPool {
-	h := &hostPool{dev: dev, waitClosed: waitClosed}
+func newHostPool(dev device.Device, waitClosed func(device.Stream), o HostOptions, log *slog.Logger) *hostPool {
+	h := &hostPool{dev: dev, waitClosed: waitClosed, lim: resolveHostOptions(o), log: log, avail: ramAvailable}
 	h.ha, _ = dev.(device.HostAllocator)
 	if h.ha != nil {
 		h.pinned, _ = alloc.NewPinnedPool(dev)
 	}
+	h.staging = newStagingPool(h)
 	return h
 }
 
@@ -43,6 +56,19 @@ func newHostPool(dev device.Device, waitClosed func(device.Stream)) *hostPool {
 // function that frees it given the stream it was last used on (nil if
 // none or unknown).
 func (h *hostPool) alloc(n uint64, mem MemoryType, s device.Stream) ([]byte, device.Ptr, func(device.Stream) error, error) {
+	b, dp, release, err := h.allocRaw(n, mem, s)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	uncount := h.count(n, mem, false)
+	if release == nil {
+		return b, dp, func(device.Stream) error { uncount(); return nil }, nil
+	}
+	return b, dp, func(last device.Stream) error { uncount(); return release(last) }, nil
+}
+
+// allocRaw is alloc without the counting.
+func (h *hostPool) allocRaw(n uint64, mem MemoryType, s device.Stream) ([]byte, device.Ptr, func(device.Stream) error, error) {
 	switch mem {
 	case Pageable:
 		b, err := pageable(n)
@@ -86,10 +112,11 @@ func (h *hostPool) usable(s device.Stream) device.Stream {
 }
 
 func (h *hostPool) close() error {
+	err := h.staging.close()
 	if h.pinned == nil {
-		return nil
+		return err
 	}
-	return h.pinned.Close()
+	return errors.Join(err, h.pinned.Close())
 }
 
 // NewHostArray makes a host array of shape and dtype in mem (Pinned,

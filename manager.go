@@ -5,10 +5,10 @@ package vram
 //
 // Locking. Four levels, always taken in this order:
 //
-//  1. a per-group mutex (groupLock), held by AllocateQueue for one group
+//  1. a per-group mutex (groupLock), held by Allocate for one group
 //     while it plans and allocates, so two calls never allocate the same
 //     queue;
-//  2. planMu, held by AllocateQueue from reading the device's free memory
+//  2. planMu, held by Allocate from reading the device's free memory
 //     until its arrays are allocated, so that two groups never plan
 //     against the same free memory;
 //  3. allocMu, an RWMutex: held for reading by everything that uses the
@@ -22,6 +22,7 @@ package vram
 // when both are needed.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,17 +72,19 @@ func (k AllocatorKind) String() string {
 }
 
 // ParseAllocatorKind reads "pool", "direct" or "async" ("asyncpool" and
-// "async-pool" too; case ignored).
+// "async-pool" too), and cubie's names: "cupy" (Pool), "cupy_async"
+// (AsyncPool) and "default" (Direct, Numba's default manager); case
+// ignored.
 func ParseAllocatorKind(s string) (AllocatorKind, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "pool", "":
+	case "pool", "", "cupy":
 		return Pool, nil
-	case "direct":
+	case "direct", "default":
 		return Direct, nil
-	case "async", "asyncpool", "async-pool", "async_pool":
+	case "async", "asyncpool", "async-pool", "async_pool", "cupy_async", "cupy-async":
 		return AsyncPool, nil
 	}
-	return 0, fmt.Errorf("allocator %q: want pool, direct or async: %w", s, device.ErrInvalidValue)
+	return 0, fmt.Errorf("allocator %q: want pool, direct or async (or cubie's cupy, default, cupy_async): %w", s, device.ErrInvalidValue)
 }
 
 // LimitMode says how much memory a stream group may plan with. A plain
@@ -133,6 +136,9 @@ type config struct {
 	total uint64
 	cap   uint64     // WithCap; 0: none
 	pool  poolChoice // WithExpandable (poolkind.go)
+	host  HostOptions
+
+	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }
 
 // WithAllocator sets the allocator kind (default Pool).
@@ -185,9 +191,9 @@ type Manager struct {
 	cfg     config
 	host    *hostPool
 	nextID  atomic.Uint64
-	replans atomic.Uint64 // AllocateQueue plans made again after the allocator took more than reserved
+	replans atomic.Uint64 // Allocate plans made again after the allocator took more than reserved
 
-	planMu  sync.Mutex      // serializes AllocateQueue's budget, plan and allocation
+	planMu  chan struct{}   // room for one: serializes Allocate's budget, plan and allocation (lockCtx)
 	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
@@ -198,7 +204,7 @@ type Manager struct {
 	numAuto    int                                            // clients in the auto pool
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
-	groupLocks map[string]*sync.Mutex                         // group → AllocateQueue's lock
+	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
 	closed     bool
 }
 
@@ -233,13 +239,15 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		groups:     groups,
 		log:        cfg.log,
 		cfg:        cfg,
-		host:       newHostPool(dev, groups.WaitClosed),
+		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
 		reg:        newRegistry(),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
-		groupLocks: map[string]*sync.Mutex{},
+		groupLocks: map[string]chan struct{}{},
+		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
+	m.observeOOM(nil, 0, m.host.pinned)
 	a, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
@@ -310,15 +318,12 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	if m.cfg.cap > 0 {
 		a = alloc.NewLimit(a, m.cfg.cap)
 	}
+	m.observeOOM(a, kind, nil)
 	return a, nil
 }
 
 // Device is the managed device.
 func (m *Manager) Device() device.Device { return m.dev }
-
-// TotalMemory is the bytes shares are proportions of: the device's total
-// memory unless WithTotalMemory said otherwise.
-func (m *Manager) TotalMemory() uint64 { return m.total }
 
 // MemInfo reports the device's free and total memory.
 func (m *Manager) MemInfo() (free, total uint64, err error) { return m.dev.MemInfo() }
@@ -340,21 +345,8 @@ func (m *Manager) AllocatorStats() (AllocatorKind, alloc.Stats) {
 	return m.kind, m.al.Stats()
 }
 
-// AllocatorKind returns the current allocator kind.
-func (m *Manager) AllocatorKind() AllocatorKind {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	return m.kind
-}
-
-// Granularity is the rounding unit the planner counts bytes in: the
-// allocator's granularity, or DefaultGranularity.
-func (m *Manager) Granularity() uint64 {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	return granularityOf(m.al)
-}
-
+// granularityOf is the rounding unit the planner counts bytes in for a:
+// its granularity, or DefaultGranularity.
 func granularityOf(a alloc.Allocator) uint64 {
 	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
 		return g.Granularity()
@@ -410,7 +402,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
-	clients, _ := m.postInvalidateLocked(true)
+	clients, _ := m.postInvalidateLocked(fmt.Errorf("vram: SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
 	m.mu.Unlock()
 	m.allocMu.Unlock()
 	deliver(clients)
@@ -474,7 +466,7 @@ func (m *Manager) InvalidateAll() error {
 	// installed before is delivered before, and one installed after is
 	// not taken; the hooks wait for the frees.
 	work := m.takeAllLocked(nil)
-	clients, calls := m.postInvalidateLocked(false)
+	clients, calls := m.postInvalidateLocked(fmt.Errorf("vram: InvalidateAll freed every array: %w", ErrFreed), false)
 	m.mu.Unlock()
 	err := m.freeWork(work)
 	m.allocMu.RUnlock()
@@ -488,7 +480,7 @@ func (m *Manager) InvalidateAll() error {
 // ReinitStreams gives every stream group a fresh stream, as needed after
 // the device has been reset, and closes the old ones (waiting for their
 // work). Arrays are not freed (after a reset they are already invalid:
-// call InvalidateAll too). A stream obtained from Stream before is closed.
+// call InvalidateAll too). A stream obtained from Client.Stream before is closed.
 func (m *Manager) ReinitStreams() error {
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
@@ -640,13 +632,17 @@ func (m *Manager) Close() error {
 	freeErr := m.freeAllLocked(nil)
 	m.mu.Lock()
 	m.closed = true
-	for _, c := range m.reg.all() {
+	clients := m.reg.all()
+	for _, c := range clients {
 		c.closed = true
 		m.reg.remove(c)
 	}
 	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
 	m.manual, m.numAuto = 0, 0
 	m.mu.Unlock()
+	for _, c := range clients {
+		freeErr = errors.Join(freeErr, c.work.drop())
+	}
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
@@ -659,23 +655,48 @@ func (m *Manager) isClosed() bool {
 	return m.closed
 }
 
-// Sync waits for the work on c's stream and returns its first error.
-// SetAllocator and ReinitStreams wait for a Sync in progress.
-func (m *Manager) Sync(c *Client) error {
+// Sync waits for the work enqueued on c's stream and returns its first
+// error. When ctx is done first it returns at once an error wrapping
+// ctx.Err(); the work goes on, and the wait is abandoned, not undone:
+// until the stream reaches the end of that work, SetAllocator,
+// ReinitStreams and the manager's Close wait for it as they wait for a
+// Sync in progress.
+func (c *Client) Sync(ctx context.Context) error {
+	m := c.m
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("vram: sync %v: %w", c, err)
+	}
 	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	s, err := m.Stream(c)
+	s, err := m.stream(c)
 	if err != nil {
+		m.allocMu.RUnlock()
 		return err
 	}
-	return s.Synchronize()
+	if ctx.Done() == nil { // never cancelled: wait here
+		defer m.allocMu.RUnlock()
+		return s.Synchronize()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer m.allocMu.RUnlock()
+		done <- s.Synchronize()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("vram: sync %v: %w", c, ctx.Err())
+	}
 }
 
 // Stream returns the stream of c's group, on which its arrays are
 // allocated and copied: launch its kernels there. SetAllocator and
 // ReinitStreams replace (and close) every group's stream, so ask again
 // after an OnInvalidate.
-func (m *Manager) Stream(c *Client) (device.Stream, error) {
+func (c *Client) Stream() (device.Stream, error) { return c.m.stream(c) }
+
+// stream is Client.Stream.
+func (m *Manager) stream(c *Client) (device.Stream, error) {
 	if err := m.check(c); err != nil {
 		return nil, err
 	}
@@ -720,8 +741,9 @@ func foreign(c *Client) error {
 	return fmt.Errorf("vram: client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
 }
 
-// StreamGroup returns the name of c's stream group.
-func (m *Manager) StreamGroup(c *Client) (string, error) {
+// streamGroup returns the name of c's stream group, or why c cannot be
+// used.
+func (m *Manager) streamGroup(c *Client) (string, error) {
 	if c == nil || c.m != m {
 		return "", foreign(c)
 	}
@@ -745,18 +767,17 @@ func (m *Manager) GroupMembers(group string) []*Client {
 }
 
 // IsGrouped reports whether c shares a named stream group with another
-// client. Clients in the "default" group are never grouped (as in the
-// reference: the default group is where ungrouped clients live).
-func (m *Manager) IsGrouped(c *Client) (bool, error) {
-	if c == nil || c.m != m {
-		return false, foreign(c)
-	}
+// client (false once closed). Clients in the "default" group are never
+// grouped (as in the reference: the default group is where ungrouped
+// clients live).
+func (c *Client) IsGrouped() bool {
+	m := c.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return false, err
+	if m.checkLocked(c) != nil {
+		return false
 	}
-	return c.group != streams.Default && m.reg.groups[c.group].n > 1, nil
+	return c.group != streams.Default && m.reg.groups[c.group].n > 1
 }
 
 // ChangeStreamGroup moves c to the named group ("" is "default"), making
@@ -767,10 +788,8 @@ func (m *Manager) IsGrouped(c *Client) (bool, error) {
 // removed and its stream closed once its work is done, so a stream
 // obtained from Stream before the move may be closed. A refused move (a
 // closed client or manager) makes no group.
-func (m *Manager) ChangeStreamGroup(c *Client, group string) error {
-	if c == nil || c.m != m {
-		return foreign(c)
-	}
+func (c *Client) ChangeStreamGroup(group string) error {
+	m := c.m
 	if group == "" {
 		group = streams.Default
 	}
@@ -857,7 +876,7 @@ func (m *Manager) removeLocked(c *Client) {
 }
 
 // forgetIfEmptyLocked drops the allocation lock of group once it has no
-// member, so that group names do not pile up. (AllocateQueue re-checks
+// member, so that group names do not pile up. (Allocate re-checks
 // its trigger's group after locking, and planMu serializes allocations,
 // so a lock made again later for the name is as good.) m.mu must be held.
 func (m *Manager) forgetIfEmptyLocked(group string) {

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -35,10 +36,10 @@ func TestSharesAndCaps(t *testing.T) {
 				t.Errorf("%s: %v cap %d, want %d", step, c, got, want)
 			}
 		}
-		if got := m.ManualPoolProportion(); !near(got, manual) {
+		if got := m.Shares().Manual; !near(got, manual) {
 			t.Errorf("%s: manual pool %v, want %v", step, got, manual)
 		}
-		if got := m.AutoPoolProportion(); !near(got, auto) {
+		if got := m.Shares().Auto; !near(got, auto) {
 			t.Errorf("%s: auto pool %v, want %v", step, got, auto)
 		}
 	}
@@ -51,19 +52,19 @@ func TestSharesAndCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("manual closed", map[*Client]float64{a: 1.0 / 3, b: 1.0 / 3, d: 1.0 / 3}, 0, 1)
-	if err := m.SetManualProportion(a, 0.4); err != nil {
+	if err := a.SetManualProportion(0.4); err != nil {
 		t.Fatal(err)
 	}
 	check("a to manual", map[*Client]float64{a: 0.4, b: 0.3, d: 0.3}, 0.4, 0.6)
-	if err := m.SetManualProportion(a, 0.1); err != nil {
+	if err := a.SetManualProportion(0.1); err != nil {
 		t.Fatal(err)
 	}
 	check("a changed", map[*Client]float64{a: 0.1, b: 0.45, d: 0.45}, 0.1, 0.9)
-	if err := m.SetAutoLimitMode(a); err != nil {
+	if err := a.SetAutoLimitMode(); err != nil {
 		t.Fatal(err)
 	}
 	check("a back to auto", map[*Client]float64{a: 1.0 / 3, b: 1.0 / 3, d: 1.0 / 3}, 0, 1)
-	if err := m.SetManualLimitMode(b, 0.25); err != nil {
+	if err := b.SetManualLimitMode(0.25); err != nil {
 		t.Fatal(err)
 	}
 	check("b to manual", map[*Client]float64{a: 0.375, b: 0.25, d: 0.375}, 0.25, 0.75)
@@ -72,9 +73,6 @@ func TestSharesAndCaps(t *testing.T) {
 	check("no auto clients", map[*Client]float64{b: 0.25}, 0.25, 0)
 	if p := a.Proportion(); p != 0 || a.Cap() != 0 {
 		t.Errorf("a closed client reports proportion %v, cap %d", p, a.Cap())
-	}
-	if _, err := m.Proportion(a); !errors.Is(err, ErrClosed) {
-		t.Errorf("Proportion of a closed client: %v", err)
 	}
 }
 
@@ -90,6 +88,7 @@ func TestProportionRules(t *testing.T) {
 		do   func(m *Manager, cs []*Client) error // the step under test
 		want error
 		warn bool
+		noop bool // accepted, changing nothing
 	}{
 		"manual leaving exactly 5% with auto clients": {
 			have: []client{{auto: true}},
@@ -141,33 +140,33 @@ func TestProportionRules(t *testing.T) {
 		},
 		"set manual proportion that would starve the auto pool": {
 			have: []client{{auto: true}, {p: 0.2}},
-			do:   func(m *Manager, cs []*Client) error { return m.SetManualProportion(cs[1], 0.96) },
+			do:   func(m *Manager, cs []*Client) error { return cs[1].SetManualProportion(0.96) },
 			want: ErrProportion,
 		},
 		"set manual proportion of zero": {
 			have: []client{{p: 0.2}},
-			do:   func(m *Manager, cs []*Client) error { return m.SetManualProportion(cs[0], 0) },
+			do:   func(m *Manager, cs []*Client) error { return cs[0].SetManualProportion(0) },
 			want: ErrProportion,
 		},
 		"last auto client goes manual and takes nearly all": {
 			have: []client{{auto: true}, {p: 0.2}},
-			do:   func(m *Manager, cs []*Client) error { return m.SetManualLimitMode(cs[0], 0.78) },
+			do:   func(m *Manager, cs []*Client) error { return cs[0].SetManualLimitMode(0.78) },
 			warn: true,
 		},
 		"manual client to auto when the rest leave under 5%": {
 			have: []client{{p: 0.96}, {p: 0.04}},
-			do:   func(m *Manager, cs []*Client) error { return m.SetAutoLimitMode(cs[1]) },
+			do:   func(m *Manager, cs []*Client) error { return cs[1].SetAutoLimitMode() },
 			want: ErrProportion,
 		},
-		"auto client to auto": {
+		"auto client to auto: nothing to do": {
 			have: []client{{auto: true}},
-			do:   func(m *Manager, cs []*Client) error { return m.SetAutoLimitMode(cs[0]) },
-			want: ErrLimitMode,
+			do:   func(m *Manager, cs []*Client) error { return cs[0].SetAutoLimitMode() },
+			noop: true,
 		},
-		"manual client to manual mode": {
+		"manual client to manual mode: nothing to do": {
 			have: []client{{p: 0.1}},
-			do:   func(m *Manager, cs []*Client) error { return m.SetManualLimitMode(cs[0], 0.2) },
-			want: ErrLimitMode,
+			do:   func(m *Manager, cs []*Client) error { return cs[0].SetManualLimitMode(0.2) },
+			noop: true,
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -181,7 +180,7 @@ func TestProportionRules(t *testing.T) {
 			for i, c := range cs {
 				props[i] = c.Proportion()
 			}
-			manual, auto := m.ManualPoolProportion(), m.AutoPoolProportion()
+			manual, auto := m.Shares().Manual, m.Shares().Auto
 			nClients := len(m.Clients())
 			err := tc.do(m, cs)
 			if !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
@@ -191,18 +190,18 @@ func TestProportionRules(t *testing.T) {
 			if warned != tc.warn {
 				t.Errorf("warning logged: %v, want %v (log %q)", warned, tc.warn, log.String())
 			}
-			if err == nil {
+			if err == nil && !tc.noop {
 				return
 			}
-			// Refused: nothing changed.
+			// Refused, or nothing to do: nothing changed.
 			for i, c := range cs {
 				if !near(c.Proportion(), props[i]) {
 					t.Errorf("client %d proportion %v, was %v", i, c.Proportion(), props[i])
 				}
 			}
-			if !near(m.ManualPoolProportion(), manual) || !near(m.AutoPoolProportion(), auto) || len(m.Clients()) != nClients {
+			if !near(m.Shares().Manual, manual) || !near(m.Shares().Auto, auto) || len(m.Clients()) != nClients {
 				t.Errorf("pools changed by a refusal: manual %v→%v auto %v→%v clients %d→%d",
-					manual, m.ManualPoolProportion(), auto, m.AutoPoolProportion(), nClients, len(m.Clients()))
+					manual, m.Shares().Manual, auto, m.Shares().Auto, nClients, len(m.Clients()))
 			}
 		})
 	}
@@ -233,7 +232,7 @@ func TestNoDriftAfterManyClients(t *testing.T) {
 	for _, c := range cs {
 		_ = c.Close()
 	}
-	if got := m.ManualPoolProportion(); got != 0 {
+	if got := m.Shares().Manual; got != 0 {
 		t.Errorf("manual pool after closing everyone: %v, want exactly 0", got)
 	}
 	if _, err := m.Register(ClientOptions{Proportion: 1}); err != nil {
@@ -243,7 +242,6 @@ func TestNoDriftAfterManyClients(t *testing.T) {
 
 func TestClientHandles(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
-	other, _, _ := newManager(t, 64*MiB)
 	a := register(t, m, ClientOptions{Name: "solver", Group: "g"})
 	b := register(t, m, ClientOptions{})
 	if a.ID() == b.ID() || a.String() != "solver#"+itoa(a.ID()) || b.String() != "client#"+itoa(b.ID()) {
@@ -267,30 +265,16 @@ func TestClientHandles(t *testing.T) {
 		t.Error("id reused")
 	}
 	for name, do := range map[string]func() error{
-		"queue for closed":     func() error { return m.QueueRequest(a, nil) },
-		"allocate for closed":  func() error { _, err := m.AllocateQueue(a); return err },
-		"stream of closed":     func() error { _, err := m.Stream(a); return err },
-		"set share of closed":  func() error { return m.SetManualProportion(a, 0.1) },
-		"change group, closed": func() error { return m.ChangeStreamGroup(a, "x") },
+		"queue for closed":     func() error { return a.Queue(nil) },
+		"allocate for closed":  func() error { _, err := a.Allocate(context.Background()); return err },
+		"stream of closed":     func() error { _, err := a.Stream(); return err },
+		"set share of closed":  func() error { return a.SetManualProportion(0.1) },
+		"change group, closed": func() error { return a.ChangeStreamGroup("x") },
 		"free of closed":       func() error { return a.Free("x") },
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := do(); !errors.Is(err, ErrClosed) {
 				t.Errorf("got %v, want ErrClosed", err)
-			}
-		})
-	}
-	for name, do := range map[string]func() error{
-		"queue":    func() error { return other.QueueRequest(b, nil) },
-		"allocate": func() error { _, err := other.AllocateQueue(b); return err },
-		"cap":      func() error { _, err := other.Cap(b); return err },
-		"share":    func() error { return other.SetAutoLimitMode(b) },
-		"group":    func() error { _, err := other.StreamGroup(b); return err },
-		"nil":      func() error { return m.QueueRequest(nil, nil) },
-	} {
-		t.Run("foreign "+name, func(t *testing.T) {
-			if err := do(); !errors.Is(err, ErrUnknownClient) {
-				t.Errorf("got %v, want ErrUnknownClient", err)
 			}
 		})
 	}
@@ -313,56 +297,56 @@ func TestStreamGroupsThroughTheManager(t *testing.T) {
 	b := register(t, m, ClientOptions{Group: "g"})
 	c := register(t, m, ClientOptions{})
 	d := register(t, m, ClientOptions{})
-	sa, _ := m.Stream(a)
-	sb, _ := m.Stream(b)
-	sc, _ := m.Stream(c)
+	sa, _ := a.Stream()
+	sb, _ := b.Stream()
+	sc, _ := c.Stream()
 	if sa != sb || sa == sc {
 		t.Errorf("streams: a %v b %v c %v", sa, sb, sc)
 	}
 	for name, tc := range map[*Client]bool{a: true, b: true, c: false, d: false} {
-		if got, err := m.IsGrouped(name); err != nil || got != tc {
-			t.Errorf("IsGrouped(%v) = %v, %v; want %v", name, got, err, tc)
+		if got := name.IsGrouped(); got != tc {
+			t.Errorf("IsGrouped(%v) = %v; want %v", name, got, tc)
 		}
 	}
 	if got := m.GroupMembers("g"); len(got) != 2 || got[0] != a || got[1] != b {
 		t.Errorf("GroupMembers(g) = %v", got)
 	}
 	// Moving takes queued requests along.
-	if err := m.QueueRequest(b, map[string]ArrayRequest{"x": req(Float32, 0, 10)}); err != nil {
+	if err := b.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.ChangeStreamGroup(b, "h"); err != nil {
+	if err := b.ChangeStreamGroup("h"); err != nil {
 		t.Fatal(err)
 	}
-	if g, _ := m.StreamGroup(b); g != "h" {
+	if g := b.Group(); g != "h" {
 		t.Errorf("b in %q after the move", g)
 	}
-	if q := m.Queued(b); len(q) != 1 {
+	if q := b.Queued(); len(q) != 1 {
 		t.Errorf("b's queue after the move: %v", q)
 	}
-	if resp, err := m.AllocateQueue(a); !errors.Is(err, ErrNothingQueued) || resp != nil {
+	if resp, err := a.Allocate(context.Background()); !errors.Is(err, ErrNothingQueued) || resp != nil {
 		t.Errorf("a's group has nothing queued now: %v, %v; want ErrNothingQueued", resp, err)
 	}
-	if resp, err := m.AllocateQueue(b); err != nil || resp == nil || resp.Arrays["x"] == nil {
+	if resp, err := b.Allocate(context.Background()); err != nil || resp == nil || resp.Arrays["x"] == nil {
 		t.Errorf("b's request in its new group: %v, %v", resp, err)
 	}
-	if g, _ := m.IsGrouped(a); g {
+	if g := a.IsGrouped(); g {
 		t.Error("a is alone in g but reported grouped")
 	}
-	if err := m.ChangeStreamGroup(b, ""); err != nil {
+	if err := b.ChangeStreamGroup(""); err != nil {
 		t.Fatal(err)
 	}
-	if g, _ := m.StreamGroup(b); g != "default" {
+	if g := b.Group(); g != "default" {
 		t.Errorf("ChangeStreamGroup(\"\") put b in %q", g)
 	}
 	// ReinitStreams gives fresh streams and keeps memberships.
 	if err := m.ReinitStreams(); err != nil {
 		t.Fatal(err)
 	}
-	if s, _ := m.Stream(a); s == sa {
+	if s, _ := a.Stream(); s == sa {
 		t.Error("ReinitStreams kept a's stream")
 	}
-	if g, _ := m.StreamGroup(a); g != "g" {
+	if g := a.Group(); g != "g" {
 		t.Errorf("a in %q after ReinitStreams", g)
 	}
 }
@@ -404,6 +388,7 @@ func TestAllocatorKinds(t *testing.T) {
 		want AllocatorKind
 	}{
 		"pool": {"pool", Pool}, "direct": {"DIRECT", Direct}, "async": {"async", AsyncPool}, "async-pool": {"async-pool", AsyncPool},
+		"cubie's cupy": {"cupy", Pool}, "cubie's cupy_async": {"cupy_async", AsyncPool}, "cubie's default": {"default", Direct},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got, err := ParseAllocatorKind(tc.s); err != nil || got != tc.want {
@@ -420,15 +405,15 @@ func TestAllocatorKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if m.AllocatorKind() != Pool {
-		t.Errorf("default allocator %v, want pool", m.AllocatorKind())
+	if allocatorKind(m) != Pool {
+		t.Errorf("default allocator %v, want pool", allocatorKind(m))
 	}
 	// The simulator manages virtual memory: the Pool kind is Expandable.
 	if _, ok := m.Allocator().(*alloc.Expandable); !ok {
 		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Allocator())
 	}
-	if m.Granularity() != alloc.PoolGranularity {
-		t.Errorf("granularity %d", m.Granularity())
+	if granularityOf(m.Allocator()) != alloc.PoolGranularity {
+		t.Errorf("granularity %d", granularityOf(m.Allocator()))
 	}
 	if _, err := New(dev, WithAllocator(AllocatorKind(7))); !errors.Is(err, device.ErrInvalidValue) {
 		t.Errorf("New with a bad kind: %v", err)
@@ -448,10 +433,10 @@ func TestWrapAndLimitBoundTheBudget(t *testing.T) {
 		return lim
 	}))
 	c := register(t, m, ClientOptions{})
-	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float64, 0, 2*1024*1024)}); err != nil {
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float64, 0, 2*1024*1024)}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := m.AllocateQueue(c)
+	resp, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,10 +492,10 @@ func TestClosedManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := register(t, m, ClientOptions{Group: "g"})
-	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := m.AllocateQueue(c)
+	resp, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,7 +571,7 @@ func TestProportionHintIsAccepted(t *testing.T) {
 			}
 			ask := func(p float64) error {
 				if tc.move {
-					return m.SetManualProportion(mover, p)
+					return mover.SetManualProportion(p)
 				}
 				c, err := m.Register(ClientOptions{Name: "b", Proportion: p})
 				if err == nil {
@@ -617,7 +602,7 @@ func TestProportionHintIsAccepted(t *testing.T) {
 				t.Fatalf("the suggested %v is refused: %v", p, err)
 			}
 			if tc.move {
-				if err := m.SetManualProportion(mover, 0.01); err != nil {
+				if err := mover.SetManualProportion(0.01); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -647,7 +632,7 @@ func TestRefusalsMakeNoGroup(t *testing.T) {
 			return err
 		},
 		"ChangeStreamGroup of a closed client": func(g string) error {
-			return m.ChangeStreamGroup(closed, g)
+			return closed.ChangeStreamGroup(g)
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -665,7 +650,7 @@ func TestRefusalsMakeNoGroup(t *testing.T) {
 		})
 	}
 	// The share a refused Register asked for is not kept either.
-	if p := m.ManualPoolProportion(); p != 0 {
+	if p := m.Shares().Manual; p != 0 {
 		t.Errorf("manual pool %v after refusals", p)
 	}
 }

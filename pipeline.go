@@ -160,8 +160,9 @@ type Progress struct {
 type BatchReport struct {
 	Chunks     int // the batch's chunks
 	ChunksDone int // chunks back on the host
-	Buffers    int // buffers in flight
-	Staged     int // arrays staged through pinned buffers
+	Buffers    int // buffers in flight (fewer than asked when staging buffers ran short)
+	Lag        int // chunks the host stayed ahead of the device (0 when staging buffers ran short)
+	Staged     int // arrays staged through the staging pool
 	BytesIn    uint64
 	BytesOut   uint64
 	// Wall is from the first step enqueued to the last chunk retired.
@@ -195,6 +196,10 @@ func RunBatch(ctx context.Context, c *Client, b Batch) (BatchReport, error) {
 	if err != nil {
 		return BatchReport{}, err
 	}
-	err = r.run()
-	return r.finish(err)
+	end, err := markBatch(c, b) // no eviction while it runs (batchwork.go)
+	if err != nil {
+		return r.finish(err)
+	}
+	rep, err := r.finish(r.run())
+	return rep, errors.Join(err, end())
 }

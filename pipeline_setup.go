@@ -71,7 +71,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
 		return nil, batchErr("a batch needs a Compute step and at least one array (In, Out, InFunc, OutFunc)")
 	}
 	m := c.m
-	s, err := m.Stream(c)
+	s, err := m.stream(c)
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
@@ -79,7 +79,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch) (*batchRun, error) {
 	if err := r.resolvePlan(); err != nil {
 		return nil, err
 	}
-	group, err := m.StreamGroup(c)
+	group, err := m.streamGroup(c)
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
@@ -123,7 +123,7 @@ func (r *batchRun) resolvePlan() error {
 		if i == 0 {
 			r.plan = ba.resp.Plan
 		} else if p := ba.resp.Plan; p.Chunks != r.plan.Chunks || p.ChunkLength != r.plan.ChunkLength || p.TotalRuns != r.plan.TotalRuns {
-			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one AllocateQueue",
+			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one Allocate",
 				ba.label, p.Chunks, p.ChunkLength, r.plan.Chunks, r.plan.ChunkLength)
 		}
 		avail = min(avail, max(len(ba.resp.Buffers), 1))
@@ -149,7 +149,7 @@ func (r *batchRun) resolvePlan() error {
 	}
 	r.lag = max(1, r.k-1)
 	r.moved[stepIn], r.moved[stepOut] = make([]uint64, r.n), make([]uint64, r.n)
-	r.rep = BatchReport{Chunks: r.n, Buffers: r.k}
+	r.rep = BatchReport{Chunks: r.n, Buffers: r.k, Lag: r.lag}
 	return nil
 }
 
@@ -158,7 +158,7 @@ func (r *batchRun) resolvePlan() error {
 func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error) {
 	a := &batchArr{BatchArray: ba, client: ba.resp.Client}
 	a.name = fmt.Sprintf("%q of %v", ba.label, a.client)
-	if g, err := r.m.StreamGroup(a.client); err != nil || g != group {
+	if g, err := r.m.streamGroup(a.client); err != nil || g != group {
 		return nil, batchErr("array %s: its client is in group %q (%v), not the batch's %q; run a batch per group", a.name, g, err, group)
 	}
 	for buf := range r.k {
@@ -192,7 +192,8 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 		if !ba.out {
 			slots = r.lag + r.k
 		}
-		a.stage = make([]*HostArray, slots)
+		// No more than the batch has chunks.
+		a.stage = make([]*HostArray, min(slots, r.n))
 		r.rep.Staged++
 	}
 	return a, nil
@@ -228,10 +229,13 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 	return nil
 }
 
-// makeResources makes the compute stream, the events and the staging
-// buffers, and starts the timeline.
+// makeResources takes the staging buffers (which may lower k and lag),
+// makes the compute stream and the events, and starts the timeline.
 func (r *batchRun) makeResources() error {
 	dev := r.m.dev
+	if err := r.acquireStaging(); err != nil {
+		return err
+	}
 	ev := func() (device.Event, error) {
 		e, err := dev.NewEvent()
 		if err != nil {
@@ -261,16 +265,6 @@ func (r *batchRun) makeResources() error {
 			return err
 		}
 		r.done = append(r.done, e)
-	}
-	for _, a := range r.arrs {
-		for i := range a.stage {
-			h, err := r.m.NewHostArray(a.dev[0].shape, a.dev[0].dtype, Pinned, nil)
-			if err != nil {
-				return fmt.Errorf("vram: batch: pinned staging buffer %d of %d for %s (%d bytes): %w",
-					i+1, len(a.stage), a.name, a.dev[0].Bytes(), err)
-			}
-			a.stage[i] = h
-		}
 	}
 	tl, err := newTimeline(dev, r.s, r.ks, r.n, 2*(r.lag+2))
 	if err != nil {

@@ -108,7 +108,7 @@ func (r *batchRun) copyIn(i int) error {
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := r.m.ToDevice(a.client, d, a.host); err != nil {
+			if err := r.m.toDevice(a.client, d, a.host); err != nil {
 				return fmt.Errorf("copy in %s: %w", a.name, err)
 			}
 			r.moved[stepIn][i] += d.Bytes()
@@ -123,7 +123,7 @@ func (r *batchRun) copyIn(i int) error {
 			}
 			sp.Start = 0
 		}
-		if err := r.m.ToDeviceChunk(a.client, d, src, sp); err != nil {
+		if err := r.m.toDeviceChunk(a.client, d, src, sp); err != nil {
 			return fmt.Errorf("copy in %s: %w", a.name, err)
 		}
 		r.moved[stepIn][i] += uint64(sp.Len) * a.run
@@ -202,7 +202,7 @@ func (r *batchRun) copyOut(i int) error {
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := r.m.FromDevice(a.client, a.host, d); err != nil {
+			if err := r.m.fromDevice(a.client, a.host, d); err != nil {
 				return fmt.Errorf("copy out %s: %w", a.name, err)
 			}
 			r.moved[stepOut][i] += d.Bytes()
@@ -213,7 +213,7 @@ func (r *batchRun) copyOut(i int) error {
 		if a.staged() {
 			dst, sp.Start = a.stage[i%len(a.stage)], 0
 		}
-		if err := r.m.FromDeviceChunk(a.client, dst, d, sp); err != nil {
+		if err := r.m.fromDeviceChunk(a.client, dst, d, sp); err != nil {
 			return fmt.Errorf("copy out %s: %w", a.name, err)
 		}
 		r.moved[stepOut][i] += uint64(sp.Len) * a.run

@@ -45,12 +45,12 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, m.QueueRequest(f.solver, map[string]ArrayRequest{
+	must(t, f.solver.Queue(map[string]ArrayRequest{
 		"in":    {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1},
 		"table": {Shape: []int{4}, DType: Float32, Unchunkable: true},
 	}))
-	must(t, m.QueueRequest(f.writer, map[string]ArrayRequest{"out": {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1}}))
-	if _, err := m.AllocateQueue(f.solver, WithBuffers(buffers)); err != nil {
+	must(t, f.writer.Queue(map[string]ArrayRequest{"out": {Shape: []int{2, runs}, DType: Float32, ChunkAxis: 1}}))
+	if _, err := f.solver.Allocate(context.Background(), WithBuffers(buffers)); err != nil {
 		t.Fatal(err)
 	}
 	// out[r][i] = in[r][i]·table[0] + table[1] over the chunk's runs; the
@@ -70,12 +70,16 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 	return f
 }
 
-// leaks is what is live on the device, the manager's pinned pool trimmed
-// first (it keeps freed staging buffers for the next batch).
+// leaks is what is live on the device, the manager's pinned pool and
+// staging pool trimmed first (they keep freed buffers for the next batch;
+// a staging buffer still in use is not trimmed, and shows).
 // Events are left out: the pool keeps one per stream it has seen.
 func (f *batchFixture) leaks(t *testing.T) string {
 	t.Helper()
 	if err := f.m.host.pinned.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Host().Staging().Trim(); err != nil {
 		t.Fatal(err)
 	}
 	r := f.dev.Leaks()
@@ -227,12 +231,12 @@ func TestRunBatchCancel(t *testing.T) {
 				}
 				return f.compute(ctx, ch)
 			}
-			// The group's stream serves its work on a goroutine started at
-			// its first operation; start it before counting.
-			if s, err := f.m.Stream(f.solver); err == nil {
-				_ = f.dev.LaunchFunc(s, 1, func(device.View, int, int) error { return nil })
-				_ = s.Synchronize()
-			}
+			// The simulator starts a stream's goroutine with its first
+			// work: start the group's, which outlives the batch, first.
+			s, err := f.solver.Stream()
+			must(t, err)
+			must(t, f.dev.LaunchFunc(s, 1, func(device.View, int, int) error { return nil }))
+			must(t, f.solver.Sync(context.Background()))
 			before, goroutines := f.leaks(t), runtime.NumGoroutine()
 			rep, err := RunBatch(ctx, f.solver, Batch{
 				Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},

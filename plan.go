@@ -102,20 +102,25 @@ type ChunkPlan struct {
 }
 
 // Chunk returns the runs of chunk i (0 ≤ i < Chunks): they start at run
-// start and number n (ChunkLength, or LastChunkLength for the last).
-func (p ChunkPlan) Chunk(i int) (start, n int) {
+// start and number n (ChunkLength, or LastChunkLength for the last). An
+// index out of range is an error wrapping ErrChunkRange.
+func (p ChunkPlan) Chunk(i int) (start, n int, err error) {
 	if i < 0 || i >= p.Chunks {
-		return 0, 0
+		return 0, 0, fmt.Errorf("vram: chunk %d of a plan of %d chunk(s); want 0 ≤ i < %d: %w", i, p.Chunks, p.Chunks, ErrChunkRange)
 	}
 	start = i * p.ChunkLength
-	return start, min(p.ChunkLength, p.TotalRuns-start)
+	return start, min(p.ChunkLength, p.TotalRuns-start), nil
 }
 
 // Span returns chunk i as the Span of axis to copy with ToDeviceChunk and
-// FromDeviceChunk.
-func (p ChunkPlan) Span(i, axis int) Span {
-	start, n := p.Chunk(i)
-	return Span{Axis: axis, Start: start, Len: n}
+// FromDeviceChunk; an index out of range is an error wrapping
+// ErrChunkRange (never an empty span that would copy nothing).
+func (p ChunkPlan) Span(i, axis int) (Span, error) {
+	start, n, err := p.Chunk(i)
+	if err != nil {
+		return Span{}, err
+	}
+	return Span{Axis: axis, Start: start, Len: n}, nil
 }
 
 // PlanError is the error Plan returns when a request set cannot be made
@@ -213,7 +218,7 @@ type planItem struct {
 // exactly. What the device gives is another matter when the allocator
 // rounds finer than the device's page (the Pool and the AsyncPool round
 // to 512 B, the device to 2 MiB): its segments are whole pages. Give
-// opts.Cost (an allocator's alloc.Coster, as AllocateQueue does) to plan
+// opts.Cost (an allocator's alloc.Coster, as Allocate does) to plan
 // for the device's free memory.
 //
 // Errors: a request that fails Validate (wrapping ErrInvalidRequest or

@@ -296,16 +296,21 @@ func TestPlanIsPureAndJSON(t *testing.T) {
 		t.Errorf("JSON round trip: %+v, want %+v", back, p1)
 	}
 	for i := range p1.Chunks {
-		start, n := p1.Chunk(i)
-		if start != i*p1.ChunkLength || n < 1 || start+n > p1.TotalRuns {
-			t.Errorf("Chunk(%d) = %d, %d", i, start, n)
+		start, n, err := p1.Chunk(i)
+		if err != nil || start != i*p1.ChunkLength || n < 1 || start+n > p1.TotalRuns {
+			t.Errorf("Chunk(%d) = %d, %d, %v", i, start, n, err)
 		}
-		if sp := p1.Span(i, 2); sp.Axis != 2 || sp.Start != start || sp.Len != n {
-			t.Errorf("Span(%d, 2) = %+v", i, sp)
+		if sp, err := p1.Span(i, 2); err != nil || sp.Axis != 2 || sp.Start != start || sp.Len != n {
+			t.Errorf("Span(%d, 2) = %+v, %v", i, sp, err)
 		}
 	}
-	if s, n := p1.Chunk(p1.Chunks); s != 0 || n != 0 {
-		t.Errorf("Chunk past the end = %d, %d; want 0, 0", s, n)
+	for _, i := range []int{-1, p1.Chunks} {
+		if s, n, err := p1.Chunk(i); !errors.Is(err, ErrChunkRange) {
+			t.Errorf("Chunk(%d) of %d = %d, %d, %v; want ErrChunkRange", i, p1.Chunks, s, n, err)
+		}
+		if sp, err := p1.Span(i, 2); !errors.Is(err, ErrChunkRange) {
+			t.Errorf("Span(%d, 2) of %d = %+v, %v; want ErrChunkRange", i, p1.Chunks, sp, err)
+		}
 	}
 }
 

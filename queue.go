@@ -2,7 +2,7 @@ package vram
 
 // Queued requests and their allocation.
 //
-// Clients queue requests per stream group; AllocateQueue takes the whole
+// Clients queue requests per stream group; Allocate takes the whole
 // group's queue, works out the group's budget, plans the requests
 // together (Plan), allocates every requester's arrays at the planned
 // shapes on the group's stream, installs them, frees the arrays they
@@ -15,17 +15,17 @@ package vram
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 )
 
-// ArrayResponse is what AllocateQueue gives a client: its arrays (none for
+// ArrayResponse is what Allocate gives a client: its arrays (none for
 // a notary, a group member that queued nothing) and the group's chunk
 // parameters. The arrays stay the manager's: it frees them on Free,
 // FreeAll, the client's Close, a later allocation under the same label,
@@ -76,22 +76,22 @@ type ArraySet struct {
 }
 
 // Chunk returns the runs of chunk i: see ChunkPlan.Chunk.
-func (r *ArrayResponse) Chunk(i int) (start, n int) { return r.Plan.Chunk(i) }
+func (r *ArrayResponse) Chunk(i int) (start, n int, err error) { return r.Plan.Chunk(i) }
 
 // Span returns chunk i along axis: see ChunkPlan.Span.
-func (r *ArrayResponse) Span(i, axis int) Span { return r.Plan.Span(i, axis) }
+func (r *ArrayResponse) Span(i, axis int) (Span, error) { return r.Plan.Span(i, axis) }
 
-// QueueRequest queues requests (label → request) for c in its stream
-// group, to be allocated by the next AllocateQueue of any member of the
-// group. Every request is validated first; an invalid one (an error
-// wrapping ErrInvalidRequest, or ErrNotSupported for Managed memory)
-// queues nothing. Queuing a label again replaces its earlier request.
-// An empty (or nil) map queues nothing and returns nil once c is known to
-// be open: it does not make c a requester of the next AllocateQueue.
-func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) error {
-	if c == nil || c.m != m {
-		return foreign(c)
-	}
+// Queue queues requests (label → request) for c in its stream group, to
+// be allocated by the next Allocate of any member of the group. Every
+// request is validated first; an invalid one (an error wrapping
+// ErrInvalidRequest, or ErrNotSupported for Managed memory) queues
+// nothing and leaves what c had queued. Otherwise the requests replace
+// everything c had queued (as cubie's queue_request does): a label queued
+// before and not now is no longer queued. An empty (or nil) map drops
+// c's queued requests and returns nil once c is known to be open: c is
+// then no requester of the next Allocate.
+func (c *Client) Queue(requests map[string]ArrayRequest) error {
+	m := c.m
 	labels := slices.Sorted(maps.Keys(requests))
 	for _, l := range labels {
 		if err := requests[l].Validate(); err != nil {
@@ -107,6 +107,12 @@ func (m *Manager) QueueRequest(c *Client, requests map[string]ArrayRequest) erro
 	defer m.mu.Unlock()
 	if err := m.checkLocked(c); err != nil {
 		return err
+	}
+	if q := m.queues[c.group]; q != nil { // replaced, not merged
+		delete(q, c)
+		if len(q) == 0 {
+			delete(m.queues, c.group)
+		}
 	}
 	if len(own) == 0 {
 		return nil // nothing to queue: no queue entry, so no hook calls for it
@@ -129,40 +135,59 @@ func (m *Manager) queueLocked(c *Client, group string, reqs map[string]ArrayRequ
 	q[c] = reqs
 }
 
-// Queued returns a copy of the requests c has queued, by label.
-func (m *Manager) Queued(c *Client) map[string]ArrayRequest {
+// Queued returns a copy of the requests c has queued, by label (none
+// once closed).
+func (c *Client) Queued() map[string]ArrayRequest {
+	m := c.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if c == nil || c.m != m || c.closed {
+	if c.closed {
 		return map[string]ArrayRequest{}
 	}
 	return maps.Clone(m.queues[c.group][c])
 }
 
-// AllocateOption tunes one AllocateQueue; applied on the caller's
+// AllocateOption tunes one Allocate; applied on the caller's
 // goroutine.
 type AllocateOption func(*allocConfig)
 
-type allocConfig struct{ buffers int }
+type allocConfig struct {
+	buffers int
+	ctx     context.Context // Allocate's
+}
 
 // WithBuffers plans for k chunk buffers in flight (2 for double
 // buffering) and, when the batch is chunked, allocates k copies of each
 // chunkable array (ArrayResponse.Buffers).
 func WithBuffers(k int) AllocateOption { return func(a *allocConfig) { a.buffers = max(k, 1) } }
 
-// groupLock returns the mutex that serializes AllocateQueue for group.
-func (m *Manager) groupLock(group string) *sync.Mutex {
+// groupLock returns the lock that serializes Allocate for group: a
+// channel with room for one, taken by sending, so that a wait for it can
+// be abandoned (lockCtx).
+func (m *Manager) groupLock(group string) chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l := m.groupLocks[group]
 	if l == nil {
-		l = new(sync.Mutex)
+		l = make(chan struct{}, 1)
 		m.groupLocks[group] = l
 	}
 	return l
 }
 
-// AllocateQueue allocates every request queued in c's stream group,
+// lockCtx takes the lock l (a channel with room for one; receive from it
+// to unlock), or returns an error wrapping ctx.Err() if ctx is done
+// first.
+func lockCtx(ctx context.Context, l chan struct{}, what string) error {
+	select {
+	case l <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
+}
+
+// Allocate allocates every request queued in c's stream group,
 // planned together, and delivers them.
 //
 // The budget. The group may take at most:
@@ -185,7 +210,7 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // The arrays are allocated with alloc.AllocExact, so the Pool takes for
 // them no more than it states. An allocator that states no cost (a
 // wrapper that does not forward alloc.Coster) is counted a segment of
-// whole pages per array; should it still run the device out, AllocateQueue
+// whole pages per array; should it still run the device out, Allocate
 // gives the arrays back and plans again with what it took beyond that
 // kept back, up to three times. Calls for all
 // groups are serialized from reading the free memory to the last
@@ -205,16 +230,16 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // Hooks, called after the allocation with no lock held, in client id
 // order: every requester's OnAllocated with its arrays, then every other
 // member of the group (a notary) with the chunk parameters and no arrays.
-// They are called on this goroutine before AllocateQueue returns, except
+// They are called on this goroutine before Allocate returns, except
 // a client's whose earlier hook another goroutine is calling at the
 // time: that goroutine calls it next (see ClientOptions: a client's hooks
 // come one at a time, in event order, so an invalidation after the
-// install is delivered after OnAllocated). AllocateQueue returns c's own
+// install is delivered after OnAllocated). Allocate returns c's own
 // response.
 // With nothing queued in the group it does nothing and returns an error
 // wrapping ErrNothingQueued. If c is closed while its group is being
 // allocated, the other members get their arrays and hooks, and
-// AllocateQueue returns an error wrapping ErrClosed.
+// Allocate returns an error wrapping ErrClosed.
 //
 // On failure (a plan error: ErrUnchunkable, ErrRunTooLarge,
 // ErrRunsMismatch; an allocation error: ErrOutOfMemory) the arrays it
@@ -227,13 +252,27 @@ func (m *Manager) groupLock(group string) *sync.Mutex {
 // Freeing the replaced arrays once the new ones are in never fails the
 // call: what went wrong (after a device reset, an error wrapping
 // device.ErrInvalidated) is in the owner's ArrayResponse.FreeErr.
-func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayResponse, error) {
-	ac := allocConfig{buffers: 1}
+//
+// Cancellation. The allocator does not wait for memory: what does not
+// fit fails with ErrOutOfMemory. What Allocate may wait for is another
+// Allocate of the same group, or of any group from its budget to its
+// last allocation, and the trim of the allocator's cache, which may wait
+// for work on the streams. ctx is checked before, while waiting for
+// those two locks, and once more after the plan, before any array is
+// freed or allocated: a cancelled Allocate returns an error wrapping
+// ctx.Err(), with the queue and every client's arrays as they were, and
+// calls no hook (cancelled after its plan, it may leave the allocator's
+// cache trimmed: cached free memory went back to the device). Past that point it completes (or fails
+// as above) whatever ctx says. A SetAllocator or Close in progress is
+// waited for.
+func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayResponse, error) {
+	m := c.m
+	ac := allocConfig{buffers: 1, ctx: ctx}
 	for _, o := range opts {
 		o(&ac)
 	}
-	if c == nil || c.m != m {
-		return nil, foreign(c)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("vram: allocate for %v: %w", c, err)
 	}
 	res, err := m.allocateLocking(c, ac)
 	// Hooks run with no lock held, in event order (hooks.go): a failure
@@ -259,17 +298,19 @@ func (m *Manager) AllocateQueue(c *Client, opts ...AllocateOption) (*ArrayRespon
 // allocateGroup and releases them, even if it panics.
 func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, error) {
 	// Lock c's group, making sure c is still in it once locked.
-	var gl *sync.Mutex
+	var gl chan struct{}
 	var group string
 	for {
-		g, err := m.StreamGroup(c)
+		g, err := m.streamGroup(c)
 		if err != nil {
 			return groupOutcome{}, err
 		}
 		gl = m.groupLock(g)
-		gl.Lock()
-		if now, err := m.StreamGroup(c); err != nil || now != g {
-			gl.Unlock()
+		if err := lockCtx(ac.ctx, gl, "another allocation of group "+g); err != nil {
+			return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
+		}
+		if now, err := m.streamGroup(c); err != nil || now != g {
+			<-gl
 			if err != nil {
 				return groupOutcome{}, err
 			}
@@ -278,11 +319,13 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 		group = g
 		break
 	}
-	defer gl.Unlock()
+	defer func() { <-gl }()
 	// One group plans and allocates at a time, so that each plans against
 	// free memory no other allocation is taking meanwhile.
-	m.planMu.Lock()
-	defer m.planMu.Unlock()
+	if err := lockCtx(ac.ctx, m.planMu, "the allocation of another group"); err != nil {
+		return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
+	}
+	defer func() { <-m.planMu }()
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
 	// Hold the group so that it stays while it is allocated, even if its
@@ -291,7 +334,7 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 	if _, release, err := m.groups.Hold(group); err == nil {
 		defer func() {
 			if err := release(); err != nil {
-				m.log.Warn("vram: AllocateQueue could not close the stream of a group left with no member", "group", group, "err", err)
+				m.log.Warn("vram: Allocate could not close the stream of a group left with no member", "group", group, "err", err)
 			}
 		}()
 	}
@@ -312,7 +355,7 @@ type pending struct {
 	shape []int
 }
 
-// groupOutcome is what allocateGroup leaves AllocateQueue to do once
+// groupOutcome is what allocateGroup leaves Allocate to do once
 // every lock is released.
 type groupOutcome struct {
 	out         []delivery     // responses, requesters first

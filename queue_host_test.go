@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -11,7 +12,7 @@ import (
 )
 
 // A pinned host array that the pinned-memory limit refuses is an
-// ErrOutOfMemory that says nothing about device memory: AllocateQueue
+// ErrOutOfMemory that says nothing about device memory: Allocate
 // must not plan again for the device, nor free the device arrays being
 // replaced (nor call OnInvalidate).
 func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
@@ -38,21 +39,21 @@ func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = m.Close() })
 	var inval atomic.Int32
-	c, err := m.Register(ClientOptions{Name: "c", Group: "g", OnInvalidate: func() { inval.Add(1) }})
+	c, err := m.Register(ClientOptions{Name: "c", Group: "g", OnInvalidate: func(error) { inval.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	x := req(Float32, 0, 1000, 5000) // ~19 MiB, chunkable
-	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": x}); err != nil {
+	if err := c.Queue(map[string]ArrayRequest{"x": x}); err != nil {
 		t.Fatal(err)
 	}
-	r1, err := m.AllocateQueue(c)
+	r1, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := r1.Arrays["x"]
 	armed.Store(true)
-	err = m.QueueRequest(c, map[string]ArrayRequest{
+	err = c.Queue(map[string]ArrayRequest{
 		"x": x,
 		"s": fixed(Uint8, 4096),
 		"p": {Shape: []int{2 * int(MiB)}, DType: Uint8, Memory: Pinned, Unchunkable: true},
@@ -60,7 +61,7 @@ func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.AllocateQueue(c)
+	_, err = c.Allocate(context.Background())
 	t.Logf("err: %v", err)
 	if !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("want ErrOutOfMemory, got %v", err)
@@ -96,12 +97,12 @@ func TestReplacingAHostArrayAtItsLimit(t *testing.T) {
 			t.Cleanup(func() { _ = m.Close() })
 			c, _ := m.Register(ClientOptions{Name: "c", Group: "g"})
 			h := map[string]ArrayRequest{"h": {Shape: []int{3 * int(MiB)}, DType: Uint8, Memory: mem, Unchunkable: true}}
-			_ = m.QueueRequest(c, h)
-			if _, err := m.AllocateQueue(c); err != nil {
+			_ = c.Queue(h)
+			if _, err := c.Allocate(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			_ = m.QueueRequest(c, h)
-			if _, err := m.AllocateQueue(c); err != nil {
+			_ = c.Queue(h)
+			if _, err := c.Allocate(context.Background()); err != nil {
 				t.Errorf("replacing a 3 MiB %v array under a 4 MiB pinned limit: %v", mem, err)
 			}
 		})

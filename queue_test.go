@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -38,7 +39,7 @@ func (h *hookLog) opts(name, group string) ClientOptions {
 			h.calls = append(h.calls, name)
 			h.resps[name] = r
 		},
-		OnInvalidate: func() {
+		OnInvalidate: func(error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			h.inval[name]++
@@ -66,26 +67,26 @@ func (h *hookLog) got() []string {
 	return slices.Clone(h.calls)
 }
 
-func TestAllocateQueueHooks(t *testing.T) {
+func TestAllocateHooks(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	h := newHookLog()
 	a := register(t, m, h.opts("a", "batch"))
 	b := register(t, m, h.opts("b", "batch"))
 	notary := register(t, m, h.opts("n", "batch"))
 	outsider := register(t, m, h.opts("o", "other"))
-	if err := m.QueueRequest(a, map[string]ArrayRequest{
+	if err := a.Queue(map[string]ArrayRequest{
 		"state": req(Float32, 1, 2, 1000), "consts": fixed(Float64, 16),
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.QueueRequest(b, map[string]ArrayRequest{"out": req(Float32, 2, 5, 2, 1000)}); err != nil {
+	if err := b.Queue(map[string]ArrayRequest{"out": req(Float32, 2, 5, 2, 1000)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.QueueRequest(outsider, map[string]ArrayRequest{"y": req(Float32, 0, 10)}); err != nil {
+	if err := outsider.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 10)}); err != nil {
 		t.Fatal(err)
 	}
 	// b triggers the group's allocation.
-	resp, err := m.AllocateQueue(b)
+	resp, err := b.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestAllocateQueueHooks(t *testing.T) {
 		t.Fatalf("hooks called %v, want requesters a, b then notary n", got)
 	}
 	if resp != h.resps["b"] {
-		t.Error("AllocateQueue did not return the trigger's own response")
+		t.Error("Allocate did not return the trigger's own response")
 	}
 	ra, rb, rn := h.resps["a"], h.resps["b"], h.resps["n"]
 	for name, tc := range map[string]struct {
@@ -129,20 +130,20 @@ func TestAllocateQueueHooks(t *testing.T) {
 	if st.DType() != Float32 || st.Bytes() != 8000 || st.Len() != 2000 || !slices.Equal(st.Strides(), []int{4000, 4}) || st.Memory() != Device {
 		t.Errorf("state array: %v bytes %d len %d strides %v", st, st.Bytes(), st.Len(), st.Strides())
 	}
-	if g := m.Granularity(); a.Held() != roundUp(8000, g)+roundUp(128, g) || b.Held() != roundUp(40000, g) {
+	if g := granularityOf(m.Allocator()); a.Held() != roundUp(8000, g)+roundUp(128, g) || b.Held() != roundUp(40000, g) {
 		t.Errorf("held: a %d, b %d", a.Held(), b.Held())
 	}
 	if got := a.Arrays(); got["state"] != st || len(got) != 2 {
 		t.Errorf("a.Arrays() = %v", got)
 	}
 	// The queue is empty now; the outsider's queue is untouched.
-	if resp, err := m.AllocateQueue(a); resp != nil || !errors.Is(err, ErrNothingQueued) || !strings.Contains(err.Error(), "QueueRequest") {
-		t.Errorf("second AllocateQueue: %v, %v; want ErrNothingQueued saying to call QueueRequest", resp, err)
+	if resp, err := a.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) || !strings.Contains(err.Error(), "Queue") {
+		t.Errorf("second Allocate: %v, %v; want ErrNothingQueued saying to call Queue", resp, err)
 	}
 	if len(h.got()) != 3 {
 		t.Errorf("hooks called again on an empty queue: %v", h.got())
 	}
-	if q := m.Queued(outsider); len(q) != 1 {
+	if q := outsider.Queued(); len(q) != 1 {
 		t.Errorf("another group's queue: %v", q)
 	}
 }
@@ -153,23 +154,21 @@ func TestHooksMayCallTheManager(t *testing.T) {
 	var c *Client
 	done := make(chan error, 1)
 	c = register(t, m, ClientOptions{OnAllocated: func(r *ArrayResponse) {
-		_, err := m.Proportion(c)
-		if err == nil {
-			err = m.QueueRequest(c, map[string]ArrayRequest{"again": req(Float32, 0, 5)})
-		}
+		_ = c.Proportion()
+		err := c.Queue(map[string]ArrayRequest{"again": req(Float32, 0, 5)})
 		if err == nil {
 			err = m.Free("x")
 		}
 		done <- err
 	}})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 5)})
-	if _, err := m.AllocateQueue(c); err != nil {
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 5)})
+	if _, err := c.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Queued(c)) != 1 {
+	if len(c.Queued()) != 1 {
 		t.Error("the hook's queued request is missing")
 	}
 }
@@ -193,10 +192,10 @@ func TestChunkedAllocation(t *testing.T) {
 			m, _, _ := newManager(t, 64*MiB, WithLimitMode(tc.mode))
 			c := register(t, m, ClientOptions{Proportion: tc.proportion, Group: "g"})
 			const runs = 6 * 1024 * 1024 // × 8 B = 48 MiB
-			if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float64, 0, runs)}); err != nil {
+			if err := c.Queue(map[string]ArrayRequest{"x": req(Float64, 0, runs)}); err != nil {
 				t.Fatal(err)
 			}
-			resp, err := m.AllocateQueue(c, WithBuffers(tc.buffers))
+			resp, err := c.Allocate(context.Background(), WithBuffers(tc.buffers))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -220,8 +219,8 @@ func TestChunkedAllocation(t *testing.T) {
 			}
 			covered := 0
 			for i := range resp.Chunks {
-				start, n := resp.Chunk(i)
-				if start != covered || n < 1 || n > resp.ChunkLength {
+				start, n, err := resp.Chunk(i)
+				if err != nil || start != covered || n < 1 || n > resp.ChunkLength {
 					t.Errorf("Chunk(%d) = %d, %d after %d runs", i, start, n, covered)
 				}
 				covered += n
@@ -244,12 +243,12 @@ func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
 	a := register(t, m, ClientOptions{Proportion: 0.25, Group: "g"}) // 16 MiB
 	b := register(t, m, ClientOptions{Proportion: 0.25, Group: "g"}) // 16 MiB
 	register(t, m, ClientOptions{Proportion: 0.25, Group: "h"})      // not in g
-	_ = m.QueueRequest(a, map[string]ArrayRequest{"held": fixed(Uint8, 10*int(MiB))})
-	if _, err := m.AllocateQueue(a); err != nil {
+	_ = a.Queue(map[string]ArrayRequest{"held": fixed(Uint8, 10*int(MiB))})
+	if _, err := a.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_ = m.QueueRequest(b, map[string]ArrayRequest{"x": req(Uint8, 0, 64*int(MiB))})
-	resp, err := m.AllocateQueue(b)
+	_ = b.Queue(map[string]ArrayRequest{"x": req(Uint8, 0, 64*int(MiB))})
+	resp, err := b.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,9 +256,9 @@ func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
 		t.Errorf("budget %s, want caps 32 MiB − 10 MiB held = 22 MiB", fmtBytes(resp.Plan.Budget))
 	}
 	// Re-allocating "held" at the same size: its own bytes count as free.
-	_ = m.QueueRequest(a, map[string]ArrayRequest{"held": fixed(Uint8, 10*int(MiB))})
+	_ = a.Queue(map[string]ArrayRequest{"held": fixed(Uint8, 10*int(MiB))})
 	before := a.Arrays()["held"]
-	resp, err = m.AllocateQueue(a)
+	resp, err = a.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +275,7 @@ func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
 
 func fmtBytes(n uint64) string { return fmt.Sprintf("%d (%.2f MiB)", n, float64(n)/float64(MiB)) }
 
-// TestAllocateFailures: a failed AllocateQueue frees what it allocated,
+// TestAllocateFailures: a failed Allocate frees what it allocated,
 // calls no OnAllocated hook and leaves the queue as it was; the arrays
 // being replaced, its own or another member's, survive it, unless the
 // plan needed their memory: then they are gone, the error names them and
@@ -342,21 +341,21 @@ func TestAllocateFailures(t *testing.T) {
 			n := register(t, m, h.opts("n", "g"))
 			freeEmpty := free(t, m)
 			if tc.held != nil || tc.other != nil {
-				if err := m.QueueRequest(c, tc.held); err != nil {
+				if err := c.Queue(tc.held); err != nil {
 					t.Fatal(err)
 				}
-				if err := m.QueueRequest(n, tc.other); err != nil {
+				if err := n.Queue(tc.other); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := m.AllocateQueue(c); err != nil {
+				if _, err := c.Allocate(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				h.reset()
 			}
-			if err := m.QueueRequest(c, tc.reqs); err != nil {
+			if err := c.Queue(tc.reqs); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.QueueRequest(n, tc.other); err != nil {
+			if err := n.Queue(tc.other); err != nil {
 				t.Fatal(err)
 			}
 			type state struct {
@@ -364,13 +363,13 @@ func TestAllocateFailures(t *testing.T) {
 				arrays map[string]*DeviceArray
 				held   uint64
 			}
-			snap := func(x *Client) state { return state{m.Queued(x), x.Arrays(), x.Held()} }
+			snap := func(x *Client) state { return state{x.Queued(), x.Arrays(), x.Held()} }
 			before := map[*Client]state{c: snap(c), n: snap(n)}
 			free0 := free(t, m)
 			if tc.fault != nil {
 				tc.fault(dev.Faults())
 			}
-			resp, err := m.AllocateQueue(c)
+			resp, err := c.Allocate(context.Background())
 			if !errors.Is(err, tc.is) || resp != nil {
 				t.Fatalf("got %v, %v; want %v", resp, err, tc.is)
 			}
@@ -385,7 +384,7 @@ func TestAllocateFailures(t *testing.T) {
 			}
 			for x, was := range before {
 				name := x.Name()
-				if got := m.Queued(x); !maps.EqualFunc(got, was.queued, sameReq) {
+				if got := x.Queued(); !maps.EqualFunc(got, was.queued, sameReq) {
 					t.Errorf("%s's queue after failure %v, want %v", name, got, was.queued)
 				}
 				now := x.Arrays()
@@ -396,7 +395,7 @@ func TestAllocateFailures(t *testing.T) {
 						if now[l] != nil || !a.Freed() {
 							t.Errorf("%s/%s: the failure freed it, yet it is still held", name, l)
 						}
-						held -= roundUp(a.Bytes(), m.Granularity())
+						held -= roundUp(a.Bytes(), granularityOf(m.Allocator()))
 						gone++
 					case now[l] != a || a.Freed():
 						t.Errorf("%s/%s was lost by the failure: holds %v (freed %v), had %v", name, l, now[l], a.Freed(), a)
@@ -433,7 +432,7 @@ func TestAllocateFailures(t *testing.T) {
 			}
 			// The queue is intact: the retry succeeds, and frees what it
 			// replaces only then.
-			resp, err = m.AllocateQueue(c)
+			resp, err = c.Allocate(context.Background())
 			if err != nil || len(resp.Arrays) != len(tc.reqs) || resp.FreeErr != nil {
 				t.Fatalf("retry: %v, %v", resp, err)
 			}
@@ -457,8 +456,8 @@ func TestAllocateFailures(t *testing.T) {
 func TestAllocateErrorsCarryTheFigures(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{Name: "solver", Group: "batch"})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"k": fixed(Uint8, 70*int(MiB)), "x": req(Float32, 0, 100)})
-	_, err := m.AllocateQueue(c)
+	_ = c.Queue(map[string]ArrayRequest{"k": fixed(Uint8, 70*int(MiB)), "x": req(Float32, 0, 100)})
+	_, err := c.Allocate(context.Background())
 	for _, s := range []string{`group "batch"`, "passive mode", "budget 64 MiB", "unchunkable arrays need 70 MiB"} {
 		if err == nil || !strings.Contains(err.Error(), s) {
 			t.Errorf("error %v does not say %q", err, s)
@@ -470,18 +469,18 @@ func TestRunsMismatchAcrossClients(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	a := register(t, m, ClientOptions{Name: "a", Group: "g"})
 	b := register(t, m, ClientOptions{Name: "b", Group: "g"})
-	_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 100)})
-	_ = m.QueueRequest(b, map[string]ArrayRequest{"y": req(Float32, 0, 200)})
-	_, err := m.AllocateQueue(a)
+	_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 100)})
+	_ = b.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 200)})
+	_, err := a.Allocate(context.Background())
 	if !errors.Is(err, ErrRunsMismatch) || !strings.Contains(err.Error(), a.String()+"/x") || !strings.Contains(err.Error(), b.String()+"/y") {
 		t.Fatalf("got %v", err)
 	}
-	if len(m.Queued(a)) != 1 || len(m.Queued(b)) != 1 {
+	if len(a.Queued()) != 1 || len(b.Queued()) != 1 {
 		t.Error("queues not restored")
 	}
 }
 
-func TestQueueRequestValidation(t *testing.T) {
+func TestQueueValidation(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
 	for name, tc := range map[string]struct {
@@ -500,36 +499,44 @@ func TestQueueRequestValidation(t *testing.T) {
 		"unknown dtype 99": {ArrayRequest{Shape: []int{10}, DType: 99}, ErrInvalidRequest},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := m.QueueRequest(c, map[string]ArrayRequest{"good": req(Float32, 0, 10), "bad": tc.r})
+			err := c.Queue(map[string]ArrayRequest{"good": req(Float32, 0, 10), "bad": tc.r})
 			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), "bad") {
 				t.Errorf("got %v, want %v naming the label", err, tc.is)
 			}
-			if q := m.Queued(c); len(q) != 0 {
+			if q := c.Queued(); len(q) != 0 {
 				t.Errorf("a refused request set queued %v", q)
 			}
 		})
 	}
-	// Queuing a label again replaces it; other labels stay.
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"a": req(Float32, 0, 10), "b": req(Float32, 0, 10)})
+	// Queuing again replaces the whole set, as cubie's queue_request:
+	// b, not queued again, is gone.
+	_ = c.Queue(map[string]ArrayRequest{"a": req(Float32, 0, 10), "b": req(Float32, 0, 10)})
 	shape := []int{20}
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"a": {Shape: shape, DType: Float64}})
+	_ = c.Queue(map[string]ArrayRequest{"a": {Shape: shape, DType: Float64}})
 	shape[0] = 99 // the queue holds its own copy
-	q := m.Queued(c)
-	if len(q) != 2 || q["a"].DType != Float64 || q["a"].Shape[0] != 20 {
-		t.Errorf("queue after re-queuing a: %v", q)
+	q := c.Queued()
+	if len(q) != 1 || q["a"].DType != Float64 || q["a"].Shape[0] != 20 {
+		t.Errorf("queue after re-queuing a alone: %v; want a alone", q)
+	}
+	// A refused set leaves what was queued; an empty one drops it.
+	if err := c.Queue(map[string]ArrayRequest{"bad": {}}); err == nil || len(c.Queued()) != 1 {
+		t.Errorf("a refused set: %v, queue %v", err, c.Queued())
+	}
+	if err := c.Queue(nil); err != nil || len(c.Queued()) != 0 {
+		t.Errorf("Queue(nil): %v, queue %v; want it empty", err, c.Queued())
 	}
 }
 
 func TestHostMemoryRequests(t *testing.T) {
 	m, dev, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{
+	_ = c.Queue(map[string]ArrayRequest{
 		"dev":    req(Float32, 0, 1000),
 		"pinned": {Shape: []int{1000, 3}, DType: Float64, Memory: Pinned},
 		"mapped": {Shape: []int{1000}, DType: Int32, Memory: Mapped},
 		"page":   {Shape: []int{1000}, DType: Uint8, Memory: Pageable},
 	})
-	resp, err := m.AllocateQueue(c)
+	resp, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +554,7 @@ func TestHostMemoryRequests(t *testing.T) {
 	if mp.DevicePtr() == 0 || resp.Arrays["mapped"].Ptr() != mp.DevicePtr() || resp.Arrays["mapped"].Memory() != Mapped {
 		t.Errorf("mapped: host at %v, device array %v", mp.DevicePtr(), resp.Arrays["mapped"])
 	}
-	if c.Held() != roundUp(4000, m.Granularity()) {
+	if c.Held() != roundUp(4000, granularityOf(m.Allocator())) {
 		t.Errorf("host memory counted as held: %d", c.Held())
 	}
 	if r := dev.Leaks(); r.HostBuffers != 2 {
@@ -570,13 +577,13 @@ func TestFreeFreeAllInvalidateAll(t *testing.T) {
 	a := register(t, m, h.opts("a", ""))
 	b := register(t, m, h.opts("b", "other"))
 	alloc := func() (*ArrayResponse, *ArrayResponse) {
-		_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 10), "y": req(Float32, 0, 10)})
-		_ = m.QueueRequest(b, map[string]ArrayRequest{"x": req(Float32, 0, 10)})
-		ra, err := m.AllocateQueue(a)
+		_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10), "y": req(Float32, 0, 10)})
+		_ = b.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)})
+		ra, err := a.Allocate(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		rb, err := m.AllocateQueue(b)
+		rb, err := b.Allocate(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -618,20 +625,20 @@ func TestSetAllocator(t *testing.T) {
 			h := newHookLog()
 			a := register(t, m, h.opts("a", "g"))
 			b := register(t, m, h.opts("b", ""))
-			_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 1000), "p": {Shape: []int{4}, DType: Int32, Memory: Pinned, Unchunkable: true}})
-			resp, err := m.AllocateQueue(a)
+			_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000), "p": {Shape: []int{4}, DType: Int32, Memory: Pinned, Unchunkable: true}})
+			resp, err := a.Allocate(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = m.QueueRequest(b, map[string]ArrayRequest{"later": req(Float32, 0, 10)})
-			sa, _ := m.Stream(a)
-			sb, _ := m.Stream(b)
+			_ = b.Queue(map[string]ArrayRequest{"later": req(Float32, 0, 10)})
+			sa, _ := a.Stream()
+			sb, _ := b.Stream()
 			free0 := free(t, m)
 			if err := m.SetAllocator(kind); err != nil {
 				t.Fatal(err)
 			}
-			if m.AllocatorKind() != kind {
-				t.Errorf("kind %v", m.AllocatorKind())
+			if allocatorKind(m) != kind {
+				t.Errorf("kind %v", allocatorKind(m))
 			}
 			if k, st := m.AllocatorStats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
 				t.Errorf("AllocatorStats = %v, %+v; want the new %v with nothing allocated", k, st, kind)
@@ -645,17 +652,17 @@ func TestSetAllocator(t *testing.T) {
 			if h.inval["a"] != 1 || h.inval["b"] != 1 {
 				t.Errorf("OnInvalidate calls: %v", h.inval)
 			}
-			if s, _ := m.Stream(a); s == sa {
+			if s, _ := a.Stream(); s == sa {
 				t.Error("group g kept its stream")
 			}
-			if s, _ := m.Stream(b); s == sb {
+			if s, _ := b.Stream(); s == sb {
 				t.Error("the default group kept its stream")
 			}
-			if len(m.Queued(b)) != 1 {
+			if len(b.Queued()) != 1 {
 				t.Error("SetAllocator dropped queued requests")
 			}
 			// The new allocator serves.
-			if resp, err := m.AllocateQueue(b); err != nil || resp.Arrays["later"].Freed() {
+			if resp, err := b.Allocate(context.Background()); err != nil || resp.Arrays["later"].Freed() {
 				t.Errorf("allocate after SetAllocator: %v", err)
 			}
 		})
@@ -674,14 +681,14 @@ func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
 	defer m.Close()
 	h := newHookLog()
 	c := register(t, m, h.opts("c", ""))
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 10)})
-	resp, _ := m.AllocateQueue(c)
-	s0, _ := m.Stream(c)
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)})
+	resp, _ := c.Allocate(context.Background())
+	s0, _ := c.Stream()
 	err = m.SetAllocator(AsyncPool)
 	if !errors.Is(err, ErrNotSupported) {
 		t.Fatalf("AsyncPool on a device without one: %v", err)
 	}
-	if s, _ := m.Stream(c); s != s0 || resp.Arrays["x"].Freed() || len(h.inval) != 0 || m.AllocatorKind() != Direct {
+	if s, _ := c.Stream(); s != s0 || resp.Arrays["x"].Freed() || len(h.inval) != 0 || allocatorKind(m) != Direct {
 		t.Error("a refused SetAllocator changed something")
 	}
 	if _, err := New(noAsync{dev}, WithAllocator(AsyncPool)); !errors.Is(err, ErrNotSupported) {
@@ -695,10 +702,10 @@ func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
 func TestReallocationReplaces(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000), "keep": req(Float32, 0, 1000)})
-	r1, _ := m.AllocateQueue(c)
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-	r2, err := m.AllocateQueue(c)
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000), "keep": req(Float32, 0, 1000)})
+	r1, _ := c.Allocate(context.Background())
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	r2, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -708,7 +715,7 @@ func TestReallocationReplaces(t *testing.T) {
 	if got := c.Arrays(); got["x"] != r2.Arrays["x"] || got["keep"] != r1.Arrays["keep"] {
 		t.Errorf("client arrays %v", got)
 	}
-	if c.Held() != 2*roundUp(4000, m.Granularity()) {
+	if c.Held() != 2*roundUp(4000, granularityOf(m.Allocator())) {
 		t.Errorf("held %d", c.Held())
 	}
 }
@@ -720,10 +727,10 @@ func TestAllocateRacesWithClose(t *testing.T) {
 	for range 50 {
 		a := register(t, m, ClientOptions{Group: "g"})
 		b := register(t, m, ClientOptions{Group: "g"})
-		_ = m.QueueRequest(a, map[string]ArrayRequest{"x": req(Float32, 0, 100)})
-		_ = m.QueueRequest(b, map[string]ArrayRequest{"y": req(Float32, 0, 100)})
+		_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 100)})
+		_ = b.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 100)})
 		var wg sync.WaitGroup
-		wg.Go(func() { _, _ = m.AllocateQueue(a) })
+		wg.Go(func() { _, _ = a.Allocate(context.Background()) })
 		wg.Go(func() { _ = b.Close() })
 		wg.Wait()
 		_ = a.Close()
@@ -738,12 +745,12 @@ func TestAllocateRacesWithClose(t *testing.T) {
 func TestDoubleBuffersShareUnchunkable(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB, WithLimitMode(Active))
 	c := register(t, m, ClientOptions{Proportion: 0.25})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{
+	_ = c.Queue(map[string]ArrayRequest{
 		"x": req(Float64, 0, 6*1024*1024),
 		"k": fixed(Float64, 1000),
 		"h": {Shape: []int{6 * 1024 * 1024}, DType: Uint8, Memory: Pinned},
 	})
-	resp, err := m.AllocateQueue(c, WithBuffers(2))
+	resp, err := c.Allocate(context.Background(), WithBuffers(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -779,18 +786,18 @@ func TestReplacementNeedingTheOldMemory(t *testing.T) {
 			h := newHookLog()
 			c := register(t, m, h.opts("c", "g"))
 			big := map[string]ArrayRequest{"big": fixed(Uint8, 30*int(MiB))}
-			if err := m.QueueRequest(c, big); err != nil {
+			if err := c.Queue(big); err != nil {
 				t.Fatal(err)
 			}
-			r1, err := m.AllocateQueue(c)
+			r1, err := c.Allocate(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			_ = m.QueueRequest(c, big)
+			_ = c.Queue(big)
 			if name == "the device" {
-				_ = m.QueueRequest(c, map[string]ArrayRequest{"big": fixed(Uint8, 40*int(MiB))})
+				_ = c.Queue(map[string]ArrayRequest{"big": fixed(Uint8, 40*int(MiB))})
 			}
-			r2, err := m.AllocateQueue(c)
+			r2, err := c.Allocate(context.Background())
 			if err != nil {
 				t.Fatalf("replacing an array with one that fits only in its memory: %v", err)
 			}
@@ -814,10 +821,10 @@ func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
 	h := newHookLog()
 	c := register(t, m, h.opts("c", "g"))
 	register(t, m, h.opts("n", "g"))
-	if err := m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(c); err != nil {
+	if _, err := c.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := dev.Reset(); err != nil {
@@ -827,16 +834,16 @@ func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.reset()
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-	resp, err := m.AllocateQueue(c)
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	resp, err := c.Allocate(context.Background())
 	if err != nil || resp == nil {
-		t.Fatalf("AllocateQueue = %v, %v; want the response", resp, err)
+		t.Fatalf("Allocate = %v, %v; want the response", resp, err)
 	}
 	if !errors.Is(resp.FreeErr, device.ErrInvalidated) || !strings.Contains(resp.FreeErr.Error(), "free x of "+c.String()) {
 		t.Errorf("FreeErr = %v; want the free of the old x, wrapping ErrInvalidated", resp.FreeErr)
 	}
-	if c.Arrays()["x"] != resp.Arrays["x"] || resp.Arrays["x"].Freed() || len(m.Queued(c)) != 0 {
-		t.Errorf("arrays %v, queue %v", c.Arrays(), m.Queued(c))
+	if c.Arrays()["x"] != resp.Arrays["x"] || resp.Arrays["x"].Freed() || len(c.Queued()) != 0 {
+		t.Errorf("arrays %v, queue %v", c.Arrays(), c.Queued())
 	}
 	if got := h.got(); !slices.Equal(got, []string{"c", "n"}) || h.resps["n"].FreeErr != nil {
 		t.Errorf("hooks %v (notary FreeErr %v)", got, h.resps["n"].FreeErr)
@@ -852,7 +859,7 @@ func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
 }
 
 // allocHook calls before ahead of each Alloc of the allocator it wraps,
-// to act in the middle of an AllocateQueue.
+// to act in the middle of an Allocate.
 type allocHook struct {
 	alloc.Allocator
 	before func()
@@ -865,11 +872,11 @@ func (a allocHook) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 
 func (a allocHook) Upstream() alloc.Allocator { return a.Allocator }
 
-// TestAllocateQueueOfATriggerClosedMeanwhile: the client whose
-// AllocateQueue allocates its group is closed meanwhile. Its arrays are
+// TestAllocateOfATriggerClosedMeanwhile: the client whose
+// Allocate allocates its group is closed meanwhile. Its arrays are
 // freed, the other members get theirs, and it gets ErrClosed, not
 // (nil, nil).
-func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
+func TestAllocateOfATriggerClosedMeanwhile(t *testing.T) {
 	var armed atomic.Bool
 	var victim atomic.Pointer[Client]
 	m, dev, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
@@ -883,13 +890,13 @@ func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
 	c := register(t, m, h.opts("c", "g"))
 	n := register(t, m, h.opts("n", "g"))
 	register(t, m, h.opts("o", "g"))
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-	_ = m.QueueRequest(n, map[string]ArrayRequest{"y": req(Float32, 0, 1000)})
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	_ = n.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 1000)})
 	victim.Store(c)
 	armed.Store(true)
-	resp, err := m.AllocateQueue(c)
+	resp, err := c.Allocate(context.Background())
 	if resp != nil || !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), c.String()) {
-		t.Fatalf("AllocateQueue of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
+		t.Fatalf("Allocate of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
 	}
 	if got := h.got(); !slices.Equal(got, []string{"n", "o"}) || h.resps["n"].Arrays["y"] == nil {
 		t.Errorf("hooks %v; want the other requester and the notary", got)
@@ -903,10 +910,10 @@ func TestAllocateQueueOfATriggerClosedMeanwhile(t *testing.T) {
 	}
 }
 
-// TestAllocateQueueReleasesItsLocksOnPanic: a panic inside the
+// TestAllocateReleasesItsLocksOnPanic: a panic inside the
 // allocation (here an allocator's) leaves no lock held: the manager
 // still serves calls and closes.
-func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
+func TestAllocateReleasesItsLocksOnPanic(t *testing.T) {
 	var armed atomic.Bool
 	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
 		return allocHook{a, func() {
@@ -916,7 +923,7 @@ func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
 		}}
 	}))
 	c := register(t, m, ClientOptions{Group: "g"})
-	_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
 	armed.Store(true)
 	func() {
 		defer func() {
@@ -924,12 +931,12 @@ func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
 				t.Fatalf("recovered %v", r)
 			}
 		}()
-		_, _ = m.AllocateQueue(c)
+		_, _ = c.Allocate(context.Background())
 	}()
 	done := make(chan error)
 	go func() {
-		_ = m.QueueRequest(c, map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-		if _, err := m.AllocateQueue(c); err != nil { // the same group lock
+		_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
+		if _, err := c.Allocate(context.Background()); err != nil { // the same group lock
 			done <- err
 			return
 		}
@@ -945,25 +952,25 @@ func TestAllocateQueueReleasesItsLocksOnPanic(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the manager is wedged after a panic in AllocateQueue")
+		t.Fatal("the manager is wedged after a panic in Allocate")
 	}
 }
 
 // TestHugePageableRequestIsRefused: a pageable array larger than the
 // host can hold is an error wrapping ErrOutOfMemory that names its bytes,
-// not a panic (which used to leave AllocateQueue's locks held).
+// not a panic (which used to leave Allocate's locks held).
 func TestHugePageableRequestIsRefused(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
 	huge := map[string]ArrayRequest{"h": {Shape: []int{1 << 59}, DType: Float64, Memory: Pageable, Unchunkable: true}}
-	if err := m.QueueRequest(c, huge); err != nil {
+	if err := c.Queue(huge); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := m.AllocateQueue(c)
+	resp, err := c.Allocate(context.Background())
 	if resp != nil || !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "4611686018427387904 bytes") {
-		t.Fatalf("AllocateQueue = %v, %v; want ErrOutOfMemory naming 4611686018427387904 bytes", resp, err)
+		t.Fatalf("Allocate = %v, %v; want ErrOutOfMemory naming 4611686018427387904 bytes", resp, err)
 	}
-	if len(m.Queued(c)) != 1 {
+	if len(c.Queued()) != 1 {
 		t.Error("the refused request left the queue")
 	}
 	if err := m.FreeAll(); err != nil { // allocMu is free
@@ -982,24 +989,24 @@ func TestHugePageableRequestIsRefused(t *testing.T) {
 }
 
 // TestEmptyRequestQueuesNothing: queuing no request is a no-op; it does
-// not make the client a requester whose hook AllocateQueue calls.
+// not make the client a requester whose hook Allocate calls.
 func TestEmptyRequestQueuesNothing(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	h := newHookLog()
 	c := register(t, m, h.opts("c", "g"))
 	for name, reqs := range map[string]map[string]ArrayRequest{"nil": nil, "empty": {}} {
-		if err := m.QueueRequest(c, reqs); err != nil {
+		if err := c.Queue(reqs); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if resp, err := m.AllocateQueue(c); resp != nil || !errors.Is(err, ErrNothingQueued) {
-			t.Errorf("%s: AllocateQueue after an empty QueueRequest = %v, %v; want ErrNothingQueued", name, resp, err)
+		if resp, err := c.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) {
+			t.Errorf("%s: Allocate after an empty Queue = %v, %v; want ErrNothingQueued", name, resp, err)
 		}
 	}
 	if got := h.got(); len(got) != 0 {
 		t.Errorf("hooks called for an empty queue: %v", got)
 	}
 	_ = c.Close()
-	if err := m.QueueRequest(c, nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("QueueRequest(nil) of a closed client = %v; want ErrClosed", err)
+	if err := c.Queue(nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("Queue(nil) of a closed client = %v; want ErrClosed", err)
 	}
 }

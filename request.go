@@ -2,7 +2,7 @@ package vram
 
 // Array requests: what a client asks the manager for, and the small value
 // types it is made of (DType, MemoryType). Validation lives here so that
-// QueueRequest, Plan and the command-line tool refuse the same requests
+// Client.Queue, Plan and the command-line tool refuse the same requests
 // with the same messages.
 
 import (

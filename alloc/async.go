@@ -93,6 +93,8 @@ type AsyncPool struct {
 	live     map[device.Ptr]asyncBlock // live pointer → its block
 	observed uint64                    // pool reservation last read from the device
 	closed   bool                      // set by Close
+
+	oomHook // the out-of-memory observer (report.go)
 }
 
 // asyncBlock is one live allocation of an AsyncPool.
@@ -147,8 +149,8 @@ func (a *AsyncPool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	}
 	if n > a.maxReq {
 		a.st.onOOM()
-		return 0, fmt.Errorf("alloc: async alloc of %d bytes: no device can hold it (rounding it up to the device's %s granularity overflows 64 bits): %w",
-			n, units.Format(a.dev.Info().Granularity), device.ErrOutOfMemory)
+		return 0, a.fail(n, s, fmt.Errorf("alloc: async alloc of %d bytes: no device can hold it (rounding it up to the device's %s granularity overflows 64 bits): %w",
+			n, units.Format(a.dev.Info().Granularity), device.ErrOutOfMemory), a.Report())
 	}
 	p, err := a.aa.MallocAsync(n, s)
 	retried := ""
@@ -162,8 +164,8 @@ func (a *AsyncPool) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	if err != nil {
 		if errors.Is(err, device.ErrOutOfMemory) {
 			a.st.onOOM()
-			return 0, fmt.Errorf("alloc: async alloc of %s on stream %d%s: %s; free memory, call Trim on other pools or lower the release threshold: %w",
-				units.Format(n), s.Handle(), retried, a.memoryLine(), err)
+			return 0, a.fail(n, s, fmt.Errorf("alloc: async alloc of %s on stream %d%s: %s; free memory, call Trim on other pools or lower the release threshold: %w",
+				units.Format(n), s.Handle(), retried, a.memoryLine(), err), a.Report())
 		}
 		return 0, fmt.Errorf("alloc: async alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err)
 	}

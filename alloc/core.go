@@ -122,6 +122,12 @@ type core struct {
 	st     Stats
 	devGen uint64     // the device's generation that segs belong to
 	dead   []*segment // off the books after a reset, still to give back
+
+	// For the memory report (report.go): the out-of-memory observer
+	// (safe without mu) and the most segments at once since the last
+	// ResetPeaks (under mu).
+	oomHook
+	peakSegs int
 }
 
 // initCore sets c up on dev for strategy s; hostVisible and join are the
@@ -199,6 +205,9 @@ func (c *core) missLocked(r request, s device.Stream, st *streamState, relErr er
 		seg, m.g, err = c.strat.grow(m.r, m.g)
 	}
 	if err != nil {
+		if errors.Is(err, device.ErrOutOfMemory) {
+			return nil, c.outOfMemory(m.r.n, m.s, c.strat.allocFailed(*m, err))
+		}
 		return nil, c.strat.allocFailed(*m, err)
 	}
 	return c.addSegment(m, seg)
@@ -412,6 +421,7 @@ func (c *core) Stats() Stats {
 func (c *core) ResetPeaks() {
 	c.mu.Lock()
 	c.st.resetPeaksLocked()
+	c.peakSegs = c.nsegs
 	c.mu.Unlock()
 }
 
@@ -462,6 +472,7 @@ func (c *core) linkLocked(seg *segment) {
 	}
 	c.segs = seg
 	c.nsegs++
+	c.peakSegs = max(c.peakSegs, c.nsegs)
 	c.st.deviceAllocLocked(seg.size)
 }
 

@@ -40,6 +40,8 @@ type Direct struct {
 	mu     sync.Mutex            // protects the fields below
 	live   map[device.Ptr]uint64 // live pointer → bytes charged (rounded)
 	closed bool                  // set by Close
+
+	oomHook // the out-of-memory observer (report.go)
 }
 
 // NewDirect returns a Direct allocator on dev.
@@ -63,15 +65,15 @@ func (d *Direct) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 	charged, ok := units.RoundUp(n, d.gran)
 	if !ok {
 		d.st.onOOM()
-		return 0, fmt.Errorf("alloc: direct alloc of %d bytes overflows the device's %s granularity: %w",
-			n, units.Format(d.gran), device.ErrOutOfMemory)
+		return 0, d.fail(n, s, fmt.Errorf("alloc: direct alloc of %d bytes overflows the device's %s granularity: %w",
+			n, units.Format(d.gran), device.ErrOutOfMemory), d.Report())
 	}
 	p, err := d.dev.Malloc(n)
 	if err != nil {
 		if errors.Is(err, device.ErrOutOfMemory) {
 			d.st.onOOM()
-			return 0, fmt.Errorf("alloc: direct alloc of %s on stream %d: %s; free memory or use a pool that trims its cache: %w",
-				units.Format(n), s.Handle(), d.memoryLine(), err)
+			return 0, d.fail(n, s, fmt.Errorf("alloc: direct alloc of %s on stream %d: %s; free memory or use a pool that trims its cache: %w",
+				units.Format(n), s.Handle(), d.memoryLine(), err), d.Report())
 		}
 		return 0, fmt.Errorf("alloc: direct alloc of %s on stream %d: %w", units.Format(n), s.Handle(), err)
 	}

@@ -13,6 +13,11 @@
 // out-of-memory ladder and device-reset handling; a strategy supplies how
 // memory is grown, carved, merged and given back.
 //
+// Every allocator reports its memory (report.go: MemoryReport, with the
+// largest free block and fragmentation), its out-of-memory errors are
+// *OutOfMemoryError carrying that report, and an OOMObserver can watch
+// them.
+//
 // It talks to hardware only through vram/device, and knows nothing about
 // clients, budgets or chunking (package vram) or trace files (vram/trace).
 package alloc

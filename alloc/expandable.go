@@ -141,13 +141,14 @@ type Expandable struct {
 	cfg     ExpandableConfig
 
 	// Protected by the core's lock.
-	ranges    map[rangeKey][]*vrange
-	bySeg     map[*segment]*vrange // range segments
-	work      map[*segment]*vmWork // growths and unmappings in flight
-	stale     *segment             // range segments from before a reset with live blocks
-	highWater uint64               // most bytes ever mapped
-	plan      growthPlan           // the last plan of growthLocked, for releaseForGrowthLocked
-	pages     PageStats
+	ranges     map[rangeKey][]*vrange
+	bySeg      map[*segment]*vrange // range segments
+	work       map[*segment]*vmWork // growths and unmappings in flight
+	stale      *segment             // range segments from before a reset with live blocks
+	highWater  uint64               // most bytes ever mapped
+	plan       growthPlan           // the last plan of growthLocked, for releaseForGrowthLocked
+	pages      PageStats
+	peakRanges int // most ranges held at once
 }
 
 // PageStats counts an Expandable's pages: mapped now and at most, and the
@@ -254,7 +255,14 @@ func (e *Expandable) badRequest(n uint64, s device.Stream) error {
 	e.mu.Lock()
 	e.st.OOMs++
 	e.mu.Unlock()
-	return fmt.Errorf("alloc: expandable alloc of %d bytes: no device can hold it: %w", n, device.ErrOutOfMemory)
+	return e.outOfMemory(n, s, fmt.Errorf("alloc: expandable alloc of %d bytes: no device can hold it: %w", n, device.ErrOutOfMemory))
+}
+
+// fillReportLocked adds the pages to the core's report (reportFiller):
+// Segments are the ranges, PeakSegments the most ranges ever held.
+func (e *Expandable) fillReportLocked(r *MemoryReport) {
+	r.PageSize, r.Pages, r.PeakPages = e.page, e.pages.Mapped, e.pages.PeakMapped
+	r.Segments, r.PeakSegments = e.nsegs, max(e.nsegs, e.peakRanges)
 }
 
 // Free returns p's block to the allocator; it may be reused on s at once
@@ -509,6 +517,10 @@ var (
 	_ PeakResetter = (*Expandable)(nil)
 	_ Granular     = (*Expandable)(nil)
 	_ strategy     = (*Expandable)(nil)
+
+	_ Reporter      = (*Expandable)(nil)
+	_ OOMObservable = (*Expandable)(nil)
+	_ reportFiller  = (*Expandable)(nil)
 )
 
 // Cost is PageCost with the allocator's granularity, its page and its

@@ -399,6 +399,7 @@ func (e *Expandable) newRangeLocked(r request) (growthPlan, error) {
 	}
 	e.segs = seg
 	e.nsegs++
+	e.peakRanges = max(e.peakRanges, e.nsegs)
 	e.ranges[rg.key] = append(e.ranges[rg.key], rg)
 	e.bySeg[seg] = rg
 	e.pages.Reservation++

@@ -220,7 +220,25 @@ func TestExpandableOutOfMemory(t *testing.T) {
 		if u := v.dev.VMUsage(); u.Mapped != 0 || u.Physical != 0 {
 			t.Errorf("a failed Alloc left %+v on the device", u)
 		}
+		var oom *alloc.OutOfMemoryError
+		if !errors.As(err, &oom) || oom.Report().Allocator != "expandable" || oom.Report().PageSize != 2*units.MiB || oom.Report().OOMs != 1 {
+			t.Errorf("the error %v carries no report of the expandable allocator's pages", err)
+		}
 	})
+}
+
+// TestExpandableReport: the memory report counts pages and ranges.
+func TestExpandableReport(t *testing.T) {
+	v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+	s := v.dev.DefaultStream()
+	a := v.alloc(t, 5*units.MiB, s)
+	b := v.alloc(t, 4*units.KiB, s) // the small class's range
+	r := v.e.Report()
+	if r.Pages != 4 || r.PeakPages != 4 || r.PageSize != 2*units.MiB || r.Segments != 2 || r.Cached() != units.MiB+2*units.MiB-4*units.KiB {
+		t.Errorf("Report = %+v; want 4 pages in 2 ranges, 1 MiB + 2 MiB − 4 KiB cached", r)
+	}
+	v.free(t, a, s)
+	v.free(t, b, s)
 }
 
 // noVM hides the simulator's virtual memory.

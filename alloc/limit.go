@@ -41,6 +41,8 @@ type Limit struct {
 	used   uint64                // bytes charged to live allocations and those in flight
 	live   map[device.Ptr]uint64 // live pointer → bytes charged
 	closed bool                  // set by Close
+
+	oom oomHook // the observer of refusals (report.go)
 }
 
 // NewLimit wraps up with a cap of capBytes bytes in use.
@@ -112,9 +114,9 @@ func (l *Limit) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error)
 		if charged != n {
 			asked += fmt.Sprintf(" (%s as the upstream spends it)", units.Format(charged))
 		}
-		return 0, fmt.Errorf("alloc: limit: alloc of %s with %s in use would pass the cap of %s by %s; free memory or raise the cap: %w (%w)",
+		return 0, l.oom.fail(n, s, fmt.Errorf("alloc: limit: alloc of %s with %s in use would pass the cap of %s by %s; free memory or raise the cap: %w (%w)",
 			asked, units.Format(used), units.Format(l.cap), units.Format(used+charged-l.cap),
-			ErrLimit, device.ErrOutOfMemory)
+			ErrLimit, device.ErrOutOfMemory), l.Report())
 	}
 	l.used += charged
 	l.mu.Unlock()

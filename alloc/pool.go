@@ -252,8 +252,8 @@ func (p *Pool) badRequest(n uint64, s device.Stream) error {
 	p.mu.Lock()
 	p.st.OOMs++
 	p.mu.Unlock()
-	return fmt.Errorf("alloc: pool alloc of %d bytes: no device can hold it (rounding it up to the device's %s granularity overflows 64 bits): %w",
-		n, units.Format(p.gran), device.ErrOutOfMemory)
+	return p.outOfMemory(n, s, fmt.Errorf("alloc: pool alloc of %d bytes: no device can hold it (rounding it up to the device's %s granularity overflows 64 bits): %w",
+		n, units.Format(p.gran), device.ErrOutOfMemory))
 }
 
 // takeLocked takes the best-fitting cached block for r that st may use

@@ -49,6 +49,9 @@ type Collector struct {
 
 	stats []statMetric
 
+	largestFree   *prometheus.Desc
+	fragmentation *prometheus.Desc
+
 	clientHeld       *prometheus.Desc
 	clientCap        *prometheus.Desc
 	clientProportion *prometheus.Desc
@@ -86,6 +89,8 @@ const (
 //	vram_allocator_device_frees_total{allocator}    device frees made
 //	vram_allocator_retries_total{allocator}         allocations retried after trimming the cache
 //	vram_allocator_oom_total{allocator}             allocations that failed for want of memory
+//	vram_allocator_largest_free_bytes{allocator}    the largest cached free block
+//	vram_allocator_fragmentation{allocator}         1 − largest free block / cached bytes
 //	vram_client_held_bytes{client, group}           device bytes the client's arrays take
 //	vram_client_cap_bytes{client, group}            the client's share of device memory, bytes
 //	vram_client_proportion{client, group}           that share as a fraction of the device
@@ -141,6 +146,10 @@ func NewCollector(m *vram.Manager, o Opts) *Collector {
 			stat("oom_total", "Allocations that failed for want of device memory.", counter,
 				func(s alloc.Stats) uint64 { return s.OOMs }),
 		},
+		largestFree: desc("allocator", "largest_free_bytes",
+			"The largest free block in the allocator's cache, bytes (not exported for an allocator whose cache is the device's).", labelAllocator),
+		fragmentation: desc("allocator", "fragmentation",
+			"The share of the allocator's cached bytes outside its largest free block: 1 - largest free block / cached bytes, 0 when nothing is cached.", labelAllocator),
 		clientHeld: desc("client", "held_bytes", "Device bytes the client's arrays take, as the allocator charges them.",
 			labelClient, labelGroup),
 		clientCap: desc("client", "cap_bytes", "The client's share of device memory in bytes: its proportion of the manager's total.",
@@ -160,6 +169,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, s := range c.stats {
 		ch <- s.desc
 	}
+	ch <- c.largestFree
+	ch <- c.fragmentation
 	ch <- c.clientHeld
 	ch <- c.clientCap
 	ch <- c.clientProportion
@@ -192,9 +203,14 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectAllocator(ch chan<- prometheus.Metric) {
-	kind, st := c.m.AllocatorStats()
+	k, r := vram.AllocatorReport(c.m)
+	kind := k.String()
 	for _, s := range c.stats {
-		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(st)), kind.String())
+		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(r.Stats)), kind)
+	}
+	if r.Layout {
+		ch <- prometheus.MustNewConstMetric(c.largestFree, prometheus.GaugeValue, float64(r.LargestFree), kind)
+		ch <- prometheus.MustNewConstMetric(c.fragmentation, prometheus.GaugeValue, r.Fragmentation(), kind)
 	}
 }
 
@@ -213,18 +229,11 @@ func (c *Collector) collectClients(ch chan<- prometheus.Metric) {
 	groups := map[string]int{}
 	var groupOrder []string
 	for _, cl := range c.m.Clients() {
-		// Each read fails once the client is closed: a client closed
-		// during the scrape is left out rather than reported half.
-		group, err := c.m.StreamGroup(cl)
-		if err != nil {
-			continue
-		}
-		p, err := c.m.Proportion(cl)
-		if err != nil {
-			continue
-		}
-		capBytes, err := c.m.Cap(cl)
-		if err != nil {
+		// Each read gives zero once the client is closed: a client
+		// closed during the scrape (before the last check) is left out
+		// rather than reported half.
+		group, p, capBytes := cl.Group(), cl.Proportion(), cl.Cap()
+		if group == "" || cl.Closed() {
 			continue
 		}
 		k := clientKey{cl.Name(), group}

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -58,10 +59,10 @@ func register(t *testing.T, m *vram.Manager, name, group string) *vram.Client {
 
 func allocate(t *testing.T, m *vram.Manager, c *vram.Client, reqs map[string]vram.ArrayRequest) {
 	t.Helper()
-	if err := m.QueueRequest(c, reqs); err != nil {
+	if err := c.Queue(reqs); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(c); err != nil {
+	if _, err := c.Allocate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -74,7 +75,7 @@ func TestCollectValues(t *testing.T) {
 	solver := register(t, m, "solver", "batch")
 	output := register(t, m, "output", "batch")
 	other := register(t, m, "loader", "io")
-	if err := m.SetManualProportion(other, 0.25); err != nil {
+	if err := other.SetManualProportion(0.25); err != nil {
 		t.Fatal(err)
 	}
 	// 8,000 B and 16,000 B: 8,192 + 16,384 held at 512-byte rounding.
@@ -274,12 +275,12 @@ func TestCollectOOM(t *testing.T) {
 	m, dev := newManager(t, vram.WithAllocator(vram.Direct))
 	cl := register(t, m, "a", "g")
 	dev.Faults().OOMAtAlloc(1)
-	err := m.QueueRequest(cl, map[string]vram.ArrayRequest{"x": {Shape: []int{1000}, DType: vram.Float64}})
+	err := cl.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{1000}, DType: vram.Float64}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.AllocateQueue(cl); !errors.Is(err, vram.ErrOutOfMemory) {
-		t.Fatalf("AllocateQueue with an injected OOM: %v, want ErrOutOfMemory", err)
+	if _, err := cl.Allocate(context.Background()); !errors.Is(err, vram.ErrOutOfMemory) {
+		t.Fatalf("Allocate with an injected OOM: %v, want ErrOutOfMemory", err)
 	}
 	c := metrics.NewCollector(m, metrics.Opts{})
 	want := `
@@ -307,7 +308,7 @@ func TestCollectSameNameSummed(t *testing.T) {
 	w2 := register(t, m, "worker", "w")
 	w3 := register(t, m, "worker", "w")
 	for _, w := range []*vram.Client{w1, w2} {
-		if err := m.SetManualProportion(w, 0.125); err != nil {
+		if err := w.SetManualProportion(0.125); err != nil {
 			t.Fatal(err)
 		}
 		allocate(t, m, w, map[string]vram.ArrayRequest{"x": {Shape: []int{256}, DType: vram.Float32}}) // 1,024 B
@@ -390,15 +391,15 @@ func TestCollectorLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fams) != 18 {
-		t.Errorf("%d metric families, want 18 (3 device, 11 allocator, 3 client, 1 group)", len(fams))
+	if len(fams) != 20 {
+		t.Errorf("%d metric families, want 20 (3 device, 13 allocator, 3 client, 1 group)", len(fams))
 	}
 	// Describe sends as many descriptions as there are families.
 	ch := make(chan *prometheus.Desc, 64)
 	c.Describe(ch)
 	close(ch)
-	if len(ch) != 18 {
-		t.Errorf("Describe sent %d descriptions, want 18", len(ch))
+	if len(ch) != 20 {
+		t.Errorf("Describe sent %d descriptions, want 20", len(ch))
 	}
 }
 
@@ -422,9 +423,9 @@ func TestCollectConcurrent(t *testing.T) {
 			}
 			defer cl.Close()
 			for i := range 30 {
-				err := m.QueueRequest(cl, map[string]vram.ArrayRequest{"x": {Shape: []int{1000 + i}, DType: vram.Float64, Unchunkable: true}})
+				err := cl.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{1000 + i}, DType: vram.Float64, Unchunkable: true}})
 				if err == nil {
-					_, err = m.AllocateQueue(cl)
+					_, err = cl.Allocate(context.Background())
 					if errors.Is(err, vram.ErrNothingQueued) {
 						err = nil // the other member of the group allocated it
 					}
@@ -469,5 +470,45 @@ func TestCollectConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestCollectLayout: the largest free block and fragmentation are the
+// manager's report's; the async pool, whose cache is the device's, has
+// neither.
+func TestCollectLayout(t *testing.T) {
+	tests := map[string]struct {
+		kind   vram.AllocatorKind
+		layout bool
+	}{
+		"pool":   {kind: vram.Pool, layout: true},
+		"direct": {kind: vram.Direct, layout: true},
+		"async":  {kind: vram.AsyncPool},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m, _ := newManager(t, vram.WithAllocator(tc.kind))
+			c := register(t, m, "c", "g")
+			allocate(t, m, c, map[string]vram.ArrayRequest{"a": {Shape: []int{3, 1000}, DType: vram.Float32, ChunkAxis: 1}})
+			col := metrics.NewCollector(m, metrics.Opts{})
+			r := vram.Report(m).Memory
+			names := []string{"vram_allocator_largest_free_bytes", "vram_allocator_fragmentation"}
+			if !tc.layout {
+				if n := testutil.CollectAndCount(col, names...); n != 0 {
+					t.Errorf("%d layout series for %s, want none", n, name)
+				}
+				return
+			}
+			if tc.kind == vram.Pool && (r.LargestFree == 0 || r.Fragmentation() != 0) {
+				t.Fatalf("pool report %+v: want the rest of its one small segment free in one block", r)
+			}
+			lbl := map[string]string{"allocator": name}
+			if got := value(t, col, names[0], lbl); got != float64(r.LargestFree) {
+				t.Errorf("largest free %v, want %d", got, r.LargestFree)
+			}
+			if got := value(t, col, names[1], lbl); got != r.Fragmentation() {
+				t.Errorf("fragmentation %v, want %v", got, r.Fragmentation())
+			}
+		})
 	}
 }

@@ -3,8 +3,8 @@
 // A Collector reads the manager when it is scraped, and only then: the
 // device's free and total memory, the allocator's counters (bytes in use
 // and reserved, their peaks, allocations, frees, cache hits, device
-// allocations and frees, retries, out-of-memory failures) labelled by the
-// allocator kind, each client's held bytes, cap and proportion labelled by
+// allocations and frees, retries, out-of-memory failures, the largest
+// cached free block and fragmentation) labelled by the allocator kind, each client's held bytes, cap and proportion labelled by
 // client name and stream group, and the number of clients in each group.
 // It starts no goroutine and keeps no state between scrapes, so there is
 // nothing to stop: unregister it, or drop the registry, when the manager

@@ -1,6 +1,7 @@
 package metrics_test
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -22,10 +23,10 @@ func ExampleNewCollector() {
 	defer m.Close()
 
 	solver, _ := m.Register(vram.ClientOptions{Name: "solver", Group: "batch"})
-	_ = m.QueueRequest(solver, map[string]vram.ArrayRequest{
+	_ = solver.Queue(map[string]vram.ArrayRequest{
 		"state": {Shape: []int{4, 100_000}, DType: vram.Float32, ChunkAxis: 1},
 	})
-	_, _ = m.AllocateQueue(solver)
+	_, _ = solver.Allocate(context.Background())
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(m, metrics.Opts{}))

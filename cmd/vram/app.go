@@ -82,6 +82,10 @@ type app struct {
 	// metricsGrace, when set (by tests), replaces how long `run` waits
 	// for scrapes in flight when it stops its metrics server.
 	metricsGrace time.Duration
+	// metricsWriteTimeout, when set (by tests), replaces the metrics
+	// server's write timeout, so that a test can hold a scrape stuck
+	// past the end of a slow run.
+	metricsWriteTimeout time.Duration
 	// hostMem, when set (by tests), stands in for the host memory
 	// available to the process (hostAvailable).
 	hostMem func() (avail uint64, from string, ok bool)

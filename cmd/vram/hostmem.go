@@ -35,7 +35,10 @@ func hostBytesPerRun(samples int) uint64 { return 24 + uint64(samples)*8 + 4 }
 // checkHostMemory refuses a batch whose host memory (host arrays, plus
 // device arrays on a backed simulator) exceeds what the machine has
 // available, as a usage error naming both figures and what to lower.
-func (a *app) checkHostMemory(js jobShape, info device.Info, double bool) error {
+// With out (--out) the trajectories are no host array; with hostCap
+// (--host-mem) the host arrays take at most that, the rest spilled to
+// files.
+func (a *app) checkHostMemory(js jobShape, info device.Info, double, out bool, hostCap uint64) error {
 	avail, from, ok := a.hostAvailable()
 	if !ok {
 		a.log.Debug("host memory check skipped: available memory unknown", "os", runtime.GOOS)
@@ -43,6 +46,13 @@ func (a *app) checkHostMemory(js jobShape, info device.Info, double bool) error 
 	}
 	hostArrays := uint64(js.runs) * hostBytesPerRun(js.samples)
 	need := hostArrays
+	if out {
+		need = uint64(js.runs) * (hostBytesPerRun(js.samples) - uint64(js.samples)*8)
+	}
+	if hostCap > 0 {
+		need = min(need, hostCap)
+	}
+	onHost := need
 	var onDevice uint64
 	if info.Backend == "sim" && info.Backed {
 		// The simulator's device memory is host memory, at most the
@@ -59,11 +69,11 @@ func (a *app) checkHostMemory(js jobShape, info device.Info, double bool) error 
 	if need <= avail {
 		return nil
 	}
-	what := fmt.Sprintf("%s of host arrays", units.Format(hostArrays))
+	what := fmt.Sprintf("%s of host arrays", units.Format(onHost))
 	if onDevice > 0 {
 		what += fmt.Sprintf(" and up to %s for the simulator's device memory", units.Format(onDevice))
 	}
-	return usagef("--runs %d with %d samples a run needs %s of host memory (%s), but only %s is available (%s); lower --runs or --samples/--steps",
+	return usagef("--runs %d with %d samples a run needs %s of host memory (%s), but only %s is available (%s); lower --runs or --samples/--steps, or give --out FILE.npy or --host-mem SIZE",
 		js.runs, js.samples, units.Format(need), what, units.Format(avail), from)
 }
 

@@ -11,6 +11,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,7 +131,7 @@ func (a *app) serveMetrics(addr string, m *vram.Manager) (*metricsServer, error)
 			Handler:           mux,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       metricsReadTimeout,
-			WriteTimeout:      metricsWriteTimeout,
+			WriteTimeout:      cmp.Or(a.metricsWriteTimeout, metricsWriteTimeout),
 			IdleTimeout:       metricsIdleTimeout,
 			ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelDebug),
 		},

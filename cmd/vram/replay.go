@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
@@ -48,6 +49,11 @@ type replayRow struct {
 	// PyTorch is what PyTorch's own allocator did, for a snapshot input.
 	PyTorch *pytorchFigures `json:"pytorch,omitempty"`
 
+	// Summary is the allocator's memory report at its peak of reserved
+	// bytes (--summary; replay_summary.go).
+	Summary *summaryJSON `json:"summary,omitempty"`
+	report  *alloc.MemoryReport
+
 	traceIndex int // which of the command's traces, for grouping the table
 }
 
@@ -56,6 +62,7 @@ type replayFlags struct {
 	vram       string // --vram: device size; "" = large enough for the trace
 	plot       string // --plot: PNG or SVG file
 	snapshot   string // --snapshot-out: PyTorch snapshot of the first allocator's replay
+	summary    bool   // --summary: each allocator's memory report at its peak
 }
 
 func (a *app) replayCommand() *cobra.Command {
@@ -102,6 +109,7 @@ visualizer (pytorch.org/memory_viz) opens.`,
 	fl.StringVar(&f.allocators, "allocator", strings.Join(allocatorKinds, ","), "comma-separated allocators to replay against: "+strings.Join(allocatorKinds, ", "))
 	fl.StringVar(&f.vram, "vram", "", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
 	fl.StringVar(&f.plot, "plot", "", "draw live and reserved bytes over the trace into this PNG or SVG file (one trace only)")
+	fl.BoolVar(&f.summary, "summary", false, "print each allocator's memory report (allocated, reserved, cached, largest free block, fragmentation, segments, retries, out of memory) at its peak of reserved bytes")
 	fl.StringVar(&f.snapshot, "snapshot-out", "", "write the replay against the first --allocator as a PyTorch memory snapshot (a .pickle for pytorch.org/memory_viz; one trace only)")
 	return cmd
 }
@@ -162,11 +170,11 @@ func (a *app) replay(paths []string, f replayFlags) error {
 			if err := a.ctx.Err(); err != nil {
 				return err
 			}
-			res, err := replayKind(a.ctx, events, cfg, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki))
+			res, rep, err := replayOne(a.ctx, events, cfg, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki), f.summary)
 			if err != nil {
 				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
 			}
-			rows = append(rows, newReplayRow(path, kind, ti, res, cfg, sum, pytorch))
+			rows = append(rows, withSummary(newReplayRow(path, kind, ti, res, cfg, sum, pytorch), rep))
 			if samples > 0 {
 				lines = append(lines, toTimeline(kind, res.Samples))
 			}
@@ -291,6 +299,7 @@ func (a *app) printReplay(rows []replayRow, plot string) error {
 		}
 		fmt.Fprint(a.stdout, pytorchNote(r.PyTorch))
 	}
+	printSummaries(a.stdout, rows)
 	if plot != "" {
 		fmt.Fprintf(a.stdout, "\nplot: %s\n", plot)
 	}

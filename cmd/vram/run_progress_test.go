@@ -123,6 +123,10 @@ func TestRunMetricsStuckClient(t *testing.T) {
 	}()
 	a := &app{ctx: context.Background(), stdin: strings.NewReader(""), stdout: &out, stderr: &errb,
 		metricsGrace: 100 * time.Millisecond,
+		// A loaded machine can take longer than the server's 10 s write
+		// timeout to run the job, and the timeout would then free the
+		// stuck scrape before the job ends: keep it stuck.
+		metricsWriteTimeout: 10 * time.Minute,
 		onMetrics: func(u string) {
 			pu, err := url.Parse(u)
 			if err != nil {

@@ -8,7 +8,7 @@
 //  1. Two clients, "inputs" (initial states [2, N] and parameters [4, N])
 //     and "outputs" (trajectories [S, 2, N] float32 and status [N] int32),
 //     register in one stream group and queue their requests; one
-//     AllocateQueue plans the group together, so when the batch does not
+//     Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
 //  2. The host arrays are full-length and pinned. vram.RunBatch, the
@@ -86,6 +86,8 @@ type runFlags struct {
 	verify               int
 	seed                 uint64
 	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
+	out                  string // --out: the trajectories' .npy file ("": not kept)
+	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
 }
 
 func (a *app) runCommand() *cobra.Command {
@@ -112,7 +114,17 @@ of the GPU.
 --dt must keep RK4 stable: ω·dt ≤ 2.62 for the batch's largest ω (ω < 4,
 so any --dt up to 0.655 will do). The host arrays hold the whole batch
 (runs × (28 + 8 × samples) bytes); a batch that does not fit the host
-memory available is refused before anything is allocated.
+memory available is refused before anything is allocated, unless --out
+or --host-mem is given.
+
+--out FILE.npy writes the trajectories to FILE.npy as each chunk comes
+back, never holding more than a chunk of them: one float32 array in C
+order of shape (samples, 2, runs), element [k, 0, i] run i's x at sample
+k and [k, 1, i] its v (numpy.load reads it; mmap_mode="r" maps it). The
+sampled runs are verified from the file. --host-mem SIZE caps the host
+RAM of the job's host arrays and pinned staging buffers; arrays past it
+spill to memory-mapped files in $VRAM_SPILL_DIR (default the temporary
+directory), and the chunks are staged through fewer buffers.
 
 Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
 ends it at once.
@@ -131,7 +143,8 @@ per chunk or one every 5 seconds, whichever is rarer.`,
   vram run --runs 1000000 --double-buffer
   vram run --device sim:bandwidth=8GB --double-buffer   # emulate PCIe copies
   vram run --allocator direct --json
-  vram run --metrics-addr :9090                          # Prometheus /metrics while it runs`,
+  vram run --metrics-addr :9090                          # Prometheus /metrics while it runs
+  vram run --runs 4000000 --host-mem 512MiB --out r.npy  # results larger than RAM, kept`,
 		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f.vramSet = cmd.Flags().Changed("vram")
@@ -148,6 +161,8 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
+	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
+	fl.StringVar(&f.hostMem, "host-mem", "", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")
 	return cmd
 }
@@ -198,6 +213,11 @@ func (f runFlags) check() (jobShape, error) {
 			return js, err
 		}
 	}
+	if f.hostMem != "" {
+		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {
+			return js, usagef("--host-mem %q: want a size such as 512MiB", f.hostMem)
+		}
+	}
 	return jobShape{
 		runs:    f.runs,
 		steps:   uint32(f.steps),
@@ -226,7 +246,9 @@ type job struct {
 	outR    *vram.ArrayResponse // the outputs' arrays
 	plan    vram.ChunkPlan
 
-	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, pinned
+	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
+	traj                          *trajFile       // --out; nil without
+	rungs                         map[string]string
 }
 
 // phase says on the progress log that a step of the set-up begins.
@@ -251,11 +273,12 @@ func (a *app) runJob(f runFlags) (err error) {
 	}
 	defer func() { err = errors.Join(err, closeErr("device", dev.Close())) }()
 	info := dev.Info()
-	if err := a.checkHostMemory(js, info, f.doubleBuffer); err != nil {
+	hostCap, _ := units.ParseSize(f.hostMem)
+	if err := a.checkHostMemory(js, info, f.doubleBuffer, f.out != "", hostCap); err != nil {
 		return err
 	}
 	kind, _ := vram.ParseAllocatorKind(f.allocator)
-	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log)}
+	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap})}
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}
@@ -270,7 +293,13 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err := kern.Load(dev); err != nil {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
-	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog}
+	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{}}
+	if f.out != "" {
+		if j.traj, err = createTrajFile(f.out, js.runs, js.samples); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, j.traj.close(err != nil)) }()
+	}
 	ms, err := a.startMetrics(f, m)
 	if err != nil {
 		return err
@@ -281,8 +310,8 @@ func (a *app) runJob(f runFlags) (err error) {
 		defer ms.stop(a)
 		j.stats = ms.job
 	}
-	// Pinned host arrays go back before the manager closes, also when
-	// allocate fails part-way.
+	// Host arrays go back before the manager closes, also when allocate
+	// fails part-way.
 	defer func() { err = errors.Join(err, j.freeHost()) }()
 	j.fitHint = func(err error) error { return allocHint(err, f, info, limit) }
 	if err := j.allocate(f.doubleBuffer); err != nil {
@@ -300,6 +329,7 @@ func (a *app) runJob(f runFlags) (err error) {
 		return err
 	}
 	verr := j.check(f.verify, &rep)
+	a.printMemoryReport(j.m)
 	rep.WallSeconds = time.Since(start).Seconds()
 	prog.Finish()
 	if a.json {
@@ -323,6 +353,8 @@ func (j *job) runBatch(rep *runReport) error {
 	case err != nil && ctxErr != nil && errors.Is(err, ctxErr):
 		return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
 			br.ChunksDone+1, j.plan.Chunks, br.ChunksDone, j.plan.Chunks, ctxErr)
+	case err != nil && errors.Is(err, vram.ErrOutOfMemory) && j.m.Host().Stats().Limit > 0:
+		return fmt.Errorf("%w\nto make the staging fit: raise --host-mem, or lower --vram for smaller chunks", err)
 	case err != nil:
 		return err
 	case ctxErr != nil:
@@ -336,6 +368,7 @@ func (j *job) runBatch(rep *runReport) error {
 	rep.CopySeconds = br.Copy.Seconds()
 	rep.ComputeSeconds = br.Compute.Seconds()
 	rep.ExposedCopySeconds = br.ExposedCopy.Seconds()
+	j.hostReport(rep, br)
 	return nil
 }
 
@@ -344,10 +377,14 @@ func (j *job) runBatch(rep *runReport) error {
 // with the buffers the plan allocated.
 func (j *job) pipeline() (vram.BatchReport, error) {
 	sh := j.shape
+	traj := vram.Out(j.outR, "trajectories", j.hOut)
+	if j.traj != nil {
+		traj = vram.OutFunc(j.outR, "trajectories", 2, j.traj.drain)
+	}
 	return vram.RunBatch(j.a.ctx, j.out, vram.Batch{
 		Arrays: []vram.BatchArray{
 			vram.In(j.inR, "init", j.hInit), vram.In(j.inR, "params", j.hParams),
-			vram.Out(j.outR, "trajectories", j.hOut), vram.Out(j.outR, "status", j.hStatus),
+			traj, vram.Out(j.outR, "status", j.hStatus),
 		},
 		Runs: sh.runs,
 		Compute: func(_ context.Context, ch *vram.Chunk) error {
@@ -398,7 +435,7 @@ func (j *job) check(want int, rep *runReport) error {
 }
 
 // allocate registers the two clients, queues their requests, allocates
-// them planned together, and makes the full-length pinned host arrays.
+// them planned together, and makes the full-length host arrays.
 func (j *job) allocate(double bool) error {
 	n, s := j.shape.runs, j.shape.samples
 	const group = "oscillators"
@@ -413,13 +450,13 @@ func (j *job) allocate(double bool) error {
 	if err != nil {
 		return fmt.Errorf("register the outputs: %w", err)
 	}
-	if err := j.m.QueueRequest(j.in, map[string]vram.ArrayRequest{
+	if err := j.in.Queue(map[string]vram.ArrayRequest{
 		"init":   {Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1},
 		"params": {Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1},
 	}); err != nil {
 		return fmt.Errorf("queue the inputs: %w", err)
 	}
-	if err := j.m.QueueRequest(j.out, map[string]vram.ArrayRequest{
+	if err := j.out.Queue(map[string]vram.ArrayRequest{
 		"trajectories": {Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2},
 		"status":       {Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0},
 	}); err != nil {
@@ -430,7 +467,10 @@ func (j *job) allocate(double bool) error {
 	if double {
 		buffers = 2
 	}
-	if _, err := j.m.AllocateQueue(j.out, vram.WithBuffers(buffers)); err != nil {
+	if _, err := j.out.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
+		if ctxErr := j.a.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
+			return fmt.Errorf("interrupted while allocating the device arrays, before chunk 1: no chunk run: %w", ctxErr)
+		}
 		err = fmt.Errorf("allocate the batch's device arrays: %w", err)
 		if j.fitHint != nil {
 			err = j.fitHint(err)
@@ -447,28 +487,7 @@ func (j *job) allocate(double bool) error {
 		j.plan.TotalRuns, j.plan.ChunkLength, j.plan.LastChunkLength = n, n, n
 	}
 
-	// The host arrays hold the whole batch: 24 bytes of inputs and
-	// samples × 8 + 4 bytes of outputs a run.
-	j.phase("make the pinned host arrays")
-	hostBytes := uint64(n) * hostBytesPerRun(s)
-	mk := func(shape []int, dt vram.DType, what string) (*vram.HostArray, error) {
-		h, err := j.m.NewHostArray(shape, dt, vram.Pinned, nil)
-		if err != nil {
-			return nil, fmt.Errorf("pinned host array for the %s (the host arrays take %s in all; lower --runs or --samples): %w",
-				what, units.Format(hostBytes), err)
-		}
-		return h, nil
-	}
-	if j.hInit, err = mk([]int{2, n}, vram.Float32, "initial states"); err != nil {
-		return err
-	}
-	if j.hParams, err = mk([]int{4, n}, vram.Float32, "parameters"); err != nil {
-		return err
-	}
-	if j.hOut, err = mk([]int{s, 2, n}, vram.Float32, "trajectories"); err != nil {
-		return err
-	}
-	if j.hStatus, err = mk([]int{n}, vram.Int32, "status"); err != nil {
+	if err := j.makeHostArrays(); err != nil {
 		return err
 	}
 	j.phase("fill the inputs")
@@ -479,15 +498,4 @@ func (j *job) allocate(double bool) error {
 		params[i], params[n+i], params[2*n+i], params[3*n+i] = float32(r.Omega), float32(r.Zeta), float32(r.A), float32(r.Drive)
 	}
 	return nil
-}
-
-// freeHost returns the pinned host arrays.
-func (j *job) freeHost() error {
-	var errs []error
-	for _, h := range []*vram.HostArray{j.hInit, j.hParams, j.hOut, j.hStatus} {
-		if h != nil {
-			errs = append(errs, h.Free())
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -70,6 +70,20 @@ type runReport struct {
 
 	// MetricsURL is where --metrics-addr served /metrics during the job.
 	MetricsURL string `json:"metrics_url,omitempty"`
+
+	// Out is the --out file; OutShape its array's shape (samples, 2, runs).
+	Out      string `json:"out,omitempty"`
+	OutShape []int  `json:"out_shape,omitempty"`
+	// HostLimitBytes is --host-mem (0: none); HostRungs the host ladder's
+	// rung for each host array ("pinned", "pageable", "file");
+	// StagingBytes the pinned staging buffers held at the end;
+	// BuffersInFlight and Lag what the pipeline ran with (fewer than
+	// planned when staging buffers were short).
+	HostLimitBytes  uint64            `json:"host_limit_bytes,omitempty"`
+	HostRungs       map[string]string `json:"host_rungs"`
+	StagingBytes    uint64            `json:"staging_bytes"`
+	BuffersInFlight int               `json:"buffers_in_flight"`
+	Lag             int               `json:"lag"`
 }
 
 // statsJSON is alloc.Stats with JSON names.
@@ -130,6 +144,7 @@ func (a *app) printRun(r runReport) error {
 		plural(p.Allocs, "alloc"), plural(p.Frees, "free"), plural(p.CacheHits, "cache hit"),
 		plural(p.DeviceAllocs, "device alloc"), plural(p.DeviceFrees, "device free"), plural(p.Retries, "retry"),
 		plural(p.OOMs, "out of memory"))
+	printHost(w, r)
 	if r.MetricsURL != "" {
 		fmt.Fprintf(w, "metrics      served on %s during the job\n", r.MetricsURL)
 	}
@@ -148,6 +163,31 @@ func (a *app) printRun(r runReport) error {
 		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
 	}
 	return w.err
+}
+
+// printHost writes the host side: the arrays' rungs, the staging, the
+// --out file.
+func printHost(w io.Writer, r runReport) {
+	var rungs []string
+	for _, what := range []string{"initial states", "parameters", "trajectories", "status"} {
+		if rung, ok := r.HostRungs[what]; ok {
+			rungs = append(rungs, what+" "+rung)
+		}
+	}
+	limit := ""
+	if r.HostLimitBytes > 0 {
+		limit = fmt.Sprintf(" under --host-mem %s", units.Format(r.HostLimitBytes))
+	}
+	fmt.Fprintf(w, "host         arrays %s; %s of pinned staging, %s in flight, the host %s ahead%s\n",
+		strings.Join(rungs, ", "), units.Format(r.StagingBytes), plural(r.BuffersInFlight, "buffer"), plural(r.Lag, "chunk"), limit)
+	if r.Out != "" {
+		dims := make([]string, len(r.OutShape))
+		for i, d := range r.OutShape {
+			dims[i] = strconv.Itoa(d)
+		}
+		fmt.Fprintf(w, "out          %s: float32 (%s), C order ([k, 0, i] run i's x at sample k, [k, 1, i] its v)\n",
+			r.Out, strings.Join(dims, ", "))
+	}
 }
 
 // errWriter keeps the first error of its writes and drops the writes
@@ -213,11 +253,12 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 		return runReport{}, fmt.Errorf("device memory: %w", err)
 	}
 	js := j.shape
+	kind, _ := j.m.AllocatorStats()
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,
 		Kernel:          j.kernel.Form(j.dev),
-		Allocator:       j.m.AllocatorKind().String(),
+		Allocator:       kind.String(),
 		DeviceBytes:     total,
 		LimitBytes:      limit,
 		Runs:            js.runs,
@@ -233,7 +274,7 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 		BytesPerChunk:   j.plan.BytesPerChunk,
 		FullBytes:       j.plan.FullBytes,
 		BytesToDevice:   j.hInit.Bytes() + j.hParams.Bytes(),
-		BytesFromDevice: j.hOut.Bytes() + j.hStatus.Bytes(),
+		BytesFromDevice: uint64(js.runs) * (uint64(js.samples)*8 + 4),
 		DeviceUsedBytes: total - free,
 	}
 	if fallback != nil {

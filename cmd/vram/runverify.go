@@ -50,7 +50,7 @@ func (j *job) verifyIndices(want int) []int {
 		idx = append(idx, int(int64(k)*int64(n-1)/int64(want-1)))
 	}
 	for i := range j.plan.Chunks {
-		start, n := j.plan.Chunk(i)
+		start, n, _ := j.plan.Chunk(i) // i in range
 		idx = append(idx, start, start+n-1)
 	}
 	slices.Sort(idx)
@@ -61,15 +61,14 @@ func (j *job) verifyIndices(want int) []int {
 // how many it checked.
 func (j *job) verify(want int) (int, error) {
 	idx := j.verifyIndices(want)
-	out, status := j.hOut.Data(), j.hStatus.Data()
-	n, sh := j.shape.runs, j.shape
+	status, sh := j.hStatus.Data(), j.shape
 	for _, i := range idx {
 		r := runAt(j.seed, i)
 		if st := oscillator.Status(status, i); st != 0 {
 			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): the integration became non-finite (NaN or ±Inf; status %d): %w",
 				i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, st, errVerify)
 		}
-		got, err := oscillator.Decode(out, n, sh.samples, i)
+		got, err := j.runSamples(i)
 		if err != nil {
 			return len(idx), err
 		}

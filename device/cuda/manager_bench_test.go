@@ -7,6 +7,7 @@ package cuda_test
 // scripts/gpu-check.sh reads the pct-of-raw figure from here.
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -60,12 +61,12 @@ func newManaged(tb testing.TB, d device.Device, n uint64, hosts int) *managed {
 		tb.Fatalf("Register: %v", err)
 	}
 	shape := []int{int(n / 4)}
-	if err := m.QueueRequest(c, map[string]vram.ArrayRequest{"a": {Shape: shape, DType: vram.Float32}}); err != nil {
-		tb.Fatalf("QueueRequest: %v", err)
+	if err := c.Queue(map[string]vram.ArrayRequest{"a": {Shape: shape, DType: vram.Float32}}); err != nil {
+		tb.Fatalf("Queue: %v", err)
 	}
-	resp, err := m.AllocateQueue(c)
+	resp, err := c.Allocate(context.Background())
 	if err != nil {
-		tb.Fatalf("AllocateQueue: %v", err)
+		tb.Fatalf("Allocate: %v", err)
 	}
 	if resp.Chunks != 1 {
 		tb.Fatalf("a %d-byte array was cut into %d chunks; want it whole", n, resp.Chunks)
@@ -96,13 +97,13 @@ func TestManagerCopies(t *testing.T) {
 	for i := range src {
 		src[i] = byte(i*7 + i>>9)
 	}
-	if err := mg.m.ToDevice(mg.c, mg.arr, mg.host[0]); err != nil {
+	if err := mg.c.ToDevice(context.Background(), mg.arr, mg.host[0]); err != nil {
 		t.Fatalf("ToDevice: %v", err)
 	}
-	if err := mg.m.FromDevice(mg.c, mg.host[1], mg.arr); err != nil {
+	if err := mg.c.FromDevice(context.Background(), mg.host[1], mg.arr); err != nil {
 		t.Fatalf("FromDevice: %v", err)
 	}
-	if err := mg.m.Sync(mg.c); err != nil {
+	if err := mg.c.Sync(context.Background()); err != nil {
 		t.Fatalf("Sync: %v", err)
 	}
 	for i := range src {
@@ -138,17 +139,17 @@ func BenchmarkManagerCopy(b *testing.B) {
 				}
 			})
 			mgr, rawStep := func() error {
-				if err := mg.m.ToDevice(mg.c, mg.arr, mg.host[0]); err != nil {
+				if err := mg.c.ToDevice(context.Background(), mg.arr, mg.host[0]); err != nil {
 					return err
 				}
-				return mg.m.Sync(mg.c)
+				return mg.c.Sync(context.Background())
 			}, raw.HtoD
 			if dir == "DtoH" {
 				mgr, rawStep = func() error {
-					if err := mg.m.FromDevice(mg.c, mg.host[0], mg.arr); err != nil {
+					if err := mg.c.FromDevice(context.Background(), mg.host[0], mg.arr); err != nil {
 						return err
 					}
-					return mg.m.Sync(mg.c)
+					return mg.c.Sync(context.Background())
 				}, raw.DtoH
 			}
 			if err := raw.Pin(); err != nil {

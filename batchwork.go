@@ -1,0 +1,43 @@
+package vram
+
+// RunBatch's work marks: a batch marks work begun on the clients whose
+// arrays it moves (and the client whose group runs it) for as long as it
+// runs, so that eviction never takes them mid-batch.
+
+import (
+	"errors"
+	"fmt"
+)
+
+// markBatch begins a work mark on c and on the owner of every array of b;
+// end ends them all. If one cannot begin (a client evicted or closed),
+// the marks begun are ended and its error returned.
+func markBatch(c *Client, b Batch) (end func() error, err error) {
+	var marks []*Work
+	end = func() error {
+		var errs []error
+		for _, w := range marks {
+			errs = append(errs, w.End())
+		}
+		return errors.Join(errs...)
+	}
+	seen := map[*Client]bool{}
+	owners := []*Client{c}
+	for _, a := range b.Arrays {
+		if a.resp != nil && a.resp.Client != nil {
+			owners = append(owners, a.resp.Client)
+		}
+	}
+	for _, o := range owners {
+		if seen[o] {
+			continue
+		}
+		seen[o] = true
+		w, err := o.BeginWork()
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("vram: batch: mark work on %v: %w", o, err), end())
+		}
+		marks = append(marks, w)
+	}
+	return end, nil
+}

@@ -1,0 +1,109 @@
+package npy
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// File is an open .npy file whose data is read and written at offsets
+// from its first data byte. Safe for concurrent ReadAt and WriteAt.
+type File struct {
+	f      *os.File
+	h      Header
+	off    int64 // the data's offset in the file
+	nbytes int64 // the data's size
+}
+
+// Create makes (or truncates) the .npy file path for an array described
+// by h, writes its header and sets the file to its full size, so that the
+// data can be written in any order with WriteAt (unwritten bytes read as
+// zeros). perm is as for os.OpenFile (0o644 is usual).
+func Create(path string, h Header, perm os.FileMode) (*File, error) {
+	hdr, err := h.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("npy: create %s: %w", path, err)
+	}
+	n, _ := h.DataBytes()
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return nil, fmt.Errorf("npy: create: %w", err)
+	}
+	if _, err := f.WriteAt(hdr, 0); err != nil {
+		return nil, errors.Join(fmt.Errorf("npy: write the header of %s: %w", path, err), f.Close())
+	}
+	if err := f.Truncate(int64(len(hdr)) + n); err != nil {
+		return nil, errors.Join(fmt.Errorf("npy: size %s to %d bytes: %w", path, int64(len(hdr))+n, err), f.Close())
+	}
+	return &File{f: f, h: h, off: int64(len(hdr)), nbytes: n}, nil
+}
+
+// Open opens an existing .npy file for reading.
+func Open(path string) (*File, error) { return open(path, os.O_RDONLY) }
+
+// OpenWrite opens an existing .npy file for reading and writing, to
+// write parts of a file made by Create (a shard's rows, say).
+func OpenWrite(path string) (*File, error) { return open(path, os.O_RDWR) }
+
+func open(path string, flag int) (*File, error) {
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("npy: open: %w", err)
+	}
+	h, off, err := ReadHeader(f)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("npy: %s: %w", path, err), f.Close())
+	}
+	n, _ := h.DataBytes()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("npy: %s: %w", path, err), f.Close())
+	}
+	if st.Size() < off+n {
+		return nil, errors.Join(fmt.Errorf("npy: %s: %d bytes, but its header (%s %v) needs %d: %w",
+			path, st.Size(), h.Descr, h.Shape, off+n, ErrFormat), f.Close())
+	}
+	return &File{f: f, h: h, off: off, nbytes: n}, nil
+}
+
+// Header is the file's header.
+func (f *File) Header() Header { return f.h }
+
+// DataOffset is the byte offset of the data in the file.
+func (f *File) DataOffset() int64 { return f.off }
+
+// DataBytes is the size of the data.
+func (f *File) DataBytes() int64 { return f.nbytes }
+
+// OS is the underlying file (to map it, say). It stays owned by f.
+func (f *File) OS() *os.File { return f.f }
+
+// WriteAt writes p at byte off of the data. Writing past the data is an
+// error.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.check(len(p), off, "write"); err != nil {
+		return 0, err
+	}
+	return f.f.WriteAt(p, f.off+off)
+}
+
+// ReadAt reads len(p) bytes at byte off of the data.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.check(len(p), off, "read"); err != nil {
+		return 0, err
+	}
+	return f.f.ReadAt(p, f.off+off)
+}
+
+func (f *File) check(n int, off int64, what string) error {
+	if off < 0 || off > f.nbytes || int64(n) > f.nbytes-off {
+		return fmt.Errorf("npy: %s %d bytes at %d: the data is %d bytes: %w", what, n, off, f.nbytes, os.ErrInvalid)
+	}
+	return nil
+}
+
+// Sync commits the file's contents to storage.
+func (f *File) Sync() error { return f.f.Sync() }
+
+// Close closes the file.
+func (f *File) Close() error { return f.f.Close() }

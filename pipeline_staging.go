@@ -1,0 +1,129 @@
+package vram
+
+// Staging a batch through the manager's staging pool. Each staged array
+// wants lag+1 buffers (an output) or lag+k (an input) to keep k buffers
+// in flight with the host lag chunks ahead (pipeline.go). The run takes
+// one buffer per staged array together, waiting for them if the pool is
+// busy, then as many more as the pool can give at once; with fewer than
+// it wants it keeps the host fewer chunks ahead (lag 0: each chunk is
+// retired as soon as it is enqueued) and, if still short, fewer buffers
+// in flight. So a host limit smaller than two chunks slows a batch down
+// but does not stop it.
+
+import (
+	"fmt"
+
+	"github.com/vramkit/vram/device"
+)
+
+// acquireStaging fills every staged array's slots from the pool and
+// fits k and lag to what it got.
+func (r *batchRun) acquireStaging() error {
+	var staged []*batchArr
+	var sizes []uint64
+	for _, a := range r.arrs {
+		if a.staged() {
+			staged = append(staged, a)
+			sizes = append(sizes, a.dev[0].Bytes())
+		}
+	}
+	if len(staged) == 0 {
+		return nil
+	}
+	pool := r.m.host.staging
+	first, err := pool.AcquireSet(r.ctx, sizes)
+	if err != nil {
+		return fmt.Errorf("vram: batch: staging buffers for %d arrays: %w", len(staged), err)
+	}
+	got := make([][]*StagingBuffer, len(staged))
+	for i := range staged {
+		got[i] = []*StagingBuffer{first[i]}
+	}
+	// More, round by round, while the pool gives them at once.
+	for more := true; more; {
+		more = false
+		for i, a := range staged {
+			if len(got[i]) >= len(a.stage) {
+				continue
+			}
+			b, err := pool.TryAcquire(sizes[i])
+			if err != nil {
+				releaseAll(got)
+				return fmt.Errorf("vram: batch: staging buffer for %s: %w", a.name, err)
+			}
+			if b != nil {
+				got[i] = append(got[i], b)
+				more = true
+			}
+		}
+	}
+	r.fitToStaging(staged, got)
+	for i, a := range staged {
+		a.stage = a.stage[:0]
+		for j, b := range got[i] {
+			if j >= min(r.slots(a), r.n) {
+				b.Release()
+				continue
+			}
+			a.stage = append(a.stage, stageArray(b, a.dev[0]))
+		}
+	}
+	return nil
+}
+
+func releaseAll(got [][]*StagingBuffer) {
+	for _, bs := range got {
+		for _, b := range bs {
+			b.Release()
+		}
+	}
+}
+
+// slots is the staging buffers a needs with r's k and lag.
+func (r *batchRun) slots(a *batchArr) int {
+	if a.out {
+		return r.lag + 1
+	}
+	return r.lag + r.k
+}
+
+// fitToStaging lowers lag, then k, until every staged array has the
+// buffers it needs; one buffer each always suffices (k = 1, lag 0).
+func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
+	k0, lag0 := r.k, r.lag
+	for k := r.k; k >= 1; k-- {
+		lag := max(1, k-1)
+		for i, a := range staged {
+			if len(got[i]) >= r.n {
+				continue // a buffer per chunk: never reused
+			}
+			if a.out {
+				lag = min(lag, len(got[i])-1)
+			} else {
+				lag = min(lag, len(got[i])-k)
+			}
+		}
+		if lag >= 0 {
+			r.k, r.lag = k, lag
+			break
+		}
+	}
+	r.rep.Buffers, r.rep.Lag = r.k, r.lag
+	if r.k != k0 || r.lag != lag0 {
+		r.m.log.Debug("vram: batch: fewer staging buffers than wanted", "buffers", r.k, "wanted_buffers", k0,
+			"lag", r.lag, "wanted_lag", lag0)
+	}
+}
+
+// stageArray views buffer b as a host array shaped like the device array
+// d; freeing it gives b back to the pool.
+func stageArray(b *StagingBuffer, d *DeviceArray) *HostArray {
+	mem, rung := Pageable, RungPageable // a device that cannot pin
+	if b.Pinned() {
+		mem, rung = Pinned, RungPinned
+	}
+	n := d.Bytes()
+	return &HostArray{data: b.Bytes()[:n:n], shape: d.shape, dtype: d.dtype, memory: mem,
+		place:   &HostPlacement{Rung: rung, Reason: "a staging pool buffer"},
+		release: func(_ device.Stream) error { b.Release(); return nil }}
+}
