@@ -387,13 +387,15 @@ type onlyAlloc struct{ alloc.Allocator }
 // Allocate gives the arrays back and plans again with what the pool
 // took beyond the reserve kept back, so the batch is chunked and allocated.
 func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
+	segmentPool := alloc.PoolConfig{GrowthDivisor: 4} // the default, stated
 	for name, tc := range map[string]struct {
 		opts    []Option
 		replans uint64
 		chunk   int
 	}{
-		"exact growth":  {opts: []Option{WithAllocator(Pool)}, replans: 0, chunk: 1},
-		"shared growth": {opts: []Option{WithAllocator(Pool), WithWrap(func(a alloc.Allocator) alloc.Allocator { return onlyAlloc{a} })}, replans: 1, chunk: 2},
+		// A PoolConfig asks for the segment Pool, whose growth this is.
+		"exact growth":  {opts: []Option{WithAllocator(Pool), WithPoolConfig(segmentPool)}, replans: 0, chunk: 1},
+		"shared growth": {opts: []Option{WithAllocator(Pool), WithPoolConfig(segmentPool), WithWrap(func(a alloc.Allocator) alloc.Allocator { return onlyAlloc{a} })}, replans: 1, chunk: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := newManager(t, 40*MiB, tc.opts...)

@@ -134,7 +134,8 @@ type config struct {
 	pcfg  alloc.PoolConfig
 	acfg  alloc.AsyncConfig
 	total uint64
-	cap   uint64 // WithCap; 0: none
+	cap   uint64     // WithCap; 0: none
+	pool  poolChoice // WithExpandable (poolkind.go)
 	host  HostOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
@@ -263,7 +264,8 @@ var (
 
 // Default returns the process-wide manager, made on the first call on
 // device.Open("auto") (or $VRAM_DEVICE): the CUDA device 0 when a driver
-// and GPU are present, else the simulator. Every call returns the same
+// and GPU are present, else the simulator, with the allocator that
+// $VRAM_ALLOC_CONF configures (ParseAllocConf). Every call returns the same
 // manager (or the same error); it is safe to call from many goroutines
 // at once. Its device is never closed. Do not Close the default manager
 // while anything in the process may still use it: it is never remade,
@@ -271,12 +273,17 @@ var (
 // or use New for a manager of your own.
 func Default() (*Manager, error) {
 	defaultOnce.Do(func() {
+		opts, err := AllocConfFromEnv() // $VRAM_ALLOC_CONF (allocconf.go)
+		if err != nil {
+			defaultErr = fmt.Errorf("vram: default manager: %w", err)
+			return
+		}
 		dev, err := device.Open("")
 		if err != nil {
 			defaultErr = fmt.Errorf("vram: default manager: %w", err)
 			return
 		}
-		defaultMgr, defaultErr = New(dev)
+		defaultMgr, defaultErr = New(dev, opts...)
 		if defaultErr != nil {
 			_ = dev.Close()
 		}
@@ -291,7 +298,7 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	case Direct:
 		a = alloc.NewDirect(m.dev)
 	case Pool:
-		p, err := alloc.NewPool(m.dev, m.cfg.pcfg)
+		p, err := newPoolKind(m.dev, m.cfg.pcfg, m.cfg.pool)
 		if err != nil {
 			return nil, err
 		}

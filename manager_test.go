@@ -408,8 +408,9 @@ func TestAllocatorKinds(t *testing.T) {
 	if allocatorKind(m) != Pool {
 		t.Errorf("default allocator %v, want pool", allocatorKind(m))
 	}
-	if _, ok := m.Allocator().(*alloc.Pool); !ok {
-		t.Errorf("default allocator is a %T", m.Allocator())
+	// The simulator manages virtual memory: the Pool kind is Expandable.
+	if _, ok := m.Allocator().(*alloc.Expandable); !ok {
+		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Allocator())
 	}
 	if granularityOf(m.Allocator()) != alloc.PoolGranularity {
 		t.Errorf("granularity %d", granularityOf(m.Allocator()))

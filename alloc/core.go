@@ -50,6 +50,9 @@ type request struct {
 	size  uint64 // n rounded to PoolGranularity
 	class uint8  // size class (0 for a strategy with one)
 	exact bool   // a miss grows by the request only (ExactGrower)
+	// stream is the handle of the stream asked on, for a strategy that
+	// grows per stream (Expandable); others leave it 0.
+	stream uintptr
 }
 
 // strategy is what a caching allocator supplies to the core. Methods

@@ -1,10 +1,13 @@
 // Package alloc owns vram's allocators: Direct (every call goes to the
 // device), Pool (a caching best-fit allocator with splitting, coalescing
-// and stream-safe reuse), AsyncPool (the device's own stream-ordered pool),
+// and stream-safe reuse), Expandable (the same over expandable segments:
+// device pages mapped into one growing address range per stream, on
+// devices with device.VirtualMemory), AsyncPool (the device's own
+// stream-ordered pool),
 // PinnedPool (pooled pinned host buffers), and adaptors that wrap any
 // allocator (Limit, Trace).
 //
-// Pool and PinnedPool are strategies on one stream-ordered core
+// Pool, Expandable and PinnedPool are strategies on one stream-ordered core
 // (core.go): the core owns the lock, the free index that decides which
 // freed memory each stream may reuse (streamorder.go, fence.go), the
 // out-of-memory ladder and device-reset handling; a strategy supplies how

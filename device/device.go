@@ -269,3 +269,51 @@ type Generational interface {
 	// enough for an allocator's hit path, and safe for concurrent use.
 	Generation() uint64
 }
+
+// PhysMem is a handle to physical device memory made by
+// VirtualMemory.CreatePhysical (CUmemGenericAllocationHandle on CUDA).
+type PhysMem uint64
+
+// VirtualMemory is a device that manages address space and physical memory
+// apart (CUDA's virtual memory management: cuMemAddressReserve,
+// cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
+// cuMemAddressFree). An allocator reserves one large address range and maps
+// physical pages into it as it grows, so its blocks stay contiguous while
+// only the pages in use take device memory. Found by type assertion.
+//
+// Sizes and addresses are multiples of VMGranularity. Physical memory
+// counts against MemInfo from CreatePhysical until it is both released and
+// unmapped everywhere; reserved address space takes no memory. A mapping
+// starts inaccessible: SetAccess must grant the device read and write
+// access before any copy, memset or kernel touches it. Unmap does not wait
+// for work in flight: work that may still use a range must have finished
+// (synchronize its streams) before the range is unmapped; on CUDA such an
+// access is undefined, on the simulator it fails as a use after free.
+// A backend whose driver or GPU lacks the ability returns ErrNotSupported
+// from every method but VMGranularity.
+type VirtualMemory interface {
+	// VMGranularity is the unit of physical memory, mappings and
+	// reservations (cuMemGetAllocationGranularity, minimum), in bytes.
+	VMGranularity() uint64
+	// ReserveAddress reserves n bytes of address space with no memory
+	// behind it, aligned to the granularity.
+	ReserveAddress(n uint64) (Ptr, error)
+	// FreeAddress gives back a whole range from ReserveAddress; nothing
+	// may be mapped in it.
+	FreeAddress(p Ptr, n uint64) error
+	// CreatePhysical makes n bytes of physical memory on the device. A
+	// lack of memory is ErrOutOfMemory.
+	CreatePhysical(n uint64) (PhysMem, error)
+	// ReleasePhysical lets a handle go; its memory returns to the device
+	// once no mapping of it remains.
+	ReleasePhysical(h PhysMem) error
+	// Map maps the whole of h (n bytes, its size) at p, a range of a
+	// reservation with nothing mapped.
+	Map(p Ptr, n uint64, h PhysMem) error
+	// Unmap removes the mapping of n bytes at p, exactly one earlier Map
+	// (a mapping cannot be unmapped in part); the range stays reserved.
+	Unmap(p Ptr, n uint64) error
+	// SetAccess grants the device read and write access to [p, p+n),
+	// which must be mapped.
+	SetAccess(p Ptr, n uint64) error
+}

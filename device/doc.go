@@ -3,7 +3,7 @@
 // It owns the small set of interfaces every backend implements — Device,
 // Stream and Event — the device address type Ptr, the optional abilities a
 // backend may add (stream-ordered allocation, pinned host memory, kernel
-// launch), the sentinel errors every backend returns, and Open, which turns
+// launch, virtual memory management), the sentinel errors every backend returns, and Open, which turns
 // a spec string such as "sim:vram=8GiB" or "cuda:0" into a Device.
 //
 // It does not own pools, clients, budgets or chunking: those live above it

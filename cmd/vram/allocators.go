@@ -15,8 +15,10 @@ import (
 )
 
 // allocatorKinds are the names --allocator takes, in the order replay and
-// bench run them.
-var allocatorKinds = []string{"direct", "pool", "async"}
+// bench run them. "pool" is the segment Pool and "expandable" the
+// expandable-segments allocator; the manager (vram run) serves its Pool
+// kind from the latter where the device manages virtual memory.
+var allocatorKinds = []string{"direct", "pool", "async", "expandable"}
 
 // defaultAllocator is the allocator run and plan use unless told.
 const defaultAllocator = "pool"
@@ -30,6 +32,8 @@ func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {
 		return alloc.NewPool(dev, alloc.PoolConfig{})
 	case "async":
 		return alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
+	case "expandable":
+		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
 	}
 	return nil, usagef("--allocator %q: want one of %s", kind, strings.Join(allocatorKinds, ", "))
 }
@@ -124,7 +128,7 @@ func (r allocatorReport) notes() []string {
 	var lines []string
 	for _, kind := range r.Kinds {
 		if why, ok := r.Unavailable[kind]; ok {
-			lines = append(lines, fmt.Sprintf("%-6s unavailable: %s", kind, why))
+			lines = append(lines, fmt.Sprintf("%-10s unavailable: %s", kind, why))
 			continue
 		}
 		var line string
@@ -142,8 +146,10 @@ func (r allocatorReport) notes() []string {
 				th = "release threshold " + units.Format(r.AsyncReleaseThreshold)
 			}
 			line = "the device's stream-ordered pool, " + th
+		case "expandable":
+			line = "best fit in one growing range per stream and size class, 2 MiB pages mapped as it grows and unmapped before passing its high-water mark, on trim and on out of memory"
 		}
-		lines = append(lines, fmt.Sprintf("%-6s rounds to %s; %s", kind, units.Format(r.Granularity[kind]), line))
+		lines = append(lines, fmt.Sprintf("%-10s rounds to %s; %s", kind, units.Format(r.Granularity[kind]), line))
 	}
 	return lines
 }

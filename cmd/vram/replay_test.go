@@ -50,8 +50,8 @@ func TestReplayJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 3 {
-		t.Fatalf("%d rows, want one per allocator (direct, pool, async)", len(rows))
+	if len(rows) != len(allocatorKinds) {
+		t.Fatalf("%d rows, want one per allocator (%v)", len(rows), allocatorKinds)
 	}
 	byName := map[string]replayRow{}
 	for i, r := range rows {

@@ -152,7 +152,14 @@ func TestRunMetricsStuckClient(t *testing.T) {
 					break
 				}
 			}
-			// Let the server fill the socket buffers and block writing.
+			// Wait for the first response, so the scrapes are under way
+			// however slowly the machine runs (a connection whose first
+			// request has not been read yet would close as idle), then let
+			// the server fill the socket buffers and block writing.
+			_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+			if _, err := conn.Read(make([]byte, 1)); err != nil {
+				t.Error(err)
+			}
 			time.Sleep(time.Second)
 		}}
 	args := append([]string{"run", "--metrics-addr", "127.0.0.1:0"}, smallRun...)

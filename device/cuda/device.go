@@ -79,7 +79,8 @@ var (
 
 // Device is one CUDA GPU, driven through its primary context. It implements
 // device.Device, device.AsyncAllocator, device.HostAllocator,
-// device.ModuleLoader and device.StridedCopier. Safe for concurrent use.
+// device.ModuleLoader, device.StridedCopier and device.VirtualMemory. Safe
+// for concurrent use.
 type Device struct {
 	lib   *lib
 	p     *primary
@@ -90,6 +91,7 @@ type Device struct {
 	// done a row at a time.
 	maxPitch uint64
 	closed   atomic.Bool
+	vm       vmInfo // virtual memory support, asked on first use (vmm.go)
 
 	mu        sync.Mutex // protects the fields below
 	seenGen   uint64     // the generation the records below describe

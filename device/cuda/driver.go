@@ -97,6 +97,15 @@ const (
 	symModuleGetFunction
 	symModuleUnload
 	symLaunchKernel
+	// virtual memory management (vmm.go)
+	symMemAddressReserve
+	symMemAddressFree
+	symMemCreate
+	symMemRelease
+	symMemMap
+	symMemUnmap
+	symMemSetAccess
+	symMemGetAllocationGranularity
 	numSyms
 )
 
@@ -145,6 +154,10 @@ var symbolNames = [numSyms]string{
 	symModuleGetFunction:       "cuModuleGetFunction",
 	symModuleUnload:            "cuModuleUnload",
 	symLaunchKernel:            "cuLaunchKernel",
+
+	symMemAddressReserve: "cuMemAddressReserve", symMemAddressFree: "cuMemAddressFree",
+	symMemCreate: "cuMemCreate", symMemRelease: "cuMemRelease", symMemMap: "cuMemMap", symMemUnmap: "cuMemUnmap",
+	symMemSetAccess: "cuMemSetAccess", symMemGetAllocationGranularity: "cuMemGetAllocationGranularity",
 }
 
 // libraryNames are tried in order: the versioned name the driver installs,

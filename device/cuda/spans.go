@@ -18,6 +18,7 @@ const (
 	kindAsync                      // cuMemAllocAsync
 	kindMapped                     // the device address of a mapped pinned host buffer
 	kindHost                       // a pinned host buffer, by its host address
+	kindVM                         // mapped virtual memory with access granted (vmm.go)
 )
 
 func (k spanKind) String() string {
@@ -30,6 +31,8 @@ func (k spanKind) String() string {
 		return "mapped host buffer"
 	case kindHost:
 		return "pinned host buffer"
+	case kindVM:
+		return "mapped virtual memory"
 	}
 	return "unknown"
 }

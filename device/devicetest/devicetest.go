@@ -45,6 +45,7 @@ func Run(t *testing.T, open func(t *testing.T) device.Device) {
 		"DeviceSyncAll":    testDeviceSync,
 		"StreamCloseWaits": testStreamCloseWaits,
 		"StridedCopies":    testStrided,
+		"VirtualMemory":    testVirtualMemory,
 	}
 	for _, name := range sortedKeys(groups) {
 		t.Run(name, func(t *testing.T) { groups[name](t, o) })

@@ -74,6 +74,7 @@ const (
 	kSegment
 	kPoolBlock // ghosts only
 	kMarked    // a sub-allocation marked with MarkAllocated (marks.go)
+	kVMMap     // a mapping of physical memory into a reservation (vmm.go)
 )
 
 func (k recKind) String() string {
@@ -88,6 +89,8 @@ func (k recKind) String() string {
 		return "MallocAsync"
 	case kMarked:
 		return "marked block"
+	case kVMMap:
+		return "mapped virtual memory"
 	}
 	return "?"
 }
@@ -103,6 +106,7 @@ type rec struct {
 	// nil until the first MarkAllocated, so unmarked allocations cost
 	// nothing.
 	marks *marks
+	vm    *vmMap // kVMMap
 }
 
 // backing holds an allocation's bytes, made on first access: memory that
@@ -261,7 +265,8 @@ type hostRec struct {
 // Device is a simulated GPU. It implements device.Device and every
 // optional interface of package device except ModuleLoader:
 // device.AsyncAllocator, device.HostAllocator, device.FuncLauncher,
-// device.StridedCopier and device.SubAllocationChecker.
+// device.StridedCopier, device.SubAllocationChecker and
+// device.VirtualMemory.
 //
 // A Device is safe for concurrent use.
 type Device struct {
@@ -291,6 +296,7 @@ type Device struct {
 	oldHost     map[uintptr]bool // host buffers of earlier generations
 	pinnedBytes uint64           // bytes of live pinned host buffers
 	pool        pool
+	vm          vmState // virtual memory (vmm.go)
 	def         *stream
 	streams     map[*stream]struct{} // streams made by NewStream, not closed
 	// retired are streams being closed, or of an earlier generation,
@@ -343,7 +349,8 @@ func (d *Device) startGenLocked(rg region) {
 	d.hostFreed = map[uintptr]uint64{}
 	d.hostFreedQ = nil
 	d.pinnedBytes = 0
-	d.backed.Store(0)                          // the earlier generation's bytes go with its allocations
+	d.backed.Store(0) // the earlier generation's bytes go with its allocations
+	d.vm = vmState{}
 	d.pool = pool{threshold: d.pool.threshold} // a Reset keeps SetReleaseThreshold's value, as CUDA's binding does
 	d.streams = map[*stream]struct{}{}
 	d.events = 0
@@ -412,7 +419,7 @@ func (d *Device) errClosed(op string) error {
 
 // freeLocked is the device memory not reserved by anything.
 func (d *Device) freeLocked() uint64 {
-	return d.cfg.TotalBytes - d.cfg.ContextBytes - d.mallocBytes - d.pool.reserved
+	return d.cfg.TotalBytes - d.cfg.ContextBytes - d.mallocBytes - d.pool.reserved - d.vm.physBytes
 }
 
 // MemInfo reports free and total device memory as the driver does.
@@ -431,11 +438,11 @@ func (d *Device) oomLocked(op string, n, need uint64) error {
 		need = math.MaxUint64
 	}
 	return fmt.Errorf("%v: %s %s: needs %s at %s granularity but only %s of %s is free "+
-		"(context %s, Malloc %s, async pool %s reserved): %w",
+		"(context %s, Malloc %s, async pool %s reserved, physical memory %s): %w",
 		d, op, units.Format(n), units.Format(need), units.Format(d.cfg.Granularity),
 		units.Format(d.freeLocked()), units.Format(d.cfg.TotalBytes),
 		units.Format(d.cfg.ContextBytes), units.Format(d.mallocBytes), units.Format(d.pool.reserved),
-		device.ErrOutOfMemory)
+		units.Format(d.vm.physBytes), device.ErrOutOfMemory)
 }
 
 // Malloc allocates n > 0 bytes. It reserves n rounded up to the
@@ -651,6 +658,8 @@ func (d *Device) badFreeLocked(p device.Ptr, op string) error {
 			if a == nd.k1 {
 				return fmt.Errorf("%v: %s %v: it was allocated with Malloc; release it with Free: %w", d, op, p, device.ErrInvalidPointer)
 			}
+		case kVMMap:
+			return fmt.Errorf("%v: %s %v: it is mapped virtual memory; remove it with Unmap: %w", d, op, p, device.ErrInvalidPointer)
 		case kSegment:
 			if b := d.pool.blocks.floor(a, 0); b != nil && b.v.state == bUsed && a > b.v.start {
 				return fmt.Errorf("%v: %s %v: it is %d bytes into the MallocAsync allocation at 0x%x; free takes the start: %w",
@@ -730,6 +739,9 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 		if r.kind == kSegment {
 			return d.pool.resolveLocked(d, op, p, n, stamp, r.seg)
 		}
+		if r.kind == kVMMap {
+			return d.resolveVMLocked(op, p, n, nd)
+		}
 		if r.marks != nil {
 			return d.resolveMarkedLocked(op, p, n, stamp, nd)
 		}
@@ -741,6 +753,9 @@ func (d *Device) resolveLocked(op string, p device.Ptr, n uint64, stamp uint64) 
 	}
 	if g := d.ghostHoldingLocked(a); g != nil {
 		return nil, 0, d.uafErr(op, p, n, g)
+	}
+	if err := d.reservedUnmappedErr(op, p, n); err != nil {
+		return nil, 0, err
 	}
 	return nil, 0, d.foreignLocked(op, p, true)
 }
@@ -888,6 +903,7 @@ func (d *Device) Reset() error {
 		releaseRegions(d.old[0])
 		d.old = slices.Delete(d.old, 0, 1)
 	}
+	vmHosts := d.vmHostsLocked()
 	d.gen.Add(1)
 	d.startGenLocked(rg)
 	// Old streams drop their queues; one may still be running an
@@ -902,6 +918,7 @@ func (d *Device) Reset() error {
 	for _, s := range old {
 		s.join()
 	}
+	releaseVMHosts(vmHosts) // no work from before the reset runs any more
 	d.mu.Lock()
 	for _, s := range old {
 		delete(d.retired, s)
@@ -956,6 +973,8 @@ func (d *Device) Close() error {
 	d.ghosts.clear()
 	d.host = nil
 	d.pool = pool{}
+	releaseVMHosts(d.vmHostsLocked())
+	d.vm = vmState{}
 	d.mallocBytes, d.mallocReq, d.nMalloc = 0, 0, 0
 	d.backed.Store(0)
 	d.streams = map[*stream]struct{}{}

@@ -29,6 +29,12 @@
 //   - The driver's stream-ordered pool (MallocAsync/FreeAsync) with its
 //     reuse rules and release threshold, emulated exactly as pool.go's
 //     overview states.
+//   - Virtual memory (device.VirtualMemory, vmm.go): reserved address
+//     ranges take no memory, physical memory counts in MemInfo from
+//     CreatePhysical until it is released and unmapped, an access must lie
+//     in mapped pages with access granted (an unmapped page is a use after
+//     free, or an invalid pointer if never mapped), and Faults.FailMapAt
+//     fails a Map. VMUsage reports reserved, physical and mapped bytes.
 //   - Pinned host memory, mapped or not (HostAlloc), made resident when
 //     allocated as pinning does, so copies do not pay its page faults.
 //   - Kernels written as Go functions (LaunchFunc), run over the host's

@@ -33,6 +33,7 @@ const (
 	OpMemset           // Memset
 	OpLaunch           // LaunchFunc
 	OpSync             // Device, Stream and Event Synchronize
+	OpMap              // Map (virtual memory)
 	numOps
 )
 
@@ -50,6 +51,8 @@ func (o Op) String() string {
 		return "launch"
 	case OpSync:
 		return "sync"
+	case OpMap:
+		return "map"
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -63,12 +66,13 @@ type Faults struct {
 	oomAt      int        // countdown of allocations; 0 = off
 	oomAbove   uint64     // allocations of more bytes fail; 0 = off
 	failCopyAt int        // countdown of copies; 0 = off
+	failMapAt  int        // countdown of Maps; 0 = off
 	resetAt    [numOps]int
 	fired      int
 }
 
 func (f *Faults) rearmLocked() {
-	on := f.oomAt > 0 || f.oomAbove > 0 || f.failCopyAt > 0
+	on := f.oomAt > 0 || f.oomAbove > 0 || f.failCopyAt > 0 || f.failMapAt > 0
 	for _, n := range f.resetAt {
 		on = on || n > 0
 	}
@@ -118,11 +122,21 @@ func (f *Faults) ResetAt(op Op, n int) {
 	f.rearmLocked()
 }
 
+// FailMapAt makes the nth Map from now (1 is the next) fail with
+// ErrOutOfMemory, as cuMemMap can when the driver cannot make page-table
+// entries. 0 disarms it.
+func (f *Faults) FailMapAt(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failMapAt = max(n, 0)
+	f.rearmLocked()
+}
+
 // Clear disarms every trigger.
 func (f *Faults) Clear() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.oomAt, f.oomAbove, f.failCopyAt = 0, 0, 0
+	f.oomAt, f.oomAbove, f.failCopyAt, f.failMapAt = 0, 0, 0, 0
 	f.resetAt = [numOps]int{}
 	f.rearmLocked()
 }
@@ -150,6 +164,10 @@ func (f *Faults) check(op Op, name string, size uint64) error {
 	if op == OpAlloc && f.oomAt > 0 {
 		f.oomAt--
 		oomHere = f.oomAt == 0
+	}
+	if op == OpMap && f.failMapAt > 0 {
+		f.failMapAt--
+		oomHere = f.failMapAt == 0
 	}
 	var err error
 	d := f.dev

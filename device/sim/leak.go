@@ -24,6 +24,10 @@ type LeakReport struct {
 	AsyncBytes  uint64 // their bytes
 	HostBuffers int    // live HostAlloc buffers
 	HostBytes   uint64 // their bytes
+	Physical    int    // physical memory handles alive (CreatePhysical)
+	PhysBytes   uint64 // their bytes
+	Reserved    int    // address reservations not freed (ReserveAddress)
+	ResBytes    uint64 // their bytes
 	Streams     int    // streams made by NewStream and not closed
 	Events      int    // events made by NewEvent and not closed
 	// Details lists up to 16 of the leaked allocations, lowest address
@@ -38,7 +42,7 @@ func (r LeakReport) Empty() bool {
 }
 
 func (r LeakReport) leaksMemory() bool {
-	return r.Allocs+r.AsyncAllocs+r.HostBuffers > 0
+	return r.Allocs+r.AsyncAllocs+r.HostBuffers+r.Physical+r.Reserved > 0
 }
 
 // String summarises the report on one line (plus details).
@@ -55,6 +59,8 @@ func (r LeakReport) String() string {
 	add(r.Allocs, "Malloc allocations", r.AllocBytes)
 	add(r.AsyncAllocs, "MallocAsync allocations", r.AsyncBytes)
 	add(r.HostBuffers, "pinned host buffers", r.HostBytes)
+	add(r.Physical, "physical memory handles", r.PhysBytes)
+	add(r.Reserved, "address reservations", r.ResBytes)
 	if r.Streams > 0 {
 		parts = append(parts, fmt.Sprintf("%d open streams", r.Streams))
 	}
@@ -97,6 +103,8 @@ func (d *Device) leaksLocked() LeakReport {
 		Allocs: d.nMalloc, AllocBytes: d.mallocReq,
 		AsyncAllocs: d.pool.nUsed, AsyncBytes: d.pool.usedReq,
 		Streams: len(d.streams), Events: d.events,
+		Physical: len(d.vm.phys), PhysBytes: d.vm.physBytes,
+		Reserved: d.vm.res.len(), ResBytes: d.vm.resBytes,
 	}
 	for _, h := range d.host {
 		r.HostBuffers++

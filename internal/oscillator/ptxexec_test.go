@@ -555,7 +555,16 @@ func TestPTXExecutorCatches(t *testing.T) {
 // inactive column written, a wrong status, or a sample off the reference.
 func launchMutated(t *testing.T, ptx string, runs []Run, ld int, dt float32, steps, every uint32) error {
 	t.Helper()
-	dev := newPTXSim(t)
+	// One worker: a mutated kernel may write one address from several
+	// blocks (the block index ignored), which run in parallel otherwise,
+	// and the race detector would fail the test on the mutation it is
+	// meant to catch.
+	d, err := sim.New(sim.Config{KernelWorkers: 1})
+	if err != nil {
+		t.Fatalf("sim.New: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	dev := ptxSim{d}
 	mod, err := dev.LoadPTX(ptx)
 	if err != nil {
 		return err

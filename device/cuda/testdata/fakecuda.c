@@ -19,7 +19,10 @@
  * vram_fake_set("register_error", code) makes the next cuMemHostRegister
  * fail with code, as a system that refuses to pin more memory does.
  */
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,6 +159,7 @@ CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	case 76: *v = 0; return OK;   /* minor */
 	case 11: *v = MAX_PITCH; return OK; /* max pitch for cuMemcpy2D */
 	case 115: *v = 1; return OK;  /* memory pools supported */
+	case 102: *v = 1; return OK;  /* virtual memory management supported */
 	}
 	return INVALID_VALUE;
 }
@@ -245,6 +249,7 @@ static CUresult do_free(CUdeviceptr dp, int how) {
 	pthread_mutex_unlock(&mu);
 	return INVALID_VALUE;
 }
+static int vm_valid_range(CUdeviceptr p, size_t n);
 /* A device range is valid when it lies in one allocation or is host memory
  * the test registered (mapped buffers use their host address). */
 static int valid_range(CUdeviceptr p, size_t n) {
@@ -254,6 +259,7 @@ static int valid_range(CUdeviceptr p, size_t n) {
 		CUdeviceptr b = (CUdeviceptr)(uintptr_t)allocs[i].p;
 		ok = allocs[i].p && p >= b && p + n <= b + allocs[i].n;
 	}
+	if (!ok) ok = vm_valid_range(p, n);
 	pthread_mutex_unlock(&mu);
 	return ok;
 }
@@ -496,4 +502,148 @@ CUresult cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int 
 	for (unsigned long long i = 0; i < threads && i < n; i++)
 		((float *)(uintptr_t)p)[i] = a * (float)i + (float)b;
 	return OK;
+}
+
+/* Virtual memory management. A reservation is host address space mapped
+ * PROT_NONE; physical memory is a memfd, so mapping it (MAP_SHARED |
+ * MAP_FIXED into the reservation) shows the same bytes wherever it is mapped,
+ * as on a GPU; unmapping maps PROT_NONE again. Layouts as cuda.h declares
+ * them on LP64, checked by size. */
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+	int type;                 /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
+	int requestedHandleTypes; /* 0: none */
+	CUmemLocation location;   /* CU_MEM_LOCATION_TYPE_DEVICE = 1, device 0 */
+	void *win32HandleMetaData;
+	struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
+_Static_assert(sizeof(CUmemAllocationProp) == 32, "CUmemAllocationProp is 32 bytes on LP64");
+typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
+_Static_assert(sizeof(CUmemAccessDesc) == 12, "CUmemAccessDesc is 12 bytes");
+
+#define MAXVM 1024
+struct vres { CUdeviceptr p; size_t n; };
+struct vphys { int fd; size_t n; int released, maps; };
+struct vmap { CUdeviceptr p; size_t n; int phys, access; };
+static struct vres vres[MAXVM];
+static struct vphys vphys[MAXVM]; /* handle h is slot h-1 */
+static struct vmap vmaps[MAXVM];
+
+static int prop_ok(const CUmemAllocationProp *p) {
+	return p && p->type == 1 && p->requestedHandleTypes == 0 && p->location.type == 1 && p->location.id == 0 && !p->win32HandleMetaData;
+}
+CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option) {
+	if (!g || !prop_ok(prop) || (option != 0 && option != 1)) return INVALID_VALUE;
+	*g = GRAN; return OK;
+}
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags) {
+	if (!p || n == 0 || n % GRAN || flags || addr || (align && align % GRAN)) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int slot = -1;
+	for (int i = 0; i < MAXVM; i++) if (!vres[i].p) { slot = i; break; }
+	void *m = slot < 0 ? MAP_FAILED : mmap(0, n + GRAN, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) { pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+	CUdeviceptr a = roundup((CUdeviceptr)(uintptr_t)m, GRAN); /* aligned; the slack is left mapped PROT_NONE */
+	vres[slot] = (struct vres){a, n};
+	*p = a;
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n) {
+	pthread_mutex_lock(&mu);
+	CUresult r = INVALID_VALUE;
+	for (int i = 0; i < MAXVM; i++) {
+		if (vres[i].p == p && vres[i].n == n) {
+			int busy = 0;
+			for (int j = 0; j < MAXVM; j++) busy |= vmaps[j].n && vmaps[j].p >= p && vmaps[j].p < p + n;
+			if (!busy) { mmap((void *)(uintptr_t)p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0); vres[i].p = 0; r = OK; }
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+CUresult cuMemCreate(unsigned long long *h, size_t n, const CUmemAllocationProp *prop, unsigned long long flags) {
+	if (!h || n == 0 || n % GRAN || flags || !prop_ok(prop)) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int slot = -1;
+	for (int i = 0; i < MAXVM; i++) if (!vphys[i].n) { slot = i; break; }
+	if (slot < 0 || used + n > TOTAL) { pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+	int fd = memfd_create("fakecuda", 0);
+	if (fd < 0 || ftruncate(fd, (off_t)n) != 0) { if (fd >= 0) close(fd); pthread_mutex_unlock(&mu); return OUT_OF_MEMORY; }
+	vphys[slot] = (struct vphys){fd, n, 0, 0};
+	used += n;
+	*h = (unsigned long long)slot + 1;
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+static struct vphys *phys_of(unsigned long long h) {
+	return h >= 1 && h <= MAXVM && vphys[h - 1].n && !vphys[h - 1].released ? &vphys[h - 1] : 0;
+}
+static void drop_phys_locked(struct vphys *ph) {
+	close(ph->fd); used -= ph->n; memset(ph, 0, sizeof *ph);
+}
+CUresult cuMemRelease(unsigned long long h) {
+	pthread_mutex_lock(&mu);
+	struct vphys *ph = phys_of(h);
+	if (ph) { ph->released = 1; if (!ph->maps) drop_phys_locked(ph); }
+	pthread_mutex_unlock(&mu);
+	return ph ? OK : INVALID_VALUE;
+}
+CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long flags) {
+	if (n == 0 || n % GRAN || p % GRAN || off || flags) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	struct vphys *ph = phys_of(h);
+	int inres = 0, overlap = 0, slot = -1;
+	for (int i = 0; i < MAXVM; i++) {
+		inres |= vres[i].p && p >= vres[i].p && p + n <= vres[i].p + vres[i].n;
+		overlap |= vmaps[i].n && p < vmaps[i].p + vmaps[i].n && vmaps[i].p < p + n;
+		if (!vmaps[i].n && slot < 0) slot = i;
+	}
+	if (!ph || n != ph->n || !inres || overlap || slot < 0) { pthread_mutex_unlock(&mu); return INVALID_VALUE; }
+	if (mmap((void *)(uintptr_t)p, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, 0) == MAP_FAILED) {
+		pthread_mutex_unlock(&mu); return OUT_OF_MEMORY;
+	}
+	vmaps[slot] = (struct vmap){p, n, (int)h, 0};
+	ph->maps++;
+	pthread_mutex_unlock(&mu);
+	return OK;
+}
+CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
+	pthread_mutex_lock(&mu);
+	CUresult r = INVALID_VALUE;
+	for (int i = 0; i < MAXVM; i++) {
+		if (vmaps[i].n && vmaps[i].p == p && vmaps[i].n == n) {
+			mmap((void *)(uintptr_t)p, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			struct vphys *ph = &vphys[vmaps[i].phys - 1];
+			if (--ph->maps == 0 && ph->released) drop_phys_locked(ph);
+			memset(&vmaps[i], 0, sizeof vmaps[i]);
+			r = OK;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const CUmemAccessDesc *desc, size_t count) {
+	if (!desc || count != 1 || desc->location.type != 1 || desc->location.id != 0 || desc->flags != 3) return INVALID_VALUE;
+	pthread_mutex_lock(&mu);
+	int ok = 1;
+	for (CUdeviceptr at = p; ok && at < p + n;) {
+		ok = 0;
+		for (int i = 0; i < MAXVM; i++)
+			if (vmaps[i].n && vmaps[i].p == at) { vmaps[i].access = 1; at += vmaps[i].n; ok = 1; break; }
+	}
+	pthread_mutex_unlock(&mu);
+	return ok ? OK : INVALID_VALUE;
+}
+/* [p, p+n) lies in accessible mappings. Requires mu. */
+static int vm_valid_range(CUdeviceptr p, size_t n) {
+	for (CUdeviceptr at = p; at < p + n;) {
+		int found = 0;
+		for (int i = 0; i < MAXVM; i++)
+			if (vmaps[i].n && vmaps[i].access && at >= vmaps[i].p && at < vmaps[i].p + vmaps[i].n) { at = vmaps[i].p + vmaps[i].n; found = 1; break; }
+		if (!found) return 0;
+	}
+	return n > 0;
 }

@@ -1,0 +1,458 @@
+package alloc_test
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/alloc/alloctest"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// newExpandableT makes an Expandable or stops the test.
+func newExpandableT(t *testing.T, dev device.Device, cfg alloc.ExpandableConfig) *alloc.Expandable {
+	t.Helper()
+	e, err := alloc.NewExpandable(dev, cfg)
+	if err != nil {
+		t.Fatalf("NewExpandable: %v", err)
+	}
+	return e
+}
+
+// The conformance suite, the huge-request test and every adaptor run on
+// Expandable as on Pool.
+func init() {
+	factories["Expandable"] = func(t *testing.T, dev device.Device) alloc.Allocator {
+		return newExpandableT(t, dev, alloc.ExpandableConfig{})
+	}
+	factories["Expandable/KeepMapped"] = func(t *testing.T, dev device.Device) alloc.Allocator {
+		return newExpandableT(t, dev, alloc.ExpandableConfig{KeepMapped: true})
+	}
+	factories["Limit(Expandable)"] = func(t *testing.T, dev device.Device) alloc.Allocator {
+		return alloc.NewLimit(newExpandableT(t, dev, alloc.ExpandableConfig{}), 1<<40)
+	}
+	factories["Trace(Expandable)"] = func(t *testing.T, dev device.Device) alloc.Allocator {
+		return alloc.NewTrace(newExpandableT(t, dev, alloc.ExpandableConfig{}), io.Discard)
+	}
+}
+
+func FuzzExpandable(f *testing.F) {
+	fuzzAllocator(f, func(t *testing.T, dev device.Device) alloc.Allocator {
+		return newExpandableT(t, dev, alloc.ExpandableConfig{})
+	})
+}
+
+// expEnv is an Expandable on a fresh address-only simulator.
+type expEnv struct {
+	dev *sim.Device
+	e   *alloc.Expandable
+}
+
+func newExpEnv(t *testing.T, total uint64, cfg alloc.ExpandableConfig) expEnv {
+	t.Helper()
+	dev := openSimT(t, sim.Config{TotalBytes: total, AddressOnly: true, NoContext: true})
+	e := newExpandableT(t, dev, cfg)
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if u := dev.VMUsage(); u.Mapped != 0 || u.Reserved != 0 {
+			t.Errorf("after Close the device still has %+v", u)
+		}
+	})
+	return expEnv{dev, e}
+}
+
+func (v expEnv) alloc(t *testing.T, n uint64, s device.Stream) device.Ptr {
+	t.Helper()
+	p, err := v.e.Alloc(n, s)
+	if err != nil {
+		t.Fatalf("Alloc(%s): %v", units.Format(n), err)
+	}
+	return p
+}
+
+func (v expEnv) free(t *testing.T, p device.Ptr, s device.Stream) {
+	t.Helper()
+	if err := v.e.Free(p, s); err != nil {
+		t.Fatalf("Free(%v): %v", p, err)
+	}
+}
+
+// TestExpandableGrowsItsFreeTail: a request that does not fit maps only
+// the pages that, with the free space at the range's end, make it fit,
+// and its block starts in that free space.
+func TestExpandableGrowsItsFreeTail(t *testing.T) {
+	v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+	s := v.dev.DefaultStream()
+	a := v.alloc(t, 3*units.MiB, s) // two pages; 1 MiB free at the end
+	b := v.alloc(t, 5*units.MiB, s) // 1 MiB free + two more pages
+	if b != a.Add(3*units.MiB) {
+		t.Errorf("the 5 MiB block is at %v; want it right after the 3 MiB one, at %v", b, a.Add(3*units.MiB))
+	}
+	if ps := v.e.PageStats(); ps.Mapped != 4 || ps.Maps != 4 {
+		t.Errorf("PageStats = %+v; want 4 pages mapped by 4 maps", ps)
+	}
+	if st := v.e.Stats(); st.Reserved != 8*units.MiB || st.InUse != 8*units.MiB {
+		t.Errorf("Stats = %+v; want 8 MiB reserved and in use", st)
+	}
+	v.free(t, a, s)
+	v.free(t, b, s)
+}
+
+// TestExpandableHighWaterMark: a growth that would take the mapped bytes
+// past their high-water mark first unmaps whole free pages; with
+// KeepMapped it does not, and the peak is higher.
+func TestExpandableHighWaterMark(t *testing.T) {
+	cases := map[string]struct {
+		cfg                  alloc.ExpandableConfig
+		peak, mapped, unmaps uint64
+	}{
+		"default":    {alloc.ExpandableConfig{}, 12, 12, 5},
+		"KeepMapped": {alloc.ExpandableConfig{KeepMapped: true}, 17, 17, 0},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, c.cfg)
+			s := v.dev.DefaultStream()
+			// Pages 0–4, page 5, pages 6–10: 11 pages, the high-water mark.
+			a := v.alloc(t, 10*units.MiB, s)
+			b := v.alloc(t, 2*units.MiB, s)
+			cc := v.alloc(t, 10*units.MiB, s)
+			v.free(t, a, s)
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			d := v.alloc(t, 12*units.MiB, s) // fits nowhere: six more pages
+			ps := v.e.PageStats()
+			if ps.PeakMapped != c.peak || ps.Mapped != c.mapped || ps.Unmaps != c.unmaps {
+				t.Errorf("PageStats = %+v; want peak %d, mapped %d, unmaps %d", ps, c.peak, c.mapped, c.unmaps)
+			}
+			if free, total, _ := v.dev.MemInfo(); total-free != c.mapped*2*units.MiB {
+				t.Errorf("the device has %s in use; want the %d pages mapped", units.Format(total-free), c.mapped)
+			}
+			for _, p := range []device.Ptr{b, cc, d} {
+				v.free(t, p, s)
+			}
+		})
+	}
+}
+
+// TestExpandableTrim: Trim unmaps every whole free page, those freed on a
+// stream whose work is not known done included (it waits for it), and
+// keeps the pages live blocks touch.
+func TestExpandableTrim(t *testing.T) {
+	v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+	s, err := v.dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a := v.alloc(t, 9*units.MiB, s)
+	b := v.alloc(t, 3*units.MiB, s) // [9, 12) MiB: pages 4 and 5
+	v.free(t, a, s)
+	if err := v.e.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	// Pages 0–3 are wholly free; page 4 holds the start of b.
+	if ps := v.e.PageStats(); ps.Mapped != 2 || ps.Unmaps != 4 {
+		t.Errorf("after Trim PageStats = %+v; want 2 pages mapped, 4 unmapped", ps)
+	}
+	if st := v.e.Stats(); st.Reserved != 4*units.MiB {
+		t.Errorf("after Trim Reserved = %s; want 4 MiB", units.Format(st.Reserved))
+	}
+	// The unmapped pages map again for the next request that needs them.
+	c := v.alloc(t, 8*units.MiB, s)
+	if c != a {
+		t.Errorf("8 MiB went to %v; want the unmapped pages at %v", c, a)
+	}
+	v.free(t, b, s)
+	v.free(t, c, s)
+}
+
+// TestExpandableOutOfMemory: when the device is full, the allocator waits
+// for the streams that own free blocks, unmaps every free page and retries;
+// a Map that fails leaves nothing mapped behind.
+func TestExpandableOutOfMemory(t *testing.T) {
+	t.Run("unmaps cached pages and retries", func(t *testing.T) {
+		v := newExpEnv(t, 64*units.MiB, alloc.ExpandableConfig{KeepMapped: true})
+		s := v.dev.DefaultStream()
+		a := v.alloc(t, 40*units.MiB, s)
+		b := v.alloc(t, 2*units.MiB, s) // keeps a's pages from joining the growth
+		v.free(t, a, s)
+		c := v.alloc(t, 50*units.MiB+1, s) // 26 pages: not beside the 21 mapped
+		// The first try runs out of memory; a's pages are unmapped and the
+		// second fits.
+		if st, ps := v.e.Stats(), v.e.PageStats(); st.Reserved != 54*units.MiB || ps.Mapped != 27 || ps.Unmaps < 20 {
+			t.Errorf("Stats = %+v, %+v; want a's 20 pages unmapped and 27 pages (54 MiB) mapped", st, ps)
+		}
+		v.free(t, b, s)
+		v.free(t, c, s)
+	})
+	t.Run("a failed map is undone", func(t *testing.T) {
+		v := newExpEnv(t, 64*units.MiB, alloc.ExpandableConfig{})
+		s := v.dev.DefaultStream()
+		v.dev.Faults().FailMapAt(2) // the second page of the first growth
+		a := v.alloc(t, 5*units.MiB, s)
+		ps := v.e.PageStats()
+		if ps.Mapped != 3 || ps.Maps != 4 || ps.Unmaps != 1 {
+			t.Errorf("PageStats = %+v; want the failed growth's one page unmapped, then 3 pages mapped", ps)
+		}
+		if u := v.dev.VMUsage(); u.Mapped != 6*units.MiB || u.Physical != 6*units.MiB {
+			t.Errorf("device VMUsage = %+v; want exactly the 3 pages", u)
+		}
+		if st := v.e.Stats(); st.Retries != 1 || st.Reserved != 6*units.MiB {
+			t.Errorf("Stats = %+v", st)
+		}
+		v.free(t, a, s)
+	})
+	t.Run("too large for the device", func(t *testing.T) {
+		v := newExpEnv(t, 64*units.MiB, alloc.ExpandableConfig{})
+		s := v.dev.DefaultStream()
+		_, err := v.e.Alloc(65*units.MiB, s)
+		if !errors.Is(err, device.ErrOutOfMemory) || !strings.Contains(err.Error(), "unmapping every free page") {
+			t.Errorf("Alloc beyond the device = %v; want ErrOutOfMemory saying what was tried", err)
+		}
+		if u := v.dev.VMUsage(); u.Mapped != 0 || u.Physical != 0 {
+			t.Errorf("a failed Alloc left %+v on the device", u)
+		}
+		var oom *alloc.OutOfMemoryError
+		if !errors.As(err, &oom) || oom.Report().Allocator != "expandable" || oom.Report().PageSize != 2*units.MiB || oom.Report().OOMs != 1 {
+			t.Errorf("the error %v carries no report of the expandable allocator's pages", err)
+		}
+	})
+}
+
+// TestExpandableReport: the memory report counts pages and ranges.
+func TestExpandableReport(t *testing.T) {
+	v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+	s := v.dev.DefaultStream()
+	a := v.alloc(t, 5*units.MiB, s)
+	b := v.alloc(t, 4*units.KiB, s) // the small class's range
+	r := v.e.Report()
+	if r.Pages != 4 || r.PeakPages != 4 || r.PageSize != 2*units.MiB || r.Segments != 2 || r.Cached() != units.MiB+2*units.MiB-4*units.KiB {
+		t.Errorf("Report = %+v; want 4 pages in 2 ranges, 1 MiB + 2 MiB − 4 KiB cached", r)
+	}
+	v.free(t, a, s)
+	v.free(t, b, s)
+}
+
+// noVM hides the simulator's virtual memory.
+type noVM struct{ device.Device }
+
+// TestNewExpandableNeedsVirtualMemory: a device without the ability is
+// refused with ErrNotSupported.
+func TestNewExpandableNeedsVirtualMemory(t *testing.T) {
+	dev := openSimT(t, sim.Config{TotalBytes: units.GiB, AddressOnly: true})
+	if _, err := alloc.NewExpandable(noVM{dev}, alloc.ExpandableConfig{}); !errors.Is(err, device.ErrNotSupported) {
+		t.Errorf("NewExpandable on a device without virtual memory = %v; want ErrNotSupported", err)
+	}
+}
+
+// TestExpandableHitPathDoesNotAllocate: an Alloc and Free pair of a size
+// the allocator holds free makes no heap allocation and no device call.
+func TestExpandableHitPathDoesNotAllocate(t *testing.T) {
+	for _, n := range []uint64{4 * units.KiB, 64 * units.MiB} {
+		v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+		s := v.dev.DefaultStream()
+		v.free(t, v.alloc(t, n, s), s)
+		allocs := testing.AllocsPerRun(100, func() {
+			p, err := v.e.Alloc(n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := v.e.Free(p, s); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f heap allocations per Alloc+Free pair, want 0", units.Format(n), allocs)
+		}
+		if st := v.e.Stats(); st.DeviceAllocs != 1 || st.CacheHits < 100 {
+			t.Errorf("%s: %+v: want every pair served from the first growth", units.Format(n), st)
+		}
+	}
+}
+
+// BenchmarkExpandableHit measures the cache-hit path, as BenchmarkPoolHit.
+func BenchmarkExpandableHit(b *testing.B) {
+	for _, n := range hitSizes {
+		b.Run(units.Format(n), func(b *testing.B) {
+			dev := openSimT(b, sim.Config{TotalBytes: 16 * units.GiB, AddressOnly: true, NoContext: true})
+			e, err := alloc.NewExpandable(dev, alloc.ExpandableConfig{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { e.Close() })
+			s := dev.DefaultStream()
+			warm, err := e.Alloc(n, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.Free(warm, s); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := e.Alloc(n, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Free(p, s); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestExpandableChurnBudget: a workload made to thrash — each round frees
+// a large block between small live ones and asks for a larger one, which
+// fits nowhere but past the high-water mark — unmaps before growths at
+// most one page per two of the peak, so that maps and unmaps stay within
+// three times the pages at the peak.
+func TestExpandableChurnBudget(t *testing.T) {
+	v := newExpEnv(t, 64*units.GiB, alloc.ExpandableConfig{})
+	s := v.dev.DefaultStream()
+	var pins []device.Ptr
+	big := v.alloc(t, 8*units.MiB, s)
+	for i := range 200 {
+		pins = append(pins, v.alloc(t, units.MiB+512, s)) // large class: pins the page after big
+		v.free(t, big, s)
+		big = v.alloc(t, uint64(10+i%3*2)*units.MiB, s)
+	}
+	ps := v.e.PageStats()
+	if ps.GrowthUnmaps > ps.PeakMapped/2 {
+		t.Errorf("%d pages unmapped before growths, over the budget of half the %d at the peak", ps.GrowthUnmaps, ps.PeakMapped)
+	}
+	if ps.GrowthUnmaps < ps.PeakMapped/2-8 {
+		t.Errorf("PageStats = %+v: the workload should have spent the churn budget", ps)
+	}
+	if calls, bound := ps.Maps+ps.Unmaps+ps.Mapped, 3*ps.PeakMapped; calls > bound {
+		t.Errorf("%d map and unmap calls (counting the unmaps Close will make); want at most %d", calls, bound)
+	}
+	v.free(t, big, s)
+	for _, p := range pins {
+		v.free(t, p, s)
+	}
+}
+
+// checked is an Expandable that checks its books after every call.
+type checked struct {
+	*alloc.Expandable
+	t *testing.T
+}
+
+func (c checked) check() {
+	c.t.Helper()
+	if err := c.CheckInvariants(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c checked) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	p, err := c.Expandable.Alloc(n, s)
+	c.check()
+	return p, err
+}
+
+func (c checked) Free(p device.Ptr, s device.Stream) error {
+	err := c.Expandable.Free(p, s)
+	c.check()
+	return err
+}
+
+func (c checked) Trim() error {
+	err := c.Expandable.Trim()
+	c.check()
+	return err
+}
+
+// FuzzExpandableInvariants runs the fuzz operations (allocations on three
+// streams, frees, trims, streams held busy, device resets) and checks
+// Expandable's books after every call: ranges tiled, holes whole unmapped
+// pages, blocks mapped, Reserved the pages mapped.
+func FuzzExpandableInvariants(f *testing.F) {
+	for _, s := range append(append([][]byte{}, seeds...), poolSeeds...) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 1024 {
+			data = data[:1024]
+		}
+		alloctest.Ops(t, func(t *testing.T, dev device.Device) alloc.Allocator {
+			return checked{newExpandableT(t, dev, alloc.ExpandableConfig{}), t}
+		}, data)
+	})
+}
+
+// TestExpandableReleaseThreshold: Trim keeps up to ReleaseThreshold bytes
+// of cached pages mapped and unmaps the rest.
+func TestExpandableReleaseThreshold(t *testing.T) {
+	cases := map[string]struct {
+		keep   uint64
+		mapped uint64 // pages after Trim
+	}{
+		"all":          {0, 1},
+		"6 MiB":        {6 * units.MiB, 4},
+		"5 MiB":        {5 * units.MiB, 3},
+		"more than it": {units.GiB, 11},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{ReleaseThreshold: c.keep})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 20*units.MiB, s)
+			b := v.alloc(t, 2*units.MiB, s)
+			v.free(t, a, s)
+			if err := v.e.Trim(); err != nil {
+				t.Fatal(err)
+			}
+			if ps := v.e.PageStats(); ps.Mapped != c.mapped {
+				t.Errorf("after Trim %d pages mapped; want %d", ps.Mapped, c.mapped)
+			}
+			v.free(t, b, s)
+		})
+	}
+}
+
+// TestExpandableRanges: each stream that needs memory while the others'
+// blocks are live gets a range; when address space runs short a range is
+// reserved at the size asked; Trim frees the ranges left with nothing
+// mapped, so streams that come and go do not use address space up.
+func TestExpandableRanges(t *testing.T) {
+	// 600 GiB ranges: the simulator's 1 TiB of addresses holds one.
+	v := newExpEnv(t, 64*units.MiB, alloc.ExpandableConfig{Reserve: 600 * units.GiB})
+	var ps []device.Ptr
+	var ss []device.Stream
+	for range 3 {
+		s, err := v.dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ss = append(ss, s)
+		ps = append(ps, v.alloc(t, 4*units.MiB, s))
+	}
+	if st := v.e.PageStats(); st.Reservation != 3 {
+		t.Errorf("%d ranges reserved for three streams; want 3", st.Reservation)
+	}
+	if u := v.dev.VMUsage(); u.Reserved != 600*units.GiB+2*4*units.MiB {
+		t.Errorf("%d bytes reserved; want one 600 GiB range and two of the 4 MiB asked", u.Reserved)
+	}
+	for i, p := range ps {
+		v.free(t, p, ss[i])
+	}
+	if err := v.e.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if u := v.dev.VMUsage(); u.Reserved != 0 || u.Mapped != 0 {
+		t.Errorf("after freeing everything and Trim the device has %+v; want nothing reserved", u)
+	}
+	p := v.alloc(t, 4*units.MiB, ss[0]) // and the allocator goes on
+	v.free(t, p, ss[0])
+}

@@ -1,0 +1,171 @@
+package vram
+
+// The allocator configuration from the environment, as PyTorch's
+// PYTORCH_CUDA_ALLOC_CONF: VRAM_ALLOC_CONF="kind:pool,expandable:true,
+// limit:8GiB,release_threshold:1GiB", read by Default.
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// AllocConfEnv is the environment variable Default reads its allocator
+// configuration from.
+const AllocConfEnv = "VRAM_ALLOC_CONF"
+
+// ErrAllocConf is wrapped by the errors of ParseAllocConf.
+var ErrAllocConf = errors.New("bad allocator configuration")
+
+// allocConfKeys are the keys ParseAllocConf takes, in the order its
+// errors list them.
+var allocConfKeys = []string{"kind", "expandable", "limit", "release_threshold"}
+
+// allocConf is a parsed configuration; a nil field was not given.
+type allocConf struct {
+	kind       *AllocatorKind
+	expandable *bool
+	limit      *uint64
+	release    *uint64
+}
+
+// ParseAllocConf reads an allocator configuration — comma-separated
+// key:value pairs, each key at most once — into manager options:
+//
+//	kind               pool, direct or async (WithAllocator)
+//	expandable         true or false: with kind pool, alloc.Expandable or the
+//	                   segment alloc.Pool (WithExpandable); unset, Expandable
+//	                   where the device manages virtual memory
+//	limit              a size such as 8GiB: a cap on the bytes the
+//	                   manager's arrays take (WithCap)
+//	release_threshold  a size: the cached bytes kept when memory is given
+//	                   back — the async pool's at synchronization points
+//	                   (0 gives all back), Expandable's on Trim; needs kind
+//	                   async, or kind pool with expandable:true
+//
+// Anything else — an unknown or repeated key, a bad value, a key that does
+// not apply to the kind — is an error wrapping ErrAllocConf that names the
+// key. An empty string gives no options.
+func ParseAllocConf(s string) ([]Option, error) {
+	c, err := parseAllocConf(s)
+	if err != nil {
+		return nil, fmt.Errorf("vram: %s %q: %w", AllocConfEnv, s, err)
+	}
+	return c.options(), nil
+}
+
+// AllocConfFromEnv is ParseAllocConf of $VRAM_ALLOC_CONF (no options when
+// it is unset or empty).
+func AllocConfFromEnv() ([]Option, error) { return ParseAllocConf(os.Getenv(AllocConfEnv)) }
+
+func parseAllocConf(s string) (allocConf, error) {
+	var c allocConf
+	if strings.TrimSpace(s) == "" {
+		return c, nil
+	}
+	seen := map[string]bool{}
+	for _, entry := range strings.Split(s, ",") {
+		key, val, ok := strings.Cut(entry, ":")
+		key, val = strings.ToLower(strings.TrimSpace(key)), strings.TrimSpace(val)
+		switch {
+		case strings.TrimSpace(entry) == "":
+			return c, fmt.Errorf("an empty entry; want key:value pairs separated by commas: %w", ErrAllocConf)
+		case !ok || val == "":
+			return c, fmt.Errorf("key %q has no value; write %s:VALUE: %w", key, key, ErrAllocConf)
+		case seen[key]:
+			return c, fmt.Errorf("key %q is given twice: %w", key, ErrAllocConf)
+		}
+		seen[key] = true
+		if err := c.set(key, val); err != nil {
+			return c, err
+		}
+	}
+	return c, c.check()
+}
+
+// set reads one key's value.
+func (c *allocConf) set(key, val string) error {
+	switch key {
+	case "kind":
+		if strings.EqualFold(val, "expandable") {
+			return fmt.Errorf("kind %q: expandable is a choice of kind pool; write kind:pool,expandable:true: %w", val, ErrAllocConf)
+		}
+		k, err := ParseAllocatorKind(val)
+		if err != nil {
+			return fmt.Errorf("kind %q: want pool, direct or async: %w", val, ErrAllocConf)
+		}
+		c.kind = &k
+	case "expandable":
+		var b bool
+		switch strings.ToLower(val) {
+		case "true":
+			b = true
+		case "false":
+		default:
+			return fmt.Errorf("expandable %q: want true or false: %w", val, ErrAllocConf)
+		}
+		c.expandable = &b
+	case "limit", "release_threshold":
+		n, err := units.ParseSize(val)
+		if err != nil {
+			return fmt.Errorf("%s %q: want a size such as 8GiB: %w", key, val, ErrAllocConf)
+		}
+		if key == "limit" && n == 0 {
+			return fmt.Errorf("limit %q: want a size above 0 (leave the key out for no limit): %w", val, ErrAllocConf)
+		}
+		if key == "limit" {
+			c.limit = &n
+		} else {
+			c.release = &n
+		}
+	default:
+		return fmt.Errorf("unknown key %q; want %s: %w", key, strings.Join(allocConfKeys, ", "), ErrAllocConf)
+	}
+	return nil
+}
+
+// check refuses keys that do not apply to the kind.
+func (c allocConf) check() error {
+	kind := Pool
+	if c.kind != nil {
+		kind = *c.kind
+	}
+	if c.expandable != nil && kind != Pool {
+		return fmt.Errorf("expandable applies to kind pool, not %v: %w", kind, ErrAllocConf)
+	}
+	if c.release != nil {
+		switch {
+		case kind == Direct:
+			return fmt.Errorf("release_threshold: kind direct caches nothing; use kind async, or kind pool with expandable:true: %w", ErrAllocConf)
+		case kind == Pool && (c.expandable == nil || !*c.expandable):
+			return fmt.Errorf("release_threshold: with kind pool it needs expandable:true (the segment pool has none): %w", ErrAllocConf)
+		}
+	}
+	return nil
+}
+
+// options turns c into manager options.
+func (c allocConf) options() []Option {
+	var opts []Option
+	if c.kind != nil {
+		opts = append(opts, WithAllocator(*c.kind))
+	}
+	if c.expandable != nil {
+		var ecfg alloc.ExpandableConfig
+		if c.release != nil {
+			ecfg.ReleaseThreshold = *c.release
+		}
+		opts = append(opts, WithExpandable(*c.expandable, ecfg))
+	}
+	if c.release != nil && c.kind != nil && *c.kind == AsyncPool {
+		opts = append(opts, WithAsyncConfig(alloc.AsyncConfig{ReleaseThreshold: *c.release, ReleaseAtSync: *c.release == 0}))
+	}
+	if c.limit != nil {
+		opts = append(opts, WithCap(*c.limit))
+	}
+	return opts
+}

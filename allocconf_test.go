@@ -1,0 +1,105 @@
+package vram
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// TestParseAllocConf: good configurations become the managers they say;
+// bad ones are refused with an error that names the key at fault.
+func TestParseAllocConf(t *testing.T) {
+	good := map[string]func(t *testing.T, m *Manager){
+		"": func(t *testing.T, m *Manager) {
+			if _, ok := m.Allocator().(*alloc.Expandable); !ok {
+				t.Errorf("allocator %T; want the Pool kind's default on the simulator, *alloc.Expandable", m.Allocator())
+			}
+		},
+		"kind:pool,expandable:false": func(t *testing.T, m *Manager) {
+			if _, ok := m.Allocator().(*alloc.Pool); !ok {
+				t.Errorf("allocator %T; want *alloc.Pool", m.Allocator())
+			}
+		},
+		" Kind : pool , expandable : TRUE , release_threshold : 4MiB ": func(t *testing.T, m *Manager) {
+			e, ok := m.Allocator().(*alloc.Expandable)
+			if !ok || e.Config().ReleaseThreshold != 4*units.MiB {
+				t.Errorf("allocator %T; want *alloc.Expandable keeping 4 MiB on Trim", m.Allocator())
+			}
+		},
+		"kind:async,release_threshold:1GiB": func(t *testing.T, m *Manager) {
+			a, ok := m.Allocator().(*alloc.AsyncPool)
+			if !ok || a.ReleaseThreshold() != units.GiB {
+				t.Errorf("allocator %T; want *alloc.AsyncPool keeping 1 GiB", m.Allocator())
+			}
+		},
+		"kind:direct,limit:8MiB": func(t *testing.T, m *Manager) {
+			l, ok := m.Allocator().(*alloc.Limit)
+			if !ok || l.Cap() != 8*units.MiB {
+				t.Errorf("allocator %T; want a Limit of 8 MiB", m.Allocator())
+			} else if _, ok := l.Upstream().(*alloc.Direct); !ok {
+				t.Errorf("limit over %T; want *alloc.Direct", l.Upstream())
+			}
+		},
+	}
+	for conf, check := range good {
+		t.Run("good/"+conf, func(t *testing.T) {
+			opts, err := ParseAllocConf(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := New(newSim(t, 64*MiB), opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			check(t, m)
+		})
+	}
+	bad := map[string]string{ // configuration → what the error must name
+		"kind:pool,expandible:true":        `unknown key "expandible"`,
+		"kind:pools":                       `kind "pools"`,
+		"kind:expandable":                  "kind:pool,expandable:true",
+		"expandable:yes":                   `expandable "yes"`,
+		"limit:lots":                       `limit "lots"`,
+		"limit:0":                          `limit "0"`,
+		"release_threshold:-1":             `release_threshold "-1"`,
+		"kind:pool,kind:async":             `key "kind" is given twice`,
+		"kind:pool,":                       "empty entry",
+		"limit":                            `key "limit" has no value`,
+		"kind:async,expandable:true":       "expandable applies to kind pool",
+		"kind:direct,release_threshold:1G": "kind direct caches nothing",
+		"kind:pool,release_threshold:1GiB": "needs expandable:true",
+	}
+	for conf, want := range bad {
+		t.Run("bad/"+conf, func(t *testing.T) {
+			_, err := ParseAllocConf(conf)
+			if !errors.Is(err, ErrAllocConf) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), AllocConfEnv) {
+				t.Errorf("ParseAllocConf(%q) = %v; want ErrAllocConf naming %s", conf, err, want)
+			}
+		})
+	}
+}
+
+// TestWithExpandableNeedsVirtualMemory: asking for Expandable on a device
+// without virtual memory fails New, saying so.
+func TestWithExpandableNeedsVirtualMemory(t *testing.T) {
+	_, err := New(noVMDevice{newSim(t, 64*MiB)}, WithExpandable(true, alloc.ExpandableConfig{}))
+	if !errors.Is(err, device.ErrNotSupported) {
+		t.Errorf("New with WithExpandable(true) on a device without virtual memory = %v; want ErrNotSupported", err)
+	}
+	m, err := New(noVMDevice{newSim(t, 64*MiB)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, ok := m.Allocator().(*alloc.Pool); !ok {
+		t.Errorf("default allocator on a device without virtual memory is %T; want *alloc.Pool", m.Allocator())
+	}
+}
+
+// noVMDevice hides the simulator's virtual memory.
+type noVMDevice struct{ device.Device }
