@@ -76,17 +76,26 @@ func TestRunBatchesSlowDevice(t *testing.T) {
 		return func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, d }
 	}
 	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
-	rep, err := RunBatches(context.Background(), parts, MultiOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
-	t.Logf("%d chunks of %d runs: fast device %d, slow %d", rep.Chunks, rep.ChunkLength, fast, slow)
-	if fast <= slow || fast+slow != rep.Chunks {
-		t.Errorf("fast device took %d chunks, slow %d, of %d; want the fast one more", fast, slow, rep.Chunks)
-	}
-	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
-		t.Fatalf("%d wrong results", bad)
+	// Timing on a loaded machine: up to three tries.
+	for try := 1; ; try++ {
+		rep, err := RunBatches(context.Background(), parts, MultiOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+			t.Fatalf("%d wrong results", bad)
+		}
+		fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
+		t.Logf("%d chunks of %d runs: fast device %d, slow %d", rep.Chunks, rep.ChunkLength, fast, slow)
+		if fast+slow != rep.Chunks {
+			t.Fatalf("the devices took %d and %d chunks of %d", fast, slow, rep.Chunks)
+		}
+		if fast > slow {
+			return
+		}
+		if try == 3 {
+			t.Fatalf("the fast device took %d chunks, the slow one %d, in three tries; want the fast one more", fast, slow)
+		}
 	}
 }
 
