@@ -109,6 +109,13 @@
 // batch and the responses whose arrays it moves; it keeps no state after
 // it returns.
 //
+// RunBatches(ctx, parts, MultiOptions{...}) runs one batch on several
+// devices: one BatchPart (a client and its Batch) per device's manager.
+// One chunking of the runs is dealt to whichever device has a buffer
+// free, each device's pipeline on its own goroutine locked to its OS
+// thread; each chunk lands at its runs, so the results do not depend on
+// the dealing. The MultiReport says how many chunks each device took.
+//
 // # Host memory
 //
 // Manager.Host().Alloc puts a host array on the host ladder: pinned while the

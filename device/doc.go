@@ -4,7 +4,9 @@
 // Stream and Event — the device address type Ptr, the optional abilities a
 // backend may add (stream-ordered allocation, pinned host memory, kernel
 // launch, virtual memory management), the sentinel errors every backend returns, and Open, which turns
-// a spec string such as "sim:vram=8GiB" or "cuda:0" into a Device.
+// a spec string such as "sim:vram=8GiB" or "cuda:0" into a Device, and
+// OpenAll, which opens every device of a list ("all", "sim:count=4",
+// "cuda:0;cuda:1"; ParseSpecs).
 //
 // It does not own pools, clients, budgets or chunking: those live above it
 // in vram/alloc and vram. Nothing else in the project talks to a GPU.

@@ -61,7 +61,8 @@
 //     work it interrupted has ended) and Close (everything
 //     released, with a leak report: Device.Leaks, LeakError).
 //
-// What it does not simulate: timing (beyond an optional copy bandwidth),
+// What it does not simulate: timing (beyond an optional copy bandwidth
+// and an optional kernel time per index, Config.KernelTime),
 // PTX modules (it is no device.ModuleLoader), multiple contexts, unified
 // memory, and the driver's sub-allocation of small Mallocs within a 2 MiB
 // page (every Malloc reserves whole granules).
