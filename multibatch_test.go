@@ -148,3 +148,25 @@ func TestRunBatchesMaxChunkLength(t *testing.T) {
 		t.Errorf("MaxChunkLength -1: %v; want ErrBatch", err)
 	}
 }
+
+// A batch whose context is cancelled part-way stops on every device:
+// the error wraps ctx's, the chunks done are counted, and every device is
+// left clean (the fixtures' clean-up checks for leaks).
+func TestRunBatchesCancel(t *testing.T) {
+	const runs = 200_000
+	slow := func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, 2*time.Microsecond }
+	_, parts, _ := multiParts(t, runs, slow, slow)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rep, err := RunBatches(ctx, parts, MultiOptions{Progress: func(p Progress) {
+		if p.Chunk == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v; want one wrapping context.Canceled", err)
+	}
+	if rep.ChunksDone < 3 || rep.ChunksDone >= rep.Chunks {
+		t.Errorf("%d of %d chunks done; want the batch stopped after the third", rep.ChunksDone, rep.Chunks)
+	}
+}
