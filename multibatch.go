@@ -296,7 +296,7 @@ func prepareParts(ctx context.Context, parts []BatchPart, deal *dealer) ([]*batc
 			}
 			b := p.Batch
 			b.Progress = deal.progressOf(i)
-			r, err := newBatchRun(ctx, p.Client, b, deal, i)
+			r, err := newBatchRun(ctx, p.Client, b, deal)
 			if err != nil {
 				return fail(fmt.Errorf("device %d: %w", i, err))
 			}

@@ -192,7 +192,7 @@ var ErrBatch = errors.New("bad batch")
 // read, until RunBatch returns. RunBatch is safe to call from several
 // goroutines for batches of different groups.
 func RunBatch(ctx context.Context, c *Client, b Batch) (BatchReport, error) {
-	r, err := newBatchRun(ctx, c, b, nil, 0)
+	r, err := newBatchRun(ctx, c, b, nil)
 	if err != nil {
 		return BatchReport{}, err
 	}

@@ -43,7 +43,6 @@ type batchRun struct {
 	ended     bool    // next said there are no more
 	total     int     // the batch's chunks, for messages
 	deal      *dealer // a multi-device batch's; nil for RunBatch
-	part      int     // the part of deal this run is
 	axes      []int   // deal's chunk axis per array, for arrays allocated full length; nil unless deal
 	resolving int     // the array resolve is at
 	rep       BatchReport
@@ -73,7 +72,7 @@ func batchErr(format string, args ...any) error {
 
 // newBatchRun checks b and makes what the run needs; on an error it
 // leaves nothing behind.
-func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer, part int) (*batchRun, error) {
+func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchRun, error) {
 	if c == nil {
 		return nil, batchErr("a nil client; pass a client of the batch's group")
 	}
@@ -85,7 +84,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer, part int
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
-	r := &batchRun{ctx: ctx, m: m, b: b, s: s, ks: s, deal: deal, part: part}
+	r := &batchRun{ctx: ctx, m: m, b: b, s: s, ks: s, deal: deal}
 	if err := r.resolvePlan(); err != nil {
 		return nil, err
 	}
