@@ -358,7 +358,9 @@ func (pl *planner) longest(budget uint64) int {
 		// U + k·C(L) ≤ B is C(L) ≤ A = ⌊(B − U)/k⌋. With S the bytes of
 		// one run unrounded and m the chunkable arrays, S·L ≤ C(L) <
 		// S·L + m·g, which brackets the answer to a few values.
-		a := (budget - pl.u) / uint64(pl.k)
+		// A sum of 2⁶⁴−1 or more never fits (fitsIn): the budget is at
+		// most one byte less.
+		a := (min(budget, math.MaxUint64-1) - pl.u) / uint64(pl.k)
 		fits = func(l int) bool { return fitsIn(chunkBytes(pl.devRuns, l, pl.g), a) }
 		var perRun uint64
 		for _, r := range pl.devRuns {
