@@ -323,7 +323,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	m := tx.m
 	var lost []string
 	var told []*Client
-	reason := fmt.Errorf("vram: AllocateQueue of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
+	reason := fmt.Errorf("vram: Allocate of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
 	m.mu.Lock()
 	for _, w := range tx.setAside {
 		labels := make([]string, 0, len(w.allocs))

@@ -69,7 +69,11 @@
 //     host array and a chunk-length device array, all ordered on the
 //     client's stream; Client.Sync waits for them.
 //   - SetAllocator(Direct | Pool | AsyncPool) frees everything, calls every
-//     OnInvalidate and gives every group a fresh stream.
+//     OnInvalidate and gives every group a fresh stream. The Pool kind is
+//     alloc.Expandable (expandable segments) where the device manages
+//     virtual memory (device.VirtualMemory: the simulator, CUDA), else the
+//     segment alloc.Pool; WithExpandable chooses, and a WithPoolConfig
+//     configuration asks for the segment Pool.
 //   - Eviction: when Allocate cannot fit a group, or chunks it more than
 //     the memory of idle clients of other groups would allow, it frees
 //     those clients' arrays, least recently used first and only as many
@@ -92,7 +96,7 @@
 // buffer or two behind the one it enqueues. The host side of each array
 // is a full-length host array (In, Out; pinned or mapped ones are copied
 // from directly, pageable and file-backed ones staged through the
-// manager's StagingPool of pinned chunk buffers) or a function that fills
+// manager's staging pool of pinned chunk buffers, Host().Staging()) or a function that fills
 // or drains a pinned staging buffer chunk by chunk (InFunc, OutFunc).
 // When the pool cannot give every buffer the batch wants (a host limit
 // below two chunks), the batch keeps fewer chunks ahead
@@ -253,7 +257,8 @@
 //	StreamGroups.get_stream(i)                 Client.Stream()
 //	StreamGroups.reinit_streams()              Manager.ReinitStreams()
 //	ArrayRequest, ArrayResponse                ArrayRequest, ArrayResponse
-//	CuPySyncNumbaManager                       Pool (alloc.Pool)
+//	CuPySyncNumbaManager                       Pool (alloc.Expandable with virtual
+//	                                             memory, else alloc.Pool)
 //	CuPyAsyncNumbaManager                      AsyncPool (alloc.AsyncPool)
 //	Numba's default memory manager             Direct (alloc.Direct)
 //	current_cupy_stream(nb_stream)             none: launch on Client.Stream()

@@ -51,8 +51,10 @@ type AllocatorKind uint8
 
 // Allocator kinds. Pool, the zero value, is the default.
 const (
-	// Pool is alloc.Pool: a caching best-fit allocator (CuPy's MemoryPool,
-	// PyTorch's caching allocator).
+	// Pool is a caching best-fit allocator (CuPy's MemoryPool, PyTorch's
+	// caching allocator): alloc.Expandable (PyTorch's expandable segments)
+	// where the device manages virtual memory, as the simulator does, else
+	// the segment alloc.Pool; WithExpandable and WithPoolConfig choose.
 	Pool AllocatorKind = iota
 	// Direct is alloc.Direct: every call goes to the device.
 	Direct
@@ -150,7 +152,9 @@ func WithLimitMode(mode LimitMode) Option { return func(c *config) { c.mode = mo
 // WithLogger sets where warnings go (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
-// WithPoolConfig configures the Pool allocator kind.
+// WithPoolConfig configures the segment alloc.Pool, and a configuration
+// other than the zero value makes it the Pool kind's allocator even where
+// the device manages virtual memory (unless WithExpandable(true, …)).
 func WithPoolConfig(cfg alloc.PoolConfig) Option { return func(c *config) { c.pcfg = cfg } }
 
 // WithAsyncConfig configures the AsyncPool allocator kind.

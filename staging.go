@@ -19,7 +19,7 @@ import (
 )
 
 // StagingPool hands out pinned staging buffers. Get it from
-// Manager.StagingPool. Safe for concurrent use.
+// Manager.Host().Staging(). Safe for concurrent use.
 type StagingPool struct {
 	h *hostPool
 

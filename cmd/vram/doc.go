@@ -11,12 +11,15 @@
 //	              integrated with RK4, planned into chunks that fit the
 //	              device, checked against a float64 host reference
 //	              (--shard i/N, or a Slurm array's or Kubernetes Indexed
-//	              Job's index: one share of the batch, written as a part)
+//	              Job's index: one share of the batch, written as a part;
+//	              --devices: several devices of this process)
 //	vram merge    gather the parts of a sharded run into one .npy
 //	vram plan     read a request set as JSON (a file or stdin) and print
 //	              the chunk plan: chunks, chunk length, bytes, shapes
-//	vram replay   replay RMM allocation logs (CSV) against the allocators:
-//	              peak live and reserved bytes, device calls, speed, a plot
+//	vram replay   replay RMM allocation logs (CSV) or PyTorch memory
+//	              snapshots against the allocators: peak live and reserved
+//	              bytes, device calls, speed, a plot, memory reports
+//	              (--summary), a PyTorch snapshot out (--snapshot-out)
 //	vram info     the device a spec opens, its memory, the allocators
 //	vram bench    a quick allocator micro-benchmark table
 //
@@ -39,7 +42,8 @@
 // (package vram/metrics: device memory, allocator counters, each client's
 // held bytes, cap and proportion, clients per group), the job's progress
 // (vram_run_chunks, vram_run_chunks_done_total, vram_run_runs_done_total)
-// and the Go runtime's. -v logs each chunk as it finishes.
+// and the Go runtime's. -v logs each chunk as it finishes and prints the
+// manager's memory report after the batch.
 //
 // Interrupts: the first Ctrl-C (SIGINT, or SIGTERM) asks long work to
 // stop at its next safe point — `vram run` before its next chunk, or

@@ -104,10 +104,18 @@ func (a *app) runCommand() *cobra.Command {
 with RK4 over --steps steps, saving --samples samples of (x, v) per run,
 with random parameters. The inputs and outputs are two clients of vram's
 memory manager in one stream group; when the batch does not fit the device
-the manager plans it into chunks, and the job copies each chunk's inputs
-in, runs the kernel and copies the outputs back on the group's stream.
-A sample of runs from every chunk is checked against a float64 host
-reference: the command fails (exit 1) if any disagrees.
+the manager plans it into chunks, and the library's chunk pipeline
+(vram.RunBatch) copies each chunk's inputs in, runs the portable kernel
+and copies the outputs back (with --double-buffer, the kernel on a second
+stream while the next chunk's copies go on the group's). A sample of runs
+from every chunk is checked against a float64 host reference: the command
+fails (exit 1) if any disagrees. The report says how long the copies and
+kernels took and how much copying no kernel hid, and where the host
+arrays went; -v also prints the manager's memory report.
+
+--allocator picks the manager's allocator kind: pool (a caching pool:
+alloc.Expandable where the device manages virtual memory, as the
+simulator does, else the segment alloc.Pool), direct or async.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On

@@ -16,8 +16,10 @@
 // default memory pool: cuMemAllocAsync, release threshold, trim, usage),
 // device.HostAllocator (pinned, optionally mapped, host memory),
 // device.ModuleLoader (PTX compiled by the driver's JIT, launched with
-// cuLaunchKernel) and device.StridedCopier (pitched 2-D copies in one
-// cuMemcpy2DAsync). Driver status codes are Result values, errors whose
+// cuLaunchKernel), device.StridedCopier (pitched 2-D copies in one
+// cuMemcpy2DAsync) and device.VirtualMemory (cuMemAddressReserve,
+// cuMemCreate, cuMemMap, cuMemSetAccess, …: what alloc.Expandable grows
+// by). Driver status codes are Result values, errors whose
 // text is the driver's name and description and which match the device
 // package's sentinels under errors.Is (CUDA_ERROR_OUT_OF_MEMORY is
 // device.ErrOutOfMemory).
@@ -83,8 +85,8 @@
 //
 // The files: driver.go holds the raw symbols, constants and one thin
 // wrapper per driver entry point; dl_linux.go loads the library; result.go
-// is Result; device.go, memory.go, copy2d.go, stream.go and module.go are
-// the Device above them; spans.go and args.go are the allocation records
+// is Result; device.go, memory.go, copy2d.go, stream.go, module.go and
+// vmm.go are the Device above them; spans.go and args.go are the allocation records
 // and kernel argument packing; testdata/fakecuda.c is the stand-in driver
 // the tests run against where there is no GPU.
 package cuda

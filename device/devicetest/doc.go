@@ -9,7 +9,7 @@
 // rules and release threshold, the memory checker's errors (each misuse
 // one distinct sentinel), Reset, Close and bad inputs, and 2-D copies.
 // Optional abilities (device.AsyncAllocator, HostAllocator, FuncLauncher,
-// StridedCopier) are tested only when the device has them, and tests that
+// StridedCopier, VirtualMemory) are tested only when the device has them, and tests that
 // need bytes skip on a device that is not backed; each skip says why.
 //
 // It does not own anything backend-specific: the simulator's exact

@@ -49,11 +49,12 @@
 //     corruption. It checks against the device's own allocations (each
 //     Malloc's exact size), and against an allocator's sub-allocations
 //     only where the allocator marks them (device.SubAllocationChecker,
-//     marks.go): under a caching allocator (alloc.Pool, the manager's
-//     default) an access past an array but inside its pool segment goes
-//     unseen unless the pool marks its blocks. To check a program's array
-//     bounds, set alloc.PoolConfig{CheckBlocks: true}
-//     (vram.WithPoolConfig).
+//     marks.go): under a caching allocator (alloc.Pool, or
+//     alloc.Expandable, the manager's default here) an access past an
+//     array but inside its pool segment or mapped pages goes unseen unless
+//     the pool marks its blocks. To check a program's array bounds, set
+//     alloc.PoolConfig{CheckBlocks: true} (vram.WithPoolConfig, which
+//     also makes the manager use the segment Pool, which marks them).
 //   - Fault injection (Device.Faults): out of memory at the nth
 //     allocation or above a size, a failing copy, a device reset at a
 //     chosen call.
