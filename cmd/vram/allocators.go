@@ -20,8 +20,32 @@ import (
 // kind from the latter where the device manages virtual memory.
 var allocatorKinds = []string{"direct", "pool", "async", "expandable"}
 
-// defaultAllocator is the allocator run and plan use unless told.
+// defaultAllocator is the allocator plan uses unless told.
 const defaultAllocator = "pool"
+
+// autoAllocator is run's default --allocator: the manager's Pool kind as
+// it chooses it (alloc.Expandable where the device manages virtual
+// memory, else the segment alloc.Pool).
+const autoAllocator = "auto"
+
+// managerAllocator is the manager options that give `vram run` the
+// allocator named kind (autoAllocator or one of allocatorKinds, checked
+// before): "pool" and "expandable" name the same allocators as in replay
+// and bench, so a device without virtual memory refuses "expandable"
+// rather than serving it from the segment Pool.
+func managerAllocator(kind string) []vram.Option {
+	switch kind {
+	case "direct":
+		return []vram.Option{vram.WithAllocator(vram.Direct)}
+	case "async":
+		return []vram.Option{vram.WithAllocator(vram.AsyncPool)}
+	case "pool":
+		return []vram.Option{vram.WithAllocator(vram.Pool), vram.WithExpandable(false, alloc.ExpandableConfig{})}
+	case "expandable":
+		return []vram.Option{vram.WithAllocator(vram.Pool), vram.WithExpandable(true, alloc.ExpandableConfig{})}
+	}
+	return []vram.Option{vram.WithAllocator(vram.Pool)}
+}
 
 // newAllocator makes the allocator named kind on dev.
 func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {

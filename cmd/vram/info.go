@@ -36,11 +36,12 @@ type deviceReport struct {
 	ContextBytes      uint64 `json:"context_bytes"`
 	Granularity       uint64 `json:"granularity"`
 	Backed            bool   `json:"backed"`
-	AsyncAlloc        bool   `json:"async_alloc"` // a stream-ordered pool (cuMemAllocAsync)
-	PinnedHost        bool   `json:"pinned_host"` // pinned host memory
-	Copy2D            bool   `json:"copy_2d"`     // one-call pitched copies (a chunk in one copy)
-	GoKernels         bool   `json:"go_kernels"`  // runs kernels written in Go (the simulator)
-	PTXKernels        bool   `json:"ptx_kernels"` // loads PTX kernels (CUDA)
+	AsyncAlloc        bool   `json:"async_alloc"`    // a stream-ordered pool (cuMemAllocAsync)
+	PinnedHost        bool   `json:"pinned_host"`    // pinned host memory
+	Copy2D            bool   `json:"copy_2d"`        // one-call pitched copies (a chunk in one copy)
+	GoKernels         bool   `json:"go_kernels"`     // runs kernels written in Go (the simulator)
+	PTXKernels        bool   `json:"ptx_kernels"`    // loads PTX kernels (CUDA)
+	VirtualMemory     bool   `json:"virtual_memory"` // reserves address ranges and maps pages (the expandable pool)
 }
 
 func (a *app) infoCommand() *cobra.Command {
@@ -118,6 +119,7 @@ func describeDevice(dev device.Device) (deviceReport, error) {
 	_, copy2d := dev.(device.StridedCopier)
 	_, goKernels := dev.(device.FuncLauncher)
 	_, ptx := dev.(device.ModuleLoader)
+	_, vm := dev.(device.VirtualMemory)
 	return deviceReport{
 		Backend:           info.Backend,
 		Name:              info.Name,
@@ -134,6 +136,7 @@ func describeDevice(dev device.Device) (deviceReport, error) {
 		Copy2D:            copy2d,
 		GoKernels:         goKernels,
 		PTXKernels:        ptx,
+		VirtualMemory:     vm,
 	}, nil
 }
 
@@ -202,6 +205,9 @@ func features(d deviceReport) string {
 	}
 	if d.PTXKernels {
 		f = append(f, "PTX kernels")
+	}
+	if d.VirtualMemory {
+		f = append(f, "virtual memory (vram run's default pool is expandable)")
 	}
 	return strings.Join(f, ", ")
 }

@@ -63,7 +63,7 @@ exits 1 with the reason on stderr.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.budget, "budget", "", "device bytes the plan may use, e.g. 256MiB (default: the input's, else the device's free memory)")
 	fl.StringVar(&f.granularity, "granularity", "", "allocation rounding unit, e.g. 512 or 2MiB (default: the input's, else the allocator's)")
-	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 or 2 (default: the input's, else 1)")
+	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 to 3 (default: the input's, else 1)")
 	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "allocator whose granularity to plan for: "+strings.Join(allocatorKinds, ", "))
 	return cmd
 }
@@ -82,8 +82,8 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 			return usagef("--granularity %q: want a positive size such as 512 or 2MiB", f.granularity)
 		}
 	}
-	if buffersSet && f.buffers != 1 && f.buffers != 2 {
-		return usagef("--buffers %d: want 1, or 2 for double buffering", f.buffers)
+	if buffersSet && (f.buffers < 1 || f.buffers > vram.MaxBatchBuffers) {
+		return usagef("--buffers %d: want 1, or up to %d buffers in flight", f.buffers, vram.MaxBatchBuffers)
 	}
 	if !slices.Contains(allocatorKinds, f.allocator) {
 		return usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))

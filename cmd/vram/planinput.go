@@ -96,8 +96,8 @@ func parsePlanInput(data []byte) (planInput, error) {
 		if err != nil {
 			return in, err
 		}
-		if b != 1 && b != 2 {
-			return in, fmt.Errorf("buffers is %d; want 1, or 2 for double buffering: %w", b, errInput)
+		if b < 1 || b > vram.MaxBatchBuffers {
+			return in, fmt.Errorf("buffers is %d; want 1, or up to %d buffers in flight: %w", b, vram.MaxBatchBuffers, errInput)
 		}
 		in.Buffers = b
 	}

@@ -54,7 +54,7 @@ func TestParsePlanInputErrors(t *testing.T) {
 		"budget bad unit":   {`{"budget": "12 parsecs", "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget:", "not a byte size"}},
 		"budget a bool":     {`{"budget": true, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget: want a number of bytes", "a boolean true"}},
 		"granularity float": {`{"granularity": 1.5, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"granularity: want a positive whole number"}},
-		"buffers three":     {`{"buffers": 3, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"buffers is 3", "want 1, or 2"}},
+		"buffers four":      {`{"buffers": 4, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"buffers is 4", "want 1, or up to 3"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

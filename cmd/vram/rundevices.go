@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
@@ -219,11 +218,10 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 		limit = 0
 	}
 	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
-	kind, _ := vram.ParseAllocatorKind(f.allocator)
 	hostCap, _ := units.ParseSize(f.hostMem)
-	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap})}
+	opts := append(managerAllocator(f.allocator), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
-		opts = append(opts, vram.WithWrap(func(up alloc.Allocator) alloc.Allocator { return alloc.NewLimit(up, limit) }))
+		opts = append(opts, vram.WithCap(limit))
 	}
 	if p.m, err = vram.New(p.dev, opts...); err != nil {
 		return fmt.Errorf("memory manager: %w", err)

@@ -109,11 +109,35 @@ func TestRunText(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	for _, w := range []string{"device", "sim:0", "allocator    pool: ", "20000 runs × 40 steps, 21 samples", "chunks ×",
+	for _, w := range []string{"device", "sim:0", "allocator    expandable: ", "20000 runs × 40 steps, 21 samples", "chunks ×",
 		"copied", "runs/s", "peak memory", "cache hit", "spread over all", "match the float64 reference"} {
 		if !strings.Contains(stdout, w) {
 			t.Errorf("report does not contain %q:\n%s", w, stdout)
 		}
+	}
+}
+
+// TestRunAllocatorNames checks that --allocator names the allocator that
+// serves the batch, as replay's names do: pool is the segment Pool even
+// where the manager's own choice (auto, the default) is Expandable.
+func TestRunAllocatorNames(t *testing.T) {
+	for flag, want := range map[string]string{"auto": "expandable", "pool": "pool", "expandable": "expandable", "direct": "direct", "async": "async"} {
+		t.Run(flag, func(t *testing.T) {
+			stdout, stderr, code := cli(t, "", append([]string{"run", "--json", "--allocator", flag}, smallRun...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+			}
+			var r runReport
+			if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Allocator != want || !r.Verified {
+				t.Errorf("--allocator %s: served by %q (verified %v), want %q", flag, r.Allocator, r.Verified, want)
+			}
+		})
+	}
+	if _, stderr, code := cli(t, "", append([]string{"run", "--allocator", "cupy"}, smallRun...)...); code != exitUsage || !strings.Contains(stderr, "want auto or one of") {
+		t.Errorf("--allocator cupy: exit %d, stderr %q; want a usage error listing the names", code, stderr)
 	}
 }
 

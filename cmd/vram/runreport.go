@@ -263,12 +263,18 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 		return runReport{}, fmt.Errorf("device memory: %w", err)
 	}
 	js := j.shape
-	kind, _ := j.m.AllocatorStats()
+	// The allocator that serves the manager's kind: the Pool kind is
+	// Expandable or the segment Pool (its report's name says which).
+	kind, ar := vram.AllocatorReport(j.m)
+	name := kind.String()
+	if ar.Allocator != "" {
+		name = ar.Allocator
+	}
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,
 		Kernel:          j.kernel.Form(j.dev),
-		Allocator:       kind.String(),
+		Allocator:       name,
 		DeviceBytes:     total,
 		LimitBytes:      limit,
 		Runs:            js.runs,
