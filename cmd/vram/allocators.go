@@ -20,7 +20,7 @@ import (
 // kind from the latter where the device manages virtual memory.
 var allocatorKinds = []string{"direct", "pool", "async", "expandable"}
 
-// defaultAllocator is the allocator run and plan use unless told.
+// defaultAllocator is the allocator plan uses unless told.
 const defaultAllocator = "pool"
 
 // newAllocator makes the allocator named kind on dev.
@@ -36,6 +36,32 @@ func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {
 		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
 	}
 	return nil, usagef("--allocator %q: want one of %s", kind, strings.Join(allocatorKinds, ", "))
+}
+
+// managerAllocOptions are the manager options that choose vram run's
+// allocator: first those of $VRAM_ALLOC_CONF (vram.AllocConfFromEnv),
+// then, when --allocator names one (name is not ""), the flag's choice,
+// which wins.
+// As in replay and bench, "pool" is the segment alloc.Pool and
+// "expandable" alloc.Expandable; with neither the flag nor the variable
+// naming one, the manager's default serves (Expandable where the device
+// manages virtual memory, else Pool).
+func managerAllocOptions(name string) ([]vram.Option, error) {
+	opts, err := vram.AllocConfFromEnv()
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	switch name {
+	case "":
+		return opts, nil
+	case "pool", "expandable":
+		return append(opts, vram.WithAllocator(vram.Pool), vram.WithExpandable(name == "expandable", alloc.ExpandableConfig{})), nil
+	}
+	kind, err := vram.ParseAllocatorKind(name)
+	if err != nil {
+		return nil, usagef("--allocator %q: want one of %s", name, strings.Join(allocatorKinds, ", "))
+	}
+	return append(opts, vram.WithAllocator(kind)), nil
 }
 
 // parseAllocators reads a comma-separated --allocator list.

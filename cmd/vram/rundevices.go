@@ -219,9 +219,12 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 		limit = 0
 	}
 	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
-	kind, _ := vram.ParseAllocatorKind(f.allocator)
 	hostCap, _ := units.ParseSize(f.hostMem)
-	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap})}
+	opts, err := managerAllocOptions(f.allocator)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithWrap(func(up alloc.Allocator) alloc.Allocator { return alloc.NewLimit(up, limit) }))
 	}

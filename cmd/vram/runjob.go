@@ -82,7 +82,7 @@ type runFlags struct {
 	dt                   float64
 	vram                 string
 	vramSet              bool
-	allocator            string
+	allocator            string // --allocator ("": $VRAM_ALLOC_CONF's, else the manager's default)
 	doubleBuffer         bool
 	verify               int
 	seed                 uint64
@@ -162,7 +162,7 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
 	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
-	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "device allocator: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+strings.Join(allocatorKinds, ", ")+" (default: $VRAM_ALLOC_CONF's, else expandable where the device manages virtual memory, else pool)")
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
@@ -218,7 +218,7 @@ func (f runFlags) check() (jobShape, error) {
 	if f.verify < 1 {
 		return js, usagef("--verify %d: want at least 1 run to check", f.verify)
 	}
-	if !slices.Contains(allocatorKinds, f.allocator) {
+	if f.allocator != "" && !slices.Contains(allocatorKinds, f.allocator) {
 		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
 	}
 	if f.metricsAddr != "" {
@@ -302,8 +302,11 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err := a.checkHostMemory(js, info, f.doubleBuffer, f.out != "", hostCap); err != nil {
 		return err
 	}
-	kind, _ := vram.ParseAllocatorKind(f.allocator)
-	opts := []vram.Option{vram.WithAllocator(kind), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap})}
+	opts, err := managerAllocOptions(f.allocator)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}
