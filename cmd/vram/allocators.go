@@ -20,7 +20,8 @@ import (
 // kind from the latter where the device manages virtual memory.
 var allocatorKinds = []string{"direct", "pool", "async", "expandable"}
 
-// defaultAllocator is the allocator plan uses unless told.
+// defaultAllocator is the allocator plan uses unless told, and run where
+// the device cannot map pages.
 const defaultAllocator = "pool"
 
 // newAllocator makes the allocator named kind on dev.
@@ -100,8 +101,10 @@ func allocatorGranularity(kind string, dev device.Device) (uint64, error) {
 
 // allocatorReport is what info says about the allocators.
 type allocatorReport struct {
-	Default string   `json:"default"` // what run and plan use unless told
-	Kinds   []string `json:"kinds"`   // the names --allocator takes
+	// Default is what vram run uses unless told (by --allocator or
+	// $VRAM_ALLOC_CONF): expandable where the device can map pages, else pool.
+	Default string   `json:"default"`
+	Kinds   []string `json:"kinds"` // the names --allocator takes
 	// Granularity is each allocator's rounding unit on this device, bytes.
 	Granularity map[string]uint64 `json:"granularity"`
 	// Pool is the caching pool's configuration, defaults filled in.
@@ -145,6 +148,11 @@ func allocatorDefaults(dev device.Device) allocatorReport {
 			}
 		}
 		a.Close()
+	}
+	// vram run's manager serves its Pool kind from Expandable where it can
+	// be made ($VRAM_ALLOC_CONF aside).
+	if _, ok := rep.Granularity["expandable"]; ok {
+		rep.Default = "expandable"
 	}
 	return rep
 }
