@@ -27,9 +27,9 @@ func WithExpandable(on bool, cfg alloc.ExpandableConfig) Option {
 }
 
 // newPoolKind makes the allocator of the Pool kind on dev (see
-// WithExpandable). On the shared PyTorch traces and perturbed copies of
-// them, Expandable holds within 1.3% of the live bytes where Pool holds up
-// to 1.18× (BENCHMARKS.md, "Expandable segments").
+// WithExpandable). Expandable is the default where the device can map
+// pages because it holds fewer bytes beyond the live ones on every trace
+// measured (BENCHMARKS.md, "Expandable segments").
 func newPoolKind(dev device.Device, cfg alloc.PoolConfig, pc poolChoice) (alloc.Allocator, error) {
 	if pc.set {
 		if !pc.expandable {

@@ -466,14 +466,19 @@ func (c *core) releaseDeadLocked() error {
 
 // linkLocked puts new segment seg on the books.
 func (c *core) linkLocked(seg *segment) {
+	c.pushSegLocked(seg)
+	c.peakSegs = max(c.peakSegs, c.nsegs)
+	c.st.deviceAllocLocked(seg.size)
+}
+
+// pushSegLocked puts seg at the head of segs, counted in nsegs.
+func (c *core) pushSegLocked(seg *segment) {
 	seg.snext = c.segs
 	if c.segs != nil {
 		c.segs.sprev = seg
 	}
 	c.segs = seg
 	c.nsegs++
-	c.peakSegs = max(c.peakSegs, c.nsegs)
-	c.st.deviceAllocLocked(seg.size)
 }
 
 // unlinkLocked takes segment seg, whose blocks are out of the free index,
@@ -509,6 +514,21 @@ func (c *core) closedAllocErr(r request, errs ...error) error {
 		}
 	}
 	return err
+}
+
+// freeErr is the error of a Free of ptr that the core ended with res (not
+// freed) and err.
+func (c *core) freeErr(ptr device.Ptr, res freeResult, err error) error {
+	switch res {
+	case freeClosed:
+		return fmt.Errorf("alloc: %s free of %v: %w", c.name, ptr, ErrClosed)
+	case freeUnknown:
+		return fmt.Errorf("alloc: %s free of %v: %w", c.name, ptr, ErrUnknownPointer)
+	case freeStale:
+		return joinErr(fmt.Errorf("alloc: %s free of %v: the block was allocated before a device reset, which freed it: %w",
+			c.name, ptr, device.ErrInvalidated), err)
+	}
+	return fmt.Errorf("alloc: %s free of %v: the block is back, but the %s was closed meanwhile and closing its event failed: %w", c.name, ptr, c.name, err)
 }
 
 // joinErr is errors.Join of two errors, returning either alone when the

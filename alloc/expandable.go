@@ -271,19 +271,10 @@ func (e *Expandable) Free(ptr device.Ptr, s device.Stream) error {
 	if s == nil {
 		return fmt.Errorf("alloc: expandable free of %v: nil stream: %w", ptr, device.ErrInvalidValue)
 	}
-	res, err := e.core.free(ptr, 0, s)
-	switch res {
-	case freed:
-		return nil
-	case freeClosed:
-		return fmt.Errorf("alloc: expandable free of %v: %w", ptr, ErrClosed)
-	case freeUnknown:
-		return fmt.Errorf("alloc: expandable free of %v: %w", ptr, ErrUnknownPointer)
-	case freeStale:
-		return joinErr(fmt.Errorf("alloc: expandable free of %v: the block was allocated before a device reset, which freed it: %w",
-			ptr, device.ErrInvalidated), err)
+	if res, err := e.core.free(ptr, 0, s); res != freed {
+		return e.freeErr(ptr, res, err)
 	}
-	return fmt.Errorf("alloc: expandable free of %v: the block is back, but the allocator was closed meanwhile and closing its event failed: %w", ptr, err)
+	return nil
 }
 
 // Trim waits for the work of every stream that owns free blocks up to its
@@ -335,16 +326,7 @@ func (e *Expandable) Close() error {
 // the shared set. A closed allocator leaves the lock held all the same.
 func (e *Expandable) fenceAllLocked() error {
 	x := &e.idx
-	for x.fencing {
-		if x.roundDone == nil {
-			x.roundDone = make(chan struct{})
-		}
-		done := x.roundDone
-		e.mu.Unlock()
-		<-done
-		e.mu.Lock()
-	}
-	if e.closed || !x.prepareFencesLocked(nil, true, true) {
+	if !e.awaitRoundLocked() || e.closed || !x.prepareFencesLocked(nil, true, true) {
 		return nil
 	}
 	e.mu.Unlock()
@@ -356,132 +338,23 @@ func (e *Expandable) fenceAllLocked() error {
 // takeLocked takes the best-fitting cached block for r that st may use and
 // returns its front, of r.size bytes; nil when none fits.
 func (e *Expandable) takeLocked(r request, st *streamState) *block {
-	b := e.idx.bestFit(r.size, r.class, st)
-	if b == nil {
-		return nil
+	if b := e.idx.bestFit(r.size, r.class, st); b != nil {
+		return e.idx.carveFront(b, r.size)
 	}
-	return e.carveLocked(b, r.size)
-}
-
-// carveLocked takes size bytes from the front of free block b and returns
-// them as a block (b itself when the rest would be under PoolGranularity).
-func (e *Expandable) carveLocked(b *block, size uint64) *block {
-	if b.size-size < PoolGranularity {
-		e.idx.remove(b)
-		return b
-	}
-	a := e.idx.newBlock()
-	a.addr, a.size, a.seg, a.class = b.addr, size, b.seg, b.class
-	linkBefore(a, b)
-	e.idx.resize(b, b.addr+device.Ptr(size), b.size-size)
-	return a
-}
-
-// linkBefore puts a in b's chain just before it.
-func linkBefore(a, b *block) {
-	a.prev, a.next = b.prev, b
-	if b.prev != nil {
-		b.prev.next = a
-	} else {
-		b.seg.first = a
-	}
-	b.prev = a
+	return nil
 }
 
 // freeLocked merges live block b, freed on st, with the free neighbours st
 // may join, and puts it in st's free set.
-func (e *Expandable) freeLocked(b *block, st *streamState) {
-	for pv := b.prev; canJoin(pv, st); pv = b.prev {
-		absorbPrev(&e.idx, b)
-	}
-	for nx := b.next; canJoin(nx, st); nx = b.next {
-		absorbNext(&e.idx, b)
-	}
-	e.idx.insertOwned(b, st)
-}
+func (e *Expandable) freeLocked(b *block, st *streamState) { e.idx.mergeFreed(b, st) }
 
 // joinSharedLocked merges b, just moved to the shared set, with its shared
 // free neighbours.
-func (e *Expandable) joinSharedLocked(b *block) {
-	shared := func(nb *block) bool { return nb != nil && nb.free && nb.owner == nil }
-	if !shared(b.prev) && !shared(b.next) {
-		return
-	}
-	e.idx.remove(b)
-	for shared(b.prev) {
-		absorbPrev(&e.idx, b)
-	}
-	for shared(b.next) {
-		absorbNext(&e.idx, b)
-	}
-	e.idx.insertShared(b)
-}
+func (e *Expandable) joinSharedLocked(b *block) { e.idx.joinShared(b) }
 
 // beforeRetryLocked merges each free block st owns with its shared free
 // neighbours, as Pool's does, so that st can use such a run as one block.
-func (e *Expandable) beforeRetryLocked(st *streamState) {
-	if st.owned == 0 {
-		return
-	}
-	own := make([]*block, 0, st.owned)
-	for b := st.head; b != nil; b = b.fnext {
-		own = append(own, b)
-	}
-	shared := func(nb *block) bool { return nb != nil && nb.free && nb.owner == nil }
-	for _, b := range own {
-		if !b.free || b.owner != st || (!shared(b.prev) && !shared(b.next)) {
-			continue
-		}
-		seq := b.seq
-		e.idx.remove(b)
-		for pv := b.prev; canJoin(pv, st); pv = b.prev {
-			if pv.owner == st {
-				seq = max(seq, pv.seq)
-			}
-			absorbPrev(&e.idx, b)
-		}
-		for nx := b.next; canJoin(nx, st); nx = b.next {
-			if nx.owner == st {
-				seq = max(seq, nx.seq)
-			}
-			absorbNext(&e.idx, b)
-		}
-		e.idx.insertOwnedAt(b, st, seq)
-	}
-}
-
-// absorbPrev merges b's predecessor, a block out of the free index or in
-// it, into b (in no set): the predecessor leaves its set if free and its
-// struct is recycled.
-func absorbPrev(x *freeIndex, b *block) {
-	pv := b.prev
-	if pv.free {
-		x.remove(pv)
-	}
-	b.addr = pv.addr
-	b.size += pv.size
-	b.prev = pv.prev
-	if b.prev != nil {
-		b.prev.next = b
-	} else {
-		b.seg.first = b
-	}
-	x.putBlock(pv)
-}
-
-// absorbNext merges b's successor into b, as absorbPrev.
-func absorbNext(x *freeIndex, b *block) {
-	nx := b.next
-	if nx.free {
-		x.remove(nx)
-	}
-	b.size += nx.size
-	b.next = nx.next
-	if b.next != nil {
-		b.next.prev = b
-	}
-	x.putBlock(nx)
-}
+func (e *Expandable) beforeRetryLocked(st *streamState) { e.idx.mergeOwnedWithShared(st, nil) }
 
 // grewAcrossReset is the error of a growth a reset overtook.
 func (e *Expandable) grewAcrossReset(m miss, seg *segment) error {

@@ -42,11 +42,11 @@ func (e *Expandable) addHoleLocked(rg *vrange, b *block) {
 	b.class = holeClass
 	if pv := b.prev; pv != nil && pv.class == holeClass {
 		rg.unlistHole(pv)
-		absorbPrev(&e.idx, b)
+		e.idx.absorbPrev(b)
 	}
 	if nx := b.next; nx != nil && nx.class == holeClass {
 		rg.unlistHole(nx)
-		absorbNext(&e.idx, b)
+		e.idx.absorbNext(b)
 	}
 	b.fprev, b.fnext = nil, rg.holes
 	if rg.holes != nil {
@@ -153,11 +153,11 @@ func (e *Expandable) commitLocked(pl growthPlan) *vmWork {
 	w := &vmWork{rg: rg, blk: h, lo: pl.lo, hi: pl.hi}
 	if l := pl.left; l != nil {
 		w.left = absorbed{size: l.size, owner: l.owner, seq: l.seq}
-		absorbPrev(&e.idx, h)
+		e.idx.absorbPrev(h)
 	}
 	if r := pl.right; r != nil {
 		w.right = absorbed{size: r.size, owner: r.owner, seq: r.seq}
-		absorbNext(&e.idx, h)
+		e.idx.absorbNext(h)
 	}
 	return w
 }
@@ -393,12 +393,7 @@ func (e *Expandable) newRangeLocked(r request) (growthPlan, error) {
 	e.addHoleLocked(rg, h)
 	// On the core's list (so Close gives it back), but not in Reserved:
 	// only mapped pages count.
-	seg.snext = e.segs
-	if e.segs != nil {
-		e.segs.sprev = seg
-	}
-	e.segs = seg
-	e.nsegs++
+	e.pushSegLocked(seg)
 	e.peakRanges = max(e.peakRanges, e.nsegs)
 	e.ranges[rg.key] = append(e.ranges[rg.key], rg)
 	e.bySeg[seg] = rg
@@ -494,7 +489,7 @@ func (e *Expandable) addSegmentLocked(seg *segment, r request) *block {
 	} else {
 		e.idx.insertShared(b)
 	}
-	return e.carveLocked(b, r.size)
+	return e.idx.carveFront(b, r.size)
 }
 
 // markLocked records w's pages as mapped or not.

@@ -252,6 +252,25 @@ func (c *core) fenceLocked(st *streamState, all bool) (open bool, err error) {
 	return c.roundLocked()
 }
 
+// awaitRoundLocked waits (lock released meanwhile) until no fence round
+// runs; it returns false, the lock held, when the allocator was closed
+// while it waited.
+func (c *core) awaitRoundLocked() (open bool) {
+	for x := &c.idx; x.fencing; {
+		if x.roundDone == nil {
+			x.roundDone = make(chan struct{})
+		}
+		done := x.roundDone
+		c.mu.Unlock()
+		<-done
+		c.mu.Lock()
+		if c.closed {
+			return false
+		}
+	}
+	return true
+}
+
 // waitLocked is fenceLocked for an allocation on st that the device could
 // not serve, blocking until the work of the streams that own free blocks
 // is done up to their frees: the out-of-memory path's last resort before
@@ -263,18 +282,9 @@ func (c *core) fenceLocked(st *streamState, all bool) (open bool, err error) {
 // the lock and returns false, as fenceLocked.
 func (c *core) waitLocked(st *streamState) (open bool, err error) {
 	x := &c.idx
-	for x.fencing {
-		if x.roundDone == nil {
-			x.roundDone = make(chan struct{})
-		}
-		done := x.roundDone
+	if !c.awaitRoundLocked() {
 		c.mu.Unlock()
-		<-done
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return false, nil
-		}
+		return false, nil
 	}
 	all := x.owning > 1 || (x.owning == 1 && st.owned == 0)
 	if !x.prepareFencesLocked(st, all, true) {

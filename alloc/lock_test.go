@@ -1,6 +1,7 @@
 package alloc_test
 
-// Neither caching pool may call the device while it holds its lock: a
+// No caching allocator (Pool, PinnedPool, Expandable) may call the device
+// while it holds its lock: a
 // device call can be slow or block (a Free that waits for a stream, an
 // event query on a busy driver), and every other goroutine using the pool
 // would wait behind it.
@@ -99,6 +100,42 @@ func (e *probeEvent) Synchronize() error {
 func (e *probeEvent) Close() error {
 	e.d.probe("Event.Close")
 	return e.Event.Close()
+}
+
+// The virtual-memory calls, probed as the others (Expandable's).
+func (d *probeDevice) ReserveAddress(n uint64) (device.Ptr, error) {
+	d.probe("ReserveAddress")
+	return d.Device.ReserveAddress(n)
+}
+
+func (d *probeDevice) FreeAddress(p device.Ptr, n uint64) error {
+	d.probe("FreeAddress")
+	return d.Device.FreeAddress(p, n)
+}
+
+func (d *probeDevice) CreatePhysical(n uint64) (device.PhysMem, error) {
+	d.probe("CreatePhysical")
+	return d.Device.CreatePhysical(n)
+}
+
+func (d *probeDevice) ReleasePhysical(h device.PhysMem) error {
+	d.probe("ReleasePhysical")
+	return d.Device.ReleasePhysical(h)
+}
+
+func (d *probeDevice) Map(p device.Ptr, n uint64, h device.PhysMem) error {
+	d.probe("Map")
+	return d.Device.Map(p, n, h)
+}
+
+func (d *probeDevice) Unmap(p device.Ptr, n uint64) error {
+	d.probe("Unmap")
+	return d.Device.Unmap(p, n)
+}
+
+func (d *probeDevice) SetAccess(p device.Ptr, n uint64) error {
+	d.probe("SetAccess")
+	return d.Device.SetAccess(p, n)
 }
 
 func newProbeDevice(t *testing.T, total uint64) *probeDevice {
@@ -223,4 +260,58 @@ func TestPinnedPoolNeverCallsTheDeviceUnderItsLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.checkSeen(t, "HostAlloc", "HostFree", "NewEvent", "Event.Record", "Event.Query")
+}
+
+func TestExpandableNeverCallsTheDeviceUnderItsLock(t *testing.T) {
+	d := newProbeDevice(t, 64*mib)
+	e := newExpandableT(t, d, alloc.ExpandableConfig{})
+	d.locked = e.Locked
+	s1, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Close()
+	s2, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	must := func(ptr device.Ptr, err error) device.Ptr {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ptr
+	}
+	free := func(ptr device.Ptr, s device.Stream) {
+		t.Helper()
+		if err := e.Free(ptr, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Growths reserve a range and map pages; a block freed on a busy
+	// stream makes another stream's growth record and query an event.
+	release := busy(t, d.Device, s1)
+	free(must(e.Alloc(5*mib, s1)), s1)
+	a := must(e.Alloc(5*mib, s2))
+	release()
+	free(a, s2)
+	// A growth past the high-water mark unmaps cached pages first.
+	b := must(e.Alloc(24*mib, s1))
+	free(b, s1)
+	c := must(e.Alloc(30*mib, s2))
+	// Out of memory: unmap every free page, retry, then fail.
+	if _, err := e.Alloc(100*mib, s2); !errors.Is(err, device.ErrOutOfMemory) {
+		t.Fatalf("Alloc(100 MiB) on 64 MiB: %v", err)
+	}
+	free(c, s2)
+	if err := e.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d.checkSeen(t, "ReserveAddress", "CreatePhysical", "Map", "SetAccess", "ReleasePhysical", "Unmap", "FreeAddress",
+		"NewEvent", "Event.Record", "Event.Query")
 }

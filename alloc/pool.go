@@ -273,22 +273,7 @@ func (p *Pool) carveLocked(b *block, size uint64) *block {
 	if b.prev == nil && b.next == nil {
 		p.unmarkWhollyLocked(b.seg)
 	}
-	a := b
-	if b.size-size >= PoolGranularity {
-		a = p.idx.newBlock()
-		a.addr, a.size, a.seg, a.class = b.addr, size, b.seg, b.class
-		a.prev, a.next = b.prev, b
-		if b.prev != nil {
-			b.prev.next = a
-		} else {
-			b.seg.first = a
-		}
-		b.prev = a
-		p.idx.resize(b, b.addr+device.Ptr(size), b.size-size)
-	} else {
-		p.idx.remove(b)
-	}
-	return a
+	return p.idx.carveFront(b, size)
 }
 
 // markWhollyLocked notes that seg is one free block.
@@ -353,131 +338,33 @@ func (p *Pool) free(ptr device.Ptr, s device.Stream) error {
 	return nil
 }
 
-// freeErr is the error of a free of ptr that ended with res (and err).
-func (p *Pool) freeErr(ptr device.Ptr, res freeResult, err error) error {
-	switch res {
-	case freeClosed:
-		return fmt.Errorf("alloc: pool free of %v: %w", ptr, ErrClosed)
-	case freeUnknown:
-		return fmt.Errorf("alloc: pool free of %v: %w", ptr, ErrUnknownPointer)
-	case freeStale:
-		return joinErr(fmt.Errorf("alloc: pool free of %v: the block was allocated before a device reset, which freed it: %w",
-			ptr, device.ErrInvalidated), err)
-	}
-	return fmt.Errorf("alloc: pool free of %v: the block is back in the pool, but the pool was closed meanwhile and closing its event failed: %w", ptr, err)
-}
-
 // freeLocked merges live block b, freed on st, with the free neighbours
 // st may join, and puts it in st's free set.
 func (p *Pool) freeLocked(b *block, st *streamState) {
-	// Free neighbours alternate between sets (two of one set would have
-	// merged), so absorbing a shared neighbour can bring one of st's
-	// next to b: keep going.
-	for pv := b.prev; canJoin(pv, st); pv = b.prev {
-		p.absorbPrevLocked(b)
-	}
-	for nx := b.next; canJoin(nx, st); nx = b.next {
-		p.absorbNextLocked(b)
-	}
-	p.idx.insertOwned(b, st)
-	if b.prev == nil && b.next == nil {
-		p.markWhollyLocked(b.seg)
-	}
+	p.idx.mergeFreed(b, st)
+	p.markIfWhollyLocked(b)
 }
 
 // joinSharedLocked merges b, just moved to the shared set, with its shared
 // free neighbours.
 func (p *Pool) joinSharedLocked(b *block) {
-	pv, nx := b.prev, b.next
-	joinPrev := pv != nil && pv.free && pv.owner == nil
-	joinNext := nx != nil && nx.free && nx.owner == nil
-	if !joinPrev && !joinNext {
-		return
-	}
-	p.idx.remove(b)
-	if joinPrev {
-		p.absorbPrevLocked(b)
-	}
-	if joinNext {
-		p.absorbNextLocked(b)
-	}
-	p.idx.insertShared(b)
-	if b.prev == nil && b.next == nil {
-		p.markWhollyLocked(b.seg)
+	if p.idx.joinShared(b) {
+		p.markIfWhollyLocked(b)
 	}
 }
 
 // beforeRetryLocked merges each free block that st owns with its free
-// neighbours in the shared set (and, through them, with st's other blocks),
-// the merged block staying st's with the latest free number among its
-// parts: demoting shared memory to one stream is always safe
-// (streamorder.go). A free on st merges so at once, but a neighbour
-// promoted to the shared set later joins only shared neighbours; the
-// out-of-memory path calls this so that st can use such a run as one
-// block.
+// shared neighbours (freeIndex.mergeOwnedWithShared).
 func (p *Pool) beforeRetryLocked(st *streamState) {
-	if st.owned == 0 {
-		return
-	}
-	own := make([]*block, 0, st.owned)
-	for b := st.head; b != nil; b = b.fnext {
-		own = append(own, b)
-	}
-	shared := func(nb *block) bool { return nb != nil && nb.free && nb.owner == nil }
-	for _, b := range own {
-		if !b.free || b.owner != st {
-			continue // absorbed by a block merged before it (recycled)
-		}
-		if !shared(b.prev) && !shared(b.next) {
-			continue
-		}
-		seq := b.seq
-		p.idx.remove(b)
-		for pv := b.prev; canJoin(pv, st); pv = b.prev {
-			if pv.owner == st {
-				seq = max(seq, pv.seq)
-			}
-			p.absorbPrevLocked(b)
-		}
-		for nx := b.next; canJoin(nx, st); nx = b.next {
-			if nx.owner == st {
-				seq = max(seq, nx.seq)
-			}
-			p.absorbNextLocked(b)
-		}
-		p.idx.insertOwnedAt(b, st, seq)
-		if b.prev == nil && b.next == nil {
-			p.markWhollyLocked(b.seg)
-		}
-	}
+	p.idx.mergeOwnedWithShared(st, p.markIfWhollyLocked)
 }
 
-// absorbPrevLocked merges b's free predecessor into b, which is in no
-// free set: the predecessor leaves its set and its struct is recycled.
-func (p *Pool) absorbPrevLocked(b *block) {
-	pv := b.prev
-	p.idx.remove(pv)
-	b.addr = pv.addr
-	b.size += pv.size
-	b.prev = pv.prev
-	if b.prev != nil {
-		b.prev.next = b
-	} else {
-		b.seg.first = b
+// markIfWhollyLocked marks b's segment wholly free when free block b is
+// all of it.
+func (p *Pool) markIfWhollyLocked(b *block) {
+	if b.prev == nil && b.next == nil {
+		p.markWhollyLocked(b.seg)
 	}
-	p.idx.putBlock(pv)
-}
-
-// absorbNextLocked merges b's free successor into b, as absorbPrevLocked.
-func (p *Pool) absorbNextLocked(b *block) {
-	nx := b.next
-	p.idx.remove(nx)
-	b.size += nx.size
-	b.next = nx.next
-	if b.next != nil {
-		b.next.prev = b
-	}
-	p.idx.putBlock(nx)
 }
 
 // classOf is the size class of a request of size bytes (rounded).

@@ -249,20 +249,12 @@ func (p *Pool) StreamStates() int {
 	return len(p.idx.streams)
 }
 
-// Locked reports whether the pool's lock is held. In a test where one
-// goroutine calls the pool, true means that goroutine holds it.
-func (p *Pool) Locked() bool {
-	if p.mu.TryLock() {
-		p.mu.Unlock()
-		return false
-	}
-	return true
-}
-
-// Locked is Pool.Locked for a PinnedPool.
-func (p *PinnedPool) Locked() bool {
-	if p.mu.TryLock() {
-		p.mu.Unlock()
+// Locked reports whether the allocator's lock is held (Pool, PinnedPool,
+// Expandable). In a test where one goroutine calls the allocator, true
+// means that goroutine holds it.
+func (c *core) Locked() bool {
+	if c.mu.TryLock() {
+		c.mu.Unlock()
 		return false
 	}
 	return true

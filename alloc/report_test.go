@@ -147,6 +147,9 @@ func oomCases() map[string]oomCase {
 		}
 		return p
 	}
+	expandable := func(t *testing.T, dev *sim.Device) alloc.Allocator {
+		return newExpandableT(t, dev, alloc.ExpandableConfig{})
+	}
 	return map[string]oomCase{
 		"pool":        {make: pool, n: 96 * mib, name: "pool"},
 		"pool, huge":  {make: pool, n: math.MaxUint64, name: "pool"},
@@ -168,6 +171,11 @@ func oomCases() map[string]oomCase {
 		"trace": {make: func(t *testing.T, d *sim.Device) alloc.Allocator {
 			return alloc.NewTrace(pool(t, d), &bytes.Buffer{})
 		}, n: 96 * mib, name: "pool"},
+		"expandable":       {make: expandable, n: 96 * mib, name: "expandable"},
+		"expandable, huge": {make: expandable, n: math.MaxUint64, name: "expandable"},
+		"limit refuses expandable": {make: func(t *testing.T, d *sim.Device) alloc.Allocator {
+			return alloc.NewLimit(expandable(t, d), 8*mib)
+		}, n: 16 * mib, name: "expandable", limit: true},
 	}
 }
 

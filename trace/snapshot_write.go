@@ -9,7 +9,8 @@ package trace
 // "segments" and "device_traces", one device). RecordReplay makes one
 // from a replay: the allocator's calls become "alloc", "free_requested"
 // and "free_completed" entries, its device allocations and frees
-// "segment_alloc" and "segment_free", and what it holds at the end of the
+// "segment_alloc" and "segment_free", its page maps and unmaps
+// "segment_map" and "segment_unmap", and what it holds at the end of the
 // log (before it is closed) the segments.
 
 import (
@@ -30,8 +31,8 @@ import (
 )
 
 // SnapshotEntry is one trace entry of a History. Action is PyTorch's:
-// "alloc", "free_requested", "free_completed", "segment_alloc" or
-// "segment_free".
+// "alloc", "free_requested", "free_completed", "segment_alloc",
+// "segment_free", "segment_map" or "segment_unmap".
 type SnapshotEntry struct {
 	Action string
 	Addr   uint64 // the block's or segment's address
@@ -52,12 +53,28 @@ type SnapshotBlock struct {
 type SnapshotSegment struct {
 	Addr, Size, Stream uint64
 	Blocks             []SnapshotBlock
+	Expandable         bool // mapped pages of an expandable segment
 }
 
 // History is an allocation history to write as a PyTorch snapshot.
 type History struct {
 	Segments []SnapshotSegment // held at the end, in address order
 	Entries  []SnapshotEntry   // in order
+}
+
+// expandable reports whether h maps pages (an expandable allocator's).
+func (h History) expandable() bool {
+	for _, s := range h.Segments {
+		if s.Expandable {
+			return true
+		}
+	}
+	for _, e := range h.Entries {
+		if e.Action == "segment_map" {
+			return true
+		}
+	}
+	return false
 }
 
 // WriteSnapshotFile writes h as a PyTorch memory snapshot to the named
@@ -93,7 +110,7 @@ func WriteSnapshot(w io.Writer, h History) error {
 	top := map[string]any{
 		"segments":             segs,
 		"device_traces":        []any{entries},
-		"allocator_settings":   map[string]any{"expandable_segments": false},
+		"allocator_settings":   map[string]any{"expandable_segments": h.expandable()},
 		"external_annotations": []any{},
 	}
 	bw := bufio.NewWriter(w)
@@ -131,7 +148,7 @@ func segmentDict(s SnapshotSegment) map[string]any {
 		"device": int64(0), "address": int64(s.Addr), "total_size": int64(s.Size),
 		"allocated_size": allocated, "active_size": allocated, "requested_size": allocated,
 		"stream": int64(s.Stream), "segment_type": kind, "segment_pool_id": ogorek.Tuple{int64(0), int64(0)},
-		"is_expandable": false, "frames": []any{}, "blocks": blocks,
+		"is_expandable": s.Expandable, "frames": []any{}, "blocks": blocks,
 	}
 }
 
@@ -139,17 +156,14 @@ func segmentDict(s SnapshotSegment) map[string]any {
 // History: what the allocator newAlloc makes did, as PyTorch's allocator
 // history would show it. The allocator sees a device that records its
 // synchronous allocations (at the device's granularity, as the device
-// reserves them) and its stream-ordered ones; other optional abilities
-// of the simulator (generations, sub-allocation checks) are hidden from
-// it.
+// reserves them), its stream-ordered ones and its page mappings (as an
+// expandable segment's "segment_map" and "segment_unmap", snapshot_vm.go);
+// other optional abilities of the simulator (generations, sub-allocation
+// checks) are hidden from it.
 func RecordReplay(events []Event, cfg sim.Config, newAlloc Factory, opts Options) (Result, History, error) {
 	rec := &recorder{start: time.Now(), segs: map[uint64]segInfo{}, blocks: map[uint64]uint64{}}
 	res, err := ReplayOnConfig(events, cfg, func(dev device.Device) (alloc.Allocator, error) {
-		var rd device.Device = &recDevice{Device: dev, rec: rec}
-		if ad, ok := dev.(device.AsyncAllocator); ok {
-			rd = &recAsyncDevice{recDevice: recDevice{Device: dev, rec: rec}, async: ad}
-		}
-		a, err := newAlloc(rd)
+		a, err := newAlloc(recordDevice(dev, rec))
 		if err != nil {
 			return nil, err
 		}
@@ -158,8 +172,11 @@ func RecordReplay(events []Event, cfg sim.Config, newAlloc Factory, opts Options
 	return res, rec.history, err
 }
 
-// segInfo is a live device allocation.
-type segInfo struct{ size, stream uint64 }
+// segInfo is a live device allocation, or a mapping of pages.
+type segInfo struct {
+	size, stream uint64
+	mapped       bool // a mapping (part of an expandable segment)
+}
 
 // recorder collects a History.
 type recorder struct {
@@ -213,6 +230,7 @@ func (r *recorder) finish() {
 		bases = append(bases, b)
 	}
 	slices.Sort(bases)
+	bases = joinMapped(bases, r.segs)
 	addrs := make([]uint64, 0, len(r.blocks))
 	for a := range r.blocks {
 		addrs = append(addrs, a)
@@ -220,7 +238,7 @@ func (r *recorder) finish() {
 	slices.Sort(addrs)
 	for _, base := range bases {
 		s := r.segs[base]
-		seg := SnapshotSegment{Addr: base, Size: s.size, Stream: s.stream}
+		seg := SnapshotSegment{Addr: base, Size: s.size, Stream: s.stream, Expandable: s.mapped}
 		at := base
 		i := sort.Search(len(addrs), func(i int) bool { return addrs[i] >= base })
 		for ; i < len(addrs) && addrs[i] < base+s.size; i++ {

@@ -2,11 +2,14 @@ package trace_test
 
 import (
 	"bytes"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/trace"
 )
 
@@ -36,7 +39,11 @@ func TestRecordReplaySnapshot(t *testing.T) {
 	python, pyErr := exec.LookPath("python3")
 	events := snapshotLog()
 	sum := trace.Summarize(events)
-	for name, newAlloc := range allocators {
+	all := maps.Clone(allocators)
+	all["Expandable"] = func(dev device.Device) (alloc.Allocator, error) {
+		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
+	}
+	for name, newAlloc := range all {
 		t.Run(name, func(t *testing.T) {
 			res, h, err := trace.RecordReplay(events, trace.SimConfig(events), newAlloc, trace.Options{})
 			if err != nil {
@@ -79,5 +86,58 @@ func TestRecordReplaySnapshot(t *testing.T) {
 				t.Fatalf("python3 check_snapshot.py: %v\n%s", err, out)
 			}
 		})
+	}
+}
+
+// TestRecordReplayExpandableSegments: an allocator that maps pages
+// (Expandable) is recorded as PyTorch records expandable segments: a
+// "segment_map" per mapping and "segment_unmap" per unmapping, and, at the
+// end, the pages that touch as one segment marked expandable, so that a
+// block live across several pages lies in one segment.
+func TestRecordReplayExpandableSegments(t *testing.T) {
+	const mib = 1 << 20
+	events := []trace.Event{
+		{Action: trace.Allocate, Pointer: 1, Size: mib},
+		{Action: trace.Allocate, Pointer: 2, Size: 7 * mib}, // across four 2 MiB pages
+		{Action: trace.Allocate, Pointer: 3, Size: 9 * mib},
+		{Action: trace.Free, Pointer: 3, Size: 9 * mib},
+	}
+	newAlloc := func(dev device.Device) (alloc.Allocator, error) {
+		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
+	}
+	_, h, err := trace.RecordReplay(events, trace.SimConfig(events), newAlloc, trace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps := 0
+	for _, e := range h.Entries {
+		if e.Action == "segment_alloc" {
+			t.Errorf("entry %+v: want segment_map for a page mapping", e)
+		}
+		if e.Action == "segment_map" {
+			maps++
+		}
+	}
+	if maps < 4 {
+		t.Errorf("%d segment_map entries; want at least 4 for 8 MiB of 2 MiB pages", maps)
+	}
+	var live uint64
+	for _, s := range h.Segments {
+		if !s.Expandable {
+			t.Errorf("segment %+v not marked expandable", s)
+		}
+		at := s.Addr
+		for _, b := range s.Blocks {
+			if b.Addr != at || b.Addr+b.Size > s.Addr+s.Size {
+				t.Fatalf("segment at %#x of %d bytes: block %+v does not tile it", s.Addr, s.Size, b)
+			}
+			at += b.Size
+			if b.Allocated {
+				live += b.Size
+			}
+		}
+	}
+	if live != 8*mib {
+		t.Errorf("segments hold %d live bytes; want %d", live, 8*mib)
 	}
 }

@@ -20,32 +20,9 @@ import (
 // kind from the latter where the device manages virtual memory.
 var allocatorKinds = []string{"direct", "pool", "async", "expandable"}
 
-// defaultAllocator is the allocator plan uses unless told.
+// defaultAllocator is the allocator plan uses unless told, and run where
+// the device cannot map pages.
 const defaultAllocator = "pool"
-
-// autoAllocator is run's default --allocator: the manager's Pool kind as
-// it chooses it (alloc.Expandable where the device manages virtual
-// memory, else the segment alloc.Pool).
-const autoAllocator = "auto"
-
-// managerAllocator is the manager options that give `vram run` the
-// allocator named kind (autoAllocator or one of allocatorKinds, checked
-// before): "pool" and "expandable" name the same allocators as in replay
-// and bench, so a device without virtual memory refuses "expandable"
-// rather than serving it from the segment Pool.
-func managerAllocator(kind string) []vram.Option {
-	switch kind {
-	case "direct":
-		return []vram.Option{vram.WithAllocator(vram.Direct)}
-	case "async":
-		return []vram.Option{vram.WithAllocator(vram.AsyncPool)}
-	case "pool":
-		return []vram.Option{vram.WithAllocator(vram.Pool), vram.WithExpandable(false, alloc.ExpandableConfig{})}
-	case "expandable":
-		return []vram.Option{vram.WithAllocator(vram.Pool), vram.WithExpandable(true, alloc.ExpandableConfig{})}
-	}
-	return []vram.Option{vram.WithAllocator(vram.Pool)}
-}
 
 // newAllocator makes the allocator named kind on dev.
 func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {
@@ -60,6 +37,32 @@ func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {
 		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
 	}
 	return nil, usagef("--allocator %q: want one of %s", kind, strings.Join(allocatorKinds, ", "))
+}
+
+// managerAllocOptions are the manager options that choose vram run's
+// allocator: first those of $VRAM_ALLOC_CONF (vram.AllocConfFromEnv),
+// then, when --allocator names one (name is not ""), the flag's choice,
+// which wins.
+// As in replay and bench, "pool" is the segment alloc.Pool and
+// "expandable" alloc.Expandable; with neither the flag nor the variable
+// naming one, the manager's default serves (Expandable where the device
+// manages virtual memory, else Pool).
+func managerAllocOptions(name string) ([]vram.Option, error) {
+	opts, err := vram.AllocConfFromEnv()
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	switch name {
+	case "":
+		return opts, nil
+	case "pool", "expandable":
+		return append(opts, vram.WithAllocator(vram.Pool), vram.WithExpandable(name == "expandable", alloc.ExpandableConfig{})), nil
+	}
+	kind, err := vram.ParseAllocatorKind(name)
+	if err != nil {
+		return nil, usagef("--allocator %q: want one of %s", name, strings.Join(allocatorKinds, ", "))
+	}
+	return append(opts, vram.WithAllocator(kind)), nil
 }
 
 // parseAllocators reads a comma-separated --allocator list.
@@ -98,8 +101,10 @@ func allocatorGranularity(kind string, dev device.Device) (uint64, error) {
 
 // allocatorReport is what info says about the allocators.
 type allocatorReport struct {
-	Default string   `json:"default"` // what run and plan use unless told
-	Kinds   []string `json:"kinds"`   // the names --allocator takes
+	// Default is what vram run uses unless told (by --allocator or
+	// $VRAM_ALLOC_CONF): expandable where the device can map pages, else pool.
+	Default string   `json:"default"`
+	Kinds   []string `json:"kinds"` // the names --allocator takes
 	// Granularity is each allocator's rounding unit on this device, bytes.
 	Granularity map[string]uint64 `json:"granularity"`
 	// Pool is the caching pool's configuration, defaults filled in.
@@ -143,6 +148,11 @@ func allocatorDefaults(dev device.Device) allocatorReport {
 			}
 		}
 		a.Close()
+	}
+	// vram run's manager serves its Pool kind from Expandable where it can
+	// be made ($VRAM_ALLOC_CONF aside).
+	if _, ok := rep.Granularity["expandable"]; ok {
+		rep.Default = "expandable"
 	}
 	return rep
 }

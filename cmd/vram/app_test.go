@@ -48,7 +48,7 @@ func TestUsageErrors(t *testing.T) {
 		"bad bool":        {[]string{"run", "--double-buffer=maybe"}, []string{`--double-buffer "maybe": want true or false`}},
 		"negative seed":   {[]string{"run", "--seed", "-1"}, []string{`--seed "-1": want a whole number of at least 0`}},
 		"negative runs":   {[]string{"run", "--runs", "-5"}, []string{"--runs -5: want 1 to"}},
-		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want auto or one of direct, pool, async`}},
+		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want one of direct, pool, async`}},
 		"replay: no file": {[]string{"replay"}, []string{"vram replay needs at least one TRACE.csv"}},
 		"extra argument":  {[]string{"info", "extra"}, []string{`vram info takes no arguments, but was given ["extra"]`}},
 		"empty device":    {[]string{"info", "--device", " "}, []string{"--device is empty"}},

@@ -50,9 +50,9 @@ func TestInfoJSON(t *testing.T) {
 				t.Errorf("device %+v: want sim, %d bytes total, free + context ≤ total, a granularity, backed, 2-D copies and Go kernels but no PTX", d, tc.total)
 			}
 			al := rep.Allocators
-			if al.Default != defaultAllocator || len(al.Kinds) != len(allocatorKinds) || al.Granularity["pool"] != 512 ||
+			if al.Default != "expandable" || len(al.Kinds) != len(allocatorKinds) || al.Granularity["pool"] != 512 ||
 				al.Granularity["expandable"] != 512 || al.Pool.SmallSize == 0 {
-				t.Errorf("allocators %+v: want default %s, every kind, pool and expandable rounding 512 and the pool's config", al, defaultAllocator)
+				t.Errorf("allocators %+v: want default expandable (the simulator maps pages), every kind, pool and expandable rounding 512 and the pool's config", al)
 			}
 			if !al.AsyncKeepsAll || al.AsyncReleaseThreshold != 0 {
 				t.Errorf("async pool: keeps all %v, threshold %d; want it to keep all freed memory by default", al.AsyncKeepsAll, al.AsyncReleaseThreshold)

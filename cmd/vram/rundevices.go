@@ -219,7 +219,11 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 	}
 	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
 	hostCap, _ := units.ParseSize(f.hostMem)
-	opts := append(managerAllocator(f.allocator), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
+	opts, err := managerAllocOptions(f.allocator)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}

@@ -82,7 +82,7 @@ type runFlags struct {
 	dt                   float64
 	vram                 string
 	vramSet              bool
-	allocator            string
+	allocator            string // --allocator ("": $VRAM_ALLOC_CONF's, else the manager's default)
 	doubleBuffer         bool
 	verify               int
 	seed                 uint64
@@ -113,11 +113,11 @@ fails (exit 1) if any disagrees. The report says how long the copies and
 kernels took and how much copying no kernel hid, and where the host
 arrays went; -v also prints the manager's memory report.
 
---allocator picks the manager's allocator: auto (the default: the
-manager's caching pool, alloc.Expandable where the device manages virtual
-memory, as the simulator does, else the segment alloc.Pool), pool (the
-segment alloc.Pool), expandable (alloc.Expandable; refused on a device
-without virtual memory), direct or async.
+--allocator picks the manager's allocator: pool (the segment alloc.Pool),
+expandable (alloc.Expandable; refused on a device without virtual
+memory), direct or async; without it, $VRAM_ALLOC_CONF's, else the
+manager's choice: expandable where the device manages virtual memory, as
+the simulator does, else pool.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On
@@ -172,7 +172,7 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
 	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
-	fl.StringVar(&f.allocator, "allocator", autoAllocator, "device allocator: "+autoAllocator+" (the manager's choice), "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+strings.Join(allocatorKinds, ", ")+" (default: $VRAM_ALLOC_CONF's, else expandable where the device manages virtual memory, else pool)")
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
@@ -228,8 +228,8 @@ func (f runFlags) check() (jobShape, error) {
 	if f.verify < 1 {
 		return js, usagef("--verify %d: want at least 1 run to check", f.verify)
 	}
-	if f.allocator != autoAllocator && !slices.Contains(allocatorKinds, f.allocator) {
-		return js, usagef("--allocator %q: want %s or one of %s", f.allocator, autoAllocator, strings.Join(allocatorKinds, ", "))
+	if f.allocator != "" && !slices.Contains(allocatorKinds, f.allocator) {
+		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
 	}
 	if f.metricsAddr != "" {
 		if err := checkMetricsAddr(f.metricsAddr); err != nil {
@@ -312,7 +312,11 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err := a.checkHostMemory(js, info, f.doubleBuffer, f.out != "", hostCap); err != nil {
 		return err
 	}
-	opts := append(managerAllocator(f.allocator), vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
+	opts, err := managerAllocOptions(f.allocator)
+	if err != nil {
+		return err
+	}
+	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}

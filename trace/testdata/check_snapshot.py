@@ -55,10 +55,14 @@ for i, e in enumerate(traces[0]):
     elif a == "free_completed":
         assert live.pop(e["addr"]) == e["size"], "entry %d: free of another size" % i
     else:
-        assert a in ("free_requested", "segment_alloc", "segment_free"), a
+        assert a in ("free_requested", "segment_alloc", "segment_free", "segment_map", "segment_unmap"), a
 allocated_at_end = sum(s["allocated_size"] for s in segs)
 assert allocated_at_end == sum(live.values()), "blocks live at the end are not all in segments"
 assert counts.get("alloc", 0) == want_allocs, "allocs %d, want %d" % (counts.get("alloc", 0), want_allocs)
 assert counts.get("free_completed", 0) == want_frees, "frees %d, want %d" % (counts.get("free_completed", 0), want_frees)
-assert counts.get("segment_alloc", 0) >= 1, "no segment_alloc"
+assert counts.get("segment_alloc", 0) + counts.get("segment_map", 0) >= 1, "no segment_alloc or segment_map"
+expandable = counts.get("segment_map", 0) > 0
+assert snap.get("allocator_settings", {}).get("expandable_segments") == expandable, "allocator_settings"
+for i, s in enumerate(segs):
+    assert s.get("is_expandable") == expandable, "segment %d: is_expandable %r" % (i, s.get("is_expandable"))
 print("ok")
