@@ -520,3 +520,29 @@ func TestEnsureRacesWithReinit(t *testing.T) {
 	}()
 	wg.Wait()
 }
+
+// TestHoldRacesWithClose: a Close that comes while Hold is between
+// holding its group and returning does not make Hold fail or panic (it
+// once looked the group up a second time, in the table Close had just
+// emptied); the stream Hold returns is the closed group's, and its release
+// is harmless.
+func TestHoldRacesWithClose(t *testing.T) {
+	dev := newDev(t)
+	g := streams.New(dev)
+	streams.SetHoldHook(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	defer streams.SetHoldHook(nil)
+	s, release, err := g.Hold("a")
+	if err != nil || s == nil {
+		t.Fatalf("Hold with a Close beside it: stream %v, error %v; want the group's stream", s, err)
+	}
+	if err := release(); err != nil {
+		t.Fatalf("release after Close: %v", err)
+	}
+	if _, _, err := g.Hold("a"); !errors.Is(err, streams.ErrClosed) {
+		t.Fatalf("Hold after Close: %v, want ErrClosed", err)
+	}
+}
