@@ -480,44 +480,53 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 // Ensure and Hold read a group's stream under the lock that Reinit writes
 // it under (Ensure once returned it after unlocking: a data race under
 // -race every time the two ran together).
+// TestEnsureRacesWithReinit: Ensure and Hold read a group's stream under
+// the lock Reinit replaces it under (the race detector checks). Ensure
+// runs in a loop of its own: a read just after the unlock races only
+// with a Reinit that takes the lock before the reader's next lock.
 func TestEnsureRacesWithReinit(t *testing.T) {
 	g, _ := newGroups(t)
 	if err := g.Add(1, "a"); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
 	done := make(chan struct{})
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(done)
-		for range 50 {
+		for range 1000 {
 			if err := g.Reinit(); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	}()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
+	loop := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := f(); err != nil {
+					t.Error(err)
+					return
+				}
 			}
-			if _, err := g.Ensure("a"); err != nil {
-				t.Error(err)
-				return
-			}
-			_, release, err := g.Hold("a")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_ = release()
+		}()
+	}
+	loop(func() error { _, err := g.Ensure("a"); return err })
+	loop(func() error {
+		_, release, err := g.Hold("a")
+		if err != nil {
+			return err
 		}
-	}()
+		return release()
+	})
 	wg.Wait()
 }
 
