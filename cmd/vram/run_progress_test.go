@@ -111,10 +111,9 @@ func TestLineProgressHeartbeat(t *testing.T) {
 
 // TestRunMetricsStuckClient has a metrics client pipeline requests and
 // never read its responses: the job still succeeds, and stopping the
-// server is a warning. On a loaded machine the server may not yet have
-// filled the socket buffers when the job ends, and so catch the
-// connection idle between two requests and stop cleanly: the job is run
-// up to three times for the warning.
+// server is a warning. The job is run up to three times for the warning,
+// in case a loaded machine still has the server between two requests
+// (idle, so it stops cleanly) when the job ends.
 func TestRunMetricsStuckClient(t *testing.T) {
 	var stderr string
 	for range 3 {
@@ -144,6 +143,12 @@ func runMetricsStuckClient(t *testing.T) (warned bool, stderr string) {
 		// timeout to run the job, and the timeout would then free the
 		// stuck scrape before the job ends: keep it stuck.
 		metricsWriteTimeout: 10 * time.Minute,
+		// A small send buffer on the server's side too: it blocks after
+		// a few responses, not after the megabytes loopback autotuning
+		// gives, which a loaded machine may not produce before the job
+		// ends (the server, still between two requests, then stops
+		// cleanly).
+		metricsSendBuffer: 4096,
 		onMetrics: func(u string) {
 			pu, err := url.Parse(u)
 			if err != nil {
