@@ -79,6 +79,11 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	if err := b.Queue(map[string]ArrayRequest{"y": req(Uint8, 0, n)}); err != nil {
 		t.Fatal(err)
 	}
+	// Ordered after A, Allocate may wait for A's work (its trim waits for
+	// the free of x): the kernel on A is let go after a second.
+	release = sync.OnceFunc(release)
+	timer := time.AfterFunc(time.Second, release)
+	defer timer.Stop()
 	rb, err := b.Allocate(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +94,15 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	defer mine.Free()
 	if err := b.ToDevice(context.Background(), y, mine); err != nil {
 		t.Fatal(err)
+	}
+	// Unordered, B's copy runs at once: let it finish before A's old copy
+	// can run, else that copy may come first and the defect not show (B's
+	// stream starts its goroutine only with its first work).
+	sB, _ := b.Stream()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if done, err := sB.Query(); err != nil || done {
+			break
+		}
 	}
 	release()
 	if err := b.Sync(context.Background()); err != nil {

@@ -186,7 +186,8 @@ func (g *Groups) place(id uint64, gname string, move bool) error {
 // group Ensure makes stays, empty, until a member joins and leaves it
 // (or Close): use Hold to make a group for a while.
 func (g *Groups) Ensure(groupName string) (device.Stream, error) {
-	return g.get(name(groupName), false)
+	_, s, err := g.get(name(groupName), false)
+	return s, err
 }
 
 // Hold makes the named group ("" is Default) and its stream if the group
@@ -197,13 +198,15 @@ func (g *Groups) Ensure(groupName string) (device.Stream, error) {
 // call counts) and after Close.
 func (g *Groups) Hold(groupName string) (s device.Stream, release func() error, err error) {
 	gname := name(groupName)
-	if _, err := g.get(gname, true); err != nil {
+	// The group comes from get itself, not from a second look-up: a
+	// Close between the two would have emptied the table.
+	grp, s, err := g.get(gname, true)
+	if err != nil {
 		return nil, nil, err
 	}
-	g.mu.Lock()
-	grp := g.groups[gname]
-	s = grp.stream
-	g.mu.Unlock()
+	if testHookHeld != nil {
+		testHookHeld()
+	}
 	var once sync.Once
 	release = func() error {
 		var err error
@@ -222,16 +225,20 @@ func (g *Groups) Hold(groupName string) (s device.Stream, release func() error, 
 	return s, release, nil
 }
 
-// get returns the named group's stream, making the group and its stream
-// if it does not exist; with hold it also counts a Hold of the group.
-func (g *Groups) get(gname string, hold bool) (device.Stream, error) {
+// testHookHeld, when set by a test, runs in Hold once the group is held.
+var testHookHeld func()
+
+// get returns the named group and its stream, making the group and its
+// stream if it does not exist; with hold it also counts a Hold of the
+// group.
+func (g *Groups) get(gname string, hold bool) (*group, device.Stream, error) {
 	var fresh device.Stream // made outside the lock when the group is new
 	for {
 		g.mu.Lock()
 		if g.closed {
 			g.mu.Unlock()
 			closeQuietly(fresh)
-			return nil, ErrClosed
+			return nil, nil, ErrClosed
 		}
 		grp, ok := g.groups[gname]
 		if !ok && fresh != nil {
@@ -246,12 +253,12 @@ func (g *Groups) get(gname string, hold bool) (device.Stream, error) {
 			s := grp.stream // read under the lock: Reinit replaces it
 			g.mu.Unlock()
 			closeQuietly(fresh) // another goroutine made the group first
-			return s, nil
+			return grp, s, nil
 		}
 		g.mu.Unlock()
 		s, err := g.mk.NewStream()
 		if err != nil {
-			return nil, fmt.Errorf("make the stream of group %q: %w", gname, err)
+			return nil, nil, fmt.Errorf("make the stream of group %q: %w", gname, err)
 		}
 		fresh = s
 	}

@@ -480,43 +480,78 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 // Ensure and Hold read a group's stream under the lock that Reinit writes
 // it under (Ensure once returned it after unlocking: a data race under
 // -race every time the two ran together).
+// TestEnsureRacesWithReinit: Ensure and Hold read a group's stream under
+// the lock Reinit replaces it under (the race detector checks). Ensure
+// runs in a loop of its own: a read just after the unlock races only
+// with a Reinit that takes the lock before the reader's next lock.
 func TestEnsureRacesWithReinit(t *testing.T) {
 	g, _ := newGroups(t)
 	if err := g.Add(1, "a"); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
 	done := make(chan struct{})
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(done)
-		for range 50 {
+		for range 1000 {
 			if err := g.Reinit(); err != nil {
 				t.Error(err)
 				return
 			}
 		}
 	}()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
+	loop := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if err := f(); err != nil {
+					t.Error(err)
+					return
+				}
 			}
-			if _, err := g.Ensure("a"); err != nil {
-				t.Error(err)
-				return
-			}
-			_, release, err := g.Hold("a")
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_ = release()
+		}()
+	}
+	loop(func() error { _, err := g.Ensure("a"); return err })
+	loop(func() error {
+		_, release, err := g.Hold("a")
+		if err != nil {
+			return err
 		}
-	}()
+		return release()
+	})
 	wg.Wait()
+}
+
+// TestHoldRacesWithClose: a Close that comes while Hold is between
+// holding its group and returning does not make Hold fail or panic (it
+// once looked the group up a second time, in the table Close had just
+// emptied); the stream Hold returns is the closed group's, and its release
+// is harmless.
+func TestHoldRacesWithClose(t *testing.T) {
+	dev := newDev(t)
+	g := streams.New(dev)
+	streams.SetHoldHook(func() {
+		if err := g.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	defer streams.SetHoldHook(nil)
+	s, release, err := g.Hold("a")
+	if err != nil || s == nil {
+		t.Fatalf("Hold with a Close beside it: stream %v, error %v; want the group's stream", s, err)
+	}
+	if err := release(); err != nil {
+		t.Fatalf("release after Close: %v", err)
+	}
+	if _, _, err := g.Hold("a"); !errors.Is(err, streams.ErrClosed) {
+		t.Fatalf("Hold after Close: %v, want ErrClosed", err)
+	}
 }

@@ -34,6 +34,8 @@ import (
 	"sort"
 
 	ogorek "github.com/kisielk/og-rek"
+
+	"github.com/vramkit/vram/internal/units"
 )
 
 // ErrSnapshot is wrapped by ReadSnapshot's errors on input that is not a
@@ -92,7 +94,8 @@ func ReadSnapshotFile(path string) (*Snapshot, error) {
 }
 
 // ReadSnapshot reads a PyTorch memory snapshot (a pickle made by
-// torch.cuda.memory._dump_snapshot) as an allocation log.
+// torch.cuda.memory._dump_snapshot) as an allocation log. A snapshot
+// whose segment and history sizes add up past MaxSize is refused.
 func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	v, err := ogorek.NewDecoder(bufio.NewReaderSize(r, 1<<16)).Decode()
 	if err != nil {
@@ -121,6 +124,9 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSnapshotBytes(entries, state); err != nil {
+		return nil, err
+	}
 	s := &Snapshot{}
 	s.Events, s.LiveAtStart = snapshotEvents(entries, state)
 	s.PyTorch = pytorchFigures(entries, state)
@@ -142,8 +148,9 @@ type snapBlock struct {
 
 // snapState is the segments at the dump.
 type snapState struct {
-	reserved   uint64 // sum of total_size
+	reserved   uint64 // sum of total_size (checkSnapshotBytes bounds it)
 	allocated  uint64 // sum of allocated_size
+	sizeSum    u128   // sum of total_size and allocated_size, unwrapped
 	segments   int
 	expandable bool
 	blocks     []snapBlock
@@ -248,6 +255,7 @@ func segmentsOf(segs []any) (snapState, error) {
 			return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
 		}
 		st.reserved += total
+		st.sizeSum = st.sizeSum.add(total)
 		st.segments++
 		if _, ok := m["allocated_size"]; ok {
 			n, err := uintOf(m, "allocated_size")
@@ -255,6 +263,7 @@ func segmentsOf(segs []any) (snapState, error) {
 				return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
 			}
 			st.allocated += n
+			st.sizeSum = st.sizeSum.add(n)
 		}
 		if x, ok := m["is_expandable"].(bool); ok && x {
 			st.expandable = true
@@ -277,6 +286,22 @@ func segmentsOf(segs []any) (snapState, error) {
 		}
 	}
 	return st, nil
+}
+
+// checkSnapshotBytes refuses a snapshot whose sizes, the segments' total
+// and allocated sizes and every entry's, add up past MaxSize: no device
+// holds that much, and the walk back through the history (pytorchFigures,
+// in int64) stays exact below it.
+func checkSnapshotBytes(entries []snapEntry, st snapState) error {
+	sum := st.sizeSum
+	for _, e := range entries {
+		sum = sum.add(e.size)
+	}
+	if sum.hi != 0 || sum.lo > MaxSize {
+		return fmt.Errorf("trace: the snapshot's segment and history sizes add up to more than %s (trace.MaxSize, %d bytes), which no device holds: %w",
+			units.Format(MaxSize), uint64(MaxSize), ErrSnapshot)
+	}
+	return nil
 }
 
 // freeAction is the entry that frees a block in this history.

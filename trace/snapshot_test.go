@@ -3,9 +3,11 @@ package trace_test
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	ogorek "github.com/kisielk/og-rek"
@@ -82,6 +84,48 @@ func TestReadSnapshotRefusesOtherInput(t *testing.T) {
 			_, err := trace.ReadSnapshot(bytes.NewReader(in))
 			if !errors.Is(err, trace.ErrSnapshot) {
 				t.Fatalf("err %v, want ErrSnapshot", err)
+			}
+		})
+	}
+}
+
+// TestReadSnapshotRefusesHugeSizes: sizes each below 2^63 that add up
+// past it (a segment's and a segment_free's) are refused, not walked back
+// through in wrapping int64 (PyTorch's figures once read 0 reserved at
+// start for a snapshot that held 2^64−2 bytes).
+func TestReadSnapshotRefusesHugeSizes(t *testing.T) {
+	const big = int64(math.MaxInt64)
+	tests := map[string]map[string]any{
+		"history past a segment": {
+			"segments": []any{map[string]any{"address": int64(0x1000), "total_size": big, "blocks": []any{}}},
+			"device_traces": []any{[]any{
+				map[string]any{"action": "segment_free", "addr": int64(0x9000), "size": big, "stream": int64(0), "time_us": int64(1)},
+			}},
+		},
+		"segments": {
+			"segments": []any{
+				map[string]any{"address": int64(0x1000), "total_size": big, "blocks": []any{}},
+				map[string]any{"address": int64(0x2000), "total_size": big, "blocks": []any{}},
+				map[string]any{"address": int64(0x3000), "total_size": big, "blocks": []any{}},
+			},
+			"device_traces": []any{[]any{
+				map[string]any{"action": "alloc", "addr": int64(0x1000), "size": int64(8), "stream": int64(0), "time_us": int64(1)},
+			}},
+		},
+	}
+	for name, snap := range tests {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := ogorek.NewEncoderWithConfig(&buf, &ogorek.EncoderConfig{Protocol: 4, StrictUnicode: true}).Encode(snap); err != nil {
+				t.Fatal(err)
+			}
+			s, err := trace.ReadSnapshot(&buf)
+			if !errors.Is(err, trace.ErrSnapshot) || !strings.Contains(err.Error(), "trace.MaxSize") {
+				var f trace.PyTorchFigures
+				if s != nil {
+					f = s.PyTorch
+				}
+				t.Fatalf("ReadSnapshot = %v (PyTorch figures %+v); want it refused, naming trace.MaxSize", err, f)
 			}
 		})
 	}

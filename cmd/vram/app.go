@@ -86,6 +86,10 @@ type app struct {
 	// server's write timeout, so that a test can hold a scrape stuck
 	// past the end of a slow run.
 	metricsWriteTimeout time.Duration
+	// metricsSendBuffer, when set (by tests), is the send buffer of the
+	// metrics server's connections, so that a client that stops reading
+	// blocks the server after a few responses however loaded the machine.
+	metricsSendBuffer int
 	// hostMem, when set (by tests), stands in for the host memory
 	// available to the process (hostAvailable).
 	hostMem func() (avail uint64, from string, ok bool)

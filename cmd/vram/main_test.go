@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -98,20 +99,28 @@ func TestInterruptStopsTheJob(t *testing.T) {
 
 // TestSecondInterruptKills sends the running job two SIGINTs: the first
 // asks it to stop, the second, once signals are back to their default,
-// ends it at once.
+// ends it at once. On a loaded machine the job may finish stopping, as
+// the first asked, before the second arrives: that try is run again, up
+// to three times.
 func TestSecondInterruptKills(t *testing.T) {
-	c := startChild(t, slowRun)
-	c.waitFor(t, "msg=plan")
-	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	c.waitFor(t, "press Ctrl-C again")
-	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	st, stderr := c.wait(t)
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
-		t.Errorf("the job ended with %v; want it killed by the second SIGINT; stderr:\n%s", st, stderr)
+	for try := 1; ; try++ {
+		c := startChild(t, slowRun)
+		c.waitFor(t, "msg=plan")
+		if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
+			t.Fatal(err)
+		}
+		c.waitFor(t, "press Ctrl-C again")
+		if err := c.cmd.Process.Signal(os.Interrupt); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			t.Fatal(err)
+		}
+		st, stderr := c.wait(t)
+		ws, ok := st.Sys().(syscall.WaitStatus)
+		if ok && ws.Signaled() && ws.Signal() == syscall.SIGINT {
+			return
+		}
+		if try < 3 && st.ExitCode() == exitFailure {
+			continue // stopped by the first before the second came
+		}
+		t.Fatalf("the job ended with %v; want it killed by the second SIGINT; stderr:\n%s", st, stderr)
 	}
 }

@@ -190,8 +190,17 @@ func openPart(manifest string) (*mergePart, error) {
 	if err := json.Unmarshal(b, &p.partManifest); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", manifest, err)
 	}
-	if p.Part == "" || p.Runs < 1 || p.FirstRun < 0 || p.FirstRun+p.Runs > p.TotalRuns || p.Samples < 2 {
+	if p.Part == "" || p.Runs < 1 || p.FirstRun < 0 || p.Runs > p.TotalRuns-p.FirstRun || p.Samples < 2 {
 		return nil, fmt.Errorf("manifest %s: part %q of runs %d+%d of %d with %d samples does not describe a part of a batch", manifest, p.Part, p.FirstRun, p.Runs, p.TotalRuns, p.Samples)
+	}
+	// The runs must be those the shard rule gives the shard it names,
+	// which also bounds its count of shards by the batch's runs.
+	s := shardOf(p.Shard, p.Shards)
+	if s.Valid() != nil || s.Count > uint64(p.TotalRuns) {
+		return nil, fmt.Errorf("manifest %s: shard %d of %d shards of %d runs: not a shard vram run writes", manifest, p.Shard, p.Shards, p.TotalRuns)
+	}
+	if lo, hi := s.Range(uint64(p.TotalRuns)); lo != uint64(p.FirstRun) || hi-lo != uint64(p.Runs) {
+		return nil, fmt.Errorf("manifest %s: shard %s of %d runs holds runs %d-%d, but the manifest says %d+%d", manifest, s, p.TotalRuns, lo, hi-1, p.FirstRun, p.Runs)
 	}
 	p.path = filepath.Join(filepath.Dir(manifest), filepath.Base(p.Part))
 	if p.f, err = npy.Open(p.path); err != nil {

@@ -81,6 +81,32 @@ func TestMergeRefuses(t *testing.T) {
 			},
 			want: []string{"seed 7", "seed 8", "parts of different batches"},
 		},
+		// Manifests are read from shared storage: one edited or corrupt
+		// must not wrap a sum or send merge through 2^62 shards.
+		"a run range past 2^63": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"first_run": 9223372036854775807`)
+				return out, nil
+			},
+			want: []string{"r.shard-1-of-2.json: part \"r.shard-1-of-2.npy\" of runs 9223372036854775807+150 of 300", "does not describe a part"},
+		},
+		"a count of shards past the runs": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"shards": 4611686018427387904`)
+				return out, nil
+			},
+			want: []string{"shard 1 of 4611686018427387904 shards of 300 runs: not a shard vram run writes"},
+		},
+		"runs that are not the shard's": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"shard": 0`)
+				return out, nil
+			},
+			want: []string{"shard 0/2 of 300 runs holds runs 0-149, but the manifest says 150+150"},
+		},
 		"a part cut short": {
 			setup: func(t *testing.T, dir string) (string, []string) {
 				out := writeParts(t, dir, runs, 2)
@@ -166,6 +192,21 @@ func TestShardRerunDropsStaleManifest(t *testing.T) {
 	if _, err := os.Stat(manifest); !os.IsNotExist(err) {
 		t.Fatalf("the failed rerun left the manifest %s (%v)", manifest, err)
 	}
+}
+
+// editManifest sets one field of the manifest at path, given as
+// `"name": value`.
+func editManifest(t *testing.T, path, field string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	must(t, err)
+	var m map[string]json.RawMessage
+	must(t, json.Unmarshal(b, &m))
+	name, value, _ := strings.Cut(field, ": ")
+	m[strings.Trim(name, `"`)] = json.RawMessage(value)
+	b, err = json.Marshal(m)
+	must(t, err)
+	must(t, os.WriteFile(path, b, 0o644))
 }
 
 func must(t *testing.T, err error) {

@@ -139,6 +139,13 @@ func (a *app) serveMetrics(addr string, m *vram.Manager) (*metricsServer, error)
 		url:  scrapeURL(ln.Addr()),
 		job:  job,
 	}
+	if n := a.metricsSendBuffer; n > 0 {
+		s.srv.ConnState = func(c net.Conn, st http.ConnState) {
+			if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
+				_ = tc.SetWriteBuffer(n)
+			}
+		}
+	}
 	go func() { s.done <- s.srv.Serve(ln) }()
 	a.log.Debug("serving metrics", "addr", ln.Addr().String())
 	return s, nil

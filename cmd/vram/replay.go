@@ -206,7 +206,7 @@ func readTrace(ctx context.Context, path string) ([]trace.Event, error) {
 	events, err := trace.Read(ctxReader{ctx, f})
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("read trace: %s: stopped before its end: %w", path, ctx.Err())
 		}
 		return nil, fmt.Errorf("read trace: %s: %w", path, err)
 	}

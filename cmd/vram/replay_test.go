@@ -275,8 +275,8 @@ func TestReplayCancelled(t *testing.T) {
 	cancel()
 	var out, errb bytes.Buffer
 	code := runContext(ctx, []string{"replay", path}, strings.NewReader(""), &out, &errb)
-	if code == exitOK || !strings.Contains(errb.String(), "context canceled") || strings.Contains(out.String(), "direct") {
-		t.Errorf("cancelled replay: exit %d, stdout %q, stderr %q; want it stopped with context canceled", code, out.String(), errb.String())
+	if code == exitOK || !strings.Contains(errb.String(), "read trace: "+path+": stopped before its end: context canceled") || strings.Contains(out.String(), "direct") {
+		t.Errorf("cancelled replay: exit %d, stdout %q, stderr %q; want it stopped, naming the trace, with context canceled", code, out.String(), errb.String())
 	}
 	r := ctxReader{ctx, strings.NewReader("data")}
 	if n, err := r.Read(make([]byte, 4)); n != 0 || !errors.Is(err, context.Canceled) {

@@ -111,8 +111,24 @@ func TestLineProgressHeartbeat(t *testing.T) {
 
 // TestRunMetricsStuckClient has a metrics client pipeline requests and
 // never read its responses: the job still succeeds, and stopping the
-// server is a warning.
+// server is a warning. The job is run up to three times for the warning,
+// in case a loaded machine still has the server between two requests
+// (idle, so it stops cleanly) when the job ends.
 func TestRunMetricsStuckClient(t *testing.T) {
+	var stderr string
+	for range 3 {
+		var warned bool
+		if warned, stderr = runMetricsStuckClient(t); warned {
+			return
+		}
+	}
+	t.Errorf("stderr %q: want a warning that the metrics server did not stop cleanly (3 tries)", stderr)
+}
+
+// runMetricsStuckClient runs the job with a stuck metrics client once and
+// reports whether it warned that the server did not stop cleanly.
+func runMetricsStuckClient(t *testing.T) (warned bool, stderr string) {
+	t.Helper()
 	var out bytes.Buffer
 	var errb syncBuffer // the server's handlers may log after it is closed
 	var conn net.Conn
@@ -127,6 +143,12 @@ func TestRunMetricsStuckClient(t *testing.T) {
 		// timeout to run the job, and the timeout would then free the
 		// stuck scrape before the job ends: keep it stuck.
 		metricsWriteTimeout: 10 * time.Minute,
+		// A small send buffer on the server's side too: it blocks after
+		// a few responses, not after the megabytes loopback autotuning
+		// gives, which a loaded machine may not produce before the job
+		// ends (the server, still between two requests, then stops
+		// cleanly).
+		metricsSendBuffer: 4096,
 		onMetrics: func(u string) {
 			pu, err := url.Parse(u)
 			if err != nil {
@@ -166,12 +188,10 @@ func TestRunMetricsStuckClient(t *testing.T) {
 	if code := a.execute(args); code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, errb.String())
 	}
-	if !strings.Contains(errb.String(), "vram: warning: stop the metrics server: scrapes still in flight after 100ms") {
-		t.Errorf("stderr %q: want a warning that the metrics server did not stop cleanly", errb.String())
-	}
 	if !strings.Contains(out.String(), "verified") {
 		t.Errorf("stdout %q: want the report", out.String())
 	}
+	return strings.Contains(errb.String(), "vram: warning: stop the metrics server: scrapes still in flight after 100ms"), errb.String()
 }
 
 // failWriter fails every write, as stdout on /dev/full does.

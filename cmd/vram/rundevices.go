@@ -343,7 +343,7 @@ func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport
 	if mj.traj != nil {
 		rep.Out = mj.traj.path
 	}
-	if s := sh.shard; !s.Whole() {
+	if s := sh.shard; sh.parted() {
 		rep.Shard, rep.ShardFrom, rep.FirstRun, rep.TotalRuns = s.String(), s.From, sh.first, sh.total
 	}
 	return rep

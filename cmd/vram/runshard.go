@@ -11,7 +11,8 @@
 // environment (shard.FromEnv: SLURM_ARRAY_TASK_ID with
 // SLURM_ARRAY_TASK_COUNT and SLURM_ARRAY_TASK_MIN, or JOB_COMPLETION_INDEX
 // with VRAM_SHARD_COUNT), and says on stderr which it used. --shard 0/1
-// runs the whole batch whatever the environment says.
+// runs the whole batch whatever the environment says; a scheduler's shard
+// 0/1 (an array of one task) is still a part, for its merge job.
 //
 // With --out OUT.npy a shard writes its part, not OUT.npy: the part
 // OUT.shard-i-of-N.npy (float32, C order, shape (samples, 2, its runs)),
@@ -40,7 +41,8 @@ of R = --runs, each with the parameters it has in the whole batch. Without
 (SLURM_ARRAY_TASK_ID − SLURM_ARRAY_TASK_MIN of SLURM_ARRAY_TASK_COUNT) or
 a Kubernetes Indexed Job (JOB_COMPLETION_INDEX of VRAM_SHARD_COUNT, which
 the Job sets to its completions), and says on stderr which it used;
---shard 0/1 runs the whole batch. With --out OUT.npy a shard writes its
+--shard 0/1 runs the whole batch. With --out OUT.npy a shard (any shard a
+scheduler gave, even the one task of an array of one) writes its
 part OUT.shard-i-of-N.npy and, once verified, its manifest
 OUT.shard-i-of-N.json; vram merge OUT.npy gathers the parts into the file
 one process would have written.
@@ -85,7 +87,7 @@ func (a *app) shardJob(js jobShape, f runFlags) (jobShape, error) {
 		s = es
 	}
 	js.shard, js.first, js.total = s, 0, js.runs
-	if s.Whole() {
+	if !js.parted() {
 		return js, nil
 	}
 	lo, hi := s.Range(uint64(js.total))
@@ -97,12 +99,24 @@ func (a *app) shardJob(js jobShape, f runFlags) (jobShape, error) {
 	return js, nil
 }
 
+// parted reports whether the job writes a part of the batch for vram
+// merge rather than the whole file: a shard of several, or any shard a
+// scheduler gave, even the one task of an array of one (its merge job
+// gathers one part). --shard 0/1 is the whole batch.
+func (js jobShape) parted() bool {
+	return !js.shard.Whole() || js.shard.From == "slurm" || js.shard.From == "kubernetes"
+}
+
 // shardSource says where s came from, with the variables read.
 func shardSource(s shard.Shard) string {
 	switch s.From {
 	case "slurm":
-		return fmt.Sprintf("Slurm (%s=%s, %s=%s, %s=%s)", shard.EnvSlurmID, os.Getenv(shard.EnvSlurmID),
-			shard.EnvSlurmMin, os.Getenv(shard.EnvSlurmMin), shard.EnvSlurmCount, os.Getenv(shard.EnvSlurmCount))
+		step := ""
+		if v := os.Getenv(shard.EnvSlurmStep); v != "" {
+			step = fmt.Sprintf(", %s=%s", shard.EnvSlurmStep, v)
+		}
+		return fmt.Sprintf("Slurm (%s=%s, %s=%s, %s=%s%s)", shard.EnvSlurmID, os.Getenv(shard.EnvSlurmID),
+			shard.EnvSlurmMin, os.Getenv(shard.EnvSlurmMin), shard.EnvSlurmCount, os.Getenv(shard.EnvSlurmCount), step)
 	case "kubernetes":
 		return fmt.Sprintf("Kubernetes (%s=%s, %s=%s)", shard.EnvK8sIndex, os.Getenv(shard.EnvK8sIndex), shard.EnvCount, os.Getenv(shard.EnvCount))
 	}
@@ -113,7 +127,7 @@ func shardSource(s shard.Shard) string {
 // closes it (removing it when failed) and then writes a part's manifest.
 func (j *job) openOut(out string) error {
 	path := out
-	if !j.shape.shard.Whole() {
+	if j.shape.parted() {
 		var manifest string
 		path, manifest = partPaths(out, j.shape.shard)
 		// A manifest left by an earlier try of this shard would vouch
@@ -128,7 +142,7 @@ func (j *job) openOut(out string) error {
 }
 
 func (j *job) closeOut(out string, failed bool) error {
-	if err := j.traj.close(failed); err != nil || failed || j.shape.shard.Whole() {
+	if err := j.traj.close(failed); err != nil || failed || !j.shape.parted() {
 		return err
 	}
 	sh, s := j.shape, j.shape.shard
@@ -159,7 +173,7 @@ func writeManifest(path string, m partManifest) error {
 // shardReport adds the shard to the report.
 func (j *job) shardReport(rep *runReport) {
 	s := j.shape.shard
-	if s.Whole() {
+	if !j.shape.parted() {
 		return
 	}
 	rep.Shard, rep.ShardFrom, rep.FirstRun, rep.TotalRuns = s.String(), s.From, j.shape.first, j.shape.total

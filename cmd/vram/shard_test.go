@@ -72,6 +72,14 @@ func TestShardsMergeToTheWholeRun(t *testing.T) {
 		"kubernetes 4": {n: 4, env: func(i int) map[string]string {
 			return map[string]string{shard.EnvK8sIndex: fmt.Sprint(i), shard.EnvCount: "4"}
 		}},
+		// A scheduler's job of one task still writes a part, which its
+		// merge job (deploy/slurm, deploy/kubernetes) gathers.
+		"slurm 0-0": {n: 1, env: func(i int) map[string]string {
+			return map[string]string{shard.EnvSlurmID: "0", shard.EnvSlurmCount: "1"}
+		}},
+		"kubernetes 1": {n: 1, env: func(i int) map[string]string {
+			return map[string]string{shard.EnvK8sIndex: "0", shard.EnvCount: "1"}
+		}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -122,7 +130,11 @@ func TestShardTellsWhereFrom(t *testing.T) {
 		"flag":       {args: []string{"--shard", "1/2"}, want: "vram: shard 1/2 from --shard: runs 50-99 of 100"},
 		"slurm":      {env: map[string]string{shard.EnvSlurmID: "0", shard.EnvSlurmCount: "2"}, want: "vram: shard 0/2 from Slurm (SLURM_ARRAY_TASK_ID=0, SLURM_ARRAY_TASK_MIN=, SLURM_ARRAY_TASK_COUNT=2): runs 0-49 of 100"},
 		"kubernetes": {env: map[string]string{shard.EnvK8sIndex: "1", shard.EnvCount: "2"}, want: "vram: shard 1/2 from Kubernetes (JOB_COMPLETION_INDEX=1, VRAM_SHARD_COUNT=2): runs 50-99 of 100"},
-		"flag wins":  {env: map[string]string{shard.EnvK8sIndex: "1", shard.EnvCount: "2"}, args: []string{"--shard", "0/1"}, want: ""},
+		"slurm, step": {env: map[string]string{shard.EnvSlurmID: "4", shard.EnvSlurmStep: "2", shard.EnvSlurmCount: "3"},
+			want: "vram: shard 2/3 from Slurm (SLURM_ARRAY_TASK_ID=4, SLURM_ARRAY_TASK_MIN=, SLURM_ARRAY_TASK_COUNT=3, SLURM_ARRAY_TASK_STEP=2): runs 66-99 of 100"},
+		"slurm, one task": {env: map[string]string{shard.EnvSlurmID: "0", shard.EnvSlurmCount: "1"},
+			want: "vram: shard 0/1 from Slurm (SLURM_ARRAY_TASK_ID=0, SLURM_ARRAY_TASK_MIN=, SLURM_ARRAY_TASK_COUNT=1): runs 0-99 of 100"},
+		"flag wins": {env: map[string]string{shard.EnvK8sIndex: "1", shard.EnvCount: "2"}, args: []string{"--shard", "0/1"}, want: ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range tc.env {
