@@ -61,3 +61,13 @@ var (
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
 )
+
+// errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,
+// pageable arrays): errors.Is matches ErrOutOfMemory, and its text does
+// not send the reader to the device.
+var errHostOutOfMemory error = hostOutOfMemory{}
+
+type hostOutOfMemory struct{}
+
+func (hostOutOfMemory) Error() string        { return "out of host memory" }
+func (hostOutOfMemory) Is(target error) bool { return target == ErrOutOfMemory }

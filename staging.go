@@ -283,9 +283,13 @@ func (p *StagingPool) noRoom(sizes []uint64) error {
 		sum += n
 	}
 	s := p.h.stats()
-	return fmt.Errorf("vram: staging pool: %d buffers of %s in all do not fit: %s pinned of the pinned limit %s, %s of host RAM in use of the limit %s (0: none); raise the limits (HostOptions) or make chunks smaller: %w",
+	limit := "no limit"
+	if s.Limit > 0 {
+		limit = "the limit " + units.Format(s.Limit)
+	}
+	return fmt.Errorf("vram: staging pool: %d pinned buffers of %s in all do not fit: %s pinned of the pinned limit %s, %s of host RAM in use of %s; raise the limits (HostOptions) or make chunks smaller: %w",
 		len(sizes), units.Format(sum), units.Format(s.Pinned+s.Mapped+s.Staging), units.Format(s.PinnedLimit),
-		units.Format(s.RAM()), units.Format(s.Limit), ErrOutOfMemory)
+		units.Format(s.RAM()), limit, errHostOutOfMemory)
 }
 
 // make allocates a buffer of n bytes: pinned where the device can pin,
