@@ -300,6 +300,7 @@ func TestRunBatchErrors(t *testing.T) {
 		"other group":    {other, Batch{Arrays: ok, Compute: f.compute}, `not the batch's "elsewhere"`},
 		"bad axis": {f.solver, Batch{Arrays: []BatchArray{InFunc(f.sr, "in", 0, func(Span, *HostArray) error { return nil })}, Compute: f.compute},
 			"axis 0 of its shape"},
+		"other's label":   {f.solver, Batch{Arrays: []BatchArray{Out(f.sr, "out", out)}, Compute: f.compute}, `"out" is writer#2's: pass writer#2's ArrayResponse, which its OnAllocated hook receives`},
 		"nil response":    {f.solver, Batch{Arrays: []BatchArray{In(nil, "in", in)}, Compute: f.compute}, "nil response"},
 		"nil host and fn": {f.solver, Batch{Arrays: []BatchArray{In(f.sr, "in", nil)}, Compute: f.compute}, "no host array and no function"},
 	}
