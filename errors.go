@@ -46,8 +46,8 @@ var (
 	// ErrFreed: an array used after the manager freed it (by Free,
 	// FreeAll, a client's Close, a re-allocation or SetAllocator).
 	ErrFreed = errors.New("vram: array has been freed")
-	// ErrChunkRange: a chunk index outside the plan's chunks (Chunk,
-	// Span).
+	// ErrChunkRange: a chunk index outside the plan's chunks, or a chunk
+	// of a plan with no runs, whose arrays are whole (Chunk, Span).
 	ErrChunkRange = errors.New("vram: chunk index out of range")
 	// ErrEvicted: an array (or a client's work) whose memory the manager
 	// gave to another group while its client was idle (evict.go). Errors
