@@ -267,7 +267,7 @@ func pageableLimit() uint64 {
 func pageable(n uint64) ([]byte, error) {
 	if limit := pageableLimit(); n > limit {
 		return nil, fmt.Errorf("pageable host memory of %s (%d bytes) is more than one Go allocation on this host may take, %s (its memory and swap, and the Go runtime's limit); shrink the array or chunk it: %w",
-			units.Format(n), n, units.Format(limit), ErrOutOfMemory)
+			units.Format(n), n, units.Format(limit), errHostOutOfMemory)
 	}
 	if n == 0 {
 		return []byte{}, nil

@@ -9,9 +9,12 @@ import (
 	"fmt"
 )
 
-// markBatch begins a work mark on c and on the owner of every array of b;
-// end ends them all. If one cannot begin (a client evicted or closed),
-// the marks begun are ended and its error returned.
+// markBatch begins a work mark on c and on the owner of every array of b,
+// and on every other member of c's group that holds arrays (a compute
+// step may use its scratch arrays through Chunk.Array); end ends them
+// all. If an owner's cannot begin (a client evicted or closed), the
+// marks begun are ended and its error returned; another member that
+// cannot be marked (evicted or closed meanwhile) is passed over.
 func markBatch(c *Client, b Batch) (end func() error, err error) {
 	var marks []*Work
 	end = func() error {
@@ -38,6 +41,15 @@ func markBatch(c *Client, b Batch) (end func() error, err error) {
 			return nil, errors.Join(fmt.Errorf("vram: batch: mark work on %v: %w", o, err), end())
 		}
 		marks = append(marks, w)
+	}
+	for _, o := range c.m.GroupMembers(c.Group()) {
+		if seen[o] || o.Held() == 0 {
+			continue
+		}
+		seen[o] = true
+		if w, err := o.BeginWork(); err == nil {
+			marks = append(marks, w)
+		}
 	}
 	return end, nil
 }

@@ -244,3 +244,41 @@ func TestCopyCancelled(t *testing.T) {
 		})
 	}
 }
+
+// TestFreeWaitsUnderDirect backs the package doc's word on frees: under
+// Direct, a client's Free waits for the work of another group's stream
+// (as cuMemFree waits for the device); under the pools it does not.
+func TestFreeWaitsUnderDirect(t *testing.T) {
+	for kind, waits := range map[AllocatorKind]bool{Direct: true, Pool: false, AsyncPool: false} {
+		t.Run(kind.String(), func(t *testing.T) {
+			m, dev, _ := newManager(t, 64*MiB, WithAllocator(kind))
+			a := register(t, m, ClientOptions{Name: "a", Group: "a"})
+			b := register(t, m, ClientOptions{Name: "b", Group: "b"})
+			holdBytes(t, a, int(MiB))
+			s, err := b.Stream()
+			must(t, err)
+			open := gateStream(t, dev, s) // b's stream busy until open
+			done := make(chan error, 1)
+			go func() { done <- a.Free("x") }()
+			wait := 100 * time.Millisecond // a Free that waits must not return in this
+			if !waits {
+				wait = 10 * time.Second // a Free that does not wait returns in this, however loaded the machine
+			}
+			select {
+			case err := <-done:
+				open()
+				must(t, err)
+				if waits {
+					t.Fatal("Free returned while another group's stream was still at work")
+				}
+			case <-time.After(wait):
+				open()
+				if !waits {
+					t.Fatal("Free waited for another group's stream")
+				}
+				must(t, <-done)
+			}
+			must(t, b.Sync(context.Background()))
+		})
+	}
+}

@@ -187,7 +187,10 @@
 // Manager.Close, SetAllocator, ReinitStreams, a free ordered after such a
 // stream) and, for SetAllocator, ReinitStreams and Manager.Close, for a
 // Sync, copy or Allocate in progress: they must finish to leave the
-// manager consistent, so they cannot be abandoned half-way.
+// manager consistent, so they cannot be abandoned half-way. Under the
+// Direct allocator every free (Free, FreeAll, Close, a re-allocation, an
+// eviction) also waits, as cuMemFree does, for the work of every stream
+// of the device; the pools free without waiting.
 //
 // # Usage
 //

@@ -46,8 +46,8 @@ var (
 	// ErrFreed: an array used after the manager freed it (by Free,
 	// FreeAll, a client's Close, a re-allocation or SetAllocator).
 	ErrFreed = errors.New("vram: array has been freed")
-	// ErrChunkRange: a chunk index outside the plan's chunks (Chunk,
-	// Span).
+	// ErrChunkRange: a chunk index outside the plan's chunks, or a chunk
+	// of a plan with no runs, whose arrays are whole (Chunk, Span).
 	ErrChunkRange = errors.New("vram: chunk index out of range")
 	// ErrEvicted: an array (or a client's work) whose memory the manager
 	// gave to another group while its client was idle (evict.go). Errors
@@ -61,3 +61,13 @@ var (
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
 )
+
+// errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,
+// pageable arrays): errors.Is matches ErrOutOfMemory, and its text does
+// not send the reader to the device.
+var errHostOutOfMemory error = hostOutOfMemory{}
+
+type hostOutOfMemory struct{}
+
+func (hostOutOfMemory) Error() string        { return "out of host memory" }
+func (hostOutOfMemory) Is(target error) bool { return target == ErrOutOfMemory }

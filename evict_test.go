@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
@@ -135,6 +136,32 @@ func TestEvict(t *testing.T) {
 				if err := s.Synchronize(); err != nil {
 					t.Fatal(err)
 				}
+			},
+		},
+		"work ended, the GPU still at it: skipped": {
+			ask: fixed(Uint8, 40*int(MiB)), want: []string{"b", "c"}, chunks: 1,
+			prepare: func(t *testing.T, dev *sim.Device, cs map[string]*Client) {
+				a := cs["a"]
+				w, err := a.BeginWork()
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, _ := a.Stream()
+				open := gateStream(t, dev, s)
+				if err := w.End(); err != nil {
+					t.Fatal(err)
+				}
+				a.work.lastUse.Store(0) // still the oldest use
+				// The stream runs on once the victims are chosen: Direct's
+				// free, like cuMemFree, waits for the whole device.
+				x := cs["b"].Arrays()["x"]
+				ctx := t.Context()
+				go func() {
+					for !x.Evicted() && ctx.Err() == nil {
+						time.Sleep(time.Millisecond)
+					}
+					open()
+				}()
 			},
 		},
 		"opted out: skipped": {

@@ -95,6 +95,22 @@ type HostPlacement struct {
 	Keep   bool   // RungFile: the file stays when the array is freed
 }
 
+// String is the rung, its file and why: "pinned: fits: …",
+// "file /tmp/x.npy (kept): …".
+func (p HostPlacement) String() string {
+	s := p.Rung.String()
+	if p.Path != "" {
+		s += " " + p.Path
+		if p.Keep {
+			s += " (kept)"
+		}
+	}
+	if p.Reason != "" {
+		s += ": " + p.Reason
+	}
+	return s
+}
+
 // HostStats is the host memory a manager's host arrays and staging pool
 // hold now, by rung. A plain value.
 type HostStats struct {

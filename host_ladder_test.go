@@ -253,3 +253,23 @@ func TestHostLadderPinnedCache(t *testing.T) {
 		t.Errorf("placement %+v, stats %+v: want the cache trimmed and the array pinned within the limit", b.Placement(), s)
 	}
 }
+
+// TestHostPlacementString checks that a placement prints as its rung, its
+// file and its reason, not as a struct.
+func TestHostPlacementString(t *testing.T) {
+	tests := map[string]struct {
+		p    HostPlacement
+		want string
+	}{
+		"pinned":    {HostPlacement{Rung: RungPinned, Reason: "fits"}, "pinned: fits"},
+		"kept file": {HostPlacement{Rung: RungFile, Path: "/s/a.npy", Keep: true, Reason: "over the limit"}, "file /s/a.npy (kept): over the limit"},
+		"file":      {HostPlacement{Rung: RungFile, Path: "/s/a.npy"}, "file /s/a.npy"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := fmt.Sprint(tc.p); got != tc.want {
+				t.Errorf("%#v prints %q, want %q", tc.p, got, tc.want)
+			}
+		})
+	}
+}

@@ -32,6 +32,7 @@ package vram
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/vramkit/vram/device"
@@ -131,15 +132,27 @@ type Chunk struct {
 }
 
 // Array returns response r's device array label in the chunk's buffer
-// (nil if it has none).
+// (nil if it has none). r may be a response of the batch's allocation
+// that no BatchArray names (a client holding scratch arrays only).
 func (ch *Chunk) Array(r *ArrayResponse, label string) *DeviceArray {
-	return ch.sets[r][label]
+	if set, ok := ch.sets[r]; ok || r == nil {
+		return set[label]
+	}
+	return deviceSet(r, ch.Buffer)[label]
 }
 
 // Launch enqueues the portable kernel k over the chunk's Len runs on its
 // stream. Arguments are as for kernel.Kernel.Launch; a *DeviceArray is
-// one (its address on CUDA, its typed views on the simulator).
+// one (its address on CUDA, its typed views on the simulator). A nil
+// *DeviceArray (a label Array did not find) is an error wrapping
+// kernel.ErrArgs.
 func (ch *Chunk) Launch(k *kernel.Kernel, args ...any) error {
+	for i, a := range args {
+		if d, ok := a.(*DeviceArray); ok && d == nil {
+			return fmt.Errorf("kernel %s: argument %d is a nil *DeviceArray: Chunk.Array found no array under that label in that response (check the label and pass the response of the client that holds it): %w",
+				k.Name(), i, kernel.ErrArgs)
+		}
+	}
 	return k.Launch(ch.dev, ch.Stream, ch.Len, args...)
 }
 

@@ -131,7 +131,7 @@ func (r *batchRun) resolvePlan() error {
 	avail := MaxBatchBuffers
 	for i, ba := range r.b.Arrays {
 		if ba.resp == nil {
-			return batchErr("array %d (%q) has a nil response; pass the ArrayResponse its client was given", i, ba.label)
+			return batchErr("array %d (%q) has a nil response; pass the ArrayResponse its client was given (Allocate returns the caller's; every other member's comes to its OnAllocated hook)", i, ba.label)
 		}
 		if i == 0 {
 			r.plan = ba.resp.Plan
@@ -177,8 +177,8 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 	for buf := range r.k {
 		d := deviceSet(ba.resp, buf)[ba.label]
 		if d == nil {
-			return nil, batchErr("array %d: %s has no device array %q; its labels are %s", i, a.client, ba.label,
-				strings.Join(slices.Sorted(maps.Keys(deviceSet(ba.resp, buf))), ", "))
+			return nil, batchErr("array %d: %s has no device array %q; its labels are %s%s", i, a.client, ba.label,
+				strings.Join(slices.Sorted(maps.Keys(deviceSet(ba.resp, buf))), ", "), r.holderHint(ba.label, group))
 		}
 		a.dev = append(a.dev, d)
 	}
@@ -210,6 +210,17 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 		r.rep.Staged++
 	}
 	return a, nil
+}
+
+// holderHint names another member of group that holds device arrays
+// under label, for the error of a label asked of the wrong response.
+func (r *batchRun) holderHint(label, group string) string {
+	for _, c := range r.m.GroupMembers(group) {
+		if c.Arrays()[label] != nil {
+			return fmt.Sprintf("; %q is %v's: pass %v's ArrayResponse, which its OnAllocated hook receives", label, c, c)
+		}
+	}
+	return ""
 }
 
 // inferAxis finds the chunk axis of a host side given as a full-length

@@ -12,8 +12,10 @@ package vram
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // acquireStaging fills every staged array's slots from the pool and
@@ -21,10 +23,12 @@ import (
 func (r *batchRun) acquireStaging() error {
 	var staged []*batchArr
 	var sizes []uint64
+	var names []string
 	for _, a := range r.arrs {
 		if a.staged() {
 			staged = append(staged, a)
 			sizes = append(sizes, a.dev[0].Bytes())
+			names = append(names, fmt.Sprintf("%s (%s a chunk)", a.name, units.Format(a.dev[0].Bytes())))
 		}
 	}
 	if len(staged) == 0 {
@@ -33,7 +37,7 @@ func (r *batchRun) acquireStaging() error {
 	pool := r.m.host.staging
 	first, err := pool.AcquireSet(r.ctx, sizes)
 	if err != nil {
-		return fmt.Errorf("vram: batch: staging buffers for %d arrays: %w", len(staged), err)
+		return fmt.Errorf("vram: batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
 	}
 	got := make([][]*StagingBuffer, len(staged))
 	for i := range staged {

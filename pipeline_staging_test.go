@@ -2,8 +2,12 @@ package vram
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/vramkit/vram/internal/units"
 )
 
 // TestRunBatchHostCap runs the fixture with its host arrays chosen by the
@@ -80,5 +84,35 @@ func TestRunBatchStagingShort(t *testing.T) {
 	}
 	if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
 		t.Fatalf("%d wrong results", bad)
+	}
+}
+
+// TestRunBatchStagingTooSmall gives the pool a host limit under one
+// chunk's staging buffers: the batch is refused at once with an error
+// that matches ErrOutOfMemory, names the staged arrays, their chunk
+// sizes and the host limit, and does not speak of device memory.
+func TestRunBatchStagingTooSmall(t *testing.T) {
+	const runs = 200_000
+	f := newBatchFixture(t, runs, 1)
+	in, table, out := f.hosts(t, Pageable)
+	f.m.host.lim.limit = f.m.Host().Stats().RAM() + f.sr.Arrays["in"].Bytes()/2
+	rep, err := RunBatch(context.Background(), f.solver, Batch{
+		Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
+		Compute: f.compute,
+	})
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("error %v, want one wrapping ErrOutOfMemory", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{`"in" of`, `"out" of`, "a chunk", "host", units.Format(f.m.Host().Stats().Limit)} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "device memory") || strings.Contains(msg, "0: none") {
+		t.Errorf("error %q speaks of device memory or an unset limit", msg)
+	}
+	if rep.ChunksDone != 0 {
+		t.Errorf("%d chunks done, want none", rep.ChunksDone)
 	}
 }

@@ -300,6 +300,7 @@ func TestRunBatchErrors(t *testing.T) {
 		"other group":    {other, Batch{Arrays: ok, Compute: f.compute}, `not the batch's "elsewhere"`},
 		"bad axis": {f.solver, Batch{Arrays: []BatchArray{InFunc(f.sr, "in", 0, func(Span, *HostArray) error { return nil })}, Compute: f.compute},
 			"axis 0 of its shape"},
+		"other's label":   {f.solver, Batch{Arrays: []BatchArray{Out(f.sr, "out", out)}, Compute: f.compute}, `"out" is writer#2's: pass writer#2's ArrayResponse, which its OnAllocated hook receives`},
 		"nil response":    {f.solver, Batch{Arrays: []BatchArray{In(nil, "in", in)}, Compute: f.compute}, "nil response"},
 		"nil host and fn": {f.solver, Batch{Arrays: []BatchArray{In(f.sr, "in", nil)}, Compute: f.compute}, "no host array and no function"},
 	}
@@ -395,5 +396,43 @@ func TestOverlap(t *testing.T) {
 				t.Errorf("overlap = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestChunkArray: Chunk.Array reaches a response no BatchArray names (a
+// client holding scratch arrays only), whose client the batch marks busy
+// like the others, and Launch refuses a nil array (a label Array did not
+// find) naming the argument.
+func TestChunkArray(t *testing.T) {
+	f := newBatchFixture(t, 200_000, 2)
+	in, table, _ := f.hosts(t, Pinned)
+	scratchOnly := []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table)} // the writer's out is scratch
+	var seen []*DeviceArray
+	writerIdle := false
+	rep, err := RunBatch(context.Background(), f.solver, Batch{Arrays: scratchOnly,
+		Compute: func(ctx context.Context, ch *Chunk) error {
+			seen = append(seen, ch.Array(f.wr, "out"))
+			if idle, err := f.writer.Idle(); err != nil || idle {
+				writerIdle = true // evictable while its scratch array is in use
+			}
+			return f.compute(ctx, ch)
+		}})
+	if writerIdle {
+		t.Error("the writer, whose scratch array the batch uses, was idle during it")
+	}
+	if err != nil || rep.ChunksDone != f.sr.Chunks {
+		t.Fatalf("batch with the writer's array as scratch: %v, %d of %d chunks", err, rep.ChunksDone, f.sr.Chunks)
+	}
+	for i, d := range seen {
+		if want := f.wr.Buffers[i%2].Device["out"]; d != want {
+			t.Errorf("chunk %d: Array(writer, out) = %v, want buffer %d's %v", i, d, i%2, want)
+		}
+	}
+	_, err = RunBatch(context.Background(), f.solver, Batch{Arrays: scratchOnly,
+		Compute: func(_ context.Context, ch *Chunk) error {
+			return ch.Launch(f.k, ch.Array(f.sr, "in"), ch.Array(f.wr, "nope"), uint32(ch.ChunkLength), ch.Array(f.sr, "table"))
+		}})
+	if !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), "argument 1 is a nil *DeviceArray") {
+		t.Errorf("launch with a nil array: %v, want kernel.ErrArgs naming argument 1", err)
 	}
 }

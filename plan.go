@@ -103,10 +103,15 @@ type ChunkPlan struct {
 
 // Chunk returns the runs of chunk i (0 ≤ i < Chunks): they start at run
 // start and number n (ChunkLength, or LastChunkLength for the last). An
-// index out of range is an error wrapping ErrChunkRange.
+// index out of range is an error wrapping ErrChunkRange, and so is any
+// chunk of a plan with no runs (nothing in it chunkable), whose arrays
+// are whole: copy them with ToDevice and FromDevice.
 func (p ChunkPlan) Chunk(i int) (start, n int, err error) {
 	if i < 0 || i >= p.Chunks {
 		return 0, 0, fmt.Errorf("vram: chunk %d of a plan of %d chunk(s); want 0 ≤ i < %d: %w", i, p.Chunks, p.Chunks, ErrChunkRange)
+	}
+	if p.TotalRuns == 0 {
+		return 0, 0, fmt.Errorf("vram: chunk %d of a plan with no runs (none of its requests is chunkable): its arrays are allocated whole; copy them with ToDevice and FromDevice: %w", i, ErrChunkRange)
 	}
 	start = i * p.ChunkLength
 	return start, min(p.ChunkLength, p.TotalRuns-start), nil

@@ -304,6 +304,15 @@ func TestPlanIsPureAndJSON(t *testing.T) {
 			t.Errorf("Span(%d, 2) = %+v, %v", i, sp, err)
 		}
 	}
+	// A plan with nothing chunkable has one chunk and no runs: its span
+	// would copy nothing, so it is an error too.
+	whole, err := Plan(map[string]map[string]ArrayRequest{"c": {"t": {Shape: []int{10}, DType: Float32, Unchunkable: true}}}, MiB, PlanOptions{})
+	if err != nil || whole.Chunks != 1 || whole.TotalRuns != 0 {
+		t.Fatalf("plan of an unchunkable request: %+v, %v; want 1 chunk of no runs", whole, err)
+	}
+	if sp, err := whole.Span(0, 0); !errors.Is(err, ErrChunkRange) || !strings.Contains(err.Error(), "ToDevice") {
+		t.Errorf("Span(0, 0) of a plan with no runs = %+v, %v; want ErrChunkRange saying to copy whole arrays", sp, err)
+	}
 	for _, i := range []int{-1, p1.Chunks} {
 		if s, n, err := p1.Chunk(i); !errors.Is(err, ErrChunkRange) {
 			t.Errorf("Chunk(%d) of %d = %d, %d, %v; want ErrChunkRange", i, p1.Chunks, s, n, err)

@@ -283,21 +283,14 @@ func (p *StagingPool) noRoom(sizes []uint64) error {
 		sum += n
 	}
 	s := p.h.stats()
-	what := fmt.Sprintf("%d buffers of %s in all do not fit", len(sizes), units.Format(sum))
-	if len(sizes) == 1 {
-		what = fmt.Sprintf("a buffer of %s does not fit", units.Format(sum))
+	limit := "no limit"
+	if s.Limit > 0 {
+		limit = "the limit " + units.Format(s.Limit)
 	}
-	return fmt.Errorf("staging pool: %s: %s pinned of the pinned limit %s, %s of host RAM in use of the limit %s (0: none); raise the limits (HostOptions) or make chunks smaller: %w",
-		what, units.Format(s.Pinned+s.Mapped+s.Staging), units.Format(s.PinnedLimit),
-		units.Format(s.RAM()), units.Format(s.Limit), errHostOutOfMemory{})
+	return fmt.Errorf("vram: staging pool: %d pinned buffers of %s in all do not fit: %s pinned of the pinned limit %s, %s of host RAM in use of %s; raise the limits (HostOptions) or make chunks smaller: %w",
+		len(sizes), units.Format(sum), units.Format(s.Pinned+s.Mapped+s.Staging), units.Format(s.PinnedLimit),
+		units.Format(s.RAM()), limit, errHostOutOfMemory)
 }
-
-// errHostOutOfMemory is ErrOutOfMemory for host memory: errors.Is matches
-// ErrOutOfMemory, and the message says which memory ran out.
-type errHostOutOfMemory struct{}
-
-func (errHostOutOfMemory) Error() string        { return "out of host memory" }
-func (errHostOutOfMemory) Is(target error) bool { return target == ErrOutOfMemory }
 
 // make allocates a buffer of n bytes: pinned where the device can pin,
 // else Go memory.

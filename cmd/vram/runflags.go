@@ -1,0 +1,81 @@
+// The checks of `vram run`'s flags: the batch's fixed figures, refused
+// with a usage error that says what to give before anything is opened.
+
+package main
+
+import (
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/vramkit/vram/internal/shard"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// jobShape is the batch's fixed figures, checked.
+type jobShape struct {
+	runs    int // the job's runs: the batch's, or its shard's
+	steps   uint32
+	every   uint32
+	samples int
+	dt      float32
+	dtFlag  float64 // --dt as given
+	// shard is the job's share of the batch (shard.One: all of it); its
+	// runs are the batch's first … first+runs−1 of total.
+	shard        shard.Shard
+	first, total int
+}
+
+func (f runFlags) check() (jobShape, error) {
+	var js jobShape
+	if f.runs < 1 || f.runs > math.MaxInt32 {
+		return js, usagef("--runs %d: want 1 to %d", f.runs, math.MaxInt32)
+	}
+	if f.steps < 1 || f.steps > math.MaxInt32 {
+		return js, usagef("--steps %d: want at least 1", f.steps)
+	}
+	samples := f.samples
+	if samples == 0 {
+		samples = f.steps + 1
+	}
+	if samples < 2 || samples > f.steps+1 || f.steps%(samples-1) != 0 {
+		return js, usagef("--samples %d with --steps %d: want 2 to %d samples, with steps a multiple of samples−1 (e.g. --samples %d)",
+			f.samples, f.steps, f.steps+1, f.steps+1)
+	}
+	if !(f.dt > 0) || math.IsInf(f.dt, 0) || float32(f.dt) == 0 {
+		return js, usagef("--dt %v: want a positive time step", f.dt)
+	}
+	if err := checkStable(f.dt, f.runs, f.seed); err != nil {
+		return js, err
+	}
+	if tEnd := f.dt * float64(f.steps); maxDrive*tEnd >= 100*math.Pi {
+		return js, usagef("--steps %d × --dt %v = %.4g time units: the drive cos(Ωt), Ω ≤ %v, must stay within |Ωt| < 100π; keep steps × dt below %.4g",
+			f.steps, f.dt, tEnd, maxDrive, 100*math.Pi/maxDrive)
+	}
+	if f.verify < 1 {
+		return js, usagef("--verify %d: want at least 1 run to check", f.verify)
+	}
+	if f.allocator != "" && !slices.Contains(allocatorKinds, f.allocator) {
+		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	}
+	if f.metricsAddr != "" {
+		if err := checkMetricsAddr(f.metricsAddr); err != nil {
+			return js, err
+		}
+	}
+	if f.hostMem != "" {
+		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {
+			return js, usagef("--host-mem %q: want a size such as 512MiB", f.hostMem)
+		}
+	}
+	return jobShape{
+		runs:    f.runs,
+		steps:   uint32(f.steps),
+		every:   uint32(f.steps / (samples - 1)),
+		samples: samples,
+		dt:      float32(f.dt),
+		dtFlag:  f.dt,
+		shard:   shard.One,
+		total:   f.runs,
+	}, nil
+}
