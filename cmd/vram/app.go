@@ -117,7 +117,12 @@ func (a *app) execute(args []string) int {
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintf(a.stderr, "vram: %v\n", err)
+	// A library error already says "vram: "; the command's own do not.
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "vram: ") {
+		msg = "vram: " + msg
+	}
+	fmt.Fprintln(a.stderr, msg)
 	var ue usageError
 	if errors.As(err, &ue) {
 		if cmd == nil {
