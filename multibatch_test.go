@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,8 +106,27 @@ func TestRunBatchesFailure(t *testing.T) {
 	const runs = 200_000
 	fs, parts, _ := multiParts(t, runs, size(1<<20), size(1<<20))
 	boom := errors.New("boom")
-	parts[1].Batch.Compute = func(context.Context, *Chunk) error { return boom }
+	// Device 0 waits in its first chunk until device 1 has one, so that
+	// device 0 cannot take every chunk before device 1 is set up (it did,
+	// on a quiet machine).
+	started := make(chan struct{})
+	var once sync.Once
+	parts[1].Batch.Compute = func(context.Context, *Chunk) error {
+		once.Do(func() { close(started) })
+		return boom
+	}
+	compute0 := parts[0].Batch.Compute
+	parts[0].Batch.Compute = func(ctx context.Context, ch *Chunk) error {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+		}
+		return compute0(ctx, ch)
+	}
 	_, err := RunBatches(context.Background(), parts, MultiOptions{})
+	parts[0].Batch.Compute = compute0
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
 		t.Fatalf("err %v; want boom from device 1", err)
 	}
