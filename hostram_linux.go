@@ -3,11 +3,9 @@
 package vram
 
 import (
-	"bufio"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/vramkit/vram/internal/meminfo"
 )
 
 // hostRAM is the host's physical memory in bytes, or 0 when unknown.
@@ -21,27 +19,4 @@ func hostRAM() uint64 {
 
 // ramAvailable is Linux's estimate of the memory available to start new
 // programs without swapping (MemAvailable), or ok false when unknown.
-func ramAvailable() (uint64, bool) {
-	f, err := os.Open("/proc/meminfo")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, found := strings.CutPrefix(sc.Text(), "MemAvailable:")
-		if !found {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(fields[0], 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		return n << 10, true // kB
-	}
-	return 0, false
-}
+func ramAvailable() (uint64, bool) { return meminfo.ReadAvailable(meminfo.Path) }

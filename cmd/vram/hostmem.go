@@ -16,9 +16,7 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -26,6 +24,7 @@ import (
 	"strings"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -86,22 +85,22 @@ func (a *app) hostAvailable() (avail uint64, from string, ok bool) {
 	if runtime.GOOS != "linux" {
 		return 0, "", false
 	}
-	return linuxAvailable("/proc/meminfo", "/sys/fs/cgroup")
+	return linuxAvailable(meminfo.Path, "/sys/fs/cgroup")
 }
 
 // linuxAvailable reads MemAvailable from the meminfo file and lowers it to
 // what a cgroup memory limit under cgroupRoot leaves.
-func linuxAvailable(meminfo, cgroupRoot string) (uint64, string, bool) {
-	f, err := os.Open(meminfo)
+func linuxAvailable(meminfoPath, cgroupRoot string) (uint64, string, bool) {
+	f, err := os.Open(meminfoPath)
 	if err != nil {
 		return 0, "", false
 	}
 	defer f.Close()
-	avail, ok := parseMemAvailable(f)
+	avail, ok := meminfo.Available(f)
 	if !ok {
 		return 0, "", false
 	}
-	from := "MemAvailable in " + meminfo
+	from := "MemAvailable in " + meminfoPath
 	for _, files := range [][2]string{
 		{"memory.max", "memory.current"},                                 // cgroup v2
 		{"memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"}, // cgroup v1
@@ -122,35 +121,6 @@ func linuxAvailable(meminfo, cgroupRoot string) (uint64, string, bool) {
 		break
 	}
 	return avail, from, true
-}
-
-// parseMemAvailable reads the MemAvailable line of /proc/meminfo
-// ("MemAvailable:   24216164 kB") in bytes.
-func parseMemAvailable(r io.Reader) (uint64, bool) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		rest, found := strings.CutPrefix(sc.Text(), "MemAvailable:")
-		if !found {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(fields[0], 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		mult := uint64(1)
-		if len(fields) > 1 && strings.EqualFold(fields[1], "kB") {
-			mult = units.KiB
-		}
-		if n > ^uint64(0)/mult {
-			return 0, false
-		}
-		return n * mult, true
-	}
-	return 0, false
 }
 
 // noCgroupLimit: cgroup limits at or above this mean no limit (v1 writes

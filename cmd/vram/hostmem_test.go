@@ -10,30 +10,6 @@ import (
 	"testing"
 )
 
-func TestParseMemAvailable(t *testing.T) {
-	tests := map[string]struct {
-		text string
-		want uint64
-		ok   bool
-	}{
-		"kB":         {"MemTotal:       24683656 kB\nMemFree:  100 kB\nMemAvailable:   24216164 kB\nBuffers: 1 kB\n", 24216164 << 10, true},
-		"bytes":      {"MemAvailable: 4096\n", 4096, true},
-		"missing":    {"MemTotal: 1 kB\nMemFree: 1 kB\n", 0, false},
-		"no number":  {"MemAvailable: kB\n", 0, false},
-		"no value":   {"MemAvailable:\n", 0, false},
-		"overflow":   {"MemAvailable: 18446744073709551615 kB\n", 0, false},
-		"empty file": {"", 0, false},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			got, ok := parseMemAvailable(strings.NewReader(tc.text))
-			if got != tc.want || ok != tc.ok {
-				t.Errorf("parseMemAvailable = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
-			}
-		})
-	}
-}
-
 // TestLinuxAvailable checks that a cgroup limit lowers MemAvailable to
 // what it leaves, and that "no limit" leaves MemAvailable alone.
 func TestLinuxAvailable(t *testing.T) {
