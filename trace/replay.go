@@ -219,22 +219,9 @@ func ReplayContext(ctx context.Context, events []Event, a alloc.Allocator, opts 
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("trace: replay: %w", err)
 	}
-	streams := make([]device.Stream, len(pr.streams))
-	for i, id := range pr.streams {
-		if i%cancelCheck == 0 && ctx.Err() != nil {
-			closeStreams(streams)
-			return Result{}, fmt.Errorf("trace: replay: %w", ctx.Err())
-		}
-		if id == 0 {
-			streams[i] = opts.Device.DefaultStream()
-			continue
-		}
-		s, err := opts.Device.NewStream()
-		if err != nil {
-			closeStreams(streams)
-			return Result{}, fmt.Errorf("trace: replay: make a stream for trace stream %d: %w", id, err)
-		}
-		streams[i] = s
+	streams, err := makeStreams(ctx, opts.Device, pr.streams)
+	if err != nil {
+		return Result{}, err
 	}
 	defer closeStreams(streams)
 
@@ -311,6 +298,30 @@ func ReplayContext(ctx context.Context, events []Event, a alloc.Allocator, opts 
 	res.CacheHits = after.CacheHits - before.CacheHits
 	res.Retries = after.Retries - before.Retries
 	return res, nil
+}
+
+// makeStreams makes a stream of dev for each trace stream id (id 0 is the
+// default stream), checking ctx every cancelCheck streams; on an error it
+// closes those it made.
+func makeStreams(ctx context.Context, dev device.Device, ids []uint64) ([]device.Stream, error) {
+	streams := make([]device.Stream, len(ids))
+	for i, id := range ids {
+		if i%cancelCheck == 0 && ctx.Err() != nil {
+			closeStreams(streams)
+			return nil, fmt.Errorf("trace: replay: %w", ctx.Err())
+		}
+		if id == 0 {
+			streams[i] = dev.DefaultStream()
+			continue
+		}
+		s, err := dev.NewStream()
+		if err != nil {
+			closeStreams(streams)
+			return nil, fmt.Errorf("trace: replay: make a stream for trace stream %d: %w", id, err)
+		}
+		streams[i] = s
+	}
+	return streams, nil
 }
 
 func closeStreams(streams []device.Stream) {
