@@ -545,21 +545,9 @@ func roundUp(n, g uint64) uint64 {
 	return r
 }
 
-func satAdd(a, b uint64) uint64 {
-	s, carry := bits.Add64(a, b, 0)
-	if carry != 0 {
-		return math.MaxUint64
-	}
-	return s
-}
+func satAdd(a, b uint64) uint64 { return units.SatAdd(a, b) }
 
-func satMul(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi != 0 {
-		return math.MaxUint64
-	}
-	return lo
-}
+func satMul(a, b uint64) uint64 { return units.SatMul(a, b) }
 
 // largestUnchunkable names the n largest unchunkable device requests and
 // why each cannot be chunked, for an error's hint.

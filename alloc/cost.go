@@ -18,7 +18,8 @@ package alloc
 
 import (
 	"math"
-	"math/bits"
+
+	"github.com/vramkit/vram/internal/units"
 )
 
 // Coster is an allocator that states what allocations will cost it.
@@ -92,21 +93,9 @@ func roundTo(n, g uint64) uint64 {
 	return n
 }
 
-func satAdd(a, b uint64) uint64 {
-	s, carry := bits.Add64(a, b, 0)
-	if carry != 0 {
-		return math.MaxUint64
-	}
-	return s
-}
+func satAdd(a, b uint64) uint64 { return units.SatAdd(a, b) }
 
-func satMul(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi != 0 {
-		return math.MaxUint64
-	}
-	return lo
-}
+func satMul(a, b uint64) uint64 { return units.SatMul(a, b) }
 
 // costOf forwards Cost to a when it is a Coster.
 func costOf(a Allocator, sizes []uint64) (uint64, bool) {

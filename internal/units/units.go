@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -88,6 +89,25 @@ func Format(n uint64) string {
 func trim(f float64) string {
 	s := strconv.FormatFloat(f, 'f', 1, 64)
 	return strings.TrimSuffix(s, ".0")
+}
+
+// SatAdd is a + b, or math.MaxUint64 where the sum would overflow: a
+// figure of bytes that stands for "more than can be counted".
+func SatAdd(a, b uint64) uint64 {
+	s, carry := bits.Add64(a, b, 0)
+	if carry != 0 {
+		return math.MaxUint64
+	}
+	return s
+}
+
+// SatMul is a × b, or math.MaxUint64 where the product would overflow.
+func SatMul(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
 }
 
 // RoundUp rounds n up to a multiple of g (g > 0). It reports false when the

@@ -2,6 +2,7 @@ package units
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -70,6 +71,23 @@ func TestRoundUp(t *testing.T) {
 		got, ok := RoundUp(tc.n, tc.g)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("RoundUp(%d, %d) = %d, %v; want %d, %v", tc.n, tc.g, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestSaturating(t *testing.T) {
+	const max = math.MaxUint64
+	tests := map[string]struct{ got, want uint64 }{
+		"add":          {SatAdd(2, 3), 5},
+		"add to max":   {SatAdd(max-1, 1), max},
+		"add past max": {SatAdd(max, 1), max},
+		"mul":          {SatMul(1<<32, 1<<31), 1 << 63},
+		"mul past max": {SatMul(1<<32, 1<<32), max},
+		"mul by zero":  {SatMul(max, 0), 0},
+	}
+	for name, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("%s: %d, want %d", name, tc.got, tc.want)
 		}
 	}
 }
