@@ -171,15 +171,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	rep := mj.report(parts, time.Since(batchStart))
 	verr := mj.verify(&rep)
 	rep.WallSeconds = time.Since(start).Seconds()
-	if a.json {
-		err = a.writeJSON(rep)
-	} else {
-		err = a.printMulti(rep)
-	}
-	if err != nil {
-		err = fmt.Errorf("write the report: %w", err)
-	}
-	return errors.Join(err, verr)
+	return a.finishReport(rep, func() error { return a.printMulti(rep) }, verr)
 }
 
 // setupAll sets every device up, at once; the parts it returns (those

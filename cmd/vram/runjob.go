@@ -300,10 +300,18 @@ func (a *app) runJob(f runFlags) (err error) {
 	a.printMemoryReport(j.m)
 	rep.WallSeconds = time.Since(start).Seconds()
 	prog.Finish()
+	return a.finishReport(rep, func() error { return a.printRun(rep) }, verr)
+}
+
+// finishReport writes a job's report, as JSON or as text by print, and
+// joins a failed write with verr, the verification's error: a report
+// that cannot be written fails the command like a wrong result.
+func (a *app) finishReport(rep any, print func() error, verr error) error {
+	var err error
 	if a.json {
 		err = a.writeJSON(rep)
 	} else {
-		err = a.printRun(rep)
+		err = print()
 	}
 	if err != nil {
 		err = fmt.Errorf("write the report: %w", err)
