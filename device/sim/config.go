@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"runtime"
@@ -99,6 +100,20 @@ type Config struct {
 	Name string
 	// Ordinal is the device index Info reports.
 	Ordinal int
+	// Shared names a shared device (spec shared=NAME; shared.go): every
+	// Device opened with this name and SharedDir, in this process or any
+	// other of the host, takes its memory from one device's. MemInfo's
+	// free is the total less what all of them hold (each its context,
+	// Mallocs, async pool reserve and physical memory), and an allocation
+	// past the total fails with ErrOutOfMemory in whichever Device asks.
+	// Contents, addresses, streams and fault injection stay per Device.
+	// All must agree on TotalBytes and Granularity. A name is 1 to
+	// MaxSharedName letters, digits, '.', '_' or '-'. Linux only; ""
+	// means a private device.
+	Shared string
+	// SharedDir is the directory of the shared device's ledger file
+	// (spec dir=PATH). "" means $VRAM_SIM_DIR, or DefaultSharedDir().
+	SharedDir string
 }
 
 // withDefaults fills zero fields and checks the rest.
@@ -158,11 +173,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Ordinal < 0 {
 		return c, fmt.Errorf("sim: ordinal %d: want >= 0: %w", c.Ordinal, device.ErrInvalidValue)
 	}
+	if c.Shared != "" {
+		if err := checkSharedName(c.Shared); err != nil {
+			return c, err
+		}
+	} else if c.SharedDir != "" {
+		return c, fmt.Errorf("sim: ledger directory %q given for a private device: set Shared (spec shared=NAME) too: %w", c.SharedDir, device.ErrInvalidValue)
+	}
 	return c, nil
 }
 
 // specKeys documents the options ParseSpec accepts.
-var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "kerneltime", "pinned", "backing", "name", "ordinal"}
+var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "kerneltime", "pinned", "backing", "name", "ordinal", "shared", "dir"}
 
 // ParseSpec reads the options of a "sim:..." device spec (the text after
 // the colon) into a Config:
@@ -179,6 +201,10 @@ var specKeys = []string{"vram", "context", "granularity", "backed", "threshold",
 //	backing=SIZE      cap on host memory backing device memory (default 64 GiB)
 //	name=TEXT         device name
 //	ordinal=N         device index
+//	shared=NAME       a shared device: one device's memory for every
+//	                  Device of this name, in any process (Config.Shared)
+//	dir=PATH          directory of the shared device's ledger (no commas;
+//	                  default $VRAM_SIM_DIR, or DefaultSharedDir())
 //
 // Options are separated by commas; keys are case-insensitive. An unknown
 // key or a bad value returns an error wrapping device.ErrBadSpec.
@@ -243,6 +269,10 @@ func ParseSpec(opts string) (Config, error) {
 			}
 		case "name":
 			c.Name = v
+		case "shared":
+			c.Shared, err = v, checkSharedName(v)
+		case "dir":
+			c.SharedDir = v
 		case "ordinal":
 			c.Ordinal, err = strconv.Atoi(v)
 			if err == nil && c.Ordinal < 0 {
@@ -255,6 +285,9 @@ func ParseSpec(opts string) (Config, error) {
 			return c, bad(err)
 		}
 	}
+	if c.SharedDir != "" && c.Shared == "" {
+		return c, fmt.Errorf("sim option dir=%q: a ledger directory is for a shared device; add shared=NAME: %w", c.SharedDir, device.ErrBadSpec)
+	}
 	return c, nil
 }
 
@@ -265,8 +298,11 @@ func init() {
 			return nil, err
 		}
 		d, err := New(cfg)
-		if err != nil {
+		if errors.Is(err, device.ErrInvalidValue) {
 			return nil, fmt.Errorf("%w: %w", device.ErrBadSpec, err)
+		}
+		if err != nil {
+			return nil, err // the spec is fine; the device is not to be had (a shared device full or in use otherwise)
 		}
 		return d, nil
 	})
