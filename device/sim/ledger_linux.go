@@ -66,8 +66,8 @@ func (l *ledger) open(want header, self procID, ctx uint64) error {
 	if err != nil {
 		return err
 	}
-	if h != want && h.bootID == want.bootID && h.pidNS == want.pidNS {
-		// In use with another size, or left behind: see who is alive.
+	if h.bootID == want.bootID && h.pidNS == want.pidNS {
+		// Drop the dead before counting who uses it and what is free.
 		if err := l.sweep(); err != nil {
 			return err
 		}

@@ -484,4 +484,3 @@ func (l *ledger) maybeSweep() error {
 	}
 	return l.sweep()
 }
-

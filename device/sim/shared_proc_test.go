@@ -49,6 +49,8 @@ func helperMain(mode string) int {
 		return contend(spec, time.Duration(arg)*time.Millisecond)
 	case "cycle":
 		return cycle(spec, arg)
+	case "lock":
+		return holdLock(spec)
 	}
 	fmt.Println("err unknown mode", mode)
 	return 2
@@ -241,6 +243,22 @@ func cycle(spec string, n int) int {
 		}
 	}
 	fmt.Printf("done opens=%d over=%d\n", opens, over)
+	return 0
+}
+
+// holdLock takes the lock of the ledger file named by spec and holds it
+// until killed, as a process that dies inside an update does.
+func holdLock(path string) int {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err == nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+	}
+	if err != nil {
+		fmt.Println("err", err)
+		return 1
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
 	return 0
 }
 
@@ -525,4 +543,23 @@ func TestSharedManyProcesses(t *testing.T) {
 	if len(u.Clients) != 1 || u.Used != 8*MiB {
 		t.Errorf("at the end: %+v, want this process alone with its 8 MiB context", u)
 	}
+}
+
+// TestSharedLockHolderKilled: a process killed while it holds the
+// ledger's lock does not keep it: while it lives an allocation waits and
+// fails with ErrLedgerBusy; once it is dead the next one succeeds.
+func TestSharedLockHolderKilled(t *testing.T) {
+	dir := t.TempDir()
+	d := get[device.Device](t)(device.Open(procSpec(dir, "locked"))).(*sim.Device)
+	defer d.Close()
+	c := startChild(t, "lock", sim.SharedLedgerPath(dir, "locked"))
+	sim.SetLockWait(t, 100*time.Millisecond)
+	_, err := d.Malloc(MiB)
+	wantErr(t, err, sim.ErrLedgerBusy)
+	check(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	waitDead(t, c.pid())
+	sim.SetLockWait(t, 10*time.Second)
+	p := get[device.Ptr](t)(d.Malloc(MiB))
+	check(t, d.Free(p))
+	c.wait()
 }
