@@ -230,18 +230,12 @@ func ParseSpec(opts string) (Config, error) {
 		var err error
 		switch k {
 		case "vram", "total", "mem", "memory":
-			c.TotalBytes, err = units.ParseSize(v)
-			if err == nil && c.TotalBytes == 0 {
-				err = fmt.Errorf("total memory must be > 0")
-			}
+			c.TotalBytes, err = positiveSize(v, "total memory")
 		case "context", "ctx":
 			c.ContextBytes, err = units.ParseSize(v)
 			c.NoContext = err == nil && c.ContextBytes == 0
 		case "granularity", "gran":
-			c.Granularity, err = units.ParseSize(v)
-			if err == nil && c.Granularity == 0 {
-				err = fmt.Errorf("granularity must be > 0")
-			}
+			c.Granularity, err = positiveSize(v, "granularity")
 		case "backed":
 			var b bool
 			b, err = strconv.ParseBool(v)
@@ -258,15 +252,9 @@ func ParseSpec(opts string) (Config, error) {
 		case "kerneltime", "kernel-time":
 			c.KernelTime, err = parseKernelTime(v)
 		case "pinned":
-			c.PinnedLimit, err = units.ParseSize(v)
-			if err == nil && c.PinnedLimit == 0 {
-				err = fmt.Errorf("the limit must be > 0")
-			}
+			c.PinnedLimit, err = positiveSize(v, "the limit")
 		case "backing":
-			c.BackingLimit, err = units.ParseSize(v)
-			if err == nil && c.BackingLimit == 0 {
-				err = fmt.Errorf("the limit must be > 0")
-			}
+			c.BackingLimit, err = positiveSize(v, "the limit")
 		case "name":
 			c.Name = v
 		case "shared":
@@ -289,6 +277,15 @@ func ParseSpec(opts string) (Config, error) {
 		return c, fmt.Errorf("sim option dir=%q: a ledger directory is for a shared device; add shared=NAME: %w", c.SharedDir, device.ErrBadSpec)
 	}
 	return c, nil
+}
+
+// positiveSize reads a size that must be > 0 (what names it).
+func positiveSize(v, what string) (uint64, error) {
+	n, err := units.ParseSize(v)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%s must be > 0", what)
+	}
+	return n, err
 }
 
 func init() {

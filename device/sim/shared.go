@@ -51,6 +51,17 @@ package sim
 //     is claimed after a sweep; else the open is refused (ErrSharedMismatch).
 //     A file that is not a ledger of this version is never written.
 //
+// Why pid and start time: both come from the kernel, cost one read of
+// /proc, and can be kept in the file; a pid is reused only after its
+// process has gone, and the new one starts later. (A pidfd proves
+// liveness too but is a descriptor, which cannot be written in a file
+// for other processes.) All clients must see one /proc: the header's pid
+// namespace checks it.
+//
+// The file must be on a local file system (tmpfs by default), and must
+// not be removed while clients have it open: those that open the name
+// afterwards would make a new ledger, and a second device.
+//
 // The ledger trusts the processes that can write it: the file is 0600 in
 // a directory of the user's own, and the header is checked at Open; every
 // value read from a slot is used saturated, so a hostile or torn value

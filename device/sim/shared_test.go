@@ -156,6 +156,47 @@ func TestSharedPoolGivesBackItsOwn(t *testing.T) {
 	check(t, b.TrimPool(0))
 }
 
+// TestSharedContentionInProcess: two Devices of one name in one process,
+// each file lock its own, allocate and free 600 MiB of 1 GiB from
+// goroutines as fast as they can: never both hold it.
+func TestSharedContentionInProcess(t *testing.T) {
+	dir := t.TempDir()
+	cfg := sharedCfg(dir, "inproc")
+	cfg.NoContext = true
+	var holders, both, granted atomic.Int64
+	done := make(chan error, 2)
+	for range 2 {
+		d := newSim(t, cfg)
+		go func() {
+			for range 2000 {
+				p, err := d.Malloc(600 * MiB)
+				if errors.Is(err, device.ErrOutOfMemory) {
+					continue
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+				granted.Add(1)
+				if holders.Add(1) != 1 {
+					both.Add(1)
+				}
+				holders.Add(-1)
+				if err := d.Free(p); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	check(t, <-done)
+	check(t, <-done)
+	if both.Load() != 0 || granted.Load() == 0 {
+		t.Errorf("%d of %d grants overlapped another; want none, and some grants", both.Load(), granted.Load())
+	}
+}
+
 // TestSharedContextCounts: every Device pays its context; one that does
 // not fit fails to open with ErrOutOfMemory.
 func TestSharedContextCounts(t *testing.T) {
@@ -442,4 +483,60 @@ func TestSharedUsagePrivate(t *testing.T) {
 	d := newSim(t, sim.Config{TotalBytes: GiB, AddressOnly: true})
 	_, err := d.SharedUsage()
 	wantErr(t, err, device.ErrNotSupported)
+}
+
+// BenchmarkSharedMallocFree is one Malloc(1 MiB) + Free pair on a private
+// device and on shared ones with other clients holding slots (each
+// allocation sums every slot under the ledger's file lock).
+func BenchmarkSharedMallocFree(b *testing.B) {
+	for _, clients := range []int{0, 1, 16, 255} {
+		name := fmt.Sprintf("shared/others=%d", clients)
+		if clients == 0 {
+			name = "private"
+		}
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			cfg := sim.Config{TotalBytes: 1 << 40, AddressOnly: true}
+			if clients > 0 {
+				cfg.Shared, cfg.SharedDir = "bench", dir
+				for range clients {
+					newSim(b, cfg)
+				}
+			}
+			d := newSim(b, cfg)
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := d.Malloc(MiB)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := d.Free(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSharedMemInfo is one MemInfo on a private device and on a
+// shared one with 16 other clients (a lock-free sum of the slots; a
+// sweep of /proc every sweepEvery).
+func BenchmarkSharedMemInfo(b *testing.B) {
+	for _, shared := range []bool{false, true} {
+		b.Run(map[bool]string{false: "private", true: "shared/others=16"}[shared], func(b *testing.B) {
+			cfg := sim.Config{TotalBytes: 1 << 40, AddressOnly: true}
+			if shared {
+				cfg.Shared, cfg.SharedDir = "bench", b.TempDir()
+				for range 16 {
+					newSim(b, cfg)
+				}
+			}
+			d := newSim(b, cfg)
+			for b.Loop() {
+				if _, _, err := d.MemInfo(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
