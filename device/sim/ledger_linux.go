@@ -92,17 +92,13 @@ func (l *ledger) mapLocked(want header) (header, error) {
 	if !fi.Mode().IsRegular() {
 		return header{}, l.badf("it is not a regular file (%v)", fi.Mode().Type())
 	}
-	// A file of zeros (or none) is one its maker did not finish (it
-	// sizes the file, then writes the header): make it again. Anything
-	// else must be a whole ledger.
-	fresh := false
-	if fi.Size() <= ledgerFileSize {
-		buf := make([]byte, fi.Size())
-		n, err := l.f.ReadAt(buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return header{}, fmt.Errorf("sim: shared device %q: %w", l.name, err)
-		}
-		fresh = bytes.Count(buf[:n], []byte{0}) == n
+	// A file of zeros (or none), or a whole one whose magic is zero, is
+	// one its maker did not finish (it sizes the file, then writes the
+	// header, magic last): make it again. Anything else must be a whole
+	// ledger.
+	fresh, err := l.unfinished(fi.Size())
+	if err != nil {
+		return header{}, err
 	}
 	switch {
 	case fresh:
@@ -118,8 +114,7 @@ func (l *ledger) mapLocked(want header) (header, error) {
 	}
 	l.mem = mem
 	if fresh {
-		clear(l.mem[headerSize:])
-		want.encode(l.mem)
+		l.resetLocked(want)
 	}
 	h, err := parseHeader(l.mem[:headerSize])
 	if err != nil {
@@ -144,11 +139,36 @@ func (l *ledger) reconcileLocked(want header) error {
 			return l.mismatchErr(h, want, u)
 		}
 	}
+	l.resetLocked(want)
+	return nil
+}
+
+// resetLocked makes the ledger a new one of header h: magic zeroed
+// first, slots cleared, the header written magic last.
+func (l *ledger) resetLocked(h header) {
+	clear(l.mem[:len(ledgerMagic)])
 	for i := range SharedSlotCount {
 		l.word(i, slotNonce).Store(0)
 	}
-	want.encode(l.mem)
-	return nil
+	h.encode(l.mem)
+}
+
+// unfinished reports whether the file, of size bytes, is one whose maker
+// did not finish: all zeros (or empty) and no longer than a ledger, or a
+// ledger's size with a zero magic.
+func (l *ledger) unfinished(size int64) (bool, error) {
+	if size > ledgerFileSize {
+		return false, nil
+	}
+	n := size
+	if size == ledgerFileSize {
+		n = int64(len(ledgerMagic))
+	}
+	buf := make([]byte, n)
+	if _, err := l.f.ReadAt(buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("sim: shared device %q: %w", l.name, err)
+	}
+	return bytes.Count(buf, []byte{0}) == len(buf), nil
 }
 
 func (l *ledger) mismatchErr(h, want header, u SharedUsage) error {

@@ -28,10 +28,13 @@ package sim
 //     new used word only if the sum stays within the total. Decreases
 //     only store a smaller word, without the lock: the sum seen under the
 //     lock can only be more than the truth, so the total is never passed.
-//     The kernel drops a flock when its holder dies, and a holder's only
-//     write to the slot table is one store (its used word, or a claim's
-//     nonce after its other fields), so a process killed mid-update
-//     leaves the table as it was before or after that store.
+//     The kernel drops a flock when its holder dies. A holder's writes
+//     are ordered so that a process killed between any two of them
+//     leaves a table that reads right: a used word is one store; a claim
+//     writes its slot's fields and then its nonce (before: the slot is
+//     still free); a header is written magic last, after zeroing it (a
+//     file whose magic is zero is one whose maker did not finish, made
+//     again by the next opener).
 //   - A slot whose process has died is dropped (its nonce zeroed, under
 //     the lock, if it still holds the claim that was checked) by the next
 //     Device of the ledger that sweeps: at Open, when an increase does
@@ -45,10 +48,10 @@ package sim
 //     left from an earlier boot, whose slots are all stale; its pid
 //     namespace (the inode of /proc/self/ns/pid) tells processes whose
 //     pids are not ours, which are refused while they hold slots.
-//   - A ledger whose header differs from what an opener asks (another
-//     total or granularity, an earlier boot, another pid namespace) is
-//     taken over, header rewritten and slots cleared, only when no slot
-//     is claimed after a sweep; else the open is refused (ErrSharedMismatch).
+//   - A ledger from an earlier boot is taken over (header rewritten,
+//     slots cleared). One whose total, granularity or pid namespace
+//     differs from the opener's is taken over only when no slot is
+//     claimed after a sweep; else the open is refused (ErrSharedMismatch).
 //     A file that is not a ledger of this version is never written.
 //
 // Why pid and start time: both come from the kernel, cost one read of
@@ -151,10 +154,10 @@ type header struct {
 	pidNS       uint64
 }
 
-// encode writes h as a header of this version into b[:headerSize].
+// encode writes h as a header of this version into b[:headerSize],
+// the magic last (see the rules above).
 func (h header) encode(b []byte) {
 	_ = b[headerSize-1]
-	copy(b, ledgerMagic)
 	binary.NativeEndian.PutUint32(b[8:], ledgerVersion)
 	binary.NativeEndian.PutUint32(b[12:], SharedSlotCount)
 	binary.NativeEndian.PutUint64(b[16:], h.total)
@@ -162,6 +165,7 @@ func (h header) encode(b []byte) {
 	copy(b[32:48], h.bootID[:])
 	binary.NativeEndian.PutUint64(b[48:], h.pidNS)
 	clear(b[56:headerSize])
+	copy(b, ledgerMagic)
 }
 
 // parseHeader reads a ledger header from b, the first bytes of an

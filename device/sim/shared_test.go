@@ -409,6 +409,13 @@ func TestSharedRefusesOtherFiles(t *testing.T) {
 		"zeros, half made":     {content: func(*testing.T) []byte { return make([]byte, 4096) }, ok: true},
 		"zeros, sized":         {content: func(*testing.T) []byte { return make([]byte, sim.LedgerFileSize) }, ok: true},
 		"valid, left by a run": {content: valid, ok: true},
+		"magic zeroed, a take-over cut short": {content: func(t *testing.T) []byte {
+			v := valid(t)
+			clear(v[:8])
+			v[16] ^= 0xff // a total half written
+			v[64] = 1     // a claimed slot left
+			return v
+		}, ok: true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
