@@ -46,7 +46,7 @@ func openLedger(cfg Config) (*ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: shared device %q: %w", cfg.Shared, err)
 	}
-	l := &ledger{name: cfg.Shared, path: path, f: f, slot: -1, total: cfg.TotalBytes, gran: cfg.Granularity}
+	l := &ledger{name: cfg.Shared, path: path, f: f, slot: -1, total: cfg.TotalBytes}
 	want := header{total: cfg.TotalBytes, gran: cfg.Granularity}
 	want.bootID, want.pidNS = hostID()
 	if err := l.open(want, self, cfg.ContextBytes); err != nil {

@@ -312,12 +312,12 @@ func (d *Device) SharedUsage() (SharedUsage, error) {
 // ledger is a Device's handle on a shared device's ledger: the mapped
 // file, its slot, and the file lock (see the overview above).
 type ledger struct {
-	name, path  string
-	f           *os.File
-	mem         []byte // the mapped file, ledgerFileSize bytes
-	slot        int    // this Device's slot
-	nonce       uint64 // this Device's claim on it
-	total, gran uint64
+	name, path string
+	f          *os.File
+	mem        []byte // the mapped file, ledgerFileSize bytes
+	slot       int    // this Device's slot
+	nonce      uint64 // this Device's claim on it
+	total      uint64 // the device's memory, bytes
 
 	// mine is what this Device holds: the value of its slot's used word.
 	// Protected by the Device's mu (written under its write lock).

@@ -467,6 +467,26 @@ func TestSharedKilledProcess(t *testing.T) {
 	})
 }
 
+// TestSharedAllocationSweeps: an allocation that does not fit beside a
+// dead process's memory looks for the dead first, and fits.
+func TestSharedAllocationSweeps(t *testing.T) {
+	dir := t.TempDir()
+	spec := procSpec(dir, "allocsweep")
+	d := get[device.Device](t)(device.Open(spec)).(*sim.Device)
+	defer d.Close()
+	c := startChild(t, "serve", spec)
+	if got := c.ask("malloc " + fmt.Sprint(600*MiB)); got != "ok" {
+		t.Fatalf("helper's malloc: %s", got)
+	}
+	_, err := d.Malloc(600 * MiB)
+	wantErr(t, err, device.ErrOutOfMemory)
+	check(t, c.cmd.Process.Signal(syscall.SIGKILL))
+	waitDead(t, c.pid())
+	p := get[device.Ptr](t)(d.Malloc(600 * MiB)) // no MemInfo between
+	check(t, d.Free(p))
+	c.wait()
+}
+
 // waitDead waits until process pid has exited (a zombie or gone).
 func waitDead(t *testing.T, pid int) {
 	t.Helper()
