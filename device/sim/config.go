@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"errors"
 	"fmt"
 	"math/bits"
 	"runtime"
@@ -99,6 +100,20 @@ type Config struct {
 	Name string
 	// Ordinal is the device index Info reports.
 	Ordinal int
+	// Shared names a shared device (spec shared=NAME; shared.go): every
+	// Device opened with this name and SharedDir, in this process or any
+	// other of the host, takes its memory from one device's. MemInfo's
+	// free is the total less what all of them hold (each its context,
+	// Mallocs, async pool reserve and physical memory), and an allocation
+	// past the total fails with ErrOutOfMemory in whichever Device asks.
+	// Contents, addresses, streams and fault injection stay per Device.
+	// All must agree on TotalBytes and Granularity. A name is 1 to
+	// MaxSharedName letters, digits, '.', '_' or '-'. Linux only; ""
+	// means a private device.
+	Shared string
+	// SharedDir is the directory of the shared device's ledger file
+	// (spec dir=PATH). "" means $VRAM_SIM_DIR, or DefaultSharedDir().
+	SharedDir string
 }
 
 // withDefaults fills zero fields and checks the rest.
@@ -158,11 +173,18 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Ordinal < 0 {
 		return c, fmt.Errorf("sim: ordinal %d: want >= 0: %w", c.Ordinal, device.ErrInvalidValue)
 	}
+	if c.Shared != "" {
+		if err := checkSharedName(c.Shared); err != nil {
+			return c, err
+		}
+	} else if c.SharedDir != "" {
+		return c, fmt.Errorf("sim: ledger directory %q given for a private device: set Shared (spec shared=NAME) too: %w", c.SharedDir, device.ErrInvalidValue)
+	}
 	return c, nil
 }
 
 // specKeys documents the options ParseSpec accepts.
-var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "kerneltime", "pinned", "backing", "name", "ordinal"}
+var specKeys = []string{"vram", "context", "granularity", "backed", "threshold", "workers", "bandwidth", "kerneltime", "pinned", "backing", "name", "ordinal", "shared", "dir"}
 
 // ParseSpec reads the options of a "sim:..." device spec (the text after
 // the colon) into a Config:
@@ -179,6 +201,10 @@ var specKeys = []string{"vram", "context", "granularity", "backed", "threshold",
 //	backing=SIZE      cap on host memory backing device memory (default 64 GiB)
 //	name=TEXT         device name
 //	ordinal=N         device index
+//	shared=NAME       a shared device: one device's memory for every
+//	                  Device of this name, in any process (Config.Shared)
+//	dir=PATH          directory of the shared device's ledger (no commas;
+//	                  default $VRAM_SIM_DIR, or DefaultSharedDir())
 //
 // Options are separated by commas; keys are case-insensitive. An unknown
 // key or a bad value returns an error wrapping device.ErrBadSpec.
@@ -204,18 +230,12 @@ func ParseSpec(opts string) (Config, error) {
 		var err error
 		switch k {
 		case "vram", "total", "mem", "memory":
-			c.TotalBytes, err = units.ParseSize(v)
-			if err == nil && c.TotalBytes == 0 {
-				err = fmt.Errorf("total memory must be > 0")
-			}
+			c.TotalBytes, err = positiveSize(v, "total memory")
 		case "context", "ctx":
 			c.ContextBytes, err = units.ParseSize(v)
 			c.NoContext = err == nil && c.ContextBytes == 0
 		case "granularity", "gran":
-			c.Granularity, err = units.ParseSize(v)
-			if err == nil && c.Granularity == 0 {
-				err = fmt.Errorf("granularity must be > 0")
-			}
+			c.Granularity, err = positiveSize(v, "granularity")
 		case "backed":
 			var b bool
 			b, err = strconv.ParseBool(v)
@@ -232,17 +252,15 @@ func ParseSpec(opts string) (Config, error) {
 		case "kerneltime", "kernel-time":
 			c.KernelTime, err = parseKernelTime(v)
 		case "pinned":
-			c.PinnedLimit, err = units.ParseSize(v)
-			if err == nil && c.PinnedLimit == 0 {
-				err = fmt.Errorf("the limit must be > 0")
-			}
+			c.PinnedLimit, err = positiveSize(v, "the limit")
 		case "backing":
-			c.BackingLimit, err = units.ParseSize(v)
-			if err == nil && c.BackingLimit == 0 {
-				err = fmt.Errorf("the limit must be > 0")
-			}
+			c.BackingLimit, err = positiveSize(v, "the limit")
 		case "name":
 			c.Name = v
+		case "shared":
+			c.Shared, err = v, checkSharedName(v)
+		case "dir":
+			c.SharedDir = v
 		case "ordinal":
 			c.Ordinal, err = strconv.Atoi(v)
 			if err == nil && c.Ordinal < 0 {
@@ -255,7 +273,19 @@ func ParseSpec(opts string) (Config, error) {
 			return c, bad(err)
 		}
 	}
+	if c.SharedDir != "" && c.Shared == "" {
+		return c, fmt.Errorf("sim option dir=%q: a ledger directory is for a shared device; add shared=NAME: %w", c.SharedDir, device.ErrBadSpec)
+	}
 	return c, nil
+}
+
+// positiveSize reads a size that must be > 0 (what names it).
+func positiveSize(v, what string) (uint64, error) {
+	n, err := units.ParseSize(v)
+	if err == nil && n == 0 {
+		err = fmt.Errorf("%s must be > 0", what)
+	}
+	return n, err
 }
 
 func init() {
@@ -265,8 +295,11 @@ func init() {
 			return nil, err
 		}
 		d, err := New(cfg)
-		if err != nil {
+		if errors.Is(err, device.ErrInvalidValue) {
 			return nil, fmt.Errorf("%w: %w", device.ErrBadSpec, err)
+		}
+		if err != nil {
+			return nil, err // the spec is fine; the device is not to be had (a shared device full or in use otherwise)
 		}
 		return d, nil
 	})

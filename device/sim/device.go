@@ -306,6 +306,11 @@ type Device struct {
 	events     int
 	nextID     uint64
 
+	// shared is the ledger of a shared device (Config.Shared; shared.go),
+	// nil for a private one. Set in New; its use is protected by mu, and
+	// Close closes it under mu's write lock.
+	shared *ledger
+
 	actMu sync.Mutex // protects active; taken after a stream's mu, never before
 	// active lists the streams (of any generation) with work enqueued and
 	// not finished, each at its stream.actIdx, so that Free and HostFree
@@ -329,6 +334,12 @@ func New(cfg Config) (*Device, error) {
 	rg, err := newRegion(c.TotalBytes, d.id, 0)
 	if err != nil {
 		return nil, err
+	}
+	if c.Shared != "" {
+		if d.shared, err = openLedger(c); err != nil {
+			releaseRegions(rg)
+			return nil, err
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -355,6 +366,9 @@ func (d *Device) startGenLocked(rg region) {
 	d.streams = map[*stream]struct{}{}
 	d.events = 0
 	d.def = d.newStreamLocked(true)
+	if d.shared != nil {
+		d.shared.setMine(d.cfg.ContextBytes) // everything else is gone
+	}
 }
 
 // streamsLocked appends the default stream and every open stream to dst.
@@ -394,8 +408,12 @@ func (d *Device) Config() Config { return d.cfg }
 // Faults returns the device's fault injector.
 func (d *Device) Faults() *Faults { return &d.faults }
 
-// String names the device, e.g. "sim#3 (8 GiB)".
+// String names the device, e.g. "sim#3 (8 GiB)", or "sim#3 (1 GiB,
+// shared "jobs")" for a shared one.
 func (d *Device) String() string {
+	if d.cfg.Shared != "" {
+		return fmt.Sprintf("sim#%d (%s, shared %q)", d.id, units.Format(d.cfg.TotalBytes), d.cfg.Shared)
+	}
 	return fmt.Sprintf("sim#%d (%s)", d.id, units.Format(d.cfg.TotalBytes))
 }
 
@@ -417,18 +435,52 @@ func (d *Device) errClosed(op string) error {
 	return fmt.Errorf("%v: %s: device is closed: %w", d, op, device.ErrClosed)
 }
 
-// freeLocked is the device memory not reserved by anything.
+// freeLocked is the device memory not reserved by anything: on a shared
+// device, by any Device of it.
 func (d *Device) freeLocked() uint64 {
+	if d.shared != nil {
+		return d.shared.free()
+	}
 	return d.cfg.TotalBytes - d.cfg.ContextBytes - d.mallocBytes - d.pool.reserved - d.vm.physBytes
 }
 
-// MemInfo reports free and total device memory as the driver does.
+// takeLocked decides whether n more bytes of device memory may be
+// reserved; the caller then counts them (mallocBytes, pool.reserved,
+// vm.physBytes). On a shared device the bytes are taken in the ledger,
+// atomically against the other processes, and go back with giveLocked.
+func (d *Device) takeLocked(n uint64) (bool, error) {
+	if d.shared == nil {
+		return n <= d.freeLocked(), nil
+	}
+	return d.shared.take(n)
+}
+
+// giveLocked returns n bytes reserved with takeLocked, once the caller
+// has stopped counting them.
+func (d *Device) giveLocked(n uint64) {
+	if d.shared != nil {
+		d.shared.give(n)
+	}
+}
+
+// MemInfo reports free and total device memory as the driver does. On a
+// shared device free is what no Device of it holds, in any process; a
+// MemInfo at least sweepEvery after the last sweep drops the slots of
+// dead processes first.
 func (d *Device) MemInfo() (free, total uint64, err error) {
 	if d.closed.Load() {
 		return 0, 0, d.errClosed("meminfo")
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
+	if d.closed.Load() {
+		return 0, 0, d.errClosed("meminfo")
+	}
+	if d.shared != nil {
+		if err := d.shared.maybeSweep(); err != nil {
+			return 0, 0, fmt.Errorf("%v: meminfo: %w", d, err)
+		}
+	}
 	return d.freeLocked(), d.cfg.TotalBytes, nil
 }
 
@@ -437,12 +489,26 @@ func (d *Device) oomLocked(op string, n, need uint64) error {
 	if need < n { // rounding n up to the granularity overflowed
 		need = math.MaxUint64
 	}
+	others := ""
+	if d.shared != nil {
+		used, clients := d.shared.othersUsed()
+		others = fmt.Sprintf("; other clients (%d) of shared device %q hold %s", clients, d.cfg.Shared, units.Format(used))
+	}
 	return fmt.Errorf("%v: %s %s: needs %s at %s granularity but only %s of %s is free "+
-		"(context %s, Malloc %s, async pool %s reserved, physical memory %s): %w",
+		"(context %s, Malloc %s, async pool %s reserved, physical memory %s%s): %w",
 		d, op, units.Format(n), units.Format(need), units.Format(d.cfg.Granularity),
 		units.Format(d.freeLocked()), units.Format(d.cfg.TotalBytes),
 		units.Format(d.cfg.ContextBytes), units.Format(d.mallocBytes), units.Format(d.pool.reserved),
-		units.Format(d.vm.physBytes), device.ErrOutOfMemory)
+		units.Format(d.vm.physBytes), others, device.ErrOutOfMemory)
+}
+
+// notTakenLocked is the error of a takeLocked that failed (err) or found
+// no room.
+func (d *Device) notTakenLocked(op string, n, need uint64, err error) error {
+	if err != nil {
+		return fmt.Errorf("%v: %s %s: %w", d, op, units.Format(n), err)
+	}
+	return d.oomLocked(op, n, need)
 }
 
 // Malloc allocates n > 0 bytes. It reserves n rounded up to the
@@ -463,11 +529,15 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 	if d.closed.Load() {
 		return 0, d.errClosed("malloc")
 	}
-	if !ok || need > d.freeLocked() {
+	if !ok {
 		return 0, d.oomLocked("malloc", n, need)
+	}
+	if taken, err := d.takeLocked(need); err != nil || !taken {
+		return 0, d.notTakenLocked("malloc", n, need, err)
 	}
 	a, ok := d.va.alloc(need)
 	if !ok {
+		d.giveLocked(need)
 		return 0, fmt.Errorf("%v: malloc %s: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
 	}
 	var mem *backing
@@ -518,6 +588,7 @@ func (d *Device) Free(p device.Ptr) error {
 	d.mallocBytes -= span
 	d.mallocReq -= r.size
 	d.nMalloc--
+	d.giveLocked(span)
 	return nil
 }
 
@@ -980,6 +1051,9 @@ func (d *Device) Close() error {
 	d.streams = map[*stream]struct{}{}
 	releaseRegions(append(d.old, d.rg)...)
 	d.old = nil
+	if d.shared != nil {
+		d.shared.close() // the slot goes, and with it all this Device held
+	}
 	d.mu.Unlock()
 	if rep.leaksMemory() {
 		return &LeakError{Device: d.String(), Report: rep}

@@ -58,14 +58,37 @@
 //   - Fault injection (Device.Faults): out of memory at the nth
 //     allocation or above a size, a failing copy, a device reset at a
 //     chosen call.
+//   - One device shared by processes (Config.Shared, spec
+//     sim:shared=NAME; shared.go has the ledger's layout and rules):
+//     every Device opened with the same NAME and ledger directory, in
+//     this process or any other on the host, is a client of one device.
+//     Each client pays its own context (context=0 makes a watcher that
+//     takes nothing), and MemInfo's free is the total less what all
+//     clients hold: contexts, Mallocs, async pool reserves, physical
+//     memory. An allocation, pool growth or CreatePhysical that would
+//     pass the total fails with device.ErrOutOfMemory in the client that
+//     asks, decided atomically across processes (under the ledger file's
+//     flock, which dies with its holder); the error names what the other
+//     clients hold. Contents, addresses, streams and fault injection stay
+//     per client. Every client must give one total and granularity
+//     (else ErrSharedMismatch, naming both); at most SharedSlotCount (256)
+//     are open at once (else ErrSharedFull). A client's memory goes back
+//     at Close or Reset (all but its context); a process that died
+//     (kill -9 included; told by pid and start time) loses its slot to
+//     the next client that looks: at Open, at an allocation that does not
+//     fit, and at a MemInfo 250 ms or more after the last look.
+//     SharedUsage lists the clients (pid, bytes held, context). The
+//     ledger is NAME.vramsim in dir=PATH, $VRAM_SIM_DIR, or
+//     /dev/shm/vram-sim-UID (DefaultSharedDir), mode 0600. Linux only:
+//     elsewhere New fails with device.ErrNotSupported.
 //   - Reset (everything made before is invalid; it returns once the
 //     work it interrupted has ended) and Close (everything
 //     released, with a leak report: Device.Leaks, LeakError).
 //
 // What it does not simulate: timing (beyond an optional copy bandwidth
 // and an optional kernel time per index, Config.KernelTime),
-// PTX modules (it is no device.ModuleLoader), multiple contexts, unified
-// memory, and the driver's sub-allocation of small Mallocs within a 2 MiB
+// PTX modules (it is no device.ModuleLoader), several contexts in one
+// Device, unified memory, and the driver's sub-allocation of small Mallocs within a 2 MiB
 // page (every Malloc reserves whole granules).
 //
 // Its costs are those of a few treap operations per allocation (O(log n);

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // CheckInvariants verifies the device's internal bookkeeping (tests only):
@@ -110,8 +111,28 @@ func (d *Device) CheckInvariants() error {
 	if free := d.freeLocked(); free > d.cfg.TotalBytes {
 		return fmt.Errorf("free memory %d underflowed", free)
 	}
+	if l := d.shared; l != nil && !d.closed.Load() {
+		held := d.cfg.ContextBytes + d.mallocBytes + p.reserved + d.vm.physBytes
+		if l.mine != held || l.word(l.slot, slotUsed).Load() != held {
+			return fmt.Errorf("shared slot %d holds %d (word %d), the device %d", l.slot, l.mine, l.word(l.slot, slotUsed).Load(), held)
+		}
+	}
 	return nil
 }
+
+// SetLockWait sets how long a shared device waits for its ledger's lock,
+// until the test ends.
+func SetLockWait(t testing.TB, d time.Duration) {
+	old := lockWait
+	lockWait = d
+	t.Cleanup(func() { lockWait = old })
+}
+
+// LedgerFileSize is the size of a ledger file.
+const LedgerFileSize = ledgerFileSize
+
+// SweepEvery is how old a sweep may be before MemInfo sweeps again.
+const SweepEvery = sweepEvery
 
 // HeldRegions reports how many address regions open devices hold, and
 // how many bytes of addresses (tests only).

@@ -228,14 +228,17 @@ func (p *pool) growLocked(d *Device, size, n uint64) (*block, error) {
 	if !ok {
 		return nil, d.oomLocked("malloc async", n, size)
 	}
-	if segSize > d.freeLocked() {
+	taken, err := d.takeLocked(segSize)
+	if err == nil && !taken {
 		p.releaseLocked(d, 0)
+		taken, err = d.takeLocked(segSize)
 	}
-	if segSize > d.freeLocked() {
-		return nil, d.oomLocked("malloc async", n, segSize)
+	if err != nil || !taken {
+		return nil, d.notTakenLocked("malloc async", n, segSize, err)
 	}
 	a, ok := d.va.alloc(segSize)
 	if !ok {
+		d.giveLocked(segSize)
 		return nil, fmt.Errorf("%v: malloc async %s: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
 	}
 	seg := &segment{start: a, size: segSize}
@@ -344,6 +347,7 @@ func (p *pool) releaseLocked(d *Device, keep uint64) {
 		d.va.release(seg.start, seg.size)
 		p.reserved -= seg.size
 		p.nSeg--
+		d.giveLocked(seg.size)
 	}
 }
 

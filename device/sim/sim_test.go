@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -19,7 +20,14 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs the tests, or, in a process the shared-device tests
+// started (helperEnv set), the helper they asked for.
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(helperMain(mode))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const (
 	MiB = units.MiB

@@ -201,8 +201,8 @@ func (d *Device) CreatePhysical(n uint64) (device.PhysMem, error) {
 	if d.closed.Load() {
 		return 0, d.errClosed(op)
 	}
-	if n > d.freeLocked() {
-		return 0, d.oomLocked(op, n, n)
+	if taken, err := d.takeLocked(n); err != nil || !taken {
+		return 0, d.notTakenLocked(op, n, n, err)
 	}
 	if d.vm.phys == nil {
 		d.vm.phys = map[device.PhysMem]*physMem{}
@@ -237,6 +237,7 @@ func (d *Device) ReleasePhysical(h device.PhysMem) error {
 func (d *Device) dropPhysLocked(h device.PhysMem, ph *physMem) {
 	delete(d.vm.phys, h)
 	d.vm.physBytes -= ph.n
+	d.giveLocked(ph.n)
 }
 
 // Map maps the whole of h at p (device.VirtualMemory). FailMapAt can make
