@@ -42,7 +42,7 @@ func markBatch(c *Client, b Batch) (end func() error, err error) {
 		}
 		marks = append(marks, w)
 	}
-	for _, o := range c.m.GroupMembers(c.Group()) {
+	for _, o := range c.Manager().GroupMembers(c.Group()) {
 		if seen[o] || o.Held() == 0 {
 			continue
 		}

@@ -259,7 +259,7 @@ func RunBatches(ctx context.Context, parts []BatchPart, o MultiOptions) (MultiRe
 				err = errors.Join(err, end())
 			}
 			if err != nil {
-				errs[i] = fmt.Errorf("device %d (%s): %w", i, r.m.dev.Info().Name, err)
+				errs[i] = fmt.Errorf("device %d (%s): %w", i, r.m.Device().Info().Name, err)
 				deal.stop()
 				cancel(errs[i])
 			}

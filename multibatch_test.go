@@ -151,8 +151,8 @@ func TestRunBatchesMaxChunkLength(t *testing.T) {
 	}
 	in := parts[0].Batch.Arrays[0].host
 	for i, f := range fs {
-		parts[i].Batch.Arrays[0] = InFunc(f.sr, "in", 1, func(sp Span, st *HostArray) error { return hostChunkCopy(st, in, sp, true) })
-		parts[i].Batch.Arrays[2] = OutFunc(f.wr, "out", 1, func(sp Span, st *HostArray) error { return hostChunkCopy(st, out, sp, false) })
+		parts[i].Batch.Arrays[0] = InFunc(f.sr, "in", 1, func(sp Span, st *HostArray) error { return st.CopyChunkFrom(in, sp) })
+		parts[i].Batch.Arrays[2] = OutFunc(f.wr, "out", 1, func(sp Span, st *HostArray) error { return st.CopyChunkTo(out, sp) })
 	}
 	rep, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: 1000})
 	if err != nil {

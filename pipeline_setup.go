@@ -18,13 +18,14 @@ import (
 
 // batchRun is one RunBatch call's state, used by its goroutine only.
 type batchRun struct {
-	ctx  context.Context
-	m    *Manager
-	b    Batch
-	plan ChunkPlan
-	runs int // the batch's runs (plan.TotalRuns, or b.Runs when it counts none)
-	n, k int // chunks (for a part of a multi-device batch: the most it may take), buffers in flight
-	lag  int // chunks the host stays ahead of the device
+	ctx     context.Context
+	copyCtx context.Context // ctx without its cancellation, for the copies of a step
+	m       *Manager
+	b       Batch
+	plan    ChunkPlan
+	runs    int // the batch's runs (plan.TotalRuns, or b.Runs when it counts none)
+	n, k    int // chunks (for a part of a multi-device batch: the most it may take), buffers in flight
+	lag     int // chunks the host stays ahead of the device
 
 	arrs []*batchArr
 	sets []map[*ArrayResponse]map[string]*DeviceArray // per buffer
@@ -79,21 +80,23 @@ func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchR
 	if b.Compute == nil || len(b.Arrays) == 0 {
 		return nil, batchErr("a batch needs a Compute step and at least one array (In, Out, InFunc, OutFunc)")
 	}
-	m := c.m
-	s, err := m.stream(c)
+	m := c.Manager()
+	s, err := c.Stream()
 	if err != nil {
 		return nil, fmt.Errorf("vram: batch: %w", err)
 	}
-	r := &batchRun{ctx: ctx, m: m, b: b, s: s, ks: s, deal: deal}
+	// The pipeline checks ctx before each step; the copies of a step
+	// are enqueued whatever it says meanwhile.
+	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), m: m, b: b, s: s, ks: s, deal: deal}
 	if err := r.resolvePlan(); err != nil {
 		return nil, err
 	}
 	if err := r.dealFrom(deal); err != nil {
 		return nil, err
 	}
-	group, err := m.streamGroup(c)
-	if err != nil {
-		return nil, fmt.Errorf("vram: batch: %w", err)
+	group := c.Group()
+	if group == "" {
+		return nil, fmt.Errorf("vram: batch: client %v: %w", c, ErrClosed)
 	}
 	for i, ba := range b.Arrays {
 		r.resolving = i
@@ -171,8 +174,8 @@ func (r *batchRun) resolvePlan() error {
 func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error) {
 	a := &batchArr{BatchArray: ba, client: ba.resp.Client}
 	a.name = fmt.Sprintf("%q of %v", ba.label, a.client)
-	if g, err := r.m.streamGroup(a.client); err != nil || g != group {
-		return nil, batchErr("array %s: its client is in group %q (%v), not the batch's %q; run a batch per group", a.name, g, err, group)
+	if g := a.client.Group(); g != group {
+		return nil, batchErr("array %s: its client is in group %q (\"\" once closed), not the batch's %q; run a batch per group", a.name, g, group)
 	}
 	for buf := range r.k {
 		d := deviceSet(ba.resp, buf)[ba.label]
@@ -185,7 +188,7 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 	if ba.out && ba.drain == nil && ba.host == nil || !ba.out && ba.fill == nil && ba.host == nil {
 		return nil, batchErr("array %s: no host array and no function; give one", a.name)
 	}
-	ds := a.dev[0].shape
+	ds := a.dev[0].Shape()
 	var err error
 	if ba.host != nil {
 		err = r.inferAxis(a, ds)
@@ -198,7 +201,7 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 	if !a.whole {
 		a.run = a.dev[0].Bytes() / uint64(max(ds[a.axis], 1))
 	}
-	if ba.fill != nil || ba.drain != nil || (ba.host.memory == Pageable && !a.whole) {
+	if ba.fill != nil || ba.drain != nil || (ba.host.Memory() == Pageable && !a.whole) {
 		// An input's buffer is refilled k−1 chunks ahead of its compute,
 		// so it needs k−1 more than an output's to be free again by then.
 		slots := r.lag + 1
@@ -232,12 +235,13 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 	if h.Freed() {
 		return batchErr("array %s: host array %v was freed", a.name, h)
 	}
-	if h.dtype != a.dev[0].dtype || len(h.shape) != len(ds) {
+	hs := h.Shape()
+	if h.DType() != a.dev[0].DType() || len(hs) != len(ds) {
 		return batchErr("array %s: host array %v does not match device array %v; give it the device array's dtype and rank", a.name, h, a.dev[0])
 	}
 	var diff []int
 	for ax := range ds {
-		if h.shape[ax] != ds[ax] {
+		if hs[ax] != ds[ax] {
 			diff = append(diff, ax)
 		}
 	}
@@ -245,12 +249,12 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 	case len(diff) == 0 && r.deal != nil && r.axes != nil && r.axes[r.resolving] >= 0:
 		// A part allocated full length in a batch dealt in chunks.
 		a.axis = r.axes[r.resolving]
-	case len(diff) == 0 && r.deal != nil && r.axes == nil && r.deal.total > 1 && slices.Contains(h.shape, r.runs):
+	case len(diff) == 0 && r.deal != nil && r.axes == nil && r.deal.total > 1 && slices.Contains(hs, r.runs):
 		return batchErr("array %s: host array %v has the shape of its device array, so its chunk axis cannot be told, and the batch is dealt in %d chunks; give it with InFunc or OutFunc",
 			a.name, h, r.deal.total)
 	case len(diff) == 0:
 		a.whole = true
-	case len(diff) == 1 && h.shape[diff[0]] == r.runs && ds[diff[0]] == r.plan.ChunkLength:
+	case len(diff) == 1 && hs[diff[0]] == r.runs && ds[diff[0]] == r.plan.ChunkLength:
 		a.axis = diff[0]
 	default:
 		return batchErr("array %s: host array %v and device array %v: want the same shape but for the chunk axis, of %d runs on the host and %d on the device",
@@ -262,7 +266,7 @@ func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
 // makeResources takes the staging buffers (which may lower k and lag),
 // makes the compute stream and the events, and starts the timeline.
 func (r *batchRun) makeResources() error {
-	dev := r.m.dev
+	dev := r.m.Device()
 	if err := r.acquireStaging(); err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -34,7 +33,7 @@ func (r *batchRun) acquireStaging() error {
 	if len(staged) == 0 {
 		return nil
 	}
-	pool := r.m.host.staging
+	pool := r.m.Host().Staging()
 	first, err := pool.AcquireSet(r.ctx, sizes)
 	if err != nil {
 		return fmt.Errorf("vram: batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
@@ -69,7 +68,18 @@ func (r *batchRun) acquireStaging() error {
 				b.Release()
 				continue
 			}
-			a.stage = append(a.stage, stageArray(b, a.dev[0]))
+			// A view of b shaped like the device array; freeing it
+			// gives b back to the pool.
+			h, err := b.Array(a.dev[0].Shape(), a.dev[0].DType())
+			if err != nil {
+				b.Release()
+				releaseAll(got[i+1:])
+				for _, rest := range got[i][j+1:] {
+					rest.Release()
+				}
+				return fmt.Errorf("vram: batch: staging buffer for %s: %w", a.name, err)
+			}
+			a.stage = append(a.stage, h)
 		}
 	}
 	return nil
@@ -94,7 +104,6 @@ func (r *batchRun) slots(a *batchArr) int {
 // fitToStaging lowers lag, then k, until every staged array has the
 // buffers it needs; one buffer each always suffices (k = 1, lag 0).
 func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
-	k0, lag0 := r.k, r.lag
 	for k := r.k; k >= 1; k-- {
 		lag := max(1, k-1)
 		for i, a := range staged {
@@ -113,21 +122,4 @@ func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
 		}
 	}
 	r.rep.Buffers, r.rep.Lag = r.k, r.lag
-	if r.k != k0 || r.lag != lag0 {
-		r.m.log.Debug("vram: batch: fewer staging buffers than wanted", "buffers", r.k, "wanted_buffers", k0,
-			"lag", r.lag, "wanted_lag", lag0)
-	}
-}
-
-// stageArray views buffer b as a host array shaped like the device array
-// d; freeing it gives b back to the pool.
-func stageArray(b *StagingBuffer, d *DeviceArray) *HostArray {
-	mem, rung := Pageable, RungPageable // a device that cannot pin
-	if b.Pinned() {
-		mem, rung = Pinned, RungPinned
-	}
-	n := d.Bytes()
-	return &HostArray{data: b.Bytes()[:n:n], shape: d.shape, dtype: d.dtype, memory: mem,
-		place:   &HostPlacement{Rung: rung, Reason: "a staging pool buffer"},
-		release: func(_ device.Stream) error { b.Release(); return nil }}
 }

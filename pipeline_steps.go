@@ -107,7 +107,7 @@ func (r *batchRun) copyIn(i int) error {
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := r.m.toDevice(a.client, d, a.host); err != nil {
+			if err := a.client.ToDevice(r.copyCtx, d, a.host); err != nil {
 				return fmt.Errorf("copy in %s: %w", a.name, err)
 			}
 			r.moved[stepIn][i] += d.Bytes()
@@ -122,7 +122,7 @@ func (r *batchRun) copyIn(i int) error {
 			}
 			sp.Start = 0
 		}
-		if err := r.m.toDeviceChunk(a.client, d, src, sp); err != nil {
+		if err := a.client.ToDeviceChunk(r.copyCtx, d, src, sp); err != nil {
 			return fmt.Errorf("copy in %s: %w", a.name, err)
 		}
 		r.moved[stepIn][i] += uint64(sp.Len) * a.run
@@ -143,26 +143,7 @@ func (r *batchRun) fill(a *batchArr, h *HostArray, sp Span) error {
 		}
 		return nil
 	}
-	return hostChunkCopy(h, a.host, sp, true)
-}
-
-// hostChunkCopy copies runs sp of the full-length host array full into
-// the first sp.Len runs of the chunk-shaped stage (toStage), or back.
-func hostChunkCopy(stage, full *HostArray, sp Span, toStage bool) error {
-	cc, err := planChunkCopy(full.shape, stage.shape, full.dtype.Size(), sp)
-	if err != nil {
-		return fmt.Errorf("stage %v: %w", full, err)
-	}
-	for row := range cc.rows {
-		st := stage.data[row*cc.devPitch:][:cc.width]
-		fu := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
-		if toStage {
-			copy(st, fu)
-		} else {
-			copy(fu, st)
-		}
-	}
-	return nil
+	return h.CopyChunkFrom(a.host, sp)
 }
 
 // compute enqueues chunk i's compute step on ks, after its copies in.
@@ -175,7 +156,7 @@ func (r *batchRun) compute(i int) error {
 	}
 	dc := r.chunks[i]
 	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.plan.ChunkLength,
-		Buffer: buf, Stream: r.ks, dev: r.m.dev, sets: r.sets[buf]}
+		Buffer: buf, Stream: r.ks, dev: r.m.Device(), sets: r.sets[buf]}
 	if err := r.b.Compute(r.ctx, ch); err != nil {
 		return err
 	}
@@ -201,7 +182,7 @@ func (r *batchRun) copyOut(i int) error {
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := r.m.fromDevice(a.client, a.host, d); err != nil {
+			if err := a.client.FromDevice(r.copyCtx, a.host, d); err != nil {
 				return fmt.Errorf("copy out %s: %w", a.name, err)
 			}
 			r.moved[stepOut][i] += d.Bytes()
@@ -212,7 +193,7 @@ func (r *batchRun) copyOut(i int) error {
 		if a.staged() {
 			dst, sp.Start = a.stage[i%len(a.stage)], 0
 		}
-		if err := r.m.fromDeviceChunk(a.client, dst, d, sp); err != nil {
+		if err := a.client.FromDeviceChunk(r.copyCtx, dst, d, sp); err != nil {
 			return fmt.Errorf("copy out %s: %w", a.name, err)
 		}
 		r.moved[stepOut][i] += uint64(sp.Len) * a.run
@@ -241,7 +222,7 @@ func (r *batchRun) retireUpTo(upTo int) error {
 			if a.drain != nil {
 				err = a.drain(sp, a.stage[i%len(a.stage)])
 			} else {
-				err = hostChunkCopy(a.stage[i%len(a.stage)], a.host, sp, false)
+				err = a.stage[i%len(a.stage)].CopyChunkTo(a.host, sp)
 			}
 			if err != nil {
 				return fmt.Errorf("vram: batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a.name, err)

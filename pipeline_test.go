@@ -148,10 +148,10 @@ func TestRunBatch(t *testing.T) {
 				arrays := []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)}
 				if side == "functions" {
 					arrays[0] = InFunc(f.sr, "in", 1, func(sp Span, st *HostArray) error {
-						return hostChunkCopy(st, in, sp, true)
+						return st.CopyChunkFrom(in, sp)
 					})
 					arrays[2] = OutFunc(f.wr, "out", 1, func(sp Span, st *HostArray) error {
-						return hostChunkCopy(st, out, sp, false)
+						return st.CopyChunkTo(out, sp)
 					})
 				}
 				var seen []int
