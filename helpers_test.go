@@ -97,3 +97,10 @@ func allocatorKind(m *Manager) AllocatorKind {
 	k, _ := m.AllocatorStats()
 	return k
 }
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

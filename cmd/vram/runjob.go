@@ -11,7 +11,7 @@
 //     Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
-//  2. The host arrays are full-length and pinned. vram.RunBatch, the
+//  2. The host arrays are full-length and pinned. batch.Run, the
 //     library's chunk pipeline, copies each chunk's inputs in, launches the
 //     kernel (oscillator.NewPortable: PTX on CUDA, Go on the simulator)
 //     over the chunk's runs and copies its outputs back into place on the
@@ -35,6 +35,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
@@ -102,7 +103,7 @@ with RK4 over --steps steps, saving --samples samples of (x, v) per run,
 with random parameters. The inputs and outputs are two clients of vram's
 memory manager in one stream group; when the batch does not fit the device
 the manager plans it into chunks, and the library's chunk pipeline
-(vram.RunBatch) copies each chunk's inputs in, runs the portable kernel
+(batch.Run) copies each chunk's inputs in, runs the portable kernel
 and copies the outputs back (with --double-buffer, the kernel on a second
 stream while the next chunk's copies go on the group's). A sample of runs
 from every chunk is checked against a float64 host reference: the command
@@ -348,22 +349,22 @@ func (j *job) runBatch(rep *runReport) error {
 	return nil
 }
 
-// pipeline runs every chunk through vram.RunBatch: the inputs copied in,
+// pipeline runs every chunk through batch.Run: the inputs copied in,
 // the oscillator kernel over the chunk's runs, the outputs copied back,
 // with the buffers the plan allocated.
-func (j *job) pipeline() (vram.BatchReport, error) {
+func (j *job) pipeline() (batch.Report, error) {
 	sh := j.shape
-	traj := vram.Out(j.outR, "trajectories", j.hOut)
+	traj := batch.Out(j.outR, "trajectories", j.hOut)
 	if j.traj != nil {
-		traj = vram.OutFunc(j.outR, "trajectories", 2, j.traj.drain)
+		traj = batch.OutFunc(j.outR, "trajectories", 2, j.traj.drain)
 	}
-	return vram.RunBatch(j.a.ctx, j.out, vram.Batch{
-		Arrays: []vram.BatchArray{
-			vram.In(j.inR, "init", j.hInit), vram.In(j.inR, "params", j.hParams),
-			traj, vram.Out(j.outR, "status", j.hStatus),
+	return batch.Run(j.a.ctx, j.out, batch.Batch{
+		Arrays: []batch.Array{
+			batch.In(j.inR, "init", j.hInit), batch.In(j.inR, "params", j.hParams),
+			traj, batch.Out(j.outR, "status", j.hStatus),
 		},
 		Runs: sh.runs,
-		Compute: func(_ context.Context, ch *vram.Chunk) error {
+		Compute: func(_ context.Context, ch *batch.Chunk) error {
 			err := ch.Launch(j.kernel, ch.Array(j.inR, "init"), ch.Array(j.inR, "params"),
 				ch.Array(j.outR, "trajectories"), ch.Array(j.outR, "status"),
 				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
@@ -378,7 +379,7 @@ func (j *job) pipeline() (vram.BatchReport, error) {
 
 // chunkDone reports a chunk back on the host: the log, the metrics, the
 // progress on stderr.
-func (j *job) chunkDone(p vram.Progress) {
+func (j *job) chunkDone(p batch.Progress) {
 	j.a.log.Debug("chunk done", "chunk", p.Chunk, "of", p.Chunks, "runs", fmt.Sprintf("%d-%d", p.Start, p.Start+p.Len-1))
 	j.stats.chunkDone(p.Len)
 	if j.prog != nil {

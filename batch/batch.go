@@ -1,6 +1,6 @@
-package vram
+package batch
 
-// The chunk pipeline: RunBatch runs every chunk of an allocated batch
+// The chunk pipeline: Run runs every chunk of an allocated batch
 // through copy in → compute → copy out, with 1, 2 or 3 buffers in flight.
 //
 // Streams and order. Copies go on the group's stream s (the stream every
@@ -33,24 +33,25 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vramkit/vram"
 	"time"
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/kernel"
 )
 
-// MaxBatchBuffers is the most chunk buffers RunBatch keeps in flight.
-const MaxBatchBuffers = 3
+// MaxBuffers is the most chunk buffers Run keeps in flight.
+const MaxBuffers = 3
 
-// Batch describes a batch to RunBatch: the host side of each array and
+// Batch describes a batch to Run: the host side of each array and
 // the compute step. A plain value.
 type Batch struct {
 	// Arrays are the batch's host sides, made with In, Out, InFunc and
 	// OutFunc. Arrays of the responses that are not listed are neither
 	// copied in nor out (scratch arrays).
-	Arrays []BatchArray
+	Arrays []Array
 	// Compute enqueues chunk ch's work on ch.Stream (ch.Launch does it for
-	// a portable kernel). It runs on RunBatch's goroutine; it should
+	// a portable kernel). It runs on Run's goroutine; it should
 	// enqueue, not wait. Its error stops the batch.
 	Compute func(ctx context.Context, ch *Chunk) error
 	// Buffers is the number of chunk buffers in flight: 1, 2 or 3. The
@@ -61,21 +62,21 @@ type Batch struct {
 	// Runs is the batch's number of runs when its plan counts none
 	// (nothing was chunkable: a batch of one run); otherwise ignored.
 	Runs int
-	// Progress, when set, is called on RunBatch's goroutine as each chunk
+	// Progress, when set, is called on Run's goroutine as each chunk
 	// is back on the host.
 	Progress func(Progress)
 }
 
-// BatchArray is the host side of one device array of a batch. Make it
+// Array is the host side of one device array of a batch. Make it
 // with In, Out, InFunc or OutFunc. A plain value.
-type BatchArray struct {
-	resp  *ArrayResponse
+type Array struct {
+	resp  *vram.ArrayResponse
 	label string
 	out   bool
-	host  *HostArray
+	host  *vram.HostArray
 	axis  int // for fill and drain; -1 to infer from host
-	fill  func(sp Span, stage *HostArray) error
-	drain func(sp Span, stage *HostArray) error
+	fill  func(sp vram.Span, stage *vram.HostArray) error
+	drain func(sp vram.Span, stage *vram.HostArray) error
 }
 
 // In copies the full-length host array h into response r's array label
@@ -84,32 +85,32 @@ type BatchArray struct {
 // length; an array allocated whole is copied once, before the first
 // chunk). A pinned or mapped h is copied from directly; a pageable one is
 // staged through pinned buffers.
-func In(r *ArrayResponse, label string, h *HostArray) BatchArray {
-	return BatchArray{resp: r, label: label, host: h, axis: -1}
+func In(r *vram.ArrayResponse, label string, h *vram.HostArray) Array {
+	return Array{resp: r, label: label, host: h, axis: -1}
 }
 
 // Out copies response r's array label into the full-length host array h
 // after each chunk's compute, the reverse of In (an array allocated
 // whole is copied once, after the last chunk).
-func Out(r *ArrayResponse, label string, h *HostArray) BatchArray {
-	return BatchArray{resp: r, label: label, host: h, out: true, axis: -1}
+func Out(r *vram.ArrayResponse, label string, h *vram.HostArray) Array {
+	return Array{resp: r, label: label, host: h, out: true, axis: -1}
 }
 
 // InFunc fills response r's array label from a function: before each
 // chunk, fill is called with the chunk's runs sp (along axis) and a
 // pinned staging array shaped like the device array, whose first sp.Len
 // runs along axis it must fill; they are then copied in. fill runs on
-// RunBatch's goroutine.
-func InFunc(r *ArrayResponse, label string, axis int, fill func(sp Span, stage *HostArray) error) BatchArray {
-	return BatchArray{resp: r, label: label, axis: axis, fill: fill}
+// Run's goroutine.
+func InFunc(r *vram.ArrayResponse, label string, axis int, fill func(sp vram.Span, stage *vram.HostArray) error) Array {
+	return Array{resp: r, label: label, axis: axis, fill: fill}
 }
 
 // OutFunc drains response r's array label into a function: once chunk
 // sp's outputs are back on the host, drain is called with a pinned
 // staging array shaped like the device array whose first sp.Len runs
 // along axis hold them. The staging array is reused after drain returns.
-func OutFunc(r *ArrayResponse, label string, axis int, drain func(sp Span, stage *HostArray) error) BatchArray {
-	return BatchArray{resp: r, label: label, axis: axis, out: true, drain: drain}
+func OutFunc(r *vram.ArrayResponse, label string, axis int, drain func(sp vram.Span, stage *vram.HostArray) error) Array {
+	return Array{resp: r, label: label, axis: axis, out: true, drain: drain}
 }
 
 // Chunk is one chunk as the compute step sees it. Valid during the
@@ -128,13 +129,13 @@ type Chunk struct {
 	Stream device.Stream
 
 	dev  device.Device
-	sets map[*ArrayResponse]map[string]*DeviceArray
+	sets map[*vram.ArrayResponse]map[string]*vram.DeviceArray
 }
 
 // Array returns response r's device array label in the chunk's buffer
 // (nil if it has none). r may be a response of the batch's allocation
-// that no BatchArray names (a client holding scratch arrays only).
-func (ch *Chunk) Array(r *ArrayResponse, label string) *DeviceArray {
+// that no Array names (a client holding scratch arrays only).
+func (ch *Chunk) Array(r *vram.ArrayResponse, label string) *vram.DeviceArray {
 	if set, ok := ch.sets[r]; ok || r == nil {
 		return set[label]
 	}
@@ -148,7 +149,7 @@ func (ch *Chunk) Array(r *ArrayResponse, label string) *DeviceArray {
 // kernel.ErrArgs.
 func (ch *Chunk) Launch(k *kernel.Kernel, args ...any) error {
 	for i, a := range args {
-		if d, ok := a.(*DeviceArray); ok && d == nil {
+		if d, ok := a.(*vram.DeviceArray); ok && d == nil {
 			return fmt.Errorf("kernel %s: argument %d is a nil *DeviceArray: Chunk.Array found no array under that label in that response (check the label and pass the response of the client that holds it): %w",
 				k.Name(), i, kernel.ErrArgs)
 		}
@@ -166,11 +167,11 @@ type Progress struct {
 	Elapsed    time.Duration
 }
 
-// BatchReport is what a batch did, also when it stopped early. A plain
+// Report is what a batch did, also when it stopped early. A plain
 // value. Times are measured on the host from when each step's work
 // finished on the device, so they include the host's wake-up latency
 // (microseconds).
-type BatchReport struct {
+type Report struct {
 	Chunks     int // the batch's chunks
 	ChunksDone int // chunks back on the host
 	Buffers    int // buffers in flight (fewer than asked when staging buffers ran short)
@@ -186,12 +187,12 @@ type BatchReport struct {
 	Copy, Compute, ExposedCopy time.Duration
 }
 
-// ErrBatch is wrapped by a Batch that RunBatch cannot run: an array that
+// ErrBatch is wrapped by a Batch that Run cannot run: an array that
 // is not among the responses, a host side that does not fit its device
 // array, too many buffers.
 var ErrBatch = errors.New("bad batch")
 
-// RunBatch runs every chunk of the batch b, whose arrays belong to
+// Run runs every chunk of the batch b, whose arrays belong to
 // responses of one allocation in c's stream group, and waits for the
 // last: copy in, compute, copy out, with b.Buffers buffers in flight
 // (see the file's overview above for the order). It returns when every
@@ -202,12 +203,12 @@ var ErrBatch = errors.New("bad batch")
 // error from ctx wraps ctx.Err().
 //
 // The host arrays of In must not change, and those of Out must not be
-// read, until RunBatch returns. RunBatch is safe to call from several
+// read, until Run returns. Run is safe to call from several
 // goroutines for batches of different groups.
-func RunBatch(ctx context.Context, c *Client, b Batch) (BatchReport, error) {
+func Run(ctx context.Context, c *vram.Client, b Batch) (Report, error) {
 	r, err := newBatchRun(ctx, c, b, nil)
 	if err != nil {
-		return BatchReport{}, err
+		return Report{}, err
 	}
 	end, err := markBatch(c, b) // no eviction while it runs (batchwork.go)
 	if err != nil {

@@ -1,8 +1,10 @@
-package vram
+package batch_test
 
 import (
 	"context"
 	"errors"
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"strings"
 	"sync"
 	"testing"
@@ -13,17 +15,17 @@ import (
 
 // multiParts makes a fixture per device config and the parts of one
 // batch over them, sharing f0's host arrays.
-func multiParts(t *testing.T, runs int, mods ...func(*sim.Config)) ([]*batchFixture, []BatchPart, *HostArray) {
+func multiParts(t *testing.T, runs int, mods ...func(*sim.Config)) ([]*batchFixture, []batch.Part, *vram.HostArray) {
 	t.Helper()
 	var fs []*batchFixture
 	for _, mod := range mods {
 		fs = append(fs, newBatchFixture(t, runs, 2, mod))
 	}
-	in, table, out := fs[0].hosts(t, Pinned)
-	var parts []BatchPart
+	in, table, out := fs[0].hosts(t, vram.Pinned)
+	var parts []batch.Part
 	for _, f := range fs {
-		parts = append(parts, BatchPart{Client: f.solver, Batch: Batch{
-			Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
+		parts = append(parts, batch.Part{Client: f.solver, Batch: batch.Batch{
+			Arrays:  []batch.Array{batch.In(f.sr, "in", in), batch.In(f.sr, "table", table), batch.Out(f.wr, "out", out)},
 			Compute: f.compute,
 		}})
 	}
@@ -35,18 +37,18 @@ func size(n uint64) func(*sim.Config) { return func(c *sim.Config) { c.TotalByte
 // Devices of different sizes, one holding the whole batch: every result
 // right, every chunk done once, each device some, progress counting the
 // batch's chunks.
-func TestRunBatchesSizes(t *testing.T) {
+func TestRunPartsSizes(t *testing.T) {
 	const runs = 200_000
 	fs, parts, out := multiParts(t, runs, size(1<<20), size(2<<20), size(8<<20))
 	if fs[2].sr.Chunks != 1 {
 		t.Fatalf("the 8 MiB device's plan has %d chunks; the test wants it to hold the batch whole", fs[2].sr.Chunks)
 	}
 	var seen []int
-	rep, err := RunBatches(context.Background(), parts, MultiOptions{Progress: func(p Progress) { seen = append(seen, p.Chunk) }})
+	rep, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{Progress: func(p batch.Progress) { seen = append(seen, p.Chunk) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.ChunkLength != fs[0].sr.ChunkLength || rep.Chunks != ceilDiv(runs, rep.ChunkLength) {
+	if rep.ChunkLength != fs[0].sr.ChunkLength || rep.Chunks != (runs+rep.ChunkLength-1)/rep.ChunkLength {
 		t.Errorf("report %d chunks of %d; want the 1 MiB device's length %d", rep.Chunks, rep.ChunkLength, fs[0].sr.ChunkLength)
 	}
 	took := 0
@@ -69,7 +71,7 @@ func TestRunBatchesSizes(t *testing.T) {
 }
 
 // A device whose kernels take twenty times as long takes fewer chunks.
-func TestRunBatchesSlowDevice(t *testing.T) {
+func TestRunPartsSlowDevice(t *testing.T) {
 	const runs = 200_000
 	// 256 KiB devices: about 28 chunks, so that the fast device has
 	// time for many while the slow one holds the few it took ahead.
@@ -79,7 +81,7 @@ func TestRunBatchesSlowDevice(t *testing.T) {
 	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
 	// Timing on a loaded machine: up to three tries.
 	for try := 1; ; try++ {
-		rep, err := RunBatches(context.Background(), parts, MultiOptions{})
+		rep, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +104,7 @@ func TestRunBatchesSlowDevice(t *testing.T) {
 
 // A part that fails stops the batch: its error, naming the device, is
 // returned, and every part cleans up.
-func TestRunBatchesFailure(t *testing.T) {
+func TestRunPartsFailure(t *testing.T) {
 	const runs = 200_000
 	fs, parts, _ := multiParts(t, runs, size(1<<20), size(1<<20))
 	boom := errors.New("boom")
@@ -111,12 +113,12 @@ func TestRunBatchesFailure(t *testing.T) {
 	// on a quiet machine).
 	started := make(chan struct{})
 	var once sync.Once
-	parts[1].Batch.Compute = func(context.Context, *Chunk) error {
+	parts[1].Batch.Compute = func(context.Context, *batch.Chunk) error {
 		once.Do(func() { close(started) })
 		return boom
 	}
 	compute0 := parts[0].Batch.Compute
-	parts[0].Batch.Compute = func(ctx context.Context, ch *Chunk) error {
+	parts[0].Batch.Compute = func(ctx context.Context, ch *batch.Chunk) error {
 		select {
 		case <-started:
 		case <-ctx.Done():
@@ -125,16 +127,16 @@ func TestRunBatchesFailure(t *testing.T) {
 		}
 		return compute0(ctx, ch)
 	}
-	_, err := RunBatches(context.Background(), parts, MultiOptions{})
+	_, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{})
 	parts[0].Batch.Compute = compute0
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
 		t.Fatalf("err %v; want boom from device 1", err)
 	}
-	bad := BatchPart{Client: fs[1].solver, Batch: Batch{Arrays: parts[1].Batch.Arrays[:2], Compute: fs[1].compute}}
-	if _, err := RunBatches(context.Background(), []BatchPart{parts[0], bad}, MultiOptions{}); !errors.Is(err, ErrBatch) {
+	bad := batch.Part{Client: fs[1].solver, Batch: batch.Batch{Arrays: parts[1].Batch.Arrays[:2], Compute: fs[1].compute}}
+	if _, err := batch.RunParts(context.Background(), []batch.Part{parts[0], bad}, batch.PartsOptions{}); !errors.Is(err, batch.ErrBatch) {
 		t.Errorf("parts with different arrays: %v; want ErrBatch", err)
 	}
-	if _, err := RunBatches(context.Background(), nil, MultiOptions{}); !errors.Is(err, ErrBatch) {
+	if _, err := batch.RunParts(context.Background(), nil, batch.PartsOptions{}); !errors.Is(err, batch.ErrBatch) {
 		t.Errorf("no parts: %v; want ErrBatch", err)
 	}
 }
@@ -143,18 +145,18 @@ func TestRunBatchesFailure(t *testing.T) {
 // it: with fill and drain functions (explicit axes) every result is
 // right; with full-length host arrays, whose axes cannot be told, the
 // batch is refused.
-func TestRunBatchesMaxChunkLength(t *testing.T) {
+func TestRunPartsMaxChunkLength(t *testing.T) {
 	const runs = 20_000 // 320 KB of chunked arrays: whole on 8 MiB
 	fs, parts, out := multiParts(t, runs, size(8<<20), size(8<<20))
-	if _, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: 1000}); !errors.Is(err, ErrBatch) {
+	if _, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{MaxChunkLength: 1000}); !errors.Is(err, batch.ErrBatch) {
 		t.Fatalf("full-length host arrays on devices holding the batch whole: %v; want ErrBatch", err)
 	}
-	in := parts[0].Batch.Arrays[0].host
+	in := fs[0].in
 	for i, f := range fs {
-		parts[i].Batch.Arrays[0] = InFunc(f.sr, "in", 1, func(sp Span, st *HostArray) error { return st.CopyChunkFrom(in, sp) })
-		parts[i].Batch.Arrays[2] = OutFunc(f.wr, "out", 1, func(sp Span, st *HostArray) error { return st.CopyChunkTo(out, sp) })
+		parts[i].Batch.Arrays[0] = batch.InFunc(f.sr, "in", 1, func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkFrom(in, sp) })
+		parts[i].Batch.Arrays[2] = batch.OutFunc(f.wr, "out", 1, func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkTo(out, sp) })
 	}
-	rep, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: 1000})
+	rep, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{MaxChunkLength: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +166,7 @@ func TestRunBatchesMaxChunkLength(t *testing.T) {
 	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
 		t.Fatalf("%d wrong results", bad)
 	}
-	if _, err := RunBatches(context.Background(), parts, MultiOptions{MaxChunkLength: -1}); !errors.Is(err, ErrBatch) {
+	if _, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{MaxChunkLength: -1}); !errors.Is(err, batch.ErrBatch) {
 		t.Errorf("MaxChunkLength -1: %v; want ErrBatch", err)
 	}
 }
@@ -172,13 +174,13 @@ func TestRunBatchesMaxChunkLength(t *testing.T) {
 // A batch whose context is cancelled part-way stops on every device:
 // the error wraps ctx's, the chunks done are counted, and every device is
 // left clean (the fixtures' clean-up checks for leaks).
-func TestRunBatchesCancel(t *testing.T) {
+func TestRunPartsCancel(t *testing.T) {
 	const runs = 200_000
 	slow := func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, 2*time.Microsecond }
 	_, parts, _ := multiParts(t, runs, slow, slow)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rep, err := RunBatches(ctx, parts, MultiOptions{Progress: func(p Progress) {
+	rep, err := batch.RunParts(ctx, parts, batch.PartsOptions{Progress: func(p batch.Progress) {
 		if p.Chunk == 3 {
 			cancel()
 		}

@@ -1,10 +1,11 @@
-package vram_test
+package batch_test
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )
@@ -65,7 +66,7 @@ func affineGo(a kernel.Args, lo, hi int) error {
 
 // A batch four times the device: a solver and a writer in one group, a
 // portable kernel, two buffers in flight, and the results checked.
-func ExampleRunBatch() {
+func ExampleRun() {
 	dev, _ := sim.New(sim.Config{TotalBytes: 8 << 20, NoContext: true})
 	defer dev.Close()
 	m, _ := vram.New(dev)
@@ -100,10 +101,10 @@ func ExampleRunBatch() {
 		x.Float32s()[i] = float32(i % 1000)
 	}
 
-	rep, err := vram.RunBatch(ctx, solver, vram.Batch{
-		Arrays:  []vram.BatchArray{vram.In(solverR, "x", x), vram.Out(writerR, "y", y)},
+	rep, err := batch.Run(ctx, solver, batch.Batch{
+		Arrays:  []batch.Array{batch.In(solverR, "x", x), batch.Out(writerR, "y", y)},
 		Buffers: 2,
-		Compute: func(_ context.Context, ch *vram.Chunk) error {
+		Compute: func(_ context.Context, ch *batch.Chunk) error {
 			return ch.Launch(affine, ch.Array(solverR, "x"), ch.Array(writerR, "y"), uint32(ch.Len), float32(2), float32(1))
 		},
 	})

@@ -1,4 +1,4 @@
-package vram
+package batch
 
 // Staging a batch through the manager's staging pool. Each staged array
 // wants lag+1 buffers (an output) or lag+k (an input) to keep k buffers
@@ -12,6 +12,7 @@ package vram
 
 import (
 	"fmt"
+	"github.com/vramkit/vram"
 	"strings"
 
 	"github.com/vramkit/vram/internal/units"
@@ -36,11 +37,11 @@ func (r *batchRun) acquireStaging() error {
 	pool := r.m.Host().Staging()
 	first, err := pool.AcquireSet(r.ctx, sizes)
 	if err != nil {
-		return fmt.Errorf("vram: batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
+		return fmt.Errorf("batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
 	}
-	got := make([][]*StagingBuffer, len(staged))
+	got := make([][]*vram.StagingBuffer, len(staged))
 	for i := range staged {
-		got[i] = []*StagingBuffer{first[i]}
+		got[i] = []*vram.StagingBuffer{first[i]}
 	}
 	// More, round by round, while the pool gives them at once.
 	for more := true; more; {
@@ -52,7 +53,7 @@ func (r *batchRun) acquireStaging() error {
 			b, err := pool.TryAcquire(sizes[i])
 			if err != nil {
 				releaseAll(got)
-				return fmt.Errorf("vram: batch: staging buffer for %s: %w", a.name, err)
+				return fmt.Errorf("batch: staging buffer for %s: %w", a.name, err)
 			}
 			if b != nil {
 				got[i] = append(got[i], b)
@@ -77,7 +78,7 @@ func (r *batchRun) acquireStaging() error {
 				for _, rest := range got[i][j+1:] {
 					rest.Release()
 				}
-				return fmt.Errorf("vram: batch: staging buffer for %s: %w", a.name, err)
+				return fmt.Errorf("batch: staging buffer for %s: %w", a.name, err)
 			}
 			a.stage = append(a.stage, h)
 		}
@@ -85,7 +86,7 @@ func (r *batchRun) acquireStaging() error {
 	return nil
 }
 
-func releaseAll(got [][]*StagingBuffer) {
+func releaseAll(got [][]*vram.StagingBuffer) {
 	for _, bs := range got {
 		for _, b := range bs {
 			b.Release()
@@ -103,7 +104,7 @@ func (r *batchRun) slots(a *batchArr) int {
 
 // fitToStaging lowers lag, then k, until every staged array has the
 // buffers it needs; one buffer each always suffices (k = 1, lag 0).
-func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
+func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*vram.StagingBuffer) {
 	for k := r.k; k >= 1; k-- {
 		lag := max(1, k-1)
 		for i, a := range staged {

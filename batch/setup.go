@@ -1,4 +1,4 @@
-package vram
+package batch
 
 // Setting up a batch run: resolving each host side to its device arrays
 // and chunk axis, and making the streams, events and staging buffers the
@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vramkit/vram"
 	"maps"
 	"slices"
 	"strings"
@@ -16,19 +17,19 @@ import (
 	"github.com/vramkit/vram/device"
 )
 
-// batchRun is one RunBatch call's state, used by its goroutine only.
+// batchRun is one Run call's state, used by its goroutine only.
 type batchRun struct {
 	ctx     context.Context
 	copyCtx context.Context // ctx without its cancellation, for the copies of a step
-	m       *Manager
+	m       *vram.Manager
 	b       Batch
-	plan    ChunkPlan
+	plan    vram.ChunkPlan
 	runs    int // the batch's runs (plan.TotalRuns, or b.Runs when it counts none)
 	n, k    int // chunks (for a part of a multi-device batch: the most it may take), buffers in flight
 	lag     int // chunks the host stays ahead of the device
 
 	arrs []*batchArr
-	sets []map[*ArrayResponse]map[string]*DeviceArray // per buffer
+	sets []map[*vram.ArrayResponse]map[string]*vram.DeviceArray // per buffer
 
 	s, ks    device.Stream  // the group's stream (copies); the compute stream (s when k = 1)
 	ownKS    bool           // ks was made by the run
@@ -43,10 +44,10 @@ type batchRun struct {
 	next      func() (dealtChunk, bool)
 	ended     bool    // next said there are no more
 	total     int     // the batch's chunks, for messages
-	deal      *dealer // a multi-device batch's; nil for RunBatch
+	deal      *dealer // a multi-device batch's; nil for Run
 	axes      []int   // deal's chunk axis per array, for arrays allocated full length; nil unless deal
 	resolving int     // the array resolve is at
-	rep       BatchReport
+	rep       Report
 	moved     [3][]uint64 // [stepIn or stepOut][chunk]: bytes the chunk's copies move
 	enqueued  int         // chunks whose three steps are all enqueued
 	retired   int         // chunks back on the host
@@ -55,25 +56,25 @@ type batchRun struct {
 
 // batchArr is one host side, resolved.
 type batchArr struct {
-	BatchArray
-	client *Client
-	name   string         // "label of client", for messages
-	dev    []*DeviceArray // per buffer
-	whole  bool           // allocated whole: copied once
-	axis   int            // the chunk axis, unless whole
-	stage  []*HostArray   // per staging slot, when staged
-	run    uint64         // device bytes per run along axis
+	Array
+	client *vram.Client
+	name   string              // "label of client", for messages
+	dev    []*vram.DeviceArray // per buffer
+	whole  bool                // allocated whole: copied once
+	axis   int                 // the chunk axis, unless whole
+	stage  []*vram.HostArray   // per staging slot, when staged
+	run    uint64              // device bytes per run along axis
 }
 
 func (a *batchArr) staged() bool { return a.stage != nil }
 
 func batchErr(format string, args ...any) error {
-	return fmt.Errorf("vram: batch: "+format+": %w", append(args, ErrBatch)...)
+	return fmt.Errorf("batch: "+format+": %w", append(args, ErrBatch)...)
 }
 
 // newBatchRun checks b and makes what the run needs; on an error it
 // leaves nothing behind.
-func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchRun, error) {
+func newBatchRun(ctx context.Context, c *vram.Client, b Batch, deal *dealer) (*batchRun, error) {
 	if c == nil {
 		return nil, batchErr("a nil client; pass a client of the batch's group")
 	}
@@ -83,7 +84,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchR
 	m := c.Manager()
 	s, err := c.Stream()
 	if err != nil {
-		return nil, fmt.Errorf("vram: batch: %w", err)
+		return nil, fmt.Errorf("batch: %w", err)
 	}
 	// The pipeline checks ctx before each step; the copies of a step
 	// are enqueued whatever it says meanwhile.
@@ -96,7 +97,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchR
 	}
 	group := c.Group()
 	if group == "" {
-		return nil, fmt.Errorf("vram: batch: client %v: %w", c, ErrClosed)
+		return nil, fmt.Errorf("batch: client %v: %w", c, vram.ErrClosed)
 	}
 	for i, ba := range b.Arrays {
 		r.resolving = i
@@ -106,9 +107,9 @@ func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchR
 		}
 		r.arrs = append(r.arrs, a)
 	}
-	r.sets = make([]map[*ArrayResponse]map[string]*DeviceArray, r.k)
+	r.sets = make([]map[*vram.ArrayResponse]map[string]*vram.DeviceArray, r.k)
 	for buf := range r.k {
-		r.sets[buf] = map[*ArrayResponse]map[string]*DeviceArray{}
+		r.sets[buf] = map[*vram.ArrayResponse]map[string]*vram.DeviceArray{}
 		for _, a := range r.arrs {
 			r.sets[buf][a.resp] = deviceSet(a.resp, buf)
 		}
@@ -121,7 +122,7 @@ func newBatchRun(ctx context.Context, c *Client, b Batch, deal *dealer) (*batchR
 }
 
 // deviceSet is response resp's device arrays of buffer buf.
-func deviceSet(resp *ArrayResponse, buf int) map[string]*DeviceArray {
+func deviceSet(resp *vram.ArrayResponse, buf int) map[string]*vram.DeviceArray {
 	if buf < len(resp.Buffers) {
 		return resp.Buffers[buf].Device
 	}
@@ -131,7 +132,7 @@ func deviceSet(resp *ArrayResponse, buf int) map[string]*DeviceArray {
 // resolvePlan takes the plan from the first response, checks that every
 // response comes from the same allocation, and picks the buffers.
 func (r *batchRun) resolvePlan() error {
-	avail := MaxBatchBuffers
+	avail := MaxBuffers
 	for i, ba := range r.b.Arrays {
 		if ba.resp == nil {
 			return batchErr("array %d (%q) has a nil response; pass the ArrayResponse its client was given (Allocate returns the caller's; every other member's comes to its OnAllocated hook)", i, ba.label)
@@ -152,8 +153,8 @@ func (r *batchRun) resolvePlan() error {
 		r.plan.ChunkLength, r.plan.LastChunkLength, r.plan.TotalRuns = r.runs, r.runs, r.runs
 	}
 	switch k := r.b.Buffers; {
-	case k < 0 || k > MaxBatchBuffers:
-		return batchErr("%d buffers in flight: want 1 to %d, or 0 for as many as were allocated", k, MaxBatchBuffers)
+	case k < 0 || k > MaxBuffers:
+		return batchErr("%d buffers in flight: want 1 to %d, or 0 for as many as were allocated", k, MaxBuffers)
 	case r.n == 1:
 		r.k = 1
 	case k == 0:
@@ -165,14 +166,14 @@ func (r *batchRun) resolvePlan() error {
 	}
 	r.lag = max(1, r.k-1)
 	r.moved[stepIn], r.moved[stepOut] = make([]uint64, r.n), make([]uint64, r.n)
-	r.rep = BatchReport{Chunks: r.n, Buffers: r.k, Lag: r.lag}
+	r.rep = Report{Chunks: r.n, Buffers: r.k, Lag: r.lag}
 	return nil
 }
 
 // resolve finds array i's device arrays and chunk axis, and whether it is
 // staged.
-func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error) {
-	a := &batchArr{BatchArray: ba, client: ba.resp.Client}
+func (r *batchRun) resolve(i int, ba Array, group string) (*batchArr, error) {
+	a := &batchArr{Array: ba, client: ba.resp.Client}
 	a.name = fmt.Sprintf("%q of %v", ba.label, a.client)
 	if g := a.client.Group(); g != group {
 		return nil, batchErr("array %s: its client is in group %q (\"\" once closed), not the batch's %q; run a batch per group", a.name, g, group)
@@ -201,7 +202,7 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 	if !a.whole {
 		a.run = a.dev[0].Bytes() / uint64(max(ds[a.axis], 1))
 	}
-	if ba.fill != nil || ba.drain != nil || (ba.host.Memory() == Pageable && !a.whole) {
+	if ba.fill != nil || ba.drain != nil || (ba.host.Memory() == vram.Pageable && !a.whole) {
 		// An input's buffer is refilled k−1 chunks ahead of its compute,
 		// so it needs k−1 more than an output's to be free again by then.
 		slots := r.lag + 1
@@ -209,7 +210,7 @@ func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error
 			slots = r.lag + r.k
 		}
 		// No more than the batch has chunks.
-		a.stage = make([]*HostArray, min(slots, r.n))
+		a.stage = make([]*vram.HostArray, min(slots, r.n))
 		r.rep.Staged++
 	}
 	return a, nil
@@ -273,14 +274,14 @@ func (r *batchRun) makeResources() error {
 	ev := func() (device.Event, error) {
 		e, err := dev.NewEvent()
 		if err != nil {
-			return nil, fmt.Errorf("vram: batch: make an event: %w", err)
+			return nil, fmt.Errorf("batch: make an event: %w", err)
 		}
 		return e, nil
 	}
 	if r.k > 1 {
 		ks, err := dev.NewStream()
 		if err != nil {
-			return fmt.Errorf("vram: batch: make the compute stream: %w", err)
+			return fmt.Errorf("batch: make the compute stream: %w", err)
 		}
 		r.ks, r.ownKS = ks, true
 		for range r.k {
@@ -302,7 +303,7 @@ func (r *batchRun) makeResources() error {
 	}
 	tl, err := newTimeline(dev, r.s, r.ks, r.n, 2*(r.lag+2))
 	if err != nil {
-		return fmt.Errorf("vram: batch: %w", err)
+		return fmt.Errorf("batch: %w", err)
 	}
 	r.tl = tl
 	return nil
@@ -310,7 +311,7 @@ func (r *batchRun) makeResources() error {
 
 // finish waits for what was enqueued when err is set, frees what the run
 // made, and completes the report.
-func (r *batchRun) finish(err error) (BatchReport, error) {
+func (r *batchRun) finish(err error) (Report, error) {
 	if err != nil {
 		_ = r.s.Synchronize()
 		if r.ks != r.s {
@@ -346,7 +347,7 @@ func (r *batchRun) finish(err error) (BatchReport, error) {
 		r.rep.Chunks = len(r.chunks)
 	}
 	if cerr := errors.Join(errs...); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("vram: batch: clean up: %w", cerr))
+		err = errors.Join(err, fmt.Errorf("batch: clean up: %w", cerr))
 	}
 	return r.rep, err
 }

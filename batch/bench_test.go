@@ -1,8 +1,10 @@
-package vram
+package batch_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"testing"
 	"time"
 
@@ -14,41 +16,41 @@ import (
 // run on a simulator of total bytes (4 KiB pages) with an emulated copy
 // bandwidth (0: host memory speed), allocated with buffers buffers.
 type benchBatch struct {
-	m       *Manager
-	c       *Client
-	r       *ArrayResponse
-	in, out *HostArray
+	m       *vram.Manager
+	c       *vram.Client
+	r       *vram.ArrayResponse
+	in, out *vram.HostArray
 }
 
-func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint64) *benchBatch {
+func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint64, opts ...vram.Option) *benchBatch {
 	b.Helper()
 	dev, err := sim.New(sim.Config{TotalBytes: total, Granularity: 4 << 10, NoContext: true, CopyBandwidth: bandwidth})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dev.Close() })
-	m, err := New(dev, WithAllocator(Pool))
+	m, err := vram.New(dev, append([]vram.Option{vram.WithAllocator(vram.Pool)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close() })
 	bb := &benchBatch{m: m}
-	bb.c, err = m.Register(ClientOptions{Name: "bench", Group: "bench", OnAllocated: func(r *ArrayResponse) { bb.r = r }})
+	bb.c, err = m.Register(vram.ClientOptions{Name: "bench", Group: "bench", OnAllocated: func(r *vram.ArrayResponse) { bb.r = r }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := bb.c.Queue(map[string]ArrayRequest{
-		"in": {Shape: []int{runs}, DType: Float32}, "out": {Shape: []int{runs}, DType: Float32},
+	if err := bb.c.Queue(map[string]vram.ArrayRequest{
+		"in": {Shape: []int{runs}, DType: vram.Float32}, "out": {Shape: []int{runs}, DType: vram.Float32},
 	}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := bb.c.Allocate(context.Background(), WithBuffers(buffers)); err != nil {
+	if _, err := bb.c.Allocate(context.Background(), vram.WithBuffers(buffers)); err != nil {
 		b.Fatal(err)
 	}
-	if bb.in, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
+	if bb.in, err = m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil); err != nil {
 		b.Fatal(err)
 	}
-	if bb.out, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
+	if bb.out, err = m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bb.in.Free(); bb.out.Free() })
@@ -78,10 +80,10 @@ func BenchmarkBatchOverlap(b *testing.B) {
 			var copyT, exposed, compute time.Duration
 			chunks := 0
 			for b.Loop() {
-				rep, err := RunBatch(context.Background(), bb.c, Batch{
-					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
+				rep, err := batch.Run(context.Background(), bb.c, batch.Batch{
+					Arrays:  []batch.Array{batch.In(bb.r, "in", bb.in), batch.Out(bb.r, "out", bb.out)},
 					Buffers: buffers,
-					Compute: func(_ context.Context, ch *Chunk) error {
+					Compute: func(_ context.Context, ch *batch.Chunk) error {
 						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
 					},
 				})
@@ -98,9 +100,9 @@ func BenchmarkBatchOverlap(b *testing.B) {
 	}
 }
 
-// BenchmarkBatchOverhead measures what RunBatch costs a chunk beyond the
+// BenchmarkBatchOverhead measures what Run costs a chunk beyond the
 // device work: small chunks (16 KiB in, 16 KiB out, a one-line kernel)
-// through RunBatch with 1 and 2 buffers, against the same copies and
+// through Run with 1 and 2 buffers, against the same copies and
 // kernels enqueued by hand on one stream, all at once, and waited for at
 // the end ("bare": the device work and the least host work that can
 // enqueue it). The difference of their ns/chunk is the pipeline's
@@ -147,14 +149,14 @@ func BenchmarkBatchOverhead(b *testing.B) {
 		})
 	}
 	for _, buffers := range []int{1, 2} {
-		b.Run(fmt.Sprintf("RunBatch/buffers=%d", buffers), func(b *testing.B) {
+		b.Run(fmt.Sprintf("Run/buffers=%d", buffers), func(b *testing.B) {
 			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
 			chunks := 0
 			for b.Loop() {
-				rep, err := RunBatch(context.Background(), bb.c, Batch{
-					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
+				rep, err := batch.Run(context.Background(), bb.c, batch.Batch{
+					Arrays:  []batch.Array{batch.In(bb.r, "in", bb.in), batch.Out(bb.r, "out", bb.out)},
 					Buffers: buffers,
-					Compute: func(_ context.Context, ch *Chunk) error {
+					Compute: func(_ context.Context, ch *batch.Chunk) error {
 						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
 					},
 				})
@@ -176,13 +178,12 @@ func BenchmarkBatchOverhead(b *testing.B) {
 // batch's wall time: staging's cost is the difference from pinned.
 func BenchmarkBatchStaging(b *testing.B) {
 	const runs = 8 << 20
-	for _, rung := range []HostRung{RungPinned, RungPageable, RungFile} {
+	for _, rung := range []vram.HostRung{vram.RungPinned, vram.RungPageable, vram.RungFile} {
 		b.Run(rung.String(), func(b *testing.B) {
-			bb := newBenchBatch(b, 8<<20, runs, 2, 1e9)
-			bb.m.host.lim.spill = b.TempDir()
+			bb := newBenchBatch(b, 8<<20, runs, 2, 1e9, vram.WithHostOptions(vram.HostOptions{SpillDir: b.TempDir()}))
 			var err error
-			for _, h := range []**HostArray{&bb.in, &bb.out} {
-				if *h, err = bb.m.Host().Alloc([]int{runs}, Float32, HostArrayOptions{Rung: rung}); err != nil {
+			for _, h := range []**vram.HostArray{&bb.in, &bb.out} {
+				if *h, err = bb.m.Host().Alloc([]int{runs}, vram.Float32, vram.HostArrayOptions{Rung: rung}); err != nil {
 					b.Fatal(err)
 				}
 				defer (*h).Free()
@@ -200,10 +201,10 @@ func BenchmarkBatchStaging(b *testing.B) {
 			var wall time.Duration
 			staged := 0
 			for b.Loop() {
-				rep, err := RunBatch(context.Background(), bb.c, Batch{
-					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
+				rep, err := batch.Run(context.Background(), bb.c, batch.Batch{
+					Arrays:  []batch.Array{batch.In(bb.r, "in", bb.in), batch.Out(bb.r, "out", bb.out)},
 					Buffers: 2,
-					Compute: func(_ context.Context, ch *Chunk) error {
+					Compute: func(_ context.Context, ch *batch.Chunk) error {
 						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
 					},
 				})

@@ -1,12 +1,13 @@
-package vram
+package batch
 
-// RunBatch's work marks: a batch marks work begun on the clients whose
+// Run's work marks: a batch marks work begun on the clients whose
 // arrays it moves (and the client whose group runs it) for as long as it
 // runs, so that eviction never takes them mid-batch.
 
 import (
 	"errors"
 	"fmt"
+	"github.com/vramkit/vram"
 )
 
 // markBatch begins a work mark on c and on the owner of every array of b,
@@ -15,8 +16,8 @@ import (
 // all. If an owner's cannot begin (a client evicted or closed), the
 // marks begun are ended and its error returned; another member that
 // cannot be marked (evicted or closed meanwhile) is passed over.
-func markBatch(c *Client, b Batch) (end func() error, err error) {
-	var marks []*Work
+func markBatch(c *vram.Client, b Batch) (end func() error, err error) {
+	var marks []*vram.Work
 	end = func() error {
 		var errs []error
 		for _, w := range marks {
@@ -24,8 +25,8 @@ func markBatch(c *Client, b Batch) (end func() error, err error) {
 		}
 		return errors.Join(errs...)
 	}
-	seen := map[*Client]bool{}
-	owners := []*Client{c}
+	seen := map[*vram.Client]bool{}
+	owners := []*vram.Client{c}
 	for _, a := range b.Arrays {
 		if a.resp != nil && a.resp.Client != nil {
 			owners = append(owners, a.resp.Client)
@@ -38,7 +39,7 @@ func markBatch(c *Client, b Batch) (end func() error, err error) {
 		seen[o] = true
 		w, err := o.BeginWork()
 		if err != nil {
-			return nil, errors.Join(fmt.Errorf("vram: batch: mark work on %v: %w", o, err), end())
+			return nil, errors.Join(fmt.Errorf("batch: mark work on %v: %w", o, err), end())
 		}
 		marks = append(marks, w)
 	}

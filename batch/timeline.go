@@ -1,4 +1,4 @@
-package vram
+package batch
 
 // The batch's timeline: when each step's device work finished, seen from
 // the host, and from that how long copies and compute ran and how much of

@@ -1,6 +1,6 @@
-package vram
+package batch
 
-// A batch on several devices: RunBatches deals the chunks of one global
+// A batch on several devices: RunParts deals the chunks of one global
 // chunking to one part per device (a client of that device's manager and
 // the Batch with that device's arrays), each part taking the next chunk
 // when it has a buffer free, so a faster device takes more chunks.
@@ -20,45 +20,46 @@ package vram
 // run in parallel.
 //
 // Failure. The first part to fail stops the dealing and cancels the
-// others, which finish what they enqueued; RunBatches returns that
+// others, which finish what they enqueued; RunParts returns that
 // part's error, naming the device.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vramkit/vram"
 	"runtime"
 	"sync"
 	"time"
 )
 
-// BatchPart is one device's part of a batch run by RunBatches: a client
+// Part is one device's part of a batch run by RunParts: a client
 // of the group whose responses Batch's arrays name, and the Batch. Every
 // part's Batch lists the same host sides in the same order (the same
 // host arrays or fill and drain functions) with its own device's
 // responses, and a Compute for its device; Progress is ignored (give it
-// to RunBatches). A plain value.
-type BatchPart struct {
-	Client *Client
+// to RunParts). A plain value.
+type Part struct {
+	Client *vram.Client
 	Batch  Batch
 }
 
-// MultiReport is what a multi-device batch did. A plain value.
-type MultiReport struct {
+// PartsReport is what a multi-device batch did. A plain value.
+type PartsReport struct {
 	Chunks      int // the batch's chunks
 	ChunkLength int // runs per chunk (the last may have fewer)
 	ChunksDone  int // chunks back on the host, every part together
 	// Parts is each part's report, in the order of the parts: Chunks is
 	// the chunks the part took, ChunksDone those back on the host.
-	Parts    []BatchReport
+	Parts    []Report
 	BytesIn  uint64
 	BytesOut uint64
 	Wall     time.Duration
 }
 
-// MultiOptions tune RunBatches. The zero value deals chunks of the
+// PartsOptions tune RunParts. The zero value deals chunks of the
 // parts' shortest chunk length and reports no progress. A plain value.
-type MultiOptions struct {
+type PartsOptions struct {
 	// MaxChunkLength, when positive, caps the batch's chunk length, so
 	// that a batch that fits every device whole is still spread over
 	// them (at least ceil(runs / MaxChunkLength) chunks).
@@ -128,7 +129,7 @@ func (d *dealer) progressOf(part int) func(Progress) {
 
 // partShape is a part's runs and chunk length, from its first array's
 // plan.
-func partShape(p BatchPart, i int) (runs, length int, err error) {
+func partShape(p Part, i int) (runs, length int, err error) {
 	if p.Client == nil || len(p.Batch.Arrays) == 0 || p.Batch.Arrays[0].resp == nil {
 		return 0, 0, batchErr("part %d: give a client and arrays with their responses", i)
 	}
@@ -142,7 +143,7 @@ func partShape(p BatchPart, i int) (runs, length int, err error) {
 
 // newDealer checks that the parts have the same runs and makes the
 // chunking of the shortest chunk length.
-func newDealer(parts []BatchPart, o MultiOptions) (*dealer, error) {
+func newDealer(parts []Part, o PartsOptions) (*dealer, error) {
 	if len(parts) == 0 {
 		return nil, batchErr("no parts; give one per device")
 	}
@@ -169,7 +170,7 @@ func newDealer(parts []BatchPart, o MultiOptions) (*dealer, error) {
 	if o.MaxChunkLength > 0 {
 		d.length = min(d.length, o.MaxChunkLength)
 	}
-	d.total = ceilDiv(d.runs, d.length)
+	d.total = (d.runs + d.length - 1) / d.length
 	return d, nil
 }
 
@@ -211,12 +212,12 @@ func (r *batchRun) take(i int) bool {
 	return true
 }
 
-// RunBatches runs one batch on several devices: parts holds one part per
-// device (see BatchPart), each allocated for the batch's runs on its
+// RunParts runs one batch on several devices: parts holds one part per
+// device (see Part), each allocated for the batch's runs on its
 // device's manager. The batch's chunks (one chunking, of the parts' plans'
 // shortest chunk length or o.MaxChunkLength; see the overview at the top
 // of the file) are dealt to the parts as each has a buffer free; each
-// part runs its chunks as RunBatch does, on its own goroutine locked to
+// part runs its chunks as Run does, on its own goroutine locked to
 // its OS thread.
 //
 // A part whose device holds the batch whole has arrays of the batch's
@@ -230,12 +231,12 @@ func (r *batchRun) take(i int) bool {
 // allocated whole (not chunked) cannot be gathered from several devices:
 // a batch of more than one chunk with one is refused. Safe to call from
 // several goroutines for batches of different groups.
-func RunBatches(ctx context.Context, parts []BatchPart, o MultiOptions) (MultiReport, error) {
+func RunParts(ctx context.Context, parts []Part, o PartsOptions) (PartsReport, error) {
 	deal, err := newDealer(parts, o)
 	if err != nil {
-		return MultiReport{}, err
+		return PartsReport{}, err
 	}
-	rep := MultiReport{Chunks: deal.total, ChunkLength: deal.length, Parts: make([]BatchReport, len(parts))}
+	rep := PartsReport{Chunks: deal.total, ChunkLength: deal.length, Parts: make([]Report, len(parts))}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	runs, err := prepareParts(ctx, parts, deal)
@@ -279,7 +280,7 @@ func RunBatches(ctx context.Context, parts []BatchPart, o MultiOptions) (MultiRe
 // dealing first, so that the arrays of a part allocated full length can
 // be cut along the axes the others' arrays are. On an error it finishes
 // the runs it made.
-func prepareParts(ctx context.Context, parts []BatchPart, deal *dealer) ([]*batchRun, error) {
+func prepareParts(ctx context.Context, parts []Part, deal *dealer) ([]*batchRun, error) {
 	runs := make([]*batchRun, len(parts))
 	fail := func(err error) ([]*batchRun, error) {
 		for _, r := range runs {

@@ -1,10 +1,11 @@
-package vram
+package batch
 
 // The batch run's loop and its steps; the order they keep is described
 // at the top of pipeline.go.
 
 import (
 	"fmt"
+	"github.com/vramkit/vram"
 	"time"
 )
 
@@ -30,7 +31,7 @@ func (r *batchRun) run() error {
 		if rerr := r.retireUpTo(r.enqueued); rerr != nil {
 			return rerr
 		}
-		return fmt.Errorf("vram: batch stopped before chunk %d of %d: %d of %d chunks finished: %w",
+		return fmt.Errorf("batch: stopped before chunk %d of %d: %d of %d chunks finished: %w",
 			r.enqueued+1, r.total, r.retired, r.total, err)
 	}
 	return err
@@ -85,17 +86,17 @@ func (r *batchRun) step(kind, i int) error {
 		err = r.copyOut(i)
 	}
 	if err != nil {
-		return fmt.Errorf("vram: batch: chunk %d of %d: %w", r.chunks[i].index+1, r.total, err)
+		return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.total, err)
 	}
 	if err := r.tl.mark(kind, i, enq); err != nil {
-		return fmt.Errorf("vram: batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.total, stepNames[kind], err)
+		return fmt.Errorf("batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.total, stepNames[kind], err)
 	}
 	return nil
 }
 
 // span is chunk i's runs along a's axis.
-func (r *batchRun) span(a *batchArr, i int) Span {
-	return Span{Axis: a.axis, Start: r.chunks[i].start, Len: r.chunks[i].len}
+func (r *batchRun) span(a *batchArr, i int) vram.Span {
+	return vram.Span{Axis: a.axis, Start: r.chunks[i].start, Len: r.chunks[i].len}
 }
 
 // copyIn fills chunk i's staging buffers and enqueues its copies in on s.
@@ -136,7 +137,7 @@ func (r *batchRun) copyIn(i int) error {
 }
 
 // fill writes chunk sp's runs into the staging buffer h.
-func (r *batchRun) fill(a *batchArr, h *HostArray, sp Span) error {
+func (r *batchRun) fill(a *batchArr, h *vram.HostArray, sp vram.Span) error {
 	if a.fill != nil {
 		if err := a.fill(sp, h); err != nil {
 			return fmt.Errorf("fill %s: %w", a.name, err)
@@ -211,7 +212,7 @@ func (r *batchRun) retireUpTo(upTo int) error {
 		i := r.retired
 		slot := i % (r.lag + 1)
 		if err := r.done[slot].Synchronize(); err != nil {
-			return fmt.Errorf("vram: batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
+			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
 		}
 		for _, a := range r.arrs {
 			if !a.out || !a.staged() {
@@ -225,7 +226,7 @@ func (r *batchRun) retireUpTo(upTo int) error {
 				err = a.stage[i%len(a.stage)].CopyChunkTo(a.host, sp)
 			}
 			if err != nil {
-				return fmt.Errorf("vram: batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a.name, err)
+				return fmt.Errorf("batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a.name, err)
 			}
 		}
 		r.rep.BytesIn += r.moved[stepIn][i]
