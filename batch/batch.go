@@ -187,11 +187,6 @@ type Report struct {
 	Copy, Compute, ExposedCopy time.Duration
 }
 
-// ErrBatch is wrapped by a Batch that Run cannot run: an array that
-// is not among the responses, a host side that does not fit its device
-// array, too many buffers.
-var ErrBatch = errors.New("bad batch")
-
 // Run runs every chunk of the batch b, whose arrays belong to
 // responses of one allocation in c's stream group, and waits for the
 // last: copy in, compute, copy out, with b.Buffers buffers in flight

@@ -51,6 +51,8 @@ type batchRun struct {
 	moved     [3][]uint64 // [stepIn or stepOut][chunk]: bytes the chunk's copies move
 	enqueued  int         // chunks whose three steps are all enqueued
 	retired   int         // chunks back on the host
+	atKind    int         // the step under way (stepIn … stepRetire), for a panic's error
+	atChunk   int         // the chunk it is of
 	start     time.Time
 }
 

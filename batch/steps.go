@@ -1,28 +1,39 @@
 package batch
 
 // The batch run's loop and its steps; the order they keep is described
-// at the top of pipeline.go.
+// at the top of batch.go.
 
 import (
 	"fmt"
-	"github.com/vramkit/vram"
 	"time"
+
+	"github.com/vramkit/vram"
 )
 
-// step kinds, as the timeline records them.
+// step kinds, as the timeline records them; stepRetire (a chunk back on
+// the host: drained, reported) only names where a panic was.
 const (
 	stepIn = iota
 	stepCompute
 	stepOut
+	stepRetire
 )
 
-var stepNames = [...]string{"copy in", "compute", "copy out"}
+var stepNames = [...]string{"copy in", "compute", "copy out", "back on the host"}
 
 // run enqueues every chunk and retires each lag chunks later; on an error
-// or cancellation it retires what finished and returns the error.
-func (r *batchRun) run() error {
+// or cancellation it retires what finished and returns the error. A
+// panic in one of the batch's functions (Compute, fill, drain,
+// Progress) is recovered here and returned as an error wrapping a
+// *PanicError: the caller then cleans up as after any error.
+func (r *batchRun) run() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("batch: chunk %d of %d: %s: %w", r.chunks[r.atChunk].index+1, r.total, stepNames[r.atKind], newPanicError(p))
+		}
+	}()
 	r.start = time.Now()
-	err := r.loop()
+	err = r.loop()
 	if err == nil {
 		return r.retireUpTo(len(r.chunks))
 	}
@@ -75,6 +86,7 @@ func (r *batchRun) step(kind, i int) error {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
+	r.atKind, r.atChunk = kind, i
 	enq := time.Now()
 	var err error
 	switch kind {
@@ -210,6 +222,7 @@ func (r *batchRun) copyOut(i int) error {
 func (r *batchRun) retireUpTo(upTo int) error {
 	for ; r.retired < upTo; r.retired++ {
 		i := r.retired
+		r.atKind, r.atChunk = stepRetire, i
 		slot := i % (r.lag + 1)
 		if err := r.done[slot].Synchronize(); err != nil {
 			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
