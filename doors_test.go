@@ -1,5 +1,8 @@
 package vram_test
 
+// Tests of the doors package batch goes through: host chunk copies,
+// staging-buffer views and a group's responses reached from any member.
+
 import (
 	"context"
 	"errors"
@@ -161,4 +164,53 @@ func doorManager(t *testing.T) *vram.Manager {
 		dev.Close()
 	})
 	return m
+}
+
+// TestResponseMember: the response Allocate returns reaches every
+// member's response of the same allocation (the one its hook gets), a
+// notary's with no arrays, and none for a client outside the group.
+func TestResponseMember(t *testing.T) {
+	m := doorManager(t)
+	var hooked *vram.ArrayResponse
+	a, err := m.Register(vram.ClientOptions{Name: "a", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Register(vram.ClientOptions{Name: "b", Group: "g", OnAllocated: func(r *vram.ArrayResponse) { hooked = r }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notary, err := m.Register(vram.ClientOptions{Name: "notary", Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := m.Register(vram.ClientOptions{Name: "other", Group: "elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []struct {
+		c     *vram.Client
+		label string
+	}{{a, "x"}, {b, "y"}} {
+		if err := q.c.Queue(map[string]vram.ArrayRequest{q.label: {Shape: []int{4 << 20}, DType: vram.Float32}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ra, err := a.Allocate(context.Background(), vram.WithBuffers(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := ra.Member(b)
+	if rb == nil || rb != hooked || rb.Buffers[1].Device["y"] == nil || rb.Plan.Chunks != ra.Plan.Chunks || ra.Plan.Chunks < 2 {
+		t.Fatalf("Member(b) = %+v, hook got %p: want b's response of the same chunked plan, with both buffers", rb, hooked)
+	}
+	if ra.Member(a) != ra || rb.Member(a) != ra {
+		t.Error("the members' responses do not reach a's own")
+	}
+	if rn := ra.Member(notary); rn == nil || len(rn.Arrays) != 0 || rn.ChunkLength != ra.ChunkLength {
+		t.Errorf("Member(notary) = %+v: want the chunk parameters and no arrays", rn)
+	}
+	if ra.Member(other) != nil {
+		t.Error("Member of a client of another group is not nil")
+	}
 }
