@@ -1,214 +1,330 @@
 package batch
 
-// The chunk pipeline: Run runs every chunk of an allocated batch
-// through copy in → compute → copy out, with 1, 2 or 3 buffers in flight.
-//
-// Streams and order. Copies go on the group's stream s (the stream every
-// client of the group copies on). With one buffer the compute step runs
-// on s too, so each chunk's three steps, and the next chunk's, follow one
-// another. With k ≥ 2 buffers the compute step runs on a stream of the
-// batch's own, and per-buffer events order the two: a compute waits for
-// its chunk's copy in (inReady[b]); a copy out waits for its chunk's
-// compute (kernDone[b]). On s the order is in(0) … in(k−2), then for each
-// chunk i: in(i+k−1), out(i); so chunk i+k−1's inputs go in while chunk i
-// computes. A buffer is refilled only after the compute that read it
-// (s waited for that compute before the previous chunk's copy out, which
-// precedes the refill on s), and a compute writes its outputs only after
-// the copy that read that buffer's previous outputs (its inReady was
-// recorded after that copy on s).
-//
-// The host stays lag = max(1, k−1) chunks ahead of the device: after
-// enqueueing chunk i it waits for chunk i−lag to be copied out ("retires"
-// it: drains its staged outputs, reports progress). Staging buffers (for
-// pageable host arrays and fill/drain functions) are used in turn, lag+1
-// per output and lag+k per input (filled k−1 chunks ahead), so a staging
-// buffer is refilled only after the chunk that last used it has been
-// retired.
-//
-// Cancellation is checked before each step; a batch stopped by its
-// context waits for what was enqueued, retires the chunks that finished,
-// frees what it made, and returns an error wrapping ctx.Err().
+// A batch's arrays: each declared once (client, label, request, host
+// side), queued and allocated together, and reached through its *Array
+// from then on: by the pipeline, the compute step and the caller.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vramkit/vram"
-	"time"
+	"slices"
 
-	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/kernel"
+	"github.com/vramkit/vram"
 )
 
-// MaxBuffers is the most chunk buffers Run keeps in flight.
-const MaxBuffers = 3
-
-// Batch describes a batch to Run: the host side of each array and
-// the compute step. A plain value.
+// Batch is one batch of runs: its arrays, declared once each with In, Out
+// and Scratch on clients of one stream group, then allocated (Allocate)
+// and run chunk by chunk (Run). A Batch is used by one goroutine at a
+// time; Close frees what it allocated and made.
 type Batch struct {
-	// Arrays are the batch's host sides, made with In, Out, InFunc and
-	// OutFunc. Arrays of the responses that are not listed are neither
-	// copied in nor out (scratch arrays).
-	Arrays []Array
-	// Compute enqueues chunk ch's work on ch.Stream (ch.Launch does it for
-	// a portable kernel). It runs on Run's goroutine; it should
-	// enqueue, not wait. Its error stops the batch.
-	Compute func(ctx context.Context, ch *Chunk) error
-	// Buffers is the number of chunk buffers in flight: 1, 2 or 3. The
-	// responses must have been allocated with at least that many
-	// (WithBuffers); 0 means as many as they were, at most 3. A batch of
-	// one chunk uses one.
-	Buffers int
-	// Runs is the batch's number of runs when its plan counts none
-	// (nothing was chunkable: a batch of one run); otherwise ignored.
-	Runs int
-	// Progress, when set, is called on Run's goroutine as each chunk
-	// is back on the host.
-	Progress func(Progress)
+	arrays []*Array
+	err    error // the first bad declaration, returned by Allocate
+	m      *vram.Manager
+	plan   vram.ChunkPlan
+	runs   int  // the batch's runs: its requests' (at least 1)
+	ok     bool // allocated: the arrays have their device arrays
 }
 
-// Array is the host side of one device array of a batch. Make it
-// with In, Out, InFunc or OutFunc. A plain value.
+// New returns an empty batch; declare its arrays with In, Out and
+// Scratch.
+func New() *Batch { return &Batch{} }
+
+// direction is what the pipeline does with an array.
+type direction uint8
+
+const (
+	dirIn      direction = iota // copied in before each chunk's compute
+	dirOut                      // copied out after it
+	dirScratch                  // neither: the compute step's own
+)
+
+func (d direction) String() string { return [...]string{"input", "output", "scratch array"}[d] }
+
+// Array is one array of a batch, as its declaration returned it: the
+// handle the caller and the compute step name it by (Chunk.Array,
+// Chunk.Launch).
 type Array struct {
-	resp  *vram.ArrayResponse
-	label string
-	out   bool
+	b      *Batch
+	client *vram.Client
+	label  string
+	req    vram.ArrayRequest
+	dir    direction
+	side   Side
+	made   bool // side.host was made by MakeHosts: the batch frees it
+
+	resp *vram.ArrayResponse // its client's, once allocated
+	dev  []*vram.DeviceArray // per buffer, once allocated
+}
+
+// Side is an array's host side: a full-length host array (Host), or a
+// function that fills (Fill) or drains (Drain) a chunk-length staging
+// array. The zero Side is none. A plain value.
+type Side struct {
 	host  *vram.HostArray
-	axis  int // for fill and drain; -1 to infer from host
 	fill  func(sp vram.Span, stage *vram.HostArray) error
 	drain func(sp vram.Span, stage *vram.HostArray) error
 }
 
-// In copies the full-length host array h into response r's array label
-// before each chunk's compute: chunk i's runs along the chunk axis (the
-// axis where h has the batch's runs and the device array the chunk
-// length; an array allocated whole is copied once, before the first
-// chunk). A pinned or mapped h is copied from directly; a pageable one is
-// staged through pinned buffers.
-func In(r *vram.ArrayResponse, label string, h *vram.HostArray) Array {
-	return Array{resp: r, label: label, host: h, axis: -1}
-}
+// Host is the full-length host array h, with the request's shape and
+// dtype: an input's runs are copied from it, an output's into it. A
+// pinned or mapped h is copied from directly; a pageable or file-backed
+// one is staged through the manager's staging pool.
+func Host(h *vram.HostArray) Side { return Side{host: h} }
 
-// Out copies response r's array label into the full-length host array h
-// after each chunk's compute, the reverse of In (an array allocated
-// whole is copied once, after the last chunk).
-func Out(r *vram.ArrayResponse, label string, h *vram.HostArray) Array {
-	return Array{resp: r, label: label, host: h, out: true, axis: -1}
-}
-
-// InFunc fills response r's array label from a function: before each
-// chunk, fill is called with the chunk's runs sp (along axis) and a
+// Fill is an input's host side as a function: before each chunk it is
+// called with the chunk's runs sp (along the array's chunk axis) and a
 // pinned staging array shaped like the device array, whose first sp.Len
-// runs along axis it must fill; they are then copied in. fill runs on
-// Run's goroutine.
-func InFunc(r *vram.ArrayResponse, label string, axis int, fill func(sp vram.Span, stage *vram.HostArray) error) Array {
-	return Array{resp: r, label: label, axis: axis, fill: fill}
+// runs along that axis it must fill; they are then copied in. It runs
+// on Run's goroutine.
+func Fill(f func(sp vram.Span, stage *vram.HostArray) error) Side { return Side{fill: f} }
+
+// Drain is an output's host side as a function: once chunk sp's outputs
+// are back on the host, it is called with a pinned staging array shaped
+// like the device array whose first sp.Len runs along the chunk axis
+// hold them. The staging array is reused after it returns.
+func Drain(f func(sp vram.Span, stage *vram.HostArray) error) Side { return Side{drain: f} }
+
+func (s Side) none() bool { return s.host == nil && s.fill == nil && s.drain == nil }
+
+// In declares an input: client c's array label of request req, copied in
+// before each chunk's compute (its runs along the request's chunk axis;
+// an unchunkable one once, before the first chunk), from side when given
+// (Host or Fill), else from the host array MakeHosts makes or Use gives.
+// A bad declaration is returned by Allocate.
+func (b *Batch) In(c *vram.Client, label string, req vram.ArrayRequest, side ...Side) *Array {
+	return b.declare(c, label, req, dirIn, side)
 }
 
-// OutFunc drains response r's array label into a function: once chunk
-// sp's outputs are back on the host, drain is called with a pinned
-// staging array shaped like the device array whose first sp.Len runs
-// along axis hold them. The staging array is reused after drain returns.
-func OutFunc(r *vram.ArrayResponse, label string, axis int, drain func(sp vram.Span, stage *vram.HostArray) error) Array {
-	return Array{resp: r, label: label, axis: axis, out: true, drain: drain}
+// Out declares an output, the reverse of In: copied out after each
+// chunk's compute (an unchunkable one once, after the last chunk), into
+// side when given (Host or Drain).
+func (b *Batch) Out(c *vram.Client, label string, req vram.ArrayRequest, side ...Side) *Array {
+	return b.declare(c, label, req, dirOut, side)
 }
 
-// Chunk is one chunk as the compute step sees it. Valid during the
-// Compute call only.
-type Chunk struct {
-	Index  int // 0-based
-	Chunks int
-	// Start and Len are the chunk's runs: Start … Start+Len−1.
-	Start, Len int
-	// ChunkLength is the length of every chunked array along its chunk
-	// axis (its leading dimension); runs past Len are idle.
-	ChunkLength int
-	// Buffer is the buffer in flight the chunk uses (0 … buffers−1).
-	Buffer int
-	// Stream is where the compute step enqueues its work.
-	Stream device.Stream
-
-	dev  device.Device
-	sets map[*vram.ArrayResponse]map[string]*vram.DeviceArray
+// Scratch declares an array of the compute step's own, neither copied in
+// nor out.
+func (b *Batch) Scratch(c *vram.Client, label string, req vram.ArrayRequest) *Array {
+	return b.declare(c, label, req, dirScratch, nil)
 }
 
-// Array returns response r's device array label in the chunk's buffer
-// (nil if it has none). r may be a response of the batch's allocation
-// that no Array names (a client holding scratch arrays only).
-func (ch *Chunk) Array(r *vram.ArrayResponse, label string) *vram.DeviceArray {
-	if set, ok := ch.sets[r]; ok || r == nil {
-		return set[label]
+func (b *Batch) declare(c *vram.Client, label string, req vram.ArrayRequest, dir direction, side []Side) *Array {
+	a := &Array{b: b, client: c, label: label, req: req, dir: dir}
+	b.arrays = append(b.arrays, a)
+	switch {
+	case len(side) > 1:
+		b.fail(batchErr("%v %q: %d host sides; give one", dir, label, len(side)))
+	case len(side) == 1:
+		b.fail(a.Use(side[0]))
 	}
-	return deviceSet(r, ch.Buffer)[label]
-}
-
-// Launch enqueues the portable kernel k over the chunk's Len runs on its
-// stream. Arguments are as for kernel.Kernel.Launch; a *DeviceArray is
-// one (its address on CUDA, its typed views on the simulator). A nil
-// *DeviceArray (a label Array did not find) is an error wrapping
-// kernel.ErrArgs.
-func (ch *Chunk) Launch(k *kernel.Kernel, args ...any) error {
-	for i, a := range args {
-		if d, ok := a.(*vram.DeviceArray); ok && d == nil {
-			return fmt.Errorf("kernel %s: argument %d is a nil *DeviceArray: Chunk.Array found no array under that label in that response (check the label and pass the response of the client that holds it): %w",
-				k.Name(), i, kernel.ErrArgs)
+	if b.err != nil {
+		return a
+	}
+	switch {
+	case c == nil:
+		b.fail(batchErr("%v %q: a nil client; pass the client that holds it", dir, label))
+	case label == "":
+		b.fail(batchErr("%v of %v: an empty label; name it", dir, c))
+	case b.m != nil && c.Manager() != b.m:
+		b.fail(batchErr("%v %q of %v: another manager's client; a batch is of one device (RunParts runs one per device)", dir, label, c))
+	default:
+		b.m = c.Manager()
+		for _, o := range b.arrays[:len(b.arrays)-1] {
+			if o.client == c && o.label == label {
+				b.fail(batchErr("%v %q of %v declared twice", dir, label, c))
+			}
 		}
 	}
-	return k.Launch(ch.dev, ch.Stream, ch.Len, args...)
+	return a
 }
 
-// Progress is one chunk back on the host. A plain value.
-type Progress struct {
-	Chunk      int // chunks done so far (1 … Chunks)
-	Chunks     int
-	Start, Len int    // the runs of the chunk just done
-	BytesIn    uint64 // bytes copied to the device so far
-	BytesOut   uint64 // bytes copied back so far
-	Elapsed    time.Duration
-}
-
-// Report is what a batch did, also when it stopped early. A plain
-// value. Times are measured on the host from when each step's work
-// finished on the device, so they include the host's wake-up latency
-// (microseconds).
-type Report struct {
-	Chunks     int // the batch's chunks
-	ChunksDone int // chunks back on the host
-	Buffers    int // buffers in flight (fewer than asked when staging buffers ran short)
-	Lag        int // chunks the host stayed ahead of the device (0 when staging buffers ran short)
-	Staged     int // arrays staged through the staging pool
-	BytesIn    uint64
-	BytesOut   uint64
-	// Wall is from the first step enqueued to the last chunk retired.
-	Wall time.Duration
-	// Copy is the time the copy stream spent copying, Compute the time
-	// the compute steps' work ran, ExposedCopy the part of Copy during
-	// which no compute ran: what buffering failed to hide.
-	Copy, Compute, ExposedCopy time.Duration
-}
-
-// Run runs every chunk of the batch b, whose arrays belong to
-// responses of one allocation in c's stream group, and waits for the
-// last: copy in, compute, copy out, with b.Buffers buffers in flight
-// (see the file's overview above for the order). It returns when every
-// chunk is back on the host, when a step fails, or when ctx is done;
-// in the last two cases after the work already enqueued has finished,
-// so that the arrays may be freed at once. The report counts what was
-// done either way. Errors name the chunk (from 1) and the step; an
-// error from ctx wraps ctx.Err().
-//
-// The host arrays of In must not change, and those of Out must not be
-// read, until Run returns. Run is safe to call from several
-// goroutines for batches of different groups.
-func Run(ctx context.Context, c *vram.Client, b Batch) (Report, error) {
-	r, err := newBatchRun(ctx, c, b, nil)
-	if err != nil {
-		return Report{}, err
+func (b *Batch) fail(err error) {
+	if b.err == nil {
+		b.err = err
 	}
-	end, err := markBatch(c, b) // no eviction while it runs (batchwork.go)
-	if err != nil {
-		return r.finish(err)
+}
+
+// Use gives a its host side, in place of any it has (a host array
+// MakeHosts made is freed): Host or Fill for an input, Host or Drain for
+// an output, none for a scratch array. Call it before Run.
+func (a *Array) Use(s Side) error {
+	switch {
+	case a.dir == dirScratch && !s.none():
+		return batchErr("scratch array %q: a host side; declare it with In or Out", a.label)
+	case a.dir == dirIn && s.drain != nil:
+		return batchErr("input %q: a Drain; give an input Host or Fill", a.label)
+	case a.dir == dirOut && s.fill != nil:
+		return batchErr("output %q: a Fill; give an output Host or Drain", a.label)
 	}
-	rep, err := r.finish(r.run())
-	return rep, errors.Join(err, end())
+	var err error
+	if a.made {
+		err = a.side.host.Free()
+		a.made = false
+	}
+	a.side = s
+	return err
+}
+
+// Label is the array's label.
+func (a *Array) Label() string { return a.label }
+
+// Client is the client that holds the array.
+func (a *Array) Client() *vram.Client { return a.client }
+
+// Request is the array's request, as declared (its full length).
+func (a *Array) Request() vram.ArrayRequest { return a.req }
+
+// Host is the array's full-length host array: the one given (Host), or
+// the one MakeHosts made; nil for a function or a scratch array.
+func (a *Array) Host() *vram.HostArray { return a.side.host }
+
+// Device is the array's device array in buffer buf (0 … the buffers
+// allocated − 1; an unchunkable array is the same in every buffer), nil
+// before Allocate.
+func (a *Array) Device(buf int) *vram.DeviceArray {
+	if buf < 0 || buf >= len(a.dev) {
+		return nil
+	}
+	return a.dev[buf]
+}
+
+// String names the array for messages: "label of client".
+func (a *Array) String() string { return fmt.Sprintf("%q of %v", a.label, a.client) }
+
+// Allocate queues every array of the batch with its client (each
+// client's declared arrays replace what it had queued, as Client.Queue
+// does) and allocates them together with one Allocate of the group,
+// planned and chunked by the manager; opts are Allocate's
+// (vram.WithBuffers for buffers in flight). On failure the clients'
+// queues are as they were. Allocating again allocates afresh (a new
+// plan, new device arrays).
+func (b *Batch) Allocate(ctx context.Context, opts ...vram.AllocateOption) error {
+	if b.err != nil {
+		return b.err
+	}
+	if len(b.arrays) == 0 {
+		return batchErr("no arrays; declare them with In, Out and Scratch")
+	}
+	clients, reqs := b.byClient()
+	group := clients[0].Group()
+	for _, c := range clients {
+		if g := c.Group(); g != group || g == "" {
+			return batchErr("%v is in group %q and %v in %q (\"\" once closed); a batch's clients share one group", c, g, clients[0], group)
+		}
+	}
+	prev := make([]map[string]vram.ArrayRequest, len(clients))
+	restore := func(err error) error {
+		for i, c := range clients {
+			err = errors.Join(err, c.Queue(prev[i]))
+		}
+		return err
+	}
+	for i, c := range clients {
+		prev[i] = c.Queued()
+		if err := c.Queue(reqs[i]); err != nil {
+			return restore(fmt.Errorf("batch: queue the arrays of %v: %w", c, err))
+		}
+	}
+	resp, err := clients[0].Allocate(ctx, opts...)
+	if err != nil {
+		return restore(err) // the manager's, which names every figure
+	}
+	return b.install(resp)
+}
+
+// byClient groups the arrays' requests by client, in the order the
+// clients first appear.
+func (b *Batch) byClient() ([]*vram.Client, []map[string]vram.ArrayRequest) {
+	var clients []*vram.Client
+	var reqs []map[string]vram.ArrayRequest
+	for _, a := range b.arrays {
+		i := slices.Index(clients, a.client)
+		if i < 0 {
+			clients, reqs = append(clients, a.client), append(reqs, map[string]vram.ArrayRequest{})
+			i = len(clients) - 1
+		}
+		reqs[i][a.label] = a.req
+	}
+	return clients, reqs
+}
+
+// install takes each array's device arrays from its client's response.
+func (b *Batch) install(resp *vram.ArrayResponse) error {
+	b.plan, b.runs, b.ok = resp.Plan, 1, false
+	for _, a := range b.arrays {
+		b.runs = max(b.runs, a.req.Runs())
+	}
+	for _, a := range b.arrays {
+		a.resp, a.dev = resp.Member(a.client), nil
+		if a.resp == nil {
+			return fmt.Errorf("batch: array %v: the allocation delivered its client nothing (closed or moved meanwhile?): %w", a, vram.ErrClosed)
+		}
+		for buf := range max(len(a.resp.Buffers), 1) {
+			set := a.resp.Arrays
+			if buf < len(a.resp.Buffers) {
+				set = a.resp.Buffers[buf].Device
+			}
+			d := set[a.label]
+			if d == nil {
+				return batchErr("array %v: its response has no device array %q (a %v request is not on the device; ask for device memory)", a, a.label, a.req.Memory)
+			}
+			a.dev = append(a.dev, d)
+		}
+	}
+	b.ok = true
+	return nil
+}
+
+// Plan is the plan the batch was allocated with (the zero plan before
+// Allocate).
+func (b *Batch) Plan() vram.ChunkPlan { return b.plan }
+
+// Runs is the batch's number of runs, as its requests state it (1 when
+// none is chunkable).
+func (b *Batch) Runs() int { return b.runs }
+
+// MakeHosts makes, on the manager's host ladder, a full-length host array
+// for every input and output that has no host side: shaped as its
+// request, named after its label, owned by the batch (Close frees it).
+// Call it after Allocate, when the ladder knows what the device arrays
+// left; Host then returns each. On failure it frees what it made.
+func (b *Batch) MakeHosts() error {
+	if b.err != nil {
+		return b.err
+	}
+	var made []*Array
+	for _, a := range b.arrays {
+		if a.dir == dirScratch || !a.side.none() {
+			continue
+		}
+		h, err := a.client.Manager().Host().Alloc(a.req.Shape, a.req.DType, vram.HostArrayOptions{Name: "vram-batch-" + a.label})
+		if err != nil {
+			for _, m := range made {
+				err = errors.Join(err, m.Use(Side{}))
+			}
+			return fmt.Errorf("batch: host array for %v (%v%v): %w", a, a.req.DType, a.req.Shape, err)
+		}
+		a.side, a.made = Host(h), true
+		made = append(made, a)
+	}
+	return nil
+}
+
+// Close frees the host arrays MakeHosts made and the batch's device
+// arrays (those its clients still hold from its Allocate; a closed
+// client's are already gone). A second Close does nothing.
+func (b *Batch) Close() error {
+	var errs []error
+	for _, a := range b.arrays {
+		if a.made {
+			errs = append(errs, a.Use(Side{}))
+		}
+		if a.dev != nil && !a.client.Closed() && a.client.Arrays()[a.label] == a.dev[0] {
+			errs = append(errs, a.client.Free(a.label)) // still the batch's: not allocated again since
+		}
+		a.dev, a.resp = nil, nil
+	}
+	b.ok = false
+	return errors.Join(errs...)
 }

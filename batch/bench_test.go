@@ -2,6 +2,7 @@ package batch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
@@ -18,7 +19,8 @@ import (
 type benchBatch struct {
 	m       *vram.Manager
 	c       *vram.Client
-	r       *vram.ArrayResponse
+	b       *batch.Batch
+	x, y    *batch.Array // "in" and "out"
 	in, out *vram.HostArray
 }
 
@@ -35,16 +37,14 @@ func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint
 	}
 	b.Cleanup(func() { m.Close() })
 	bb := &benchBatch{m: m}
-	bb.c, err = m.Register(vram.ClientOptions{Name: "bench", Group: "bench", OnAllocated: func(r *vram.ArrayResponse) { bb.r = r }})
+	bb.c, err = m.Register(vram.ClientOptions{Name: "bench", Group: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := bb.c.Queue(map[string]vram.ArrayRequest{
-		"in": {Shape: []int{runs}, DType: vram.Float32}, "out": {Shape: []int{runs}, DType: vram.Float32},
-	}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := bb.c.Allocate(context.Background(), vram.WithBuffers(buffers)); err != nil {
+	bb.b = batch.New()
+	bb.x = bb.b.In(bb.c, "in", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
+	bb.y = bb.b.Out(bb.c, "out", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
+	if err := bb.b.Allocate(context.Background(), vram.WithBuffers(buffers)); err != nil {
 		b.Fatal(err)
 	}
 	if bb.in, err = m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil); err != nil {
@@ -54,7 +54,15 @@ func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bb.in.Free(); bb.out.Free() })
+	bb.use(b)
 	return bb
+}
+
+// use gives the batch bb.in and bb.out.
+func (bb *benchBatch) use(b *testing.B) {
+	if err := errors.Join(bb.x.Use(batch.Host(bb.in)), bb.y.Use(batch.Host(bb.out))); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkBatchOverlap runs 32 MiB in and 32 MiB out over an emulated
@@ -80,12 +88,8 @@ func BenchmarkBatchOverlap(b *testing.B) {
 			var copyT, exposed, compute time.Duration
 			chunks := 0
 			for b.Loop() {
-				rep, err := batch.Run(context.Background(), bb.c, batch.Batch{
-					Arrays:  []batch.Array{batch.In(bb.r, "in", bb.in), batch.Out(bb.r, "out", bb.out)},
-					Buffers: buffers,
-					Compute: func(_ context.Context, ch *batch.Chunk) error {
-						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
-					},
+				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: buffers}, func(_ context.Context, ch *batch.Chunk) error {
+					return ch.Launch(k, bb.x, bb.y)
 				})
 				if err != nil {
 					b.Fatal(err)
@@ -123,20 +127,20 @@ func BenchmarkBatchOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := bb.r.Plan
+			p := bb.b.Plan()
 			for b.Loop() {
 				for i := range p.Chunks {
 					sp, err := p.Span(i, 0)
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := bb.c.ToDeviceChunk(context.Background(), bb.r.Arrays["in"], bb.in, sp); err != nil {
+					if err := bb.c.ToDeviceChunk(context.Background(), bb.x.Device(0), bb.in, sp); err != nil {
 						b.Fatal(err)
 					}
-					if err := k.Launch(bb.m.Device(), s, sp.Len, bb.r.Arrays["in"], bb.r.Arrays["out"]); err != nil {
+					if err := k.Launch(bb.m.Device(), s, sp.Len, bb.x.Device(0), bb.y.Device(0)); err != nil {
 						b.Fatal(err)
 					}
-					if err := bb.c.FromDeviceChunk(context.Background(), bb.out, bb.r.Arrays["out"], sp); err != nil {
+					if err := bb.c.FromDeviceChunk(context.Background(), bb.out, bb.y.Device(0), sp); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -153,12 +157,8 @@ func BenchmarkBatchOverhead(b *testing.B) {
 			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
 			chunks := 0
 			for b.Loop() {
-				rep, err := batch.Run(context.Background(), bb.c, batch.Batch{
-					Arrays:  []batch.Array{batch.In(bb.r, "in", bb.in), batch.Out(bb.r, "out", bb.out)},
-					Buffers: buffers,
-					Compute: func(_ context.Context, ch *batch.Chunk) error {
-						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
-					},
+				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: buffers}, func(_ context.Context, ch *batch.Chunk) error {
+					return ch.Launch(k, bb.x, bb.y)
 				})
 				if err != nil {
 					b.Fatal(err)
@@ -188,6 +188,7 @@ func BenchmarkBatchStaging(b *testing.B) {
 				}
 				defer (*h).Free()
 			}
+			bb.use(b)
 			k, err := kernel.New("wait", "", func(a kernel.Args, lo, hi int) error {
 				if lo == 0 {
 					time.Sleep(8 * time.Millisecond)
@@ -201,12 +202,8 @@ func BenchmarkBatchStaging(b *testing.B) {
 			var wall time.Duration
 			staged := 0
 			for b.Loop() {
-				rep, err := batch.Run(context.Background(), bb.c, batch.Batch{
-					Arrays:  []batch.Array{batch.In(bb.r, "in", bb.in), batch.Out(bb.r, "out", bb.out)},
-					Buffers: 2,
-					Compute: func(_ context.Context, ch *batch.Chunk) error {
-						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
-					},
+				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 2}, func(_ context.Context, ch *batch.Chunk) error {
+					return ch.Launch(k, bb.x, bb.y)
 				})
 				if err != nil {
 					b.Fatal(err)

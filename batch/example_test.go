@@ -3,6 +3,7 @@ package batch_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
@@ -64,64 +65,85 @@ func affineGo(a kernel.Args, lo, hi int) error {
 	return nil
 }
 
-// A batch four times the device: a solver and a writer in one group, a
-// portable kernel, two buffers in flight, and the results checked.
-func ExampleRun() {
-	dev, _ := sim.New(sim.Config{TotalBytes: 8 << 20, NoContext: true})
-	defer dev.Close()
-	m, _ := vram.New(dev)
-	defer m.Close()
-	affine, _ := kernel.New("affine", affinePTX, affineGo, 0)
-	defer affine.Close()
-
-	// The solver reads x, the writer holds y; each has its own share.
-	var solverR, writerR *vram.ArrayResponse
-	solver, _ := m.Register(vram.ClientOptions{Name: "solver", Group: "batch", Proportion: 0.5,
-		OnAllocated: func(r *vram.ArrayResponse) { solverR = r }})
-	defer solver.Close()
-	writer, _ := m.Register(vram.ClientOptions{Name: "writer", Group: "batch", Proportion: 0.25,
-		OnAllocated: func(r *vram.ArrayResponse) { writerR = r }})
-	defer writer.Close()
-
-	ctx := context.Background()
-	// 32 MiB of device arrays on an 8 MiB device.
-	const runs = 4 << 20
-	_ = solver.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{runs}, DType: vram.Float32}})
-	_ = writer.Queue(map[string]vram.ArrayRequest{"y": {Shape: []int{runs}, DType: vram.Float32}})
-	if _, err := solver.Allocate(ctx, vram.WithBuffers(2)); err != nil {
+// Example runs a batch four times the device: a solver and a writer
+// with different shares of one group, a portable kernel, two buffers in
+// flight, every error handled and every result checked.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var closers []func() error // closed last first, each error said
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if err := closers[i](); err != nil {
+				fmt.Println("close:", err)
+			}
+		}
+	}()
+	affine, err := kernel.New("affine", affinePTX, affineGo, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	closers = append(closers, affine.Close)
+	dev, err := sim.New(sim.Config{TotalBytes: 8 << 20, NoContext: true})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	closers = append(closers, dev.Close)
+	m, err := vram.New(dev)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	closers = append(closers, m.Close)
+	solver, err := m.Register(vram.ClientOptions{Name: "solver", Group: "batch", Proportion: 0.5})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	writer, err := m.Register(vram.ClientOptions{Name: "writer", Group: "batch", Proportion: 0.25})
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
 
-	x, _ := m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil)
-	defer x.Free()
-	y, _ := m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil)
-	defer y.Free()
-	for i := range x.Float32s() {
-		x.Float32s()[i] = float32(i % 1000)
+	// 32 MiB of device arrays on an 8 MiB device; each array's label and
+	// shape are written once, here.
+	const runs = 4 << 20
+	b := batch.New()
+	closers = append(closers, b.Close)
+	x := b.In(solver, "x", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
+	y := b.Out(writer, "y", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
+	if err := b.Allocate(ctx, vram.WithBuffers(2)); err != nil {
+		fmt.Println(err)
+		return
 	}
-
-	rep, err := batch.Run(ctx, solver, batch.Batch{
-		Arrays:  []batch.Array{batch.In(solverR, "x", x), batch.Out(writerR, "y", y)},
-		Buffers: 2,
-		Compute: func(_ context.Context, ch *batch.Chunk) error {
-			return ch.Launch(affine, ch.Array(solverR, "x"), ch.Array(writerR, "y"), uint32(ch.Len), float32(2), float32(1))
-		},
+	if err := b.MakeHosts(); err != nil { // full-length host arrays, shaped as the requests
+		fmt.Println(err)
+		return
+	}
+	xs := x.Host().Float32s()
+	for i := range xs {
+		xs[i] = float32(i % 1000)
+	}
+	rep, err := b.Run(ctx, batch.Options{Buffers: 2}, func(_ context.Context, ch *batch.Chunk) error {
+		return ch.Launch(affine, x, y, uint32(ch.Len), float32(2), float32(1))
 	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	bad := 0
-	for i, v := range y.Float32s() {
-		if v != 2*float32(i%1000)+1 {
+	for i, v := range y.Host().Float32s() {
+		if v != 2*xs[i]+1 {
 			bad++
 		}
 	}
 	fmt.Printf("%s kernel, %d chunks of %d runs, %d buffers, %d of %d chunks done\n",
-		affine.Form(dev), rep.Chunks, solverR.ChunkLength, rep.Buffers, rep.ChunksDone, rep.Chunks)
-	fmt.Printf("%d MiB in, %d MiB out, %d wrong results\n", rep.BytesIn>>20, rep.BytesOut>>20, bad)
+		affine.Form(dev), rep.Chunks, b.Plan().ChunkLength, rep.Buffers, rep.ChunksDone, rep.Chunks)
+	fmt.Printf("%d MiB in, %d MiB out, %d wrong results of %d\n", rep.BytesIn>>20, rep.BytesOut>>20, bad, len(xs))
 	// Output:
 	// go kernel, 8 chunks of 524288 runs, 2 buffers, 8 of 8 chunks done
-	// 16 MiB in, 16 MiB out, 0 wrong results
+	// 16 MiB in, 16 MiB out, 0 wrong results of 4194304
 }

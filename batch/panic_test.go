@@ -33,25 +33,23 @@ func TestRunPanic(t *testing.T) {
 			in, table, out := f.hosts(t, vram.Pageable) // staged: buffers to leak
 			before := f.leaks(t)
 			boom := func(sp vram.Span) {
-				if sp.Start/f.sr.ChunkLength == 2 {
+				if sp.Start/f.plan().ChunkLength == 2 {
 					panic(huge)
 				}
 			}
-			arrays := []batch.Array{
-				batch.InFunc(f.sr, "in", 1, func(sp vram.Span, st *vram.HostArray) error {
-					if tc.where == "fill" {
-						boom(sp)
-					}
-					return st.CopyChunkFrom(in, sp)
-				}),
-				batch.In(f.sr, "table", table),
-				batch.OutFunc(f.wr, "out", 1, func(sp vram.Span, st *vram.HostArray) error {
-					if tc.where == "drain" {
-						boom(sp)
-					}
-					return st.CopyChunkTo(out, sp)
-				}),
-			}
+			must(t, f.in.Use(batch.Fill(func(sp vram.Span, st *vram.HostArray) error {
+				if tc.where == "fill" {
+					boom(sp)
+				}
+				return st.CopyChunkFrom(in, sp)
+			})))
+			must(t, f.table.Use(batch.Host(table)))
+			must(t, f.out.Use(batch.Drain(func(sp vram.Span, st *vram.HostArray) error {
+				if tc.where == "drain" {
+					boom(sp)
+				}
+				return st.CopyChunkTo(out, sp)
+			})))
 			compute := func(ctx context.Context, ch *batch.Chunk) error {
 				if tc.where == "compute" {
 					boom(vram.Span{Start: ch.Start})
@@ -70,7 +68,7 @@ func TestRunPanic(t *testing.T) {
 						err = errors.New("the panic came out of Run")
 					}
 				}()
-				_, err = batch.Run(context.Background(), f.solver, batch.Batch{Arrays: arrays, Buffers: 2, Compute: compute, Progress: progress})
+				_, err = f.b.Run(context.Background(), batch.Options{Buffers: 2, Progress: progress}, compute)
 			}()
 			var pe *batch.PanicError
 			if !errors.Is(err, batch.ErrPanic) || !errors.As(err, &pe) {
@@ -119,8 +117,8 @@ func checkReleased(t *testing.T, f *batchFixture, before string) {
 func TestRunPartsPanic(t *testing.T) {
 	fs, parts, _ := multiParts(t, 200_000, size(1<<20), size(1<<20))
 	before := []string{fs[0].leaks(t), fs[1].leaks(t)}
-	parts[1].Batch.Compute = func(context.Context, *batch.Chunk) error { panic(errors.New("kernel table missing")) }
-	_, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{})
+	parts[1].Compute = func(context.Context, *batch.Chunk) error { panic(errors.New("kernel table missing")) }
+	_, err := batch.RunParts(context.Background(), parts, batch.Options{})
 	if !errors.Is(err, batch.ErrPanic) || !strings.Contains(err.Error(), "device 1") || !strings.Contains(err.Error(), "kernel table missing") {
 		t.Fatalf("error %v, want ErrPanic from device 1 with its value", err)
 	}

@@ -1,18 +1,20 @@
 package batch
 
-// A batch on several devices: RunParts deals the chunks of one global
-// chunking to one part per device (a client of that device's manager and
-// the Batch with that device's arrays), each part taking the next chunk
-// when it has a buffer free, so a faster device takes more chunks.
+// The queue a run takes its chunks from, and a batch on several devices:
+// RunParts deals the chunks of one queue of runs to one part per device
+// (a batch allocated on that device's manager and its compute step), each
+// part taking the next chunk when it has a buffer free, so a faster
+// device takes more chunks.
 //
-// One chunking. The batch's R runs are cut into G chunks of one length
-// L, the shortest chunk length of the parts' plans (each part planned
-// its device's memory; a part whose plan is longer runs each chunk in the
-// first L runs of its arrays). Chunk g is runs [g·L, min((g+1)·L, R)),
-// whichever device runs it, and its outputs land at those runs of the
-// host arrays (or in the drain function's span), so the results do not
-// depend on how the chunks were dealt, provided the kernel's result for a
-// run depends on that run's inputs alone.
+// One queue. The batch's R runs are handed out in order, each chunk cut
+// from what is left at the length its taker asks for, at most the
+// queue's: today every part asks for the parts' shortest chunk length L
+// (each part planned its device's memory; a part whose plan is longer
+// runs each chunk in the first L runs of its arrays), so chunk g is runs
+// [g·L, min((g+1)·L, R)) whichever device runs it. Its outputs land at
+// those runs of the host arrays (or in the drain function's span), so the
+// results do not depend on how the chunks were dealt, provided the
+// kernel's result for a run depends on that run's inputs alone.
 //
 // Threads. Each part runs on its own goroutine, locked to its OS thread
 // for the whole batch: a backend whose context is per thread (CUDA) then
@@ -20,31 +22,93 @@ package batch
 // run in parallel.
 //
 // Failure. The first part to fail stops the dealing and cancels the
-// others, which finish what they enqueued; RunParts returns that
-// part's error, naming the device.
+// others, which finish what they enqueued; RunParts returns that part's
+// error, naming the device. A panic on a part's goroutine in one of the
+// batch's functions is that part's error (ErrPanic), not the process's
+// end.
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/vramkit/vram"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 )
 
-// Part is one device's part of a batch run by RunParts: a client
-// of the group whose responses Batch's arrays name, and the Batch. Every
-// part's Batch lists the same host sides in the same order (the same
-// host arrays or fill and drain functions) with its own device's
-// responses, and a Compute for its device; Progress is ignored (give it
-// to RunParts). A plain value.
-type Part struct {
-	Client *vram.Client
-	Batch  Batch
+// dealtChunk is one chunk of a batch: its index in the batch's order,
+// its runs, and the bytes its copies move.
+type dealtChunk struct {
+	index, start, len int
+	in, out           uint64
 }
 
-// PartsReport is what a multi-device batch did. A plain value.
+// runQueue hands out a batch's runs in order, as chunks: one run's own,
+// or one for every part of RunParts (shared). Safe for concurrent use.
+type runQueue struct {
+	runs, length int  // the runs; the longest chunk it cuts
+	total        int  // chunks at that length
+	shared       bool // dealt to the parts of RunParts
+
+	mu      sync.Mutex // protects the fields below
+	next    int        // the first run not handed out
+	taken   int        // chunks handed out
+	stopped bool
+}
+
+func newRunQueue(runs, length int) *runQueue {
+	return &runQueue{runs: runs, length: length, total: (runs + length - 1) / length}
+}
+
+// take cuts the next chunk, of at most limit runs (and the queue's
+// length), from the runs left; false when there are none.
+func (q *runQueue) take(limit int) (dealtChunk, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped || q.next >= q.runs {
+		return dealtChunk{}, false
+	}
+	ch := dealtChunk{index: q.taken, start: q.next, len: min(limit, q.length, q.runs-q.next)}
+	q.next += ch.len
+	q.taken++
+	return ch, true
+}
+
+// stop hands out nothing more.
+func (q *runQueue) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.mu.Unlock()
+}
+
+// take makes sure the run has its chunk i (0-based, in its own order),
+// taking the next one from its queue if i is the next; false when there
+// is none.
+func (r *batchRun) take(i int) bool {
+	if i < len(r.chunks) {
+		return true
+	}
+	if r.ended || i > len(r.chunks) {
+		return false
+	}
+	ch, ok := r.q.take(r.length)
+	if !ok {
+		r.ended = true
+		return false
+	}
+	r.chunks = append(r.chunks, ch)
+	return true
+}
+
+// Part is one device's part of a batch run by RunParts: a batch
+// allocated for the batch's runs on that device's manager, and the
+// compute step for that device. A plain value.
+type Part struct {
+	Batch   *Batch
+	Compute Compute
+}
+
+// PartsReport is what a batch on several devices did. A plain value.
 type PartsReport struct {
 	Chunks      int // the batch's chunks
 	ChunkLength int // runs per chunk (the last may have fewer)
@@ -57,217 +121,52 @@ type PartsReport struct {
 	Wall     time.Duration
 }
 
-// PartsOptions tune RunParts. The zero value deals chunks of the
-// parts' shortest chunk length and reports no progress. A plain value.
-type PartsOptions struct {
-	// MaxChunkLength, when positive, caps the batch's chunk length, so
-	// that a batch that fits every device whole is still spread over
-	// them (at least ceil(runs / MaxChunkLength) chunks).
-	MaxChunkLength int
-	// Progress, when set, is called as each chunk is back on the host,
-	// one call at a time, with Chunk counting the batch's chunks done.
-	Progress func(Progress)
-}
-
-// dealtChunk is one chunk of a batch: index of the batch's chunks, and
-// its runs.
-type dealtChunk struct{ index, start, len int }
-
-// dealer hands out the chunks of one chunking, in order, to whichever
-// part asks next. Safe for concurrent use.
-type dealer struct {
-	runs, length, total int
-	axes                []int // chunk axis per array (-1: allocated whole), from a part chunked like the batch; nil if none is
-
-	mu       sync.Mutex // protects the fields below
-	next     int
-	stopped  bool
-	done     int
-	in, out  []uint64 // per part: bytes moved, as its last progress said
-	progress func(Progress)
-	start    time.Time
-}
-
-// take deals the next chunk, or says there is none.
-func (d *dealer) take() (dealtChunk, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.stopped || d.next >= d.total {
-		return dealtChunk{}, false
-	}
-	g := d.next
-	d.next++
-	start := g * d.length
-	return dealtChunk{index: g, start: start, len: min(d.length, d.runs-start)}, true
-}
-
-func (d *dealer) stop() {
-	d.mu.Lock()
-	d.stopped = true
-	d.mu.Unlock()
-}
-
-// progressOf is part's Progress callback: it counts the batch's chunks
-// and bytes and calls d.progress, one call at a time.
-func (d *dealer) progressOf(part int) func(Progress) {
-	return func(p Progress) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		d.done++
-		d.in[part], d.out[part] = p.BytesIn, p.BytesOut
-		if d.progress == nil {
-			return
-		}
-		var in, out uint64
-		for i := range d.in {
-			in, out = in+d.in[i], out+d.out[i]
-		}
-		d.progress(Progress{Chunk: d.done, Chunks: d.total, Start: p.Start, Len: p.Len,
-			BytesIn: in, BytesOut: out, Elapsed: time.Since(d.start)})
-	}
-}
-
-// partShape is a part's runs and chunk length, from its first array's
-// plan.
-func partShape(p Part, i int) (runs, length int, err error) {
-	if p.Client == nil || len(p.Batch.Arrays) == 0 || p.Batch.Arrays[0].resp == nil {
-		return 0, 0, batchErr("part %d: give a client and arrays with their responses", i)
-	}
-	plan := p.Batch.Arrays[0].resp.Plan
-	if plan.TotalRuns == 0 {
-		n := max(p.Batch.Runs, 1)
-		return n, n, nil
-	}
-	return plan.TotalRuns, plan.ChunkLength, nil
-}
-
-// newDealer checks that the parts have the same runs and makes the
-// chunking of the shortest chunk length.
-func newDealer(parts []Part, o PartsOptions) (*dealer, error) {
-	if len(parts) == 0 {
-		return nil, batchErr("no parts; give one per device")
-	}
-	if o.MaxChunkLength < 0 {
-		return nil, batchErr("MaxChunkLength %d: want 0 (no cap) or more", o.MaxChunkLength)
-	}
-	d := &dealer{in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: o.Progress}
-	for i, p := range parts {
-		runs, length, err := partShape(p, i)
-		if err != nil {
-			return nil, err
-		}
-		if len(p.Batch.Arrays) != len(parts[0].Batch.Arrays) {
-			return nil, batchErr("part %d has %d arrays and part 0 %d; give every part the same host sides", i, len(p.Batch.Arrays), len(parts[0].Batch.Arrays))
-		}
-		if i > 0 && runs != d.runs {
-			return nil, batchErr("part %d has %d runs and part 0 %d; allocate every part for the same batch", i, runs, d.runs)
-		}
-		d.runs = runs
-		if i == 0 || length < d.length {
-			d.length = length
-		}
-	}
-	if o.MaxChunkLength > 0 {
-		d.length = min(d.length, o.MaxChunkLength)
-	}
-	d.total = (d.runs + d.length - 1) / d.length
-	return d, nil
-}
-
-// dealFrom sets where r takes its chunks: its own plan in order (deal
-// nil), or deal.
-func (r *batchRun) dealFrom(deal *dealer) error {
-	if deal == nil {
-		r.total = r.n
-		r.next = func() (dealtChunk, bool) {
-			i := len(r.chunks)
-			if i >= r.n {
-				return dealtChunk{}, false
-			}
-			start := i * r.plan.ChunkLength
-			return dealtChunk{index: i, start: start, len: min(r.plan.ChunkLength, r.runs-start)}, true
-		}
-		return nil
-	}
-	r.n, r.total, r.next, r.axes = deal.total, deal.total, deal.take, deal.axes
-	r.moved[stepIn], r.moved[stepOut] = make([]uint64, r.n), make([]uint64, r.n)
-	return nil
-}
-
-// take makes sure the run has its chunk i (0-based, in its own order),
-// taking the next one if i is the next; false when there is none.
-func (r *batchRun) take(i int) bool {
-	if i < len(r.chunks) {
-		return true
-	}
-	if r.ended || i > len(r.chunks) {
-		return false
-	}
-	ch, ok := r.next()
-	if !ok {
-		r.ended = true
-		return false
-	}
-	r.chunks = append(r.chunks, ch)
-	return true
-}
-
 // RunParts runs one batch on several devices: parts holds one part per
-// device (see Part), each allocated for the batch's runs on its
-// device's manager. The batch's chunks (one chunking, of the parts' plans'
-// shortest chunk length or o.MaxChunkLength; see the overview at the top
-// of the file) are dealt to the parts as each has a buffer free; each
-// part runs its chunks as Run does, on its own goroutine locked to
-// its OS thread.
-//
-// A part whose device holds the batch whole has arrays of the batch's
-// full length, and an In or Out host array of that shape looks like an
-// array allocated whole: its chunk axis is taken from a part chunked like
-// the batch, and with none it is an error (give the arrays with InFunc
-// and OutFunc, whose axes are explicit).
+// device, each a Batch declaring the same arrays in the same order (the
+// same labels and requests, its own device's clients) with the same host
+// sides (the same host arrays, or fill and drain functions), allocated on
+// its device's manager. The batch's runs are dealt from one queue (see
+// the overview at the top of the file) in chunks of the parts' shortest
+// chunk length, or o.MaxChunkLength when shorter, to the parts as each
+// has a buffer free; each part runs its chunks as Run does, on its own
+// goroutine locked to its OS thread. o.Buffers applies to every part;
+// o.Progress is called one call at a time, counting the batch's chunks.
 //
 // It returns when every chunk is back, or when a part fails or ctx is
-// done, after every part's enqueued work has finished. An output
-// allocated whole (not chunked) cannot be gathered from several devices:
-// a batch of more than one chunk with one is refused. Safe to call from
-// several goroutines for batches of different groups.
-func RunParts(ctx context.Context, parts []Part, o PartsOptions) (PartsReport, error) {
-	deal, err := newDealer(parts, o)
+// done, after every part's enqueued work has finished. An output that is
+// unchunkable cannot be gathered from several devices: a batch of more
+// than one chunk with one is refused. Batches of different groups may
+// run at once, from several goroutines.
+func RunParts(ctx context.Context, parts []Part, o Options) (PartsReport, error) {
+	q, err := partsQueue(parts, o)
 	if err != nil {
 		return PartsReport{}, err
 	}
-	rep := PartsReport{Chunks: deal.total, ChunkLength: deal.length, Parts: make([]Report, len(parts))}
+	rep := PartsReport{Chunks: q.total, ChunkLength: q.length, Parts: make([]Report, len(parts))}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	runs, err := prepareParts(ctx, parts, deal)
+	runs, err := prepareParts(ctx, parts, o, q)
 	if err != nil {
 		return rep, err
 	}
+	t := &tally{total: q.total, in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: o.Progress, start: time.Now()}
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
-	deal.start = time.Now()
 	for i, r := range runs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		r.progress = t.of(i)
+		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			var err error
-			if end, merr := markBatch(parts[i].Client, r.b); merr != nil {
-				rep.Parts[i], err = r.finish(merr)
-			} else {
-				rep.Parts[i], err = r.finish(r.run())
-				err = errors.Join(err, end())
-			}
-			if err != nil {
-				errs[i] = fmt.Errorf("device %d (%s): %w", i, r.m.Device().Info().Name, err)
-				deal.stop()
+			if rep.Parts[i], err = r.runMarked(); err != nil {
+				errs[i] = fmt.Errorf("device %d (%s): %w", i, r.dev.Info().Name, err)
+				q.stop()
 				cancel(errs[i])
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	rep.Wall = time.Since(deal.start)
+	rep.Wall = time.Since(t.start)
 	for _, p := range rep.Parts {
 		rep.ChunksDone += p.ChunksDone
 		rep.BytesIn += p.BytesIn
@@ -276,11 +175,55 @@ func RunParts(ctx context.Context, parts []Part, o PartsOptions) (PartsReport, e
 	return rep, firstCause(ctx, errs)
 }
 
-// prepareParts makes each part's run: the parts chunked like the
-// dealing first, so that the arrays of a part allocated full length can
-// be cut along the axes the others' arrays are. On an error it finishes
-// the runs it made.
-func prepareParts(ctx context.Context, parts []Part, deal *dealer) ([]*batchRun, error) {
+// partsQueue checks that the parts declare the same batch, and makes the
+// queue of its runs at the parts' shortest chunk length.
+func partsQueue(parts []Part, o Options) (*runQueue, error) {
+	if len(parts) == 0 {
+		return nil, batchErr("no parts; give one per device")
+	}
+	length := 0
+	for i, p := range parts {
+		b, b0 := p.Batch, parts[0].Batch
+		if b == nil || !b.ok {
+			return nil, batchErr("part %d: the batch is not allocated; Allocate it on its device first", i)
+		}
+		if len(b.arrays) != len(b0.arrays) {
+			return nil, batchErr("part %d declares %d arrays and part 0 %d; give every part the same arrays", i, len(b.arrays), len(b0.arrays))
+		}
+		for j, a := range b.arrays {
+			if err := sameArray(a, b0.arrays[j]); err != nil {
+				return nil, fmt.Errorf("batch: part %d: %w", i, err)
+			}
+		}
+		if b.runs != b0.runs {
+			return nil, batchErr("part %d has %d runs and part 0 %d; allocate every part for the same batch", i, b.runs, b0.runs)
+		}
+		if n := chunkLength(b, o); i == 0 || n < length {
+			length = n
+		}
+	}
+	q := newRunQueue(parts[0].Batch.runs, length)
+	q.shared = true
+	return q, nil
+}
+
+// sameArray checks that a part's array a is declared as part 0's a0 is.
+func sameArray(a, a0 *Array) error {
+	r, r0 := a.req, a0.req
+	switch {
+	case a.label != a0.label || a.dir != a0.dir || r.DType != r0.DType || r.ChunkAxis != r0.ChunkAxis ||
+		r.Chunkable() != r0.Chunkable() || !slices.Equal(r.Shape, r0.Shape):
+		return batchErr("%v %v (%v%v) is not part 0's %v %v (%v%v); declare the same arrays in the same order",
+			a.dir, a, r.DType, r.Shape, a0.dir, a0, r0.DType, r0.Shape)
+	case a.side.host != a0.side.host || (a.side.fill == nil) != (a0.side.fill == nil) || (a.side.drain == nil) != (a0.side.drain == nil):
+		return batchErr("%v %v has another host side than part 0's; give every part the same host arrays or functions", a.dir, a)
+	}
+	return nil
+}
+
+// prepareParts makes each part's run; on an error it finishes the runs
+// it made.
+func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue) ([]*batchRun, error) {
 	runs := make([]*batchRun, len(parts))
 	fail := func(err error) ([]*batchRun, error) {
 		for _, r := range runs {
@@ -290,35 +233,50 @@ func prepareParts(ctx context.Context, parts []Part, deal *dealer) ([]*batchRun,
 		}
 		return nil, err
 	}
-	for _, full := range []bool{false, true} {
-		for i, p := range parts {
-			if _, length, _ := partShape(p, i); (length >= deal.runs) != full {
-				continue
-			}
-			b := p.Batch
-			b.Progress = deal.progressOf(i)
-			r, err := newBatchRun(ctx, p.Client, b, deal)
-			if err != nil {
-				return fail(fmt.Errorf("device %d: %w", i, err))
-			}
-			runs[i] = r
-			if !full && deal.axes == nil {
-				deal.axes = make([]int, len(r.arrs))
-				for j, a := range r.arrs {
-					deal.axes[j] = a.axis
-					if a.whole {
-						deal.axes[j] = -1
-					}
-				}
-			}
-			for _, a := range r.arrs {
-				if a.whole && a.out && deal.total > 1 {
-					return fail(batchErr("device %d: output %s is allocated whole, and a batch of %d chunks on several devices cannot gather it; make it chunkable", i, a.name, deal.total))
-				}
+	for i, p := range parts {
+		r, err := newRun(ctx, p.Batch, p.Compute, o, q)
+		if err != nil {
+			return fail(fmt.Errorf("device %d: %w", i, err))
+		}
+		runs[i] = r
+		for _, a := range r.arrs {
+			if a.whole && a.dir == dirOut && q.total > 1 {
+				return fail(batchErr("device %d: output %v is unchunkable, and a batch of %d chunks on several devices cannot gather it; make it chunkable", i, a, q.total))
 			}
 		}
 	}
 	return runs, nil
+}
+
+// tally counts the chunks and bytes of RunParts' parts and calls
+// progress, one call at a time. Safe for concurrent use.
+type tally struct {
+	total    int
+	progress func(Progress)
+	start    time.Time
+
+	mu      sync.Mutex // protects the fields below
+	done    int
+	in, out []uint64 // per part: bytes moved, as its last progress said
+}
+
+// of is part's Progress callback.
+func (t *tally) of(part int) func(Progress) {
+	return func(p Progress) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.done++
+		t.in[part], t.out[part] = p.BytesIn, p.BytesOut
+		if t.progress == nil {
+			return
+		}
+		var in, out uint64
+		for i := range t.in {
+			in, out = in+t.in[i], out+t.out[i]
+		}
+		t.progress(Progress{Chunk: t.done, Chunks: t.total, Start: p.Start, Len: p.Len,
+			BytesIn: in, BytesOut: out, Elapsed: time.Since(t.start)})
+	}
 }
 
 // firstCause is the error that stopped the batch: the failure of the

@@ -3,18 +3,18 @@ package batch_test
 import (
 	"context"
 	"errors"
-	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/batch"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 )
 
 // multiParts makes a fixture per device config and the parts of one
-// batch over them, sharing f0's host arrays.
+// batch over them, every part with fs[0]'s host arrays.
 func multiParts(t *testing.T, runs int, mods ...func(*sim.Config)) ([]*batchFixture, []batch.Part, *vram.HostArray) {
 	t.Helper()
 	var fs []*batchFixture
@@ -24,10 +24,8 @@ func multiParts(t *testing.T, runs int, mods ...func(*sim.Config)) ([]*batchFixt
 	in, table, out := fs[0].hosts(t, vram.Pinned)
 	var parts []batch.Part
 	for _, f := range fs {
-		parts = append(parts, batch.Part{Client: f.solver, Batch: batch.Batch{
-			Arrays:  []batch.Array{batch.In(f.sr, "in", in), batch.In(f.sr, "table", table), batch.Out(f.wr, "out", out)},
-			Compute: f.compute,
-		}})
+		f.use(t, in, table, out)
+		parts = append(parts, batch.Part{Batch: f.b, Compute: f.compute})
 	}
 	return fs, parts, out
 }
@@ -40,16 +38,16 @@ func size(n uint64) func(*sim.Config) { return func(c *sim.Config) { c.TotalByte
 func TestRunPartsSizes(t *testing.T) {
 	const runs = 200_000
 	fs, parts, out := multiParts(t, runs, size(1<<20), size(2<<20), size(8<<20))
-	if fs[2].sr.Chunks != 1 {
-		t.Fatalf("the 8 MiB device's plan has %d chunks; the test wants it to hold the batch whole", fs[2].sr.Chunks)
+	if fs[2].plan().Chunks != 1 {
+		t.Fatalf("the 8 MiB device's plan has %d chunks; the test wants it to hold the batch whole", fs[2].plan().Chunks)
 	}
 	var seen []int
-	rep, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{Progress: func(p batch.Progress) { seen = append(seen, p.Chunk) }})
+	rep, err := batch.RunParts(context.Background(), parts, batch.Options{Progress: func(p batch.Progress) { seen = append(seen, p.Chunk) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.ChunkLength != fs[0].sr.ChunkLength || rep.Chunks != (runs+rep.ChunkLength-1)/rep.ChunkLength {
-		t.Errorf("report %d chunks of %d; want the 1 MiB device's length %d", rep.Chunks, rep.ChunkLength, fs[0].sr.ChunkLength)
+	if rep.ChunkLength != fs[0].plan().ChunkLength || rep.Chunks != (runs+rep.ChunkLength-1)/rep.ChunkLength {
+		t.Errorf("report %d chunks of %d; want the 1 MiB device's length %d", rep.Chunks, rep.ChunkLength, fs[0].plan().ChunkLength)
 	}
 	took := 0
 	for i, p := range rep.Parts {
@@ -81,7 +79,7 @@ func TestRunPartsSlowDevice(t *testing.T) {
 	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
 	// Timing on a loaded machine: up to three tries.
 	for try := 1; ; try++ {
-		rep, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{})
+		rep, err := batch.RunParts(context.Background(), parts, batch.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +101,8 @@ func TestRunPartsSlowDevice(t *testing.T) {
 }
 
 // A part that fails stops the batch: its error, naming the device, is
-// returned, and every part cleans up.
+// returned, and every part cleans up. Parts that do not declare the same
+// batch are refused.
 func TestRunPartsFailure(t *testing.T) {
 	const runs = 200_000
 	fs, parts, _ := multiParts(t, runs, size(1<<20), size(1<<20))
@@ -113,61 +112,77 @@ func TestRunPartsFailure(t *testing.T) {
 	// on a quiet machine).
 	started := make(chan struct{})
 	var once sync.Once
-	parts[1].Batch.Compute = func(context.Context, *batch.Chunk) error {
-		once.Do(func() { close(started) })
-		return boom
+	failing := []batch.Part{
+		{Batch: parts[0].Batch, Compute: func(ctx context.Context, ch *batch.Chunk) error {
+			select {
+			case <-started:
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Second):
+			}
+			return fs[0].compute(ctx, ch)
+		}},
+		{Batch: parts[1].Batch, Compute: func(context.Context, *batch.Chunk) error {
+			once.Do(func() { close(started) })
+			return boom
+		}},
 	}
-	compute0 := parts[0].Batch.Compute
-	parts[0].Batch.Compute = func(ctx context.Context, ch *batch.Chunk) error {
-		select {
-		case <-started:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Second):
-		}
-		return compute0(ctx, ch)
-	}
-	_, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{})
-	parts[0].Batch.Compute = compute0
-	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
+	if _, err := batch.RunParts(context.Background(), failing, batch.Options{}); !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
 		t.Fatalf("err %v; want boom from device 1", err)
 	}
-	bad := batch.Part{Client: fs[1].solver, Batch: batch.Batch{Arrays: parts[1].Batch.Arrays[:2], Compute: fs[1].compute}}
-	if _, err := batch.RunParts(context.Background(), []batch.Part{parts[0], bad}, batch.PartsOptions{}); !errors.Is(err, batch.ErrBatch) {
-		t.Errorf("parts with different arrays: %v; want ErrBatch", err)
+	other := newBatchFixture(t, runs+1, 2, size(1<<20)) // another batch: its runs differ
+	other.use(t, fs[0].in.Host(), fs[0].table.Host(), nil)
+	pageable := newBatchFixture(t, runs, 2, size(1<<20))
+	pageable.hosts(t, vram.Pageable) // the same arrays, other host arrays
+	tests := map[string]struct {
+		parts []batch.Part
+		want  string
+	}{
+		"no parts":         {nil, "no parts"},
+		"other runs":       {[]batch.Part{parts[0], {Batch: other.b, Compute: other.compute}}, "is not part 0's"},
+		"other host sides": {[]batch.Part{parts[0], {Batch: pageable.b, Compute: pageable.compute}}, "another host side than part 0's"},
+		"not allocated":    {[]batch.Part{parts[0], {Batch: batch.New(), Compute: fs[1].compute}}, "part 1: the batch is not allocated"},
 	}
-	if _, err := batch.RunParts(context.Background(), nil, batch.PartsOptions{}); !errors.Is(err, batch.ErrBatch) {
-		t.Errorf("no parts: %v; want ErrBatch", err)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := batch.RunParts(context.Background(), tc.parts, batch.Options{}); !errors.Is(err, batch.ErrBatch) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v; want ErrBatch saying %q", err, tc.want)
+			}
+		})
 	}
 }
 
 // Devices that hold the batch whole share it when MaxChunkLength cuts
-// it: with fill and drain functions (explicit axes) every result is
-// right; with full-length host arrays, whose axes cannot be told, the
-// batch is refused.
+// it, with full-length host arrays (whose chunk axes the requests state)
+// and with fill and drain functions: every result right.
 func TestRunPartsMaxChunkLength(t *testing.T) {
 	const runs = 20_000 // 320 KB of chunked arrays: whole on 8 MiB
-	fs, parts, out := multiParts(t, runs, size(8<<20), size(8<<20))
-	if _, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{MaxChunkLength: 1000}); !errors.Is(err, batch.ErrBatch) {
-		t.Fatalf("full-length host arrays on devices holding the batch whole: %v; want ErrBatch", err)
-	}
-	in := fs[0].in
-	for i, f := range fs {
-		parts[i].Batch.Arrays[0] = batch.InFunc(f.sr, "in", 1, func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkFrom(in, sp) })
-		parts[i].Batch.Arrays[2] = batch.OutFunc(f.wr, "out", 1, func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkTo(out, sp) })
-	}
-	rep, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{MaxChunkLength: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Chunks != 20 || rep.ChunkLength != 1000 || rep.Parts[0].Chunks+rep.Parts[1].Chunks != 20 {
-		t.Errorf("report: %d chunks of %d, parts took %d and %d; want 20 of 1000", rep.Chunks, rep.ChunkLength, rep.Parts[0].Chunks, rep.Parts[1].Chunks)
-	}
-	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
-		t.Fatalf("%d wrong results", bad)
-	}
-	if _, err := batch.RunParts(context.Background(), parts, batch.PartsOptions{MaxChunkLength: -1}); !errors.Is(err, batch.ErrBatch) {
-		t.Errorf("MaxChunkLength -1: %v; want ErrBatch", err)
+	for _, sides := range []string{"host arrays", "functions"} {
+		t.Run(sides, func(t *testing.T) {
+			fs, parts, out := multiParts(t, runs, size(8<<20), size(8<<20))
+			if sides == "functions" {
+				in := fs[0].in.Host()
+				fill := batch.Fill(func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkFrom(in, sp) })
+				drain := batch.Drain(func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkTo(out, sp) })
+				for _, f := range fs {
+					must(t, f.in.Use(fill))
+					must(t, f.out.Use(drain))
+				}
+			}
+			rep, err := batch.RunParts(context.Background(), parts, batch.Options{MaxChunkLength: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Chunks != 20 || rep.ChunkLength != 1000 || rep.Parts[0].Chunks+rep.Parts[1].Chunks != 20 {
+				t.Errorf("report: %d chunks of %d, parts took %d and %d; want 20 of 1000", rep.Chunks, rep.ChunkLength, rep.Parts[0].Chunks, rep.Parts[1].Chunks)
+			}
+			if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+				t.Fatalf("%d wrong results", bad)
+			}
+			if _, err := batch.RunParts(context.Background(), parts, batch.Options{MaxChunkLength: -1}); !errors.Is(err, batch.ErrBatch) {
+				t.Errorf("MaxChunkLength -1: %v; want ErrBatch", err)
+			}
+		})
 	}
 }
 
@@ -180,7 +195,7 @@ func TestRunPartsCancel(t *testing.T) {
 	_, parts, _ := multiParts(t, runs, slow, slow)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rep, err := batch.RunParts(ctx, parts, batch.PartsOptions{Progress: func(p batch.Progress) {
+	rep, err := batch.RunParts(ctx, parts, batch.Options{Progress: func(p batch.Progress) {
 		if p.Chunk == 3 {
 			cancel()
 		}

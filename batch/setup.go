@@ -1,35 +1,35 @@
 package batch
 
-// Setting up a batch run: resolving each host side to its device arrays
-// and chunk axis, and making the streams, events and staging buffers the
-// run needs (freed by finish, whatever happens).
+// Setting up a batch run: each array's host side checked against its
+// request, its chunk axis from the request, and the streams, events and
+// staging buffers the run needs (freed by finish, whatever happens).
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vramkit/vram"
-	"maps"
 	"slices"
-	"strings"
 	"time"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
 )
 
-// batchRun is one Run call's state, used by its goroutine only.
+// batchRun is one Run's state (or one part's of RunParts), used by its
+// goroutine only.
 type batchRun struct {
-	ctx     context.Context
-	copyCtx context.Context // ctx without its cancellation, for the copies of a step
-	m       *vram.Manager
-	b       Batch
-	plan    vram.ChunkPlan
-	runs    int // the batch's runs (plan.TotalRuns, or b.Runs when it counts none)
-	n, k    int // chunks (for a part of a multi-device batch: the most it may take), buffers in flight
-	lag     int // chunks the host stays ahead of the device
+	ctx      context.Context
+	copyCtx  context.Context // ctx without its cancellation: the copies of a step are enqueued whatever it says meanwhile
+	b        *Batch
+	compute  Compute
+	progress func(Progress)
+	dev      device.Device
+	stride   int // the arrays' length along their chunk axes (Chunk.ChunkLength)
+	length   int // the runs a chunk is cut at: at most stride
+	total    int // the batch's chunks (every part's), for messages and progress
+	k, lag   int // buffers in flight; chunks the host stays ahead of the device
 
-	arrs []*batchArr
-	sets []map[*vram.ArrayResponse]map[string]*vram.DeviceArray // per buffer
+	arrs []*batchArr // the arrays copied in or out
 
 	s, ks    device.Stream  // the group's stream (copies); the compute stream (s when k = 1)
 	ownKS    bool           // ks was made by the run
@@ -38,34 +38,26 @@ type batchRun struct {
 	done     []device.Event // per staging slot: its chunk's copies out are done
 	tl       *timeline
 
-	// The chunks the run takes, in the order it runs them: from next
-	// (its plan's, or a multi-device batch's dealer) as it needs them.
-	chunks    []dealtChunk
-	next      func() (dealtChunk, bool)
-	ended     bool    // next said there are no more
-	total     int     // the batch's chunks, for messages
-	deal      *dealer // a multi-device batch's; nil for Run
-	axes      []int   // deal's chunk axis per array, for arrays allocated full length; nil unless deal
-	resolving int     // the array resolve is at
-	rep       Report
-	moved     [3][]uint64 // [stepIn or stepOut][chunk]: bytes the chunk's copies move
-	enqueued  int         // chunks whose three steps are all enqueued
-	retired   int         // chunks back on the host
-	atKind    int         // the step under way (stepIn … stepRetire), for a panic's error
-	atChunk   int         // the chunk it is of
-	start     time.Time
+	// The chunks the run takes, in the order it runs them, from q as it
+	// needs them.
+	q        *runQueue
+	chunks   []dealtChunk
+	ended    bool // q said there are no more
+	rep      Report
+	enqueued int // chunks whose three steps are all enqueued
+	retired  int // chunks back on the host
+	atKind   int // the step under way (stepIn … stepRetire), for a panic's error
+	atChunk  int // the chunk it is of
+	start    time.Time
 }
 
-// batchArr is one host side, resolved.
+// batchArr is an input or output of the batch, resolved for a run.
 type batchArr struct {
-	Array
-	client *vram.Client
-	name   string              // "label of client", for messages
-	dev    []*vram.DeviceArray // per buffer
-	whole  bool                // allocated whole: copied once
-	axis   int                 // the chunk axis, unless whole
-	stage  []*vram.HostArray   // per staging slot, when staged
-	run    uint64              // device bytes per run along axis
+	*Array
+	whole bool              // unchunkable: copied once
+	axis  int               // the chunk axis, unless whole
+	stage []*vram.HostArray // per staging slot, when staged
+	run   uint64            // device bytes per run along axis
 }
 
 func (a *batchArr) staged() bool { return a.stage != nil }
@@ -74,47 +66,39 @@ func batchErr(format string, args ...any) error {
 	return fmt.Errorf("batch: "+format+": %w", append(args, ErrBatch)...)
 }
 
-// newBatchRun checks b and makes what the run needs; on an error it
-// leaves nothing behind.
-func newBatchRun(ctx context.Context, c *vram.Client, b Batch, deal *dealer) (*batchRun, error) {
-	if c == nil {
-		return nil, batchErr("a nil client; pass a client of the batch's group")
+// newRun checks b and makes what the run needs, taking its chunks from
+// q (nil: a queue of b's own runs); on an error it leaves nothing behind.
+func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQueue) (*batchRun, error) {
+	switch {
+	case b == nil || !b.ok:
+		return nil, batchErr("the batch is not allocated; Allocate it first")
+	case compute == nil:
+		return nil, batchErr("no compute step; give Run a Compute")
+	case o.MaxChunkLength < 0:
+		return nil, batchErr("MaxChunkLength %d: want 0 (no cap) or more", o.MaxChunkLength)
 	}
-	if b.Compute == nil || len(b.Arrays) == 0 {
-		return nil, batchErr("a batch needs a Compute step and at least one array (In, Out, InFunc, OutFunc)")
-	}
-	m := c.Manager()
-	s, err := c.Stream()
+	s, err := b.arrays[0].client.Stream()
 	if err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
 	}
-	// The pipeline checks ctx before each step; the copies of a step
-	// are enqueued whatever it says meanwhile.
-	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), m: m, b: b, s: s, ks: s, deal: deal}
-	if err := r.resolvePlan(); err != nil {
+	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), b: b, compute: compute,
+		dev: b.arrays[0].client.Manager().Device(), stride: chunkLength(b, Options{}), length: chunkLength(b, o), s: s, ks: s, q: q}
+	if r.q == nil {
+		r.q = newRunQueue(b.runs, r.length)
+	}
+	r.total = r.q.total
+	if err := r.pickBuffers(o.Buffers); err != nil {
 		return nil, err
 	}
-	if err := r.dealFrom(deal); err != nil {
-		return nil, err
-	}
-	group := c.Group()
-	if group == "" {
-		return nil, fmt.Errorf("batch: client %v: %w", c, vram.ErrClosed)
-	}
-	for i, ba := range b.Arrays {
-		r.resolving = i
-		a, err := r.resolve(i, ba, group)
+	for _, a := range b.arrays {
+		if a.dir == dirScratch {
+			continue
+		}
+		ra, err := r.resolve(a)
 		if err != nil {
 			return nil, err
 		}
-		r.arrs = append(r.arrs, a)
-	}
-	r.sets = make([]map[*vram.ArrayResponse]map[string]*vram.DeviceArray, r.k)
-	for buf := range r.k {
-		r.sets[buf] = map[*vram.ArrayResponse]map[string]*vram.DeviceArray{}
-		for _, a := range r.arrs {
-			r.sets[buf][a.resp] = deviceSet(a.resp, buf)
-		}
+		r.arrs = append(r.arrs, ra)
 	}
 	if err := r.makeResources(); err != nil {
 		_, _ = r.finish(err)
@@ -123,165 +107,92 @@ func newBatchRun(ctx context.Context, c *vram.Client, b Batch, deal *dealer) (*b
 	return r, nil
 }
 
-// deviceSet is response resp's device arrays of buffer buf.
-func deviceSet(resp *vram.ArrayResponse, buf int) map[string]*vram.DeviceArray {
-	if buf < len(resp.Buffers) {
-		return resp.Buffers[buf].Device
+// chunkLength is the runs b's chunks are cut at: its arrays' chunk
+// length (all its runs when nothing was chunkable), capped by o.
+func chunkLength(b *Batch, o Options) int {
+	n := b.runs
+	if b.plan.TotalRuns > 0 {
+		n = b.plan.ChunkLength
 	}
-	return resp.Arrays
+	if o.MaxChunkLength > 0 {
+		n = min(n, o.MaxChunkLength)
+	}
+	return max(n, 1)
 }
 
-// resolvePlan takes the plan from the first response, checks that every
-// response comes from the same allocation, and picks the buffers.
-func (r *batchRun) resolvePlan() error {
-	avail := MaxBuffers
-	for i, ba := range r.b.Arrays {
-		if ba.resp == nil {
-			return batchErr("array %d (%q) has a nil response; pass the ArrayResponse its client was given (Allocate returns the caller's; every other member's comes to its OnAllocated hook)", i, ba.label)
-		}
-		if i == 0 {
-			r.plan = ba.resp.Plan
-		} else if p := ba.resp.Plan; p.Chunks != r.plan.Chunks || p.ChunkLength != r.plan.ChunkLength || p.TotalRuns != r.plan.TotalRuns {
-			return batchErr("array %q: its response's plan (%d chunks of %d runs) differs from the first array's (%d of %d); pass responses of one Allocate",
-				ba.label, p.Chunks, p.ChunkLength, r.plan.Chunks, r.plan.ChunkLength)
-		}
-		avail = min(avail, max(len(ba.resp.Buffers), 1))
-	}
-	r.n, r.runs = max(r.plan.Chunks, 1), r.plan.TotalRuns
-	if r.runs == 0 {
-		// Nothing was chunkable (a run axis of length 1 is not): one
-		// chunk of the batch's runs.
-		r.n, r.runs = 1, max(r.b.Runs, 1)
-		r.plan.ChunkLength, r.plan.LastChunkLength, r.plan.TotalRuns = r.runs, r.runs, r.runs
-	}
-	switch k := r.b.Buffers; {
+// pickBuffers sets the buffers in flight from what was asked and what
+// was allocated.
+func (r *batchRun) pickBuffers(asked int) error {
+	avail := min(len(r.b.arrays[0].dev), MaxBuffers)
+	switch k := asked; {
 	case k < 0 || k > MaxBuffers:
 		return batchErr("%d buffers in flight: want 1 to %d, or 0 for as many as were allocated", k, MaxBuffers)
-	case r.n == 1:
+	case r.total == 1:
 		r.k = 1
 	case k == 0:
 		r.k = avail
 	case k > avail:
-		return batchErr("%d buffers in flight, but the arrays were allocated with %d; allocate with WithBuffers(%d)", k, avail, k)
+		return batchErr("%d buffers in flight, but the arrays were allocated with %d; allocate with vram.WithBuffers(%d)", k, avail, k)
 	default:
 		r.k = k
 	}
 	r.lag = max(1, r.k-1)
-	r.moved[stepIn], r.moved[stepOut] = make([]uint64, r.n), make([]uint64, r.n)
-	r.rep = Report{Chunks: r.n, Buffers: r.k, Lag: r.lag}
+	r.rep = Report{Chunks: r.total, Buffers: r.k, Lag: r.lag}
 	return nil
 }
 
-// resolve finds array i's device arrays and chunk axis, and whether it is
-// staged.
-func (r *batchRun) resolve(i int, ba Array, group string) (*batchArr, error) {
-	a := &batchArr{Array: ba, client: ba.resp.Client}
-	a.name = fmt.Sprintf("%q of %v", ba.label, a.client)
-	if g := a.client.Group(); g != group {
-		return nil, batchErr("array %s: its client is in group %q (\"\" once closed), not the batch's %q; run a batch per group", a.name, g, group)
+// resolve checks a's host side against its request and finds its chunk
+// axis, and whether it is staged.
+func (r *batchRun) resolve(a *Array) (*batchArr, error) {
+	ra := &batchArr{Array: a, whole: !a.req.Chunkable(), axis: a.req.ChunkAxis}
+	if a.side.none() {
+		return nil, batchErr("%v %v has no host side; give one (In, Out or Use: Host, Fill, Drain) or make one (MakeHosts)", a.dir, a)
 	}
-	for buf := range r.k {
-		d := deviceSet(ba.resp, buf)[ba.label]
-		if d == nil {
-			return nil, batchErr("array %d: %s has no device array %q; its labels are %s%s", i, a.client, ba.label,
-				strings.Join(slices.Sorted(maps.Keys(deviceSet(ba.resp, buf))), ", "), r.holderHint(ba.label, group))
+	if ra.whole && a.side.host == nil {
+		return nil, batchErr("%v %v is unchunkable, so it is copied once, whole: give it a Host side, not a function", a.dir, a)
+	}
+	d := a.dev[0]
+	if h := a.side.host; h != nil {
+		switch {
+		case h.Freed():
+			return nil, batchErr("%v %v: host array %v was freed", a.dir, a, h)
+		case h.DType() != a.req.DType || !slices.Equal(h.Shape(), a.req.Shape):
+			return nil, batchErr("%v %v: host array %v does not match its request %v%v; make it with the request's shape and dtype (MakeHosts does)",
+				a.dir, a, h, a.req.DType, a.req.Shape)
 		}
-		a.dev = append(a.dev, d)
 	}
-	if ba.out && ba.drain == nil && ba.host == nil || !ba.out && ba.fill == nil && ba.host == nil {
-		return nil, batchErr("array %s: no host array and no function; give one", a.name)
+	if !ra.whole {
+		if d.Dim(ra.axis) < r.length {
+			return nil, batchErr("%v %v: device array %v is shorter along its chunk axis %d than the chunks of %d runs; allocate every array for the same batch",
+				a.dir, a, d, ra.axis, r.length)
+		}
+		ra.run = d.Bytes() / uint64(d.Dim(ra.axis))
 	}
-	ds := a.dev[0].Shape()
-	var err error
-	if ba.host != nil {
-		err = r.inferAxis(a, ds)
-	} else if a.axis = ba.axis; ba.axis < 0 || ba.axis >= len(ds) || (r.n > 1 && ds[ba.axis] != r.plan.ChunkLength) {
-		err = batchErr("array %s: axis %d of its shape %v is not its chunk axis (the one of length %d)", a.name, ba.axis, ds, r.plan.ChunkLength)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if !a.whole {
-		a.run = a.dev[0].Bytes() / uint64(max(ds[a.axis], 1))
-	}
-	if ba.fill != nil || ba.drain != nil || (ba.host.Memory() == vram.Pageable && !a.whole) {
+	if a.side.fill != nil || a.side.drain != nil || (a.side.host.Memory() == vram.Pageable && !ra.whole) {
 		// An input's buffer is refilled k−1 chunks ahead of its compute,
-		// so it needs k−1 more than an output's to be free again by then.
-		slots := r.lag + 1
-		if !ba.out {
-			slots = r.lag + r.k
-		}
-		// No more than the batch has chunks.
-		a.stage = make([]*vram.HostArray, min(slots, r.n))
+		// so it needs k−1 more than an output's to be free again by then;
+		// and none needs more than the batch has chunks.
+		ra.stage = make([]*vram.HostArray, min(r.slots(ra), r.total))
 		r.rep.Staged++
 	}
-	return a, nil
-}
-
-// holderHint names another member of group that holds device arrays
-// under label, for the error of a label asked of the wrong response.
-func (r *batchRun) holderHint(label, group string) string {
-	for _, c := range r.m.GroupMembers(group) {
-		if c.Arrays()[label] != nil {
-			return fmt.Sprintf("; %q is %v's: pass %v's ArrayResponse, which its OnAllocated hook receives", label, c, c)
-		}
-	}
-	return ""
-}
-
-// inferAxis finds the chunk axis of a host side given as a full-length
-// host array: the one axis where the host array has the batch's runs and
-// the device array the chunk length; equal shapes mean the array was
-// allocated whole.
-func (r *batchRun) inferAxis(a *batchArr, ds []int) error {
-	h := a.host
-	if h.Freed() {
-		return batchErr("array %s: host array %v was freed", a.name, h)
-	}
-	hs := h.Shape()
-	if h.DType() != a.dev[0].DType() || len(hs) != len(ds) {
-		return batchErr("array %s: host array %v does not match device array %v; give it the device array's dtype and rank", a.name, h, a.dev[0])
-	}
-	var diff []int
-	for ax := range ds {
-		if hs[ax] != ds[ax] {
-			diff = append(diff, ax)
-		}
-	}
-	switch {
-	case len(diff) == 0 && r.deal != nil && r.axes != nil && r.axes[r.resolving] >= 0:
-		// A part allocated full length in a batch dealt in chunks.
-		a.axis = r.axes[r.resolving]
-	case len(diff) == 0 && r.deal != nil && r.axes == nil && r.deal.total > 1 && slices.Contains(hs, r.runs):
-		return batchErr("array %s: host array %v has the shape of its device array, so its chunk axis cannot be told, and the batch is dealt in %d chunks; give it with InFunc or OutFunc",
-			a.name, h, r.deal.total)
-	case len(diff) == 0:
-		a.whole = true
-	case len(diff) == 1 && hs[diff[0]] == r.runs && ds[diff[0]] == r.plan.ChunkLength:
-		a.axis = diff[0]
-	default:
-		return batchErr("array %s: host array %v and device array %v: want the same shape but for the chunk axis, of %d runs on the host and %d on the device",
-			a.name, h, a.dev[0], r.runs, r.plan.ChunkLength)
-	}
-	return nil
+	return ra, nil
 }
 
 // makeResources takes the staging buffers (which may lower k and lag),
 // makes the compute stream and the events, and starts the timeline.
 func (r *batchRun) makeResources() error {
-	dev := r.m.Device()
 	if err := r.acquireStaging(); err != nil {
 		return err
 	}
 	ev := func() (device.Event, error) {
-		e, err := dev.NewEvent()
+		e, err := r.dev.NewEvent()
 		if err != nil {
 			return nil, fmt.Errorf("batch: make an event: %w", err)
 		}
 		return e, nil
 	}
 	if r.k > 1 {
-		ks, err := dev.NewStream()
+		ks, err := r.dev.NewStream()
 		if err != nil {
 			return fmt.Errorf("batch: make the compute stream: %w", err)
 		}
@@ -303,7 +214,7 @@ func (r *batchRun) makeResources() error {
 		}
 		r.done = append(r.done, e)
 	}
-	tl, err := newTimeline(dev, r.s, r.ks, r.n, 2*(r.lag+2))
+	tl, err := newTimeline(r.dev, r.s, r.ks, 2*(r.lag+2))
 	if err != nil {
 		return fmt.Errorf("batch: %w", err)
 	}
@@ -345,7 +256,7 @@ func (r *batchRun) finish(err error) (Report, error) {
 		r.rep.Wall = time.Since(r.start)
 	}
 	r.rep.ChunksDone = r.retired
-	if r.deal != nil {
+	if r.q.shared {
 		r.rep.Chunks = len(r.chunks)
 	}
 	if cerr := errors.Join(errs...); cerr != nil {

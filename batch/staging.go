@@ -2,7 +2,7 @@ package batch
 
 // Staging a batch through the manager's staging pool. Each staged array
 // wants lag+1 buffers (an output) or lag+k (an input) to keep k buffers
-// in flight with the host lag chunks ahead (pipeline.go). The run takes
+// in flight with the host lag chunks ahead (run.go). The run takes
 // one buffer per staged array together, waiting for them if the pool is
 // busy, then as many more as the pool can give at once; with fewer than
 // it wants it keeps the host fewer chunks ahead (lag 0: each chunk is
@@ -28,13 +28,13 @@ func (r *batchRun) acquireStaging() error {
 		if a.staged() {
 			staged = append(staged, a)
 			sizes = append(sizes, a.dev[0].Bytes())
-			names = append(names, fmt.Sprintf("%s (%s a chunk)", a.name, units.Format(a.dev[0].Bytes())))
+			names = append(names, fmt.Sprintf("%s (%s a chunk)", a, units.Format(a.dev[0].Bytes())))
 		}
 	}
 	if len(staged) == 0 {
 		return nil
 	}
-	pool := r.m.Host().Staging()
+	pool := r.b.m.Host().Staging()
 	first, err := pool.AcquireSet(r.ctx, sizes)
 	if err != nil {
 		return fmt.Errorf("batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
@@ -53,7 +53,7 @@ func (r *batchRun) acquireStaging() error {
 			b, err := pool.TryAcquire(sizes[i])
 			if err != nil {
 				releaseAll(got)
-				return fmt.Errorf("batch: staging buffer for %s: %w", a.name, err)
+				return fmt.Errorf("batch: staging buffer for %s: %w", a, err)
 			}
 			if b != nil {
 				got[i] = append(got[i], b)
@@ -65,7 +65,7 @@ func (r *batchRun) acquireStaging() error {
 	for i, a := range staged {
 		a.stage = a.stage[:0]
 		for j, b := range got[i] {
-			if j >= min(r.slots(a), r.n) {
+			if j >= min(r.slots(a), r.total) {
 				b.Release()
 				continue
 			}
@@ -78,7 +78,7 @@ func (r *batchRun) acquireStaging() error {
 				for _, rest := range got[i][j+1:] {
 					rest.Release()
 				}
-				return fmt.Errorf("batch: staging buffer for %s: %w", a.name, err)
+				return fmt.Errorf("batch: staging buffer for %s: %w", a, err)
 			}
 			a.stage = append(a.stage, h)
 		}
@@ -96,7 +96,7 @@ func releaseAll(got [][]*vram.StagingBuffer) {
 
 // slots is the staging buffers a needs with r's k and lag.
 func (r *batchRun) slots(a *batchArr) int {
-	if a.out {
+	if a.dir == dirOut {
 		return r.lag + 1
 	}
 	return r.lag + r.k
@@ -108,10 +108,10 @@ func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*vram.StagingBuffer)
 	for k := r.k; k >= 1; k-- {
 		lag := max(1, k-1)
 		for i, a := range staged {
-			if len(got[i]) >= r.n {
+			if len(got[i]) >= r.total {
 				continue // a buffer per chunk: never reused
 			}
-			if a.out {
+			if a.dir == dirOut {
 				lag = min(lag, len(got[i])-1)
 			} else {
 				lag = min(lag, len(got[i])-k)

@@ -22,7 +22,7 @@ func TestRunHostCap(t *testing.T) {
 	for _, buffers := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d buffers", buffers), func(t *testing.T) {
 			chunk := probeStaging(t, runs, buffers, vram.Pinned).chunk // one chunk's staging
-			f := newHostFixture(t, runs, buffers, vram.HostOptions{Limit: chunk + chunk/2, SpillDir: t.TempDir()})
+			f := newFixture(t, runs, buffers, fixtureOpts{host: vram.HostOptions{Limit: chunk + chunk/2, SpillDir: t.TempDir()}})
 			mk := func(shape []int, like any) *vram.HostArray {
 				h, err := f.m.Host().Alloc(shape, vram.Float32, vram.HostArrayOptions{Like: like})
 				must(t, err)
@@ -37,15 +37,13 @@ func TestRunHostCap(t *testing.T) {
 			if in.Placement().Rung != vram.RungFile || out.Placement().Rung != vram.RungFile {
 				t.Fatalf("in on %v, out on %v: want both spilled to files", in.Placement(), out.Placement())
 			}
-			rep, err := batch.Run(context.Background(), f.solver, batch.Batch{
-				Arrays:  []batch.Array{batch.In(f.sr, "in", in), batch.In(f.sr, "table", table), batch.Out(f.wr, "out", out)},
-				Compute: f.compute,
-			})
+			f.use(t, in, table, out)
+			rep, err := f.b.Run(context.Background(), batch.Options{}, f.compute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.ChunksDone != f.sr.Chunks || rep.Staged != 2 || rep.Lag != 0 || rep.Buffers != 1 {
-				t.Errorf("report %+v: want all %d chunks, 2 staged, lag 0, 1 buffer", rep, f.sr.Chunks)
+			if rep.ChunksDone != f.plan().Chunks || rep.Staged != 2 || rep.Lag != 0 || rep.Buffers != 1 {
+				t.Errorf("report %+v: want all %d chunks, 2 staged, lag 0, 1 buffer", rep, f.plan().Chunks)
 			}
 			if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
 				t.Fatalf("%d wrong results", bad)
@@ -68,16 +66,13 @@ func TestRunHostCap(t *testing.T) {
 func TestRunStagingShort(t *testing.T) {
 	const runs = 200_000
 	p := probeStaging(t, runs, 2, vram.Pageable)
-	f := newHostFixture(t, runs, 2, vram.HostOptions{Limit: p.ram + p.chunk + p.chunk/2})
-	in, table, out := f.hosts(t, vram.Pageable)
-	rep, err := batch.Run(context.Background(), f.solver, batch.Batch{
-		Arrays:  []batch.Array{batch.In(f.sr, "in", in), batch.In(f.sr, "table", table), batch.Out(f.wr, "out", out)},
-		Compute: f.compute,
-	})
+	f := newFixture(t, runs, 2, fixtureOpts{host: vram.HostOptions{Limit: p.ram + p.chunk + p.chunk/2}})
+	_, _, out := f.hosts(t, vram.Pageable)
+	rep, err := f.b.Run(context.Background(), batch.Options{}, f.compute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Lag != 0 || rep.Buffers != 2 || rep.ChunksDone != f.sr.Chunks {
+	if rep.Lag != 0 || rep.Buffers != 2 || rep.ChunksDone != f.plan().Chunks {
 		t.Errorf("report %+v: want every chunk, lag 0 with 2 buffers", rep)
 	}
 	if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
@@ -92,12 +87,9 @@ func TestRunStagingShort(t *testing.T) {
 func TestRunStagingTooSmall(t *testing.T) {
 	const runs = 200_000
 	p := probeStaging(t, runs, 1, vram.Pageable)
-	f := newHostFixture(t, runs, 1, vram.HostOptions{Limit: p.ram + p.in/2})
-	in, table, out := f.hosts(t, vram.Pageable)
-	rep, err := batch.Run(context.Background(), f.solver, batch.Batch{
-		Arrays:  []batch.Array{batch.In(f.sr, "in", in), batch.In(f.sr, "table", table), batch.Out(f.wr, "out", out)},
-		Compute: f.compute,
-	})
+	f := newFixture(t, runs, 1, fixtureOpts{host: vram.HostOptions{Limit: p.ram + p.in/2}})
+	f.hosts(t, vram.Pageable)
+	rep, err := f.b.Run(context.Background(), batch.Options{}, f.compute)
 	if !errors.Is(err, vram.ErrOutOfMemory) {
 		t.Fatalf("error %v, want one wrapping ErrOutOfMemory", err)
 	}
@@ -127,6 +119,6 @@ func probeStaging(t *testing.T, runs, buffers int, mem vram.MemoryType) staging 
 	t.Helper()
 	f := newBatchFixture(t, runs, buffers)
 	f.hosts(t, mem)
-	in := f.sr.Arrays["in"].Bytes()
-	return staging{in: in, chunk: in + f.wr.Arrays["out"].Bytes(), ram: f.m.Host().Stats().RAM()}
+	in := f.in.Device(0).Bytes()
+	return staging{in: in, chunk: in + f.out.Device(0).Bytes(), ram: f.m.Host().Stats().RAM()}
 }

@@ -93,7 +93,7 @@ func (r *batchRun) step(kind, i int) error {
 	case stepIn:
 		err = r.copyIn(i)
 	case stepCompute:
-		err = r.compute(i)
+		err = r.computeStep(i)
 	case stepOut:
 		err = r.copyOut(i)
 	}
@@ -115,19 +115,19 @@ func (r *batchRun) span(a *batchArr, i int) vram.Span {
 func (r *batchRun) copyIn(i int) error {
 	buf := i % r.k
 	for _, a := range r.arrs {
-		if a.out || (a.whole && i > 0) {
+		if a.dir == dirOut || (a.whole && i > 0) {
 			continue
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := a.client.ToDevice(r.copyCtx, d, a.host); err != nil {
-				return fmt.Errorf("copy in %s: %w", a.name, err)
+			if err := a.client.ToDevice(r.copyCtx, d, a.side.host); err != nil {
+				return fmt.Errorf("copy in %s: %w", a, err)
 			}
-			r.moved[stepIn][i] += d.Bytes()
+			r.chunks[i].in += d.Bytes()
 			continue
 		}
 		sp := r.span(a, i)
-		src := a.host
+		src := a.side.host
 		if a.staged() {
 			src = a.stage[i%len(a.stage)]
 			if err := r.fill(a, src, sp); err != nil {
@@ -136,9 +136,9 @@ func (r *batchRun) copyIn(i int) error {
 			sp.Start = 0
 		}
 		if err := a.client.ToDeviceChunk(r.copyCtx, d, src, sp); err != nil {
-			return fmt.Errorf("copy in %s: %w", a.name, err)
+			return fmt.Errorf("copy in %s: %w", a, err)
 		}
-		r.moved[stepIn][i] += uint64(sp.Len) * a.run
+		r.chunks[i].in += uint64(sp.Len) * a.run
 	}
 	if r.k > 1 {
 		if err := r.inReady[buf].Record(r.s); err != nil {
@@ -150,17 +150,17 @@ func (r *batchRun) copyIn(i int) error {
 
 // fill writes chunk sp's runs into the staging buffer h.
 func (r *batchRun) fill(a *batchArr, h *vram.HostArray, sp vram.Span) error {
-	if a.fill != nil {
-		if err := a.fill(sp, h); err != nil {
-			return fmt.Errorf("fill %s: %w", a.name, err)
+	if a.side.fill != nil {
+		if err := a.side.fill(sp, h); err != nil {
+			return fmt.Errorf("fill %s: %w", a, err)
 		}
 		return nil
 	}
-	return h.CopyChunkFrom(a.host, sp)
+	return h.CopyChunkFrom(a.side.host, sp)
 }
 
 // compute enqueues chunk i's compute step on ks, after its copies in.
-func (r *batchRun) compute(i int) error {
+func (r *batchRun) computeStep(i int) error {
 	buf := i % r.k
 	if r.k > 1 {
 		if err := r.inReady[buf].Wait(r.ks); err != nil {
@@ -168,9 +168,9 @@ func (r *batchRun) compute(i int) error {
 		}
 	}
 	dc := r.chunks[i]
-	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.plan.ChunkLength,
-		Buffer: buf, Stream: r.ks, dev: r.m.Device(), sets: r.sets[buf]}
-	if err := r.b.Compute(r.ctx, ch); err != nil {
+	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.stride,
+		Buffer: buf, Stream: r.ks, Device: r.dev, b: r.b}
+	if err := r.compute(r.ctx, ch); err != nil {
 		return err
 	}
 	if r.k > 1 {
@@ -190,26 +190,26 @@ func (r *batchRun) copyOut(i int) error {
 		}
 	}
 	for _, a := range r.arrs {
-		if !a.out || (a.whole && i < r.n-1) {
+		if a.dir != dirOut || (a.whole && r.chunks[i].index < r.total-1) {
 			continue
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := a.client.FromDevice(r.copyCtx, a.host, d); err != nil {
-				return fmt.Errorf("copy out %s: %w", a.name, err)
+			if err := a.client.FromDevice(r.copyCtx, a.side.host, d); err != nil {
+				return fmt.Errorf("copy out %s: %w", a, err)
 			}
-			r.moved[stepOut][i] += d.Bytes()
+			r.chunks[i].out += d.Bytes()
 			continue
 		}
 		sp := r.span(a, i)
-		dst := a.host
+		dst := a.side.host
 		if a.staged() {
 			dst, sp.Start = a.stage[i%len(a.stage)], 0
 		}
 		if err := a.client.FromDeviceChunk(r.copyCtx, dst, d, sp); err != nil {
-			return fmt.Errorf("copy out %s: %w", a.name, err)
+			return fmt.Errorf("copy out %s: %w", a, err)
 		}
-		r.moved[stepOut][i] += uint64(sp.Len) * a.run
+		r.chunks[i].out += uint64(sp.Len) * a.run
 	}
 	if err := r.done[slot].Record(r.s); err != nil {
 		return fmt.Errorf("record the copies out: %w", err)
@@ -228,25 +228,25 @@ func (r *batchRun) retireUpTo(upTo int) error {
 			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
 		}
 		for _, a := range r.arrs {
-			if !a.out || !a.staged() {
+			if a.dir != dirOut || !a.staged() {
 				continue
 			}
 			sp := r.span(a, i)
 			var err error
-			if a.drain != nil {
-				err = a.drain(sp, a.stage[i%len(a.stage)])
+			if a.side.drain != nil {
+				err = a.side.drain(sp, a.stage[i%len(a.stage)])
 			} else {
-				err = a.stage[i%len(a.stage)].CopyChunkTo(a.host, sp)
+				err = a.stage[i%len(a.stage)].CopyChunkTo(a.side.host, sp)
 			}
 			if err != nil {
-				return fmt.Errorf("batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a.name, err)
+				return fmt.Errorf("batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a, err)
 			}
 		}
-		r.rep.BytesIn += r.moved[stepIn][i]
-		r.rep.BytesOut += r.moved[stepOut][i]
-		if r.b.Progress != nil {
+		r.rep.BytesIn += r.chunks[i].in
+		r.rep.BytesOut += r.chunks[i].out
+		if r.progress != nil {
 			start, n := r.chunks[i].start, r.chunks[i].len
-			r.b.Progress(Progress{Chunk: i + 1, Chunks: r.total, Start: start, Len: n,
+			r.progress(Progress{Chunk: i + 1, Chunks: r.total, Start: start, Len: n,
 				BytesIn: r.rep.BytesIn, BytesOut: r.rep.BytesOut, Elapsed: time.Since(r.start)})
 		}
 	}

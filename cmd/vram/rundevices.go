@@ -239,9 +239,12 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 func (mj *multiJob) run(parts []*devicePart) error {
 	bps := make([]batch.Part, len(parts))
 	for i, p := range parts {
-		bps[i] = mj.part(p)
+		var err error
+		if bps[i], err = mj.part(p); err != nil {
+			return err
+		}
 	}
-	mr, err := batch.RunParts(mj.a.ctx, bps, batch.PartsOptions{MaxChunkLength: mj.unitCap,
+	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{MaxChunkLength: mj.unitCap,
 		Progress: func(pr batch.Progress) {
 			mj.a.log.Debug("chunk done", "chunk", pr.Chunk, "of", pr.Chunks, "runs", fmt.Sprintf("%d-%d", pr.Start, pr.Start+pr.Len-1))
 		}})
@@ -256,7 +259,7 @@ func (mj *multiJob) run(parts []*devicePart) error {
 
 // part is device p's part of the batch: the inputs drawn for each chunk's
 // runs, the outputs written at their runs of the result.
-func (mj *multiJob) part(p *devicePart) batch.Part {
+func (mj *multiJob) part(p *devicePart) (batch.Part, error) {
 	sh, u := mj.shape, p.j
 	seed, first := mj.f.seed, sh.first
 	fillInit := func(sp vram.Span, st *vram.HostArray) error {
@@ -294,24 +297,18 @@ func (mj *multiJob) part(p *devicePart) batch.Part {
 		copy(mj.status[sp.Start*4:], st.Data()[:sp.Len*4])
 		return nil
 	}
-	return batch.Part{Client: u.out, Batch: batch.Batch{
-		Arrays: []batch.Array{
-			batch.InFunc(u.inR, "init", 1, fillInit), batch.InFunc(u.inR, "params", 1, fillParams),
-			batch.OutFunc(u.outR, "trajectories", 2, drainTraj), batch.OutFunc(u.outR, "status", 0, drainStatus),
-		},
-		Runs: sh.runs,
-		Compute: func(_ context.Context, ch *batch.Chunk) error {
-			err := ch.Launch(p.kern, ch.Array(u.inR, "init"), ch.Array(u.inR, "params"),
-				ch.Array(u.outR, "trajectories"), ch.Array(u.outR, "status"),
-				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
-			if err != nil {
-				return fmt.Errorf("launch the kernel: %w", err)
-			}
-			p.runs += ch.Len
-			emulateKernel(mj.f.kernelDelay, ch.Len)
-			return nil
-		},
-	}}
+	err := errors.Join(u.init.Use(batch.Fill(fillInit)), u.params.Use(batch.Fill(fillParams)),
+		u.trajA.Use(batch.Drain(drainTraj)), u.status.Use(batch.Drain(drainStatus)))
+	return batch.Part{Batch: u.b, Compute: func(_ context.Context, ch *batch.Chunk) error {
+		err := ch.Launch(p.kern, u.init, u.params, u.trajA, u.status,
+			uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
+		if err != nil {
+			return fmt.Errorf("launch the kernel: %w", err)
+		}
+		p.runs += ch.Len
+		emulateKernel(mj.f.kernelDelay, ch.Len)
+		return nil
+	}}, err
 }
 
 // emulateKernel waits per × runs: with --kernel-delay, a kernel that

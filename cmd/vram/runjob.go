@@ -198,8 +198,11 @@ type job struct {
 	fitHint func(error) error
 	in      *vram.Client
 	out     *vram.Client
-	inR     *vram.ArrayResponse // the inputs' arrays, from its OnAllocated hook
-	outR    *vram.ArrayResponse // the outputs' arrays
+	b       *batch.Batch // the four arrays, declared once
+	init    *batch.Array // the inputs' initial states
+	params  *batch.Array // the inputs' parameters
+	trajA   *batch.Array // the outputs' trajectories
+	status  *batch.Array // the outputs' status
 	plan    vram.ChunkPlan
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
@@ -354,26 +357,21 @@ func (j *job) runBatch(rep *runReport) error {
 // with the buffers the plan allocated.
 func (j *job) pipeline() (batch.Report, error) {
 	sh := j.shape
-	traj := batch.Out(j.outR, "trajectories", j.hOut)
+	traj := batch.Host(j.hOut)
 	if j.traj != nil {
-		traj = batch.OutFunc(j.outR, "trajectories", 2, j.traj.drain)
+		traj = batch.Drain(j.traj.drain)
 	}
-	return batch.Run(j.a.ctx, j.out, batch.Batch{
-		Arrays: []batch.Array{
-			batch.In(j.inR, "init", j.hInit), batch.In(j.inR, "params", j.hParams),
-			traj, batch.Out(j.outR, "status", j.hStatus),
-		},
-		Runs: sh.runs,
-		Compute: func(_ context.Context, ch *batch.Chunk) error {
-			err := ch.Launch(j.kernel, ch.Array(j.inR, "init"), ch.Array(j.inR, "params"),
-				ch.Array(j.outR, "trajectories"), ch.Array(j.outR, "status"),
-				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
-			if err != nil {
-				return fmt.Errorf("launch the kernel: %w", err)
-			}
-			return nil
-		},
-		Progress: j.chunkDone,
+	if err := errors.Join(j.init.Use(batch.Host(j.hInit)), j.params.Use(batch.Host(j.hParams)),
+		j.trajA.Use(traj), j.status.Use(batch.Host(j.hStatus))); err != nil {
+		return batch.Report{}, err
+	}
+	return j.b.Run(j.a.ctx, batch.Options{Progress: j.chunkDone}, func(_ context.Context, ch *batch.Chunk) error {
+		err := ch.Launch(j.kernel, j.init, j.params, j.trajA, j.status,
+			uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
+		if err != nil {
+			return fmt.Errorf("launch the kernel: %w", err)
+		}
+		return nil
 	})
 }
 
@@ -431,41 +429,32 @@ func (j *job) allocate(double bool) error {
 	return nil
 }
 
-// register registers the two clients, queues their requests and
-// allocates their device arrays, planned together (with two buffers
-// when double), into j.inR, j.outR and j.plan.
+// register registers the two clients, declares their arrays in j.b and
+// allocates them, planned together (with two buffers when double), into
+// j.plan.
 func (j *job) register(double bool) error {
 	n, s := j.shape.runs, j.shape.samples
 	const group = "oscillators"
 	var err error
-	j.in, err = j.m.Register(vram.ClientOptions{Name: "inputs", Group: group,
-		OnAllocated: func(r *vram.ArrayResponse) { j.inR = r }})
+	j.in, err = j.m.Register(vram.ClientOptions{Name: "inputs", Group: group})
 	if err != nil {
 		return fmt.Errorf("register the inputs: %w", err)
 	}
-	j.out, err = j.m.Register(vram.ClientOptions{Name: "outputs", Group: group,
-		OnAllocated: func(r *vram.ArrayResponse) { j.outR = r }})
+	j.out, err = j.m.Register(vram.ClientOptions{Name: "outputs", Group: group})
 	if err != nil {
 		return fmt.Errorf("register the outputs: %w", err)
 	}
-	if err := j.in.Queue(map[string]vram.ArrayRequest{
-		"init":   {Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1},
-		"params": {Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1},
-	}); err != nil {
-		return fmt.Errorf("queue the inputs: %w", err)
-	}
-	if err := j.out.Queue(map[string]vram.ArrayRequest{
-		"trajectories": {Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2},
-		"status":       {Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0},
-	}); err != nil {
-		return fmt.Errorf("queue the outputs: %w", err)
-	}
+	j.b = batch.New()
+	j.init = j.b.In(j.in, "init", vram.ArrayRequest{Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1})
+	j.params = j.b.In(j.in, "params", vram.ArrayRequest{Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1})
+	j.trajA = j.b.Out(j.out, "trajectories", vram.ArrayRequest{Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2})
+	j.status = j.b.Out(j.out, "status", vram.ArrayRequest{Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0})
 	j.phase("plan and allocate the device arrays")
 	buffers := 1
 	if double {
 		buffers = 2
 	}
-	if _, err := j.out.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
+	if err := j.b.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
 		if ctxErr := j.a.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return fmt.Errorf("interrupted while allocating the device arrays, before chunk 1: no chunk run: %w", ctxErr)
 		}
@@ -475,10 +464,7 @@ func (j *job) register(double bool) error {
 		}
 		return err
 	}
-	if j.inR == nil || j.outR == nil {
-		return fmt.Errorf("allocate the batch: the manager delivered no arrays (inputs %v, outputs %v)", j.inR != nil, j.outR != nil)
-	}
-	j.plan = j.outR.Plan
+	j.plan = j.b.Plan()
 	if j.plan.TotalRuns == 0 {
 		// Nothing was chunkable (one run: a run axis of length 1 is
 		// not), so the plan counts no runs; it is one chunk of them all.
