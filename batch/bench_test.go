@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/batch"
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )

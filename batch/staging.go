@@ -12,9 +12,9 @@ package batch
 
 import (
 	"fmt"
-	"github.com/vramkit/vram"
 	"strings"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/units"
 )
 

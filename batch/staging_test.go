@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/batch"
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
 

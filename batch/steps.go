@@ -1,7 +1,7 @@
 package batch
 
 // The batch run's loop and its steps; the order they keep is described
-// at the top of batch.go.
+// at the top of run.go.
 
 import (
 	"fmt"
@@ -29,7 +29,11 @@ var stepNames = [...]string{"copy in", "compute", "copy out", "back on the host"
 func (r *batchRun) run() (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("batch: chunk %d of %d: %s: %w", r.chunks[r.atChunk].index+1, r.total, stepNames[r.atKind], newPanicError(p))
+			where := "before the first chunk"
+			if r.atChunk < len(r.chunks) {
+				where = fmt.Sprintf("chunk %d of %d: %s", r.chunks[r.atChunk].index+1, r.total, stepNames[r.atKind])
+			}
+			err = fmt.Errorf("batch: %s: %w", where, newPanicError(p))
 		}
 	}()
 	r.start = time.Now()

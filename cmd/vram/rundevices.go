@@ -111,7 +111,7 @@ type devicePart struct {
 	m     *vram.Manager
 	kern  *kernel.Kernel
 	j     *job
-	runs  int // runs of the chunks it computed (its goroutine's until RunBatches returns)
+	runs  int // runs of the chunks it computed (its goroutine's until RunParts returns)
 }
 
 // close closes what setup made.

@@ -7,16 +7,16 @@
 //
 //  1. Two clients, "inputs" (initial states [2, N] and parameters [4, N])
 //     and "outputs" (trajectories [S, 2, N] float32 and status [N] int32),
-//     register in one stream group and queue their requests; one
-//     Allocate plans the group together, so when the batch does not
+//     register in one stream group; their four arrays are declared once
+//     in a batch.Batch, whose Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
-//  2. The host arrays are full-length and pinned. batch.Run, the
+//  2. The host arrays are full-length and pinned. Batch.Run, the
 //     library's chunk pipeline, copies each chunk's inputs in, launches the
 //     kernel (oscillator.NewPortable: PTX on CUDA, Go on the simulator)
 //     over the chunk's runs and copies its outputs back into place on the
 //     group's stream; the job holds no streams or events of its own.
-//  3. With --double-buffer the plan allocates two buffers and RunBatch
+//  3. With --double-buffer the plan allocates two buffers and Batch.Run
 //     keeps both in flight: chunk i+1's inputs go in while chunk i's
 //     kernel runs on a second stream and chunk i−1's outputs come out.
 //  4. A sample of runs spread over every chunk — and the first and last
@@ -103,7 +103,7 @@ with RK4 over --steps steps, saving --samples samples of (x, v) per run,
 with random parameters. The inputs and outputs are two clients of vram's
 memory manager in one stream group; when the batch does not fit the device
 the manager plans it into chunks, and the library's chunk pipeline
-(batch.Run) copies each chunk's inputs in, runs the portable kernel
+(package batch) copies each chunk's inputs in, runs the portable kernel
 and copies the outputs back (with --double-buffer, the kernel on a second
 stream while the next chunk's copies go on the group's). A sample of runs
 from every chunk is checked against a float64 host reference: the command
@@ -352,7 +352,7 @@ func (j *job) runBatch(rep *runReport) error {
 	return nil
 }
 
-// pipeline runs every chunk through batch.Run: the inputs copied in,
+// pipeline runs every chunk through Batch.Run: the inputs copied in,
 // the oscillator kernel over the chunk's runs, the outputs copied back,
 // with the buffers the plan allocated.
 func (j *job) pipeline() (batch.Report, error) {
