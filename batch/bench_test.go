@@ -58,6 +58,18 @@ func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint
 	return bb
 }
 
+// run runs the batch once with buffers buffers, k launched over each
+// chunk's in and out.
+func (bb *benchBatch) run(b *testing.B, k *kernel.Kernel, buffers int) batch.Report {
+	rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: buffers}, func(_ context.Context, ch *batch.Chunk) error {
+		return ch.Launch(k, bb.x, bb.y)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rep
+}
+
 // use gives the batch bb.in and bb.out.
 func (bb *benchBatch) use(b *testing.B) {
 	if err := errors.Join(bb.x.Use(batch.Host(bb.in)), bb.y.Use(batch.Host(bb.out))); err != nil {
@@ -88,12 +100,7 @@ func BenchmarkBatchOverlap(b *testing.B) {
 			var copyT, exposed, compute time.Duration
 			chunks := 0
 			for b.Loop() {
-				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: buffers}, func(_ context.Context, ch *batch.Chunk) error {
-					return ch.Launch(k, bb.x, bb.y)
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.run(b, k, buffers)
 				copyT, exposed, compute, chunks = copyT+rep.Copy, exposed+rep.ExposedCopy, compute+rep.Compute, rep.Chunks
 			}
 			b.ReportMetric(float64(chunks), "chunks")
@@ -157,12 +164,7 @@ func BenchmarkBatchOverhead(b *testing.B) {
 			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
 			chunks := 0
 			for b.Loop() {
-				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: buffers}, func(_ context.Context, ch *batch.Chunk) error {
-					return ch.Launch(k, bb.x, bb.y)
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.run(b, k, buffers)
 				chunks = rep.Chunks
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunks), "ns/chunk")
@@ -202,12 +204,7 @@ func BenchmarkBatchStaging(b *testing.B) {
 			var wall time.Duration
 			staged := 0
 			for b.Loop() {
-				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 2}, func(_ context.Context, ch *batch.Chunk) error {
-					return ch.Launch(k, bb.x, bb.y)
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.run(b, k, 2)
 				wall += rep.Wall
 				staged = rep.Staged
 			}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
-	"unicode/utf8"
 )
 
 var (
@@ -26,14 +25,14 @@ var (
 // Bounds of a PanicError: a panic's value is the program's own, but may
 // be of any size.
 const (
-	maxPanicValue = 256      // bytes of the formatted value kept
+	maxPanicValue = 256      // runes of the formatted value kept
 	maxPanicStack = 64 << 10 // bytes of the stack kept
 )
 
 // PanicError is a panic in one of a batch's functions, recovered on the
 // goroutine that ran it. A plain value.
 type PanicError struct {
-	Value string // the panic value as %v, clipped to 256 bytes
+	Value string // the panic value as %v, clipped to 256 runes
 	Type  string // the panic value's type (%T)
 	At    string // the function and file:line that panicked
 	Stack []byte // the goroutine's stack at the panic, clipped to 64 KiB
@@ -80,14 +79,10 @@ func panicSite(stack []byte) string {
 	return "an unknown place"
 }
 
-// clip shortens s to at most n bytes, on a rune boundary, saying so.
+// clip shortens s to at most n runes, saying so.
 func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+	if c := fmt.Sprintf("%.*s", n, s); len(c) < len(s) {
+		return fmt.Sprintf("%s… (%d bytes in all)", c, len(s))
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s… (%d bytes in all)", s[:cut], len(s))
+	return s
 }

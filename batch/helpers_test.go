@@ -12,13 +12,6 @@ import (
 	"github.com/vramkit/vram/kernel"
 )
 
-// newSim is simtest.New: a simulated device checked for leaks when the
-// test ends.
-func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
-	t.Helper()
-	return simtest.New(t, total, mod...)
-}
-
 func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
@@ -58,7 +51,7 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 
 func newFixture(t *testing.T, runs, buffers int, o fixtureOpts) *batchFixture {
 	t.Helper()
-	dev := newSim(t, 1<<20, append([]func(*sim.Config){func(c *sim.Config) { c.Granularity = 4 << 10 }}, o.sim...)...)
+	dev := simtest.New(t, 1<<20, append([]func(*sim.Config){func(c *sim.Config) { c.Granularity = 4 << 10 }}, o.sim...)...)
 	m, err := vram.New(dev, vram.WithAllocator(vram.Pool), vram.WithHostOptions(o.host))
 	must(t, err)
 	t.Cleanup(func() { m.Close() })
