@@ -382,6 +382,7 @@ func (tx *allocTx) install() groupOutcome {
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
+	linkGroup(res.out)
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
 		if d.c == tx.trigger {

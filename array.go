@@ -353,3 +353,56 @@ func goSliceType(d DType) string {
 	}
 	return "slice of " + d.String()
 }
+
+// CopyChunkFrom copies the runs sp of the full-length host array full
+// into the first sp.Len runs along sp.Axis of h, a chunk-length host array
+// (a staging buffer's, say): the host-side twin of Client.ToDeviceChunk,
+// with its rules for shapes and spans. It copies at once, on the calling
+// goroutine; neither array may be in use by a copy in flight.
+func (h *HostArray) CopyChunkFrom(full *HostArray, sp Span) error {
+	return copyHostChunk(h, full, sp, true)
+}
+
+// CopyChunkTo copies the first sp.Len runs along sp.Axis of h, a
+// chunk-length host array, into the runs sp of the full-length host
+// array full: the reverse of CopyChunkFrom, the host-side twin of
+// Client.FromDeviceChunk.
+func (h *HostArray) CopyChunkTo(full *HostArray, sp Span) error {
+	return copyHostChunk(h, full, sp, false)
+}
+
+// copyHostChunk copies runs sp between the chunk-length chunk and the
+// full-length full: into chunk when toChunk, else back.
+func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
+	if chunk == nil || full == nil {
+		return fmt.Errorf("vram: host chunk copy: a nil host array: %w", device.ErrInvalidValue)
+	}
+	chunk.use.RLock()
+	defer chunk.use.RUnlock()
+	if full != chunk {
+		full.use.RLock()
+		defer full.use.RUnlock()
+	}
+	switch {
+	case chunk.Freed():
+		return fmt.Errorf("vram: host chunk copy: %w", chunk.freedErr())
+	case full.Freed():
+		return fmt.Errorf("vram: host chunk copy: %w", full.freedErr())
+	case chunk.dtype != full.dtype:
+		return fmt.Errorf("vram: host chunk copy: %v and %v: give both one dtype: %w", chunk, full, ErrMismatch)
+	}
+	cc, err := planChunkCopy(full.shape, chunk.shape, full.dtype.Size(), sp)
+	if err != nil {
+		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
+	}
+	for row := range cc.rows {
+		c := chunk.data[row*cc.devPitch:][:cc.width]
+		f := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
+		if toChunk {
+			copy(c, f)
+		} else {
+			copy(f, c)
+		}
+	}
+	return nil
+}

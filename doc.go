@@ -81,7 +81,7 @@
 //     wrapping ErrEvicted; their arrays then fail with ErrEvicted until
 //     they allocate again. Idle means no work mark open
 //     (Client.BeginWork … Work.End, which records an event) and the GPU
-//     done with the work before each End; RunBatch marks its clients.
+//     done with the work before each End; package batch marks its clients.
 //     ClientOptions.NoEvict opts out.
 //   - Warnings through the manager's log/slog logger: a group past 95% of
 //     its caps in Active mode, and a client's requests more than 20 times
@@ -89,36 +89,11 @@
 //
 // # Batches
 //
-// RunBatch(ctx, c, Batch{...}) runs an allocated batch chunk by chunk:
-// for each chunk it copies the inputs in, calls the Compute step (which
-// enqueues the chunk's kernels, usually Chunk.Launch of a portable
-// kernel), and copies the outputs back, then waits for each chunk a
-// buffer or two behind the one it enqueues. The host side of each array
-// is a full-length host array (In, Out; pinned or mapped ones are copied
-// from directly, pageable and file-backed ones staged through the
-// manager's staging pool of pinned chunk buffers, Host().Staging()) or a function that fills
-// or drains a pinned staging buffer chunk by chunk (InFunc, OutFunc).
-// When the pool cannot give every buffer the batch wants (a host limit
-// below two chunks), the batch keeps fewer chunks ahead
-// (BatchReport.Lag) and, if need be, fewer buffers in flight. With one buffer every step runs on the group's
-// stream in turn; with two or three (allocated with WithBuffers) the
-// compute runs on a stream of the batch's own, events order the two
-// streams, and copies of one chunk overlap the compute of another. The
-// context is checked between any two steps; a cancelled batch waits for
-// what it enqueued, reports the chunks that finished and frees every
-// stream, event and staging buffer it made. Progress is called as each
-// chunk is back on the host; the BatchReport gives bytes moved, the copy
-// and compute times measured from the device's completions, and the copy
-// time no compute hid. RunBatch takes the client whose group runs the
-// batch and the responses whose arrays it moves; it keeps no state after
-// it returns.
-//
-// RunBatches(ctx, parts, MultiOptions{...}) runs one batch on several
-// devices: one BatchPart (a client and its Batch) per device's manager.
-// One chunking of the runs is dealt to whichever device has a buffer
-// free, each device's pipeline on its own goroutine locked to its OS
-// thread; each chunk lands at its runs, so the results do not depend on
-// the dealing. The MultiReport says how many chunks each device took.
+// Package batch (github.com/vramkit/vram/batch) runs an allocated batch
+// chunk by chunk, with buffers in flight, staging through the staging
+// pool, cancellation, progress and a report, on one device or several;
+// it is built on this package's exported API alone, and this package
+// does not import it.
 //
 // # Host memory
 //
@@ -171,7 +146,7 @@
 // of any group while that one plans and allocates, and for the trim of
 // the allocator's cache), Client.Sync, the four copies (a copy into
 // pageable host memory returns, on CUDA, only once it is done) and
-// RunBatch. A cancelled call returns an error wrapping ctx.Err() and
+// package batch's runs. A cancelled call returns an error wrapping ctx.Err() and
 // leaves the queue, every client's arrays and the registry as they were
 // (an Allocate cancelled after its plan may have trimmed the allocator's
 // cache, giving cached free memory back to the device). The allocator itself never
@@ -211,7 +186,7 @@
 //	}
 //	err = c.Sync(ctx)
 //
-// RunBatch does the loop above with buffers in flight, staging and
+// Package batch does the loop above with buffers in flight, staging and
 // progress.
 //
 // # From cubie

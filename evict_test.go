@@ -1,7 +1,6 @@
 package vram
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -318,44 +317,6 @@ func TestEvictNotForBadRequests(t *testing.T) {
 	}
 	if a.Evicted() || len(iv.names()) > 0 {
 		t.Errorf("a evicted %v, hooks %v", a.Evicted(), iv.names())
-	}
-}
-
-// TestRunBatchMarksWork: while a batch runs, its clients are busy and
-// never evicted; once it returns they are idle.
-func TestRunBatchMarksWork(t *testing.T) {
-	f := newBatchFixture(t, 200_000, 2)
-	in, table, out := f.hosts(t, Pinned)
-	busy := map[string]bool{}
-	_, err := RunBatch(t.Context(), f.solver, Batch{
-		Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
-		Buffers: 2,
-		Compute: func(ctx context.Context, ch *Chunk) error {
-			for _, c := range []*Client{f.solver, f.writer} {
-				if idle, err := c.Idle(); err != nil || idle {
-					busy[c.Name()] = false
-				} else if _, seen := busy[c.Name()]; !seen {
-					busy[c.Name()] = true
-				}
-			}
-			return f.compute(ctx, ch)
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for n, b := range busy {
-		if !b {
-			t.Errorf("%s was idle during the batch", n)
-		}
-	}
-	if len(busy) != 2 {
-		t.Errorf("checked %d clients, want 2", len(busy))
-	}
-	for _, c := range []*Client{f.solver, f.writer} {
-		if idle, err := c.Idle(); err != nil || !idle {
-			t.Errorf("%v after the batch: idle %v, %v", c, idle, err)
-		}
 	}
 }
 

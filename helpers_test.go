@@ -7,31 +7,15 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
 	"github.com/vramkit/vram/internal/units"
 )
 
-// newSim makes a simulated device of total bytes with no context and
-// closes it when the test ends, failing the test if anything is left on
-// it (memory, pinned buffers, streams).
+// newSim is simtest.New: a simulated device checked for leaks when the
+// test ends.
 func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
 	t.Helper()
-	cfg := sim.Config{TotalBytes: total, NoContext: true}
-	for _, f := range mod {
-		f(&cfg)
-	}
-	dev, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if r := dev.Leaks(); !r.Empty() {
-			t.Errorf("device left with: %s", r)
-		}
-		if err := dev.Close(); err != nil {
-			t.Errorf("close device: %v", err)
-		}
-	})
-	return dev
+	return simtest.New(t, total, mod...)
 }
 
 // newManager makes a manager on a fresh simulated device of total bytes
@@ -96,4 +80,11 @@ const MiB = units.MiB
 func allocatorKind(m *Manager) AllocatorKind {
 	k, _ := m.AllocatorStats()
 	return k
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

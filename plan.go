@@ -46,7 +46,7 @@ type PlanOptions struct {
 	// request's bytes are rounded up to it. 0 means DefaultGranularity.
 	Granularity uint64 `json:"granularity,omitempty"`
 	// Buffers is the number of chunk buffers in flight (k): 1, or 2 or 3
-	// (MaxBatchBuffers, what RunBatch runs), which overlap one chunk's
+	// (batch.MaxBuffers, what package batch runs), which overlap one chunk's
 	// copies with another's compute. Values below 1 mean 1.
 	Buffers int `json:"buffers,omitempty"`
 	// Cost, when set, is what device arrays of the given sizes (bytes,

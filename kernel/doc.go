@@ -27,8 +27,11 @@
 // device's byte order, which is little-endian: the order of every GPU
 // CUDA supports and of every host vram builds for (amd64, arm64; New
 // refuses a big-endian host). An element k of a view is the same element
-// k a PTX thread reads at ptr + k·size. Views must not be kept after the
-// function returns. An array whose address is not aligned to the
+// k a PTX thread reads at ptr + k·size. Args.Shape(i) is the shape of an
+// array that states one (Shaped; *vram.DeviceArray does), so a Go kernel
+// over a 2-D array reads its row stride from the view; a PTX entry gets
+// addresses only, and takes what it needs of a shape as scalars. Views
+// must not be kept after the function returns. An array whose address is not aligned to the
 // element's size cannot be viewed with that type.
 //
 // An accessor given the wrong index or type panics with an *ArgError;

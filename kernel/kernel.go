@@ -29,6 +29,14 @@ type Array interface {
 	Bytes() uint64
 }
 
+// Shaped is an Array that states its shape, row-major (*vram.DeviceArray
+// does): a Go kernel's view of it knows its dimensions (Args.Shape), so
+// that it reads a stride from the array rather than from an argument.
+type Shaped interface {
+	Array
+	Shape() []int
+}
+
 // Func is a kernel's Go form: it computes the indices [lo, hi) of a launch
 // over the arguments a. It may be called for several ranges at once, from
 // several goroutines.
@@ -278,6 +286,18 @@ func (a Args) Bytes(i int) []byte {
 		panic(&ArgError{Kernel: a.name, Index: i, Want: "[]byte", Reason: err.Error()})
 	}
 	return b
+}
+
+// Shape is the shape of argument i's array, as the array states it
+// (Shaped): with Float32s(i) and the others, a view that knows its
+// dimensions. An argument that is no array, or an array that states no
+// shape, is an ArgError.
+func (a Args) Shape(i int) []int {
+	arr, ok := a.arg(i, "a shaped array").(Shaped)
+	if !ok {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: "a shaped array", Got: fmt.Sprintf("a %T", a.args[i])})
+	}
+	return arr.Shape()
 }
 
 // viewAs views argument i's array as a slice of T.

@@ -27,6 +27,15 @@ func (b buf) Bytes() uint64   { return b.n }
 // ptrBuf is an array behind a pointer, as *vram.DeviceArray is.
 type ptrBuf struct{ buf }
 
+// shaped is an array that states its shape (kernel.Shaped), as
+// *vram.DeviceArray does.
+type shaped struct {
+	buf
+	shape []int
+}
+
+func (s *shaped) Shape() []int { return s.shape }
+
 func newSim(t *testing.T) *sim.Device {
 	t.Helper()
 	dev, err := sim.New(sim.Config{TotalBytes: 64 << 20, NoContext: true})
@@ -106,14 +115,16 @@ func TestArgErrors(t *testing.T) {
 		atLaunch  bool
 		wantInMsg string
 	}{
-		"string arg":    {fn: func(kernel.Args, int, int) error { return nil }, args: []any{"x"}, atLaunch: true, wantInMsg: "argument 0 is a string"},
-		"int arg":       {fn: func(kernel.Args, int, int) error { return nil }, args: []any{b, 3}, atLaunch: true, wantInMsg: "argument 1 is a int"},
-		"nil array":     {fn: func(kernel.Args, int, int) error { return nil }, args: []any{buf{}}, atLaunch: true, wantInMsg: "nil array"},
-		"view a scalar": {fn: func(a kernel.Args, _, _ int) error { a.Float32s(0); return nil }, args: []any{float32(1)}, wantInMsg: "argument 0 as []float32, but it is a float32"},
-		"scalar a view": {fn: func(a kernel.Args, _, _ int) error { a.Uint32(0); return nil }, args: []any{b}, wantInMsg: "argument 0 as uint32, but it is a kernel_test.buf"},
-		"past the end":  {fn: func(a kernel.Args, _, _ int) error { a.Int32s(2); return nil }, args: []any{b}, wantInMsg: "argument 2 as []int32, but it is nothing"},
-		"wrong scalar":  {fn: func(a kernel.Args, _, _ int) error { a.Float64(0); return nil }, args: []any{float32(1)}, wantInMsg: "as float64, but it is a float32"},
-		"out of bounds": {fn: func(a kernel.Args, _, _ int) error { a.Bytes(0); return nil }, args: []any{buf{b.p, 1 << 20}}, wantInMsg: "argument 0 as []byte"},
+		"string arg":     {fn: func(kernel.Args, int, int) error { return nil }, args: []any{"x"}, atLaunch: true, wantInMsg: "argument 0 is a string"},
+		"int arg":        {fn: func(kernel.Args, int, int) error { return nil }, args: []any{b, 3}, atLaunch: true, wantInMsg: "argument 1 is a int"},
+		"nil array":      {fn: func(kernel.Args, int, int) error { return nil }, args: []any{buf{}}, atLaunch: true, wantInMsg: "nil array"},
+		"view a scalar":  {fn: func(a kernel.Args, _, _ int) error { a.Float32s(0); return nil }, args: []any{float32(1)}, wantInMsg: "argument 0 as []float32, but it is a float32"},
+		"scalar a view":  {fn: func(a kernel.Args, _, _ int) error { a.Uint32(0); return nil }, args: []any{b}, wantInMsg: "argument 0 as uint32, but it is a kernel_test.buf"},
+		"past the end":   {fn: func(a kernel.Args, _, _ int) error { a.Int32s(2); return nil }, args: []any{b}, wantInMsg: "argument 2 as []int32, but it is nothing"},
+		"wrong scalar":   {fn: func(a kernel.Args, _, _ int) error { a.Float64(0); return nil }, args: []any{float32(1)}, wantInMsg: "as float64, but it is a float32"},
+		"out of bounds":  {fn: func(a kernel.Args, _, _ int) error { a.Bytes(0); return nil }, args: []any{buf{b.p, 1 << 20}}, wantInMsg: "argument 0 as []byte"},
+		"unshaped":       {fn: func(a kernel.Args, _, _ int) error { a.Shape(0); return nil }, args: []any{b}, wantInMsg: "argument 0 as a shaped array, but it is a kernel_test.buf"},
+		"shape a scalar": {fn: func(a kernel.Args, _, _ int) error { a.Shape(0); return nil }, args: []any{float32(1)}, wantInMsg: "argument 0 as a shaped array, but it is a float32"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -140,6 +151,38 @@ func TestArgErrors(t *testing.T) {
 				t.Errorf("error %v does not wrap ErrArgs", err)
 			}
 		})
+	}
+}
+
+// TestShapedView: a Go kernel reads the row stride of a 2-D array from
+// its view's shape, not from an argument.
+func TestShapedView(t *testing.T) {
+	dev := newSim(t)
+	const rows, cols = 3, 50
+	x := &shaped{alloc(t, dev, 4*rows*cols), []int{rows, cols}}
+	k, err := kernel.New("rows", "", func(a kernel.Args, lo, hi int) error {
+		v, ld := a.Float32s(0), a.Shape(0)[1]
+		for i := lo; i < hi; i++ {
+			for r := range a.Shape(0)[0] {
+				v[r*ld+i] = float32(r)
+			}
+		}
+		return nil
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := dev.DefaultStream()
+	if err := k.Launch(dev, s, cols, x); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4*rows*cols)
+	if err := dev.CopyDtoH(got, x.p, s); err != nil || s.Synchronize() != nil {
+		t.Fatal(err)
+	}
+	// Element [2][49]: 2.0 = 0x40000000, at byte 4·(2·50+49).
+	if o := 4 * (2*cols + cols - 1); string(got[o:o+4]) != string([]byte{0, 0, 0, 0x40}) {
+		t.Errorf("element [2][49] is % x, want 2.0", got[o:o+4])
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -96,8 +97,8 @@ func parsePlanInput(data []byte) (planInput, error) {
 		if err != nil {
 			return in, err
 		}
-		if b < 1 || b > vram.MaxBatchBuffers {
-			return in, fmt.Errorf("buffers is %d; want 1, or up to %d buffers in flight: %w", b, vram.MaxBatchBuffers, errInput)
+		if b < 1 || b > batch.MaxBuffers {
+			return in, fmt.Errorf("buffers is %d; want 1, or up to %d buffers in flight: %w", b, batch.MaxBuffers, errInput)
 		}
 		in.Buffers = b
 	}

@@ -1,11 +1,14 @@
-package vram
+package batch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )
@@ -14,45 +17,64 @@ import (
 // run on a simulator of total bytes (4 KiB pages) with an emulated copy
 // bandwidth (0: host memory speed), allocated with buffers buffers.
 type benchBatch struct {
-	m       *Manager
-	c       *Client
-	r       *ArrayResponse
-	in, out *HostArray
+	m       *vram.Manager
+	c       *vram.Client
+	b       *batch.Batch
+	x, y    *batch.Array // "in" and "out"
+	in, out *vram.HostArray
 }
 
-func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint64) *benchBatch {
+func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint64, opts ...vram.Option) *benchBatch {
 	b.Helper()
 	dev, err := sim.New(sim.Config{TotalBytes: total, Granularity: 4 << 10, NoContext: true, CopyBandwidth: bandwidth})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dev.Close() })
-	m, err := New(dev, WithAllocator(Pool))
+	m, err := vram.New(dev, append([]vram.Option{vram.WithAllocator(vram.Pool)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { m.Close() })
 	bb := &benchBatch{m: m}
-	bb.c, err = m.Register(ClientOptions{Name: "bench", Group: "bench", OnAllocated: func(r *ArrayResponse) { bb.r = r }})
+	bb.c, err = m.Register(vram.ClientOptions{Name: "bench", Group: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := bb.c.Queue(map[string]ArrayRequest{
-		"in": {Shape: []int{runs}, DType: Float32}, "out": {Shape: []int{runs}, DType: Float32},
-	}); err != nil {
+	bb.b = batch.New()
+	bb.x = bb.b.In(bb.c, "in", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
+	bb.y = bb.b.Out(bb.c, "out", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
+	if err := bb.b.Allocate(context.Background(), vram.WithBuffers(buffers)); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := bb.c.Allocate(context.Background(), WithBuffers(buffers)); err != nil {
+	if bb.in, err = m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil); err != nil {
 		b.Fatal(err)
 	}
-	if bb.in, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
-		b.Fatal(err)
-	}
-	if bb.out, err = m.NewHostArray([]int{runs}, Float32, Pinned, nil); err != nil {
+	if bb.out, err = m.NewHostArray([]int{runs}, vram.Float32, vram.Pinned, nil); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { bb.in.Free(); bb.out.Free() })
+	bb.use(b)
 	return bb
+}
+
+// run runs the batch once with buffers buffers, k launched over each
+// chunk's in and out.
+func (bb *benchBatch) run(b *testing.B, k *kernel.Kernel, buffers int) batch.Report {
+	rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: buffers}, func(_ context.Context, ch *batch.Chunk) error {
+		return ch.Launch(k, bb.x, bb.y)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rep
+}
+
+// use gives the batch bb.in and bb.out.
+func (bb *benchBatch) use(b *testing.B) {
+	if err := errors.Join(bb.x.Use(batch.Host(bb.in)), bb.y.Use(batch.Host(bb.out))); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // BenchmarkBatchOverlap runs 32 MiB in and 32 MiB out over an emulated
@@ -78,16 +100,7 @@ func BenchmarkBatchOverlap(b *testing.B) {
 			var copyT, exposed, compute time.Duration
 			chunks := 0
 			for b.Loop() {
-				rep, err := RunBatch(context.Background(), bb.c, Batch{
-					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
-					Buffers: buffers,
-					Compute: func(_ context.Context, ch *Chunk) error {
-						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
-					},
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.run(b, k, buffers)
 				copyT, exposed, compute, chunks = copyT+rep.Copy, exposed+rep.ExposedCopy, compute+rep.Compute, rep.Chunks
 			}
 			b.ReportMetric(float64(chunks), "chunks")
@@ -98,9 +111,9 @@ func BenchmarkBatchOverlap(b *testing.B) {
 	}
 }
 
-// BenchmarkBatchOverhead measures what RunBatch costs a chunk beyond the
+// BenchmarkBatchOverhead measures what Run costs a chunk beyond the
 // device work: small chunks (16 KiB in, 16 KiB out, a one-line kernel)
-// through RunBatch with 1 and 2 buffers, against the same copies and
+// through Run with 1 and 2 buffers, against the same copies and
 // kernels enqueued by hand on one stream, all at once, and waited for at
 // the end ("bare": the device work and the least host work that can
 // enqueue it). The difference of their ns/chunk is the pipeline's
@@ -121,20 +134,20 @@ func BenchmarkBatchOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			p := bb.r.Plan
+			p := bb.b.Plan()
 			for b.Loop() {
 				for i := range p.Chunks {
 					sp, err := p.Span(i, 0)
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := bb.c.ToDeviceChunk(context.Background(), bb.r.Arrays["in"], bb.in, sp); err != nil {
+					if err := bb.c.ToDeviceChunk(context.Background(), bb.x.Device(0), bb.in, sp); err != nil {
 						b.Fatal(err)
 					}
-					if err := k.Launch(bb.m.Device(), s, sp.Len, bb.r.Arrays["in"], bb.r.Arrays["out"]); err != nil {
+					if err := k.Launch(bb.m.Device(), s, sp.Len, bb.x.Device(0), bb.y.Device(0)); err != nil {
 						b.Fatal(err)
 					}
-					if err := bb.c.FromDeviceChunk(context.Background(), bb.out, bb.r.Arrays["out"], sp); err != nil {
+					if err := bb.c.FromDeviceChunk(context.Background(), bb.out, bb.y.Device(0), sp); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -147,20 +160,11 @@ func BenchmarkBatchOverhead(b *testing.B) {
 		})
 	}
 	for _, buffers := range []int{1, 2} {
-		b.Run(fmt.Sprintf("RunBatch/buffers=%d", buffers), func(b *testing.B) {
+		b.Run(fmt.Sprintf("Run/buffers=%d", buffers), func(b *testing.B) {
 			bb := newBenchBatch(b, 256<<10, runs, buffers, 0)
 			chunks := 0
 			for b.Loop() {
-				rep, err := RunBatch(context.Background(), bb.c, Batch{
-					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
-					Buffers: buffers,
-					Compute: func(_ context.Context, ch *Chunk) error {
-						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
-					},
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.run(b, k, buffers)
 				chunks = rep.Chunks
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*chunks), "ns/chunk")
@@ -176,17 +180,17 @@ func BenchmarkBatchOverhead(b *testing.B) {
 // batch's wall time: staging's cost is the difference from pinned.
 func BenchmarkBatchStaging(b *testing.B) {
 	const runs = 8 << 20
-	for _, rung := range []HostRung{RungPinned, RungPageable, RungFile} {
+	for _, rung := range []vram.HostRung{vram.RungPinned, vram.RungPageable, vram.RungFile} {
 		b.Run(rung.String(), func(b *testing.B) {
-			bb := newBenchBatch(b, 8<<20, runs, 2, 1e9)
-			bb.m.host.lim.spill = b.TempDir()
+			bb := newBenchBatch(b, 8<<20, runs, 2, 1e9, vram.WithHostOptions(vram.HostOptions{SpillDir: b.TempDir()}))
 			var err error
-			for _, h := range []**HostArray{&bb.in, &bb.out} {
-				if *h, err = bb.m.Host().Alloc([]int{runs}, Float32, HostArrayOptions{Rung: rung}); err != nil {
+			for _, h := range []**vram.HostArray{&bb.in, &bb.out} {
+				if *h, err = bb.m.Host().Alloc([]int{runs}, vram.Float32, vram.HostArrayOptions{Rung: rung}); err != nil {
 					b.Fatal(err)
 				}
 				defer (*h).Free()
 			}
+			bb.use(b)
 			k, err := kernel.New("wait", "", func(a kernel.Args, lo, hi int) error {
 				if lo == 0 {
 					time.Sleep(8 * time.Millisecond)
@@ -200,16 +204,7 @@ func BenchmarkBatchStaging(b *testing.B) {
 			var wall time.Duration
 			staged := 0
 			for b.Loop() {
-				rep, err := RunBatch(context.Background(), bb.c, Batch{
-					Arrays:  []BatchArray{In(bb.r, "in", bb.in), Out(bb.r, "out", bb.out)},
-					Buffers: 2,
-					Compute: func(_ context.Context, ch *Chunk) error {
-						return ch.Launch(k, ch.Array(bb.r, "in"), ch.Array(bb.r, "out"))
-					},
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.run(b, k, 2)
 				wall += rep.Wall
 				staged = rep.Staged
 			}

@@ -1,4 +1,4 @@
-package vram
+package batch_test
 
 import (
 	"context"
@@ -7,24 +7,24 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
 
-// TestRunBatchHostCap runs the fixture with its host arrays chosen by the
+// TestRunHostCap runs the fixture with its host arrays chosen by the
 // ladder under a host limit that holds one staging buffer per staged
 // array but not two chunks' worth: the arrays spill to files, the batch
 // stages them through the pool with the host no chunk ahead, and every
 // result is right.
-func TestRunBatchHostCap(t *testing.T) {
+func TestRunHostCap(t *testing.T) {
 	const runs = 200_000
 	for _, buffers := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d buffers", buffers), func(t *testing.T) {
-			f := newBatchFixture(t, runs, buffers)
-			chunk := f.sr.Arrays["in"].Bytes() + f.wr.Arrays["out"].Bytes() // one chunk's staging
-			f.m.host.lim.limit = chunk + chunk/2
-			f.m.host.lim.spill = t.TempDir()
-			mk := func(shape []int, like any) *HostArray {
-				h, err := f.m.Host().Alloc(shape, Float32, HostArrayOptions{Like: like})
+			chunk := probeStaging(t, runs, buffers, vram.Pinned).chunk // one chunk's staging
+			f := newFixture(t, runs, buffers, fixtureOpts{host: vram.HostOptions{Limit: chunk + chunk/2, SpillDir: t.TempDir()}})
+			mk := func(shape []int, like any) *vram.HostArray {
+				h, err := f.m.Host().Alloc(shape, vram.Float32, vram.HostArrayOptions{Like: like})
 				must(t, err)
 				t.Cleanup(func() { h.Free() })
 				return h
@@ -34,18 +34,16 @@ func TestRunBatchHostCap(t *testing.T) {
 				vals[i] = float32(i % 4096)
 			}
 			in, table, out := mk([]int{2, runs}, vals), mk([]int{4}, []float32{3, 1, 0, 0}), mk([]int{2, runs}, nil)
-			if in.Placement().Rung != RungFile || out.Placement().Rung != RungFile {
+			if in.Placement().Rung != vram.RungFile || out.Placement().Rung != vram.RungFile {
 				t.Fatalf("in on %v, out on %v: want both spilled to files", in.Placement(), out.Placement())
 			}
-			rep, err := RunBatch(context.Background(), f.solver, Batch{
-				Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
-				Compute: f.compute,
-			})
+			f.use(t, in, table, out)
+			rep, err := f.b.Run(context.Background(), batch.Options{}, f.compute)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.ChunksDone != f.sr.Chunks || rep.Staged != 2 || rep.Lag != 0 || rep.Buffers != 1 {
-				t.Errorf("report %+v: want all %d chunks, 2 staged, lag 0, 1 buffer", rep, f.sr.Chunks)
+			if rep.ChunksDone != f.plan().Chunks || rep.Staged != 2 || rep.Lag != 0 || rep.Buffers != 1 {
+				t.Errorf("report %+v: want all %d chunks, 2 staged, lag 0, 1 buffer", rep, f.plan().Chunks)
 			}
 			if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
 				t.Fatalf("%d wrong results", bad)
@@ -60,26 +58,21 @@ func TestRunBatchHostCap(t *testing.T) {
 	}
 }
 
-// TestRunBatchStagingShort checks that a pool with room for three
+// TestRunStagingShort checks that a pool with room for three
 // chunk-sized staging buffers (two for the input, one for the output; two
 // buffers in flight with the host one chunk ahead want three and two)
 // keeps both buffers in flight with the host no chunk ahead, and the
 // batch correct.
-func TestRunBatchStagingShort(t *testing.T) {
+func TestRunStagingShort(t *testing.T) {
 	const runs = 200_000
-	f := newBatchFixture(t, runs, 2)
-	chunk := f.sr.Arrays["in"].Bytes() + f.wr.Arrays["out"].Bytes()
-	in, table, out := f.hosts(t, Pageable)
-	s := f.m.Host().Stats()
-	f.m.host.lim.limit = s.RAM() + chunk + chunk/2
-	rep, err := RunBatch(context.Background(), f.solver, Batch{
-		Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
-		Compute: f.compute,
-	})
+	p := probeStaging(t, runs, 2, vram.Pageable)
+	f := newFixture(t, runs, 2, fixtureOpts{host: vram.HostOptions{Limit: p.ram + p.chunk + p.chunk/2}})
+	_, _, out := f.hosts(t, vram.Pageable)
+	rep, err := f.b.Run(context.Background(), batch.Options{}, f.compute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Lag != 0 || rep.Buffers != 2 || rep.ChunksDone != f.sr.Chunks {
+	if rep.Lag != 0 || rep.Buffers != 2 || rep.ChunksDone != f.plan().Chunks {
 		t.Errorf("report %+v: want every chunk, lag 0 with 2 buffers", rep)
 	}
 	if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
@@ -87,20 +80,17 @@ func TestRunBatchStagingShort(t *testing.T) {
 	}
 }
 
-// TestRunBatchStagingTooSmall gives the pool a host limit under one
+// TestRunStagingTooSmall gives the pool a host limit under one
 // chunk's staging buffers: the batch is refused at once with an error
 // that matches ErrOutOfMemory, names the staged arrays, their chunk
 // sizes and the host limit, and does not speak of device memory.
-func TestRunBatchStagingTooSmall(t *testing.T) {
+func TestRunStagingTooSmall(t *testing.T) {
 	const runs = 200_000
-	f := newBatchFixture(t, runs, 1)
-	in, table, out := f.hosts(t, Pageable)
-	f.m.host.lim.limit = f.m.Host().Stats().RAM() + f.sr.Arrays["in"].Bytes()/2
-	rep, err := RunBatch(context.Background(), f.solver, Batch{
-		Arrays:  []BatchArray{In(f.sr, "in", in), In(f.sr, "table", table), Out(f.wr, "out", out)},
-		Compute: f.compute,
-	})
-	if !errors.Is(err, ErrOutOfMemory) {
+	p := probeStaging(t, runs, 1, vram.Pageable)
+	f := newFixture(t, runs, 1, fixtureOpts{host: vram.HostOptions{Limit: p.ram + p.in/2}})
+	f.hosts(t, vram.Pageable)
+	rep, err := f.b.Run(context.Background(), batch.Options{}, f.compute)
+	if !errors.Is(err, vram.ErrOutOfMemory) {
 		t.Fatalf("error %v, want one wrapping ErrOutOfMemory", err)
 	}
 	msg := err.Error()
@@ -115,4 +105,20 @@ func TestRunBatchStagingTooSmall(t *testing.T) {
 	if rep.ChunksDone != 0 {
 		t.Errorf("%d chunks done, want none", rep.ChunksDone)
 	}
+}
+
+// staging is what a fixture's batch stages: the bytes of one chunk of
+// "in" and of "in" and "out" together, and the host RAM the fixture's
+// host arrays of mem take.
+type staging struct{ in, chunk, ram uint64 }
+
+// probeStaging measures staging on a fixture of its own: the host limit
+// a test sets comes from what the plan gives, before the fixture with
+// the limit is made.
+func probeStaging(t *testing.T, runs, buffers int, mem vram.MemoryType) staging {
+	t.Helper()
+	f := newBatchFixture(t, runs, buffers)
+	f.hosts(t, mem)
+	in := f.in.Device(0).Bytes()
+	return staging{in: in, chunk: in + f.out.Device(0).Bytes(), ram: f.m.Host().Stats().RAM()}
 }

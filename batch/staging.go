@@ -1,8 +1,8 @@
-package vram
+package batch
 
 // Staging a batch through the manager's staging pool. Each staged array
 // wants lag+1 buffers (an output) or lag+k (an input) to keep k buffers
-// in flight with the host lag chunks ahead (pipeline.go). The run takes
+// in flight with the host lag chunks ahead (run.go). The run takes
 // one buffer per staged array together, waiting for them if the pool is
 // busy, then as many more as the pool can give at once; with fewer than
 // it wants it keeps the host fewer chunks ahead (lag 0: each chunk is
@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -28,20 +28,20 @@ func (r *batchRun) acquireStaging() error {
 		if a.staged() {
 			staged = append(staged, a)
 			sizes = append(sizes, a.dev[0].Bytes())
-			names = append(names, fmt.Sprintf("%s (%s a chunk)", a.name, units.Format(a.dev[0].Bytes())))
+			names = append(names, fmt.Sprintf("%s (%s a chunk)", a, units.Format(a.dev[0].Bytes())))
 		}
 	}
 	if len(staged) == 0 {
 		return nil
 	}
-	pool := r.m.host.staging
+	pool := r.b.m.Host().Staging()
 	first, err := pool.AcquireSet(r.ctx, sizes)
 	if err != nil {
-		return fmt.Errorf("vram: batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
+		return fmt.Errorf("batch: staging buffers for %s: %w", strings.Join(names, ", "), err)
 	}
-	got := make([][]*StagingBuffer, len(staged))
+	got := make([][]*vram.StagingBuffer, len(staged))
 	for i := range staged {
-		got[i] = []*StagingBuffer{first[i]}
+		got[i] = []*vram.StagingBuffer{first[i]}
 	}
 	// More, round by round, while the pool gives them at once.
 	for more := true; more; {
@@ -53,7 +53,7 @@ func (r *batchRun) acquireStaging() error {
 			b, err := pool.TryAcquire(sizes[i])
 			if err != nil {
 				releaseAll(got)
-				return fmt.Errorf("vram: batch: staging buffer for %s: %w", a.name, err)
+				return fmt.Errorf("batch: staging buffer for %s: %w", a, err)
 			}
 			if b != nil {
 				got[i] = append(got[i], b)
@@ -65,17 +65,28 @@ func (r *batchRun) acquireStaging() error {
 	for i, a := range staged {
 		a.stage = a.stage[:0]
 		for j, b := range got[i] {
-			if j >= min(r.slots(a), r.n) {
+			if j >= min(r.slots(a), r.total) {
 				b.Release()
 				continue
 			}
-			a.stage = append(a.stage, stageArray(b, a.dev[0]))
+			// A view of b shaped like the device array; freeing it
+			// gives b back to the pool.
+			h, err := b.Array(a.dev[0].Shape(), a.dev[0].DType())
+			if err != nil {
+				b.Release()
+				releaseAll(got[i+1:])
+				for _, rest := range got[i][j+1:] {
+					rest.Release()
+				}
+				return fmt.Errorf("batch: staging buffer for %s: %w", a, err)
+			}
+			a.stage = append(a.stage, h)
 		}
 	}
 	return nil
 }
 
-func releaseAll(got [][]*StagingBuffer) {
+func releaseAll(got [][]*vram.StagingBuffer) {
 	for _, bs := range got {
 		for _, b := range bs {
 			b.Release()
@@ -85,7 +96,7 @@ func releaseAll(got [][]*StagingBuffer) {
 
 // slots is the staging buffers a needs with r's k and lag.
 func (r *batchRun) slots(a *batchArr) int {
-	if a.out {
+	if a.dir == dirOut {
 		return r.lag + 1
 	}
 	return r.lag + r.k
@@ -93,15 +104,14 @@ func (r *batchRun) slots(a *batchArr) int {
 
 // fitToStaging lowers lag, then k, until every staged array has the
 // buffers it needs; one buffer each always suffices (k = 1, lag 0).
-func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
-	k0, lag0 := r.k, r.lag
+func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*vram.StagingBuffer) {
 	for k := r.k; k >= 1; k-- {
 		lag := max(1, k-1)
 		for i, a := range staged {
-			if len(got[i]) >= r.n {
+			if len(got[i]) >= r.total {
 				continue // a buffer per chunk: never reused
 			}
-			if a.out {
+			if a.dir == dirOut {
 				lag = min(lag, len(got[i])-1)
 			} else {
 				lag = min(lag, len(got[i])-k)
@@ -113,21 +123,4 @@ func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*StagingBuffer) {
 		}
 	}
 	r.rep.Buffers, r.rep.Lag = r.k, r.lag
-	if r.k != k0 || r.lag != lag0 {
-		r.m.log.Debug("vram: batch: fewer staging buffers than wanted", "buffers", r.k, "wanted_buffers", k0,
-			"lag", r.lag, "wanted_lag", lag0)
-	}
-}
-
-// stageArray views buffer b as a host array shaped like the device array
-// d; freeing it gives b back to the pool.
-func stageArray(b *StagingBuffer, d *DeviceArray) *HostArray {
-	mem, rung := Pageable, RungPageable // a device that cannot pin
-	if b.Pinned() {
-		mem, rung = Pinned, RungPinned
-	}
-	n := d.Bytes()
-	return &HostArray{data: b.Bytes()[:n:n], shape: d.shape, dtype: d.dtype, memory: mem,
-		place:   &HostPlacement{Rung: rung, Reason: "a staging pool buffer"},
-		release: func(_ device.Stream) error { b.Release(); return nil }}
 }

@@ -1,4 +1,4 @@
-package vram
+package batch
 
 // The batch's timeline: when each step's device work finished, seen from
 // the host, and from that how long copies and compute ran and how much of
@@ -23,8 +23,7 @@ import (
 
 type timeline struct {
 	watchers []*watcher
-	enq      [3][]time.Time // [step kind][chunk]: when the step was enqueued (loop goroutine)
-	done     [3][]time.Time // when its work finished (its watcher's goroutine until stop)
+	steps    [][3]*stepMark // per chunk of the run, in its order: its steps' marks (loop goroutine)
 }
 
 // watcher waits for the marks of one stream.
@@ -32,30 +31,31 @@ type watcher struct {
 	st    device.Stream
 	pool  []device.Event
 	free  chan device.Event
-	work  chan stepMark
-	order []stepMark // marks in enqueue order (loop goroutine)
-	err   error      // the first failed wait (watcher goroutine until stop)
+	work  chan *stepMark
+	order []*stepMark // marks in enqueue order (loop goroutine)
+	err   error       // the first failed wait (watcher goroutine until stop)
 	wg    sync.WaitGroup
 }
 
+// stepMark is one step followed on its stream: the event after it, when
+// it was enqueued, and when its work finished (written by its watcher,
+// read after stop).
 type stepMark struct {
-	ev      device.Event
-	kind, i int
+	ev        device.Event
+	kind, i   int
+	enq, done time.Time
 }
 
 // newTimeline starts a watcher for s and one for ks unless it is s, each
-// with pool events, for n chunks.
-func newTimeline(dev device.Device, s, ks device.Stream, n, pool int) (*timeline, error) {
+// with pool events. It follows any number of chunks.
+func newTimeline(dev device.Device, s, ks device.Stream, pool int) (*timeline, error) {
 	t := &timeline{}
-	for k := range t.enq {
-		t.enq[k], t.done[k] = make([]time.Time, n), make([]time.Time, n)
-	}
 	streams := []device.Stream{s}
 	if ks != s {
 		streams = append(streams, ks)
 	}
 	for _, st := range streams {
-		w := &watcher{st: st, free: make(chan device.Event, pool), work: make(chan stepMark, pool)}
+		w := &watcher{st: st, free: make(chan device.Event, pool), work: make(chan *stepMark, pool)}
 		for range pool {
 			e, err := dev.NewEvent()
 			if err != nil {
@@ -77,7 +77,7 @@ func (t *timeline) watch(w *watcher) {
 	defer w.wg.Done()
 	for m := range w.work {
 		err := m.ev.Synchronize()
-		t.done[m.kind][m.i] = time.Now()
+		m.done = time.Now()
 		if err != nil && w.err == nil {
 			w.err = err
 		}
@@ -96,8 +96,11 @@ func (t *timeline) mark(kind, i int, enq time.Time) error {
 		w.free <- e
 		return err
 	}
-	t.enq[kind][i] = enq
-	m := stepMark{ev: e, kind: kind, i: i}
+	for len(t.steps) <= i {
+		t.steps = append(t.steps, [3]*stepMark{})
+	}
+	m := &stepMark{ev: e, kind: kind, i: i, enq: enq}
+	t.steps[i][kind] = m
 	w.order = append(w.order, m)
 	w.work <- m
 	return nil
@@ -120,13 +123,13 @@ func (t *timeline) stop() (copyT, computeT, exposed time.Duration, err error) {
 	for _, w := range t.watchers {
 		var prev time.Time
 		for _, m := range w.order {
-			end := t.done[m.kind][m.i]
+			end := m.done
 			if end.IsZero() {
 				continue
 			}
-			start := later(t.enq[m.kind][m.i], prev)
-			if m.kind > stepIn {
-				start = later(start, t.done[m.kind-1][m.i])
+			start := later(m.enq, prev)
+			if before := t.steps[m.i][max(m.kind-1, 0)]; m.kind > stepIn && before != nil {
+				start = later(start, before.done)
 			}
 			prev = end
 			if !end.After(start) {

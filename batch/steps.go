@@ -1,27 +1,43 @@
-package vram
+package batch
 
 // The batch run's loop and its steps; the order they keep is described
-// at the top of pipeline.go.
+// at the top of run.go.
 
 import (
 	"fmt"
 	"time"
+
+	"github.com/vramkit/vram"
 )
 
-// step kinds, as the timeline records them.
+// step kinds, as the timeline records them; stepRetire (a chunk back on
+// the host: drained, reported) only names where a panic was.
 const (
 	stepIn = iota
 	stepCompute
 	stepOut
+	stepRetire
 )
 
-var stepNames = [...]string{"copy in", "compute", "copy out"}
+var stepNames = [...]string{"copy in", "compute", "copy out", "back on the host"}
 
 // run enqueues every chunk and retires each lag chunks later; on an error
-// or cancellation it retires what finished and returns the error.
-func (r *batchRun) run() error {
+// or cancellation it retires what finished and returns the error. A
+// panic in one of the batch's functions (Compute, fill, drain,
+// Progress) is recovered here and returned as an error wrapping a
+// *PanicError: the caller then cleans up as after any error.
+func (r *batchRun) run() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			where := "before the first chunk"
+			if r.atChunk < len(r.chunks) {
+				where = fmt.Sprintf("chunk %d of %d: %s", r.chunks[r.atChunk].index+1, r.total, stepNames[r.atKind])
+			}
+			err = fmt.Errorf("batch: %s: %w", where, newPanicError(p))
+		}
+	}()
 	r.start = time.Now()
-	err := r.loop()
+	err = r.loop()
 	if err == nil {
 		return r.retireUpTo(len(r.chunks))
 	}
@@ -30,7 +46,7 @@ func (r *batchRun) run() error {
 		if rerr := r.retireUpTo(r.enqueued); rerr != nil {
 			return rerr
 		}
-		return fmt.Errorf("vram: batch stopped before chunk %d of %d: %d of %d chunks finished: %w",
+		return fmt.Errorf("batch: stopped before chunk %d of %d: %d of %d chunks finished: %w",
 			r.enqueued+1, r.total, r.retired, r.total, err)
 	}
 	return err
@@ -74,47 +90,48 @@ func (r *batchRun) step(kind, i int) error {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
+	r.atKind, r.atChunk = kind, i
 	enq := time.Now()
 	var err error
 	switch kind {
 	case stepIn:
 		err = r.copyIn(i)
 	case stepCompute:
-		err = r.compute(i)
+		err = r.computeStep(i)
 	case stepOut:
 		err = r.copyOut(i)
 	}
 	if err != nil {
-		return fmt.Errorf("vram: batch: chunk %d of %d: %w", r.chunks[i].index+1, r.total, err)
+		return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.total, err)
 	}
 	if err := r.tl.mark(kind, i, enq); err != nil {
-		return fmt.Errorf("vram: batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.total, stepNames[kind], err)
+		return fmt.Errorf("batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.total, stepNames[kind], err)
 	}
 	return nil
 }
 
 // span is chunk i's runs along a's axis.
-func (r *batchRun) span(a *batchArr, i int) Span {
-	return Span{Axis: a.axis, Start: r.chunks[i].start, Len: r.chunks[i].len}
+func (r *batchRun) span(a *batchArr, i int) vram.Span {
+	return vram.Span{Axis: a.axis, Start: r.chunks[i].start, Len: r.chunks[i].len}
 }
 
 // copyIn fills chunk i's staging buffers and enqueues its copies in on s.
 func (r *batchRun) copyIn(i int) error {
 	buf := i % r.k
 	for _, a := range r.arrs {
-		if a.out || (a.whole && i > 0) {
+		if a.dir == dirOut || (a.whole && i > 0) {
 			continue
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := r.m.toDevice(a.client, d, a.host); err != nil {
-				return fmt.Errorf("copy in %s: %w", a.name, err)
+			if err := a.client.ToDevice(r.copyCtx, d, a.side.host); err != nil {
+				return fmt.Errorf("copy in %s: %w", a, err)
 			}
-			r.moved[stepIn][i] += d.Bytes()
+			r.chunks[i].in += d.Bytes()
 			continue
 		}
 		sp := r.span(a, i)
-		src := a.host
+		src := a.side.host
 		if a.staged() {
 			src = a.stage[i%len(a.stage)]
 			if err := r.fill(a, src, sp); err != nil {
@@ -122,10 +139,10 @@ func (r *batchRun) copyIn(i int) error {
 			}
 			sp.Start = 0
 		}
-		if err := r.m.toDeviceChunk(a.client, d, src, sp); err != nil {
-			return fmt.Errorf("copy in %s: %w", a.name, err)
+		if err := a.client.ToDeviceChunk(r.copyCtx, d, src, sp); err != nil {
+			return fmt.Errorf("copy in %s: %w", a, err)
 		}
-		r.moved[stepIn][i] += uint64(sp.Len) * a.run
+		r.chunks[i].in += uint64(sp.Len) * a.run
 	}
 	if r.k > 1 {
 		if err := r.inReady[buf].Record(r.s); err != nil {
@@ -136,37 +153,18 @@ func (r *batchRun) copyIn(i int) error {
 }
 
 // fill writes chunk sp's runs into the staging buffer h.
-func (r *batchRun) fill(a *batchArr, h *HostArray, sp Span) error {
-	if a.fill != nil {
-		if err := a.fill(sp, h); err != nil {
-			return fmt.Errorf("fill %s: %w", a.name, err)
+func (r *batchRun) fill(a *batchArr, h *vram.HostArray, sp vram.Span) error {
+	if a.side.fill != nil {
+		if err := a.side.fill(sp, h); err != nil {
+			return fmt.Errorf("fill %s: %w", a, err)
 		}
 		return nil
 	}
-	return hostChunkCopy(h, a.host, sp, true)
-}
-
-// hostChunkCopy copies runs sp of the full-length host array full into
-// the first sp.Len runs of the chunk-shaped stage (toStage), or back.
-func hostChunkCopy(stage, full *HostArray, sp Span, toStage bool) error {
-	cc, err := planChunkCopy(full.shape, stage.shape, full.dtype.Size(), sp)
-	if err != nil {
-		return fmt.Errorf("stage %v: %w", full, err)
-	}
-	for row := range cc.rows {
-		st := stage.data[row*cc.devPitch:][:cc.width]
-		fu := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
-		if toStage {
-			copy(st, fu)
-		} else {
-			copy(fu, st)
-		}
-	}
-	return nil
+	return h.CopyChunkFrom(a.side.host, sp)
 }
 
 // compute enqueues chunk i's compute step on ks, after its copies in.
-func (r *batchRun) compute(i int) error {
+func (r *batchRun) computeStep(i int) error {
 	buf := i % r.k
 	if r.k > 1 {
 		if err := r.inReady[buf].Wait(r.ks); err != nil {
@@ -174,9 +172,9 @@ func (r *batchRun) compute(i int) error {
 		}
 	}
 	dc := r.chunks[i]
-	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.plan.ChunkLength,
-		Buffer: buf, Stream: r.ks, dev: r.m.dev, sets: r.sets[buf]}
-	if err := r.b.Compute(r.ctx, ch); err != nil {
+	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.stride,
+		Buffer: buf, Stream: r.ks, Device: r.dev, b: r.b}
+	if err := r.compute(r.ctx, ch); err != nil {
 		return err
 	}
 	if r.k > 1 {
@@ -196,26 +194,26 @@ func (r *batchRun) copyOut(i int) error {
 		}
 	}
 	for _, a := range r.arrs {
-		if !a.out || (a.whole && i < r.n-1) {
+		if a.dir != dirOut || (a.whole && r.chunks[i].index < r.total-1) {
 			continue
 		}
 		d := a.dev[buf]
 		if a.whole {
-			if err := r.m.fromDevice(a.client, a.host, d); err != nil {
-				return fmt.Errorf("copy out %s: %w", a.name, err)
+			if err := a.client.FromDevice(r.copyCtx, a.side.host, d); err != nil {
+				return fmt.Errorf("copy out %s: %w", a, err)
 			}
-			r.moved[stepOut][i] += d.Bytes()
+			r.chunks[i].out += d.Bytes()
 			continue
 		}
 		sp := r.span(a, i)
-		dst := a.host
+		dst := a.side.host
 		if a.staged() {
 			dst, sp.Start = a.stage[i%len(a.stage)], 0
 		}
-		if err := r.m.fromDeviceChunk(a.client, dst, d, sp); err != nil {
-			return fmt.Errorf("copy out %s: %w", a.name, err)
+		if err := a.client.FromDeviceChunk(r.copyCtx, dst, d, sp); err != nil {
+			return fmt.Errorf("copy out %s: %w", a, err)
 		}
-		r.moved[stepOut][i] += uint64(sp.Len) * a.run
+		r.chunks[i].out += uint64(sp.Len) * a.run
 	}
 	if err := r.done[slot].Record(r.s); err != nil {
 		return fmt.Errorf("record the copies out: %w", err)
@@ -228,30 +226,31 @@ func (r *batchRun) copyOut(i int) error {
 func (r *batchRun) retireUpTo(upTo int) error {
 	for ; r.retired < upTo; r.retired++ {
 		i := r.retired
+		r.atKind, r.atChunk = stepRetire, i
 		slot := i % (r.lag + 1)
 		if err := r.done[slot].Synchronize(); err != nil {
-			return fmt.Errorf("vram: batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
+			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
 		}
 		for _, a := range r.arrs {
-			if !a.out || !a.staged() {
+			if a.dir != dirOut || !a.staged() {
 				continue
 			}
 			sp := r.span(a, i)
 			var err error
-			if a.drain != nil {
-				err = a.drain(sp, a.stage[i%len(a.stage)])
+			if a.side.drain != nil {
+				err = a.side.drain(sp, a.stage[i%len(a.stage)])
 			} else {
-				err = hostChunkCopy(a.stage[i%len(a.stage)], a.host, sp, false)
+				err = a.stage[i%len(a.stage)].CopyChunkTo(a.side.host, sp)
 			}
 			if err != nil {
-				return fmt.Errorf("vram: batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a.name, err)
+				return fmt.Errorf("batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a, err)
 			}
 		}
-		r.rep.BytesIn += r.moved[stepIn][i]
-		r.rep.BytesOut += r.moved[stepOut][i]
-		if r.b.Progress != nil {
+		r.rep.BytesIn += r.chunks[i].in
+		r.rep.BytesOut += r.chunks[i].out
+		if r.progress != nil {
 			start, n := r.chunks[i].start, r.chunks[i].len
-			r.b.Progress(Progress{Chunk: i + 1, Chunks: r.total, Start: start, Len: n,
+			r.progress(Progress{Chunk: i + 1, Chunks: r.total, Start: start, Len: n,
 				BytesIn: r.rep.BytesIn, BytesOut: r.rep.BytesOut, Elapsed: time.Since(r.start)})
 		}
 	}
