@@ -70,7 +70,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
 	if err := tx.evict(planErr); err != nil {
-		return tx.rollback(err)
+		return tx.rollback(tx.claim(err))
 	}
 	if !tx.gb.fitsBeside(tx.plan) {
 		tx.setAsideReplaced(false)
@@ -81,6 +81,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	res := tx.install()
 	tx.freeReplaced(&res)
 	res.invalidated = tx.victims
+	tx.settleClaims()
 	tx.warn()
 	return res, nil
 }
@@ -178,6 +179,12 @@ func (m *Manager) readBudget(b *groupBudget) error {
 			b.capped = true
 		}
 	}
+	b.over = 0
+	if lim := m.capLim; lim != nil {
+		if capBytes, used := lim.Cap(), lim.Used(); used > capBytes {
+			b.over = used - capBytes // SetCap lowered the cap below the arrays
+		}
+	}
 	m.mu.Lock()
 	m.heldLocked(b)
 	m.mu.Unlock()
@@ -191,6 +198,7 @@ func (m *Manager) readBudget(b *groupBudget) error {
 // both. m.mu must be held.
 func (m *Manager) heldLocked(b *groupBudget) {
 	b.replaced, b.caps, b.held = 0, 0, 0
+	b.claimed = m.claimedLocked(b.group)
 	for _, c := range b.requesters {
 		if c.closed {
 			continue
