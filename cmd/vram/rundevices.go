@@ -3,12 +3,13 @@
 // Each device gets its own memory manager, kernel and clients, set up on
 // a goroutine of its own, and plans the whole batch on itself, which
 // gives the chunk length that fits it. The library's batch.RunParts then
-// cuts the batch into chunks of the shortest of those lengths (at most an
-// eighth of an equal share, so a batch that fits one device is still
-// spread) and deals them from one queue to whichever device has a buffer
-// free, each device's pipeline on its own goroutine locked to its OS
-// thread (a CUDA context is current per thread): a faster device takes
-// more chunks. Each chunk's inputs are drawn for its runs (fill
+// deals the batch from one queue to whichever device has a buffer free,
+// each device's chunks at its own length (and at most its share, by
+// length, of half the runs left, so that a batch one device holds whole
+// is still spread and the devices finish together), each device's
+// pipeline on its own goroutine locked to its OS thread (a CUDA context
+// is current per thread): a larger device cuts longer chunks, a faster
+// one takes more of them. Each chunk's inputs are drawn for its runs (fill
 // functions) and its outputs written at its runs (drain functions). A
 // run's result depends on nothing but its own parameters (runAt(seed,
 // r)), so the result is the same however the chunks were dealt: byte for
@@ -33,10 +34,6 @@ import (
 	"github.com/vramkit/vram/kernel"
 )
 
-// unitsPerDevice is how many units an equal share of the batch is cut
-// into at least.
-const unitsPerDevice = 8
-
 // deviceSpecs expands --devices with device.ParseSpecs: "all" (every
 // CUDA device), or specs separated by ";", where a sim spec's count=N
 // stands for N simulators (ordinals 0 … N−1 unless it names one). A
@@ -56,11 +53,14 @@ func deviceSpecs(v string) ([]string, error) {
 type deviceShare struct {
 	Device string `json:"device"`
 	// PlanChunkLength is the chunk length the device's plan of the whole
-	// batch gave (what its memory holds); the batch's chunks are the
-	// shortest of these, or shorter (multiReport.ChunkLength).
+	// batch gave (what its memory holds); ChunkLength the length it cut
+	// its chunks at last (its plan's, or less: its share of the runs
+	// left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
+	ChunkLength     int     `json:"chunk_length"`
 	Chunks          int     `json:"chunks"` // chunks of the batch it ran
 	Runs            int     `json:"runs"`
+	Buffers         int     `json:"buffers"`      // in flight at the end
 	BusySeconds     float64 `json:"busy_seconds"` // in its pipeline
 }
 
@@ -72,7 +72,6 @@ type multiReport struct {
 	Samples       int           `json:"samples"`
 	Dt            float64       `json:"dt"`
 	Chunks        int           `json:"chunks"`
-	ChunkLength   int           `json:"chunk_length"`
 	Verified      bool          `json:"verified"`
 	VerifiedRuns  int           `json:"verified_runs"`
 	FailedRuns    int           `json:"failed_runs"`
@@ -92,15 +91,15 @@ type multiJob struct {
 	a     *app
 	f     runFlags
 	shape jobShape
-	// unitCap bounds a chunk: an eighth of an equal share of the batch,
-	// so that every device has work and a faster one can take more.
-	unitCap int
-	traj    *trajFile // --out; nil: the results stay in out and status
-	out     []byte    // [samples, 2, runs] float32, without --out
+	traj  *trajFile // --out; nil: the results stay in out and status
+	out   []byte    // [samples, 2, runs] float32, without --out
 	// status is every run's status (int32); a failed run is not 0.
 	status []byte
-	// chunks and chunkLength are the batch's chunking, once run.
-	chunks, chunkLength int
+	// chunks is the batch's chunks, once run; spans their runs, as the
+	// devices computed them (for the verification).
+	chunks int
+	mu     sync.Mutex // protects spans
+	spans  []vram.Span
 }
 
 // devicePart is one device of the batch: its manager, kernel and
@@ -138,11 +137,10 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 		return err
 	}
 	hostCap, _ := units.ParseSize(f.hostMem)
-	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.doubleBuffer, f.out != "", hostCap); err != nil {
+	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
 		return err
 	}
-	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs),
-		unitCap: max(1, (js.runs+unitsPerDevice*len(specs)-1)/(unitsPerDevice*len(specs)))}
+	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs)}
 	if f.out != "" {
 		j := &job{a: a, shape: js, seed: f.seed}
 		if err := j.openOut(f.out); err != nil {
@@ -228,7 +226,7 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
 	p.j = &job{a: a, shape: mj.shape, m: p.m}
-	if err := p.j.register(f.doubleBuffer); err != nil {
+	if err := p.j.register(f.bufferCount()); err != nil {
 		return allocHint(err, f, info, limit)
 	}
 	p.share.PlanChunkLength = p.j.plan.ChunkLength
@@ -244,14 +242,16 @@ func (mj *multiJob) run(parts []*devicePart) error {
 			return err
 		}
 	}
-	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{MaxChunkLength: mj.unitCap,
+	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{Buffers: mj.f.bufferCount(), Grow: true,
 		Progress: func(pr batch.Progress) {
 			mj.a.log.Debug("chunk done", "chunk", pr.Chunk, "of", pr.Chunks, "runs", fmt.Sprintf("%d-%d", pr.Start, pr.Start+pr.Len-1))
 		}})
-	mj.chunks, mj.chunkLength = mr.Chunks, mr.ChunkLength
+	mj.chunks = mr.Chunks
 	for i, p := range parts {
 		if i < len(mr.Parts) {
-			p.share.Chunks, p.share.Runs, p.share.BusySeconds = mr.Parts[i].Chunks, p.runs, mr.Parts[i].Wall.Seconds()
+			pr := mr.Parts[i]
+			p.share.Chunks, p.share.Runs, p.share.ChunkLength, p.share.Buffers = pr.Chunks, p.runs, pr.ChunkLength, pr.Buffers
+			p.share.BusySeconds = pr.Wall.Seconds()
 		}
 	}
 	return err
@@ -306,6 +306,9 @@ func (mj *multiJob) part(p *devicePart) (batch.Part, error) {
 			return fmt.Errorf("launch the kernel: %w", err)
 		}
 		p.runs += ch.Len
+		mj.mu.Lock()
+		mj.spans = append(mj.spans, vram.Span{Start: ch.Start, Len: ch.Len})
+		mj.mu.Unlock()
 		emulateKernel(mj.f.kernelDelay, ch.Len)
 		return nil
 	}}, err
@@ -325,7 +328,7 @@ func emulateKernel(per time.Duration, runs int) {
 func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport {
 	sh := mj.shape
 	rep := multiReport{Runs: sh.runs, Steps: int(sh.steps), Samples: sh.samples, Dt: shortest(sh.dt),
-		Chunks: mj.chunks, ChunkLength: mj.chunkLength,
+		Chunks:       mj.chunks,
 		BatchSeconds: batch.Seconds(), RunsPerSecond: float64(sh.runs) / batch.Seconds()}
 	for _, p := range parts {
 		rep.Devices = append(rep.Devices, p.share)
@@ -340,21 +343,21 @@ func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport
 }
 
 // verify checks runs spread over the batch, and the first and last run
-// of every unit dealt, against the float64 reference, and counts the
+// of every chunk dealt, against the float64 reference, and counts the
 // runs whose status is not 0.
 func (mj *multiJob) verify(rep *multiReport) error {
 	sh := mj.shape
 	want := min(mj.f.verify, sh.runs)
-	// The first and last run of every unit, or of want units spread
+	// The first and last run of every chunk, or of want chunks spread
 	// over the batch when there are more.
 	var idx []int
-	units := mj.chunks
-	for k := range min(units, want) {
+	spans := slices.SortedFunc(slices.Values(mj.spans), func(a, b vram.Span) int { return a.Start - b.Start })
+	for k := range min(len(spans), want) {
 		u := k
-		if units > want {
-			u = int(int64(k) * int64(units-1) / int64(max(want-1, 1)))
+		if len(spans) > want {
+			u = int(int64(k) * int64(len(spans)-1) / int64(max(want-1, 1)))
 		}
-		idx = append(idx, u*mj.chunkLength, min((u+1)*mj.chunkLength, sh.runs)-1)
+		idx = append(idx, spans[u].Start, spans[u].Start+spans[u].Len-1)
 	}
 	for k := range want {
 		if want == 1 {
@@ -413,9 +416,10 @@ func (a *app) printMulti(r multiReport) error {
 	if r.Shard != "" {
 		fmt.Fprintf(w, "shard        %s (from %s): runs %d-%d of %d\n", r.Shard, r.ShardFrom, r.FirstRun, r.FirstRun+r.Runs-1, r.TotalRuns)
 	}
-	fmt.Fprintf(w, "devices      %d, dealt %s of %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"), plural(r.ChunkLength, "run"))
+	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
 	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s: %s (%s), %.2f s busy; its plan: %s a chunk\n", i, d.Device, plural(d.Chunks, "chunk"), plural(d.Runs, "run"), d.BusySeconds, plural(d.PlanChunkLength, "run"))
+		fmt.Fprintf(w, "  %-3d        %s: %s (%s), the last of %s, %s, %.2f s busy; its plan: %s a chunk\n", i, d.Device,
+			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds, plural(d.PlanChunkLength, "run"))
 	}
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
 	if r.Out != "" {
@@ -433,10 +437,11 @@ func (a *app) printMulti(r multiReport) error {
 // devicesHelp is the part of `vram run --help` about --devices.
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
-Each device has its own memory manager; the batch is cut into chunks of
-the shortest chunk length the devices' plans give (at most an eighth of
-an equal share) dealt from one queue to whichever device is free, so a
-faster device takes more. The results, and --out,
+Each device has its own memory manager and cuts chunks of its own plan's
+length, dealt from one queue to whichever device is free (at most its
+share, by length, of half the runs left, so that the devices finish
+together): a larger device cuts longer chunks, a faster one takes more.
+The results, and --out,
 are the same as on one device. --kernel-delay D makes each kernel take
 D per run longer (on the simulator, to see the scaling on a small CPU).
 

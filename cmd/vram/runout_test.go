@@ -168,13 +168,28 @@ func TestNumpyReadsOutFile(t *testing.T) {
 	t.Logf("%d runs of %d checked through numpy", len(idx), runs)
 }
 
-// TestRunHostMemTooSmall gives --host-mem less than one chunk's staging
-// buffer: the job fails with what to change, and leaves no --out file.
-func TestRunHostMemTooSmall(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "r.npy")
-	_, stderr, code := cli(t, "", hostCapRun("--out", out, "--host-mem", "64KiB")...)
-	if code != exitFailure || !strings.Contains(stderr, "raise --host-mem, or lower --vram") || !strings.Contains(stderr, "staging pool") {
-		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying to raise --host-mem", code, stderr, exitFailure)
+// TestRunHostMemSmall gives --host-mem less than one chunk's staging
+// buffers: the job finishes with shorter chunks, verified, within the
+// limit. Under one run's staging it fails with what to change, and
+// leaves no --out file.
+func TestRunHostMemSmall(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr, code := cli(t, "", hostCapRun("--out", filepath.Join(dir, "small.npy"), "--host-mem", "64KiB")...)
+	if code != exitOK {
+		t.Fatalf("--host-mem 64KiB: exit %d, stderr:\n%s", code, stderr)
+	}
+	var r runReport
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Verified || r.RunChunkLength >= r.ChunkLength || r.StagingBytes > 64<<10 {
+		t.Errorf("--host-mem 64KiB: verified %v, chunks of %d runs (plan %d), %d bytes of staging; want verified, shorter chunks, staging within the limit",
+			r.Verified, r.RunChunkLength, r.ChunkLength, r.StagingBytes)
+	}
+	out := filepath.Join(dir, "r.npy")
+	_, stderr, code = cli(t, "", hostCapRun("--out", out, "--host-mem", "100B")...)
+	if code != exitFailure || !strings.Contains(stderr, "raise --host-mem") || !strings.Contains(stderr, "one run of") || !strings.Contains(stderr, "host limit 100 B") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying one run does not fit and to raise --host-mem", code, stderr, exitFailure)
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("--out file after a failed job: %v, want none", err)

@@ -1,0 +1,151 @@
+package batch
+
+// Choosing a run's shape from what its first chunk cost: how many
+// buffers in flight, how far the host stays ahead, how many staging
+// slots its outputs get (write-behind), and the chunk length all that
+// leaves. A pure function of the figures, so that it is tested alone.
+//
+// The model. The probe chunk runs alone, each step waited for, and
+// gives per run: f, the host's time filling staged inputs; c, the
+// device's copies; g, its compute; w, the writer's time draining staged
+// outputs; and o, what the chunk cost beyond them (its overhead, paid
+// once a chunk). A shape of k buffers, lag chunks of host lead and n
+// output slots runs a run in
+//
+//	dev = c + g (k = 1; one stream does both) or max(c, g) (k ≥ 2),
+//	lag 0, n = 1: dev + f + w     (every step in turn)
+//	lag 0, n ≥ 2: max(dev + f, w) (the writer drains behind the device)
+//	lag ≥ 1:      max(dev, f, w)  (the host fills ahead, the writer drains behind)
+//
+// plus o per chunk. Its chunk length is the least of the device's plan
+// for k buffers (a second buffer halves it, near enough), what the
+// staging slots leave (L × Σ bytes per run × slots ≤ the staging room)
+// and the batch's cap. The shape with the least predicted time for the
+// runs left wins, but only if it beats the shape the probe ran by more
+// than minGain: a prediction from one chunk is no finer than that, and
+// a re-cut is not free. k = 3 buys no more than 2 in this model (one copy
+// stream); it is taken, with its lead of two chunks, only where it costs
+// no chunk length, for the slack it gives against uneven chunks.
+
+import (
+	"fmt"
+	"time"
+)
+
+// minGain is the least predicted saving, as a fraction of the time left,
+// for which a run changes the shape its probe chunk ran with.
+const minGain = 0.03
+
+// figures are the probe chunk's costs.
+type figures struct {
+	runs                         int // the chunk's runs
+	fill, copy, compute, write   time.Duration
+	wall                         time.Duration // the whole chunk, first step to drained
+	stagedIn, stagedOut, anyCopy bool
+}
+
+// overhead is what the chunk cost beyond its steps.
+func (f figures) overhead() time.Duration {
+	return max(0, f.wall-f.fill-f.copy-f.compute-f.write)
+}
+
+// shape is a run's configuration.
+type shape struct {
+	k, lag, slots int // buffers in flight; chunks the host stays ahead; staging slots per output
+	length        int // runs a chunk is cut at
+}
+
+// words says s; staged says whether its lead and slots matter.
+func (s shape) words(staged bool) string {
+	if !staged {
+		return fmt.Sprintf("%s, chunks of %s", plural(s.k, "buffer"), plural(s.length, "run"))
+	}
+	return fmt.Sprintf("%s, the host %s ahead, %s per output, chunks of %s",
+		plural(s.k, "buffer"), plural(s.lag, "chunk"), plural(s.slots, "staging slot"), plural(s.length, "run"))
+}
+
+// limits bound the shapes a run may take.
+type limits struct {
+	devLen   [MaxBuffers + 1]int // the device plan's chunk length with k buffers; 0: none fits
+	maxLen   int                 // Options.MaxChunkLength (0: none)
+	room     uint64              // staging bytes the run may hold
+	inRun    uint64              // staging bytes per run of its staged inputs
+	outRun   uint64              // and of its staged outputs
+	buffers  int                 // Options.Buffers: 0 to choose, else that many
+	runsLeft int
+}
+
+// length is the chunk length s's resources leave (0: none).
+func (l limits) length(s shape) int {
+	n := l.devLen[s.k]
+	if l.maxLen > 0 {
+		n = min(n, l.maxLen)
+	}
+	if per := l.inRun*uint64(s.lag+s.k) + l.outRun*uint64(s.slots); per > 0 {
+		n = min(n, int(min(l.room/per, uint64(n))))
+	}
+	return max(n, 0)
+}
+
+// predict is the time f says s takes for the runs left.
+func predict(f figures, s shape, runsLeft int) time.Duration {
+	per := func(d time.Duration) float64 { return float64(d) / float64(max(f.runs, 1)) }
+	c, g, fl, w := per(f.copy), per(f.compute), per(f.fill), per(f.write)
+	dev := c + g
+	if s.k > 1 {
+		dev = max(c, g)
+	}
+	var run float64
+	switch {
+	case s.lag == 0 && s.slots < 2:
+		run = dev + fl + w
+	case s.lag == 0:
+		run = max(dev+fl, w)
+	default:
+		run = max(dev, fl, w)
+	}
+	chunks := (runsLeft + s.length - 1) / max(s.length, 1)
+	return time.Duration(run*float64(runsLeft)) + time.Duration(chunks)*f.overhead()
+}
+
+// choose picks the shape for the runs left after the probe, which ran
+// with cur; it returns cur when nothing beats it by minGain, and says why.
+func choose(f figures, l limits, cur shape) (shape, string) {
+	curT := predict(f, cur, l.runsLeft)
+	var best shape
+	var bestT time.Duration
+	for k := 1; k <= MaxBuffers; k++ {
+		if l.buffers > 0 && k != l.buffers {
+			continue
+		}
+		for lag := max(1, k-1); lag >= 0; lag-- {
+			for slots := lag + 1; slots <= lag+2; slots++ {
+				s := shape{k: k, lag: lag, slots: slots}
+				if s.length = l.length(s); s.length < 1 || s == cur {
+					continue
+				}
+				if k == 3 && (lag < 2 || s.length < l.length(shape{k: 2, lag: 1, slots: slots - 1})) {
+					continue // a third buffer for its lead of two chunks, and only where that costs no length
+				}
+				if t := predict(f, s, l.runsLeft); best.k == 0 || t < bestT || (t == bestT && k == 3) {
+					best, bestT = s, t
+				}
+			}
+		}
+	}
+	staged := l.inRun+l.outRun > 0
+	per := func(d time.Duration) string { return fmt.Sprintf("%.3g s", d.Seconds()) }
+	costs := fmt.Sprintf("the first chunk (%s) took %s copying, %s computing", plural(f.runs, "run"), per(f.copy), per(f.compute))
+	if staged {
+		costs += fmt.Sprintf(", %s filling and %s writing", per(f.fill), per(f.write))
+	}
+	switch {
+	case best.k == 0:
+		return cur, fmt.Sprintf("kept %s: %s; nothing else fits", cur.words(staged), costs)
+	case float64(bestT) > (1-minGain)*float64(curT):
+		return cur, fmt.Sprintf("kept %s: %s; for the %s left it predicts %.3g s, the best other (%s) %.3g s, not %.0f%% better",
+			cur.words(staged), costs, plural(l.runsLeft, "run"), curT.Seconds(), best.words(staged), bestT.Seconds(), 100*minGain)
+	}
+	return best, fmt.Sprintf("chose %s: %s; for the %s left it predicts %.3g s, instead of %.3g s with %s",
+		best.words(staged), costs, plural(l.runsLeft, "run"), bestT.Seconds(), curT.Seconds(), cur.words(staged))
+}
