@@ -96,12 +96,8 @@ type runFlags struct {
 	kernelDelay          time.Duration
 }
 
-func (a *app) runCommand() *cobra.Command {
-	f := runFlags{}
-	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run the example batch job: chunked, verified, with a report",
-		Long: `Run integrates N damped, driven oscillators
+// runLong is `vram run --help`.
+const runLong = `Run integrates N damped, driven oscillators
     x'' + 2ζωx' + ω²x = A·cos(Ωt)
 with RK4 over --steps steps, saving --samples samples of (x, v) per run,
 with random parameters. The inputs and outputs are two clients of vram's
@@ -160,7 +156,14 @@ to this machine. A metrics server that does not stop cleanly at the end
 
 On a terminal a bar shows the chunks. Elsewhere (a batch system's log)
 the job writes a line as each step of its set-up begins, and then one
-per chunk or one every 5 seconds, whichever is rarer.`,
+per chunk or one every 5 seconds, whichever is rarer.`
+
+func (a *app) runCommand() *cobra.Command {
+	f := runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the example batch job: chunked, verified, with a report",
+		Long:  runLong,
 		Example: `  vram run
   vram run --runs 1000000 --buffers 2
   vram run --device sim:bandwidth=8GB                    # emulate PCIe copies: two buffers pay
@@ -309,13 +312,10 @@ func (a *app) runJob(f runFlags) (err error) {
 		return err
 	}
 	j.shardReport(&rep)
-	rep.SetupSeconds = time.Since(start).Seconds()
-	if err := j.runBatch(&rep, f.bufferCount()); err != nil {
+	if err := j.runBatch(&rep, f.bufferCount(), start); err != nil {
 		return err
 	}
-	verifyStart := time.Now()
 	verr := j.check(f.verify, &rep)
-	rep.VerifySeconds = time.Since(verifyStart).Seconds()
 	a.printMemoryReport(j.m)
 	rep.WallSeconds = time.Since(start).Seconds()
 	prog.Finish()
@@ -339,8 +339,10 @@ func (a *app) finishReport(rep any, print func() error, verr error) error {
 }
 
 // runBatch runs the batch through the library's pipeline and adds its
-// figures to rep. An interrupt is an error saying how far the job got.
-func (j *job) runBatch(rep *runReport, buffers int) error {
+// figures to rep, and the set-up's time since the job's start. An
+// interrupt is an error saying how far the job got.
+func (j *job) runBatch(rep *runReport, buffers int, start time.Time) error {
+	rep.SetupSeconds = time.Since(start).Seconds() // the job until now
 	j.phase("run the batch")
 	br, err := j.pipeline(buffers)
 	ctxErr := j.a.ctx.Err()
@@ -412,6 +414,8 @@ func (j *job) chunkDone(p batch.Progress) {
 // check verifies the results and the runs' status into rep; the error
 // is the verification's.
 func (j *job) check(want int, rep *runReport) error {
+	start := time.Now()
+	defer func() { rep.VerifySeconds = time.Since(start).Seconds() }()
 	j.phase("verify the results")
 	checked, verr := j.verify(want)
 	rep.VerifiedRuns = checked
