@@ -108,6 +108,28 @@ func predict(f figures, s shape, runsLeft int) time.Duration {
 	return time.Duration(run*float64(runsLeft)) + time.Duration(chunks)*f.overhead()
 }
 
+// bestOf is the best shape with k buffers, by lead and output slots, and
+// its predicted time; k 0 when none fits.
+func bestOf(f figures, l limits, k int) (shape, time.Duration) {
+	var best shape
+	var bestT time.Duration
+	for lag := max(1, k-1); lag >= 0; lag-- {
+		for slots := lag + 1; slots <= lag+2; slots++ {
+			s := shape{k: k, lag: lag, slots: slots}
+			if s.length = l.length(s); s.length < 1 {
+				continue
+			}
+			if k == 3 && (lag < 2 || s.length < l.length(shape{k: 2, lag: 1, slots: slots - 1})) {
+				continue // a third buffer for its lead of two chunks, and only where that costs no length
+			}
+			if t := predict(f, s, l.runsLeft); best.k == 0 || t < bestT {
+				best, bestT = s, t
+			}
+		}
+	}
+	return best, bestT
+}
+
 // choose picks the shape for the runs left after the probe, which ran
 // with cur; it returns cur when nothing beats it by minGain, and says why.
 func choose(f figures, l limits, cur shape) (shape, string) {
@@ -118,19 +140,13 @@ func choose(f figures, l limits, cur shape) (shape, string) {
 		if l.buffers > 0 && k != l.buffers {
 			continue
 		}
-		for lag := max(1, k-1); lag >= 0; lag-- {
-			for slots := lag + 1; slots <= lag+2; slots++ {
-				s := shape{k: k, lag: lag, slots: slots}
-				if s.length = l.length(s); s.length < 1 || s == cur {
-					continue
-				}
-				if k == 3 && (lag < 2 || s.length < l.length(shape{k: 2, lag: 1, slots: slots - 1})) {
-					continue // a third buffer for its lead of two chunks, and only where that costs no length
-				}
-				if t := predict(f, s, l.runsLeft); best.k == 0 || t < bestT || (t == bestT && k == 3) {
-					best, bestT = s, t
-				}
-			}
+		s, t := bestOf(f, l, k)
+		// More buffers only for what they buy: a second beats one by
+		// minGain; a third, which costs no length, at least ties two.
+		switch {
+		case s.k == 0:
+		case best.k == 0, k == 3 && t <= bestT, float64(t) < (1-minGain)*float64(bestT):
+			best, bestT = s, t
 		}
 	}
 	staged := l.inRun+l.outRun > 0
@@ -140,8 +156,9 @@ func choose(f figures, l limits, cur shape) (shape, string) {
 		costs += fmt.Sprintf(", %s filling and %s writing", per(f.fill), per(f.write))
 	}
 	switch {
-	case best.k == 0:
-		return cur, fmt.Sprintf("kept %s: %s; nothing else fits", cur.words(staged), costs)
+	case best.k == 0 || best.words(staged) == cur.words(staged):
+		return cur, fmt.Sprintf("kept %s: %s; for the %s left it predicts %.3g s, and nothing else better", cur.words(staged), costs,
+			plural(l.runsLeft, "run"), curT.Seconds())
 	case float64(bestT) > (1-minGain)*float64(curT):
 		return cur, fmt.Sprintf("kept %s: %s; for the %s left it predicts %.3g s, the best other (%s) %.3g s, not %.0f%% better",
 			cur.words(staged), costs, plural(l.runsLeft, "run"), curT.Seconds(), best.words(staged), bestT.Seconds(), 100*minGain)

@@ -37,8 +37,12 @@ type Recut struct {
 	At       time.Duration // into the run
 	Chunk    int           // the first chunk (from 0, in the run's order) cut the new way
 	From, To int           // chunk lengths, runs
-	Buffers  int           // buffers in flight from then on
-	Why      string
+	// ArraysFrom and ArraysTo are the device arrays' length along their
+	// chunk axes (runs): shorter arrays give memory back even where the
+	// chunks were cut shorter than them already.
+	ArraysFrom, ArraysTo int
+	Buffers              int // buffers in flight from then on
+	Why                  string
 }
 
 // elastic is a run's re-cut state (its goroutine's).
@@ -133,8 +137,8 @@ func (r *batchRun) budgetTarget(bc vram.BudgetChange) (target, bool) {
 		}
 		return target{k: k, stride: stride, why: bc.Why}, true
 	}
-	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: r.length, To: r.length, Buffers: r.k,
-		Why: bc.Why + ": not even one run fits the budget now; the arrays are kept as they are"})
+	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: r.length, To: r.length,
+		ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k, Why: bc.Why + ": not even one run fits the budget now; the arrays are kept as they are"})
 	return target{}, false
 }
 
@@ -234,15 +238,15 @@ func (r *batchRun) recut() error {
 	if !ok {
 		return nil
 	}
-	from := r.length
+	from, fromStride := r.length, r.stride
 	if t.k != r.b.buffers() || t.stride != r.stride {
 		if err := r.b.reallocate(r.ctx, t.k); err != nil {
 			if !r.b.intact() {
 				return fmt.Errorf("batch: re-cut after %d of %d chunks (%s): the arrays were given up and could not be allocated again: %w",
 					len(r.chunks), r.estimate(), t.why, err)
 			}
-			r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: from, Buffers: r.k,
-				Why: fmt.Sprintf("%s; could not allocate again, the arrays are kept: %v", t.why, err)})
+			r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: from,
+				ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k, Why: fmt.Sprintf("%s; could not allocate again, the arrays are kept: %v", t.why, err)})
 			return nil
 		}
 		r.stride = r.b.stride()
@@ -257,7 +261,8 @@ func (r *batchRun) recut() error {
 	}
 	r.length = n
 	r.q.setLength(r.part, n)
-	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: r.length, Buffers: r.k, Why: t.why})
+	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: r.length,
+		ArraysFrom: fromStride, ArraysTo: r.stride, Buffers: r.k, Why: t.why})
 	r.rep.Buffers, r.rep.Lag, r.rep.ChunkLength = r.k, r.lag, 0
 	return nil
 }

@@ -120,8 +120,12 @@ type recutJSON struct {
 	Chunk     int     `json:"chunk"`
 	From      int     `json:"from"`
 	To        int     `json:"to"`
-	Buffers   int     `json:"buffers"`
-	Why       string  `json:"why"`
+	// ArraysFrom, ArraysTo: the device arrays' chunk length before and
+	// after.
+	ArraysFrom int    `json:"arrays_from"`
+	ArraysTo   int    `json:"arrays_to"`
+	Buffers    int    `json:"buffers"`
+	Why        string `json:"why"`
 }
 
 // pipelineReport adds what the batch's pipeline did beyond its times:
@@ -130,7 +134,8 @@ func (r *runReport) pipelineReport(br batch.Report) {
 	r.WriteSeconds, r.WriteWaitSeconds, r.FillSeconds = br.Write.Seconds(), br.WriteWait.Seconds(), br.Fill.Seconds()
 	r.ChunksRun, r.RunChunkLength, r.BufferChoice = br.Chunks, br.ChunkLength, br.BufferChoice
 	for _, c := range br.Recuts {
-		r.Recuts = append(r.Recuts, recutJSON{AtSeconds: c.At.Seconds(), Chunk: c.Chunk, From: c.From, To: c.To, Buffers: c.Buffers, Why: c.Why})
+		r.Recuts = append(r.Recuts, recutJSON{AtSeconds: c.At.Seconds(), Chunk: c.Chunk, From: c.From, To: c.To,
+			ArraysFrom: c.ArraysFrom, ArraysTo: c.ArraysTo, Buffers: c.Buffers, Why: c.Why})
 	}
 }
 
