@@ -384,7 +384,7 @@ func TestRunChoosesBuffers(t *testing.T) {
 	}{
 		// About 800 KB a chunk each way at 100 MB/s, and 8 ms of
 		// kernel: copies as long as compute.
-		"copies as long as compute": {func(c *sim.Config) { c.CopyBandwidth, c.KernelTime = 100e6, 160 * time.Nanosecond }, 2, "chose 2 buffers"},
+		"copies as long as compute": {func(c *sim.Config) { c.CopyBandwidth, c.KernelTime = 100e6, 160*time.Nanosecond }, 2, "chose 2 buffers"},
 		// Copies at memory speed beside 1 µs a run of kernel.
 		"copies next to nothing": {func(c *sim.Config) { c.KernelTime = time.Microsecond }, 1, "kept 1 buffer"},
 	}
