@@ -252,18 +252,36 @@ func (r *batchRun) recut() error {
 		r.stride = r.b.stride()
 	}
 	want := r.reshape(t)
+	if err := r.restage(want); err != nil {
+		return err
+	}
+	r.q.setLength(r.part, r.length)
+	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: r.length,
+		ArraysFrom: fromStride, ArraysTo: r.stride, Buffers: r.k, Why: t.why})
+	r.rep.Buffers, r.rep.Lag, r.rep.ChunkLength = r.k, r.lag, 0
+	return nil
+}
+
+// restage gives the staging back and takes it again for chunks of want
+// runs, setting the run's length to what it got. Its old buffers, of
+// another length, are trimmed from the pool first: the pool would hand
+// one of them out again, larger than asked, to one slot and leave no
+// room for the next.
+func (r *batchRun) restage(want int) error {
+	held := r.stagingHeld() > 0
 	if err := r.releaseStaging(); err != nil {
 		return fmt.Errorf("batch: re-cut: give the staging back: %w", err)
+	}
+	if held && want != r.length {
+		if err := r.b.m.Host().Staging().Trim(); err != nil {
+			return fmt.Errorf("batch: re-cut: trim the staging pool: %w", err)
+		}
 	}
 	n, err := r.acquireStaging(want)
 	if err != nil {
 		return err
 	}
 	r.length = n
-	r.q.setLength(r.part, n)
-	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: r.length,
-		ArraysFrom: fromStride, ArraysTo: r.stride, Buffers: r.k, Why: t.why})
-	r.rep.Buffers, r.rep.Lag, r.rep.ChunkLength = r.k, r.lag, 0
 	return nil
 }
 

@@ -14,8 +14,8 @@ import (
 // TestRunHostCap runs the fixture with its host arrays chosen by the
 // ladder under a host limit that holds one staging buffer per staged
 // array but not two chunks' worth: the arrays spill to files, the batch
-// stages them through the pool with the host no chunk ahead, and every
-// result is right.
+// stages them through the pool (with fewer slots, or shorter chunks),
+// stays within the limit, and every result is right.
 func TestRunHostCap(t *testing.T) {
 	const runs = 200_000
 	for _, buffers := range []int{1, 2} {
@@ -41,8 +41,8 @@ func TestRunHostCap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.ChunksDone != rep.Chunks || rep.Runs != runs || rep.Staged != 2 || rep.Lag != 0 {
-				t.Errorf("report %+v: want every chunk and run, 2 staged, lag 0", rep)
+			if rep.ChunksDone != rep.Chunks || rep.Runs != runs || rep.Staged != 2 {
+				t.Errorf("report %+v: want every chunk and run, 2 staged", rep)
 			}
 			if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
 				t.Fatalf("%d wrong results", bad)
