@@ -14,6 +14,7 @@ import (
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // batchRun is one Run's state (or one part's of RunParts), used by its
@@ -130,6 +131,10 @@ func (r *batchRun) setUp() error {
 	n, err := r.acquireStaging(r.length)
 	if err != nil {
 		return err
+	}
+	if n < r.length {
+		r.rep.Recuts = append(r.rep.Recuts, Recut{Chunk: 0, From: r.length, To: n, ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k,
+			Why: fmt.Sprintf("the staging pool had room for %s of staging, not a chunk of %s", units.Format(r.stagingHeld()), plural(r.length, "run"))})
 	}
 	r.length = n
 	ev := func() (device.Event, error) {

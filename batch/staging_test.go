@@ -127,6 +127,9 @@ func TestRunStagingShrinks(t *testing.T) {
 			if rep.ChunkLength >= f.plan().ChunkLength || rep.ChunksDone != rep.Chunks || rep.Runs != runs {
 				t.Errorf("report %+v: want every run, in chunks shorter than the plan's %d", rep, f.plan().ChunkLength)
 			}
+			if len(rep.Recuts) == 0 || rep.Recuts[0].From != f.plan().ChunkLength || rep.Recuts[0].To >= rep.Recuts[0].From || !strings.Contains(rep.Recuts[0].Why, "staging") {
+				t.Errorf("re-cuts %+v: want the first from the plan's length to a shorter one, for the staging", rep.Recuts)
+			}
 			if s := f.m.Host().Stats(); s.RAM() > s.Limit {
 				t.Errorf("host stats %+v: over the limit", s)
 			}

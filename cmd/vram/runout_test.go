@@ -182,9 +182,9 @@ func TestRunHostMemSmall(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 		t.Fatal(err)
 	}
-	if !r.Verified || r.RunChunkLength >= r.ChunkLength || r.StagingBytes > 64<<10 {
-		t.Errorf("--host-mem 64KiB: verified %v, chunks of %d runs (plan %d), %d bytes of staging; want verified, shorter chunks, staging within the limit",
-			r.Verified, r.RunChunkLength, r.ChunkLength, r.StagingBytes)
+	if !r.Verified || r.RunChunkLength >= r.ChunkLength || r.StagingBytes > 64<<10 || len(r.Recuts) == 0 || r.WriteSeconds <= 0 {
+		t.Errorf("--host-mem 64KiB: verified %v, chunks of %d runs (plan %d), %d bytes of staging, re-cuts %+v, %v s writing; want verified, shorter chunks, staging within the limit, the change listed, the writes timed",
+			r.Verified, r.RunChunkLength, r.ChunkLength, r.StagingBytes, r.Recuts, r.WriteSeconds)
 	}
 	out := filepath.Join(dir, "r.npy")
 	_, stderr, code = cli(t, "", hostCapRun("--out", out, "--host-mem", "100B")...)
