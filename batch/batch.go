@@ -215,6 +215,17 @@ func (b *Batch) Allocate(ctx context.Context, opts ...vram.AllocateOption) error
 			return batchErr("%v is in group %q and %v in %q (\"\" once closed); a batch's clients share one group", c, g, clients[0], group)
 		}
 	}
+	resp, err := allocateQueued(ctx, clients, reqs, opts...)
+	if err != nil {
+		return err
+	}
+	return b.install(resp)
+}
+
+// allocateQueued queues each client's requests (replacing what it had
+// queued) and allocates their group with one Allocate of the first; on
+// failure it puts every client's queue back as it was.
+func allocateQueued(ctx context.Context, clients []*vram.Client, reqs []map[string]vram.ArrayRequest, opts ...vram.AllocateOption) (*vram.ArrayResponse, error) {
 	prev := make([]map[string]vram.ArrayRequest, len(clients))
 	restore := func(err error) error {
 		for i, c := range clients {
@@ -225,14 +236,14 @@ func (b *Batch) Allocate(ctx context.Context, opts ...vram.AllocateOption) error
 	for i, c := range clients {
 		prev[i] = c.Queued()
 		if err := c.Queue(reqs[i]); err != nil {
-			return restore(fmt.Errorf("batch: queue the arrays of %v: %w", c, err))
+			return nil, restore(fmt.Errorf("batch: queue the arrays of %v: %w", c, err))
 		}
 	}
 	resp, err := clients[0].Allocate(ctx, opts...)
 	if err != nil {
-		return restore(err) // the manager's, which names every figure
+		return nil, restore(err) // the manager's, which names every figure
 	}
-	return b.install(resp)
+	return resp, nil
 }
 
 // byClient groups the arrays' requests by client, in the order the
@@ -325,24 +336,15 @@ func (b *Batch) chunkedRequests() map[*vram.Client]map[string]vram.ArrayRequest 
 // unchunkable arrays, and what they hold, stay. On failure the clients'
 // queues are as they were.
 func (b *Batch) reallocate(ctx context.Context, k int) error {
-	reqs := b.chunkedRequests()
-	clients := slices.SortedFunc(maps.Keys(reqs), func(x, y *vram.Client) int { return cmp.Compare(x.ID(), y.ID()) })
-	prev := make([]map[string]vram.ArrayRequest, len(clients))
-	restore := func(err error) error {
-		for i, c := range clients {
-			err = errors.Join(err, c.Queue(prev[i]))
-		}
-		return err
-	}
+	byClient := b.chunkedRequests()
+	clients := slices.SortedFunc(maps.Keys(byClient), func(x, y *vram.Client) int { return cmp.Compare(x.ID(), y.ID()) })
+	reqs := make([]map[string]vram.ArrayRequest, len(clients))
 	for i, c := range clients {
-		prev[i] = c.Queued()
-		if err := c.Queue(reqs[c]); err != nil {
-			return restore(fmt.Errorf("batch: queue the arrays of %v: %w", c, err))
-		}
+		reqs[i] = byClient[c]
 	}
-	resp, err := clients[0].Allocate(ctx, vram.WithBuffers(k))
+	resp, err := allocateQueued(ctx, clients, reqs, vram.WithBuffers(k))
 	if err != nil {
-		return restore(err)
+		return err
 	}
 	b.plan = resp.Plan
 	nb := max(len(resp.Buffers), 1)
