@@ -42,6 +42,7 @@ type figures struct {
 	fill, copy, compute, write   time.Duration
 	wall                         time.Duration // the whole chunk, first step to drained
 	stagedIn, stagedOut, anyCopy bool
+	from                         string // where the figures come from, for messages ("" : the first chunk)
 }
 
 // overhead is what the chunk cost beyond its steps.
@@ -151,7 +152,11 @@ func choose(f figures, l limits, cur shape) (shape, string) {
 	}
 	staged := l.inRun+l.outRun > 0
 	per := func(d time.Duration) string { return fmt.Sprintf("%.3g s", d.Seconds()) }
-	costs := fmt.Sprintf("the first chunk (%s) took %s copying, %s computing", plural(f.runs, "run"), per(f.copy), per(f.compute))
+	from := f.from
+	if from == "" {
+		from = "the first chunk"
+	}
+	costs := fmt.Sprintf("%s (%s) took %s copying, %s computing", from, plural(f.runs, "run"), per(f.copy), per(f.compute))
 	if staged {
 		costs += fmt.Sprintf(", %s filling and %s writing", per(f.fill), per(f.write))
 	}

@@ -411,3 +411,42 @@ func TestRunChoosesBuffers(t *testing.T) {
 		})
 	}
 }
+
+// TestSecondLook: a run whose staging holds one output slot at full
+// length, and whose first chunk drained at once (an empty page cache)
+// while the later ones take as long as their kernels, keeps its shape
+// after the probe, and changes it after four chunks more: shorter chunks
+// with a second slot, drained behind the device.
+func TestSecondLook(t *testing.T) {
+	const runs = 800_000 // 16 chunks
+	p := probeStaging(t, runs, 1, vram.Pinned)
+	outChunk := p.chunk - p.in
+	// Kernels of 100 ns a run: about 5 ms a chunk of 50,000 runs.
+	f := newFixture(t, runs, 1, fixtureOpts{host: vram.HostOptions{Limit: p.ram + outChunk + outChunk/2},
+		sim: []func(*sim.Config){func(c *sim.Config) { c.KernelTime = 100 * time.Nanosecond }}})
+	_, _, out := f.hosts(t, vram.Pinned)
+	first := true
+	must(t, f.out.Use(batch.Drain(func(sp vram.Span, st *vram.HostArray) error {
+		if !first {
+			time.Sleep(time.Duration(sp.Len) * 100 * time.Nanosecond)
+		}
+		first = false
+		return st.CopyChunkTo(out, sp)
+	})))
+	rep, err := f.b.Run(context.Background(), batch.Options{Buffers: 1}, f.compute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	t.Logf("%s", rep.BufferChoice)
+	looked := false
+	for _, c := range rep.Recuts {
+		t.Logf("re-cut at chunk %d: %d → %d: %s", c.Chunk, c.From, c.To, c.Why)
+		looked = looked || (strings.Contains(c.Why, "after") && strings.Contains(c.Why, "2 staging slots"))
+	}
+	if !strings.HasPrefix(rep.BufferChoice, "kept") || !looked {
+		t.Errorf("choice %q, re-cuts %+v: want the probe's shape kept, then two output slots after the second look", rep.BufferChoice, rep.Recuts)
+	}
+}
