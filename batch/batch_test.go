@@ -53,6 +53,9 @@ func TestRun(t *testing.T) {
 				if wantStaged := map[string]int{"pinned": 0, "pageable": 2, "functions": 2}[side]; rep.Staged != wantStaged {
 					t.Errorf("%d arrays staged, want %d", rep.Staged, wantStaged)
 				}
+				if rep.DeviceIdle < 0 || rep.DeviceIdle > rep.Wall || rep.Compute+rep.ExposedCopy+rep.DeviceIdle < rep.Wall {
+					t.Errorf("device idle %v of %v (compute %v, exposed copy %v): want it within the wall, the three its whole", rep.DeviceIdle, rep.Wall, rep.Compute, rep.ExposedCopy)
+				}
 				if rep.Copy <= 0 || rep.Compute <= 0 || rep.ExposedCopy < 0 || rep.ExposedCopy > rep.Copy {
 					t.Errorf("times: copy %v, compute %v, exposed %v: want positive, exposed within copy", rep.Copy, rep.Compute, rep.ExposedCopy)
 				}

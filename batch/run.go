@@ -175,12 +175,17 @@ type Report struct {
 	// the compute steps' work ran, ExposedCopy the part of Copy during
 	// which no compute ran: what buffering failed to hide.
 	Copy, Compute, ExposedCopy time.Duration
+	// DeviceIdle is Wall less the time the device copied or computed
+	// (Compute + ExposedCopy): what the host held it up, filling,
+	// waiting for the writer, enqueueing, re-cutting.
+	DeviceIdle time.Duration
 	// Fill is the time the run spent filling staged inputs (Fill
 	// functions, copies into staging); Write the writer's time draining
 	// staged outputs (Drain functions, copies into pageable or
 	// file-backed host arrays: writing the files), which overlaps the
 	// device's work; WriteWait the part of it the run waited for (a
-	// staging slot not yet drained).
+	// staging slot not yet drained; the device may have been busy
+	// meanwhile with the chunks enqueued before).
 	Fill, Write, WriteWait time.Duration
 	// Recuts lists each change of the chunk length or buffers between
 	// chunks, in order (elastic.go).

@@ -239,6 +239,7 @@ func (r *batchRun) finish(err error) (Report, error) {
 	errs = append(errs, r.releaseStaging())
 	if !r.start.IsZero() {
 		r.rep.Wall = time.Since(r.start)
+		r.rep.DeviceIdle = max(0, r.rep.Wall-r.rep.Compute-r.rep.ExposedCopy)
 	}
 	r.rep.Chunks, r.rep.RunsLeft = len(r.chunks), r.q.runsLeft()
 	for _, c := range r.chunks[:min(r.rep.ChunksDone, len(r.chunks))] {

@@ -70,11 +70,14 @@ type runReport struct {
 	// its start to the batch's (device, allocation, host arrays, inputs),
 	// VerifySeconds the check after it: with the batch's copy, kernel
 	// and write figures they account for WallSeconds.
-	WriteSeconds     float64 `json:"write_seconds"`
-	WriteWaitSeconds float64 `json:"write_wait_seconds"`
-	FillSeconds      float64 `json:"fill_seconds"`
-	SetupSeconds     float64 `json:"setup_seconds"`
-	VerifySeconds    float64 `json:"verify_seconds"`
+	WriteSeconds float64 `json:"write_seconds"`
+	// DeviceIdleSeconds is the batch's time with the device neither
+	// copying nor computing (batch.Report.DeviceIdle).
+	DeviceIdleSeconds float64 `json:"device_idle_seconds"`
+	WriteWaitSeconds  float64 `json:"write_wait_seconds"`
+	FillSeconds       float64 `json:"fill_seconds"`
+	SetupSeconds      float64 `json:"setup_seconds"`
+	VerifySeconds     float64 `json:"verify_seconds"`
 	// ChunksRun and RunChunkLength are the chunks the batch ran and the
 	// length it cut them at last, which differ from the plan's when it
 	// re-planned between chunks (Recuts, each change) or chose its
@@ -132,6 +135,7 @@ type recutJSON struct {
 // its writes, its chunks and each change of their length.
 func (r *runReport) pipelineReport(br batch.Report) {
 	r.WriteSeconds, r.WriteWaitSeconds, r.FillSeconds = br.Write.Seconds(), br.WriteWait.Seconds(), br.Fill.Seconds()
+	r.DeviceIdleSeconds = br.DeviceIdle.Seconds()
 	r.ChunksRun, r.RunChunkLength, r.BufferChoice = br.Chunks, br.ChunkLength, br.BufferChoice
 	for _, c := range br.Recuts {
 		r.Recuts = append(r.Recuts, recutJSON{AtSeconds: c.At.Seconds(), Chunk: c.Chunk, From: c.From, To: c.To,
@@ -234,8 +238,8 @@ func printPipeline(w io.Writer, r runReport) {
 	}
 	fmt.Fprintf(w, "time         %.2f s in all: %.2f s of set-up, %.2f s for the batch (%s runs/s), %.2f s to verify\n",
 		r.WallSeconds, r.SetupSeconds, r.BatchSeconds, rate(r.RunsPerSecond), r.VerifySeconds)
-	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels, %.2f s of writes (%.2f s waited for), %.2f s filling; %.2f s of copying not hidden by a kernel\n",
-		r.CopySeconds, r.ComputeSeconds, r.WriteSeconds, r.WriteWaitSeconds, r.FillSeconds, r.ExposedCopySeconds)
+	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels, %.2f s of writes, %.2f s filling; %.2f s of copying not hidden by a kernel, the device idle %.2f s\n",
+		r.CopySeconds, r.ComputeSeconds, r.WriteSeconds, r.FillSeconds, r.ExposedCopySeconds, r.DeviceIdleSeconds)
 }
 
 // printHost writes the host side: the arrays' rungs, the staging, the
