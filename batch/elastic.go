@@ -57,18 +57,8 @@ type elastic struct {
 	want    target
 	seen    uint64 // the manager's budget change last acted on
 	pref    shape  // the lead and output slots wanted (the probe's choice), which staging may lower
-	// A second look at the choice, once lookAt chunks are drained: the
-	// first chunk's fills and writes met empty caches (the page cache
-	// of a file written takes its first chunk at memory speed), so the
-	// choice is made again with those of the chunks since the probe.
-	lookAt       int           // 0: no look due
-	look0        int           // the chunks drained when the probe's choice was made
-	busy0, fill0 time.Duration // the writer's time and the fills' then
+	lk      looks  // looking again at the shape (look.go)
 }
-
-// lookAfter is how many chunks after the probe the second look waits
-// for: the mean of four halves the spread of one.
-const lookAfter = 4
 
 // target is what a re-cut is for.
 type target struct {
@@ -121,8 +111,8 @@ func (r *batchRun) recutDue() bool {
 	case e.probing && len(r.chunks) > e.seg0:
 		e.due = true // the probe chunk is taken: it runs alone
 		return true
-	case e.lookAt > 0:
-		if t, ok := r.secondLook(); ok {
+	case e.lk.due:
+		if t, ok := r.look(); ok {
 			e.want, e.due = t, true
 			return true
 		}
@@ -205,45 +195,7 @@ func (r *batchRun) probeTarget() (target, bool) {
 	best, why := choose(e.fig, l, cur)
 	r.rep.BufferChoice = why
 	e.pref = best
-	if len(r.staged()) > 0 {
-		e.look0, e.busy0, _, _ = r.w.snapshot()
-		e.lookAt, e.fill0 = e.look0+lookAfter, r.rep.Fill
-	}
-	if best == cur {
-		return target{}, false
-	}
-	return target{k: best.k, stride: l.devLen[best.k], sh: &best, why: why}, true
-}
-
-// secondLook makes the choice again once lookAfter chunks since the
-// probe are drained, with their fill and write times in place of the
-// probe's; a re-cut when it picks another shape.
-func (r *batchRun) secondLook() (target, bool) {
-	e := &r.el
-	drained, busy, _, _ := r.w.snapshot()
-	if drained < e.lookAt {
-		return target{}, false
-	}
-	e.lookAt = 0
-	runs := 0
-	for _, c := range r.chunks[e.look0:drained] {
-		runs += c.len
-	}
-	if runs == 0 {
-		return target{}, false
-	}
-	f := e.fig
-	scale := func(d time.Duration) time.Duration {
-		return time.Duration(float64(d) * float64(f.runs) / float64(runs))
-	}
-	f.write, f.fill = scale(busy-e.busy0), scale(r.rep.Fill-e.fill0)
-	f.from = "the first chunk, with the mean fill and write of the chunks since,"
-	cur := shape{k: r.k, lag: r.lag, slots: r.outSlots, length: r.length}
-	l := r.limits(r.o.Buffers)
-	best, why := choose(f, l, cur)
-	why = fmt.Sprintf("after %s: %s", plural(drained, "chunk"), why)
-	r.rep.BufferChoice += "; " + why
-	e.pref = best
+	r.startLooks(cur, e.fig, best != cur)
 	if best == cur {
 		return target{}, false
 	}
@@ -316,6 +268,7 @@ func (r *batchRun) recut() error {
 	r.q.setLength(r.part, r.length)
 	r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: r.length,
 		ArraysFrom: fromStride, ArraysTo: r.stride, Buffers: r.k, Why: t.why})
+	e.lk.restart(len(r.chunks))
 	r.rep.Buffers, r.rep.Lag, r.rep.ChunkLength = r.k, r.lag, 0
 	return nil
 }

@@ -450,3 +450,49 @@ func TestSecondLook(t *testing.T) {
 		t.Errorf("choice %q, re-cuts %+v: want the probe's shape kept, then two output slots after the second look", rep.BufferChoice, rep.Recuts)
 	}
 }
+
+// TestLookReverts: a change the probe's model predicts to pay but that
+// buys nothing is measured and undone. The kernel takes 10 ms a launch
+// whatever its length (a sleep), and the copies as long over the link:
+// one chunk looks like copies beside as much compute, so two buffers
+// are chosen; but their chunks are half as long, twice as many kernels
+// of 10 ms, and a run costs what it did with one. The look after four
+// chunks finds no gain and goes back to one buffer. Three tries: a
+// probe chunk slowed by other jobs would make the change look better.
+func TestLookReverts(t *testing.T) {
+	k, err := kernel.New("fixed", "", func(a kernel.Args, lo, hi int) error {
+		if lo == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		in, out, tab, ld := a.Float32s(0), a.Float32s(1), a.Float32s(2), a.Shape(0)[1]
+		for i := lo; i < hi; i++ {
+			for r := range 2 {
+				out[r*ld+i] = in[r*ld+i]*tab[0] + tab[1]
+			}
+		}
+		return nil
+	}, 0)
+	must(t, err)
+	var last batch.Report
+	for range 3 {
+		// 1,600,000 runs on 1 MiB: 32 chunks of 50,000 runs, 800 KB
+		// each way a chunk: 10 ms at 160 MB/s.
+		f := newBatchFixture(t, 1_600_000, 1, func(c *sim.Config) { c.CopyBandwidth = 160e6 })
+		_, _, out := f.hosts(t, vram.Pinned)
+		rep, err := f.b.Run(context.Background(), batch.Options{}, func(_ context.Context, ch *batch.Chunk) error {
+			return ch.Launch(k, f.in, f.out, f.table)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := f.checkOut(out.Float32s(), f.runs); bad != 0 {
+			t.Fatalf("%d wrong results", bad)
+		}
+		last = rep
+		if n := len(rep.Recuts); n == 2 && rep.Recuts[0].Buffers == 2 && rep.Recuts[1].Buffers == 1 && strings.Contains(rep.Recuts[1].Why, "back to 1 buffer") {
+			t.Logf("%s", rep.BufferChoice)
+			return
+		}
+	}
+	t.Fatalf("three tries, the last with re-cuts %+v (%s); want two buffers chosen, then back to one", last.Recuts, last.BufferChoice)
+}

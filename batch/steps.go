@@ -110,8 +110,7 @@ func (r *batchRun) segment() error {
 		return err
 	}
 	if r.el.probing && len(r.chunks) > i0 {
-		_, busy, _, _ := r.w.snapshot()
-		r.el.fig.write, r.el.fig.wall = busy, time.Since(r.el.segT)
+		r.el.fig.write, r.el.fig.wall = r.w.snapshot().busy, time.Since(r.el.segT)
 		r.el.fig.runs = r.chunks[i0].len
 	}
 	return nil

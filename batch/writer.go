@@ -38,7 +38,8 @@ type writer struct {
 	drained int        // chunks drained (every chunk before it, in order)
 	err     error      // the first drain's or progress's error; the writer drains nothing after it
 	busy    time.Duration
-	in, out uint64 // bytes of the chunks drained
+	in, out uint64    // bytes of the chunks drained
+	lastAt  time.Time // when the last chunk was drained
 	moved   chan struct{}
 }
 
@@ -85,11 +86,18 @@ func (w *writer) failed() error {
 	return w.err
 }
 
+// writerState is what a writer has done so far.
+type writerState struct {
+	drained int           // chunks drained
+	busy    time.Duration // its time draining them
+	lastAt  time.Time     // when the last was drained
+}
+
 // snapshot is what the writer has done so far.
-func (w *writer) snapshot() (drained int, busy time.Duration, in, out uint64) {
+func (w *writer) snapshot() writerState {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.drained, w.busy, w.in, w.out
+	return writerState{drained: w.drained, busy: w.busy, lastAt: w.lastAt}
 }
 
 // stop ends the writer once it has drained what it was given, and
@@ -116,7 +124,7 @@ func (w *writer) loop() {
 			w.err = err
 		} else {
 			w.drained++
-			w.in, w.out = w.in+it.ch.in, w.out+it.ch.out
+			w.in, w.out, w.lastAt = w.in+it.ch.in, w.out+it.ch.out, time.Now()
 		}
 		close(w.moved)
 		w.moved = make(chan struct{})
