@@ -330,6 +330,18 @@ func (r *batchRun) retireUpTo(upTo int) error {
 			it.stages = append(it.stages, st)
 		}
 		r.w.push(it)
+		if r.inTurn() {
+			if err := r.w.wait(i + 1); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
+
+// inTurn reports whether the run drains each chunk before it enqueues
+// the next: with no lead and one staging slot an output has nothing to
+// drain behind with (the shape choose models as every step in turn,
+// and the one a look goes back to when writing behind the device
+// bought nothing).
+func (r *batchRun) inTurn() bool { return r.lag == 0 && r.outStage() == 1 }

@@ -8,7 +8,8 @@ package batch
 // outputs' staging slots: chunk j's copies out go into slot j mod n,
 // so before enqueueing them the run waits until the writer has drained
 // chunk j−n, and no more than n chunks' outputs are ever on the host
-// waiting for it.
+// waiting for it. With one slot and no lead the run drains each chunk in
+// turn, before it enqueues the next.
 
 import (
 	"fmt"
