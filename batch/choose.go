@@ -17,15 +17,21 @@ package batch
 //	lag 0, n ≥ 2: max(dev + f, w) (the writer drains behind the device)
 //	lag ≥ 1:      max(dev, f, w)  (the host fills ahead, the writer drains behind)
 //
-// plus o per chunk. Its chunk length is the least of the device's plan
-// for k buffers (a second buffer halves it, near enough), what the
+// plus o per chunk, and with k ≥ 2 one chunk's copies (the first
+// chunk's in and the last's out overlap nothing). Its chunk length is
+// the least of the device's plan for k buffers (a second buffer halves
+// it, near enough), what the
 // staging slots leave (L × Σ bytes per run × slots ≤ the staging room)
 // and the batch's cap. The shape with the least predicted time for the
 // runs left wins, but only if it beats the shape the probe ran by more
 // than minGain: a prediction from one chunk is no finer than that, and
 // a re-cut is not free. k = 3 buys no more than 2 in this model (one copy
 // stream); it is taken, with its lead of two chunks, only where it costs
-// no chunk length, for the slack it gives against uneven chunks.
+// no chunk length, for the slack it gives against uneven chunks. The
+// model takes overlap to be free, as a GPU's copy engines and kernels
+// are beside the host; where the host's own cores run the kernels (the
+// simulator) it may not be, and the looks (look.go) measure what a
+// change bought and undo it when it bought nothing.
 
 import (
 	"fmt"
@@ -106,7 +112,11 @@ func predict(f figures, s shape, runsLeft int) time.Duration {
 		run = max(dev, fl, w)
 	}
 	chunks := (runsLeft + s.length - 1) / max(s.length, 1)
-	return time.Duration(run*float64(runsLeft)) + time.Duration(chunks)*f.overhead()
+	t := run*float64(runsLeft) + float64(chunks)*float64(f.overhead())
+	if s.k > 1 {
+		t += c * float64(min(s.length, runsLeft)) // the first chunk's copies in and the last's out hide behind nothing
+	}
+	return time.Duration(t)
 }
 
 // bestOf is the best shape with k buffers, by lead and output slots, and

@@ -50,7 +50,8 @@
 //     1, 2 or 3 buffers, the host's lead and the output slots from that
 //     chunk's copy, compute, fill and write times and the chunk length
 //     each costs (choose.go), and says why (Report.BufferChoice); an
-//     explicit count wins;
+//     explicit count wins. Four chunks later it looks again (look.go):
+//     a change that did not make the runs faster is undone;
 //   - when the manager's budget changes (vram.Manager.SetCap, another
 //     group's claim; vram.Manager.BudgetChange) and vram.Client.PlanNow
 //     gives its arrays another length: shorter always, longer with
@@ -90,7 +91,8 @@
 // batch.go: the Batch, its arrays and host sides, Allocate. run.go: the
 // pipeline's order, Run, Chunk, the Report. setup.go, staging.go,
 // steps.go, timeline.go, work.go, writer.go: a run's resources, staging,
-// steps, timing, work marks and write-behind. elastic.go, choose.go: the
-// re-cuts between chunks and the choice of a run's shape. parts.go: the
+// steps, timing, work marks and write-behind. elastic.go, choose.go,
+// look.go: the re-cuts between chunks, the choice of a run's shape and
+// the second look at it. parts.go: the
 // queue of runs and RunParts. errors.go: the sentinels and PanicError.
 package batch
