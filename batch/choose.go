@@ -12,7 +12,8 @@ package batch
 // once a chunk). A shape of k buffers, lag chunks of host lead and n
 // output slots runs a run in
 //
-//	dev = c + g (k = 1; one stream does both) or max(c, g) (k ≥ 2),
+//	dev = c + g (k = 1; one stream does both) or max(c, g) (k ≥ 2, on a
+//	      device whose copies and kernels overlap: device.Overlapper),
 //	lag 0, n = 1: dev + f + w     (every step in turn)
 //	lag 0, n ≥ 2: max(dev + f, w) (the writer drains behind the device)
 //	lag ≥ 1:      max(dev, f, w)  (the host fills ahead, the writer drains behind)
@@ -44,11 +45,14 @@ const minGain = 0.03
 
 // figures are the probe chunk's costs.
 type figures struct {
-	runs                         int // the chunk's runs
-	fill, copy, compute, write   time.Duration
-	wall                         time.Duration // the whole chunk, first step to drained
-	stagedIn, stagedOut, anyCopy bool
-	from                         string // where the figures come from, for messages ("" : the first chunk)
+	runs                       int // the chunk's runs
+	fill, copy, compute, write time.Duration
+	wall                       time.Duration // the whole chunk, first step to drained
+	from                       string        // where the figures come from, for messages ("" : the first chunk)
+	// overlap says that the device runs copies beside kernels at full
+	// speed (device.Overlapper): without it a second buffer hides
+	// nothing.
+	overlap bool
 }
 
 // overhead is what the chunk cost beyond its steps.
@@ -99,7 +103,7 @@ func predict(f figures, s shape, runsLeft int) time.Duration {
 	per := func(d time.Duration) float64 { return float64(d) / float64(max(f.runs, 1)) }
 	c, g, fl, w := per(f.copy), per(f.compute), per(f.fill), per(f.write)
 	dev := c + g
-	if s.k > 1 {
+	if s.k > 1 && f.overlap {
 		dev = max(c, g)
 	}
 	var run float64
@@ -113,7 +117,7 @@ func predict(f figures, s shape, runsLeft int) time.Duration {
 	}
 	chunks := (runsLeft + s.length - 1) / max(s.length, 1)
 	t := run*float64(runsLeft) + float64(chunks)*float64(f.overhead())
-	if s.k > 1 {
+	if s.k > 1 && f.overlap {
 		t += c * float64(min(s.length, runsLeft)) // the first chunk's copies in and the last's out hide behind nothing
 	}
 	return time.Duration(t)
@@ -169,6 +173,9 @@ func choose(f figures, l limits, cur shape) (shape, string) {
 	costs := fmt.Sprintf("%s (%s) took %s copying, %s computing", from, plural(f.runs, "run"), per(f.copy), per(f.compute))
 	if staged {
 		costs += fmt.Sprintf(", %s filling and %s writing", per(f.fill), per(f.write))
+	}
+	if !f.overlap {
+		costs += " (on this device copies and kernels share the host's cores: a second buffer hides nothing)"
 	}
 	switch {
 	case best.k == 0 || best.words(staged) == cur.words(staged):

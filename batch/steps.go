@@ -111,6 +111,8 @@ func (r *batchRun) segment() error {
 	}
 	if r.el.probing && len(r.chunks) > i0 {
 		r.el.fig.write, r.el.fig.wall = r.w.snapshot().busy, time.Since(r.el.segT)
+		ov, ok := r.dev.(device.Overlapper)
+		r.el.fig.overlap = !ok || ov.CopiesOverlapKernels()
 		r.el.fig.runs = r.chunks[i0].len
 	}
 	return nil
