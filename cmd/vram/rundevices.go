@@ -4,9 +4,9 @@
 // a goroutine of its own, and plans the whole batch on itself, which
 // gives the chunk length that fits it. The library's batch.RunParts then
 // deals the batch from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (and at most its share, by
-// length, of half the runs left, so that a batch one device holds whole
-// is still spread and the devices finish together), each device's
+// each device's chunks at its own length (and at most ⌈left/2P⌉ of the
+// runs left for P devices, so that a batch one device holds whole is
+// still spread and the devices finish together), each device's
 // pipeline on its own goroutine locked to its OS thread (a CUDA context
 // is current per thread): a larger device cuts longer chunks, a faster
 // one takes more of them. Each chunk's inputs are drawn for its runs (fill
@@ -53,9 +53,9 @@ func deviceSpecs(v string) ([]string, error) {
 type deviceShare struct {
 	Device string `json:"device"`
 	// PlanChunkLength is the chunk length the device's plan of the whole
-	// batch gave (what its memory holds); ChunkLength the length it cut
-	// its chunks at last (its plan's, or less: its share of the runs
-	// left, a re-cut).
+	// batch gave (what its memory holds); ChunkLength the runs of its
+	// longest chunk since its last re-cut (its plan's length, or less:
+	// ⌈left/2P⌉ of the runs left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
 	ChunkLength     int     `json:"chunk_length"`
 	Chunks          int     `json:"chunks"` // chunks of the batch it ran
@@ -418,7 +418,7 @@ func (a *app) printMulti(r multiReport) error {
 	}
 	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
 	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s: %s (%s), the last of %s, %s, %.2f s busy; its plan: %s a chunk\n", i, d.Device,
+		fmt.Fprintf(w, "  %-3d        %s: %s (%s), up to %s a chunk, %s, %.2f s busy; its plan: %s a chunk\n", i, d.Device,
 			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds, plural(d.PlanChunkLength, "run"))
 	}
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
@@ -438,8 +438,8 @@ func (a *app) printMulti(r multiReport) error {
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
 Each device has its own memory manager and cuts chunks of its own plan's
-length, dealt from one queue to whichever device is free (at most its
-share, by length, of half the runs left, so that the devices finish
+length, dealt from one queue to whichever device is free (at most
+⌈left/2P⌉ of the runs left for P devices, so that the devices finish
 together): a larger device cuts longer chunks, a faster one takes more.
 The results, and --out,
 are the same as on one device. --kernel-delay D makes each kernel take
