@@ -85,6 +85,7 @@ func TestEvict(t *testing.T) {
 	tests := map[string]struct {
 		ask     ArrayRequest
 		noEvict string                                                     // the client that opts out
+		noHook  string                                                     // the client registered with no OnInvalidate
 		prepare func(t *testing.T, dev *sim.Device, cs map[string]*Client) // before the big group allocates
 		mate    bool                                                       // a member of the big group holds memory too (never evicted)
 		want    []string                                                   // evicted
@@ -167,6 +168,9 @@ func TestEvict(t *testing.T) {
 		"opted out: skipped": {
 			ask: fixed(Uint8, 40*int(MiB)), noEvict: "a", want: []string{"b", "c"}, chunks: 1,
 		},
+		"no OnInvalidate: never evicted, nobody could tell it": {
+			ask: fixed(Uint8, 40*int(MiB)), noHook: "a", want: []string{"b", "c"}, chunks: 1,
+		},
 		"recently used: evicted last": {
 			ask: fixed(Uint8, 40*int(MiB)), want: []string{"b", "c"}, chunks: 1,
 			prepare: func(t *testing.T, _ *sim.Device, cs map[string]*Client) {
@@ -198,7 +202,11 @@ func TestEvict(t *testing.T) {
 				if n == "mate" {
 					g = "big"
 				}
-				cs[n] = register(t, m, ClientOptions{Name: n, Group: g, NoEvict: n == tc.noEvict, OnInvalidate: iv.hook(n)})
+				o := ClientOptions{Name: n, Group: g, NoEvict: n == tc.noEvict, OnInvalidate: iv.hook(n)}
+				if n == tc.noHook {
+					o.OnInvalidate = nil
+				}
+				cs[n] = register(t, m, o)
 				resps[n] = holdBytes(t, cs[n], each)
 			}
 			if tc.prepare != nil {
@@ -247,9 +255,9 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 	var iv invalidations
 	a := register(t, m, ClientOptions{Name: "a", Group: "a", OnInvalidate: iv.hook("a")})
 	old := holdBytes(t, a, 40*int(MiB))
-	big := register(t, m, ClientOptions{Name: "big", Group: "big"})
+	big := register(t, m, ClientOptions{Name: "big", Group: "big", OnInvalidate: iv.hook("big")})
 	bigResp := holdBytes(t, big, 40*int(MiB))
-	if !a.Evicted() || len(iv.names()) != 1 {
+	if !a.Evicted() || !slices.Equal(iv.names(), []string{"a"}) {
 		t.Fatalf("a evicted %v, hooks %v", a.Evicted(), iv.names())
 	}
 	h, err := m.NewHostArray([]int{40 * int(MiB)}, Uint8, Pageable, nil)
