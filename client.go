@@ -179,7 +179,8 @@ func (c *Client) Held() uint64 {
 }
 
 // Free frees the client's arrays under label (every buffer). It is not an
-// error if there are none.
+// error if there are none: a warning is logged, as cubie warns, since a
+// label freed twice or misspelt usually means a bug.
 func (c *Client) Free(label string) error {
 	m := c.m
 	m.allocMu.RLock()
@@ -191,6 +192,10 @@ func (c *Client) Free(label string) error {
 	}
 	allocs := c.takeLocked(label)
 	m.mu.Unlock()
+	if len(allocs) == 0 {
+		m.log.Warn("vram: Free of a label the client holds no array under", "client", c.String(), "label", label)
+		return nil
+	}
 	return m.freeWork([]freeWork{{c: c, allocs: allocs}})
 }
 
