@@ -179,6 +179,10 @@ func (m *MemoryType) UnmarshalText(b []byte) error {
 }
 
 // ArrayRequest asks for one array. Arrays are row-major (C order).
+// ChunkAxis, the run axis, is 0 unless set (cubie's chunk_axis_index is
+// 2, the last of its (time, variable, run) arrays): a request ported
+// from cubie names its run axis, and one whose TotalRuns is another
+// axis' length is refused saying which.
 //
 // A request is chunkable unless Unchunkable is set, or Shape has no axis
 // ChunkAxis, or that axis has length 1. An empty (non-nil) Shape is a
@@ -284,10 +288,23 @@ func (r ArrayRequest) Validate() error {
 		return fmt.Errorf("shape %v: total runs %d is negative; use 0 (the chunk axis' length) or the number of runs: %w", r.Shape, r.TotalRuns, ErrInvalidRequest)
 	}
 	if r.Chunkable() && r.TotalRuns != 0 && r.TotalRuns != r.Shape[r.ChunkAxis] {
-		return fmt.Errorf("shape %v: total runs %d differs from the length %d of chunk axis %d; set them equal or mark the request unchunkable: %w",
-			r.Shape, r.TotalRuns, r.Shape[r.ChunkAxis], r.ChunkAxis, ErrInvalidRequest)
+		return fmt.Errorf("shape %v: total runs %d differs from the length %d of chunk axis %d; %s: %w",
+			r.Shape, r.TotalRuns, r.Shape[r.ChunkAxis], r.ChunkAxis, r.axisHint(), ErrInvalidRequest)
 	}
 	return nil
+}
+
+// axisHint says what to change for a request whose TotalRuns is not the
+// length of its chunk axis: name the axis that has that length (cubie's
+// default run axis is 2, the last of its (time, variable, run) arrays,
+// vram's 0, so a request ported with no axis given lands here).
+func (r ArrayRequest) axisHint() string {
+	for i := len(r.Shape) - 1; i >= 0; i-- {
+		if r.Shape[i] == r.TotalRuns {
+			return fmt.Sprintf("axis %d has that length: set ChunkAxis: %d (ChunkAxis defaults to 0; cubie's chunk_axis_index defaults to 2, the run axis of its (time, variable, run) arrays)", i, i)
+		}
+	}
+	return "set them equal or mark the request unchunkable (ChunkAxis defaults to 0; cubie's chunk_axis_index to 2)"
 }
 
 // elements multiplies the dimensions, reporting false on overflow or a

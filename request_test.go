@@ -171,3 +171,24 @@ func TestScalarShape(t *testing.T) {
 		t.Errorf("scalar round trip: %v, want [2.5]", got)
 	}
 }
+
+// TestChunkAxisHint: a request whose TotalRuns is not its chunk axis'
+// length (a cubie request ported as written: cubie's run axis defaults
+// to 2, vram's to 0) is refused naming the axis that has that length.
+func TestChunkAxisHint(t *testing.T) {
+	for name, tc := range map[string]struct {
+		r    ArrayRequest
+		says string
+	}{
+		"cubie's (variable, run)": {ArrayRequest{Shape: []int{10, 150}, DType: Float32, TotalRuns: 150}, "axis 1 has that length: set ChunkAxis: 1"},
+		"(time, variable, run)":   {ArrayRequest{Shape: []int{100, 4, 50}, DType: Float64, TotalRuns: 50}, "set ChunkAxis: 2"},
+		"no axis of that length":  {ArrayRequest{Shape: []int{10, 20}, DType: Float32, TotalRuns: 7}, "set them equal or mark the request unchunkable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.r.Validate()
+			if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "cubie") {
+				t.Errorf("got %v, want ErrInvalidRequest saying %q and what cubie's default is", err, tc.says)
+			}
+		})
+	}
+}
