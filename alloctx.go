@@ -58,6 +58,9 @@ type allocTx struct {
 // allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
+	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (rebroadcast.go)
+		return res, err
+	}
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
@@ -382,6 +385,7 @@ func (tx *allocTx) install() groupOutcome {
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
+	m.plans[tx.group] = tx.plan // sent again by an Allocate with nothing queued
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
 		if d.c == tx.trigger {

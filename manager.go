@@ -209,6 +209,7 @@ type Manager struct {
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
+	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
 	closed     bool
 }
 
@@ -248,6 +249,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]chan struct{}{},
+		plans:      map[string]ChunkPlan{},
 		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
@@ -886,5 +888,6 @@ func (m *Manager) removeLocked(c *Client) {
 func (m *Manager) forgetIfEmptyLocked(group string) {
 	if _, ok := m.reg.groups[group]; !ok {
 		delete(m.groupLocks, group)
+		delete(m.plans, group)
 	}
 }
