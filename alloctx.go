@@ -195,13 +195,8 @@ func (m *Manager) readBudget(b *groupBudget) error {
 func (m *Manager) heldLocked(b *groupBudget) {
 	b.replaced, b.caps, b.held = 0, 0, 0
 	for _, c := range b.requesters {
-		if c.closed {
-			continue
-		}
-		for l := range b.queue[c] {
-			for _, a := range c.arrays[l] {
-				b.replaced += a.charged
-			}
+		if !c.closed {
+			b.replaced += c.replacedLocked(b.queue[c])
 		}
 	}
 	if b.mode == Active {
@@ -210,6 +205,7 @@ func (m *Manager) heldLocked(b *groupBudget) {
 			b.held += c.held
 		}
 	}
+	m.ownRoomLocked(b)
 }
 
 // setAsideReplaced frees the arrays being replaced before the new ones
