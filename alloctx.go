@@ -72,6 +72,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		tx.restoreQueue()
 		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
+	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(err)
 	}
@@ -84,7 +85,6 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	res := tx.install()
 	tx.freeReplaced(&res)
 	res.invalidated = tx.victims
-	tx.warn()
 	return res, nil
 }
 

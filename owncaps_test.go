@@ -26,9 +26,9 @@ func TestActiveOwnCaps(t *testing.T) {
 		names   string // the member the error names
 	}{
 		"a member over its cap is chunked to it": {mode: Active, a: req(Uint8, 0, runs, 40), b: fixed(Uint8, int(MiB)), chunked: true},
-		"what it holds counts": {mode: Active, a: req(Uint8, 0, runs, 24), b: fixed(Uint8, int(MiB)), aHeld: 16 * int(MiB), chunked: true},
-		"double buffered":      {mode: Active, buffers: 2, a: req(Uint8, 0, runs, 40), b: req(Uint8, 0, runs, 8), chunked: true},
-		"fits its cap: whole":  {mode: Active, a: req(Uint8, 0, runs, 30), b: fixed(Uint8, int(MiB))},
+		"what it holds counts":                   {mode: Active, a: req(Uint8, 0, runs, 24), b: fixed(Uint8, int(MiB)), aHeld: 16 * int(MiB), chunked: true},
+		"double buffered":                        {mode: Active, buffers: 2, a: req(Uint8, 0, runs, 40), b: req(Uint8, 0, runs, 8), chunked: true},
+		"fits its cap: whole":                    {mode: Active, a: req(Uint8, 0, runs, 30), b: fixed(Uint8, int(MiB))},
 		"unchunkable over its own cap": {mode: Active, a: fixed(Uint8, 40*int(MiB)), b: fixed(Uint8, int(MiB)),
 			wantErr: ErrUnchunkable, names: "a#"},
 		// b fits its 600 B whole (one 512 B block) but not in two
