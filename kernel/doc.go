@@ -4,6 +4,10 @@
 // device.FuncLauncher), under one name. A program written against a
 // Kernel runs unchanged on the simulator and on a GPU.
 //
+// New checks that PTX, when given, declares ".entry NAME" for the
+// kernel's name (a placeholder would run on the simulator and fail only
+// on a GPU); compiling it is the driver's job, when it loads it.
+//
 // # Launch
 //
 // Launch(dev, s, n, args...) runs the kernel over the indices [0, n) on

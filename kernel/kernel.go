@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -54,7 +56,9 @@ type ptxModule struct {
 // New returns the kernel named name: ptx is its PTX text, whose entry is
 // called name (empty: the kernel runs only where Go kernels do), fn its Go
 // form (nil: only where PTX loads), block the PTX launch's threads per
-// block (0: DefaultBlock).
+// block (0: DefaultBlock). PTX that declares no ".entry name" is refused
+// here, on any device, rather than on the first GPU it meets; what the
+// PTX says otherwise is the driver's to check, when it loads it.
 func New(name, ptx string, fn Func, block int) (*Kernel, error) {
 	switch {
 	case name == "":
@@ -66,10 +70,53 @@ func New(name, ptx string, fn Func, block int) (*Kernel, error) {
 	case binary.NativeEndian.Uint16([]byte{1, 0}) != 1:
 		return nil, fmt.Errorf("kernel %s: a big-endian host cannot view little-endian device memory: %w", name, device.ErrNotSupported)
 	}
+	if ptx != "" {
+		if err := declares(ptx, name); err != nil {
+			return nil, err
+		}
+	}
 	if block == 0 {
 		block = DefaultBlock
 	}
 	return &Kernel{name: name, ptx: ptx, fn: fn, block: uint32(block), loaded: map[device.ModuleLoader]*ptxModule{}}, nil
+}
+
+var (
+	// entryRE finds the names of a PTX text's .entry declarations.
+	entryRE   = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][\w$]*)`)
+	commentRE = regexp.MustCompile(`(?s)//[^\n]*|/\*.*?\*/`)
+)
+
+// declares checks that ptx declares the entry name, outside comments.
+func declares(ptx, name string) error {
+	var found []string
+	for _, m := range entryRE.FindAllStringSubmatch(commentRE.ReplaceAllString(ptx, ""), -1) {
+		if m[1] == name {
+			return nil
+		}
+		found = append(found, m[1])
+	}
+	has := "declares no .entry at all (is it PTX, or a placeholder?)"
+	if len(found) > 0 {
+		const most = 8
+		names := make([]string, 0, most)
+		for _, f := range found[:min(len(found), most)] {
+			names = append(names, clip(f, 64))
+		}
+		if len(found) > most {
+			names = append(names, fmt.Sprintf("… %d more", len(found)-most))
+		}
+		has = "declares .entry " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("kernel %s: its PTX has no \".entry %s\": it %s; give New the name of the PTX's entry: %w", name, clip(name, 64), has, ErrArgs)
+}
+
+// clip shortens s to at most n runes, marking the cut.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }
 
 // Name is the kernel's name, its PTX entry.

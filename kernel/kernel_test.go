@@ -236,3 +236,36 @@ func TestPTXForm(t *testing.T) {
 		t.Errorf("a PTX-only kernel on the simulator: %v, want ErrNotSupported", err)
 	}
 }
+
+// TestNewChecksPTXEntry: PTX given to New must declare ".entry NAME"
+// (outside comments); otherwise New refuses it on any device, saying
+// what the PTX declares, instead of the first GPU failing to load it.
+func TestNewChecksPTXEntry(t *testing.T) {
+	fn := func(kernel.Args, int, int) error { return nil }
+	for name, tc := range map[string]struct {
+		ptx  string
+		says string // "" accepted
+	}{
+		"entry with parameters": {ptx: ".version 7.0\n.target sm_50\n.visible .entry k(\n\t.param .u64 k_param_0\n)\n{\n\tret;\n}\n"},
+		"entry with no list":    {ptx: ".entry k\n{\n\tret;\n}"},
+		"one of several":        {ptx: ".entry a() { ret; }\n.entry k() { ret; }"},
+		"a placeholder":         {ptx: "ptx", says: "declares no .entry at all"},
+		"another entry":         {ptx: ".visible .entry other(\n.param .u32 n\n) { ret; }", says: "declares .entry other"},
+		"a longer name":         {ptx: ".entry kk() { ret; }", says: "declares .entry kk"},
+		"only in a comment":     {ptx: "// .entry k()\n/* .entry k() */\n.entry j() { ret; }", says: "declares .entry j"},
+		"many entries, clipped": {ptx: strings.Repeat(".entry e() {}\n", 10) + ".entry " + strings.Repeat("x", 100) + "() {}", says: "… 3 more"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := kernel.New("k", tc.ptx, fn, 0)
+			if tc.says == "" {
+				if err != nil || k.Name() != "k" {
+					t.Fatalf("New = %v, %v; want the kernel", k, err)
+				}
+				return
+			}
+			if !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), `no ".entry k"`) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("New = %v; want ErrArgs saying the PTX has no .entry k and %q", err, tc.says)
+			}
+		})
+	}
+}
