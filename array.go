@@ -72,6 +72,10 @@ func (a *DeviceArray) Dim(i int) int { return a.shape[i] }
 // DType is the element type.
 func (a *DeviceArray) DType() DType { return a.dtype }
 
+// ElemType is the element type's NumPy name ("float32"): a kernel's
+// typed views check it (kernel.Typed).
+func (a *DeviceArray) ElemType() string { return a.dtype.String() }
+
 // Strides are the row-major strides in bytes.
 func (a *DeviceArray) Strides() []int { return stridesOf(a.shape, a.dtype.Size()) }
 

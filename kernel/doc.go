@@ -33,7 +33,10 @@
 // refuses a big-endian host). An element k of a view is the same element
 // k a PTX thread reads at ptr + k·size. Views must not be kept after the
 // function returns. An array whose address is not aligned to the
-// element's size cannot be viewed with that type.
+// element's size cannot be viewed with that type, and an array that
+// states its element type (Typed, as *vram.DeviceArray does) cannot be
+// viewed as another: Float64s of a float32 array is an *ArgError, not
+// its bytes read as float64s. Bytes views any array.
 //
 // An accessor given the wrong index or type panics with an *ArgError;
 // Launch recovers it and returns it as the launch's error (it wraps

@@ -31,6 +31,16 @@ type Array interface {
 	Bytes() uint64
 }
 
+// Typed is an Array that states its element type by its NumPy name
+// ("float32", "float64", "int32", "uint32", "int64", …): a Go kernel's
+// typed views of it check that name, so that a float32 array is never
+// read as float64s. *vram.DeviceArray is one. An Array that is not Typed
+// is viewed as whatever type is asked for.
+type Typed interface {
+	Array
+	ElemType() string
+}
+
 // Func is a kernel's Go form: it computes the indices [lo, hi) of a launch
 // over the arguments a. It may be called for several ranges at once, from
 // several goroutines.
@@ -327,11 +337,16 @@ func (a Args) Bytes(i int) []byte {
 	return b
 }
 
-// viewAs views argument i's array as a slice of T.
-func viewAs[T any](a Args, i int, want string) []T {
+// viewAs views argument i's array as a slice of T, whose NumPy name is
+// elem.
+func viewAs[T any](a Args, i int, elem string) []T {
+	want := "[]" + elem
 	arr, ok := a.arg(i, want).(Array)
 	if !ok {
 		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: fmt.Sprintf("a %T", a.args[i])})
+	}
+	if ta, typed := arr.(Typed); typed && ta.ElemType() != elem {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: "an array of " + clip(ta.ElemType(), 32)})
 	}
 	var zero T
 	size := uint64(unsafe.Sizeof(zero))
@@ -351,19 +366,19 @@ func viewAs[T any](a Args, i int, want string) []T {
 }
 
 // Float32s views argument i's array as float32 values.
-func (a Args) Float32s(i int) []float32 { return viewAs[float32](a, i, "[]float32") }
+func (a Args) Float32s(i int) []float32 { return viewAs[float32](a, i, "float32") }
 
 // Float64s views argument i's array as float64 values.
-func (a Args) Float64s(i int) []float64 { return viewAs[float64](a, i, "[]float64") }
+func (a Args) Float64s(i int) []float64 { return viewAs[float64](a, i, "float64") }
 
 // Int32s views argument i's array as int32 values.
-func (a Args) Int32s(i int) []int32 { return viewAs[int32](a, i, "[]int32") }
+func (a Args) Int32s(i int) []int32 { return viewAs[int32](a, i, "int32") }
 
 // Uint32s views argument i's array as uint32 values.
-func (a Args) Uint32s(i int) []uint32 { return viewAs[uint32](a, i, "[]uint32") }
+func (a Args) Uint32s(i int) []uint32 { return viewAs[uint32](a, i, "uint32") }
 
 // Int64s views argument i's array as int64 values.
-func (a Args) Int64s(i int) []int64 { return viewAs[int64](a, i, "[]int64") }
+func (a Args) Int64s(i int) []int64 { return viewAs[int64](a, i, "int64") }
 
 // scalar returns argument i as a T.
 func scalar[T any](a Args, i int, want string) T {

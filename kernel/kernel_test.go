@@ -269,3 +269,54 @@ func TestNewChecksPTXEntry(t *testing.T) {
 		})
 	}
 }
+
+// typedBuf is an array that states its element type, as
+// *vram.DeviceArray does.
+type typedBuf struct {
+	buf
+	elem string
+}
+
+func (b typedBuf) ElemType() string { return b.elem }
+
+// TestTypedViewsCheckTheDType: a view of a Typed array as another
+// element type is the launch's error (an *ArgError wrapping ErrArgs);
+// its own type and Bytes view it; an array that states no type is viewed
+// as asked.
+func TestTypedViewsCheckTheDType(t *testing.T) {
+	dev := newSim(t)
+	b := alloc(t, dev, 64)
+	f32 := typedBuf{b, "float32"}
+	for name, tc := range map[string]struct {
+		arg  any
+		view func(kernel.Args)
+		says string // "" no error
+	}{
+		"float32 as float32":  {f32, func(a kernel.Args) { _ = a.Float32s(0) }, ""},
+		"float32 as bytes":    {f32, func(a kernel.Args) { _ = a.Bytes(0) }, ""},
+		"float32 as float64":  {f32, func(a kernel.Args) { _ = a.Float64s(0) }, "argument 0 as []float64, but it is an array of float32"},
+		"float32 as int32":    {f32, func(a kernel.Args) { _ = a.Int32s(0) }, "as []int32, but it is an array of float32"},
+		"int64 as uint32":     {typedBuf{b, "int64"}, func(a kernel.Args) { _ = a.Uint32s(0) }, "as []uint32, but it is an array of int64"},
+		"untyped as anything": {b, func(a kernel.Args) { _ = a.Int64s(0) }, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := kernel.New("k", "", func(a kernel.Args, _, _ int) error { tc.view(a); return nil }, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := dev.DefaultStream()
+			if err := k.Launch(dev, s, 1, tc.arg); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Synchronize()
+			var ae *kernel.ArgError
+			if tc.says == "" {
+				if err != nil {
+					t.Errorf("launch: %v", err)
+				}
+			} else if !errors.As(err, &ae) || !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("launch: %v; want an *ArgError saying %q", err, tc.says)
+			}
+		})
+	}
+}
