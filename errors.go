@@ -60,6 +60,9 @@ var (
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
+	// ErrLiveHostArrays: Manager.Close found pinned, mapped or
+	// file-backed host arrays not freed; it freed them.
+	ErrLiveHostArrays = errors.New("vram: host arrays still live at Close")
 )
 
 // errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,

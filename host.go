@@ -36,9 +36,11 @@ type hostPool struct {
 	// progress (streams.Groups.WaitClosed).
 	waitClosed func(device.Stream)
 
-	placeMu sync.Mutex // serializes the ladder's choices (HostMemory.Alloc)
-	mu      sync.Mutex
-	n       hostCounts // bytes held on each rung
+	placeMu sync.Mutex            // serializes the ladder's choices (HostMemory.Alloc)
+	mu      sync.Mutex            // protects the fields below
+	n       hostCounts            // bytes held on each rung
+	live    map[*HostArray]uint64 // pinned, mapped and file-backed arrays not yet freed, in order made (hostlive.go)
+	seq     uint64                // the order of the latest array tracked
 }
 
 func newHostPool(dev device.Device, waitClosed func(device.Stream), o HostOptions, log *slog.Logger) *hostPool {
@@ -129,7 +131,8 @@ func (h *hostPool) close() error {
 // equal the array's or be 1 (so one element fills every element, and a
 // slice as long as the last dimension fills every row). Types are never
 // converted. Pinned and mapped arrays must be freed (HostArray.Free)
-// before the manager is closed.
+// before the manager is closed: Close frees those still live and returns
+// an error naming them (ErrLiveHostArrays).
 func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like any) (*HostArray, error) {
 	if mem == Managed {
 		return nil, fmt.Errorf("vram: new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
@@ -166,5 +169,8 @@ func (m *Manager) newHost(shape []int, dtype DType, mem MemoryType, label string
 	}
 	h := &HostArray{data: data, shape: shape, dtype: dtype, memory: mem, devPtr: dp, label: label, release: release}
 	h.setLast(s)
+	if mem != Pageable {
+		m.host.track(h) // Close frees what is still live, and says which (hostlive.go)
+	}
 	return h, nil
 }

@@ -623,7 +623,11 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 }
 
 // Close frees every array, closes every client (no hooks are called),
-// the allocator and the streams. The device stays open. Later calls on
+// the allocator and the streams. The device stays open. Pinned, mapped
+// and file-backed host arrays still live (NewHostArray, Host().Alloc,
+// Host().Open) are freed too, and the error, wrapping
+// ErrLiveHostArrays, names them: their views must not be used after
+// Close. Later calls on
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
@@ -649,10 +653,11 @@ func (m *Manager) Close() error {
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
+	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
-	return errors.Join(freeErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
 }
 
 func (m *Manager) isClosed() bool {
