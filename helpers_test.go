@@ -2,6 +2,7 @@ package vram
 
 import (
 	"bytes"
+	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -97,3 +98,6 @@ func allocatorKind(m *Manager) AllocatorKind {
 	k, _ := m.AllocatorStats()
 	return k
 }
+
+// slogTo is a text logger writing to w.
+func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
