@@ -135,17 +135,7 @@ func cubieMgr(t *testing.T, free, total uint64, opts ...Option) (*Manager, *sim.
 		}
 		t.Cleanup(func() { _ = dev.Free(p) })
 	}
-	lb := &logBuf{}
-	all := append([]Option{WithAllocator(Direct), WithTotalMemory(total), WithLogger(slogTo(lb))}, opts...)
-	m, err := New(dev, all...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.Close(); err != nil {
-			t.Errorf("close manager: %v", err)
-		}
-	})
+	m, lb := managerOn(t, dev, append([]Option{WithTotalMemory(total)}, opts...)...)
 	return m, dev, lb
 }
 

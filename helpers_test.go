@@ -2,7 +2,6 @@ package vram
 
 import (
 	"bytes"
-	"io"
 	"log/slog"
 	"sync"
 	"testing"
@@ -41,6 +40,13 @@ func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
 func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Device, *logBuf) {
 	t.Helper()
 	dev := newSim(t, total)
+	m, lb := managerOn(t, dev, opts...)
+	return m, dev, lb
+}
+
+// managerOn is newManager on dev.
+func managerOn(t testing.TB, dev *sim.Device, opts ...Option) (*Manager, *logBuf) {
+	t.Helper()
 	lb := &logBuf{}
 	all := append([]Option{WithAllocator(Direct), WithLogger(slog.New(slog.NewTextHandler(lb, nil)))}, opts...)
 	m, err := New(dev, all...)
@@ -52,7 +58,7 @@ func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Devi
 			t.Errorf("close manager: %v", err)
 		}
 	})
-	return m, dev, lb
+	return m, lb
 }
 
 // logBuf is a concurrency-safe log sink.
@@ -98,6 +104,3 @@ func allocatorKind(m *Manager) AllocatorKind {
 	k, _ := m.AllocatorStats()
 	return k
 }
-
-// slogTo is a text logger writing to w.
-func slogTo(w io.Writer) *slog.Logger { return slog.New(slog.NewTextHandler(w, nil)) }
