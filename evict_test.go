@@ -397,3 +397,33 @@ func TestEvictThenFail(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEvictUnderActiveCaps: in the Active mode eviction frees memory
+// only where it lowers the plan's chunk count: not where the group's
+// caps bind (evicting others cannot raise them, as cubie reasons), but
+// where the device binds under the caps.
+func TestEvictUnderActiveCaps(t *testing.T) {
+	for name, tc := range map[string]struct {
+		proportion float64 // the requester's; its cap binds below the 24 MiB free at 0.25
+		evicted    bool
+		chunks     int
+	}{
+		"the cap binds: nothing evicted":              {proportion: 0.25, evicted: false, chunks: 2},
+		"the device binds under the cap: one evicted": {proportion: 0.5, evicted: true, chunks: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, WithLimitMode(Active))
+			var iv invalidations
+			idle := register(t, m, ClientOptions{Name: "idle", Group: "other", OnInvalidate: iv.hook("idle")}) // the auto pool: all of it, for now
+			holdBytes(t, idle, 40*int(MiB))
+			c := register(t, m, ClientOptions{Name: "c", Group: "g", Proportion: tc.proportion, OnInvalidate: iv.hook("c")})
+			resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"x": req(Uint8, 0, 30*int(MiB))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if idle.Evicted() != tc.evicted || resp.Chunks != tc.chunks || c.Held() > c.Cap() {
+				t.Errorf("evicted %v, %d chunks, held %d of a %d cap; want evicted %v, %d chunks", idle.Evicted(), resp.Chunks, c.Held(), c.Cap(), tc.evicted, tc.chunks)
+			}
+		})
+	}
+}
