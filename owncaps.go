@@ -69,7 +69,10 @@ func withinOwnCaps(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts
 			if p.Chunks > 1 {
 				o.MaxChunkLength = p.ChunkLength // chunked as the group is, with its buffers
 			}
-			r := b.own[name]
+			r, ok := b.own[name]
+			if !ok {
+				continue // closed meanwhile: its arrays are freed at install
+			}
 			q, err := Plan(map[string]map[string]ArrayRequest{name: reqs[name]}, r.room, o)
 			if err != nil {
 				return p, fmt.Errorf("%s's arrays do not fit its own cap in the Active limit mode (%s, %s of it held besides the arrays being replaced; raise its proportion, free what it holds, or use the Passive mode): %w",

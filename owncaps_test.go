@@ -85,3 +85,19 @@ func TestActiveOwnCaps(t *testing.T) {
 		})
 	}
 }
+
+// TestOwnCapsSkipClosedRequesters: a requester closed while its group is
+// planned has no room read for it; the plan goes on without bounding it
+// (its arrays are freed at install), rather than failing the group.
+func TestOwnCapsSkipClosedRequesters(t *testing.T) {
+	reqs := map[string]map[string]ArrayRequest{"open#1": {"x": req(Uint8, 0, 1000)}, "closed#2": {"y": req(Uint8, 0, 1000)}}
+	b := &groupBudget{mode: Active, budget: 1 << 20, own: map[string]ownRoom{"open#1": {cap: 1 << 20, room: 1 << 20}}}
+	p, err := Plan(reqs, b.budget, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := withinOwnCaps(reqs, b, PlanOptions{}, p)
+	if err != nil || got.Chunks != 1 {
+		t.Errorf("%+v, %v; want the plan as it was", got, err)
+	}
+}
