@@ -46,10 +46,12 @@ type ClientOptions struct {
 	// InvalidateAll (an error wrapping ErrFreed), an eviction for another
 	// group (ErrEvicted, evict.go), or a failed Allocate that had to free
 	// the arrays it was replacing first (ErrFreed). Drop the arrays and
-	// queue again.
+	// queue again. A client with no OnInvalidate is never evicted (as if
+	// NoEvict): nothing could tell it its arrays were gone.
 	OnInvalidate func(reason error)
 	// NoEvict opts the client out of eviction: its arrays are never freed
-	// to make room for another group.
+	// to make room for another group. A client with no OnInvalidate is
+	// never evicted either.
 	NoEvict bool
 	// OnAllocated is called after Allocate has allocated its group:
 	// with the client's arrays when it had requests queued, and with the
@@ -177,7 +179,8 @@ func (c *Client) Held() uint64 {
 }
 
 // Free frees the client's arrays under label (every buffer). It is not an
-// error if there are none.
+// error if there are none: a warning is logged, as cubie warns, since a
+// label freed twice or misspelt usually means a bug.
 func (c *Client) Free(label string) error {
 	m := c.m
 	m.allocMu.RLock()
@@ -189,6 +192,10 @@ func (c *Client) Free(label string) error {
 	}
 	allocs := c.takeLocked(label)
 	m.mu.Unlock()
+	if len(allocs) == 0 {
+		m.log.Warn("vram: Free of a label the client holds no array under", "client", c.String(), "label", label)
+		return nil
+	}
 	return m.freeWork([]freeWork{{c: c, allocs: allocs}})
 }
 
@@ -298,7 +305,10 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		prop:         units,
 		group:        group,
 	}
-	c.work.noEvict = o.NoEvict
+	// cubie refuses queue_request from an instance with no live
+	// invalidate hook; here such a client is kept out of eviction instead
+	// (doc.go, "From cubie").
+	c.work.noEvict = o.NoEvict || o.OnInvalidate == nil
 	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
 	// join the group (which may make a stream: a device call, not under

@@ -55,11 +55,14 @@ var (
 	// requests and allocate again.
 	ErrEvicted = errors.New("vram: arrays evicted for another group")
 	// ErrNothingQueued: Allocate found no request queued in the
-	// client's group (none was queued, or another member's Allocate
-	// has already allocated them).
+	// client's group and no plan of the group's to send again (it was
+	// never allocated, or has had no member since).
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
+	// ErrLiveHostArrays: Manager.Close found pinned, mapped or
+	// file-backed host arrays not freed; it freed them.
+	ErrLiveHostArrays = errors.New("vram: host arrays still live at Close")
 )
 
 // errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,

@@ -209,6 +209,7 @@ type Manager struct {
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
+	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
 	closed     bool
 }
 
@@ -248,6 +249,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]chan struct{}{},
+		plans:      map[string]ChunkPlan{},
 		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
@@ -621,7 +623,11 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 }
 
 // Close frees every array, closes every client (no hooks are called),
-// the allocator and the streams. The device stays open. Later calls on
+// the allocator and the streams. The device stays open. Pinned, mapped
+// and file-backed host arrays still live (NewHostArray, Host().Alloc,
+// Host().Open) are freed too, and the error, wrapping
+// ErrLiveHostArrays, names them: their views must not be used after
+// Close. Later calls on
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
@@ -647,10 +653,11 @@ func (m *Manager) Close() error {
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
+	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
-	return errors.Join(freeErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
 }
 
 func (m *Manager) isClosed() bool {
@@ -886,5 +893,6 @@ func (m *Manager) removeLocked(c *Client) {
 func (m *Manager) forgetIfEmptyLocked(group string) {
 	if _, ok := m.reg.groups[group]; !ok {
 		delete(m.groupLocks, group)
+		delete(m.plans, group)
 	}
 }

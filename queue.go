@@ -255,8 +255,13 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // come one at a time, in event order, so an invalidation after the
 // install is delivered after OnAllocated). Allocate returns c's own
 // response.
-// With nothing queued in the group it does nothing and returns an error
-// wrapping ErrNothingQueued. If c is closed while its group is being
+// With nothing queued in the group it allocates and frees nothing and,
+// as cubie's allocate_queue does, sends the group's last plan again:
+// every member's OnAllocated is called with the chunk parameters and no
+// arrays (the arrays they hold stay theirs), and c's response is
+// returned. A group with no plan yet (or none since it last had no
+// member) has none to send: an error wrapping ErrNothingQueued. If c is
+// closed while its group is being
 // allocated, the other members get their arrays and hooks, and
 // Allocate returns an error wrapping ErrClosed.
 //
