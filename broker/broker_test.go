@@ -61,10 +61,10 @@ func TestShareRules(t *testing.T) {
 		ask  float64
 		want string // "" accepted; else in the error
 	}{
-		"manual leaving 5% beside an auto":  {have: []float64{0}, ask: 0.95},
-		"manual leaving under 5%":           {have: []float64{0}, ask: 0.96, want: "under the minimum 5%"},
-		"over 100%":                         {have: []float64{0.7}, ask: 0.31, want: "over 100%; ask for a proportion of at most 0.3 (30%)"},
-		"auto when under 5% is left":        {have: []float64{0.96}, ask: 0, want: "an auto lease needs at least 5%"},
+		"manual leaving 5% beside an auto":   {have: []float64{0}, ask: 0.95},
+		"manual leaving under 5%":            {have: []float64{0}, ask: 0.96, want: "under the minimum 5%"},
+		"over 100%":                          {have: []float64{0.7}, ask: 0.31, want: "over 100%; ask for a proportion of at most 0.3 (30%)"},
+		"auto when under 5% is left":         {have: []float64{0.96}, ask: 0, want: "an auto lease needs at least 5%"},
 		"auto pool's leases named as leases": {have: []float64{0, 0.5}, ask: 0.5, want: "the auto pool's 1 lease(s)"},
 	} {
 		t.Run(name, func(t *testing.T) {
