@@ -37,7 +37,7 @@ func checkLocked(s *Server) string {
 			if s.leases[l.id] != l || l.sess.leases[l.id] != l {
 				return fmt.Sprintf("lease %s is in device %d but not in the broker's or its session's maps", l.label(), d.index)
 			}
-			if l.reclaim != nil && l.usage() <= l.limit {
+			if l.reclaim != nil && l.usage() <= max(l.limit, l.ctx) {
 				return fmt.Sprintf("lease %s has a reclaim in flight but occupies %s under its limit %s", l.label(), units.Format(l.usage()), units.Format(l.limit))
 			}
 		}

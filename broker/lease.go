@@ -10,6 +10,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -257,7 +258,10 @@ func (l *Lease) Release(ctx context.Context) error {
 		_, err := l.c.api.Release(ctx, &brokerpb.ReleaseRequest{LeaseId: l.id})
 		return err
 	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err // still held
+	}
 	l.c.forget(l)
 	l.lose(fmt.Errorf("%s: released: %w", l.String(), ErrReleased))
-	return err
+	return nil
 }

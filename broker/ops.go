@@ -62,18 +62,17 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 		s.dropLocked(old, fmt.Errorf("%s: replaced by a rejoin: %w", old.label(), ErrReleased))
 	}
 	l := &lease{id: id, sess: sess, name: sp.name, asked: sp.asked, units: sp.units, cap: sp.cap, inPools: true}
-	free := d.free() // before l is in: what it may take
 	d.add(l)
 	s.leases[id] = l
 	sess.leases[id] = l
 	if req.GetRejoin() {
-		// What it holds is a fact; what it was granted beyond that, as
-		// far as there is room.
+		// What it holds is a fact, counted whatever the room; its limit
+		// is what it had, as far as there is room (if less than it
+		// holds, it is asked to shrink when someone claims).
 		l.held = req.GetHeldBytes()
-		l.limit = max(l.usage(), min(req.GetLimitBytes(), free, d.maxLimit(l)))
+		l.limit = min(max(req.GetLimitBytes(), l.usage()), d.room(l), d.maxLimit(l))
 	} else {
-		// Its context is spent whatever is free: count it.
-		l.limit = max(l.ctx, min(d.guaranteed(l), free))
+		l.limit = min(d.guaranteed(l), d.room(l))
 	}
 	if warn != "" {
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
@@ -117,7 +116,7 @@ func (s *Server) change(sess *session, req *brokerpb.ChangeRequest) (*brokerpb.L
 	}
 	l.units, l.asked, l.cap = u, req.GetProportion(), req.GetCapBytes()
 	if l.cap > 0 && l.limit > l.cap {
-		l.limit = max(l.cap, l.ctx) // a lower cap lowers the limit: the holder is told to shrink
+		l.limit = l.cap // a lower cap lowers the limit: the holder is told to shrink
 		s.startReclaimLocked(l)
 	}
 	if warn != "" {
@@ -136,7 +135,7 @@ func (s *Server) report(sess *session, req *brokerpb.ReportRequest) (*brokerpb.L
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSize("held_bytes", req.GetHeldBytes(), l.dev); err != nil {
+	if err := checkHeld(req.GetHeldBytes(), l); err != nil {
 		return nil, err
 	}
 	l.held = req.GetHeldBytes()
@@ -201,7 +200,7 @@ func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRe
 	}
 	d, want := l.dev, req.GetLimitBytes()
 	if want <= l.limit {
-		l.limit = max(want, l.ctx) // the context stays spent
+		l.limit = want
 		s.settleLocked(l)
 		s.afterChangeLocked(d)
 		defer s.mu.Unlock()

@@ -51,7 +51,7 @@ func (s *Server) serveLocked(d *device) {
 	for len(d.claims) > 0 {
 		c := d.claims[0]
 		l := c.l
-		room := d.free() + l.occupied() // the most l's limit may be
+		room := d.room(l)
 		if room < d.waitFor(c) {
 			break
 		}
@@ -68,24 +68,29 @@ func (s *Server) serveLocked(d *device) {
 // reclaimLocked lowers borrowers' limits until what the waiting claims
 // lack is free or on its way back.
 func (s *Server) reclaimLocked(d *device) {
-	var need, coming uint64
+	// Two shortfalls: of memory (what the claims lack beyond what is free
+	// or on its way back) and of limits (beyond what the others' limits
+	// leave); lowering borrowers' limits cures both.
+	var need, needLimits, coming uint64
 	claimants := map[*lease]bool{}
 	for _, c := range d.claims {
 		claimants[c.l] = true
 		w := d.waitFor(c)
 		need = units.SatAdd(need, w-min(w, c.l.occupied()))
+		needLimits = units.SatAdd(needLimits, w-min(w, c.l.limit))
 	}
 	for _, l := range d.sortedLeases() {
-		if l.usage() > l.limit {
+		if l.usage() > max(l.limit, l.ctx) {
 			s.startReclaimLocked(l) // over its limit: asked to shrink, if it was not
-			coming = units.SatAdd(coming, l.usage()-l.limit)
+			coming = units.SatAdd(coming, l.usage()-max(l.limit, l.ctx))
 		}
 	}
 	have := units.SatAdd(d.free(), coming)
-	if have >= need {
+	haveLimits := d.total - min(d.total, d.limitsLocked())
+	short := max(need-min(need, have), needLimits-min(needLimits, haveLimits))
+	if short == 0 {
 		return
 	}
-	short := need - have
 	for _, b := range d.lenders(claimants) {
 		take := min(b.limit-d.floor(b), short)
 		b.limit -= take
@@ -118,15 +123,16 @@ func (d *device) lenders(skip map[*lease]bool) []*lease {
 // (a reclaim already in flight takes the lower target and keeps its
 // deadline).
 func (s *Server) startReclaimLocked(l *lease) {
-	if l.usage() <= l.limit {
+	target := max(l.limit, l.ctx) // its context cannot be given back
+	if l.usage() <= target {
 		return // the grant was unused: free at once, no one to wait for
 	}
 	if r := l.reclaim; r != nil {
-		r.target = l.limit
+		r.target = target
 		return
 	}
 	s.nextReclaim++
-	r := &reclaim{id: s.nextReclaim, target: l.limit, deadline: time.Now().Add(s.cfg.ReclaimTimeout)}
+	r := &reclaim{id: s.nextReclaim, target: target, deadline: time.Now().Add(s.cfg.ReclaimTimeout)}
 	r.timer = time.AfterFunc(s.cfg.ReclaimTimeout, func() { s.reclaimTimedOut(l, r) })
 	l.reclaim = r
 	s.counts[l.dev.index].reclaims++
@@ -134,7 +140,7 @@ func (s *Server) startReclaimLocked(l *lease) {
 
 // settleLocked ends l's reclaim once it occupies no more than its limit.
 func (s *Server) settleLocked(l *lease) {
-	if r := l.reclaim; r != nil && l.usage() <= l.limit {
+	if r := l.reclaim; r != nil && l.usage() <= max(l.limit, l.ctx) {
 		r.timer.Stop()
 		l.reclaim = nil
 	}
@@ -167,7 +173,7 @@ func (s *Server) claimTimedOut(c *claim) {
 			s.markOverdueLocked(o, r)
 		}
 	}
-	room := d.free() + l.occupied()
+	room := d.room(l)
 	w := d.waitFor(c)
 	s.counts[d.index].timedOut++
 	s.finishClaimLocked(c, fmt.Errorf("claim of %s for %s on device %d: %s still lent out after %v: %s: %w",

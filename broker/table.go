@@ -14,8 +14,10 @@ package broker
 //
 // Invariants (checked by checkLocked in tests, after every change):
 //   - Σ guaranteed ≤ d.total (the share rules, exact arithmetic).
-//   - A grant never takes Σ occupied over d.total: the limit rises only
-//     by what is free.
+//   - Σ limits ≤ d.total, and a grant never takes Σ occupied over
+//     d.total: a limit rises only by what is free (room). Σ occupied
+//     passes d.total only through what holders say they hold (a rejoin
+//     after a restart, a context): facts, counted, never granted.
 //   - A claim waits only for memory within its guaranteed part, and the
 //     borrowers' parts beyond theirs always cover it: reclaiming every
 //     borrowed byte leaves each lease its guaranteed part.
@@ -125,6 +127,23 @@ func (d *device) occupiedLocked() uint64 {
 }
 
 func (d *device) free() uint64 { return d.total - min(d.total, d.occupiedLocked()) }
+
+// limitsLocked is Σ limits over the device's leases.
+func (d *device) limitsLocked() uint64 {
+	var sum uint64
+	for _, l := range d.leases {
+		sum = units.SatAdd(sum, l.limit)
+	}
+	return sum
+}
+
+// room is the most l's limit may be: what keeps Σ occupied and Σ limits
+// within the device (the second binds only when holders report more than
+// their limits, as after a restart).
+func (d *device) room(l *lease) uint64 {
+	others := d.limitsLocked() - l.limit
+	return min(d.free()+l.occupied(), d.total-min(d.total, others))
+}
 
 // maxLimit is the most l's limit may be: its cap, else the device.
 func (d *device) maxLimit(l *lease) uint64 {

@@ -131,3 +131,13 @@ func checkAcquire(req *brokerpb.AcquireRequest, devs []*device) (spec, error) {
 	}
 	return sp, nil
 }
+
+// checkHeld refuses a report of more than the device has beside the
+// lease's context.
+func checkHeld(held uint64, l *lease) error {
+	d := l.dev
+	if held > d.total-l.ctx {
+		return fmt.Errorf("held_bytes %d (%s): more than device %d's %s less the %s context: %w", held, units.Format(held), d.index, units.Format(d.total), units.Format(l.ctx), ErrInvalid)
+	}
+	return nil
+}
