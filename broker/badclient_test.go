@@ -45,8 +45,11 @@ func TestRequestValidation(t *testing.T) {
 		call  func() error
 		field string
 	}{
-		"lease id 0": {func() error { _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{Spec: &brokerpb.LeaseSpec{}}); return err }, "lease_id 0"},
-		"no spec":    {func() error { _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 2}); return err }, "spec: missing"},
+		"lease id 0": {func() error {
+			_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{Spec: &brokerpb.LeaseSpec{}})
+			return err
+		}, "lease_id 0"},
+		"no spec": {func() error { _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 2}); return err }, "spec: missing"},
 		"device past the broker's": {func() error {
 			_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Device: 7}})
 			return err

@@ -2,9 +2,14 @@ package broker
 
 import (
 	"context"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/vramkit/vram/internal/share"
 )
@@ -172,6 +177,16 @@ func TestReclaimDeadlineMissed(t *testing.T) {
 	if cs := s.counters(0); cs.missed != 1 || cs.timedOut != 1 {
 		t.Errorf("counters %+v", cs)
 	}
+	metrics := gather(t, s)
+	for _, want := range []string{
+		`vram_broker_lease_overdue{device="0",lease="` + a.ID() + `",name="stubborn",pid="` + strconv.Itoa(os.Getpid()) + `"} 1`,
+		`vram_broker_reclaim_deadlines_missed_total{device="0",name="sim"} 1`,
+		`vram_broker_claims_total{device="0",name="sim",result="timeout"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, metrics)
+		}
+	}
 	// Late is better than never: the memory comes back when it shrinks.
 	if err := a.Report(ctxT(t), 3*GiB); err != nil {
 		t.Fatal(err)
@@ -222,4 +237,22 @@ func TestClaimCancelledAndReleased(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { return len(s.Status().Devices[0].Leases) == 1 }) {
 		t.Errorf("leases: %+v", s.Status().Devices[0].Leases)
 	}
+}
+
+// gather is s's metrics in the text format.
+func gather(t *testing.T, s *Server) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(s))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.String()
 }
