@@ -45,6 +45,11 @@ func (peerCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthIn
 	if err != nil {
 		return nil, nil, err
 	}
+	if cred.pid == 0 {
+		// The kernel reports pid 0 for a peer in a pid namespace the
+		// broker cannot see: every such process would look alike.
+		return nil, nil, errors.New("broker: the peer's pid is not visible from the broker's pid namespace; run the broker in the host's (hostPID: true in Kubernetes)")
+	}
 	return c, cred, nil
 }
 

@@ -163,6 +163,10 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	if b, err = l.Claim(ctx, b.Guaranteed-min(b.Guaranteed, b.Context)); err != nil {
 		return fmt.Errorf("claim the lease's %s: %w", units.Format(l.Budget().Guaranteed), err)
 	}
+	// COMMAND's use is not known to vram: count all of it as held.
+	if err := l.Report(ctx, b.Bytes()); err != nil {
+		return err
+	}
 	a.log.Debug("lease", "id", l.ID(), "device", dev.Index, "limit", b.Limit, "bytes", b.Bytes())
 	fmt.Fprintf(a.stderr, "vram lease: %s on device %d (%s): %s for the command, %s with its context\n",
 		l.ID(), dev.Index, dev.Name, units.Format(b.Bytes()), units.Format(b.Limit))
