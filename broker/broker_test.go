@@ -99,19 +99,7 @@ func TestShareRules(t *testing.T) {
 // A borrower asked to shrink that acknowledges lets the claim through.
 func TestReclaim(t *testing.T) {
 	s, path := startServer(t, oneDevice(8*GiB))
-	ca, cb := dial(t, path), dial(t, path)
-	a := acquire(t, ca, LeaseOptions{Name: "borrower", Proportion: 0.5})
-	b := acquire(t, cb, LeaseOptions{Name: "claimant", Proportion: 0.5})
-	if _, err := b.Claim(ctxT(t), 0); err != nil { // b gives its half back for now
-		t.Fatal(err)
-	}
-	got, err := a.Claim(ctxT(t), 7*GiB) // a borrows most of b's half
-	if err != nil || got.Limit != 7*GiB {
-		t.Fatalf("a's claim: %+v, %v", got, err)
-	}
-	if err := a.Report(ctxT(t), 7*GiB); err != nil {
-		t.Fatal(err)
-	}
+	a, b, _, _ := lent(t, path, "borrower", 7*GiB) // a borrows most of b's half
 	if l, _ := leaseOf(s.Status(), a.ID()); l.Borrowed != 3*GiB {
 		t.Errorf("a borrows %d, want 3 GiB", l.Borrowed)
 	}
@@ -132,7 +120,7 @@ func TestReclaim(t *testing.T) {
 			}
 		}
 	}()
-	got, err = b.Claim(ctxT(t), 4*GiB)
+	got, err := b.Claim(ctxT(t), 4*GiB)
 	if err != nil || got.Limit != 4*GiB {
 		t.Fatalf("b's claim: %+v, %v", got, err)
 	}
@@ -154,18 +142,7 @@ func TestReclaimDeadlineMissed(t *testing.T) {
 	cfg := oneDevice(8 * GiB)
 	cfg.ReclaimTimeout = 200 * time.Millisecond
 	s, path := startServer(t, cfg)
-	ca, cb := dial(t, path), dial(t, path)
-	a := acquire(t, ca, LeaseOptions{Name: "stubborn", Proportion: 0.5})
-	b := acquire(t, cb, LeaseOptions{Name: "claimant", Proportion: 0.5})
-	if _, err := b.Claim(ctxT(t), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Claim(ctxT(t), 8*GiB); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Report(ctxT(t), 8*GiB); err != nil {
-		t.Fatal(err)
-	}
+	a, b, _, cb := lent(t, path, "stubborn", 8*GiB)
 	_, err := b.Claim(ctxT(t), 4*GiB)
 	if !is(err, ErrReclaimTimeout) || !strings.Contains(err.Error(), `"stubborn"`) || !strings.Contains(err.Error(), "holds 8 GiB") {
 		t.Fatalf("claim: %v, want ErrReclaimTimeout naming the stubborn borrower and what it holds", err)
@@ -203,18 +180,7 @@ func TestReclaimDeadlineMissed(t *testing.T) {
 // waits fails the claim with ErrReleased.
 func TestClaimCancelledAndReleased(t *testing.T) {
 	s, path := startServer(t, oneDevice(8*GiB))
-	ca, cb := dial(t, path), dial(t, path)
-	a := acquire(t, ca, LeaseOptions{Name: "a", Proportion: 0.5})
-	b := acquire(t, cb, LeaseOptions{Name: "b", Proportion: 0.5})
-	if _, err := b.Claim(ctxT(t), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Claim(ctxT(t), 8*GiB); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Report(ctxT(t), 8*GiB); err != nil {
-		t.Fatal(err)
-	}
+	_, b, _, cb := lent(t, path, "a", 8*GiB)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := b.Claim(ctx, 4*GiB); !is(err, context.DeadlineExceeded) {
@@ -255,4 +221,24 @@ func gather(t *testing.T, s *Server) string {
 		}
 	}
 	return b.String()
+}
+
+// lent sets up a borrower and a claimant, each of a manual half of the
+// device, on connections of their own: the claimant has given its half
+// back for now, and the borrower holds borrow bytes of the device.
+func lent(t *testing.T, path, borrower string, borrow uint64) (a, b *Lease, ca, cb *Client) {
+	t.Helper()
+	ca, cb = dial(t, path), dial(t, path)
+	a = acquire(t, ca, LeaseOptions{Name: borrower, Proportion: 0.5})
+	b = acquire(t, cb, LeaseOptions{Name: "claimant", Proportion: 0.5})
+	if _, err := b.Claim(ctxT(t), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Claim(ctxT(t), borrow); err != nil || got.Limit != borrow {
+		t.Fatalf("the borrower's claim: %+v, %v", got, err)
+	}
+	if err := a.Report(ctxT(t), borrow); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, ca, cb
 }
