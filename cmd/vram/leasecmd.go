@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -191,13 +190,11 @@ func (a *app) runLeased(args, env []string) (int, error) {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	forward := []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
-	if f, ok := a.stdin.(*os.File); !ok || !term.IsTerminal(int(f.Fd())) {
-		// Off a terminal nothing else sends these to the command.
-		forward = append(forward, os.Interrupt, syscall.SIGQUIT)
-	}
+	f, ok := a.stdin.(*os.File)
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forward...)
+	if fwd := forwardedSignals(ok && term.IsTerminal(int(f.Fd()))); len(fwd) > 0 { // none would mean all
+		signal.Notify(sigs, fwd...)
+	}
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", args[0], err)
@@ -214,10 +211,7 @@ func (a *app) runLeased(args, env []string) (int, error) {
 			case err == nil:
 				return 0, nil
 			case errors.As(err, &ee):
-				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-					return 128 + int(ws.Signal()), nil
-				}
-				return ee.ExitCode(), nil
+				return exitStatus(ee), nil
 			}
 			return 0, fmt.Errorf("%s: %w", args[0], err)
 		}
