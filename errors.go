@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/share"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of these (or a
@@ -25,7 +26,9 @@ var (
 	ErrUnknownClient = errors.New("vram: client of another manager")
 	// ErrProportion: a proportion out of range, or one the pools cannot
 	// give (a manual total over 1, an auto pool under MinAutoPool).
-	ErrProportion = errors.New("vram: proportion refused")
+	// It is the share rules' own sentinel (internal/share), which the
+	// node broker's refusals wrap too.
+	ErrProportion = share.ErrProportion
 	// ErrLimitMode: a client moved to the limit mode it already has.
 	//
 	// Deprecated: no call returns it any more: setting a client's limit

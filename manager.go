@@ -32,18 +32,13 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
 )
 
 // MinAutoPool is the smallest proportion of device memory the auto pool
 // may be left with while it has clients.
-const MinAutoPool = 0.05
-
-// shareUnit is 1 in the fixed-point unit proportions are kept in, so that
-// adding and removing 100,000 clients leaves no rounding drift.
-const shareUnit uint64 = 1_000_000_000_000
-
-var minAutoUnits = uint64(MinAutoPool * float64(shareUnit))
+const MinAutoPool = share.MinAutoPool
 
 // AllocatorKind names the allocator the manager serves device arrays
 // from. A plain value, safe to share.
@@ -204,8 +199,7 @@ type Manager struct {
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
-	manual     uint64                                         // sum of manual proportions, in shareUnit
-	numAuto    int                                            // clients in the auto pool
+	pools      share.Pools                                    // the clients' shares (internal/share)
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
@@ -246,6 +240,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		cfg:        cfg,
 		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
 		reg:        newRegistry(),
+		pools:      share.New("client"),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]chan struct{}{},
@@ -648,7 +643,7 @@ func (m *Manager) Close() error {
 		m.reg.remove(c)
 	}
 	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
-	m.manual, m.numAuto = 0, 0
+	m.pools.Reset()
 	m.mu.Unlock()
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())

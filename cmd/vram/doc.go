@@ -22,6 +22,10 @@
 //	              (--summary), a PyTorch snapshot out (--snapshot-out)
 //	vram info     the device a spec opens, its memory, the allocators
 //	vram bench    a quick allocator micro-benchmark table
+//	vram broker   the node's broker of device memory between processes
+//	              (vram broker status: its leases)
+//	vram lease    run a command under a fixed lease from the broker, with
+//	              each framework's memory limit in its environment
 //
 // Global flags:
 //
