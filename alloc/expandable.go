@@ -338,7 +338,7 @@ func (e *Expandable) fenceAllLocked() error {
 }
 
 // takeLocked takes the best-fitting cached block for r that st may use and
-// returns its front, of r.size bytes; nil when none fits.
+// returns r.size bytes of it (carveLocked); nil when none fits.
 func (e *Expandable) takeLocked(r request, st *streamState) *block {
 	if b := e.idx.bestFit(r.size, r.class, st); b != nil {
 		return e.carveLocked(b, r.size)
@@ -356,17 +356,12 @@ func (e *Expandable) carveLocked(b *block, size uint64) *block {
 		return e.idx.carveFront(b, size)
 	}
 	end := b.addr + device.Ptr(b.size)
-	if e.wholePagesIn(b.addr, end-device.Ptr(size)) > e.wholePagesIn(b.addr+device.Ptr(size), end) {
+	flo, fhi := e.wholePagesIn(b.addr, end-device.Ptr(size)) // the front, were the back taken
+	blo, bhi := e.wholePagesIn(b.addr+device.Ptr(size), end)
+	if fhi-flo > bhi-blo {
 		return e.idx.carveBack(b, size)
 	}
 	return e.idx.carveFront(b, size)
-}
-
-// wholePagesIn is the number of whole pages in [lo, hi).
-func (e *Expandable) wholePagesIn(lo, hi device.Ptr) uint64 {
-	first := (uint64(lo) + e.page - 1) / e.page
-	last := uint64(hi) / e.page
-	return last - min(first, last)
 }
 
 // freeLocked merges live block b, freed on st, with the free neighbours st
