@@ -22,7 +22,9 @@ package alloc
 //   - Best fit with splitting and coalescing, as Pool: an allocation takes
 //     the smallest free block the stream may use and hands out the end of
 //     it that leaves more whole pages free (the front on a tie), so that
-//     the free rest can go back to the device (carveLocked).
+//     the free rest can go back to the device; a rest too small for a
+//     whole page stays beside the hole the block borders, if any, else
+//     beside the block before it (carveLocked).
 //   - A miss grows by the fewest pages that make a request fit: pages
 //     mapped into a hole next to a free block the stream may use (at the
 //     range's end, that is the free tail), or into a hole between two such
@@ -350,9 +352,16 @@ func (e *Expandable) takeLocked(r request, st *streamState) *block {
 // front that stays free then holds more whole pages than the back would
 // if the front were taken, else from its front. A page is the unit that
 // goes back to the device; the bytes of a page a live block shares are
-// mapped whatever the free rest does.
+// mapped whatever the free rest does. When no rest can hold a whole page,
+// the rest is left beside a hole where b borders one (a growth into the
+// hole joins it: planLocked), so from the back only when the block after
+// b is live; between two live blocks that leaves the rest beside the one
+// before, which measured better (BENCHMARKS.md).
 func (e *Expandable) carveLocked(b *block, size uint64) *block {
 	if b.size-size < e.page { // no rest holds a whole page
+		if b.size > size && isLive(b.next) {
+			return e.idx.carveBack(b, size)
+		}
 		return e.idx.carveFront(b, size)
 	}
 	end := b.addr + device.Ptr(b.size)
@@ -363,6 +372,10 @@ func (e *Expandable) carveLocked(b *block, size uint64) *block {
 	}
 	return e.idx.carveFront(b, size)
 }
+
+// isLive reports whether b is a live block: not free, not a hole, not
+// pending; nil is none.
+func isLive(b *block) bool { return b != nil && !b.free && b.class < holeClass }
 
 // freeLocked merges live block b, freed on st, with the free neighbours st
 // may join, and puts it in st's free set.

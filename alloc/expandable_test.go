@@ -121,8 +121,9 @@ func TestExpandableCarvesTheEndThatFreesPages(t *testing.T) {
 		// At the back, [4.25, 7.5), the rest keeps [2, 4); at the front
 		// the rest [5.25, 7.5) holds no whole page.
 		"3.25 MiB at the back": {13 * units.MiB / 4, 17 * units.MiB / 4, 4},
-		// Either rest, [6.5, 7.5) or [2, 3), holds no whole page: the front.
-		"4.5 MiB at the front": {9 * units.MiB / 2, 2 * units.MiB, 5},
+		// Either rest, [6.5, 7.5) or [2, 3), holds no whole page, and c
+		// follows: the back, the rest beside a.
+		"4.5 MiB at the back": {9 * units.MiB / 2, 3 * units.MiB, 5},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -149,6 +150,63 @@ func TestExpandableCarvesTheEndThatFreesPages(t *testing.T) {
 				t.Error(err)
 			}
 			for _, p := range []device.Ptr{a, g, cc} {
+				v.free(t, p, s)
+			}
+		})
+	}
+}
+
+// TestExpandableLeavesSubPageRestBesideHole: when the rest of a split
+// free block can hold no whole page, it stays beside the hole the block
+// borders, so that a growth into the hole joins it. Pages are 2 MiB; a is
+// [0, 2), the freed block [2, 7.5) and c [7.5, 10) MiB; Trim unmaps
+// [2, 6), leaving the free block [6, 7.5) after the hole; or, freeing the
+// tail instead, a free block [2, 4) before the range's end hole.
+func TestExpandableLeavesSubPageRestBesideHole(t *testing.T) {
+	cases := map[string]struct {
+		tail   bool   // free the range's tail rather than a block between a and c
+		at     uint64 // where 1 MiB is handed out, from a
+		mapped uint64 // pages at the peak, once 4.5 MiB is asked for too
+	}{
+		// At the back, [6.5, 7.5), the rest [6, 6.5) joins the hole's two
+		// pages for 4.5 MiB: five pages in all. At the front the rest
+		// [7, 7.5) would be cut off, and 4.5 MiB take three fresh pages
+		// after c.
+		"after a hole: the back": {false, 13 * units.MiB / 2, 5},
+		// Before the end hole: the front, [2, 3), the rest [3, 4) joining
+		// the growth for 4.5 MiB, which maps two pages: four in all. At the
+		// back the rest [2, 3) would be cut off, and 4.5 MiB take three.
+		"before a hole: the front": {true, 2 * units.MiB, 4},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			// Every block in one range: 1 MiB is a large request here.
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{SmallSize: 64 * units.KiB})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 2*units.MiB, s)
+			live := []device.Ptr{a}
+			if c.tail {
+				v.free(t, v.alloc(t, 2*units.MiB, s), s)
+			} else {
+				f := v.alloc(t, 11*units.MiB/2, s)
+				live = append(live, v.alloc(t, 5*units.MiB/2, s))
+				v.free(t, f, s)
+				if err := v.e.Trim(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := v.alloc(t, units.MiB, s)
+			if g != a.Add(c.at) {
+				t.Errorf("1 MiB is at %v; want %v, %s past a", g, a.Add(c.at), units.Format(c.at))
+			}
+			live = append(live, g, v.alloc(t, 9*units.MiB/2, s))
+			if ps := v.e.PageStats(); ps.PeakMapped != c.mapped {
+				t.Errorf("PageStats = %+v; want %d pages at the peak", ps, c.mapped)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, p := range live {
 				v.free(t, p, s)
 			}
 		})
