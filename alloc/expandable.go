@@ -4,12 +4,13 @@ package alloc
 // (core.go), for devices with virtual memory (device.VirtualMemory).
 // Rules and invariants:
 //
-//   - Requests are rounded up to PoolGranularity and split into Pool's two
-//     size classes (at most SmallSize, and larger). Each (stream, class)
-//     pair grows one range: a reservation of address space as large as the
-//     device, into which physical pages (the device's VM granularity, 2 MiB
-//     on current GPUs) are mapped as it grows, one handle and one mapping
-//     per page, so that any whole page can be unmapped on its own. Should a
+//   - Requests are rounded up to PoolGranularity and split into two size
+//     classes: at most SmallSize (by default, under a page: blocks that
+//     must share their pages), and larger. Each (stream, class) pair grows
+//     one range: a reservation of address space as large as the device,
+//     into which physical pages (the device's VM granularity, 2 MiB on
+//     current GPUs) are mapped as it grows, one handle and one mapping per
+//     page, so that any whole page can be unmapped on its own. Should a
 //     range fill up, the pair gets another.
 //   - A range's blocks tile the whole reservation, in address order: live
 //     blocks, free blocks (in the free index, always mapped), holes
@@ -66,7 +67,12 @@ const (
 // configuration. A plain value, safe to share.
 type ExpandableConfig struct {
 	// SmallSize is the largest request (bytes, after rounding) served from
-	// a stream's small range. Default 1 MiB, as Pool's.
+	// a stream's small range. Default: a page less 512 bytes, the largest
+	// request under a page. A block under a page always shares its pages
+	// with its neighbours; one of a page or more holds whole pages that go
+	// back to the device when it is freed, and kept apart from the
+	// others, its range's free space is not cut up by blocks that pin
+	// pages. (Pool's 1 MiB comes from its 2 MiB small segments.)
 	SmallSize uint64
 	// Reserve is the address space each range reserves, in bytes. Default:
 	// the device's total memory, rounded up to the page size.
@@ -196,7 +202,7 @@ func NewExpandable(dev device.Device, cfg ExpandableConfig) (*Expandable, error)
 		return nil, fmt.Errorf("alloc: new expandable: %w", err)
 	}
 	if cfg.SmallSize == 0 {
-		cfg.SmallSize = units.MiB
+		cfg.SmallSize = page - PoolGranularity
 	}
 	if cfg.Reserve == 0 {
 		cfg.Reserve = dev.Info().TotalBytes
@@ -429,12 +435,14 @@ var (
 	_ reportFiller  = (*Expandable)(nil)
 )
 
-// Cost is PageCost with the allocator's granularity, its page and its
-// SmallSize, as Pool's: a request's growth maps at most its bytes rounded
-// up to pages (less when it joins free space at a range's end), and small
-// requests share pages. ok is always true.
+// Cost is PageCost with the allocator's granularity and its page: a
+// request's growth maps at most its bytes rounded up to pages (less when
+// it joins free space at a range's end), and small requests share pages.
+// PageCost credits the sharing to requests of at most half a page (its
+// packing argument needs that), so the small size it is given is SmallSize
+// or half a page, whichever is smaller. ok is always true.
 func (e *Expandable) Cost(sizes []uint64) (uint64, bool) {
-	return PageCost(sizes, PoolGranularity, e.page, e.cfg.SmallSize), true
+	return PageCost(sizes, PoolGranularity, e.page, min(e.cfg.SmallSize, e.page/2)), true
 }
 
 // Room is math.MaxUint64: an Expandable has no cap of its own.

@@ -127,7 +127,8 @@ func TestExpandableCarvesTheEndThatFreesPages(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+			// Every block in one range: 1.25 MiB is a large request here.
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{SmallSize: 64 * units.KiB})
 			s := v.dev.DefaultStream()
 			a := v.alloc(t, 2*units.MiB, s)
 			f := v.alloc(t, 11*units.MiB/2, s)
@@ -210,6 +211,36 @@ func TestExpandableLeavesSubPageRestBesideHole(t *testing.T) {
 				v.free(t, p, s)
 			}
 		})
+	}
+}
+
+// TestExpandableSmallClassIsUnderAPage: by default every request under a
+// page is of the small class, so blocks just over 1 MiB, freed among live
+// blocks of two pages, leave holes that requests of half a MiB fill, not
+// holes of a range they cannot use while a range of their own grows.
+func TestExpandableSmallClassIsUnderAPage(t *testing.T) {
+	v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+	if got := v.e.Config().SmallSize; got != 2*units.MiB-512 {
+		t.Errorf("default SmallSize %d; want a page less 512 bytes", got)
+	}
+	s := v.dev.DefaultStream()
+	var live, holes []device.Ptr
+	for range 8 {
+		live = append(live, v.alloc(t, 2*units.MiB+64*units.KiB, s))
+		holes = append(holes, v.alloc(t, units.MiB+32*units.KiB, s))
+	}
+	for _, p := range holes {
+		v.free(t, p, s)
+	}
+	for range 16 {
+		live = append(live, v.alloc(t, units.MiB/2, s))
+	}
+	// The peak is all 16 blocks live: 8 × 3.09375 MiB, 13 pages.
+	if ps := v.e.PageStats(); ps.PeakMapped > 14 {
+		t.Errorf("PageStats = %+v; want at most 14 pages at the peak, a page above the 13 its live bytes need", ps)
+	}
+	for _, p := range live {
+		v.free(t, p, s)
 	}
 }
 
@@ -425,7 +456,9 @@ func BenchmarkExpandableHit(b *testing.B) {
 // most one page per two of the peak, so that maps and unmaps stay within
 // three times the pages at the peak.
 func TestExpandableChurnBudget(t *testing.T) {
-	v := newExpEnv(t, 64*units.GiB, alloc.ExpandableConfig{})
+	// SmallSize 1 MiB: the pins below are of the large class, as the big
+	// blocks whose pages they pin.
+	v := newExpEnv(t, 64*units.GiB, alloc.ExpandableConfig{SmallSize: units.MiB})
 	s := v.dev.DefaultStream()
 	var pins []device.Ptr
 	big := v.alloc(t, 8*units.MiB, s)
