@@ -30,6 +30,17 @@ package alloc
 //     mapped into a hole next to a free block the stream may use (at the
 //     range's end, that is the free tail), or into a hole between two such
 //     blocks, or fresh pages at a hole's edge (growthPlan).
+//   - A large request may take the free space of its stream's small range
+//     (a cached block there, or a growth that maps fewer pages than its
+//     own class's), but only when its own class's growth would take the
+//     pages mapped past their high-water mark and past the waste target
+//     for the bytes live (wasteTarget: 3 % more than they need, or a page
+//     more than their pages, whichever is larger), that is, when the
+//     pages a second range leaves partly used decide the peak. A large
+//     block among small ones pins no page that those do not already pin
+//     (its whole pages go back when it is freed); the other way round, a
+//     small block among large ones would. Below the target, the classes
+//     stay apart, as PyTorch keeps them (crossWantedLocked).
 //   - Whole free pages are unmapped (releasing their memory) only in three
 //     cases: before a growth would take the mapped bytes past their
 //     high-water mark, as many as keep it under the mark; on Trim, every
@@ -346,9 +357,17 @@ func (e *Expandable) fenceAllLocked() error {
 }
 
 // takeLocked takes the best-fitting cached block for r that st may use and
-// returns r.size bytes of it (carveLocked); nil when none fits.
+// returns r.size bytes of it (carveLocked); for a large request that none
+// fits, one of its stream's small ranges where crossWantedLocked allows;
+// nil when none fits.
 func (e *Expandable) takeLocked(r request, st *streamState) *block {
 	if b := e.idx.bestFit(r.size, r.class, st); b != nil {
+		return e.carveLocked(b, r.size)
+	}
+	if r.class != classLarge {
+		return nil
+	}
+	if b := e.idx.bestFit(r.size, classSmall, st); b != nil && e.crossWantedLocked(r, e.ownPlanLocked(r)) {
 		return e.carveLocked(b, r.size)
 	}
 	return nil

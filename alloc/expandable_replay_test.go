@@ -159,18 +159,6 @@ var todayPages = map[string]uint64{
 	"ZidongLiu_memory": 853, "W_medium_512_training": 5954, "bcrafton_memory_snapshot": 1844, "k_fullstep": 26228,
 }
 
-// overByOnePage are the stand-ins on which Expandable maps one page more
-// than the floor bound allows (BENCHMARKS.md says why: a second frontier
-// page, the small blocks' range, or fragments of sub-page blocks). They may
-// not map more than that; one that meets the bound fails the test, so
-// that it leaves the list.
-var overByOnePage = map[string]bool{
-	"bcrafton_memory_snapshot/sizes ×0.02":                       true,
-	"bcrafton_memory_snapshot/random 4 (121.4 MiB, sizes ±10%)":  true,
-	"bcrafton_memory_snapshot/random 6 (190.9 MiB, sizes ±10%)":  true,
-	"bcrafton_memory_snapshot/random 10 (108.8 MiB, sizes ±10%)": true,
-}
-
 // randomStandIns is how many randomly perturbed stand-ins each trace gets.
 const randomStandIns = 16
 
@@ -183,9 +171,9 @@ func floorBound(live, page uint64) (floor, bound uint64) {
 }
 
 // checkReplay holds one replay to the bounds every replay meets: no
-// failed allocation, peak mapped within floorBound (one page more where
-// slack is 1), and at most three map or unmap calls per page of the peak.
-func checkReplay(t *testing.T, res trace.Result, ps alloc.PageStats, slack uint64) {
+// failed allocation, peak mapped within floorBound, and at most three map
+// or unmap calls per page of the peak.
+func checkReplay(t *testing.T, res trace.Result, ps alloc.PageStats) {
 	t.Helper()
 	floor, bound := floorBound(res.PeakLive, ps.Page)
 	calls := ps.Maps + ps.Unmaps
@@ -195,9 +183,9 @@ func checkReplay(t *testing.T, res trace.Result, ps alloc.PageStats, slack uint6
 	if res.FailedAllocs > 0 {
 		t.Errorf("%d allocations failed", res.FailedAllocs)
 	}
-	if res.PeakReserved > bound+slack*ps.Page {
-		t.Errorf("peak mapped %d pages for a floor of %d; want at most %d: max(1.03 × peak live, floor + 1 page), and %d more",
-			ps.PeakMapped, floor, bound/ps.Page+slack, slack)
+	if res.PeakReserved > bound {
+		t.Errorf("peak mapped %d pages for a floor of %d; want at most %d: max(1.03 × peak live, floor + 1 page)",
+			ps.PeakMapped, floor, bound/ps.Page)
 	}
 	if calls > 3*ps.PeakMapped {
 		t.Errorf("%d map and unmap calls for %d pages at the peak; want at most 3×", calls, ps.PeakMapped)
@@ -224,14 +212,7 @@ func TestExpandableReplays(t *testing.T) {
 		for _, s := range standIns(events, uint64(ti), randomStandIns) {
 			t.Run(name+"/"+s.name, func(t *testing.T) {
 				res, ps := expandableReplay(t, s.events, alloc.ExpandableConfig{})
-				var slack uint64
-				if overByOnePage[name+"/"+s.name] {
-					slack = 1
-					if _, bound := floorBound(res.PeakLive, ps.Page); res.PeakReserved <= bound {
-						t.Errorf("listed in overByOnePage but within the bound: take it off the list")
-					}
-				}
-				checkReplay(t, res, ps, slack)
+				checkReplay(t, res, ps)
 			})
 		}
 	}
@@ -243,7 +224,7 @@ func TestExpandableReplays(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, ps := expandableReplay(t, events, alloc.ExpandableConfig{})
-			checkReplay(t, res, ps, 0)
+			checkReplay(t, res, ps)
 		})
 	}
 }
@@ -272,7 +253,7 @@ func replayVariants(t *testing.T, dir, name string, events []trace.Event) {
 				t.Skip("a minute each under the race detector; the run without it checks these figures")
 			}
 			res, ps := expandableReplay(t, perturb(events, v.scale, v.shuffle, 7), alloc.ExpandableConfig{})
-			checkReplay(t, res, ps, 0)
+			checkReplay(t, res, ps)
 			ratio := res.Fragmentation()
 			if ratio > 1.03 {
 				t.Errorf("peak mapped / peak live = %.4f; want at most 1.03", ratio)

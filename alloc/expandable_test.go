@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -241,6 +242,85 @@ func TestExpandableSmallClassIsUnderAPage(t *testing.T) {
 	}
 	for _, p := range live {
 		v.free(t, p, s)
+	}
+}
+
+// TestExpandableLargeRequestsUseSmallRanges: a large request that its own
+// range would serve only by taking the pages mapped past their high-water
+// mark and past the waste target (a page over the pages the live bytes
+// need, or 3 % more) takes its stream's small range's free space instead
+// where that maps fewer pages; under the target it stays in its range.
+// Pages are 2 MiB. The large range holds a [0, 3), b and c [5.1, 8) MiB,
+// b freed: 2.1 MiB, no whole page in it; the small range holds small.
+func TestExpandableLargeRequestsUseSmallRanges(t *testing.T) {
+	cases := map[string]struct {
+		first uint64   // a large block allocated first (0: none)
+		small []uint64 // small blocks
+		free  []int    // the small blocks freed
+		n     uint64   // the large request
+		// where the request goes: after small[after], or before
+		// small[before], or after c (both -1)
+		after, before int
+		peak          uint64 // pages at the peak
+	}{
+		// 2.6 MiB in the large range would map two pages (seven in all,
+		// the target six); in the small range it takes the 1.9 MiB free
+		// after the small block and one page more.
+		"grows in the small range": {0, []uint64{100 * units.KiB}, nil, 2*units.MiB + 600*units.KiB, 0, -1, 6},
+		// Small blocks 1 and 2 freed leave [1.5, 3.84) MiB free, no whole
+		// page in it: 2.2 MiB take its back, before block 3, mapping
+		// nothing (the large range would map two pages, nine in all).
+		"takes a small range's cached block": {0, []uint64{1536 * units.KiB, 1200 * units.KiB, 1200 * units.KiB, 1100 * units.KiB}, []int{1, 2},
+			2*units.MiB + 200*units.KiB, -1, 3, 7},
+		// With 200 MiB live before them, the large range's growth stays
+		// within 3 %: the request follows c.
+		"not under the target": {200 * units.MiB, []uint64{100 * units.KiB}, nil, 2*units.MiB + 600*units.KiB, -1, -1, 107},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+			s := v.dev.DefaultStream()
+			var live []device.Ptr
+			if c.first > 0 {
+				live = append(live, v.alloc(t, c.first, s))
+			}
+			a := v.alloc(t, 3*units.MiB, s)
+			b := v.alloc(t, 2*units.MiB+100*units.KiB, s)
+			cc := v.alloc(t, 2*units.MiB+900*units.KiB, s)
+			v.free(t, b, s)
+			live = append(live, a, cc)
+			var small []device.Ptr
+			for _, n := range c.small {
+				small = append(small, v.alloc(t, n, s))
+			}
+			for i, p := range small {
+				if slices.Contains(c.free, i) {
+					v.free(t, p, s)
+				} else {
+					live = append(live, p)
+				}
+			}
+			want := cc + device.Ptr(2*units.MiB+900*units.KiB)
+			switch {
+			case c.after >= 0:
+				want = small[c.after] + device.Ptr(c.small[c.after])
+			case c.before >= 0:
+				want = small[c.before] - device.Ptr(c.n)
+			}
+			g := v.alloc(t, c.n, s)
+			if g != want {
+				t.Errorf("%s is at %v; want %v", units.Format(c.n), g, want)
+			}
+			if ps := v.e.PageStats(); ps.PeakMapped != c.peak {
+				t.Errorf("PageStats = %+v; want %d pages at the peak", ps, c.peak)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, p := range append(live, g) {
+				v.free(t, p, s)
+			}
+		})
 	}
 }
 
