@@ -163,11 +163,16 @@ func (e *Expandable) planInLocked(r request, cls uint8, best *growthPlan, bestPa
 // crossWantedLocked reports whether large request r may use its stream's
 // small ranges, its own class's growth being own: only when own would take
 // the pages mapped past their high-water mark, even after the unmapping
-// before it, and past the waste target for the bytes live with r
-// (wasteTarget).
+// before it, and the pages live blocks would then touch (those mapped
+// less the whole free pages) past the waste target for the bytes live
+// with r (wasteTarget). What it measures is the waste in partly used
+// pages, the one thing a placement across classes can lower.
 func (e *Expandable) crossWantedLocked(r request, own growthPlan) bool {
-	m := e.mappedAfterLocked(own)
-	return m > e.highWater && m > e.wasteTarget(e.st.InUse+r.size)
+	if e.mappedAfterLocked(own) <= e.highWater {
+		return false
+	}
+	touched := e.st.Reserved + own.bytes - e.wholeFreePagesLocked(^uint64(0), true, own.left, own.right)*e.page
+	return touched > e.wasteTarget(e.st.InUse+r.size)
 }
 
 // wasteTarget is the most bytes mapped that the policy aims at for live
@@ -188,15 +193,23 @@ func (e *Expandable) mappedAfterLocked(pl growthPlan) uint64 {
 	}
 	budget := e.pages.PeakMapped / churnDiv
 	need := min(e.pagesFor(int64(over-e.highWater)), budget-min(budget, e.pages.GrowthUnmaps))
-	return over - e.wholeFreePagesLocked(need, pl.left, pl.right)*e.page
+	return over - e.wholeFreePagesLocked(need, false, pl.left, pl.right)*e.page
 }
 
-// wholeFreePagesLocked counts the whole pages of shared free blocks but
-// skip, up to need.
-func (e *Expandable) wholeFreePagesLocked(need uint64, skip ...*block) uint64 {
+// wholeFreePagesLocked counts the whole pages of shared free blocks (of
+// every free block, with owned) but skip, up to need.
+func (e *Expandable) wholeFreePagesLocked(need uint64, owned bool, skip ...*block) uint64 {
 	var n uint64
 	for c := range e.idx.shared {
 		n = e.countWholeFrom(e.idx.shared[c].root, n, need, skip)
+	}
+	for _, st := range e.idx.streams {
+		for c := range st.free {
+			if !owned {
+				return n
+			}
+			n = e.countWholeFrom(st.free[c].root, n, need, skip)
+		}
 	}
 	return n
 }

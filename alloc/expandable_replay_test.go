@@ -231,8 +231,8 @@ func TestExpandableReplays(t *testing.T) {
 
 // replayVariants replays PyTorch trace name as recorded and perturbed
 // (sizes ×0.7 and ×1.3, streams shuffled): within the floor bound and
-// 1.03 × peak live, and as recorded within PyTorch's own ratio and
-// today's pages.
+// 1.03 × peak live, and as recorded within PyTorch's own ratio (also
+// with KeepMapped) and today's pages.
 func replayVariants(t *testing.T, dir, name string, events []trace.Event) {
 	var info pytorchInfo
 	raw, err := os.ReadFile(filepath.Join(dir, name+".info.json"))
@@ -266,6 +266,11 @@ func replayVariants(t *testing.T, dir, name string, events []trace.Event) {
 			}
 			if ps.PeakMapped > todayPages[name] {
 				t.Errorf("peak mapped %d pages; want at most the %d mapped before (todayPages)", ps.PeakMapped, todayPages[name])
+			}
+			// PyTorch's own rule, unmapping only on Trim and out of memory.
+			res, _ = expandableReplay(t, events, alloc.ExpandableConfig{KeepMapped: true})
+			if keep := res.Fragmentation(); keep > pytorchRatio {
+				t.Errorf("with KeepMapped, peak mapped / peak live = %.4f; want at most PyTorch's %.3f", keep, pytorchRatio)
 			}
 		})
 	}
