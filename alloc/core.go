@@ -111,7 +111,7 @@ type core struct {
 	dev   device.Device
 	gen   device.Generational // the device's reset count; nil when it has none
 	strat strategy
-	name  string // "pool" or "pinned", in error messages
+	name  string // the registry's name (registry.go), or "pinned": in reports and error messages
 
 	mu     sync.Mutex // protects the fields below and the strategy's
 	closed bool
