@@ -10,18 +10,7 @@ package alloc
 // line's --allocator and its help text, vram info, the memory reports
 // (MemoryReport.Allocator), the run report and the metrics label.
 //
-// The one-name rule. Every allocator has one name, its Entry.Name, and an
-// allocator is named by what serves, never by what was asked for: every
-// report, listing, metrics label and message that names the allocator
-// making the allocations gives that name (MemoryReport.Allocator is it). A
-// Kind is what a manager is asked for, a family of allocators in one role,
-// named by its first allocator in the table (the one it falls back to):
-// kind pool, asked for, is served by expandable where the device manages
-// virtual memory, and is then reported as expandable. A name read where
-// one allocator is chosen (Lookup: --allocator) gives that allocator, an
-// alias the allocator it stands for; read where a kind is chosen
-// (ParseKind: VRAM_ALLOC_CONF's kind), it must be a kind's name or an
-// alias of the allocator that names the kind.
+// The one-name rule is stated on Entry.
 
 import (
 	"errors"
@@ -70,8 +59,21 @@ type Configs struct {
 }
 
 // Entry is one device allocator in the registry. A plain value.
+//
+// The one-name rule. Every allocator has one name, its Entry.Name, and an
+// allocator is named by what serves, never by what was asked for: every
+// report, listing, metrics label and message that names the allocator
+// making the allocations gives that name (MemoryReport.Allocator is it). A
+// Kind is what a manager is asked for, a family of allocators in one role,
+// named by its first allocator in the table (the one it falls back to):
+// kind pool, asked for, is served by expandable where the device manages
+// virtual memory, and is then reported as expandable. A name read where
+// one allocator is chosen (Lookup: --allocator) gives that allocator, an
+// alias the allocator it stands for; read where a kind is chosen
+// (ParseKind: VRAM_ALLOC_CONF's kind), it must be a kind's name or an
+// alias of the allocator that names the kind.
 type Entry struct {
-	// Name is the allocator's one name (see the file overview).
+	// Name is the allocator's one name (the rule above).
 	Name string
 	// Aliases are other names it is asked by, lower case, with '_' where
 	// either '_' or '-' may be written: cubie's, and other spellings.

@@ -48,7 +48,7 @@ func TestUsageErrors(t *testing.T) {
 		"bad bool":        {[]string{"run", "--double-buffer=maybe"}, []string{`--double-buffer "maybe": want true or false`}},
 		"negative seed":   {[]string{"run", "--seed", "-1"}, []string{`--seed "-1": want a whole number of at least 0`}},
 		"negative runs":   {[]string{"run", "--runs", "-5"}, []string{"--runs -5: want 1 to"}},
-		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want one of direct, pool, async`}},
+		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want direct (or default), pool (or cupy), async`}},
 		"replay: no file": {[]string{"replay"}, []string{"vram replay needs at least one TRACE.csv"}},
 		"extra argument":  {[]string{"info", "extra"}, []string{`vram info takes no arguments, but was given ["extra"]`}},
 		"empty device":    {[]string{"info", "--device", " "}, []string{"--device is empty"}},
@@ -56,7 +56,7 @@ func TestUsageErrors(t *testing.T) {
 		"plan: two files": {[]string{"plan", "a.json", "b.json"}, []string{"vram plan takes at most 1 request set FILE", `["a.json" "b.json"]`}},
 		"plan: buffers 4": {[]string{"plan", "--buffers", "4"}, []string{"--buffers 4: want 1, or up to 3"}},
 		"plan: budget":    {[]string{"plan", "--budget", "lots"}, []string{`--budget "lots"`}},
-		"plan: allocator": {[]string{"plan", "--allocator", "slab"}, []string{`--allocator "slab"`, "direct, pool, async"}},
+		"plan: allocator": {[]string{"plan", "--allocator", "slab"}, []string{`--allocator "slab"`, "direct (or default), pool (or cupy), async"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

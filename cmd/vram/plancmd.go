@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -65,7 +64,7 @@ exits 1 with the reason on stderr.`,
 	fl.StringVar(&f.budget, "budget", "", "device bytes the plan may use, e.g. 256MiB (default: the input's, else the device's free memory)")
 	fl.StringVar(&f.granularity, "granularity", "", "allocation rounding unit, e.g. 512 or 2MiB (default: the input's, else the allocator's)")
 	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 to 3 (default: the input's, else 1)")
-	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "allocator whose granularity to plan for: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocator, "allocator", planAllocator, "allocator whose granularity to plan for: "+allocatorHelp())
 	return cmd
 }
 
@@ -86,8 +85,9 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	if buffersSet && (f.buffers < 1 || f.buffers > batch.MaxBuffers) {
 		return usagef("--buffers %d: want 1, or up to %d buffers in flight", f.buffers, batch.MaxBuffers)
 	}
-	if !slices.Contains(allocatorKinds, f.allocator) {
-		return usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	al, err := lookupAllocator(f.allocator)
+	if err != nil {
+		return err
 	}
 
 	var r io.Reader = a.stdin
@@ -141,11 +141,11 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 			budgetFrom += "; --budget to choose"
 		}
 		if gran == 0 {
-			g, err := allocatorGranularity(f.allocator, dev)
+			g, err := allocatorGranularity(al, dev)
 			if err != nil {
 				return err
 			}
-			gran, granFrom = g, "the "+f.allocator+" allocator's"
+			gran, granFrom = g, "the "+al.Name+" allocator's"
 		}
 	}
 	a.log.Debug("plan", "budget", budget, "budget_from", budgetFrom, "granularity", gran,

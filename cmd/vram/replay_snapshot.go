@@ -95,8 +95,8 @@ func snapshotFor(path string, ki int) string {
 
 // replayKind replays events against one allocator; when snapshotOut is
 // set, it records the replay and writes it there as a PyTorch snapshot.
-func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind string, opts trace.Options, snapshotOut string) (trace.Result, error) {
-	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return newAllocator(kind, dev) }
+func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind alloc.Entry, opts trace.Options, snapshotOut string) (trace.Result, error) {
+	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return kind.New(dev, alloc.Configs{}) }
 	if snapshotOut == "" {
 		return trace.ReplayOnConfigContext(ctx, events, cfg, newAlloc, opts)
 	}
