@@ -123,7 +123,7 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if size, err = units.ParseSize(f.vram); err != nil || size == 0 {
 			return usagef("--vram %q: want a positive size such as 16GiB", f.vram)
 		}
-		// trace.SimConfig leaves the granularity at the simulator's.
+		// replaySimConfig leaves the granularity at the simulator's.
 		if size < sim.DefaultGranularity {
 			return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
 				f.vram, units.Format(sim.DefaultGranularity))
@@ -154,7 +154,7 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if len(events) == 0 {
 			return emptyTrace(path)
 		}
-		cfg := trace.SimConfig(events)
+		cfg := replaySimConfig(events)
 		if size != 0 {
 			cfg.TotalBytes = size
 			if g := cfg.Granularity; g != 0 && size < g {

@@ -78,13 +78,13 @@ func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind a
 		return w, nil
 	}
 	if snapshotOut == "" {
-		res, err := trace.ReplayOnConfigContext(ctx, events, cfg, newAlloc, opts)
+		res, err := trace.ReplayOnContext(ctx, events, sim.Factory(cfg), newAlloc, opts)
 		if err != nil {
 			return res, nil, err
 		}
 		return res, w.report(res), nil
 	}
-	res, h, err := trace.RecordReplay(events, cfg, newAlloc, opts)
+	res, h, err := trace.RecordReplay(events, sim.Factory(cfg), newAlloc, opts)
 	if err != nil {
 		return res, nil, err
 	}

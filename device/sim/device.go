@@ -246,6 +246,19 @@ type Device struct {
 // activeScratch holds the slices quiesce copies active into.
 var activeScratch = sync.Pool{New: func() any { return new([]*stream) }}
 
+// Factory returns a function that makes a fresh simulated device of cfg
+// on each call (New), as a device.Device: what a trace replay takes
+// (trace.DeviceFactory), one device per replay.
+func Factory(cfg Config) func() (device.Device, error) {
+	return func() (device.Device, error) {
+		d, err := New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}
+}
+
 // New makes a simulated device. Zero fields of cfg take their defaults;
 // invalid ones return an error wrapping device.ErrInvalidValue.
 func New(cfg Config) (*Device, error) {
