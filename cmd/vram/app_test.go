@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
 
 	"github.com/vramkit/vram/device"
@@ -212,6 +214,7 @@ func TestDeviceSpecCheckedEverywhere(t *testing.T) {
 		"plan, env":         {"sim:vram=lots", planInput, []string{"plan"}, `$VRAM_DEVICE "sim:vram=lots": sim option vram`},
 		"info, cuda number": {"", "", []string{"info", "--device", "cuda:x"}, `--device "cuda:x": cuda device "x"`},
 		"bench, env":        {"tpu", "", []string{"bench", "--time", "1ms"}, `$VRAM_DEVICE "tpu"`},
+		"broker, env":       {"bogus", "", []string{"broker", "--socket", "/nonexistent/vram.sock"}, `$VRAM_DEVICE "bogus": unknown backend`},
 		"flag beats env":    {"sim", "", []string{"info", "--device", "bogus"}, `--device "bogus"`},
 	}
 	for name, tc := range tests {
@@ -295,5 +298,59 @@ func TestErrorPrefixOnce(t *testing.T) {
 	_, stderr, code := cli(t, "", "run", "--device", "sim:granularity=64GiB,vram=256GiB", "--runs", "10", "--steps", "1")
 	if code != exitFailure || !strings.Contains(stderr, "\nvram: batch: ") || strings.Contains(stderr, "vram: vram:") {
 		t.Errorf("exit %d, stderr %q: want exit %d and one \"vram: \" prefix", code, stderr, exitFailure)
+	}
+}
+
+// TestCommandsCheckTheSpec: the command tree is the one list of commands.
+// Every command in it that vram registered checks the device spec before
+// it runs, unless it says it has no use for one (merge, broker status,
+// lease); the help and completion commands cobra adds do not.
+func TestCommandsCheckTheSpec(t *testing.T) {
+	root := (&app{}).rootCommand()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	noSpec := map[string]bool{"vram merge": true, "vram broker status": true, "vram lease": true}
+	cobras := map[string]bool{"vram help": true, "vram completion": true, "vram completion bash": true,
+		"vram completion zsh": true, "vram completion fish": true, "vram completion powershell": true}
+	var walk func(c *cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			path := sub.CommandPath()
+			_, own := sub.Annotations[annOwn]
+			switch {
+			case cobras[path] && (own || checksSpec(sub)):
+				t.Errorf("%s is cobra's, but vram treats it as its own", path)
+			case !cobras[path] && !own:
+				t.Errorf("%s is not marked as vram's own command", path)
+			case !cobras[path] && checksSpec(sub) == noSpec[path]:
+				t.Errorf("%s: checks the spec %v; want %v", path, checksSpec(sub), !noSpec[path])
+			}
+			seen++
+			walk(sub)
+		}
+	}
+	walk(root)
+	if checksSpec(root) || seen < len(noSpec)+len(cobras)+6 {
+		t.Errorf("the root checks the spec (%v), or the tree has only %d commands", checksSpec(root), seen)
+	}
+}
+
+// TestNoSpecCommandsIgnoreEnvDevice: the commands with no use for --device
+// run (and fail, here, for their own reasons) whatever $VRAM_DEVICE says.
+func TestNoSpecCommandsIgnoreEnvDevice(t *testing.T) {
+	t.Setenv(device.EnvDevice, "bogus")
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for name, args := range map[string][]string{
+		"merge":         {"merge"},
+		"broker status": {"broker", "status", "--socket", sock},
+		"lease":         {"lease", "--bytes", "1MiB", "--socket", sock, "--", "true"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := cli(t, "", args...)
+			if code == exitOK || strings.Contains(stderr, device.EnvDevice) {
+				t.Errorf("exit %d, stderr %q; want it to fail for its own reason, not $%s", code, stderr, device.EnvDevice)
+			}
+		})
 	}
 }
