@@ -98,10 +98,7 @@ func eventNeverRecorded(t *testing.T, o opener) {
 // until the work is done.
 func eventRecordAndQuery(t *testing.T, o opener) {
 	d := o.fresh(t)
-	s := strm(t)(d.NewStream())
-	defer func() { ok(t, s.Close()) }()
-	e := evt(t)(d.NewEvent())
-	defer func() { ok(t, e.Close()) }()
+	s, e := streamAndEvent(t, d)
 	release := hold(t, d, s)
 	ok(t, e.Record(s))
 	if done, err := e.Query(); err != nil || done {
@@ -114,18 +111,44 @@ func eventRecordAndQuery(t *testing.T, o opener) {
 	}
 }
 
+// streamAndEvent makes a stream and an event on d, closed when the test
+// ends.
+func streamAndEvent(t *testing.T, d device.Device) (device.Stream, device.Event) {
+	s := strm(t)(d.NewStream())
+	t.Cleanup(func() { ok(t, s.Close()) })
+	e := evt(t)(d.NewEvent())
+	t.Cleanup(func() { ok(t, e.Close()) })
+	return s, e
+}
+
+// crossStreams is a fresh backed device with two streams, an event and
+// an allocation, for the tests of waits across streams; all are given
+// back when the test ends.
+type crossStreams struct {
+	d      device.Device
+	s1, s2 device.Stream
+	e      device.Event
+	p      device.Ptr
+}
+
+// newCrossStreams makes them, the allocation of n bytes.
+func newCrossStreams(t *testing.T, o opener, n uint64) crossStreams {
+	d := o.fresh(t)
+	backed(t, d)
+	x := crossStreams{d: d, s1: strm(t)(d.NewStream()), s2: strm(t)(d.NewStream())}
+	t.Cleanup(func() { ok(t, x.s1.Close()); ok(t, x.s2.Close()) })
+	x.e = evt(t)(d.NewEvent())
+	t.Cleanup(func() { ok(t, x.e.Close()) })
+	x.p = ptr(t)(d.Malloc(n))
+	t.Cleanup(func() { ok(t, d.Free(x.p)) })
+	return x
+}
+
 // eventCrossStreamWait: a stream that waits on an event runs its work
 // only after the event's, without blocking the host.
 func eventCrossStreamWait(t *testing.T, o opener) {
-	d := o.fresh(t)
-	backed(t, d)
-	s1 := strm(t)(d.NewStream())
-	s2 := strm(t)(d.NewStream())
-	defer func() { ok(t, s1.Close()); ok(t, s2.Close()) }()
-	e := evt(t)(d.NewEvent())
-	defer func() { ok(t, e.Close()) }()
-	p := ptr(t)(d.Malloc(256))
-	defer func() { ok(t, d.Free(p)) }()
+	x := newCrossStreams(t, o, 256)
+	d, s1, s2, e, p := x.d, x.s1, x.s2, x.e, x.p
 	src := hostText(t, d, "from stream one")
 	got := hostBytes(t, d, 15)
 	release := hold(t, d, s1)
@@ -150,15 +173,8 @@ func eventCrossStreamWait(t *testing.T, o opener) {
 // eventWaitIgnoresLaterWork: a wait covers the work before the record,
 // not what is enqueued after it.
 func eventWaitIgnoresLaterWork(t *testing.T, o opener) {
-	d := o.fresh(t)
-	backed(t, d)
-	s1 := strm(t)(d.NewStream())
-	s2 := strm(t)(d.NewStream())
-	defer func() { ok(t, s1.Close()); ok(t, s2.Close()) }()
-	e := evt(t)(d.NewEvent())
-	defer func() { ok(t, e.Close()) }()
-	p := ptr(t)(d.Malloc(64))
-	defer func() { ok(t, d.Free(p)) }()
+	x := newCrossStreams(t, o, 64)
+	d, s1, s2, e, p := x.d, x.s1, x.s2, x.e, x.p
 	ok(t, d.CopyHtoD(p, []byte("before the record"), s1))
 	ok(t, e.Record(s1))
 	release := hold(t, d, s1) // after the record: stream two must not wait for it
@@ -179,10 +195,7 @@ func eventWaitIgnoresLaterWork(t *testing.T, o opener) {
 // eventReRecord: recording an event again moves its mark.
 func eventReRecord(t *testing.T, o opener) {
 	d := o.fresh(t)
-	s := strm(t)(d.NewStream())
-	defer func() { ok(t, s.Close()) }()
-	e := evt(t)(d.NewEvent())
-	defer func() { ok(t, e.Close()) }()
+	s, e := streamAndEvent(t, d)
 	release := hold(t, d, s)
 	ok(t, e.Record(d.DefaultStream())) // nothing pending there
 	if done, err := e.Query(); err != nil || !done {
@@ -200,10 +213,7 @@ func eventReRecord(t *testing.T, o opener) {
 // enqueued stays complete.
 func eventRecordCapturesEarlierWork(t *testing.T, o opener) {
 	d := o.fresh(t)
-	s := strm(t)(d.NewStream())
-	defer func() { ok(t, s.Close()) }()
-	e := evt(t)(d.NewEvent())
-	defer func() { ok(t, e.Close()) }()
+	s, e := streamAndEvent(t, d)
 	ok(t, e.Record(s)) // nothing enqueued yet: complete at once
 	within(t, "Event.Synchronize", func() { ok(t, e.Synchronize()) })
 	release := hold(t, d, s)
