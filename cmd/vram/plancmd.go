@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -122,30 +123,8 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	// What the input leaves open comes from the device.
 	budgetFrom, granFrom := "given", "given"
 	if budget == 0 || gran == 0 {
-		dev, fallback, err := a.openDevice(a.device)
-		if err != nil {
+		if budget, gran, budgetFrom, granFrom, err = a.planDevice(budget, gran, al); err != nil {
 			return err
-		}
-		defer dev.Close()
-		if budget == 0 {
-			free, _, err := dev.MemInfo()
-			if err != nil {
-				return fmt.Errorf("read the device's free memory for the budget: %w", err)
-			}
-			info := dev.Info()
-			budget = free
-			budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
-			if fallback != nil {
-				budgetFrom += ", as auto found no GPU"
-			}
-			budgetFrom += "; --budget to choose"
-		}
-		if gran == 0 {
-			g, err := allocatorGranularity(al, dev)
-			if err != nil {
-				return err
-			}
-			gran, granFrom = g, "the "+al.Name+" allocator's"
 		}
 	}
 	a.log.Debug("plan", "budget", budget, "budget_from", budgetFrom, "granularity", gran,
@@ -167,6 +146,38 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 		return a.writeJSON(plan)
 	}
 	return a.printPlan(plan, in, budgetFrom, granFrom)
+}
+
+// planDevice fills a budget or granularity left 0 from the device: its
+// free memory, and the granularity of the allocator al on it. It returns
+// them with where each came from.
+func (a *app) planDevice(budget, gran uint64, al alloc.Entry) (uint64, uint64, string, string, error) {
+	budgetFrom, granFrom := "given", "given"
+	dev, fallback, err := a.openDevice(a.device)
+	if err != nil {
+		return 0, 0, "", "", err
+	}
+	defer dev.Close()
+	if budget == 0 {
+		free, _, err := dev.MemInfo()
+		if err != nil {
+			return 0, 0, "", "", fmt.Errorf("read the device's free memory for the budget: %w", err)
+		}
+		info := dev.Info()
+		budget = free
+		budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
+		if fallback != nil {
+			budgetFrom += ", as auto found no GPU"
+		}
+		budgetFrom += "; --budget to choose"
+	}
+	if gran == 0 {
+		if gran, err = allocatorGranularity(al, dev); err != nil {
+			return 0, 0, "", "", err
+		}
+		granFrom = "the " + al.Name + " allocator's"
+	}
+	return budget, gran, budgetFrom, granFrom, nil
 }
 
 func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom string) error {

@@ -110,13 +110,11 @@ fails (exit 1) if any disagrees. The report says how long the copies and
 kernels took and how much copying no kernel hid, and where the host
 arrays went; -v also prints the manager's memory report.
 
---allocator picks the manager's allocator by its name, as replay and bench
-do (the flag lists the names; vram info says what each is): pool is the
-segment alloc.Pool, expandable alloc.Expandable, refused on a device
-without virtual memory. Without it, $VRAM_ALLOC_CONF's, else the manager's
-choice: expandable where the device manages virtual memory, as the
-simulator does, else pool. The report, -v and the metrics name the
-allocator that serves.
+--allocator picks the manager's allocator by name, as in replay (pool the
+segment alloc.Pool, expandable alloc.Expandable); without it,
+$VRAM_ALLOC_CONF's, else the manager's choice: expandable where the device
+manages virtual memory, as the simulator does, else pool. The report, -v
+and the metrics name the allocator that serves.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On
