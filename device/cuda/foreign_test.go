@@ -63,6 +63,24 @@ func fakeForeign(t *testing.T) {
 		}
 	})
 
+	t.Run("OpenAndClosePutBack", func(t *testing.T) {
+		set(fakePeerCtx)
+		defer set(0)
+		d2, err := Open(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := current(); got != fakePeerCtx {
+			t.Errorf("after Open the thread has %#x current; want %#x put back", got, fakePeerCtx)
+		}
+		if err := d2.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := current(); got != fakePeerCtx {
+			t.Errorf("after Close the thread has %#x current; want %#x put back", got, fakePeerCtx)
+		}
+	})
+
 	t.Run("SecondContextRefused", func(t *testing.T) {
 		set(fakeOtherCtx)
 		defer set(0)
