@@ -237,10 +237,11 @@ func (m *Manager) NoteHookError(err error) {
 	m.mu.Unlock()
 }
 
-// noteOOM keeps the manager's report at an out of memory (the observer
-// runs on the failing call's goroutine, before it returns).
+// noteOOM keeps the manager's report at an out of memory, with the
+// frameworks' books (the observer runs on the failing call's goroutine,
+// before it returns, holding no lock of m's).
 func (m *Manager) noteOOM(r vram.ManagerReport) {
-	s := r.String()
+	s := m.report(r)
 	m.mu.Lock()
 	m.lastOOM = s
 	m.mu.Unlock()

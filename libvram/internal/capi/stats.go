@@ -104,9 +104,14 @@ func (m *Manager) Report() (string, error) {
 		return "", err
 	}
 	defer done()
+	return m.report(vram.Report(m.vm)), nil
+}
+
+// report writes r with m's header, books and hook failures. Takes mu.
+func (m *Manager) report(r vram.ManagerReport) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "vram manager %d on %s (device %d)\n", m.handle, m.spec, m.ordinal)
-	b.WriteString(vram.Report(m.vm).String())
+	b.WriteString(r.String())
 	m.mu.Lock()
 	books, hookErrs, lastHook := m.books, m.hookErrors, m.lastHook
 	m.mu.Unlock()
@@ -119,7 +124,7 @@ func (m *Manager) Report() (string, error) {
 	if hookErrs > 0 {
 		fmt.Fprintf(&b, "hook errors  %d, the last: %s\n", hookErrs, lastHook)
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // OOMReport is the manager's report at its last out of memory (the cap's
