@@ -244,25 +244,22 @@ func vramgo_stats_json(h C.int64_t, out **C.char, errOut **C.char) (rc C.int) {
 //export vramgo_report
 func vramgo_report(h C.int64_t, out **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
-	m, err := reg.Get(int64(h))
-	if err != nil {
-		return fail(errOut, err)
-	}
-	s, err := m.Report()
-	if err != nil {
-		return fail(errOut, err)
-	}
-	return text(out, s)
+	return managerText(h, out, errOut, (*capi.Manager).Report)
 }
 
 //export vramgo_oom_report
 func vramgo_oom_report(h C.int64_t, out **C.char, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
+	return managerText(h, out, errOut, (*capi.Manager).OOMReport)
+}
+
+// managerText hands C the text f makes of manager h.
+func managerText(h C.int64_t, out, errOut **C.char, f func(*capi.Manager) (string, error)) C.int {
 	m, err := reg.Get(int64(h))
 	if err != nil {
 		return fail(errOut, err)
 	}
-	s, err := m.OOMReport()
+	s, err := f(m)
 	if err != nil {
 		return fail(errOut, err)
 	}

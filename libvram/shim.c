@@ -2,9 +2,16 @@
  * shim.c: libvram's C entry points (vram.h). Each checks, before it enters
  * Go, that it runs in the process that loaded the library: after fork()
  * only the forking thread survives, and a call into the Go runtime, whose
- * threads did not, would hang or crash. Each keeps the message of its
- * failure as the calling thread's last error (a thread-specific string,
- * freed when the thread exits or the next call replaces it).
+ * threads did not, would hang or crash. The pid is compared in the child
+ * once, by a pthread_atfork handler, and each call reads the result: a
+ * getpid() per call would cost a system call, about as much as the rest of
+ * the call's overhead (BENCHMARKS.md). fork(), Python's os.fork and
+ * multiprocessing's fork all run the handler; a child made by a raw clone
+ * system call, which runs no handler, is not detected.
+ *
+ * Each call keeps the message of its failure as the calling thread's last
+ * error (a thread-specific string, freed when the thread exits or the next
+ * call replaces it).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -17,10 +24,17 @@
 #include "internal.h"
 #include "_cgo_export.h"
 
-/* The pid of the process that loaded the library, set by the loader. */
+/* The pid of the process that loaded the library, set by the loader, and
+ * whether this process is a child forked from it, set in the child. */
 static pid_t loaded_pid;
+static volatile int in_forked_child;
 
-__attribute__((constructor)) static void vram_loaded(void) { loaded_pid = getpid(); }
+static void vram_forked(void) { in_forked_child = getpid() != loaded_pid; }
+
+__attribute__((constructor)) static void vram_loaded(void) {
+	loaded_pid = getpid();
+	pthread_atfork(NULL, NULL, vram_forked);
+}
 
 static pthread_key_t err_key;
 static pthread_once_t err_once = PTHREAD_ONCE_INIT;
@@ -53,8 +67,8 @@ static int fail(int status, const char *fmt, ...) {
 /* forked reports, with the thread's last error set, a call in a process
  * forked from the one that loaded the library. */
 static int forked(const char *op) {
+	if (__builtin_expect(!in_forked_child, 1)) return 0;
 	pid_t pid = getpid();
-	if (pid == loaded_pid) return 0;
 	fail(VRAM_EFORK, "vram: %s in process %d, forked from process %d which loaded libvram: the Go runtime does not survive fork; "
 	     "use vram in a child only after exec (Python: multiprocessing's \"spawn\" or \"forkserver\" start method)",
 	     op, (int)pid, (int)loaded_pid);
@@ -204,28 +218,25 @@ int vram_stats(vram_manager m, struct vram_stats *out) {
 	return VRAM_OK;
 }
 
-int vram_stats_json(vram_manager m, char *buf, size_t len, size_t *needed) {
-	if (forked("vram_stats_json")) return VRAM_EFORK;
+/* text_call runs one of Go's text functions and copies its text to buf. */
+static int text_call(const char *op, int (*fn)(int64_t, char **, char **), vram_manager m, char *buf, size_t len, size_t *needed) {
+	if (forked(op)) return VRAM_EFORK;
 	char *err = NULL, *text = NULL;
-	int rc = vramgo_stats_json(m, &text, &err);
+	int rc = fn(m, &text, &err);
 	set_error(err);
 	return copy_text(rc, text, buf, len, needed);
+}
+
+int vram_stats_json(vram_manager m, char *buf, size_t len, size_t *needed) {
+	return text_call("vram_stats_json", vramgo_stats_json, m, buf, len, needed);
 }
 
 int vram_report(vram_manager m, char *buf, size_t len, size_t *needed) {
-	if (forked("vram_report")) return VRAM_EFORK;
-	char *err = NULL, *text = NULL;
-	int rc = vramgo_report(m, &text, &err);
-	set_error(err);
-	return copy_text(rc, text, buf, len, needed);
+	return text_call("vram_report", vramgo_report, m, buf, len, needed);
 }
 
 int vram_oom_report(vram_manager m, char *buf, size_t len, size_t *needed) {
-	if (forked("vram_oom_report")) return VRAM_EFORK;
-	char *err = NULL, *text = NULL;
-	int rc = vramgo_oom_report(m, &text, &err);
-	set_error(err);
-	return copy_text(rc, text, buf, len, needed);
+	return text_call("vram_oom_report", vramgo_oom_report, m, buf, len, needed);
 }
 
 /* Hooks. */

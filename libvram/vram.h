@@ -23,7 +23,9 @@
  *     function but vram_abi_version, vram_strerror and vram_last_error
  *     fails with VRAM_EFORK without entering the Go runtime (which does not
  *     survive fork); the hooks return NULL or do nothing. Start children
- *     that use vram with exec (Python's multiprocessing "spawn").
+ *     that use vram with exec (Python's multiprocessing "spawn"). The pid
+ *     is compared in a pthread_atfork handler, which fork() runs; a child
+ *     made by a raw clone system call is not detected.
  *   - The library is never unloaded (Go's linker marks it -z nodelete:
  *     the Go runtime cannot be unloaded), installs no signal handlers
  *     beyond the Go runtime's own (SIGBUS, SIGFPE, SIGSEGV, SIGPIPE, and

@@ -5,6 +5,10 @@
  * the program's signal handlers alone and that dlclose does not unload it.
  *
  *   harness LIBVRAM sim            on the simulator
+ *   harness LIBVRAM bench          the cost of an alloc/free pair through
+ *                                  the library (a cache hit), of the
+ *                                  torch hooks, and of getpid (the fork
+ *                                  check), for BENCHMARKS.md; checks nothing
  *   harness LIBVRAM cuda           on the stand-in CUDA driver
  *                                  (device/cuda/testdata/fakecuda.c as
  *                                  libcuda.so.1 on LD_LIBRARY_PATH): the
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../vram.h"
@@ -408,9 +413,46 @@ static void check_cuda(void) {
 	CHECK(cur == primary, "the primary context is still current after close");
 }
 
+static double now_ns(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+/* bench prints the cost of an alloc/free pair of 1 MiB, a cache hit, on
+ * one thread: through vram_alloc/vram_free and through the torch hooks,
+ * and of getpid(), the fork check's system call. */
+static void bench(void) {
+	enum { N = 200000 };
+	vram_manager m = 0;
+	if (v.open("sim:vram=1GiB", 0, &m) != VRAM_OK) {
+		printf("not ok - open: %s\n", lasterr());
+		failures++;
+		return;
+	}
+	void *p = NULL;
+	v.alloc(m, VRAM_SOURCE_C, MiB, 0x40, &p); /* warm: the block is cached from here on */
+	v.free(m, p, MiB, 0x40);
+	double t0 = now_ns();
+	for (int i = 0; i < N; i++) {
+		v.alloc(m, VRAM_SOURCE_C, MiB, 0x40, &p);
+		v.free(m, p, MiB, 0x40);
+	}
+	double t1 = now_ns();
+	for (int i = 0; i < N; i++) v.torch_free(v.torch_alloc(MiB, 0, (void *)0x40), MiB, 0, (void *)0x40);
+	double t2 = now_ns();
+	volatile pid_t sink = 0;
+	for (int i = 0; i < N; i++) sink += getpid();
+	double t3 = now_ns();
+	printf("bench alloc+free 1 MiB via vram_alloc/vram_free: %.0f ns/pair\n", (t1 - t0) / N);
+	printf("bench alloc+free 1 MiB via the torch hooks: %.0f ns/pair\n", (t2 - t1) / N);
+	printf("bench getpid: %.0f ns/call\n", (t3 - t2) / N);
+	v.close(m);
+}
+
 int main(int argc, char **argv) {
 	if (argc != 3) {
-		fprintf(stderr, "usage: harness LIBVRAM sim|cuda\n");
+		fprintf(stderr, "usage: harness LIBVRAM sim|cuda|bench\n");
 		return 100;
 	}
 	install_own_handlers();
@@ -421,7 +463,9 @@ int main(int argc, char **argv) {
 	}
 	bind();
 	check_signals("after loading");
-	if (!strcmp(argv[2], "cuda")) {
+	if (!strcmp(argv[2], "bench")) {
+		bench();
+	} else if (!strcmp(argv[2], "cuda")) {
 		check_cuda();
 	} else {
 		check_basics();

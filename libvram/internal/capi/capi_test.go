@@ -376,3 +376,24 @@ func TestHookErrors(t *testing.T) {
 		t.Errorf("hook errors %d; report:\n%s\nwant one, clipped", st.HookErrors, rep)
 	}
 }
+
+// BenchmarkAllocFree is a 1 MiB alloc/free pair on one stream key, a
+// cache hit, through a Manager: the Go side of the C library's path
+// (libvram's harness "bench" mode times the whole path from C).
+func BenchmarkAllocFree(b *testing.B) {
+	var r Registry
+	m, err := r.Open(Options{Spec: "sim:vram=1GiB"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close(m.Handle())
+	for b.Loop() {
+		p, err := m.Alloc(SourceC, MiB, 0x40)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Free(p, MiB, 0x40); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
