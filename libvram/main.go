@@ -1,9 +1,13 @@
 // Command libvram is vram's memory manager as a C shared library, for
 // programs that are not Go: PyTorch, CuPy and Numba in one Python process
-// draw from one pool and one budget per device. Build it with a C and C++
+// draw from one pool and one budget per device. Build it with a C
 // compiler:
 //
 //	go build -buildmode=c-shared -o libvram.so ./libvram
+//
+// and, for PyTorch, its C++ allocation hook beside it (torch/vram_torch.cc
+// says how; it is not part of this package, so that the module builds
+// with a C compiler alone).
 //
 // vram.h beside this file is the contract (status codes, the functions,
 // each framework's hook); the Python package in python/vram is a ctypes
@@ -12,11 +16,11 @@
 // build.
 //
 // The files: vram.h (the contract), shim.c (the C entry points: the fork
-// check and each thread's last error, before anything enters Go), torch.cc
-// (PyTorch's allocation hook, which throws what it cannot return), main.go
+// check and each thread's last error, before anything enters Go), main.go
 // (the Go side of each entry point: C values to Go ones, errors to status
-// codes), and internal/capi (the managers, streams and books, in plain
-// Go).
+// codes), internal/capi (the managers, streams and books, in plain Go),
+// and torch/vram_torch.cc (PyTorch's allocation hook, which throws what it
+// cannot return).
 //
 // Safe in a foreign process: the Go runtime starts once, when the library
 // is loaded, and is never unloaded (Go's linker marks a c-shared library

@@ -168,6 +168,11 @@ int vram_alloc(vram_manager m, int source, size_t size, vram_stream stream, void
 	return rc;
 }
 
+int vram_alloc_on_device(int device, int source, size_t size, vram_stream stream, void **out) {
+	if (!out) return fail(VRAM_EINVAL, "vram_alloc_on_device: out is NULL");
+	return vram_hook_alloc_(source, device, 0, size, stream, 0, out);
+}
+
 int vram_free(vram_manager m, void *ptr, size_t size, vram_stream stream) {
 	if (forked("vram_free")) return VRAM_EFORK;
 	char *err = NULL;

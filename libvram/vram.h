@@ -119,6 +119,9 @@ int vram_manager_for_device(int device, vram_manager *out);
 
 /* Allocates size > 0 bytes for source, ordered on stream, into *out. */
 int vram_alloc(vram_manager m, int source, size_t size, vram_stream stream, void **out);
+/* vram_alloc through the manager open on device ordinal device, for hooks
+ * that name only a device. */
+int vram_alloc_on_device(int device, int source, size_t size, vram_stream stream, void **out);
 /* Frees ptr, last used on stream. size is the size it was allocated with,
  * or 0 not to check it. */
 int vram_free(vram_manager m, void *ptr, size_t size, vram_stream stream);
@@ -180,17 +183,23 @@ int vram_oom_report(vram_manager m, char *buf, size_t len, size_t *needed);
  * Framework hooks: each has exactly the signature its framework calls, and
  * finds the manager open on the device it is given (open one first).
  *
- * PyTorch, torch.cuda.memory.CUDAPluggableAllocator(path, "vram_torch_alloc",
- * "vram_torch_free"), which casts them to void*(size_t, int, cudaStream_t)
- * and void(void*, size_t, int, cudaStream_t) (torch/csrc/cuda/Module.cpp,
- * _cuda_customAllocator). vram_torch_alloc throws a C++ std::runtime_error
- * when it cannot allocate (PyTorch raises it as RuntimeError: its pluggable
- * allocator does not check for NULL); a request of 0 bytes returns NULL.
- * vram_torch_free never throws; a failure counts in hook_errors.
- * vram_torch_empty_cache is for the allocator's set_reset_fn (void()),
- * which torch.cuda.empty_cache calls: it trims every manager.
+ * PyTorch, torch.cuda.memory.CUDAPluggableAllocator(path of
+ * libvram_torch.so, "vram_torch_alloc", "vram_torch_free"), which casts
+ * them to void*(size_t, int, cudaStream_t) and void(void*, size_t, int,
+ * cudaStream_t) (torch/csrc/cuda/Module.cpp, _cuda_customAllocator; the
+ * docstring of torch/cuda/memory.py's CUDAPluggableAllocator gives the
+ * size as ssize_t and leaves the free's device out, but the cast is what
+ * PyTorch calls). vram_torch_alloc is in libvram_torch.so, a C++ library
+ * beside libvram.so (libvram/torch/vram_torch.cc): it throws a
+ * std::runtime_error with the last error's message when it cannot
+ * allocate (PyTorch raises it as RuntimeError: its pluggable allocator
+ * does not check for NULL); a request of 0 bytes returns NULL.
+ * vram_torch_free, in libvram.so and found through libvram_torch.so,
+ * never throws; a failure counts in hook_errors. vram_torch_empty_cache is
+ * for the allocator's set_reset_fn (void()), which torch.cuda.empty_cache
+ * calls: it trims every manager.
  */
-void *vram_torch_alloc(size_t size, int device, void *stream);
+void *vram_torch_alloc(size_t size, int device, void *stream); /* libvram_torch.so */
 void vram_torch_free(void *ptr, size_t size, int device, void *stream);
 void vram_torch_empty_cache(void);
 

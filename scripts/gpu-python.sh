@@ -3,9 +3,10 @@
 # one Python process, on a machine with an NVIDIA GPU.
 #
 #   scripts/gpu-python.sh build [DIR]   where Go, gcc and g++ are: build
-#                                       libvram.so and copy it, the Python
-#                                       package and the workload into DIR
-#                                       (default gpu-python/)
+#                                       libvram.so and libvram_torch.so and
+#                                       copy them, the Python package and
+#                                       the workload into DIR (default
+#                                       gpu-python/)
 #   DIR/gpu-python.sh run [DIR]         on the GPU machine (no Go needed):
 #                                       run scripts/gpu_python.py there
 #   DIR/gpu-python.sh run --sim [DIR]   the same on vram's simulator: a dry
@@ -25,7 +26,7 @@
 # with the frameworks). Exit status: 0 when every check that ran passed.
 set -uo pipefail
 
-usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+usage() { sed -n '2,14p' "$0" >&2; exit 2; }
 
 cmd=${1:-}
 [ -n "$cmd" ] || usage
@@ -40,8 +41,11 @@ build() {
 	done
 	set -e
 	mkdir -p "$out/python"
-	echo "== building libvram.so into $out"
+	echo "== building libvram.so and libvram_torch.so (PyTorch's hook) into $out"
 	(cd "$repo" && CGO_ENABLED=1 go build -buildmode=c-shared -o "$out/libvram.so" ./libvram)
+	g++ -shared -fPIC -O2 -I "$repo/libvram" -o "$out/libvram_torch.so" "$repo/libvram/torch/vram_torch.cc" \
+		-L "$out" -l:libvram.so -Wl,-rpath,'$ORIGIN'
+	rm -f "$out/libvram.h" # cgo's header of the Go exports; vram.h is the contract
 	rm -rf "$out/python/vram"
 	cp -r "$repo/python/vram" "$out/python/vram"
 	find "$out/python" -name __pycache__ -prune -exec rm -rf {} +

@@ -58,6 +58,15 @@ def setup_numba():
     cuda.set_memory_manager(VramNumbaManager)  # before Numba's first context
 
 
+def install_torch():
+    import torch  # noqa: F401 - an ImportError here is a SKIP
+
+    import vram.torch as vram_torch
+
+    vram_torch.install()
+    line("ok", "torch: vram is PyTorch's CUDA allocator (%s)" % vram._lib.torch_path())
+
+
 def run_numba(cap):
     import numpy as np
     from numba import cuda
@@ -136,12 +145,7 @@ def main():
     # Every hook is installed before its framework's first allocation.
     if spec.startswith("cuda"):
         section("numba", setup_numba)
-        try:
-            import vram.torch as vram_torch
-
-            vram_torch.install()
-        except ImportError as e:
-            line("SKIP", "torch: not installed here (%s)" % e)
+        section("torch install", install_torch)
         section("numba", lambda: run_numba(cap))
         section("cupy", lambda: run_cupy(cap))
         section("torch", lambda: run_torch(cap))

@@ -1,12 +1,16 @@
 // torch_harness.cc: calls vram_torch_alloc and vram_torch_free the way
-// PyTorch does: dlsym'd, cast to the types of torch/csrc/cuda/Module.cpp's
-// _cuda_customAllocator (void*(size_t, int, cudaStream_t) and
-// void(void*, size_t, int, cudaStream_t)), and called through
-// std::function, as CUDAPluggableAllocator::malloc and raw_delete do. A
+// PyTorch does: dlsym'd from libvram_torch.so (CUDAPluggableAllocator
+// looks both names up in the one library it is given), cast to the types
+// of torch/csrc/cuda/Module.cpp's _cuda_customAllocator
+// (void*(size_t, int, cudaStream_t) and void(void*, size_t, int,
+// cudaStream_t)), and called through std::function, as
+// CUDAPluggableAllocator::malloc and raw_delete do. The manager is opened
+// through libvram.so loaded first by its own path, as the Python package
+// does with ctypes: the hooks must see it (one library, one Go runtime). A
 // refusal must arrive as a C++ exception carrying vram's message, which
 // PyTorch raises in Python as RuntimeError.
 //
-//   torch_harness LIBVRAM
+//   torch_harness LIBVRAM LIBVRAM_TORCH
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -28,14 +32,20 @@ static void check(bool ok, const std::string& what) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) return 100;
+  if (argc != 3) return 100;
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
+  void* torch = lib ? dlopen(argv[2], RTLD_NOW | RTLD_LOCAL) : nullptr;
+  if (!torch) {
     std::printf("not ok - dlopen: %s\n", dlerror());
     return 100;
   }
-  std::function<MallocFuncType> alloc = reinterpret_cast<MallocFuncType*>(dlsym(lib, "vram_torch_alloc"));
-  std::function<FreeFuncType> free_fn = reinterpret_cast<FreeFuncType*>(dlsym(lib, "vram_torch_free"));
+  void* alloc_sym = dlsym(torch, "vram_torch_alloc");
+  void* free_sym = dlsym(torch, "vram_torch_free");  // libvram.so's, through the dependency
+  check(alloc_sym && free_sym, "both hooks found through libvram_torch.so");
+  check(dlsym(lib, "vram_torch_alloc") == nullptr, "libvram.so itself has no vram_torch_alloc (no variant that returns NULL)");
+  if (!alloc_sym || !free_sym) return 100;
+  std::function<MallocFuncType> alloc = reinterpret_cast<MallocFuncType*>(alloc_sym);
+  std::function<FreeFuncType> free_fn = reinterpret_cast<FreeFuncType*>(free_sym);
   auto open = reinterpret_cast<int (*)(const char*, uint64_t, vram_manager*)>(dlsym(lib, "vram_open"));
 
   // No manager yet: the hook throws, naming what to do.

@@ -43,6 +43,21 @@ class TestLibrary(unittest.TestCase):
         self.assertEqual(_lib.lib().vram_strerror(_lib.ERANGE), b"buffer too small")
         self.assertEqual(_lib.lib().vram_strerror(_lib.OK), b"success")
 
+    def test_torch_library(self):
+        # What PyTorch's CUDAPluggableAllocator(path, alloc_fn_name,
+        # free_fn_name) does with the path it is given: ctypes.CDLL, then
+        # both names, which must be the library's own functions.
+        try:
+            p = _lib.torch_path()
+        except OSError as e:
+            self.skipTest(str(e))
+        t = ctypes.CDLL(p)
+        for name in ("vram_torch_alloc", "vram_torch_free"):
+            self.assertTrue(ctypes.cast(getattr(t, name), ctypes.c_void_p).value, name)
+        self.assertEqual(ctypes.cast(t.vram_torch_free, ctypes.c_void_p).value, _lib.address("vram_torch_free"),
+                         "libvram_torch.so's free is libvram.so's: one library, one Go runtime")
+        self.assertFalse(hasattr(_lib.lib(), "vram_torch_alloc"), "libvram.so has no allocation hook that returns NULL")
+
     def test_no_manager(self):
         with self.assertRaisesRegex(vram.VramError, "no manager is open on device 3"):
             vram.manager(3)

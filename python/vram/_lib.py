@@ -2,7 +2,8 @@
 
 The library is found, in order, at $VRAM_LIBRARY, as libvram.so beside this
 package, or by the system's loader (ctypes.util.find_library("vram")). It is
-loaded once per process and never unloaded.
+loaded once per process and never unloaded. PyTorch's allocation hook is in
+libvram_torch.so (C++), found at $VRAM_TORCH_LIBRARY or beside libvram.so.
 """
 
 import ctypes
@@ -43,8 +44,9 @@ _SIGNATURES = {
     "vram_stats_json": (ctypes.c_int, [_manager, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "vram_report": (ctypes.c_int, [_manager, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "vram_oom_report": (ctypes.c_int, [_manager, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
-    # The hooks: the Python package hands their addresses to the frameworks.
-    "vram_torch_alloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
+    "vram_alloc_on_device": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, _stream, ctypes.POINTER(ctypes.c_void_p)]),
+    # The hooks: the Python package hands their addresses (or, for PyTorch,
+    # libvram_torch.so's path) to the frameworks.
     "vram_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
     "vram_torch_empty_cache": (None, []),
     "vram_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
@@ -138,6 +140,17 @@ def text(fn, handle):
             continue
         check(status)
         return buf.value.decode("utf-8", "replace")
+
+
+def torch_path():
+    """The path of libvram_torch.so, PyTorch's hook (checked to exist)."""
+    lib()
+    p = os.environ.get("VRAM_TORCH_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(path)), "libvram_torch.so")
+    if not os.path.exists(p):
+        raise OSError(
+            "%s not found: PyTorch's hook is a C++ library beside libvram.so (build it as "
+            "libvram/torch/vram_torch.cc says), or set VRAM_TORCH_LIBRARY" % p)
+    return p
 
 
 def address(name):

@@ -3,8 +3,9 @@
     import vram.torch
     vram.torch.install()     # before the first CUDA allocation
 
-PyTorch calls the library's vram_torch_alloc and vram_torch_free directly
-(no Python on the allocation path) with the device and the current stream;
+PyTorch calls vram_torch_alloc (in libvram_torch.so, a C++ library beside
+libvram.so: _lib.torch_path) and vram_torch_free directly (no Python on the
+allocation path) with the device and the current stream;
 each allocation comes from the manager open on that device, counted under
 "torch". A refusal raises RuntimeError with vram's message (PyTorch's
 pluggable allocator does not check for NULL, so the hook throws).
@@ -36,7 +37,7 @@ def install():
     import torch
 
     _vram.manager(0)
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(_lib.path, "vram_torch_alloc", "vram_torch_free")
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(_lib.torch_path(), "vram_torch_alloc", "vram_torch_free")
     inner = alloc.allocator()
     if hasattr(inner, "set_reset_fn"):
         inner.set_reset_fn(_lib.address("vram_torch_empty_cache"))
