@@ -43,7 +43,9 @@
  * is safe on every stream that is ordered after the legacy default stream,
  * and the free is ordered on the legacy default stream, which follows all
  * earlier work of every blocking stream; work on a non-blocking stream must
- * be synchronized before its memory is freed unordered. On the simulator
+ * be synchronized before its memory is freed unordered. An allocation on
+ * cudaStreamPerThread (handle 2), one handle for every thread's own
+ * stream, is made as an unordered one on CUDA. On the simulator
  * (no GPU) a handle is only a key: each distinct key has a stream of its
  * own, at most 256 of them.
  *

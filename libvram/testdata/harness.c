@@ -412,6 +412,14 @@ static void check_cuda(void) {
 	CHECK(cur == PEER_CTX && st.hook_errors == 0 && st.in_use == 0 && st.simulated == 0,
 	      "torch free on the borrowed stream; context put back");
 	CHECK(streamQuery(stream) == 0, "the framework's stream is alive: vram never destroys a borrowed stream");
+	/* cudaStreamPerThread: one handle, each thread's own stream. A block
+	 * freed on it must not go at once to an allocation on it (maybe
+	 * another thread's stream): the allocation is made unordered. */
+	rc = v.alloc_on_device(0, VRAM_SOURCE_TORCH, 2 * MiB, 2, &p);
+	void *q2 = NULL;
+	CHECK(rc == VRAM_OK && v.free(m, p, 2 * MiB, 2) == VRAM_OK && v.alloc_on_device(0, VRAM_SOURCE_TORCH, 2 * MiB, 2, &q2) == VRAM_OK,
+	      "alloc, free and alloc again on cudaStreamPerThread: %s", lasterr());
+	CHECK(v.free(m, q2, 2 * MiB, 2) == VRAM_OK, "free on cudaStreamPerThread");
 	ctxSet(NULL);
 	CHECK(v.alloc(m, VRAM_SOURCE_NUMBA, MiB, VRAM_STREAM_UNORDERED, &p) == VRAM_OK && (ctxGet(&cur), cur == NULL),
 	      "with no context current: alloc works and leaves none current");

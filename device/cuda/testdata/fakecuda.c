@@ -287,7 +287,9 @@ static int valid_range(CUdeviceptr p, size_t n) {
 	pthread_mutex_unlock(&mu);
 	return ok;
 }
-static int valid_stream(void *s) { return s == 0 || p2h(s, STREAM); }
+/* 0 is the NULL stream; 1 and 2 are CU_STREAM_LEGACY and
+ * CU_STREAM_PER_THREAD, which the driver takes wherever a stream goes. */
+static int valid_stream(void *s) { return (uintptr_t)s <= 2 || p2h(s, STREAM); }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t n) { return do_alloc(dp, n, 0); }
 CUresult cuMemFree_v2(CUdeviceptr dp) { return do_free(dp, 0); }

@@ -397,3 +397,98 @@ func BenchmarkAllocFree(b *testing.B) {
 		}
 	}
 }
+
+// borrowing is a simulated device that claims device.ForeignCaller, as
+// CUDA does, so that the manager's CUDA paths run here: BorrowStream
+// gives a simulator stream per handle (standing for the program's
+// CUstream), and KeepThread counts its calls and restores, and refuses
+// while refuse is set.
+type borrowing struct {
+	device.Device
+	mu       sync.Mutex
+	streams  map[uintptr]device.Stream
+	kept     int // KeepThread calls that succeeded
+	restored int // restore calls
+	refuse   bool
+}
+
+func (b *borrowing) BorrowStream(h uintptr) (device.Stream, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.streams[h]; s != nil {
+		return s, nil
+	}
+	s, err := b.Device.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	b.streams[h] = s
+	return s, nil
+}
+
+func (b *borrowing) KeepThread() (func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.refuse {
+		return nil, errors.New("a second context of the GPU is current")
+	}
+	b.kept++
+	return func() { b.mu.Lock(); b.restored++; b.mu.Unlock() }, nil
+}
+
+func (b *borrowing) Close() error {
+	for _, s := range b.streams {
+		s.Close()
+	}
+	return b.Device.Close()
+}
+
+func TestForeignCaller(t *testing.T) {
+	dev, err := device.Open("sim:vram=64MiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &borrowing{Device: dev, streams: map[uintptr]device.Stream{}}
+	var r Registry
+	m, err := r.openOn(b, Options{Spec: "sim (borrowing)"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := m.allocStream(0x40)
+	if want, _ := b.BorrowStream(0x40); s != want {
+		t.Errorf("an allocation on handle 0x40 is on %v; want the borrowed stream %v", s, want)
+	}
+	if s, _ := m.allocStream(perThreadStream); s != m.unordered {
+		t.Errorf("an allocation on cudaStreamPerThread is on %v; want the unordered stream", s)
+	}
+	if s, _ := m.freeStream(perThreadStream); s == m.unordered {
+		t.Error("a free on cudaStreamPerThread went to the unordered stream; want the borrowed handle")
+	}
+	p, err := m.Alloc(SourceTorch, MiB, 0x40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Free(p, MiB, 0x40); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Stats(); err != nil {
+		t.Fatal(err)
+	}
+	if b.kept == 0 || b.kept != b.restored {
+		t.Errorf("KeepThread %d times, restored %d; want every call to keep and restore the thread", b.kept, b.restored)
+	}
+	b.refuse = true
+	if _, err := m.Alloc(SourceTorch, MiB, 0x40); err == nil || !strings.Contains(err.Error(), "second context") {
+		t.Errorf("Alloc while the thread's context is refused = %v", err)
+	}
+	if err := r.Close(m.Handle()); err == nil {
+		t.Error("Close while the thread's context is refused succeeded")
+	}
+	if st := m.books[SourceTorch]; st.Allocs != 1 || st.InUse != 0 {
+		t.Errorf("refused calls changed the books: %+v", st)
+	}
+	b.refuse = false
+	if err := r.Close(m.Handle()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -63,6 +63,11 @@ func (r *Registry) Open(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vram: open %q: %w", o.Spec, err)
 	}
+	return r.openOn(dev, o, conf)
+}
+
+// openOn is Open on a device already open, which the manager then owns.
+func (r *Registry) openOn(dev device.Device, o Options, conf []vram.Option) (*Manager, error) {
 	restore, err := keepThread(dev)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("vram: open %q: %w", o.Spec, err), dev.Close())

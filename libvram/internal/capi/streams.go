@@ -18,9 +18,18 @@ import (
 // handles would otherwise grow them without end.
 const MaxStreamKeys = 256
 
-// allocStream is the stream an allocation named h is ordered on.
+// perThreadStream is CU_STREAM_PER_THREAD (cudaStreamPerThread): one
+// handle that names a different stream on every thread.
+const perThreadStream uintptr = 0x2
+
+// allocStream is the stream an allocation named h is ordered on. Where
+// streams are borrowed, an allocation on the per-thread default stream is
+// made as an unordered one: its one handle names each thread's own stream,
+// so memory freed on it by one thread must not be handed at once to
+// another thread's (a free on it is ordered on the freeing thread's
+// stream, which is right).
 func (m *Manager) allocStream(h uintptr) (device.Stream, error) {
-	if h == Unordered {
+	if h == Unordered || (h == perThreadStream && m.foreign != nil) {
 		return m.unordered, nil
 	}
 	return m.stream(h)
