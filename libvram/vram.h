@@ -11,7 +11,7 @@
  * Rules every function keeps:
  *   - It returns VRAM_OK (0) or a negative status; on failure the calling
  *     thread's last error (vram_last_error) says what and why, in one line.
- *   - A failed call changes nothing.
+ *   - A failed call changes nothing but the failure counters of the stats.
  *   - Every function is safe to call from any thread at any time.
  *   - It runs on the calling thread. On CUDA it uses the GPU's primary
  *     context (the one the CUDA runtime, PyTorch, CuPy and Numba use) and
@@ -40,10 +40,11 @@
  * the memory is reused on that stream at once and on other streams only
  * after an event recorded there at the free has completed.
  * VRAM_STREAM_UNORDERED is for callers that know no stream: the allocation
- * is safe on every stream that is ordered after the legacy default stream,
- * and the free is ordered on the legacy default stream, which follows all
- * earlier work of every blocking stream; work on a non-blocking stream must
- * be synchronized before its memory is freed unordered. An allocation on
+ * is memory no earlier work is pending on (fresh, or freed with an event
+ * seen complete since), so it is safe on any stream; the free is ordered on
+ * the legacy default stream, which follows all earlier work of every
+ * blocking stream; work on a non-blocking stream must be synchronized
+ * before its memory is freed unordered. An allocation on
  * cudaStreamPerThread (handle 2), one handle for every thread's own
  * stream, is made as an unordered one on CUDA. On the simulator
  * (no GPU) a handle is only a key: each distinct key has a stream of its

@@ -22,12 +22,14 @@
 // allocator's per-stream rules in play. Handle 0 is the device's default
 // stream (CUDA's legacy default stream). Unordered (the all-ones handle)
 // is for hooks that name no stream (Numba's EMM, CuPy's C allocator): such
-// an allocation is made on a stream of the Manager's own, so that memory
-// freed on any framework stream reaches it only once that stream's event
-// has completed, and such a free is ordered on the default stream, which
-// on CUDA follows all earlier work of every blocking stream (the legacy
-// default stream's implicit synchronization). Work on a non-blocking
-// stream that uses such memory must be synchronized before it is freed.
+// an allocation is made on a stream of the Manager's own, on which nothing
+// is ever freed, so it gets fresh memory or memory whose free's event has
+// completed, safe on any stream; such a free is ordered on the default
+// stream, which on CUDA follows all earlier work of every blocking stream
+// (the legacy default stream's implicit synchronization). Work on a
+// non-blocking stream that uses such memory must be synchronized before it
+// is freed. An allocation on cudaStreamPerThread, one handle for each
+// thread's own stream, is made the same way where streams are borrowed.
 //
 // Threads. On CUDA every call runs on the calling OS thread (a call into a
 // c-shared library from C runs its Go code on the caller's thread) and
