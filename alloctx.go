@@ -58,6 +58,9 @@ type allocTx struct {
 // allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
+	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (rebroadcast.go)
+		return res, err
+	}
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
@@ -69,6 +72,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		tx.restoreQueue()
 		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
+	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(err)
 	}
@@ -81,7 +85,6 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	res := tx.install()
 	tx.freeReplaced(&res)
 	res.invalidated = tx.victims
-	tx.warn()
 	return res, nil
 }
 
@@ -192,13 +195,8 @@ func (m *Manager) readBudget(b *groupBudget) error {
 func (m *Manager) heldLocked(b *groupBudget) {
 	b.replaced, b.caps, b.held = 0, 0, 0
 	for _, c := range b.requesters {
-		if c.closed {
-			continue
-		}
-		for l := range b.queue[c] {
-			for _, a := range c.arrays[l] {
-				b.replaced += a.charged
-			}
+		if !c.closed {
+			b.replaced += c.replacedLocked(b.queue[c])
 		}
 	}
 	if b.mode == Active {
@@ -207,6 +205,7 @@ func (m *Manager) heldLocked(b *groupBudget) {
 			b.held += c.held
 		}
 	}
+	m.ownRoomLocked(b)
 }
 
 // setAsideReplaced frees the arrays being replaced before the new ones
@@ -382,6 +381,8 @@ func (tx *allocTx) install() groupOutcome {
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
+	linkGroup(res.out)
+	m.plans[tx.group] = tx.plan // sent again by an Allocate with nothing queued
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
 		if d.c == tx.trigger {

@@ -48,6 +48,10 @@ type groupBudget struct {
 	capped bool
 	room   uint64
 
+	// own is, in Active mode, each requester's own room by client name
+	// (owncaps.go); nil in Passive mode.
+	own map[string]ownRoom
+
 	// lost is device memory an allocator that does not state its cost
 	// took beyond it in earlier tries of this allocation, kept back.
 	lost uint64
@@ -236,6 +240,9 @@ func (b *groupBudget) fitsBeside(plan ChunkPlan) bool {
 func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts PlanOptions) (ChunkPlan, error) {
 	b.budget, opts.Cost = b.planCost()
 	p, err := Plan(reqs, b.budget, opts)
+	if err == nil {
+		p, err = withinOwnCaps(reqs, b, opts, p)
+	}
 	if err != nil {
 		return p, err
 	}

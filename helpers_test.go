@@ -7,31 +7,15 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
 	"github.com/vramkit/vram/internal/units"
 )
 
-// newSim makes a simulated device of total bytes with no context and
-// closes it when the test ends, failing the test if anything is left on
-// it (memory, pinned buffers, streams).
+// newSim is simtest.New: a simulated device checked for leaks when the
+// test ends.
 func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
 	t.Helper()
-	cfg := sim.Config{TotalBytes: total, NoContext: true}
-	for _, f := range mod {
-		f(&cfg)
-	}
-	dev, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if r := dev.Leaks(); !r.Empty() {
-			t.Errorf("device left with: %s", r)
-		}
-		if err := dev.Close(); err != nil {
-			t.Errorf("close device: %v", err)
-		}
-	})
-	return dev
+	return simtest.New(t, total, mod...)
 }
 
 // newManager makes a manager on a fresh simulated device of total bytes
@@ -40,6 +24,13 @@ func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
 func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Device, *logBuf) {
 	t.Helper()
 	dev := newSim(t, total)
+	m, lb := managerOn(t, dev, opts...)
+	return m, dev, lb
+}
+
+// managerOn is newManager on dev.
+func managerOn(t testing.TB, dev *sim.Device, opts ...Option) (*Manager, *logBuf) {
+	t.Helper()
 	lb := &logBuf{}
 	all := append([]Option{WithAllocator(Direct), WithLogger(slog.New(slog.NewTextHandler(lb, nil)))}, opts...)
 	m, err := New(dev, all...)
@@ -51,7 +42,7 @@ func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Devi
 			t.Errorf("close manager: %v", err)
 		}
 	})
-	return m, dev, lb
+	return m, lb
 }
 
 // logBuf is a concurrency-safe log sink.
@@ -96,4 +87,11 @@ const MiB = units.MiB
 func allocatorKind(m *Manager) AllocatorKind {
 	k, _ := m.AllocatorStats()
 	return k
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

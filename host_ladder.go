@@ -171,7 +171,8 @@ func (h HostMemory) Open(path string, writable bool) (*HostArray, error) {
 // o.Rung forces, or on the one the ladder chooses (see host_ladder.go's
 // overview: pinned, pageable, file-backed), and logs the choice at debug
 // level. Placement says which and why. Free it before the manager is
-// closed. A file-backed array's views must not be used after Free: its
+// closed (Close frees a pinned or file-backed array still live and names
+// it in its error, ErrLiveHostArrays). A file-backed array's views must not be used after Free: its
 // mapping is gone, and touching it faults. The limits are checked as
 // each array is placed; a staging buffer made at the same moment may
 // overshoot them by its size.
@@ -217,6 +218,7 @@ func (m *Manager) placeHost(shape []int, dtype DType, place *HostPlacement, name
 			return nil, err
 		}
 		h.setLast(m.dev.DefaultStream())
+		m.host.track(h)
 		return h, nil
 	case RungPinned:
 		mem = Pinned
@@ -262,6 +264,7 @@ func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) 
 		return nil, fmt.Errorf("vram: open host array: %w", err)
 	}
 	h.setLast(m.dev.DefaultStream())
+	m.host.track(h)
 	return h, nil
 }
 

@@ -32,18 +32,13 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
 )
 
 // MinAutoPool is the smallest proportion of device memory the auto pool
 // may be left with while it has clients.
-const MinAutoPool = 0.05
-
-// shareUnit is 1 in the fixed-point unit proportions are kept in, so that
-// adding and removing 100,000 clients leaves no rounding drift.
-const shareUnit uint64 = 1_000_000_000_000
-
-var minAutoUnits = uint64(MinAutoPool * float64(shareUnit))
+const MinAutoPool = share.MinAutoPool
 
 // AllocatorKind names the allocator the manager serves device arrays
 // from. A plain value, safe to share.
@@ -204,11 +199,11 @@ type Manager struct {
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
-	manual     uint64                                         // sum of manual proportions, in shareUnit
-	numAuto    int                                            // clients in the auto pool
+	pools      share.Pools                                    // the clients' shares (internal/share)
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
+	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
 	closed     bool
 }
 
@@ -245,9 +240,11 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		cfg:        cfg,
 		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
 		reg:        newRegistry(),
+		pools:      share.New("client"),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]chan struct{}{},
+		plans:      map[string]ChunkPlan{},
 		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
@@ -621,7 +618,11 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 }
 
 // Close frees every array, closes every client (no hooks are called),
-// the allocator and the streams. The device stays open. Later calls on
+// the allocator and the streams. The device stays open. Pinned, mapped
+// and file-backed host arrays still live (NewHostArray, Host().Alloc,
+// Host().Open) are freed too, and the error, wrapping
+// ErrLiveHostArrays, names them: their views must not be used after
+// Close. Later calls on
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
@@ -642,15 +643,16 @@ func (m *Manager) Close() error {
 		m.reg.remove(c)
 	}
 	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
-	m.manual, m.numAuto = 0, 0
+	m.pools.Reset()
 	m.mu.Unlock()
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
+	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
-	return errors.Join(freeErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
 }
 
 func (m *Manager) isClosed() bool {
@@ -886,5 +888,6 @@ func (m *Manager) removeLocked(c *Client) {
 func (m *Manager) forgetIfEmptyLocked(group string) {
 	if _, ok := m.reg.groups[group]; !ok {
 		delete(m.groupLocks, group)
+		delete(m.plans, group)
 	}
 }

@@ -66,6 +66,8 @@ type ArrayResponse struct {
 	// device reset it wraps device.ErrInvalidated: the old memory went
 	// with the reset and there was nothing left to free.
 	FreeErr error
+
+	group []*ArrayResponse // every response of the same Allocate, this one included; set before delivery
 }
 
 // ArraySet is one buffer's arrays. Like the response it belongs to, it
@@ -80,6 +82,23 @@ func (r *ArrayResponse) Chunk(i int) (start, n int, err error) { return r.Plan.C
 
 // Span returns chunk i along axis: see ChunkPlan.Span.
 func (r *ArrayResponse) Span(i, axis int) (Span, error) { return r.Plan.Span(i, axis) }
+
+// Member returns the response the same Allocate delivered to c, a member
+// of r's group: a requester's, with its arrays, or a notary's, with the
+// chunk parameters alone. It is nil when that Allocate delivered c none
+// (c was not in the group, or closed meanwhile). So whoever called
+// Allocate reaches every member's arrays without an OnAllocated hook.
+func (r *ArrayResponse) Member(c *Client) *ArrayResponse {
+	for _, m := range r.group {
+		if m.Client == c {
+			return m
+		}
+	}
+	if r.Client == c {
+		return r // delivered alone (its client had moved to another group)
+	}
+	return nil
+}
 
 // Queue queues requests (label → request) for c in its stream group, to
 // be allocated by the next Allocate of any member of the group. Every
@@ -236,8 +255,13 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // come one at a time, in event order, so an invalidation after the
 // install is delivered after OnAllocated). Allocate returns c's own
 // response.
-// With nothing queued in the group it does nothing and returns an error
-// wrapping ErrNothingQueued. If c is closed while its group is being
+// With nothing queued in the group it allocates and frees nothing and,
+// as cubie's allocate_queue does, sends the group's last plan again:
+// every member's OnAllocated is called with the chunk parameters and no
+// arrays (the arrays they hold stay theirs), and c's response is
+// returned. A group with no plan yet (or none since it last had no
+// member) has none to send: an error wrapping ErrNothingQueued. If c is
+// closed while its group is being
 // allocated, the other members get their arrays and hooks, and
 // Allocate returns an error wrapping ErrClosed.
 //
@@ -345,6 +369,18 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 type delivery struct {
 	c    *Client
 	resp *ArrayResponse
+}
+
+// linkGroup lets each response of one Allocate reach the others
+// (ArrayResponse.Member).
+func linkGroup(out []delivery) {
+	group := make([]*ArrayResponse, len(out))
+	for i, d := range out {
+		group[i] = d.resp
+	}
+	for _, r := range group {
+		r.group = group
+	}
 }
 
 // pending is one array to allocate.

@@ -349,3 +349,32 @@ func (p *StagingPool) close() error {
 	p.mu.Unlock()
 	return err
 }
+
+// Array views the buffer's first bytes as a host array of shape and
+// dtype, in the buffer's memory (Pinned, or Pageable on a device that
+// cannot pin), on the ladder's pinned or pageable rung "a staging pool
+// buffer": the form a chunk pipeline stages a chunk through. Freeing the
+// array releases the buffer. The buffer must hold the array's bytes, and
+// must not have been released.
+func (b *StagingBuffer) Array(shape []int, dtype DType) (*HostArray, error) {
+	n, ok := elements(shape)
+	switch {
+	case b.p == nil:
+		return nil, fmt.Errorf("vram: staging buffer: released; acquire another: %w", ErrFreed)
+	case !dtype.Valid():
+		return nil, fmt.Errorf("vram: staging buffer: dtype %v is not one of %v: %w", dtype, DTypes(), ErrInvalidRequest)
+	case !ok:
+		return nil, fmt.Errorf("vram: staging buffer: shape %v has a negative dimension or overflows: %w", shape, ErrInvalidRequest)
+	case n > uint64(len(b.data))/dtype.Size():
+		return nil, fmt.Errorf("vram: staging buffer of %s: %v%v does not fit; acquire one of its size: %w",
+			units.Format(uint64(len(b.data))), dtype, shape, ErrMismatch)
+	}
+	mem, rung := Pageable, RungPageable
+	if b.pinned {
+		mem, rung = Pinned, RungPinned
+	}
+	size := n * dtype.Size()
+	return &HostArray{data: b.data[:size:size], shape: slices.Clone(shape), dtype: dtype, memory: mem,
+		place:   &HostPlacement{Rung: rung, Reason: "a staging pool buffer"},
+		release: func(device.Stream) error { b.Release(); return nil }}, nil
+}

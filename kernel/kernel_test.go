@@ -27,6 +27,15 @@ func (b buf) Bytes() uint64   { return b.n }
 // ptrBuf is an array behind a pointer, as *vram.DeviceArray is.
 type ptrBuf struct{ buf }
 
+// shaped is an array that states its shape (kernel.Shaped), as
+// *vram.DeviceArray does.
+type shaped struct {
+	buf
+	shape []int
+}
+
+func (s *shaped) Shape() []int { return s.shape }
+
 func newSim(t *testing.T) *sim.Device {
 	t.Helper()
 	dev, err := sim.New(sim.Config{TotalBytes: 64 << 20, NoContext: true})
@@ -106,14 +115,16 @@ func TestArgErrors(t *testing.T) {
 		atLaunch  bool
 		wantInMsg string
 	}{
-		"string arg":    {fn: func(kernel.Args, int, int) error { return nil }, args: []any{"x"}, atLaunch: true, wantInMsg: "argument 0 is a string"},
-		"int arg":       {fn: func(kernel.Args, int, int) error { return nil }, args: []any{b, 3}, atLaunch: true, wantInMsg: "argument 1 is a int"},
-		"nil array":     {fn: func(kernel.Args, int, int) error { return nil }, args: []any{buf{}}, atLaunch: true, wantInMsg: "nil array"},
-		"view a scalar": {fn: func(a kernel.Args, _, _ int) error { a.Float32s(0); return nil }, args: []any{float32(1)}, wantInMsg: "argument 0 as []float32, but it is a float32"},
-		"scalar a view": {fn: func(a kernel.Args, _, _ int) error { a.Uint32(0); return nil }, args: []any{b}, wantInMsg: "argument 0 as uint32, but it is a kernel_test.buf"},
-		"past the end":  {fn: func(a kernel.Args, _, _ int) error { a.Int32s(2); return nil }, args: []any{b}, wantInMsg: "argument 2 as []int32, but it is nothing"},
-		"wrong scalar":  {fn: func(a kernel.Args, _, _ int) error { a.Float64(0); return nil }, args: []any{float32(1)}, wantInMsg: "as float64, but it is a float32"},
-		"out of bounds": {fn: func(a kernel.Args, _, _ int) error { a.Bytes(0); return nil }, args: []any{buf{b.p, 1 << 20}}, wantInMsg: "argument 0 as []byte"},
+		"string arg":     {fn: func(kernel.Args, int, int) error { return nil }, args: []any{"x"}, atLaunch: true, wantInMsg: "argument 0 is a string"},
+		"int arg":        {fn: func(kernel.Args, int, int) error { return nil }, args: []any{b, 3}, atLaunch: true, wantInMsg: "argument 1 is a int"},
+		"nil array":      {fn: func(kernel.Args, int, int) error { return nil }, args: []any{buf{}}, atLaunch: true, wantInMsg: "nil array"},
+		"view a scalar":  {fn: func(a kernel.Args, _, _ int) error { a.Float32s(0); return nil }, args: []any{float32(1)}, wantInMsg: "argument 0 as []float32, but it is a float32"},
+		"scalar a view":  {fn: func(a kernel.Args, _, _ int) error { a.Uint32(0); return nil }, args: []any{b}, wantInMsg: "argument 0 as uint32, but it is a kernel_test.buf"},
+		"past the end":   {fn: func(a kernel.Args, _, _ int) error { a.Int32s(2); return nil }, args: []any{b}, wantInMsg: "argument 2 as []int32, but it is nothing"},
+		"wrong scalar":   {fn: func(a kernel.Args, _, _ int) error { a.Float64(0); return nil }, args: []any{float32(1)}, wantInMsg: "as float64, but it is a float32"},
+		"out of bounds":  {fn: func(a kernel.Args, _, _ int) error { a.Bytes(0); return nil }, args: []any{buf{b.p, 1 << 20}}, wantInMsg: "argument 0 as []byte"},
+		"unshaped":       {fn: func(a kernel.Args, _, _ int) error { a.Shape(0); return nil }, args: []any{b}, wantInMsg: "argument 0 as a shaped array, but it is a kernel_test.buf"},
+		"shape a scalar": {fn: func(a kernel.Args, _, _ int) error { a.Shape(0); return nil }, args: []any{float32(1)}, wantInMsg: "argument 0 as a shaped array, but it is a float32"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -140,6 +151,38 @@ func TestArgErrors(t *testing.T) {
 				t.Errorf("error %v does not wrap ErrArgs", err)
 			}
 		})
+	}
+}
+
+// TestShapedView: a Go kernel reads the row stride of a 2-D array from
+// its view's shape, not from an argument.
+func TestShapedView(t *testing.T) {
+	dev := newSim(t)
+	const rows, cols = 3, 50
+	x := &shaped{alloc(t, dev, 4*rows*cols), []int{rows, cols}}
+	k, err := kernel.New("rows", "", func(a kernel.Args, lo, hi int) error {
+		v, ld := a.Float32s(0), a.Shape(0)[1]
+		for i := lo; i < hi; i++ {
+			for r := range a.Shape(0)[0] {
+				v[r*ld+i] = float32(r)
+			}
+		}
+		return nil
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := dev.DefaultStream()
+	if err := k.Launch(dev, s, cols, x); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4*rows*cols)
+	if err := dev.CopyDtoH(got, x.p, s); err != nil || s.Synchronize() != nil {
+		t.Fatal(err)
+	}
+	// Element [2][49]: 2.0 = 0x40000000, at byte 4·(2·50+49).
+	if o := 4 * (2*cols + cols - 1); string(got[o:o+4]) != string([]byte{0, 0, 0, 0x40}) {
+		t.Errorf("element [2][49] is % x, want 2.0", got[o:o+4])
 	}
 }
 
@@ -234,5 +277,89 @@ func TestPTXForm(t *testing.T) {
 	ptxOnly, _ := kernel.New("p", ".entry p", nil, 0)
 	if err := ptxOnly.Launch(dev.Device, dev.DefaultStream(), 1); !errors.Is(err, device.ErrNotSupported) {
 		t.Errorf("a PTX-only kernel on the simulator: %v, want ErrNotSupported", err)
+	}
+}
+
+// TestNewChecksPTXEntry: PTX given to New must declare ".entry NAME"
+// (outside comments); otherwise New refuses it on any device, saying
+// what the PTX declares, instead of the first GPU failing to load it.
+func TestNewChecksPTXEntry(t *testing.T) {
+	fn := func(kernel.Args, int, int) error { return nil }
+	for name, tc := range map[string]struct {
+		ptx  string
+		says string // "" accepted
+	}{
+		"entry with parameters": {ptx: ".version 7.0\n.target sm_50\n.visible .entry k(\n\t.param .u64 k_param_0\n)\n{\n\tret;\n}\n"},
+		"entry with no list":    {ptx: ".entry k\n{\n\tret;\n}"},
+		"one of several":        {ptx: ".entry a() { ret; }\n.entry k() { ret; }"},
+		"a placeholder":         {ptx: "ptx", says: "declares no .entry at all"},
+		"another entry":         {ptx: ".visible .entry other(\n.param .u32 n\n) { ret; }", says: "declares .entry other"},
+		"a longer name":         {ptx: ".entry kk() { ret; }", says: "declares .entry kk"},
+		"only in a comment":     {ptx: "// .entry k()\n/* .entry k() */\n.entry j() { ret; }", says: "declares .entry j"},
+		"many entries, clipped": {ptx: strings.Repeat(".entry e() {}\n", 10) + ".entry " + strings.Repeat("x", 100) + "() {}", says: "… 3 more"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := kernel.New("k", tc.ptx, fn, 0)
+			if tc.says == "" {
+				if err != nil || k.Name() != "k" {
+					t.Fatalf("New = %v, %v; want the kernel", k, err)
+				}
+				return
+			}
+			if !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), `no ".entry k"`) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("New = %v; want ErrArgs saying the PTX has no .entry k and %q", err, tc.says)
+			}
+		})
+	}
+}
+
+// typedBuf is an array that states its element type, as
+// *vram.DeviceArray does.
+type typedBuf struct {
+	buf
+	elem string
+}
+
+func (b typedBuf) ElemType() string { return b.elem }
+
+// TestTypedViewsCheckTheDType: a view of a Typed array as another
+// element type is the launch's error (an *ArgError wrapping ErrArgs);
+// its own type and Bytes view it; an array that states no type is viewed
+// as asked.
+func TestTypedViewsCheckTheDType(t *testing.T) {
+	dev := newSim(t)
+	b := alloc(t, dev, 64)
+	f32 := typedBuf{b, "float32"}
+	for name, tc := range map[string]struct {
+		arg  any
+		view func(kernel.Args)
+		says string // "" no error
+	}{
+		"float32 as float32":  {f32, func(a kernel.Args) { _ = a.Float32s(0) }, ""},
+		"float32 as bytes":    {f32, func(a kernel.Args) { _ = a.Bytes(0) }, ""},
+		"float32 as float64":  {f32, func(a kernel.Args) { _ = a.Float64s(0) }, "argument 0 as []float64, but it is an array of float32"},
+		"float32 as int32":    {f32, func(a kernel.Args) { _ = a.Int32s(0) }, "as []int32, but it is an array of float32"},
+		"int64 as uint32":     {typedBuf{b, "int64"}, func(a kernel.Args) { _ = a.Uint32s(0) }, "as []uint32, but it is an array of int64"},
+		"untyped as anything": {b, func(a kernel.Args) { _ = a.Int64s(0) }, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := kernel.New("k", "", func(a kernel.Args, _, _ int) error { tc.view(a); return nil }, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := dev.DefaultStream()
+			if err := k.Launch(dev, s, 1, tc.arg); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Synchronize()
+			var ae *kernel.ArgError
+			if tc.says == "" {
+				if err != nil {
+					t.Errorf("launch: %v", err)
+				}
+			} else if !errors.As(err, &ae) || !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("launch: %v; want an *ArgError saying %q", err, tc.says)
+			}
+		})
 	}
 }

@@ -117,6 +117,10 @@ func (a *app) execute(args []string) int {
 	if err == nil {
 		return exitOK
 	}
+	var ee exitError // vram lease: the command's own status, said by it
+	if errors.As(err, &ee) {
+		return ee.code
+	}
 	// A library error already says "vram: "; the command's own do not.
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "vram: ") {
@@ -206,7 +210,8 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 	pf.BoolVar(&a.json, "json", false, "print one JSON value on stdout instead of text")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "debug logs on stderr")
 
-	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.mergeCommand(), a.replayCommand(), a.benchCommand())
+	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.mergeCommand(), a.replayCommand(), a.benchCommand(),
+		a.brokerCommand(), a.leaseCommand())
 	return root
 }
 

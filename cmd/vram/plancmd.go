@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -82,8 +83,8 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 			return usagef("--granularity %q: want a positive size such as 512 or 2MiB", f.granularity)
 		}
 	}
-	if buffersSet && (f.buffers < 1 || f.buffers > vram.MaxBatchBuffers) {
-		return usagef("--buffers %d: want 1, or up to %d buffers in flight", f.buffers, vram.MaxBatchBuffers)
+	if buffersSet && (f.buffers < 1 || f.buffers > batch.MaxBuffers) {
+		return usagef("--buffers %d: want 1, or up to %d buffers in flight", f.buffers, batch.MaxBuffers)
 	}
 	if !slices.Contains(allocatorKinds, f.allocator) {
 		return usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))

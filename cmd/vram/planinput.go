@@ -30,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -96,8 +97,8 @@ func parsePlanInput(data []byte) (planInput, error) {
 		if err != nil {
 			return in, err
 		}
-		if b < 1 || b > vram.MaxBatchBuffers {
-			return in, fmt.Errorf("buffers is %d; want 1, or up to %d buffers in flight: %w", b, vram.MaxBatchBuffers, errInput)
+		if b < 1 || b > batch.MaxBuffers {
+			return in, fmt.Errorf("buffers is %d; want 1, or up to %d buffers in flight: %w", b, batch.MaxBuffers, errInput)
 		}
 		in.Buffers = b
 	}
@@ -334,14 +335,12 @@ func decodeString(raw json.RawMessage, path string) (string, error) {
 	return s, nil
 }
 
-// decodeShape decodes a shape: a non-empty array of dimensions ≥ 1.
+// decodeShape decodes a shape: an array of dimensions ≥ 1 ([] is a
+// scalar, one element, as vram.ArrayRequest takes it).
 func decodeShape(raw json.RawMessage, path string) ([]int, error) {
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil || kind(raw) != "array" {
 		return nil, fmt.Errorf("%s: want an array of dimensions such as [201, 4, 1000000], got %s: %w", path, describe(raw), errInput)
-	}
-	if len(elems) == 0 {
-		return nil, fmt.Errorf("%s is empty; an array has at least one dimension: %w", path, errInput)
 	}
 	shape := make([]int, len(elems))
 	for i, e := range elems {

@@ -40,7 +40,6 @@ func TestParsePlanInputErrors(t *testing.T) {
 		"fractional dim":    {`{"requests": {"a": {"x": {"shape": [2.5], "dtype": "int32"}}}}`, []string{"shape[0]: want an integer, got 2.5"}},
 		"dim a string":      {`{"requests": {"a": {"x": {"shape": ["4"], "dtype": "int32"}}}}`, []string{`shape[0]: want an integer, got a string "4"`}},
 		"shape a string":    {`{"requests": {"a": {"x": {"shape": "4x4", "dtype": "int32"}}}}`, []string{"shape: want an array of dimensions", `got a string "4x4"`}},
-		"shape empty":       {`{"requests": {"a": {"x": {"shape": [], "dtype": "int32"}}}}`, []string{"shape is empty"}},
 		"unknown req key":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axsi": 0}}}}`, []string{`requests.a.x: unknown key "chunk_axsi"`}},
 		"chunk_axis string": {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axis": "0"}}}}`, []string{"chunk_axis: want an integer"}},
 		"chunk_axis neg":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axis": -1}}}}`, []string{"chunk_axis is -1"}},
@@ -81,7 +80,8 @@ func TestParsePlanInputValues(t *testing.T) {
 	                        "unchunkable": false, "total_runs": 1000000}},
 	  "inputs": {"params": {"shape": [1000, 4], "dtype": "float64"},
 	             "table": {"shape": [64], "dtype": "int32", "unchunkable": true, "memory": "pinned"},
-	             "big": {"shape": [1e3], "dtype": "u1", "chunk_axis": 5}}}}`
+	             "big": {"shape": [1e3], "dtype": "u1", "chunk_axis": 5},
+	             "scalar": {"shape": [], "dtype": "float64"}}}}`
 	got, err := parsePlanInput([]byte(in))
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +97,7 @@ func TestParsePlanInputValues(t *testing.T) {
 		"defaults":            {"inputs", "params", vram.ArrayRequest{Shape: []int{1000, 4}, DType: vram.Float64}},
 		"unchunkable, pinned": {"inputs", "table", vram.ArrayRequest{Shape: []int{64}, DType: vram.Int32, Unchunkable: true, Memory: vram.Pinned}},
 		"alias, axis past":    {"inputs", "big", vram.ArrayRequest{Shape: []int{1000}, DType: vram.Uint8, ChunkAxis: 5}},
+		"scalar":              {"inputs", "scalar", vram.ArrayRequest{Shape: []int{}, DType: vram.Float64}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -104,7 +105,7 @@ func TestParsePlanInputValues(t *testing.T) {
 			if !ok {
 				t.Fatalf("no request %s.%s in %+v", tc.client, tc.label, got.Requests)
 			}
-			if !slices.Equal(r.Shape, tc.want.Shape) || r.DType != tc.want.DType || r.ChunkAxis != tc.want.ChunkAxis ||
+			if r.Shape == nil || !slices.Equal(r.Shape, tc.want.Shape) || r.DType != tc.want.DType || r.ChunkAxis != tc.want.ChunkAxis ||
 				r.Unchunkable != tc.want.Unchunkable || r.TotalRuns != tc.want.TotalRuns || r.Memory != tc.want.Memory {
 				t.Errorf("got %+v, want %+v", r, tc.want)
 			}
@@ -140,7 +141,7 @@ func FuzzParsePlanInput(f *testing.F) {
 				t.Fatalf("client %q parsed with no arrays", c)
 			}
 			for l, r := range reqs {
-				if len(r.Shape) == 0 || slices.Min(r.Shape) < 1 {
+				if r.Shape == nil || (len(r.Shape) > 0 && slices.Min(r.Shape) < 1) {
 					t.Fatalf("%s.%s: shape %v", c, l, r.Shape)
 				}
 				if err := r.Validate(); err != nil {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -26,7 +26,7 @@ const defaultProgressEvery = 5 * time.Second
 // Finish may be called more than once.
 type runProgress interface {
 	Phase(what string)
-	Chunk(p vram.Progress)
+	Chunk(p batch.Progress)
 	Finish()
 }
 
@@ -48,9 +48,9 @@ func (a *app) runProgress() runProgress {
 
 type quietProgress struct{}
 
-func (quietProgress) Phase(string)        {}
-func (quietProgress) Chunk(vram.Progress) {}
-func (quietProgress) Finish()             {}
+func (quietProgress) Phase(string)         {}
+func (quietProgress) Chunk(batch.Progress) {}
+func (quietProgress) Finish()              {}
 
 // barRunProgress draws a bar of the chunks once the first is done.
 type barRunProgress struct {
@@ -60,7 +60,7 @@ type barRunProgress struct {
 
 func (b *barRunProgress) Phase(string) {}
 
-func (b *barRunProgress) Chunk(p vram.Progress) {
+func (b *barRunProgress) Chunk(p batch.Progress) {
 	if b.bar == nil {
 		b.bar = b.a.progress(p.Chunks, "chunks")
 	}
@@ -136,7 +136,7 @@ func (p *lineProgress) Phase(what string) {
 	p.linef("vram run: set-up: %s", what)
 }
 
-func (p *lineProgress) Chunk(c vram.Progress) {
+func (p *lineProgress) Chunk(c batch.Progress) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.phase = ""

@@ -2,7 +2,7 @@
 //
 // Each device gets its own memory manager, kernel and clients, set up on
 // a goroutine of its own, and plans the whole batch on itself, which
-// gives the chunk length that fits it. The library's vram.RunBatches then
+// gives the chunk length that fits it. The library's batch.RunParts then
 // cuts the batch into chunks of the shortest of those lengths (at most an
 // eighth of an equal share, so a batch that fits one device is still
 // spread) and deals them from one queue to whichever device has a buffer
@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
@@ -110,7 +111,7 @@ type devicePart struct {
 	m     *vram.Manager
 	kern  *kernel.Kernel
 	j     *job
-	runs  int // runs of the chunks it computed (its goroutine's until RunBatches returns)
+	runs  int // runs of the chunks it computed (its goroutine's until RunParts returns)
 }
 
 // close closes what setup made.
@@ -234,14 +235,17 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 	return nil
 }
 
-// run deals the batch's chunks to the devices through vram.RunBatches.
+// run deals the batch's chunks to the devices through batch.RunParts.
 func (mj *multiJob) run(parts []*devicePart) error {
-	bps := make([]vram.BatchPart, len(parts))
+	bps := make([]batch.Part, len(parts))
 	for i, p := range parts {
-		bps[i] = mj.part(p)
+		var err error
+		if bps[i], err = mj.part(p); err != nil {
+			return err
+		}
 	}
-	mr, err := vram.RunBatches(mj.a.ctx, bps, vram.MultiOptions{MaxChunkLength: mj.unitCap,
-		Progress: func(pr vram.Progress) {
+	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{MaxChunkLength: mj.unitCap,
+		Progress: func(pr batch.Progress) {
 			mj.a.log.Debug("chunk done", "chunk", pr.Chunk, "of", pr.Chunks, "runs", fmt.Sprintf("%d-%d", pr.Start, pr.Start+pr.Len-1))
 		}})
 	mj.chunks, mj.chunkLength = mr.Chunks, mr.ChunkLength
@@ -255,7 +259,7 @@ func (mj *multiJob) run(parts []*devicePart) error {
 
 // part is device p's part of the batch: the inputs drawn for each chunk's
 // runs, the outputs written at their runs of the result.
-func (mj *multiJob) part(p *devicePart) vram.BatchPart {
+func (mj *multiJob) part(p *devicePart) (batch.Part, error) {
 	sh, u := mj.shape, p.j
 	seed, first := mj.f.seed, sh.first
 	fillInit := func(sp vram.Span, st *vram.HostArray) error {
@@ -293,24 +297,18 @@ func (mj *multiJob) part(p *devicePart) vram.BatchPart {
 		copy(mj.status[sp.Start*4:], st.Data()[:sp.Len*4])
 		return nil
 	}
-	return vram.BatchPart{Client: u.out, Batch: vram.Batch{
-		Arrays: []vram.BatchArray{
-			vram.InFunc(u.inR, "init", 1, fillInit), vram.InFunc(u.inR, "params", 1, fillParams),
-			vram.OutFunc(u.outR, "trajectories", 2, drainTraj), vram.OutFunc(u.outR, "status", 0, drainStatus),
-		},
-		Runs: sh.runs,
-		Compute: func(_ context.Context, ch *vram.Chunk) error {
-			err := ch.Launch(p.kern, ch.Array(u.inR, "init"), ch.Array(u.inR, "params"),
-				ch.Array(u.outR, "trajectories"), ch.Array(u.outR, "status"),
-				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
-			if err != nil {
-				return fmt.Errorf("launch the kernel: %w", err)
-			}
-			p.runs += ch.Len
-			emulateKernel(mj.f.kernelDelay, ch.Len)
-			return nil
-		},
-	}}
+	err := errors.Join(u.init.Use(batch.Fill(fillInit)), u.params.Use(batch.Fill(fillParams)),
+		u.trajA.Use(batch.Drain(drainTraj)), u.status.Use(batch.Drain(drainStatus)))
+	return batch.Part{Batch: u.b, Compute: func(_ context.Context, ch *batch.Chunk) error {
+		err := ch.Launch(p.kern, u.init, u.params, u.trajA, u.status,
+			uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
+		if err != nil {
+			return fmt.Errorf("launch the kernel: %w", err)
+		}
+		p.runs += ch.Len
+		emulateKernel(mj.f.kernelDelay, ch.Len)
+		return nil
+	}}, err
 }
 
 // emulateKernel waits per × runs: with --kernel-delay, a kernel that

@@ -7,16 +7,16 @@
 //
 //  1. Two clients, "inputs" (initial states [2, N] and parameters [4, N])
 //     and "outputs" (trajectories [S, 2, N] float32 and status [N] int32),
-//     register in one stream group and queue their requests; one
-//     Allocate plans the group together, so when the batch does not
+//     register in one stream group; their four arrays are declared once
+//     in a batch.Batch, whose Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
 //     client gets chunk-length arrays (two sets with --double-buffer).
-//  2. The host arrays are full-length and pinned. vram.RunBatch, the
+//  2. The host arrays are full-length and pinned. Batch.Run, the
 //     library's chunk pipeline, copies each chunk's inputs in, launches the
 //     kernel (oscillator.NewPortable: PTX on CUDA, Go on the simulator)
 //     over the chunk's runs and copies its outputs back into place on the
 //     group's stream; the job holds no streams or events of its own.
-//  3. With --double-buffer the plan allocates two buffers and RunBatch
+//  3. With --double-buffer the plan allocates two buffers and Batch.Run
 //     keeps both in flight: chunk i+1's inputs go in while chunk i's
 //     kernel runs on a second stream and chunk i−1's outputs come out.
 //  4. A sample of runs spread over every chunk — and the first and last
@@ -35,6 +35,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
@@ -102,7 +103,7 @@ with RK4 over --steps steps, saving --samples samples of (x, v) per run,
 with random parameters. The inputs and outputs are two clients of vram's
 memory manager in one stream group; when the batch does not fit the device
 the manager plans it into chunks, and the library's chunk pipeline
-(vram.RunBatch) copies each chunk's inputs in, runs the portable kernel
+(package batch) copies each chunk's inputs in, runs the portable kernel
 and copies the outputs back (with --double-buffer, the kernel on a second
 stream while the next chunk's copies go on the group's). A sample of runs
 from every chunk is checked against a float64 host reference: the command
@@ -197,8 +198,11 @@ type job struct {
 	fitHint func(error) error
 	in      *vram.Client
 	out     *vram.Client
-	inR     *vram.ArrayResponse // the inputs' arrays, from its OnAllocated hook
-	outR    *vram.ArrayResponse // the outputs' arrays
+	b       *batch.Batch // the four arrays, declared once
+	init    *batch.Array // the inputs' initial states
+	params  *batch.Array // the inputs' parameters
+	trajA   *batch.Array // the outputs' trajectories
+	status  *batch.Array // the outputs' status
 	plan    vram.ChunkPlan
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
@@ -348,37 +352,32 @@ func (j *job) runBatch(rep *runReport) error {
 	return nil
 }
 
-// pipeline runs every chunk through vram.RunBatch: the inputs copied in,
+// pipeline runs every chunk through Batch.Run: the inputs copied in,
 // the oscillator kernel over the chunk's runs, the outputs copied back,
 // with the buffers the plan allocated.
-func (j *job) pipeline() (vram.BatchReport, error) {
+func (j *job) pipeline() (batch.Report, error) {
 	sh := j.shape
-	traj := vram.Out(j.outR, "trajectories", j.hOut)
+	traj := batch.Host(j.hOut)
 	if j.traj != nil {
-		traj = vram.OutFunc(j.outR, "trajectories", 2, j.traj.drain)
+		traj = batch.Drain(j.traj.drain)
 	}
-	return vram.RunBatch(j.a.ctx, j.out, vram.Batch{
-		Arrays: []vram.BatchArray{
-			vram.In(j.inR, "init", j.hInit), vram.In(j.inR, "params", j.hParams),
-			traj, vram.Out(j.outR, "status", j.hStatus),
-		},
-		Runs: sh.runs,
-		Compute: func(_ context.Context, ch *vram.Chunk) error {
-			err := ch.Launch(j.kernel, ch.Array(j.inR, "init"), ch.Array(j.inR, "params"),
-				ch.Array(j.outR, "trajectories"), ch.Array(j.outR, "status"),
-				uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
-			if err != nil {
-				return fmt.Errorf("launch the kernel: %w", err)
-			}
-			return nil
-		},
-		Progress: j.chunkDone,
+	if err := errors.Join(j.init.Use(batch.Host(j.hInit)), j.params.Use(batch.Host(j.hParams)),
+		j.trajA.Use(traj), j.status.Use(batch.Host(j.hStatus))); err != nil {
+		return batch.Report{}, err
+	}
+	return j.b.Run(j.a.ctx, batch.Options{Progress: j.chunkDone}, func(_ context.Context, ch *batch.Chunk) error {
+		err := ch.Launch(j.kernel, j.init, j.params, j.trajA, j.status,
+			uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
+		if err != nil {
+			return fmt.Errorf("launch the kernel: %w", err)
+		}
+		return nil
 	})
 }
 
 // chunkDone reports a chunk back on the host: the log, the metrics, the
 // progress on stderr.
-func (j *job) chunkDone(p vram.Progress) {
+func (j *job) chunkDone(p batch.Progress) {
 	j.a.log.Debug("chunk done", "chunk", p.Chunk, "of", p.Chunks, "runs", fmt.Sprintf("%d-%d", p.Start, p.Start+p.Len-1))
 	j.stats.chunkDone(p.Len)
 	if j.prog != nil {
@@ -430,41 +429,32 @@ func (j *job) allocate(double bool) error {
 	return nil
 }
 
-// register registers the two clients, queues their requests and
-// allocates their device arrays, planned together (with two buffers
-// when double), into j.inR, j.outR and j.plan.
+// register registers the two clients, declares their arrays in j.b and
+// allocates them, planned together (with two buffers when double), into
+// j.plan.
 func (j *job) register(double bool) error {
 	n, s := j.shape.runs, j.shape.samples
 	const group = "oscillators"
 	var err error
-	j.in, err = j.m.Register(vram.ClientOptions{Name: "inputs", Group: group,
-		OnAllocated: func(r *vram.ArrayResponse) { j.inR = r }})
+	j.in, err = j.m.Register(vram.ClientOptions{Name: "inputs", Group: group})
 	if err != nil {
 		return fmt.Errorf("register the inputs: %w", err)
 	}
-	j.out, err = j.m.Register(vram.ClientOptions{Name: "outputs", Group: group,
-		OnAllocated: func(r *vram.ArrayResponse) { j.outR = r }})
+	j.out, err = j.m.Register(vram.ClientOptions{Name: "outputs", Group: group})
 	if err != nil {
 		return fmt.Errorf("register the outputs: %w", err)
 	}
-	if err := j.in.Queue(map[string]vram.ArrayRequest{
-		"init":   {Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1},
-		"params": {Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1},
-	}); err != nil {
-		return fmt.Errorf("queue the inputs: %w", err)
-	}
-	if err := j.out.Queue(map[string]vram.ArrayRequest{
-		"trajectories": {Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2},
-		"status":       {Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0},
-	}); err != nil {
-		return fmt.Errorf("queue the outputs: %w", err)
-	}
+	j.b = batch.New()
+	j.init = j.b.In(j.in, "init", vram.ArrayRequest{Shape: []int{2, n}, DType: vram.Float32, ChunkAxis: 1})
+	j.params = j.b.In(j.in, "params", vram.ArrayRequest{Shape: []int{4, n}, DType: vram.Float32, ChunkAxis: 1})
+	j.trajA = j.b.Out(j.out, "trajectories", vram.ArrayRequest{Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2})
+	j.status = j.b.Out(j.out, "status", vram.ArrayRequest{Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0})
 	j.phase("plan and allocate the device arrays")
 	buffers := 1
 	if double {
 		buffers = 2
 	}
-	if _, err := j.out.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
+	if err := j.b.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
 		if ctxErr := j.a.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return fmt.Errorf("interrupted while allocating the device arrays, before chunk 1: no chunk run: %w", ctxErr)
 		}
@@ -474,10 +464,7 @@ func (j *job) register(double bool) error {
 		}
 		return err
 	}
-	if j.inR == nil || j.outR == nil {
-		return fmt.Errorf("allocate the batch: the manager delivered no arrays (inputs %v, outputs %v)", j.inR != nil, j.outR != nil)
-	}
-	j.plan = j.outR.Plan
+	j.plan = j.b.Plan()
 	if j.plan.TotalRuns == 0 {
 		// Nothing was chunkable (one run: a run axis of length 1 is
 		// not), so the plan counts no runs; it is one chunk of them all.

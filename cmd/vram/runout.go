@@ -26,6 +26,7 @@ import (
 	"os"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/npy"
@@ -147,7 +148,7 @@ func (j *job) makeHostArrays() error {
 
 // hostReport adds the host side to rep: the rungs, the staging, the
 // buffers the pipeline ran with, the --out file.
-func (j *job) hostReport(rep *runReport, br vram.BatchReport) {
+func (j *job) hostReport(rep *runReport, br batch.Report) {
 	rep.BuffersInFlight, rep.Lag = br.Buffers, br.Lag
 	rep.HostRungs = j.rungs
 	hs := j.m.Host().Stats()

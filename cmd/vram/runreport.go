@@ -57,7 +57,7 @@ type runReport struct {
 	RunsPerSecond float64 `json:"runs_per_second"`
 	// CopySeconds is the time the batch's copies ran, ComputeSeconds its
 	// kernels', ExposedCopySeconds the part of the copying no kernel ran
-	// beside (vram.BatchReport: measured on the host as each step's work
+	// beside (batch.Report: measured on the host as each step's work
 	// finished).
 	CopySeconds        float64 `json:"copy_seconds"`
 	ComputeSeconds     float64 `json:"compute_seconds"`

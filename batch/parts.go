@@ -1,0 +1,298 @@
+package batch
+
+// The queue a run takes its chunks from, and a batch on several devices:
+// RunParts deals the chunks of one queue of runs to one part per device
+// (a batch allocated on that device's manager and its compute step), each
+// part taking the next chunk when it has a buffer free, so a faster
+// device takes more chunks.
+//
+// One queue. The batch's R runs are handed out in order, each chunk cut
+// from what is left at the length its taker asks for, at most the
+// queue's: today every part asks for the parts' shortest chunk length L
+// (each part planned its device's memory; a part whose plan is longer
+// runs each chunk in the first L runs of its arrays), so chunk g is runs
+// [g·L, min((g+1)·L, R)) whichever device runs it. Its outputs land at
+// those runs of the host arrays (or in the drain function's span), so the
+// results do not depend on how the chunks were dealt, provided the
+// kernel's result for a run depends on that run's inputs alone.
+//
+// Threads. Each part runs on its own goroutine, locked to its OS thread
+// for the whole batch: a backend whose context is per thread (CUDA) then
+// keeps one context current on that thread, and the parts' driver calls
+// run in parallel.
+//
+// Failure. The first part to fail stops the dealing and cancels the
+// others, which finish what they enqueued; RunParts returns that part's
+// error, naming the device. A panic on a part's goroutine in one of the
+// batch's functions is that part's error (ErrPanic), not the process's
+// end.
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// dealtChunk is one chunk of a batch: its index in the batch's order,
+// its runs, and the bytes its copies move.
+type dealtChunk struct {
+	index, start, len int
+	in, out           uint64
+}
+
+// runQueue hands out a batch's runs in order, as chunks: one run's own,
+// or one for every part of RunParts (shared). Safe for concurrent use.
+type runQueue struct {
+	runs, length int  // the runs; the longest chunk it cuts
+	total        int  // chunks at that length
+	shared       bool // dealt to the parts of RunParts
+
+	mu      sync.Mutex // protects the fields below
+	next    int        // the first run not handed out
+	taken   int        // chunks handed out
+	stopped bool
+}
+
+func newRunQueue(runs, length int) *runQueue {
+	return &runQueue{runs: runs, length: length, total: (runs + length - 1) / length}
+}
+
+// take cuts the next chunk, of at most limit runs (and the queue's
+// length), from the runs left; false when there are none.
+func (q *runQueue) take(limit int) (dealtChunk, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped || q.next >= q.runs {
+		return dealtChunk{}, false
+	}
+	ch := dealtChunk{index: q.taken, start: q.next, len: min(limit, q.length, q.runs-q.next)}
+	q.next += ch.len
+	q.taken++
+	return ch, true
+}
+
+// stop hands out nothing more.
+func (q *runQueue) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.mu.Unlock()
+}
+
+// take makes sure the run has its chunk i (0-based, in its own order),
+// taking the next one from its queue if i is the next; false when there
+// is none.
+func (r *batchRun) take(i int) bool {
+	if i < len(r.chunks) {
+		return true
+	}
+	if r.ended || i > len(r.chunks) {
+		return false
+	}
+	ch, ok := r.q.take(r.length)
+	if !ok {
+		r.ended = true
+		return false
+	}
+	r.chunks = append(r.chunks, ch)
+	return true
+}
+
+// Part is one device's part of a batch run by RunParts: a batch
+// allocated for the batch's runs on that device's manager, and the
+// compute step for that device. A plain value.
+type Part struct {
+	Batch   *Batch
+	Compute Compute
+}
+
+// PartsReport is what a batch on several devices did. A plain value.
+type PartsReport struct {
+	Chunks      int // the batch's chunks
+	ChunkLength int // runs per chunk (the last may have fewer)
+	ChunksDone  int // chunks back on the host, every part together
+	// Parts is each part's report, in the order of the parts: Chunks is
+	// the chunks the part took, ChunksDone those back on the host.
+	Parts    []Report
+	BytesIn  uint64
+	BytesOut uint64
+	Wall     time.Duration
+}
+
+// RunParts runs one batch on several devices: parts holds one part per
+// device, each a Batch declaring the same arrays in the same order (the
+// same labels and requests, its own device's clients) with the same host
+// sides (the same host arrays, or fill and drain functions), allocated on
+// its device's manager. The batch's runs are dealt from one queue (see
+// the overview at the top of the file) in chunks of the parts' shortest
+// chunk length, or o.MaxChunkLength when shorter, to the parts as each
+// has a buffer free; each part runs its chunks as Run does, on its own
+// goroutine locked to its OS thread. o.Buffers applies to every part;
+// o.Progress is called one call at a time, counting the batch's chunks.
+//
+// It returns when every chunk is back, or when a part fails or ctx is
+// done, after every part's enqueued work has finished. An output that is
+// unchunkable cannot be gathered from several devices: a batch of more
+// than one chunk with one is refused. Batches of different groups may
+// run at once, from several goroutines.
+func RunParts(ctx context.Context, parts []Part, o Options) (PartsReport, error) {
+	q, err := partsQueue(parts, o)
+	if err != nil {
+		return PartsReport{}, err
+	}
+	rep := PartsReport{Chunks: q.total, ChunkLength: q.length, Parts: make([]Report, len(parts))}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	runs, err := prepareParts(ctx, parts, o, q)
+	if err != nil {
+		return rep, err
+	}
+	t := &tally{total: q.total, in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: o.Progress, start: time.Now()}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		r.progress = t.of(i)
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var err error
+			if rep.Parts[i], err = r.runMarked(); err != nil {
+				errs[i] = fmt.Errorf("device %d (%s): %w", i, r.dev.Info().Name, err)
+				q.stop()
+				cancel(errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	rep.Wall = time.Since(t.start)
+	for _, p := range rep.Parts {
+		rep.ChunksDone += p.ChunksDone
+		rep.BytesIn += p.BytesIn
+		rep.BytesOut += p.BytesOut
+	}
+	return rep, firstCause(ctx, errs)
+}
+
+// partsQueue checks that the parts declare the same batch, and makes the
+// queue of its runs at the parts' shortest chunk length.
+func partsQueue(parts []Part, o Options) (*runQueue, error) {
+	if len(parts) == 0 {
+		return nil, batchErr("no parts; give one per device")
+	}
+	length := 0
+	for i, p := range parts {
+		b, b0 := p.Batch, parts[0].Batch
+		if b == nil || !b.ok {
+			return nil, batchErr("part %d: the batch is not allocated; Allocate it on its device first", i)
+		}
+		if len(b.arrays) != len(b0.arrays) {
+			return nil, batchErr("part %d declares %d arrays and part 0 %d; give every part the same arrays", i, len(b.arrays), len(b0.arrays))
+		}
+		for j, a := range b.arrays {
+			if err := sameArray(a, b0.arrays[j]); err != nil {
+				return nil, fmt.Errorf("batch: part %d: %w", i, err)
+			}
+		}
+		if b.runs != b0.runs {
+			return nil, batchErr("part %d has %d runs and part 0 %d; allocate every part for the same batch", i, b.runs, b0.runs)
+		}
+		if n := chunkLength(b, o); i == 0 || n < length {
+			length = n
+		}
+	}
+	q := newRunQueue(parts[0].Batch.runs, length)
+	q.shared = true
+	return q, nil
+}
+
+// sameArray checks that a part's array a is declared as part 0's a0 is.
+func sameArray(a, a0 *Array) error {
+	r, r0 := a.req, a0.req
+	switch {
+	case a.label != a0.label || a.dir != a0.dir || r.DType != r0.DType || r.ChunkAxis != r0.ChunkAxis ||
+		r.Chunkable() != r0.Chunkable() || !slices.Equal(r.Shape, r0.Shape):
+		return batchErr("%v %v (%v%v) is not part 0's %v %v (%v%v); declare the same arrays in the same order",
+			a.dir, a, r.DType, r.Shape, a0.dir, a0, r0.DType, r0.Shape)
+	case a.side.host != a0.side.host || (a.side.fill == nil) != (a0.side.fill == nil) || (a.side.drain == nil) != (a0.side.drain == nil):
+		return batchErr("%v %v has another host side than part 0's; give every part the same host arrays or functions", a.dir, a)
+	}
+	return nil
+}
+
+// prepareParts makes each part's run; on an error it finishes the runs
+// it made.
+func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue) ([]*batchRun, error) {
+	runs := make([]*batchRun, len(parts))
+	fail := func(err error) ([]*batchRun, error) {
+		for _, r := range runs {
+			if r != nil {
+				_, _ = r.finish(nil)
+			}
+		}
+		return nil, err
+	}
+	for i, p := range parts {
+		r, err := newRun(ctx, p.Batch, p.Compute, o, q)
+		if err != nil {
+			return fail(fmt.Errorf("device %d: %w", i, err))
+		}
+		runs[i] = r
+		for _, a := range r.arrs {
+			if a.whole && a.dir == dirOut && q.total > 1 {
+				return fail(batchErr("device %d: output %v is unchunkable, and a batch of %d chunks on several devices cannot gather it; make it chunkable", i, a, q.total))
+			}
+		}
+	}
+	return runs, nil
+}
+
+// tally counts the chunks and bytes of RunParts' parts and calls
+// progress, one call at a time. Safe for concurrent use.
+type tally struct {
+	total    int
+	progress func(Progress)
+	start    time.Time
+
+	mu      sync.Mutex // protects the fields below
+	done    int
+	in, out []uint64 // per part: bytes moved, as its last progress said
+}
+
+// of is part's Progress callback.
+func (t *tally) of(part int) func(Progress) {
+	return func(p Progress) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		t.done++
+		t.in[part], t.out[part] = p.BytesIn, p.BytesOut
+		if t.progress == nil {
+			return
+		}
+		var in, out uint64
+		for i := range t.in {
+			in, out = in+t.in[i], out+t.out[i]
+		}
+		t.progress(Progress{Chunk: t.done, Chunks: t.total, Start: p.Start, Len: p.Len,
+			BytesIn: in, BytesOut: out, Elapsed: time.Since(t.start)})
+	}
+}
+
+// firstCause is the error that stopped the batch: the failure of the
+// part that cancelled the others, or, when ctx was done, the first
+// part's error.
+func firstCause(ctx context.Context, errs []error) error {
+	cause := context.Cause(ctx)
+	for _, err := range errs {
+		if err != nil && err == cause {
+			return err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
+	"github.com/vramkit/vram/device/sim"
+)
+
+// multiParts makes a fixture per device config and the parts of one
+// batch over them, every part with fs[0]'s host arrays.
+func multiParts(t *testing.T, runs int, mods ...func(*sim.Config)) ([]*batchFixture, []batch.Part, *vram.HostArray) {
+	t.Helper()
+	var fs []*batchFixture
+	for _, mod := range mods {
+		fs = append(fs, newBatchFixture(t, runs, 2, mod))
+	}
+	in, table, out := fs[0].hosts(t, vram.Pinned)
+	var parts []batch.Part
+	for _, f := range fs {
+		f.use(t, in, table, out)
+		parts = append(parts, batch.Part{Batch: f.b, Compute: f.compute})
+	}
+	return fs, parts, out
+}
+
+func size(n uint64) func(*sim.Config) { return func(c *sim.Config) { c.TotalBytes = n } }
+
+// Devices of different sizes, one holding the whole batch: every result
+// right, every chunk done once, each device some, progress counting the
+// batch's chunks.
+func TestRunPartsSizes(t *testing.T) {
+	const runs = 200_000
+	fs, parts, out := multiParts(t, runs, size(1<<20), size(2<<20), size(8<<20))
+	if fs[2].plan().Chunks != 1 {
+		t.Fatalf("the 8 MiB device's plan has %d chunks; the test wants it to hold the batch whole", fs[2].plan().Chunks)
+	}
+	var seen []int
+	rep, err := batch.RunParts(context.Background(), parts, batch.Options{Progress: func(p batch.Progress) { seen = append(seen, p.Chunk) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ChunkLength != fs[0].plan().ChunkLength || rep.Chunks != (runs+rep.ChunkLength-1)/rep.ChunkLength {
+		t.Errorf("report %d chunks of %d; want the 1 MiB device's length %d", rep.Chunks, rep.ChunkLength, fs[0].plan().ChunkLength)
+	}
+	took := 0
+	for i, p := range rep.Parts {
+		took += p.Chunks
+		if p.ChunksDone != p.Chunks {
+			t.Errorf("device %d took %d chunks and did %d", i, p.Chunks, p.ChunksDone)
+		}
+	}
+	if took != rep.Chunks || rep.ChunksDone != rep.Chunks || len(seen) != rep.Chunks || seen[len(seen)-1] != rep.Chunks {
+		t.Errorf("parts took %d chunks, did %d, progress %v; want each of %d once", took, rep.ChunksDone, seen, rep.Chunks)
+	}
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	if want := uint64(2 * runs * 4); rep.BytesOut != want {
+		t.Errorf("bytes out %d; want %d", rep.BytesOut, want)
+	}
+	t.Logf("chunks per device: %d, %d, %d", rep.Parts[0].Chunks, rep.Parts[1].Chunks, rep.Parts[2].Chunks)
+}
+
+// A device whose kernels take twenty times as long takes fewer chunks.
+func TestRunPartsSlowDevice(t *testing.T) {
+	const runs = 200_000
+	// 256 KiB devices: about 28 chunks, so that the fast device has
+	// time for many while the slow one holds the few it took ahead.
+	kt := func(d time.Duration) func(*sim.Config) {
+		return func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, d }
+	}
+	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
+	// Timing on a loaded machine: up to three tries.
+	for try := 1; ; try++ {
+		rep, err := batch.RunParts(context.Background(), parts, batch.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+			t.Fatalf("%d wrong results", bad)
+		}
+		fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
+		t.Logf("%d chunks of %d runs: fast device %d, slow %d", rep.Chunks, rep.ChunkLength, fast, slow)
+		if fast+slow != rep.Chunks {
+			t.Fatalf("the devices took %d and %d chunks of %d", fast, slow, rep.Chunks)
+		}
+		if fast > slow {
+			return
+		}
+		if try == 3 {
+			t.Fatalf("the fast device took %d chunks, the slow one %d, in three tries; want the fast one more", fast, slow)
+		}
+	}
+}
+
+// A part that fails stops the batch: its error, naming the device, is
+// returned, and every part cleans up. Parts that do not declare the same
+// batch are refused.
+func TestRunPartsFailure(t *testing.T) {
+	const runs = 200_000
+	fs, parts, _ := multiParts(t, runs, size(1<<20), size(1<<20))
+	boom := errors.New("boom")
+	// Device 0 waits in its first chunk until device 1 has one, so that
+	// device 0 cannot take every chunk before device 1 is set up (it did,
+	// on a quiet machine).
+	started := make(chan struct{})
+	var once sync.Once
+	failing := []batch.Part{
+		{Batch: parts[0].Batch, Compute: func(ctx context.Context, ch *batch.Chunk) error {
+			select {
+			case <-started:
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(20 * time.Second):
+			}
+			return fs[0].compute(ctx, ch)
+		}},
+		{Batch: parts[1].Batch, Compute: func(context.Context, *batch.Chunk) error {
+			once.Do(func() { close(started) })
+			return boom
+		}},
+	}
+	if _, err := batch.RunParts(context.Background(), failing, batch.Options{}); !errors.Is(err, boom) || !strings.Contains(err.Error(), "device 1") {
+		t.Fatalf("err %v; want boom from device 1", err)
+	}
+	other := newBatchFixture(t, runs+1, 2, size(1<<20)) // another batch: its runs differ
+	other.use(t, fs[0].in.Host(), fs[0].table.Host(), nil)
+	pageable := newBatchFixture(t, runs, 2, size(1<<20))
+	pageable.hosts(t, vram.Pageable) // the same arrays, other host arrays
+	tests := map[string]struct {
+		parts []batch.Part
+		want  string
+	}{
+		"no parts":         {nil, "no parts"},
+		"other runs":       {[]batch.Part{parts[0], {Batch: other.b, Compute: other.compute}}, "is not part 0's"},
+		"other host sides": {[]batch.Part{parts[0], {Batch: pageable.b, Compute: pageable.compute}}, "another host side than part 0's"},
+		"not allocated":    {[]batch.Part{parts[0], {Batch: batch.New(), Compute: fs[1].compute}}, "part 1: the batch is not allocated"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if _, err := batch.RunParts(context.Background(), tc.parts, batch.Options{}); !errors.Is(err, batch.ErrBatch) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v; want ErrBatch saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Devices that hold the batch whole share it when MaxChunkLength cuts
+// it, with full-length host arrays (whose chunk axes the requests state)
+// and with fill and drain functions: every result right.
+func TestRunPartsMaxChunkLength(t *testing.T) {
+	const runs = 20_000 // 320 KB of chunked arrays: whole on 8 MiB
+	for _, sides := range []string{"host arrays", "functions"} {
+		t.Run(sides, func(t *testing.T) {
+			fs, parts, out := multiParts(t, runs, size(8<<20), size(8<<20))
+			if sides == "functions" {
+				in := fs[0].in.Host()
+				fill := batch.Fill(func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkFrom(in, sp) })
+				drain := batch.Drain(func(sp vram.Span, st *vram.HostArray) error { return st.CopyChunkTo(out, sp) })
+				for _, f := range fs {
+					must(t, f.in.Use(fill))
+					must(t, f.out.Use(drain))
+				}
+			}
+			rep, err := batch.RunParts(context.Background(), parts, batch.Options{MaxChunkLength: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Chunks != 20 || rep.ChunkLength != 1000 || rep.Parts[0].Chunks+rep.Parts[1].Chunks != 20 {
+				t.Errorf("report: %d chunks of %d, parts took %d and %d; want 20 of 1000", rep.Chunks, rep.ChunkLength, rep.Parts[0].Chunks, rep.Parts[1].Chunks)
+			}
+			if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+				t.Fatalf("%d wrong results", bad)
+			}
+			if _, err := batch.RunParts(context.Background(), parts, batch.Options{MaxChunkLength: -1}); !errors.Is(err, batch.ErrBatch) {
+				t.Errorf("MaxChunkLength -1: %v; want ErrBatch", err)
+			}
+		})
+	}
+}
+
+// A batch whose context is cancelled part-way stops on every device:
+// the error wraps ctx's, the chunks done are counted, and every device is
+// left clean (the fixtures' clean-up checks for leaks).
+func TestRunPartsCancel(t *testing.T) {
+	const runs = 200_000
+	slow := func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, 2*time.Microsecond }
+	_, parts, _ := multiParts(t, runs, slow, slow)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rep, err := batch.RunParts(ctx, parts, batch.Options{Progress: func(p batch.Progress) {
+		if p.Chunk == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v; want one wrapping context.Canceled", err)
+	}
+	if rep.ChunksDone < 3 || rep.ChunksDone >= rep.Chunks {
+		t.Errorf("%d of %d chunks done; want the batch stopped after the third", rep.ChunksDone, rep.Chunks)
+	}
+}

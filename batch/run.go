@@ -1,0 +1,194 @@
+package batch
+
+// The chunk pipeline: Run runs every chunk of an allocated batch through
+// copy in → compute → copy out, with 1, 2 or 3 buffers in flight.
+//
+// Chunks. A run takes its chunks one by one from a queue of the batch's
+// runs (runQueue, parts.go), each cut at the run's chunk length from
+// what is left; on several devices the parts take from one queue.
+//
+// Streams and order. Copies go on the group's stream s (the stream every
+// client of the group copies on). With one buffer the compute step runs
+// on s too, so each chunk's three steps, and the next chunk's, follow one
+// another. With k ≥ 2 buffers the compute step runs on a stream of the
+// batch's own, and per-buffer events order the two: a compute waits for
+// its chunk's copy in (inReady[b]); a copy out waits for its chunk's
+// compute (kernDone[b]). On s the order is in(0) … in(k−2), then for each
+// chunk i: in(i+k−1), out(i); so chunk i+k−1's inputs go in while chunk i
+// computes. A buffer is refilled only after the compute that read it
+// (s waited for that compute before the previous chunk's copy out, which
+// precedes the refill on s), and a compute writes its outputs only after
+// the copy that read that buffer's previous outputs (its inReady was
+// recorded after that copy on s).
+//
+// The host stays lag = max(1, k−1) chunks ahead of the device: after
+// enqueueing chunk i it waits for chunk i−lag to be copied out ("retires"
+// it: drains its staged outputs, reports progress). Staging buffers (for
+// pageable host arrays and fill/drain functions) are used in turn, lag+1
+// per output and lag+k per input (filled k−1 chunks ahead), so a staging
+// buffer is refilled only after the chunk that last used it has been
+// retired.
+//
+// Cancellation is checked before each step; a batch stopped by its
+// context waits for what was enqueued, retires the chunks that finished,
+// frees what it made, and returns an error wrapping ctx.Err().
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/kernel"
+)
+
+// MaxBuffers is the most chunk buffers Run keeps in flight.
+const MaxBuffers = 3
+
+// Compute enqueues chunk ch's work on ch.Stream (ch.Launch does it for a
+// portable kernel). It runs on Run's goroutine; it should enqueue, not
+// wait. Its error stops the batch.
+type Compute func(ctx context.Context, ch *Chunk) error
+
+// Options tune Run and RunParts. The zero value runs with the buffers the
+// arrays were allocated with, at their chunk length, and reports no
+// progress. A plain value.
+type Options struct {
+	// Buffers is the number of chunk buffers in flight: 1, 2 or 3, at
+	// most as many as were allocated (vram.WithBuffers); 0 means as many
+	// as were. A batch of one chunk uses one.
+	Buffers int
+	// MaxChunkLength, when positive, caps a chunk's runs below the chunk
+	// length the arrays were allocated with: a batch allocated whole is
+	// still cut (RunParts then spreads it over its devices).
+	MaxChunkLength int
+	// Progress, when set, is called as each chunk is back on the host:
+	// on Run's goroutine; for RunParts one call at a time, counting the
+	// whole batch's chunks.
+	Progress func(Progress)
+}
+
+// Chunk is one chunk as the compute step sees it. Valid during the
+// Compute call only.
+type Chunk struct {
+	Index  int // 0-based, in the batch's order
+	Chunks int
+	// Start and Len are the chunk's runs: Start … Start+Len−1.
+	Start, Len int
+	// ChunkLength is the length of every chunked array along its chunk
+	// axis as allocated, its stride there (Len or more: a chunk cut
+	// shorter than the arrays, Options.MaxChunkLength, leaves the runs
+	// past Len idle).
+	ChunkLength int
+	// Buffer is the buffer in flight the chunk uses (0 … buffers−1).
+	Buffer int
+	// Stream is where the compute step enqueues its work.
+	Stream device.Stream
+	// Device is the device the chunk runs on.
+	Device device.Device
+
+	b *Batch
+}
+
+// Array is a's device array in the chunk's buffer: its shape is the
+// allocated one (the chunk length along the chunk axis), and a kernel's
+// view of it knows that shape (kernel.Args.Shape). Nil for an array of
+// another batch.
+func (ch *Chunk) Array(a *Array) *vram.DeviceArray {
+	if a == nil || a.b != ch.b {
+		return nil
+	}
+	return a.Device(min(ch.Buffer, len(a.dev)-1))
+}
+
+// Launch enqueues the portable kernel k over the chunk's Len runs on its
+// stream. Arguments are as for kernel.Kernel.Launch, and an *Array of the
+// batch is one: its device array in the chunk's buffer (its address on
+// CUDA, its typed, shaped views on the simulator). An *Array of another
+// batch, or a nil array, is an error wrapping kernel.ErrArgs.
+func (ch *Chunk) Launch(k *kernel.Kernel, args ...any) error {
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = a
+		switch v := a.(type) {
+		case *Array:
+			d := ch.Array(v)
+			if d == nil {
+				return fmt.Errorf("kernel %s: argument %d is %v, which is not this batch's: %w", k.Name(), i, v, kernel.ErrArgs)
+			}
+			vals[i] = d
+		case *vram.DeviceArray:
+			if v == nil {
+				return fmt.Errorf("kernel %s: argument %d is a nil *vram.DeviceArray: %w", k.Name(), i, kernel.ErrArgs)
+			}
+		}
+	}
+	return k.Launch(ch.Device, ch.Stream, ch.Len, vals...)
+}
+
+// Progress is one chunk back on the host. A plain value.
+type Progress struct {
+	Chunk      int // chunks done so far (1 … Chunks)
+	Chunks     int
+	Start, Len int    // the runs of the chunk just done
+	BytesIn    uint64 // bytes copied to the device so far
+	BytesOut   uint64 // bytes copied back so far
+	Elapsed    time.Duration
+}
+
+// Report is what a batch did, also when it stopped early. A plain
+// value. Times are measured on the host from when each step's work
+// finished on the device, so they include the host's wake-up latency
+// (microseconds).
+type Report struct {
+	Chunks     int // the batch's chunks (for a part of RunParts, those it took)
+	ChunksDone int // chunks back on the host
+	Buffers    int // buffers in flight (fewer than asked when staging buffers ran short)
+	Lag        int // chunks the host stayed ahead of the device (0 when staging buffers ran short)
+	Staged     int // arrays staged through the staging pool
+	BytesIn    uint64
+	BytesOut   uint64
+	// Wall is from the first step enqueued to the last chunk retired.
+	Wall time.Duration
+	// Copy is the time the copy stream spent copying, Compute the time
+	// the compute steps' work ran, ExposedCopy the part of Copy during
+	// which no compute ran: what buffering failed to hide.
+	Copy, Compute, ExposedCopy time.Duration
+}
+
+// Run runs every chunk of the allocated batch b and waits for the last:
+// copy in, compute, copy out, with o.Buffers buffers in flight (see the
+// file's overview above for the order). Every input and output needs a
+// host side (In, Out, Use or MakeHosts). It returns when every chunk is
+// back on the host, when a step fails, or when ctx is done; in the last
+// two cases after the work already enqueued has finished, so that the
+// arrays may be freed at once. The report counts what was done either
+// way. Errors name the chunk (from 1) and the step; an error from ctx
+// wraps ctx.Err(), and a panic in compute or in a host side's or
+// o.Progress's function is an error wrapping ErrPanic.
+//
+// While it runs, the batch's clients, and every other member of their
+// group that holds arrays, are marked busy (vram.Client.BeginWork), so
+// that eviction never takes their arrays. The host arrays of inputs must
+// not change, and those of outputs must not be read, until Run returns.
+// Batches of different groups may run at once, from several goroutines.
+func (b *Batch) Run(ctx context.Context, o Options, compute Compute) (Report, error) {
+	r, err := newRun(ctx, b, compute, o, nil)
+	if err != nil {
+		return Report{}, err
+	}
+	r.progress = o.Progress
+	return r.runMarked()
+}
+
+// runMarked runs r with its clients marked busy, and cleans up.
+func (r *batchRun) runMarked() (Report, error) {
+	end, err := markBatch(r.b) // no eviction while it runs (work.go)
+	if err != nil {
+		return r.finish(err)
+	}
+	rep, err := r.finish(r.run())
+	return rep, errors.Join(err, end())
+}
