@@ -20,7 +20,9 @@ package alloc
 //     never touches a hole it could be joined with across a page it
 //     partly covers: holes are whole pages.
 //   - Best fit with splitting and coalescing, as Pool: an allocation takes
-//     the smallest free block the stream may use and hands out its front.
+//     the smallest free block the stream may use and hands out the end of
+//     it that leaves more whole pages free (the front on a tie), so that
+//     the free rest can go back to the device (carveLocked).
 //   - A miss grows by the fewest pages that make a request fit: pages
 //     mapped into a hole next to a free block the stream may use (at the
 //     range's end, that is the free tail), or into a hole between two such
@@ -336,12 +338,30 @@ func (e *Expandable) fenceAllLocked() error {
 }
 
 // takeLocked takes the best-fitting cached block for r that st may use and
-// returns its front, of r.size bytes; nil when none fits.
+// returns r.size bytes of it (carveLocked); nil when none fits.
 func (e *Expandable) takeLocked(r request, st *streamState) *block {
 	if b := e.idx.bestFit(r.size, r.class, st); b != nil {
-		return e.idx.carveFront(b, r.size)
+		return e.carveLocked(b, r.size)
 	}
 	return nil
+}
+
+// carveLocked takes size bytes from free block b: from its back when the
+// front that stays free then holds more whole pages than the back would
+// if the front were taken, else from its front. A page is the unit that
+// goes back to the device; the bytes of a page a live block shares are
+// mapped whatever the free rest does.
+func (e *Expandable) carveLocked(b *block, size uint64) *block {
+	if b.size-size < e.page { // no rest holds a whole page
+		return e.idx.carveFront(b, size)
+	}
+	end := b.addr + device.Ptr(b.size)
+	flo, fhi := e.wholePagesIn(b.addr, end-device.Ptr(size)) // the front, were the back taken
+	blo, bhi := e.wholePagesIn(b.addr+device.Ptr(size), end)
+	if fhi-flo > bhi-blo {
+		return e.idx.carveBack(b, size)
+	}
+	return e.idx.carveFront(b, size)
 }
 
 // freeLocked merges live block b, freed on st, with the free neighbours st

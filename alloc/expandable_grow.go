@@ -214,8 +214,14 @@ func (e *Expandable) releaseForGrowthLocked(g uint64) []*segment {
 
 // wholePages is the whole pages free block b covers.
 func (e *Expandable) wholePages(b *block) (lo, hi device.Ptr) {
-	lo = device.Ptr(roundUp(uint64(b.addr), e.page))
-	hi = device.Ptr(uint64(b.addr+device.Ptr(b.size)) / e.page * e.page)
+	return e.wholePagesIn(b.addr, b.addr+device.Ptr(b.size))
+}
+
+// wholePagesIn is the whole pages within [from, to): [lo, hi), empty when
+// lo == hi.
+func (e *Expandable) wholePagesIn(from, to device.Ptr) (lo, hi device.Ptr) {
+	lo = device.Ptr(roundUp(uint64(from), e.page))
+	hi = device.Ptr(uint64(to) / e.page * e.page)
 	return lo, max(lo, hi)
 }
 

@@ -104,6 +104,57 @@ func TestExpandableGrowsItsFreeTail(t *testing.T) {
 	v.free(t, b, s)
 }
 
+// TestExpandableCarvesTheEndThatFreesPages: an allocation that splits a
+// free block takes the end of it that leaves more whole pages free, so
+// that Trim (or a growth past the high-water mark) can unmap them. Pages
+// are 2 MiB; a is [0, 2), the freed block [2, 7.5) and c [7.5, 9.5) MiB,
+// five pages mapped.
+func TestExpandableCarvesTheEndThatFreesPages(t *testing.T) {
+	cases := map[string]struct {
+		size   uint64 // bytes asked for in the freed block
+		at     uint64 // where the block is handed out, from a
+		mapped uint64 // pages mapped after Trim
+	}{
+		// At the back, [6.25, 7.5), the rest [2, 6.25) holds pages [2, 6);
+		// at the front the rest [3.25, 7.5) would hold [4, 6) only.
+		"1.25 MiB at the back": {5 * units.MiB / 4, 25 * units.MiB / 4, 3},
+		// At the back, [4.25, 7.5), the rest keeps [2, 4); at the front
+		// the rest [5.25, 7.5) holds no whole page.
+		"3.25 MiB at the back": {13 * units.MiB / 4, 17 * units.MiB / 4, 4},
+		// Either rest, [6.5, 7.5) or [2, 3), holds no whole page: the front.
+		"4.5 MiB at the front": {9 * units.MiB / 2, 2 * units.MiB, 5},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 2*units.MiB, s)
+			f := v.alloc(t, 11*units.MiB/2, s)
+			cc := v.alloc(t, 2*units.MiB, s)
+			if ps := v.e.PageStats(); ps.Mapped != 5 {
+				t.Fatalf("PageStats = %+v; want 5 pages mapped", ps)
+			}
+			v.free(t, f, s)
+			g := v.alloc(t, c.size, s)
+			if g != a.Add(c.at) {
+				t.Errorf("the block is at %v; want %v, %s past the first", g, a.Add(c.at), units.Format(c.at))
+			}
+			if err := v.e.Trim(); err != nil {
+				t.Fatal(err)
+			}
+			if ps := v.e.PageStats(); ps.Mapped != c.mapped {
+				t.Errorf("after Trim %d pages mapped; want %d", ps.Mapped, c.mapped)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, p := range []device.Ptr{a, g, cc} {
+				v.free(t, p, s)
+			}
+		})
+	}
+}
+
 // TestExpandableHighWaterMark: a growth that would take the mapped bytes
 // past their high-water mark first unmaps whole free pages; with
 // KeepMapped it does not, and the peak is higher.

@@ -18,8 +18,9 @@
 //	              the chunk plan: chunks, chunk length, bytes, shapes
 //	vram replay   replay RMM allocation logs (CSV) or PyTorch memory
 //	              snapshots against the allocators: peak live and reserved
-//	              bytes, device calls, speed, a plot, memory reports
-//	              (--summary), a PyTorch snapshot out (--snapshot-out)
+//	              bytes, the peak in pages beside the floor, device calls,
+//	              speed, a plot, memory reports (--summary), a PyTorch
+//	              snapshot out (--snapshot-out)
 //	vram info     the device a spec opens, its memory, the allocators
 //	vram bench    a quick allocator micro-benchmark table
 //	vram broker   the node's broker of device memory between processes

@@ -45,6 +45,15 @@ type replayRow struct {
 	// less where allocations failed.
 	TracePeakLiveBytes uint64 `json:"trace_peak_live_bytes"`
 
+	// PageBytes is the simulated device's page (its granularity);
+	// FloorPages the pages the trace's peak of live bytes needs,
+	// ⌈trace_peak_live_bytes / page_bytes⌉, which no allocator can hold
+	// less than; PeakReservedPages the allocator's peak reserved bytes in
+	// pages, rounded up.
+	PageBytes         uint64 `json:"page_bytes"`
+	FloorPages        uint64 `json:"floor_pages"`
+	PeakReservedPages uint64 `json:"peak_reserved_pages"`
+
 	// PyTorch is what PyTorch's own allocator did, for a snapshot input.
 	PyTorch *pytorchFigures `json:"pytorch,omitempty"`
 
@@ -82,9 +91,11 @@ still refused): replays always run on the simulator. --vram is at least
 2 MiB, one page of the simulator; a log with no events is an error.
 
 For each allocator it reports the log's peak live bytes, the allocator's
-peak reserved bytes (and their ratio: 1.0 wastes nothing), device
-allocations and frees, cache hits, allocations refused for want of memory,
-and replay speed. For a snapshot it adds what PyTorch's own allocator
+peak reserved bytes (and their ratio: 1.0 wastes nothing), that peak in
+pages of the simulated device beside the floor, the pages the log's peak
+live bytes need (⌈peak live / page⌉, which no allocator can hold less
+than), device allocations and frees, cache hits, allocations refused for
+want of memory, and replay speed. For a snapshot it adds what PyTorch's own allocator
 did on the GPU ("pytorch (recorded)": its peak reserved over its own peak
 allocated, its segment allocations and frees). --plot draws live and
 reserved bytes over the log. --snapshot-out writes the replay against the
@@ -228,6 +239,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // newReplayRow is one allocator's replay of the ti-th trace, at path.
 // pytorch is PyTorch's own figures when the trace is a snapshot, else nil.
 func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary, pytorch *pytorchFigures) replayRow {
+	page := devicePage(cfg)
 	return replayRow{
 		Trace:              filepath.Base(path),
 		Allocator:          kind,
@@ -247,9 +259,38 @@ func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, s
 		WallSeconds:        res.Wall.Seconds(),
 		DeviceBytes:        cfg.TotalBytes,
 		TracePeakLiveBytes: sum.PeakLive,
+		PageBytes:          page,
+		FloorPages:         pagesOf(sum.PeakLive, page),
+		PeakReservedPages:  pagesOf(res.PeakReserved, page),
 		PyTorch:            pytorch,
 		traceIndex:         ti,
 	}
+}
+
+// devicePage is the page of a simulated device made from cfg: its
+// granularity.
+func devicePage(cfg sim.Config) uint64 {
+	if cfg.Granularity == 0 {
+		return sim.DefaultGranularity
+	}
+	return cfg.Granularity
+}
+
+// pagesText is n pages in words: "1 page", "52 pages".
+func pagesText(n uint64) string {
+	if n == 1 {
+		return "1 page"
+	}
+	return fmt.Sprintf("%d pages", n)
+}
+
+// pagesOf is the pages of page bytes that n bytes need, ⌈n / page⌉.
+func pagesOf(n, page uint64) uint64 {
+	p := n / page
+	if n%page != 0 {
+		p++
+	}
+	return p
 }
 
 // emptyTrace is the error for a log with no events: an empty file, or one
@@ -280,17 +321,18 @@ func (a *app) printReplay(rows []replayRow, plot string) error {
 		if i > 0 {
 			fmt.Fprintln(a.stdout)
 		}
-		fmt.Fprintf(a.stdout, "%s: %d events, peak live %s, on an address-only simulated device of %s\n",
-			r.Trace, r.Events, units.Format(r.TracePeakLiveBytes), units.Format(r.DeviceBytes))
+		fmt.Fprintf(a.stdout, "%s: %d events, peak live %s (floor: %s of %s), on an address-only simulated device of %s\n",
+			r.Trace, r.Events, units.Format(r.TracePeakLiveBytes), pagesText(r.FloorPages), units.Format(r.PageBytes), units.Format(r.DeviceBytes))
 		if r.UnmatchedFrees > 0 {
 			fmt.Fprintf(a.stdout, "%d frees of pointers never allocated in the trace were skipped\n", r.UnmatchedFrees)
 		}
 		tw := a.table()
-		fmt.Fprintln(tw, "ALLOCATOR\tPEAK RESERVED\tRESERVED/LIVE\tDEVICE ALLOCS\tDEVICE FREES\tCACHE HITS\tFAILED\tEVENTS/S")
+		fmt.Fprintln(tw, "ALLOCATOR\tPEAK RESERVED\tRESERVED/LIVE\tPAGES (OVER FLOOR)\tDEVICE ALLOCS\tDEVICE FREES\tCACHE HITS\tFAILED\tEVENTS/S")
 		for ; i < len(rows) && rows[i].traceIndex == r.traceIndex; i++ {
 			r := rows[i]
-			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d\t%d\t%d\t%d\t%s\n", r.Allocator, units.Format(r.PeakReservedBytes),
-				r.ReservedOverLive, r.DeviceAllocs, r.DeviceFrees, r.CacheHits, r.FailedAllocs, rate(r.EventsPerSecond))
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d (%+d)\t%d\t%d\t%d\t%d\t%s\n", r.Allocator, units.Format(r.PeakReservedBytes),
+				r.ReservedOverLive, r.PeakReservedPages, int64(r.PeakReservedPages)-int64(r.FloorPages), r.DeviceAllocs, r.DeviceFrees,
+				r.CacheHits, r.FailedAllocs, rate(r.EventsPerSecond))
 		}
 		printPyTorch(tw, r.PyTorch)
 		if err := tw.Flush(); err != nil {

@@ -123,7 +123,7 @@ func printPyTorch(tw *tabwriter.Writer, p *pytorchFigures) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(tw, "pytorch (recorded)\t%s\t%.3f\t%d\t%d\t-\t-\t-\n", units.Format(p.PeakReservedBytes),
+	fmt.Fprintf(tw, "pytorch (recorded)\t%s\t%.3f\t-\t%d\t%d\t-\t-\t-\n", units.Format(p.PeakReservedBytes),
 		p.ReservedOverLive, p.SegmentAllocs, p.SegmentFrees)
 }
 

@@ -41,7 +41,7 @@ func TestReplayJSON(t *testing.T) {
 	}
 	for _, obj := range raw {
 		for _, k := range []string{"allocator", "events", "peak_live_bytes", "peak_reserved_bytes", "device_allocs",
-			"device_frees", "failed_allocs", "events_per_second"} {
+			"device_frees", "failed_allocs", "events_per_second", "page_bytes", "floor_pages", "peak_reserved_pages"} {
 			if _, ok := obj[k]; !ok {
 				t.Errorf("row %v lacks %q", obj, k)
 			}
@@ -116,7 +116,7 @@ func TestReplayHeaderShowsTracePeak(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	head := fmt.Sprintf("minimalloc_A.csv: 308 events, peak live %s,", units.Format(want))
+	head := fmt.Sprintf("minimalloc_A.csv: 308 events, peak live %s (floor: 1 page of 2 MiB),", units.Format(want))
 	if !strings.Contains(stdout, head) {
 		t.Errorf("header does not give the trace's peak live %d bytes (%q):\n%s", want, head, stdout)
 	}
@@ -136,6 +136,57 @@ func TestReplayHeaderShowsTracePeak(t *testing.T) {
 	for _, r := range rows {
 		if r.TracePeakLiveBytes != want {
 			t.Errorf("%s: trace_peak_live_bytes %d, want %d", r.Allocator, r.TracePeakLiveBytes, want)
+		}
+	}
+}
+
+// TestReplayFloor: every replay row gives the simulated device's page,
+// the floor (the pages the trace's peak live bytes need) and its own peak
+// in pages, in --json and beside each allocator in the table. The trace
+// peaks at 5 MiB + 1.2 MiB live, four pages of 2 MiB, which Expandable
+// maps: the 3 MiB block fits where the 5 MiB one was.
+func TestReplayFloor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floor.csv")
+	log := trace.Header + "\n" +
+		"0,0,allocate,0x1000,5242880,0\n" +
+		"0,1,allocate,0x2000,1258496,0\n" +
+		"0,2,free,0x1000,5242880,0\n" +
+		"0,3,allocate,0x3000,3146240,0\n"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := cli(t, "", "replay", "--json", path)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, r := range rows {
+		if r.PageBytes != 2*units.MiB || r.FloorPages != 4 {
+			t.Errorf("%s: page %d bytes, floor %d pages; want 2 MiB and 4", r.Allocator, r.PageBytes, r.FloorPages)
+		}
+		if pages := (r.PeakReservedBytes + r.PageBytes - 1) / r.PageBytes; r.PeakReservedPages != pages || pages < r.FloorPages {
+			t.Errorf("%s: peak reserved %d bytes in %d pages; want ⌈bytes / page⌉ = %d, at least the floor",
+				r.Allocator, r.PeakReservedBytes, r.PeakReservedPages, pages)
+		}
+		want[r.Allocator] = fmt.Sprintf("%d (+%d)", r.PeakReservedPages, r.PeakReservedPages-r.FloorPages)
+	}
+	if len(rows) != len(alloc.Names()) || want["expandable"] != "4 (+0)" {
+		t.Errorf("rows %v; want one per allocator, Expandable at the floor, 4 (+0)", want)
+	}
+	text, stderr, code := cli(t, "", "replay", path)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(text, "(floor: 4 pages of 2 MiB)") || !strings.Contains(text, "PAGES (OVER FLOOR)") {
+		t.Errorf("the header or the table lacks the floor:\n%s", text)
+	}
+	for kind, cell := range want {
+		if !strings.Contains(text, cell) {
+			t.Errorf("%s's row lacks its pages %q:\n%s", kind, cell, text)
 		}
 	}
 }

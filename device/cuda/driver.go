@@ -65,6 +65,8 @@ const (
 	symDevicePrimaryCtxReset
 	symDeviceGetDefaultMemPool
 	symCtxSetCurrent
+	symCtxGetCurrent
+	symCtxGetDevice
 	symCtxSynchronize
 	symMemGetInfo
 	symMemAlloc
@@ -122,6 +124,8 @@ var symbolNames = [numSyms]string{
 	symDevicePrimaryCtxReset:   "cuDevicePrimaryCtxReset_v2",
 	symDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool",
 	symCtxSetCurrent:           "cuCtxSetCurrent",
+	symCtxGetCurrent:           "cuCtxGetCurrent",
+	symCtxGetDevice:            "cuCtxGetDevice",
 	symCtxSynchronize:          "cuCtxSynchronize",
 	symMemGetInfo:              "cuMemGetInfo_v2",
 	symMemAlloc:                "cuMemAlloc_v2",
@@ -259,6 +263,14 @@ func (l *lib) deviceGetDefaultMemPool(pool *uintptr, dev int32) Result {
 }
 
 func (l *lib) ctxSetCurrent(ctx uintptr) Result { return l.call(symCtxSetCurrent, ctx) }
+
+func (l *lib) ctxGetCurrent(ctx *uintptr) Result {
+	return l.call(symCtxGetCurrent, uintptr(unsafe.Pointer(ctx)))
+}
+
+func (l *lib) ctxGetDevice(dev *int32) Result {
+	return l.call(symCtxGetDevice, uintptr(unsafe.Pointer(dev)))
+}
 
 func (l *lib) ctxSynchronize() Result { return l.call(symCtxSynchronize) }
 
