@@ -22,7 +22,8 @@ type allocChoice struct {
 // entry e (alloc.Lookup): the kind is e's (as WithAllocator(e.Kind)), and
 // whenever the manager makes an allocator of that kind (New, SetAllocator)
 // it is e's. An entry not from the registry makes New fail with an error
-// wrapping device.ErrInvalidValue.
+// wrapping device.ErrInvalidValue; the zero Entry chooses nothing (the
+// Pool kind, served as the registry chooses).
 func WithAllocatorEntry(e alloc.Entry) Option {
 	return func(c *config) { c.kind, c.pick.entry = e.Kind, e }
 }
