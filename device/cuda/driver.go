@@ -21,11 +21,10 @@ import (
 
 // Constants from cuda.h.
 const (
-	cuStreamNonBlocking     = 0x1 // CU_STREAM_NON_BLOCKING
-	cuEventDisableTiming    = 0x2 // CU_EVENT_DISABLE_TIMING
-	cuMemHostRegPortable    = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
-	cuMemHostRegDeviceMap   = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
-	cuMemHostAllocDeviceMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
+	cuStreamNonBlocking   = 0x1 // CU_STREAM_NON_BLOCKING
+	cuEventDisableTiming  = 0x2 // CU_EVENT_DISABLE_TIMING
+	cuMemHostRegPortable  = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
+	cuMemHostRegDeviceMap = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
 
 	// CUmemorytype, for CUDA_MEMCPY2D
 	cuMemoryTypeHost   = 0x1 // CU_MEMORYTYPE_HOST
