@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 )
 
@@ -107,6 +108,18 @@ func TestAsyncKindRefused(t *testing.T) {
 	m := open(t, &r, "sim:vram=64MiB", 0)
 	if st := stats(t, m); st.Allocator != "direct" || st.Cap != 4*MiB {
 		t.Errorf("with kind:direct,limit:4MiB: allocator %q, cap %d; want direct and 4 MiB", st.Allocator, st.Cap)
+	}
+}
+
+// TestStatsNameTheServedAllocator: the stats name the allocator that
+// serves, as every other report does (the registry's one name): the pool
+// kind on the simulator, which maps pages, is served by expandable.
+func TestStatsNameTheServedAllocator(t *testing.T) {
+	t.Setenv("VRAM_ALLOC_CONF", "")
+	var r Registry
+	m := open(t, &r, "sim:vram=64MiB", 0)
+	if st := stats(t, m); st.Allocator != alloc.NameExpandable {
+		t.Errorf("stats name allocator %q; want %q, the allocator that serves the pool kind here", st.Allocator, alloc.NameExpandable)
 	}
 }
 

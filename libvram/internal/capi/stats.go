@@ -77,9 +77,9 @@ func (m *Manager) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	defer done()
-	kind, rep := vram.AllocatorReport(m.vm)
+	_, rep := vram.AllocatorReport(m.vm)
 	info := m.dev.Info()
-	st := Stats{Handle: m.handle, Spec: m.spec, Device: m.ordinal, Backend: info.Backend, Allocator: kind.String(),
+	st := Stats{Handle: m.handle, Spec: m.spec, Device: m.ordinal, Backend: info.Backend, Allocator: rep.Allocator,
 		InUse: rep.InUse, PeakInUse: rep.PeakInUse, Reserved: rep.Reserved, PeakReserved: rep.PeakReserved,
 		Allocs: rep.Allocs, Frees: rep.Frees, CacheHits: rep.CacheHits, DeviceAllocs: rep.DeviceAllocs,
 		DeviceFrees: rep.DeviceFrees, Retries: rep.Retries, OOMs: rep.OOMs, Cap: rep.Cap, CapUsed: rep.CapUsed}
