@@ -36,7 +36,9 @@ type allocConf struct {
 // ParseAllocConf reads an allocator configuration — comma-separated
 // key:value pairs, each key at most once — into manager options:
 //
-//	kind               pool, direct or async (WithAllocator)
+//	kind               pool, direct or async, or an alias of the allocator
+//	                   that names the kind, such as cubie's cupy, default
+//	                   and cupy_async (ParseAllocatorKind; WithAllocator)
 //	expandable         true or false: with kind pool, alloc.Expandable or the
 //	                   segment alloc.Pool (WithExpandable); unset, Expandable
 //	                   where the device manages virtual memory
@@ -91,12 +93,12 @@ func parseAllocConf(s string) (allocConf, error) {
 func (c *allocConf) set(key, val string) error {
 	switch key {
 	case "kind":
-		if strings.EqualFold(val, "expandable") {
+		if strings.EqualFold(val, alloc.NameExpandable) {
 			return fmt.Errorf("kind %q: expandable is a choice of kind pool; write kind:pool,expandable:true: %w", val, ErrAllocConf)
 		}
 		k, err := ParseAllocatorKind(val)
 		if err != nil {
-			return fmt.Errorf("kind %q: want pool, direct or async: %w", val, ErrAllocConf)
+			return fmt.Errorf("kind %q: want %s: %w", val, kindNames(), ErrAllocConf)
 		}
 		c.kind = &k
 	case "expandable":

@@ -40,9 +40,12 @@ import (
 // may be left with while it has clients.
 const MinAutoPool = share.MinAutoPool
 
-// AllocatorKind names the allocator the manager serves device arrays
-// from. A plain value, safe to share.
-type AllocatorKind uint8
+// AllocatorKind names the kind of allocator the manager serves device
+// arrays from: alloc.Kind, whose names, aliases and allocators are the
+// allocator registry's (package alloc, registry.go). What serves a kind is
+// named by the registry's name of the allocator made (ManagerReport,
+// AllocatorReport). A plain value, safe to share.
+type AllocatorKind = alloc.Kind
 
 // Allocator kinds. Pool, the zero value, is the default.
 const (
@@ -50,38 +53,24 @@ const (
 	// caching allocator): alloc.Expandable (PyTorch's expandable segments)
 	// where the device manages virtual memory, as the simulator does, else
 	// the segment alloc.Pool; WithExpandable and WithPoolConfig choose.
-	Pool AllocatorKind = iota
+	Pool = alloc.KindPool
 	// Direct is alloc.Direct: every call goes to the device.
-	Direct
+	Direct = alloc.KindDirect
 	// AsyncPool is alloc.AsyncPool: the device's stream-ordered pool
 	// (cuMemAllocAsync; CuPy's MemoryAsyncPool).
-	AsyncPool
+	AsyncPool = alloc.KindAsync
 )
 
-var kindNames = [...]string{Pool: "pool", Direct: "direct", AsyncPool: "async"}
-
-// String is "pool", "direct" or "async".
-func (k AllocatorKind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("allocator(%d)", uint8(k))
-}
-
-// ParseAllocatorKind reads "pool", "direct" or "async" ("asyncpool" and
-// "async-pool" too), and cubie's names: "cupy" (Pool), "cupy_async"
-// (AsyncPool) and "default" (Direct, Numba's default manager); case
-// ignored.
+// ParseAllocatorKind reads a kind's name in the allocator registry
+// (alloc.ParseKind: "pool", "direct" or "async", and the aliases of the
+// allocators that name them, such as cubie's "cupy", "default" and
+// "cupy_async"; case ignored), and "" as Pool. Errors wrap
+// device.ErrInvalidValue.
 func ParseAllocatorKind(s string) (AllocatorKind, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "pool", "", "cupy":
+	if strings.TrimSpace(s) == "" {
 		return Pool, nil
-	case "direct", "default":
-		return Direct, nil
-	case "async", "asyncpool", "async-pool", "async_pool", "cupy_async", "cupy-async":
-		return AsyncPool, nil
 	}
-	return 0, fmt.Errorf("allocator %q: want pool, direct or async (or cubie's cupy, default, cupy_async): %w", s, device.ErrInvalidValue)
+	return alloc.ParseKind(s)
 }
 
 // LimitMode says how much memory a stream group may plan with. A plain
@@ -131,8 +120,8 @@ type config struct {
 	pcfg  alloc.PoolConfig
 	acfg  alloc.AsyncConfig
 	total uint64
-	cap   uint64     // WithCap; 0: none
-	pool  poolChoice // WithExpandable (poolkind.go)
+	cap   uint64      // WithCap; 0: none
+	pick  allocChoice // WithAllocatorEntry, WithExpandable (poolkind.go)
 	host  HostOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
@@ -196,6 +185,7 @@ type Manager struct {
 	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
+	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
@@ -248,12 +238,12 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		planMu:     make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
-	m.observeOOM(nil, 0, m.host.pinned)
-	a, err := m.newAllocator(cfg.kind)
+	m.observeOOM(nil, 0, "", m.host.pinned)
+	a, name, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
 	}
-	m.al, m.kind = a, cfg.kind
+	m.al, m.kind, m.name = a, cfg.kind, name
 	return m, nil
 }
 
@@ -292,26 +282,12 @@ func Default() (*Manager, error) {
 	return defaultMgr, defaultErr
 }
 
-// newAllocator makes an allocator of kind, wrapped as configured.
-func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
-	var a alloc.Allocator
-	switch kind {
-	case Direct:
-		a = alloc.NewDirect(m.dev)
-	case Pool:
-		p, err := newPoolKind(m.dev, m.cfg.pcfg, m.cfg.pool)
-		if err != nil {
-			return nil, err
-		}
-		a = p
-	case AsyncPool:
-		p, err := alloc.NewAsyncPool(m.dev, m.cfg.acfg)
-		if err != nil {
-			return nil, err
-		}
-		a = p
-	default:
-		return nil, fmt.Errorf("allocator kind %v: want Pool, Direct or AsyncPool: %w", kind, device.ErrInvalidValue)
+// newAllocator makes an allocator of kind, wrapped as configured, and
+// returns it with the registry's name of the allocator it wraps.
+func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, error) {
+	a, e, err := m.cfg.makeAllocator(m.dev, kind) // poolkind.go
+	if err != nil {
+		return nil, "", err
 	}
 	if m.cfg.wrap != nil {
 		a = m.cfg.wrap(a)
@@ -319,8 +295,8 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	if m.cfg.cap > 0 {
 		a = alloc.NewLimit(a, m.cfg.cap)
 	}
-	m.observeOOM(a, kind, nil)
-	return a, nil
+	m.observeOOM(a, kind, e.Name, nil)
+	return a, e.Name, nil
 }
 
 // Device is the managed device.
@@ -392,14 +368,14 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 		return closedErr("set allocator")
 	}
 	m.mu.Unlock()
-	next, err := m.newAllocator(kind)
+	next, name, err := m.newAllocator(kind)
 	if err != nil {
 		m.allocMu.Unlock()
 		return fmt.Errorf("vram: set allocator %v: %w", kind, err)
 	}
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
-	m.al, m.kind = next, kind
+	m.al, m.kind, m.name = next, kind, name
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()

@@ -228,7 +228,7 @@ func NewExpandable(dev device.Device, cfg ExpandableConfig) (*Expandable, error)
 		work:    map[*segment]*vmWork{},
 	}
 	e.pages.Page = page
-	e.initCore(dev, e, "expandable", false, e.joinSharedLocked)
+	e.initCore(dev, e, NameExpandable, false, e.joinSharedLocked)
 	return e, nil
 }
 

@@ -136,7 +136,7 @@ func standIns(events []trace.Event, seed uint64, random int) []standIn {
 // the replay's result and the allocator's page counts.
 func expandableReplay(t testing.TB, events []trace.Event, cfg alloc.ExpandableConfig) (trace.Result, alloc.PageStats) {
 	var e *alloc.Expandable
-	res, err := trace.ReplayOn(events, func(dev device.Device) (alloc.Allocator, error) {
+	res, err := trace.ReplayOn(events, replaySim(events), func(dev device.Device) (alloc.Allocator, error) {
 		var err error
 		e, err = alloc.NewExpandable(dev, cfg)
 		return e, err

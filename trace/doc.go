@@ -7,9 +7,10 @@
 // the allocator's peak reserved bytes, its device allocations and frees,
 // failed allocations, frees of pointers never allocated in the log
 // (counted and skipped), and replay speed, with an optional time series
-// for a plot. ReplayOn does it on a fresh address-only simulated device
-// sized for the log (SimConfig), so a log that peaked at 55 GB replays on a
-// laptop.
+// for a plot. ReplayOn does it on a fresh device that a DeviceFactory
+// makes, sized for the log by DeviceBytes: an address-only simulator
+// (vram/device/sim, which the package does not import) replays a log that
+// peaked at 55 GB on a laptop.
 //
 // PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles) are
 // read as logs by ReadSnapshot: the blocks live when recording began are

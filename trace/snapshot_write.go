@@ -27,7 +27,6 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
 )
 
 // SnapshotEntry is one trace entry of a History. Action is PyTorch's:
@@ -152,7 +151,7 @@ func segmentDict(s SnapshotSegment) map[string]any {
 	}
 }
 
-// RecordReplay is ReplayOnConfig that also records the replay as a
+// RecordReplay is ReplayOn that also records the replay as a
 // History: what the allocator newAlloc makes did, as PyTorch's allocator
 // history would show it. The allocator sees a device that records its
 // synchronous allocations (at the device's granularity, as the device
@@ -160,9 +159,9 @@ func segmentDict(s SnapshotSegment) map[string]any {
 // expandable segment's "segment_map" and "segment_unmap", snapshot_vm.go);
 // other optional abilities of the simulator (generations, sub-allocation
 // checks) are hidden from it.
-func RecordReplay(events []Event, cfg sim.Config, newAlloc Factory, opts Options) (Result, History, error) {
+func RecordReplay(events []Event, newDev DeviceFactory, newAlloc Factory, opts Options) (Result, History, error) {
 	rec := &recorder{start: time.Now(), segs: map[uint64]segInfo{}, blocks: map[uint64]uint64{}}
-	res, err := ReplayOnConfig(events, cfg, func(dev device.Device) (alloc.Allocator, error) {
+	res, err := ReplayOn(events, newDev, func(dev device.Device) (alloc.Allocator, error) {
 		a, err := newAlloc(recordDevice(dev, rec))
 		if err != nil {
 			return nil, err

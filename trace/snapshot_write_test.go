@@ -45,7 +45,7 @@ func TestRecordReplaySnapshot(t *testing.T) {
 	}
 	for name, newAlloc := range all {
 		t.Run(name, func(t *testing.T) {
-			res, h, err := trace.RecordReplay(events, trace.SimConfig(events), newAlloc, trace.Options{})
+			res, h, err := trace.RecordReplay(events, simFor(events), newAlloc, trace.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +105,7 @@ func TestRecordReplayExpandableSegments(t *testing.T) {
 	newAlloc := func(dev device.Device) (alloc.Allocator, error) {
 		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
 	}
-	_, h, err := trace.RecordReplay(events, trace.SimConfig(events), newAlloc, trace.Options{})
+	_, h, err := trace.RecordReplay(events, simFor(events), newAlloc, trace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

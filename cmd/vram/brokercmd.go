@@ -211,8 +211,9 @@ func (a *app) serveBrokerMetrics(addr string, s *broker.Server) (stop func(), er
 func (a *app) brokerStatusCommand() *cobra.Command {
 	var socket string
 	cmd := &cobra.Command{
-		Use:   "status",
-		Short: "Show what the broker holds: each device's leases, their shares, what they borrow and hold",
+		Use:         "status",
+		Annotations: noDeviceSpec(), // it asks the broker on --socket
+		Short:       "Show what the broker holds: each device's leases, their shares, what they borrow and hold",
 		Long: `vram broker status asks the broker on --socket for each device's total and
 leases: each lease's pid, name, share, guaranteed and borrowed bytes, what
 it holds (its process's context included), and any request to shrink in

@@ -35,7 +35,9 @@
 //	                cuda, cuda:N. Default: $VRAM_DEVICE, else auto.
 //	                Every command checks the spec, also those that do
 //	                not open a device (replay; plan given a budget),
-//	                but merge, which has no use for one.
+//	                but merge, broker status and lease (whose own
+//	                --device names a broker's device), which have no
+//	                use for one.
 //	--json          one JSON value on stdout and nothing else there.
 //	-v, --verbose   debug logs (log/slog) on stderr.
 //

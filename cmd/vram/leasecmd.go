@@ -74,9 +74,10 @@ COMMAND exits, however it exits, and vram exits with COMMAND's status.`
 func (a *app) leaseCommand() *cobra.Command {
 	var f leaseFlags
 	cmd := &cobra.Command{
-		Use:   "lease [--proportion P | --bytes N] [--device D] -- COMMAND [ARGS...]",
-		Short: "Run a command under a fixed lease of device memory from the node's broker",
-		Long:  leaseHelp,
+		Use:         "lease [--proportion P | --bytes N] [--device D] -- COMMAND [ARGS...]",
+		Annotations: noDeviceSpec(), // its --device is the broker's
+		Short:       "Run a command under a fixed lease of device memory from the node's broker",
+		Long:        leaseHelp,
 		Example: `  vram lease --bytes 8GiB -- python train.py
   vram lease --proportion 0.5 --device 1 -- ./serve --port 8080
   vram lease --bytes 1GiB -- env`,

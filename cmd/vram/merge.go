@@ -70,8 +70,9 @@ type mergeReportRow struct {
 func (a *app) mergeCommand() *cobra.Command {
 	var remove bool
 	cmd := &cobra.Command{
-		Use:   "merge OUT.npy [PART.npy ...]",
-		Short: "Gather the parts written by sharded runs into one .npy",
+		Use:         "merge OUT.npy [PART.npy ...]",
+		Annotations: noDeviceSpec(),
+		Short:       "Gather the parts written by sharded runs into one .npy",
 		Long: `Merge gathers the parts that the shards of
     vram run --shard i/N --out OUT.npy
 (or the tasks of a Slurm job array or Kubernetes Indexed Job, which find

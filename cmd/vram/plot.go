@@ -52,32 +52,9 @@ func plotTimelines(path, title string, lines []timeline) error {
 		return fmt.Errorf("plot %s: nothing to draw", path)
 	}
 	// Bytes are drawn in the unit that suits the largest value.
-	var top, lastEvent float64
-	for _, l := range lines {
-		if len(l.Reserved) > 0 {
-			top = max(top, slices.Max(l.Reserved), slices.Max(l.Live))
-		}
-		if len(l.Events) > 0 {
-			lastEvent = max(lastEvent, l.Events[len(l.Events)-1])
-		}
-	}
+	top, lastEvent := timelineExtent(lines)
 	unit, scale := plotUnit(top)
-
-	p := plot.New()
-	p.Title.Text = title
-	p.Title.TextStyle.Font.Size = vg.Points(13)
-	p.Title.Padding = vg.Points(8)
-	p.X.Label.Text = "event (allocations and frees, in log order)"
-	p.Y.Label.Text = "bytes (" + unit + ")"
-	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
-		ax.Label.TextStyle.Font.Size = vg.Points(12)
-		ax.Tick.Label.Font.Size = vg.Points(11)
-	}
-	p.Legend.Top = true
-	p.Legend.TextStyle.Font.Size = vg.Points(11)
-	p.Legend.Padding = vg.Points(2)
-	p.Legend.ThumbnailWidth = vg.Points(24)
-	p.Add(plotter.NewGrid())
+	p := newTimelinePlot(title, unit)
 
 	// Live bytes are the trace's own and the same for every allocator
 	// unless one failed allocations; draw one live line when they agree.
@@ -144,6 +121,40 @@ func plotTimelines(path, title string, lines []timeline) error {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
 	return nil
+}
+
+// timelineExtent is the largest byte count and the last event of lines.
+func timelineExtent(lines []timeline) (top, lastEvent float64) {
+	for _, l := range lines {
+		if len(l.Reserved) > 0 {
+			top = max(top, slices.Max(l.Reserved), slices.Max(l.Live))
+		}
+		if len(l.Events) > 0 {
+			lastEvent = max(lastEvent, l.Events[len(l.Events)-1])
+		}
+	}
+	return top, lastEvent
+}
+
+// newTimelinePlot is an empty plot of bytes in unit over events, with its
+// title, axes, legend and grid styled.
+func newTimelinePlot(title, unit string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.Title.Padding = vg.Points(8)
+	p.X.Label.Text = "event (allocations and frees, in log order)"
+	p.Y.Label.Text = "bytes (" + unit + ")"
+	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
+		ax.Label.TextStyle.Font.Size = vg.Points(12)
+		ax.Tick.Label.Font.Size = vg.Points(11)
+	}
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
+	p.Legend.Padding = vg.Points(2)
+	p.Legend.ThumbnailWidth = vg.Points(24)
+	p.Add(plotter.NewGrid())
+	return p
 }
 
 // writeFileAtomic writes a file through a temporary file beside it and a

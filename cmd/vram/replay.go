@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -117,7 +116,7 @@ visualizer (pytorch.org/memory_viz) opens.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.allocators, "allocator", strings.Join(allocatorKinds, ","), "comma-separated allocators to replay against: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocators, "allocator", allNames(), "comma-separated allocators to replay against: "+allocatorHelp())
 	fl.StringVar(&f.vram, "vram", "", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
 	fl.StringVar(&f.plot, "plot", "", "draw live and reserved bytes over the trace into this PNG or SVG file (one trace only)")
 	fl.BoolVar(&f.summary, "summary", false, "print each allocator's memory report (allocated, reserved, cached, largest free block, fragmentation, segments, retries, out of memory) at its peak of reserved bytes")
@@ -135,7 +134,7 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if size, err = units.ParseSize(f.vram); err != nil || size == 0 {
 			return usagef("--vram %q: want a positive size such as 16GiB", f.vram)
 		}
-		// trace.SimConfig leaves the granularity at the simulator's.
+		// replaySimConfig leaves the granularity at the simulator's.
 		if size < sim.DefaultGranularity {
 			return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
 				f.vram, units.Format(sim.DefaultGranularity))
@@ -166,7 +165,7 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if len(events) == 0 {
 			return emptyTrace(path)
 		}
-		cfg := trace.SimConfig(events)
+		cfg := replaySimConfig(events)
 		if size != 0 {
 			cfg.TotalBytes = size
 			if g := cfg.Granularity; g != 0 && size < g {
@@ -183,11 +182,11 @@ func (a *app) replay(paths []string, f replayFlags) error {
 			}
 			res, rep, err := replayOne(a.ctx, events, cfg, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki), f.summary)
 			if err != nil {
-				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
+				return fmt.Errorf("replay %s against %s: %w", path, kind.Name, err)
 			}
-			rows = append(rows, withSummary(newReplayRow(path, kind, ti, res, cfg, sum, pytorch), rep))
+			rows = append(rows, withSummary(newReplayRow(path, kind.Name, ti, res, cfg, sum, pytorch), rep))
 			if samples > 0 {
-				lines = append(lines, toTimeline(kind, res.Samples))
+				lines = append(lines, toTimeline(kind.Name, res.Samples))
 			}
 			bar.Add(1)
 		}

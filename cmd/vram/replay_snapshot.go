@@ -93,14 +93,21 @@ func snapshotFor(path string, ki int) string {
 	return path
 }
 
+// replaySimConfig is the simulator a replay of events runs on: an
+// address-only one, whose context takes nothing, of the size
+// trace.DeviceBytes gives at the simulator's granularity.
+func replaySimConfig(events []trace.Event) sim.Config {
+	return sim.Config{TotalBytes: trace.DeviceBytes(events, sim.DefaultGranularity), AddressOnly: true, NoContext: true}
+}
+
 // replayKind replays events against one allocator; when snapshotOut is
 // set, it records the replay and writes it there as a PyTorch snapshot.
-func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind string, opts trace.Options, snapshotOut string) (trace.Result, error) {
-	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return newAllocator(kind, dev) }
+func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind alloc.Entry, opts trace.Options, snapshotOut string) (trace.Result, error) {
+	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return kind.New(dev, alloc.Configs{}) }
 	if snapshotOut == "" {
-		return trace.ReplayOnConfigContext(ctx, events, cfg, newAlloc, opts)
+		return trace.ReplayOnContext(ctx, events, sim.Factory(cfg), newAlloc, opts)
 	}
-	res, h, err := trace.RecordReplay(events, cfg, newAlloc, opts)
+	res, h, err := trace.RecordReplay(events, sim.Factory(cfg), newAlloc, opts)
 	if err != nil {
 		return res, err
 	}

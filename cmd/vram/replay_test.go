@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
@@ -50,13 +51,13 @@ func TestReplayJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != len(allocatorKinds) {
-		t.Fatalf("%d rows, want one per allocator (%v)", len(rows), allocatorKinds)
+	if len(rows) != len(alloc.Names()) {
+		t.Fatalf("%d rows, want one per allocator (%v)", len(rows), alloc.Names())
 	}
 	byName := map[string]replayRow{}
 	for i, r := range rows {
-		if r.Allocator != allocatorKinds[i] {
-			t.Errorf("row %d is %q, want %q", i, r.Allocator, allocatorKinds[i])
+		if r.Allocator != alloc.Names()[i] {
+			t.Errorf("row %d is %q, want %q", i, r.Allocator, alloc.Names()[i])
 		}
 		byName[r.Allocator] = r
 		switch {
@@ -173,7 +174,7 @@ func TestReplayFloor(t *testing.T) {
 		}
 		want[r.Allocator] = fmt.Sprintf("%d (+%d)", r.PeakReservedPages, r.PeakReservedPages-r.FloorPages)
 	}
-	if len(rows) != len(allocatorKinds) || want["expandable"] != "4 (+0)" {
+	if len(rows) != len(alloc.Names()) || want["expandable"] != "4 (+0)" {
 		t.Errorf("rows %v; want one per allocator, Expandable at the floor, 4 (+0)", want)
 	}
 	text, stderr, code := cli(t, "", "replay", path)
@@ -254,7 +255,7 @@ func TestReplayErrors(t *testing.T) {
 		want string
 	}{
 		"no trace":      {nil, exitUsage, "needs at least one TRACE.csv"},
-		"bad allocator": {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `unknown allocator "slab"`},
+		"bad allocator": {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `--allocator "slab": want direct (or default), pool`},
 		"no allocator":  {[]string{"--allocator", ",", smallTrace}, exitUsage, "names no allocator"},
 		"bad vram":      {[]string{"--vram", "0", smallTrace}, exitUsage, `--vram "0"`},
 		"vram below a page": {[]string{"--vram", "1MiB", smallTrace}, exitUsage,

@@ -5,8 +5,6 @@ package main
 
 import (
 	"math"
-	"slices"
-	"strings"
 
 	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
@@ -55,8 +53,10 @@ func (f runFlags) check() (jobShape, error) {
 	if f.verify < 1 {
 		return js, usagef("--verify %d: want at least 1 run to check", f.verify)
 	}
-	if f.allocator != "" && !slices.Contains(allocatorKinds, f.allocator) {
-		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	if f.allocator != "" {
+		if _, err := lookupAllocator(f.allocator); err != nil {
+			return js, err
+		}
 	}
 	if f.metricsAddr != "" {
 		if err := checkMetricsAddr(f.metricsAddr); err != nil {

@@ -29,7 +29,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -111,11 +110,11 @@ fails (exit 1) if any disagrees. The report says how long the copies and
 kernels took and how much copying no kernel hid, and where the host
 arrays went; -v also prints the manager's memory report.
 
---allocator picks the manager's allocator: pool (the segment alloc.Pool),
-expandable (alloc.Expandable; refused on a device without virtual
-memory), direct or async; without it, $VRAM_ALLOC_CONF's, else the
-manager's choice: expandable where the device manages virtual memory, as
-the simulator does, else pool.
+--allocator picks the manager's allocator by name, as in replay (pool the
+segment alloc.Pool, expandable alloc.Expandable); without it,
+$VRAM_ALLOC_CONF's, else the manager's choice: expandable where the device
+manages virtual memory, as the simulator does, else pool. The report, -v
+and the metrics name the allocator that serves.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On
@@ -170,7 +169,7 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
 	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
-	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+strings.Join(allocatorKinds, ", ")+" (default: $VRAM_ALLOC_CONF's, else expandable where the device manages virtual memory, else pool)")
+	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+allocatorHelp()+"; default: $VRAM_ALLOC_CONF's, else the pool kind's: expandable where the device manages virtual memory, else pool")
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")

@@ -121,7 +121,8 @@ func TestRunText(t *testing.T) {
 // serves the batch, as replay's names do: pool is the segment Pool even
 // where the manager's own choice (no flag) is Expandable.
 func TestRunAllocatorNames(t *testing.T) {
-	for flag, want := range map[string]string{"": "expandable", "pool": "pool", "expandable": "expandable", "direct": "direct", "async": "async"} {
+	for flag, want := range map[string]string{"": "expandable", "pool": "pool", "expandable": "expandable", "direct": "direct", "async": "async",
+		"cupy": "pool", "default": "direct", "cupy_async": "async", "Async-Pool": "async"} {
 		t.Run(flag, func(t *testing.T) {
 			args := []string{"run", "--json"}
 			if flag != "" {
@@ -140,8 +141,8 @@ func TestRunAllocatorNames(t *testing.T) {
 			}
 		})
 	}
-	if _, stderr, code := cli(t, "", append([]string{"run", "--allocator", "cupy"}, smallRun...)...); code != exitUsage || !strings.Contains(stderr, "want one of") {
-		t.Errorf("--allocator cupy: exit %d, stderr %q; want a usage error listing the names", code, stderr)
+	if _, stderr, code := cli(t, "", append([]string{"run", "--allocator", "slab"}, smallRun...)...); code != exitUsage || !strings.Contains(stderr, "want direct (or default), pool (or cupy), async (or asyncpool, async_pool, cupy_async), expandable") {
+		t.Errorf("--allocator slab: exit %d, stderr %q; want a usage error listing the names", code, stderr)
 	}
 }
 

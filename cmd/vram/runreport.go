@@ -263,18 +263,14 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 		return runReport{}, fmt.Errorf("device memory: %w", err)
 	}
 	js := j.shape
-	// The allocator that serves the manager's kind: the Pool kind is
-	// Expandable or the segment Pool (its report's name says which).
-	kind, ar := vram.AllocatorReport(j.m)
-	name := kind.String()
-	if ar.Allocator != "" {
-		name = ar.Allocator
-	}
+	// The allocator that serves the manager's kind, by its registry name:
+	// the Pool kind is Expandable or the segment Pool.
+	_, ar := vram.AllocatorReport(j.m)
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,
 		Kernel:          j.kernel.Form(j.dev),
-		Allocator:       name,
+		Allocator:       ar.Allocator,
 		DeviceBytes:     total,
 		LimitBytes:      limit,
 		Runs:            js.runs,
