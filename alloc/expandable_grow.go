@@ -177,7 +177,7 @@ func (e *Expandable) crossWantedLocked(r request, own growthPlan) bool {
 
 // wasteTarget is the most bytes mapped that the policy aims at for live
 // bytes: 3 % more, or the pages they need and one more, whichever is
-// larger (issue 24's bound).
+// larger (the bound TestExpandableReplays holds every replay to).
 func (e *Expandable) wasteTarget(live uint64) uint64 {
 	return max(live+live/100*3, roundUp(live, e.page)+e.page)
 }
@@ -203,11 +203,11 @@ func (e *Expandable) wholeFreePagesLocked(need uint64, owned bool, skip ...*bloc
 	for c := range e.idx.shared {
 		n = e.countWholeFrom(e.idx.shared[c].root, n, need, skip)
 	}
+	if !owned {
+		return n
+	}
 	for _, st := range e.idx.streams {
 		for c := range st.free {
-			if !owned {
-				return n
-			}
 			n = e.countWholeFrom(st.free[c].root, n, need, skip)
 		}
 	}
