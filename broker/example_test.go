@@ -34,6 +34,11 @@ func Example() {
 
 	b, _ := batch.Acquire(ctx, broker.LeaseOptions{Name: "batch"}) // the auto pool
 	t, _ := train.Acquire(ctx, broker.LeaseOptions{Name: "train", Proportion: 0.5})
+	// The broker tells batch of its smaller share on batch's own stream,
+	// a moment after train's Acquire returns: wait for it.
+	for changed := b.Changed(); b.Budget().Guaranteed > 4<<30; changed = b.Changed() {
+		<-changed
+	}
 	fmt.Println("batch guaranteed", b.Budget().Guaranteed>>30, "GiB, train", t.Budget().Guaranteed>>30, "GiB")
 
 	_, _ = t.Claim(ctx, 0) // train needs nothing yet
