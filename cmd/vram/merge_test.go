@@ -176,24 +176,6 @@ func TestMergeNamedPartsAndRemove(t *testing.T) {
 	_ = out
 }
 
-// TestShardRerunDropsStaleManifest: a shard run again that fails leaves
-// no manifest vouching for its part.
-func TestShardRerunDropsStaleManifest(t *testing.T) {
-	dir := t.TempDir()
-	out := writeParts(t, dir, 200, 2)
-	manifest := filepath.Join(dir, "r.shard-1-of-2.json")
-	// The same shard again, failing at allocation (a device too small
-	// for one run).
-	args := []string{"run", "--device", "sim:granularity=64KiB,context=0", "--vram", "64KiB", "--runs", "200", "--steps", "4000", "--dt", "0.001",
-		"--shard", "1/2", "--out", out}
-	if _, stderr, code := cli(t, "", args...); code == exitOK {
-		t.Fatalf("the failing rerun succeeded:\n%s", stderr)
-	}
-	if _, err := os.Stat(manifest); !os.IsNotExist(err) {
-		t.Fatalf("the failed rerun left the manifest %s (%v)", manifest, err)
-	}
-}
-
 // editManifest sets one field of the manifest at path, given as
 // `"name": value`.
 func editManifest(t *testing.T, path, field string) {

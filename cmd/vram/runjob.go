@@ -132,7 +132,9 @@ or --host-mem is given.
 back, never holding more than a chunk of them: one float32 array in C
 order of shape (samples, 2, runs), element [k, 0, i] run i's x at sample
 k and [k, 1, i] its v (numpy.load reads it; mmap_mode="r" maps it). The
-sampled runs are verified from the file. --host-mem SIZE caps the host
+sampled runs are verified from the file. It is written beside FILE.npy as
+.FILE.npy.*.partial and renamed to FILE.npy once the job succeeds: a job
+that fails or is killed leaves an existing FILE.npy as it was. --host-mem SIZE caps the host
 RAM of the job's host arrays and pinned staging buffers; arrays past it
 spill to memory-mapped files in $VRAM_SPILL_DIR (default the temporary
 directory), and the chunks are staged through fewer buffers.
