@@ -10,8 +10,10 @@
 // in OUT.npy, shape (samples, 2, runs): the file `vram run --out OUT.npy`
 // writes for the whole batch in one process, byte for byte. A run in no
 // part, or in two, is an error that names the runs and the parts. The
-// output is written to OUT.npy.partial and renamed into place, so OUT.npy
-// is either whole or untouched. It holds no more than one buffer of data
+// output is written beside OUT.npy (internal/userfile) and renamed into
+// place, so OUT.npy is either whole or untouched; an OUT.npy that is one
+// of the parts or manifests, or not a regular file, is refused before
+// anything is written or removed. It holds no more than one buffer of data
 // in memory, whatever the batch's size.
 
 package main
@@ -30,6 +32,7 @@ import (
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 	"github.com/vramkit/vram/npy"
 )
 
@@ -85,7 +88,9 @@ OUT.npy. The parts must describe one batch (the same --runs, --seed,
 --steps, --samples and --dt) and cover each of its runs exactly once: a
 run in no part (a shard that failed, or never ran: its part has no
 manifest) or in two (parts of different splits) is an error naming the
-runs and the parts, and OUT.npy is left as it was.`,
+runs and the parts, and OUT.npy is left as it was. An OUT.npy that is
+one of the parts or manifests, or not a regular file, is refused before
+anything is written or removed.`,
 		Example: `  vram merge results.npy
   vram merge results.npy results.shard-0-of-2.npy results.shard-1-of-2.npy
   vram merge --remove-parts results.npy`,
@@ -111,6 +116,9 @@ func (a *app) merge(out string, named []string, remove bool) (err error) {
 		return err
 	}
 	if err := checkCoverage(out, parts); err != nil {
+		return err
+	}
+	if err := checkMergeOut(out, parts); err != nil {
 		return err
 	}
 	rep, err := writeMerged(a, out, parts)
@@ -278,20 +286,44 @@ func batchOf(m partManifest) string {
 	return fmt.Sprintf("%d runs, seed %d, %d steps, %d samples, dt %g", m.TotalRuns, m.Seed, m.Steps, m.Samples, m.Dt)
 }
 
-// writeMerged copies every part's rows into out, through out.partial.
+// mergeInputs are the files merge reads: the parts and their manifests,
+// none of which the output may be.
+func mergeInputs(parts []*mergePart) []string {
+	var in []string
+	for _, p := range parts {
+		in = append(in, p.path, p.manifest)
+	}
+	return in
+}
+
+// checkMergeOut refuses an out that merge could not write without
+// damaging a file: one of the parts or manifests, or not a regular file.
+func checkMergeOut(out string, parts []*mergePart) error {
+	if _, _, err := userfile.Check(out, userfile.Options{Inputs: mergeInputs(parts)}); err != nil {
+		return fmt.Errorf("merge into %s: %w", out, err)
+	}
+	return nil
+}
+
+// writeMerged copies every part's rows into out's new content, written
+// beside it and renamed into place once whole.
 func writeMerged(a *app, out string, parts []*mergePart) (rep mergeReport, err error) {
 	total, samples := parts[0].TotalRuns, parts[0].Samples
 	rep = mergeReport{Out: out, Shape: []int{samples, 2, total}}
-	tmp := out + ".partial"
-	f, err := npy.Create(tmp, npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: rep.Shape}, 0o644)
+	uf, err := userfile.Create(out, userfile.Options{Inputs: mergeInputs(parts)})
 	if err != nil {
 		return rep, fmt.Errorf("merge into %s: %w", out, err)
 	}
+	tmp := uf.TempName()
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, f.Close(), os.Remove(tmp))
+			err = errors.Join(err, uf.Abort())
 		}
 	}()
+	f, err := npy.CreateIn(uf.OS(), npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: rep.Shape})
+	if err != nil {
+		return rep, fmt.Errorf("merge into %s: %w", out, err)
+	}
 	buf := make([]byte, mergeCopyBytes)
 	for _, p := range parts {
 		if err := a.ctx.Err(); err != nil {
@@ -313,14 +345,8 @@ func writeMerged(a *app, out string, parts []*mergePart) (rep mergeReport, err e
 		rep.Parts = append(rep.Parts, mergeReportRow{Part: p.path, FirstRun: p.FirstRun, Runs: p.Runs})
 	}
 	rep.Bytes = f.DataOffset() + f.DataBytes()
-	if err := f.Sync(); err != nil {
-		return rep, fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := f.Close(); err != nil {
-		return rep, errors.Join(fmt.Errorf("write %s: %w", tmp, err), os.Remove(tmp))
-	}
-	if err := os.Rename(tmp, out); err != nil {
-		return rep, errors.Join(fmt.Errorf("merge into %s: %w", out, err), os.Remove(tmp))
+	if err := uf.Commit(); err != nil {
+		return rep, fmt.Errorf("merge into %s: %w", out, err)
 	}
 	return rep, nil
 }
