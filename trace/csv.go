@@ -29,6 +29,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // Header is the header line Write writes (RMM's, without the newline);
@@ -383,18 +384,12 @@ func Write(w io.Writer, events []Event) error {
 	return tw.Flush()
 }
 
-// WriteFile writes events to the named file as RMM logging CSV.
+// WriteFile writes events to the named file as RMM logging CSV, whole or
+// not at all (written beside path and renamed into place once complete;
+// a path that exists and is not a regular file is refused).
 func WriteFile(path string, events []Event) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("trace: %w", err)
-	}
-	if err := Write(f, events); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("trace: %w", err)
+	if err := userfile.Write(path, userfile.Options{}, func(w io.Writer) error { return Write(w, events) }); err != nil {
+		return fmt.Errorf("trace: %s: %w", path, err)
 	}
 	return nil
 }

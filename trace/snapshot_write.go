@@ -17,7 +17,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -28,6 +27,7 @@ import (
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // SnapshotEntry is one trace entry of a History. Action is PyTorch's:
@@ -78,18 +78,14 @@ func (h History) expandable() bool {
 }
 
 // WriteSnapshotFile writes h as a PyTorch memory snapshot to the named
-// file.
-func WriteSnapshotFile(path string, h History) (err error) {
-	f, err := os.Create(path)
-	if err != nil {
+// file, whole or not at all: it is written beside path and renamed into
+// place once complete, so a failed write leaves what was at path as it
+// was. A path that exists and is not a regular file is refused.
+func WriteSnapshotFile(path string, h History) error {
+	if err := userfile.Write(path, userfile.Options{}, func(w io.Writer) error { return WriteSnapshot(w, h) }); err != nil {
 		return fmt.Errorf("trace: %w", err)
 	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("trace: %w", cerr)
-		}
-	}()
-	return WriteSnapshot(f, h)
+	return nil
 }
 
 // WriteSnapshot writes h as a PyTorch memory snapshot: a protocol-2

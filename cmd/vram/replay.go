@@ -99,7 +99,7 @@ visualizer (pytorch.org/memory_viz) opens.`,
   vram replay --allocator pool --snapshot-out pool.pickle trace.csv`,
 		Args: usageArgs(1, -1, "at least one TRACE.csv or SNAPSHOT.pickle: an RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream) or a PyTorch memory snapshot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkSnapshotOut(f.snapshot, len(args)); err != nil {
+			if err := checkSnapshotOut(f.snapshot, args); err != nil {
 				return err
 			}
 			return a.replay(args, f)
@@ -132,6 +132,9 @@ func (a *app) replay(paths []string, f replayFlags) error {
 	}
 	if f.plot != "" {
 		if err := checkPlotPath(f.plot); err != nil {
+			return err
+		}
+		if err := checkOutput("--plot", f.plot, paths); err != nil {
 			return err
 		}
 		if len(paths) > 1 {
