@@ -113,6 +113,35 @@ func TestReadSnapshotHostileValues(t *testing.T) {
 	}
 }
 
+// TestReadSnapshotSharedBlocks gives ReadSnapshot one list of 2000
+// blocks referred to from each of 2000 segments: 4 million blocks named
+// in a pickle of a few dozen kilobytes. It is refused, by the bound of
+// one segment, block or entry per 4 bytes, instead of multiplied.
+func TestReadSnapshotSharedBlocks(t *testing.T) {
+	const blocks, segments = 2000, 2000
+	p := newPK().op("}(").str("device_traces").op("]]}(")
+	p.str("action").str("alloc").str("addr").int(4096).str("size").int(512).op("uaa")
+	p.str("segments").op("](")
+	// memo 0: the key "size"; 1: "address"; 2: the blocks list; 3:
+	// "total_size" (each stored and popped).
+	p.str("size").memo().op("0").str("address").memo().op("0")
+	p.op("](")
+	for i := range blocks {
+		p.op("}(").get(1).int(int32(i) * 512).get(0).int(512).op("u")
+	}
+	p.op("e").memo().op("0")
+	p.str("total_size").memo().op("0")
+	for i := range segments {
+		p.op("}(").get(3).int(int32(i)).str("blocks").get(2).op("u")
+	}
+	p.op("eu.")
+	data := p.Bytes()
+	_, err := trace.ReadSnapshot(bytes.NewReader(data))
+	if !errors.Is(err, trace.ErrSnapshot) || !strings.Contains(err.Error(), "more segments, blocks and history entries than one per 4") {
+		t.Fatalf("ReadSnapshot of %d bytes naming %d blocks: %.300v; want it refused by the bound", len(data), blocks*segments, err)
+	}
+}
+
 // TestDecodePickleBound decodes the pickles that cost the most per byte
 // (a value per opcode byte, memo entries, dict entries, deep nesting,
 // one long key hashed many times) and checks what each allocates against

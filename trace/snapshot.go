@@ -26,8 +26,12 @@ package trace
 // A snapshot is untrusted input, and what reading one may cost is
 // bounded per byte of it: the pickle is decoded by decodePickle (pickle.go:
 // only plain data, at most MaxPickleBytesPerByte bytes allocated per
-// byte). Errors name a value by its type and a clipped rendering, never
-// a whole value.
+// byte), and the walk that follows visits at most one segment, block or
+// history entry per snapshotBytesPerItem bytes of the pickle, each kept in
+// a few dozen bytes, so a pickle that refers to one list of blocks from
+// every segment (its own bytes few, the blocks it names many) is refused
+// instead of multiplied. Errors name a value by its type and a clipped
+// rendering, never a whole value.
 
 import (
 	"errors"
@@ -95,11 +99,17 @@ func ReadSnapshotFile(path string) (*Snapshot, error) {
 	return s, nil
 }
 
+// snapshotBytesPerItem is the fewest bytes of pickle per segment, block
+// or history entry a snapshot may have: each is a dict of its own, at
+// least 6 bytes even with every key and value a memo reference.
+const snapshotBytesPerItem = 4
+
 // ReadSnapshot reads a PyTorch memory snapshot (a pickle made by
 // torch.cuda.memory._dump_snapshot) as an allocation log. A snapshot
-// whose segment and history sizes add up past MaxSize is refused.
+// whose segment and history sizes add up past MaxSize is refused, and so
+// is one that costs more than the bound in the file overview.
 func ReadSnapshot(r io.Reader) (*Snapshot, error) {
-	v, _, err := decodePickle(r)
+	v, n, err := decodePickle(r)
 	if err != nil {
 		return nil, fmt.Errorf("trace: decode the pickle (want one written by torch.cuda.memory._dump_snapshot): %w: %w", err, ErrSnapshot)
 	}
@@ -107,6 +117,7 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	if !ok {
 		return nil, fmt.Errorf("trace: the pickle holds %s, want the dict _dump_snapshot writes: %w", describe(v), ErrSnapshot)
 	}
+	w := &snapWalk{left: n / snapshotBytesPerItem, bytes: n}
 	segs, err := listOf(top, "segments")
 	if err != nil {
 		return nil, err
@@ -115,14 +126,14 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := historyOf(devs)
+	entries, err := historyOf(devs, w)
 	if err != nil {
 		return nil, err
 	}
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("trace: the snapshot has no allocation history (device_traces is empty): record it with torch.cuda.memory._record_memory_history() before the dump: %w", ErrSnapshot)
 	}
-	state, err := segmentsOf(segs)
+	state, err := segmentsOf(segs, w)
 	if err != nil {
 		return nil, err
 	}
@@ -158,6 +169,22 @@ type snapState struct {
 	blocks     []snapBlock
 }
 
+// snapWalk counts what the walk over a decoded snapshot may still visit.
+type snapWalk struct {
+	left  int64 // segments, blocks and entries still allowed
+	bytes int64 // the pickle's size
+}
+
+// take counts n more items visited, refusing past the bound.
+func (w *snapWalk) take(n int) error {
+	if w.left -= int64(n); w.left < 0 {
+		return fmt.Errorf("trace: the snapshot names more segments, blocks and history entries than one per %d of its %d bytes, "+
+			"which only a pickle that refers to one list or dict from many places can do (PyTorch writes each once): %w",
+			snapshotBytesPerItem, w.bytes, ErrSnapshot)
+	}
+	return nil
+}
+
 // listOf is top[key] as a list.
 func listOf(m *pyDict, key string) ([]any, error) {
 	v, ok := m.m[key]
@@ -173,12 +200,15 @@ func listOf(m *pyDict, key string) ([]any, error) {
 
 // historyOf reads every device's trace entries, merged in time order
 // (one device's entries keep their order).
-func historyOf(devs []any) ([]snapEntry, error) {
+func historyOf(devs []any, w *snapWalk) ([]snapEntry, error) {
 	var all []snapEntry
 	for d, dv := range devs {
 		l, ok := dv.(*pyList)
 		if !ok {
 			return nil, fmt.Errorf("trace: device_traces[%d] is %s, want a list: %w", d, describe(dv), ErrSnapshot)
+		}
+		if err := w.take(len(l.items)); err != nil {
+			return nil, err
 		}
 		for i, ev := range l.items {
 			m, ok := ev.(*pyDict)
@@ -240,8 +270,11 @@ func uintOf(m *pyDict, key string) (uint64, error) {
 }
 
 // segmentsOf reads the segments at the dump.
-func segmentsOf(segs []any) (snapState, error) {
+func segmentsOf(segs []any, w *snapWalk) (snapState, error) {
 	var st snapState
+	if err := w.take(len(segs)); err != nil {
+		return st, err
+	}
 	for i, sv := range segs {
 		m, ok := sv.(*pyDict)
 		if !ok {
@@ -265,7 +298,7 @@ func segmentsOf(segs []any) (snapState, error) {
 		if x, ok := m.m["is_expandable"].(bool); ok && x {
 			st.expandable = true
 		}
-		blocks, err := blocksOf(m)
+		blocks, err := blocksOf(m, w)
 		if err != nil {
 			return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
 		}
@@ -288,8 +321,9 @@ func segmentsOf(segs []any) (snapState, error) {
 	return st, nil
 }
 
-// blocksOf is a segment's "blocks" (none if it has no such key).
-func blocksOf(m *pyDict) ([]any, error) {
+// blocksOf is a segment's "blocks" (none if it has no such key), counted
+// against the walk's bound.
+func blocksOf(m *pyDict, w *snapWalk) ([]any, error) {
 	v, ok := m.m["blocks"]
 	if !ok {
 		return nil, nil
@@ -298,7 +332,7 @@ func blocksOf(m *pyDict) ([]any, error) {
 	if !ok {
 		return nil, fmt.Errorf("\"blocks\" is %s, want a list: %w", describe(v), ErrSnapshot)
 	}
-	return l.items, nil
+	return l.items, w.take(len(l.items))
 }
 
 // checkSnapshotBytes refuses a snapshot whose sizes, the segments' total
