@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of these (or a
@@ -60,6 +61,11 @@ var (
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
+	// ErrHostFault: host memory a copy read or wrote faulted — a
+	// file-backed host array whose file shrank under its mapping, or
+	// whose disk filled. The copy fails instead of the process; the
+	// array's memory stays unusable.
+	ErrHostFault = safecopy.ErrFault
 )
 
 // errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,

@@ -436,6 +436,11 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(path))
 	}
+	if err := reserveDisk(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
+		return nil, errors.Join(fmt.Errorf("file-backed host memory: reserve %s of disk for %s in the spill directory %s "+
+			"(free room there, or set HostOptions.SpillDir or $%s to a roomier one): %w: %w",
+			units.Format(uint64(f.DataOffset()+f.DataBytes())), path, h.lim.spill, SpillDirEnv, err, errHostOutOfMemory), f.Close(), os.Remove(path))
+	}
 	place.Path = path
 	a, err := h.mapArray(f, shape, dtype, place, true)
 	if err != nil {

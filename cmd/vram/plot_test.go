@@ -59,4 +59,3 @@ func TestByteTicks(t *testing.T) {
 		})
 	}
 }
-
