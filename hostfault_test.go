@@ -107,3 +107,43 @@ func TestOpenedFileShrinks(t *testing.T) {
 		})
 	}
 }
+
+// TestRunBatchFromShrunkFile runs a batch whose input is a .npy opened as
+// a host array and truncated under its mapping: staging the chunk fails
+// the batch with ErrHostFault instead of ending the process.
+func TestRunBatchFromShrunkFile(t *testing.T) {
+	// A cap of a quarter of the array: the batch is chunked, and the
+	// file-backed input staged through pinned buffers.
+	m, _, _ := newManager(t, 64*MiB, WithCap(4*MiB))
+	c := register(t, m, ClientOptions{})
+	path := filepath.Join(t.TempDir(), "in.npy")
+	const n = 1 << 22
+	f, err := npy.Create(path, npy.Header{Descr: "<f4", Shape: []int{n}}, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	h, err := m.Host().Open(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Free()
+	if err := c.Queue(map[string]ArrayRequest{"x": {Shape: []int{n}, DType: Float32}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 128); err != nil {
+		t.Fatal(err)
+	}
+	var rep BatchReport
+	rep, err = RunBatch(context.Background(), c, Batch{
+		Arrays:  []BatchArray{In(resp, "x", h)},
+		Compute: func(context.Context, *Chunk) error { return nil },
+	})
+	if !errors.Is(err, ErrHostFault) || rep.Staged != 1 {
+		t.Errorf("RunBatch: %v (%+v); want ErrHostFault from staging the input", err, rep)
+	}
+}

@@ -6,6 +6,8 @@ package vram
 import (
 	"fmt"
 	"time"
+
+	"github.com/vramkit/vram/internal/safecopy"
 )
 
 // step kinds, as the timeline records them.
@@ -153,16 +155,19 @@ func hostChunkCopy(stage, full *HostArray, sp Span, toStage bool) error {
 	if err != nil {
 		return fmt.Errorf("stage %v: %w", full, err)
 	}
-	for row := range cc.rows {
-		st := stage.data[row*cc.devPitch:][:cc.width]
-		fu := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
-		if toStage {
-			copy(st, fu)
-		} else {
-			copy(fu, st)
+	// A file-backed array whose file shrank (or whose disk filled)
+	// faults: an error, not the end of the process.
+	return safecopy.Do(func() {
+		for row := range cc.rows {
+			st := stage.data[row*cc.devPitch:][:cc.width]
+			fu := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
+			if toStage {
+				copy(st, fu)
+			} else {
+				copy(fu, st)
+			}
 		}
-	}
-	return nil
+	})
 }
 
 // compute enqueues chunk i's compute step on ks, after its copies in.
