@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // File is an open .npy file whose data is read and written at offsets
@@ -65,15 +67,19 @@ func initFile(f *os.File, h Header, hdr []byte) (*File, error) {
 	return &File{f: f, h: h, off: int64(len(hdr)), nbytes: n}, nil
 }
 
-// Open opens an existing .npy file for reading.
+// Open opens an existing .npy file for reading. It must be a regular
+// file (errors of anything else wrap userfile's ErrNotRegular); a FIFO
+// is refused at once rather than waited on.
 func Open(path string) (*File, error) { return open(path, os.O_RDONLY) }
 
 // OpenWrite opens an existing .npy file for reading and writing, to
 // write parts of a file made by Create (a shard's rows, say).
 func OpenWrite(path string) (*File, error) { return open(path, os.O_RDWR) }
 
+// open opens path, which must be a regular file: a FIFO or a device is
+// refused at once, never waited on.
 func open(path string, flag int) (*File, error) {
-	f, err := os.OpenFile(path, flag, 0)
+	f, err := userfile.Open(path, flag)
 	if err != nil {
 		return nil, fmt.Errorf("npy: open: %w", err)
 	}

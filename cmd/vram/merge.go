@@ -181,9 +181,13 @@ func loadParts(out string, named []string) ([]*mergePart, error) {
 	return parts, nil
 }
 
+// maxManifestBytes bounds a manifest merge reads: one is a few hundred
+// bytes.
+const maxManifestBytes = 64 << 10
+
 // openPart reads one manifest and opens the part it names.
 func openPart(manifest string) (*mergePart, error) {
-	b, err := os.ReadFile(manifest)
+	b, err := userfile.ReadBounded(manifest, maxManifestBytes)
 	if errors.Is(err, os.ErrNotExist) {
 		part := strings.TrimSuffix(manifest, ".json") + ".npy"
 		if _, serr := os.Stat(part); serr == nil {
