@@ -38,7 +38,8 @@ type groupBudget struct {
 	queue      map[*Client]map[string]ArrayRequest
 
 	mode     LimitMode
-	free     uint64 // device free memory after trimming the allocator's cache
+	free     uint64 // device free memory (after trimming the allocator's cache, when trimmed)
+	trimmed  bool   // the cache was given back before free was read (trim.go)
 	replaced uint64 // allocator bytes of the arrays being replaced
 	// Active mode: the members' caps and what they hold (allocator bytes).
 	caps, held uint64
@@ -139,8 +140,10 @@ func (b *groupBudget) planCost() (budget uint64, cost func([]uint64) uint64) {
 // bounds it.
 func (b *groupBudget) String() string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "%s mode, budget %s: %s free on the device after trimming the allocator's cache",
-		b.mode, units.Format(b.budget), units.Format(b.free))
+	fmt.Fprintf(&s, "%s mode, budget %s: %s free on the device", b.mode, units.Format(b.budget), units.Format(b.free))
+	if b.trimmed {
+		s.WriteString(" after trimming the allocator's cache")
+	}
 	if b.replaced > 0 {
 		fmt.Fprintf(&s, " + %s of arrays being replaced", units.Format(b.replaced))
 	}

@@ -313,7 +313,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			is:   ErrUnchunkable,
 			mention: []string{
 				"unchunkable arrays need 7 MiB (8 MiB in whole device pages) but the budget is 8 MiB",
-				"passive mode, budget 8 MiB: 8 MiB free on the device after trimming the allocator's cache",
+				"passive mode, budget 8 MiB: 8 MiB free on the device:",
 				"10 MiB in all, with 3 MiB the allocator takes in whole device pages",
 				"free device memory", "fewer, larger arrays",
 			},

@@ -51,7 +51,8 @@
 //     give; with PlanOptions.Cost it bounds what the allocator says the
 //     arrays take from the device instead.
 //   - The budget Allocate plans a group with, once: the device's free
-//     memory (after trimming the allocator's cache) plus the arrays being
+//     memory (the allocator's cache trimmed only when the plan falls
+//     short for want of memory: trim.go) plus the arrays being
 //     replaced, against what the allocator states the arrays take from
 //     the device (alloc.Coster: the device hands out 2 MiB pages, so an
 //     array above the Pool's small-request size may cost its bytes rounded

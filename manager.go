@@ -201,6 +201,7 @@ type Manager struct {
 	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
+	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
@@ -209,6 +210,7 @@ type Manager struct {
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
+	trim       *trimRun                                       // the allocator's trim in flight (trim.go); nil: none
 	closed     bool
 }
 
@@ -403,6 +405,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
 	m.al, m.kind = next, kind
+	m.trims.Wait()
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
@@ -647,6 +650,7 @@ func (m *Manager) Close() error {
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
+	m.trims.Wait()
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()

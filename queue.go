@@ -192,8 +192,11 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 //
 // The budget. The group may take at most:
 //
-//   - of the device, its free memory, read after trimming the
-//     allocator's cache, plus what the arrays being replaced take, in
+//   - of the device, its free memory (the allocator's cache is trimmed,
+//     and the plan made again, only when the plan fails for want of
+//     memory or has more chunks than the cache given back would leave;
+//     the trim waits no longer than ctx: trim.go), plus what the arrays
+//     being replaced take, in
 //     device bytes as the allocator states them (alloc.Coster): the device
 //     hands out whole pages (2 MiB), and an allocator that rounds finer
 //     gets its memory as segments of pages, so each array above the
