@@ -156,6 +156,7 @@ func TestGroupsGoWithTheirLastClient(t *testing.T) {
 	if names := m.groups.Names(); len(names) != 0 {
 		t.Errorf("groups %v remain with no client", names)
 	}
+	m.groups.WaitClosing() // the streams close in the background
 	if n := dev.Leaks().Streams; n != 0 {
 		t.Errorf("%d streams remain on the device with no client", n)
 	}

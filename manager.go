@@ -794,8 +794,10 @@ func (c *Client) IsGrouped() bool {
 // using them on the new one; the manager frees each array ordered after
 // the stream it was last copied on). A group c leaves with no member is
 // removed and its stream closed once its work is done, so a stream
-// obtained from Stream before the move may be closed. A refused move (a
-// closed client or manager) makes no group.
+// obtained from Stream before the move may be closed. The move never
+// waits for that work (a long kernel of the old group's): the stream
+// closes in the background. A refused move (a closed client or manager)
+// makes no group.
 func (c *Client) ChangeStreamGroup(group string) error {
 	m := c.m
 	if group == "" {

@@ -114,3 +114,33 @@ func TestAllocateTrimWaitsNoLongerThanItsContext(t *testing.T) {
 		t.Fatalf("Allocate once the kernel ended: %v", err)
 	}
 }
+
+// TestChangeStreamGroupDoesNotWaitForTheOldStream: the last member of a
+// group whose stream runs a long kernel moves to another group; the move
+// returns at once (the old stream closes in the background once the
+// kernel ends), and another group's Allocate meanwhile is not held up.
+func TestChangeStreamGroupDoesNotWaitForTheOldStream(t *testing.T) {
+	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+	c := register(t, m, ClientOptions{Name: "c", Group: "g1"})
+	old, err := c.Stream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := longKernel(t, dev, c)
+	if err := within(t, "ChangeStreamGroup", release, func() error { return c.ChangeStreamGroup("g2") }); err != nil {
+		t.Fatal(err)
+	}
+	d := register(t, m, ClientOptions{Name: "d", Group: "g3"})
+	must(t, d.Queue(map[string]ArrayRequest{"z": {Shape: []int{1 << 20}, DType: Uint8, Unchunkable: true}}))
+	if err := within(t, "another group's Allocate", release, func() error {
+		_, err := d.Allocate(context.Background())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	m.groups.WaitClosing()
+	if _, err := old.Query(); !errors.Is(err, device.ErrClosed) {
+		t.Errorf("the old group's stream once its kernel ended: Query = %v, want closed", err)
+	}
+}
