@@ -336,12 +336,18 @@ func (e *Expandable) growOnce(r request, g uint64) (*segment, uint64, error) {
 		}
 	}
 	w := e.commitLocked(pl)
+	gen := e.devGen
 	e.mu.Unlock()
 	maps, unmaps, err := e.mapPages(w.lo, w.hi)
 	e.mu.Lock()
 	e.pages.Maps += maps
 	e.pages.Unmaps += unmaps
 	if err != nil {
+		// A reset meanwhile took the range: the device refuses its
+		// addresses (as an invalid value), and the error says why.
+		if e.syncGenLocked(); e.devGen != gen && !errors.Is(err, device.ErrInvalidated) {
+			err = fmt.Errorf("%w (the device was reset while the pages were mapped: %w)", err, device.ErrInvalidated)
+		}
 		e.revertLocked(w)
 		e.mu.Unlock()
 		return nil, uint64(w.hi - w.lo), err
