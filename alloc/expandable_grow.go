@@ -521,8 +521,10 @@ func (e *Expandable) release(seg *segment) error {
 		delete(e.bySeg, seg)
 		return e.releaseRange(rg) // unlocks
 	}
+	// The work stays on the books until its pages are unmapped: a reset
+	// meanwhile (dropGenerationLocked) must know that an unmapping's
+	// pages, still marked mapped, are already out of Reserved.
 	w := e.work[seg]
-	delete(e.work, seg)
 	e.mu.Unlock()
 	if w == nil {
 		return nil
@@ -536,6 +538,7 @@ func (e *Expandable) release(seg *segment) error {
 		unmaps++
 	}
 	e.mu.Lock()
+	delete(e.work, seg)
 	e.pages.Unmaps += unmaps
 	if !w.rg.dead {
 		if w.unmap {

@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -103,4 +104,90 @@ func TestExpandableGrowthOvertakenByReset(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestExpandableResetDuringConcurrentAllocs has eight goroutines allocate
+// and free on streams of their own while the device is reset under them,
+// a few times: every Alloc either succeeds or fails wrapping
+// device.ErrInvalidated, every pointer is taken back, and the books
+// balance afterwards (nothing in use, Reserved the pages mapped).
+func TestExpandableResetDuringConcurrentAllocs(t *testing.T) {
+	sd := openSimT(t, addressOnlySim(512*units.MiB))
+	e := newExpandableT(t, sd, alloc.ExpandableConfig{})
+	const workers, rounds = 8, 300
+	var wg sync.WaitGroup
+	errc := make(chan error, workers)
+	report := func(err error) { // the first error of each worker; the rest are dropped
+		select {
+		case errc <- err:
+		default:
+		}
+	}
+	var resets atomic.Int32
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var held []device.Ptr
+			s, err := sd.NewStream()
+			if err != nil {
+				report(err)
+				return
+			}
+			for i := range rounds {
+				if w == 0 && i%100 == 50 {
+					if err := sd.Reset(); err != nil {
+						report(err)
+						return
+					}
+					resets.Add(1)
+				}
+				if s2, err := sd.NewStream(); err == nil && errors.Is(streamErr(s), device.ErrInvalidated) {
+					s = s2 // a stream from before a reset is gone: take a new one
+				} else if err == nil {
+					s2.Close()
+				}
+				n := uint64(1+(w*7+i*13)%40) * 256 * units.KiB
+				p, err := e.Alloc(n, s)
+				switch {
+				case err == nil:
+					held = append(held, p)
+				case !errors.Is(err, device.ErrInvalidated):
+					report(fmt.Errorf("Alloc(%d): %w; want success or ErrInvalidated", n, err))
+				}
+				if len(held) > 4 {
+					if err := e.Free(held[0], s); err != nil && !errors.Is(err, device.ErrInvalidated) {
+						report(fmt.Errorf("Free: %w", err))
+					}
+					held = held[1:]
+				}
+			}
+			for _, p := range held {
+				if err := e.Free(p, s); err != nil && !errors.Is(err, device.ErrInvalidated) {
+					report(fmt.Errorf("Free: %w", err))
+				}
+			}
+			_ = s.Close()
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Error(err)
+	}
+	if cerr := e.CheckInvariants(); cerr != nil {
+		t.Error(cerr)
+	}
+	if st := e.Stats(); st.InUse != 0 || st.Reserved != e.PageStats().Mapped*e.PageStats().Page {
+		t.Errorf("after %d resets: %+v, %d pages mapped", resets.Load(), st, e.PageStats().Mapped)
+	}
+	if err := e.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// streamErr is what a stream says of itself.
+func streamErr(s device.Stream) error {
+	_, err := s.Query()
+	return err
 }
