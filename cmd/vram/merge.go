@@ -6,7 +6,9 @@
 // OUT.shard-i-of-N.json says which range of which batch. merge reads the
 // manifests (found beside OUT.npy, or the ones of the parts named), checks
 // that they describe one batch and that their ranges cover every run
-// exactly once, and copies each part's 2 × samples rows to their places
+// exactly once, that each names its own shard's part, and, as it copies,
+// that each part's data is the one its manifest vouches for (its size and
+// CRC-32C), and copies each part's 2 × samples rows to their places
 // in OUT.npy, shape (samples, 2, runs): the file `vram run --out OUT.npy`
 // writes for the whole batch in one process, byte for byte. A run in no
 // part, or in two, is an error that names the runs and the parts. The
@@ -22,10 +24,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -41,6 +45,7 @@ var (
 	errMissingPart   = errors.New("runs missing from the parts")
 	errDuplicatePart = errors.New("runs in more than one part")
 	errPartMismatch  = errors.New("parts of different batches")
+	errPartData      = errors.New("a part's data does not match its manifest")
 )
 
 // mergeCopyBytes is the size of the buffer merge copies through.
@@ -88,7 +93,9 @@ OUT.npy. The parts must describe one batch (the same --runs, --seed,
 --steps, --samples and --dt) and cover each of its runs exactly once: a
 run in no part (a shard that failed, or never ran: its part has no
 manifest) or in two (parts of different splits) is an error naming the
-runs and the parts, and OUT.npy is left as it was. An OUT.npy that is
+runs and the parts, and OUT.npy is left as it was. So is a part whose
+data is not the one its manifest was written for (its CRC-32C differs:
+rewritten, zeroed, another job's). An OUT.npy that is
 one of the parts or manifests, or not a regular file, is refused before
 anything is written or removed.`,
 		Example: `  vram merge results.npy
@@ -214,7 +221,10 @@ func openPart(manifest string) (*mergePart, error) {
 	if lo, hi := s.Range(uint64(p.TotalRuns)); lo != uint64(p.FirstRun) || hi-lo != uint64(p.Runs) {
 		return nil, fmt.Errorf("manifest %s: shard %s of %d runs holds runs %d-%d, but the manifest says %d+%d", manifest, s, p.TotalRuns, lo, hi-1, p.FirstRun, p.Runs)
 	}
-	p.path = filepath.Join(filepath.Dir(manifest), filepath.Base(p.Part))
+	if err := p.checkNames(); err != nil {
+		return nil, err
+	}
+	p.path = filepath.Join(filepath.Dir(manifest), p.Part)
 	if p.f, err = npy.Open(p.path); err != nil {
 		return nil, fmt.Errorf("part of manifest %s: %w", manifest, err)
 	}
@@ -222,7 +232,35 @@ func openPart(manifest string) (*mergePart, error) {
 	if h.Descr != vram.NPYDescr(vram.Float32) || h.Fortran || !slices.Equal(h.Shape, want) {
 		return p, fmt.Errorf("part %s holds %s %v (Fortran order %v), but its manifest says float32 %v in C order", p.path, h.Descr, h.Shape, h.Fortran, want)
 	}
+	if p.f.DataBytes() != p.DataBytes {
+		return p, fmt.Errorf("part %s holds %d bytes of data, but its manifest says %d", p.path, p.f.DataBytes(), p.DataBytes)
+	}
 	return p, nil
+}
+
+// checkNames checks that the manifest is its shard's (by its file name)
+// and names its shard's part, in its own directory, and that it carries
+// the checksum of that part's data.
+func (p *mergePart) checkNames() error {
+	stem := strings.TrimSuffix(filepath.Base(p.manifest), ".json")
+	if want := fmt.Sprintf(".shard-%d-of-%d", p.Shard, p.Shards); !strings.HasSuffix(stem, want) {
+		return fmt.Errorf("manifest %s says it is shard %d/%d, which its name does not: it was renamed or edited", p.manifest, p.Shard, p.Shards)
+	}
+	if want := stem + ".npy"; p.Part != want {
+		return fmt.Errorf("manifest %s names the part %s, not its own %s: it was edited, or copied from another shard", p.manifest, clip(p.Part), want)
+	}
+	if _, err := strconv.ParseUint(p.DataCRC32C, 16, 32); err != nil || len(p.DataCRC32C) != 8 {
+		return fmt.Errorf("manifest %s has no checksum of its part's data (data_crc32c %s; an older vram wrote none): run the shard again", p.manifest, clip(p.DataCRC32C))
+	}
+	return nil
+}
+
+// clip quotes s, at most 40 bytes of it.
+func clip(s string) string {
+	if len(s) > 40 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:40], len(s))
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // checkCoverage checks that the parts, sorted by first run, are of one
@@ -309,6 +347,33 @@ func checkMergeOut(out string, parts []*mergePart) error {
 	return nil
 }
 
+// copyPart copies part p's rows to their places in f (OUT's new content,
+// the file tmp), of total runs, through buf, and checks that the data read is what p's manifest vouches
+// for (its CRC-32C): a part rewritten, zeroed or of another job since is
+// an error.
+func copyPart(f *npy.File, tmp string, p *mergePart, total int, buf []byte) error {
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	for row := range int64(2 * p.Samples) {
+		src, dst := row*int64(p.Runs)*4, (row*int64(total)+int64(p.FirstRun))*4
+		for left := int64(p.Runs) * 4; left > 0; {
+			b := buf[:min(left, int64(len(buf)))]
+			if _, err := p.f.ReadAt(b, src); err != nil {
+				return fmt.Errorf("read %s: %w", p.path, err)
+			}
+			h.Write(b)
+			if _, err := f.WriteAt(b, dst); err != nil {
+				return fmt.Errorf("write %s: %w", tmp, err)
+			}
+			src, dst, left = src+int64(len(b)), dst+int64(len(b)), left-int64(len(b))
+		}
+	}
+	if got := fmt.Sprintf("%08x", h.Sum32()); got != p.DataCRC32C {
+		return fmt.Errorf("part %s's data has CRC-32C %s, but its manifest %s says %s: the part was rewritten, zeroed or replaced since its shard wrote it; run the shard again: %w",
+			p.path, got, p.manifest, p.DataCRC32C, errPartData)
+	}
+	return nil
+}
+
 // writeMerged copies every part's rows into out's new content, written
 // beside it and renamed into place once whole.
 func writeMerged(a *app, out string, parts []*mergePart) (rep mergeReport, err error) {
@@ -333,18 +398,8 @@ func writeMerged(a *app, out string, parts []*mergePart) (rep mergeReport, err e
 		if err := a.ctx.Err(); err != nil {
 			return rep, fmt.Errorf("merge interrupted: %w", err)
 		}
-		for row := range int64(2 * samples) {
-			src, dst := row*int64(p.Runs)*4, (row*int64(total)+int64(p.FirstRun))*4
-			for left := int64(p.Runs) * 4; left > 0; {
-				b := buf[:min(left, int64(len(buf)))]
-				if _, err := p.f.ReadAt(b, src); err != nil {
-					return rep, fmt.Errorf("read %s: %w", p.path, err)
-				}
-				if _, err := f.WriteAt(b, dst); err != nil {
-					return rep, fmt.Errorf("write %s: %w", tmp, err)
-				}
-				src, dst, left = src+int64(len(b)), dst+int64(len(b)), left-int64(len(b))
-			}
+		if err := copyPart(f, tmp, p, total, buf); err != nil {
+			return rep, err
 		}
 		rep.Parts = append(rep.Parts, mergeReportRow{Part: p.path, FirstRun: p.FirstRun, Runs: p.Runs})
 	}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramkit/vram/npy"
 )
 
 // writeParts runs the shards of a small batch split n ways into dir, each
@@ -106,6 +109,46 @@ func TestMergeRefuses(t *testing.T) {
 				return out, nil
 			},
 			want: []string{"shard 0/2 of 300 runs holds runs 0-149, but the manifest says 150+150"},
+		},
+		"another job's part behind the manifest": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				other := filepath.Join(t.TempDir(), "r.npy")
+				runShard(t, runs, nil, "--out", other, "--shard", "1/2", "--seed", "8")
+				b, err := os.ReadFile(filepath.Join(filepath.Dir(other), "r.shard-1-of-2.npy"))
+				must(t, err)
+				must(t, os.WriteFile(filepath.Join(dir, "r.shard-1-of-2.npy"), b, 0o644))
+				return out, nil
+			},
+			want: []string{"r.shard-1-of-2.npy's data has CRC-32C", "but its manifest", "run the shard again", "does not match its manifest"},
+		},
+		"a zeroed part": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				p := filepath.Join(dir, "r.shard-0-of-2.npy")
+				f, err := npy.OpenWrite(p)
+				must(t, err)
+				_, err = f.WriteAt(make([]byte, f.DataBytes()), 0)
+				must(t, errors.Join(err, f.Close()))
+				return out, nil
+			},
+			want: []string{"r.shard-0-of-2.npy's data has CRC-32C", "does not match its manifest"},
+		},
+		"a manifest naming another shard's part": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"part": "r.shard-0-of-2.npy"`)
+				return out, nil
+			},
+			want: []string{`names the part "r.shard-0-of-2.npy", not its own r.shard-1-of-2.npy`},
+		},
+		"a manifest with no checksum": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"data_crc32c": ""`)
+				return out, nil
+			},
+			want: []string{"has no checksum of its part's data", "run the shard again"},
 		},
 		"a part cut short": {
 			setup: func(t *testing.T, dir string) (string, []string) {

@@ -25,6 +25,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"math"
 
 	"github.com/vramkit/vram"
@@ -89,6 +91,16 @@ func (t *trajFile) run(i int) ([]oscillator.Sample, error) {
 		}
 	}
 	return s, nil
+}
+
+// checksum reads the file's data back and returns its CRC-32C, in hex:
+// what a part's manifest vouches for.
+func (t *trajFile) checksum() (string, error) {
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, err := io.Copy(h, io.NewSectionReader(t.f.OS(), t.f.DataOffset(), t.f.DataBytes())); err != nil {
+		return "", fmt.Errorf("--out: read %s back: %w", t.path, err)
+	}
+	return fmt.Sprintf("%08x", h.Sum32()), nil
 }
 
 // close puts the file in place, or with failed set removes it, leaving

@@ -17,7 +17,9 @@
 // With --out OUT.npy a shard writes its part, not OUT.npy: the part
 // OUT.shard-i-of-N.npy (float32, C order, shape (samples, 2, its runs)),
 // and once the part is complete and verified, its manifest
-// OUT.shard-i-of-N.json saying which runs of which batch it holds. A part
+// OUT.shard-i-of-N.json saying which runs of which batch it holds, and the
+// size and CRC-32C of the part's data (read back from the file), so that
+// merge takes that file and no other. A part
 // without a manifest is unfinished; `vram merge OUT.npy` gathers the parts
 // that have one. Both are written beside their paths and renamed into
 // place, so a try of a shard that fails leaves an earlier try's part and
@@ -67,6 +69,11 @@ type partManifest struct {
 	Steps     int     `json:"steps"`
 	Samples   int     `json:"samples"`
 	Dt        float64 `json:"dt"`
+	// DataBytes and DataCRC32C are the part's data (after its .npy
+	// header): its size and CRC-32C (Castagnoli) in hex, so that merge
+	// takes only the file this manifest was written for.
+	DataBytes  int64  `json:"data_bytes"`
+	DataCRC32C string `json:"data_crc32c"`
 }
 
 // partPaths are the part's .npy and manifest for the --out file out.
@@ -150,12 +157,20 @@ func (j *job) closeOut(out string, failed bool) error {
 			return errors.Join(fmt.Errorf("--out: remove the old manifest: %w", err), j.traj.close(true))
 		}
 	}
+	var sum string
+	if !failed && sh.parted() {
+		var err error
+		if sum, err = j.traj.checksum(); err != nil {
+			return errors.Join(err, j.traj.close(true))
+		}
+	}
 	if err := j.traj.close(failed); err != nil || failed || !sh.parted() {
 		return err
 	}
 	m := partManifest{Part: filepath.Base(npyPath), Shard: s.Index, Shards: s.Count, From: s.From,
 		FirstRun: sh.first, Runs: sh.runs, TotalRuns: sh.total, Seed: j.seed,
-		Steps: int(sh.steps), Samples: sh.samples, Dt: sh.dtFlag}
+		Steps: int(sh.steps), Samples: sh.samples, Dt: sh.dtFlag,
+		DataBytes: j.traj.f.DataBytes(), DataCRC32C: sum}
 	return writeManifest(manifest, m)
 }
 
