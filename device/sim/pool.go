@@ -486,6 +486,31 @@ func (d *Device) TrimPool(keep uint64) error {
 	return nil
 }
 
+// PoolSegment is one reservation of the stream-ordered pool: Size bytes
+// at Addr.
+type PoolSegment struct {
+	Addr device.Ptr
+	Size uint64
+}
+
+// PoolSegments lists the pool's reservations, by address: what the
+// driver's pool would hold, which CUDA does not show but a recorder of
+// the simulator's history (trace.RecordReplay) does.
+func (d *Device) PoolSegments() []PoolSegment {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]PoolSegment, 0, d.pool.nSeg)
+	var last *segment
+	d.pool.blocks.each(func(n *tnode[*block]) bool {
+		if seg := n.v.seg; seg != last {
+			out = append(out, PoolSegment{Addr: device.Ptr(seg.start), Size: seg.size})
+			last = seg
+		}
+		return true
+	})
+	return out
+}
+
 // PoolUsage reports the bytes the pool holds reserved from the device and
 // the bytes of live MallocAsync blocks (each rounded up to PoolAlignment).
 func (d *Device) PoolUsage() (reserved, used uint64, err error) {
