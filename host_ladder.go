@@ -253,8 +253,8 @@ func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) 
 	hd := f.Header()
 	dtype, ok := dtypeOfDescr(hd.Descr)
 	if !ok || hd.Fortran {
-		return nil, errors.Join(fmt.Errorf("vram: open host array %s: %s, Fortran order %v: want a C-order array of %v: %w",
-			path, hd.Descr, hd.Fortran, DTypes(), ErrNotSupported), f.Close())
+		return nil, errors.Join(fmt.Errorf("vram: open host array %s: %v: want a C-order array of %v: %w",
+			path, hd, DTypes(), ErrNotSupported), f.Close())
 	}
 	place := &HostPlacement{Rung: RungFile, Forced: true, Reason: "opened from a file", Path: path, Keep: true}
 	h, err := m.host.mapArray(f, slices.Clone(hd.Shape), dtype, place, writable)

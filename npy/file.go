@@ -93,8 +93,8 @@ func open(path string, flag int) (*File, error) {
 		return nil, errors.Join(fmt.Errorf("npy: %s: %w", path, err), f.Close())
 	}
 	if st.Size() < off+n {
-		return nil, errors.Join(fmt.Errorf("npy: %s: %d bytes, but its header (%s %v) needs %d: %w",
-			path, st.Size(), h.Descr, h.Shape, off+n, ErrFormat), f.Close())
+		return nil, errors.Join(fmt.Errorf("npy: %s: %d bytes, but its header (%v) needs %d: %w",
+			path, st.Size(), h, off+n, ErrFormat), f.Close())
 	}
 	return &File{f: f, h: h, off: off, nbytes: n}, nil
 }

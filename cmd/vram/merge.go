@@ -230,7 +230,7 @@ func openPart(manifest string) (*mergePart, error) {
 	}
 	h, want := p.f.Header(), []int{p.Samples, 2, p.Runs}
 	if h.Descr != vram.NPYDescr(vram.Float32) || h.Fortran || !slices.Equal(h.Shape, want) {
-		return p, fmt.Errorf("part %s holds %s %v (Fortran order %v), but its manifest says float32 %v in C order", p.path, h.Descr, h.Shape, h.Fortran, want)
+		return p, fmt.Errorf("part %s holds %v, but its manifest says float32 %v in C order", p.path, h, want)
 	}
 	if p.f.DataBytes() != p.DataBytes {
 		return p, fmt.Errorf("part %s holds %d bytes of data, but its manifest says %d", p.path, p.f.DataBytes(), p.DataBytes)
