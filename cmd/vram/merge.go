@@ -312,16 +312,27 @@ func missing(out string, parts []*mergePart, lo, hi int) error {
 			start, end := s.Range(uint64(parts[0].TotalRuns))
 			if int(start) < hi && int(end) > lo {
 				path, manifest := partPaths(out, s)
-				state := "not found"
-				if _, err := os.Stat(path); err == nil {
-					state = "no manifest " + filepath.Base(manifest) + ": the shard did not finish"
-				}
-				names = append(names, fmt.Sprintf("shard %s (%s: %s)", s, path, state))
+				names = append(names, fmt.Sprintf("shard %s (%s: %s)", s, path, partState(path, manifest)))
 			}
 		}
 		msg += ": " + strings.Join(names, ", ")
 	}
 	return fmt.Errorf("%s: %w", msg, errMissingPart)
+}
+
+// partState says why a part merge needs was not among those it read:
+// there is no part, or no manifest (its shard did not finish), or both
+// are there and it was not named.
+func partState(path, manifest string) string {
+	_, perr := os.Stat(path)
+	_, merr := os.Stat(manifest)
+	switch {
+	case perr != nil:
+		return "not found"
+	case merr != nil:
+		return "no manifest " + filepath.Base(manifest) + ": the shard did not finish"
+	}
+	return "finished, with its manifest " + filepath.Base(manifest) + ", but not among the parts named: name it too, or name no parts to gather every part beside OUT"
 }
 
 func batchOf(m partManifest) string {

@@ -59,6 +59,13 @@ func TestMergeRefuses(t *testing.T) {
 			},
 			want: []string{"r.shard-1-of-2.npy has no manifest", "did not finish"},
 		},
+		"a finished part not named": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 3)
+				return out, []string{filepath.Join(dir, "r.shard-0-of-3.npy"), filepath.Join(dir, "r.shard-2-of-3.npy")}
+			},
+			want: []string{"runs 100-199 of 300 are in no part: shard 1/3", "finished, with its manifest r.shard-1-of-3.json, but not among the parts named"},
+		},
 		"two splits overlap": {
 			setup: func(t *testing.T, dir string) (string, []string) {
 				writeParts(t, dir, runs, 2)
