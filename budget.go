@@ -140,7 +140,9 @@ func (b *groupBudget) planCost() (budget uint64, cost func([]uint64) uint64) {
 // bounds it.
 func (b *groupBudget) String() string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "%s mode, budget %s: %s free on the device", b.mode, units.Format(b.budget), units.Format(b.free))
+	// What there is is written as the plan's errors write it (rounded
+	// down), so that the budget and the bound it is never read apart.
+	fmt.Fprintf(&s, "%s mode, budget %s: %s free on the device", b.mode, bytesDown(b.budget), bytesDown(b.free))
 	if b.trimmed {
 		s.WriteString(" after trimming the allocator's cache")
 	}
@@ -157,11 +159,11 @@ func (b *groupBudget) String() string {
 	}
 	if r := b.capRoom(); r < math.MaxUint64 {
 		fmt.Fprintf(&s, ", at most %s under the group's caps (%s, less %s its members hold)",
-			units.Format(r), units.Format(b.caps), units.Format(b.held-min(b.held, b.replaced)))
+			bytesDown(r), units.Format(b.caps), units.Format(b.held-min(b.held, b.replaced)))
 	}
 	if r := b.limRoom(); r < math.MaxUint64 {
 		fmt.Fprintf(&s, ", at most %s under the allocation cap (%s left%s)",
-			units.Format(r), units.Format(b.room), replacedNote(b.replaced))
+			bytesDown(r), bytesDown(b.room), replacedNote(b.replaced))
 	}
 	return s.String()
 }
