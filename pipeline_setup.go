@@ -171,8 +171,10 @@ func (r *batchRun) resolvePlan() error {
 func (r *batchRun) resolve(i int, ba BatchArray, group string) (*batchArr, error) {
 	a := &batchArr{BatchArray: ba, client: ba.resp.Client}
 	a.name = fmt.Sprintf("%q of %v", ba.label, a.client)
-	if g, err := r.m.streamGroup(a.client); err != nil || g != group {
-		return nil, batchErr("array %s: its client is in group %q (%v), not the batch's %q; run a batch per group", a.name, g, err, group)
+	if g, err := r.m.streamGroup(a.client); err != nil {
+		return nil, fmt.Errorf("vram: batch: array %s: %w", a.name, err)
+	} else if g != group {
+		return nil, batchErr("array %s: its client is in group %q, not the batch's %q; run a batch per group", a.name, g, group)
 	}
 	for buf := range r.k {
 		d := deviceSet(ba.resp, buf)[ba.label]

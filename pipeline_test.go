@@ -308,8 +308,8 @@ func TestRunBatchErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			before := f.leaks(t)
 			_, err := RunBatch(context.Background(), tc.c, tc.b)
-			if !errors.Is(err, ErrBatch) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error %v, want ErrBatch saying %q", err, tc.want)
+			if !errors.Is(err, ErrBatch) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "<nil>") {
+				t.Errorf("error %v, want ErrBatch saying %q (and no nil error)", err, tc.want)
 			}
 			if after := f.leaks(t); after != before {
 				t.Errorf("device before: %v; after: %v", before, after)
