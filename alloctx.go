@@ -166,7 +166,7 @@ func (tx *allocTx) planBudget() error {
 	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
 		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
 	}
-	return fmt.Errorf("vram: allocate group %q with %s: %w", tx.group, &tx.gb, err)
+	return fmt.Errorf("vram: allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
 }
 
 // readBudget reads the device's free memory (the allocator's cache is

@@ -175,6 +175,47 @@ func replacedNote(n uint64) string {
 	return " + " + units.Format(n) + " being replaced"
 }
 
+// BudgetBound says what bounded the memory a group could plan with. A
+// plain value.
+type BudgetBound uint8
+
+const (
+	// BoundDevice: the device's free memory (and the arrays being
+	// replaced).
+	BoundDevice BudgetBound = iota + 1
+	// BoundCaps: the Active limit mode's caps of the group's members.
+	BoundCaps
+	// BoundCap: the allocation cap (WithCap, $VRAM_ALLOC_CONF's limit, an
+	// alloc.Limit in the WithWrap chain).
+	BoundCap
+)
+
+// BudgetError is wrapped by the error of an Allocate whose group did not
+// fit the memory it could plan with: its message gives the figures, and
+// Bound says which of them bounded the budget, for a caller (a command)
+// to say what to change in its own terms. Reach it with errors.As.
+type BudgetError struct {
+	Group  string
+	Budget uint64      // bytes
+	Bound  BudgetBound // what bounded Budget
+	desc   string
+}
+
+func (e *BudgetError) Error() string { return e.desc }
+
+// budgetErr is b as a BudgetError.
+func (b *groupBudget) budgetErr() *BudgetError {
+	bound := BoundDevice
+	dev, caps, lim := b.device(), b.capRoom(), b.limRoom()
+	switch {
+	case lim < dev && lim <= caps:
+		bound = BoundCap
+	case caps < dev && caps < lim:
+		bound = BoundCaps
+	}
+	return &BudgetError{Group: b.group, Budget: b.budget, Bound: bound, desc: b.String()}
+}
+
 // advice says what would give the group more memory, by what bounds its
 // budget.
 func (b *groupBudget) advice() string {

@@ -32,3 +32,29 @@ func TestBudgetWrittenOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetErrorBound: the error of a group that does not fit says, as
+// a BudgetError, what bounded its budget.
+func TestBudgetErrorBound(t *testing.T) {
+	tests := map[string]struct {
+		opts  []Option
+		share float64
+		want  BudgetBound
+	}{
+		"the device":         {nil, 0, BoundDevice},
+		"the allocation cap": {[]Option{WithCap(8 * MiB)}, 0, BoundCap},
+		"the members' caps":  {[]Option{WithLimitMode(Active)}, 0.1, BoundCaps},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, tc.opts...)
+			c := register(t, m, ClientOptions{Proportion: tc.share})
+			must(t, c.Queue(map[string]ArrayRequest{"x": {Shape: []int{32 << 20}, DType: Float32, Unchunkable: true}}))
+			_, err := c.Allocate(context.Background())
+			var be *BudgetError
+			if !errors.As(err, &be) || be.Bound != tc.want || be.Group != "default" {
+				t.Fatalf("Allocate: %v (%+v); want a BudgetError bound by %d", err, be, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRunFitHintNamesTheBound: a batch that cannot fit says what to
+// change on the command line by what bounds it: the simulator's memory
+// (--vram), or the cap $VRAM_ALLOC_CONF gave (not --vram, which would not
+// help).
+func TestRunFitHintNamesTheBound(t *testing.T) {
+	tests := map[string]struct {
+		env     string
+		args    []string
+		want    string
+		notWant string
+	}{
+		"the device": {args: []string{"--vram", "2MiB", "--runs", "10", "--samples", "400001", "--steps", "400000", "--dt", "0.0001"},
+			want: "give the simulator more than its 2 MiB (--vram)"},
+		"VRAM_ALLOC_CONF's cap": {env: "limit:1KiB", want: `raise the limit in $VRAM_ALLOC_CONF ("limit:1KiB")`, notWant: "(--vram)"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("VRAM_ALLOC_CONF", tc.env)
+			_, stderr, code := cli(t, "", append([]string{"run", "--device", "sim"}, tc.args...)...)
+			if code != exitFailure || !strings.Contains(stderr, tc.want) || (tc.notWant != "" && strings.Contains(stderr, tc.notWant)) {
+				t.Errorf("exit %d, stderr:\n%s\nwant exit %d saying %q (and not %q)", code, stderr, exitFailure, tc.want, tc.notWant)
+			}
+		})
+	}
+}
