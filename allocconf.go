@@ -75,7 +75,7 @@ func parseAllocConf(s string) (allocConf, error) {
 		case strings.TrimSpace(entry) == "":
 			return c, fmt.Errorf("an empty entry; want key:value pairs separated by commas: %w", ErrAllocConf)
 		case !ok || val == "":
-			return c, fmt.Errorf("key %q has no value; write %s:VALUE: %w", key, key, ErrAllocConf)
+			return c, noValue(entry)
 		case seen[key]:
 			return c, fmt.Errorf("key %q is given twice: %w", key, ErrAllocConf)
 		}
@@ -85,6 +85,18 @@ func parseAllocConf(s string) (allocConf, error) {
 		}
 	}
 	return c, c.check()
+}
+
+// noValue is the error of an entry with no key:value pair, with the
+// entry as it should have been written: "kind=pool" is kind:pool.
+func noValue(entry string) error {
+	e := strings.TrimSpace(entry)
+	if k, v, ok := strings.Cut(e, "="); ok && strings.TrimSpace(v) != "" {
+		return fmt.Errorf("entry %q: keys and values are separated by ':', not '='; write %s:%s: %w",
+			e, strings.TrimSpace(k), strings.TrimSpace(v), ErrAllocConf)
+	}
+	key, _, _ := strings.Cut(e, ":")
+	return fmt.Errorf("key %q has no value; write %s:VALUE: %w", strings.TrimSpace(key), strings.TrimSpace(key), ErrAllocConf)
 }
 
 // set reads one key's value.
