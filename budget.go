@@ -234,7 +234,7 @@ func (b *groupBudget) advice() string {
 		parts = append(parts, "raise the members' proportions, free arrays they hold, or use the Passive limit mode")
 	}
 	if b.limRoom() < math.MaxUint64 && b.limRoom() <= min(dev, b.capRoom()) {
-		parts = append(parts, "raise the allocation cap (WithCap) or free arrays under it")
+		parts = append(parts, "raise the allocation cap or free arrays under it")
 	}
 	return "to give the group more: " + strings.Join(parts, "; ")
 }

@@ -425,7 +425,7 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	}
 	tmp, err := os.CreateTemp(h.lim.spill, filepath.Base(name)+"-*.npy")
 	if err != nil {
-		return nil, fmt.Errorf("file-backed host memory in the spill directory %s (set it with HostOptions.SpillDir or $%s): %w",
+		return nil, fmt.Errorf("file-backed host memory in the spill directory %s (choose another with $%s, or the manager's spill directory): %w",
 			h.lim.spill, SpillDirEnv, err)
 	}
 	path := tmp.Name()
@@ -438,7 +438,7 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	}
 	if err := reserveDisk(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
 		return nil, errors.Join(fmt.Errorf("file-backed host memory: reserve %s of disk for %s in the spill directory %s "+
-			"(free room there, or set HostOptions.SpillDir or $%s to a roomier one): %w: %w",
+			"(free room there, or choose a roomier one with $%s, or the manager's spill directory): %w: %w",
 			units.Format(uint64(f.DataOffset()+f.DataBytes())), path, h.lim.spill, SpillDirEnv, err, errHostOutOfMemory), f.Close(), os.Remove(path))
 	}
 	place.Path = path

@@ -30,3 +30,36 @@ func TestRunFitHintNamesTheBound(t *testing.T) {
 		})
 	}
 }
+
+// TestRunErrorsUseTheCommandsWords: failures of vram run name the
+// command's flags and variables, never the library's option names.
+func TestRunErrorsUseTheCommandsWords(t *testing.T) {
+	library := []string{"HostOptions", "WithCap", "SpillDir", "WithBuffers", "HostArrayOptions"}
+	small := append([]string{"run"}, smallRun...)
+	tests := map[string]struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		"staging that does not fit": {args: append(small, "--runs", "100000", "--host-mem", "64KiB"), want: "raise --host-mem"},
+		"a cap that does not fit":   {env: map[string]string{"VRAM_ALLOC_CONF": "limit:1KiB"}, args: small, want: "$VRAM_ALLOC_CONF"},
+		"no spill directory": {env: map[string]string{"VRAM_SPILL_DIR": "/nonexistent/spill"}, args: append(small, "--runs", "100000", "--host-mem", "2MiB"),
+			want: "$VRAM_SPILL_DIR"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			_, stderr, code := cli(t, "", tc.args...)
+			if code != exitFailure || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying %q", code, stderr, exitFailure, tc.want)
+			}
+			for _, w := range library {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr names the library's %s:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+}
