@@ -126,8 +126,8 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		}
 		// trace.SimConfig leaves the granularity at the simulator's.
 		if size < sim.DefaultGranularity {
-			return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
-				f.vram, units.Format(sim.DefaultGranularity))
+			return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+				f.vram, bytesNote(f.vram), units.Format(sim.DefaultGranularity))
 		}
 	}
 	if f.plot != "" {
@@ -162,8 +162,8 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if size != 0 {
 			cfg.TotalBytes = size
 			if g := cfg.Granularity; g != 0 && size < g {
-				return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
-					f.vram, units.Format(g))
+				return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+					f.vram, bytesNote(f.vram), units.Format(g))
 			}
 		}
 		sum := trace.Summarize(events)

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -78,4 +79,14 @@ func (f runFlags) check() (jobShape, error) {
 		shard:   shard.One,
 		total:   f.runs,
 	}, nil
+}
+
+// bytesNote says, for a size flag's text given without a unit, that it
+// was read as bytes (--vram 64 is 64 bytes, not 64 MiB); "" otherwise.
+func bytesNote(text string) string {
+	t := strings.TrimSpace(text)
+	if t == "" || strings.TrimLeft(t, "0123456789") != "" {
+		return ""
+	}
+	return fmt.Sprintf(" (read as %s bytes: a size without a unit is bytes; write %sMiB or %sGiB for more)", t, t, t)
 }
