@@ -111,6 +111,9 @@ anything is written or removed.`,
 }
 
 func (a *app) merge(out string, named []string, remove bool) (err error) {
+	if err := checkNPYName("OUT", out); err != nil {
+		return err
+	}
 	parts, err := loadParts(out, named)
 	defer func() {
 		for _, p := range parts {

@@ -35,7 +35,7 @@ func TestMergeRefusesOut(t *testing.T) {
 			args: func(dir, out string) []string {
 				return []string{filepath.Join(dir, "r.shard-0-of-2.json"), filepath.Join(dir, "r.shard-0-of-2.npy"), filepath.Join(dir, "r.shard-1-of-2.npy")}
 			},
-			want: "is the input",
+			want: "want a file name ending in .npy",
 		},
 		"OUT links to a found part, --remove-parts": {
 			args: func(dir, out string) []string {

@@ -64,6 +64,9 @@ func (f runFlags) check() (jobShape, error) {
 			return js, err
 		}
 	}
+	if err := checkNPYName("--out", f.out); err != nil {
+		return js, err
+	}
 	if f.hostMem != "" {
 		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {
 			return js, usagef("--host-mem %q: want a size such as 512MiB", f.hostMem)
@@ -89,4 +92,14 @@ func bytesNote(text string) string {
 		return ""
 	}
 	return fmt.Sprintf(" (read as %s bytes: a size without a unit is bytes; write %sMiB or %sGiB for more)", t, t, t)
+}
+
+// checkNPYName refuses a .npy output of what (a flag, an argument) whose
+// name does not end in .npy: the file is a NumPy array, and a shard's part
+// and manifest are named after it ("" is no output).
+func checkNPYName(what, path string) error {
+	if path == "" || strings.HasSuffix(path, ".npy") {
+		return nil
+	}
+	return usagef("%s %q: want a file name ending in .npy (the file is a NumPy array, and a shard's parts are named after it)", what, path)
 }
