@@ -119,7 +119,10 @@ func TestRunOutReplacesThroughLink(t *testing.T) {
 // TestRunOutRefusesSpecialFile refuses an --out that is a directory
 // before the job starts.
 func TestRunOutRefusesSpecialFile(t *testing.T) {
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "d.npy")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	args := append(append([]string{"run"}, smallRun...), "--out", dir)
 	_, stderr, code := cli(t, "", args...)
 	if code == exitOK || !strings.Contains(stderr, "not a regular file") {

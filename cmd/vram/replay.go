@@ -130,16 +130,8 @@ func (a *app) replay(paths []string, f replayFlags) error {
 				f.vram, bytesNote(f.vram), units.Format(sim.DefaultGranularity))
 		}
 	}
-	if f.plot != "" {
-		if err := checkPlotPath(f.plot); err != nil {
-			return err
-		}
-		if err := checkOutput("--plot", f.plot, paths); err != nil {
-			return err
-		}
-		if len(paths) > 1 {
-			return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
-		}
+	if err := checkPlot(f.plot, paths); err != nil {
+		return err
 	}
 	samples := 0
 	if f.plot != "" {
@@ -320,4 +312,23 @@ func rate(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// checkPlot checks --plot (if given) before any replay: a format we
+// write, one trace, and a path that is not the trace nor anything but a
+// regular file.
+func checkPlot(plot string, paths []string) error {
+	if plot == "" {
+		return nil
+	}
+	if err := checkPlotPath(plot); err != nil {
+		return err
+	}
+	if err := checkOutput("--plot", plot, paths); err != nil {
+		return err
+	}
+	if len(paths) > 1 {
+		return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // jobShape is the batch's fixed figures, checked.
@@ -66,6 +67,11 @@ func (f runFlags) check() (jobShape, error) {
 	}
 	if err := checkNPYName("--out", f.out); err != nil {
 		return js, err
+	}
+	if f.out != "" {
+		if _, _, err := userfile.Check(f.out, userfile.Options{}); err != nil {
+			return js, usagef("--out: %w", err)
+		}
 	}
 	if f.hostMem != "" {
 		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {

@@ -149,6 +149,9 @@ func (j *job) openOut(out string) error {
 }
 
 func (j *job) closeOut(out string, failed bool) error {
+	if j.traj == nil { // no --out, or the job failed before making it
+		return nil
+	}
 	sh, s := j.shape, j.shape.shard
 	npyPath, manifest := partPaths(out, s)
 	if !failed && sh.parted() {
