@@ -63,3 +63,18 @@ func TestRunErrorsUseTheCommandsWords(t *testing.T) {
 		})
 	}
 }
+
+// TestRunDoesNotWarnOfChunking: a batch many times the device, what vram
+// run is for, is chunked without the library's warning that the requests
+// are many times the memory (-v still logs it, at debug level).
+func TestRunDoesNotWarnOfChunking(t *testing.T) {
+	args := []string{"run", "--device", "sim:granularity=64KiB,context=0", "--vram", "1MiB", "--runs", "200000", "--steps", "40", "--samples", "21"}
+	_, stderr, code := cli(t, "", args...)
+	if code != exitOK || strings.Contains(stderr, "20 times") || strings.Contains(stderr, "WARN") {
+		t.Errorf("exit %d; stderr:\n%s\nwant no warning", code, stderr)
+	}
+	_, stderr, code = cli(t, "", append([]string{"-v"}, args...)...)
+	if code != exitOK || !strings.Contains(stderr, `level=DEBUG msg="vram: a client's requests are more than 20 times`) {
+		t.Errorf("with -v: exit %d; stderr:\n%s\nwant the warning at debug level", code, stderr)
+	}
+}
