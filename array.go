@@ -31,6 +31,7 @@ type DeviceArray struct {
 	dtype   DType
 	memory  MemoryType // Device or Mapped
 	label   string
+	owner   *Client // the client it was allocated for; its copies go on its group's stream
 	freed   atomic.Bool
 	evicted atomic.Bool               // freed by an eviction (evict.go)
 	last    atomic.Pointer[streamRef] // the stream of the allocation or the latest copy

@@ -61,6 +61,10 @@ var (
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
+	// ErrOtherGroup: a copy by a client into or out of a device array of
+	// a client of another stream group, whose work is ordered on another
+	// stream.
+	ErrOtherGroup = errors.New("vram: array of another stream group")
 	// ErrHostFault: host memory a copy read or wrote faulted — a
 	// file-backed host array whose file shrank under its mapping, or
 	// whose disk filled. The copy fails instead of the process; the

@@ -439,7 +439,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 		if err != nil {
 			return nil, err
 		}
-		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label}
+		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label, owner: p.c}
 		a.dev.setLast(s)
 		a.charged = roundUp(bytes, gran)
 	default:
@@ -449,7 +449,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 		}
 		a.host = h
 		if p.req.Memory == Mapped {
-			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label}
+			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label, owner: p.c}
 		}
 	}
 	return a, nil
