@@ -208,23 +208,8 @@ func openPart(manifest string) (*mergePart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the manifest: %w", err)
 	}
-	p := &mergePart{manifest: manifest}
-	if err := json.Unmarshal(b, &p.partManifest); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", manifest, err)
-	}
-	if p.Part == "" || p.Runs < 1 || p.FirstRun < 0 || p.Runs > p.TotalRuns-p.FirstRun || p.Samples < 2 {
-		return nil, fmt.Errorf("manifest %s: part %q of runs %d+%d of %d with %d samples does not describe a part of a batch", manifest, p.Part, p.FirstRun, p.Runs, p.TotalRuns, p.Samples)
-	}
-	// The runs must be those the shard rule gives the shard it names,
-	// which also bounds its count of shards by the batch's runs.
-	s := shardOf(p.Shard, p.Shards)
-	if s.Valid() != nil || s.Count > uint64(p.TotalRuns) {
-		return nil, fmt.Errorf("manifest %s: shard %d of %d shards of %d runs: not a shard vram run writes", manifest, p.Shard, p.Shards, p.TotalRuns)
-	}
-	if lo, hi := s.Range(uint64(p.TotalRuns)); lo != uint64(p.FirstRun) || hi-lo != uint64(p.Runs) {
-		return nil, fmt.Errorf("manifest %s: shard %s of %d runs holds runs %d-%d, but the manifest says %d+%d", manifest, s, p.TotalRuns, lo, hi-1, p.FirstRun, p.Runs)
-	}
-	if err := p.checkNames(); err != nil {
+	p, err := parseManifest(manifest, b)
+	if err != nil {
 		return nil, err
 	}
 	p.path = filepath.Join(filepath.Dir(manifest), p.Part)
@@ -237,6 +222,36 @@ func openPart(manifest string) (*mergePart, error) {
 	}
 	if p.f.DataBytes() != p.DataBytes {
 		return p, fmt.Errorf("part %s holds %d bytes of data, but its manifest says %d", p.path, p.f.DataBytes(), p.DataBytes)
+	}
+	return p, nil
+}
+
+// parseManifest reads b, the manifest at path manifest, and checks that it
+// describes a part vram run writes: a shard's runs of a batch, its own
+// part's name and the checksum of that part's data. A manifest is
+// untrusted (it comes from shared storage): it is at most
+// maxManifestBytes, decoded by encoding/json into fixed fields (memory a
+// small multiple of its size, time linear), and a message quotes at most
+// 40 bytes of a name in it.
+func parseManifest(manifest string, b []byte) (*mergePart, error) {
+	p := &mergePart{manifest: manifest}
+	if err := json.Unmarshal(b, &p.partManifest); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", manifest, err)
+	}
+	if p.Part == "" || p.Runs < 1 || p.FirstRun < 0 || p.Runs > p.TotalRuns-p.FirstRun || p.Samples < 2 {
+		return nil, fmt.Errorf("manifest %s: part %s of runs %d+%d of %d with %d samples does not describe a part of a batch", manifest, clip(p.Part), p.FirstRun, p.Runs, p.TotalRuns, p.Samples)
+	}
+	// The runs must be those the shard rule gives the shard it names,
+	// which also bounds its count of shards by the batch's runs.
+	s := shardOf(p.Shard, p.Shards)
+	if s.Valid() != nil || s.Count > uint64(p.TotalRuns) {
+		return nil, fmt.Errorf("manifest %s: shard %d of %d shards of %d runs: not a shard vram run writes", manifest, p.Shard, p.Shards, p.TotalRuns)
+	}
+	if lo, hi := s.Range(uint64(p.TotalRuns)); lo != uint64(p.FirstRun) || hi-lo != uint64(p.Runs) {
+		return nil, fmt.Errorf("manifest %s: shard %s of %d runs holds runs %d-%d, but the manifest says %d+%d", manifest, s, p.TotalRuns, lo, hi-1, p.FirstRun, p.Runs)
+	}
+	if err := p.checkNames(); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
