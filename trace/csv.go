@@ -14,6 +14,12 @@ package trace
 // CRLF line ends, a UTF-8 byte-order mark, double quotes around a field
 // and clock times (RMM's own "13:04:05.250000") are accepted. A line that cannot be read is an error naming the line,
 // the field and what was expected.
+//
+// A log is untrusted input, and what reading it costs is bounded: lines
+// of at most 1 MiB (a longer one is an error), read one at a time through
+// a buffer of that size at most, and a fixed 48-byte Event per event
+// kept; time is linear in the input. Errors quote at most clipLen bytes
+// of a bad line or field (Replay's bounds are in replay.go).
 
 import (
 	"bufio"
