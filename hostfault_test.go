@@ -61,26 +61,26 @@ func TestSpillOntoFullDisk(t *testing.T) {
 	}
 }
 
-// TestOpenedFileShrinks opens a .npy as a host array, truncates the file
-// under the mapping, and copies from and into it: each copy fails with
-// ErrHostFault (and the device's ErrCopyFailed) instead of ending the
-// process.
-func TestOpenedFileShrinks(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
+// shrunkOpenFile makes a .npy of n float32s, opens it as a host array
+// of m (writable or not), allocates for a client of m the device array
+// "x" of req (its shape and dtype set to the file's) and truncates the
+// file under the mapping.
+func shrunkOpenFile(t *testing.T, m *Manager, n int, writable bool, req ArrayRequest) (*Client, *HostArray, *ArrayResponse) {
+	t.Helper()
 	c := register(t, m, ClientOptions{})
 	path := filepath.Join(t.TempDir(), "in.npy")
-	const n = 1 << 18
 	f, err := npy.Create(path, npy.Header{Descr: "<f4", Shape: []int{n}}, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
-	h, err := m.Host().Open(path, true)
+	h, err := m.Host().Open(path, writable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Free()
-	if err := c.Queue(map[string]ArrayRequest{"d": {Shape: []int{n}, DType: Float32, Unchunkable: true}}); err != nil {
+	t.Cleanup(func() { h.Free() })
+	req.Shape, req.DType = []int{n}, Float32
+	if err := c.Queue(map[string]ArrayRequest{"x": req}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := c.Allocate(context.Background())
@@ -90,10 +90,20 @@ func TestOpenedFileShrinks(t *testing.T) {
 	if err := os.Truncate(path, 128); err != nil {
 		t.Fatal(err)
 	}
+	return c, h, resp
+}
+
+// TestOpenedFileShrinks opens a .npy as a host array, truncates the file
+// under the mapping, and copies from and into it: each copy fails with
+// ErrHostFault (and the device's ErrCopyFailed) instead of ending the
+// process.
+func TestOpenedFileShrinks(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c, h, resp := shrunkOpenFile(t, m, 1<<18, true, ArrayRequest{Unchunkable: true})
 	ctx := context.Background()
 	tests := map[string]func() error{
-		"to the device":   func() error { return c.ToDevice(ctx, resp.Arrays["d"], h) },
-		"from the device": func() error { return c.FromDevice(ctx, h, resp.Arrays["d"]) },
+		"to the device":   func() error { return c.ToDevice(ctx, resp.Arrays["x"], h) },
+		"from the device": func() error { return c.FromDevice(ctx, h, resp.Arrays["x"]) },
 	}
 	for name, copyFn := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -115,31 +125,8 @@ func TestRunBatchFromShrunkFile(t *testing.T) {
 	// A cap of a quarter of the array: the batch is chunked, and the
 	// file-backed input staged through pinned buffers.
 	m, _, _ := newManager(t, 64*MiB, WithCap(4*MiB))
-	c := register(t, m, ClientOptions{})
-	path := filepath.Join(t.TempDir(), "in.npy")
-	const n = 1 << 22
-	f, err := npy.Create(path, npy.Header{Descr: "<f4", Shape: []int{n}}, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	h, err := m.Host().Open(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Free()
-	if err := c.Queue(map[string]ArrayRequest{"x": {Shape: []int{n}, DType: Float32}}); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := c.Allocate(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(path, 128); err != nil {
-		t.Fatal(err)
-	}
-	var rep BatchReport
-	rep, err = RunBatch(context.Background(), c, Batch{
+	c, h, resp := shrunkOpenFile(t, m, 1<<22, false, ArrayRequest{})
+	rep, err := RunBatch(context.Background(), c, Batch{
 		Arrays:  []BatchArray{In(resp, "x", h)},
 		Compute: func(context.Context, *Chunk) error { return nil },
 	})
