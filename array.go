@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -31,6 +32,7 @@ type DeviceArray struct {
 	dtype   DType
 	memory  MemoryType // Device or Mapped
 	label   string
+	owner   *Client // the client it was allocated for; its copies go on its group's stream
 	freed   atomic.Bool
 	evicted atomic.Bool               // freed by an eviction (evict.go)
 	last    atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
@@ -470,14 +472,21 @@ func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 	if err != nil {
 		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
 	}
-	for row := range cc.rows {
-		c := chunk.data[row*cc.devPitch:][:cc.width]
-		f := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
-		if toChunk {
-			copy(c, f)
-		} else {
-			copy(f, c)
+	// A file-backed array whose file shrank (or whose disk filled)
+	// faults: an error wrapping ErrHostFault, not the end of the process.
+	err = safecopy.Do(func() {
+		for row := range cc.rows {
+			c := chunk.data[row*cc.devPitch:][:cc.width]
+			f := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
+			if toChunk {
+				copy(c, f)
+			} else {
+				copy(f, c)
+			}
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
 	}
 	return nil
 }

@@ -204,7 +204,7 @@ func (c *Client) Free(label string) error {
 // it out of its group and the pools (rebalancing the auto pool). Its
 // hooks are not called. When it is the last member of its stream group,
 // the group is removed and its stream closed, after the work queued on
-// it. A second Close, or a Close after the manager's,
+// it, in the background (Close does not wait for that work). A second Close, or a Close after the manager's,
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m

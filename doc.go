@@ -56,7 +56,8 @@
 //     give; with PlanOptions.Cost it bounds what the allocator says the
 //     arrays take from the device instead.
 //   - The budget Allocate plans a group with, once: the device's free
-//     memory (after trimming the allocator's cache) plus the arrays being
+//     memory (the allocator's cache trimmed only when the plan falls
+//     short for want of memory: trim.go) plus the arrays being
 //     replaced, against what the allocator states the arrays take from
 //     the device (alloc.Coster: the device hands out 2 MiB pages, so an
 //     array above the Pool's small-request size may cost its bytes rounded
@@ -139,8 +140,9 @@
 // (until Sync). The manager frees an array ordered after the stream it
 // was last copied on, even when its client has moved to another group
 // since. A stream group lives while it has clients: the last one to leave
-// (Close, ChangeStreamGroup) removes it and closes its stream, waiting
-// for the stream's work.
+// (Close, ChangeStreamGroup) removes it, and its stream is closed in the
+// background once the stream's work is done (the call does not wait for
+// it).
 // Errors wrap package sentinels (ErrOutOfMemory, ErrUnchunkable,
 // ErrRunTooLarge, ErrProportion, …) with the figures that explain them;
 // test them with errors.Is. A call that fails leaves the manager as it
@@ -158,17 +160,19 @@
 // (an Allocate cancelled after its plan may have trimmed the allocator's
 // cache, giving cached free memory back to the device). The allocator itself never
 // waits for memory (it fails with ErrOutOfMemory), so Allocate checks
-// ctx before it starts, while it waits for its locks, and once more
-// after its plan, before it frees or allocates anything; past that it
-// completes. A cancelled Sync returns at once; the device work goes on,
+// ctx before it starts, while it waits for its locks, while it trims the
+// cache (only when its plan falls short for want of memory: a trim waits
+// for the streams the cached blocks were last used on, another group's
+// too; abandoned, it finishes in the background) and once more after its
+// plan, before it frees or allocates anything; past that it completes. A cancelled Sync returns at once; the device work goes on,
 // and SetAllocator, ReinitStreams and Close still wait for it. A copy
 // checks ctx before it enqueues; a driver call in progress cannot be
 // abandoned. The calls that take no context do not wait for device
 // work, except for work already enqueued on a stream they close or
-// replace (Client.Close or ChangeStreamGroup leaving a group empty,
-// Manager.Close, SetAllocator, ReinitStreams, a free ordered after such a
-// stream) and, for SetAllocator, ReinitStreams and Manager.Close, for a
-// Sync, copy or Allocate in progress: they must finish to leave the
+// replace (Manager.Close, SetAllocator, ReinitStreams, a free ordered
+// after the stream of a group left empty) and, for SetAllocator,
+// ReinitStreams and Manager.Close, for a Sync, copy, trim or Allocate in
+// progress: they must finish to leave the
 // manager consistent, so they cannot be abandoned half-way. Under the
 // Direct allocator every free (Free, FreeAll, Close, a re-allocation, an
 // eviction) also waits, as cuMemFree does, for the work of every stream

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/share"
 )
 
@@ -66,6 +67,15 @@ var (
 	// ErrLiveHostArrays: Manager.Close found pinned, mapped or
 	// file-backed host arrays not freed; it freed them.
 	ErrLiveHostArrays = errors.New("vram: host arrays still live at Close")
+	// ErrOtherGroup: a copy by a client into or out of a device array of
+	// a client of another stream group, whose work is ordered on another
+	// stream.
+	ErrOtherGroup = errors.New("vram: array of another stream group")
+	// ErrHostFault: host memory a copy read or wrote faulted — a
+	// file-backed host array whose file shrank under its mapping, or
+	// whose disk filled. The copy fails instead of the process; the
+	// array's memory stays unusable.
+	ErrHostFault = safecopy.ErrFault
 )
 
 // errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,

@@ -186,6 +186,7 @@ type Manager struct {
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
 	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
+	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
@@ -194,6 +195,7 @@ type Manager struct {
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
 	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
+	trim       *trimRun                                       // the allocator's trim in flight (trim.go); nil: none
 	closed     bool
 }
 
@@ -376,6 +378,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
 	m.al, m.kind, m.name = next, kind, name
+	m.trims.Wait()
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
@@ -625,6 +628,7 @@ func (m *Manager) Close() error {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
 	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
+	m.trims.Wait()
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
@@ -768,8 +772,10 @@ func (c *Client) IsGrouped() bool {
 // using them on the new one; the manager frees each array ordered after
 // the stream it was last copied on). A group c leaves with no member is
 // removed and its stream closed once its work is done, so a stream
-// obtained from Stream before the move may be closed. A refused move (a
-// closed client or manager) makes no group.
+// obtained from Stream before the move may be closed. The move never
+// waits for that work (a long kernel of the old group's): the stream
+// closes in the background. A refused move (a closed client or manager)
+// makes no group.
 func (c *Client) ChangeStreamGroup(group string) error {
 	m := c.m
 	if group == "" {

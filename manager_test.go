@@ -620,6 +620,7 @@ func TestRefusalsMakeNoGroup(t *testing.T) {
 	register(t, m, ClientOptions{})
 	closed := register(t, m, ClientOptions{Group: "g"})
 	_ = closed.Close()
+	m.groups.WaitClosing() // g's stream closes in the background
 	names := m.groups.Names()
 	streams0 := dev.Leaks().Streams
 	for name, try := range map[string]func(group string) error{

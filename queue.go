@@ -211,8 +211,11 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 //
 // The budget. The group may take at most:
 //
-//   - of the device, its free memory, read after trimming the
-//     allocator's cache, plus what the arrays being replaced take, in
+//   - of the device, its free memory (the allocator's cache is trimmed,
+//     and the plan made again, only when the plan fails for want of
+//     memory or has more chunks than the cache given back would leave;
+//     the trim waits no longer than ctx: trim.go), plus what the arrays
+//     being replaced take, in
 //     device bytes as the allocator states them (alloc.Coster): the device
 //     hands out whole pages (2 MiB), and an allocator that rounds finer
 //     gets its memory as segments of pages, so each array above the
@@ -472,7 +475,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 		if err != nil {
 			return nil, err
 		}
-		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label}
+		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label, owner: p.c}
 		a.dev.setLast(s)
 		a.charged = roundUp(bytes, gran)
 	default:
@@ -482,7 +485,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 		}
 		a.host = h
 		if p.req.Memory == Mapped {
-			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label}
+			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label, owner: p.c}
 		}
 	}
 	return a, nil

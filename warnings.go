@@ -30,6 +30,10 @@ const (
 	// are more than this many times the device's free memory is warned
 	// of.
 	RequestWarnFactor = 20
+	// RequestWarning is the message of that warning, for a logger that
+	// treats it apart (vram run, whose batches are chunked on purpose,
+	// demotes it to debug).
+	RequestWarning = "vram: a stream group's requests are more than 20 times the device's free memory"
 )
 
 // warn logs the group's warnings, given its first plan's error.
@@ -52,7 +56,7 @@ func (tx *allocTx) warn(planErr error) {
 		if planErr == nil {
 			planned = strconv.Itoa(tx.plan.Chunks) + " chunks"
 		}
-		m.log.Warn("vram: a stream group's requests are more than 20 times the device's free memory",
+		m.log.Warn(RequestWarning,
 			"group", tx.group, "requested", units.Format(full), "free", units.Format(gb.free), "plan", planned)
 	}
 }

@@ -435,12 +435,18 @@ func (e *Expandable) growOnce(r request, g uint64) (*segment, uint64, error) {
 		}
 	}
 	w := e.commitLocked(pl)
+	gen := e.devGen
 	e.mu.Unlock()
 	maps, unmaps, err := e.mapPages(w.lo, w.hi)
 	e.mu.Lock()
 	e.pages.Maps += maps
 	e.pages.Unmaps += unmaps
 	if err != nil {
+		// A reset meanwhile took the range: the device refuses its
+		// addresses (as an invalid value), and the error says why.
+		if e.syncGenLocked(); e.devGen != gen && !errors.Is(err, device.ErrInvalidated) {
+			err = fmt.Errorf("%w (the device was reset while the pages were mapped: %w)", err, device.ErrInvalidated)
+		}
 		e.revertLocked(w)
 		e.mu.Unlock()
 		return nil, uint64(w.hi - w.lo), err
@@ -614,8 +620,10 @@ func (e *Expandable) release(seg *segment) error {
 		delete(e.bySeg, seg)
 		return e.releaseRange(rg) // unlocks
 	}
+	// The work stays on the books until its pages are unmapped: a reset
+	// meanwhile (dropGenerationLocked) must know that an unmapping's
+	// pages, still marked mapped, are already out of Reserved.
 	w := e.work[seg]
-	delete(e.work, seg)
 	e.mu.Unlock()
 	if w == nil {
 		return nil
@@ -629,6 +637,7 @@ func (e *Expandable) release(seg *segment) error {
 		unmaps++
 	}
 	e.mu.Lock()
+	delete(e.work, seg)
 	e.pages.Unmaps += unmaps
 	if !w.rg.dead {
 		if w.unmap {

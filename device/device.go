@@ -165,6 +165,21 @@ type AsyncAllocator interface {
 	PoolUsage() (reserved, used uint64, err error)
 }
 
+// PoolSegment is one reservation of a stream-ordered pool: Size bytes at
+// Addr.
+type PoolSegment struct {
+	Addr Ptr
+	Size uint64
+}
+
+// PoolSegmenter is an AsyncAllocator that lists its pool's reservations,
+// by address: what the driver's pool holds, which CUDA does not show but
+// the simulator does (a recorder of its history, trace.RecordReplay,
+// reads them). Found by type assertion.
+type PoolSegmenter interface {
+	PoolSegments() []PoolSegment
+}
+
 // HostBuffer is page-locked (pinned) host memory. Data is the host view;
 // DevicePtr is its device address when the buffer was mapped, else 0.
 type HostBuffer struct {

@@ -15,7 +15,12 @@
 // PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles) are
 // read as logs by ReadSnapshot: the blocks live when recording began are
 // allocated at time 0, then the allocator history follows, and
-// PyTorchFigures say what PyTorch's own allocator reserved over it.
+// PyTorchFigures say what PyTorch's own allocator reserved over it. A
+// snapshot is untrusted: its pickle is read by a decoder of plain data
+// only (nothing is imported or called), at most MaxPickleBytesPerByte
+// bytes allocated per byte of it and a fixed time per opcode, and the
+// walk over it visits at most one segment, block or entry per 4 bytes
+// (pickle.go and snapshot.go state the bound).
 // RecordReplay records a replay as a History (trace entries and the
 // segments held at the end) and WriteSnapshot pickles it as a snapshot
 // that PyTorch's memory visualizer opens.

@@ -37,7 +37,7 @@ func TestParsePlanInputErrors(t *testing.T) {
 		"dtype a number":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": 4}}}}`, []string{"requests.a.x.dtype: want a string, got a number 4"}},
 		"negative dim":      {`{"requests": {"a": {"x": {"shape": [4, -5], "dtype": "int32"}}}}`, []string{"requests.a.x.shape[1] is -5", "at least 1"}},
 		"zero dim":          {`{"requests": {"a": {"x": {"shape": [0], "dtype": "int32"}}}}`, []string{"shape[0] is 0"}},
-		"fractional dim":    {`{"requests": {"a": {"x": {"shape": [2.5], "dtype": "int32"}}}}`, []string{"shape[0]: want an integer, got 2.5"}},
+		"fractional dim":    {`{"requests": {"a": {"x": {"shape": [2.5], "dtype": "int32"}}}}`, []string{"shape[0]: want an integer, got a number 2.5"}},
 		"dim a string":      {`{"requests": {"a": {"x": {"shape": ["4"], "dtype": "int32"}}}}`, []string{`shape[0]: want an integer, got a string "4"`}},
 		"shape a string":    {`{"requests": {"a": {"x": {"shape": "4x4", "dtype": "int32"}}}}`, []string{"shape: want an array of dimensions", `got a string "4x4"`}},
 		"unknown req key":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axsi": 0}}}}`, []string{`requests.a.x: unknown key "chunk_axsi"`}},
@@ -114,7 +114,8 @@ func TestParsePlanInputValues(t *testing.T) {
 }
 
 // FuzzParsePlanInput checks that any input either parses into a request
-// set that obeys the documented invariants or fails with errInput.
+// set that obeys the documented invariants or fails with errInput, in a
+// message of a line whatever the input's values.
 func FuzzParsePlanInput(f *testing.F) {
 	f.Add([]byte(`{"budget": 268435456, "granularity": 512, "buffers": 1, "requests": {"outputs": {"state": {"shape": [201, 4, 1000000], "dtype": "float32", "chunk_axis": 2, "unchunkable": false, "total_runs": 1000000}}}}`))
 	f.Add([]byte(`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`))
@@ -126,7 +127,10 @@ func FuzzParsePlanInput(f *testing.F) {
 		in, err := parsePlanInput(data)
 		if err != nil {
 			if !errors.Is(err, errInput) {
-				t.Fatalf("error %q does not wrap errInput", err)
+				t.Fatalf("error %.200q does not wrap errInput", err)
+			}
+			if len(err.Error()) > 1024 {
+				t.Fatalf("an error of %d bytes for %d bytes of input: %.200q…", len(err.Error()), len(data), err)
 			}
 			return
 		}

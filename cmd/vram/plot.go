@@ -8,7 +8,6 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +16,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // plotFormats are the file extensions --plot writes.
@@ -117,7 +118,7 @@ func plotTimelines(path, title string, lines []timeline) error {
 	if err != nil {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path, func(w io.Writer) error { _, err := wt.WriteTo(w); return err }); err != nil {
+	if err := userfile.Write(path, userfile.Options{}, func(w io.Writer) error { _, err := wt.WriteTo(w); return err }); err != nil {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
 	return nil
@@ -155,35 +156,6 @@ func newTimelinePlot(title, unit string) *plot.Plot {
 	p.Legend.ThumbnailWidth = vg.Points(24)
 	p.Add(plotter.NewGrid())
 	return p
-}
-
-// writeFileAtomic writes a file through a temporary file beside it and a
-// rename, so that path holds either its old content or all of the new,
-// never a part (an interrupted or failed write leaves no partial plot).
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err := write(f); err != nil {
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // plotUnit picks the byte unit for an axis whose largest value is top,

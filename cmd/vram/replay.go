@@ -109,7 +109,7 @@ visualizer (pytorch.org/memory_viz) opens.`,
   vram replay --allocator pool --snapshot-out pool.pickle trace.csv`,
 		Args: usageArgs(1, -1, "at least one TRACE.csv or SNAPSHOT.pickle: an RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream) or a PyTorch memory snapshot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkSnapshotOut(f.snapshot, len(args)); err != nil {
+			if err := checkSnapshotOut(f.snapshot, args); err != nil {
 				return err
 			}
 			return a.replay(args, f)
@@ -136,17 +136,12 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		}
 		// replaySimConfig leaves the granularity at the simulator's.
 		if size < sim.DefaultGranularity {
-			return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
-				f.vram, units.Format(sim.DefaultGranularity))
+			return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+				f.vram, bytesNote(f.vram), units.Format(sim.DefaultGranularity))
 		}
 	}
-	if f.plot != "" {
-		if err := checkPlotPath(f.plot); err != nil {
-			return err
-		}
-		if len(paths) > 1 {
-			return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
-		}
+	if err := checkPlot(f.plot, paths); err != nil {
+		return err
 	}
 	samples := 0
 	if f.plot != "" {
@@ -169,8 +164,8 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if size != 0 {
 			cfg.TotalBytes = size
 			if g := cfg.Granularity; g != 0 && size < g {
-				return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
-					f.vram, units.Format(g))
+				return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+					f.vram, bytesNote(f.vram), units.Format(g))
 			}
 		}
 		sum := trace.Summarize(events)
@@ -358,4 +353,23 @@ func rate(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// checkPlot checks --plot (if given) before any replay: a format we
+// write, one trace, and a path that is not the trace nor anything but a
+// regular file.
+func checkPlot(plot string, paths []string) error {
+	if plot == "" {
+		return nil
+	}
+	if err := checkPlotPath(plot); err != nil {
+		return err
+	}
+	if err := checkOutput("--plot", plot, paths); err != nil {
+		return err
+	}
+	if len(paths) > 1 {
+		return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
+	}
+	return nil
 }

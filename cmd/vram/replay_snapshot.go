@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 	"github.com/vramkit/vram/trace"
 )
 
@@ -68,18 +70,32 @@ func readReplayTrace(ctx context.Context, path string) ([]trace.Event, *pytorchF
 	return s.Events, pf, nil
 }
 
-// checkSnapshotOut checks --snapshot-out before any replay runs.
-func checkSnapshotOut(path string, traces int) error {
+// checkSnapshotOut checks --snapshot-out before any replay runs: one
+// trace, a directory that exists, and a path that is not the trace nor
+// anything but a regular file.
+func checkSnapshotOut(path string, traces []string) error {
 	if path == "" {
 		return nil
 	}
-	if traces > 1 {
-		return usagef("--snapshot-out records one replay; give one trace (got %d)", traces)
+	if len(traces) > 1 {
+		return usagef("--snapshot-out records one replay; give one trace (got %d)", len(traces))
 	}
 	if d := filepath.Dir(path); d != "." {
 		if st, err := os.Stat(d); err != nil || !st.IsDir() {
 			return usagef("--snapshot-out %s: the directory %s does not exist", path, d)
 		}
+	}
+	return checkOutput("--snapshot-out", path, traces)
+}
+
+// checkOutput refuses an output path of flag that is one of the inputs
+// or exists and is not a regular file: a usage error.
+func checkOutput(flag, path string, inputs []string) error {
+	if _, _, err := userfile.Check(path, userfile.Options{Inputs: inputs}); err != nil {
+		if errors.Is(err, userfile.ErrIsInput) || errors.Is(err, userfile.ErrNotRegular) {
+			return usagef("%s: %w", flag, err)
+		}
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
 }

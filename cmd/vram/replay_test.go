@@ -403,16 +403,43 @@ func TestReplaySnapshotOut(t *testing.T) {
 	}
 }
 
+// TestReplaySnapshotOutRefused refuses a --snapshot-out (or a --plot)
+// that cannot be written, or not without destroying a file: the trace
+// itself (by its name, another name or a link), a directory, a device.
+// The trace is left as it was.
 func TestReplaySnapshotOutRefused(t *testing.T) {
-	tests := map[string][]string{
-		"two traces":     {"--snapshot-out", filepath.Join(t.TempDir(), "a.pickle"), smallTrace, smallTrace},
-		"no such folder": {"--snapshot-out", filepath.Join(t.TempDir(), "missing", "a.pickle"), smallTrace},
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "trace.csv")
+	orig, err := os.ReadFile(smallTrace)
+	must(t, err)
+	must(t, os.WriteFile(tr, orig, 0o644))
+	link := filepath.Join(dir, "link.pickle")
+	must(t, os.Symlink("trace.csv", link))
+	svg := filepath.Join(dir, "trace.svg")
+	must(t, os.WriteFile(svg, orig, 0o644))
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"two traces":         {[]string{"--snapshot-out", filepath.Join(t.TempDir(), "a.pickle"), smallTrace, smallTrace}, "one trace"},
+		"no such folder":     {[]string{"--snapshot-out", filepath.Join(t.TempDir(), "missing", "a.pickle"), smallTrace}, "does not exist"},
+		"the trace":          {[]string{"--snapshot-out", tr, tr}, "is the input"},
+		"the trace, renamed": {[]string{"--snapshot-out", filepath.Join(dir, ".", "trace.csv"), tr}, "is the input"},
+		"a link to it":       {[]string{"--snapshot-out", link, tr}, "is the input"},
+		"a directory":        {[]string{"--snapshot-out", dir, tr}, "not a regular file"},
+		"a device":           {[]string{"--snapshot-out", os.DevNull, tr}, "not a regular file"},
+		"--plot the trace":   {[]string{"--plot", svg, svg}, "is the input"},
 	}
-	for name, args := range tests {
+	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, stderr, code := cli(t, "", append([]string{"replay"}, args...)...)
-			if code != exitUsage || !strings.Contains(stderr, "--snapshot-out") {
-				t.Errorf("exit %d, want %d naming --snapshot-out; stderr:\n%s", code, exitUsage, stderr)
+			_, stderr, code := cli(t, "", append([]string{"replay"}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, want %d saying %q; stderr:\n%s", code, exitUsage, tc.want, stderr)
+			}
+			for _, p := range []string{tr, svg} {
+				if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, orig) {
+					t.Errorf("%s after the refused replay: %d bytes (%v), want it as it was", p, len(b), err)
+				}
 			}
 		})
 	}

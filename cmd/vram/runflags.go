@@ -4,10 +4,13 @@
 package main
 
 import (
+	"fmt"
 	"math"
+	"strings"
 
 	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // jobShape is the batch's fixed figures, checked.
@@ -63,6 +66,14 @@ func (f runFlags) check() (jobShape, error) {
 			return js, err
 		}
 	}
+	if err := checkNPYName("--out", f.out); err != nil {
+		return js, err
+	}
+	if f.out != "" {
+		if _, _, err := userfile.Check(f.out, userfile.Options{}); err != nil {
+			return js, usagef("--out: %w", err)
+		}
+	}
 	if f.hostMem != "" {
 		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {
 			return js, usagef("--host-mem %q: want a size such as 512MiB", f.hostMem)
@@ -78,4 +89,24 @@ func (f runFlags) check() (jobShape, error) {
 		shard:   shard.One,
 		total:   f.runs,
 	}, nil
+}
+
+// bytesNote says, for a size flag's text given without a unit, that it
+// was read as bytes (--vram 64 is 64 bytes, not 64 MiB); "" otherwise.
+func bytesNote(text string) string {
+	t := strings.TrimSpace(text)
+	if t == "" || strings.TrimLeft(t, "0123456789") != "" {
+		return ""
+	}
+	return fmt.Sprintf(" (read as %s bytes: a size without a unit is bytes; write %sMiB or %sGiB for more)", t, t, t)
+}
+
+// checkNPYName refuses a .npy output of what (a flag, an argument) whose
+// name does not end in .npy: the file is a NumPy array, and a shard's part
+// and manifest are named after it ("" is no output).
+func checkNPYName(what, path string) error {
+	if path == "" || strings.HasSuffix(path, ".npy") {
+		return nil
+	}
+	return usagef("%s %q: want a file name ending in .npy (the file is a NumPy array, and a shard's parts are named after it)", what, path)
 }

@@ -129,13 +129,13 @@ memory available is refused before anything is allocated, unless --out
 or --host-mem is given.
 
 --out FILE.npy writes the trajectories to FILE.npy as each chunk comes
-back, never holding more than a chunk of them: one float32 array in C
-order of shape (samples, 2, runs), element [k, 0, i] run i's x at sample
-k and [k, 1, i] its v (numpy.load reads it; mmap_mode="r" maps it). The
-sampled runs are verified from the file. --host-mem SIZE caps the host
-RAM of the job's host arrays and pinned staging buffers; arrays past it
-spill to memory-mapped files in $VRAM_SPILL_DIR (default the temporary
-directory), and the chunks are staged through fewer buffers.
+back, never holding more than a chunk: one float32 array in C order of
+shape (samples, 2, runs), [k, 0, i] run i's x at sample k and [k, 1, i]
+its v (numpy.load reads it), verified from the file, which is written
+beside FILE.npy and renamed to it only once the job succeeds. --host-mem
+SIZE caps the host RAM of the job's host arrays and staging buffers;
+arrays past it spill to memory-mapped files in $VRAM_SPILL_DIR (default
+the temporary directory), and chunks are staged through fewer buffers.
 
 ` + shardHelp + devicesHelp + `Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
 ends it at once.
@@ -205,7 +205,9 @@ type job struct {
 	plan    vram.ChunkPlan
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
-	traj                          *trajFile       // --out; nil without
+	outPath                       string          // --out ("": none)
+	hostCap                       uint64          // --host-mem (0: none)
+	traj                          *trajFile       // --out, once made; nil without
 	rungs                         map[string]string
 }
 
@@ -248,7 +250,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
+	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}
@@ -263,13 +265,10 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err := kern.Load(dev); err != nil {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
-	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{}}
-	if f.out != "" {
-		if err := j.openOut(f.out); err != nil {
-			return err
-		}
-		defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
-	}
+	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{},
+		outPath: f.out, hostCap: hostCap}
+	// The --out file, made once the plan shows the staging fits (allocate).
+	defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	ms, err := a.startMetrics(f, m)
 	if err != nil {
 		return err
@@ -409,10 +408,19 @@ func (j *job) check(want int, rep *runReport) error {
 }
 
 // allocate registers the two clients, queues their requests, allocates
-// them planned together, and makes the full-length host arrays.
+// them planned together, checks that one chunk's staging fits
+// --host-mem, and makes the --out file and the full-length host arrays.
 func (j *job) allocate(double bool) error {
 	if err := j.register(double); err != nil {
 		return err
+	}
+	if err := j.checkStaging(); err != nil {
+		return err
+	}
+	if j.outPath != "" {
+		if err := j.openOut(j.outPath); err != nil {
+			return err
+		}
 	}
 	if err := j.makeHostArrays(); err != nil {
 		return err

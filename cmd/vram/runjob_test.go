@@ -160,6 +160,8 @@ func TestRunErrors(t *testing.T) {
 		"bad allocator":         {[]string{"--allocator", "slab"}, exitUsage, `--allocator "slab"`},
 		"bad vram":              {[]string{"--vram", "big"}, exitUsage, `--vram "big"`},
 		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--vram 1MiB: want at least 2 MiB, one page of the simulator`},
+		"out not a .npy":        {[]string{"--out", "r.txt"}, exitUsage, `--out "r.txt": want a file name ending in .npy`},
+		"vram with no unit":     {[]string{"--vram", "64"}, exitUsage, `--vram 64 (read as 64 bytes: a size without a unit is bytes; write 64MiB or 64GiB for more): want at least 2 MiB`},
 		"vram below its page":   {[]string{"--device", "sim:granularity=64KiB", "--vram", "32KiB"}, exitUsage, `--vram 32KiB: want at least 64 KiB`},
 		"unstable dt":           {[]string{"--runs", "2000", "--dt", "1", "--steps", "50"}, exitUsage, "RK4 is unstable at this step"},
 		"sized twice":           {[]string{"--device", "sim:vram=1GiB", "--vram", "1GiB"}, exitUsage, "give one of them"},

@@ -169,15 +169,33 @@ func TestNumpyReadsOutFile(t *testing.T) {
 }
 
 // TestRunHostMemTooSmall gives --host-mem less than one chunk's staging
-// buffer: the job fails with what to change, and leaves no --out file.
+// buffer, with --out and without: the job fails with what to change as
+// soon as the plan is known, before it makes the host arrays (nothing
+// spilled) or the --out file.
 func TestRunHostMemTooSmall(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "r.npy")
-	_, stderr, code := cli(t, "", hostCapRun("--out", out, "--host-mem", "64KiB")...)
-	if code != exitFailure || !strings.Contains(stderr, "raise --host-mem, or lower --vram") || !strings.Contains(stderr, "staging pool") {
-		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying to raise --host-mem", code, stderr, exitFailure)
-	}
-	if _, err := os.Stat(out); !os.IsNotExist(err) {
-		t.Errorf("--out file after a failed job: %v, want none", err)
+	for _, withOut := range []bool{true, false} {
+		t.Run(map[bool]string{true: "--out", false: "spilled"}[withOut], func(t *testing.T) {
+			spill := t.TempDir()
+			t.Setenv("VRAM_SPILL_DIR", spill)
+			dir := t.TempDir()
+			args := []string{"--host-mem", "64KiB"}
+			if withOut {
+				args = append(args, "--out", filepath.Join(dir, "r.npy"))
+			}
+			_, stderr, code := cli(t, "", hostCapRun(args...)...)
+			if code != exitFailure || !strings.Contains(stderr, "holds less than one chunk's staging") ||
+				!strings.Contains(stderr, "raise --host-mem to at least 1 MiB, or lower --vram") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d saying to raise --host-mem", code, stderr, exitFailure)
+			}
+			if strings.Contains(stderr, "make the host arrays") {
+				t.Errorf("the job made its host arrays before it found --host-mem too small:\n%s", stderr)
+			}
+			for _, d := range []string{dir, spill} {
+				if es, _ := os.ReadDir(d); len(es) != 0 {
+					t.Errorf("%d files in %s after the failed job, want none", len(es), d)
+				}
+			}
+		})
 	}
 }
 
