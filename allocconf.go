@@ -36,7 +36,9 @@ type allocConf struct {
 // ParseAllocConf reads an allocator configuration — comma-separated
 // key:value pairs, each key at most once — into manager options:
 //
-//	kind               pool, direct or async (WithAllocator)
+//	kind               pool, direct or async, or an alias of the allocator
+//	                   that names the kind, such as cubie's cupy, default
+//	                   and cupy_async (ParseAllocatorKind; WithAllocator)
 //	expandable         true or false: with kind pool, alloc.Expandable or the
 //	                   segment alloc.Pool (WithExpandable); unset, Expandable
 //	                   where the device manages virtual memory
@@ -53,7 +55,7 @@ type allocConf struct {
 func ParseAllocConf(s string) ([]Option, error) {
 	c, err := parseAllocConf(s)
 	if err != nil {
-		return nil, fmt.Errorf("vram: %s %q: %w", AllocConfEnv, s, err)
+		return nil, fmt.Errorf("vram: %s %s: %w", AllocConfEnv, clipConf(s), err)
 	}
 	return c.options(), nil
 }
@@ -75,9 +77,9 @@ func parseAllocConf(s string) (allocConf, error) {
 		case strings.TrimSpace(entry) == "":
 			return c, fmt.Errorf("an empty entry; want key:value pairs separated by commas: %w", ErrAllocConf)
 		case !ok || val == "":
-			return c, fmt.Errorf("key %q has no value; write %s:VALUE: %w", key, key, ErrAllocConf)
+			return c, noValue(entry)
 		case seen[key]:
-			return c, fmt.Errorf("key %q is given twice: %w", key, ErrAllocConf)
+			return c, fmt.Errorf("key %s is given twice: %w", clipConf(key), ErrAllocConf)
 		}
 		seen[key] = true
 		if err := c.set(key, val); err != nil {
@@ -87,16 +89,38 @@ func parseAllocConf(s string) (allocConf, error) {
 	return c, c.check()
 }
 
+// clipConf quotes a piece of the configuration for a message: at most
+// 40 bytes of it.
+func clipConf(s string) string {
+	if len(s) > 40 {
+		return fmt.Sprintf("%q…", s[:40])
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// noValue is the error of an entry with no key:value pair, with the
+// entry as it should have been written: "kind=pool" is kind:pool.
+func noValue(entry string) error {
+	e := strings.TrimSpace(entry)
+	if k, v, ok := strings.Cut(e, "="); ok && strings.TrimSpace(v) != "" {
+		return fmt.Errorf("entry %s: keys and values are separated by ':', not '='; write %s: %w",
+			clipConf(e), clipConf(strings.TrimSpace(k)+":"+strings.TrimSpace(v)), ErrAllocConf)
+	}
+	key, _, _ := strings.Cut(e, ":")
+	key = strings.TrimSpace(key)
+	return fmt.Errorf("key %s has no value; write %s: %w", clipConf(key), clipConf(key+":VALUE"), ErrAllocConf)
+}
+
 // set reads one key's value.
 func (c *allocConf) set(key, val string) error {
 	switch key {
 	case "kind":
-		if strings.EqualFold(val, "expandable") {
-			return fmt.Errorf("kind %q: expandable is a choice of kind pool; write kind:pool,expandable:true: %w", val, ErrAllocConf)
+		if strings.EqualFold(val, alloc.NameExpandable) {
+			return fmt.Errorf("kind %s: expandable is a choice of kind pool; write kind:pool,expandable:true: %w", clipConf(val), ErrAllocConf)
 		}
 		k, err := ParseAllocatorKind(val)
 		if err != nil {
-			return fmt.Errorf("kind %q: want pool, direct or async: %w", val, ErrAllocConf)
+			return fmt.Errorf("kind %s: want %s: %w", clipConf(val), kindNames(), ErrAllocConf)
 		}
 		c.kind = &k
 	case "expandable":
@@ -106,16 +130,16 @@ func (c *allocConf) set(key, val string) error {
 			b = true
 		case "false":
 		default:
-			return fmt.Errorf("expandable %q: want true or false: %w", val, ErrAllocConf)
+			return fmt.Errorf("expandable %s: want true or false: %w", clipConf(val), ErrAllocConf)
 		}
 		c.expandable = &b
 	case "limit", "release_threshold":
 		n, err := units.ParseSize(val)
 		if err != nil {
-			return fmt.Errorf("%s %q: want a size such as 8GiB: %w", key, val, ErrAllocConf)
+			return fmt.Errorf("%s %s: want a size such as 8GiB: %w", key, clipConf(val), ErrAllocConf)
 		}
 		if key == "limit" && n == 0 {
-			return fmt.Errorf("limit %q: want a size above 0 (leave the key out for no limit): %w", val, ErrAllocConf)
+			return fmt.Errorf("limit %s: want a size above 0 (leave the key out for no limit): %w", clipConf(val), ErrAllocConf)
 		}
 		if key == "limit" {
 			c.limit = &n
@@ -123,7 +147,7 @@ func (c *allocConf) set(key, val string) error {
 			c.release = &n
 		}
 	default:
-		return fmt.Errorf("unknown key %q; want %s: %w", key, strings.Join(allocConfKeys, ", "), ErrAllocConf)
+		return fmt.Errorf("unknown key %s; want %s: %w", clipConf(key), strings.Join(allocConfKeys, ", "), ErrAllocConf)
 	}
 	return nil
 }

@@ -70,6 +70,8 @@ func TestParseAllocConf(t *testing.T) {
 		"kind:pool,kind:async":             `key "kind" is given twice`,
 		"kind:pool,":                       "empty entry",
 		"limit":                            `key "limit" has no value`,
+		"kind=pool":                        "separated by ':', not '='; write \"kind:pool\"",
+		"kind:pool,limit = 8GiB":           "write \"limit:8GiB\"",
 		"kind:async,expandable:true":       "expandable applies to kind pool",
 		"kind:direct,release_threshold:1G": "kind direct caches nothing",
 		"kind:pool,release_threshold:1GiB": "needs expandable:true",

@@ -58,6 +58,9 @@ type allocTx struct {
 // allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
+	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (rebroadcast.go)
+		return res, err
+	}
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
@@ -69,6 +72,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 		tx.restoreQueue()
 		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
 	}
+	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(tx.claim(err))
 	}
@@ -82,7 +86,6 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	tx.freeReplaced(&res)
 	res.invalidated = tx.victims
 	tx.settleClaims()
-	tx.warn()
 	return res, nil
 }
 
@@ -135,8 +138,23 @@ func (tx *allocTx) restoreQueue() {
 }
 
 // planOnce reads the budget and plans the group against the allocator's
-// stated cost; errors say what bounds the budget.
+// stated cost, trimming the allocator's cache and planning again only
+// when that could help (trim.go); errors say what bounds the budget.
 func (tx *allocTx) planOnce() error {
+	tx.gb.trimmed = false
+	err := tx.planBudget()
+	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
+		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
+			return fmt.Errorf("vram: allocate group %q: %w", tx.group, terr)
+		}
+		tx.gb.trimmed = true
+		err = tx.planBudget()
+	}
+	return err
+}
+
+// planBudget reads the budget and plans the group once.
+func (tx *allocTx) planBudget() error {
 	if err := tx.m.readBudget(&tx.gb); err != nil {
 		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
 	}
@@ -152,21 +170,15 @@ func (tx *allocTx) planOnce() error {
 	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
 		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
 	}
-	return fmt.Errorf("vram: allocate group %q with %s: %w", tx.group, &tx.gb, err)
+	return fmt.Errorf("vram: allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
 }
 
-// readBudget trims the allocator's cache, reads the device's free memory,
-// the allocator's statement of costs and the room its caps leave, then
-// what the arrays being replaced and the group hold. allocMu must be
-// held.
+// readBudget reads the device's free memory (the allocator's cache is
+// not counted: a cached block may be too fragmented to serve, and
+// trimming waits for other streams' work; see trim.go), the allocator's
+// statement of costs and the room its caps leave, then what the arrays
+// being replaced and the group hold. allocMu must be held.
 func (m *Manager) readBudget(b *groupBudget) error {
-	// Give the cache back so that free memory is what the device can
-	// really give (a cached block may be too fragmented to serve); what
-	// the allocator still caches after the trim sits in segments that
-	// are partly in use, too fragmented to count on.
-	if err := m.al.Trim(); err != nil && !errors.Is(err, alloc.ErrClosed) {
-		return fmt.Errorf("trim the allocator: %w", err)
-	}
 	free, _, err := m.dev.MemInfo()
 	if err != nil {
 		return fmt.Errorf("read device memory: %w", err)
@@ -200,13 +212,8 @@ func (m *Manager) heldLocked(b *groupBudget) {
 	b.replaced, b.caps, b.held = 0, 0, 0
 	b.claimed = m.claimedLocked(b.group)
 	for _, c := range b.requesters {
-		if c.closed {
-			continue
-		}
-		for l := range b.queue[c] {
-			for _, a := range c.arrays[l] {
-				b.replaced += a.charged
-			}
+		if !c.closed {
+			b.replaced += c.replacedLocked(b.queue[c])
 		}
 	}
 	if b.mode == Active {
@@ -215,6 +222,7 @@ func (m *Manager) heldLocked(b *groupBudget) {
 			b.held += c.held
 		}
 	}
+	m.ownRoomLocked(b)
 }
 
 // setAsideReplaced frees the arrays being replaced before the new ones
@@ -292,11 +300,19 @@ func (tx *allocTx) allocate() error {
 	}
 }
 
-// replan plans again with beyond more device bytes kept back.
+// replan plans again with beyond more device bytes kept back. The
+// allocation just failed for want of memory, and the arrays it made went
+// back to the allocator's cache: it is trimmed first (trim.go).
 func (tx *allocTx) replan(beyond uint64) error {
 	m := tx.m
 	m.replans.Add(1)
 	tx.gb.lost = satAdd(tx.gb.lost, beyond)
+	if m.cached() > 0 {
+		if err := m.trimCtx(tx.ac.ctx); err != nil {
+			return err
+		}
+		tx.gb.trimmed = true
+	}
 	err := m.readBudget(&tx.gb)
 	if err == nil {
 		var next ChunkPlan
@@ -391,6 +407,7 @@ func (tx *allocTx) install() groupOutcome {
 		}
 	}
 	linkGroup(res.out)
+	m.plans[tx.group] = tx.plan // sent again by an Allocate with nothing queued
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
 		if d.c == tx.trigger {

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -31,6 +32,7 @@ type DeviceArray struct {
 	dtype   DType
 	memory  MemoryType // Device or Mapped
 	label   string
+	owner   *Client // the client it was allocated for; its copies go on its group's stream
 	freed   atomic.Bool
 	evicted atomic.Bool               // freed by an eviction (evict.go)
 	last    atomic.Pointer[streamRef] // the stream of the allocation or the latest copy
@@ -71,6 +73,10 @@ func (a *DeviceArray) Dim(i int) int { return a.shape[i] }
 
 // DType is the element type.
 func (a *DeviceArray) DType() DType { return a.dtype }
+
+// ElemType is the element type's NumPy name ("float32"): a kernel's
+// typed views check it (kernel.Typed).
+func (a *DeviceArray) ElemType() string { return a.dtype.String() }
 
 // Strides are the row-major strides in bytes.
 func (a *DeviceArray) Strides() []int { return stridesOf(a.shape, a.dtype.Size()) }
@@ -276,59 +282,130 @@ func pageable(n uint64) ([]byte, error) {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), n), nil
 }
 
-// fill copies like (nil, a *HostArray, or a slice of the array's element
-// type with as many elements) into h.
+// fill copies like into h: nil (nothing), a *HostArray of h's dtype, or
+// a slice of h's element type. A slice with h.Len() elements is h's
+// elements in row-major order; any other like is broadcast as NumPy
+// broadcasts an assignment (cubie's create_host_array does arr[:] =
+// like): a slice is a 1-D array of its length, and each of like's
+// dimensions, matched from the last, must equal h's or be 1 (leading
+// dimensions of 1 beyond h's are dropped). Types are never converted.
 func fill(h *HostArray, like any) error {
 	var src []byte
+	var shape []int
 	switch v := like.(type) {
 	case nil:
 		return nil
 	case *HostArray:
-		if v.dtype != h.dtype || !slices.Equal(v.shape, h.shape) {
-			return fmt.Errorf("like is %v%v, want %v%v: %w", v.dtype, v.shape, h.dtype, h.shape, ErrMismatch)
+		if v.dtype != h.dtype {
+			return fmt.Errorf("like is %v%v, want %v elements for %v%v (vram converts no types): %w", v.dtype, v.shape, h.dtype, h.dtype, h.shape, ErrMismatch)
 		}
-		src = v.Data()
-		if src == nil {
+		if src = v.Data(); src == nil {
 			return fmt.Errorf("like: %w", ErrFreed)
 		}
+		shape = v.shape
 	case []float64:
-		src = sliceBytes(v, Float64, h)
+		src, shape = sliceBytes(v, Float64, h)
 	case []float32:
-		src = sliceBytes(v, Float32, h)
+		src, shape = sliceBytes(v, Float32, h)
 	case []int32:
-		src = sliceBytes(v, Int32, h)
+		src, shape = sliceBytes(v, Int32, h)
 	case []int64:
-		src = sliceBytes(v, Int64, h)
+		src, shape = sliceBytes(v, Int64, h)
 	case []uint8:
-		src = sliceBytes(v, Uint8, h)
+		src, shape = sliceBytes(v, Uint8, h)
 	case []uint32:
-		src = sliceBytes(v, Uint32, h)
+		src, shape = sliceBytes(v, Uint32, h)
 	case []complex64:
-		src = sliceBytes(v, Complex64, h)
+		src, shape = sliceBytes(v, Complex64, h)
 	case []complex128:
-		src = sliceBytes(v, Complex128, h)
+		src, shape = sliceBytes(v, Complex128, h)
 	default:
 		return fmt.Errorf("like is a %T; want nil, a *HostArray or a slice of %v: %w", like, h.dtype, ErrMismatch)
 	}
 	if src == nil {
-		return fmt.Errorf("like is a %T of %d elements; want a %s of %d elements for %v%v: %w",
-			like, reflect.ValueOf(like).Len(), goSliceType(h.dtype), h.Len(), h.dtype, h.shape, ErrMismatch)
+		return fmt.Errorf("like is a %T of %d elements; want a %s for %v%v: %w",
+			like, reflect.ValueOf(like).Len(), goSliceType(h.dtype), h.dtype, h.shape, ErrMismatch)
 	}
-	copy(h.data, src)
+	if !broadcastCopy(h.data, h.shape, src, shape, int(h.dtype.Size())) {
+		return fmt.Errorf("like of shape %v does not broadcast to %v%v: each of its dimensions, matched from the last, must equal the array's or be 1 (NumPy's rule; a slice of %d elements fills the array in row-major order): %w",
+			shape, h.dtype, h.shape, h.Len(), ErrMismatch)
+	}
 	return nil
 }
 
-// sliceBytes returns the bytes of v if its dtype and length match h, else
-// nil.
-func sliceBytes[T any](v []T, d DType, h *HostArray) []byte {
-	if d != h.dtype || len(v) != h.Len() {
-		return nil
+// broadcastCopy copies src, an array of shape from, into dst, of shape
+// to, broadcasting as NumPy does (see fill), in elements of size bytes;
+// false when from does not broadcast to to.
+func broadcastCopy(dst []byte, to []int, src []byte, from []int, size int) bool {
+	for len(from) > len(to) && from[0] == 1 {
+		from = from[1:]
+	}
+	if len(from) > len(to) {
+		return false
+	}
+	n := len(to)
+	sh := make([]int, n) // from, padded with leading 1s
+	for i := range sh {
+		sh[i] = 1
+	}
+	copy(sh[n-len(from):], from)
+	for i := range n {
+		if sh[i] != to[i] && sh[i] != 1 {
+			return false
+		}
+	}
+	// The trailing dimensions that match are copied as one block; the
+	// others are walked, a broadcast one (length 1) with no step in src.
+	k := n
+	block := size
+	for k > 0 && sh[k-1] == to[k-1] {
+		k--
+		block *= to[k]
+	}
+	if k == 0 {
+		copy(dst, src[:block])
+		return true
+	}
+	step := make([]int, k) // bytes src moves per index of dimension i
+	acc := block
+	for i := k - 1; i >= 0; i-- {
+		if sh[i] != 1 {
+			step[i] = acc
+		}
+		acc *= sh[i]
+	}
+	idx := make([]int, k)
+	for d, s := 0, 0; d < len(dst); d += block {
+		copy(dst[d:d+block], src[s:s+block])
+		for i := k - 1; i >= 0; i-- { // the next index, odometer style
+			idx[i]++
+			s += step[i]
+			if idx[i] < to[i] {
+				break
+			}
+			s -= step[i] * idx[i]
+			idx[i] = 0
+		}
+	}
+	return true
+}
+
+// sliceBytes returns the bytes of v and the shape they fill h as: h's
+// own for as many elements as h has, else [len(v)] (broadcast by fill);
+// nil when v's element type is not h's dtype.
+func sliceBytes[T any](v []T, d DType, h *HostArray) ([]byte, []int) {
+	if d != h.dtype {
+		return nil, nil
+	}
+	shape := []int{len(v)}
+	if len(v) == h.Len() {
+		shape = h.shape
 	}
 	if len(v) == 0 {
-		return []byte{}
+		return []byte{}, shape
 	}
 	var zero T
-	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), uintptr(len(v))*unsafe.Sizeof(zero))
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), uintptr(len(v))*unsafe.Sizeof(zero)), shape
 }
 
 // goSliceType names the Go slice type that holds a dtype's elements.
@@ -395,14 +472,21 @@ func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 	if err != nil {
 		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
 	}
-	for row := range cc.rows {
-		c := chunk.data[row*cc.devPitch:][:cc.width]
-		f := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
-		if toChunk {
-			copy(c, f)
-		} else {
-			copy(f, c)
+	// A file-backed array whose file shrank (or whose disk filled)
+	// faults: an error wrapping ErrHostFault, not the end of the process.
+	err = safecopy.Do(func() {
+		for row := range cc.rows {
+			c := chunk.data[row*cc.devPitch:][:cc.width]
+			f := full.data[cc.hostOff+row*cc.hostPitch:][:cc.width]
+			if toChunk {
+				copy(c, f)
+			} else {
+				copy(f, c)
+			}
 		}
+	})
+	if err != nil {
+		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
 	}
 	return nil
 }

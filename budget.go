@@ -38,7 +38,8 @@ type groupBudget struct {
 	queue      map[*Client]map[string]ArrayRequest
 
 	mode     LimitMode
-	free     uint64 // device free memory after trimming the allocator's cache
+	free     uint64 // device free memory (after trimming the allocator's cache, when trimmed)
+	trimmed  bool   // the cache was given back before free was read (trim.go)
 	replaced uint64 // allocator bytes of the arrays being replaced
 	// Active mode: the members' caps and what they hold (allocator bytes).
 	caps, held uint64
@@ -51,6 +52,10 @@ type groupBudget struct {
 	// SetCap lowered it (replan.go): room is then 0, and the arrays being
 	// replaced give back only what exceeds this.
 	over uint64
+
+	// own is, in Active mode, each requester's own room by client name
+	// (owncaps.go); nil in Passive mode.
+	own map[string]ownRoom
 
 	// lost is device memory an allocator that does not state its cost
 	// took beyond it in earlier tries of this allocation, kept back.
@@ -147,8 +152,12 @@ func (b *groupBudget) planCost() (budget uint64, cost func([]uint64) uint64) {
 // bounds it.
 func (b *groupBudget) String() string {
 	var s strings.Builder
-	fmt.Fprintf(&s, "%s mode, budget %s: %s free on the device after trimming the allocator's cache",
-		b.mode, units.Format(b.budget), units.Format(b.free))
+	// What there is is written as the plan's errors write it (rounded
+	// down), so that the budget and the bound it is never read apart.
+	fmt.Fprintf(&s, "%s mode, budget %s: %s free on the device", b.mode, bytesDown(b.budget), bytesDown(b.free))
+	if b.trimmed {
+		s.WriteString(" after trimming the allocator's cache")
+	}
 	if b.replaced > 0 {
 		fmt.Fprintf(&s, " + %s of arrays being replaced", units.Format(b.replaced))
 	}
@@ -165,15 +174,15 @@ func (b *groupBudget) String() string {
 	}
 	if r := b.capRoom(); r < math.MaxUint64 {
 		fmt.Fprintf(&s, ", at most %s under the group's caps (%s, less %s its members hold)",
-			units.Format(r), units.Format(b.caps), units.Format(b.held-min(b.held, b.replaced)))
+			bytesDown(r), units.Format(b.caps), units.Format(b.held-min(b.held, b.replaced)))
 	}
 	if r := b.limRoom(); r < math.MaxUint64 {
-		left := units.Format(b.room) + " left"
+		left := bytesDown(b.room) + " left"
 		if b.over > 0 {
 			left = units.Format(b.over) + " over it"
 		}
 		fmt.Fprintf(&s, ", at most %s under the allocation cap (%s%s)",
-			units.Format(r), left, replacedNote(b.replaced))
+			bytesDown(r), left, replacedNote(b.replaced))
 	}
 	return s.String()
 }
@@ -183,6 +192,47 @@ func replacedNote(n uint64) string {
 		return ""
 	}
 	return " + " + units.Format(n) + " being replaced"
+}
+
+// BudgetBound says what bounded the memory a group could plan with. A
+// plain value.
+type BudgetBound uint8
+
+const (
+	// BoundDevice: the device's free memory (and the arrays being
+	// replaced).
+	BoundDevice BudgetBound = iota + 1
+	// BoundCaps: the Active limit mode's caps of the group's members.
+	BoundCaps
+	// BoundCap: the allocation cap (WithCap, $VRAM_ALLOC_CONF's limit, an
+	// alloc.Limit in the WithWrap chain).
+	BoundCap
+)
+
+// BudgetError is wrapped by the error of an Allocate whose group did not
+// fit the memory it could plan with: its message gives the figures, and
+// Bound says which of them bounded the budget, for a caller (a command)
+// to say what to change in its own terms. Reach it with errors.As.
+type BudgetError struct {
+	Group  string
+	Budget uint64      // bytes
+	Bound  BudgetBound // what bounded Budget
+	desc   string
+}
+
+func (e *BudgetError) Error() string { return e.desc }
+
+// budgetErr is b as a BudgetError.
+func (b *groupBudget) budgetErr() *BudgetError {
+	bound := BoundDevice
+	dev, caps, lim := b.device(), b.capRoom(), b.limRoom()
+	switch {
+	case lim < dev && lim <= caps:
+		bound = BoundCap
+	case caps < dev && caps < lim:
+		bound = BoundCaps
+	}
+	return &BudgetError{Group: b.group, Budget: b.budget, Bound: bound, desc: b.String()}
 }
 
 // advice says what would give the group more memory, by what bounds its
@@ -203,7 +253,7 @@ func (b *groupBudget) advice() string {
 		parts = append(parts, "raise the members' proportions, free arrays they hold, or use the Passive limit mode")
 	}
 	if b.limRoom() < math.MaxUint64 && b.limRoom() <= min(dev, b.capRoom()) {
-		parts = append(parts, "raise the allocation cap (WithCap) or free arrays under it")
+		parts = append(parts, "raise the allocation cap or free arrays under it")
 	}
 	return "to give the group more: " + strings.Join(parts, "; ")
 }
@@ -251,6 +301,9 @@ func (b *groupBudget) fitsBeside(plan ChunkPlan) bool {
 func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts PlanOptions) (ChunkPlan, error) {
 	b.budget, opts.Cost = b.planCost()
 	p, err := Plan(reqs, b.budget, opts)
+	if err == nil {
+		p, err = withinOwnCaps(reqs, b, opts, p)
+	}
 	if err != nil {
 		return p, err
 	}

@@ -313,7 +313,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			is:   ErrUnchunkable,
 			mention: []string{
 				"unchunkable arrays need 7 MiB (8 MiB in whole device pages) but the budget is 8 MiB",
-				"passive mode, budget 8 MiB: 8 MiB free on the device after trimming the allocator's cache",
+				"passive mode, budget 8 MiB: 8 MiB free on the device:",
 				"10 MiB in all, with 3 MiB the allocator takes in whole device pages",
 				"free device memory", "fewer, larger arrays",
 			},
@@ -353,7 +353,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			is:   ErrUnchunkable,
 			mention: []string{
 				"unchunkable arrays need 4 MiB but the budget is 2 MiB",
-				"at most 2 MiB under the allocation cap (2 MiB left)", "raise the allocation cap (WithCap)",
+				"at most 2 MiB under the allocation cap (2 MiB left)", "raise the allocation cap or free arrays under it",
 			},
 		},
 	} {
@@ -627,7 +627,7 @@ func TestBudgetExplained(t *testing.T) {
 		"cap binds": {
 			b:      groupBudget{mode: Passive, free: 10 * MiB, capped: true, room: 2 * MiB, coster: pool, gran: 512, page: 2 * MiB},
 			says:   []string{"budget 2 MiB", "at most 2 MiB under the allocation cap (2 MiB left)"},
-			advice: []string{"raise the allocation cap (WithCap)"},
+			advice: []string{"raise the allocation cap or free arrays under it"},
 			not:    []string{"free device memory", "proportions"},
 		},
 		"direct rounds to pages": {

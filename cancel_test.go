@@ -16,38 +16,38 @@ import (
 	"github.com/vramkit/vram/device"
 )
 
-// cancelOnTrim cancels a context from the allocator's Trim, which
-// Allocate calls while it reads its budget: a cancellation in the middle
-// of the plan.
-type cancelOnTrim struct {
+// cancelOnStats cancels a context from the allocator's Stats, which
+// Allocate reads once it has planned (to see what the allocator caches):
+// a cancellation in the middle of the plan.
+type cancelOnStats struct {
 	alloc.Allocator
 	cancel atomic.Pointer[context.CancelFunc]
 }
 
-func (a *cancelOnTrim) Trim() error {
+func (a *cancelOnStats) Stats() alloc.Stats {
 	if f := a.cancel.Swap(nil); f != nil {
 		(*f)()
 	}
-	return a.Allocator.Trim()
+	return a.Allocator.Stats()
 }
 
 func TestAllocateCancelled(t *testing.T) {
 	tests := map[string]struct {
 		// wait is where the cancelled call waits: "" for nowhere (ctx is
 		// done before the call), "group" for another allocation of its
-		// group, "plan" for another group's, "trim" for the plan itself.
+		// group, "plan" for another group's, "stats" for the plan itself.
 		wait string
 	}{
 		"before the call":              {""},
 		"waiting for its group's lock": {"group"},
 		"waiting for another group":    {"plan"},
-		"during the plan":              {"trim"},
+		"during the plan":              {"stats"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			var wrap *cancelOnTrim
+			var wrap *cancelOnStats
 			m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
-				wrap = &cancelOnTrim{Allocator: a}
+				wrap = &cancelOnStats{Allocator: a}
 				return wrap
 			}))
 			var hooks atomic.Int32
@@ -76,7 +76,7 @@ func TestAllocateCancelled(t *testing.T) {
 				m.planMu <- struct{}{}
 				defer func() { <-m.planMu }()
 				time.AfterFunc(10*time.Millisecond, cancel)
-			case "trim":
+			case "stats":
 				wrap.cancel.Store(&cancel)
 			}
 			resp, err := c.Allocate(ctx)

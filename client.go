@@ -2,8 +2,11 @@ package vram
 
 // Clients and their shares of device memory.
 //
-// Shares are kept in fixed point (shareUnit = 1): the manager holds the
-// sum of the manual proportions and the number of auto clients, and an
+// The rules by which clients share the device (manual proportions, the
+// auto pool and its MinAutoPool floor, caps of proportion × total) live in
+// internal/share, which the node broker (vram/broker) divides each device
+// between processes by too. The manager holds one share.Pools under mu:
+// the sum of the manual proportions and the number of auto clients; an
 // auto client's share, (1 − manual) / auto clients, is computed when asked
 // for. So registering, closing or moving a client is O(1) whatever the
 // number of clients, and the auto pool is "rebalanced on every change"
@@ -12,11 +15,9 @@ package vram
 import (
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"sync"
 
+	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
 )
 
@@ -46,10 +47,12 @@ type ClientOptions struct {
 	// InvalidateAll (an error wrapping ErrFreed), an eviction for another
 	// group (ErrEvicted, evict.go), or a failed Allocate that had to free
 	// the arrays it was replacing first (ErrFreed). Drop the arrays and
-	// queue again.
+	// queue again. A client with no OnInvalidate is never evicted (as if
+	// NoEvict): nothing could tell it its arrays were gone.
 	OnInvalidate func(reason error)
 	// NoEvict opts the client out of eviction: its arrays are never freed
-	// to make room for another group.
+	// to make room for another group. A client with no OnInvalidate is
+	// never evicted either.
 	NoEvict bool
 	// OnAllocated is called after Allocate has allocated its group:
 	// with the client's arrays when it had requests queued, and with the
@@ -77,7 +80,7 @@ type Client struct {
 	slot         int     // index in the registry's slots
 	gprev, gnext *Client // neighbours in the group's member list
 	closed       bool
-	prop         uint64                   // manual proportion in shareUnit; 0 in the auto pool
+	prop         uint64                   // manual proportion in share.Unit; 0 in the auto pool
 	group        string                   // stream group name
 	arrays       map[string][]*allocation // label → one allocation per buffer
 	held         uint64                   // device bytes held, as charged
@@ -177,7 +180,8 @@ func (c *Client) Held() uint64 {
 }
 
 // Free frees the client's arrays under label (every buffer). It is not an
-// error if there are none.
+// error if there are none: a warning is logged, as cubie warns, since a
+// label freed twice or misspelt usually means a bug.
 func (c *Client) Free(label string) error {
 	m := c.m
 	m.allocMu.RLock()
@@ -189,6 +193,10 @@ func (c *Client) Free(label string) error {
 	}
 	allocs := c.takeLocked(label)
 	m.mu.Unlock()
+	if len(allocs) == 0 {
+		m.log.Warn("vram: Free of a label the client holds no array under", "client", c.String(), "label", label)
+		return nil
+	}
 	return m.freeWork([]freeWork{{c: c, allocs: allocs}})
 }
 
@@ -196,7 +204,7 @@ func (c *Client) Free(label string) error {
 // it out of its group and the pools (rebalancing the auto pool). Its
 // hooks are not called. When it is the last member of its stream group,
 // the group is removed and its stream closed, after the work queued on
-// it. A second Close, or a Close after the manager's,
+// it, in the background (Close does not wait for that work). A second Close, or a Close after the manager's,
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m
@@ -209,7 +217,7 @@ func (c *Client) Close() error {
 	}
 	c.closed = true
 	m.removeLocked(c)
-	m.leavePoolLocked(c)
+	m.pools.Leave(c.prop)
 	if q := m.queues[c.group]; q != nil {
 		delete(q, c)
 		if len(q) == 0 {
@@ -281,7 +289,7 @@ func (c *Client) takeAllLocked() []*allocation {
 // client joins the stream group o.Group, made (with its stream) if new;
 // a refused Register makes no group.
 func (m *Manager) Register(o ClientOptions) (*Client, error) {
-	units, err := toUnits(o.Proportion, true)
+	units, err := share.ToUnits(o.Proportion, true)
 	if err != nil {
 		return nil, fmt.Errorf("vram: register %q: %w", o.Name, err)
 	}
@@ -298,7 +306,10 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		prop:         units,
 		group:        group,
 	}
-	c.work.noEvict = o.NoEvict
+	// cubie refuses queue_request from an instance with no live
+	// invalidate hook; here such a client is kept out of eviction instead
+	// (doc.go, "From cubie").
+	c.work.noEvict = o.NoEvict || o.OnInvalidate == nil
 	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
 	// join the group (which may make a stream: a device call, not under
@@ -308,7 +319,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		m.mu.Unlock()
 		return nil, closedErr("register")
 	}
-	warn, err := m.joinPoolLocked(c, units)
+	warn, err := m.pools.Join(units)
 	m.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("vram: register %v: %w", c, err)
@@ -316,7 +327,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	if err := m.groups.Add(c.id, group); err != nil {
 		m.mu.Lock()
 		if !m.closed { // Close zeroes the pools itself
-			m.leavePoolLocked(c)
+			m.pools.Leave(c.prop)
 		}
 		m.mu.Unlock()
 		if errors.Is(err, streams.ErrClosed) {
@@ -338,114 +349,6 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-// toUnits converts a proportion to shareUnit; zero is allowed only when
-// allowZero (the auto pool).
-func toUnits(p float64, allowZero bool) (uint64, error) {
-	if math.IsNaN(p) || p < 0 || p > 1 || (p == 0 && !allowZero) {
-		return 0, fmt.Errorf("proportion %v: want 0 < p ≤ 1 (or 0 for the auto pool): %w", p, ErrProportion)
-	}
-	u := uint64(math.Round(p * float64(shareUnit)))
-	if p > 0 && u == 0 {
-		return 0, fmt.Errorf("proportion %v is below the smallest share, %v: %w", p, 1/float64(shareUnit), ErrProportion)
-	}
-	return u, nil
-}
-
-// pct formats u (in shareUnit) as an exact percentage, trailing zeros
-// trimmed ("33.33%", "5%"), so that figures compared in one message
-// never round to the same text.
-func pct(u uint64) string { return decimal(u, shareUnit/100) + "%" }
-
-// decimal formats v/scale (scale a power of ten) with the decimals it
-// needs.
-func decimal(v, scale uint64) string {
-	s := strconv.FormatUint(v/scale, 10)
-	if f := v % scale; f > 0 {
-		digits := len(strconv.FormatUint(scale, 10)) - 1
-		s += "." + strings.TrimRight(fmt.Sprintf("%0*d", digits, f), "0")
-	}
-	return s
-}
-
-// suggest says what proportion a refused client may ask for, given the
-// most it can have, u (in shareUnit), and the other way out, else. The
-// figure is rounded down to 0.0001 (more decimals if that leaves
-// nothing), so that asking for it is accepted.
-func suggest(u uint64, other string) string {
-	if u == 0 {
-		return "no manual proportion fits beside the others; " + other
-	}
-	step := shareUnit / 10_000
-	for step > 1 && u/step == 0 {
-		step /= 10
-	}
-	p := u / step * step
-	return fmt.Sprintf("ask for a proportion of at most %s (%s) or %s", decimal(p, shareUnit), pct(p), other)
-}
-
-// checkPoolsLocked checks that the pools can have a manual total of
-// manual with auto auto clients, once a client asks for asked of it; it
-// returns a warning to log when the auto pool would be left under
-// MinAutoPool with no auto clients.
-func (m *Manager) checkPoolsLocked(manual uint64, auto int, asked uint64) (warn string, err error) {
-	if manual > shareUnit {
-		// The most this client could have: what 100% leaves, less the
-		// auto pool's minimum while it has clients.
-		limit := uint64(shareUnit)
-		if auto > 0 {
-			limit -= minAutoUnits
-		}
-		over := manual - min(manual, limit)
-		why := ""
-		if auto > 0 {
-			why = fmt.Sprintf(" (the auto pool's %d client(s) keep at least %s)", auto, pct(minAutoUnits))
-		}
-		return "", fmt.Errorf("manual proportions would total %s, over 100%%%s; %s: %w",
-			pct(manual), why, suggest(asked-min(asked, over), "lower the others"), ErrProportion)
-	}
-	left := shareUnit - manual
-	if left < minAutoUnits {
-		if auto > 0 {
-			short := minAutoUnits - left
-			return "", fmt.Errorf("manual proportions would total %s, leaving %s for the auto pool's %d client(s), under the minimum %s; %s: %w",
-				pct(manual), pct(left), auto, pct(minAutoUnits), suggest(asked-min(asked, short), "move the auto clients to manual"), ErrProportion)
-		}
-		warn = fmt.Sprintf("vram: manual proportions total %s, leaving %s for the auto pool, under the minimum %s: auto clients will be refused",
-			pct(manual), pct(left), pct(minAutoUnits))
-	}
-	return warn, nil
-}
-
-// joinPoolLocked adds c to the manual pool with units, or to the auto pool
-// when units is 0.
-func (m *Manager) joinPoolLocked(c *Client, units uint64) (string, error) {
-	if units == 0 {
-		if left := shareUnit - m.manual; left < minAutoUnits {
-			return "", fmt.Errorf("an auto client needs at least %s left by the manual clients, and they leave %s; lower a manual proportion or give this client one: %w",
-				pct(minAutoUnits), pct(left), ErrProportion)
-		}
-		c.prop = 0
-		m.numAuto++
-		return "", nil
-	}
-	warn, err := m.checkPoolsLocked(m.manual+units, m.numAuto, units)
-	if err != nil {
-		return "", err
-	}
-	c.prop = units
-	m.manual += units
-	return warn, nil
-}
-
-// leavePoolLocked takes c out of its pool.
-func (m *Manager) leavePoolLocked(c *Client) {
-	if c.isManual() {
-		m.manual -= c.prop
-	} else {
-		m.numAuto--
-	}
-}
-
 // setShare puts c in the manual pool with proportion p (toManual) or in
 // the auto pool; need "auto" requires c to be in the auto pool first. It
 // is the body of the three setters. A refusal leaves every share as it
@@ -454,7 +357,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	if c == nil || c.m != m {
 		return foreign(c)
 	}
-	units, err := toUnits(p, !toManual)
+	units, err := share.ToUnits(p, !toManual)
 	if err != nil {
 		return fmt.Errorf("vram: %v: %w", c, err)
 	}
@@ -467,20 +370,13 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		m.mu.Unlock()
 		return nil // the mode it has: nothing to do (as cubie)
 	}
-	// Take c out, try to put it back as asked, and undo on refusal.
-	wasProp := c.prop
-	m.leavePoolLocked(c)
-	warn, err := m.joinPoolLocked(c, units)
+	// Move c as asked; a refusal leaves the pools as they were.
+	warn, err := m.pools.Move(c.prop, units)
 	if err != nil {
-		c.prop = wasProp
-		if wasProp > 0 {
-			m.manual += wasProp
-		} else {
-			m.numAuto++
-		}
 		m.mu.Unlock()
 		return fmt.Errorf("vram: %v: %w", c, err)
 	}
+	c.prop = units
 	m.mu.Unlock()
 	if warn != "" {
 		m.log.Warn(warn, "client", c.String())
@@ -511,19 +407,9 @@ func (c *Client) SetAutoLimitMode() error {
 	return c.m.setShare(c, 0, false, "")
 }
 
-func (m *Manager) proportionLocked(c *Client) float64 {
-	if c.isManual() {
-		return float64(c.prop) / float64(shareUnit)
-	}
-	if m.numAuto == 0 {
-		return 0
-	}
-	return float64(shareUnit-m.manual) / float64(m.numAuto) / float64(shareUnit)
-}
+func (m *Manager) proportionLocked(c *Client) float64 { return m.pools.Proportion(c.prop) }
 
-func (m *Manager) capLocked(c *Client) uint64 {
-	return uint64(m.proportionLocked(c) * float64(m.total))
-}
+func (m *Manager) capLocked(c *Client) uint64 { return m.pools.Bytes(c.prop, m.total) }
 
 // Shares are how the manager divides memory between its clients.
 type Shares struct {
@@ -542,11 +428,7 @@ type Shares struct {
 func (m *Manager) Shares() Shares {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := Shares{Total: m.total, Manual: float64(m.manual) / float64(shareUnit)}
-	if m.numAuto > 0 {
-		s.Auto = float64(shareUnit-m.manual) / float64(shareUnit)
-	}
-	return s
+	return Shares{Total: m.total, Manual: float64(m.pools.Manual()) / float64(share.Unit), Auto: m.pools.AutoShare()}
 }
 
 // Clients returns the open clients, by id.

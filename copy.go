@@ -217,7 +217,9 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	case d.dtype != h.dtype:
 		err = fmt.Errorf("the device array is %v and the host array %v; make the host array with the device array's dtype: %w", d.dtype, h.dtype, ErrMismatch)
 	default:
-		s, err = m.stream(c)
+		if err = m.checkOwner(c, d); err == nil {
+			s, err = m.stream(c)
+		}
 	}
 	if err != nil {
 		done()
@@ -226,6 +228,30 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	h.setLast(s)
 	d.setLast(s)
 	return s, done, nil
+}
+
+// checkOwner refuses a copy by c of device array d unless d is c's or a
+// member's of c's group: the copy goes on c's stream, and another group's
+// array is used on that group's stream, with no order between the two.
+func (m *Manager) checkOwner(c *Client, d *DeviceArray) error {
+	o := d.owner
+	if o == nil || o == c {
+		return nil
+	}
+	if c == nil || c.m != m {
+		return foreign(c)
+	}
+	if o.m != m {
+		return fmt.Errorf("the device array %v is %v's, of another manager: %w", d, o, ErrUnknownClient)
+	}
+	m.mu.Lock()
+	og, cg := o.group, c.group
+	m.mu.Unlock()
+	if og == cg {
+		return nil
+	}
+	return fmt.Errorf("the device array %v is %v's, of stream group %q, and %v is in group %q: an array is copied on its group's stream; copy it with a member of %q: %w",
+		d, o, og, c, cg, og, ErrOtherGroup)
 }
 
 // chunkCopy is a chunk copy as rows: rows pieces of width bytes, row r

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -375,8 +376,9 @@ func TestHostArrays(t *testing.T) {
 		is    error
 		says  string
 	}{
-		"wrong slice type":      {[]int{2}, Float64, Pageable, []float32{1, 2}, ErrMismatch, "like is a []float32 of 2 elements; want a []float64 of 2 elements"},
-		"wrong slice length":    {[]int{2}, Float64, Pageable, []float64{1}, ErrMismatch, "like is a []float64 of 1 elements; want a []float64 of 2 elements"},
+		"wrong slice type":      {[]int{2}, Float64, Pageable, []float32{1, 2}, ErrMismatch, "like is a []float32 of 2 elements; want a []float64 for float64[2]"},
+		"wrong slice length":    {[]int{2}, Float64, Pageable, []float64{1, 2, 3}, ErrMismatch, "like of shape [3] does not broadcast to float64[2]"},
+		"like of another dtype": {[]int{2, 2}, Float64, Pageable, src, ErrMismatch, "converts no types"},
 		"unknown like":          {[]int{2}, Float64, Pageable, "1,2", ErrMismatch, "like is a string"},
 		"like of another shape": {[]int{4}, Int32, Pageable, src, ErrMismatch, ""},
 		"device memory":         {[]int{2}, Float64, Device, nil, ErrInvalidRequest, "want pinned, mapped or pageable"},
@@ -426,6 +428,101 @@ func TestPinnedBuffersAreReused(t *testing.T) {
 	for _, v := range h2.Float32s() {
 		if v != 0 {
 			t.Fatal("a reused pinned buffer was not zeroed")
+		}
+	}
+}
+
+// TestLikeBroadcasts: like fills a host array as NumPy's arr[:] = like
+// does (cubie's create_host_array): broadcast from the last dimension,
+// each of like's dimensions equal to the array's or 1; a slice of every
+// element fills in row-major order.
+func TestLikeBroadcasts(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	row, _ := m.NewHostArray([]int{3}, Int32, Pageable, []int32{1, 2, 3})
+	col, _ := m.NewHostArray([]int{2, 1}, Int32, Pageable, []int32{10, 20})
+	one, _ := m.NewHostArray([]int{1, 1, 1}, Int32, Pageable, []int32{7})
+	for name, tc := range map[string]struct {
+		shape []int
+		like  any
+		want  []int32
+	}{
+		"every element, row-major": {[]int{2, 3}, []int32{1, 2, 3, 4, 5, 6}, []int32{1, 2, 3, 4, 5, 6}},
+		"a slice as each row":      {[]int{2, 3}, []int32{1, 2, 3}, []int32{1, 2, 3, 1, 2, 3}},
+		"a one-element slice":      {[]int{2, 2}, []int32{9}, []int32{9, 9, 9, 9}},
+		"a row array":              {[]int{2, 3}, row, []int32{1, 2, 3, 1, 2, 3}},
+		"a column array":           {[]int{2, 3}, col, []int32{10, 10, 10, 20, 20, 20}},
+		"leading 1s dropped":       {[]int{2}, one, []int32{7, 7}},
+		"into a scalar":            {[]int{}, []int32{5}, []int32{5}},
+		"a middle axis of 1":       {[]int{2, 2, 3}, row, []int32{1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h, err := m.NewHostArray(tc.shape, Int32, Pageable, tc.like)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := h.Int32s(); !slices.Equal(got, tc.want) {
+				t.Errorf("filled %v, want %v", got, tc.want)
+			}
+		})
+	}
+	for name, tc := range map[string]struct {
+		shape []int
+		like  any
+	}{
+		"a row of another length": {[]int{2, 4}, []int32{1, 2, 3}},
+		"a column into rows":      {[]int{3, 2}, col},
+		"more dimensions":         {[]int{3}, col},
+		"an empty slice":          {[]int{2}, []int32{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := m.NewHostArray(tc.shape, Int32, Pageable, tc.like); !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "broadcast") {
+				t.Errorf("got %v, want ErrMismatch saying it does not broadcast", err)
+			}
+		})
+	}
+	// Random shapes against the rule element by element.
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 300 {
+		to := make([]int, 1+rng.IntN(4))
+		for i := range to {
+			to[i] = 1 + rng.IntN(4)
+		}
+		from := slices.Clone(to[rng.IntN(len(to)):])
+		for i := range from {
+			if rng.IntN(3) == 0 {
+				from[i] = 1
+			}
+		}
+		n, _ := elements(from)
+		src := make([]int32, n)
+		for i := range src {
+			src[i] = int32(i + 1)
+		}
+		like, err := m.NewHostArray(from, Int32, Pageable, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := m.NewHostArray(to, Int32, Pageable, like)
+		if err != nil {
+			t.Fatalf("%v into %v: %v", from, to, err)
+		}
+		got := h.Int32s()
+		for e := range got {
+			// The element's index in to, then in from (broadcast dims at 0).
+			rem, si, stride := e, 0, 1
+			for i := len(to) - 1; i >= 0; i-- {
+				x := rem % to[i]
+				rem /= to[i]
+				if j := i - (len(to) - len(from)); j >= 0 {
+					if from[j] != 1 {
+						si += x * stride
+					}
+					stride *= from[j]
+				}
+			}
+			if got[e] != src[si] {
+				t.Fatalf("%v into %v: element %d is %d, want %d", from, to, e, got[e], src[si])
+			}
 		}
 	}
 }

@@ -25,17 +25,20 @@
 //   - Shares: manual clients keep their proportion; auto clients split the
 //     rest equally, rebalanced on every change. The auto pool never drops
 //     under MinAutoPool (5%) while it has clients. A client's Cap is its
-//     proportion of the device's total memory. In the Active LimitMode a
-//     group plans within its members' caps; in Passive (the default)
-//     within the device's free memory.
+//     proportion of the device's total memory. In the Active LimitMode
+//     each requester's arrays fit its own cap (less what it holds beside
+//     the arrays being replaced) and a group's the sum of its members'
+//     caps, the group chunked as its most bound member needs; in Passive
+//     (the default) caps bound nothing and a group plans within the
+//     device's free memory.
 //   - The handle: everything about one component is a method of its
 //     *Client (Queue, Allocate, the copies, Stream, Sync, its share and
 //     its group); the Manager keeps what concerns the whole process
 //     (Register, the allocator, the limit mode, invalidation, streams
 //     after a reset, memory info, Close).
 //   - ArrayRequest{Shape, DType, Memory, ChunkAxis, Unchunkable,
-//     TotalRuns}: one array. Client.Queue queues a client's requests
-//     (replacing what it had queued);
+//     TotalRuns}: one array (an empty Shape is a scalar). Client.Queue
+//     queues a client's requests (replacing what it had queued);
 //     Client.Allocate plans everything queued in the client's group
 //     together (Plan) and hands each requester an ArrayResponse with its
 //     DeviceArrays and HostArrays and the chunk parameters; the other
@@ -43,7 +46,9 @@
 //     again under a label they already hold are replaced: the old ones
 //     are freed once the new ones are in, so a failed Allocate leaves
 //     them (only when the plan needs their memory are they freed first,
-//     and a failure then calls their owners' OnInvalidate).
+//     and a failure then calls their owners' OnInvalidate). An Allocate
+//     with nothing queued sends every member the group's last plan again,
+//     with no arrays.
 //   - Plan: the chunk planner, a pure function (also behind `vram plan`).
 //     Its budget is in the bytes the allocator charges (each array rounded
 //     to the allocator's granularity, 512 B for the Pool), so a plan that
@@ -51,7 +56,8 @@
 //     give; with PlanOptions.Cost it bounds what the allocator says the
 //     arrays take from the device instead.
 //   - The budget Allocate plans a group with, once: the device's free
-//     memory (after trimming the allocator's cache) plus the arrays being
+//     memory (the allocator's cache trimmed only when the plan falls
+//     short for want of memory: trim.go) plus the arrays being
 //     replaced, against what the allocator states the arrays take from
 //     the device (alloc.Coster: the device hands out 2 MiB pages, so an
 //     array above the Pool's small-request size may cost its bytes rounded
@@ -82,7 +88,8 @@
 //     they allocate again. Idle means no work mark open
 //     (Client.BeginWork … Work.End, which records an event) and the GPU
 //     done with the work before each End; package batch marks its clients.
-//     ClientOptions.NoEvict opts out.
+//     ClientOptions.NoEvict opts out, and a client with no OnInvalidate
+//     is never evicted.
 //   - A budget that changes while the manager runs (replan.go): SetCap
 //     sets the cap (the door a broker's lease drives), and a group whose
 //     Allocate fails for want of memory busy groups hold claims it back.
@@ -90,9 +97,10 @@
 //     waits for the next); PlanNow says what a group's arrays would be
 //     planned at now, which a running batch asks between chunks, and
 //     WaitWithinCap waits until the arrays are back within a lowered cap.
-//   - Warnings through the manager's log/slog logger: a group past 95% of
-//     its caps in Active mode, and a client's requests more than 20 times
-//     the memory its group could plan with.
+//   - Warnings through the manager's log/slog logger, before the plan: a
+//     group that holds more than 95% of its caps in Active mode, and a
+//     group whose requests are more than 20 times the device's free
+//     memory.
 //
 // # Batches
 //
@@ -140,8 +148,9 @@
 // (until Sync). The manager frees an array ordered after the stream it
 // was last copied on, even when its client has moved to another group
 // since. A stream group lives while it has clients: the last one to leave
-// (Close, ChangeStreamGroup) removes it and closes its stream, waiting
-// for the stream's work.
+// (Close, ChangeStreamGroup) removes it, and its stream is closed in the
+// background once the stream's work is done (the call does not wait for
+// it).
 // Errors wrap package sentinels (ErrOutOfMemory, ErrUnchunkable,
 // ErrRunTooLarge, ErrProportion, …) with the figures that explain them;
 // test them with errors.Is. A call that fails leaves the manager as it
@@ -159,17 +168,19 @@
 // (an Allocate cancelled after its plan may have trimmed the allocator's
 // cache, giving cached free memory back to the device). The allocator itself never
 // waits for memory (it fails with ErrOutOfMemory), so Allocate checks
-// ctx before it starts, while it waits for its locks, and once more
-// after its plan, before it frees or allocates anything; past that it
-// completes. A cancelled Sync returns at once; the device work goes on,
+// ctx before it starts, while it waits for its locks, while it trims the
+// cache (only when its plan falls short for want of memory: a trim waits
+// for the streams the cached blocks were last used on, another group's
+// too; abandoned, it finishes in the background) and once more after its
+// plan, before it frees or allocates anything; past that it completes. A cancelled Sync returns at once; the device work goes on,
 // and SetAllocator, ReinitStreams and Close still wait for it. A copy
 // checks ctx before it enqueues; a driver call in progress cannot be
 // abandoned. The calls that take no context do not wait for device
 // work, except for work already enqueued on a stream they close or
-// replace (Client.Close or ChangeStreamGroup leaving a group empty,
-// Manager.Close, SetAllocator, ReinitStreams, a free ordered after such a
-// stream) and, for SetAllocator, ReinitStreams and Manager.Close, for a
-// Sync, copy or Allocate in progress: they must finish to leave the
+// replace (Manager.Close, SetAllocator, ReinitStreams, a free ordered
+// after the stream of a group left empty) and, for SetAllocator,
+// ReinitStreams and Manager.Close, for a Sync, copy, trim or Allocate in
+// progress: they must finish to leave the
 // manager consistent, so they cannot be abandoned half-way. Under the
 // Direct allocator every free (Free, FreeAll, Close, a re-allocation, an
 // eviction) also waits, as cuMemFree does, for the work of every stream
@@ -199,9 +210,10 @@
 //
 // # From cubie
 //
-// Each name of cubie.memory (the MemoryManager, default_memmgr,
-// StreamGroups and the allocator plugins) and its counterpart here; an
-// instance argument of cubie's is the *Client a method is called on.
+// Each name of cubie.memory (ccam80/cubie, src/cubie/memory: the
+// MemoryManager, default_memmgr, StreamGroups, ArrayRequest and
+// ArrayResponse, ChunkBufferPool) and its counterpart here; an instance
+// argument of cubie's is the *Client a method is called on.
 //
 //	cubie.memory                               vram
 //	default_memmgr                             Default()
@@ -209,21 +221,31 @@
 //	register(instance, proportion,             Manager.Register(ClientOptions{Proportion,
 //	  invalidate_cache_hook,                     OnInvalidate, OnAllocated, Group}) → *Client
 //	  allocation_ready_hook, stream_group)
-//	set_allocator(name)                        Manager.SetAllocator(Pool | AsyncPool | Direct)
+//	register(..., owner=...)                   none: the unit of eviction is the client
+//	register(..., host_spill_threshold,        HostOptions (WithHostOptions), per manager
+//	  spill_directory)
 //	set_limit_mode(mode)                       Manager.SetLimitMode(Passive | Active)
 //	get_memory_info()                          Manager.MemInfo()
+//	get_available_memory(group)                ArrayResponse.Plan.Budget, the budget Allocate planned with
 //	manual_pool_proportion                     Manager.Shares().Manual
 //	auto_pool_proportion                       Manager.Shares().Auto
 //	invalidate_all()                           Manager.InvalidateAll()
 //	reinit_streams()                           Manager.ReinitStreams()
 //	free(array_label)                          Manager.Free(label); one client's: Client.Free(label)
 //	free_all()                                 Manager.FreeAll()
-//	create_host_array(shape, dtype,            Manager.NewHostArray(shape, dtype, mem, like)
-//	  memory_type, like)
-//	(newer) host memory chosen per array      Manager.Host().Alloc(shape, dtype, HostArrayOptions{})
-//	(newer) ChunkBufferPool                    Manager.Host().Staging(): Acquire(ctx, n), AcquireSet, Release
+//	create_host_array(shape, dtype,            Manager.NewHostArray(shape, dtype, mem, like),
+//	  memory_type, like)                         mem Pinned or Pageable ("host"); "memmap": Host().Alloc
+//	                                             with HostArrayOptions{Rung: RungFile}
+//	choose_host_memory_type(nbytes, ...)       Manager.Host().Alloc(shape, dtype, HostArrayOptions{})
+//	release_host_array(array)                  HostArray.Free()
+//	pinned_max_bytes                           HostOptions.PinnedLimit (of all pinned bytes)
+//	ChunkBufferPool: acquire, release, clear   Manager.Host().Staging(): Acquire(ctx, n), Release, Trim
 //	queue_request(instance, requests)          Client.Queue(requests)
 //	allocate_queue(triggering_instance)        Client.Allocate(ctx, opts...)
+//	get_chunk_parameters(requests, ...)        Plan(requests, budget, opts)
+//	compute_chunked_shapes(...)                ChunkPlan.ChunkedShapes, ArrayResponse.ChunkedShapes
+//	is_request_chunkable(request)              ArrayRequest.Chunkable()
+//	get_portioned_request_size(requests)       ChunkPlan.UnchunkableBytes, FullBytes
 //	to_device(instance, from, to)              Client.ToDevice(ctx, dst, src), ToDeviceChunk
 //	from_device(instance, from, to)            Client.FromDevice(ctx, dst, src), FromDeviceChunk
 //	sync_stream(instance)                      Client.Sync(ctx)
@@ -236,41 +258,179 @@
 //	set_manual_proportion(instance, p)         Client.SetManualProportion(p)
 //	set_manual_limit_mode(instance, p)         Client.SetManualLimitMode(p)
 //	set_auto_limit_mode(instance)              Client.SetAutoLimitMode()
+//	begin_work(owner)                          Client.BeginWork() → *Work
+//	end_work(owner, stream)                    Work.End(); Client.Idle()
+//	(idle-owner eviction)                      Allocate's evict step; ClientOptions.NoEvict,
+//	                                             OnInvalidate(reason) with ErrEvicted
+//	(its warnings)                             the manager's slog logger (WithLogger)
 //	StreamGroups.add_instance(i, group)        ClientOptions.Group at Register
 //	StreamGroups.change_group(i, group)        Client.ChangeStreamGroup(group)
 //	StreamGroups.get_group(i)                  Client.Group()
 //	StreamGroups.get_instances_in_group(g)     Manager.GroupMembers(group)
 //	StreamGroups.get_stream(i)                 Client.Stream()
+//	StreamGroups.get_group_stream(g)           streams.Groups.Ensure(group) (package streams)
 //	StreamGroups.reinit_streams()              Manager.ReinitStreams()
 //	ArrayRequest, ArrayResponse                ArrayRequest, ArrayResponse
-//	CuPySyncNumbaManager                       Pool (alloc.Expandable with virtual
-//	                                             memory, else alloc.Pool)
-//	CuPyAsyncNumbaManager                      AsyncPool (alloc.AsyncPool)
-//	Numba's default memory manager             Direct (alloc.Direct)
+//	CuPyAsyncNumbaManager (its one allocator)  AsyncPool (alloc.AsyncPool); see "Allocator"
 //	current_cupy_stream(nb_stream)             none: launch on Client.Stream()
-//	(newer) idle-owner eviction                Allocate's evict step; ClientOptions.NoEvict,
-//	                                             OnInvalidate(reason) with ErrEvicted
-//	(newer) work marks                         Client.BeginWork() → *Work; Work.End(); Client.Idle()
-//	(newer) cap and large-request warnings     the manager's slog logger (WithLogger)
-//	allocator names cupy, cupy_async, default  ParseAllocatorKind: Pool, AsyncPool, Direct
+//	(none)                                     Manager.SetAllocator(Pool | AsyncPool | Direct)
 //
 // Where vram follows cubie: Queue replaces the client's queued set;
-// setting a client's limit mode to the one it has does nothing; a chunk
+// setting a client's limit mode to the one it has does nothing; the
+// Passive mode computes caps and enforces none; the auto pool splits what
+// manual clients leave equally and keeps 5% (MinAutoPool) while it has
+// clients, and a manual total past 95% with no auto client is allowed
+// with a warning; an empty shape is a scalar, never chunked; a request is
+// unchunkable when marked so, when its shape has no chunk axis or when
+// that axis has length 1; like is broadcast as NumPy broadcasts arr[:] =
+// like; Client.Free of a label the client holds nothing under warns, and
+// Manager.Free of a label nobody holds is silent; an Allocate with
+// nothing queued sends the group's last plan again; eviction frees whole
+// idle clients of other groups, least recently used first, never one
+// with work in flight; the warnings are checked before the plan; a chunk
 // index out of range is an error (ErrChunkRange), as it is an IndexError
-// in Python. Where vram differs on purpose:
+// in Python.
 //
-//   - Chunk lengths are balanced: the runs are split into the fewest
-//     chunks that fit, each of ⌈runs/chunks⌉ runs, so the last is not a
-//     sliver (rather than chunks filled to the budget and a short last
-//     one): the passes take even time.
-//   - The chunk axis is 0 by default (ArrayRequest.ChunkAxis): the
-//     first axis of a row-major array of runs; a request names another.
-//   - Host arrays (Pinned, Mapped, Pageable) are not charged to the
-//     device budget or to a client's cap: they spend host memory, which
-//     the host ladder and its limits govern.
-//   - Chunkable requests planned together that disagree on their number
-//     of runs are refused (ErrRunsMismatch) instead of chunked by the
-//     first one's count, which would copy the wrong runs of the others.
+// Where vram differs from cubie, and why (the ported tests in
+// cubie_test.go that meet a difference check vram's rule and skip, naming
+// its entry here):
+//
+//   - Balanced chunks: cubie fills each chunk to the budget
+//     (⌊runs/ratio⌋ runs) and leaves a short last one; vram splits the
+//     runs into the fewest chunks that fit, each of ⌈runs/chunks⌉, so the
+//     passes take even time.
+//   - Chunk axis: cubie's chunk_axis_index defaults to 2, the run axis of
+//     its (time, variable, run) arrays, and None makes a request
+//     unchunkable; vram's ChunkAxis is 0 unless set and an unchunkable
+//     request says Unchunkable. Go's zero value is 0: a default of 2 would
+//     make ChunkAxis: 0 impossible to write. A request whose TotalRuns is
+//     another axis' length (a cubie request ported with no axis) is
+//     refused naming that axis; one with no TotalRuns is chunked along
+//     axis 0, so a port names its run axis.
+//   - Runs: cubie takes the runs from the first request's total_runs (≥ 1,
+//     default 1) and chunks every request by it, cutting one of another
+//     length to the wrong shape; vram's TotalRuns 0 means the length of
+//     the chunk axis, and chunkable requests planned together that
+//     disagree are refused (ErrRunsMismatch).
+//   - Element types: cubie takes float64, float32 and int32 only; vram
+//     also int64, uint8, uint32, complex64 and complex128, and refuses
+//     what it does not know.
+//   - Memory types: cubie's requests are device or pinned; vram's are also
+//     Mapped (pinned memory kernels reach) and Pageable; both refuse
+//     managed memory.
+//   - Host arrays and the budget: cubie counts pinned requests in the
+//     device budget; vram counts device arrays only: pinned, mapped and
+//     pageable arrays spend host memory, which the host ladder's limits
+//     govern.
+//   - Budget: cubie plans with the larger of its two estimates (free
+//     memory, or the group's caps less what it holds) and counts arrays
+//     at their bytes; vram plans with the smallest of the device's free
+//     memory (after trimming the allocator's cache), the Active caps and
+//     an allocation cap, and counts each array as the allocator charges
+//     and the device pages it (so a plan that says it fits does fit).
+//   - Held bytes: cubie's allocated_bytes sums the arrays' nbytes; vram's
+//     Client.Held sums them as the allocator charges them (rounded to its
+//     granularity), the figure caps are counted in.
+//   - Active mode: cubie bounds a group by the sum of its members' caps;
+//     vram bounds each requester by its own cap as well (a 50% client
+//     once held 37 MiB of a 64 MiB device beside an idle 50% member), the
+//     group chunked as the most bound member needs, so that a proportion
+//     means something for one client.
+//   - Proportions: cubie's set_manual_proportion takes 0, and a refusal
+//     leaves the instance in no pool; vram's takes 0 < p ≤ 1 (0 is the
+//     auto pool) and a refusal changes nothing. cubie refuses an auto
+//     client when exactly 5% is left; vram takes it.
+//   - Clients with no OnInvalidate: cubie refuses queue_request from an
+//     instance registered without a live invalidate hook, since it could
+//     be evicted unawares; vram lets it queue and never evicts it (as
+//     NoEvict). A refusal is defeated by a hook that does nothing, which
+//     makes the eviction silent again; the missing hook is the one honest
+//     sign that the client cannot drop its arrays, and a program of one
+//     client needs none.
+//   - Handles, not objects: cubie keys its registry by id(instance), so
+//     an instance registered twice is refused and a collected one's id
+//     may be reused; Register returns a new handle each time, with an id
+//     never reused, so neither can happen.
+//   - Close, not the collector: cubie releases a collected instance's
+//     share and arrays at its next call; vram releases them at
+//     Client.Close only. The registry holds every open client (its group,
+//     its queue), so none is unreachable before Close, and a release timed
+//     by the collector would free device memory at a moment nobody chose;
+//     Manager.Clients lists the open ones, to find one never closed.
+//   - Eviction: cubie may evict an idle member of the allocating group
+//     that queued nothing; vram never evicts the group's own members, who
+//     are planned and run with it (evicting one moves the shortage to the
+//     group's next Allocate). cubie evicts in the Active mode only when
+//     the whole request would fit the cap; vram evicts whenever freeing
+//     memory lowers the plan's chunk count, so where the cap binds it
+//     evicts nothing (as cubie) and where the device binds under the cap
+//     it does. cubie's least-recently-used clock counts begin_work only;
+//     vram's counts allocations, BeginWork and End, so a client allocated
+//     a moment ago is not the first to go. When eviction cannot avoid
+//     chunking, cubie evicts every candidate; vram only those the fewest
+//     chunks it can reach need. cubie evicts an owner's registrations
+//     together; vram evicts clients, its unit of everything.
+//   - Work marks: cubie's begin_work and end_work set one flag, so
+//     begin, begin, end leaves it idle; vram's marks nest (each BeginWork
+//     returns a Work whose End closes it), since goroutines sharing a
+//     client would otherwise mark it idle under each other's work.
+//   - Nothing queued: cubie's allocate_queue with nothing queued and no
+//     cached plan does nothing; vram's Allocate returns ErrNothingQueued,
+//     saying so. With a plan, cubie sends it to the owner's peers and vram
+//     to every member of the group.
+//   - Re-planning: cubie keeps a partition cached per (group, owner) and
+//     reuses it while a peer that is not reallocating holds arrays laid
+//     out for it, whatever memory is free now; vram plans the group afresh
+//     each time, against the memory there is, and tells every member the
+//     new plan; a member holding chunked arrays queues them again with its
+//     group.
+//   - Allocator: cubie's only allocator is CuPy's stream-ordered async
+//     pool; vram's default is Pool (a caching allocator: expandable
+//     segments where the device has virtual memory management), which
+//     holds less beside the live bytes on the traces in BENCHMARKS.md and
+//     is measured there; AsyncPool is cubie's (WithAllocator(AsyncPool),
+//     or $VRAM_ALLOC_CONF), and SetAllocator changes it at run time.
+//   - Host ladder: cubie's limits are per array (pinned up to
+//     pinned_max_bytes, 1 GiB; a memmap above 80% of the total RAM);
+//     vram's count what is live (pinned while the pinned total stays under
+//     PinnedLimit, a quarter of RAM; a file once the RAM available less
+//     RAM/16, or the host Limit, is used up). Pinned memory is a host-wide
+//     resource: ten arrays of 1 GiB pin 10 GiB under a per-array cap, so
+//     only a total bounds it; and a pageable array that does not fit the
+//     RAM available swaps or has the process killed, whatever the total
+//     RAM says. So a 2 GiB array is pinned when the total allows it, where
+//     cubie makes it pageable and stages it.
+//   - Staging: cubie's pool keys buffers by array name, shape and dtype,
+//     always makes a label's first buffer (past its RAM headroom) and
+//     stages in blocks of at most 64 MiB; vram's buffers are bytes, any
+//     one large enough serves (so a chunk's shorter last piece needs no new
+//     one), a request that cannot fit with nothing in use fails at once
+//     with ErrOutOfMemory naming the limits (a buffer past them is how a
+//     batch gets the process killed), and a chunk is staged whole, one
+//     copy per array, with fewer chunks ahead when the limits allow fewer
+//     buffers.
+//   - Warnings: as cubie's (the 95% of the caps in Active mode, before the
+//     plan; the group's whole request against the device's free memory,
+//     20 times, on a refused plan too), except that the arrays being
+//     replaced count as free in the 95%, as the budget counts them, so a
+//     repeat run of the same arrays is not warned of.
+//   - Arrays come from Allocate: cubie's allocate and allocate_all make
+//     arrays beside the plan; every vram device array is planned and
+//     counted, through Queue and Allocate.
+//   - Responses: an ArrayResponse is made by Allocate (its zero value is
+//     no response), and carries more than cubie's: the host arrays, every
+//     buffer, the whole plan, the runs.
+//   - Stream groups: cubie keeps a group and its stream once made, even
+//     with no member, and get_group_stream makes one for a name; vram's
+//     group lives while it has members (streams.Groups.Ensure makes one
+//     without), and the last member to leave closes its stream.
+//   - No device: cubie's manager made where CUDA is missing warns and
+//     manages 1 byte; New returns the device's error (device.Open("auto")
+//     falls back to the simulator, which is a device).
+//   - Python machinery: what has no Go counterpart: Numba and CuPy stream
+//     wrappers and their pointers, attrs validators of Python types
+//     (tuples, None, negative integers where Go's types cannot hold
+//     them), weak references to bound methods, CUDA context checks.
 //
 // The package owns clients, shares, requests, plans and arrays. It does
 // not own allocation strategy (package alloc), stream groups' bookkeeping

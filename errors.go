@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
+	"github.com/vramkit/vram/internal/share"
 )
 
 // Sentinel errors. Errors returned by this package wrap one of these (or a
@@ -25,7 +27,9 @@ var (
 	ErrUnknownClient = errors.New("vram: client of another manager")
 	// ErrProportion: a proportion out of range, or one the pools cannot
 	// give (a manual total over 1, an auto pool under MinAutoPool).
-	ErrProportion = errors.New("vram: proportion refused")
+	// It is the share rules' own sentinel (internal/share), which the
+	// node broker's refusals wrap too.
+	ErrProportion = share.ErrProportion
 	// ErrLimitMode: a client moved to the limit mode it already has.
 	//
 	// Deprecated: no call returns it any more: setting a client's limit
@@ -55,11 +59,23 @@ var (
 	// requests and allocate again.
 	ErrEvicted = errors.New("vram: arrays evicted for another group")
 	// ErrNothingQueued: Allocate found no request queued in the
-	// client's group (none was queued, or another member's Allocate
-	// has already allocated them).
+	// client's group and no plan of the group's to send again (it was
+	// never allocated, or has had no member since).
 	ErrNothingQueued = errors.New("vram: nothing queued")
 	// ErrMismatch: a copy between arrays whose sizes or shapes differ.
 	ErrMismatch = errors.New("vram: arrays do not match")
+	// ErrLiveHostArrays: Manager.Close found pinned, mapped or
+	// file-backed host arrays not freed; it freed them.
+	ErrLiveHostArrays = errors.New("vram: host arrays still live at Close")
+	// ErrOtherGroup: a copy by a client into or out of a device array of
+	// a client of another stream group, whose work is ordered on another
+	// stream.
+	ErrOtherGroup = errors.New("vram: array of another stream group")
+	// ErrHostFault: host memory a copy read or wrote faulted — a
+	// file-backed host array whose file shrank under its mapping, or
+	// whose disk filled. The copy fails instead of the process; the
+	// array's memory stays unusable.
+	ErrHostFault = safecopy.ErrFault
 )
 
 // errHostOutOfMemory is ErrOutOfMemory for host memory (the staging pool,

@@ -6,9 +6,10 @@ package vram
 // When the plan fails for want of memory, or needs more chunks than the
 // memory held by idle clients of other groups would allow, the step
 // lists the candidates: open clients of other groups that hold device
-// memory, have not opted out (ClientOptions.NoEvict) and are idle (no
-// work mark open, and the GPU done with the work before each mark's End;
-// workmarks.go), least recently used first. It plans with every
+// memory, have not opted out (ClientOptions.NoEvict, or no OnInvalidate
+// hook to be told with) and are idle (no work mark open, and the GPU
+// done with the work before each mark's End; workmarks.go), least
+// recently used first. It plans with every
 // candidate's memory counted free (as the allocator states it: alloc.Coster
 // for the device, the charged bytes for a cap) to find the fewest chunks
 // eviction can reach, and evicts nothing when that is no better than the

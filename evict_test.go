@@ -84,6 +84,7 @@ func TestEvict(t *testing.T) {
 	tests := map[string]struct {
 		ask     ArrayRequest
 		noEvict string                                                     // the client that opts out
+		noHook  string                                                     // the client registered with no OnInvalidate
 		prepare func(t *testing.T, dev *sim.Device, cs map[string]*Client) // before the big group allocates
 		mate    bool                                                       // a member of the big group holds memory too (never evicted)
 		want    []string                                                   // evicted
@@ -166,6 +167,9 @@ func TestEvict(t *testing.T) {
 		"opted out: skipped": {
 			ask: fixed(Uint8, 40*int(MiB)), noEvict: "a", want: []string{"b", "c"}, chunks: 1,
 		},
+		"no OnInvalidate: never evicted, nobody could tell it": {
+			ask: fixed(Uint8, 40*int(MiB)), noHook: "a", want: []string{"b", "c"}, chunks: 1,
+		},
 		"recently used: evicted last": {
 			ask: fixed(Uint8, 40*int(MiB)), want: []string{"b", "c"}, chunks: 1,
 			prepare: func(t *testing.T, _ *sim.Device, cs map[string]*Client) {
@@ -197,7 +201,11 @@ func TestEvict(t *testing.T) {
 				if n == "mate" {
 					g = "big"
 				}
-				cs[n] = register(t, m, ClientOptions{Name: n, Group: g, NoEvict: n == tc.noEvict, OnInvalidate: iv.hook(n)})
+				o := ClientOptions{Name: n, Group: g, NoEvict: n == tc.noEvict, OnInvalidate: iv.hook(n)}
+				if n == tc.noHook {
+					o.OnInvalidate = nil
+				}
+				cs[n] = register(t, m, o)
 				resps[n] = holdBytes(t, cs[n], each)
 			}
 			if tc.prepare != nil {
@@ -246,9 +254,9 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 	var iv invalidations
 	a := register(t, m, ClientOptions{Name: "a", Group: "a", OnInvalidate: iv.hook("a")})
 	old := holdBytes(t, a, 40*int(MiB))
-	big := register(t, m, ClientOptions{Name: "big", Group: "big"})
+	big := register(t, m, ClientOptions{Name: "big", Group: "big", OnInvalidate: iv.hook("big")})
 	bigResp := holdBytes(t, big, 40*int(MiB))
-	if !a.Evicted() || len(iv.names()) != 1 {
+	if !a.Evicted() || !slices.Equal(iv.names(), []string{"a"}) {
 		t.Fatalf("a evicted %v, hooks %v", a.Evicted(), iv.names())
 	}
 	h, err := m.NewHostArray([]int{40 * int(MiB)}, Uint8, Pageable, nil)
@@ -348,5 +356,35 @@ func TestEvictThenFail(t *testing.T) {
 	// Once the fault is gone, the restored queue allocates.
 	if _, err := big.Allocate(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEvictUnderActiveCaps: in the Active mode eviction frees memory
+// only where it lowers the plan's chunk count: not where the group's
+// caps bind (evicting others cannot raise them, as cubie reasons), but
+// where the device binds under the caps.
+func TestEvictUnderActiveCaps(t *testing.T) {
+	for name, tc := range map[string]struct {
+		proportion float64 // the requester's; its cap binds below the 24 MiB free at 0.25
+		evicted    bool
+		chunks     int
+	}{
+		"the cap binds: nothing evicted":              {proportion: 0.25, evicted: false, chunks: 2},
+		"the device binds under the cap: one evicted": {proportion: 0.5, evicted: true, chunks: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, WithLimitMode(Active))
+			var iv invalidations
+			idle := register(t, m, ClientOptions{Name: "idle", Group: "other", OnInvalidate: iv.hook("idle")}) // the auto pool: all of it, for now
+			holdBytes(t, idle, 40*int(MiB))
+			c := register(t, m, ClientOptions{Name: "c", Group: "g", Proportion: tc.proportion, OnInvalidate: iv.hook("c")})
+			resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"x": req(Uint8, 0, 30*int(MiB))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if idle.Evicted() != tc.evicted || resp.Chunks != tc.chunks || c.Held() > c.Cap() {
+				t.Errorf("evicted %v, %d chunks, held %d of a %d cap; want evicted %v, %d chunks", idle.Evicted(), resp.Chunks, c.Held(), c.Cap(), tc.evicted, tc.chunks)
+			}
+		})
 	}
 }

@@ -156,6 +156,7 @@ func TestGroupsGoWithTheirLastClient(t *testing.T) {
 	if names := m.groups.Names(); len(names) != 0 {
 		t.Errorf("groups %v remain with no client", names)
 	}
+	m.groups.WaitClosing() // the streams close in the background
 	if n := dev.Leaks().Streams; n != 0 {
 		t.Errorf("%d streams remain on the device with no client", n)
 	}
@@ -255,35 +256,34 @@ func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
 	}
 }
 
-// blockOnTrim is an adaptor whose Trim, once armed, blocks the first call
-// until released, telling entered. It forwards the granularity and its
-// upstream, so the manager sees the allocator it wraps.
-type blockOnTrim struct {
-	alloc.Allocator
+// blockOnMemInfo is a simulator whose MemInfo, once armed, blocks the
+// first call until released, telling entered.
+type blockOnMemInfo struct {
+	*sim.Device
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (b *blockOnTrim) Trim() error {
+func (b *blockOnMemInfo) MemInfo() (free, total uint64, err error) {
 	if b.armed.CompareAndSwap(true, false) {
 		close(b.entered)
 		<-b.release
 	}
-	return b.Allocator.Trim()
+	return b.Device.MemInfo()
 }
-
-func (b *blockOnTrim) Upstream() alloc.Allocator { return b.Allocator }
-
-func (b *blockOnTrim) Granularity() uint64 { return b.Allocator.(alloc.Granular).Granularity() }
 
 // An array freed (Client.Free) while Allocate reads its budget is
 // counted once: it was once counted both as an array being replaced and
 // in the device's free memory, so the plan took one chunk that did not
 // fit.
 func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
-	bt := &blockOnTrim{entered: make(chan struct{}), release: make(chan struct{})}
-	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator { bt.Allocator = a; return bt }))
+	bt := &blockOnMemInfo{Device: newSim(t, 64*MiB), entered: make(chan struct{}), release: make(chan struct{})}
+	m, err := New(bt, WithAllocator(Direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
 	c := register(t, m, ClientOptions{})
 	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 8<<20)}); err != nil { // 32 MiB
 		t.Fatal(err)
@@ -298,7 +298,6 @@ func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	bt.armed.Store(true)
 	done := make(chan struct{})
 	var resp *ArrayResponse
-	var err error
 	go func() {
 		defer close(done)
 		resp, err = c.Allocate(context.Background())

@@ -24,6 +24,13 @@ func newSim(t testing.TB, total uint64, mod ...func(*sim.Config)) *sim.Device {
 func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Device, *logBuf) {
 	t.Helper()
 	dev := newSim(t, total)
+	m, lb := managerOn(t, dev, opts...)
+	return m, dev, lb
+}
+
+// managerOn is newManager on dev.
+func managerOn(t testing.TB, dev *sim.Device, opts ...Option) (*Manager, *logBuf) {
+	t.Helper()
 	lb := &logBuf{}
 	all := append([]Option{WithAllocator(Direct), WithLogger(slog.New(slog.NewTextHandler(lb, nil)))}, opts...)
 	m, err := New(dev, all...)
@@ -35,7 +42,7 @@ func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Devi
 			t.Errorf("close manager: %v", err)
 		}
 	})
-	return m, dev, lb
+	return m, lb
 }
 
 // logBuf is a concurrency-safe log sink.

@@ -36,9 +36,11 @@ type hostPool struct {
 	// progress (streams.Groups.WaitClosed).
 	waitClosed func(device.Stream)
 
-	placeMu sync.Mutex // serializes the ladder's choices (HostMemory.Alloc)
-	mu      sync.Mutex
-	n       hostCounts // bytes held on each rung
+	placeMu sync.Mutex            // serializes the ladder's choices (HostMemory.Alloc)
+	mu      sync.Mutex            // protects the fields below
+	n       hostCounts            // bytes held on each rung
+	live    map[*HostArray]uint64 // pinned, mapped and file-backed arrays not yet freed, in order made (hostlive.go)
+	seq     uint64                // the order of the latest array tracked
 }
 
 func newHostPool(dev device.Device, waitClosed func(device.Stream), o HostOptions, log *slog.Logger) *hostPool {
@@ -121,9 +123,16 @@ func (h *hostPool) close() error {
 
 // NewHostArray makes a host array of shape and dtype in mem (Pinned,
 // Mapped or Pageable), zeroed, or filled from like: nil, a *HostArray of
-// the same shape and dtype, or a slice of the dtype's Go type ([]float64
-// for Float64, …) with as many elements. Pinned and mapped arrays must be
-// freed (HostArray.Free) before the manager is closed.
+// the same dtype, or a slice of the dtype's Go type ([]float64 for
+// Float64, …). A slice with as many elements fills the array in
+// row-major order; otherwise like is broadcast as NumPy broadcasts
+// arr[:] = like (as cubie's create_host_array): a slice is a 1-D array
+// of its length, and like's dimensions, matched from the last, must each
+// equal the array's or be 1 (so one element fills every element, and a
+// slice as long as the last dimension fills every row). Types are never
+// converted. Pinned and mapped arrays must be freed (HostArray.Free)
+// before the manager is closed: Close frees those still live and returns
+// an error naming them (ErrLiveHostArrays).
 func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like any) (*HostArray, error) {
 	if mem == Managed {
 		return nil, fmt.Errorf("vram: new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
@@ -160,5 +169,8 @@ func (m *Manager) newHost(shape []int, dtype DType, mem MemoryType, label string
 	}
 	h := &HostArray{data: data, shape: shape, dtype: dtype, memory: mem, devPtr: dp, label: label, release: release}
 	h.setLast(s)
+	if mem != Pageable {
+		m.host.track(h) // Close frees what is still live, and says which (hostlive.go)
+	}
 	return h, nil
 }

@@ -171,7 +171,8 @@ func (h HostMemory) Open(path string, writable bool) (*HostArray, error) {
 // o.Rung forces, or on the one the ladder chooses (see host_ladder.go's
 // overview: pinned, pageable, file-backed), and logs the choice at debug
 // level. Placement says which and why. Free it before the manager is
-// closed. A file-backed array's views must not be used after Free: its
+// closed (Close frees a pinned or file-backed array still live and names
+// it in its error, ErrLiveHostArrays). A file-backed array's views must not be used after Free: its
 // mapping is gone, and touching it faults. The limits are checked as
 // each array is placed; a staging buffer made at the same moment may
 // overshoot them by its size.
@@ -217,6 +218,7 @@ func (m *Manager) placeHost(shape []int, dtype DType, place *HostPlacement, name
 			return nil, err
 		}
 		h.setLast(m.dev.DefaultStream())
+		m.host.track(h)
 		return h, nil
 	case RungPinned:
 		mem = Pinned
@@ -253,8 +255,8 @@ func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) 
 	hd := f.Header()
 	dtype, ok := dtypeOfDescr(hd.Descr)
 	if !ok || hd.Fortran {
-		return nil, errors.Join(fmt.Errorf("vram: open host array %s: %s, Fortran order %v: want a C-order array of %v: %w",
-			path, hd.Descr, hd.Fortran, DTypes(), ErrNotSupported), f.Close())
+		return nil, errors.Join(fmt.Errorf("vram: open host array %s: %v: want a C-order array of %v: %w",
+			path, hd, DTypes(), ErrNotSupported), f.Close())
 	}
 	place := &HostPlacement{Rung: RungFile, Forced: true, Reason: "opened from a file", Path: path, Keep: true}
 	h, err := m.host.mapArray(f, slices.Clone(hd.Shape), dtype, place, writable)
@@ -262,6 +264,7 @@ func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) 
 		return nil, fmt.Errorf("vram: open host array: %w", err)
 	}
 	h.setLast(m.dev.DefaultStream())
+	m.host.track(h)
 	return h, nil
 }
 
@@ -425,7 +428,7 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	}
 	tmp, err := os.CreateTemp(h.lim.spill, filepath.Base(name)+"-*.npy")
 	if err != nil {
-		return nil, fmt.Errorf("file-backed host memory in the spill directory %s (set it with HostOptions.SpillDir or $%s): %w",
+		return nil, fmt.Errorf("file-backed host memory in the spill directory %s (choose another with $%s, or the manager's spill directory): %w",
 			h.lim.spill, SpillDirEnv, err)
 	}
 	path := tmp.Name()
@@ -435,6 +438,11 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	f, err := npy.Create(path, npy.Header{Descr: npyDescr(dtype), Shape: shape}, 0o644)
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(path))
+	}
+	if err := reserveDisk(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
+		return nil, errors.Join(fmt.Errorf("file-backed host memory: reserve %s of disk for %s in the spill directory %s "+
+			"(free room there, or choose a roomier one with $%s, or the manager's spill directory): %w: %w",
+			units.Format(uint64(f.DataOffset()+f.DataBytes())), path, h.lim.spill, SpillDirEnv, err, errHostOutOfMemory), f.Close(), os.Remove(path))
 	}
 	place.Path = path
 	a, err := h.mapArray(f, shape, dtype, place, true)

@@ -34,22 +34,20 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
 )
 
 // MinAutoPool is the smallest proportion of device memory the auto pool
 // may be left with while it has clients.
-const MinAutoPool = 0.05
+const MinAutoPool = share.MinAutoPool
 
-// shareUnit is 1 in the fixed-point unit proportions are kept in, so that
-// adding and removing 100,000 clients leaves no rounding drift.
-const shareUnit uint64 = 1_000_000_000_000
-
-var minAutoUnits = uint64(MinAutoPool * float64(shareUnit))
-
-// AllocatorKind names the allocator the manager serves device arrays
-// from. A plain value, safe to share.
-type AllocatorKind uint8
+// AllocatorKind names the kind of allocator the manager serves device
+// arrays from: alloc.Kind, whose names, aliases and allocators are the
+// allocator registry's (package alloc, registry.go). What serves a kind is
+// named by the registry's name of the allocator made (ManagerReport,
+// AllocatorReport). A plain value, safe to share.
+type AllocatorKind = alloc.Kind
 
 // Allocator kinds. Pool, the zero value, is the default.
 const (
@@ -57,38 +55,24 @@ const (
 	// caching allocator): alloc.Expandable (PyTorch's expandable segments)
 	// where the device manages virtual memory, as the simulator does, else
 	// the segment alloc.Pool; WithExpandable and WithPoolConfig choose.
-	Pool AllocatorKind = iota
+	Pool = alloc.KindPool
 	// Direct is alloc.Direct: every call goes to the device.
-	Direct
+	Direct = alloc.KindDirect
 	// AsyncPool is alloc.AsyncPool: the device's stream-ordered pool
 	// (cuMemAllocAsync; CuPy's MemoryAsyncPool).
-	AsyncPool
+	AsyncPool = alloc.KindAsync
 )
 
-var kindNames = [...]string{Pool: "pool", Direct: "direct", AsyncPool: "async"}
-
-// String is "pool", "direct" or "async".
-func (k AllocatorKind) String() string {
-	if int(k) < len(kindNames) {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("allocator(%d)", uint8(k))
-}
-
-// ParseAllocatorKind reads "pool", "direct" or "async" ("asyncpool" and
-// "async-pool" too), and cubie's names: "cupy" (Pool), "cupy_async"
-// (AsyncPool) and "default" (Direct, Numba's default manager); case
-// ignored.
+// ParseAllocatorKind reads a kind's name in the allocator registry
+// (alloc.ParseKind: "pool", "direct" or "async", and the aliases of the
+// allocators that name them, such as cubie's "cupy", "default" and
+// "cupy_async"; case ignored), and "" as Pool. Errors wrap
+// device.ErrInvalidValue.
 func ParseAllocatorKind(s string) (AllocatorKind, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "pool", "", "cupy":
+	if strings.TrimSpace(s) == "" {
 		return Pool, nil
-	case "direct", "default":
-		return Direct, nil
-	case "async", "asyncpool", "async-pool", "async_pool", "cupy_async", "cupy-async":
-		return AsyncPool, nil
 	}
-	return 0, fmt.Errorf("allocator %q: want pool, direct or async (or cubie's cupy, default, cupy_async): %w", s, device.ErrInvalidValue)
+	return alloc.ParseKind(s)
 }
 
 // LimitMode says how much memory a stream group may plan with. A plain
@@ -138,8 +122,8 @@ type config struct {
 	pcfg  alloc.PoolConfig
 	acfg  alloc.AsyncConfig
 	total uint64
-	cap   uint64     // WithCap; 0: none
-	pool  poolChoice // WithExpandable (poolkind.go)
+	cap   uint64      // WithCap; 0: none
+	pick  allocChoice // WithAllocatorEntry, WithExpandable (poolkind.go)
 	host  HostOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
@@ -204,7 +188,9 @@ type Manager struct {
 	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
+	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
 	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
+	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
 	capMu    sync.Mutex    // serializes SetCap (replan.go); taken before allocMu
 	capBytes atomic.Uint64 // the cap (WithCap, SetCap); 0: none
@@ -213,12 +199,13 @@ type Manager struct {
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
-	manual     uint64                                         // sum of manual proportions, in shareUnit
-	numAuto    int                                            // clients in the auto pool
+	pools      share.Pools                                    // the clients' shares (internal/share)
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
 	claims     map[string]uint64                              // group → device bytes it claims back from busy groups (replan.go)
+	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
+	trim       *trimRun                                       // the allocator's trim in flight (trim.go); nil: none
 	closed     bool
 }
 
@@ -255,20 +242,22 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		cfg:        cfg,
 		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
 		reg:        newRegistry(),
+		pools:      share.New("client"),
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]chan struct{}{},
 		claims:     map[string]uint64{},
+		plans:      map[string]ChunkPlan{},
 		planMu:     make(chan struct{}, 1),
 	}
 	m.capBytes.Store(cfg.cap)
 	m.strided, _ = dev.(device.StridedCopier)
-	m.observeOOM(nil, 0, m.host.pinned)
-	a, err := m.newAllocator(cfg.kind)
+	m.observeOOM(nil, 0, "", m.host.pinned)
+	a, name, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
 	}
-	m.setAllocator(a, cfg.kind)
+	m.setAllocator(a, cfg.kind, name)
 	return m, nil
 }
 
@@ -307,26 +296,12 @@ func Default() (*Manager, error) {
 	return defaultMgr, defaultErr
 }
 
-// newAllocator makes an allocator of kind, wrapped as configured.
-func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
-	var a alloc.Allocator
-	switch kind {
-	case Direct:
-		a = alloc.NewDirect(m.dev)
-	case Pool:
-		p, err := newPoolKind(m.dev, m.cfg.pcfg, m.cfg.pool)
-		if err != nil {
-			return nil, err
-		}
-		a = p
-	case AsyncPool:
-		p, err := alloc.NewAsyncPool(m.dev, m.cfg.acfg)
-		if err != nil {
-			return nil, err
-		}
-		a = p
-	default:
-		return nil, fmt.Errorf("allocator kind %v: want Pool, Direct or AsyncPool: %w", kind, device.ErrInvalidValue)
+// newAllocator makes an allocator of kind, wrapped as configured, and
+// returns it with the registry's name of the allocator it wraps.
+func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, error) {
+	a, e, err := m.cfg.makeAllocator(m.dev, kind) // poolkind.go
+	if err != nil {
+		return nil, "", err
 	}
 	if m.cfg.wrap != nil {
 		a = m.cfg.wrap(a)
@@ -334,15 +309,15 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, error) {
 	if c := m.capBytes.Load(); c > 0 {
 		a = alloc.NewLimit(a, c)
 	}
-	m.observeOOM(a, kind, nil)
-	return a, nil
+	m.observeOOM(a, kind, e.Name, nil)
+	return a, e.Name, nil
 }
 
 // setAllocator makes a, of kind, the allocator (with its cap's Limit
-// outermost, when capped). allocMu must be held for writing, or m not
-// yet shared.
-func (m *Manager) setAllocator(a alloc.Allocator, kind AllocatorKind) {
-	m.al, m.kind, m.capLim = a, kind, nil
+// outermost, when capped), served by the registry's entry name.
+// allocMu must be held for writing, or m not yet shared.
+func (m *Manager) setAllocator(a alloc.Allocator, kind AllocatorKind, name string) {
+	m.al, m.kind, m.name, m.capLim = a, kind, name, nil
 	if m.capBytes.Load() > 0 {
 		m.capLim, _ = a.(*alloc.Limit)
 	}
@@ -417,14 +392,15 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 		return closedErr("set allocator")
 	}
 	m.mu.Unlock()
-	next, err := m.newAllocator(kind)
+	next, name, err := m.newAllocator(kind)
 	if err != nil {
 		m.allocMu.Unlock()
 		return fmt.Errorf("vram: set allocator %v: %w", kind, err)
 	}
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
-	m.setAllocator(next, kind)
+	m.setAllocator(next, kind, name)
+	m.trims.Wait()
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
@@ -644,7 +620,11 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 }
 
 // Close frees every array, closes every client (no hooks are called),
-// the allocator and the streams. The device stays open. Later calls on
+// the allocator and the streams. The device stays open. Pinned, mapped
+// and file-backed host arrays still live (NewHostArray, Host().Alloc,
+// Host().Open) are freed too, and the error, wrapping
+// ErrLiveHostArrays, names them: their views must not be used after
+// Close. Later calls on
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
@@ -665,15 +645,17 @@ func (m *Manager) Close() error {
 		m.reg.remove(c)
 	}
 	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
-	m.manual, m.numAuto = 0, 0
+	m.pools.Reset()
 	m.mu.Unlock()
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
+	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
+	m.trims.Wait()
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
-	return errors.Join(freeErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
 }
 
 func (m *Manager) isClosed() bool {
@@ -813,8 +795,10 @@ func (c *Client) IsGrouped() bool {
 // using them on the new one; the manager frees each array ordered after
 // the stream it was last copied on). A group c leaves with no member is
 // removed and its stream closed once its work is done, so a stream
-// obtained from Stream before the move may be closed. A refused move (a
-// closed client or manager) makes no group.
+// obtained from Stream before the move may be closed. The move never
+// waits for that work (a long kernel of the old group's): the stream
+// closes in the background. A refused move (a closed client or manager)
+// makes no group.
 func (c *Client) ChangeStreamGroup(group string) error {
 	m := c.m
 	if group == "" {
@@ -910,5 +894,6 @@ func (m *Manager) forgetIfEmptyLocked(group string) {
 	if _, ok := m.reg.groups[group]; !ok {
 		delete(m.groupLocks, group)
 		m.dropClaimLocked(group, "withdrawn: the group has no member left")
+		delete(m.plans, group)
 	}
 }

@@ -620,6 +620,7 @@ func TestRefusalsMakeNoGroup(t *testing.T) {
 	register(t, m, ClientOptions{})
 	closed := register(t, m, ClientOptions{Group: "g"})
 	_ = closed.Close()
+	m.groups.WaitClosing() // g's stream closes in the background
 	names := m.groups.Names()
 	streams0 := dev.Leaks().Streams
 	for name, try := range map[string]func(group string) error{
@@ -652,5 +653,31 @@ func TestRefusalsMakeNoGroup(t *testing.T) {
 	// The share a refused Register asked for is not kept either.
 	if p := m.Shares().Manual; p != 0 {
 		t.Errorf("manual pool %v after refusals", p)
+	}
+}
+
+// TestFreeOfAnUnheldLabelWarns: Client.Free of a label the client holds
+// no array under frees nothing and logs a warning (as cubie's
+// InstanceMemorySettings.free warns); Manager.Free of a label nobody
+// holds stays silent (as cubie's MemoryManager.free).
+func TestFreeOfAnUnheldLabelWarns(t *testing.T) {
+	m, _, lb := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{Name: "c"})
+	holdBytes(t, c, 1024)
+	if err := c.Free("y"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(lb.String(), "Free of a label the client holds no array under") || !strings.Contains(lb.String(), "label=y") {
+		t.Errorf("log %q; want a warning naming label y", lb.String())
+	}
+	if c.Held() == 0 {
+		t.Error("Free of another label freed x")
+	}
+	n := len(lb.String())
+	if err := errors.Join(c.Free("x"), m.Free("z")); err != nil {
+		t.Fatal(err)
+	}
+	if got := lb.String()[n:]; got != "" || c.Held() != 0 {
+		t.Errorf("freeing a held label and Manager.Free logged %q, held %d; want nothing logged, nothing held", got, c.Held())
 	}
 }

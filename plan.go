@@ -56,6 +56,13 @@ type PlanOptions struct {
 	// of the sum of the sizes rounded to Granularity. A function: Plan
 	// is then pure only as far as Cost is.
 	Cost func(sizes []uint64) uint64 `json:"-"`
+	// MaxChunkLength, when above 0 and below the runs, bounds the chunk
+	// length: the runs are cut into chunks of at most this many (with
+	// Buffers buffers in flight) even where fewer, longer chunks fit the
+	// budget. It cannot cut requests that are not chunkable. (Allocate
+	// sets it so that each member's arrays fit its own cap in the Active
+	// limit mode.)
+	MaxChunkLength int `json:"max_chunk_length,omitempty"`
 }
 
 // ChunkPlan is the result of Plan. It marshals to JSON as is. It is a
@@ -210,7 +217,9 @@ type planItem struct {
 // chunkable ones. If U + C(N) ≤ B: one chunk of N runs. Else, with no
 // chunkable device request or U ≥ B, ErrUnchunkable; with U + k·C(1) > B,
 // ErrRunTooLarge; otherwise chunks = ⌈N / Lmax⌉ for the largest Lmax
-// with U + k·C(Lmax) ≤ B, of ⌈N / chunks⌉ runs each. A sum of 2⁶⁴−1
+// with U + k·C(Lmax) ≤ B (and Lmax ≤ opts.MaxChunkLength, when that
+// bounds it: then the runs are chunked even where they fit whole), of
+// ⌈N / chunks⌉ runs each. A sum of 2⁶⁴−1
 // bytes or more never fits. With opts.Cost, each "U + k·C(L)" above is
 // instead the Cost of the device arrays' sizes at L (U: of the
 // unchunkable ones alone), so the budget bounds what the allocator says
@@ -238,8 +247,9 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 	p := ChunkPlan{TotalRuns: pl.runs, Granularity: pl.g, Budget: budget, UnchunkableBytes: pl.u}
 	p.FullBytes = satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g))
 	length := pl.runs
+	bounded := opts.MaxChunkLength > 0 && opts.MaxChunkLength < pl.runs && pl.nChunkableDev > 0
 	switch {
-	case fitsIn(pl.device(pl.runs, 1), budget):
+	case !bounded && fitsIn(pl.device(pl.runs, 1), budget):
 		p.Chunks, p.Buffers = 1, 1
 	case pl.nChunkableDev == 0:
 		return ChunkPlan{}, pl.unchunkableError(budget)
@@ -251,6 +261,11 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 			return ChunkPlan{}, pl.runTooLargeError(budget, need)
 		}
 		lo := pl.longest(budget)
+		if bounded {
+			// longest assumes N runs do not fit; where they do, it
+			// answers N − 1, which the bound (< N) is below anyway.
+			lo = min(lo, opts.MaxChunkLength)
+		}
 		p.Chunks = ceilDiv(pl.runs, lo)
 		length = ceilDiv(pl.runs, p.Chunks)
 		p.Buffers = pl.k

@@ -955,3 +955,74 @@ func TestPlanWithCost(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanMaxChunkLength: a bound on the chunk length cuts the runs
+// into chunks of at most that many, with the buffers in flight, even
+// where they fit whole; the budget still binds where it is tighter; it
+// cannot cut what is not chunkable. Random sets are checked against the
+// fewest chunks found by trying every count.
+func TestPlanMaxChunkLength(t *testing.T) {
+	x := map[string]map[string]ArrayRequest{"c": {"x": req(Float32, 0, 1000)}} // 4000 B, 4 B a run
+	for name, tc := range map[string]struct {
+		reqs    map[string]map[string]ArrayRequest
+		budget  uint64
+		bound   int
+		buffers int
+		chunks  int
+		length  int
+		bufs    int
+	}{
+		"fits whole, bounded":      {x, 1 << 20, 300, 1, 4, 250, 1},
+		"fits whole, bound 1000":   {x, 1 << 20, 1000, 1, 1, 1000, 1},
+		"no bound":                 {x, 1 << 20, 0, 2, 1, 1000, 1},
+		"bounded, two buffers":     {x, 1 << 20, 500, 2, 2, 500, 2},
+		"the budget binds tighter": {x, 1024, 500, 1, 4, 250, 1}, // 1024 B: 256 runs a chunk at most
+		"nothing chunkable":        {map[string]map[string]ArrayRequest{"c": {"k": fixed(Float32, 1000)}}, 1 << 20, 10, 1, 1, 0, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := Plan(tc.reqs, tc.budget, PlanOptions{MaxChunkLength: tc.bound, Buffers: tc.buffers})
+			if err != nil || p.Chunks != tc.chunks || p.ChunkLength != tc.length || p.Buffers != tc.bufs {
+				t.Errorf("%d chunks of %d, %d buffers (%v); want %d of %d, %d buffers", p.Chunks, p.ChunkLength, p.Buffers, err, tc.chunks, tc.length, tc.bufs)
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		n := 1 + rng.IntN(200)
+		per := []int{1 + rng.IntN(40), 1 + rng.IntN(40)}
+		fixedB := rng.IntN(3000)
+		reqs := map[string]map[string]ArrayRequest{"c": {
+			"a": req(Uint8, 0, n, per[0]), "b": req(Uint8, 1, per[1], n),
+		}}
+		if fixedB > 0 {
+			reqs["c"]["k"] = fixed(Uint8, fixedB)
+		}
+		budget, bound, k := uint64(rng.IntN(40000)), rng.IntN(n+5), 1+rng.IntN(2)
+		fits := func(l, bufs int) bool {
+			sum := roundUp(uint64(fixedB), 512) * uint64(min(fixedB, 1))
+			for _, r := range per {
+				sum += uint64(bufs) * roundUp(uint64(r*l), 512)
+			}
+			return sum <= budget
+		}
+		want := 0 // the fewest chunks whose length fits, under the bound
+		for c := 1; c <= n && want == 0; c++ {
+			l, bufs := ceilDiv(n, c), 1
+			if c > 1 {
+				bufs = k
+			}
+			if fits(l, bufs) && (bound == 0 || bound >= n || l <= bound) {
+				want = c
+			}
+		}
+		p, err := Plan(reqs, budget, PlanOptions{MaxChunkLength: bound, Buffers: k})
+		switch {
+		case want == 0 && err == nil:
+			t.Fatalf("n %d, per run %v, fixed %d, budget %d, bound %d, k %d: planned %+v; nothing fits", n, per, fixedB, budget, bound, k, p)
+		case want != 0 && (err != nil || p.Chunks != want):
+			t.Fatalf("n %d, per run %v, fixed %d, budget %d, bound %d, k %d: %d chunks (%v); want %d", n, per, fixedB, budget, bound, k, p.Chunks, err, want)
+		case err == nil && bound > 0 && bound < n && p.ChunkLength > bound:
+			t.Fatalf("chunk length %d over the bound %d", p.ChunkLength, bound)
+		}
+	}
+}

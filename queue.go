@@ -211,8 +211,11 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 //
 // The budget. The group may take at most:
 //
-//   - of the device, its free memory, read after trimming the
-//     allocator's cache, plus what the arrays being replaced take, in
+//   - of the device, its free memory (the allocator's cache is trimmed,
+//     and the plan made again, only when the plan fails for want of
+//     memory or has more chunks than the cache given back would leave;
+//     the trim waits no longer than ctx: trim.go), plus what the arrays
+//     being replaced take, in
 //     device bytes as the allocator states them (alloc.Coster): the device
 //     hands out whole pages (2 MiB), and an allocator that rounds finer
 //     gets its memory as segments of pages, so each array above the
@@ -255,8 +258,13 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // come one at a time, in event order, so an invalidation after the
 // install is delivered after OnAllocated). Allocate returns c's own
 // response.
-// With nothing queued in the group it does nothing and returns an error
-// wrapping ErrNothingQueued. If c is closed while its group is being
+// With nothing queued in the group it allocates and frees nothing and,
+// as cubie's allocate_queue does, sends the group's last plan again:
+// every member's OnAllocated is called with the chunk parameters and no
+// arrays (the arrays they hold stay theirs), and c's response is
+// returned. A group with no plan yet (or none since it last had no
+// member) has none to send: an error wrapping ErrNothingQueued. If c is
+// closed while its group is being
 // allocated, the other members get their arrays and hooks, and
 // Allocate returns an error wrapping ErrClosed.
 //
@@ -467,7 +475,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 		if err != nil {
 			return nil, err
 		}
-		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label}
+		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label, owner: p.c}
 		a.dev.setLast(s)
 		a.charged = roundUp(bytes, gran)
 	default:
@@ -477,7 +485,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 		}
 		a.host = h
 		if p.req.Memory == Mapped {
-			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label}
+			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label, owner: p.c}
 		}
 	}
 	return a, nil

@@ -136,12 +136,25 @@ func TestAllocateHooks(t *testing.T) {
 	if got := a.Arrays(); got["state"] != st || len(got) != 2 {
 		t.Errorf("a.Arrays() = %v", got)
 	}
-	// The queue is empty now; the outsider's queue is untouched.
-	if resp, err := a.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) || !strings.Contains(err.Error(), "Queue") {
-		t.Errorf("second Allocate: %v, %v; want ErrNothingQueued saying to call Queue", resp, err)
+	// The queue is empty now: an Allocate sends every member the group's
+	// plan again, with no arrays (cubie's allocate_queue with an empty
+	// queue), and frees nothing. The outsider's queue is untouched.
+	h.reset()
+	again, err := a.Allocate(context.Background())
+	if err != nil || again == nil || len(again.Arrays) != 0 || len(again.Host) != 0 || len(again.ChunkedShapes) != 0 ||
+		again.Chunks != ra.Chunks || again.ChunkLength != ra.ChunkLength || again.TotalRuns != ra.TotalRuns {
+		t.Fatalf("second Allocate: %+v, %v; want the plan again (%d × %d of %d) and no arrays", again, err, ra.Chunks, ra.ChunkLength, ra.TotalRuns)
 	}
-	if len(h.got()) != 3 {
-		t.Errorf("hooks called again on an empty queue: %v", h.got())
+	if got := h.got(); !slices.Equal(got, []string{"a", "b", "n"}) || h.resps["a"] != again {
+		t.Errorf("hooks on the empty queue: %v; want every member, a's with the response Allocate returned", got)
+	}
+	for _, r := range h.resps {
+		if len(r.Arrays) != 0 || r.Chunks != ra.Chunks {
+			t.Errorf("%v's response again: %d arrays, %d chunks", r.Client, len(r.Arrays), r.Chunks)
+		}
+	}
+	if st.Freed() || a.Arrays()["state"] != st {
+		t.Error("sending the plan again freed or replaced a's arrays")
 	}
 	if q := outsider.Queued(); len(q) != 1 {
 		t.Errorf("another group's queue: %v", q)
@@ -989,7 +1002,9 @@ func TestHugePageableRequestIsRefused(t *testing.T) {
 }
 
 // TestEmptyRequestQueuesNothing: queuing no request is a no-op; it does
-// not make the client a requester whose hook Allocate calls.
+// not make the client a requester whose hook Allocate calls. A group that
+// was never planned has no plan to send again: ErrNothingQueued, saying
+// what cubie would do.
 func TestEmptyRequestQueuesNothing(t *testing.T) {
 	m, _, _ := newManager(t, 64*MiB)
 	h := newHookLog()
@@ -998,8 +1013,9 @@ func TestEmptyRequestQueuesNothing(t *testing.T) {
 		if err := c.Queue(reqs); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if resp, err := c.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) {
-			t.Errorf("%s: Allocate after an empty Queue = %v, %v; want ErrNothingQueued", name, resp, err)
+		if resp, err := c.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) ||
+			!strings.Contains(err.Error(), "Client.Queue") || !strings.Contains(err.Error(), "cubie") {
+			t.Errorf("%s: Allocate after an empty Queue = %v, %v; want ErrNothingQueued saying to queue and what cubie does", name, resp, err)
 		}
 	}
 	if got := h.got(); len(got) != 0 {
@@ -1008,5 +1024,33 @@ func TestEmptyRequestQueuesNothing(t *testing.T) {
 	_ = c.Close()
 	if err := c.Queue(nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Queue(nil) of a closed client = %v; want ErrClosed", err)
+	}
+}
+
+// TestPlanSentAgainIsTheGroups: the plan an empty Allocate sends again
+// is the group's last one, chunks included, and is forgotten with the
+// group's last member.
+func TestPlanSentAgainIsTheGroups(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	a := register(t, m, ClientOptions{Name: "a", Group: "g"})
+	// 48 MiB of runs in the 64 MiB device, twice: 2 chunks the second time.
+	first, err := queueAndAllocate(t, a, map[string]ArrayRequest{"x": req(Uint8, 0, 48*int(MiB))})
+	if err != nil || first.Chunks != 1 {
+		t.Fatalf("first plan: %v, %v", first, err)
+	}
+	b := register(t, m, ClientOptions{Name: "b", Group: "g"})
+	second, err := queueAndAllocate(t, b, map[string]ArrayRequest{"y": req(Uint8, 0, 48*int(MiB))})
+	if err != nil || second.Chunks < 2 {
+		t.Fatalf("second plan: %+v, %v; want it chunked beside a's array", second, err)
+	}
+	again, err := a.Allocate(t.Context())
+	if err != nil || again.Chunks != second.Chunks || again.ChunkLength != second.ChunkLength {
+		t.Errorf("sent again: %+v, %v; want the latest plan, %d × %d", again, err, second.Chunks, second.ChunkLength)
+	}
+	_ = a.Close()
+	_ = b.Close()
+	c := register(t, m, ClientOptions{Name: "c", Group: "g"})
+	if resp, err := c.Allocate(t.Context()); resp != nil || !errors.Is(err, ErrNothingQueued) {
+		t.Errorf("a new member of the emptied group: %v, %v; want ErrNothingQueued (the plan went with the group)", resp, err)
 	}
 }

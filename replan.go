@@ -183,7 +183,7 @@ func (m *Manager) installCap(capBytes uint64) error {
 		}
 	}
 	m.al, m.capLim = lim, lim
-	m.observeOOM(lim, m.kind, nil)
+	m.observeOOM(lim, m.kind, m.name, nil)
 	return nil
 }
 

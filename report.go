@@ -16,7 +16,7 @@ import (
 
 // ManagerReport is a manager's memory at one moment. A plain value.
 type ManagerReport struct {
-	Allocator   AllocatorKind
+	Allocator   AllocatorKind      // the kind asked for; Memory.Allocator names what serves it
 	Memory      alloc.MemoryReport // the device allocator's report (its Cap is WithCap's)
 	Pinned      alloc.MemoryReport // the pinned host pool's; zero when the device has none
 	Mode        LimitMode
@@ -59,11 +59,16 @@ func Report(m *Manager) ManagerReport {
 
 // AllocatorReport returns m's current allocator kind and its report, read
 // together (as AllocatorStats reads the Stats): the device allocator's
-// part of Report, without the clients.
+// part of Report, without the clients. The report's Allocator is the
+// allocator registry's name of the allocator that serves the kind
+// (alloc.Entry.Name: "expandable" for the Pool kind served by
+// alloc.Expandable), whatever WithWrap wraps it in.
 func AllocatorReport(m *Manager) (AllocatorKind, alloc.MemoryReport) {
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
-	return m.kind, alloc.ReportOf(m.al)
+	r := alloc.ReportOf(m.al)
+	r.Allocator = m.name
+	return m.kind, r
 }
 
 // fillReport adds everything but the device allocator's report to r.
@@ -104,7 +109,7 @@ func (m *Manager) fillReport(r *ManagerReport) {
 func (r ManagerReport) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "manager: %s allocator, %s limit mode, shares of %s, device free %s\n",
-		r.Allocator, r.Mode, units.Format(r.TotalMemory), units.Format(r.DeviceFree))
+		r.Memory.Allocator, r.Mode, units.Format(r.TotalMemory), units.Format(r.DeviceFree))
 	b.WriteString(r.Memory.String())
 	if r.Pinned.Allocator != "" && (r.Pinned.Reserved > 0 || r.Pinned.OOMs > 0) {
 		b.WriteString(r.Pinned.String())
@@ -135,7 +140,8 @@ func (r ManagerReport) String() string {
 // for want of memory: its device allocator's (or WithCap's Limit's) and
 // its pinned pool's. f gets the error the allocation returns and the
 // manager's report, whose Memory (or, for the pinned pool's failure,
-// Pinned, with Memory and Allocator left zero) is the error's Report. It
+// Pinned, with Memory and Allocator left zero) is the error's Report,
+// named by the allocator registry's name as AllocatorReport's is. It
 // runs on the goroutine whose allocation failed, before the failing call
 // (Allocate, NewHostArray…) returns, with no manager lock held but the
 // allocator in use: f may read the manager (Clients, Client.Held) but
@@ -146,9 +152,9 @@ func WithOOMObserver(f func(err *alloc.OutOfMemoryError, r ManagerReport)) Optio
 }
 
 // observeOOM sets the manager's out-of-memory observer, if any, on a,
-// the device allocator of kind, when not nil, and on pinned, when not
-// nil.
-func (m *Manager) observeOOM(a alloc.Allocator, kind AllocatorKind, pinned *alloc.PinnedPool) {
+// the device allocator of kind whose registry name is name, when not nil,
+// and on pinned, when not nil.
+func (m *Manager) observeOOM(a alloc.Allocator, kind AllocatorKind, name string, pinned *alloc.PinnedPool) {
 	f := m.cfg.oom
 	if f == nil {
 		return
@@ -156,6 +162,7 @@ func (m *Manager) observeOOM(a alloc.Allocator, kind AllocatorKind, pinned *allo
 	if a != nil {
 		alloc.ObserveOOM(a, func(e *alloc.OutOfMemoryError) {
 			r := ManagerReport{Allocator: kind, Memory: e.Report()}
+			r.Memory.Allocator = name
 			m.fillReport(&r)
 			f(e, r)
 		})

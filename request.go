@@ -179,9 +179,14 @@ func (m *MemoryType) UnmarshalText(b []byte) error {
 }
 
 // ArrayRequest asks for one array. Arrays are row-major (C order).
+// ChunkAxis, the run axis, is 0 unless set (cubie's chunk_axis_index is
+// 2, the last of its (time, variable, run) arrays): a request ported
+// from cubie names its run axis, and one whose TotalRuns is another
+// axis' length is refused saying which.
 //
 // A request is chunkable unless Unchunkable is set, or Shape has no axis
-// ChunkAxis, or that axis has length 1. A chunkable request's chunk axis
+// ChunkAxis, or that axis has length 1. An empty (non-nil) Shape is a
+// scalar: one element, never chunkable. A chunkable request's chunk axis
 // is its run axis: its length is the number of runs, and when the batch
 // does not fit, the manager allocates it with that axis cut to the chunk
 // length instead. TotalRuns is the number of runs; 0 means "the length of
@@ -203,7 +208,7 @@ type ArrayRequest struct {
 // dtype in device memory, chunked along axis, with TotalRuns set to
 // that axis' length (0 when the shape has no such axis).
 func NewArrayRequest(dtype DType, chunkAxis int, shape ...int) (ArrayRequest, error) {
-	r := ArrayRequest{Shape: append([]int(nil), shape...), DType: dtype, ChunkAxis: chunkAxis}
+	r := ArrayRequest{Shape: append([]int{}, shape...), DType: dtype, ChunkAxis: chunkAxis}
 	if chunkAxis >= 0 && chunkAxis < len(shape) {
 		r.TotalRuns = shape[chunkAxis]
 	}
@@ -244,14 +249,15 @@ func (r ArrayRequest) Bytes() uint64 {
 	return lo
 }
 
-// Validate checks the request: at least one dimension, every dimension
-// ≥ 1, a size that fits in 64 bits, a known dtype, a chunk axis ≥ 0, a
+// Validate checks the request: a shape (nil is none; an empty shape is a
+// scalar, one element, never chunkable, as cubie's shape ()), every
+// dimension ≥ 1, a size that fits in 64 bits, a known dtype, a chunk axis ≥ 0, a
 // TotalRuns ≥ 0 that agrees with the chunk axis of a chunkable request,
 // and memory Device, Pinned, Mapped or Pageable. Managed memory is refused with an
 // error wrapping ErrNotSupported; everything else with ErrInvalidRequest.
 func (r ArrayRequest) Validate() error {
-	if len(r.Shape) == 0 {
-		return fmt.Errorf("shape is empty; give at least one dimension: %w", ErrInvalidRequest)
+	if r.Shape == nil {
+		return fmt.Errorf("no shape; give the dimensions, or an empty shape ([]int{}, JSON []) for a scalar: %w", ErrInvalidRequest)
 	}
 	for i, d := range r.Shape {
 		if d < 1 {
@@ -282,10 +288,23 @@ func (r ArrayRequest) Validate() error {
 		return fmt.Errorf("shape %v: total runs %d is negative; use 0 (the chunk axis' length) or the number of runs: %w", r.Shape, r.TotalRuns, ErrInvalidRequest)
 	}
 	if r.Chunkable() && r.TotalRuns != 0 && r.TotalRuns != r.Shape[r.ChunkAxis] {
-		return fmt.Errorf("shape %v: total runs %d differs from the length %d of chunk axis %d; set them equal or mark the request unchunkable: %w",
-			r.Shape, r.TotalRuns, r.Shape[r.ChunkAxis], r.ChunkAxis, ErrInvalidRequest)
+		return fmt.Errorf("shape %v: total runs %d differs from the length %d of chunk axis %d; %s: %w",
+			r.Shape, r.TotalRuns, r.Shape[r.ChunkAxis], r.ChunkAxis, r.axisHint(), ErrInvalidRequest)
 	}
 	return nil
+}
+
+// axisHint says what to change for a request whose TotalRuns is not the
+// length of its chunk axis: name the axis that has that length (cubie's
+// default run axis is 2, the last of its (time, variable, run) arrays,
+// vram's 0, so a request ported with no axis given lands here).
+func (r ArrayRequest) axisHint() string {
+	for i := len(r.Shape) - 1; i >= 0; i-- {
+		if r.Shape[i] == r.TotalRuns {
+			return fmt.Sprintf("axis %d has that length: set ChunkAxis: %d (ChunkAxis defaults to 0; cubie's chunk_axis_index defaults to 2, the run axis of its (time, variable, run) arrays)", i, i)
+		}
+	}
+	return "set them equal or mark the request unchunkable (ChunkAxis defaults to 0; cubie's chunk_axis_index to 2)"
 }
 
 // elements multiplies the dimensions, reporting false on overflow or a

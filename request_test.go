@@ -121,3 +121,74 @@ func TestValidateAndSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestScalarShape: an empty shape is a scalar (one element, never
+// chunked, as cubie's shape ()); a nil shape is no shape and is refused,
+// so that a forgotten Shape is not taken for a scalar.
+func TestScalarShape(t *testing.T) {
+	scalar := ArrayRequest{Shape: []int{}, DType: Float64}
+	if err := scalar.Validate(); err != nil || scalar.Bytes() != 8 || scalar.Chunkable() || scalar.Runs() != 0 {
+		t.Errorf("scalar: Validate %v, Bytes %d, Chunkable %v, Runs %d; want nil, 8, false, 0",
+			err, scalar.Bytes(), scalar.Chunkable(), scalar.Runs())
+	}
+	if err := (ArrayRequest{DType: Float64}).Validate(); !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), "[]int{}") {
+		t.Errorf("nil shape: %v; want ErrInvalidRequest naming the empty shape for a scalar", err)
+	}
+	if r, err := NewArrayRequest(Float32, 0); err != nil || r.Shape == nil || len(r.Shape) != 0 {
+		t.Errorf("NewArrayRequest with no dimensions: %+v, %v; want a scalar", r, err)
+	}
+	// Planned and allocated beside a chunked array: whole in every chunk.
+	p, err := Plan(map[string]map[string]ArrayRequest{"c": {"s": scalar, "x": req(Float32, 0, 1000)}}, 2048, PlanOptions{})
+	if err != nil || p.Chunks < 2 || len(p.ChunkedShapes["c"]["s"]) != 0 || p.UnchunkableBytes != DefaultGranularity {
+		t.Fatalf("plan: %+v, %v; want chunks, the scalar whole and counted unchunkable", p, err)
+	}
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{Name: "c"})
+	if err := c.Queue(map[string]ArrayRequest{"s": scalar}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Allocate(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := resp.Arrays["s"]
+	if d.Len() != 1 || d.Bytes() != 8 || len(d.Shape()) != 0 || len(d.Strides()) != 0 {
+		t.Errorf("device scalar: len %d, bytes %d, shape %v, strides %v", d.Len(), d.Bytes(), d.Shape(), d.Strides())
+	}
+	in, err := m.NewHostArray([]int{}, Float64, Pinned, []float64{2.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Free()
+	out, err := m.NewHostArray([]int{}, Float64, Pageable, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(c.ToDevice(t.Context(), d, in), c.FromDevice(t.Context(), out, d), c.Sync(t.Context())); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.Float64s(); len(got) != 1 || got[0] != 2.5 {
+		t.Errorf("scalar round trip: %v, want [2.5]", got)
+	}
+}
+
+// TestChunkAxisHint: a request whose TotalRuns is not its chunk axis'
+// length (a cubie request ported as written: cubie's run axis defaults
+// to 2, vram's to 0) is refused naming the axis that has that length.
+func TestChunkAxisHint(t *testing.T) {
+	for name, tc := range map[string]struct {
+		r    ArrayRequest
+		says string
+	}{
+		"cubie's (variable, run)": {ArrayRequest{Shape: []int{10, 150}, DType: Float32, TotalRuns: 150}, "axis 1 has that length: set ChunkAxis: 1"},
+		"(time, variable, run)":   {ArrayRequest{Shape: []int{100, 4, 50}, DType: Float64, TotalRuns: 50}, "set ChunkAxis: 2"},
+		"no axis of that length":  {ArrayRequest{Shape: []int{10, 20}, DType: Float32, TotalRuns: 7}, "set them equal or mark the request unchunkable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := tc.r.Validate()
+			if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), "cubie") {
+				t.Errorf("got %v, want ErrInvalidRequest saying %q and what cubie's default is", err, tc.says)
+			}
+		})
+	}
+}

@@ -287,8 +287,12 @@ func (p *StagingPool) noRoom(sizes []uint64) error {
 	if s.Limit > 0 {
 		limit = "the limit " + units.Format(s.Limit)
 	}
-	return fmt.Errorf("vram: staging pool: %d pinned buffers of %s in all do not fit: %s pinned of the pinned limit %s, %s of host RAM in use of %s; raise the limits (HostOptions) or make chunks smaller: %w",
-		len(sizes), units.Format(sum), units.Format(s.Pinned+s.Mapped+s.Staging), units.Format(s.PinnedLimit),
+	buffers := fmt.Sprintf("%d pinned buffers of %s in all do", len(sizes), units.Format(sum))
+	if len(sizes) == 1 {
+		buffers = "a pinned buffer of " + units.Format(sum) + " does"
+	}
+	return fmt.Errorf("vram: staging pool: %s not fit: %s pinned of the pinned limit %s, %s of host RAM in use of %s; raise the host memory limits (pinned, host RAM) or make chunks smaller: %w",
+		buffers, units.Format(s.Pinned+s.Mapped+s.Staging), units.Format(s.PinnedLimit),
 		units.Format(s.RAM()), limit, errHostOutOfMemory)
 }
 

@@ -35,6 +35,21 @@ func (x *freeIndex) carveFront(b *block, size uint64) *block {
 	return a
 }
 
+// carveBack takes size bytes (less than b.size) from the back of free block
+// b and returns them as a block out of the index; the front stays free
+// where b was.
+func (x *freeIndex) carveBack(b *block, size uint64) *block {
+	a := x.newBlock()
+	a.addr, a.size, a.seg, a.class = b.addr+device.Ptr(b.size-size), size, b.seg, b.class
+	a.prev, a.next = b, b.next
+	if b.next != nil {
+		b.next.prev = a
+	}
+	b.next = a
+	x.resize(b, b.addr, b.size-size)
+	return a
+}
+
 // absorbPrev merges b's predecessor, a block out of the free index or in
 // it, into b (in no set): the predecessor leaves its set if free and its
 // struct is recycled.

@@ -1,14 +1,17 @@
 package alloc
 
 // The stream-ordered core of the caching allocators. Pool (device
-// segments, split and merged) and PinnedPool (whole pinned host buffers)
-// are strategies on one core, which owns what they share: the lock, the
-// closed flag, the free index and its events (streamorder.go, fence.go),
-// the live table, the books, the device's generation, and the skeletons of
-// Alloc, Free, Trim, Close and the out-of-memory path. A strategy supplies
-// only what differs (the strategy interface): how to carve a free block
-// and merge a freed one, how much to grow and how to get and give back
-// memory, and what a device reset leaves of its segments.
+// segments, split and merged), Expandable (device pages mapped into one
+// growing address range per stream and size class, split and merged;
+// expandable.go, expandable_grow.go) and PinnedPool (whole pinned host
+// buffers) are strategies on one core, which owns what they share: the
+// lock, the closed flag, the free index and its events (streamorder.go,
+// fence.go), the live table, the books, the device's generation, and the
+// skeletons of Alloc, Free, Trim, Close and the out-of-memory path. A
+// strategy supplies only what differs (the strategy interface): how to
+// carve a free block and merge a freed one, how much to grow and how to
+// get and give back memory, and what a device reset leaves of its
+// segments.
 //
 // Rules and invariants:
 //
@@ -111,7 +114,7 @@ type core struct {
 	dev   device.Device
 	gen   device.Generational // the device's reset count; nil when it has none
 	strat strategy
-	name  string // "pool" or "pinned", in error messages
+	name  string // the registry's name (registry.go), or "pinned": in reports and error messages
 
 	mu     sync.Mutex // protects the fields below and the strategy's
 	closed bool

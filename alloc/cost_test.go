@@ -70,11 +70,15 @@ func TestCostBoundsWhatTheDeviceGives(t *testing.T) {
 		"large":          {3 * mib, 5*mib + 1, 2 * mib},
 		"mixed":          {512, 3 * mib, 768 * kib, 768 * kib, 768 * kib, 10*mib + 7},
 		"one whole page": {2 * mib},
+		"under a page":   {1536 * kib, 1200 * kib, 700 * kib, 2*mib - 512, 4 * kib},
 	}
 	makers := map[string]func(*sim.Device) (alloc.Allocator, error){
 		"pool":   func(d *sim.Device) (alloc.Allocator, error) { return alloc.NewPool(d, alloc.PoolConfig{}) },
 		"async":  func(d *sim.Device) (alloc.Allocator, error) { return alloc.NewAsyncPool(d, alloc.AsyncConfig{}) },
 		"direct": func(d *sim.Device) (alloc.Allocator, error) { return alloc.NewDirect(d), nil },
+		"expandable": func(d *sim.Device) (alloc.Allocator, error) {
+			return alloc.NewExpandable(d, alloc.ExpandableConfig{})
+		},
 		"limit over pool": func(d *sim.Device) (alloc.Allocator, error) {
 			p, err := alloc.NewPool(d, alloc.PoolConfig{})
 			return alloc.NewLimit(p, 1<<40), err

@@ -13,6 +13,12 @@
 // out-of-memory ladder and device-reset handling; a strategy supplies how
 // memory is grown, carved, merged and given back.
 //
+// The registry (registry.go) lists the device allocators in one table:
+// each one's name (the one name everything gives it), aliases, Kind, what
+// it needs of a device, the configuration it takes and its constructor.
+// Lookup reads a name, ParseKind a kind, and Kind.New makes the allocator
+// that serves a kind on a device.
+//
 // Every allocator reports its memory (report.go: MemoryReport, with the
 // largest free block and fragmentation), its out-of-memory errors are
 // *OutOfMemoryError carrying that report, and an OOMObserver can watch

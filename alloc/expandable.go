@@ -4,12 +4,13 @@ package alloc
 // (core.go), for devices with virtual memory (device.VirtualMemory).
 // Rules and invariants:
 //
-//   - Requests are rounded up to PoolGranularity and split into Pool's two
-//     size classes (at most SmallSize, and larger). Each (stream, class)
-//     pair grows one range: a reservation of address space as large as the
-//     device, into which physical pages (the device's VM granularity, 2 MiB
-//     on current GPUs) are mapped as it grows, one handle and one mapping
-//     per page, so that any whole page can be unmapped on its own. Should a
+//   - Requests are rounded up to PoolGranularity and split into two size
+//     classes: at most SmallSize (by default, under a page: blocks that
+//     must share their pages), and larger. Each (stream, class) pair grows
+//     one range: a reservation of address space as large as the device,
+//     into which physical pages (the device's VM granularity, 2 MiB on
+//     current GPUs) are mapped as it grows, one handle and one mapping per
+//     page, so that any whole page can be unmapped on its own. Should a
 //     range fill up, the pair gets another.
 //   - A range's blocks tile the whole reservation, in address order: live
 //     blocks, free blocks (in the free index, always mapped), holes
@@ -20,11 +21,26 @@ package alloc
 //     never touches a hole it could be joined with across a page it
 //     partly covers: holes are whole pages.
 //   - Best fit with splitting and coalescing, as Pool: an allocation takes
-//     the smallest free block the stream may use and hands out its front.
+//     the smallest free block the stream may use and hands out the end of
+//     it that leaves more whole pages free (the front on a tie), so that
+//     the free rest can go back to the device; a rest too small for a
+//     whole page stays beside the hole the block borders, if any, else
+//     beside the block before it (carveLocked).
 //   - A miss grows by the fewest pages that make a request fit: pages
 //     mapped into a hole next to a free block the stream may use (at the
 //     range's end, that is the free tail), or into a hole between two such
 //     blocks, or fresh pages at a hole's edge (growthPlan).
+//   - A large request may take the free space of its stream's small range
+//     (a cached block there, or a growth that maps fewer pages than its
+//     own class's), but only when its own class's growth would take the
+//     pages mapped past their high-water mark and past the waste target
+//     for the bytes live (wasteTarget: 3 % more than they need, or a page
+//     more than their pages, whichever is larger), that is, when the
+//     pages a second range leaves partly used decide the peak. A large
+//     block among small ones pins no page that those do not already pin
+//     (its whole pages go back when it is freed); the other way round, a
+//     small block among large ones would. Below the target, the classes
+//     stay apart, as PyTorch keeps them (crossWantedLocked).
 //   - Whole free pages are unmapped (releasing their memory) only in three
 //     cases: before a growth would take the mapped bytes past their
 //     high-water mark, as many as keep it under the mark; on Trim, every
@@ -62,7 +78,12 @@ const (
 // configuration. A plain value, safe to share.
 type ExpandableConfig struct {
 	// SmallSize is the largest request (bytes, after rounding) served from
-	// a stream's small range. Default 1 MiB, as Pool's.
+	// a stream's small range. Default: a page less 512 bytes, the largest
+	// request under a page. A block under a page always shares its pages
+	// with its neighbours; one of a page or more holds whole pages that go
+	// back to the device when it is freed, and kept apart from the
+	// others, its range's free space is not cut up by blocks that pin
+	// pages. (Pool's 1 MiB comes from its 2 MiB small segments.)
 	SmallSize uint64
 	// Reserve is the address space each range reserves, in bytes. Default:
 	// the device's total memory, rounded up to the page size.
@@ -192,7 +213,7 @@ func NewExpandable(dev device.Device, cfg ExpandableConfig) (*Expandable, error)
 		return nil, fmt.Errorf("alloc: new expandable: %w", err)
 	}
 	if cfg.SmallSize == 0 {
-		cfg.SmallSize = units.MiB
+		cfg.SmallSize = page - PoolGranularity
 	}
 	if cfg.Reserve == 0 {
 		cfg.Reserve = dev.Info().TotalBytes
@@ -207,7 +228,7 @@ func NewExpandable(dev device.Device, cfg ExpandableConfig) (*Expandable, error)
 		work:    map[*segment]*vmWork{},
 	}
 	e.pages.Page = page
-	e.initCore(dev, e, "expandable", false, e.joinSharedLocked)
+	e.initCore(dev, e, NameExpandable, false, e.joinSharedLocked)
 	return e, nil
 }
 
@@ -336,13 +357,50 @@ func (e *Expandable) fenceAllLocked() error {
 }
 
 // takeLocked takes the best-fitting cached block for r that st may use and
-// returns its front, of r.size bytes; nil when none fits.
+// returns r.size bytes of it (carveLocked); for a large request that none
+// fits, one of its stream's small ranges where crossWantedLocked allows;
+// nil when none fits.
 func (e *Expandable) takeLocked(r request, st *streamState) *block {
 	if b := e.idx.bestFit(r.size, r.class, st); b != nil {
-		return e.idx.carveFront(b, r.size)
+		return e.carveLocked(b, r.size)
+	}
+	if r.class != classLarge {
+		return nil
+	}
+	if b := e.idx.bestFit(r.size, classSmall, st); b != nil && e.crossWantedLocked(r, e.ownPlanLocked(r)) {
+		return e.carveLocked(b, r.size)
 	}
 	return nil
 }
+
+// carveLocked takes size bytes from free block b: from its back when the
+// front that stays free then holds more whole pages than the back would
+// if the front were taken, else from its front. A page is the unit that
+// goes back to the device; the bytes of a page a live block shares are
+// mapped whatever the free rest does. When no rest can hold a whole page,
+// the rest is left beside a hole where b borders one (a growth into the
+// hole joins it: planLocked), so from the back only when the block after
+// b is live; between two live blocks that leaves the rest beside the one
+// before, which measured better (BENCHMARKS.md).
+func (e *Expandable) carveLocked(b *block, size uint64) *block {
+	if b.size-size < e.page { // no rest holds a whole page
+		if b.size > size && isLive(b.next) {
+			return e.idx.carveBack(b, size)
+		}
+		return e.idx.carveFront(b, size)
+	}
+	end := b.addr + device.Ptr(b.size)
+	flo, fhi := e.wholePagesIn(b.addr, end-device.Ptr(size)) // the front, were the back taken
+	blo, bhi := e.wholePagesIn(b.addr+device.Ptr(size), end)
+	if fhi-flo > bhi-blo {
+		return e.idx.carveBack(b, size)
+	}
+	return e.idx.carveFront(b, size)
+}
+
+// isLive reports whether b is a live block: not free, not a hole, not
+// pending; nil is none.
+func isLive(b *block) bool { return b != nil && !b.free && b.class < holeClass }
 
 // freeLocked merges live block b, freed on st, with the free neighbours st
 // may join, and puts it in st's free set.
@@ -396,12 +454,14 @@ var (
 	_ reportFiller  = (*Expandable)(nil)
 )
 
-// Cost is PageCost with the allocator's granularity, its page and its
-// SmallSize, as Pool's: a request's growth maps at most its bytes rounded
-// up to pages (less when it joins free space at a range's end), and small
-// requests share pages. ok is always true.
+// Cost is PageCost with the allocator's granularity and its page: a
+// request's growth maps at most its bytes rounded up to pages (less when
+// it joins free space at a range's end), and small requests share pages.
+// PageCost credits the sharing to requests of at most half a page (its
+// packing argument needs that), so the small size it is given is SmallSize
+// or half a page, whichever is smaller. ok is always true.
 func (e *Expandable) Cost(sizes []uint64) (uint64, bool) {
-	return PageCost(sizes, PoolGranularity, e.page, e.cfg.SmallSize), true
+	return PageCost(sizes, PoolGranularity, e.page, min(e.cfg.SmallSize, e.page/2)), true
 }
 
 // Room is math.MaxUint64: an Expandable has no cap of its own.

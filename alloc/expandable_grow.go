@@ -89,22 +89,47 @@ func (e *Expandable) pagesFor(need int64) uint64 {
 
 // planLocked finds the growth that serves r with the fewest pages mapped:
 // in a hole of r's ranges, joining the free blocks on either side that r's
-// stream may use. Among equals, the lowest address wins.
+// stream may use (among equals, the lowest address wins); for a large
+// request, in a hole of its stream's small ranges instead where that maps
+// fewer pages and crossWantedLocked allows.
 func (e *Expandable) planLocked(r request) growthPlan {
-	st := e.idx.streams[r.stream] // nil: only shared neighbours join
+	own := e.ownPlanLocked(r)
+	if r.class != classLarge {
+		return own
+	}
+	cross := growthPlan{}
+	pages := own.bytes / e.page // to beat, strictly
+	if e.planInLocked(r, classSmall, &cross, &pages); cross.rg != nil && e.crossWantedLocked(r, own) {
+		return cross
+	}
+	return own
+}
+
+// ownPlanLocked is the growth that serves r in its class's ranges with
+// the fewest pages mapped; rg nil: in a new range.
+func (e *Expandable) ownPlanLocked(r request) growthPlan {
 	best := growthPlan{bytes: roundUp(r.size, e.page)}
-	bestPages := ^uint64(0)
+	pages := ^uint64(0)
+	e.planInLocked(r, r.class, &best, &pages)
+	return best
+}
+
+// planInLocked sets *best to the growth for r in the ranges of r's stream
+// and class cls that maps the fewest pages, if fewer than *bestPages (or
+// as many at a lower address), and *bestPages to its pages.
+func (e *Expandable) planInLocked(r request, cls uint8, best *growthPlan, bestPages *uint64) {
+	st := e.idx.streams[r.stream] // nil: only shared neighbours join
 	consider := func(rg *vrange, h *block, pages uint64, lo device.Ptr, left, right *block) {
 		if pages*e.page > h.size {
 			return
 		}
-		if pages < bestPages || (pages == bestPages && lo < best.lo) {
-			bestPages = pages
-			best = growthPlan{rg: rg, hole: h, lo: lo, hi: lo + device.Ptr(pages*e.page), left: left, right: right, bytes: pages * e.page}
+		if pages < *bestPages || (pages == *bestPages && lo < best.lo) {
+			*bestPages = pages
+			*best = growthPlan{rg: rg, hole: h, lo: lo, hi: lo + device.Ptr(pages*e.page), left: left, right: right, bytes: pages * e.page}
 		}
 	}
 	s := int64(r.size)
-	for _, rg := range e.ranges[rangeKey{r.stream, r.class}] {
+	for _, rg := range e.ranges[rangeKey{r.stream, cls}] {
 		for h := rg.holes; h != nil; h = h.fnext {
 			l, rt := h.prev, h.next
 			if !canJoin(l, st) {
@@ -133,7 +158,75 @@ func (e *Expandable) planLocked(r request) growthPlan {
 			}
 		}
 	}
-	return best
+}
+
+// crossWantedLocked reports whether large request r may use its stream's
+// small ranges, its own class's growth being own: only when own would take
+// the pages mapped past their high-water mark, even after the unmapping
+// before it, and the pages live blocks would then touch (those mapped
+// less the whole free pages) past the waste target for the bytes live
+// with r (wasteTarget). What it measures is the waste in partly used
+// pages, the one thing a placement across classes can lower.
+func (e *Expandable) crossWantedLocked(r request, own growthPlan) bool {
+	if e.mappedAfterLocked(own) <= e.highWater {
+		return false
+	}
+	touched := e.st.Reserved + own.bytes - e.wholeFreePagesLocked(^uint64(0), true, own.left, own.right)*e.page
+	return touched > e.wasteTarget(e.st.InUse+r.size)
+}
+
+// wasteTarget is the most bytes mapped that the policy aims at for live
+// bytes: 3 % more, or the pages they need and one more, whichever is
+// larger (the bound TestExpandableReplays holds every replay to).
+func (e *Expandable) wasteTarget(live uint64) uint64 {
+	return max(live+live/100*3, roundUp(live, e.page)+e.page)
+}
+
+// mappedAfterLocked is the bytes mapped once growth pl is made, after the
+// whole free pages releaseForGrowthLocked would unmap before it (within
+// the churn budget, sparing the blocks pl joins). Those pages being
+// unmapped first does not change it.
+func (e *Expandable) mappedAfterLocked(pl growthPlan) uint64 {
+	over := e.st.Reserved + pl.bytes
+	if !e.releaseWantedLocked(pl.bytes) {
+		return over
+	}
+	budget := e.pages.PeakMapped / churnDiv
+	need := min(e.pagesFor(int64(over-e.highWater)), budget-min(budget, e.pages.GrowthUnmaps))
+	return over - e.wholeFreePagesLocked(need, false, pl.left, pl.right)*e.page
+}
+
+// wholeFreePagesLocked counts the whole pages of shared free blocks (of
+// every free block, with owned) but skip, up to need.
+func (e *Expandable) wholeFreePagesLocked(need uint64, owned bool, skip ...*block) uint64 {
+	var n uint64
+	for c := range e.idx.shared {
+		n = e.countWholeFrom(e.idx.shared[c].root, n, need, skip)
+	}
+	if !owned {
+		return n
+	}
+	for _, st := range e.idx.streams {
+		for c := range st.free {
+			n = e.countWholeFrom(st.free[c].root, n, need, skip)
+		}
+	}
+	return n
+}
+
+// countWholeFrom adds to n the whole pages of the blocks of the treap
+// under b, largest first, until it reaches need.
+func (e *Expandable) countWholeFrom(b *block, n, need uint64, skip []*block) uint64 {
+	for ; b != nil && n < need; b = b.left {
+		if n = e.countWholeFrom(b.right, n, need, skip); n >= need || b.size < e.page {
+			return n // so is everything to its left
+		}
+		if !slices.Contains(skip, b) {
+			lo, hi := e.wholePages(b)
+			n += uint64(hi-lo) / e.page
+		}
+	}
+	return n
 }
 
 // commitLocked takes the plan's pages and free neighbours off the books as
@@ -214,8 +307,14 @@ func (e *Expandable) releaseForGrowthLocked(g uint64) []*segment {
 
 // wholePages is the whole pages free block b covers.
 func (e *Expandable) wholePages(b *block) (lo, hi device.Ptr) {
-	lo = device.Ptr(roundUp(uint64(b.addr), e.page))
-	hi = device.Ptr(uint64(b.addr+device.Ptr(b.size)) / e.page * e.page)
+	return e.wholePagesIn(b.addr, b.addr+device.Ptr(b.size))
+}
+
+// wholePagesIn is the whole pages within [from, to): [lo, hi), empty when
+// lo == hi.
+func (e *Expandable) wholePagesIn(from, to device.Ptr) (lo, hi device.Ptr) {
+	lo = device.Ptr(roundUp(uint64(from), e.page))
+	hi = device.Ptr(uint64(to) / e.page * e.page)
 	return lo, max(lo, hi)
 }
 
@@ -336,17 +435,23 @@ func (e *Expandable) growOnce(r request, g uint64) (*segment, uint64, error) {
 		}
 	}
 	w := e.commitLocked(pl)
+	gen := e.devGen
 	e.mu.Unlock()
 	maps, unmaps, err := e.mapPages(w.lo, w.hi)
 	e.mu.Lock()
 	e.pages.Maps += maps
 	e.pages.Unmaps += unmaps
 	if err != nil {
+		// A reset meanwhile took the range: the device refuses its
+		// addresses (as an invalid value), and the error says why.
+		if e.syncGenLocked(); e.devGen != gen && !errors.Is(err, device.ErrInvalidated) {
+			err = fmt.Errorf("%w (the device was reset while the pages were mapped: %w)", err, device.ErrInvalidated)
+		}
 		e.revertLocked(w)
 		e.mu.Unlock()
 		return nil, uint64(w.hi - w.lo), err
 	}
-	seg := &segment{base: w.lo, size: uint64(w.hi - w.lo), class: r.class}
+	seg := &segment{base: w.lo, size: uint64(w.hi - w.lo), class: w.rg.seg.class}
 	e.work[seg] = w
 	e.mu.Unlock()
 	return seg, seg.size, nil
@@ -515,8 +620,10 @@ func (e *Expandable) release(seg *segment) error {
 		delete(e.bySeg, seg)
 		return e.releaseRange(rg) // unlocks
 	}
+	// The work stays on the books until its pages are unmapped: a reset
+	// meanwhile (dropGenerationLocked) must know that an unmapping's
+	// pages, still marked mapped, are already out of Reserved.
 	w := e.work[seg]
-	delete(e.work, seg)
 	e.mu.Unlock()
 	if w == nil {
 		return nil
@@ -530,6 +637,7 @@ func (e *Expandable) release(seg *segment) error {
 		unmaps++
 	}
 	e.mu.Lock()
+	delete(e.work, seg)
 	e.pages.Unmaps += unmaps
 	if !w.rg.dead {
 		if w.unmap {

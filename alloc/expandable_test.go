@@ -3,6 +3,7 @@ package alloc_test
 import (
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,6 +103,225 @@ func TestExpandableGrowsItsFreeTail(t *testing.T) {
 	}
 	v.free(t, a, s)
 	v.free(t, b, s)
+}
+
+// TestExpandableCarvesTheEndThatFreesPages: an allocation that splits a
+// free block takes the end of it that leaves more whole pages free, so
+// that Trim (or a growth past the high-water mark) can unmap them. Pages
+// are 2 MiB; a is [0, 2), the freed block [2, 7.5) and c [7.5, 9.5) MiB,
+// five pages mapped.
+func TestExpandableCarvesTheEndThatFreesPages(t *testing.T) {
+	cases := map[string]struct {
+		size   uint64 // bytes asked for in the freed block
+		at     uint64 // where the block is handed out, from a
+		mapped uint64 // pages mapped after Trim
+	}{
+		// At the back, [6.25, 7.5), the rest [2, 6.25) holds pages [2, 6);
+		// at the front the rest [3.25, 7.5) would hold [4, 6) only.
+		"1.25 MiB at the back": {5 * units.MiB / 4, 25 * units.MiB / 4, 3},
+		// At the back, [4.25, 7.5), the rest keeps [2, 4); at the front
+		// the rest [5.25, 7.5) holds no whole page.
+		"3.25 MiB at the back": {13 * units.MiB / 4, 17 * units.MiB / 4, 4},
+		// Either rest, [6.5, 7.5) or [2, 3), holds no whole page, and c
+		// follows: the back, the rest beside a.
+		"4.5 MiB at the back": {9 * units.MiB / 2, 3 * units.MiB, 5},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			// Every block in one range: 1.25 MiB is a large request here.
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{SmallSize: 64 * units.KiB})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 2*units.MiB, s)
+			f := v.alloc(t, 11*units.MiB/2, s)
+			cc := v.alloc(t, 2*units.MiB, s)
+			if ps := v.e.PageStats(); ps.Mapped != 5 {
+				t.Fatalf("PageStats = %+v; want 5 pages mapped", ps)
+			}
+			v.free(t, f, s)
+			g := v.alloc(t, c.size, s)
+			if g != a.Add(c.at) {
+				t.Errorf("the block is at %v; want %v, %s past the first", g, a.Add(c.at), units.Format(c.at))
+			}
+			if err := v.e.Trim(); err != nil {
+				t.Fatal(err)
+			}
+			if ps := v.e.PageStats(); ps.Mapped != c.mapped {
+				t.Errorf("after Trim %d pages mapped; want %d", ps.Mapped, c.mapped)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, p := range []device.Ptr{a, g, cc} {
+				v.free(t, p, s)
+			}
+		})
+	}
+}
+
+// TestExpandableLeavesSubPageRestBesideHole: when the rest of a split
+// free block can hold no whole page, it stays beside the hole the block
+// borders, so that a growth into the hole joins it. Pages are 2 MiB; a is
+// [0, 2), the freed block [2, 7.5) and c [7.5, 10) MiB; Trim unmaps
+// [2, 6), leaving the free block [6, 7.5) after the hole; or, freeing the
+// tail instead, a free block [2, 4) before the range's end hole.
+func TestExpandableLeavesSubPageRestBesideHole(t *testing.T) {
+	cases := map[string]struct {
+		tail   bool   // free the range's tail rather than a block between a and c
+		at     uint64 // where 1 MiB is handed out, from a
+		mapped uint64 // pages at the peak, once 4.5 MiB is asked for too
+	}{
+		// At the back, [6.5, 7.5), the rest [6, 6.5) joins the hole's two
+		// pages for 4.5 MiB: five pages in all. At the front the rest
+		// [7, 7.5) would be cut off, and 4.5 MiB take three fresh pages
+		// after c.
+		"after a hole: the back": {false, 13 * units.MiB / 2, 5},
+		// Before the end hole: the front, [2, 3), the rest [3, 4) joining
+		// the growth for 4.5 MiB, which maps two pages: four in all. At the
+		// back the rest [2, 3) would be cut off, and 4.5 MiB take three.
+		"before a hole: the front": {true, 2 * units.MiB, 4},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			// Every block in one range: 1 MiB is a large request here.
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{SmallSize: 64 * units.KiB})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 2*units.MiB, s)
+			live := []device.Ptr{a}
+			if c.tail {
+				v.free(t, v.alloc(t, 2*units.MiB, s), s)
+			} else {
+				f := v.alloc(t, 11*units.MiB/2, s)
+				live = append(live, v.alloc(t, 5*units.MiB/2, s))
+				v.free(t, f, s)
+				if err := v.e.Trim(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := v.alloc(t, units.MiB, s)
+			if g != a.Add(c.at) {
+				t.Errorf("1 MiB is at %v; want %v, %s past a", g, a.Add(c.at), units.Format(c.at))
+			}
+			live = append(live, g, v.alloc(t, 9*units.MiB/2, s))
+			if ps := v.e.PageStats(); ps.PeakMapped != c.mapped {
+				t.Errorf("PageStats = %+v; want %d pages at the peak", ps, c.mapped)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, p := range live {
+				v.free(t, p, s)
+			}
+		})
+	}
+}
+
+// TestExpandableSmallClassIsUnderAPage: by default every request under a
+// page is of the small class, so blocks just over 1 MiB, freed among live
+// blocks of two pages, leave holes that requests of half a MiB fill, not
+// holes of a range they cannot use while a range of their own grows.
+func TestExpandableSmallClassIsUnderAPage(t *testing.T) {
+	v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+	if got := v.e.Config().SmallSize; got != 2*units.MiB-512 {
+		t.Errorf("default SmallSize %d; want a page less 512 bytes", got)
+	}
+	s := v.dev.DefaultStream()
+	var live, holes []device.Ptr
+	for range 8 {
+		live = append(live, v.alloc(t, 2*units.MiB+64*units.KiB, s))
+		holes = append(holes, v.alloc(t, units.MiB+32*units.KiB, s))
+	}
+	for _, p := range holes {
+		v.free(t, p, s)
+	}
+	for range 16 {
+		live = append(live, v.alloc(t, units.MiB/2, s))
+	}
+	// The peak is all 16 blocks live: 8 × 3.09375 MiB, 13 pages.
+	if ps := v.e.PageStats(); ps.PeakMapped > 14 {
+		t.Errorf("PageStats = %+v; want at most 14 pages at the peak, a page above the 13 its live bytes need", ps)
+	}
+	for _, p := range live {
+		v.free(t, p, s)
+	}
+}
+
+// TestExpandableLargeRequestsUseSmallRanges: a large request that its own
+// range would serve only by taking the pages mapped past their high-water
+// mark and past the waste target (a page over the pages the live bytes
+// need, or 3 % more) takes its stream's small range's free space instead
+// where that maps fewer pages; under the target it stays in its range.
+// Pages are 2 MiB. The large range holds a [0, 3), b and c [5.1, 8) MiB,
+// b freed: 2.1 MiB, no whole page in it; the small range holds small.
+func TestExpandableLargeRequestsUseSmallRanges(t *testing.T) {
+	cases := map[string]struct {
+		first uint64   // a large block allocated first (0: none)
+		small []uint64 // small blocks
+		free  []int    // the small blocks freed
+		n     uint64   // the large request
+		// where the request goes: after small[after], or before
+		// small[before], or after c (both -1)
+		after, before int
+		peak          uint64 // pages at the peak
+	}{
+		// 2.6 MiB in the large range would map two pages (seven in all,
+		// the target six); in the small range it takes the 1.9 MiB free
+		// after the small block and one page more.
+		"grows in the small range": {0, []uint64{100 * units.KiB}, nil, 2*units.MiB + 600*units.KiB, 0, -1, 6},
+		// Small blocks 1 and 2 freed leave [1.5, 3.84) MiB free, no whole
+		// page in it: 2.2 MiB take its back, before block 3, mapping
+		// nothing (the large range would map two pages, nine in all).
+		"takes a small range's cached block": {0, []uint64{1536 * units.KiB, 1200 * units.KiB, 1200 * units.KiB, 1100 * units.KiB}, []int{1, 2},
+			2*units.MiB + 200*units.KiB, -1, 3, 7},
+		// With 200 MiB live before them, the large range's growth stays
+		// within 3 %: the request follows c.
+		"not under the target": {200 * units.MiB, []uint64{100 * units.KiB}, nil, 2*units.MiB + 600*units.KiB, -1, -1, 107},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+			s := v.dev.DefaultStream()
+			var live []device.Ptr
+			if c.first > 0 {
+				live = append(live, v.alloc(t, c.first, s))
+			}
+			a := v.alloc(t, 3*units.MiB, s)
+			b := v.alloc(t, 2*units.MiB+100*units.KiB, s)
+			cc := v.alloc(t, 2*units.MiB+900*units.KiB, s)
+			v.free(t, b, s)
+			live = append(live, a, cc)
+			var small []device.Ptr
+			for _, n := range c.small {
+				small = append(small, v.alloc(t, n, s))
+			}
+			for i, p := range small {
+				if slices.Contains(c.free, i) {
+					v.free(t, p, s)
+				} else {
+					live = append(live, p)
+				}
+			}
+			want := cc + device.Ptr(2*units.MiB+900*units.KiB)
+			switch {
+			case c.after >= 0:
+				want = small[c.after] + device.Ptr(c.small[c.after])
+			case c.before >= 0:
+				want = small[c.before] - device.Ptr(c.n)
+			}
+			g := v.alloc(t, c.n, s)
+			if g != want {
+				t.Errorf("%s is at %v; want %v", units.Format(c.n), g, want)
+			}
+			if ps := v.e.PageStats(); ps.PeakMapped != c.peak {
+				t.Errorf("PageStats = %+v; want %d pages at the peak", ps, c.peak)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, p := range append(live, g) {
+				v.free(t, p, s)
+			}
+		})
+	}
 }
 
 // TestExpandableHighWaterMark: a growth that would take the mapped bytes
@@ -316,7 +536,9 @@ func BenchmarkExpandableHit(b *testing.B) {
 // most one page per two of the peak, so that maps and unmaps stay within
 // three times the pages at the peak.
 func TestExpandableChurnBudget(t *testing.T) {
-	v := newExpEnv(t, 64*units.GiB, alloc.ExpandableConfig{})
+	// SmallSize 1 MiB: the pins below are of the large class, as the big
+	// blocks whose pages they pin.
+	v := newExpEnv(t, 64*units.GiB, alloc.ExpandableConfig{SmallSize: units.MiB})
 	s := v.dev.DefaultStream()
 	var pins []device.Ptr
 	big := v.alloc(t, 8*units.MiB, s)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/trace"
 )
 
 // openSimT makes a simulated device closed when the test ends.
@@ -19,4 +20,11 @@ func openSimT(t testing.TB, cfg sim.Config) *sim.Device {
 		}
 	})
 	return dev
+}
+
+// replaySim makes the simulator a replay of events runs on, as vram
+// replay does: address-only, its context taking nothing, of the size
+// trace.DeviceBytes gives at the simulator's granularity.
+func replaySim(events []trace.Event) trace.DeviceFactory {
+	return sim.Factory(sim.Config{TotalBytes: trace.DeviceBytes(events, sim.DefaultGranularity), AddressOnly: true, NoContext: true})
 }

@@ -185,7 +185,7 @@ func NewPool(dev device.Device, cfg PoolConfig) (*Pool, error) {
 		maxReq: math.MaxUint64 &^ (gran - 1),
 		cfg:    c,
 	}
-	p.initCore(dev, p, "pool", false, p.joinSharedLocked)
+	p.initCore(dev, p, NamePool, false, p.joinSharedLocked)
 	if c.CheckBlocks {
 		p.chk, _ = dev.(device.SubAllocationChecker)
 	}

@@ -54,7 +54,7 @@ func TestPoolTraces(t *testing.T) {
 			// What the device gave the pool, counted on the device's side.
 			var spy *spyAlloc
 			var given *deviceBytes
-			res, err := trace.ReplayOn(events, func(dev device.Device) (alloc.Allocator, error) {
+			res, err := trace.ReplayOn(events, replaySim(events), func(dev device.Device) (alloc.Allocator, error) {
 				given = &deviceBytes{Device: dev, gran: dev.Info().Granularity, size: map[device.Ptr]uint64{}}
 				p, err := alloc.NewPool(given, alloc.PoolConfig{})
 				spy = &spyAlloc{Allocator: p}
@@ -128,7 +128,7 @@ func TestPoolTracesScaled(t *testing.T) {
 				e.Size = max(1, uint64(float64(e.Size)*scale))
 				scaled[i] = e
 			}
-			res, err := trace.ReplayOn(scaled, func(dev device.Device) (alloc.Allocator, error) {
+			res, err := trace.ReplayOn(scaled, replaySim(scaled), func(dev device.Device) (alloc.Allocator, error) {
 				return alloc.NewPool(dev, alloc.PoolConfig{})
 			}, trace.Options{})
 			if err != nil {

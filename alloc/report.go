@@ -28,8 +28,9 @@ import (
 // layout of its cache. Bytes are as the allocator spends them. A plain
 // value: copy and read it freely.
 type MemoryReport struct {
-	// Allocator names the allocator: "pool", "pinned", "direct",
-	// "async", or a strategy's name on the core.
+	// Allocator names the allocator: its name in the registry
+	// (registry.go: "direct", "pool", "async", "expandable"), "pinned"
+	// for PinnedPool, or an unknown allocator's type.
 	Allocator string
 	// Stats are the allocator's counters, read with the layout below
 	// (under the same lock, for the caching allocators).
@@ -260,13 +261,13 @@ func (d *Direct) Report() MemoryReport {
 	d.mu.Lock()
 	segs := len(d.live)
 	d.mu.Unlock()
-	return MemoryReport{Allocator: "direct", Stats: d.st.stats(), Layout: true, Segments: segs, PeakSegments: segs}
+	return MemoryReport{Allocator: NameDirect, Stats: d.st.stats(), Layout: true, Segments: segs, PeakSegments: segs}
 }
 
 // Report is the AsyncPool's Stats: the layout of the device's pool is not
 // known.
 func (a *AsyncPool) Report() MemoryReport {
-	return MemoryReport{Allocator: "async", Stats: a.Stats()}
+	return MemoryReport{Allocator: NameAsync, Stats: a.Stats()}
 }
 
 // Report is the upstream's, with the cap, the bytes charged against it

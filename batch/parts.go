@@ -93,6 +93,18 @@ func (q *runQueue) take(part, limit int) (dealtChunk, bool) {
 	return ch, true
 }
 
+// longest is the most runs a take can cut from now on: the runs left,
+// or ⌈left/2P⌉ of them shared by P parts (left only shrinks), at least 1.
+func (q *runQueue) longest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.runs - q.next
+	if p := len(q.lengths); p > 1 {
+		n = (n + 2*p - 1) / (2 * p)
+	}
+	return max(n, 1)
+}
+
 // shared reports whether several parts take from q.
 func (q *runQueue) shared() bool { return len(q.lengths) > 1 }
 

@@ -112,7 +112,7 @@ func (r *batchRun) firstSet(staged []*batchArr, length int) ([]*vram.StagingBuff
 			if hs.Limit > 0 {
 				limit = units.Format(hs.Limit)
 			}
-			return nil, 0, fmt.Errorf("batch: staging: one run of %s takes %s, more than the staging pool has room for (%s; host limit %s with %s of host RAM in use, pinned limit %s): raise the host limit (vram.HostOptions.Limit) or free host memory: %w",
+			return nil, 0, fmt.Errorf("batch: staging: one run of %s takes %s, more than the staging pool has room for (%s; host limit %s with %s of host RAM in use, pinned limit %s): raise the host memory limit or free host memory: %w",
 				stagedNames(staged, 1), units.Format(perRun), units.Format(pool.Room()), limit, units.Format(hs.RAM()), units.Format(hs.PinnedLimit), err)
 		}
 		length = next

@@ -165,6 +165,21 @@ type AsyncAllocator interface {
 	PoolUsage() (reserved, used uint64, err error)
 }
 
+// PoolSegment is one reservation of a stream-ordered pool: Size bytes at
+// Addr.
+type PoolSegment struct {
+	Addr Ptr
+	Size uint64
+}
+
+// PoolSegmenter is an AsyncAllocator that lists its pool's reservations,
+// by address: what the driver's pool holds, which CUDA does not show but
+// the simulator does (a recorder of its history, trace.RecordReplay,
+// reads them). Found by type assertion.
+type PoolSegmenter interface {
+	PoolSegments() []PoolSegment
+}
+
 // HostBuffer is page-locked (pinned) host memory. Data is the host view;
 // DevicePtr is its device address when the buffer was mapped, else 0.
 type HostBuffer struct {
@@ -327,4 +342,25 @@ type VirtualMemory interface {
 	// SetAccess grants the device read and write access to [p, p+n),
 	// which must be mapped.
 	SetAccess(p Ptr, n uint64) error
+}
+
+// ForeignCaller is a device that serves calls from a program that drives
+// the same GPU through bindings of its own (PyTorch, CuPy or Numba calling
+// vram's C library from their allocator hooks). Found by type assertion.
+type ForeignCaller interface {
+	// BorrowStream wraps h, a stream handle the other program made (a
+	// CUstream, the same value as its cudaStream_t; 0 is the legacy
+	// default stream), as a Stream of this device. Work vram enqueues on
+	// it (an event record after a free) is ordered with the program's
+	// own. Close of a borrowed stream releases nothing: its maker owns it
+	// and must keep it alive while vram may use it.
+	BorrowStream(h uintptr) (Stream, error)
+	// KeepThread reads the driver's per-thread state of the calling OS
+	// thread (CUDA's current context) and returns a function that puts it
+	// back, so that a program that called in finds its thread as it left
+	// it. The caller's goroutine stays locked to its thread until restore
+	// is called. It fails, with nothing to restore, when that state cannot
+	// be shared with this device: a context current on the thread that is
+	// of the same GPU but not the one the device uses.
+	KeepThread() (restore func(), err error)
 }

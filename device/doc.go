@@ -3,7 +3,8 @@
 // It owns the small set of interfaces every backend implements — Device,
 // Stream and Event — the device address type Ptr, the optional abilities a
 // backend may add (stream-ordered allocation, pinned host memory, kernel
-// launch, virtual memory management), the sentinel errors every backend returns, and Open, which turns
+// launch, virtual memory management, calls from a foreign program's threads
+// and streams), the sentinel errors every backend returns, and Open, which turns
 // a spec string such as "sim:vram=8GiB" or "cuda:0" into a Device, and
 // OpenAll, which opens every device of a list ("all", "sim:count=4",
 // "cuda:0;cuda:1"; ParseSpecs).

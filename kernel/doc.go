@@ -4,6 +4,10 @@
 // device.FuncLauncher), under one name. A program written against a
 // Kernel runs unchanged on the simulator and on a GPU.
 //
+// New checks that PTX, when given, declares ".entry NAME" for the
+// kernel's name (a placeholder would run on the simulator and fail only
+// on a GPU); compiling it is the driver's job, when it loads it.
+//
 // # Launch
 //
 // Launch(dev, s, n, args...) runs the kernel over the indices [0, n) on
@@ -31,8 +35,11 @@
 // array that states one (Shaped; *vram.DeviceArray does), so a Go kernel
 // over a 2-D array reads its row stride from the view; a PTX entry gets
 // addresses only, and takes what it needs of a shape as scalars. Views
-// must not be kept after the function returns. An array whose address is not aligned to the
-// element's size cannot be viewed with that type.
+// must not be kept after the function returns. An array whose address is
+// not aligned to the element's size cannot be viewed with that type, and
+// an array that states its element type (Typed, as *vram.DeviceArray
+// does) cannot be viewed as another: Float64s of a float32 array is an
+// *ArgError, not its bytes read as float64s. Bytes views any array.
 //
 // An accessor given the wrong index or type panics with an *ArgError;
 // Launch recovers it and returns it as the launch's error (it wraps

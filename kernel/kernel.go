@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -37,6 +39,16 @@ type Shaped interface {
 	Shape() []int
 }
 
+// Typed is an Array that states its element type by its NumPy name
+// ("float32", "float64", "int32", "uint32", "int64", …): a Go kernel's
+// typed views of it check that name, so that a float32 array is never
+// read as float64s. *vram.DeviceArray is one. An Array that is not Typed
+// is viewed as whatever type is asked for.
+type Typed interface {
+	Array
+	ElemType() string
+}
+
 // Func is a kernel's Go form: it computes the indices [lo, hi) of a launch
 // over the arguments a. It may be called for several ranges at once, from
 // several goroutines.
@@ -62,7 +74,9 @@ type ptxModule struct {
 // New returns the kernel named name: ptx is its PTX text, whose entry is
 // called name (empty: the kernel runs only where Go kernels do), fn its Go
 // form (nil: only where PTX loads), block the PTX launch's threads per
-// block (0: DefaultBlock).
+// block (0: DefaultBlock). PTX that declares no ".entry name" is refused
+// here, on any device, rather than on the first GPU it meets; what the
+// PTX says otherwise is the driver's to check, when it loads it.
 func New(name, ptx string, fn Func, block int) (*Kernel, error) {
 	switch {
 	case name == "":
@@ -74,10 +88,53 @@ func New(name, ptx string, fn Func, block int) (*Kernel, error) {
 	case binary.NativeEndian.Uint16([]byte{1, 0}) != 1:
 		return nil, fmt.Errorf("kernel %s: a big-endian host cannot view little-endian device memory: %w", name, device.ErrNotSupported)
 	}
+	if ptx != "" {
+		if err := declares(ptx, name); err != nil {
+			return nil, err
+		}
+	}
 	if block == 0 {
 		block = DefaultBlock
 	}
 	return &Kernel{name: name, ptx: ptx, fn: fn, block: uint32(block), loaded: map[device.ModuleLoader]*ptxModule{}}, nil
+}
+
+var (
+	// entryRE finds the names of a PTX text's .entry declarations.
+	entryRE   = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][\w$]*)`)
+	commentRE = regexp.MustCompile(`(?s)//[^\n]*|/\*.*?\*/`)
+)
+
+// declares checks that ptx declares the entry name, outside comments.
+func declares(ptx, name string) error {
+	var found []string
+	for _, m := range entryRE.FindAllStringSubmatch(commentRE.ReplaceAllString(ptx, ""), -1) {
+		if m[1] == name {
+			return nil
+		}
+		found = append(found, m[1])
+	}
+	has := "declares no .entry at all (is it PTX, or a placeholder?)"
+	if len(found) > 0 {
+		const most = 8
+		names := make([]string, 0, most)
+		for _, f := range found[:min(len(found), most)] {
+			names = append(names, clip(f, 64))
+		}
+		if len(found) > most {
+			names = append(names, fmt.Sprintf("… %d more", len(found)-most))
+		}
+		has = "declares .entry " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("kernel %s: its PTX has no \".entry %s\": it %s; give New the name of the PTX's entry: %w", name, clip(name, 64), has, ErrArgs)
+}
+
+// clip shortens s to at most n runes, marking the cut.
+func clip(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n]) + "…"
+	}
+	return s
 }
 
 // Name is the kernel's name, its PTX entry.
@@ -300,11 +357,16 @@ func (a Args) Shape(i int) []int {
 	return arr.Shape()
 }
 
-// viewAs views argument i's array as a slice of T.
-func viewAs[T any](a Args, i int, want string) []T {
+// viewAs views argument i's array as a slice of T, whose NumPy name is
+// elem.
+func viewAs[T any](a Args, i int, elem string) []T {
+	want := "[]" + elem
 	arr, ok := a.arg(i, want).(Array)
 	if !ok {
 		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: fmt.Sprintf("a %T", a.args[i])})
+	}
+	if ta, typed := arr.(Typed); typed && ta.ElemType() != elem {
+		panic(&ArgError{Kernel: a.name, Index: i, Want: want, Got: "an array of " + clip(ta.ElemType(), 32)})
 	}
 	var zero T
 	size := uint64(unsafe.Sizeof(zero))
@@ -324,19 +386,19 @@ func viewAs[T any](a Args, i int, want string) []T {
 }
 
 // Float32s views argument i's array as float32 values.
-func (a Args) Float32s(i int) []float32 { return viewAs[float32](a, i, "[]float32") }
+func (a Args) Float32s(i int) []float32 { return viewAs[float32](a, i, "float32") }
 
 // Float64s views argument i's array as float64 values.
-func (a Args) Float64s(i int) []float64 { return viewAs[float64](a, i, "[]float64") }
+func (a Args) Float64s(i int) []float64 { return viewAs[float64](a, i, "float64") }
 
 // Int32s views argument i's array as int32 values.
-func (a Args) Int32s(i int) []int32 { return viewAs[int32](a, i, "[]int32") }
+func (a Args) Int32s(i int) []int32 { return viewAs[int32](a, i, "int32") }
 
 // Uint32s views argument i's array as uint32 values.
-func (a Args) Uint32s(i int) []uint32 { return viewAs[uint32](a, i, "[]uint32") }
+func (a Args) Uint32s(i int) []uint32 { return viewAs[uint32](a, i, "uint32") }
 
 // Int64s views argument i's array as int64 values.
-func (a Args) Int64s(i int) []int64 { return viewAs[int64](a, i, "[]int64") }
+func (a Args) Int64s(i int) []int64 { return viewAs[int64](a, i, "int64") }
 
 // scalar returns argument i as a T.
 func scalar[T any](a Args, i int, want string) T {

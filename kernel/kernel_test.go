@@ -279,3 +279,87 @@ func TestPTXForm(t *testing.T) {
 		t.Errorf("a PTX-only kernel on the simulator: %v, want ErrNotSupported", err)
 	}
 }
+
+// TestNewChecksPTXEntry: PTX given to New must declare ".entry NAME"
+// (outside comments); otherwise New refuses it on any device, saying
+// what the PTX declares, instead of the first GPU failing to load it.
+func TestNewChecksPTXEntry(t *testing.T) {
+	fn := func(kernel.Args, int, int) error { return nil }
+	for name, tc := range map[string]struct {
+		ptx  string
+		says string // "" accepted
+	}{
+		"entry with parameters": {ptx: ".version 7.0\n.target sm_50\n.visible .entry k(\n\t.param .u64 k_param_0\n)\n{\n\tret;\n}\n"},
+		"entry with no list":    {ptx: ".entry k\n{\n\tret;\n}"},
+		"one of several":        {ptx: ".entry a() { ret; }\n.entry k() { ret; }"},
+		"a placeholder":         {ptx: "ptx", says: "declares no .entry at all"},
+		"another entry":         {ptx: ".visible .entry other(\n.param .u32 n\n) { ret; }", says: "declares .entry other"},
+		"a longer name":         {ptx: ".entry kk() { ret; }", says: "declares .entry kk"},
+		"only in a comment":     {ptx: "// .entry k()\n/* .entry k() */\n.entry j() { ret; }", says: "declares .entry j"},
+		"many entries, clipped": {ptx: strings.Repeat(".entry e() {}\n", 10) + ".entry " + strings.Repeat("x", 100) + "() {}", says: "… 3 more"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := kernel.New("k", tc.ptx, fn, 0)
+			if tc.says == "" {
+				if err != nil || k.Name() != "k" {
+					t.Fatalf("New = %v, %v; want the kernel", k, err)
+				}
+				return
+			}
+			if !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), `no ".entry k"`) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("New = %v; want ErrArgs saying the PTX has no .entry k and %q", err, tc.says)
+			}
+		})
+	}
+}
+
+// typedBuf is an array that states its element type, as
+// *vram.DeviceArray does.
+type typedBuf struct {
+	buf
+	elem string
+}
+
+func (b typedBuf) ElemType() string { return b.elem }
+
+// TestTypedViewsCheckTheDType: a view of a Typed array as another
+// element type is the launch's error (an *ArgError wrapping ErrArgs);
+// its own type and Bytes view it; an array that states no type is viewed
+// as asked.
+func TestTypedViewsCheckTheDType(t *testing.T) {
+	dev := newSim(t)
+	b := alloc(t, dev, 64)
+	f32 := typedBuf{b, "float32"}
+	for name, tc := range map[string]struct {
+		arg  any
+		view func(kernel.Args)
+		says string // "" no error
+	}{
+		"float32 as float32":  {f32, func(a kernel.Args) { _ = a.Float32s(0) }, ""},
+		"float32 as bytes":    {f32, func(a kernel.Args) { _ = a.Bytes(0) }, ""},
+		"float32 as float64":  {f32, func(a kernel.Args) { _ = a.Float64s(0) }, "argument 0 as []float64, but it is an array of float32"},
+		"float32 as int32":    {f32, func(a kernel.Args) { _ = a.Int32s(0) }, "as []int32, but it is an array of float32"},
+		"int64 as uint32":     {typedBuf{b, "int64"}, func(a kernel.Args) { _ = a.Uint32s(0) }, "as []uint32, but it is an array of int64"},
+		"untyped as anything": {b, func(a kernel.Args) { _ = a.Int64s(0) }, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k, err := kernel.New("k", "", func(a kernel.Args, _, _ int) error { tc.view(a); return nil }, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := dev.DefaultStream()
+			if err := k.Launch(dev, s, 1, tc.arg); err != nil {
+				t.Fatal(err)
+			}
+			err = s.Synchronize()
+			var ae *kernel.ArgError
+			if tc.says == "" {
+				if err != nil {
+					t.Errorf("launch: %v", err)
+				}
+			} else if !errors.As(err, &ae) || !errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), tc.says) {
+				t.Errorf("launch: %v; want an *ArgError saying %q", err, tc.says)
+			}
+		})
+	}
+}

@@ -67,7 +67,7 @@ type statMetric struct {
 
 // Label names.
 const (
-	labelAllocator = "allocator" // pool, direct or async
+	labelAllocator = "allocator" // the allocator registry's name of what serves (alloc.Names)
 	labelClient    = "client"    // the client's name
 	labelGroup     = "group"     // its stream group
 )
@@ -96,9 +96,11 @@ const (
 //	vram_client_proportion{client, group}           that share as a fraction of the device
 //	vram_group_clients{group}                       clients in the stream group
 //
-// The allocator label is the manager's current allocator kind; the
-// allocator's counters start again from 0 when SetAllocator replaces it,
-// under the new label. Clients that share a name within a group are
+// The allocator label names the manager's current allocator as the
+// allocator registry does (vram.AllocatorReport: "expandable" for the Pool
+// kind served by alloc.Expandable), as vram run's report and the manager's
+// memory report do; the allocator's counters start again from 0 when
+// SetAllocator replaces it, under the new label. Clients that share a name within a group are
 // summed into one series, so that the series stay few and unique as
 // clients come and go (client ids are never reused; names usually are).
 // Device memory that cannot be read (the device is closed) is left out of
@@ -203,14 +205,14 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectAllocator(ch chan<- prometheus.Metric) {
-	k, r := vram.AllocatorReport(c.m)
-	kind := k.String()
+	_, r := vram.AllocatorReport(c.m)
+	name := r.Allocator
 	for _, s := range c.stats {
-		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(r.Stats)), kind)
+		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(r.Stats)), name)
 	}
 	if r.Layout {
-		ch <- prometheus.MustNewConstMetric(c.largestFree, prometheus.GaugeValue, float64(r.LargestFree), kind)
-		ch <- prometheus.MustNewConstMetric(c.fragmentation, prometheus.GaugeValue, r.Fragmentation(), kind)
+		ch <- prometheus.MustNewConstMetric(c.largestFree, prometheus.GaugeValue, float64(r.LargestFree), name)
+		ch <- prometheus.MustNewConstMetric(c.fragmentation, prometheus.GaugeValue, r.Fragmentation(), name)
 	}
 }
 

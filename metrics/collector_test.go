@@ -113,19 +113,19 @@ vram_device_total_bytes 6.7108864e+07
 vram_device_info{backend="sim",name="vram simulator",ordinal="0"} 1
 # HELP vram_allocator_in_use_bytes Bytes in live allocations, after the allocator's rounding.
 # TYPE vram_allocator_in_use_bytes gauge
-vram_allocator_in_use_bytes{allocator="pool"} %d
+vram_allocator_in_use_bytes{allocator="expandable"} %d
 # HELP vram_allocator_reserved_bytes Bytes the allocator holds from the device: live allocations plus its cache.
 # TYPE vram_allocator_reserved_bytes gauge
-vram_allocator_reserved_bytes{allocator="pool"} %d
+vram_allocator_reserved_bytes{allocator="expandable"} %d
 # HELP vram_allocator_allocs_total Successful allocations.
 # TYPE vram_allocator_allocs_total counter
-vram_allocator_allocs_total{allocator="pool"} 3
+vram_allocator_allocs_total{allocator="expandable"} 3
 # HELP vram_allocator_frees_total Successful frees.
 # TYPE vram_allocator_frees_total counter
-vram_allocator_frees_total{allocator="pool"} 0
+vram_allocator_frees_total{allocator="expandable"} 0
 # HELP vram_allocator_oom_total Allocations that failed for want of device memory.
 # TYPE vram_allocator_oom_total counter
-vram_allocator_oom_total{allocator="pool"} 0
+vram_allocator_oom_total{allocator="expandable"} 0
 # HELP vram_client_held_bytes Device bytes the client's arrays take, as the allocator charges them.
 # TYPE vram_client_held_bytes gauge
 vram_client_held_bytes{client="loader",group="io"} 80384
@@ -161,13 +161,13 @@ vram_group_clients{group="io"} 1
 	want = `
 # HELP vram_allocator_frees_total Successful frees.
 # TYPE vram_allocator_frees_total counter
-vram_allocator_frees_total{allocator="pool"} 1
+vram_allocator_frees_total{allocator="expandable"} 1
 # HELP vram_allocator_in_use_bytes Bytes in live allocations, after the allocator's rounding.
 # TYPE vram_allocator_in_use_bytes gauge
-vram_allocator_in_use_bytes{allocator="pool"} 88576
+vram_allocator_in_use_bytes{allocator="expandable"} 88576
 # HELP vram_allocator_peak_in_use_bytes Most bytes in live allocations at once since the allocator was made or its peaks reset.
 # TYPE vram_allocator_peak_in_use_bytes gauge
-vram_allocator_peak_in_use_bytes{allocator="pool"} 104960
+vram_allocator_peak_in_use_bytes{allocator="expandable"} 104960
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"vram_allocator_frees_total", "vram_allocator_in_use_bytes", "vram_allocator_peak_in_use_bytes"); err != nil {
@@ -226,7 +226,7 @@ func TestCollectAllocatorKinds(t *testing.T) {
 		// from one segment (one device allocation, three cache hits);
 		// direct goes to the device every time, and the second round
 		// frees the first round's arrays.
-		"pool":   {vram.Pool, "pool", 1, 0, 3, 2},
+		"pool":   {vram.Pool, "expandable", 1, 0, 3, 2}, // on the simulator the Pool kind is Expandable
 		"direct": {vram.Direct, "direct", 4, 2, 0, 2},
 	}
 	for name, tc := range tests {
@@ -479,11 +479,12 @@ func TestCollectConcurrent(t *testing.T) {
 func TestCollectLayout(t *testing.T) {
 	tests := map[string]struct {
 		kind   vram.AllocatorKind
+		label  string // what serves the kind on the simulator
 		layout bool
 	}{
-		"pool":   {kind: vram.Pool, layout: true},
-		"direct": {kind: vram.Direct, layout: true},
-		"async":  {kind: vram.AsyncPool},
+		"pool":   {kind: vram.Pool, label: "expandable", layout: true},
+		"direct": {kind: vram.Direct, label: "direct", layout: true},
+		"async":  {kind: vram.AsyncPool, label: "async"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -502,7 +503,7 @@ func TestCollectLayout(t *testing.T) {
 			if tc.kind == vram.Pool && (r.LargestFree == 0 || r.Fragmentation() != 0) {
 				t.Fatalf("pool report %+v: want the rest of its one small segment free in one block", r)
 			}
-			lbl := map[string]string{"allocator": name}
+			lbl := map[string]string{"allocator": tc.label}
 			if got := value(t, col, names[0], lbl); got != float64(r.LargestFree) {
 				t.Errorf("largest free %v, want %d", got, r.LargestFree)
 			}

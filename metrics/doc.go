@@ -4,8 +4,10 @@
 // device's free and total memory, the allocator's counters (bytes in use
 // and reserved, their peaks, allocations, frees, cache hits, device
 // allocations and frees, retries, out-of-memory failures, the largest
-// cached free block and fragmentation) labelled by the allocator kind, each client's held bytes, cap and proportion labelled by
-// client name and stream group, and the number of clients in each group.
+// cached free block and fragmentation) labelled by the allocator that
+// serves, by its name in the allocator registry (package alloc), each
+// client's held bytes, cap and proportion labelled by client name and
+// stream group, and the number of clients in each group.
 // It starts no goroutine and keeps no state between scrapes, so there is
 // nothing to stop: unregister it, or drop the registry, when the manager
 // is closed.

@@ -44,8 +44,8 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
-	// vram_allocator_allocs_total{allocator="pool"} 1
-	// vram_allocator_in_use_bytes{allocator="pool"} 1.6e+06
+	// vram_allocator_allocs_total{allocator="expandable"} 1
+	// vram_allocator_in_use_bytes{allocator="expandable"} 1.6e+06
 	// vram_client_held_bytes{client="solver",group="batch"} 1.6e+06
 	// vram_device_total_bytes 6.7108864e+07
 	// vram_group_clients{group="batch"} 1

@@ -34,6 +34,16 @@
 //
 // A File is safe for concurrent WriteAt and ReadAt calls; Close must not
 // race with them.
+//
+// # Untrusted headers
+//
+// A .npy file may come from anywhere, so ReadHeader (and Open) bound what
+// a header may cost: at most 1 MiB of header is read (numpy's own limit
+// is 10,000 bytes unless told otherwise), held once and parsed in one
+// pass, so memory is at most a few bytes per header byte (the header and
+// its shape) and time linear in its length; a shape must describe fewer
+// than 2⁶³ bytes. Errors quote at most 40 bytes of a bad piece, with its
+// length (Header.String clips the same way), never the whole header.
 package npy
 
 import (
@@ -73,13 +83,54 @@ type Header struct {
 func (h Header) ItemSize() (int, error) {
 	d := h.Descr
 	if len(d) < 3 || !strings.ContainsRune("<>|=", rune(d[0])) || !strings.ContainsRune("biufc", rune(d[1])) {
-		return 0, fmt.Errorf("descr %q: want a simple type such as '<f4': %w", d, ErrFormat)
+		return 0, fmt.Errorf("descr %s: want a simple type such as '<f4': %w", clip(d), ErrFormat)
 	}
 	n, err := strconv.Atoi(d[2:])
 	if err != nil || n < 1 {
-		return 0, fmt.Errorf("descr %q: bad item size: %w", d, ErrFormat)
+		return 0, fmt.Errorf("descr %s: bad item size: %w", clip(d), ErrFormat)
 	}
 	return n, nil
+}
+
+// String is the header for a message: its descr and shape, clipped
+// (a header read from a file may be a megabyte long), e.g.
+// "'<f4' (251, 2, 4000000)".
+func (h Header) String() string {
+	order := ""
+	if h.Fortran {
+		order = ", Fortran order"
+	}
+	return clip(h.Descr) + " " + shapeString(h.Shape) + order
+}
+
+// clipBytes is the most of an untrusted string a message quotes.
+const clipBytes = 40
+
+// clip quotes s for a message: at most clipBytes of it, and its length
+// when longer.
+func clip(s string) string {
+	if len(s) > clipBytes {
+		return fmt.Sprintf("%q… (%d bytes)", s[:clipBytes], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// shapeString writes a shape for a message, at most 8 dimensions of it.
+func shapeString(shape []int) string {
+	var b strings.Builder
+	b.WriteString("(")
+	for i, d := range shape {
+		if i == 8 {
+			fmt.Fprintf(&b, ", … %d dimensions in all", len(shape))
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(d))
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // Elements is the number of elements the shape holds.
@@ -87,10 +138,10 @@ func (h Header) Elements() (int64, error) {
 	n := int64(1)
 	for _, d := range h.Shape {
 		if d < 0 {
-			return 0, fmt.Errorf("shape %v has a negative dimension: %w", h.Shape, ErrFormat)
+			return 0, fmt.Errorf("shape %s has a negative dimension: %w", shapeString(h.Shape), ErrFormat)
 		}
 		if d != 0 && n > math.MaxInt64/int64(d) {
-			return 0, fmt.Errorf("shape %v has more than 2^63 elements: %w", h.Shape, ErrFormat)
+			return 0, fmt.Errorf("shape %s has more than 2^63 elements: %w", shapeString(h.Shape), ErrFormat)
 		}
 		n *= int64(d)
 	}
@@ -108,7 +159,7 @@ func (h Header) DataBytes() (int64, error) {
 		return 0, err
 	}
 	if n > math.MaxInt64/int64(size) {
-		return 0, fmt.Errorf("shape %v of %s is more than 2^63 bytes: %w", h.Shape, h.Descr, ErrFormat)
+		return 0, fmt.Errorf("shape %s of %s is more than 2^63 bytes: %w", shapeString(h.Shape), clip(h.Descr), ErrFormat)
 	}
 	return n * int64(size), nil
 }
@@ -219,7 +270,7 @@ func ReadHeader(r io.Reader) (Header, int64, error) {
 func parseDict(s string) (Header, error) {
 	var h Header
 	bad := func(what string) (Header, error) {
-		return Header{}, fmt.Errorf("header %q: %s: %w", s, what, ErrFormat)
+		return Header{}, fmt.Errorf("header %s: %s: %w", clip(s), what, ErrFormat)
 	}
 	if !strings.HasPrefix(s, "{") || !strings.HasSuffix(s, "}") {
 		return bad("not a dict")
@@ -233,7 +284,7 @@ func parseDict(s string) (Header, error) {
 		}
 		after = strings.TrimSpace(after)
 		if !strings.HasPrefix(after, ":") {
-			return bad("no ':' after key " + key)
+			return bad("no ':' after key " + clip(key))
 		}
 		after = strings.TrimSpace(after[1:])
 		var err error
@@ -258,7 +309,7 @@ func parseDict(s string) (Header, error) {
 				return bad(err.Error())
 			}
 		default:
-			return bad("unknown key " + key)
+			return bad("unknown key " + clip(key))
 		}
 		seen[key] = true
 		after = strings.TrimSpace(after)
@@ -303,7 +354,7 @@ func cutShape(s string) ([]int, string, error) {
 		}
 		d, err := strconv.Atoi(f)
 		if err != nil || d < 0 {
-			return nil, s, fmt.Errorf("shape dimension %q is not a length", f)
+			return nil, s, fmt.Errorf("shape dimension %s is not a length", clip(f))
 		}
 		shape = append(shape, d)
 	}

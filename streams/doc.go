@@ -6,8 +6,9 @@
 // memory manager (package vram) plans their arrays together. The "default"
 // group is made on first use. A group lives while it has members or is
 // held (Hold): the Remove, Move or release that leaves it with neither
-// forgets it and closes its stream, waiting for the work queued on it
-// (WaitClosed waits for such a close from elsewhere). A group's stream is
+// forgets it and closes its stream in the background once the work queued
+// on it is done, without waiting for that work itself (WaitClosed waits
+// for such a close; Close waits for all of them). A group's stream is
 // replaced only by Reinit (after a device reset) and closed by Close.
 //
 // Unlike the Python original, which scans every group to find a client,

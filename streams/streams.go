@@ -10,8 +10,11 @@ package streams
 // spare stream if another goroutine made the group meanwhile.
 //
 // A group lives while it has members or holds (Hold): the Remove, Move
-// or release that leaves it with neither forgets it and closes its
-// stream, which waits for the work queued on it.
+// or release that leaves it with neither forgets it and closes its stream
+// in the background, once the work queued on it is done (closeLeft): the
+// call itself never waits for that work, which may be long (a kernel of
+// another client). Close waits for every such close and returns their
+// errors.
 
 import (
 	"errors"
@@ -90,6 +93,7 @@ type Groups struct {
 	groups  map[string]*group               // by name
 	member  map[uint64]*member              // by client id
 	closing map[device.Stream]chan struct{} // streams of forgotten groups being closed → closed when done
+	late    []error                         // errors of those closes, for Close
 	closed  bool
 }
 
@@ -116,9 +120,9 @@ func (g *Groups) Add(id uint64, groupName string) error {
 
 // Move puts client id in the named group ("" is Default), making the
 // group and its stream if needed. A group it leaves with no member and no
-// Hold is forgotten and its stream closed (Close waits for the stream's
-// work; its error, if any, is returned after the move is done). It fails
-// with ErrNotGrouped if the client is in no group.
+// Hold is forgotten and its stream closed in the background once its
+// work is done (Close reports an error of that close). It fails with
+// ErrNotGrouped if the client is in no group.
 func (g *Groups) Move(id uint64, groupName string) error {
 	return g.place(id, name(groupName), true)
 }
@@ -193,7 +197,8 @@ func (g *Groups) Ensure(groupName string) (device.Stream, error) {
 // Hold makes the named group ("" is Default) and its stream if the group
 // does not exist, and keeps it (even with no members) until release is
 // called: then a group left with no member and no other Hold is
-// forgotten and its stream closed, waiting for its work. It returns the
+// forgotten and its stream closed in the background once its work is
+// done. It returns the
 // group's stream. release is safe to call more than once (only the first
 // call counts) and after Close.
 func (g *Groups) Hold(groupName string) (s device.Stream, release func() error, err error) {
@@ -276,21 +281,24 @@ func (g *Groups) dropIfIdleLocked(grp *group) device.Stream {
 	return grp.stream
 }
 
-// closeLeft closes the stream of a group that was forgotten (nil: none),
-// waiting for its work. After a device reset there is nothing to wait
-// for, and no error.
+// closeLeft closes the stream of a group that was forgotten (nil: none)
+// in the background, once its work is done, and returns at once (nil: the
+// error is Close's). After a device reset there is nothing to wait for,
+// and no error.
 func (g *Groups) closeLeft(s device.Stream, gname string) error {
 	if s == nil {
 		return nil
 	}
-	err := s.Close()
-	g.mu.Lock()
-	close(g.closing[s])
-	delete(g.closing, s)
-	g.mu.Unlock()
-	if err != nil && !errors.Is(err, device.ErrInvalidated) {
-		return fmt.Errorf("close the stream of group %q, left with no member: %w", gname, err)
-	}
+	go func() {
+		err := s.Close()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		close(g.closing[s])
+		delete(g.closing, s)
+		if err != nil && !errors.Is(err, device.ErrInvalidated) {
+			g.late = append(g.late, fmt.Errorf("close the stream of group %q, left with no member: %w", gname, err))
+		}
+	}()
 	return nil
 }
 
@@ -315,9 +323,9 @@ func closeQuietly(s device.Stream) {
 }
 
 // Remove takes client id out of its group. A group left with no member
-// and no Hold is forgotten and its stream closed, waiting for its work;
-// the error of that close, if any, is returned, the client being out
-// either way. It fails with ErrNotGrouped if the client is in no group.
+// and no Hold is forgotten and its stream closed in the background once
+// its work is done (Close reports an error of that close). It fails with
+// ErrNotGrouped if the client is in no group.
 func (g *Groups) Remove(id uint64) error {
 	g.mu.Lock()
 	mb, ok := g.member[id]
@@ -468,9 +476,10 @@ func (g *Groups) Reinit() error {
 	return nil
 }
 
-// Close closes every group's stream and forgets every group. Later calls
-// of the other methods return ErrClosed (lookups: ErrNotGrouped); a second
-// Close returns nil.
+// Close closes every group's stream and forgets every group, then waits
+// for the streams of groups left empty to close (their work done) and
+// returns the errors of those closes too. Later calls of the other methods
+// return ErrClosed (lookups: ErrNotGrouped); a second Close returns nil.
 func (g *Groups) Close() error {
 	g.mu.Lock()
 	if g.closed {
@@ -487,5 +496,27 @@ func (g *Groups) Close() error {
 			errs = append(errs, fmt.Errorf("close the stream of group %q: %w", grp.name, err))
 		}
 	}
+	g.WaitClosing()
+	g.mu.Lock()
+	errs, g.late = append(errs, g.late...), nil
+	g.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// WaitClosing waits until every stream being closed in the background
+// (of a group left with no member) is closed, its work done.
+func (g *Groups) WaitClosing() {
+	for {
+		g.mu.Lock()
+		var ch chan struct{}
+		for _, c := range g.closing {
+			ch = c
+			break
+		}
+		g.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		<-ch
+	}
 }

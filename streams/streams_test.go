@@ -161,6 +161,7 @@ func TestMoveAndRemove(t *testing.T) {
 	if s, err := g.GroupStream("a"); !errors.Is(err, streams.ErrUnknownGroup) || g.Size("a") != 0 {
 		t.Errorf("emptied group a: stream %v, %v (was %v), size %d; want ErrUnknownGroup", s, err, sa, g.Size("a"))
 	}
+	g.WaitClosed(sa)
 	if _, err := sa.Query(); !errors.Is(err, device.ErrClosed) {
 		t.Errorf("the stream of the emptied group: Query = %v, want ErrClosed", err)
 	}
@@ -387,9 +388,11 @@ func TestEnsure(t *testing.T) {
 }
 
 // A group lives while it has members or holds: the last Remove, Move or
-// release closes its stream, after the work queued on it. (Groups were
+// release closes its stream, after the work queued on it, in the
+// background: the call returns while that work still runs. (Groups were
 // once never forgotten: every name ever used kept a stream and its
-// goroutine.)
+// goroutine; and the last call once waited for the work, a long kernel
+// included, holding its caller's locks.)
 func TestEmptyGroupsAreForgotten(t *testing.T) {
 	for name, tc := range map[string]func(t *testing.T, g *streams.Groups) (leave func() error){
 		"Remove": func(t *testing.T, g *streams.Groups) func() error {
@@ -435,23 +438,36 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// Work queued on the stream finishes before it is closed.
+			// The call returns while the work queued on the stream runs (a
+			// kernel that ends only when told); the stream closes after it.
 			var ran atomic.Bool
+			release := make(chan struct{})
 			if err := dev.LaunchFunc(s, 1, func(device.View, int, int) error {
-				time.Sleep(20 * time.Millisecond)
+				<-release
 				ran.Store(true)
 				return nil
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := leave(); err != nil {
-				t.Fatal(err)
-			}
-			if !ran.Load() {
-				t.Error("the stream was closed before its work finished")
+			left := make(chan error, 1)
+			go func() { left <- leave() }()
+			select {
+			case err := <-left:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(20 * time.Second):
+				close(release)
+				<-left
+				t.Fatal("leaving the group waited for its stream's work")
 			}
 			if names := g.Names(); slices.Contains(names, "a") {
 				t.Errorf("groups %v: a is still there with no member", names)
+			}
+			close(release)
+			g.WaitClosed(s)
+			if !ran.Load() {
+				t.Error("the stream was closed before its work finished")
 			}
 			if _, err := s.Query(); !errors.Is(err, device.ErrClosed) {
 				t.Errorf("the stream of the forgotten group: Query = %v, want ErrClosed", err)
@@ -470,6 +486,9 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 		}
 		if n := len(g.Names()); n != 0 {
 			t.Errorf("%d groups left", n)
+		}
+		if err := g.Close(); err != nil { // waits for the closes in the background
+			t.Fatal(err)
 		}
 		if n := dev.Leaks().Streams; n != 0 {
 			t.Errorf("%d streams left on the device", n)

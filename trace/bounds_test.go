@@ -40,7 +40,8 @@ func TestReplayStreamBound(t *testing.T) {
 			if !tc.refused && testing.Short() {
 				t.Skip("replays 65,536 streams")
 			}
-			res, err := trace.ReplayOn(streamLog(tc.streams), allocators["Direct"], trace.Options{})
+			events := streamLog(tc.streams)
+			res, err := trace.ReplayOn(events, simFor(events), allocators["Direct"], trace.Options{})
 			if tc.refused {
 				if !errors.Is(err, trace.ErrTooLarge) {
 					t.Fatalf("replay of %d streams: %v, want ErrTooLarge", tc.streams, err)
@@ -82,7 +83,7 @@ func TestReplayCancel(t *testing.T) {
 			trace.Event{Action: trace.Allocate, Pointer: p, Size: 512},
 			trace.Event{Action: trace.Free, Pointer: p, Size: 512})
 	}
-	dev, err := sim.New(trace.SimConfig(events))
+	dev, err := sim.New(simConfig(events))
 	check(t, err)
 	defer func() { check(t, dev.Close()) }()
 	base, err := alloc.NewPool(dev, alloc.PoolConfig{})
@@ -106,7 +107,7 @@ func TestReplayCancel(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = trace.ReplayOnConfigContext(ctx, events, trace.SimConfig(events), allocators["Pool"], trace.Options{})
+	_, err = trace.ReplayOnContext(ctx, events, simFor(events), allocators["Pool"], trace.Options{})
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("replay under a cancelled context: %v, want context.Canceled", err)
 	}

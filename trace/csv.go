@@ -14,6 +14,12 @@ package trace
 // CRLF line ends, a UTF-8 byte-order mark, double quotes around a field
 // and clock times (RMM's own "13:04:05.250000") are accepted. A line that cannot be read is an error naming the line,
 // the field and what was expected.
+//
+// A log is untrusted input, and what reading it costs is bounded: lines
+// of at most 1 MiB (a longer one is an error), read one at a time through
+// a buffer of that size at most, and a fixed 48-byte Event per event
+// kept; time is linear in the input. Errors quote at most clipLen bytes
+// of a bad line or field (Replay's bounds are in replay.go).
 
 import (
 	"bufio"
@@ -29,6 +35,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // Header is the header line Write writes (RMM's, without the newline);
@@ -383,18 +390,12 @@ func Write(w io.Writer, events []Event) error {
 	return tw.Flush()
 }
 
-// WriteFile writes events to the named file as RMM logging CSV.
+// WriteFile writes events to the named file as RMM logging CSV, whole or
+// not at all (written beside path and renamed into place once complete;
+// a path that exists and is not a regular file is refused).
 func WriteFile(path string, events []Event) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("trace: %w", err)
-	}
-	if err := Write(f, events); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("trace: %w", err)
+	if err := userfile.Write(path, userfile.Options{}, func(w io.Writer) error { return Write(w, events) }); err != nil {
+		return fmt.Errorf("trace: %s: %w", path, err)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func TestReadMalformed(t *testing.T) {
 	}
 }
 
-// Sizes that would wrap a sum of 64 bits: Summarize and SimConfig count
+// Sizes that would wrap a sum of 64 bits: Summarize and DeviceBytes count
 // without wrapping, and a log that needs more than any device is refused
 // by the simulator instead of replaying on a small device.
 func TestHugeSizesDoNotWrap(t *testing.T) {
@@ -147,11 +147,11 @@ func TestHugeSizesDoNotWrap(t *testing.T) {
 			if s.PeakLive != tc.peak {
 				t.Errorf("PeakLive = %d, want %d", s.PeakLive, tc.peak)
 			}
-			cfg := trace.SimConfig(tc.events)
+			cfg := simConfig(tc.events)
 			if cfg.TotalBytes != math.MaxUint64 {
-				t.Errorf("SimConfig TotalBytes = %d, want the saturated %d", cfg.TotalBytes, uint64(math.MaxUint64))
+				t.Errorf("DeviceBytes = %d, want the saturated %d", cfg.TotalBytes, uint64(math.MaxUint64))
 			}
-			_, err := trace.ReplayOn(tc.events, func(dev device.Device) (alloc.Allocator, error) {
+			_, err := trace.ReplayOn(tc.events, simFor(tc.events), func(dev device.Device) (alloc.Allocator, error) {
 				return alloc.NewDirect(dev), nil
 			}, trace.Options{})
 			if !errors.Is(err, device.ErrInvalidValue) {

@@ -9,32 +9,37 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 )
 
-// SimConfig is an address-only simulated device big enough to replay
-// events with any reasonable allocator: room for twice the log's peak live
-// bytes, plus one device granule (2 MiB) for each block live at the peak
-// (what an allocator that rounds every block up to the granule, like
-// Direct, needs), plus 1 GiB, rounded up to a GiB. Address-only, so its
-// size costs the host nothing; its context takes no memory, so the device
-// free memory is all the allocator's. The sum saturates: for a log whose
-// peak needs more than 2^64 bytes TotalBytes is math.MaxUint64, which
-// sim.New refuses as larger than sim.MaxTotalBytes, as it refuses any
-// device too large to simulate.
-func SimConfig(events []Event) sim.Config {
+// DeviceBytes is the device memory that replaying events with any
+// reasonable allocator needs, on a device whose allocations are rounded
+// to granularity: room for twice the log's peak live bytes, plus one
+// granule for each block live at the peak (what an allocator that rounds
+// every block up to the granule, like Direct, needs), plus 1 GiB, rounded
+// up to a GiB. The sum saturates: for a log whose peak needs more than
+// 2^64 bytes it is math.MaxUint64, which a device refuses as too large
+// (the simulator above sim.MaxTotalBytes) as it refuses any device too
+// large to make. An address-only simulator of this size (device/sim:
+// Config.AddressOnly and NoContext) costs the host nothing and leaves all
+// its memory to the allocator, so a log that peaked at 55 GB replays on a
+// laptop.
+func DeviceBytes(events []Event, granularity uint64) uint64 {
 	s := Summarize(events)
 	total := u128{}.add(s.PeakLive).add(s.PeakLive).add(units.GiB)
-	hi, lo := bits.Mul64(uint64(s.PeakBlocks), sim.DefaultGranularity)
+	hi, lo := bits.Mul64(uint64(s.PeakBlocks), granularity)
 	total = total.add(lo)
 	total.hi += hi
 	t, ok := units.RoundUp(total.sat(), units.GiB)
 	if !ok {
 		t = math.MaxUint64
 	}
-	return sim.Config{TotalBytes: t, AddressOnly: true, NoContext: true}
+	return t
 }
+
+// DeviceFactory makes the device for one replay: a fresh one, which the
+// replay closes (see DeviceBytes for its size).
+type DeviceFactory func() (device.Device, error)
 
 // Factory makes the allocator for a replay on dev.
 type Factory func(dev device.Device) (alloc.Allocator, error)
@@ -43,24 +48,18 @@ type Factory func(dev device.Device) (alloc.Allocator, error)
 // device memory allocated.
 var ErrLeak = errors.New("allocator leaked device memory")
 
-// ReplayOn replays events on a fresh simulated device made from
-// SimConfig(events), with the allocator newAlloc makes on it. It closes
-// the allocator and the device after the replay, and reports an error
-// wrapping ErrLeak if the allocator's Close did not give every byte back.
-func ReplayOn(events []Event, newAlloc Factory, opts Options) (Result, error) {
-	return ReplayOnConfig(events, SimConfig(events), newAlloc, opts)
+// ReplayOn replays events on a fresh device newDev makes, with the
+// allocator newAlloc makes on it. It closes the allocator and the device
+// after the replay, and reports an error wrapping ErrLeak if the
+// allocator's Close did not give every byte back.
+func ReplayOn(events []Event, newDev DeviceFactory, newAlloc Factory, opts Options) (Result, error) {
+	return ReplayOnContext(context.Background(), events, newDev, newAlloc, opts)
 }
 
-// ReplayOnConfig is ReplayOn on a simulated device made from cfg (for
-// another size or granularity).
-func ReplayOnConfig(events []Event, cfg sim.Config, newAlloc Factory, opts Options) (res Result, err error) {
-	return ReplayOnConfigContext(context.Background(), events, cfg, newAlloc, opts)
-}
-
-// ReplayOnConfigContext is ReplayOnConfig that stops soon after ctx is
-// done (see ReplayContext).
-func ReplayOnConfigContext(ctx context.Context, events []Event, cfg sim.Config, newAlloc Factory, opts Options) (res Result, err error) {
-	dev, err := sim.New(cfg)
+// ReplayOnContext is ReplayOn that stops soon after ctx is done (see
+// ReplayContext).
+func ReplayOnContext(ctx context.Context, events []Event, newDev DeviceFactory, newAlloc Factory, opts Options) (res Result, err error) {
+	dev, err := newDev()
 	if err != nil {
 		return Result{}, fmt.Errorf("trace: replay device: %w", err)
 	}

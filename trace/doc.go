@@ -7,14 +7,20 @@
 // the allocator's peak reserved bytes, its device allocations and frees,
 // failed allocations, frees of pointers never allocated in the log
 // (counted and skipped), and replay speed, with an optional time series
-// for a plot. ReplayOn does it on a fresh address-only simulated device
-// sized for the log (SimConfig), so a log that peaked at 55 GB replays on a
-// laptop.
+// for a plot. ReplayOn does it on a fresh device that a DeviceFactory
+// makes, sized for the log by DeviceBytes: an address-only simulator
+// (vram/device/sim, which the package does not import) replays a log that
+// peaked at 55 GB on a laptop.
 //
 // PyTorch memory snapshots (torch.cuda.memory._dump_snapshot pickles) are
 // read as logs by ReadSnapshot: the blocks live when recording began are
 // allocated at time 0, then the allocator history follows, and
-// PyTorchFigures say what PyTorch's own allocator reserved over it.
+// PyTorchFigures say what PyTorch's own allocator reserved over it. A
+// snapshot is untrusted: its pickle is read by a decoder of plain data
+// only (nothing is imported or called), at most MaxPickleBytesPerByte
+// bytes allocated per byte of it and a fixed time per opcode, and the
+// walk over it visits at most one segment, block or entry per 4 bytes
+// (pickle.go and snapshot.go state the bound).
 // RecordReplay records a replay as a History (trace entries and the
 // segments held at the end) and WriteSnapshot pickles it as a snapshot
 // that PyTorch's memory visualizer opens.

@@ -19,7 +19,7 @@ func ExampleRecordReplay() {
 	if err != nil {
 		panic(err)
 	}
-	_, h, err := trace.RecordReplay(events, trace.SimConfig(events), func(dev device.Device) (alloc.Allocator, error) {
+	_, h, err := trace.RecordReplay(events, simFor(events), func(dev device.Device) (alloc.Allocator, error) {
 		return alloc.NewPool(dev, alloc.PoolConfig{})
 	}, trace.Options{})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
@@ -41,9 +42,12 @@ func ExampleReplayOn() {
 	newPool := func(dev device.Device) (alloc.Allocator, error) {
 		return alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
 	}
+	// A fresh simulator for the replay, sized for the log: address-only,
+	// so even a log that peaked at tens of GB costs the host nothing.
+	cfg := sim.Config{TotalBytes: trace.DeviceBytes(events, sim.DefaultGranularity), AddressOnly: true, NoContext: true}
 	// The device pool grows by whole 2 MiB granules: 3 MiB takes 4 MiB,
 	// and the next 1 MiB fits in what is left.
-	res, err := trace.ReplayOn(events, newPool, trace.Options{})
+	res, err := trace.ReplayOn(events, sim.Factory(cfg), newPool, trace.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -204,11 +204,8 @@ func Replay(events []Event, a alloc.Allocator, opts Options) (Result, error) {
 // ReplayContext is Replay that stops, returning ctx's error, soon after
 // ctx is done (within cancelCheck allocator calls).
 func ReplayContext(ctx context.Context, events []Event, a alloc.Allocator, opts Options) (Result, error) {
-	if opts.Device == nil {
-		return Result{}, fmt.Errorf("trace: replay needs Options.Device, the device the allocator was made on: %w", ErrOptions)
-	}
-	if opts.Samples < 0 {
-		return Result{}, fmt.Errorf("trace: replay with %d samples: want 0 to %d: %w", opts.Samples, MaxSamples, ErrOptions)
+	if err := opts.check(); err != nil {
+		return Result{}, err
 	}
 	start := time.Now()
 	pr := compile(events)
@@ -229,13 +226,7 @@ func ReplayContext(ctx context.Context, events []Event, a alloc.Allocator, opts 
 		r.ResetPeaks()
 	}
 	before := a.Stats()
-	res := Result{
-		Events:         len(events),
-		TraceFailures:  pr.failures,
-		UnmatchedFrees: pr.unmatch,
-		Reallocs:       pr.reallocs,
-		ZeroSize:       pr.zero,
-	}
+	res := pr.result(len(events))
 	n := min(opts.Samples, MaxSamples)
 	stride := len(pr.steps) + 1
 	if n > 0 && len(pr.steps) > 0 {
@@ -285,19 +276,47 @@ func ReplayContext(ctx context.Context, events []Event, a alloc.Allocator, opts 
 			res.Samples = append(res.Samples, Sample{Event: int(st.event), Live: live, InUse: s.InUse, Reserved: s.Reserved})
 		}
 	}
-	res.Wall = time.Since(start)
-	if res.Wall > 0 {
-		res.EventsPerSec = float64(res.Events) / res.Wall.Seconds()
-	}
-	after := a.Stats()
-	res.Final = after
-	res.PeakInUse = after.PeakInUse
-	res.PeakReserved = after.PeakReserved
-	res.DeviceAllocs = after.DeviceAllocs - before.DeviceAllocs
-	res.DeviceFrees = after.DeviceFrees - before.DeviceFrees
-	res.CacheHits = after.CacheHits - before.CacheHits
-	res.Retries = after.Retries - before.Retries
+	res.finish(time.Since(start), before, a.Stats())
 	return res, nil
+}
+
+// result is the Result of a replay of the program's events, before it
+// runs: what the log says of itself.
+func (pr *program) result(events int) Result {
+	return Result{
+		Events:         events,
+		TraceFailures:  pr.failures,
+		UnmatchedFrees: pr.unmatch,
+		Reallocs:       pr.reallocs,
+		ZeroSize:       pr.zero,
+	}
+}
+
+// finish adds a replay's wall time and what the allocator did between
+// its Stats before and after the replay.
+func (r *Result) finish(wall time.Duration, before, after alloc.Stats) {
+	r.Wall = wall
+	if r.Wall > 0 {
+		r.EventsPerSec = float64(r.Events) / r.Wall.Seconds()
+	}
+	r.Final = after
+	r.PeakInUse = after.PeakInUse
+	r.PeakReserved = after.PeakReserved
+	r.DeviceAllocs = after.DeviceAllocs - before.DeviceAllocs
+	r.DeviceFrees = after.DeviceFrees - before.DeviceFrees
+	r.CacheHits = after.CacheHits - before.CacheHits
+	r.Retries = after.Retries - before.Retries
+}
+
+// check refuses options a replay cannot run with.
+func (opts Options) check() error {
+	if opts.Device == nil {
+		return fmt.Errorf("trace: replay needs Options.Device, the device the allocator was made on: %w", ErrOptions)
+	}
+	if opts.Samples < 0 {
+		return fmt.Errorf("trace: replay with %d samples: want 0 to %d: %w", opts.Samples, MaxSamples, ErrOptions)
+	}
+	return nil
 }
 
 // makeStreams makes a stream of dev for each trace stream id (id 0 is the

@@ -47,7 +47,7 @@ func TestReplayCounts(t *testing.T) {
 	}
 	for name, newAlloc := range allocators {
 		t.Run(name, func(t *testing.T) {
-			res, err := trace.ReplayOn(events, newAlloc, trace.Options{Samples: 100})
+			res, err := trace.ReplayOn(events, simFor(events), newAlloc, trace.Options{Samples: 100})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +92,7 @@ func TestReplayFailedAllocations(t *testing.T) {
 		events = append(events, trace.Event{Action: trace.Free, Pointer: uint64(i + 1), Size: 8 * units.MiB})
 	}
 	cfg := sim.Config{TotalBytes: 64 * units.MiB, NoContext: true, AddressOnly: true}
-	res, err := trace.ReplayOnConfig(events, cfg, allocators["Direct"], trace.Options{})
+	res, err := trace.ReplayOn(events, simOf(cfg), allocators["Direct"], trace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestSamplesBounded(t *testing.T) {
 		}
 	}
 	for _, n := range []int{1, 7, 2000, 5000} {
-		res, err := trace.ReplayOn(events, allocators["AsyncPool"], trace.Options{Samples: n})
+		res, err := trace.ReplayOn(events, simFor(events), allocators["AsyncPool"], trace.Options{Samples: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +217,7 @@ func TestTraceAdaptorRoundTrip(t *testing.T) {
 		sum.Failures != 1 || sum.UnmatchedFrees != 0 || sum.Streams != 2 || sum.PeakLive != peak {
 		t.Fatalf("Summarize(log) = %+v; recorded %+v, peak live %d", sum, recorded, peak)
 	}
-	res, err := trace.ReplayOn(events, allocators["Direct"], trace.Options{})
+	res, err := trace.ReplayOn(events, simFor(events), allocators["Direct"], trace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestSharedTraces(t *testing.T) {
 				}
 			}
 			for aname, newAlloc := range allocators {
-				res, err := trace.ReplayOn(events, newAlloc, trace.Options{Samples: 500})
+				res, err := trace.ReplayOn(events, simFor(events), newAlloc, trace.Options{Samples: 500})
 				if err != nil {
 					t.Fatalf("%s: %v", aname, err)
 				}
@@ -295,7 +295,7 @@ func BenchmarkReplay(b *testing.B) {
 	for name, events := range traces {
 		for aname, newAlloc := range allocators {
 			b.Run(fmt.Sprintf("%s/%s", name, aname), func(b *testing.B) {
-				cfg := trace.SimConfig(events)
+				cfg := simConfig(events)
 				var total int
 				for b.Loop() {
 					b.StopTimer()
@@ -327,7 +327,7 @@ func BenchmarkReplay(b *testing.B) {
 // reused without a free, zero sizes, failures, several streams) on a small
 // device, with the allocator the first byte picks: Replay must never fail,
 // its counts must agree with Summarize, and closing the allocator must
-// give the device everything back (ReplayOnConfig checks).
+// give the device everything back (ReplayOn checks).
 func FuzzReplay(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 10, 1, 1, 10, 2, 9, 0, 0, 1, 3})
 	f.Add([]byte{1, 0, 1, 255, 0, 2, 255, 0, 3, 255, 1, 2, 0, 3, 0, 0})
@@ -350,7 +350,7 @@ func FuzzReplay(f *testing.F) {
 		}
 		sum := trace.Summarize(events)
 		cfg := sim.Config{TotalBytes: 64 * units.MiB, NoContext: true, AddressOnly: true}
-		res, err := trace.ReplayOnConfig(events, cfg, allocators[name], trace.Options{Samples: 10})
+		res, err := trace.ReplayOn(events, simOf(cfg), allocators[name], trace.Options{Samples: 10})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

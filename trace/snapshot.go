@@ -22,18 +22,24 @@ package trace
 // What PyTorch reserved is read from the segment entries, walked back
 // from the segments at the dump: what it held when recording began, its
 // peak, and how many segments it used.
+//
+// A snapshot is untrusted input, and what reading one may cost is
+// bounded per byte of it: the pickle is decoded by decodePickle (pickle.go:
+// only plain data, at most MaxPickleBytesPerByte bytes allocated per
+// byte), and the walk that follows visits at most one segment, block or
+// history entry per snapshotBytesPerItem bytes of the pickle, each kept in
+// a few dozen bytes, so a pickle that refers to one list of blocks from
+// every segment (its own bytes few, the blocks it names many) is refused
+// instead of multiplied. Errors name a value by its type and a clipped
+// rendering, never a whole value.
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"os"
 	"slices"
 	"sort"
-
-	ogorek "github.com/kisielk/og-rek"
 
 	"github.com/vramkit/vram/internal/units"
 )
@@ -93,18 +99,25 @@ func ReadSnapshotFile(path string) (*Snapshot, error) {
 	return s, nil
 }
 
+// snapshotBytesPerItem is the fewest bytes of pickle per segment, block
+// or history entry a snapshot may have: each is a dict of its own, at
+// least 6 bytes even with every key and value a memo reference.
+const snapshotBytesPerItem = 4
+
 // ReadSnapshot reads a PyTorch memory snapshot (a pickle made by
 // torch.cuda.memory._dump_snapshot) as an allocation log. A snapshot
-// whose segment and history sizes add up past MaxSize is refused.
+// whose segment and history sizes add up past MaxSize is refused, and so
+// is one that costs more than the bound in the file overview.
 func ReadSnapshot(r io.Reader) (*Snapshot, error) {
-	v, err := ogorek.NewDecoder(bufio.NewReaderSize(r, 1<<16)).Decode()
+	v, n, err := decodePickle(r)
 	if err != nil {
-		return nil, fmt.Errorf("trace: decode the pickle (want one written by torch.cuda.memory._dump_snapshot): %v: %w", err, ErrSnapshot)
+		return nil, fmt.Errorf("trace: decode the pickle (want one written by torch.cuda.memory._dump_snapshot): %w: %w", err, ErrSnapshot)
 	}
-	top, ok := v.(map[any]any)
+	top, ok := v.(*pyDict)
 	if !ok {
-		return nil, fmt.Errorf("trace: the pickle holds a %T, want the dict _dump_snapshot writes: %w", v, ErrSnapshot)
+		return nil, fmt.Errorf("trace: the pickle holds %s, want the dict _dump_snapshot writes: %w", describe(v), ErrSnapshot)
 	}
+	w := &snapWalk{left: n / snapshotBytesPerItem, bytes: n}
 	segs, err := listOf(top, "segments")
 	if err != nil {
 		return nil, err
@@ -113,14 +126,14 @@ func ReadSnapshot(r io.Reader) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries, err := historyOf(devs)
+	entries, err := historyOf(devs, w)
 	if err != nil {
 		return nil, err
 	}
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("trace: the snapshot has no allocation history (device_traces is empty): record it with torch.cuda.memory._record_memory_history() before the dump: %w", ErrSnapshot)
 	}
-	state, err := segmentsOf(segs)
+	state, err := segmentsOf(segs, w)
 	if err != nil {
 		return nil, err
 	}
@@ -156,32 +169,51 @@ type snapState struct {
 	blocks     []snapBlock
 }
 
+// snapWalk counts what the walk over a decoded snapshot may still visit.
+type snapWalk struct {
+	left  int64 // segments, blocks and entries still allowed
+	bytes int64 // the pickle's size
+}
+
+// take counts n more items visited, refusing past the bound.
+func (w *snapWalk) take(n int) error {
+	if w.left -= int64(n); w.left < 0 {
+		return fmt.Errorf("trace: the snapshot names more segments, blocks and history entries than one per %d of its %d bytes, "+
+			"which only a pickle that refers to one list or dict from many places can do (PyTorch writes each once): %w",
+			snapshotBytesPerItem, w.bytes, ErrSnapshot)
+	}
+	return nil
+}
+
 // listOf is top[key] as a list.
-func listOf(m map[any]any, key string) ([]any, error) {
-	v, ok := m[key]
+func listOf(m *pyDict, key string) ([]any, error) {
+	v, ok := m.m[key]
 	if !ok {
 		return nil, fmt.Errorf("trace: the snapshot has no %q key: %w", key, ErrSnapshot)
 	}
-	l, ok := v.([]any)
+	l, ok := v.(*pyList)
 	if !ok {
-		return nil, fmt.Errorf("trace: the snapshot's %q is a %T, want a list: %w", key, v, ErrSnapshot)
+		return nil, fmt.Errorf("trace: the snapshot's %q is %s, want a list: %w", key, describe(v), ErrSnapshot)
 	}
-	return l, nil
+	return l.items, nil
 }
 
 // historyOf reads every device's trace entries, merged in time order
 // (one device's entries keep their order).
-func historyOf(devs []any) ([]snapEntry, error) {
+func historyOf(devs []any, w *snapWalk) ([]snapEntry, error) {
 	var all []snapEntry
 	for d, dv := range devs {
-		l, ok := dv.([]any)
+		l, ok := dv.(*pyList)
 		if !ok {
-			return nil, fmt.Errorf("trace: device_traces[%d] is a %T, want a list: %w", d, dv, ErrSnapshot)
+			return nil, fmt.Errorf("trace: device_traces[%d] is %s, want a list: %w", d, describe(dv), ErrSnapshot)
 		}
-		for i, ev := range l {
-			m, ok := ev.(map[any]any)
+		if err := w.take(len(l.items)); err != nil {
+			return nil, err
+		}
+		for i, ev := range l.items {
+			m, ok := ev.(*pyDict)
 			if !ok {
-				return nil, fmt.Errorf("trace: device_traces[%d][%d] is a %T, want a dict: %w", d, i, ev, ErrSnapshot)
+				return nil, fmt.Errorf("trace: device_traces[%d][%d] is %s, want a dict: %w", d, i, describe(ev), ErrSnapshot)
 			}
 			e, err := entryOf(m)
 			if err != nil {
@@ -196,11 +228,11 @@ func historyOf(devs []any) ([]snapEntry, error) {
 	return all, nil
 }
 
-func entryOf(m map[any]any) (snapEntry, error) {
+func entryOf(m *pyDict) (snapEntry, error) {
 	var e snapEntry
-	a, ok := m["action"].(string)
+	a, ok := m.m["action"].(string)
 	if !ok {
-		return e, fmt.Errorf("no string \"action\": %w", ErrSnapshot)
+		return e, fmt.Errorf("\"action\" is %s, want a string: %w", describe(m.m["action"]), ErrSnapshot)
 	}
 	e.action = a
 	var err error
@@ -210,12 +242,12 @@ func entryOf(m map[any]any) (snapEntry, error) {
 	if e.size, err = uintOf(m, "size"); err != nil {
 		return e, err
 	}
-	if _, ok := m["stream"]; ok {
+	if _, ok := m.m["stream"]; ok {
 		if e.stream, err = uintOf(m, "stream"); err != nil {
 			return e, err
 		}
 	}
-	if _, ok := m["time_us"]; ok {
+	if _, ok := m.m["time_us"]; ok {
 		t, err := uintOf(m, "time_us")
 		if err != nil {
 			return e, err
@@ -226,29 +258,27 @@ func entryOf(m map[any]any) (snapEntry, error) {
 }
 
 // uintOf is m[key] as a non-negative integer below 2⁶³.
-func uintOf(m map[any]any, key string) (uint64, error) {
-	switch v := m[key].(type) {
-	case int64:
-		if v >= 0 {
-			return uint64(v), nil
-		}
-	case *big.Int:
-		if v.IsInt64() && v.Sign() >= 0 {
-			return uint64(v.Int64()), nil
-		}
-	case nil:
+func uintOf(m *pyDict, key string) (uint64, error) {
+	v, ok := m.m[key]
+	if !ok {
 		return 0, fmt.Errorf("no %q: %w", key, ErrSnapshot)
 	}
-	return 0, fmt.Errorf("%q is %v, want a non-negative integer: %w", key, m[key], ErrSnapshot)
+	if n, ok := v.(int64); ok && n >= 0 {
+		return uint64(n), nil
+	}
+	return 0, fmt.Errorf("%q is %s, want a non-negative integer: %w", key, describe(v), ErrSnapshot)
 }
 
 // segmentsOf reads the segments at the dump.
-func segmentsOf(segs []any) (snapState, error) {
+func segmentsOf(segs []any, w *snapWalk) (snapState, error) {
 	var st snapState
+	if err := w.take(len(segs)); err != nil {
+		return st, err
+	}
 	for i, sv := range segs {
-		m, ok := sv.(map[any]any)
+		m, ok := sv.(*pyDict)
 		if !ok {
-			return st, fmt.Errorf("trace: segments[%d] is a %T, want a dict: %w", i, sv, ErrSnapshot)
+			return st, fmt.Errorf("trace: segments[%d] is %s, want a dict: %w", i, describe(sv), ErrSnapshot)
 		}
 		total, err := uintOf(m, "total_size")
 		if err != nil {
@@ -257,7 +287,7 @@ func segmentsOf(segs []any) (snapState, error) {
 		st.reserved += total
 		st.sizeSum = st.sizeSum.add(total)
 		st.segments++
-		if _, ok := m["allocated_size"]; ok {
+		if _, ok := m.m["allocated_size"]; ok {
 			n, err := uintOf(m, "allocated_size")
 			if err != nil {
 				return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
@@ -265,14 +295,17 @@ func segmentsOf(segs []any) (snapState, error) {
 			st.allocated += n
 			st.sizeSum = st.sizeSum.add(n)
 		}
-		if x, ok := m["is_expandable"].(bool); ok && x {
+		if x, ok := m.m["is_expandable"].(bool); ok && x {
 			st.expandable = true
 		}
-		blocks, _ := m["blocks"].([]any)
+		blocks, err := blocksOf(m, w)
+		if err != nil {
+			return st, fmt.Errorf("trace: segments[%d]: %w", i, err)
+		}
 		for j, bv := range blocks {
-			b, ok := bv.(map[any]any)
+			b, ok := bv.(*pyDict)
 			if !ok {
-				return st, fmt.Errorf("trace: segments[%d].blocks[%d] is a %T, want a dict: %w", i, j, bv, ErrSnapshot)
+				return st, fmt.Errorf("trace: segments[%d].blocks[%d] is %s, want a dict: %w", i, j, describe(bv), ErrSnapshot)
 			}
 			var sb snapBlock
 			if sb.addr, err = uintOf(b, "address"); err != nil {
@@ -281,11 +314,25 @@ func segmentsOf(segs []any) (snapState, error) {
 			if sb.size, err = uintOf(b, "size"); err != nil {
 				return st, fmt.Errorf("trace: segments[%d].blocks[%d]: %w", i, j, err)
 			}
-			sb.state, _ = b["state"].(string)
+			sb.state, _ = b.m["state"].(string)
 			st.blocks = append(st.blocks, sb)
 		}
 	}
 	return st, nil
+}
+
+// blocksOf is a segment's "blocks" (none if it has no such key), counted
+// against the walk's bound.
+func blocksOf(m *pyDict, w *snapWalk) ([]any, error) {
+	v, ok := m.m["blocks"]
+	if !ok {
+		return nil, nil
+	}
+	l, ok := v.(*pyList)
+	if !ok {
+		return nil, fmt.Errorf("\"blocks\" is %s, want a list: %w", describe(v), ErrSnapshot)
+	}
+	return l.items, w.take(len(l.items))
 }
 
 // checkSnapshotBytes refuses a snapshot whose sizes, the segments' total

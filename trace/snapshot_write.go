@@ -17,7 +17,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -27,7 +26,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // SnapshotEntry is one trace entry of a History. Action is PyTorch's:
@@ -78,18 +77,14 @@ func (h History) expandable() bool {
 }
 
 // WriteSnapshotFile writes h as a PyTorch memory snapshot to the named
-// file.
-func WriteSnapshotFile(path string, h History) (err error) {
-	f, err := os.Create(path)
-	if err != nil {
+// file, whole or not at all: it is written beside path and renamed into
+// place once complete, so a failed write leaves what was at path as it
+// was. A path that exists and is not a regular file is refused.
+func WriteSnapshotFile(path string, h History) error {
+	if err := userfile.Write(path, userfile.Options{}, func(w io.Writer) error { return WriteSnapshot(w, h) }); err != nil {
 		return fmt.Errorf("trace: %w", err)
 	}
-	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("trace: %w", cerr)
-		}
-	}()
-	return WriteSnapshot(f, h)
+	return nil
 }
 
 // WriteSnapshot writes h as a PyTorch memory snapshot: a protocol-2
@@ -152,7 +147,7 @@ func segmentDict(s SnapshotSegment) map[string]any {
 	}
 }
 
-// RecordReplay is ReplayOnConfig that also records the replay as a
+// RecordReplay is ReplayOn that also records the replay as a
 // History: what the allocator newAlloc makes did, as PyTorch's allocator
 // history would show it. The allocator sees a device that records its
 // synchronous allocations (at the device's granularity, as the device
@@ -160,9 +155,9 @@ func segmentDict(s SnapshotSegment) map[string]any {
 // expandable segment's "segment_map" and "segment_unmap", snapshot_vm.go);
 // other optional abilities of the simulator (generations, sub-allocation
 // checks) are hidden from it.
-func RecordReplay(events []Event, cfg sim.Config, newAlloc Factory, opts Options) (Result, History, error) {
+func RecordReplay(events []Event, newDev DeviceFactory, newAlloc Factory, opts Options) (Result, History, error) {
 	rec := &recorder{start: time.Now(), segs: map[uint64]segInfo{}, blocks: map[uint64]uint64{}}
-	res, err := ReplayOnConfig(events, cfg, func(dev device.Device) (alloc.Allocator, error) {
+	res, err := ReplayOn(events, newDev, func(dev device.Device) (alloc.Allocator, error) {
 		a, err := newAlloc(recordDevice(dev, rec))
 		if err != nil {
 			return nil, err
@@ -184,10 +179,12 @@ type recorder struct {
 
 	mu      sync.Mutex         // protects the fields below
 	stream  uint64             // stream of the allocation being made
-	segs    map[uint64]segInfo // live device allocations
+	segs    map[uint64]segInfo // live device allocations (and the stream-ordered pool's reservations)
 	blocks  map[uint64]uint64  // live allocator blocks → size
 	done    bool               // the end state is taken; record nothing more
 	history History
+
+	poolReserved uint64 // the stream-ordered pool's reservation at the last reading
 }
 
 func (r *recorder) addLocked(action string, addr, size, stream uint64) {
@@ -214,6 +211,43 @@ func (r *recorder) segmentFree(p device.Ptr) {
 	}
 	delete(r.segs, uint64(p))
 	r.addLocked("segment_free", uint64(p), s.size, s.stream)
+}
+
+// poolUsage records the pool's segments that came and went, when the
+// reservation read is not the last one seen.
+func (r *recorder) poolUsage(reserved uint64, ps device.PoolSegmenter) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done || reserved == r.poolReserved {
+		return
+	}
+	r.poolReserved = reserved
+	now := map[uint64]uint64{}
+	for _, seg := range ps.PoolSegments() {
+		now[uint64(seg.Addr)] = seg.Size
+	}
+	gone := make([]uint64, 0)
+	for a, s := range r.segs {
+		if !s.mapped && now[a] != s.size {
+			gone = append(gone, a)
+		}
+	}
+	slices.Sort(gone)
+	for _, a := range gone {
+		r.addLocked("segment_free", a, r.segs[a].size, r.segs[a].stream)
+		delete(r.segs, a)
+	}
+	came := make([]uint64, 0)
+	for a := range now {
+		if _, ok := r.segs[a]; !ok {
+			came = append(came, a)
+		}
+	}
+	slices.Sort(came)
+	for _, a := range came {
+		r.segs[a] = segInfo{size: now[a], stream: r.stream}
+		r.addLocked("segment_alloc", a, now[a], r.stream)
+	}
 }
 
 // finish takes the end state: the live device allocations as segments,
@@ -283,34 +317,38 @@ func (d *recDevice) Free(p device.Ptr) error {
 	return err
 }
 
-// recAsyncDevice also records stream-ordered allocations as segments,
-// one each, at their size: the driver's pool holds them in larger
-// reservations of its own, which the history does not see.
+// recAsyncDevice also records the stream-ordered pool's reservations as
+// segments: what an allocator over the pool (alloc.AsyncPool) counts as
+// its device allocations and frees, and its Reserved. The allocator reads
+// the reservation (PoolUsage) after each allocation and in Stats, Trim
+// and Close; at each such reading that finds it changed, the recorder
+// lists the pool's segments (the simulator states them, PoolSegments) and
+// records those that came and went, so the snapshot shows what the
+// allocator saw.
 type recAsyncDevice struct {
 	recDevice
 	async device.AsyncAllocator
 }
 
 func (d *recAsyncDevice) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
-	p, err := d.async.MallocAsync(n, s)
-	if err == nil {
-		d.rec.segment(p, n)
-	}
-	return p, err
+	return d.async.MallocAsync(n, s)
 }
 
 func (d *recAsyncDevice) FreeAsync(p device.Ptr, s device.Stream) error {
-	err := d.async.FreeAsync(p, s)
-	if err == nil {
-		d.rec.segmentFree(p)
-	}
-	return err
+	return d.async.FreeAsync(p, s)
 }
 
 func (d *recAsyncDevice) SetReleaseThreshold(n uint64) error { return d.async.SetReleaseThreshold(n) }
 func (d *recAsyncDevice) TrimPool(keep uint64) error         { return d.async.TrimPool(keep) }
+
+// PoolUsage reads the reservation and, when it changed since the last
+// reading, records the pool's segments that came and went.
 func (d *recAsyncDevice) PoolUsage() (reserved, used uint64, err error) {
-	return d.async.PoolUsage()
+	reserved, used, err = d.async.PoolUsage()
+	if ps, ok := d.async.(device.PoolSegmenter); ok && err == nil {
+		d.rec.poolUsage(reserved, ps)
+	}
+	return reserved, used, err
 }
 
 // recAllocator records an allocator's calls; Close takes the end state

@@ -47,76 +47,122 @@ const OpsDeviceBytes = 256 * units.MiB
 // Reserved are zero; the streams are made anew.
 func Ops(t *testing.T, newAlloc Factory, data []byte) {
 	t.Helper()
-	r := NewStreamRules(t, sim.Config{TotalBytes: OpsDeviceBytes})
-	rulesTarget := target{sim: true, open: func(*testing.T, sim.Config) device.Device { return r.Device() }}
-	e := setup(t, rulesTarget, newAlloc, sim.Config{})
-	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
-	t.Cleanup(r.ReleaseAll) // before the streams close, should the test stop while one is held
-	// Blocks as the allocator spends them: rounded to its granularity, and
-	// at least to 512 bytes, the least any of vram's allocators (and the
-	// simulator's stream-ordered pool under AsyncPool) rounds to. An
-	// adaptor over an allocator that is not Granular reports 1, but its
-	// blocks are still rounded below it.
-	gran := uint64(alloc.PoolGranularity)
-	if g, ok := e.a.(alloc.Granular); ok {
-		gran = max(g.Granularity(), gran)
-	}
+	o := newOpsRun(t, newAlloc)
 	for i := 0; i < len(data); i++ {
-		op := data[i]
-		s := streams[int(op>>4)%len(streams)]
-		switch op % 8 {
-		case 0, 1, 2, 3:
-			var v uint64
-			if i+2 < len(data) {
-				v = uint64(data[i+1])<<8 | uint64(data[i+2])
-				i += 2
-			}
-			n := (v + 1) * 64
-			if op%8 == 3 {
-				n = (v + 1) * 8 * units.KiB
-			}
-			if p, ok := e.tryAlloc(t, n, s); ok {
-				r.Allocated(t, p, roundUp(n, gran), s)
-			}
-		case 4, 5:
-			if e.live.len() == 0 {
-				continue
-			}
-			p, n, from := e.live.at(int(op>>3) % e.live.len())
-			r.BeforeFree(t, p, roundUp(n, gran), from, s)
-			e.free(t, p, s)
-		case 6:
-			if op&8 != 0 {
-				r.Toggle(t, s)
-				continue
-			}
-			if op >= 0xc0 {
-				streams = e.resetInOps(t, rulesTarget)
-				continue
-			}
-			if err := e.dev.Synchronize(); err != nil {
-				t.Fatalf("Synchronize: %v", err)
-			}
-			if err := e.a.Trim(); err != nil {
-				t.Fatalf("Trim: %v", err)
-			}
-		case 7:
-			var q device.Ptr
-			if e.live.len() > 0 {
-				p, _, _ := e.live.at(int(op>>3) % e.live.len())
-				q = p + Alignment
-			}
-			before := e.a.Stats()
-			if err := e.a.Free(q, s); !errors.Is(err, alloc.ErrUnknownPointer) {
-				t.Fatalf("Free(%v), inside a live block or zero: err = %v, want alloc.ErrUnknownPointer", q, err)
-			}
-			if after := e.a.Stats(); after != before {
-				t.Fatalf("a refused Free changed Stats: %+v → %+v", before, after)
-			}
+		var check bool
+		i, check = o.call(t, data, i)
+		if check {
+			o.e.checkQuiet(t)
 		}
-		e.checkQuiet(t)
 	}
-	r.ReleaseAll()
+	o.finish(t)
+}
+
+// opsRun is one run of Ops: the allocator's env on a StreamRules device,
+// and its three streams.
+type opsRun struct {
+	e       *env
+	r       *StreamRules
+	tg      target
+	streams []device.Stream
+	// gran is the rounding of blocks as the allocator spends them: its
+	// granularity, and at least 512 bytes, the least any of vram's
+	// allocators (and the simulator's stream-ordered pool under
+	// AsyncPool) rounds to. An adaptor over an allocator that is not
+	// Granular reports 1, but its blocks are still rounded below it.
+	gran uint64
+}
+
+func newOpsRun(t *testing.T, newAlloc Factory) *opsRun {
+	r := NewStreamRules(t, sim.Config{TotalBytes: OpsDeviceBytes})
+	tg := target{sim: true, open: func(*testing.T, sim.Config) device.Device { return r.Device() }}
+	e := setup(t, tg, newAlloc, sim.Config{})
+	o := &opsRun{e: e, r: r, tg: tg, gran: uint64(alloc.PoolGranularity),
+		streams: []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}}
+	t.Cleanup(r.ReleaseAll) // before the streams close, should the test stop while one is held
+	if g, ok := e.a.(alloc.Granular); ok {
+		o.gran = max(g.Granularity(), o.gran)
+	}
+	return o
+}
+
+// call runs the call that data[i] starts and returns the index of its
+// last byte, and whether the allocator is to be checked after it.
+func (o *opsRun) call(t *testing.T, data []byte, i int) (int, bool) {
+	op := data[i]
+	s := o.streams[int(op>>4)%len(o.streams)]
+	switch op % 8 {
+	case 0, 1, 2, 3:
+		var v uint64
+		if i+2 < len(data) {
+			v = uint64(data[i+1])<<8 | uint64(data[i+2])
+			i += 2
+		}
+		n := (v + 1) * 64
+		if op%8 == 3 {
+			n = (v + 1) * 8 * units.KiB
+		}
+		if p, ok := o.e.tryAlloc(t, n, s); ok {
+			o.r.Allocated(t, p, roundUp(n, o.gran), s)
+		}
+	case 4, 5:
+		if o.e.live.len() == 0 {
+			return i, false
+		}
+		p, n, from := o.e.live.at(int(op>>3) % o.e.live.len())
+		o.r.BeforeFree(t, p, roundUp(n, o.gran), from, s)
+		o.e.free(t, p, s)
+	case 6:
+		return i, o.syncCall(t, op, s)
+	case 7:
+		o.refusedFree(t, op, s)
+	}
+	return i, true
+}
+
+// syncCall holds or releases s (bit 3 set), resets the device (the top
+// two bits set), or synchronizes the device and trims; it says whether
+// the allocator is to be checked after it.
+func (o *opsRun) syncCall(t *testing.T, op byte, s device.Stream) bool {
+	switch {
+	case op&8 != 0:
+		o.r.Toggle(t, s)
+		return false
+	case op >= 0xc0:
+		o.streams = o.e.resetInOps(t, o.tg)
+		return false
+	}
+	if err := o.e.dev.Synchronize(); err != nil {
+		t.Fatalf("Synchronize: %v", err)
+	}
+	if err := o.e.a.Trim(); err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
+	return true
+}
+
+// refusedFree frees a pointer inside a live block (or 0): it must be
+// refused with alloc.ErrUnknownPointer and change nothing.
+func (o *opsRun) refusedFree(t *testing.T, op byte, s device.Stream) {
+	var q device.Ptr
+	if o.e.live.len() > 0 {
+		p, _, _ := o.e.live.at(int(op>>3) % o.e.live.len())
+		q = p + Alignment
+	}
+	before := o.e.a.Stats()
+	if err := o.e.a.Free(q, s); !errors.Is(err, alloc.ErrUnknownPointer) {
+		t.Fatalf("Free(%v), inside a live block or zero: err = %v, want alloc.ErrUnknownPointer", q, err)
+	}
+	if after := o.e.a.Stats(); after != before {
+		t.Fatalf("a refused Free changed Stats: %+v → %+v", before, after)
+	}
+}
+
+// finish releases every hold, frees everything, trims and closes, and
+// checks that the device has every byte back.
+func (o *opsRun) finish(t *testing.T) {
+	e := o.e
+	o.r.ReleaseAll()
 	e.freeAll(t)
 	if err := e.dev.Synchronize(); err != nil {
 		t.Fatalf("Synchronize: %v", err)

@@ -45,7 +45,6 @@ type span struct{ lo, hi uint64 }
 // then a pointer's Free cannot tell the old allocation from the new.
 func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 	e := setup(t, tg, newAlloc, sim.Config{TotalBytes: 256 * units.MiB})
-	_, isSim := e.dev.(*sim.Device)
 	olds := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
 	var before []device.Ptr // live across the reset
 	var gone []span         // every block from before the reset, live or cached
@@ -59,15 +58,37 @@ func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 	}
 	e.reset(t, tg)
 	news := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
+	// 1. Pointers from before the reset: taken back, with ErrInvalidated;
+	// then memory the reset device accepts, all given back on Trim.
+	e.freeFromBeforeReset(t, before, olds[0], news)
+	e.allocAfterReset(t, gone, news)
+	// 2. A cache across a reset, and an Alloc as the first call after it.
+	for i, n := range resetSizes {
+		e.free(t, e.alloc(t, n, news[i%2]), news[i%2])
+	}
+	e.reset(t, tg)
+	news = []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
+	for i, n := range resetSizes {
+		checkUsable(t, e.dev, e.alloc(t, n, news[i%2]), n, byte(0x20+i), news[i%2])
+	}
+	e.checkStats(t)
+	// 3. Close after a reset, with a block live and some cached.
+	e.closeAfterReset(t, news)
+}
 
-	// 1. Pointers from before the reset: taken back, with ErrInvalidated.
+// freeFromBeforeReset frees the pointers before, from before the reset,
+// on the streams news made since (the first on old, a stream from before
+// it): each Free returns ErrInvalidated and takes the pointer back, a
+// second one is ErrUnknownPointer and changes nothing, and then InUse and
+// Reserved are zero.
+func (e *env) freeFromBeforeReset(t *testing.T, before []device.Ptr, old device.Stream, news []device.Stream) {
 	for i, p := range before {
 		if _, ok := e.live.remove(p); !ok {
 			t.Fatalf("test bug: %v untracked", p)
 		}
 		s := news[i%2]
 		if i == 0 {
-			s = olds[0] // a stream from before the reset will do too
+			s = old // a stream from before the reset will do too
 		}
 		st0 := e.a.Stats()
 		if err := e.a.Free(p, s); !errors.Is(err, device.ErrInvalidated) {
@@ -87,6 +108,13 @@ func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 	if st := e.checkStats(t); st.InUse != 0 || st.Reserved != 0 {
 		t.Errorf("with every pointer from before the reset freed: InUse %d, Reserved %d; want 0, 0", st.InUse, st.Reserved)
 	}
+}
+
+// allocAfterReset allocates blocks after the reset, which the device
+// accepts (and, on the simulator, none overlapping gone, the blocks from
+// before it), frees them and trims: the device has every byte back.
+func (e *env) allocAfterReset(t *testing.T, gone []span, news []device.Stream) {
+	_, isSim := e.dev.(*sim.Device)
 	for i, n := range resetSizes {
 		s := news[i%2]
 		p := e.alloc(t, n, s)
@@ -111,19 +139,12 @@ func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 	if used := e.used(t); used != 0 {
 		t.Errorf("after Trim the device still gives %d bytes to the allocator", used)
 	}
+}
 
-	// 2. A cache across a reset, and an Alloc as the first call after it.
-	for i, n := range resetSizes {
-		e.free(t, e.alloc(t, n, news[i%2]), news[i%2])
-	}
-	e.reset(t, tg)
-	news = []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
-	for i, n := range resetSizes {
-		checkUsable(t, e.dev, e.alloc(t, n, news[i%2]), n, byte(0x20+i), news[i%2])
-	}
-	e.checkStats(t)
-
-	// 3. Close after a reset, with a block live and some cached.
+// closeAfterReset caches a block besides those live, resets the device
+// and closes the allocator: Close returns nil and leaves nothing in InUse
+// or Reserved (nor, on the simulator, allocated on the device).
+func (e *env) closeAfterReset(t *testing.T, news []device.Stream) {
 	e.free(t, e.alloc(t, units.MiB, news[1]), news[1])
 	if err := e.dev.Synchronize(); err != nil {
 		t.Fatalf("Synchronize: %v", err)

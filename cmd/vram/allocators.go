@@ -5,7 +5,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/vramkit/vram"
@@ -14,97 +13,111 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// allocatorKinds are the names --allocator takes, in the order replay and
-// bench run them. "pool" is the segment Pool and "expandable" the
-// expandable-segments allocator; the manager (vram run) serves its Pool
-// kind from the latter where the device manages virtual memory.
-var allocatorKinds = []string{"direct", "pool", "async", "expandable"}
+// The names --allocator takes are the allocator registry's (alloc.Names,
+// alloc.Lookup: aliases too), in its order, the order replay and bench
+// run them in: "pool" is the segment Pool and "expandable" the
+// expandable-segments allocator, and the manager (vram run) serves its
+// Pool kind from the latter where the device manages virtual memory.
 
-// defaultAllocator is the allocator plan uses unless told, and run where
-// the device cannot map pages.
-const defaultAllocator = "pool"
-
-// newAllocator makes the allocator named kind on dev.
-func newAllocator(kind string, dev device.Device) (alloc.Allocator, error) {
-	switch kind {
-	case "direct":
-		return alloc.NewDirect(dev), nil
-	case "pool":
-		return alloc.NewPool(dev, alloc.PoolConfig{})
-	case "async":
-		return alloc.NewAsyncPool(dev, alloc.AsyncConfig{})
-	case "expandable":
-		return alloc.NewExpandable(dev, alloc.ExpandableConfig{})
+// allocatorHelp says which names --allocator takes: "direct (or
+// default), pool (or cupy), …".
+func allocatorHelp() string {
+	var names []string
+	for _, e := range alloc.Allocators() {
+		n := e.Name
+		if len(e.Aliases) > 0 {
+			n += " (or " + strings.Join(e.Aliases, ", ") + ")"
+		}
+		names = append(names, n)
 	}
-	return nil, usagef("--allocator %q: want one of %s", kind, strings.Join(allocatorKinds, ", "))
+	return strings.Join(names, ", ")
 }
+
+// allNames is the default of a comma-separated --allocator list: every
+// allocator, in the registry's order.
+func allNames() string { return strings.Join(alloc.Names(), ",") }
+
+// lookupAllocator reads one --allocator name.
+func lookupAllocator(name string) (alloc.Entry, error) {
+	e, err := alloc.Lookup(name)
+	if err != nil {
+		return alloc.Entry{}, usagef("--allocator %q: want %s", name, allocatorHelp())
+	}
+	return e, nil
+}
+
+// planAllocator is the allocator plan counts bytes for unless told.
+const planAllocator = alloc.NamePool
 
 // managerAllocOptions are the manager options that choose vram run's
 // allocator: first those of $VRAM_ALLOC_CONF (vram.AllocConfFromEnv),
 // then, when --allocator names one (name is not ""), the flag's choice,
-// which wins.
-// As in replay and bench, "pool" is the segment alloc.Pool and
-// "expandable" alloc.Expandable; with neither the flag nor the variable
-// naming one, the manager's default serves (Expandable where the device
-// manages virtual memory, else Pool).
+// which wins: the registry's allocator of that name (vram.WithAllocatorEntry),
+// as in replay and bench. With neither the flag nor the variable naming
+// one, the manager's default serves (Expandable where the device manages
+// virtual memory, else Pool).
 func managerAllocOptions(name string) ([]vram.Option, error) {
 	opts, err := vram.AllocConfFromEnv()
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
-	switch name {
-	case "":
+	if name == "" {
 		return opts, nil
-	case "pool", "expandable":
-		return append(opts, vram.WithAllocator(vram.Pool), vram.WithExpandable(name == "expandable", alloc.ExpandableConfig{})), nil
 	}
-	kind, err := vram.ParseAllocatorKind(name)
+	e, err := lookupAllocator(name)
 	if err != nil {
-		return nil, usagef("--allocator %q: want one of %s", name, strings.Join(allocatorKinds, ", "))
+		return nil, err
 	}
-	return append(opts, vram.WithAllocator(kind)), nil
+	return append(opts, vram.WithAllocatorEntry(e)), nil
 }
 
 // parseAllocators reads a comma-separated --allocator list.
-func parseAllocators(list string) ([]string, error) {
-	var kinds []string
-	for _, k := range strings.Split(list, ",") {
-		k = strings.ToLower(strings.TrimSpace(k))
-		if k == "" {
+func parseAllocators(list string) ([]alloc.Entry, error) {
+	var entries []alloc.Entry
+	for _, name := range strings.Split(list, ",") {
+		if strings.TrimSpace(name) == "" {
 			continue
 		}
-		if !slices.Contains(allocatorKinds, k) {
-			return nil, usagef("--allocator: unknown allocator %q; want a comma-separated list of %s", k, strings.Join(allocatorKinds, ", "))
+		e, err := lookupAllocator(name)
+		if err != nil {
+			return nil, err
 		}
-		kinds = append(kinds, k)
+		entries = append(entries, e)
 	}
-	if len(kinds) == 0 {
-		return nil, usagef("--allocator %q names no allocator; want a list of %s", list, strings.Join(allocatorKinds, ", "))
+	if len(entries) == 0 {
+		return nil, usagef("--allocator %q names no allocator; want a comma-separated list of %s", list, allocatorHelp())
 	}
-	return kinds, nil
+	return entries, nil
 }
 
 // allocatorGranularity is the rounding unit the planner should count
-// bytes in for the allocator named kind on dev: what the allocator says
+// bytes in for the allocator e on dev: what the allocator says
 // (alloc.Granular), else the planner's default.
-func allocatorGranularity(kind string, dev device.Device) (uint64, error) {
-	a, err := newAllocator(kind, dev)
+func allocatorGranularity(e alloc.Entry, dev device.Device) (uint64, error) {
+	a, err := e.New(dev, alloc.Configs{})
 	if err != nil {
 		return 0, fmt.Errorf("allocator for the granularity: %w", err)
 	}
 	defer a.Close()
+	return granularityOf(a), nil
+}
+
+// granularityOf is a's rounding unit: what it says (alloc.Granular), else
+// the planner's default.
+func granularityOf(a alloc.Allocator) uint64 {
 	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
-		return g.Granularity(), nil
+		return g.Granularity()
 	}
-	return vram.DefaultGranularity, nil
+	return vram.DefaultGranularity
 }
 
 // allocatorReport is what info says about the allocators.
 type allocatorReport struct {
 	// Default is what vram run uses unless told (by --allocator or
-	// $VRAM_ALLOC_CONF): expandable where the device can map pages, else pool.
+	// $VRAM_ALLOC_CONF): the Pool kind's allocator on this device,
+	// expandable where the device can map pages, else pool.
 	Default string   `json:"default"`
-	Kinds   []string `json:"kinds"` // the names --allocator takes
+	Kinds   []string `json:"kinds"` // the names --allocator takes (alloc.Names)
 	// Granularity is each allocator's rounding unit on this device, bytes.
 	Granularity map[string]uint64 `json:"granularity"`
 	// Pool is the caching pool's configuration, defaults filled in.
@@ -115,77 +128,51 @@ type allocatorReport struct {
 	AsyncReleaseThreshold uint64 `json:"async_release_threshold_bytes,omitempty"`
 	// Unavailable says, per allocator, why it cannot run on this device.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
+
+	notes []string // the text lines, one per allocator
 }
 
 // allocatorDefaults builds the report by making each allocator on dev.
 func allocatorDefaults(dev device.Device) allocatorReport {
-	rep := allocatorReport{
-		Default:     defaultAllocator,
-		Kinds:       allocatorKinds,
-		Granularity: map[string]uint64{},
-	}
-	for _, kind := range allocatorKinds {
-		a, err := newAllocator(kind, dev)
+	rep := allocatorReport{Kinds: alloc.Names(), Granularity: map[string]uint64{}}
+	for _, e := range alloc.Allocators() {
+		a, err := e.New(dev, alloc.Configs{})
 		if err != nil {
 			if rep.Unavailable == nil {
 				rep.Unavailable = map[string]string{}
 			}
-			rep.Unavailable[kind] = err.Error()
+			rep.Unavailable[e.Name] = err.Error()
+			rep.notes = append(rep.notes, fmt.Sprintf("%-10s unavailable: %s", e.Name, err))
 			continue
 		}
-		rep.Granularity[kind] = vram.DefaultGranularity
-		if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
-			rep.Granularity[kind] = g.Granularity()
-		}
+		rep.Granularity[e.Name] = granularityOf(a)
+		line := e.Summary
 		switch a := a.(type) {
 		case *alloc.Pool:
-			rep.Pool = toPoolConfigJSON(a.Config())
+			p := toPoolConfigJSON(a.Config())
+			rep.Pool = p
+			line += fmt.Sprintf(": small ≤ %s in %s segments, medium in %s–%s segments, large ≥ %s on their own",
+				units.Format(p.SmallSize), units.Format(p.SmallSegment), units.Format(p.MediumSegment),
+				units.Format(p.MaxMediumSegment), units.Format(p.LargeSize))
 		case *alloc.AsyncPool:
 			if th := a.ReleaseThreshold(); th == alloc.KeepAll {
 				rep.AsyncKeepsAll = true
+				line += ", keeps all freed memory"
 			} else {
 				rep.AsyncReleaseThreshold = th
+				line += ", release threshold " + units.Format(th)
 			}
 		}
 		a.Close()
+		rep.notes = append(rep.notes, fmt.Sprintf("%-10s rounds to %s; %s", e.Name, units.Format(rep.Granularity[e.Name]), line))
 	}
-	// vram run's manager serves its Pool kind from Expandable where it can
-	// be made ($VRAM_ALLOC_CONF aside).
-	if _, ok := rep.Granularity["expandable"]; ok {
-		rep.Default = "expandable"
+	// vram run's manager serves its Pool kind as the registry chooses
+	// for the device ($VRAM_ALLOC_CONF aside).
+	if a, e, err := vram.Pool.New(dev, alloc.Configs{}); err == nil {
+		rep.Default = e.Name
+		a.Close()
 	}
 	return rep
-}
-
-// notes writes the report as lines for info's text output.
-func (r allocatorReport) notes() []string {
-	var lines []string
-	for _, kind := range r.Kinds {
-		if why, ok := r.Unavailable[kind]; ok {
-			lines = append(lines, fmt.Sprintf("%-10s unavailable: %s", kind, why))
-			continue
-		}
-		var line string
-		switch kind {
-		case "direct":
-			line = "every call goes to the device"
-		case "pool":
-			p := r.Pool
-			line = fmt.Sprintf("caching best-fit pool: small ≤ %s in %s segments, medium in %s–%s segments, large ≥ %s on their own",
-				units.Format(p.SmallSize), units.Format(p.SmallSegment), units.Format(p.MediumSegment),
-				units.Format(p.MaxMediumSegment), units.Format(p.LargeSize))
-		case "async":
-			th := "keeps all freed memory"
-			if !r.AsyncKeepsAll {
-				th = "release threshold " + units.Format(r.AsyncReleaseThreshold)
-			}
-			line = "the device's stream-ordered pool, " + th
-		case "expandable":
-			line = "best fit in one growing range per stream and size class, 2 MiB pages mapped as it grows and unmapped before passing its high-water mark, on trim and on out of memory"
-		}
-		lines = append(lines, fmt.Sprintf("%-10s rounds to %s; %s", kind, units.Format(r.Granularity[kind]), line))
-	}
-	return lines
 }
 
 // poolConfigJSON is alloc.PoolConfig with JSON names. Sizes are bytes.

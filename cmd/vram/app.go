@@ -117,6 +117,10 @@ func (a *app) execute(args []string) int {
 	if err == nil {
 		return exitOK
 	}
+	var ee exitError // vram lease: the command's own status, said by it
+	if errors.As(err, &ee) {
+		return ee.code
+	}
 	// A library error already says "vram: "; the command's own do not.
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "vram: ") {
@@ -179,7 +183,7 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 			// device (replay, or plan given a budget and granularity)
 			// still refuses a spec it would have ignored; help and a
 			// bare "vram" work whatever $VRAM_DEVICE says.
-			if !a.isCommand(cmd) {
+			if !checksSpec(cmd) {
 				return nil
 			}
 			if err := checkSpec(a.device); err != nil {
@@ -206,18 +210,45 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 	pf.BoolVar(&a.json, "json", false, "print one JSON value on stdout instead of text")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "debug logs on stderr")
 
-	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.mergeCommand(), a.replayCommand(), a.benchCommand())
+	root.AddCommand(a.infoCommand(), a.planCommand(), a.runCommand(), a.mergeCommand(), a.replayCommand(), a.benchCommand(),
+		a.brokerCommand(), a.leaseCommand())
+	markOwn(root.Commands())
 	return root
 }
 
-// isCommand reports whether cmd is one of vram's own commands (info,
-// plan, run, replay, bench), not the root, help or completion.
-func (a *app) isCommand(cmd *cobra.Command) bool {
-	switch cmd.Name() {
-	case "info", "plan", "run", "replay", "bench":
-		return cmd.HasParent() && !cmd.Parent().HasParent()
+// Annotations of vram's commands (cobra.Command.Annotations).
+const (
+	// annOwn marks each of vram's own commands, set once they are
+	// registered (markOwn), so that the root tells them from the help and
+	// completion commands cobra adds itself when it executes.
+	annOwn = "vram/own"
+	// annNoDeviceSpec marks a command that has no use for the global
+	// --device spec, which it then does not check: merge, broker status,
+	// and lease, whose own --device names one of the broker's devices.
+	annNoDeviceSpec = "vram/no-device-spec"
+)
+
+// markOwn marks cmds and every command under them as vram's own.
+func markOwn(cmds []*cobra.Command) {
+	for _, c := range cmds {
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[annOwn] = ""
+		markOwn(c.Commands())
 	}
-	return false
+}
+
+// noDeviceSpec is the annotation of a command with no use for --device.
+func noDeviceSpec() map[string]string { return map[string]string{annNoDeviceSpec: ""} }
+
+// checksSpec reports whether cmd checks the --device spec before it runs:
+// every command of vram's own (not the root, nor cobra's help and
+// completion) that has a use for one.
+func checksSpec(cmd *cobra.Command) bool {
+	_, own := cmd.Annotations[annOwn]
+	_, none := cmd.Annotations[annNoDeviceSpec]
+	return own && !none
 }
 
 // commandNames lists cmd's runnable subcommands for error messages.

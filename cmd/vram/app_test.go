@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
 
 	"github.com/vramkit/vram/device"
@@ -48,7 +50,7 @@ func TestUsageErrors(t *testing.T) {
 		"bad bool":        {[]string{"run", "--double-buffer=maybe"}, []string{`--double-buffer "maybe": want true or false`}},
 		"negative seed":   {[]string{"run", "--seed", "-1"}, []string{`--seed "-1": want a whole number of at least 0`}},
 		"negative runs":   {[]string{"run", "--runs", "-5"}, []string{"--runs -5: want 1 to"}},
-		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want one of direct, pool, async`}},
+		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want direct (or default), pool (or cupy), async`}},
 		"replay: no file": {[]string{"replay"}, []string{"vram replay needs at least one TRACE.csv"}},
 		"extra argument":  {[]string{"info", "extra"}, []string{`vram info takes no arguments, but was given ["extra"]`}},
 		"empty device":    {[]string{"info", "--device", " "}, []string{"--device is empty"}},
@@ -56,7 +58,7 @@ func TestUsageErrors(t *testing.T) {
 		"plan: two files": {[]string{"plan", "a.json", "b.json"}, []string{"vram plan takes at most 1 request set FILE", `["a.json" "b.json"]`}},
 		"plan: buffers 4": {[]string{"plan", "--buffers", "4"}, []string{"--buffers 4: want 1, or up to 3"}},
 		"plan: budget":    {[]string{"plan", "--budget", "lots"}, []string{`--budget "lots"`}},
-		"plan: allocator": {[]string{"plan", "--allocator", "slab"}, []string{`--allocator "slab"`, "direct, pool, async"}},
+		"plan: allocator": {[]string{"plan", "--allocator", "slab"}, []string{`--allocator "slab"`, "direct (or default), pool (or cupy), async"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -212,6 +214,7 @@ func TestDeviceSpecCheckedEverywhere(t *testing.T) {
 		"plan, env":         {"sim:vram=lots", planInput, []string{"plan"}, `$VRAM_DEVICE "sim:vram=lots": sim option vram`},
 		"info, cuda number": {"", "", []string{"info", "--device", "cuda:x"}, `--device "cuda:x": cuda device "x"`},
 		"bench, env":        {"tpu", "", []string{"bench", "--time", "1ms"}, `$VRAM_DEVICE "tpu"`},
+		"broker, env":       {"bogus", "", []string{"broker", "--socket", "/nonexistent/vram.sock"}, `$VRAM_DEVICE "bogus": unknown backend`},
 		"flag beats env":    {"sim", "", []string{"info", "--device", "bogus"}, `--device "bogus"`},
 	}
 	for name, tc := range tests {
@@ -295,5 +298,59 @@ func TestErrorPrefixOnce(t *testing.T) {
 	_, stderr, code := cli(t, "", "run", "--device", "sim:granularity=64GiB,vram=256GiB", "--runs", "10", "--steps", "1")
 	if code != exitFailure || !strings.Contains(stderr, "\nvram: batch: ") || strings.Contains(stderr, "vram: vram:") {
 		t.Errorf("exit %d, stderr %q: want exit %d and one \"vram: \" prefix", code, stderr, exitFailure)
+	}
+}
+
+// TestCommandsCheckTheSpec: the command tree is the one list of commands.
+// Every command in it that vram registered checks the device spec before
+// it runs, unless it says it has no use for one (merge, broker status,
+// lease); the help and completion commands cobra adds do not.
+func TestCommandsCheckTheSpec(t *testing.T) {
+	root := (&app{}).rootCommand()
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	noSpec := map[string]bool{"vram merge": true, "vram broker status": true, "vram lease": true}
+	cobras := map[string]bool{"vram help": true, "vram completion": true, "vram completion bash": true,
+		"vram completion zsh": true, "vram completion fish": true, "vram completion powershell": true}
+	var walk func(c *cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			path := sub.CommandPath()
+			_, own := sub.Annotations[annOwn]
+			switch {
+			case cobras[path] && (own || checksSpec(sub)):
+				t.Errorf("%s is cobra's, but vram treats it as its own", path)
+			case !cobras[path] && !own:
+				t.Errorf("%s is not marked as vram's own command", path)
+			case !cobras[path] && checksSpec(sub) == noSpec[path]:
+				t.Errorf("%s: checks the spec %v; want %v", path, checksSpec(sub), !noSpec[path])
+			}
+			seen++
+			walk(sub)
+		}
+	}
+	walk(root)
+	if checksSpec(root) || seen < len(noSpec)+len(cobras)+6 {
+		t.Errorf("the root checks the spec (%v), or the tree has only %d commands", checksSpec(root), seen)
+	}
+}
+
+// TestNoSpecCommandsIgnoreEnvDevice: the commands with no use for --device
+// run (and fail, here, for their own reasons) whatever $VRAM_DEVICE says.
+func TestNoSpecCommandsIgnoreEnvDevice(t *testing.T) {
+	t.Setenv(device.EnvDevice, "bogus")
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for name, args := range map[string][]string{
+		"merge":         {"merge"},
+		"broker status": {"broker", "status", "--socket", sock},
+		"lease":         {"lease", "--bytes", "1MiB", "--socket", sock, "--", "true"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := cli(t, "", args...)
+			if code == exitOK || strings.Contains(stderr, device.EnvDevice) {
+				t.Errorf("exit %d, stderr %q; want it to fail for its own reason, not $%s", code, stderr, device.EnvDevice)
+			}
+		})
 	}
 }

@@ -87,7 +87,7 @@ them against the driver.`,
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.allocators, "allocator", strings.Join(allocatorKinds, ","), "comma-separated allocators to time: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocators, "allocator", allNames(), "comma-separated allocators to time: "+allocatorHelp())
 	fl.DurationVar(&f.duration, "time", 200*time.Millisecond, "how long to run each case")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random workload")
 	return cmd
@@ -102,7 +102,7 @@ type benchCase struct {
 }
 
 func (a *app) bench(spec string, f benchFlags) error {
-	kinds, err := parseAllocators(f.allocators)
+	entries, err := parseAllocators(f.allocators)
 	if err != nil {
 		return err
 	}
@@ -120,22 +120,22 @@ func (a *app) bench(spec string, f benchFlags) error {
 		pairCase(64 * units.MiB),
 		mixedCase(f.seed),
 	}
-	bar := a.progress(len(kinds)*len(cases), "benchmarking")
+	bar := a.progress(len(entries)*len(cases), "benchmarking")
 	defer bar.Finish()
 	var rows []benchRow
-	for _, kind := range kinds {
+	for _, e := range entries {
 		for _, c := range cases {
 			if err := a.ctx.Err(); err != nil {
 				return err
 			}
-			row, err := runBenchCase(dev, kind, c, f.duration)
+			row, err := runBenchCase(dev, e, c, f.duration)
 			switch {
 			case errors.Is(err, device.ErrOutOfMemory):
 				// A case too big for this device is reported, not fatal.
-				row = benchRow{Allocator: kind, Case: c.name, Skipped: "does not fit the device"}
-				a.log.Debug("bench case skipped", "allocator", kind, "case", c.name, "err", err)
+				row = benchRow{Allocator: e.Name, Case: c.name, Skipped: "does not fit the device"}
+				a.log.Debug("bench case skipped", "allocator", e.Name, "case", c.name, "err", err)
 			case err != nil:
-				return fmt.Errorf("bench %s, %s: %w", kind, c.name, err)
+				return fmt.Errorf("bench %s, %s: %w", e.Name, c.name, err)
 			}
 			rows = append(rows, row)
 			bar.Add(1)
@@ -164,10 +164,10 @@ func (a *app) bench(spec string, f benchFlags) error {
 	return tw.Flush()
 }
 
-// runBenchCase times one case against a fresh allocator of kind on dev,
-// on a stream of its own, and closes both.
-func runBenchCase(dev device.Device, kind string, c benchCase, d time.Duration) (row benchRow, err error) {
-	al, err := newAllocator(kind, dev)
+// runBenchCase times one case against a fresh allocator e on dev, on a
+// stream of its own, and closes both.
+func runBenchCase(dev device.Device, e alloc.Entry, c benchCase, d time.Duration) (row benchRow, err error) {
+	al, err := e.New(dev, alloc.Configs{})
 	if err != nil {
 		return row, err
 	}
@@ -192,7 +192,7 @@ func runBenchCase(dev device.Device, kind string, c benchCase, d time.Duration) 
 	}
 	st := al.Stats()
 	row = benchRow{
-		Allocator:    kind,
+		Allocator:    e.Name,
 		Case:         c.name,
 		Ops:          ops,
 		NsPerOp:      float64(elapsed.Nanoseconds()) / float64(max(ops, 1)),

@@ -18,10 +18,15 @@
 //	              the chunk plan: chunks, chunk length, bytes, shapes
 //	vram replay   replay RMM allocation logs (CSV) or PyTorch memory
 //	              snapshots against the allocators: peak live and reserved
-//	              bytes, device calls, speed, a plot, memory reports
-//	              (--summary), a PyTorch snapshot out (--snapshot-out)
+//	              bytes, the peak in pages beside the floor, device calls,
+//	              speed, a plot, memory reports (--summary), a PyTorch
+//	              snapshot out (--snapshot-out)
 //	vram info     the device a spec opens, its memory, the allocators
 //	vram bench    a quick allocator micro-benchmark table
+//	vram broker   the node's broker of device memory between processes
+//	              (vram broker status: its leases)
+//	vram lease    run a command under a fixed lease from the broker, with
+//	              each framework's memory limit in its environment
 //
 // Global flags:
 //
@@ -30,7 +35,9 @@
 //	                cuda, cuda:N. Default: $VRAM_DEVICE, else auto.
 //	                Every command checks the spec, also those that do
 //	                not open a device (replay; plan given a budget),
-//	                but merge, which has no use for one.
+//	                but merge, broker status and lease (whose own
+//	                --device names a broker's device), which have no
+//	                use for one.
 //	--json          one JSON value on stdout and nothing else there.
 //	-v, --verbose   debug logs (log/slog) on stderr.
 //

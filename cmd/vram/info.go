@@ -177,7 +177,7 @@ func (a *app) printInfo(rep infoReport) error {
 	}
 	al := rep.Allocators
 	rows := [][2]string{{"allocators", fmt.Sprintf("%s (default %s)", strings.Join(al.Kinds, ", "), al.Default)}}
-	for _, line := range al.notes() {
+	for _, line := range al.notes {
 		rows = append(rows, [2]string{"", line})
 	}
 	fmt.Fprintln(a.stdout)

@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -50,7 +52,7 @@ func TestInfoJSON(t *testing.T) {
 				t.Errorf("device %+v: want sim, %d bytes total, free + context ≤ total, a granularity, backed, 2-D copies and Go kernels but no PTX", d, tc.total)
 			}
 			al := rep.Allocators
-			if al.Default != "expandable" || len(al.Kinds) != len(allocatorKinds) || al.Granularity["pool"] != 512 ||
+			if al.Default != "expandable" || !slices.Equal(al.Kinds, alloc.Names()) || al.Granularity["pool"] != 512 ||
 				al.Granularity["expandable"] != 512 || al.Pool.SmallSize == 0 {
 				t.Errorf("allocators %+v: want default expandable (the simulator maps pages), every kind, pool and expandable rounding 512 and the pool's config", al)
 			}

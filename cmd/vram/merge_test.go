@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/vramkit/vram/npy"
 )
 
 // writeParts runs the shards of a small batch split n ways into dir, each
@@ -55,6 +58,13 @@ func TestMergeRefuses(t *testing.T) {
 				return out, []string{filepath.Join(dir, "r.shard-0-of-2.npy"), filepath.Join(dir, "r.shard-1-of-2.npy")}
 			},
 			want: []string{"r.shard-1-of-2.npy has no manifest", "did not finish"},
+		},
+		"a finished part not named": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 3)
+				return out, []string{filepath.Join(dir, "r.shard-0-of-3.npy"), filepath.Join(dir, "r.shard-2-of-3.npy")}
+			},
+			want: []string{"runs 100-199 of 300 are in no part: shard 1/3", "finished, with its manifest r.shard-1-of-3.json, but not among the parts named"},
 		},
 		"two splits overlap": {
 			setup: func(t *testing.T, dir string) (string, []string) {
@@ -106,6 +116,46 @@ func TestMergeRefuses(t *testing.T) {
 				return out, nil
 			},
 			want: []string{"shard 0/2 of 300 runs holds runs 0-149, but the manifest says 150+150"},
+		},
+		"another job's part behind the manifest": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				other := filepath.Join(t.TempDir(), "r.npy")
+				runShard(t, runs, nil, "--out", other, "--shard", "1/2", "--seed", "8")
+				b, err := os.ReadFile(filepath.Join(filepath.Dir(other), "r.shard-1-of-2.npy"))
+				must(t, err)
+				must(t, os.WriteFile(filepath.Join(dir, "r.shard-1-of-2.npy"), b, 0o644))
+				return out, nil
+			},
+			want: []string{"r.shard-1-of-2.npy's data has CRC-32C", "but its manifest", "run the shard again", "does not match its manifest"},
+		},
+		"a zeroed part": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				p := filepath.Join(dir, "r.shard-0-of-2.npy")
+				f, err := npy.OpenWrite(p)
+				must(t, err)
+				_, err = f.WriteAt(make([]byte, f.DataBytes()), 0)
+				must(t, errors.Join(err, f.Close()))
+				return out, nil
+			},
+			want: []string{"r.shard-0-of-2.npy's data has CRC-32C", "does not match its manifest"},
+		},
+		"a manifest naming another shard's part": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"part": "r.shard-0-of-2.npy"`)
+				return out, nil
+			},
+			want: []string{`names the part "r.shard-0-of-2.npy", not its own r.shard-1-of-2.npy`},
+		},
+		"a manifest with no checksum": {
+			setup: func(t *testing.T, dir string) (string, []string) {
+				out := writeParts(t, dir, runs, 2)
+				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"data_crc32c": ""`)
+				return out, nil
+			},
+			want: []string{"has no checksum of its part's data", "run the shard again"},
 		},
 		"a part cut short": {
 			setup: func(t *testing.T, dir string) (string, []string) {
@@ -174,24 +224,6 @@ func TestMergeNamedPartsAndRemove(t *testing.T) {
 		t.Fatal("merged parts differ from the one-process file")
 	}
 	_ = out
-}
-
-// TestShardRerunDropsStaleManifest: a shard run again that fails leaves
-// no manifest vouching for its part.
-func TestShardRerunDropsStaleManifest(t *testing.T) {
-	dir := t.TempDir()
-	out := writeParts(t, dir, 200, 2)
-	manifest := filepath.Join(dir, "r.shard-1-of-2.json")
-	// The same shard again, failing at allocation (a device too small
-	// for one run).
-	args := []string{"run", "--device", "sim:granularity=64KiB,context=0", "--vram", "64KiB", "--runs", "200", "--steps", "4000", "--dt", "0.001",
-		"--shard", "1/2", "--out", out}
-	if _, stderr, code := cli(t, "", args...); code == exitOK {
-		t.Fatalf("the failing rerun succeeded:\n%s", stderr)
-	}
-	if _, err := os.Stat(manifest); !os.IsNotExist(err) {
-		t.Fatalf("the failed rerun left the manifest %s (%v)", manifest, err)
-	}
 }
 
 // editManifest sets one field of the manifest at path, given as

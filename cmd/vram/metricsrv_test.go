@@ -91,8 +91,8 @@ func TestRunMetrics(t *testing.T) {
 		`vram_group_clients{group="oscillators"}`:                           2,
 		`vram_client_held_bytes{client="outputs",group="oscillators"}`:      round(21*2*L*4) + round(L*4),
 		`vram_client_held_bytes{client="inputs",group="oscillators"}`:       round(2*L*4) + round(4*L*4),
-		`vram_allocator_allocs_total{allocator="pool"}`:                     4,
-		`vram_allocator_in_use_bytes{allocator="pool"}`:                     round(21*2*L*4) + round(L*4) + round(2*L*4) + round(4*L*4),
+		`vram_allocator_allocs_total{allocator="` + r.Allocator + `"}`:      4,
+		`vram_allocator_in_use_bytes{allocator="` + r.Allocator + `"}`:      round(21*2*L*4) + round(L*4) + round(2*L*4) + round(4*L*4),
 		`vram_device_info{backend="sim",name="vram simulator",ordinal="0"}`: 1,
 	}
 	for k, v := range want {

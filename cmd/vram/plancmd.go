@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -65,7 +65,7 @@ exits 1 with the reason on stderr.`,
 	fl.StringVar(&f.budget, "budget", "", "device bytes the plan may use, e.g. 256MiB (default: the input's, else the device's free memory)")
 	fl.StringVar(&f.granularity, "granularity", "", "allocation rounding unit, e.g. 512 or 2MiB (default: the input's, else the allocator's)")
 	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 to 3 (default: the input's, else 1)")
-	fl.StringVar(&f.allocator, "allocator", defaultAllocator, "allocator whose granularity to plan for: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocator, "allocator", planAllocator, "allocator whose granularity to plan for: "+allocatorHelp())
 	return cmd
 }
 
@@ -86,8 +86,9 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	if buffersSet && (f.buffers < 1 || f.buffers > batch.MaxBuffers) {
 		return usagef("--buffers %d: want 1, or up to %d buffers in flight", f.buffers, batch.MaxBuffers)
 	}
-	if !slices.Contains(allocatorKinds, f.allocator) {
-		return usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	al, err := lookupAllocator(f.allocator)
+	if err != nil {
+		return err
 	}
 
 	var r io.Reader = a.stdin
@@ -122,30 +123,8 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	// What the input leaves open comes from the device.
 	budgetFrom, granFrom := "given", "given"
 	if budget == 0 || gran == 0 {
-		dev, fallback, err := a.openDevice(a.device)
-		if err != nil {
+		if budget, gran, budgetFrom, granFrom, err = a.planDevice(budget, gran, al); err != nil {
 			return err
-		}
-		defer dev.Close()
-		if budget == 0 {
-			free, _, err := dev.MemInfo()
-			if err != nil {
-				return fmt.Errorf("read the device's free memory for the budget: %w", err)
-			}
-			info := dev.Info()
-			budget = free
-			budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
-			if fallback != nil {
-				budgetFrom += ", as auto found no GPU"
-			}
-			budgetFrom += "; --budget to choose"
-		}
-		if gran == 0 {
-			g, err := allocatorGranularity(f.allocator, dev)
-			if err != nil {
-				return err
-			}
-			gran, granFrom = g, "the "+f.allocator+" allocator's"
 		}
 	}
 	a.log.Debug("plan", "budget", budget, "budget_from", budgetFrom, "granularity", gran,
@@ -167,6 +146,38 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 		return a.writeJSON(plan)
 	}
 	return a.printPlan(plan, in, budgetFrom, granFrom)
+}
+
+// planDevice fills a budget or granularity left 0 from the device: its
+// free memory, and the granularity of the allocator al on it. It returns
+// them with where each came from.
+func (a *app) planDevice(budget, gran uint64, al alloc.Entry) (uint64, uint64, string, string, error) {
+	budgetFrom, granFrom := "given", "given"
+	dev, fallback, err := a.openDevice(a.device)
+	if err != nil {
+		return 0, 0, "", "", err
+	}
+	defer dev.Close()
+	if budget == 0 {
+		free, _, err := dev.MemInfo()
+		if err != nil {
+			return 0, 0, "", "", fmt.Errorf("read the device's free memory for the budget: %w", err)
+		}
+		info := dev.Info()
+		budget = free
+		budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
+		if fallback != nil {
+			budgetFrom += ", as auto found no GPU"
+		}
+		budgetFrom += "; --budget to choose"
+	}
+	if gran == 0 {
+		if gran, err = allocatorGranularity(al, dev); err != nil {
+			return 0, 0, "", "", err
+		}
+		granFrom = "the " + al.Name + " allocator's"
+	}
+	return budget, gran, budgetFrom, granFrom, nil
 }
 
 func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom string) error {

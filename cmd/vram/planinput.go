@@ -14,6 +14,12 @@
 // keys are refused (a misspelt "chunk_axsi" would otherwise be ignored
 // silently), and every message is the same whichever order Go's maps
 // iterate in.
+//
+// A request set is untrusted input, and its cost is bounded: at most
+// maxInput bytes are read, held once, and decoded by encoding/json a
+// level at a time (memory a small multiple of the input, time linear in
+// it apart from sorting each object's keys); a message quotes at most 40
+// bytes of a bad value or name, with its length, never the whole.
 
 package main
 
@@ -115,7 +121,7 @@ func parsePlanInput(data []byte) (planInput, error) {
 	}
 	in.Requests = make(map[string]map[string]vram.ArrayRequest, len(clients))
 	for _, client := range sortedKeys(clients) {
-		path := "requests." + client
+		path := "requests." + clipKey(client)
 		labels, err := decodeObject(clients[client], path)
 		if err != nil {
 			return in, err
@@ -125,7 +131,7 @@ func parsePlanInput(data []byte) (planInput, error) {
 		}
 		reqs := make(map[string]vram.ArrayRequest, len(labels))
 		for _, label := range sortedKeys(labels) {
-			req, err := parseRequest(labels[label], path+"."+label)
+			req, err := parseRequest(labels[label], path+"."+clipKey(label))
 			if err != nil {
 				return in, err
 			}
@@ -164,7 +170,7 @@ func parseRequest(raw json.RawMessage, path string) (vram.ArrayRequest, error) {
 		return req, err
 	}
 	if req.DType, err = vram.ParseDType(name); err != nil {
-		return req, fmt.Errorf("%s.dtype: unknown dtype %q; want one of %s: %w", path, name, dtypeNames(), errInput)
+		return req, fmt.Errorf("%s.dtype: unknown dtype %s; want one of %s: %w", path, clipQuote(name), dtypeNames(), errInput)
 	}
 	if raw, ok := obj["chunk_axis"]; ok {
 		if req.ChunkAxis, err = decodeInt(raw, path+".chunk_axis"); err != nil {
@@ -193,7 +199,7 @@ func parseRequest(raw json.RawMessage, path string) (vram.ArrayRequest, error) {
 			return req, err
 		}
 		if req.Memory, err = vram.ParseMemoryType(name); err != nil {
-			return req, fmt.Errorf("%s.memory: unknown memory type %q; want device, pinned, mapped or pageable: %w", path, name, errInput)
+			return req, fmt.Errorf("%s.memory: unknown memory type %s; want device, pinned, mapped or pageable: %w", path, clipQuote(name), errInput)
 		}
 	}
 	if err := req.Validate(); err != nil {
@@ -249,16 +255,16 @@ func checkKeys(raw json.RawMessage, path string) error {
 		}
 		key, _ := tok.(string)
 		if strings.ContainsRune(key, utf8.RuneError) {
-			return fmt.Errorf("%s: key %q is not valid UTF-8 (invalid bytes, a lone surrogate escape, or U+FFFD); name clients and labels in UTF-8 text: %w",
-				where, key, errInput)
+			return fmt.Errorf("%s: key %s is not valid UTF-8 (invalid bytes, a lone surrogate escape, or U+FFFD); name clients and labels in UTF-8 text: %w",
+				where, clipQuote(key), errInput)
 		}
 		if seen[key] {
-			return fmt.Errorf("%s: key %q is given twice; give each key once: %w", where, key, errInput)
+			return fmt.Errorf("%s: key %s is given twice; give each key once: %w", where, clipQuote(key), errInput)
 		}
 		seen[key] = true
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return fmt.Errorf("%s.%s: %v: %w", where, key, err, errInput)
+			return fmt.Errorf("%s.%s: %v: %w", where, clipKey(key), err, errInput)
 		}
 	}
 	return nil
@@ -272,7 +278,7 @@ func onlyKeys(obj map[string]json.RawMessage, path string, allowed ...string) er
 			if path != "" {
 				where = path
 			}
-			return fmt.Errorf("%s: unknown key %q; the keys are %s: %w", where, k, strings.Join(allowed, ", "), errInput)
+			return fmt.Errorf("%s: unknown key %s; the keys are %s: %w", where, clipQuote(k), strings.Join(allowed, ", "), errInput)
 		}
 	}
 	return nil
@@ -292,7 +298,7 @@ func decodeInt(raw json.RawMessage, path string) (int, error) {
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: want an integer, got %s: %w", path, raw, errInput)
+		return 0, fmt.Errorf("%s: want an integer, got %s: %w", path, describe(raw), errInput)
 	}
 	return int(v), nil
 }
@@ -316,7 +322,7 @@ func decodeSize(raw json.RawMessage, path string) (uint64, error) {
 	case "number":
 		n, err := strconv.ParseUint(string(raw), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: want a positive whole number of bytes (or a string such as \"256MiB\"), got %s: %w", path, raw, errInput)
+			return 0, fmt.Errorf("%s: want a positive whole number of bytes (or a string such as \"256MiB\"), got %s: %w", path, describe(raw), errInput)
 		}
 		if n == 0 {
 			return 0, fmt.Errorf("%s is 0; want a positive number of bytes: %w", path, errInput)
@@ -335,14 +341,12 @@ func decodeString(raw json.RawMessage, path string) (string, error) {
 	return s, nil
 }
 
-// decodeShape decodes a shape: a non-empty array of dimensions ≥ 1.
+// decodeShape decodes a shape: an array of dimensions ≥ 1 ([] is a
+// scalar, one element, as vram.ArrayRequest takes it).
 func decodeShape(raw json.RawMessage, path string) ([]int, error) {
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil || kind(raw) != "array" {
 		return nil, fmt.Errorf("%s: want an array of dimensions such as [201, 4, 1000000], got %s: %w", path, describe(raw), errInput)
-	}
-	if len(elems) == 0 {
-		return nil, fmt.Errorf("%s is empty; an array has at least one dimension: %w", path, errInput)
 	}
 	shape := make([]int, len(elems))
 	for i, e := range elems {
@@ -377,6 +381,27 @@ func kind(raw json.RawMessage) string {
 		return "null"
 	}
 	return "number"
+}
+
+// maxQuoted is the most of an input's string a message quotes.
+const maxQuoted = 40
+
+// clipQuote quotes s for a message: at most maxQuoted bytes of it, and
+// its length when longer.
+func clipQuote(s string) string {
+	if len(s) > maxQuoted {
+		return fmt.Sprintf("%q… (%d bytes)", s[:maxQuoted], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// clipKey is a client or label name as a message's path writes it: as
+// it is, or clipped (and quoted) when long.
+func clipKey(k string) string {
+	if len(k) > maxQuoted {
+		return clipQuote(k)
+	}
+	return k
 }
 
 // describe names raw's type and, when short, shows it.

@@ -8,7 +8,6 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +16,8 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // plotFormats are the file extensions --plot writes.
@@ -52,32 +53,9 @@ func plotTimelines(path, title string, lines []timeline) error {
 		return fmt.Errorf("plot %s: nothing to draw", path)
 	}
 	// Bytes are drawn in the unit that suits the largest value.
-	var top, lastEvent float64
-	for _, l := range lines {
-		if len(l.Reserved) > 0 {
-			top = max(top, slices.Max(l.Reserved), slices.Max(l.Live))
-		}
-		if len(l.Events) > 0 {
-			lastEvent = max(lastEvent, l.Events[len(l.Events)-1])
-		}
-	}
+	top, lastEvent := timelineExtent(lines)
 	unit, scale := plotUnit(top)
-
-	p := plot.New()
-	p.Title.Text = title
-	p.Title.TextStyle.Font.Size = vg.Points(13)
-	p.Title.Padding = vg.Points(8)
-	p.X.Label.Text = "event (allocations and frees, in log order)"
-	p.Y.Label.Text = "bytes (" + unit + ")"
-	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
-		ax.Label.TextStyle.Font.Size = vg.Points(12)
-		ax.Tick.Label.Font.Size = vg.Points(11)
-	}
-	p.Legend.Top = true
-	p.Legend.TextStyle.Font.Size = vg.Points(11)
-	p.Legend.Padding = vg.Points(2)
-	p.Legend.ThumbnailWidth = vg.Points(24)
-	p.Add(plotter.NewGrid())
+	p := newTimelinePlot(title, unit)
 
 	// Live bytes are the trace's own and the same for every allocator
 	// unless one failed allocations; draw one live line when they agree.
@@ -140,39 +118,44 @@ func plotTimelines(path, title string, lines []timeline) error {
 	if err != nil {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
-	if err := writeFileAtomic(path, func(w io.Writer) error { _, err := wt.WriteTo(w); return err }); err != nil {
+	if err := userfile.Write(path, userfile.Options{}, func(w io.Writer) error { _, err := wt.WriteTo(w); return err }); err != nil {
 		return fmt.Errorf("write plot %s: %w", path, err)
 	}
 	return nil
 }
 
-// writeFileAtomic writes a file through a temporary file beside it and a
-// rename, so that path holds either its old content or all of the new,
-// never a part (an interrupted or failed write leaves no partial plot).
-func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
+// timelineExtent is the largest byte count and the last event of lines.
+func timelineExtent(lines []timeline) (top, lastEvent float64) {
+	for _, l := range lines {
+		if len(l.Reserved) > 0 {
+			top = max(top, slices.Max(l.Reserved), slices.Max(l.Live))
 		}
-	}()
-	if err := write(f); err != nil {
-		return err
+		if len(l.Events) > 0 {
+			lastEvent = max(lastEvent, l.Events[len(l.Events)-1])
+		}
 	}
-	if err := f.Chmod(0o644); err != nil {
-		return err
+	return top, lastEvent
+}
+
+// newTimelinePlot is an empty plot of bytes in unit over events, with its
+// title, axes, legend and grid styled.
+func newTimelinePlot(title, unit string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.Title.TextStyle.Font.Size = vg.Points(13)
+	p.Title.Padding = vg.Points(8)
+	p.X.Label.Text = "event (allocations and frees, in log order)"
+	p.Y.Label.Text = "bytes (" + unit + ")"
+	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
+		ax.Label.TextStyle.Font.Size = vg.Points(12)
+		ax.Tick.Label.Font.Size = vg.Points(11)
 	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(11)
+	p.Legend.Padding = vg.Points(2)
+	p.Legend.ThumbnailWidth = vg.Points(24)
+	p.Add(plotter.NewGrid())
+	return p
 }
 
 // plotUnit picks the byte unit for an axis whose largest value is top,

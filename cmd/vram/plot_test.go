@@ -1,10 +1,6 @@
 package main
 
 import (
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -61,44 +57,5 @@ func TestByteTicks(t *testing.T) {
 				t.Errorf("ticks %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-// --plot writes through a temporary file and a rename: a failed write
-// leaves the old file whole and no temporary file behind.
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "replay.svg")
-	if err := os.WriteFile(path, []byte("old plot"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	boom := errors.New("disk full")
-	err := writeFileAtomic(path, func(w io.Writer) error {
-		io.WriteString(w, "half a new")
-		return boom
-	})
-	if !errors.Is(err, boom) {
-		t.Fatalf("err = %v, want the writer's", err)
-	}
-	if b, _ := os.ReadFile(path); string(b) != "old plot" {
-		t.Errorf("after a failed write the file holds %q, want the old plot", b)
-	}
-	check := func(want string) {
-		t.Helper()
-		entries, _ := os.ReadDir(dir)
-		if len(entries) != 1 {
-			t.Errorf("%d files in the folder, want only the plot (no temporary file left)", len(entries))
-		}
-		if b, _ := os.ReadFile(path); string(b) != want {
-			t.Errorf("the file holds %q, want %q", b, want)
-		}
-	}
-	check("old plot")
-	if err := writeFileAtomic(path, func(w io.Writer) error { _, err := io.WriteString(w, "new plot"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	check("new plot")
-	if st, err := os.Stat(path); err != nil || st.Mode().Perm()&0o044 == 0 {
-		t.Errorf("plot mode %v, %v: want readable by others, as os.Create makes it", st.Mode(), err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -45,6 +44,15 @@ type replayRow struct {
 	// logged; PeakLiveBytes is what this allocator's replay reached,
 	// less where allocations failed.
 	TracePeakLiveBytes uint64 `json:"trace_peak_live_bytes"`
+
+	// PageBytes is the simulated device's page (its granularity);
+	// FloorPages the pages the trace's peak of live bytes needs,
+	// ⌈trace_peak_live_bytes / page_bytes⌉, which no allocator can hold
+	// less than; PeakReservedPages the allocator's peak reserved bytes in
+	// pages, rounded up.
+	PageBytes         uint64 `json:"page_bytes"`
+	FloorPages        uint64 `json:"floor_pages"`
+	PeakReservedPages uint64 `json:"peak_reserved_pages"`
 
 	// PyTorch is what PyTorch's own allocator did, for a snapshot input.
 	PyTorch *pytorchFigures `json:"pytorch,omitempty"`
@@ -83,9 +91,11 @@ still refused): replays always run on the simulator. --vram is at least
 2 MiB, one page of the simulator; a log with no events is an error.
 
 For each allocator it reports the log's peak live bytes, the allocator's
-peak reserved bytes (and their ratio: 1.0 wastes nothing), device
-allocations and frees, cache hits, allocations refused for want of memory,
-and replay speed. For a snapshot it adds what PyTorch's own allocator
+peak reserved bytes (and their ratio: 1.0 wastes nothing), that peak in
+pages of the simulated device beside the floor, the pages the log's peak
+live bytes need (⌈peak live / page⌉, which no allocator can hold less
+than), device allocations and frees, cache hits, allocations refused for
+want of memory, and replay speed. For a snapshot it adds what PyTorch's own allocator
 did on the GPU ("pytorch (recorded)": its peak reserved over its own peak
 allocated, its segment allocations and frees). --plot draws live and
 reserved bytes over the log. --snapshot-out writes the replay against the
@@ -99,14 +109,14 @@ visualizer (pytorch.org/memory_viz) opens.`,
   vram replay --allocator pool --snapshot-out pool.pickle trace.csv`,
 		Args: usageArgs(1, -1, "at least one TRACE.csv or SNAPSHOT.pickle: an RMM logging CSV (Thread,Time,Action,Pointer,Size,Stream) or a PyTorch memory snapshot"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkSnapshotOut(f.snapshot, len(args)); err != nil {
+			if err := checkSnapshotOut(f.snapshot, args); err != nil {
 				return err
 			}
 			return a.replay(args, f)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.allocators, "allocator", strings.Join(allocatorKinds, ","), "comma-separated allocators to replay against: "+strings.Join(allocatorKinds, ", "))
+	fl.StringVar(&f.allocators, "allocator", allNames(), "comma-separated allocators to replay against: "+allocatorHelp())
 	fl.StringVar(&f.vram, "vram", "", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
 	fl.StringVar(&f.plot, "plot", "", "draw live and reserved bytes over the trace into this PNG or SVG file (one trace only)")
 	fl.BoolVar(&f.summary, "summary", false, "print each allocator's memory report (allocated, reserved, cached, largest free block, fragmentation, segments, retries, out of memory) at its peak of reserved bytes")
@@ -124,19 +134,14 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if size, err = units.ParseSize(f.vram); err != nil || size == 0 {
 			return usagef("--vram %q: want a positive size such as 16GiB", f.vram)
 		}
-		// trace.SimConfig leaves the granularity at the simulator's.
+		// replaySimConfig leaves the granularity at the simulator's.
 		if size < sim.DefaultGranularity {
-			return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
-				f.vram, units.Format(sim.DefaultGranularity))
+			return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+				f.vram, bytesNote(f.vram), units.Format(sim.DefaultGranularity))
 		}
 	}
-	if f.plot != "" {
-		if err := checkPlotPath(f.plot); err != nil {
-			return err
-		}
-		if len(paths) > 1 {
-			return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
-		}
+	if err := checkPlot(f.plot, paths); err != nil {
+		return err
 	}
 	samples := 0
 	if f.plot != "" {
@@ -155,12 +160,12 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if len(events) == 0 {
 			return emptyTrace(path)
 		}
-		cfg := trace.SimConfig(events)
+		cfg := replaySimConfig(events)
 		if size != 0 {
 			cfg.TotalBytes = size
 			if g := cfg.Granularity; g != 0 && size < g {
-				return usagef("--vram %s: want at least %s, one page of the simulated device (its granularity)",
-					f.vram, units.Format(g))
+				return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+					f.vram, bytesNote(f.vram), units.Format(g))
 			}
 		}
 		sum := trace.Summarize(events)
@@ -172,11 +177,11 @@ func (a *app) replay(paths []string, f replayFlags) error {
 			}
 			res, rep, err := replayOne(a.ctx, events, cfg, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki), f.summary)
 			if err != nil {
-				return fmt.Errorf("replay %s against %s: %w", path, kind, err)
+				return fmt.Errorf("replay %s against %s: %w", path, kind.Name, err)
 			}
-			rows = append(rows, withSummary(newReplayRow(path, kind, ti, res, cfg, sum, pytorch), rep))
+			rows = append(rows, withSummary(newReplayRow(path, kind.Name, ti, res, cfg, sum, pytorch), rep))
 			if samples > 0 {
-				lines = append(lines, toTimeline(kind, res.Samples))
+				lines = append(lines, toTimeline(kind.Name, res.Samples))
 			}
 			bar.Add(1)
 		}
@@ -229,6 +234,7 @@ func (c ctxReader) Read(p []byte) (int, error) {
 // newReplayRow is one allocator's replay of the ti-th trace, at path.
 // pytorch is PyTorch's own figures when the trace is a snapshot, else nil.
 func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary, pytorch *pytorchFigures) replayRow {
+	page := devicePage(cfg)
 	return replayRow{
 		Trace:              filepath.Base(path),
 		Allocator:          kind,
@@ -248,9 +254,38 @@ func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, s
 		WallSeconds:        res.Wall.Seconds(),
 		DeviceBytes:        cfg.TotalBytes,
 		TracePeakLiveBytes: sum.PeakLive,
+		PageBytes:          page,
+		FloorPages:         pagesOf(sum.PeakLive, page),
+		PeakReservedPages:  pagesOf(res.PeakReserved, page),
 		PyTorch:            pytorch,
 		traceIndex:         ti,
 	}
+}
+
+// devicePage is the page of a simulated device made from cfg: its
+// granularity.
+func devicePage(cfg sim.Config) uint64 {
+	if cfg.Granularity == 0 {
+		return sim.DefaultGranularity
+	}
+	return cfg.Granularity
+}
+
+// pagesText is n pages in words: "1 page", "52 pages".
+func pagesText(n uint64) string {
+	if n == 1 {
+		return "1 page"
+	}
+	return fmt.Sprintf("%d pages", n)
+}
+
+// pagesOf is the pages of page bytes that n bytes need, ⌈n / page⌉.
+func pagesOf(n, page uint64) uint64 {
+	p := n / page
+	if n%page != 0 {
+		p++
+	}
+	return p
 }
 
 // emptyTrace is the error for a log with no events: an empty file, or one
@@ -281,17 +316,18 @@ func (a *app) printReplay(rows []replayRow, plot string) error {
 		if i > 0 {
 			fmt.Fprintln(a.stdout)
 		}
-		fmt.Fprintf(a.stdout, "%s: %d events, peak live %s, on an address-only simulated device of %s\n",
-			r.Trace, r.Events, units.Format(r.TracePeakLiveBytes), units.Format(r.DeviceBytes))
+		fmt.Fprintf(a.stdout, "%s: %d events, peak live %s (floor: %s of %s), on an address-only simulated device of %s\n",
+			r.Trace, r.Events, units.Format(r.TracePeakLiveBytes), pagesText(r.FloorPages), units.Format(r.PageBytes), units.Format(r.DeviceBytes))
 		if r.UnmatchedFrees > 0 {
 			fmt.Fprintf(a.stdout, "%d frees of pointers never allocated in the trace were skipped\n", r.UnmatchedFrees)
 		}
 		tw := a.table()
-		fmt.Fprintln(tw, "ALLOCATOR\tPEAK RESERVED\tRESERVED/LIVE\tDEVICE ALLOCS\tDEVICE FREES\tCACHE HITS\tFAILED\tEVENTS/S")
+		fmt.Fprintln(tw, "ALLOCATOR\tPEAK RESERVED\tRESERVED/LIVE\tPAGES (OVER FLOOR)\tDEVICE ALLOCS\tDEVICE FREES\tCACHE HITS\tFAILED\tEVENTS/S")
 		for ; i < len(rows) && rows[i].traceIndex == r.traceIndex; i++ {
 			r := rows[i]
-			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d\t%d\t%d\t%d\t%s\n", r.Allocator, units.Format(r.PeakReservedBytes),
-				r.ReservedOverLive, r.DeviceAllocs, r.DeviceFrees, r.CacheHits, r.FailedAllocs, rate(r.EventsPerSecond))
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%d (%+d)\t%d\t%d\t%d\t%d\t%s\n", r.Allocator, units.Format(r.PeakReservedBytes),
+				r.ReservedOverLive, r.PeakReservedPages, int64(r.PeakReservedPages)-int64(r.FloorPages), r.DeviceAllocs, r.DeviceFrees,
+				r.CacheHits, r.FailedAllocs, rate(r.EventsPerSecond))
 		}
 		printPyTorch(tw, r.PyTorch)
 		if err := tw.Flush(); err != nil {
@@ -317,4 +353,23 @@ func rate(v float64) string {
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
+}
+
+// checkPlot checks --plot (if given) before any replay: a format we
+// write, one trace, and a path that is not the trace nor anything but a
+// regular file.
+func checkPlot(plot string, paths []string) error {
+	if plot == "" {
+		return nil
+	}
+	if err := checkPlotPath(plot); err != nil {
+		return err
+	}
+	if err := checkOutput("--plot", plot, paths); err != nil {
+		return err
+	}
+	if len(paths) > 1 {
+		return usagef("--plot draws one trace; give one TRACE.csv (got %d)", len(paths))
+	}
+	return nil
 }

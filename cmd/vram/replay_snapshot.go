@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 	"github.com/vramkit/vram/trace"
 )
 
@@ -68,18 +70,32 @@ func readReplayTrace(ctx context.Context, path string) ([]trace.Event, *pytorchF
 	return s.Events, pf, nil
 }
 
-// checkSnapshotOut checks --snapshot-out before any replay runs.
-func checkSnapshotOut(path string, traces int) error {
+// checkSnapshotOut checks --snapshot-out before any replay runs: one
+// trace, a directory that exists, and a path that is not the trace nor
+// anything but a regular file.
+func checkSnapshotOut(path string, traces []string) error {
 	if path == "" {
 		return nil
 	}
-	if traces > 1 {
-		return usagef("--snapshot-out records one replay; give one trace (got %d)", traces)
+	if len(traces) > 1 {
+		return usagef("--snapshot-out records one replay; give one trace (got %d)", len(traces))
 	}
 	if d := filepath.Dir(path); d != "." {
 		if st, err := os.Stat(d); err != nil || !st.IsDir() {
 			return usagef("--snapshot-out %s: the directory %s does not exist", path, d)
 		}
+	}
+	return checkOutput("--snapshot-out", path, traces)
+}
+
+// checkOutput refuses an output path of flag that is one of the inputs
+// or exists and is not a regular file: a usage error.
+func checkOutput(flag, path string, inputs []string) error {
+	if _, _, err := userfile.Check(path, userfile.Options{Inputs: inputs}); err != nil {
+		if errors.Is(err, userfile.ErrIsInput) || errors.Is(err, userfile.ErrNotRegular) {
+			return usagef("%s: %w", flag, err)
+		}
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
 }
@@ -93,14 +109,21 @@ func snapshotFor(path string, ki int) string {
 	return path
 }
 
+// replaySimConfig is the simulator a replay of events runs on: an
+// address-only one, whose context takes nothing, of the size
+// trace.DeviceBytes gives at the simulator's granularity.
+func replaySimConfig(events []trace.Event) sim.Config {
+	return sim.Config{TotalBytes: trace.DeviceBytes(events, sim.DefaultGranularity), AddressOnly: true, NoContext: true}
+}
+
 // replayKind replays events against one allocator; when snapshotOut is
 // set, it records the replay and writes it there as a PyTorch snapshot.
-func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind string, opts trace.Options, snapshotOut string) (trace.Result, error) {
-	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return newAllocator(kind, dev) }
+func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind alloc.Entry, opts trace.Options, snapshotOut string) (trace.Result, error) {
+	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return kind.New(dev, alloc.Configs{}) }
 	if snapshotOut == "" {
-		return trace.ReplayOnConfigContext(ctx, events, cfg, newAlloc, opts)
+		return trace.ReplayOnContext(ctx, events, sim.Factory(cfg), newAlloc, opts)
 	}
-	res, h, err := trace.RecordReplay(events, cfg, newAlloc, opts)
+	res, h, err := trace.RecordReplay(events, sim.Factory(cfg), newAlloc, opts)
 	if err != nil {
 		return res, err
 	}
@@ -116,7 +139,7 @@ func printPyTorch(tw *tabwriter.Writer, p *pytorchFigures) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(tw, "pytorch (recorded)\t%s\t%.3f\t%d\t%d\t-\t-\t-\n", units.Format(p.PeakReservedBytes),
+	fmt.Fprintf(tw, "pytorch (recorded)\t%s\t%.3f\t-\t%d\t%d\t-\t-\t-\n", units.Format(p.PeakReservedBytes),
 		p.ReservedOverLive, p.SegmentAllocs, p.SegmentFrees)
 }
 

@@ -62,7 +62,7 @@ func (w *peakWatch) report(res trace.Result) *alloc.MemoryReport {
 // replayOne replays events against kind as replayKind does; with
 // summary it also returns the allocator's report at its peak of
 // reserved bytes.
-func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind string, opts trace.Options,
+func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind alloc.Entry, opts trace.Options,
 	snapshotOut string, summary bool) (trace.Result, *alloc.MemoryReport, error) {
 	if !summary {
 		res, err := replayKind(ctx, events, cfg, kind, opts, snapshotOut)
@@ -70,7 +70,7 @@ func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind s
 	}
 	var w *peakWatch
 	newAlloc := func(dev device.Device) (alloc.Allocator, error) {
-		a, err := newAllocator(kind, dev)
+		a, err := kind.New(dev, alloc.Configs{})
 		if err != nil {
 			return nil, err
 		}
@@ -78,13 +78,13 @@ func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind s
 		return w, nil
 	}
 	if snapshotOut == "" {
-		res, err := trace.ReplayOnConfigContext(ctx, events, cfg, newAlloc, opts)
+		res, err := trace.ReplayOnContext(ctx, events, sim.Factory(cfg), newAlloc, opts)
 		if err != nil {
 			return res, nil, err
 		}
 		return res, w.report(res), nil
 	}
-	res, h, err := trace.RecordReplay(events, cfg, newAlloc, opts)
+	res, h, err := trace.RecordReplay(events, sim.Factory(cfg), newAlloc, opts)
 	if err != nil {
 		return res, nil, err
 	}

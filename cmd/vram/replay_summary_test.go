@@ -17,7 +17,7 @@ func TestReplaySummary(t *testing.T) {
 		args    []string
 		reports int // memory reports in the text
 	}{
-		"with --summary":    {args: []string{"replay", "--summary", smallTrace}, reports: len(allocatorKinds)}, // one per allocator
+		"with --summary":    {args: []string{"replay", "--summary", smallTrace}, reports: len(alloc.Names())}, // one per allocator
 		"without --summary": {args: []string{"replay", smallTrace}, reports: 0},
 	}
 	for name, tc := range tests {

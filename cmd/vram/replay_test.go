@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/sharedtraces"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
@@ -40,7 +41,7 @@ func TestReplayJSON(t *testing.T) {
 	}
 	for _, obj := range raw {
 		for _, k := range []string{"allocator", "events", "peak_live_bytes", "peak_reserved_bytes", "device_allocs",
-			"device_frees", "failed_allocs", "events_per_second"} {
+			"device_frees", "failed_allocs", "events_per_second", "page_bytes", "floor_pages", "peak_reserved_pages"} {
 			if _, ok := obj[k]; !ok {
 				t.Errorf("row %v lacks %q", obj, k)
 			}
@@ -50,13 +51,13 @@ func TestReplayJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != len(allocatorKinds) {
-		t.Fatalf("%d rows, want one per allocator (%v)", len(rows), allocatorKinds)
+	if len(rows) != len(alloc.Names()) {
+		t.Fatalf("%d rows, want one per allocator (%v)", len(rows), alloc.Names())
 	}
 	byName := map[string]replayRow{}
 	for i, r := range rows {
-		if r.Allocator != allocatorKinds[i] {
-			t.Errorf("row %d is %q, want %q", i, r.Allocator, allocatorKinds[i])
+		if r.Allocator != alloc.Names()[i] {
+			t.Errorf("row %d is %q, want %q", i, r.Allocator, alloc.Names()[i])
 		}
 		byName[r.Allocator] = r
 		switch {
@@ -115,7 +116,7 @@ func TestReplayHeaderShowsTracePeak(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
-	head := fmt.Sprintf("minimalloc_A.csv: 308 events, peak live %s,", units.Format(want))
+	head := fmt.Sprintf("minimalloc_A.csv: 308 events, peak live %s (floor: 1 page of 2 MiB),", units.Format(want))
 	if !strings.Contains(stdout, head) {
 		t.Errorf("header does not give the trace's peak live %d bytes (%q):\n%s", want, head, stdout)
 	}
@@ -135,6 +136,57 @@ func TestReplayHeaderShowsTracePeak(t *testing.T) {
 	for _, r := range rows {
 		if r.TracePeakLiveBytes != want {
 			t.Errorf("%s: trace_peak_live_bytes %d, want %d", r.Allocator, r.TracePeakLiveBytes, want)
+		}
+	}
+}
+
+// TestReplayFloor: every replay row gives the simulated device's page,
+// the floor (the pages the trace's peak live bytes need) and its own peak
+// in pages, in --json and beside each allocator in the table. The trace
+// peaks at 5 MiB + 1.2 MiB live, four pages of 2 MiB, which Expandable
+// maps: the 3 MiB block fits where the 5 MiB one was.
+func TestReplayFloor(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "floor.csv")
+	log := trace.Header + "\n" +
+		"0,0,allocate,0x1000,5242880,0\n" +
+		"0,1,allocate,0x2000,1258496,0\n" +
+		"0,2,free,0x1000,5242880,0\n" +
+		"0,3,allocate,0x3000,3146240,0\n"
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := cli(t, "", "replay", "--json", path)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var rows []replayRow
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, r := range rows {
+		if r.PageBytes != 2*units.MiB || r.FloorPages != 4 {
+			t.Errorf("%s: page %d bytes, floor %d pages; want 2 MiB and 4", r.Allocator, r.PageBytes, r.FloorPages)
+		}
+		if pages := (r.PeakReservedBytes + r.PageBytes - 1) / r.PageBytes; r.PeakReservedPages != pages || pages < r.FloorPages {
+			t.Errorf("%s: peak reserved %d bytes in %d pages; want ⌈bytes / page⌉ = %d, at least the floor",
+				r.Allocator, r.PeakReservedBytes, r.PeakReservedPages, pages)
+		}
+		want[r.Allocator] = fmt.Sprintf("%d (+%d)", r.PeakReservedPages, r.PeakReservedPages-r.FloorPages)
+	}
+	if len(rows) != len(alloc.Names()) || want["expandable"] != "4 (+0)" {
+		t.Errorf("rows %v; want one per allocator, Expandable at the floor, 4 (+0)", want)
+	}
+	text, stderr, code := cli(t, "", "replay", path)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	if !strings.Contains(text, "(floor: 4 pages of 2 MiB)") || !strings.Contains(text, "PAGES (OVER FLOOR)") {
+		t.Errorf("the header or the table lacks the floor:\n%s", text)
+	}
+	for kind, cell := range want {
+		if !strings.Contains(text, cell) {
+			t.Errorf("%s's row lacks its pages %q:\n%s", kind, cell, text)
 		}
 	}
 }
@@ -203,7 +255,7 @@ func TestReplayErrors(t *testing.T) {
 		want string
 	}{
 		"no trace":      {nil, exitUsage, "needs at least one TRACE.csv"},
-		"bad allocator": {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `unknown allocator "slab"`},
+		"bad allocator": {[]string{"--allocator", "pool,slab", smallTrace}, exitUsage, `--allocator "slab": want direct (or default), pool`},
 		"no allocator":  {[]string{"--allocator", ",", smallTrace}, exitUsage, "names no allocator"},
 		"bad vram":      {[]string{"--vram", "0", smallTrace}, exitUsage, `--vram "0"`},
 		"vram below a page": {[]string{"--vram", "1MiB", smallTrace}, exitUsage,
@@ -351,16 +403,43 @@ func TestReplaySnapshotOut(t *testing.T) {
 	}
 }
 
+// TestReplaySnapshotOutRefused refuses a --snapshot-out (or a --plot)
+// that cannot be written, or not without destroying a file: the trace
+// itself (by its name, another name or a link), a directory, a device.
+// The trace is left as it was.
 func TestReplaySnapshotOutRefused(t *testing.T) {
-	tests := map[string][]string{
-		"two traces":     {"--snapshot-out", filepath.Join(t.TempDir(), "a.pickle"), smallTrace, smallTrace},
-		"no such folder": {"--snapshot-out", filepath.Join(t.TempDir(), "missing", "a.pickle"), smallTrace},
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "trace.csv")
+	orig, err := os.ReadFile(smallTrace)
+	must(t, err)
+	must(t, os.WriteFile(tr, orig, 0o644))
+	link := filepath.Join(dir, "link.pickle")
+	must(t, os.Symlink("trace.csv", link))
+	svg := filepath.Join(dir, "trace.svg")
+	must(t, os.WriteFile(svg, orig, 0o644))
+	tests := map[string]struct {
+		args []string
+		want string
+	}{
+		"two traces":         {[]string{"--snapshot-out", filepath.Join(t.TempDir(), "a.pickle"), smallTrace, smallTrace}, "one trace"},
+		"no such folder":     {[]string{"--snapshot-out", filepath.Join(t.TempDir(), "missing", "a.pickle"), smallTrace}, "does not exist"},
+		"the trace":          {[]string{"--snapshot-out", tr, tr}, "is the input"},
+		"the trace, renamed": {[]string{"--snapshot-out", filepath.Join(dir, ".", "trace.csv"), tr}, "is the input"},
+		"a link to it":       {[]string{"--snapshot-out", link, tr}, "is the input"},
+		"a directory":        {[]string{"--snapshot-out", dir, tr}, "not a regular file"},
+		"a device":           {[]string{"--snapshot-out", os.DevNull, tr}, "not a regular file"},
+		"--plot the trace":   {[]string{"--plot", svg, svg}, "is the input"},
 	}
-	for name, args := range tests {
+	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, stderr, code := cli(t, "", append([]string{"replay"}, args...)...)
-			if code != exitUsage || !strings.Contains(stderr, "--snapshot-out") {
-				t.Errorf("exit %d, want %d naming --snapshot-out; stderr:\n%s", code, exitUsage, stderr)
+			_, stderr, code := cli(t, "", append([]string{"replay"}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, want %d saying %q; stderr:\n%s", code, exitUsage, tc.want, stderr)
+			}
+			for _, p := range []string{tr, svg} {
+				if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, orig) {
+					t.Errorf("%s after the refused replay: %d bytes (%v), want it as it was", p, len(b), err)
+				}
 			}
 		})
 	}

@@ -47,8 +47,8 @@ func runDeviceSpec(spec, src string, f runFlags) (string, uint64, error) {
 		gran = sim.DefaultGranularity
 	}
 	if size < gran {
-		return "", 0, usagef("--vram %s: want at least %s, one page of the simulator (its granularity)",
-			f.vram, units.Format(gran))
+		return "", 0, usagef("--vram %s%s: want at least %s, one page of the simulator (its granularity)",
+			f.vram, bytesNote(f.vram), units.Format(gran))
 	}
 	if strings.TrimSpace(opts) != "" {
 		opts += ","
@@ -77,7 +77,7 @@ func (a *app) openRunDevice(f runFlags) (device.Device, error, uint64, error) {
 		limit = 0 // --vram sized the simulator itself
 	}
 	if limit > 0 && limit < info.Granularity {
-		err := usagef("--vram %s: want at least %s, one page of %s", f.vram, units.Format(info.Granularity), info.Name)
+		err := usagef("--vram %s%s: want at least %s, one page of %s", f.vram, bytesNote(f.vram), units.Format(info.Granularity), info.Name)
 		return nil, nil, 0, errors.Join(err, closeErr("device", dev.Close()))
 	}
 	return dev, fallback, limit, nil

@@ -51,17 +51,33 @@ func deviceSpecs(v string) ([]string, error) {
 
 // deviceShare is one device's share of a run on several devices.
 type deviceShare struct {
-	Device string `json:"device"`
+	Device    string `json:"device"`
+	Kernel    string `json:"kernel"` // go or ptx
+	Allocator string `json:"allocator"`
 	// PlanChunkLength is the chunk length the device's plan of the whole
-	// batch gave (what its memory holds); ChunkLength the runs of its
-	// longest chunk since its last re-cut (its plan's length, or less:
-	// ⌈left/2P⌉ of the runs left, a re-cut).
+	// batch gave (what its memory holds), with its budget and device
+	// arrays per chunk (BudgetBytes, BytesPerChunk); ChunkLength the runs
+	// of its longest chunk since its last re-cut (its plan's length, or
+	// less: ⌈left/2P⌉ of the runs left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
+	BudgetBytes     uint64  `json:"budget_bytes"`
+	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
 	ChunkLength     int     `json:"chunk_length"`
 	Chunks          int     `json:"chunks"` // chunks of the batch it ran
 	Runs            int     `json:"runs"`
 	Buffers         int     `json:"buffers"`      // in flight at the end
 	BusySeconds     float64 `json:"busy_seconds"` // in its pipeline
+	// What its pipeline ran with and its allocator did, as in the
+	// one-device report (runReport's fields of the same names).
+	CopySeconds        float64   `json:"copy_seconds"`
+	ComputeSeconds     float64   `json:"compute_seconds"`
+	ExposedCopySeconds float64   `json:"exposed_copy_seconds"`
+	PeakDeviceBytes    uint64    `json:"peak_device_bytes"`
+	PeakLiveBytes      uint64    `json:"peak_live_bytes"`
+	Stats              statsJSON `json:"allocator_stats"`
+	StagingBytes       uint64    `json:"staging_bytes"`
+	BuffersInFlight    int       `json:"buffers_in_flight"`
+	Lag                int       `json:"lag"`
 }
 
 // multiReport is what `vram run --devices` reports; --json prints it.
@@ -79,11 +95,19 @@ type multiReport struct {
 	WallSeconds   float64       `json:"wall_seconds"`
 	BatchSeconds  float64       `json:"batch_seconds"`
 	RunsPerSecond float64       `json:"runs_per_second"`
-	Out           string        `json:"out,omitempty"`
-	Shard         string        `json:"shard,omitempty"`
-	ShardFrom     string        `json:"shard_from,omitempty"`
-	FirstRun      int           `json:"first_run,omitempty"`
-	TotalRuns     int           `json:"total_runs,omitempty"`
+	// BytesToDevice and BytesFromDevice are every device's copies; the
+	// seconds are their pipelines' summed (multiReport.Devices has each).
+	BytesToDevice      uint64  `json:"bytes_to_device"`
+	BytesFromDevice    uint64  `json:"bytes_from_device"`
+	CopySeconds        float64 `json:"copy_seconds"`
+	ComputeSeconds     float64 `json:"compute_seconds"`
+	ExposedCopySeconds float64 `json:"exposed_copy_seconds"`
+	HostLimitBytes     uint64  `json:"host_limit_bytes,omitempty"`
+	Out                string  `json:"out,omitempty"`
+	Shard              string  `json:"shard,omitempty"`
+	ShardFrom          string  `json:"shard_from,omitempty"`
+	FirstRun           int     `json:"first_run,omitempty"`
+	TotalRuns          int     `json:"total_runs,omitempty"`
 }
 
 // multiJob is a batch on several devices: the devices and the results.
@@ -92,7 +116,10 @@ type multiJob struct {
 	f     runFlags
 	shape jobShape
 	traj  *trajFile // --out; nil: the results stay in out and status
-	out   []byte    // [samples, 2, runs] float32, without --out
+	prog  runProgress
+	// bytesIn and bytesOut are the batch's copies, every device's.
+	bytesIn, bytesOut uint64
+	out               []byte // [samples, 2, runs] float32, without --out
 	// status is every run's status (int32); a failed run is not 0.
 	status []byte
 	// chunks is the batch's chunks, once run; spans their runs, as the
@@ -140,7 +167,8 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
 		return err
 	}
-	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs)}
+	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs), prog: a.runProgress()}
+	defer mj.prog.Finish()
 	if f.out != "" {
 		j := &job{a: a, shape: js, seed: f.seed}
 		if err := j.openOut(f.out); err != nil {
@@ -151,6 +179,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	} else {
 		mj.out = make([]byte, js.samples*2*js.runs*4)
 	}
+	mj.prog.Phase(fmt.Sprintf("open the %d devices and plan the batch on each", len(specs)))
 	parts, err := mj.setupAll(specs)
 	defer func() {
 		for _, p := range parts {
@@ -160,6 +189,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	if err != nil {
 		return err
 	}
+	mj.prog.Phase("run the batch")
 	batchStart := time.Now()
 	if err := mj.run(parts); err != nil {
 		if ctxErr := a.ctx.Err(); ctxErr != nil {
@@ -168,8 +198,10 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 		return err
 	}
 	rep := mj.report(parts, time.Since(batchStart))
+	mj.prog.Phase("verify the results")
 	verr := mj.verify(&rep)
 	rep.WallSeconds = time.Since(start).Seconds()
+	mj.prog.Finish()
 	return a.finishReport(rep, func() error { return a.printMulti(rep) }, verr)
 }
 
@@ -214,7 +246,7 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 	if err != nil {
 		return err
 	}
-	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
+	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}
@@ -229,7 +261,8 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 	if err := p.j.register(f.bufferCount()); err != nil {
 		return allocHint(err, f, info, limit)
 	}
-	p.share.PlanChunkLength = p.j.plan.ChunkLength
+	p.share.PlanChunkLength, p.share.BudgetBytes, p.share.BytesPerChunk = p.j.plan.ChunkLength, p.j.plan.Budget, p.j.plan.BytesPerChunk
+	p.share.Kernel = p.kern.Form(p.dev)
 	return nil
 }
 
@@ -245,13 +278,16 @@ func (mj *multiJob) run(parts []*devicePart) error {
 	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{Buffers: mj.f.bufferCount(), Grow: true,
 		Progress: func(pr batch.Progress) {
 			mj.a.log.Debug("chunk done", "chunk", pr.Chunk, "of", pr.Chunks, "runs", fmt.Sprintf("%d-%d", pr.Start, pr.Start+pr.Len-1))
+			mj.prog.Chunk(pr)
 		}})
 	mj.chunks = mr.Chunks
+	mj.bytesIn, mj.bytesOut = mr.BytesIn, mr.BytesOut
 	for i, p := range parts {
 		if i < len(mr.Parts) {
 			pr := mr.Parts[i]
 			p.share.Chunks, p.share.Runs, p.share.ChunkLength, p.share.Buffers = pr.Chunks, p.runs, pr.ChunkLength, pr.Buffers
 			p.share.BusySeconds = pr.Wall.Seconds()
+			p.ran(pr)
 		}
 	}
 	return err
@@ -333,6 +369,7 @@ func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport
 	for _, p := range parts {
 		rep.Devices = append(rep.Devices, p.share)
 	}
+	mj.totals(&rep)
 	if mj.traj != nil {
 		rep.Out = mj.traj.path
 	}
@@ -408,30 +445,6 @@ func (mj *multiJob) verifyRuns(idx []int) error {
 		}
 	}
 	return nil
-}
-
-func (a *app) printMulti(r multiReport) error {
-	w := &errWriter{w: a.stdout}
-	fmt.Fprintf(w, "batch        %s × %s, %s each (dt %g)\n", plural(r.Runs, "run"), plural(r.Steps, "step"), plural(r.Samples, "sample"), r.Dt)
-	if r.Shard != "" {
-		fmt.Fprintf(w, "shard        %s (from %s): runs %d-%d of %d\n", r.Shard, r.ShardFrom, r.FirstRun, r.FirstRun+r.Runs-1, r.TotalRuns)
-	}
-	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
-	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s: %s (%s), up to %s a chunk, %s, %.2f s busy; its plan: %s a chunk\n", i, d.Device,
-			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds, plural(d.PlanChunkLength, "run"))
-	}
-	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
-	if r.Out != "" {
-		fmt.Fprintf(w, "out          %s: float32 (%d, 2, %d), C order\n", r.Out, r.Samples, r.Runs)
-	}
-	if r.Verified {
-		fmt.Fprintf(w, "verified     %s, with the first and last of the chunks, match the float64 reference (tolerance %g)\n",
-			plural(r.VerifiedRuns, "run"), oscillator.Tolerance)
-	} else {
-		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
-	}
-	return w.err
 }
 
 // devicesHelp is the part of `vram run --help` about --devices.

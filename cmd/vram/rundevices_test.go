@@ -194,3 +194,32 @@ func BenchmarkRunDevices(b *testing.B) {
 		})
 	}
 }
+
+// TestDevicesReportAndProgress: off a terminal, --devices writes the
+// progress lines one device does (the set-up, the chunks), and its
+// report has every line of the one-device report (once six were missing).
+func TestDevicesReportAndProgress(t *testing.T) {
+	stdout, stderr, code := cli(t, "", append(append([]string{"run"}, devicesRun...), "--devices", "sim:count=2")...)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{"vram run: set-up: open the 2 devices", "vram run: run the batch", "done (100%)", "vram run: verify the results"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	for _, line := range []string{"batch ", "devices ", "plan ", "copied ", "overlap ", "peak memory ", "allocator ", "host ", "time ", "verified "} {
+		if !strings.Contains(stdout, "\n"+line) && !strings.HasPrefix(stdout, line) {
+			t.Errorf("the report has no %q line:\n%s", strings.TrimSpace(line), stdout)
+		}
+	}
+	r := runMulti(t, "--devices", "sim:count=2")
+	if r.BytesToDevice == 0 || r.BytesFromDevice == 0 || r.ComputeSeconds == 0 {
+		t.Errorf("report: %d bytes in, %d out, %.3f s of kernels; want them counted", r.BytesToDevice, r.BytesFromDevice, r.ComputeSeconds)
+	}
+	for i, d := range r.Devices {
+		if d.PeakDeviceBytes == 0 || d.Stats.Allocs == 0 || d.Allocator == "" || d.BytesPerChunk == 0 || d.BuffersInFlight == 0 {
+			t.Errorf("device %d: %+v; want its plan, memory, allocator and buffers", i, d)
+		}
+	}
+}

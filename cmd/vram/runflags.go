@@ -4,13 +4,14 @@
 package main
 
 import (
+	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // jobShape is the batch's fixed figures, checked.
@@ -56,8 +57,10 @@ func (f runFlags) check() (jobShape, error) {
 	if f.verify < 1 {
 		return js, usagef("--verify %d: want at least 1 run to check", f.verify)
 	}
-	if f.allocator != "" && !slices.Contains(allocatorKinds, f.allocator) {
-		return js, usagef("--allocator %q: want one of %s", f.allocator, strings.Join(allocatorKinds, ", "))
+	if f.allocator != "" {
+		if _, err := lookupAllocator(f.allocator); err != nil {
+			return js, err
+		}
 	}
 	if f.metricsAddr != "" {
 		if err := checkMetricsAddr(f.metricsAddr); err != nil {
@@ -67,6 +70,14 @@ func (f runFlags) check() (jobShape, error) {
 	if f.buffers < 0 || f.buffers > batch.MaxBuffers || (f.doubleBuffer && f.buffers != 0 && f.buffers != 2) {
 		return js, usagef("--buffers %d (--double-buffer %v): want 1 to %d buffers in flight, or neither flag for as many as buy something",
 			f.buffers, f.doubleBuffer, batch.MaxBuffers)
+	}
+	if err := checkNPYName("--out", f.out); err != nil {
+		return js, err
+	}
+	if f.out != "" {
+		if _, _, err := userfile.Check(f.out, userfile.Options{}); err != nil {
+			return js, usagef("--out: %w", err)
+		}
 	}
 	if f.hostMem != "" {
 		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {
@@ -92,4 +103,24 @@ func (f runFlags) bufferCount() int {
 		return 2
 	}
 	return f.buffers
+}
+
+// bytesNote says, for a size flag's text given without a unit, that it
+// was read as bytes (--vram 64 is 64 bytes, not 64 MiB); "" otherwise.
+func bytesNote(text string) string {
+	t := strings.TrimSpace(text)
+	if t == "" || strings.TrimLeft(t, "0123456789") != "" {
+		return ""
+	}
+	return fmt.Sprintf(" (read as %s bytes: a size without a unit is bytes; write %sMiB or %sGiB for more)", t, t, t)
+}
+
+// checkNPYName refuses a .npy output of what (a flag, an argument) whose
+// name does not end in .npy: the file is a NumPy array, and a shard's part
+// and manifest are named after it ("" is no output).
+func checkNPYName(what, path string) error {
+	if path == "" || strings.HasSuffix(path, ".npy") {
+		return nil
+	}
+	return usagef("%s %q: want a file name ending in .npy (the file is a NumPy array, and a shard's parts are named after it)", what, path)
 }

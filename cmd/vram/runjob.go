@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -117,11 +116,11 @@ fails (exit 1) if any disagrees. The report says how long the copies and
 kernels took and how much copying no kernel hid, and where the host
 arrays went; -v also prints the manager's memory report.
 
---allocator picks the manager's allocator: pool (the segment alloc.Pool),
-expandable (alloc.Expandable; refused on a device without virtual
-memory), direct or async; without it, $VRAM_ALLOC_CONF's, else the
-manager's choice: expandable where the device manages virtual memory, as
-the simulator does, else pool.
+--allocator picks the manager's allocator by name, as in replay (pool the
+segment alloc.Pool, expandable alloc.Expandable); without it,
+$VRAM_ALLOC_CONF's, else the manager's choice: expandable where the device
+manages virtual memory, as the simulator does, else pool. The report, -v
+and the metrics name the allocator that serves.
 
 On the simulator (the default where there is no GPU) the device has
 --vram of memory (256 MiB), so the default batch needs several chunks. On
@@ -136,13 +135,13 @@ memory available is refused before anything is allocated, unless --out
 or --host-mem is given.
 
 --out FILE.npy writes the trajectories to FILE.npy as each chunk comes
-back, never holding more than a chunk of them: one float32 array in C
-order of shape (samples, 2, runs), element [k, 0, i] run i's x at sample
-k and [k, 1, i] its v (numpy.load reads it; mmap_mode="r" maps it). The
-sampled runs are verified from the file. --host-mem SIZE caps the host
-RAM of the job's host arrays and pinned staging buffers; arrays past it
-spill to memory-mapped files in $VRAM_SPILL_DIR (default the temporary
-directory), and the chunks are staged through fewer buffers.
+back, never holding more than a chunk: one float32 array in C order of
+shape (samples, 2, runs), [k, 0, i] run i's x at sample k and [k, 1, i]
+its v (numpy.load reads it), verified from the file, which is written
+beside FILE.npy and renamed to it only once the job succeeds. --host-mem
+SIZE caps the host RAM of the job's host arrays and staging buffers;
+arrays past it spill to memory-mapped files in $VRAM_SPILL_DIR (default
+the temporary directory), and chunks are staged through fewer buffers.
 
 ` + shardHelp + devicesHelp + `Ctrl-C stops the job before its next chunk (exit 1); a second Ctrl-C
 ends it at once.
@@ -183,7 +182,7 @@ func (a *app) runCommand() *cobra.Command {
 	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
 	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
-	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+strings.Join(allocatorKinds, ", ")+" (default: $VRAM_ALLOC_CONF's, else expandable where the device manages virtual memory, else pool)")
+	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+allocatorHelp()+"; default: $VRAM_ALLOC_CONF's, else the pool kind's: expandable where the device manages virtual memory, else pool")
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight (--buffers 2): copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 to 3 (default: chosen from the first chunk's copy and kernel times)")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
@@ -221,7 +220,8 @@ type job struct {
 	spans   []vram.Span // the chunks as the batch cut them, in order (for the verification)
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
-	traj                          *trajFile       // --out; nil without
+	outPath                       string          // --out ("": none)
+	traj                          *trajFile       // --out, once made; nil without
 	rungs                         map[string]string
 }
 
@@ -264,7 +264,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err != nil {
 		return err
 	}
-	opts = append(opts, vram.WithLogger(a.log), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
+	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
 	if limit > 0 {
 		opts = append(opts, vram.WithCap(limit))
 	}
@@ -279,13 +279,10 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err := kern.Load(dev); err != nil {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
-	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{}}
-	if f.out != "" {
-		if err := j.openOut(f.out); err != nil {
-			return err
-		}
-		defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
-	}
+	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{},
+		outPath: f.out}
+	// The --out file, made once the plan is known (allocate).
+	defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	ms, err := a.startMetrics(f, m)
 	if err != nil {
 		return err
@@ -435,10 +432,17 @@ func (j *job) check(want int, rep *runReport) error {
 }
 
 // allocate registers the two clients, queues their requests, allocates
-// them planned together, and makes the full-length host arrays.
+// them planned together, and makes the --out file and the full-length
+// host arrays (a --host-mem that cannot stage a chunk shortens the
+// chunks as the batch runs).
 func (j *job) allocate(buffers int) error {
 	if err := j.register(buffers); err != nil {
 		return err
+	}
+	if j.outPath != "" {
+		if err := j.openOut(j.outPath); err != nil {
+			return err
+		}
 	}
 	if err := j.makeHostArrays(); err != nil {
 		return err

@@ -122,7 +122,8 @@ func TestRunText(t *testing.T) {
 // serves the batch, as replay's names do: pool is the segment Pool even
 // where the manager's own choice (no flag) is Expandable.
 func TestRunAllocatorNames(t *testing.T) {
-	for flag, want := range map[string]string{"": "expandable", "pool": "pool", "expandable": "expandable", "direct": "direct", "async": "async"} {
+	for flag, want := range map[string]string{"": "expandable", "pool": "pool", "expandable": "expandable", "direct": "direct", "async": "async",
+		"cupy": "pool", "default": "direct", "cupy_async": "async", "Async-Pool": "async"} {
 		t.Run(flag, func(t *testing.T) {
 			args := []string{"run", "--json"}
 			if flag != "" {
@@ -141,8 +142,8 @@ func TestRunAllocatorNames(t *testing.T) {
 			}
 		})
 	}
-	if _, stderr, code := cli(t, "", append([]string{"run", "--allocator", "cupy"}, smallRun...)...); code != exitUsage || !strings.Contains(stderr, "want one of") {
-		t.Errorf("--allocator cupy: exit %d, stderr %q; want a usage error listing the names", code, stderr)
+	if _, stderr, code := cli(t, "", append([]string{"run", "--allocator", "slab"}, smallRun...)...); code != exitUsage || !strings.Contains(stderr, "want direct (or default), pool (or cupy), async (or asyncpool, async_pool, cupy_async), expandable") {
+		t.Errorf("--allocator slab: exit %d, stderr %q; want a usage error listing the names", code, stderr)
 	}
 }
 
@@ -160,6 +161,8 @@ func TestRunErrors(t *testing.T) {
 		"bad allocator":         {[]string{"--allocator", "slab"}, exitUsage, `--allocator "slab"`},
 		"bad vram":              {[]string{"--vram", "big"}, exitUsage, `--vram "big"`},
 		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--vram 1MiB: want at least 2 MiB, one page of the simulator`},
+		"out not a .npy":        {[]string{"--out", "r.txt"}, exitUsage, `--out "r.txt": want a file name ending in .npy`},
+		"vram with no unit":     {[]string{"--vram", "64"}, exitUsage, `--vram 64 (read as 64 bytes: a size without a unit is bytes; write 64MiB or 64GiB for more): want at least 2 MiB`},
 		"vram below its page":   {[]string{"--device", "sim:granularity=64KiB", "--vram", "32KiB"}, exitUsage, `--vram 32KiB: want at least 64 KiB`},
 		"unstable dt":           {[]string{"--runs", "2000", "--dt", "1", "--steps", "50"}, exitUsage, "RK4 is unstable at this step"},
 		"sized twice":           {[]string{"--device", "sim:vram=1GiB", "--vram", "1GiB"}, exitUsage, "give one of them"},

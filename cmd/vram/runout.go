@@ -7,8 +7,11 @@
 // velocity v. Once a chunk's outputs are back in a pinned staging buffer,
 // each of its 2 × samples rows (Len runs of one sample and variable) is
 // written at its place in the file; nothing holds more than a chunk.
-// The file is made at its full size first (sparse), and removed again if
-// the job fails.
+// The file is written beside FILE.npy, as a temporary .FILE.npy.*.partial
+// made at its full size first (sparse), and renamed to FILE.npy once the
+// job has succeeded (internal/userfile): a job that fails, is interrupted
+// or is killed leaves an existing FILE.npy as it was, and nothing that
+// looks complete.
 //
 // --host-mem caps the host RAM the manager's host arrays and staging
 // buffers take (vram.HostOptions.Limit): host arrays past it spill to
@@ -22,30 +25,39 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"math"
-	"os"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
+	"github.com/vramkit/vram/internal/userfile"
 	"github.com/vramkit/vram/npy"
 )
 
-// trajFile is the --out file being written.
+// trajFile is the --out file being written: path's new content, in a
+// temporary file until commit.
 type trajFile struct {
-	f             *npy.File
+	tmp           *userfile.File
+	f             *npy.File // over tmp
 	path          string
 	runs, samples int
 }
 
-// createTrajFile makes path for samples × 2 × runs float32 values.
+// createTrajFile makes path's new content, for samples × 2 × runs float32
+// values, beside it.
 func createTrajFile(path string, runs, samples int) (*trajFile, error) {
-	f, err := npy.Create(path, npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: []int{samples, 2, runs}}, 0o644)
+	tmp, err := userfile.Create(path, userfile.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
-	return &trajFile{f: f, path: path, runs: runs, samples: samples}, nil
+	f, err := npy.CreateIn(tmp.OS(), npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: []int{samples, 2, runs}})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("--out: %w", err), tmp.Abort())
+	}
+	return &trajFile{tmp: tmp, f: f, path: path, runs: runs, samples: samples}, nil
 }
 
 // drain writes chunk sp's trajectories, the first sp.Len runs of each row
@@ -82,11 +94,24 @@ func (t *trajFile) run(i int) ([]oscillator.Sample, error) {
 	return s, nil
 }
 
-// close closes the file, and removes it when failed is set.
+// checksum reads the file's data back and returns its CRC-32C, in hex:
+// what a part's manifest vouches for.
+func (t *trajFile) checksum() (string, error) {
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, err := io.Copy(h, io.NewSectionReader(t.f.OS(), t.f.DataOffset(), t.f.DataBytes())); err != nil {
+		return "", fmt.Errorf("--out: read %s back: %w", t.path, err)
+	}
+	return fmt.Sprintf("%08x", h.Sum32()), nil
+}
+
+// close puts the file in place, or with failed set removes it, leaving
+// what was at the path as it was.
 func (t *trajFile) close(failed bool) error {
-	err := t.f.Close()
+	var err error
 	if failed {
-		err = errors.Join(err, os.Remove(t.path))
+		err = t.tmp.Abort()
+	} else {
+		err = t.tmp.Commit()
 	}
 	if err != nil {
 		return fmt.Errorf("--out %s: %w", t.path, err)
@@ -135,7 +160,7 @@ func (j *job) makeHostArrays() error {
 	if j.hParams, err = j.hostArray([]int{4, n}, vram.Float32, "parameters", hostBytes); err != nil {
 		return err
 	}
-	if j.traj == nil {
+	if j.outPath == "" {
 		if j.hOut, err = j.hostArray([]int{s, 2, n}, vram.Float32, "trajectories", hostBytes); err != nil {
 			return err
 		}

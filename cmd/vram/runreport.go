@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -300,6 +301,15 @@ func plural[N int | uint64](n N, noun string) string {
 	return fmt.Sprintf("%d %s", n, noun)
 }
 
+// clipEnv quotes an environment variable's value for a message, at most
+// 40 bytes of it.
+func clipEnv(v string) string {
+	if len(v) > 40 {
+		return fmt.Sprintf("%q…", v[:40])
+	}
+	return fmt.Sprintf("%q", v)
+}
+
 // allocHint adds to a failure to allocate the batch what to change on the
 // command line to make it fit.
 func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
@@ -307,7 +317,15 @@ func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
 		return err
 	}
 	var fixes []string
+	var be *vram.BudgetError
+	capped := errors.As(err, &be) && be.Bound == vram.BoundCap
 	switch {
+	case capped && limit == 0:
+		// The cap is not --vram's: the only other the command has is
+		// $VRAM_ALLOC_CONF's limit.
+		fixes = append(fixes, fmt.Sprintf("raise the limit in $%s (%s)", vram.AllocConfEnv, clipEnv(os.Getenv(vram.AllocConfEnv))))
+	case capped:
+		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s (or the limit in $%s, if it is lower)", f.vram, vram.AllocConfEnv))
 	case info.Backend == "sim":
 		fixes = append(fixes, fmt.Sprintf("give the simulator more than its %s (--vram)", units.Format(info.TotalBytes)))
 	case limit > 0:
@@ -330,18 +348,14 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 		return runReport{}, fmt.Errorf("device memory: %w", err)
 	}
 	js := j.shape
-	// The allocator that serves the manager's kind: the Pool kind is
-	// Expandable or the segment Pool (its report's name says which).
-	kind, ar := vram.AllocatorReport(j.m)
-	name := kind.String()
-	if ar.Allocator != "" {
-		name = ar.Allocator
-	}
+	// The allocator that serves the manager's kind, by its registry name:
+	// the Pool kind is Expandable or the segment Pool.
+	_, ar := vram.AllocatorReport(j.m)
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,
 		Kernel:          j.kernel.Form(j.dev),
-		Allocator:       name,
+		Allocator:       ar.Allocator,
 		DeviceBytes:     total,
 		LimitBytes:      limit,
 		Runs:            js.runs,

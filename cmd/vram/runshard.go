@@ -17,9 +17,13 @@
 // With --out OUT.npy a shard writes its part, not OUT.npy: the part
 // OUT.shard-i-of-N.npy (float32, C order, shape (samples, 2, its runs)),
 // and once the part is complete and verified, its manifest
-// OUT.shard-i-of-N.json saying which runs of which batch it holds. A part
+// OUT.shard-i-of-N.json saying which runs of which batch it holds, and the
+// size and CRC-32C of the part's data (read back from the file), so that
+// merge takes that file and no other. A part
 // without a manifest is unfinished; `vram merge OUT.npy` gathers the parts
-// that have one.
+// that have one. Both are written beside their paths and renamed into
+// place, so a try of a shard that fails leaves an earlier try's part and
+// manifest as they were.
 
 package main
 
@@ -27,11 +31,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/vramkit/vram/internal/shard"
+	"github.com/vramkit/vram/internal/userfile"
 )
 
 // shardHelp is the part of `vram run --help` about --shard.
@@ -63,6 +69,11 @@ type partManifest struct {
 	Steps     int     `json:"steps"`
 	Samples   int     `json:"samples"`
 	Dt        float64 `json:"dt"`
+	// DataBytes and DataCRC32C are the part's data (after its .npy
+	// header): its size and CRC-32C (Castagnoli) in hex, so that merge
+	// takes only the file this manifest was written for.
+	DataBytes  int64  `json:"data_bytes"`
+	DataCRC32C string `json:"data_crc32c"`
 }
 
 // partPaths are the part's .npy and manifest for the --out file out.
@@ -123,18 +134,14 @@ func shardSource(s shard.Shard) string {
 	return s.From
 }
 
-// openOut makes the --out file, or with a shard its part; closeOut
-// closes it (removing it when failed) and then writes a part's manifest.
+// openOut makes the --out file, or with a shard its part, beside where
+// it goes; closeOut puts it in place (or, when failed, removes it) and
+// then writes a part's manifest. A part and manifest left by an earlier
+// try of the shard stay as they were until this one has succeeded.
 func (j *job) openOut(out string) error {
 	path := out
 	if j.shape.parted() {
-		var manifest string
-		path, manifest = partPaths(out, j.shape.shard)
-		// A manifest left by an earlier try of this shard would vouch
-		// for a part about to be rewritten.
-		if err := os.Remove(manifest); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("--out: remove the old manifest: %w", err)
-		}
+		path, _ = partPaths(out, j.shape.shard)
 	}
 	var err error
 	j.traj, err = createTrajFile(path, j.shape.runs, j.shape.samples)
@@ -142,30 +149,46 @@ func (j *job) openOut(out string) error {
 }
 
 func (j *job) closeOut(out string, failed bool) error {
-	if err := j.traj.close(failed); err != nil || failed || !j.shape.parted() {
-		return err
+	if j.traj == nil { // no --out, or the job failed before making it
+		return nil
 	}
 	sh, s := j.shape, j.shape.shard
 	npyPath, manifest := partPaths(out, s)
+	if !failed && sh.parted() {
+		// The old manifest would vouch for the new part: it goes first.
+		if err := os.Remove(manifest); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return errors.Join(fmt.Errorf("--out: remove the old manifest: %w", err), j.traj.close(true))
+		}
+	}
+	var sum string
+	if !failed && sh.parted() {
+		var err error
+		if sum, err = j.traj.checksum(); err != nil {
+			return errors.Join(err, j.traj.close(true))
+		}
+	}
+	if err := j.traj.close(failed); err != nil || failed || !sh.parted() {
+		return err
+	}
 	m := partManifest{Part: filepath.Base(npyPath), Shard: s.Index, Shards: s.Count, From: s.From,
 		FirstRun: sh.first, Runs: sh.runs, TotalRuns: sh.total, Seed: j.seed,
-		Steps: int(sh.steps), Samples: sh.samples, Dt: sh.dtFlag}
+		Steps: int(sh.steps), Samples: sh.samples, Dt: sh.dtFlag,
+		DataBytes: j.traj.f.DataBytes(), DataCRC32C: sum}
 	return writeManifest(manifest, m)
 }
 
-// writeManifest writes m to path whole or not at all (a temporary file
-// renamed into place).
+// writeManifest writes m to path whole or not at all.
 func writeManifest(path string, m partManifest) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+	err = userfile.Write(path, userfile.Options{}, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("write the part's manifest: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return errors.Join(fmt.Errorf("write the part's manifest: %w", err), os.Remove(tmp))
 	}
 	return nil
 }

@@ -159,6 +159,12 @@ func Open(ordinal int) (*Device, error) {
 	if r := l.cuInit(); r != Success {
 		return nil, fmt.Errorf("cuda: %w: cuInit failed (%s loaded): %w", device.ErrNoDevice, l.path, r)
 	}
+	// Open makes the primary context current to describe the device; the
+	// thread gets back what it had (foreign.go says why that matters).
+	var prev uintptr
+	if l.ctxGetCurrent(&prev) == Success {
+		defer l.ctxSetCurrent(prev)
+	}
 	var count int32
 	if r := l.deviceGetCount(&count); r != Success {
 		return nil, fmt.Errorf("cuda: %w: cuDeviceGetCount: %w", device.ErrNoDevice, r)
@@ -724,6 +730,10 @@ func (d *Device) Close() error {
 	defer p.mu.Unlock()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	var prev uintptr
+	if l.ctxGetCurrent(&prev) == Success {
+		defer l.ctxSetCurrent(prev) // the thread gets back what it had
+	}
 	var errs []error
 	note := func(what string, r Result) {
 		if r != Success {

@@ -17,9 +17,11 @@
 // device.HostAllocator (pinned, optionally mapped, host memory),
 // device.ModuleLoader (PTX compiled by the driver's JIT, launched with
 // cuLaunchKernel), device.StridedCopier (pitched 2-D copies in one
-// cuMemcpy2DAsync) and device.VirtualMemory (cuMemAddressReserve,
+// cuMemcpy2DAsync), device.VirtualMemory (cuMemAddressReserve,
 // cuMemCreate, cuMemMap, cuMemSetAccess, …: what alloc.Expandable grows
-// by). Driver status codes are Result values, errors whose
+// by) and device.ForeignCaller (a program's own CUstreams borrowed, and
+// the calling thread's current context put back after each call, for
+// vram's C library under PyTorch, CuPy and Numba). Driver status codes are Result values, errors whose
 // text is the driver's name and description and which match the device
 // package's sentinels under errors.Is (CUDA_ERROR_OUT_OF_MEMORY is
 // device.ErrOutOfMemory).
@@ -86,7 +88,8 @@
 // The files: driver.go holds the raw symbols, constants and one thin
 // wrapper per driver entry point; dl_linux.go loads the library; result.go
 // is Result; device.go, memory.go, copy2d.go, stream.go, module.go and
-// vmm.go are the Device above them; spans.go and args.go are the allocation records
+// vmm.go are the Device above them; foreign.go serves calls from other
+// programs' threads; spans.go and args.go are the allocation records
 // and kernel argument packing; testdata/fakecuda.c is the stand-in driver
 // the tests run against where there is no GPU.
 package cuda

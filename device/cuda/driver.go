@@ -21,11 +21,10 @@ import (
 
 // Constants from cuda.h.
 const (
-	cuStreamNonBlocking     = 0x1 // CU_STREAM_NON_BLOCKING
-	cuEventDisableTiming    = 0x2 // CU_EVENT_DISABLE_TIMING
-	cuMemHostRegPortable    = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
-	cuMemHostRegDeviceMap   = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
-	cuMemHostAllocDeviceMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
+	cuStreamNonBlocking   = 0x1 // CU_STREAM_NON_BLOCKING
+	cuEventDisableTiming  = 0x2 // CU_EVENT_DISABLE_TIMING
+	cuMemHostRegPortable  = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
+	cuMemHostRegDeviceMap = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
 
 	// CUmemorytype, for CUDA_MEMCPY2D
 	cuMemoryTypeHost   = 0x1 // CU_MEMORYTYPE_HOST
@@ -66,6 +65,8 @@ const (
 	symDevicePrimaryCtxReset
 	symDeviceGetDefaultMemPool
 	symCtxSetCurrent
+	symCtxGetCurrent
+	symCtxGetDevice
 	symCtxSynchronize
 	symMemGetInfo
 	symMemAlloc
@@ -123,6 +124,8 @@ var symbolNames = [numSyms]string{
 	symDevicePrimaryCtxReset:   "cuDevicePrimaryCtxReset_v2",
 	symDeviceGetDefaultMemPool: "cuDeviceGetDefaultMemPool",
 	symCtxSetCurrent:           "cuCtxSetCurrent",
+	symCtxGetCurrent:           "cuCtxGetCurrent",
+	symCtxGetDevice:            "cuCtxGetDevice",
 	symCtxSynchronize:          "cuCtxSynchronize",
 	symMemGetInfo:              "cuMemGetInfo_v2",
 	symMemAlloc:                "cuMemAlloc_v2",
@@ -260,6 +263,14 @@ func (l *lib) deviceGetDefaultMemPool(pool *uintptr, dev int32) Result {
 }
 
 func (l *lib) ctxSetCurrent(ctx uintptr) Result { return l.call(symCtxSetCurrent, ctx) }
+
+func (l *lib) ctxGetCurrent(ctx *uintptr) Result {
+	return l.call(symCtxGetCurrent, uintptr(unsafe.Pointer(ctx)))
+}
+
+func (l *lib) ctxGetDevice(dev *int32) Result {
+	return l.call(symCtxGetDevice, uintptr(unsafe.Pointer(dev)))
+}
 
 func (l *lib) ctxSynchronize() Result { return l.call(symCtxSynchronize) }
 

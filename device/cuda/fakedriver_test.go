@@ -165,6 +165,7 @@ func TestFakeDriverChild(t *testing.T) {
 	t.Run("DriverOutOfMemory", TestDriverOutOfMemory)
 	t.Run("NoAliasAfterReset", TestNoAliasAfterReset)
 	t.Run("Regressions", fakeRegressions)
+	t.Run("Foreign", fakeForeign)
 
 	t.Run("Conformance", TestConformance)
 }

@@ -16,6 +16,7 @@ type stream struct {
 	h         uintptr // CUstream
 	gen       uint64  // the primary context generation it was made in
 	isDefault bool
+	borrowed  bool // another program's CUstream (BorrowStream, foreign.go): never destroyed here
 	closed    atomic.Bool
 }
 
@@ -52,6 +53,9 @@ func (d *Device) NewStream() (device.Stream, error) {
 func (s *stream) String() string {
 	if s.isDefault {
 		return "cuda stream default"
+	}
+	if s.borrowed {
+		return fmt.Sprintf("cuda stream %#x (borrowed)", s.h)
 	}
 	return fmt.Sprintf("cuda stream %#x", s.h)
 }
@@ -103,9 +107,16 @@ func (s *stream) Query() (bool, error) {
 // Close waits for the stream's work and destroys it. Closing the default
 // stream is a no-op; closing a stream twice returns device.ErrClosed; a
 // stream made before a Reset is already gone and returns
-// device.ErrInvalidated.
+// device.ErrInvalidated. Closing a borrowed stream only marks it closed:
+// its work and its handle are its owner's.
 func (s *stream) Close() error {
 	if s.isDefault {
+		return nil
+	}
+	if s.borrowed {
+		if !s.closed.CompareAndSwap(false, true) {
+			return fmt.Errorf("cuda: close %v: %w", s, device.ErrClosed)
+		}
 		return nil
 	}
 	if err := s.enter("Close"); err != nil {

@@ -12,6 +12,12 @@
 // StridedCopier, VirtualMemory) are tested only when the device has them, and tests that
 // need bytes skip on a device that is not backed; each skip says why.
 //
+// Its files follow the abilities: memory.go (info, accounting, Malloc,
+// copies), streams.go (ordering, asynchrony, events, sticky errors),
+// kernels.go, asyncpool.go, hostmem.go, memcheck.go, strided.go, vmm.go,
+// reset.go, badinputs.go and lifecycle.go (Close, concurrency); Run and
+// the helpers are in devicetest.go and helpers.go.
+//
 // It does not own anything backend-specific: the simulator's exact
 // granularity rules, fault injection and address-only mode are tested in
 // vram/device/sim itself. It imports nothing but package device and the

@@ -31,6 +31,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -107,9 +108,20 @@ func (d *Device) enqueueCopy(op string, st *stream, dst, src []byte) error {
 		if fail {
 			return d.copyFailed(op, n, st)
 		}
-		d.transfer(n, func() { copy(dst, src) })
-		return nil
+		var err error
+		d.transfer(n, func() { err = safecopy.Copy(dst, src) })
+		return d.hostFaulted(op, n, st, err)
 	})
+}
+
+// hostFaulted is the error of a copy whose host memory faulted (err from
+// package safecopy), or nil: a memory-mapped file that shrank, or whose
+// disk filled, fails the copy instead of ending the process.
+func (d *Device) hostFaulted(op string, n uint64, s *stream, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%v: %s of %s on %v: the host memory %w: %w", d, op, units.Format(n), s, err, device.ErrCopyFailed)
 }
 
 // CopyHtoD copies src to dst on s. src is read when the stream reaches the

@@ -490,6 +490,23 @@ func (d *Device) TrimPool(keep uint64) error {
 	return nil
 }
 
+// PoolSegments lists the pool's reservations, by address
+// (device.PoolSegmenter).
+func (d *Device) PoolSegments() []device.PoolSegment {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	out := make([]device.PoolSegment, 0, d.pool.nSeg)
+	var last *segment
+	d.pool.blocks.each(func(n *tnode[*block]) bool {
+		if seg := n.v.seg; seg != last {
+			out = append(out, device.PoolSegment{Addr: device.Ptr(seg.start), Size: seg.size})
+			last = seg
+		}
+		return true
+	})
+	return out
+}
+
 // PoolUsage reports the bytes the pool holds reserved from the device and
 // the bytes of live MallocAsync blocks (each rounded up to PoolAlignment).
 func (d *Device) PoolUsage() (reserved, used uint64, err error) {

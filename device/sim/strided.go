@@ -28,6 +28,7 @@ import (
 	"math/bits"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -119,12 +120,15 @@ func (d *Device) copy2D(op string, toDevice bool, dev device.Ptr, devPitch uint6
 		if !toDevice {
 			dstBuf, dstPitch, srcBuf, srcPitch = host, hostPitch, mem, devPitch
 		}
+		var err error
 		d.transfer(n, func() {
-			for r := range height {
-				copy(dstBuf[r*dstPitch:r*dstPitch+width], srcBuf[r*srcPitch:r*srcPitch+width])
-			}
+			err = safecopy.Do(func() {
+				for r := range height {
+					copy(dstBuf[r*dstPitch:r*dstPitch+width], srcBuf[r*srcPitch:r*srcPitch+width])
+				}
+			})
 		})
-		return nil
+		return d.hostFaulted(op, n, st, err)
 	})
 }
 

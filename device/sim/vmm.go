@@ -39,6 +39,7 @@ import (
 )
 
 var _ device.VirtualMemory = (*Device)(nil)
+var _ device.PoolSegmenter = (*Device)(nil)
 
 // vmState is a generation's virtual memory. Protected by Device.mu.
 type vmState struct {

@@ -31,13 +31,22 @@ var suffixes = []struct {
 	{"b", 1},
 }
 
+// quote quotes s, a size's text (from a flag, a file, the environment),
+// for a message: at most 40 bytes of it, and its length when longer.
+func quote(s string) string {
+	if len(s) > 40 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:40], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
 // ParseSize reads a byte size: a non-negative number with an optional
 // suffix (B, KB/MB/GB/TB in powers of 1000, KiB/MiB/GiB/TiB or K/M/G/T in
 // powers of 1024), case-insensitive, spaces allowed before the suffix.
 func ParseSize(s string) (uint64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	if t == "" {
-		return 0, fmt.Errorf("%q: %w", s, ErrBadSize)
+		return 0, fmt.Errorf("%s: %w", quote(s), ErrBadSize)
 	}
 	mult := 1.0
 	for _, sf := range suffixes {
@@ -52,19 +61,19 @@ func ParseSize(s string) (uint64, error) {
 			return u, nil
 		}
 		if float64(u)*mult >= math.MaxUint64 {
-			return 0, fmt.Errorf("%q overflows 64 bits: %w", s, ErrBadSize)
+			return 0, fmt.Errorf("%s overflows 64 bits: %w", quote(s), ErrBadSize)
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q: want a number with an optional unit such as 512MiB or 2GB: %w", s, ErrBadSize)
+		return 0, fmt.Errorf("%s: want a number with an optional unit such as 512MiB or 2GB: %w", quote(s), ErrBadSize)
 	}
 	if f < 0 {
-		return 0, fmt.Errorf("%q is negative: %w", s, ErrBadSize)
+		return 0, fmt.Errorf("%s is negative: %w", quote(s), ErrBadSize)
 	}
 	v := f * mult
 	if v >= math.MaxUint64 {
-		return 0, fmt.Errorf("%q overflows 64 bits: %w", s, ErrBadSize)
+		return 0, fmt.Errorf("%s overflows 64 bits: %w", quote(s), ErrBadSize)
 	}
 	return uint64(math.Round(v)), nil
 }

@@ -189,7 +189,31 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
 	return OK;
 }
 CUresult cuDeviceGetDefaultMemPool(void **pool, CUdevice d) { *pool = (void *)0x2000; return d ? INVALID_DEVICE : OK; }
-CUresult cuCtxSetCurrent(void *ctx) { return (uintptr_t)ctx == ctx_handle() ? OK : INVALID_CONTEXT; }
+/* The context current on each thread (0: none). Besides the primary
+ * context, two handles stand for contexts the fake never makes but that a
+ * program calling vram may have current: OTHER_CTX, a second context of
+ * device 0 (as cuCtxCreate makes), and PEER_CTX, a context of a device 1
+ * the fake has no other trace of. */
+#define OTHER_CTX 0x7000
+#define PEER_CTX 0x7040
+static __thread uintptr_t current_ctx;
+CUresult cuCtxSetCurrent(void *ctx) {
+	uintptr_t c = (uintptr_t)ctx;
+	if (c != 0 && c != ctx_handle() && c != OTHER_CTX && c != PEER_CTX) return INVALID_CONTEXT;
+	current_ctx = c;
+	return OK;
+}
+CUresult cuCtxGetCurrent(void **ctx) {
+	if (!ctx) return INVALID_VALUE;
+	*ctx = (void *)current_ctx;
+	return OK;
+}
+CUresult cuCtxGetDevice(CUdevice *d) {
+	if (!d) return INVALID_VALUE;
+	if (!current_ctx) return INVALID_CONTEXT;
+	*d = current_ctx == PEER_CTX ? 1 : 0;
+	return OK;
+}
 CUresult cuCtxSynchronize(void) {
 	pthread_mutex_lock(&mu); sync_point_locked(); unsynced = 0; pthread_mutex_unlock(&mu);
 	return OK;
@@ -263,7 +287,9 @@ static int valid_range(CUdeviceptr p, size_t n) {
 	pthread_mutex_unlock(&mu);
 	return ok;
 }
-static int valid_stream(void *s) { return s == 0 || p2h(s, STREAM); }
+/* 0 is the NULL stream; 1 and 2 are CU_STREAM_LEGACY and
+ * CU_STREAM_PER_THREAD, which the driver takes wherever a stream goes. */
+static int valid_stream(void *s) { return (uintptr_t)s <= 2 || p2h(s, STREAM); }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *dp, size_t n) { return do_alloc(dp, n, 0); }
 CUresult cuMemFree_v2(CUdeviceptr dp) { return do_free(dp, 0); }

@@ -1,0 +1,112 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/vramkit/vram/broker/brokerpb"
+)
+
+// FuzzRequests decodes requests from the input as the gRPC server would
+// (each message's bytes prefixed by its kind and length) and runs them
+// against a table, as two processes (one of them root): no input may
+// panic, every refusal wraps one of the broker's sentinels, and the
+// table's invariants hold after every request.
+func FuzzRequests(f *testing.F) {
+	seed := func(msgs ...proto.Message) []byte {
+		var out []byte
+		for _, m := range msgs {
+			b, _ := proto.Marshal(m)
+			kind := map[string]byte{"AcquireRequest": 0, "ChangeRequest": 1, "ClaimRequest": 2, "ReportRequest": 3, "ReleaseRequest": 4}[string(m.ProtoReflect().Descriptor().Name())]
+			out = append(out, kind, byte(len(b)))
+			out = append(out, b...)
+		}
+		return out
+	}
+	f.Add(seed(&brokerpb.AcquireRequest{LeaseId: 1, Spec: &brokerpb.LeaseSpec{Name: "a", Proportion: 0.5}},
+		&brokerpb.ClaimRequest{LeaseId: 1, LimitBytes: 6 << 30}, &brokerpb.ReportRequest{LeaseId: 1, HeldBytes: 5 << 30},
+		&brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}}, &brokerpb.ClaimRequest{LeaseId: 2, LimitBytes: 4 << 30}))
+	f.Add(seed(&brokerpb.AcquireRequest{LeaseId: 3, Spec: &brokerpb.LeaseSpec{}}, &brokerpb.ChangeRequest{LeaseId: 3, Proportion: 0.96},
+		&brokerpb.AcquireRequest{LeaseId: 4, Spec: &brokerpb.LeaseSpec{Device: 1, CapBytes: 1 << 20}, Rejoin: true, HeldBytes: 1 << 40}, &brokerpb.ReleaseRequest{LeaseId: 3}))
+	f.Add([]byte{0, 200, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s, err := NewServer(Config{Devices: []Device{{Name: "a", Total: 8 << 30, Context: 1 << 20}, {Name: "b", Total: 1 << 30}},
+			ReclaimTimeout: time.Millisecond, MaxLeasesPerConn: 8, MaxLeases: 12, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.check = checkLocked
+		users := []*session{s.openSession(peerCred{pid: 10, uid: 1000}), s.openSession(peerCred{pid: 11, uid: 0})}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		for i := 0; len(in) >= 2; i++ {
+			kind, n := in[0]%5, int(in[1])
+			in = in[2:]
+			if n > len(in) {
+				n = len(in)
+			}
+			msg := in[:n]
+			in = in[n:]
+			sess := users[i%2]
+			if err := runRequest(ctx, s, sess, kind, msg); err != nil && !known(err) {
+				t.Fatalf("request kind %d: %v wraps no sentinel of the broker", kind, err)
+			}
+			if b := s.broken; len(b) > 0 {
+				t.Fatalf("invariants broken: %q", b)
+			}
+		}
+		for _, sess := range users {
+			s.endSession(sess)
+		}
+		if len(s.leases) != 0 || len(s.broken) > 0 {
+			t.Fatalf("after every session ended: %d leases, broken %q", len(s.leases), s.broken)
+		}
+	})
+}
+
+// runRequest decodes msg as a request of kind and runs it. A message that
+// does not decode is dropped, as gRPC refuses it before any handler.
+func runRequest(ctx context.Context, s *Server, sess *session, kind byte, msg []byte) error {
+	decode := func(m proto.Message) bool { return proto.Unmarshal(msg, m) == nil }
+	switch kind {
+	case 0:
+		if r := new(brokerpb.AcquireRequest); decode(r) {
+			_, err := s.acquire(sess, r)
+			return err
+		}
+	case 1:
+		if r := new(brokerpb.ChangeRequest); decode(r) {
+			_, err := s.change(sess, r)
+			return err
+		}
+	case 2:
+		if r := new(brokerpb.ClaimRequest); decode(r) {
+			_, err := s.claim(ctx, sess, r)
+			return err
+		}
+	case 3:
+		if r := new(brokerpb.ReportRequest); decode(r) {
+			_, err := s.report(sess, r)
+			return err
+		}
+	case 4:
+		if r := new(brokerpb.ReleaseRequest); decode(r) {
+			return s.release(sess, r)
+		}
+	}
+	return nil
+}
+
+func known(err error) bool {
+	for _, e := range []error{ErrProportion, ErrInvalid, ErrNotFound, ErrPermission, ErrLimit, ErrReclaimTimeout, ErrReleased, ErrBusy, ErrExists,
+		context.DeadlineExceeded, context.Canceled} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,121 @@
+package broker
+
+// The test binary doubles as a leaseholder or a broker in a child
+// process, for the tests that kill one (kill -9) or need another uid.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const helperEnv = "VRAM_BROKER_TEST_HELPER"
+
+// helperMain runs the child's part when the environment asks for it, and
+// reports whether it did.
+func helperMain() bool {
+	mode := os.Getenv(helperEnv)
+	if mode == "" {
+		return false
+	}
+	socket := os.Getenv("VRAM_BROKER_TEST_SOCKET")
+	ctx := context.Background()
+	fail := func(err error) { fmt.Println("error:", err); os.Exit(1) }
+	switch mode {
+	case "hold": // acquire a lease, say its id, wait to be killed
+		c, err := Dial(ctx, socket, WithLogger(quiet))
+		if err != nil {
+			fail(err)
+		}
+		l, err := c.Acquire(ctx, LeaseOptions{Name: "child", Proportion: 0.5})
+		if err != nil {
+			fail(err)
+		}
+		fmt.Println("lease", l.ID())
+		select {}
+	case "release": // try to release someone else's lease
+		c, err := Dial(ctx, socket, WithLogger(quiet))
+		if err != nil {
+			fail(err)
+		}
+		id, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_LEASE"), 16, 64)
+		other := &Lease{c: c, id: id, changed: make(chan struct{})}
+		err = other.Release(ctx)
+		fmt.Println("release:", err, is(err, ErrPermission))
+		err = other.Change(ctx, 0.1, 0)
+		fmt.Println("change:", err, is(err, ErrPermission))
+		_, err = c.Status(ctx)
+		fmt.Println("status:", err)
+		_ = c.Close()
+	case "broker": // serve a broker until killed
+		s, err := NewServer(oneDevice(8 * GiB))
+		if err != nil {
+			fail(err)
+		}
+		s.cfg.Logger = quiet
+		ln, err := Listen(socket, 0o600, -1)
+		if err != nil {
+			fail(err)
+		}
+		fmt.Println("serving")
+		_ = s.Serve(ln)
+	default:
+		fail(fmt.Errorf("unknown helper mode %q", mode))
+	}
+	return true
+}
+
+// child starts the test binary in helper mode and returns it with its
+// first line of output.
+func child(t *testing.T, mode string, env []string, setup func(*exec.Cmd)) (*exec.Cmd, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), helperEnv+"="+mode), env...)
+	cmd.Stderr = os.Stderr
+	if setup != nil {
+		setup(cmd)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		var all []string
+		for sc.Scan() {
+			all = append(all, sc.Text())
+			if mode != "release" {
+				lines <- sc.Text()
+				for sc.Scan() {
+				}
+				return
+			}
+		}
+		lines <- strings.Join(all, "\n")
+	}()
+	select {
+	case line := <-lines:
+		return cmd, line
+	case <-time.After(30 * time.Second):
+		t.Fatalf("helper %s said nothing in 30s", mode)
+	}
+	return nil, ""
+}

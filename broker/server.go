@@ -1,0 +1,267 @@
+package broker
+
+// The Server: the lease table behind a gRPC service on a Unix socket.
+//
+// Sessions. Every connection is a session, made when gRPC tags the
+// connection (its peer's pid and uid read from SO_PEERCRED during the
+// handshake, peercred.go) and ended when the connection closes, which
+// releases every lease it holds: a process that exits, kill -9 included,
+// loses its leases as soon as the kernel closes its socket.
+//
+// Locking. One mutex, mu, protects the table (devices, leases, claims,
+// reclaims) and the sessions. Nothing holding mu sends on a stream,
+// waits for a client or calls a device: events to a session are marked
+// dirty under mu and sent by the session's Watch goroutine afterwards,
+// so a client that never reads its stream blocks only its own goroutine.
+//
+// Limits (Config): connections, leases per connection, leases in all;
+// gRPC bounds the message size and the streams per connection; a
+// connection must finish its handshake within a few seconds.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
+
+	"github.com/vramkit/vram/broker/brokerpb"
+	"github.com/vramkit/vram/internal/share"
+)
+
+// Defaults of Config.
+const (
+	DefaultReclaimTimeout   = 10 * time.Second
+	DefaultMaxConns         = 256
+	DefaultMaxLeasesPerConn = 64
+	DefaultMaxLeases        = 4096
+	// maxMessageBytes bounds a request: the largest valid one is a few
+	// hundred bytes.
+	maxMessageBytes = 16 << 10
+	// maxStreamsPerConn bounds the calls one connection has in flight
+	// (its Watch stream and its waiting claims).
+	maxStreamsPerConn = 128
+	// handshakeTimeout bounds how long a new connection may take to
+	// speak HTTP/2.
+	handshakeTimeout = 5 * time.Second
+)
+
+// Device is one device the broker divides: the memory it has and what a
+// process's context takes of it (a device states both: device.Info's
+// TotalBytes and ContextBytes).
+type Device struct {
+	Name    string // as the broker's --devices named it ("cuda:0", "sim:vram=1GiB")
+	Total   uint64 // bytes divided between the leases
+	Context uint64 // bytes each process's context takes, charged once per process
+}
+
+// Config configures NewServer. Zero fields take their defaults.
+type Config struct {
+	Devices []Device
+	// ReclaimTimeout is how long a borrower has to shrink when asked,
+	// and so how long a claim waits for it (default 10s).
+	ReclaimTimeout time.Duration
+	// MaxConns bounds the connections served at once; more are closed
+	// on accept (default 256).
+	MaxConns int
+	// MaxLeasesPerConn bounds the leases of one connection (default 64).
+	MaxLeasesPerConn int
+	// MaxLeases bounds the leases in all (default 4096).
+	MaxLeases int
+	// Logger receives warnings: missed deadlines, refused connections
+	// (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Server is a node broker. It is safe for concurrent use.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	id   uint64 // this instance, new at every start
+	grpc *grpc.Server
+
+	mu          sync.Mutex // protects the fields below
+	devices     []*device
+	leases      map[uint64]*lease    // by id
+	sessions    map[uint64]*session  // by id
+	counts      []counts             // per device
+	nextSession uint64               // ids of sessions
+	nextReclaim uint64               // ids of reclaims
+	seq         uint64               // of the lease states sent (LeaseState.seq)
+	stopped     bool                 // Stop was called
+	check       func(*Server) string // test hook (export_test.go): an invariant broken, or ""
+	broken      []string             // what check found
+}
+
+// counts are a device's counters since the start. Protected by
+// Server.mu.
+type counts struct {
+	granted, timedOut, cancelled, released uint64 // claims, by how they ended
+	reclaims, missed                       uint64 // requests to shrink, and deadlines missed
+}
+
+// session is one connection. Protected by Server.mu, but wake.
+type session struct {
+	id       uint64
+	pid, uid uint32
+	leases   map[uint64]*lease
+	watching bool
+	closed   bool
+	dirty    map[uint64]struct{} // leases whose state the Watch stream has to send
+	wake     chan struct{}       // room for one: something is dirty
+}
+
+// NewServer returns a server of cfg's devices. Serve it on a listener
+// from Listen.
+func NewServer(cfg Config) (*Server, error) {
+	if len(cfg.Devices) == 0 {
+		return nil, fmt.Errorf("broker: no devices to serve: %w", ErrInvalid)
+	}
+	if cfg.ReclaimTimeout <= 0 {
+		cfg.ReclaimTimeout = DefaultReclaimTimeout
+	}
+	cfg.MaxConns = orDefault(cfg.MaxConns, DefaultMaxConns)
+	cfg.MaxLeasesPerConn = orDefault(cfg.MaxLeasesPerConn, DefaultMaxLeasesPerConn)
+	cfg.MaxLeases = orDefault(cfg.MaxLeases, DefaultMaxLeases)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, id: randomID(), leases: map[uint64]*lease{}, sessions: map[uint64]*session{}}
+	for i, d := range cfg.Devices {
+		if d.Total == 0 || d.Context >= d.Total {
+			return nil, fmt.Errorf("broker: device %d (%s): total %d bytes with a context of %d: want a total above the context: %w", i, d.Name, d.Total, d.Context, ErrInvalid)
+		}
+		s.devices = append(s.devices, &device{index: i, name: d.Name, total: d.Total, context: d.Context,
+			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
+	}
+	s.counts = make([]counts, len(s.devices))
+	s.grpc = grpc.NewServer(
+		grpc.Creds(peerCredentials{}),
+		grpc.StatsHandler(connTracker{s}),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		grpc.ConnectionTimeout(handshakeTimeout),
+	)
+	brokerpb.RegisterBrokerServer(s.grpc, &rpcServer{s: s})
+	return s, nil
+}
+
+func orDefault(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// randomID is a random nonzero id.
+func randomID() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// Serve serves ln (a Unix socket, from Listen) until Stop. It returns nil
+// after Stop.
+func (s *Server) Serve(ln net.Listener) error {
+	err := s.grpc.Serve(&limitListener{Listener: ln, slots: make(chan struct{}, s.cfg.MaxConns), log: s.log})
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Stop closes every connection, which ends every lease, and stops Serve.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.grpc.Stop()
+}
+
+// sessionKey keys a connection's session in its contexts.
+type sessionKey struct{}
+
+func sessionOf(ctx context.Context) *session {
+	sess, _ := ctx.Value(sessionKey{}).(*session)
+	return sess
+}
+
+// connTracker makes and ends sessions as gRPC opens and closes
+// connections.
+type connTracker struct{ s *Server }
+
+func (connTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (connTracker) HandleRPC(context.Context, stats.RPCStats)                       {}
+
+func (t connTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	var cred peerCred
+	if p, ok := peer.FromContext(ctx); ok {
+		cred, _ = p.AuthInfo.(peerCred)
+	}
+	return context.WithValue(ctx, sessionKey{}, t.s.openSession(cred))
+}
+
+func (t connTracker) HandleConn(ctx context.Context, st stats.ConnStats) {
+	if _, ok := st.(*stats.ConnEnd); ok {
+		if sess := sessionOf(ctx); sess != nil {
+			t.s.endSession(sess)
+		}
+	}
+}
+
+func (s *Server) openSession(cred peerCred) *session {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextSession++
+	sess := &session{id: s.nextSession, pid: cred.pid, uid: cred.uid, leases: map[uint64]*lease{},
+		dirty: map[uint64]struct{}{}, wake: make(chan struct{}, 1)}
+	s.sessions[sess.id] = sess
+	return sess
+}
+
+// endSession releases everything the connection held.
+func (s *Server) endSession(sess *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sess.closed {
+		return
+	}
+	sess.closed = true
+	delete(s.sessions, sess.id)
+	for _, l := range sortedByID(sess.leases) {
+		s.releaseLocked(l, fmt.Errorf("%s: its connection closed: %w", l.label(), ErrReleased))
+	}
+}
+
+// markDirty queues l's state for its session's Watch stream.
+func (sess *session) markDirty(id uint64) {
+	sess.dirty[id] = struct{}{}
+	select {
+	case sess.wake <- struct{}{}:
+	default:
+	}
+}
+
+func sortedByID(m map[uint64]*lease) []*lease {
+	d := device{leases: m}
+	return d.sortedLeases()
+}
+
+// counters are device i's counters now.
+func (s *Server) counters(i int) counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.counts[i]
+}

@@ -1,0 +1,277 @@
+// `vram lease -- COMMAND`: a fixed lease from the node's broker for any
+// program. The command takes the lease, claims its whole guaranteed part
+// (waiting for borrowers to give it back), starts COMMAND with each
+// framework's own memory limit set to the lease in its environment,
+// forwards signals to it, and releases the lease when it exits, however
+// it exits (if vram itself is killed, its connection closes and the
+// broker releases the lease all the same).
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/broker"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// exitError carries a status for the process to exit with and nothing to
+// print: COMMAND's own, which has said what it had to say.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("the command exited with status %d", e.code) }
+
+// Environment variables vram lease sets for COMMAND besides the
+// frameworks' own.
+const (
+	envLeaseBytes    = "VRAM_LEASE_BYTES"    // what COMMAND's allocator may hold, in bytes
+	envLeaseFraction = "VRAM_LEASE_FRACTION" // the same as a fraction of the device's total memory
+	envLeaseDevice   = "VRAM_LEASE_DEVICE"   // the broker's device index
+	envLeaseID       = "VRAM_LEASE_ID"
+)
+
+type leaseFlags struct {
+	proportion float64
+	bytes      string
+	device     string
+	socket     string
+	name       string
+}
+
+const leaseHelp = `vram lease takes a fixed lease of one device from the node's broker (vram
+broker), claims all of it (waiting, up to the broker's reclaim deadline,
+for borrowers to give it back), and runs COMMAND with the lease's memory
+limit set in its environment, in each framework's own documented setting:
+
+  VRAM_ALLOC_CONF                 limit:BYTES (vram's; other keys kept)
+  CUPY_GPU_MEMORY_LIMIT           BYTES (CuPy)
+  XLA_CLIENT_MEM_FRACTION,
+  XLA_PYTHON_CLIENT_MEM_FRACTION  the fraction of the device (JAX/XLA)
+  VRAM_LEASE_BYTES, VRAM_LEASE_FRACTION, VRAM_LEASE_DEVICE, VRAM_LEASE_ID
+
+PyTorch documents no environment setting for a limit (its released
+PYTORCH_CUDA_ALLOC_CONF refuses keys it does not know): call
+torch.cuda.set_per_process_memory_fraction(float(os.environ["VRAM_LEASE_FRACTION"]))
+first thing. BYTES is the lease less the context the process pays on the
+device. Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
+a terminal reach it from the terminal itself); the lease is released when
+COMMAND exits, however it exits, and vram exits with COMMAND's status.`
+
+func (a *app) leaseCommand() *cobra.Command {
+	var f leaseFlags
+	cmd := &cobra.Command{
+		Use:         "lease [--proportion P | --bytes N] [--device D] -- COMMAND [ARGS...]",
+		Annotations: noDeviceSpec(), // its --device is the broker's
+		Short:       "Run a command under a fixed lease of device memory from the node's broker",
+		Long:        leaseHelp,
+		Example: `  vram lease --bytes 8GiB -- python train.py
+  vram lease --proportion 0.5 --device 1 -- ./serve --port 8080
+  vram lease --bytes 1GiB -- env`,
+		Args: usageArgs(1, -1, "a COMMAND to run (after --)"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("proportion") == cmd.Flags().Changed("bytes") {
+				return usagef("give --proportion P or --bytes N, one of them: a fixed lease (the auto pool's share would change under the command)")
+			}
+			return a.runLease(f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetInterspersed(false) // COMMAND's own flags are its
+	fl.Float64Var(&f.proportion, "proportion", 0, "a manual share of the device, 0 < P ≤ 1")
+	fl.StringVar(&f.bytes, "bytes", "", "a lease of N bytes, such as 8GiB (the process's context included)")
+	fl.StringVar(&f.device, "device", "0", "the broker's device: its index (the order of its --devices) or its name")
+	fl.StringVar(&f.socket, "socket", broker.DefaultSocket(), "the broker's Unix socket ($"+broker.EnvSocket+" sets the default)")
+	fl.StringVar(&f.name, "name", "", "the lease's name in the broker's status (default: COMMAND's name)")
+	return cmd
+}
+
+// leaseDevice finds --device among the broker's devices.
+func leaseDevice(spec string, devs []broker.DeviceInfo) (broker.DeviceInfo, error) {
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = strconv.Itoa(d.Index) + " " + d.Name
+		if strconv.Itoa(d.Index) == spec || d.Name == spec {
+			return d, nil
+		}
+	}
+	return broker.DeviceInfo{}, usagef("--device %q: the broker has %s", spec, strings.Join(names, ", "))
+}
+
+// leaseOptions turns the flags into the lease to ask for on dev.
+func (f leaseFlags) leaseOptions(dev broker.DeviceInfo, command string) (broker.LeaseOptions, error) {
+	o := broker.LeaseOptions{Device: dev.Index, Name: f.name}
+	if o.Name == "" {
+		o.Name = filepath.Base(command)
+	}
+	if f.bytes == "" {
+		if math.IsNaN(f.proportion) || f.proportion <= 0 || f.proportion > 1 {
+			return o, usagef("--proportion %v: want 0 < P ≤ 1", f.proportion)
+		}
+		o.Proportion = f.proportion
+		return o, nil
+	}
+	n, err := units.ParseSize(f.bytes)
+	switch {
+	case err != nil:
+		return o, usagef("--bytes %q: %v", f.bytes, err)
+	case n > dev.Total:
+		return o, usagef("--bytes %s: more than device %d's %s", units.Format(n), dev.Index, units.Format(dev.Total))
+	case n <= dev.Context:
+		return o, usagef("--bytes %s: no more than the %s a process's context takes on device %d; ask for more", units.Format(n), units.Format(dev.Context), dev.Index)
+	}
+	// The share just above n, capped at n: exactly n guaranteed.
+	o.Proportion = min(1, float64(n)/float64(dev.Total)+1e-12)
+	o.Cap = n
+	return o, nil
+}
+
+func (a *app) runLease(f leaseFlags, args []string) error {
+	ctx, cancel := context.WithTimeout(a.ctx, time.Minute+broker.DefaultReclaimTimeout)
+	defer cancel()
+	c, err := broker.Dial(ctx, f.socket, broker.WithLogger(a.log))
+	if err != nil {
+		return fmt.Errorf("%w; is vram broker running on %s? (--socket, $%s)", err, f.socket, broker.EnvSocket)
+	}
+	defer c.Close() // releases the lease, whatever else failed
+	dev, err := leaseDevice(f.device, c.Devices())
+	if err != nil {
+		return err
+	}
+	o, err := f.leaseOptions(dev, args[0])
+	if err != nil {
+		return err
+	}
+	l, err := c.Acquire(ctx, o)
+	if err != nil {
+		return err
+	}
+	b := l.Budget()
+	if b, err = l.Claim(ctx, b.Guaranteed-min(b.Guaranteed, b.Context)); err != nil {
+		return fmt.Errorf("claim the lease's %s: %w", units.Format(l.Budget().Guaranteed), err)
+	}
+	// COMMAND's use is not known to vram: count all of it as held.
+	if err := l.Report(ctx, b.Bytes()); err != nil {
+		return err
+	}
+	a.log.Debug("lease", "id", l.ID(), "device", dev.Index, "limit", b.Limit, "bytes", b.Bytes())
+	fmt.Fprintf(a.stderr, "vram lease: %s on device %d (%s): %s for the command, %s with its context\n",
+		l.ID(), dev.Index, dev.Name, units.Format(b.Bytes()), units.Format(b.Limit))
+	code, err := a.runLeased(args, leaseEnv(os.Environ(), b.Bytes(), dev, l.ID()))
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if rerr := l.Release(rctx); rerr != nil {
+		a.log.Warn("vram lease: release (the broker releases it when this process exits)", "err", rerr)
+	}
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return exitError{code}
+	}
+	return nil
+}
+
+// runLeased runs the command with env, passing on the signals vram gets,
+// and returns its exit status (128 + the signal when one ended it).
+func (a *app) runLeased(args, env []string) (int, error) {
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
+	f, ok := a.stdin.(*os.File)
+	sigs := make(chan os.Signal, 8)
+	if fwd := forwardedSignals(ok && term.IsTerminal(int(f.Fd()))); len(fwd) > 0 { // none would mean all
+		signal.Notify(sigs, fwd...)
+	}
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", args[0], err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	for {
+		select {
+		case sig := <-sigs:
+			_ = cmd.Process.Signal(sig)
+		case err := <-waited:
+			var ee *exec.ExitError
+			switch {
+			case err == nil:
+				return 0, nil
+			case errors.As(err, &ee):
+				return exitStatus(ee), nil
+			}
+			return 0, fmt.Errorf("%s: %w", args[0], err)
+		}
+	}
+}
+
+// leaseEnv is base with each framework's memory limit set to bytes of dev.
+func leaseEnv(base []string, bytes uint64, dev broker.DeviceInfo, id string) []string {
+	frac := strconv.FormatFloat(math.Floor(float64(bytes)/float64(dev.Total)*1e4)/1e4, 'f', 4, 64)
+	set := map[string]string{
+		vram.AllocConfEnv:                allocConfLimit(lookupEnv(base, vram.AllocConfEnv), bytes),
+		"CUPY_GPU_MEMORY_LIMIT":          strconv.FormatUint(bytes, 10),
+		"XLA_CLIENT_MEM_FRACTION":        frac,
+		"XLA_PYTHON_CLIENT_MEM_FRACTION": frac,
+		envLeaseBytes:                    strconv.FormatUint(bytes, 10),
+		envLeaseFraction:                 frac,
+		envLeaseDevice:                   strconv.Itoa(dev.Index),
+		envLeaseID:                       id,
+	}
+	out := make([]string, 0, len(base)+len(set))
+	for _, kv := range base {
+		if k, _, _ := strings.Cut(kv, "="); !isSet(set, k) {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range []string{vram.AllocConfEnv, "CUPY_GPU_MEMORY_LIMIT", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+		envLeaseBytes, envLeaseFraction, envLeaseDevice, envLeaseID} {
+		out = append(out, k+"="+set[k])
+	}
+	return out
+}
+
+func lookupEnv(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// allocConfLimit is a VRAM_ALLOC_CONF with its limit set to bytes, or
+// kept if it was lower; its other keys as they were.
+func allocConfLimit(conf string, bytes uint64) string {
+	var keep []string
+	limit := bytes
+	for _, entry := range strings.Split(conf, ",") {
+		k, v, _ := strings.Cut(entry, ":")
+		switch {
+		case strings.TrimSpace(entry) == "":
+		case strings.EqualFold(strings.TrimSpace(k), "limit"):
+			if n, err := units.ParseSize(strings.TrimSpace(v)); err == nil && n < limit {
+				limit = n
+			}
+		default:
+			keep = append(keep, entry)
+		}
+	}
+	return strings.Join(append(keep, "limit:"+strconv.FormatUint(limit, 10)), ",")
+}
+
+func isSet(m map[string]string, k string) bool { _, ok := m[k]; return ok }

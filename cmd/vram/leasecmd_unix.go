@@ -1,0 +1,30 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// forwardedSignals are the signals vram lease passes on to its command.
+// On a terminal, Ctrl-C and Ctrl-\ reach the command from the terminal
+// itself (it is in the same process group), so passing them on too would
+// deliver them twice.
+func forwardedSignals(terminal bool) []os.Signal {
+	sigs := []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
+	if !terminal {
+		sigs = append(sigs, os.Interrupt, syscall.SIGQUIT)
+	}
+	return sigs
+}
+
+// exitStatus is the command's exit status, 128 + the signal that ended
+// it as a shell says.
+func exitStatus(ee *exec.ExitError) int {
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ee.ExitCode()
+}

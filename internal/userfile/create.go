@@ -1,0 +1,185 @@
+package userfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Sentinel errors; test with errors.Is.
+var (
+	// ErrNotRegular: the path exists and is not a regular file.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrIsInput: the output path is one of the inputs.
+	ErrIsInput = errors.New("the output is one of the inputs")
+)
+
+// DefaultPerm is the mode of a file Create makes where none existed.
+const DefaultPerm fs.FileMode = 0o644
+
+// Options say how Create checks and makes the file. The zero value is
+// DefaultPerm and no inputs.
+type Options struct {
+	// Perm is the new file's mode where none existed (default
+	// DefaultPerm); an existing file keeps its own.
+	Perm fs.FileMode
+	// Inputs are files the output must not be: each that exists is
+	// compared with the output (os.SameFile).
+	Inputs []string
+}
+
+// File is the new content of a user's file, written to a temporary file
+// beside it until Commit. Not safe for concurrent Commit and Abort; the
+// *os.File from OS is as safe as any.
+type File struct {
+	f      *os.File
+	path   string      // as the caller named it
+	target string      // path with symbolic links followed: what Commit replaces
+	perm   fs.FileMode // the mode Commit gives the file
+	done   bool        // committed or aborted
+}
+
+// Create checks path and makes the temporary file its new content is
+// written to. Errors wrap ErrNotRegular, ErrIsInput, or the os error.
+func Create(path string, opt Options) (*File, error) {
+	target, perm, err := Check(path, opt)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.partial")
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", path, err)
+	}
+	return &File{f: f, path: path, target: target, perm: perm}, nil
+}
+
+// Check is Create's check alone: it returns the file path names once
+// symbolic links are followed (path itself when it does not exist yet)
+// and the mode a new content should have. Errors wrap ErrNotRegular,
+// ErrIsInput or the os error.
+func Check(path string, opt Options) (target string, perm fs.FileMode, err error) {
+	perm = opt.Perm
+	if perm == 0 {
+		perm = DefaultPerm
+	}
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if lst, lerr := os.Lstat(path); lerr == nil && lst.Mode()&fs.ModeSymlink != 0 {
+			dest, _ := os.Readlink(path)
+			return "", 0, fmt.Errorf("write %s: a symbolic link to %s, which does not exist: %w", path, dest, ErrNotRegular)
+		}
+		return path, perm, nil
+	case err != nil:
+		return "", 0, fmt.Errorf("write %s: %w", path, err)
+	case !st.Mode().IsRegular():
+		return "", 0, fmt.Errorf("write %s: it is a %s: %w", path, kind(st.Mode()), ErrNotRegular)
+	}
+	for _, in := range opt.Inputs {
+		if ist, err := os.Stat(in); err == nil && os.SameFile(st, ist) {
+			return "", 0, fmt.Errorf("write %s: it is the input %s; write to another file: %w", path, in, ErrIsInput)
+		}
+	}
+	if target, err = filepath.EvalSymlinks(path); err != nil {
+		return "", 0, fmt.Errorf("write %s: %w", path, err)
+	}
+	return target, st.Mode().Perm(), nil
+}
+
+// kind names a mode that is not a regular file's.
+func kind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe (FIFO)"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file (" + m.Type().String() + ")"
+}
+
+// OS is the temporary file, to write (or read back) the new content. It
+// stays owned by f: do not close it.
+func (f *File) OS() *os.File { return f.f }
+
+// Name is the path the caller named.
+func (f *File) Name() string { return f.path }
+
+// TempName is the temporary file's path.
+func (f *File) TempName() string { return f.f.Name() }
+
+// Commit syncs the temporary file, closes it and renames it over the
+// user's path (the file a symbolic link names), then syncs the
+// directory. On failure the temporary file is removed and the user's
+// file is as it was. Commit after Commit or Abort is an error.
+func (f *File) Commit() error {
+	if f.done {
+		return fmt.Errorf("write %s: already committed or aborted: %w", f.path, fs.ErrClosed)
+	}
+	f.done = true
+	tmp := f.f.Name()
+	err := f.f.Chmod(f.perm)
+	if err == nil {
+		err = f.f.Sync()
+	}
+	if cerr := f.f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, f.target)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", f.path, err), removeMissingOK(tmp))
+	}
+	// The rename is in the directory: sync it too, so that it survives a
+	// crash. Where directories cannot be synced the file is in place all
+	// the same.
+	if d, derr := os.Open(filepath.Dir(f.target)); derr == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
+
+// Abort closes and removes the temporary file, leaving the user's file as
+// it was. After Commit or a first Abort it does nothing.
+func (f *File) Abort() error {
+	if f.done {
+		return nil
+	}
+	f.done = true
+	err := f.f.Close()
+	if errors.Is(err, fs.ErrClosed) {
+		err = nil
+	}
+	return errors.Join(err, removeMissingOK(f.f.Name()))
+}
+
+func removeMissingOK(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Write writes path whole or not at all: write fills the temporary file,
+// and Commit puts it in place; on any failure the user's file is as it
+// was.
+func Write(path string, opt Options, write func(io.Writer) error) error {
+	f, err := Create(path, opt)
+	if err != nil {
+		return err
+	}
+	if err := write(f.f); err != nil {
+		return errors.Join(err, f.Abort())
+	}
+	return f.Commit()
+}

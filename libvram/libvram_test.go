@@ -1,0 +1,297 @@
+package main
+
+// The library as its users meet it: built with go build -buildmode=c-shared
+// into a temporary directory, loaded by a C harness (testdata/harness.c)
+// and a C++ one (testdata/torch_harness.cc) compiled here, and by the
+// Python package's tests (python/tests) under the system's python3. Each
+// test skips, saying why, when what it needs is missing: a C compiler (the
+// library), a C++ compiler (PyTorch's hook, libvram_torch.so), python3,
+// numba.
+//
+// This file uses nothing of the package's cgo code, so it also runs, and
+// skips, in a build without cgo.
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildLib  string
+	buildErr  error
+	buildSkip string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// library builds libvram once for the package's tests, or skips.
+func library(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		if runtime.GOOS != "linux" {
+			buildSkip = "the harnesses are for Linux (fork, dlopen, LD_LIBRARY_PATH)"
+			return
+		}
+		if _, err := exec.LookPath("gcc"); err != nil {
+			buildSkip = "gcc not found: libvram needs a C compiler (cgo)"
+			return
+		}
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			if goTool, err = exec.LookPath("go"); err != nil {
+				buildSkip = "no go command to build the library with"
+				return
+			}
+		}
+		buildDir, buildErr = os.MkdirTemp("", "libvram-test-")
+		if buildErr != nil {
+			return
+		}
+		buildLib = filepath.Join(buildDir, "libvram.so")
+		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", buildLib, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = errors.New("go build -buildmode=c-shared: " + err.Error() + "\n" + string(out))
+		}
+	})
+	if buildSkip != "" {
+		t.Skip(buildSkip)
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildLib
+}
+
+var (
+	torchOnce sync.Once
+	torchLib  string
+	torchErr  error
+)
+
+// torchLibrary builds libvram_torch.so beside the library, or returns ""
+// and why not.
+func torchLibrary(t *testing.T) (path, why string) {
+	t.Helper()
+	lib := library(t)
+	if _, err := exec.LookPath("g++"); err != nil {
+		return "", "g++ not found: PyTorch's hook (libvram_torch.so) is C++"
+	}
+	torchOnce.Do(func() {
+		out := filepath.Join(buildDir, "libvram_torch.so")
+		b, err := exec.Command("g++", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-I", ".", "-o", out,
+			"torch/vram_torch.cc", "-L", filepath.Dir(lib), "-l:libvram.so", "-Wl,-rpath,$ORIGIN").CombinedOutput()
+		if err != nil {
+			torchErr = errors.New("building libvram_torch.so: " + err.Error() + "\n" + string(b))
+			return
+		}
+		torchLib = out
+	})
+	if torchErr != nil {
+		t.Fatal(torchErr)
+	}
+	return torchLib, ""
+}
+
+// compile builds a harness with tool (gcc or g++) into the build directory.
+func compile(t *testing.T, tool, src, name string, libs ...string) string {
+	t.Helper()
+	out := filepath.Join(buildDir, name)
+	args := append([]string{"-Wall", "-Wextra", "-Werror", "-O1", "-o", out, src}, libs...)
+	if b, err := exec.Command(tool, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", tool, src, err, b)
+	}
+	return out
+}
+
+// runHarness runs a harness and reports each "not ok" line as a failure.
+func runHarness(t *testing.T, env []string, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "not ok") {
+			t.Error(line)
+		}
+	}
+	if err != nil || !bytes.Contains(out, []byte("# 0 failures")) {
+		t.Fatalf("%s %v: %v\n%s", filepath.Base(bin), args, err, out)
+	}
+	if testing.Verbose() {
+		t.Logf("%s", out)
+	}
+}
+
+// TestHarness: every entry point with good and bad arguments, threads,
+// a fork, the signal handlers and dlclose, on the simulator.
+func TestHarness(t *testing.T) {
+	lib := library(t)
+	bin := compile(t, "gcc", "testdata/harness.c", "harness", "-ldl", "-lpthread")
+	args := []string{lib, "sim"}
+	if torch, why := torchLibrary(t); torch != "" {
+		args = append(args, torch)
+	} else {
+		t.Log(why + ": the harness checks the other hooks")
+	}
+	runHarness(t, nil, bin, args...)
+}
+
+// TestHarnessCUDA: the same library on the stand-in CUDA driver, as a
+// framework's thread would call it: its context put back after every
+// call, its stream borrowed and never destroyed, a second context of the
+// GPU refused.
+func TestHarnessCUDA(t *testing.T) {
+	lib := library(t)
+	bin := compile(t, "gcc", "testdata/harness.c", "harness", "-ldl", "-lpthread")
+	fake := filepath.Join(buildDir, "fakecuda")
+	if err := os.MkdirAll(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command("gcc", "-shared", "-fPIC", "-O1", "-o", filepath.Join(fake, "libcuda.so.1"),
+		"../device/cuda/testdata/fakecuda.c", "-lpthread").CombinedOutput(); err != nil {
+		t.Fatalf("building the stand-in driver: %v\n%s", err, b)
+	}
+	runHarness(t, []string{"LD_LIBRARY_PATH=" + fake}, bin, lib, "cuda")
+}
+
+// TestTorchHook: PyTorch's way of calling the hooks, through std::function;
+// a refusal is a C++ exception with vram's message.
+func TestTorchHook(t *testing.T) {
+	lib := library(t)
+	torch, why := torchLibrary(t)
+	if torch == "" {
+		t.Skip(why)
+	}
+	bin := compile(t, "g++", "testdata/torch_harness.cc", "torch_harness", "-ldl")
+	runHarness(t, nil, bin, lib, torch)
+}
+
+// TestNoDelete: Go's linker marks the library -z nodelete, so that no
+// dlclose unloads the Go runtime (the harness checks the behaviour).
+func TestNoDelete(t *testing.T) {
+	f, err := elf.Open(library(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, err := f.DynValue(elf.DT_FLAGS_1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(flags) == 0 || flags[0]&uint64(elf.DF_1_NODELETE) == 0 {
+		t.Errorf("DT_FLAGS_1 = %#x; want DF_1_NODELETE", flags)
+	}
+}
+
+// exports lists the functions a shared library defines.
+func exports(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			exported[s.Name] = true
+		}
+	}
+	return exported
+}
+
+// TestHeaderExported: every function vram.h declares is exported by
+// libvram.so, or, for the one the header marks libvram_torch.so's, by
+// that library (a name in the header a library lacks would be found only
+// by a framework's dlsym, at run time).
+func TestHeaderExported(t *testing.T) {
+	exported := exports(t, library(t))
+	torch, why := torchLibrary(t)
+	var torchExports map[string]bool
+	if torch != "" {
+		torchExports = exports(t, torch)
+	}
+	header, err := os.ReadFile("vram.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decls := regexp.MustCompile(`(?m)^[a-z][\w \*]*?\b(vram_\w+)\(.*;( /\* (libvram_torch\.so) \*/)?$`).FindAllSubmatch(header, -1)
+	if len(decls) < 20 {
+		t.Fatalf("found %d declarations in vram.h; the pattern is stale", len(decls))
+	}
+	for _, d := range decls {
+		name := string(d[1])
+		switch {
+		case len(d[3]) == 0 && !exported[name]:
+			t.Errorf("vram.h declares %s; libvram.so does not export it", name)
+		case len(d[3]) > 0 && exported[name]:
+			t.Errorf("vram.h puts %s in libvram_torch.so; libvram.so exports one too", name)
+		case len(d[3]) > 0 && torch == "":
+			t.Logf("%s not checked: %s", name, why)
+		case len(d[3]) > 0 && !torchExports[name]:
+			t.Errorf("vram.h declares %s in libvram_torch.so; it does not export it", name)
+		}
+	}
+	if exported["vram_hook_alloc_"] {
+		t.Error("the internal vram_hook_alloc_ is exported")
+	}
+}
+
+// TestPython runs the Python package's tests (python/tests) under the
+// system's python3 against the library: the package over ctypes, the
+// stats, peaks, trim and cap, and the Numba EMM plugin class against the
+// installed numba (those tests skip, saying so, without it).
+func TestPython(t *testing.T) {
+	lib := library(t)
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		if py, err = exec.LookPath("python3"); err != nil {
+			t.Skip("no python3")
+		}
+	}
+	root, err := filepath.Abs("../python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "tests"))
+	cmd.Env = append(os.Environ(), "VRAM_LIBRARY="+lib, "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1", "VRAM_DEVICE=")
+	if torch, why := torchLibrary(t); torch != "" {
+		cmd.Env = append(cmd.Env, "VRAM_TORCH_LIBRARY="+torch)
+	} else {
+		t.Log(why)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3 -m unittest: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "skipped") {
+			t.Log(strings.TrimSpace(line))
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("%s", out)
+	}
+}

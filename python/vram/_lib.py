@@ -1,0 +1,158 @@
+"""ctypes bindings of libvram (libvram/vram.h, ABI version 1).
+
+The library is found, in order, at $VRAM_LIBRARY, as libvram.so beside this
+package, or by the system's loader (ctypes.util.find_library("vram")). It is
+loaded once per process and never unloaded. PyTorch's allocation hook is in
+libvram_torch.so (C++), found at $VRAM_TORCH_LIBRARY or beside libvram.so.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+ABI_VERSION = 1
+
+# Status codes from vram.h that the package acts on; every other failure is
+# a VramError with the library's message.
+OK = 0
+ENOMEM = -2
+ERANGE = -8
+
+# enum vram_source, in vram.h's order (tests check it against the
+# library's stats, which list the sources in this order).
+SOURCES = ("c", "torch", "cupy", "numba")
+
+# VRAM_STREAM_UNORDERED: no stream named.
+UNORDERED = (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1
+
+_manager = ctypes.c_int64
+_stream = ctypes.c_size_t  # uintptr_t
+
+_SIGNATURES = {
+    "vram_abi_version": (ctypes.c_int, []),
+    "vram_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "vram_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
+    "vram_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(_manager)]),
+    "vram_close": (ctypes.c_int, [_manager]),
+    "vram_manager_for_device": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(_manager)]),
+    "vram_alloc": (ctypes.c_int, [_manager, ctypes.c_int, ctypes.c_size_t, _stream, ctypes.POINTER(ctypes.c_void_p)]),
+    "vram_free": (ctypes.c_int, [_manager, ctypes.c_void_p, ctypes.c_size_t, _stream]),
+    "vram_trim": (ctypes.c_int, [_manager]),
+    "vram_trim_all": (ctypes.c_int, []),
+    "vram_reset_peaks": (ctypes.c_int, [_manager]),
+    "vram_stats_json": (ctypes.c_int, [_manager, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "vram_report": (ctypes.c_int, [_manager, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "vram_oom_report": (ctypes.c_int, [_manager, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+    "vram_alloc_on_device": (ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_size_t, _stream, ctypes.POINTER(ctypes.c_void_p)]),
+    # The hooks: the Python package hands their addresses (or, for PyTorch,
+    # libvram_torch.so's path) to the frameworks.
+    "vram_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
+    "vram_torch_empty_cache": (None, []),
+    "vram_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
+    "vram_cupy_free": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
+}
+
+
+class VramError(RuntimeError):
+    """A call into libvram failed. status is vram.h's code (negative)."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class OutOfMemoryError(VramError, MemoryError):
+    """An allocation refused for want of memory: past the cap (refused before
+    the device was asked) or the device full. report is the manager's memory
+    report at the refusal."""
+
+    def __init__(self, status, message, report=""):
+        super().__init__(status, message)
+        self.report = report
+
+
+def _find():
+    path = os.environ.get("VRAM_LIBRARY")
+    if path:
+        return path
+    beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libvram.so")
+    if os.path.exists(beside):
+        return beside
+    found = ctypes.util.find_library("vram")
+    if found:
+        return found
+    raise OSError(
+        "libvram not found: set VRAM_LIBRARY to its path, or put libvram.so beside the vram package "
+        "(build it with: go build -buildmode=c-shared -o libvram.so ./libvram)"
+    )
+
+
+_lock = threading.Lock()
+_lib = None
+path = None
+
+
+def lib():
+    """The loaded library (loaded on first use, once per process)."""
+    global _lib, path
+    with _lock:
+        if _lib is None:
+            p = _find()
+            handle = ctypes.CDLL(p)
+            for name, (res, args) in _SIGNATURES.items():
+                fn = getattr(handle, name)
+                fn.restype, fn.argtypes = res, args
+            if handle.vram_abi_version() != ABI_VERSION:
+                raise OSError("%s has ABI version %d; this package needs %d" % (p, handle.vram_abi_version(), ABI_VERSION))
+            _lib, path = handle, p
+        return _lib
+
+
+def last_error():
+    """The calling thread's last error message from the library."""
+    l = lib()
+    n = l.vram_last_error(None, 0)
+    buf = ctypes.create_string_buffer(n + 1)
+    l.vram_last_error(buf, n + 1)
+    return buf.value.decode("utf-8", "replace")
+
+
+def check(status, report=None):
+    """Raises the error status stands for (with the thread's last message)."""
+    if status == OK:
+        return
+    msg = last_error() or lib().vram_strerror(status).decode()
+    if status == ENOMEM:
+        raise OutOfMemoryError(status, msg, report() if report else "")
+    raise VramError(status, msg)
+
+
+def text(fn, handle):
+    """Calls one of the library's text functions (report, stats as JSON)."""
+    need = ctypes.c_size_t(0)
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        status = fn(handle, buf, size, ctypes.byref(need))
+        if status == ERANGE:  # the text may have grown since the last call
+            size = max(need.value, 2 * size)
+            continue
+        check(status)
+        return buf.value.decode("utf-8", "replace")
+
+
+def torch_path():
+    """The path of libvram_torch.so, PyTorch's hook (checked to exist)."""
+    lib()
+    p = os.environ.get("VRAM_TORCH_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(path)), "libvram_torch.so")
+    if not os.path.exists(p):
+        raise OSError(
+            "%s not found: PyTorch's hook is a C++ library beside libvram.so (build it as "
+            "libvram/torch/vram_torch.cc says), or set VRAM_TORCH_LIBRARY" % p)
+    return p
+
+
+def address(name):
+    """The address of one of the library's functions, for a framework's hook."""
+    return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
