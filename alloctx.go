@@ -74,7 +74,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	}
 	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
-		return tx.rollback(err)
+		return tx.rollback(tx.claim(err))
 	}
 	if !tx.gb.fitsBeside(tx.plan) {
 		tx.setAsideReplaced(false)
@@ -85,6 +85,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	res := tx.install()
 	tx.freeReplaced(&res)
 	res.invalidated = tx.victims
+	tx.settleClaims()
 	return res, nil
 }
 
@@ -190,6 +191,12 @@ func (m *Manager) readBudget(b *groupBudget) error {
 			b.capped = true
 		}
 	}
+	b.over = 0
+	if lim := m.capLim; lim != nil {
+		if capBytes, used := lim.Cap(), lim.Used(); used > capBytes {
+			b.over = used - capBytes // SetCap lowered the cap below the arrays
+		}
+	}
 	m.mu.Lock()
 	m.heldLocked(b)
 	m.mu.Unlock()
@@ -203,6 +210,7 @@ func (m *Manager) readBudget(b *groupBudget) error {
 // both. m.mu must be held.
 func (m *Manager) heldLocked(b *groupBudget) {
 	b.replaced, b.caps, b.held = 0, 0, 0
+	b.claimed = m.claimedLocked(b.group)
 	for _, c := range b.requesters {
 		if !c.closed {
 			b.replaced += c.replacedLocked(b.queue[c])

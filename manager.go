@@ -19,7 +19,9 @@ package vram
 //     allocator, and no hook is ever called with any of these held.
 //
 // The stream groups (package streams) have their own lock, taken after mu
-// when both are needed.
+// when both are needed. SetCap's capMu comes before all four; the budget
+// notices and the free signal (replan.go) have locks of their own, taken
+// last.
 
 import (
 	"context"
@@ -158,7 +160,8 @@ func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
 // WithCap caps the device bytes the manager's arrays may take, as the
 // allocator charges them (0: no cap): every group plans within what the
 // cap leaves, and an allocation past it is refused (an alloc.Limit
-// around the allocator, WithWrap's included).
+// around the allocator, WithWrap's included). SetCap changes it while
+// the manager runs (replan.go).
 func WithCap(bytes uint64) Option { return func(c *config) { c.cap = bytes } }
 
 // WithTotalMemory makes shares and caps a proportion of total bytes
@@ -186,7 +189,13 @@ type Manager struct {
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
 	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
+	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
 	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
+
+	capMu    sync.Mutex    // serializes SetCap (replan.go); taken before allocMu
+	capBytes atomic.Uint64 // the cap (WithCap, SetCap); 0: none
+	notices  budgetNotices // budget changes (replan.go)
+	freed    signal        // broadcast after each device array is freed
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
@@ -194,6 +203,7 @@ type Manager struct {
 	mode       LimitMode                                      // Passive or Active
 	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
 	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
+	claims     map[string]uint64                              // group → device bytes it claims back from busy groups (replan.go)
 	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
 	trim       *trimRun                                       // the allocator's trim in flight (trim.go); nil: none
 	closed     bool
@@ -236,16 +246,18 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		mode:       cfg.mode,
 		queues:     map[string]map[*Client]map[string]ArrayRequest{},
 		groupLocks: map[string]chan struct{}{},
+		claims:     map[string]uint64{},
 		plans:      map[string]ChunkPlan{},
 		planMu:     make(chan struct{}, 1),
 	}
+	m.capBytes.Store(cfg.cap)
 	m.strided, _ = dev.(device.StridedCopier)
 	m.observeOOM(nil, 0, "", m.host.pinned)
 	a, name, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
 	}
-	m.al, m.kind, m.name = a, cfg.kind, name
+	m.setAllocator(a, cfg.kind, name)
 	return m, nil
 }
 
@@ -294,11 +306,21 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, err
 	if m.cfg.wrap != nil {
 		a = m.cfg.wrap(a)
 	}
-	if m.cfg.cap > 0 {
-		a = alloc.NewLimit(a, m.cfg.cap)
+	if c := m.capBytes.Load(); c > 0 {
+		a = alloc.NewLimit(a, c)
 	}
 	m.observeOOM(a, kind, e.Name, nil)
 	return a, e.Name, nil
+}
+
+// setAllocator makes a, of kind, the allocator (with its cap's Limit
+// outermost, when capped), served by the registry's entry name.
+// allocMu must be held for writing, or m not yet shared.
+func (m *Manager) setAllocator(a alloc.Allocator, kind AllocatorKind, name string) {
+	m.al, m.kind, m.name, m.capLim = a, kind, name, nil
+	if m.capBytes.Load() > 0 {
+		m.capLim, _ = a.(*alloc.Limit)
+	}
 }
 
 // Device is the managed device.
@@ -377,7 +399,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	}
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
-	m.al, m.kind, m.name = next, kind, name
+	m.setAllocator(next, kind, name)
 	m.trims.Wait()
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
@@ -549,6 +571,7 @@ func (m *Manager) release(a *allocation, s device.Stream) error {
 			if err := m.al.Free(d.ptr, s); err != nil {
 				errs = append(errs, err)
 			}
+			m.freed.broadcast()
 		}
 		d.use.Unlock()
 	}
@@ -870,6 +893,7 @@ func (m *Manager) removeLocked(c *Client) {
 func (m *Manager) forgetIfEmptyLocked(group string) {
 	if _, ok := m.reg.groups[group]; !ok {
 		delete(m.groupLocks, group)
+		m.dropClaimLocked(group, "withdrawn: the group has no member left")
 		delete(m.plans, group)
 	}
 }
