@@ -96,12 +96,18 @@ func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
 	if name == "" {
 		return nil, nil, fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", spec, ErrBadSpec)
 	}
+	return openNamed(spec, name, opts, 0)
+}
+
+// openNamed opens spec, read as backend name and opts, of total bytes
+// when total is not 0 (on auto, the simulator's size should it fall
+// back to it).
+func openNamed(spec, name, opts string, total uint64) (dev Device, fallback error, err error) {
 	if name != "auto" {
-		open, err := lookup(name)
-		if err != nil {
+		if _, err := lookup(name); err != nil {
 			return nil, nil, err
 		}
-		dev, err := open(opts)
+		dev, err := openBackend(name, opts, total)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %q: %w", spec, err)
 		}
@@ -117,11 +123,10 @@ func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
 	} else {
 		fallback = fmt.Errorf("cuda backend not linked: %w", ErrNoDevice)
 	}
-	opensim, err := lookup("sim")
-	if err != nil {
+	if _, err := lookup("sim"); err != nil {
 		return nil, fallback, errors.Join(fallback, err)
 	}
-	dev, err = opensim(opts)
+	dev, err = openBackend("sim", opts, total)
 	if err != nil {
 		return nil, fallback, fmt.Errorf("open %q: %w", spec, err)
 	}
