@@ -2,6 +2,7 @@ package device_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -144,4 +145,36 @@ func FuzzParseSpec(f *testing.F) {
 			t.Fatalf("ParseSpec(%q) = %+v, but its text reads %+v, %v", text, s, again, err)
 		}
 	})
+}
+
+func TestReadSpecs(t *testing.T) {
+	tests := map[string]struct {
+		list    string
+		want    []string // the specs' texts
+		wantErr string   // "": a good list
+	}{
+		"two sims":        {list: "sim:vram=64MiB;sim", want: []string{"sim:vram=64MiB,ordinal=0", "sim:ordinal=1"}},
+		"count":           {list: "sim:count=2", want: []string{"sim:ordinal=0", "sim:ordinal=1"}},
+		"bad option":      {list: "sim;sim:colour=red", wantErr: `device 2 of 2 ("sim:colour=red,ordinal=1"): unknown sim option "colour"`},
+		"bad list":        {list: ";", wantErr: "names no device"},
+		"unlinked in one": {list: "sim;cuda:0", wantErr: `device 2 of 2 ("cuda:0"): backend "cuda" is not linked`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			specs, err := device.ReadSpecs(tc.list)
+			if tc.wantErr != "" {
+				if !errors.Is(err, device.ErrBadSpec) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ReadSpecs(%q) = %v, want an error wrapping ErrBadSpec saying %q", tc.list, err, tc.wantErr)
+				}
+				return
+			}
+			var got []string
+			for _, s := range specs {
+				got = append(got, s.String())
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Errorf("ReadSpecs(%q) = %q, %v; want %q", tc.list, got, err, tc.want)
+			}
+		})
+	}
 }

@@ -65,6 +65,23 @@ func ParseSpecs(list string) ([]string, error) {
 	return specs, nil
 }
 
+// ReadSpecs is ParseSpecs with each spec read by its backend
+// (ParseSpec), for OpenSpec. A spec its backend refuses is an error
+// wrapping ErrBadSpec that names its place in the list.
+func ReadSpecs(list string) ([]Spec, error) {
+	texts, err := ParseSpecs(list)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]Spec, len(texts))
+	for i, t := range texts {
+		if specs[i], err = ParseSpec(t); err != nil {
+			return nil, fmt.Errorf("device %d of %d (%q): %w", i+1, len(texts), t, err)
+		}
+	}
+	return specs, nil
+}
+
 func allCUDA() ([]string, error) {
 	backendsMu.RLock()
 	count := counters["cuda"]
