@@ -24,13 +24,17 @@ var (
 
 // Register makes a backend available to Open under name. Backends call it
 // from init; it panics if name is registered twice.
-func Register(name string, open Opener) {
+func Register(name string, open Opener) { registerOnce(backends, "backend", name, open) }
+
+// registerOnce adds v to the registry m (a backend's opener, counter or
+// spec reader: what names it) under name, or panics if name has one.
+func registerOnce[T any](m map[string]T, what, name string, v T) {
 	backendsMu.Lock()
 	defer backendsMu.Unlock()
-	if _, dup := backends[name]; dup {
-		panic("device: backend registered twice: " + name)
+	if _, dup := m[name]; dup {
+		panic("device: " + what + " registered twice: " + name)
 	}
-	backends[name] = open
+	m[name] = v
 }
 
 // Backends lists the registered backend names, sorted.

@@ -41,14 +41,7 @@ var readers = map[string]SpecReader{} // guarded by backendsMu
 // RegisterSpecReader lets ParseSpec check the specs of backend name and
 // OpenSpec size its devices. Backends call it from init, beside
 // Register; it panics if name is registered twice.
-func RegisterSpecReader(name string, r SpecReader) {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	if _, dup := readers[name]; dup {
-		panic("device: spec reader registered twice: " + name)
-	}
-	readers[name] = r
-}
+func RegisterSpecReader(name string, r SpecReader) { registerOnce(readers, "spec reader", name, r) }
 
 // readerOf is the spec reader of backend name; "auto" is read as the
 // simulator, to which it passes its options when it falls back.

@@ -178,3 +178,12 @@ func TestReadSpecs(t *testing.T) {
 		})
 	}
 }
+
+func TestRegisterSpecReaderTwice(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(r.(string), "spec reader registered twice: sim") {
+			t.Errorf("registering sim's spec reader twice: recovered %v, want a panic naming it", r)
+		}
+	}()
+	device.RegisterSpecReader("sim", device.SpecReader{})
+}

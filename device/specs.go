@@ -28,14 +28,7 @@ var counters = map[string]Counter{} // guarded by backendsMu
 
 // RegisterCounter lets "all" count the devices of backend name. Backends
 // call it from init; it panics if name is registered twice.
-func RegisterCounter(name string, count Counter) {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	if _, dup := counters[name]; dup {
-		panic("device: counter registered twice: " + name)
-	}
-	counters[name] = count
-}
+func RegisterCounter(name string, count Counter) { registerOnce(counters, "counter", name, count) }
 
 // ParseSpecs reads a list of device specs (see the grammar above) into
 // one spec per device, for Open. "all" asks the CUDA backend how many
