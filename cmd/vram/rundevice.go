@@ -62,9 +62,14 @@ type runDevice struct {
 	limit uint64
 }
 
-// openRunDevice opens the device rs names, refusing a cap below one page
-// of a device of its own memory.
-func (a *app) openRunDevice(rs runSpec, vramFlag sizeFlag) (runDevice, error) {
+// openRunDevice opens the device spec names, sized by --vram
+// (sizeRunSpec), refusing a cap below one page of a device of its own
+// memory. src names where spec came from.
+func (a *app) openRunDevice(spec device.Spec, src string, vramFlag sizeFlag) (runDevice, error) {
+	rs, err := sizeRunSpec(spec, src, vramFlag)
+	if err != nil {
+		return runDevice{}, err
+	}
 	dev, fallback, err := a.openDeviceAs(rs.spec, rs.src)
 	if err != nil {
 		return runDevice{}, err

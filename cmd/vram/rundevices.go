@@ -227,17 +227,12 @@ func (mj *multiJob) setup(p *devicePart, spec device.Spec) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f, a := mj.f, mj.a
-	rs, err := sizeRunSpec(spec, fmt.Sprintf("--devices (the spec %q)", spec), f.vram)
-	if err != nil {
-		return err
-	}
-	rd, err := a.openRunDevice(rs, f.vram)
+	rd, err := a.openRunDevice(spec, fmt.Sprintf("--devices (the spec %q)", spec), f.vram)
 	if err != nil {
 		return err
 	}
 	p.dev = rd.dev
-	info, limit := rd.info, rd.limit
-	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
+	p.share.Device = fmt.Sprintf("%s:%d %s", rd.info.Backend, rd.info.Ordinal, rd.info.Name)
 	if p.m, err = a.newRunManager(f, rd); err != nil {
 		return err
 	}
@@ -247,7 +242,7 @@ func (mj *multiJob) setup(p *devicePart, spec device.Spec) error {
 	}
 	p.j = &job{a: a, shape: mj.shape, m: p.m}
 	if err := p.j.register(f.bufferCount()); err != nil {
-		return allocHint(err, f, info, limit)
+		return allocHint(err, f, rd.info, rd.limit)
 	}
 	p.share.PlanChunkLength, p.share.BudgetBytes, p.share.BytesPerChunk = p.j.plan.ChunkLength, p.j.plan.Budget, p.j.plan.BytesPerChunk
 	p.share.Kernel = p.kern.Form(p.dev)

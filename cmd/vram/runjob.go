@@ -235,11 +235,7 @@ func (a *app) runOneDevice(f runFlags, js jobShape, start time.Time) (err error)
 	prog := a.runProgress()
 	defer prog.Finish()
 	prog.Phase("open the device")
-	rs, err := sizeRunSpec(a.spec, a.deviceSource(), f.vram)
-	if err != nil {
-		return err
-	}
-	rd, err := a.openRunDevice(rs, f.vram)
+	rd, err := a.openRunDevice(a.spec, a.deviceSource(), f.vram)
 	if err != nil {
 		return err
 	}

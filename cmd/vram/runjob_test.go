@@ -271,9 +271,7 @@ func TestOpenRunDevice(t *testing.T) {
 			spec, err := device.ParseSpec(tc.spec)
 			must(t, err)
 			vf := vramFlag(t, tc.vram, tc.vram != "")
-			rs, err := sizeRunSpec(spec, "--device", vf)
-			must(t, err)
-			rd, err := a.openRunDevice(rs, vf)
+			rd, err := a.openRunDevice(spec, "--device", vf)
 			must(t, err)
 			defer func() { must(t, rd.dev.Close()) }()
 			if rd.info.TotalBytes != tc.want || rd.limit != 0 || rd.fallback != nil {
