@@ -454,17 +454,20 @@ func TestSecondLook(t *testing.T) {
 }
 
 // TestLookReverts: a change the probe's model predicts to pay but that
-// buys nothing is measured and undone. The kernel takes 10 ms a launch
-// whatever its length (a sleep), and the copies as long over the link:
-// one chunk looks like copies beside as much compute, so two buffers
+// buys nothing is measured and undone. The kernel takes 30 ms a launch
+// whatever its length (a sleep; its loop is a millisecond or so, ten
+// under -race on a loaded machine), and the copies a third of that over
+// the link: one chunk looks like copies beside compute, so two buffers
 // are chosen; but their chunks are half as long, twice as many kernels
-// of 10 ms, and a run costs what it did with one. The look after four
+// of 30 ms, and a run costs half as much again as with one (with a 10 ms
+// sleep the loop's share under load made the second buffer pay, and
+// the look rightly kept it). The look after four
 // chunks finds no gain and goes back to one buffer. Three tries: a
 // probe chunk slowed by other jobs would make the change look better.
 func TestLookReverts(t *testing.T) {
 	k, err := kernel.New("fixed", "", func(a kernel.Args, lo, hi int) error {
 		if lo == 0 {
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(30 * time.Millisecond)
 		}
 		in, out, tab, ld := a.Float32s(0), a.Float32s(1), a.Float32s(2), a.Shape(0)[1]
 		for i := lo; i < hi; i++ {
