@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 
@@ -134,87 +133,6 @@ func (tx *allocTx) restoreQueue() {
 			m.queueLocked(c, c.group, tx.q[c])
 		}
 	}
-}
-
-// planOnce reads the budget and plans the group against the allocator's
-// stated cost, trimming the allocator's cache and planning again only
-// when that could help (trim.go); errors say what bounds the budget.
-func (tx *allocTx) planOnce() error {
-	tx.gb.trimmed = false
-	err := tx.planBudget()
-	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
-		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
-			return fmt.Errorf("vram: allocate group %q: %w", tx.group, terr)
-		}
-		tx.gb.trimmed = true
-		err = tx.planBudget()
-	}
-	return err
-}
-
-// planBudget reads the budget and plans the group once.
-func (tx *allocTx) planBudget() error {
-	if err := tx.m.readBudget(&tx.gb); err != nil {
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
-	}
-	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers})
-	if err == nil {
-		tx.plan = plan
-		return nil
-	}
-	var pe *PlanError
-	if errors.As(err, &pe) {
-		pe.Hint += "; " + tx.gb.advice()
-	}
-	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
-	}
-	return fmt.Errorf("vram: allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
-}
-
-// readBudget reads the device's free memory (the allocator's cache is
-// not counted: a cached block may be too fragmented to serve, and
-// trimming waits for other streams' work; see trim.go), the allocator's
-// statement of costs and the room its caps leave, then what the arrays
-// being replaced and the group hold. allocMu must be held.
-func (m *Manager) readBudget(b *groupBudget) error {
-	free, _, err := m.dev.MemInfo()
-	if err != nil {
-		return fmt.Errorf("read device memory: %w", err)
-	}
-	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
-	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
-	if c, ok := m.al.(alloc.Coster); ok {
-		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
-		if b.room = c.Room(); b.room < math.MaxUint64 {
-			b.capped = true
-		}
-	}
-	m.mu.Lock()
-	m.heldLocked(b)
-	m.mu.Unlock()
-	return nil
-}
-
-// heldLocked reads into b what the arrays being replaced take, and in
-// Active mode the group's caps and what its members hold. It is read
-// after the free memory and the cap's room: an array freed meanwhile
-// (Client.Free) is then left out of one figure or both, never counted in
-// both. m.mu must be held.
-func (m *Manager) heldLocked(b *groupBudget) {
-	b.replaced, b.caps, b.held = 0, 0, 0
-	for _, c := range b.requesters {
-		if !c.closed {
-			b.replaced += c.replacedLocked(b.queue[c])
-		}
-	}
-	if b.mode == Active {
-		for _, c := range m.reg.members(b.group) {
-			b.caps += m.capLocked(c)
-			b.held += c.held
-		}
-	}
-	m.ownRoomLocked(b)
 }
 
 // setAsideReplaced frees the arrays being replaced before the new ones
@@ -517,3 +435,103 @@ func (m *Manager) allocAll(todo []pending, s device.Stream, b *groupBudget) (mad
 	}
 	return made, 0, 0, nil
 }
+
+// linkGroup lets each response of one Allocate reach the others
+// (ArrayResponse.Member).
+func linkGroup(out []delivery) {
+	group := make([]*ArrayResponse, len(out))
+	for i, d := range out {
+		group[i] = d.resp
+	}
+	for _, r := range group {
+		r.group = group
+	}
+}
+
+// pending is one array to allocate.
+type pending struct {
+	c     *Client
+	label string
+	req   ArrayRequest
+	shape []int
+}
+
+func byID(a, b *Client) int { return cmp.Compare(a.id, b.id) }
+
+func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
+	r := &ArrayResponse{
+		Client:      c,
+		Buffers:     make([]ArraySet, buffers),
+		Chunks:      plan.Chunks,
+		ChunkLength: plan.ChunkLength,
+		TotalRuns:   plan.TotalRuns,
+		Plan:        plan,
+	}
+	for b := range r.Buffers {
+		r.Buffers[b] = ArraySet{Device: map[string]*DeviceArray{}, Host: map[string]*HostArray{}}
+	}
+	r.Arrays, r.Host = r.Buffers[0].Device, r.Buffers[0].Host
+	return r
+}
+
+// pendingOf lists the arrays plan allocates for the requesters' queues
+// q, in client id and label order, each chunkable one once per buffer.
+func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan ChunkPlan) []pending {
+	n := 0
+	for _, c := range requesters {
+		n += len(q[c]) * max(plan.Buffers, 1)
+	}
+	todo := make([]pending, 0, n)
+	labels := make([]string, 0, 8)
+	for _, c := range requesters {
+		shapes := plan.ChunkedShapes[c.String()]
+		labels = labels[:0]
+		for l := range q[c] {
+			labels = append(labels, l)
+		}
+		slices.Sort(labels)
+		for _, l := range labels {
+			r := q[c][l]
+			nb := 1
+			if r.Chunkable() {
+				nb = plan.Buffers
+			}
+			for range nb {
+				todo = append(todo, pending{c: c, label: l, req: r, shape: shapes[l]})
+			}
+		}
+	}
+	return todo
+}
+
+// allocOne allocates one array. allocMu must be held.
+func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation, error) {
+	shape := slices.Clone(p.shape)
+	n, _ := elements(shape)
+	bytes := n * p.req.DType.Size()
+	a := &allocation{label: p.label}
+	switch p.req.Memory {
+	case Device:
+		// A batch's arrays live long: no shared segment is grown for
+		// them, so they take from the device what the allocator states.
+		ptr, err := alloc.AllocExact(m.al, bytes, s)
+		if err != nil {
+			return nil, err
+		}
+		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label, owner: p.c}
+		a.dev.setLast(s)
+		a.charged = roundUp(bytes, gran)
+	default:
+		h, err := m.newHost(shape, p.req.DType, p.req.Memory, p.label, s)
+		if err != nil {
+			return nil, err
+		}
+		a.host = h
+		if p.req.Memory == Mapped {
+			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label, owner: p.c}
+		}
+	}
+	return a, nil
+}
+
+func fmtShape(d DType, shape []int) string { return fmt.Sprintf("%v%v", d, shape) }

@@ -20,8 +20,11 @@ package vram
 // arrays back and plans again with what it took kept back.
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/vramkit/vram/alloc"
@@ -295,4 +298,181 @@ func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts Pla
 	b.planDevice = b.cost(planSizes(reqs, p))
 	b.planReserve = b.planDevice - min(b.planDevice, p.BytesPerChunk)
 	return p, nil
+}
+
+// planOnce reads the budget and plans the group against the allocator's
+// stated cost, trimming the allocator's cache and planning again only
+// when that could help (trim.go); errors say what bounds the budget.
+func (tx *allocTx) planOnce() error {
+	tx.gb.trimmed = false
+	err := tx.planBudget()
+	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
+		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
+			return fmt.Errorf("vram: allocate group %q: %w", tx.group, terr)
+		}
+		tx.gb.trimmed = true
+		err = tx.planBudget()
+	}
+	return err
+}
+
+// planBudget reads the budget and plans the group once.
+func (tx *allocTx) planBudget() error {
+	if err := tx.m.readBudget(&tx.gb); err != nil {
+		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
+	}
+	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers})
+	if err == nil {
+		tx.plan = plan
+		return nil
+	}
+	var pe *PlanError
+	if errors.As(err, &pe) {
+		pe.Hint += "; " + tx.gb.advice()
+	}
+	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
+		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
+	}
+	return fmt.Errorf("vram: allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
+}
+
+// readBudget reads the device's free memory (the allocator's cache is
+// not counted: a cached block may be too fragmented to serve, and
+// trimming waits for other streams' work; see trim.go), the allocator's
+// statement of costs and the room its caps leave, then what the arrays
+// being replaced and the group hold. allocMu must be held.
+func (m *Manager) readBudget(b *groupBudget) error {
+	free, _, err := m.dev.MemInfo()
+	if err != nil {
+		return fmt.Errorf("read device memory: %w", err)
+	}
+	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
+	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
+	if c, ok := m.al.(alloc.Coster); ok {
+		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
+		if b.room = c.Room(); b.room < math.MaxUint64 {
+			b.capped = true
+		}
+	}
+	m.mu.Lock()
+	m.heldLocked(b)
+	m.mu.Unlock()
+	return nil
+}
+
+// heldLocked reads into b what the arrays being replaced take, and in
+// Active mode the group's caps and what its members hold. It is read
+// after the free memory and the cap's room: an array freed meanwhile
+// (Client.Free) is then left out of one figure or both, never counted in
+// both. m.mu must be held.
+func (m *Manager) heldLocked(b *groupBudget) {
+	b.replaced, b.caps, b.held = 0, 0, 0
+	for _, c := range b.requesters {
+		if !c.closed {
+			b.replaced += c.replacedLocked(b.queue[c])
+		}
+	}
+	if b.mode == Active {
+		for _, c := range m.reg.members(b.group) {
+			b.caps += m.capLocked(c)
+			b.held += c.held
+		}
+	}
+	m.ownRoomLocked(b)
+}
+
+// Each member's own cap, in the Active limit mode.
+//
+// A group's budget in Active mode is the sum of its members' caps less
+// what they hold (above); on top of it each requester's arrays must
+// fit its own cap less what it holds beyond the arrays being replaced,
+// in the bytes the allocator charges. Each requester is planned alone
+// within its own room, with the group's buffers in flight once the group
+// is chunked; the shortest chunk any of them needs bounds the group's
+// chunk length (PlanOptions.MaxChunkLength), so the group takes the
+// largest chunk count of theirs. (cubie bounds the group's sum only.)
+
+// ownRoomLocked reads into b each requester's own room: its cap less what
+// it holds beyond the arrays being replaced (Active mode only). m.mu must
+// be held.
+func (m *Manager) ownRoomLocked(b *groupBudget) {
+	b.own = nil
+	if b.mode != Active {
+		return
+	}
+	b.own = make(map[string]ownRoom, len(b.requesters))
+	for _, c := range b.requesters {
+		if c.closed {
+			continue
+		}
+		held := c.held - min(c.held, c.replacedLocked(b.queue[c]))
+		cp := m.capLocked(c)
+		b.own[c.String()] = ownRoom{cap: cp, held: held, room: cp - min(cp, held)}
+	}
+}
+
+// ownRoom is one requester's cap, what it holds beyond the arrays being
+// replaced, and what that leaves (allocator bytes).
+type ownRoom struct{ cap, held, room uint64 }
+
+// replacedLocked is what c's arrays under the labels of reqs take, as
+// charged: the arrays an allocation of reqs replaces. m.mu must be held.
+func (c *Client) replacedLocked(reqs map[string]ArrayRequest) uint64 {
+	var n uint64
+	for l := range reqs {
+		for _, a := range c.arrays[l] {
+			n += a.charged
+		}
+	}
+	return n
+}
+
+// withinOwnCaps returns p, the group's plan, or the plan made again with
+// a chunk length short enough for every requester's arrays to fit its
+// own room (b.own); an error when one's arrays cannot, however chunked.
+func withinOwnCaps(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts PlanOptions, p ChunkPlan) (ChunkPlan, error) {
+	if b.own == nil {
+		return p, nil
+	}
+	names := slices.Sorted(maps.Keys(reqs))
+	for range 3 { // the bound only falls; twice settles it (once the group is chunked, with its buffers)
+		bound := 0
+		for _, name := range names {
+			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers}
+			if p.Chunks > 1 {
+				o.MaxChunkLength = p.ChunkLength // chunked as the group is, with its buffers
+			}
+			r, ok := b.own[name]
+			if !ok {
+				continue // closed meanwhile: its arrays are freed at install
+			}
+			q, err := Plan(map[string]map[string]ArrayRequest{name: reqs[name]}, r.room, o)
+			if err != nil {
+				return p, fmt.Errorf("%s's arrays do not fit its own cap in the Active limit mode (%s, %s of it held besides the arrays being replaced; raise its proportion, free what it holds, or use the Passive mode): %w",
+					name, units.Format(r.cap), units.Format(r.held), err)
+			}
+			if q.Chunks > 1 && q.ChunkLength < p.ChunkLength && (bound == 0 || q.ChunkLength < bound) {
+				bound = q.ChunkLength
+			}
+		}
+		if bound == 0 {
+			return p, nil
+		}
+		opts.MaxChunkLength = bound
+		next, err := Plan(reqs, b.budget, opts)
+		if err != nil {
+			return p, err
+		}
+		p = next
+	}
+	return p, nil
+}
+
+// granularityOf is the rounding unit the planner counts bytes in for a:
+// its granularity, or DefaultGranularity.
+func granularityOf(a alloc.Allocator) uint64 {
+	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
+		return g.Granularity()
+	}
+	return DefaultGranularity
 }

@@ -13,10 +13,12 @@ package vram
 // without touching the other clients.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
 )
@@ -436,4 +438,108 @@ func (m *Manager) Clients() []*Client {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.reg.all()
+}
+
+// MinAutoPool is the smallest proportion of device memory the auto pool
+// may be left with while it has clients.
+const MinAutoPool = share.MinAutoPool
+
+// Sync waits for the work enqueued on c's stream and returns its first
+// error. When ctx is done first it returns at once an error wrapping
+// ctx.Err(); the work goes on, and the wait is abandoned, not undone:
+// until the stream reaches the end of that work, SetAllocator,
+// ReinitStreams and the manager's Close wait for it as they wait for a
+// Sync in progress.
+func (c *Client) Sync(ctx context.Context) error {
+	m := c.m
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("vram: sync %v: %w", c, err)
+	}
+	m.allocMu.RLock()
+	s, err := m.stream(c)
+	if err != nil {
+		m.allocMu.RUnlock()
+		return err
+	}
+	if ctx.Done() == nil { // never cancelled: wait here
+		defer m.allocMu.RUnlock()
+		return s.Synchronize()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer m.allocMu.RUnlock()
+		done <- s.Synchronize()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("vram: sync %v: %w", c, ctx.Err())
+	}
+}
+
+// Stream returns the stream of c's group, on which its arrays are
+// allocated and copied: launch its kernels there. SetAllocator and
+// ReinitStreams replace (and close) every group's stream, so ask again
+// after an OnInvalidate.
+func (c *Client) Stream() (device.Stream, error) { return c.m.stream(c) }
+
+// stream is Client.Stream.
+func (m *Manager) stream(c *Client) (device.Stream, error) {
+	if err := m.check(c); err != nil {
+		return nil, err
+	}
+	s, err := m.groups.Stream(c.id)
+	if err != nil {
+		return nil, fmt.Errorf("vram: stream of %v: %w", c, err)
+	}
+	return s, nil
+}
+
+// check returns ErrClosed/ErrUnknownClient for a client that cannot be
+// used.
+func (m *Manager) check(c *Client) error {
+	if c == nil || c.m != m {
+		return foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.checkLocked(c)
+}
+
+func (m *Manager) checkLocked(c *Client) error {
+	if m.closed {
+		return closedErr("use a client")
+	}
+	if c.closed {
+		return fmt.Errorf("vram: client %v is closed; register a new client: %w", c, ErrClosed)
+	}
+	return nil
+}
+
+// closedErr is the error of op on a closed manager.
+func closedErr(op string) error {
+	return fmt.Errorf("vram: %s: the manager is closed; make a new one with New: %w", op, ErrClosed)
+}
+
+// foreign is the error for a client handle this manager did not make.
+func foreign(c *Client) error {
+	if c == nil {
+		return fmt.Errorf("vram: nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
+	}
+	return fmt.Errorf("vram: client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
+}
+
+// streamGroup returns the name of c's stream group, or why c cannot be
+// used.
+func (m *Manager) streamGroup(c *Client) (string, error) {
+	if c == nil || c.m != m {
+		return "", foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return "", err
+	}
+	return c.group, nil
 }

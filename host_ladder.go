@@ -57,9 +57,6 @@ type HostOptions struct {
 	SpillDir string
 }
 
-// WithHostOptions sets the host ladder's limits and spill directory.
-func WithHostOptions(o HostOptions) Option { return func(c *config) { c.host = o } }
-
 // HostRung is a rung of the host ladder. A plain value.
 type HostRung uint8
 

@@ -1,6 +1,6 @@
 package vram
 
-// Queued requests and their allocation.
+// Client.Allocate and what it returns (ArrayResponse).
 //
 // Clients queue requests per stream group; Allocate takes the whole
 // group's queue, works out the group's budget, plans the requests
@@ -11,18 +11,12 @@ package vram
 // what was allocated is freed and the queue is put back as it was. The
 // arrays being replaced are freed before allocating only when the plan
 // needs their memory (or, for host arrays, the pinned-memory limit does);
-// a failure after that calls their owners' OnInvalidate hooks.
+// a failure after that calls their owners' OnInvalidate hooks. The
+// transaction itself, its steps named, is in alloctx.go.
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
-
-	"github.com/vramkit/vram/alloc"
-	"github.com/vramkit/vram/device"
 )
 
 // ArrayResponse is what Allocate gives a client: its arrays (none for
@@ -98,100 +92,6 @@ func (r *ArrayResponse) Member(c *Client) *ArrayResponse {
 		return r // delivered alone (its client had moved to another group)
 	}
 	return nil
-}
-
-// Queue queues requests (label → request) for c in its stream group, to
-// be allocated by the next Allocate of any member of the group. Every
-// request is validated first; an invalid one (an error wrapping
-// ErrInvalidRequest, or ErrNotSupported for Managed memory) queues
-// nothing and leaves what c had queued. Otherwise the requests replace
-// everything c had queued (as cubie's queue_request does): a label queued
-// before and not now is no longer queued. An empty (or nil) map drops
-// c's queued requests and returns nil once c is known to be open: c is
-// then no requester of the next Allocate.
-func (c *Client) Queue(requests map[string]ArrayRequest) error {
-	m := c.m
-	labels := slices.Sorted(maps.Keys(requests))
-	for _, l := range labels {
-		if err := requests[l].Validate(); err != nil {
-			return fmt.Errorf("vram: queue %s for %v: %w", l, c, err)
-		}
-	}
-	own := make(map[string]ArrayRequest, len(requests))
-	for l, r := range requests {
-		r.Shape = slices.Clone(r.Shape)
-		own[l] = r
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return err
-	}
-	if q := m.queues[c.group]; q != nil { // replaced, not merged
-		delete(q, c)
-		if len(q) == 0 {
-			delete(m.queues, c.group)
-		}
-	}
-	if len(own) == 0 {
-		return nil // nothing to queue: no queue entry, so no hook calls for it
-	}
-	m.queueLocked(c, c.group, own)
-	return nil
-}
-
-// queueLocked merges reqs into c's queue in group.
-func (m *Manager) queueLocked(c *Client, group string, reqs map[string]ArrayRequest) {
-	q := m.queues[group]
-	if q == nil {
-		q = map[*Client]map[string]ArrayRequest{}
-		m.queues[group] = q
-	}
-	if cur := q[c]; cur != nil {
-		maps.Copy(cur, reqs)
-		return
-	}
-	q[c] = reqs
-}
-
-// Queued returns a copy of the requests c has queued, by label (none
-// once closed).
-func (c *Client) Queued() map[string]ArrayRequest {
-	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c.closed {
-		return map[string]ArrayRequest{}
-	}
-	return maps.Clone(m.queues[c.group][c])
-}
-
-// AllocateOption tunes one Allocate; applied on the caller's
-// goroutine.
-type AllocateOption func(*allocConfig)
-
-type allocConfig struct {
-	buffers int
-	ctx     context.Context // Allocate's
-}
-
-// WithBuffers plans for k chunk buffers in flight (2 for double
-// buffering) and, when the batch is chunked, allocates k copies of each
-// chunkable array (ArrayResponse.Buffers).
-func WithBuffers(k int) AllocateOption { return func(a *allocConfig) { a.buffers = max(k, 1) } }
-
-// groupLock returns the lock that serializes Allocate for group: a
-// channel with room for one, taken by sending, so that a wait for it can
-// be abandoned (lockCtx).
-func (m *Manager) groupLock(group string) chan struct{} {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l := m.groupLocks[group]
-	if l == nil {
-		l = make(chan struct{}, 1)
-		m.groupLocks[group] = l
-	}
-	return l
 }
 
 // lockCtx takes the lock l (a channel with room for one; receive from it
@@ -374,26 +274,6 @@ type delivery struct {
 	resp *ArrayResponse
 }
 
-// linkGroup lets each response of one Allocate reach the others
-// (ArrayResponse.Member).
-func linkGroup(out []delivery) {
-	group := make([]*ArrayResponse, len(out))
-	for i, d := range out {
-		group[i] = d.resp
-	}
-	for _, r := range group {
-		r.group = group
-	}
-}
-
-// pending is one array to allocate.
-type pending struct {
-	c     *Client
-	label string
-	req   ArrayRequest
-	shape []int
-}
-
 // groupOutcome is what allocateGroup leaves Allocate to do once
 // every lock is released.
 type groupOutcome struct {
@@ -403,92 +283,47 @@ type groupOutcome struct {
 	invalidated []*Client      // owners of arrays a failed call freed, their OnInvalidate queued
 }
 
-// freeEach frees work as freeWork does, adding the errors to errs by
-// owner. allocMu must be held.
-func (m *Manager) freeEach(work []freeWork, errs map[*Client]error) {
-	for _, w := range work {
-		if err := m.freeWork([]freeWork{w}); err != nil {
-			errs[w.c] = errors.Join(errs[w.c], err)
+// An Allocate with nothing queued (cubie's allocate_queue with an empty
+// queue): every member of the group is sent the group's last plan again,
+// with no arrays, which is how members that keep their arrays across
+// runs learn the chunking again. A group that has never been planned
+// (or was emptied of members since) has no plan to send: that is
+// ErrNothingQueued.
+
+// rebroadcast answers an Allocate of group with nothing queued: ok
+// false when the group has requests queued (allocate them), else every
+// member's response with the group's last plan and no arrays, their
+// OnAllocated calls queued, or ErrNothingQueued when there is no plan.
+// The group lock must be held (so no allocation of the group runs
+// meanwhile).
+func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, ok bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(trigger); err != nil {
+		return groupOutcome{}, true, err
+	}
+	if len(m.queues[group]) > 0 {
+		return groupOutcome{}, false, nil
+	}
+	plan, planned := m.plans[group]
+	if !planned {
+		return groupOutcome{}, true, fmt.Errorf("vram: allocate for %v: group %q has no requests queued and no plan yet to send again (queue requests with Client.Queue first; cubie's allocate_queue does nothing here): %w",
+			trigger, group, ErrNothingQueued)
+	}
+	members := m.reg.members(group)
+	res.out = make([]delivery, 0, len(members))
+	res.calls = make([]*hookCall, len(members))
+	for i, c := range members {
+		resp := newResponse(c, plan, 1)
+		resp.ChunkedShapes = map[string][]int{}
+		res.out = append(res.out, delivery{c: c, resp: resp})
+		if c == trigger {
+			res.mine = resp
+		}
+		if c.onAllocated != nil {
+			on := c.onAllocated
+			res.calls[i] = c.postLocked(func() { on(resp) }, false)
 		}
 	}
+	return res, true, nil
 }
-
-func byID(a, b *Client) int { return cmp.Compare(a.id, b.id) }
-
-func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
-	r := &ArrayResponse{
-		Client:      c,
-		Buffers:     make([]ArraySet, buffers),
-		Chunks:      plan.Chunks,
-		ChunkLength: plan.ChunkLength,
-		TotalRuns:   plan.TotalRuns,
-		Plan:        plan,
-	}
-	for b := range r.Buffers {
-		r.Buffers[b] = ArraySet{Device: map[string]*DeviceArray{}, Host: map[string]*HostArray{}}
-	}
-	r.Arrays, r.Host = r.Buffers[0].Device, r.Buffers[0].Host
-	return r
-}
-
-// pendingOf lists the arrays plan allocates for the requesters' queues
-// q, in client id and label order, each chunkable one once per buffer.
-func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan ChunkPlan) []pending {
-	n := 0
-	for _, c := range requesters {
-		n += len(q[c]) * max(plan.Buffers, 1)
-	}
-	todo := make([]pending, 0, n)
-	labels := make([]string, 0, 8)
-	for _, c := range requesters {
-		shapes := plan.ChunkedShapes[c.String()]
-		labels = labels[:0]
-		for l := range q[c] {
-			labels = append(labels, l)
-		}
-		slices.Sort(labels)
-		for _, l := range labels {
-			r := q[c][l]
-			nb := 1
-			if r.Chunkable() {
-				nb = plan.Buffers
-			}
-			for range nb {
-				todo = append(todo, pending{c: c, label: l, req: r, shape: shapes[l]})
-			}
-		}
-	}
-	return todo
-}
-
-// allocOne allocates one array. allocMu must be held.
-func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation, error) {
-	shape := slices.Clone(p.shape)
-	n, _ := elements(shape)
-	bytes := n * p.req.DType.Size()
-	a := &allocation{label: p.label}
-	switch p.req.Memory {
-	case Device:
-		// A batch's arrays live long: no shared segment is grown for
-		// them, so they take from the device what the allocator states.
-		ptr, err := alloc.AllocExact(m.al, bytes, s)
-		if err != nil {
-			return nil, err
-		}
-		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label, owner: p.c}
-		a.dev.setLast(s)
-		a.charged = roundUp(bytes, gran)
-	default:
-		h, err := m.newHost(shape, p.req.DType, p.req.Memory, p.label, s)
-		if err != nil {
-			return nil, err
-		}
-		a.host = h
-		if p.req.Memory == Mapped {
-			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label, owner: p.c}
-		}
-	}
-	return a, nil
-}
-
-func fmtShape(d DType, shape []int) string { return fmt.Sprintf("%v%v", d, shape) }

@@ -1,0 +1,336 @@
+package vram
+
+// Stream groups as the manager keeps them: their members, their queues of
+// array requests and the lock Allocate takes for each.
+//
+// The registry of open clients, built so that Register and Close touch no
+// map keyed by client: a slot array (with a stack of free slots) for
+// iterating over every client, and an intrusive list per stream group for
+// finding a group's members. The stream groups (package streams) keep
+// their own id map for stream lookups; the registry mirrors their
+// membership under the manager's lock.
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/vramkit/vram/streams"
+)
+
+// registry is protected by Manager.mu.
+type registry struct {
+	slots  []*Client              // open clients; nil where one closed
+	free   []int                  // indexes of nil slots
+	n      int                    // open clients
+	groups map[string]*clientList // group name → members
+}
+
+// clientList is a group's members, linked through Client.gprev/gnext.
+type clientList struct {
+	head *Client
+	n    int
+}
+
+func newRegistry() registry { return registry{groups: map[string]*clientList{}} }
+
+// add registers c in slot and in its group's list.
+func (r *registry) add(c *Client) {
+	if k := len(r.free); k > 0 {
+		c.slot = r.free[k-1]
+		r.free = r.free[:k-1]
+		r.slots[c.slot] = c
+	} else {
+		c.slot = len(r.slots)
+		r.slots = append(r.slots, c)
+	}
+	r.n++
+	r.link(c)
+}
+
+// remove takes c out of its slot and its group's list.
+func (r *registry) remove(c *Client) {
+	r.unlink(c)
+	r.slots[c.slot] = nil
+	r.free = append(r.free, c.slot)
+	c.slot = -1
+	r.n--
+}
+
+func (r *registry) link(c *Client) {
+	l := r.groups[c.group]
+	if l == nil {
+		l = &clientList{}
+		r.groups[c.group] = l
+	}
+	c.gprev, c.gnext = nil, l.head
+	if l.head != nil {
+		l.head.gprev = c
+	}
+	l.head = c
+	l.n++
+}
+
+func (r *registry) unlink(c *Client) {
+	l := r.groups[c.group]
+	if c.gprev != nil {
+		c.gprev.gnext = c.gnext
+	} else {
+		l.head = c.gnext
+	}
+	if c.gnext != nil {
+		c.gnext.gprev = c.gprev
+	}
+	c.gprev, c.gnext = nil, nil
+	l.n--
+	if l.n == 0 {
+		delete(r.groups, c.group) // group names do not pile up
+	}
+}
+
+// move puts c in group.
+func (r *registry) move(c *Client, group string) {
+	r.unlink(c)
+	c.group = group
+	r.link(c)
+}
+
+// members returns the open clients of group, by id.
+func (r *registry) members(group string) []*Client {
+	l := r.groups[group]
+	if l == nil {
+		return []*Client{}
+	}
+	out := make([]*Client, 0, l.n)
+	for c := l.head; c != nil; c = c.gnext {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, byID)
+	return out
+}
+
+// all returns every open client, by id.
+func (r *registry) all() []*Client {
+	out := make([]*Client, 0, r.n)
+	for _, c := range r.slots {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, byID)
+	return out
+}
+
+// GroupMembers returns the open clients in the named group ("" is
+// "default"), by id.
+func (m *Manager) GroupMembers(group string) []*Client {
+	if group == "" {
+		group = streams.Default
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reg.members(group)
+}
+
+// IsGrouped reports whether c shares a named stream group with another
+// client (false once closed). Clients in the "default" group are never
+// grouped (as in the reference: the default group is where ungrouped
+// clients live).
+func (c *Client) IsGrouped() bool {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.checkLocked(c) != nil {
+		return false
+	}
+	return c.group != streams.Default && m.reg.groups[c.group].n > 1
+}
+
+// ChangeStreamGroup moves c to the named group ("" is "default"), making
+// it if needed. Requests c has queued move with it; arrays it holds stay
+// valid (they were made on the old group's stream: synchronize it before
+// using them on the new one; the manager frees each array ordered after
+// the stream it was last copied on). A group c leaves with no member is
+// removed and its stream closed once its work is done, so a stream
+// obtained from Stream before the move may be closed. The move never
+// waits for that work (a long kernel of the old group's): the stream
+// closes in the background. A refused move (a closed client or manager)
+// makes no group.
+func (c *Client) ChangeStreamGroup(group string) error {
+	m := c.m
+	if group == "" {
+		group = streams.Default
+	}
+	for {
+		m.mu.Lock()
+		err := m.checkLocked(c)
+		from := c.group
+		m.mu.Unlock()
+		if err != nil || from == group {
+			return err
+		}
+		moved, err := m.moveHeld(c, from, group)
+		if moved || err != nil {
+			return err
+		}
+		// c moved meanwhile: try again from where it is now.
+	}
+}
+
+// moveHeld moves c from group from to group to, holding both groups
+// (making to and its stream outside mu, so that a refused move makes
+// none) so that the move under mu makes no stream and empties no group.
+// Once released, the group c left is removed if it has no member, and
+// its stream closed after its work. moved is false, with no error, if c
+// was no longer in from.
+func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
+	// Streams of groups left empty are closed under allocMu, so that no
+	// SetAllocator or Close overlaps it (see Client.Close).
+	m.allocMu.RLock()
+	defer m.allocMu.RUnlock()
+	_, releaseTo, err := m.groups.Hold(to)
+	if err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			return false, closedErr("change stream group") // closed meanwhile
+		}
+		return false, fmt.Errorf("vram: make group %q: %w", to, err)
+	}
+	_, releaseFrom, err := m.groups.Hold(from)
+	if err != nil {
+		if errors.Is(err, streams.ErrClosed) {
+			err = closedErr("change stream group")
+		}
+		return false, errors.Join(err, releaseTo())
+	}
+	defer func() {
+		// After mu is released: closing a stream waits for its work.
+		err = errors.Join(err, wrapIf("close the stream of the group left", releaseFrom()), releaseTo())
+	}()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return false, err
+	}
+	if c.group != from {
+		return false, nil
+	}
+	if err := m.groups.Move(c.id, to); err != nil {
+		return false, fmt.Errorf("vram: change group of %v: %w", c, err)
+	}
+	if q := m.queues[c.group]; q != nil {
+		if reqs, ok := q[c]; ok {
+			delete(q, c)
+			if len(q) == 0 {
+				delete(m.queues, c.group)
+			}
+			m.queueLocked(c, to, reqs)
+		}
+	}
+	m.moveLocked(c, to)
+	return true, nil
+}
+
+// moveLocked puts c in group in the registry. m.mu must be held.
+func (m *Manager) moveLocked(c *Client, group string) {
+	from := c.group
+	m.reg.move(c, group)
+	m.forgetIfEmptyLocked(from)
+}
+
+// removeLocked takes c out of the registry. m.mu must be held.
+func (m *Manager) removeLocked(c *Client) {
+	m.reg.remove(c)
+	m.forgetIfEmptyLocked(c.group)
+}
+
+// forgetIfEmptyLocked drops the allocation lock of group once it has no
+// member, so that group names do not pile up. (Allocate re-checks
+// its trigger's group after locking, and planMu serializes allocations,
+// so a lock made again later for the name is as good.) m.mu must be held.
+func (m *Manager) forgetIfEmptyLocked(group string) {
+	if _, ok := m.reg.groups[group]; !ok {
+		delete(m.groupLocks, group)
+		delete(m.plans, group)
+	}
+}
+
+// Queue queues requests (label → request) for c in its stream group, to
+// be allocated by the next Allocate of any member of the group. Every
+// request is validated first; an invalid one (an error wrapping
+// ErrInvalidRequest, or ErrNotSupported for Managed memory) queues
+// nothing and leaves what c had queued. Otherwise the requests replace
+// everything c had queued (as cubie's queue_request does): a label queued
+// before and not now is no longer queued. An empty (or nil) map drops
+// c's queued requests and returns nil once c is known to be open: c is
+// then no requester of the next Allocate.
+func (c *Client) Queue(requests map[string]ArrayRequest) error {
+	m := c.m
+	labels := slices.Sorted(maps.Keys(requests))
+	for _, l := range labels {
+		if err := requests[l].Validate(); err != nil {
+			return fmt.Errorf("vram: queue %s for %v: %w", l, c, err)
+		}
+	}
+	own := make(map[string]ArrayRequest, len(requests))
+	for l, r := range requests {
+		r.Shape = slices.Clone(r.Shape)
+		own[l] = r
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return err
+	}
+	if q := m.queues[c.group]; q != nil { // replaced, not merged
+		delete(q, c)
+		if len(q) == 0 {
+			delete(m.queues, c.group)
+		}
+	}
+	if len(own) == 0 {
+		return nil // nothing to queue: no queue entry, so no hook calls for it
+	}
+	m.queueLocked(c, c.group, own)
+	return nil
+}
+
+// queueLocked merges reqs into c's queue in group.
+func (m *Manager) queueLocked(c *Client, group string, reqs map[string]ArrayRequest) {
+	q := m.queues[group]
+	if q == nil {
+		q = map[*Client]map[string]ArrayRequest{}
+		m.queues[group] = q
+	}
+	if cur := q[c]; cur != nil {
+		maps.Copy(cur, reqs)
+		return
+	}
+	q[c] = reqs
+}
+
+// Queued returns a copy of the requests c has queued, by label (none
+// once closed).
+func (c *Client) Queued() map[string]ArrayRequest {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.closed {
+		return map[string]ArrayRequest{}
+	}
+	return maps.Clone(m.queues[c.group][c])
+}
+
+// groupLock returns the lock that serializes Allocate for group: a
+// channel with room for one, taken by sending, so that a wait for it can
+// be abandoned (lockCtx).
+func (m *Manager) groupLock(group string) chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.groupLocks[group]
+	if l == nil {
+		l = make(chan struct{}, 1)
+		m.groupLocks[group] = l
+	}
+	return l
+}
