@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -258,11 +259,11 @@ const maxGoAlloc = 1<<(31+16*(^uint(0)>>63)) - 1<<20
 
 // pageableLimit is the most bytes one pageable host array may have:
 // what the Go runtime can allocate in one piece, and no more than the
-// host's memory and swap where they are known (hostMemory), since a
+// host's memory and swap where they are known (meminfo.RAMAndSwap), since a
 // larger one would end the process, not fail.
 func pageableLimit() uint64 {
 	limit := uint64(maxGoAlloc)
-	if h := hostMemory(); h > 0 {
+	if h := meminfo.RAMAndSwap(); h > 0 {
 		limit = min(limit, h)
 	}
 	return limit

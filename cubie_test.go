@@ -37,6 +37,7 @@ import (
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/streams"
 )
 
@@ -1904,10 +1905,10 @@ func TestCubie_pressure_evicts_only_required_lru_owner(t *testing.T) {
 }
 
 func TestCubie_total_system_ram_reports_positive(t *testing.T) {
-	if hostRAM() == 0 {
+	if meminfo.RAM() == 0 {
 		t.Skip("the host's RAM is unknown on this platform")
 	}
-	if r := hostRAM(); r < 64*MiB {
+	if r := meminfo.RAM(); r < 64*MiB {
 		t.Errorf("host RAM %d", r)
 	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 )
 
 // hostPool hands out host memory for host arrays. Safe for concurrent
@@ -32,7 +33,7 @@ type hostPool struct {
 	staging *StagingPool
 	lim     hostLimits
 	log     *slog.Logger
-	// avail is the RAM available and whether it is known (ramAvailable;
+	// avail is the RAM available and whether it is known (meminfo.HostAvailable;
 	// tests replace it).
 	avail func() (uint64, bool)
 	// waitClosed waits for the close of a stream group's stream in
@@ -47,7 +48,7 @@ type hostPool struct {
 }
 
 func newHostPool(dev device.Device, waitClosed func(device.Stream), o HostOptions, log *slog.Logger) *hostPool {
-	h := &hostPool{dev: dev, waitClosed: waitClosed, lim: resolveHostOptions(o), log: log, avail: ramAvailable}
+	h := &hostPool{dev: dev, waitClosed: waitClosed, lim: resolveHostOptions(o), log: log, avail: meminfo.HostAvailable}
 	h.ha, _ = dev.(device.HostAllocator)
 	if h.ha != nil {
 		h.pinned, _ = alloc.NewPinnedPool(dev)

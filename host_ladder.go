@@ -24,10 +24,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/mapfile"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/npy"
 )
@@ -322,7 +325,7 @@ type hostLimits struct {
 func resolveHostOptions(o HostOptions) hostLimits {
 	l := hostLimits{pinned: o.PinnedLimit, limit: o.Limit, spill: o.SpillDir}
 	if l.pinned == 0 {
-		if ram := hostRAM(); ram > 0 {
+		if ram := meminfo.RAM(); ram > 0 {
 			l.pinned = uint64(float64(ram) * DefaultPinnedFraction)
 		} else {
 			l.pinned = units.GiB
@@ -351,7 +354,7 @@ func (h *hostPool) choose(n uint64) (HostRung, string) {
 	}
 	ram := s.RAM()
 	avail, known := h.avail()
-	reserve := hostRAM() / 16
+	reserve := meminfo.RAM() / 16
 	headroom := "unknown"
 	fitsRAM := true
 	if known {
@@ -417,7 +420,7 @@ func (h *hostPool) count(n uint64, mem MemoryType, file bool) func() {
 // fileArray makes a file-backed array: a new .npy file in the spill
 // directory, mapped.
 func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, name string) (*HostArray, error) {
-	if !fileRungSupported {
+	if !mapfile.Supported {
 		return nil, fmt.Errorf("file-backed host memory: %w", ErrNotSupported)
 	}
 	if name == "" {
@@ -436,7 +439,7 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(path))
 	}
-	if err := reserveDisk(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
+	if err := mapfile.Reserve(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
 		return nil, errors.Join(fmt.Errorf("file-backed host memory: reserve %s of disk for %s in the spill directory %s "+
 			"(free room there, or choose a roomier one with $%s, or the manager's spill directory): %w: %w",
 			units.Format(uint64(f.DataOffset()+f.DataBytes())), path, h.lim.spill, SpillDirEnv, err, errHostOutOfMemory), f.Close(), os.Remove(path))
@@ -456,8 +459,11 @@ func (h *hostPool) mapArray(f *npy.File, shape []int, dtype DType, place *HostPl
 	off, n := f.DataOffset(), f.DataBytes()
 	var whole, data []byte
 	if n > 0 {
+		if !mapfile.Supported {
+			return nil, errors.Join(fmt.Errorf("map %s: memory-mapped files are not supported on %s: %w", f.OS().Name(), runtime.GOOS, ErrNotSupported), f.Close())
+		}
 		var err error
-		whole, err = mapFile(f.OS(), off+n, writable)
+		whole, err = mapfile.Map(f.OS(), off+n, writable)
 		if err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
@@ -470,7 +476,7 @@ func (h *hostPool) mapArray(f *npy.File, shape []int, dtype DType, place *HostPl
 		uncount()
 		var errs []error
 		if whole != nil {
-			errs = append(errs, unmapFile(whole))
+			errs = append(errs, mapfile.Unmap(whole))
 		}
 		errs = append(errs, f.Close())
 		if !place.Keep {

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -270,7 +271,7 @@ func (p *StagingPool) fitsLocked(n, freed, cached uint64) bool {
 	if pinned+n > h.lim.pinned || (h.lim.limit > 0 && ram+n > h.lim.limit) {
 		return false
 	}
-	if avail, ok := h.avail(); ok && n+hostRAM()/16 > avail {
+	if avail, ok := h.avail(); ok && n+meminfo.RAM()/16 > avail {
 		return false
 	}
 	return true
