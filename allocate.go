@@ -228,15 +228,15 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 	var gl chan struct{}
 	var group string
 	for {
-		g, err := m.streamGroup(c)
+		g, l, err := m.groupLock(c)
 		if err != nil {
 			return groupOutcome{}, err
 		}
-		gl = m.groupLock(g)
+		gl = l
 		if err := lockCtx(ac.ctx, gl, "another allocation of group "+g); err != nil {
 			return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
 		}
-		if now, err := m.streamGroup(c); err != nil || now != g {
+		if now, nl, err := m.groupLock(c); err != nil || now != g || nl != gl {
 			<-gl
 			if err != nil {
 				return groupOutcome{}, err
@@ -302,11 +302,11 @@ func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, 
 	if err := m.checkLocked(trigger); err != nil {
 		return groupOutcome{}, true, err
 	}
-	if len(m.queues[group]) > 0 {
+	g := m.reg.groups[group]
+	if g != nil && len(g.queue) > 0 {
 		return groupOutcome{}, false, nil
 	}
-	plan, planned := m.plans[group]
-	if !planned {
+	if g == nil || !g.planned {
 		return groupOutcome{}, true, fmt.Errorf("vram: allocate for %v: group %q has no requests queued and no plan yet to send again (queue requests with Client.Queue first; cubie's allocate_queue does nothing here): %w",
 			trigger, group, ErrNothingQueued)
 	}
@@ -314,7 +314,7 @@ func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, 
 	res.out = make([]delivery, 0, len(members))
 	res.calls = make([]*hookCall, len(members))
 	for i, c := range members {
-		resp := newResponse(c, plan, 1)
+		resp := newResponse(c, g.plan, 1)
 		resp.ChunkedShapes = map[string][]int{}
 		res.out = append(res.out, delivery{c: c, resp: resp})
 		if c == trigger {

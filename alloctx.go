@@ -57,7 +57,7 @@ type allocTx struct {
 // allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
-	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (rebroadcast.go)
+	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (allocate.go)
 		return res, err
 	}
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
@@ -95,13 +95,14 @@ func (tx *allocTx) take() error {
 		m.mu.Unlock()
 		return err
 	}
-	q := m.queues[tx.group]
-	if len(q) == 0 {
+	g := m.reg.groups[tx.group]
+	if g == nil || len(g.queue) == 0 {
 		m.mu.Unlock()
 		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with Client.Queue first; "+
 			"another member's Allocate may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
 	}
-	delete(m.queues, tx.group)
+	q := g.queue
+	g.queue = map[*Client]map[string]ArrayRequest{}
 	tx.q = q
 	tx.requesters = slices.SortedFunc(maps.Keys(q), byID)
 	tx.reqs = make(map[string]map[string]ArrayRequest, len(q))
@@ -129,7 +130,7 @@ func (tx *allocTx) restoreQueue() {
 		if c.closed {
 			continue
 		}
-		if _, newer := m.queues[c.group][c]; !newer {
+		if _, newer := m.reg.groups[c.group].queue[c]; !newer {
 			m.queueLocked(c, c.group, tx.q[c])
 		}
 	}
@@ -317,7 +318,9 @@ func (tx *allocTx) install() groupOutcome {
 		}
 	}
 	linkGroup(res.out)
-	m.plans[tx.group] = tx.plan // sent again by an Allocate with nothing queued
+	if g := m.reg.groups[tx.group]; g != nil {
+		g.plan, g.planned = tx.plan, true // sent again by an Allocate with nothing queued
+	}
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
 		if d.c == tx.trigger {

@@ -53,7 +53,7 @@ type groupBudget struct {
 	room   uint64
 
 	// own is, in Active mode, each requester's own room by client name
-	// (owncaps.go); nil in Passive mode.
+	// (below); nil in Passive mode.
 	own map[string]ownRoom
 
 	// lost is device memory an allocator that does not state its cost

@@ -68,7 +68,7 @@ func TestAllocateCancelled(t *testing.T) {
 			case "":
 				cancel()
 			case "group":
-				l := m.groupLock("g")
+				_, l, _ := m.groupLock(c)
 				l <- struct{}{}
 				defer func() { <-l }()
 				time.AfterFunc(10*time.Millisecond, cancel)

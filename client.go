@@ -80,7 +80,7 @@ type Client struct {
 
 	// Protected by m.mu:
 	slot         int     // index in the registry's slots
-	gprev, gnext *Client // neighbours in the group's member list
+	gprev, gnext *Client // neighbours in the group's member list (group.head)
 	closed       bool
 	prop         uint64                   // manual proportion in share.Unit; 0 in the auto pool
 	group        string                   // stream group name
@@ -218,14 +218,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	m.removeLocked(c)
+	m.reg.remove(c) // and what c queued
 	m.pools.Leave(c.prop)
-	if q := m.queues[c.group]; q != nil {
-		delete(q, c)
-		if len(q) == 0 {
-			delete(m.queues, c.group)
-		}
-	}
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()
 	defer m.allocMu.RUnlock()
@@ -528,18 +522,4 @@ func foreign(c *Client) error {
 		return fmt.Errorf("vram: nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
 	}
 	return fmt.Errorf("vram: client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
-}
-
-// streamGroup returns the name of c's stream group, or why c cannot be
-// used.
-func (m *Manager) streamGroup(c *Client) (string, error) {
-	if c == nil || c.m != m {
-		return "", foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return "", err
-	}
-	return c.group, nil
 }

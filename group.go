@@ -1,14 +1,17 @@
 package vram
 
-// Stream groups as the manager keeps them: their members, their queues of
-// array requests and the lock Allocate takes for each.
+// Stream groups as the manager keeps them: one record per group (its
+// members, its queue of array requests, the lock Allocate takes for it
+// and its last plan), in the registry of open clients.
 //
-// The registry of open clients, built so that Register and Close touch no
-// map keyed by client: a slot array (with a stack of free slots) for
-// iterating over every client, and an intrusive list per stream group for
-// finding a group's members. The stream groups (package streams) keep
-// their own id map for stream lookups; the registry mirrors their
-// membership under the manager's lock.
+// The registry is built so that Register and Close touch no map keyed by
+// client: a slot array (with a stack of free slots) for iterating over
+// every client, and a record per stream group whose intrusive list finds
+// the group's members. A record lives while its group has members: the
+// last member to leave takes it, queue, lock and plan with it, so group
+// names do not pile up. The stream groups (package streams) keep their
+// own id map for stream lookups; the registry mirrors their membership
+// under the manager's lock.
 
 import (
 	"errors"
@@ -21,19 +24,33 @@ import (
 
 // registry is protected by Manager.mu.
 type registry struct {
-	slots  []*Client              // open clients; nil where one closed
-	free   []int                  // indexes of nil slots
-	n      int                    // open clients
-	groups map[string]*clientList // group name → members
+	slots  []*Client         // open clients; nil where one closed
+	free   []int             // indexes of nil slots
+	n      int               // open clients
+	groups map[string]*group // group name → its record, while it has members
 }
 
-// clientList is a group's members, linked through Client.gprev/gnext.
-type clientList struct {
-	head *Client
-	n    int
+// group is one stream group's record. Protected by Manager.mu (lock is a
+// channel, taken without it).
+type group struct {
+	head *Client // members, linked through Client.gprev/gnext
+	n    int     // members
+	// queue holds what members have queued: member → label → request.
+	// A member that leaves takes its entry out.
+	queue map[*Client]map[string]ArrayRequest
+	// lock serializes Allocate for the group: a channel with room for
+	// one, taken by sending, so that a wait for it can be abandoned
+	// (lockCtx). (Allocate re-checks its trigger's group after locking,
+	// and planMu serializes allocations, so a record made again later for
+	// the name, with a new lock, is as good.)
+	lock chan struct{}
+	// plan is the group's last plan, sent again by an Allocate with
+	// nothing queued (rebroadcast); planned says there is one.
+	plan    ChunkPlan
+	planned bool
 }
 
-func newRegistry() registry { return registry{groups: map[string]*clientList{}} }
+func newRegistry() registry { return registry{groups: map[string]*group{}} }
 
 // add registers c in slot and in its group's list.
 func (r *registry) add(c *Client) {
@@ -58,10 +75,11 @@ func (r *registry) remove(c *Client) {
 	r.n--
 }
 
+// link puts c in its group's record, made if it is the first member.
 func (r *registry) link(c *Client) {
 	l := r.groups[c.group]
 	if l == nil {
-		l = &clientList{}
+		l = &group{queue: map[*Client]map[string]ArrayRequest{}, lock: make(chan struct{}, 1)}
 		r.groups[c.group] = l
 	}
 	c.gprev, c.gnext = nil, l.head
@@ -72,8 +90,11 @@ func (r *registry) link(c *Client) {
 	l.n++
 }
 
+// unlink takes c, and what it has queued, out of its group's record, and
+// the record out of the registry once it has no member.
 func (r *registry) unlink(c *Client) {
 	l := r.groups[c.group]
+	delete(l.queue, c)
 	if c.gprev != nil {
 		c.gprev.gnext = c.gnext
 	} else {
@@ -218,41 +239,12 @@ func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
 	if err := m.groups.Move(c.id, to); err != nil {
 		return false, fmt.Errorf("vram: change group of %v: %w", c, err)
 	}
-	if q := m.queues[c.group]; q != nil {
-		if reqs, ok := q[c]; ok {
-			delete(q, c)
-			if len(q) == 0 {
-				delete(m.queues, c.group)
-			}
-			m.queueLocked(c, to, reqs)
-		}
+	reqs, queued := m.reg.groups[c.group].queue[c]
+	m.reg.move(c, to) // its queue entry leaves the old group with it
+	if queued {
+		m.queueLocked(c, to, reqs)
 	}
-	m.moveLocked(c, to)
 	return true, nil
-}
-
-// moveLocked puts c in group in the registry. m.mu must be held.
-func (m *Manager) moveLocked(c *Client, group string) {
-	from := c.group
-	m.reg.move(c, group)
-	m.forgetIfEmptyLocked(from)
-}
-
-// removeLocked takes c out of the registry. m.mu must be held.
-func (m *Manager) removeLocked(c *Client) {
-	m.reg.remove(c)
-	m.forgetIfEmptyLocked(c.group)
-}
-
-// forgetIfEmptyLocked drops the allocation lock of group once it has no
-// member, so that group names do not pile up. (Allocate re-checks
-// its trigger's group after locking, and planMu serializes allocations,
-// so a lock made again later for the name is as good.) m.mu must be held.
-func (m *Manager) forgetIfEmptyLocked(group string) {
-	if _, ok := m.reg.groups[group]; !ok {
-		delete(m.groupLocks, group)
-		delete(m.plans, group)
-	}
 }
 
 // Queue queues requests (label → request) for c in its stream group, to
@@ -282,12 +274,7 @@ func (c *Client) Queue(requests map[string]ArrayRequest) error {
 	if err := m.checkLocked(c); err != nil {
 		return err
 	}
-	if q := m.queues[c.group]; q != nil { // replaced, not merged
-		delete(q, c)
-		if len(q) == 0 {
-			delete(m.queues, c.group)
-		}
-	}
+	delete(m.reg.groups[c.group].queue, c) // replaced, not merged
 	if len(own) == 0 {
 		return nil // nothing to queue: no queue entry, so no hook calls for it
 	}
@@ -295,13 +282,10 @@ func (c *Client) Queue(requests map[string]ArrayRequest) error {
 	return nil
 }
 
-// queueLocked merges reqs into c's queue in group.
+// queueLocked merges reqs into c's queue in group, a group c is a member
+// of. m.mu must be held.
 func (m *Manager) queueLocked(c *Client, group string, reqs map[string]ArrayRequest) {
-	q := m.queues[group]
-	if q == nil {
-		q = map[*Client]map[string]ArrayRequest{}
-		m.queues[group] = q
-	}
+	q := m.reg.groups[group].queue
 	if cur := q[c]; cur != nil {
 		maps.Copy(cur, reqs)
 		return
@@ -318,19 +302,19 @@ func (c *Client) Queued() map[string]ArrayRequest {
 	if c.closed {
 		return map[string]ArrayRequest{}
 	}
-	return maps.Clone(m.queues[c.group][c])
+	return maps.Clone(m.reg.groups[c.group].queue[c])
 }
 
-// groupLock returns the lock that serializes Allocate for group: a
-// channel with room for one, taken by sending, so that a wait for it can
-// be abandoned (lockCtx).
-func (m *Manager) groupLock(group string) chan struct{} {
+// groupLock returns c's group and the lock that serializes Allocate for
+// it (group.lock), or why c cannot be used.
+func (m *Manager) groupLock(c *Client) (string, chan struct{}, error) {
+	if c == nil || c.m != m {
+		return "", nil, foreign(c)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l := m.groupLocks[group]
-	if l == nil {
-		l = make(chan struct{}, 1)
-		m.groupLocks[group] = l
+	if err := m.checkLocked(c); err != nil {
+		return "", nil, err
 	}
-	return l
+	return c.group, m.reg.groups[c.group].lock, nil
 }

@@ -43,7 +43,7 @@ type hostPool struct {
 	placeMu sync.Mutex            // serializes the ladder's choices (HostMemory.Alloc)
 	mu      sync.Mutex            // protects the fields below
 	n       hostCounts            // bytes held on each rung
-	live    map[*HostArray]uint64 // pinned, mapped and file-backed arrays not yet freed, in order made (hostlive.go)
+	live    map[*HostArray]uint64 // pinned, mapped and file-backed arrays not yet freed, in order made (track)
 	seq     uint64                // the order of the latest array tracked
 }
 
@@ -174,7 +174,7 @@ func (m *Manager) newHost(shape []int, dtype DType, mem MemoryType, label string
 	h := &HostArray{data: data, shape: shape, dtype: dtype, memory: mem, devPtr: dp, label: label, release: release}
 	h.setLast(s)
 	if mem != Pageable {
-		m.host.track(h) // Close frees what is still live, and says which (hostlive.go)
+		m.host.track(h) // Close frees what is still live, and says which (freeLive)
 	}
 	return h, nil
 }

@@ -63,15 +63,12 @@ type Manager struct {
 	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
 	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
-	mu         sync.Mutex                                     // protects the fields below
-	reg        registry                                       // open clients
-	pools      share.Pools                                    // the clients' shares (internal/share)
-	mode       LimitMode                                      // Passive or Active
-	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
-	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
-	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
-	trim       *trimRun                                       // the allocator's trim in flight (trim.go); nil: none
-	closed     bool
+	mu     sync.Mutex  // protects the fields below
+	reg    registry    // open clients and their groups, each group's queue, lock and last plan (group.go)
+	pools  share.Pools // the clients' shares (internal/share)
+	mode   LimitMode   // Passive or Active
+	trim   *trimRun    // the allocator's trim in flight (trim.go); nil: none
+	closed bool
 }
 
 // New returns a manager of dev. The caller keeps ownership of dev: Close
@@ -100,19 +97,16 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 	}
 	groups := streams.New(dev)
 	m := &Manager{
-		dev:        dev,
-		total:      total,
-		groups:     groups,
-		log:        cfg.log,
-		cfg:        cfg,
-		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
-		reg:        newRegistry(),
-		pools:      share.New("client"),
-		mode:       cfg.mode,
-		queues:     map[string]map[*Client]map[string]ArrayRequest{},
-		groupLocks: map[string]chan struct{}{},
-		plans:      map[string]ChunkPlan{},
-		planMu:     make(chan struct{}, 1),
+		dev:    dev,
+		total:  total,
+		groups: groups,
+		log:    cfg.log,
+		cfg:    cfg,
+		host:   newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
+		reg:    newRegistry(),
+		pools:  share.New("client"),
+		mode:   cfg.mode,
+		planMu: make(chan struct{}, 1),
 	}
 	m.strided, _ = dev.(device.StridedCopier)
 	m.observeOOM(nil, 0, "", m.host.pinned)
@@ -162,7 +156,7 @@ func Default() (*Manager, error) {
 // newAllocator makes an allocator of kind, wrapped as configured, and
 // returns it with the registry's name of the allocator it wraps.
 func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, error) {
-	a, e, err := m.cfg.makeAllocator(m.dev, kind) // poolkind.go
+	a, e, err := m.cfg.makeAllocator(m.dev, kind) // options.go
 	if err != nil {
 		return nil, "", err
 	}
@@ -487,13 +481,12 @@ func (m *Manager) Close() error {
 		c.closed = true
 		m.reg.remove(c)
 	}
-	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
 	m.pools.Reset()
 	m.mu.Unlock()
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
-	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
+	liveErr := m.host.freeLive() // before the pinned pool goes (host.go)
 	m.trims.Wait()
 	closeErr := m.al.Close()
 	hostErr := m.host.close()

@@ -99,7 +99,7 @@ type config struct {
 	acfg  alloc.AsyncConfig
 	total uint64
 	cap   uint64      // WithCap; 0: none
-	pick  allocChoice // WithAllocatorEntry, WithExpandable (poolkind.go)
+	pick  allocChoice // WithAllocatorEntry, WithExpandable (below)
 	host  HostOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
