@@ -199,7 +199,7 @@ func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayRe
 		o(&ac)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("vram: allocate for %v: %w", c, err)
+		return nil, fmt.Errorf("allocate for %v: %w", c, err)
 	}
 	res, err := m.allocateLocking(c, ac)
 	// Hooks run with no lock held, in event order (hooks.go): a failure
@@ -216,7 +216,7 @@ func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayRe
 		d.c.deliverHooks()
 	}
 	if res.mine == nil {
-		return nil, fmt.Errorf("vram: allocate for %v: the client was closed while its group was allocated; the other members got their arrays: %w", c, ErrClosed)
+		return nil, fmt.Errorf("allocate for %v: the client was closed while its group was allocated; the other members got their arrays: %w", c, ErrClosed)
 	}
 	return res.mine, nil
 }
@@ -234,7 +234,7 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 		}
 		gl = l
 		if err := lockCtx(ac.ctx, gl, "another allocation of group "+g); err != nil {
-			return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
+			return groupOutcome{}, fmt.Errorf("allocate for %v: %w", c, err)
 		}
 		if now, nl, err := m.groupLock(c); err != nil || now != g || nl != gl {
 			<-gl
@@ -250,7 +250,7 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 	// One group plans and allocates at a time, so that each plans against
 	// free memory no other allocation is taking meanwhile.
 	if err := lockCtx(ac.ctx, m.planMu, "the allocation of another group"); err != nil {
-		return groupOutcome{}, fmt.Errorf("vram: allocate for %v: %w", c, err)
+		return groupOutcome{}, fmt.Errorf("allocate for %v: %w", c, err)
 	}
 	defer func() { <-m.planMu }()
 	m.allocMu.RLock()
@@ -307,7 +307,7 @@ func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, 
 		return groupOutcome{}, false, nil
 	}
 	if g == nil || !g.planned {
-		return groupOutcome{}, true, fmt.Errorf("vram: allocate for %v: group %q has no requests queued and no plan yet to send again (queue requests with Client.Queue first; cubie's allocate_queue does nothing here): %w",
+		return groupOutcome{}, true, fmt.Errorf("allocate for %v: group %q has no requests queued and no plan yet to send again (queue requests with Client.Queue first; cubie's allocate_queue does nothing here): %w",
 			trigger, group, ErrNothingQueued)
 	}
 	members := m.reg.members(group)

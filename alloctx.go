@@ -69,7 +69,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	// was: nothing has been freed or allocated yet.
 	if err := ac.ctx.Err(); err != nil {
 		tx.restoreQueue()
-		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
+		return groupOutcome{}, fmt.Errorf("allocate group %q: %w", group, err)
 	}
 	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
@@ -114,7 +114,7 @@ func (tx *allocTx) take() error {
 	s, err := m.groups.GroupStream(tx.group)
 	if err != nil {
 		tx.restoreQueue()
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
+		return fmt.Errorf("allocate group %q: %w", tx.group, err)
 	}
 	tx.stream = s
 	return nil
@@ -241,7 +241,7 @@ func (tx *allocTx) replan(beyond uint64) error {
 // failure is the error of array failed of todo, with the plan's figures.
 func (tx *allocTx) failure(failed int, err error) error {
 	p, plan := tx.todo[failed], tx.plan
-	return fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s, %s on the device; %s): %w",
+	return fmt.Errorf("allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s, %s on the device; %s): %w",
 		tx.group, p.label, p.c, fmtShape(p.req.DType, p.shape), failed+1, len(tx.todo),
 		plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(tx.gb.planDevice), &tx.gb, err)
 }
@@ -258,7 +258,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	m := tx.m
 	var lost []string
 	var told []*Client
-	reason := fmt.Errorf("vram: Allocate of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
+	reason := fmt.Errorf("Allocate of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
 	m.mu.Lock()
 	for _, w := range tx.setAside {
 		labels := make([]string, 0, len(w.allocs))

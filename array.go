@@ -453,7 +453,7 @@ func (h *HostArray) CopyChunkTo(full *HostArray, sp Span) error {
 // full-length full: into chunk when toChunk, else back.
 func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 	if chunk == nil || full == nil {
-		return fmt.Errorf("vram: host chunk copy: a nil host array: %w", device.ErrInvalidValue)
+		return fmt.Errorf("host chunk copy: a nil host array: %w", device.ErrInvalidValue)
 	}
 	chunk.use.RLock()
 	defer chunk.use.RUnlock()
@@ -463,15 +463,15 @@ func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 	}
 	switch {
 	case chunk.Freed():
-		return fmt.Errorf("vram: host chunk copy: %w", chunk.freedErr())
+		return fmt.Errorf("host chunk copy: %w", chunk.freedErr())
 	case full.Freed():
-		return fmt.Errorf("vram: host chunk copy: %w", full.freedErr())
+		return fmt.Errorf("host chunk copy: %w", full.freedErr())
 	case chunk.dtype != full.dtype:
-		return fmt.Errorf("vram: host chunk copy: %v and %v: give both one dtype: %w", chunk, full, ErrMismatch)
+		return fmt.Errorf("host chunk copy: %v and %v: give both one dtype: %w", chunk, full, ErrMismatch)
 	}
 	cc, err := planChunkCopy(full.shape, chunk.shape, full.dtype.Size(), sp)
 	if err != nil {
-		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
+		return fmt.Errorf("host chunk copy: %v and %v: %w", full, chunk, err)
 	}
 	// A file-backed array whose file shrank (or whose disk filled)
 	// faults: an error wrapping ErrHostFault, not the end of the process.
@@ -487,7 +487,7 @@ func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
+		return fmt.Errorf("host chunk copy: %v and %v: %w", full, chunk, err)
 	}
 	return nil
 }

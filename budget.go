@@ -308,7 +308,7 @@ func (tx *allocTx) planOnce() error {
 	err := tx.planBudget()
 	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
 		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
-			return fmt.Errorf("vram: allocate group %q: %w", tx.group, terr)
+			return fmt.Errorf("allocate group %q: %w", tx.group, terr)
 		}
 		tx.gb.trimmed = true
 		err = tx.planBudget()
@@ -319,21 +319,18 @@ func (tx *allocTx) planOnce() error {
 // planBudget reads the budget and plans the group once.
 func (tx *allocTx) planBudget() error {
 	if err := tx.m.readBudget(&tx.gb); err != nil {
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
+		return fmt.Errorf("allocate group %q: %w", tx.group, err)
 	}
-	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers})
+	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers, more: tx.gb.advice})
 	if err == nil {
 		tx.plan = plan
 		return nil
 	}
 	var pe *PlanError
-	if errors.As(err, &pe) {
-		pe.Hint += "; " + tx.gb.advice()
+	if !errors.As(err, &pe) && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
+		return fmt.Errorf("allocate group %q: %w", tx.group, err) // the requests themselves
 	}
-	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
-	}
-	return fmt.Errorf("vram: allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
+	return fmt.Errorf("allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
 }
 
 // readBudget reads the device's free memory (the allocator's cache is
@@ -438,7 +435,7 @@ func withinOwnCaps(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts
 	for range 3 { // the bound only falls; twice settles it (once the group is chunked, with its buffers)
 		bound := 0
 		for _, name := range names {
-			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers}
+			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers, more: opts.more}
 			if p.Chunks > 1 {
 				o.MaxChunkLength = p.ChunkLength // chunked as the group is, with its buffers
 			}

@@ -287,7 +287,7 @@ func (c *Client) takeAllLocked() []*allocation {
 func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	units, err := share.ToUnits(o.Proportion, true)
 	if err != nil {
-		return nil, fmt.Errorf("vram: register %q: %w", o.Name, err)
+		return nil, fmt.Errorf("register %q: %w", o.Name, err)
 	}
 	group := o.Group
 	if group == "" {
@@ -318,7 +318,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	warn, err := m.pools.Join(units)
 	m.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
 	if err := m.groups.Add(c.id, group); err != nil {
 		m.mu.Lock()
@@ -329,7 +329,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		if errors.Is(err, streams.ErrClosed) {
 			return nil, closedErr("register") // closed meanwhile
 		}
-		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -355,7 +355,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	}
 	units, err := share.ToUnits(p, !toManual)
 	if err != nil {
-		return fmt.Errorf("vram: %v: %w", c, err)
+		return fmt.Errorf("%v: %w", c, err)
 	}
 	m.mu.Lock()
 	if err := m.checkLocked(c); err != nil {
@@ -370,7 +370,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	warn, err := m.pools.Move(c.prop, units)
 	if err != nil {
 		m.mu.Unlock()
-		return fmt.Errorf("vram: %v: %w", c, err)
+		return fmt.Errorf("%v: %w", c, err)
 	}
 	c.prop = units
 	m.mu.Unlock()
@@ -447,7 +447,7 @@ const MinAutoPool = share.MinAutoPool
 func (c *Client) Sync(ctx context.Context) error {
 	m := c.m
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("vram: sync %v: %w", c, err)
+		return fmt.Errorf("sync %v: %w", c, err)
 	}
 	m.allocMu.RLock()
 	s, err := m.stream(c)
@@ -468,7 +468,7 @@ func (c *Client) Sync(ctx context.Context) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("vram: sync %v: %w", c, ctx.Err())
+		return fmt.Errorf("sync %v: %w", c, ctx.Err())
 	}
 }
 
@@ -485,7 +485,7 @@ func (m *Manager) stream(c *Client) (device.Stream, error) {
 	}
 	s, err := m.groups.Stream(c.id)
 	if err != nil {
-		return nil, fmt.Errorf("vram: stream of %v: %w", c, err)
+		return nil, fmt.Errorf("stream of %v: %w", c, err)
 	}
 	return s, nil
 }
@@ -506,20 +506,20 @@ func (m *Manager) checkLocked(c *Client) error {
 		return closedErr("use a client")
 	}
 	if c.closed {
-		return fmt.Errorf("vram: client %v is closed; register a new client: %w", c, ErrClosed)
+		return fmt.Errorf("client %v is closed; register a new client: %w", c, ErrClosed)
 	}
 	return nil
 }
 
 // closedErr is the error of op on a closed manager.
 func closedErr(op string) error {
-	return fmt.Errorf("vram: %s: the manager is closed; make a new one with New: %w", op, ErrClosed)
+	return fmt.Errorf("%s: the manager is closed; make a new one with New: %w", op, ErrClosed)
 }
 
 // foreign is the error for a client handle this manager did not make.
 func foreign(c *Client) error {
 	if c == nil {
-		return fmt.Errorf("vram: nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
+		return fmt.Errorf("nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
 	}
-	return fmt.Errorf("vram: client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
+	return fmt.Errorf("client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
 }

@@ -166,7 +166,7 @@ func (c *Client) idleNow() bool {
 // keep event order), then freed on the group's stream.
 func (tx *allocTx) evictClients(vs []victim) {
 	m := tx.m
-	reason := fmt.Errorf("vram: arrays evicted to make room for group %q while their client was idle; queue the requests and allocate again: %w", tx.group, ErrEvicted)
+	reason := fmt.Errorf("arrays evicted to make room for group %q while their client was idle; queue the requests and allocate again: %w", tx.group, ErrEvicted)
 	var work []freeWork
 	for _, v := range vs {
 		c := v.c

@@ -119,7 +119,7 @@ func ExamplePlan() {
 	// 4 chunks of 2500 runs (last 2500), 1041920 of 1048576 bytes
 	// [50 2 2500] [100]
 	// 8 chunks when double buffered
-	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run (one run of the chunked arrays needs 1 KiB more, 2 KiB in all); make the large fixed inputs chunkable, shrink them, or raise the budget by 1.1 KiB: vram: does not fit and cannot be chunked
+	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run (one run of the chunked arrays needs 1 KiB more, 2 KiB in all); make the large fixed inputs chunkable, shrink them, or raise the budget by 1.1 KiB: does not fit and cannot be chunked
 }
 
 // Manual proportions and the auto pool.

@@ -215,7 +215,7 @@ func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
 		if errors.Is(err, streams.ErrClosed) {
 			return false, closedErr("change stream group") // closed meanwhile
 		}
-		return false, fmt.Errorf("vram: make group %q: %w", to, err)
+		return false, fmt.Errorf("make group %q: %w", to, err)
 	}
 	_, releaseFrom, err := m.groups.Hold(from)
 	if err != nil {
@@ -237,7 +237,7 @@ func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
 		return false, nil
 	}
 	if err := m.groups.Move(c.id, to); err != nil {
-		return false, fmt.Errorf("vram: change group of %v: %w", c, err)
+		return false, fmt.Errorf("change group of %v: %w", c, err)
 	}
 	reqs, queued := m.reg.groups[c.group].queue[c]
 	m.reg.move(c, to) // its queue entry leaves the old group with it
@@ -261,7 +261,7 @@ func (c *Client) Queue(requests map[string]ArrayRequest) error {
 	labels := slices.Sorted(maps.Keys(requests))
 	for _, l := range labels {
 		if err := requests[l].Validate(); err != nil {
-			return fmt.Errorf("vram: queue %s for %v: %w", l, c, err)
+			return fmt.Errorf("queue %s for %v: %w", l, c, err)
 		}
 	}
 	own := make(map[string]ArrayRequest, len(requests))

@@ -139,24 +139,24 @@ func (h *hostPool) close() error {
 // an error naming them (ErrLiveHostArrays).
 func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like any) (*HostArray, error) {
 	if mem == Managed {
-		return nil, fmt.Errorf("vram: new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
+		return nil, fmt.Errorf("new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
 	}
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: mem, Unchunkable: true}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("vram: new host array: %w", err)
+		return nil, fmt.Errorf("new host array: %w", err)
 	}
 	if mem == Device {
-		return nil, fmt.Errorf("vram: new host array: memory %v is not host memory; want pinned, mapped or pageable: %w", mem, ErrInvalidRequest)
+		return nil, fmt.Errorf("new host array: memory %v is not host memory; want pinned, mapped or pageable: %w", mem, ErrInvalidRequest)
 	}
 	if m.isClosed() {
 		return nil, closedErr("new host array")
 	}
 	h, err := m.newHost(slices.Clone(shape), dtype, mem, "", m.dev.DefaultStream())
 	if err != nil {
-		return nil, fmt.Errorf("vram: new host array: %w", err)
+		return nil, fmt.Errorf("new host array: %w", err)
 	}
 	if err := fill(h, like); err != nil {
-		return nil, errors.Join(fmt.Errorf("vram: new host array: %w", err), h.Free())
+		return nil, errors.Join(fmt.Errorf("new host array: %w", err), h.Free())
 	}
 	return h, nil
 }
@@ -229,7 +229,7 @@ func (hp *hostPool) freeLive() error {
 	if len(live) > most {
 		names = append(names, fmt.Sprintf("… %d more", len(live)-most))
 	}
-	err := fmt.Errorf("vram: close: %d host array(s) were still live and are freed now; free host arrays (HostArray.Free) before closing the manager: %s: %w",
+	err := fmt.Errorf("close: %d host array(s) were still live and are freed now; free host arrays (HostArray.Free) before closing the manager: %s: %w",
 		len(live), strings.Join(names, "; "), ErrLiveHostArrays)
 	return errors.Join(append([]error{err}, errs...)...)
 }

@@ -179,10 +179,10 @@ func (h HostMemory) Open(path string, writable bool) (*HostArray, error) {
 func (m *Manager) allocHostArray(shape []int, dtype DType, o HostArrayOptions) (*HostArray, error) {
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: Pageable, Unchunkable: true}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("vram: alloc host array: %w", err)
+		return nil, fmt.Errorf("alloc host array: %w", err)
 	}
 	if o.Rung > RungFile {
-		return nil, fmt.Errorf("vram: alloc host array: rung %v: want auto, pinned, mapped, pageable or file: %w", o.Rung, ErrInvalidRequest)
+		return nil, fmt.Errorf("alloc host array: rung %v: want auto, pinned, mapped, pageable or file: %w", o.Rung, ErrInvalidRequest)
 	}
 	if m.isClosed() {
 		return nil, closedErr("alloc host array")
@@ -198,12 +198,12 @@ func (m *Manager) allocHostArray(shape []int, dtype DType, o HostArrayOptions) (
 	h, err := m.placeHost(slices.Clone(shape), dtype, &place, o.Name)
 	m.host.placeMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("vram: alloc host array %v%v on the %v rung: %w", dtype, shape, place.Rung, err)
+		return nil, fmt.Errorf("alloc host array %v%v on the %v rung: %w", dtype, shape, place.Rung, err)
 	}
 	m.log.Debug("vram: host array placed", "shape", shape, "dtype", dtype.String(), "bytes", h.Bytes(),
 		"rung", place.Rung.String(), "forced", place.Forced, "reason", place.Reason, "path", place.Path)
 	if err := fill(h, o.Like); err != nil {
-		return nil, errors.Join(fmt.Errorf("vram: alloc host array: %w", err), h.Free())
+		return nil, errors.Join(fmt.Errorf("alloc host array: %w", err), h.Free())
 	}
 	return h, nil
 }
@@ -250,18 +250,18 @@ func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) 
 	}
 	f, err := open(path)
 	if err != nil {
-		return nil, fmt.Errorf("vram: open host array: %w", err)
+		return nil, fmt.Errorf("open host array: %w", err)
 	}
 	hd := f.Header()
 	dtype, ok := dtypeOfDescr(hd.Descr)
 	if !ok || hd.Fortran {
-		return nil, errors.Join(fmt.Errorf("vram: open host array %s: %v: want a C-order array of %v: %w",
+		return nil, errors.Join(fmt.Errorf("open host array %s: %v: want a C-order array of %v: %w",
 			path, hd, DTypes(), ErrNotSupported), f.Close())
 	}
 	place := &HostPlacement{Rung: RungFile, Forced: true, Reason: "opened from a file", Path: path, Keep: true}
 	h, err := m.host.mapArray(f, slices.Clone(hd.Shape), dtype, place, writable)
 	if err != nil {
-		return nil, fmt.Errorf("vram: open host array: %w", err)
+		return nil, fmt.Errorf("open host array: %w", err)
 	}
 	h.setLast(m.dev.DefaultStream())
 	m.host.track(h)

@@ -75,7 +75,7 @@ type Manager struct {
 // the manager before the device.
 func New(dev device.Device, opts ...Option) (*Manager, error) {
 	if dev == nil {
-		return nil, fmt.Errorf("vram: new manager: nil device: %w", device.ErrInvalidValue)
+		return nil, fmt.Errorf("new manager: nil device: %w", device.ErrInvalidValue)
 	}
 	var cfg config
 	for _, o := range opts {
@@ -85,13 +85,13 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		cfg.log = slog.Default()
 	}
 	if cfg.mode != Passive && cfg.mode != Active {
-		return nil, fmt.Errorf("vram: new manager: limit mode %v: want Passive or Active: %w", cfg.mode, device.ErrInvalidValue)
+		return nil, fmt.Errorf("new manager: limit mode %v: want Passive or Active: %w", cfg.mode, device.ErrInvalidValue)
 	}
 	total := cfg.total
 	if total == 0 {
 		_, t, err := dev.MemInfo()
 		if err != nil {
-			return nil, fmt.Errorf("vram: new manager: read device memory: %w", err)
+			return nil, fmt.Errorf("new manager: read device memory: %w", err)
 		}
 		total = t
 	}
@@ -112,7 +112,7 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 	m.observeOOM(nil, 0, "", m.host.pinned)
 	a, name, err := m.newAllocator(cfg.kind)
 	if err != nil {
-		return nil, fmt.Errorf("vram: new manager: %w", err)
+		return nil, fmt.Errorf("new manager: %w", err)
 	}
 	m.al, m.kind, m.name = a, cfg.kind, name
 	return m, nil
@@ -137,12 +137,12 @@ func Default() (*Manager, error) {
 	defaultOnce.Do(func() {
 		opts, err := AllocConfFromEnv() // $VRAM_ALLOC_CONF (allocconf.go)
 		if err != nil {
-			defaultErr = fmt.Errorf("vram: default manager: %w", err)
+			defaultErr = fmt.Errorf("default manager: %w", err)
 			return
 		}
 		dev, err := device.Open("")
 		if err != nil {
-			defaultErr = fmt.Errorf("vram: default manager: %w", err)
+			defaultErr = fmt.Errorf("default manager: %w", err)
 			return
 		}
 		defaultMgr, defaultErr = New(dev, opts...)
@@ -203,7 +203,7 @@ func (m *Manager) LimitMode() LimitMode {
 // SetLimitMode sets the limit mode for later allocations.
 func (m *Manager) SetLimitMode(mode LimitMode) error {
 	if mode != Passive && mode != Active {
-		return fmt.Errorf("vram: set limit mode %v: want Passive or Active: %w", mode, device.ErrInvalidValue)
+		return fmt.Errorf("set limit mode %v: want Passive or Active: %w", mode, device.ErrInvalidValue)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -233,7 +233,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	next, name, err := m.newAllocator(kind)
 	if err != nil {
 		m.allocMu.Unlock()
-		return fmt.Errorf("vram: set allocator %v: %w", kind, err)
+		return fmt.Errorf("set allocator %v: %w", kind, err)
 	}
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
@@ -242,7 +242,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
-	clients, _ := m.postInvalidateLocked(fmt.Errorf("vram: SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
+	clients, _ := m.postInvalidateLocked(fmt.Errorf("SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
 	m.mu.Unlock()
 	m.allocMu.Unlock()
 	deliver(clients)
@@ -253,7 +253,7 @@ func wrapIf(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("vram: %s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // Free frees, for every client, the arrays held under label (in every
@@ -306,7 +306,7 @@ func (m *Manager) InvalidateAll() error {
 	// installed before is delivered before, and one installed after is
 	// not taken; the hooks wait for the frees.
 	work := m.takeAllLocked(nil)
-	clients, calls := m.postInvalidateLocked(fmt.Errorf("vram: InvalidateAll freed every array: %w", ErrFreed), false)
+	clients, calls := m.postInvalidateLocked(fmt.Errorf("InvalidateAll freed every array: %w", ErrFreed), false)
 	m.mu.Unlock()
 	err := m.freeWork(work)
 	m.allocMu.RUnlock()
@@ -371,11 +371,11 @@ func (m *Manager) freeWork(work []freeWork) error {
 		}
 		for _, a := range w.allocs {
 			if err := m.release(a, s); err != nil {
-				errs = append(errs, fmt.Errorf("vram: free %s of %v: %w", a.label, w.c, err))
+				errs = append(errs, fmt.Errorf("free %s of %v: %w", a.label, w.c, err))
 			}
 		}
 		if err := release(); err != nil {
-			errs = append(errs, fmt.Errorf("vram: free the arrays of %v: %w", w.c, err))
+			errs = append(errs, fmt.Errorf("free the arrays of %v: %w", w.c, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -58,6 +58,11 @@ type PlanOptions struct {
 	// sets it so that each member's arrays fit its own cap in the Active
 	// limit mode.)
 	MaxChunkLength int `json:"max_chunk_length,omitempty"`
+
+	// more, when set, says what else would make the requests fit, for
+	// the end of a PlanError's Hint (Allocate's: what would give the
+	// group more memory). It is called only when Plan fails.
+	more func() string
 }
 
 // ChunkPlan is the result of Plan. It marshals to JSON as is. It is a
@@ -110,10 +115,10 @@ type ChunkPlan struct {
 // are whole: copy them with ToDevice and FromDevice.
 func (p ChunkPlan) Chunk(i int) (start, n int, err error) {
 	if i < 0 || i >= p.Chunks {
-		return 0, 0, fmt.Errorf("vram: chunk %d of a plan of %d chunk(s); want 0 ≤ i < %d: %w", i, p.Chunks, p.Chunks, ErrChunkRange)
+		return 0, 0, fmt.Errorf("chunk %d of a plan of %d chunk(s); want 0 ≤ i < %d: %w", i, p.Chunks, p.Chunks, ErrChunkRange)
 	}
 	if p.TotalRuns == 0 {
-		return 0, 0, fmt.Errorf("vram: chunk %d of a plan with no runs (none of its requests is chunkable): its arrays are allocated whole; copy them with ToDevice and FromDevice: %w", i, ErrChunkRange)
+		return 0, 0, fmt.Errorf("chunk %d of a plan with no runs (none of its requests is chunkable): its arrays are allocated whole; copy them with ToDevice and FromDevice: %w", i, ErrChunkRange)
 	}
 	start = i * p.ChunkLength
 	return start, min(p.ChunkLength, p.TotalRuns-start), nil
@@ -217,6 +222,7 @@ type planner struct {
 	g             uint64 // granularity
 	k             int    // buffers in flight
 	cost          func([]uint64) uint64
+	more          func() string // PlanOptions.more
 	items         []planItem
 	runs          int
 	nChunkableDev int
@@ -230,7 +236,7 @@ type planner struct {
 // newPlanner validates the requests and works out the runs and the bytes
 // per run.
 func newPlanner(requests map[string]map[string]ArrayRequest, opts PlanOptions) (*planner, error) {
-	pl := &planner{requests: requests, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, runs: -1}
+	pl := &planner{requests: requests, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, more: opts.more, runs: -1}
 	if pl.g == 0 {
 		pl.g = DefaultGranularity
 	}

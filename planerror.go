@@ -84,6 +84,7 @@ func (pl *planner) unchunkableError(budget uint64) error {
 		e.Pages = e.Need - min(e.Need, satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g)))
 		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s",
 			largestUnchunkable(pl.items, 3), raiseHint(e.Need, budget))
+		pl.addMore(e)
 		return e
 	}
 	e.Need = pl.device(1, pl.k)
@@ -93,6 +94,7 @@ func (pl *planner) unchunkableError(budget uint64) error {
 	} else {
 		e.Hint = raiseHint(e.Need, budget)
 	}
+	pl.addMore(e)
 	return e
 }
 
@@ -112,7 +114,17 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 	}
 	ways = append(ways, "make the per-run arrays smaller")
 	e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
+	pl.addMore(e)
 	return e
+}
+
+// addMore ends e's hint with what the caller says would help besides
+// (PlanOptions.more), before e is returned: a PlanError does not change
+// once it is.
+func (pl *planner) addMore(e *PlanError) {
+	if pl.more != nil {
+		e.Hint += "; " + pl.more()
+	}
 }
 
 // runsMismatch builds the error for chunkable requests that disagree on
