@@ -73,7 +73,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	}
 	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
-		return tx.rollback(err)
+		return tx.rollback(tx.claim(err))
 	}
 	if !tx.gb.fitsBeside(tx.plan) {
 		tx.setAsideReplaced(false)
@@ -84,6 +84,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	res := tx.install()
 	tx.freeReplaced(&res)
 	res.invalidated = tx.victims
+	tx.settleClaims()
 	return res, nil
 }
 

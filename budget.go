@@ -51,6 +51,10 @@ type groupBudget struct {
 	// capped.
 	capped bool
 	room   uint64
+	// over is what the manager's arrays are charged beyond its cap, after
+	// SetCap lowered it (replan.go): room is then 0, and the arrays being
+	// replaced give back only what exceeds this.
+	over uint64
 
 	// own is, in Active mode, each requester's own room by client name
 	// (below); nil in Passive mode.
@@ -59,6 +63,9 @@ type groupBudget struct {
 	// lost is device memory an allocator that does not state its cost
 	// took beyond it in earlier tries of this allocation, kept back.
 	lost uint64
+	// claimed is device memory other groups claim back from busy groups
+	// (replan.go), kept back for them.
+	claimed uint64
 
 	gran   uint64       // the allocator's granularity
 	page   uint64       // the device's allocation unit
@@ -94,7 +101,7 @@ func (b *groupBudget) cost(sizes []uint64) uint64 {
 // and the arrays being replaced, less what was lost in earlier tries.
 func (b *groupBudget) device() uint64 {
 	d := satAdd(b.free, b.replaced)
-	return d - min(d, b.lost)
+	return d - min(d, satAdd(b.lost, b.claimed))
 }
 
 // capRoom is Active mode's room, in allocator bytes (MaxUint64 in Passive).
@@ -111,7 +118,8 @@ func (b *groupBudget) limRoom() uint64 {
 	if !b.capped {
 		return math.MaxUint64
 	}
-	return satAdd(b.room, b.replaced)
+	r := satAdd(b.room, b.replaced)
+	return r - min(r, b.over)
 }
 
 // charged is the sizes rounded to the allocator's granularity, summed.
@@ -160,6 +168,9 @@ func (b *groupBudget) String() string {
 		fmt.Fprintf(&s, " − %s that %s took beyond what it was counted to take in an earlier try (its growth policy)",
 			units.Format(b.lost), b.kind)
 	}
+	if b.claimed > 0 {
+		fmt.Fprintf(&s, " − %s other groups claim back from busy groups", units.Format(b.claimed))
+	}
 	if b.planReserve > 0 {
 		fmt.Fprintf(&s, "; the plan's arrays take %s beyond their bytes as %s gets its memory in %s device pages",
 			units.Format(b.planReserve), b.kind, units.Format(b.page))
@@ -169,8 +180,12 @@ func (b *groupBudget) String() string {
 			bytesDown(r), units.Format(b.caps), units.Format(b.held-min(b.held, b.replaced)))
 	}
 	if r := b.limRoom(); r < math.MaxUint64 {
-		fmt.Fprintf(&s, ", at most %s under the allocation cap (%s left%s)",
-			bytesDown(r), bytesDown(b.room), replacedNote(b.replaced))
+		left := bytesDown(b.room) + " left"
+		if b.over > 0 {
+			left = units.Format(b.over) + " over it"
+		}
+		fmt.Fprintf(&s, ", at most %s under the allocation cap (%s%s)",
+			bytesDown(r), left, replacedNote(b.replaced))
 	}
 	return s.String()
 }
@@ -351,6 +366,12 @@ func (m *Manager) readBudget(b *groupBudget) error {
 			b.capped = true
 		}
 	}
+	b.over = 0
+	if lim := m.capLim; lim != nil {
+		if capBytes, used := lim.Cap(), lim.Used(); used > capBytes {
+			b.over = used - capBytes // SetCap lowered the cap below the arrays
+		}
+	}
 	m.mu.Lock()
 	m.heldLocked(b)
 	m.mu.Unlock()
@@ -364,6 +385,7 @@ func (m *Manager) readBudget(b *groupBudget) error {
 // both. m.mu must be held.
 func (m *Manager) heldLocked(b *groupBudget) {
 	b.replaced, b.caps, b.held = 0, 0, 0
+	b.claimed = m.claimedLocked(b.group)
 	for _, c := range b.requesters {
 		if !c.closed {
 			b.replaced += c.replacedLocked(b.queue[c])

@@ -218,7 +218,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	m.reg.remove(c) // and what c queued
+	m.leftLocked(m.reg.remove(c)) // and what c queued
 	m.pools.Leave(c.prop)
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()

@@ -90,6 +90,13 @@
 //     done with the work before each End; package batch marks its clients.
 //     ClientOptions.NoEvict opts out, and a client with no OnInvalidate
 //     is never evicted.
+//   - A budget that changes while the manager runs (replan.go): SetCap
+//     sets the cap (the door a broker's lease drives), and a group whose
+//     Allocate fails for want of memory busy groups hold claims it back.
+//     Each change is a BudgetChange (counted, explained; WaitBudgetChange
+//     waits for the next); PlanNow says what a group's arrays would be
+//     planned at now, which a running batch asks between chunks, and
+//     WaitWithinCap waits until the arrays are back within a lowered cap.
 //   - Warnings through the manager's log/slog logger, before the plan: a
 //     group that holds more than 95% of its caps in Active mode, and a
 //     group whose requests are more than 20 times the device's free
@@ -99,9 +106,10 @@
 //
 // Package batch (github.com/vramkit/vram/batch) runs an allocated batch
 // chunk by chunk, with buffers in flight, staging through the staging
-// pool, cancellation, progress and a report, on one device or several;
-// it is built on this package's exported API alone, and this package
-// does not import it.
+// pool, outputs written behind the device, cancellation, progress and a
+// report, on one device or several, re-planning its chunks between them
+// when the budget changes; it is built on this package's exported API
+// alone, and this package does not import it.
 //
 // # Host memory
 //

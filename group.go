@@ -33,6 +33,7 @@ type registry struct {
 // group is one stream group's record. Protected by Manager.mu (lock is a
 // channel, taken without it).
 type group struct {
+	name string
 	head *Client // members, linked through Client.gprev/gnext
 	n    int     // members
 	// queue holds what members have queued: member → label → request.
@@ -48,6 +49,10 @@ type group struct {
 	// nothing queued (rebroadcast); planned says there is one.
 	plan    ChunkPlan
 	planned bool
+	// claim is the device memory the group claims back from busy groups
+	// (replan.go), kept back from every other group's budget until it
+	// allocates or its last member leaves; 0: none.
+	claim uint64
 }
 
 func newRegistry() registry { return registry{groups: map[string]*group{}} }
@@ -66,20 +71,22 @@ func (r *registry) add(c *Client) {
 	r.link(c)
 }
 
-// remove takes c out of its slot and its group's list.
-func (r *registry) remove(c *Client) {
-	r.unlink(c)
+// remove takes c out of its slot and its group's list; it returns the
+// group's record when c was its last member (see unlink).
+func (r *registry) remove(c *Client) (gone *group) {
+	gone = r.unlink(c)
 	r.slots[c.slot] = nil
 	r.free = append(r.free, c.slot)
 	c.slot = -1
 	r.n--
+	return gone
 }
 
 // link puts c in its group's record, made if it is the first member.
 func (r *registry) link(c *Client) {
 	l := r.groups[c.group]
 	if l == nil {
-		l = &group{queue: map[*Client]map[string]ArrayRequest{}, lock: make(chan struct{}, 1)}
+		l = &group{name: c.group, queue: map[*Client]map[string]ArrayRequest{}, lock: make(chan struct{}, 1)}
 		r.groups[c.group] = l
 	}
 	c.gprev, c.gnext = nil, l.head
@@ -91,8 +98,9 @@ func (r *registry) link(c *Client) {
 }
 
 // unlink takes c, and what it has queued, out of its group's record, and
-// the record out of the registry once it has no member.
-func (r *registry) unlink(c *Client) {
+// the record out of the registry once it has no member: then it returns
+// the record, else nil.
+func (r *registry) unlink(c *Client) *group {
 	l := r.groups[c.group]
 	delete(l.queue, c)
 	if c.gprev != nil {
@@ -105,16 +113,28 @@ func (r *registry) unlink(c *Client) {
 	}
 	c.gprev, c.gnext = nil, nil
 	l.n--
-	if l.n == 0 {
-		delete(r.groups, c.group) // group names do not pile up
+	if l.n > 0 {
+		return nil
 	}
+	delete(r.groups, c.group) // group names do not pile up
+	return l
 }
 
-// move puts c in group.
-func (r *registry) move(c *Client, group string) {
-	r.unlink(c)
+// move puts c in group; it returns the record of the group c left when
+// c was its last member (see unlink).
+func (r *registry) move(c *Client, group string) (gone *group) {
+	gone = r.unlink(c)
 	c.group = group
 	r.link(c)
+	return gone
+}
+
+// leftLocked follows a member's leaving: the record its last member took
+// with it withdraws its claim (replan.go). m.mu must be held.
+func (m *Manager) leftLocked(gone *group) {
+	if gone != nil {
+		m.dropClaimLocked(gone, "withdrawn: the group has no member left")
+	}
 }
 
 // members returns the open clients of group, by id.
@@ -240,7 +260,7 @@ func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
 		return false, fmt.Errorf("change group of %v: %w", c, err)
 	}
 	reqs, queued := m.reg.groups[c.group].queue[c]
-	m.reg.move(c, to) // its queue entry leaves the old group with it
+	m.leftLocked(m.reg.move(c, to)) // its queue entry leaves the old group with it
 	if queued {
 		m.queueLocked(c, to, reqs)
 	}
@@ -303,6 +323,20 @@ func (c *Client) Queued() map[string]ArrayRequest {
 		return map[string]ArrayRequest{}
 	}
 	return maps.Clone(m.reg.groups[c.group].queue[c])
+}
+
+// streamGroup returns the name of c's stream group, or why c cannot be
+// used.
+func (m *Manager) streamGroup(c *Client) (string, error) {
+	if c == nil || c.m != m {
+		return "", foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
+		return "", err
+	}
+	return c.group, nil
 }
 
 // groupLock returns c's group and the lock that serializes Allocate for

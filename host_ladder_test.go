@@ -185,10 +185,16 @@ func TestStagingPool(t *testing.T) {
 	m := newHostManager(t, HostOptions{PinnedLimit: 8 * mib, Limit: limit}, 1<<40)
 	p := m.Host().Staging()
 	ctx := context.Background()
+	if r := p.Room(); r != limit {
+		t.Fatalf("an empty pool's Room() = %s, want the host limit %s", units.Format(r), units.Format(limit))
+	}
 	a, err := p.Acquire(ctx, mib)
 	must(t, err)
 	b, err := p.Acquire(ctx, mib)
 	must(t, err)
+	if r := p.Room(); r != limit-2*mib {
+		t.Fatalf("Room() with 2 MiB in use = %s, want %s", units.Format(r), units.Format(limit-2*mib))
+	}
 	if !a.Pinned() || len(a.Bytes()) != int(mib) {
 		t.Fatalf("buffer of %d bytes, pinned %v", len(a.Bytes()), a.Pinned())
 	}
@@ -216,6 +222,9 @@ func TestStagingPool(t *testing.T) {
 	}
 	got.Release()
 	b.Release()
+	if r := p.Room(); r != limit {
+		t.Errorf("Room() with every buffer idle = %s, want %s (idle buffers give way)", units.Format(r), units.Format(limit))
+	}
 	// 4 MiB never fits a 2.5 MiB limit: refused at once, nothing in use.
 	if _, err := p.AcquireSet(ctx, []uint64{2 * mib, 2 * mib}); !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("AcquireSet of 4 MiB under a 2.5 MiB limit: %v, want ErrOutOfMemory", err)

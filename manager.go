@@ -19,7 +19,9 @@ package vram
 //     allocator, and no hook is ever called with any of these held.
 //
 // The stream groups (package streams) have their own lock, taken after mu
-// when both are needed.
+// when both are needed. SetCap's capMu comes before all four; the budget
+// notices and the free signal (replan.go) have locks of their own, taken
+// last.
 
 import (
 	"errors"
@@ -61,7 +63,13 @@ type Manager struct {
 	al      alloc.Allocator // protected by allocMu
 	kind    AllocatorKind   // protected by allocMu
 	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
+	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
 	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
+
+	capMu    sync.Mutex    // serializes SetCap (replan.go); taken before allocMu
+	capBytes atomic.Uint64 // the cap (WithCap, SetCap); 0: none
+	notices  budgetNotices // budget changes (replan.go)
+	freed    signal        // broadcast after each device array is freed
 
 	mu     sync.Mutex  // protects the fields below
 	reg    registry    // open clients and their groups, each group's queue, lock and last plan (group.go)
@@ -108,13 +116,14 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		mode:   cfg.mode,
 		planMu: make(chan struct{}, 1),
 	}
+	m.capBytes.Store(cfg.cap)
 	m.strided, _ = dev.(device.StridedCopier)
 	m.observeOOM(nil, 0, "", m.host.pinned)
 	a, name, err := m.newAllocator(cfg.kind)
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}
-	m.al, m.kind, m.name = a, cfg.kind, name
+	m.setAllocator(a, cfg.kind, name)
 	return m, nil
 }
 
@@ -163,11 +172,21 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, err
 	if m.cfg.wrap != nil {
 		a = m.cfg.wrap(a)
 	}
-	if m.cfg.cap > 0 {
-		a = alloc.NewLimit(a, m.cfg.cap)
+	if c := m.capBytes.Load(); c > 0 {
+		a = alloc.NewLimit(a, c)
 	}
 	m.observeOOM(a, kind, e.Name, nil)
 	return a, e.Name, nil
+}
+
+// setAllocator makes a, of kind, the allocator (with its cap's Limit
+// outermost, when capped), served by the registry's entry name.
+// allocMu must be held for writing, or m not yet shared.
+func (m *Manager) setAllocator(a alloc.Allocator, kind AllocatorKind, name string) {
+	m.al, m.kind, m.name, m.capLim = a, kind, name, nil
+	if m.capBytes.Load() > 0 {
+		m.capLim, _ = a.(*alloc.Limit)
+	}
 }
 
 // Device is the managed device.
@@ -237,7 +256,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	}
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
-	m.al, m.kind, m.name = next, kind, name
+	m.setAllocator(next, kind, name)
 	m.trims.Wait()
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
@@ -409,6 +428,7 @@ func (m *Manager) release(a *allocation, s device.Stream) error {
 			if err := m.al.Free(d.ptr, s); err != nil {
 				errs = append(errs, err)
 			}
+			m.freed.broadcast()
 		}
 		d.use.Unlock()
 	}

@@ -136,7 +136,8 @@ func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
 // WithCap caps the device bytes the manager's arrays may take, as the
 // allocator charges them (0: no cap): every group plans within what the
 // cap leaves, and an allocation past it is refused (an alloc.Limit
-// around the allocator, WithWrap's included).
+// around the allocator, WithWrap's included). SetCap changes it while
+// the manager runs (replan.go).
 func WithCap(bytes uint64) Option { return func(c *config) { c.cap = bytes } }
 
 // WithTotalMemory makes shares and caps a proportion of total bytes

@@ -383,3 +383,31 @@ func (b *StagingBuffer) Array(shape []int, dtype DType) (*HostArray, error) {
 		place:   &HostPlacement{Rung: rung, Reason: "a staging pool buffer"},
 		release: func(device.Stream) error { b.Release(); return nil }}, nil
 }
+
+// Room is the bytes of new buffers the pool could make now, its idle
+// buffers given up: the least of what the pinned limit, the host limit
+// and the RAM the host has available leave. Buffers in use are not
+// counted (they may come back). A batch whose chunk's staging does not
+// fit shrinks its chunks to it.
+func (p *StagingPool) Room() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var idle uint64
+	for _, b := range p.idle {
+		idle += uint64(len(b.data))
+	}
+	h := p.h
+	h.mu.Lock()
+	pinned := h.n.pinned + h.n.mapped + p.bytes - idle
+	ram := pinned + h.n.pageable
+	h.mu.Unlock()
+	room := h.lim.pinned - min(h.lim.pinned, pinned)
+	if h.lim.limit > 0 {
+		room = min(room, h.lim.limit-min(h.lim.limit, ram))
+	}
+	if avail, ok := h.avail(); ok {
+		avail += idle // given up, they are available again
+		room = min(room, avail-min(avail, meminfo.RAM()/16))
+	}
+	return room
+}

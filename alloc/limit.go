@@ -10,6 +10,7 @@ package alloc
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -30,20 +31,28 @@ import (
 // from before a device reset, which the upstream takes back; see
 // Allocator), the Limit takes it back too and its bytes leave Used.
 //
+// The cap may change while the Limit is in use (SetCap): lowered below
+// the bytes in use, it frees nothing and refuses every allocation until
+// frees bring them back under it.
+//
 // A Limit is safe for concurrent use.
 type Limit struct {
 	up   Allocator
-	cap  uint64        // bytes
 	gran uint64        // the upstream's granularity, at least 1
 	ooms atomic.Uint64 // refusals
 
 	mu     sync.Mutex            // protects the fields below
+	cap    uint64                // bytes; NoCap: none
 	used   uint64                // bytes charged to live allocations and those in flight
 	live   map[device.Ptr]uint64 // live pointer → bytes charged
 	closed bool                  // set by Close
 
 	oom oomHook // the observer of refusals (report.go)
 }
+
+// NoCap is the cap of a Limit that caps nothing (SetCap(NoCap)): its
+// Room is its upstream's.
+const NoCap = math.MaxUint64
 
 // NewLimit wraps up with a cap of capBytes bytes in use.
 func NewLimit(up Allocator, capBytes uint64) *Limit {
@@ -57,8 +66,40 @@ func NewLimit(up Allocator, capBytes uint64) *Limit {
 // Upstream is the wrapped allocator.
 func (l *Limit) Upstream() Allocator { return l.up }
 
-// Cap is the cap in bytes.
-func (l *Limit) Cap() uint64 { return l.cap }
+// Cap is the cap in bytes (NoCap: none).
+func (l *Limit) Cap() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cap
+}
+
+// SetCap changes the cap to capBytes (NoCap: none). Lowered below the
+// bytes in use, it frees nothing: every allocation is refused until
+// frees bring the bytes in use back under it.
+func (l *Limit) SetCap(capBytes uint64) {
+	l.mu.Lock()
+	l.cap = capBytes
+	l.mu.Unlock()
+}
+
+// Adopt counts p, n bytes the upstream handed out before the Limit
+// wrapped it, as allocated through the Limit: charged as the upstream
+// spends it, in use until its Free through the Limit. It is how a cap
+// is put on an allocator already in use. Adopting a pointer the Limit
+// already counts, or after Close, does nothing.
+func (l *Limit) Adopt(p device.Ptr, n uint64) {
+	charged, ok := units.RoundUp(n, l.gran)
+	if !ok {
+		charged = n
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, dup := l.live[p]; dup || l.closed {
+		return
+	}
+	l.live[p] = charged
+	l.used += charged
+}
 
 // Used is the bytes charged to live allocations (and to allocations in
 // progress).
@@ -76,10 +117,13 @@ func (l *Limit) Granularity() uint64 { return l.gran }
 func (l *Limit) Cost(sizes []uint64) (uint64, bool) { return costOf(l.up, sizes) }
 
 // Room is the cap less the bytes in use, or the upstream's Room when
-// that is less.
+// that is less (with NoCap, the upstream's).
 func (l *Limit) Room() uint64 {
 	l.mu.Lock()
 	room := l.cap - min(l.cap, l.used)
+	if l.cap == NoCap {
+		room = NoCap
+	}
 	l.mu.Unlock()
 	return min(room, roomOf(l.up))
 }
@@ -107,7 +151,7 @@ func (l *Limit) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error)
 		return 0, fmt.Errorf("alloc: limit: alloc of %s: %w", units.Format(n), ErrClosed)
 	}
 	if charged > l.cap || l.used > l.cap-charged {
-		used := l.used
+		used, capBytes := l.used, l.cap
 		l.mu.Unlock()
 		l.ooms.Add(1)
 		asked := units.Format(n)
@@ -115,7 +159,7 @@ func (l *Limit) alloc(n uint64, s device.Stream, exact bool) (device.Ptr, error)
 			asked += fmt.Sprintf(" (%s as the upstream spends it)", units.Format(charged))
 		}
 		return 0, l.oom.fail(n, s, fmt.Errorf("alloc: limit: alloc of %s with %s in use would pass the cap of %s by %s; free memory or raise the cap: %w (%w)",
-			asked, units.Format(used), units.Format(l.cap), units.Format(used+charged-l.cap),
+			asked, units.Format(used), units.Format(capBytes), units.Format(used+charged-capBytes),
 			ErrLimit, device.ErrOutOfMemory), l.Report())
 	}
 	l.used += charged

@@ -316,3 +316,49 @@ func TestAdaptorsCloseDuringCall(t *testing.T) {
 		}
 	}
 }
+
+// TestLimitSetCapAndAdopt: a cap lowered below the bytes in use frees
+// nothing and refuses until frees bring them under it; NoCap lets the
+// upstream's room through; an adopted pointer is charged and released
+// by its Free through the Limit.
+func TestLimitSetCapAndAdopt(t *testing.T) {
+	dev := openSimT(t, sim.Config{TotalBytes: units.GiB, AddressOnly: true})
+	up := alloc.NewDirect(dev)
+	s := dev.DefaultStream()
+	before, err := up.Alloc(4*units.MiB, s) // made before the Limit wraps up
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := alloc.NewLimit(up, 16*units.MiB)
+	defer l.Close()
+	l.Adopt(before, 4*units.MiB)
+	l.Adopt(before, 4*units.MiB) // twice: counted once
+	p, err := l.Alloc(6*units.MiB, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Used() != 10*units.MiB || l.Room() != 6*units.MiB {
+		t.Fatalf("used %s, room %s; want 10 MiB (4 adopted + 6) and 6 MiB", units.Format(l.Used()), units.Format(l.Room()))
+	}
+	l.SetCap(8 * units.MiB) // below the bytes in use
+	if l.Cap() != 8*units.MiB || l.Room() != 0 || l.Used() != 10*units.MiB {
+		t.Fatalf("after SetCap(8 MiB): cap %s, room %s, used %s; want 8 MiB, 0, 10 MiB (nothing freed)",
+			units.Format(l.Cap()), units.Format(l.Room()), units.Format(l.Used()))
+	}
+	if _, err := l.Alloc(units.MiB, s); !errors.Is(err, alloc.ErrLimit) {
+		t.Fatalf("Alloc over a lowered cap: %v, want ErrLimit", err)
+	}
+	if err := l.Free(before, s); err != nil { // the adopted pointer goes back through the Limit
+		t.Fatal(err)
+	}
+	if l.Used() != 6*units.MiB || l.Room() != 2*units.MiB {
+		t.Fatalf("after freeing the adopted 4 MiB: used %s, room %s; want 6 and 2 MiB", units.Format(l.Used()), units.Format(l.Room()))
+	}
+	l.SetCap(alloc.NoCap)
+	if l.Room() != math.MaxUint64 || l.Report().Cap != 0 {
+		t.Errorf("NoCap: room %d, report cap %d; want the upstream's room (none) and no cap reported", l.Room(), l.Report().Cap)
+	}
+	if err := l.Free(p, s); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -59,7 +59,8 @@ type MemoryReport struct {
 	// bytes and its pages mapped now and at most; zero for the others.
 	PageSize, Pages, PeakPages uint64
 	// Cap and CapUsed are a Limit adaptor's cap and the bytes charged
-	// against it; zero when no Limit is in the chain.
+	// against it; zero when no Limit is in the chain (Cap zero too when
+	// its cap is NoCap).
 	Cap, CapUsed uint64
 }
 
@@ -274,7 +275,10 @@ func (a *AsyncPool) Report() MemoryReport {
 func (l *Limit) Report() MemoryReport {
 	r := ReportOf(l.up)
 	r.OOMs += l.ooms.Load()
-	r.Cap, r.CapUsed = l.cap, l.Used()
+	r.Cap, r.CapUsed = l.Cap(), l.Used()
+	if r.Cap == NoCap {
+		r.Cap = 0
+	}
 	return r
 }
 

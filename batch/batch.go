@@ -5,9 +5,11 @@ package batch
 // from then on: by the pipeline, the compute step and the caller.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/vramkit/vram"
@@ -213,6 +215,17 @@ func (b *Batch) Allocate(ctx context.Context, opts ...vram.AllocateOption) error
 			return batchErr("%v is in group %q and %v in %q (\"\" once closed); a batch's clients share one group", c, g, clients[0], group)
 		}
 	}
+	resp, err := allocateQueued(ctx, clients, reqs, opts...)
+	if err != nil {
+		return err
+	}
+	return b.install(resp)
+}
+
+// allocateQueued queues each client's requests (replacing what it had
+// queued) and allocates their group with one Allocate of the first; on
+// failure it puts every client's queue back as it was.
+func allocateQueued(ctx context.Context, clients []*vram.Client, reqs []map[string]vram.ArrayRequest, opts ...vram.AllocateOption) (*vram.ArrayResponse, error) {
 	prev := make([]map[string]vram.ArrayRequest, len(clients))
 	restore := func(err error) error {
 		for i, c := range clients {
@@ -223,14 +236,14 @@ func (b *Batch) Allocate(ctx context.Context, opts ...vram.AllocateOption) error
 	for i, c := range clients {
 		prev[i] = c.Queued()
 		if err := c.Queue(reqs[i]); err != nil {
-			return restore(fmt.Errorf("batch: queue the arrays of %v: %w", c, err))
+			return nil, restore(fmt.Errorf("batch: queue the arrays of %v: %w", c, err))
 		}
 	}
 	resp, err := clients[0].Allocate(ctx, opts...)
 	if err != nil {
-		return restore(err) // the manager's, which names every figure
+		return nil, restore(err) // the manager's, which names every figure
 	}
-	return b.install(resp)
+	return resp, nil
 }
 
 // byClient groups the arrays' requests by client, in the order the
@@ -277,8 +290,99 @@ func (b *Batch) install(resp *vram.ArrayResponse) error {
 }
 
 // Plan is the plan the batch was allocated with (the zero plan before
-// Allocate).
+// Allocate); after a run re-cut its chunks, the plan of that re-cut's
+// allocation, which covers its chunkable arrays alone.
 func (b *Batch) Plan() vram.ChunkPlan { return b.plan }
+
+// stride is the device arrays' length along their chunk axes: the plan's
+// chunk length, or every run when nothing was chunked.
+func (b *Batch) stride() int {
+	if b.plan.TotalRuns > 0 {
+		return max(b.plan.ChunkLength, 1)
+	}
+	return max(b.runs, 1)
+}
+
+// buffers is the buffers the arrays were allocated with.
+func (b *Batch) buffers() int {
+	n := 1
+	for _, a := range b.arrays {
+		if a.req.Chunkable() {
+			n = max(n, len(a.dev))
+		}
+	}
+	return n
+}
+
+// chunkedRequests is the batch's chunkable requests by client: what a
+// re-cut allocates again (its unchunkable arrays stay where they are).
+func (b *Batch) chunkedRequests() map[*vram.Client]map[string]vram.ArrayRequest {
+	out := map[*vram.Client]map[string]vram.ArrayRequest{}
+	for _, a := range b.arrays {
+		if !a.req.Chunkable() {
+			continue
+		}
+		if out[a.client] == nil {
+			out[a.client] = map[string]vram.ArrayRequest{}
+		}
+		out[a.client][a.label] = a.req
+	}
+	return out
+}
+
+// reallocate allocates the batch's chunkable arrays again with k buffers,
+// planned as Allocate plans them now (the arrays they replace counted
+// free, and freed first where the new ones need their memory); its
+// unchunkable arrays, and what they hold, stay. On failure the clients'
+// queues are as they were.
+func (b *Batch) reallocate(ctx context.Context, k int) error {
+	byClient := b.chunkedRequests()
+	clients := slices.SortedFunc(maps.Keys(byClient), func(x, y *vram.Client) int { return cmp.Compare(x.ID(), y.ID()) })
+	reqs := make([]map[string]vram.ArrayRequest, len(clients))
+	for i, c := range clients {
+		reqs[i] = byClient[c]
+	}
+	resp, err := allocateQueued(ctx, clients, reqs, vram.WithBuffers(k))
+	if err != nil {
+		return err
+	}
+	b.plan = resp.Plan
+	nb := max(len(resp.Buffers), 1)
+	for _, a := range b.arrays {
+		if !a.req.Chunkable() {
+			d := a.dev[0]
+			a.dev = a.dev[:0]
+			for range nb {
+				a.dev = append(a.dev, d)
+			}
+			continue
+		}
+		m := resp.Member(a.client)
+		if m == nil {
+			return fmt.Errorf("batch: array %v: the re-allocation delivered its client nothing (closed or moved meanwhile?): %w", a, vram.ErrClosed)
+		}
+		a.resp, a.dev = m, nil
+		for buf := range nb {
+			d := m.Buffers[min(buf, len(m.Buffers)-1)].Device[a.label]
+			if d == nil {
+				return batchErr("array %v: its re-allocation has no device array %q", a, a.label)
+			}
+			a.dev = append(a.dev, d)
+		}
+	}
+	return nil
+}
+
+// intact reports whether the batch's device arrays are all still there
+// (a failed re-allocation that freed them first leaves them gone).
+func (b *Batch) intact() bool {
+	for _, a := range b.arrays {
+		if len(a.dev) == 0 || a.dev[0].Freed() {
+			return false
+		}
+	}
+	return true
+}
 
 // Runs is the batch's number of runs, as its requests state it (1 when
 // none is chunkable).

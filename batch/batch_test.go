@@ -53,6 +53,9 @@ func TestRun(t *testing.T) {
 				if wantStaged := map[string]int{"pinned": 0, "pageable": 2, "functions": 2}[side]; rep.Staged != wantStaged {
 					t.Errorf("%d arrays staged, want %d", rep.Staged, wantStaged)
 				}
+				if rep.DeviceIdle < 0 || rep.DeviceIdle > rep.Wall || rep.Compute+rep.ExposedCopy+rep.DeviceIdle < rep.Wall {
+					t.Errorf("device idle %v of %v (compute %v, exposed copy %v): want it within the wall, the three its whole", rep.DeviceIdle, rep.Wall, rep.Compute, rep.ExposedCopy)
+				}
 				if rep.Copy <= 0 || rep.Compute <= 0 || rep.ExposedCopy < 0 || rep.ExposedCopy > rep.Copy {
 					t.Errorf("times: copy %v, compute %v, exposed %v: want positive, exposed within copy", rep.Copy, rep.Compute, rep.ExposedCopy)
 				}
@@ -145,10 +148,12 @@ func TestMakeHosts(t *testing.T) {
 	must(t, f.b.Close())
 }
 
-// TestRunCancel cancels a batch halfway, between chunks or while a
-// chunk is being enqueued, and checks that it stops there with an error
-// wrapping context.Canceled, that the chunks it reports done are back on
-// the host, and that nothing is left: device memory, pinned buffers,
+// TestRunCancel cancels a batch halfway, between chunks (as a chunk is
+// back on the host: the compute of a later chunk waits for it, so that
+// the cancel cannot come after the last chunk) or while a chunk is being
+// enqueued, and checks that it stops there with an error wrapping
+// context.Canceled, that the chunks it reports done are back on the
+// host, and that nothing is left: device memory, pinned buffers,
 // streams, events and goroutines are as they were before it started.
 func TestRunCancel(t *testing.T) {
 	tests := map[string]struct {
@@ -172,9 +177,24 @@ func TestRunCancel(t *testing.T) {
 			if tc.where == "start" {
 				cancel()
 			}
+			// Chunk at is back on the host (its progress) before the
+			// chunk lag+1 after it is computed.
+			lag := max(1, tc.buffers-1)
+			at := min(n/2, n-lag-2)
+			waitAt := at + lag + 1
+			if tc.where == "progress" && at < 0 {
+				t.Fatalf("%d chunks: too few for a cancel between chunks", n)
+			}
 			compute := func(ctx context.Context, ch *batch.Chunk) error {
 				if tc.where == "compute" && ch.Index == n/2 {
 					cancel()
+				}
+				if tc.where == "progress" && ch.Index == waitAt {
+					select {
+					case <-ctx.Done():
+					case <-time.After(10 * time.Second):
+						t.Errorf("chunk %d computed before chunk %d was back on the host", waitAt, at)
+					}
 				}
 				return f.compute(ctx, ch)
 			}
@@ -186,21 +206,24 @@ func TestRunCancel(t *testing.T) {
 			must(t, f.solver.Sync(context.Background()))
 			before, goroutines := f.leaks(t), runtime.NumGoroutine()
 			rep, err := f.b.Run(ctx, batch.Options{Buffers: tc.buffers, Progress: func(p batch.Progress) {
-				if tc.where == "progress" && p.Chunk == n/2 {
+				if tc.where == "progress" && p.Chunk == at+1 {
 					cancel()
 				}
 			}}, compute)
 			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "chunks finished") {
 				t.Fatalf("error %v, want one wrapping context.Canceled that says how many chunks finished", err)
 			}
-			lo, hi := n/2, n/2+tc.buffers
-			if tc.where == "start" {
+			lo, hi := n/2, waitAt
+			switch tc.where {
+			case "start":
 				lo, hi = 0, 0
+			case "progress":
+				lo = at + 1
 			}
-			if rep.ChunksDone < lo || rep.ChunksDone > hi || rep.ChunksDone >= n {
-				t.Fatalf("%d of %d chunks done, want %d to %d", rep.ChunksDone, n, lo, min(hi, n-1))
+			if rep.ChunksDone < lo || rep.ChunksDone > hi || rep.Runs >= f.runs {
+				t.Fatalf("%d chunks (%d runs of %d) done, want %d to %d, not every run", rep.ChunksDone, rep.Runs, f.runs, lo, hi)
 			}
-			if bad := f.checkOut(out.Float32s(), rep.ChunksDone*f.plan().ChunkLength); bad != 0 {
+			if bad := f.checkOut(out.Float32s(), rep.Runs); bad != 0 {
 				t.Errorf("%d wrong results in the %d chunks reported done", bad, rep.ChunksDone)
 			}
 			if after := f.leaks(t); after != before {
@@ -275,7 +298,6 @@ func TestRunErrors(t *testing.T) {
 		"side on scratch": {func() error { return batch.New().Scratch(f.writer, "s", req).Use(fill) }, "scratch array \"s\": a host side"},
 		"no compute":      {func() error { return run(batch.Options{}, nil) }, "no compute step"},
 		"four buffers":    {func() error { return run(batch.Options{Buffers: 4}, f.compute) }, "4 buffers in flight: want 1 to 3"},
-		"more than made":  {func() error { return run(batch.Options{Buffers: 3}, f.compute) }, "allocated with 2; allocate with vram.WithBuffers(3)"},
 		"negative cap":    {func() error { return run(batch.Options{MaxChunkLength: -1}, f.compute) }, "MaxChunkLength -1"},
 		"no host side":    {func() error { return run(batch.Options{}, f.compute, batch.Side{}) }, `input "in" of solver#1 has no host side`},
 		"wrong host":      {func() error { return run(batch.Options{}, f.compute, batch.Host(short)) }, "does not match its request float32[2 200000]"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -210,6 +211,90 @@ func BenchmarkBatchStaging(b *testing.B) {
 			}
 			b.ReportMetric(wall.Seconds()/float64(b.N)*1e3, "wall-ms")
 			b.ReportMetric(float64(staged), "staged")
+		})
+	}
+}
+
+// BenchmarkBatchBuffersChosen runs BenchmarkBatchOverlap's batch (32 MiB
+// each way) with one buffer, two, and as many as the run chooses after
+// its first chunk, on a link of 1 GB/s (copies as long as the kernels:
+// a second buffer hides them) and at host memory speed (copies next to
+// nothing beside 8 ms kernels: it hides nothing and halves the chunks),
+// and reports the wall time and the buffers used: the chosen count
+// should run as fast as the better of the two.
+func BenchmarkBatchBuffersChosen(b *testing.B) {
+	const runs = 8 << 20
+	k, err := kernel.New("wait", "", func(a kernel.Args, lo, hi int) error {
+		if lo == 0 {
+			time.Sleep(8 * time.Millisecond)
+		}
+		copy(a.Float32s(1)[lo:hi], a.Float32s(0)[lo:hi])
+		return nil
+	}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, link := range []uint64{1e9, 0} {
+		for _, buffers := range []int{1, 2, 0} {
+			b.Run(fmt.Sprintf("link=%.0fGB/buffers=%d", float64(link)/1e9, buffers), func(b *testing.B) {
+				bb := newBenchBatch(b, 8<<20, runs, max(buffers, 1), link)
+				var wall time.Duration
+				used := 0
+				for b.Loop() {
+					rep := bb.run(b, k, buffers)
+					wall, used = wall+rep.Wall, rep.Buffers
+				}
+				b.ReportMetric(wall.Seconds()/float64(b.N)*1e3, "wall-ms")
+				b.ReportMetric(float64(used), "buffers")
+			})
+		}
+	}
+}
+
+// BenchmarkBatchRecut measures what a re-cut costs: a batch of 256
+// chunks whose cap is halved and restored every 16 chunks (a re-cut
+// each: the chunks in flight finished, the arrays allocated again), and
+// the same batch with its cap left alone; the difference of their wall
+// times over the re-cuts is the time one takes, which bounds how fast a
+// batch gives memory back.
+func BenchmarkBatchRecut(b *testing.B) {
+	const runs = 256 << 12 // 256 chunks of 4096 runs under a cap of 32 KiB
+	k, err := kernel.New("copy", "", func(a kernel.Args, lo, hi int) error {
+		copy(a.Float32s(1)[lo:hi], a.Float32s(0)[lo:hi])
+		return nil
+	}, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, toggle := range []bool{false, true} {
+		b.Run(fmt.Sprintf("recuts=%v", toggle), func(b *testing.B) {
+			const capBytes = 8 << 12
+			bb := newBenchBatch(b, 8<<20, runs, 1, 0, vram.WithCap(capBytes), vram.WithLogger(slog.New(slog.DiscardHandler)))
+			var wall time.Duration
+			recuts := 0
+			for b.Loop() {
+				if err := bb.m.SetCap(capBytes); err != nil {
+					b.Fatal(err)
+				}
+				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 1, Grow: true}, func(_ context.Context, ch *batch.Chunk) error {
+					if toggle && ch.Index%16 == 15 {
+						c := uint64(capBytes)
+						if ch.Index%32 == 15 {
+							c /= 2
+						}
+						if err := bb.m.SetCap(c); err != nil {
+							return err
+						}
+					}
+					return ch.Launch(k, bb.x, bb.y)
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				wall, recuts = wall+rep.Wall, len(rep.Recuts)
+			}
+			b.ReportMetric(wall.Seconds()/float64(b.N)*1e3, "wall-ms")
+			b.ReportMetric(float64(recuts), "recuts")
 		})
 	}
 }

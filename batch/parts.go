@@ -7,14 +7,18 @@ package batch
 // device takes more chunks.
 //
 // One queue. The batch's R runs are handed out in order, each chunk cut
-// from what is left at the length its taker asks for, at most the
-// queue's: today every part asks for the parts' shortest chunk length L
-// (each part planned its device's memory; a part whose plan is longer
-// runs each chunk in the first L runs of its arrays), so chunk g is runs
-// [g·L, min((g+1)·L, R)) whichever device runs it. Its outputs land at
-// those runs of the host arrays (or in the drain function's span), so the
-// results do not depend on how the chunks were dealt, provided the
-// kernel's result for a run depends on that run's inputs alone.
+// from what is left at the length its taker asks for: its own (its plan
+// for its device's memory, re-cut as the budget changes), and on P
+// devices at most ⌈left/2P⌉ (factoring: Hummel, Schonberg and Flynn,
+// "Factoring: a method for scheduling parallel loops", CACM 35(8), 1992),
+// so that the chunks shrink as the queue empties and the parts finish
+// together. A batch much larger than the devices is thus cut at each
+// device's own length, a larger device's chunks the longer, and a faster
+// device takes more of them. A chunk's
+// outputs land at its runs of the host arrays (or in the drain
+// function's span), so the results do not depend on how the chunks were
+// cut or dealt, provided the kernel's result for a run depends on that
+// run's inputs alone.
 //
 // Threads. Each part runs on its own goroutine, locked to its OS thread
 // for the whole batch: a backend whose context is per thread (CUDA) then
@@ -44,34 +48,86 @@ type dealtChunk struct {
 }
 
 // runQueue hands out a batch's runs in order, as chunks: one run's own,
-// or one for every part of RunParts (shared). Safe for concurrent use.
+// or one for every part of RunParts. Safe for concurrent use.
 type runQueue struct {
-	runs, length int  // the runs; the longest chunk it cuts
-	total        int  // chunks at that length
-	shared       bool // dealt to the parts of RunParts
+	runs int
 
 	mu      sync.Mutex // protects the fields below
+	lengths []int      // per part: the length it cuts at now
 	next    int        // the first run not handed out
 	taken   int        // chunks handed out
 	stopped bool
 }
 
-func newRunQueue(runs, length int) *runQueue {
-	return &runQueue{runs: runs, length: length, total: (runs + length - 1) / length}
+// newRunQueue is a queue of runs for parts takers.
+func newRunQueue(runs, parts int) *runQueue {
+	return &runQueue{runs: runs, lengths: make([]int, max(parts, 1))}
 }
 
-// take cuts the next chunk, of at most limit runs (and the queue's
-// length), from the runs left; false when there are none.
-func (q *runQueue) take(limit int) (dealtChunk, bool) {
+// setLength says that part now cuts chunks of length runs.
+func (q *runQueue) setLength(part, length int) {
+	q.mu.Lock()
+	q.lengths[part] = length
+	q.mu.Unlock()
+}
+
+// take cuts part's next chunk, of at most limit runs, from the runs left;
+// false when there are none. Shared by P parts, it is at most ⌈left/2P⌉
+// (factoring: the chunks shrink as the queue empties, so that the parts
+// finish together, in few chunks).
+func (q *runQueue) take(part, limit int) (dealtChunk, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stopped || q.next >= q.runs {
+	left := q.runs - q.next
+	if q.stopped || left <= 0 {
 		return dealtChunk{}, false
 	}
-	ch := dealtChunk{index: q.taken, start: q.next, len: min(limit, q.length, q.runs-q.next)}
-	q.next += ch.len
+	q.lengths[part] = limit
+	n := min(limit, left)
+	if p := len(q.lengths); p > 1 {
+		n = min(n, (left+2*p-1)/(2*p))
+	}
+	ch := dealtChunk{index: q.taken, start: q.next, len: n}
+	q.next += n
 	q.taken++
 	return ch, true
+}
+
+// longest is the most runs a take can cut from now on: the runs left,
+// or ⌈left/2P⌉ of them shared by P parts (left only shrinks), at least 1.
+func (q *runQueue) longest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.runs - q.next
+	if p := len(q.lengths); p > 1 {
+		n = (n + 2*p - 1) / (2 * p)
+	}
+	return max(n, 1)
+}
+
+// shared reports whether several parts take from q.
+func (q *runQueue) shared() bool { return len(q.lengths) > 1 }
+
+// runsLeft is the runs not yet handed out.
+func (q *runQueue) runsLeft() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.runs - q.next
+}
+
+// chunksLeft is how many chunks of length runs the runs left make.
+func (q *runQueue) chunksLeft(length int) int {
+	left := q.runsLeft()
+	return (left + max(length, 1) - 1) / max(length, 1)
+}
+
+// estimate is the batch's chunks: those handed out and those the runs
+// left make at length.
+func (q *runQueue) estimate(length int) int {
+	q.mu.Lock()
+	taken := q.taken
+	q.mu.Unlock()
+	return taken + q.chunksLeft(length)
 }
 
 // stop hands out nothing more.
@@ -82,21 +138,22 @@ func (q *runQueue) stop() {
 }
 
 // take makes sure the run has its chunk i (0-based, in its own order),
-// taking the next one from its queue if i is the next; false when there
-// is none.
+// taking the next one from its queue if i is the next and no re-cut is
+// due; false when there is none.
 func (r *batchRun) take(i int) bool {
 	if i < len(r.chunks) {
 		return true
 	}
-	if r.ended || i > len(r.chunks) {
+	if r.ended || i > len(r.chunks) || i-r.el.seg0 >= r.segmentCap() || r.recutDue() {
 		return false
 	}
-	ch, ok := r.q.take(r.length)
+	ch, ok := r.q.take(r.part, r.length)
 	if !ok {
 		r.ended = true
 		return false
 	}
 	r.chunks = append(r.chunks, ch)
+	r.rep.ChunkLength = max(r.rep.ChunkLength, ch.len)
 	return true
 }
 
@@ -110,11 +167,11 @@ type Part struct {
 
 // PartsReport is what a batch on several devices did. A plain value.
 type PartsReport struct {
-	Chunks      int // the batch's chunks
-	ChunkLength int // runs per chunk (the last may have fewer)
-	ChunksDone  int // chunks back on the host, every part together
+	Chunks     int // the batch's chunks, every part's together
+	ChunksDone int // chunks back on the host, every part together
 	// Parts is each part's report, in the order of the parts: Chunks is
-	// the chunks the part took, ChunksDone those back on the host.
+	// the chunks the part took, ChunksDone those back on the host, Runs
+	// their runs, ChunkLength the length it cut them at last.
 	Parts    []Report
 	BytesIn  uint64
 	BytesOut uint64
@@ -126,34 +183,35 @@ type PartsReport struct {
 // same labels and requests, its own device's clients) with the same host
 // sides (the same host arrays, or fill and drain functions), allocated on
 // its device's manager. The batch's runs are dealt from one queue (see
-// the overview at the top of the file) in chunks of the parts' shortest
-// chunk length, or o.MaxChunkLength when shorter, to the parts as each
-// has a buffer free; each part runs its chunks as Run does, on its own
-// goroutine locked to its OS thread. o.Buffers applies to every part;
-// o.Progress is called one call at a time, counting the batch's chunks.
+// the overview at the top of the file) to the parts as each has a
+// buffer free, each part's chunks at its own length (its plan's, capped
+// by o.MaxChunkLength, re-cut as Run's are) and at most ⌈left/2P⌉ of the
+// runs left for P parts; each part runs its chunks as Run does,
+// on its own goroutine locked to its OS thread. o's fields apply to every
+// part; o.Progress is called one call at a time, counting the batch's
+// chunks.
 //
 // It returns when every chunk is back, or when a part fails or ctx is
 // done, after every part's enqueued work has finished. An output that is
 // unchunkable cannot be gathered from several devices: a batch of more
-// than one chunk with one is refused. Batches of different groups may
-// run at once, from several goroutines.
+// than one run with one is refused. Batches of different groups may run
+// at once, from several goroutines.
 func RunParts(ctx context.Context, parts []Part, o Options) (PartsReport, error) {
-	q, err := partsQueue(parts, o)
-	if err != nil {
+	if err := checkParts(parts); err != nil {
 		return PartsReport{}, err
 	}
-	rep := PartsReport{Chunks: q.total, ChunkLength: q.length, Parts: make([]Report, len(parts))}
+	q := newRunQueue(parts[0].Batch.runs, len(parts))
+	rep := PartsReport{Parts: make([]Report, len(parts))}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	runs, err := prepareParts(ctx, parts, o, q)
+	t := &tally{in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: o.Progress, start: time.Now()}
+	runs, err := prepareParts(ctx, parts, o, q, t)
 	if err != nil {
 		return rep, err
 	}
-	t := &tally{total: q.total, in: make([]uint64, len(parts)), out: make([]uint64, len(parts)), progress: o.Progress, start: time.Now()}
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, r := range runs {
-		r.progress = t.of(i)
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -168,6 +226,7 @@ func RunParts(ctx context.Context, parts []Part, o Options) (PartsReport, error)
 	wg.Wait()
 	rep.Wall = time.Since(t.start)
 	for _, p := range rep.Parts {
+		rep.Chunks += p.Chunks
 		rep.ChunksDone += p.ChunksDone
 		rep.BytesIn += p.BytesIn
 		rep.BytesOut += p.BytesOut
@@ -175,36 +234,29 @@ func RunParts(ctx context.Context, parts []Part, o Options) (PartsReport, error)
 	return rep, firstCause(ctx, errs)
 }
 
-// partsQueue checks that the parts declare the same batch, and makes the
-// queue of its runs at the parts' shortest chunk length.
-func partsQueue(parts []Part, o Options) (*runQueue, error) {
+// checkParts checks that the parts declare the same batch.
+func checkParts(parts []Part) error {
 	if len(parts) == 0 {
-		return nil, batchErr("no parts; give one per device")
+		return batchErr("no parts; give one per device")
 	}
-	length := 0
 	for i, p := range parts {
 		b, b0 := p.Batch, parts[0].Batch
 		if b == nil || !b.ok {
-			return nil, batchErr("part %d: the batch is not allocated; Allocate it on its device first", i)
+			return batchErr("part %d: the batch is not allocated; Allocate it on its device first", i)
 		}
 		if len(b.arrays) != len(b0.arrays) {
-			return nil, batchErr("part %d declares %d arrays and part 0 %d; give every part the same arrays", i, len(b.arrays), len(b0.arrays))
+			return batchErr("part %d declares %d arrays and part 0 %d; give every part the same arrays", i, len(b.arrays), len(b0.arrays))
 		}
 		for j, a := range b.arrays {
 			if err := sameArray(a, b0.arrays[j]); err != nil {
-				return nil, fmt.Errorf("batch: part %d: %w", i, err)
+				return fmt.Errorf("batch: part %d: %w", i, err)
 			}
 		}
 		if b.runs != b0.runs {
-			return nil, batchErr("part %d has %d runs and part 0 %d; allocate every part for the same batch", i, b.runs, b0.runs)
-		}
-		if n := chunkLength(b, o); i == 0 || n < length {
-			length = n
+			return batchErr("part %d has %d runs and part 0 %d; allocate every part for the same batch", i, b.runs, b0.runs)
 		}
 	}
-	q := newRunQueue(parts[0].Batch.runs, length)
-	q.shared = true
-	return q, nil
+	return nil
 }
 
 // sameArray checks that a part's array a is declared as part 0's a0 is.
@@ -221,9 +273,9 @@ func sameArray(a, a0 *Array) error {
 	return nil
 }
 
-// prepareParts makes each part's run; on an error it finishes the runs
-// it made.
-func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue) ([]*batchRun, error) {
+// prepareParts makes each part's run, reporting progress to t; on an
+// error it finishes the runs it made.
+func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue, t *tally) ([]*batchRun, error) {
 	runs := make([]*batchRun, len(parts))
 	fail := func(err error) ([]*batchRun, error) {
 		for _, r := range runs {
@@ -234,16 +286,16 @@ func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue) ([]
 		return nil, err
 	}
 	for i, p := range parts {
-		r, err := newRun(ctx, p.Batch, p.Compute, o, q)
+		for _, a := range p.Batch.arrays {
+			if !a.req.Chunkable() && a.dir == dirOut && len(parts) > 1 && q.runs > 1 {
+				return fail(batchErr("device %d: output %v is unchunkable, and a batch of %d runs on several devices cannot gather it; make it chunkable", i, a, q.runs))
+			}
+		}
+		r, err := newRun(ctx, p.Batch, p.Compute, o, q, i, t.of(i))
 		if err != nil {
 			return fail(fmt.Errorf("device %d: %w", i, err))
 		}
 		runs[i] = r
-		for _, a := range r.arrs {
-			if a.whole && a.dir == dirOut && q.total > 1 {
-				return fail(batchErr("device %d: output %v is unchunkable, and a batch of %d chunks on several devices cannot gather it; make it chunkable", i, a, q.total))
-			}
-		}
 	}
 	return runs, nil
 }
@@ -251,7 +303,6 @@ func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue) ([]
 // tally counts the chunks and bytes of RunParts' parts and calls
 // progress, one call at a time. Safe for concurrent use.
 type tally struct {
-	total    int
 	progress func(Progress)
 	start    time.Time
 
@@ -274,7 +325,7 @@ func (t *tally) of(part int) func(Progress) {
 		for i := range t.in {
 			in, out = in+t.in[i], out+t.out[i]
 		}
-		t.progress(Progress{Chunk: t.done, Chunks: t.total, Start: p.Start, Len: p.Len,
+		t.progress(Progress{Chunk: t.done, Chunks: max(p.Chunks, t.done), Start: p.Start, Len: p.Len,
 			BytesIn: in, BytesOut: out, Elapsed: time.Since(t.start)})
 	}
 }

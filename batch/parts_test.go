@@ -46,15 +46,24 @@ func TestRunPartsSizes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.ChunkLength != fs[0].plan().ChunkLength || rep.Chunks != (runs+rep.ChunkLength-1)/rep.ChunkLength {
-		t.Errorf("report %d chunks of %d; want the 1 MiB device's length %d", rep.Chunks, rep.ChunkLength, fs[0].plan().ChunkLength)
-	}
-	took := 0
+	took, ran := 0, 0
 	for i, p := range rep.Parts {
 		took += p.Chunks
+		ran += p.Runs
 		if p.ChunksDone != p.Chunks {
 			t.Errorf("device %d took %d chunks and did %d", i, p.Chunks, p.ChunksDone)
 		}
+		if plan := fs[i].plan(); plan.Chunks > 1 && p.ChunkLength > plan.ChunkLength {
+			t.Errorf("device %d cut chunks of %d runs, longer than its plan's %d", i, p.ChunkLength, plan.ChunkLength)
+		}
+	}
+	if ran != runs {
+		t.Errorf("the devices ran %d runs of %d", ran, runs)
+	}
+	// Each device cuts at its own length: the 8 MiB device, which holds
+	// the batch whole, longer chunks than the 1 MiB one.
+	if rep.Parts[2].ChunkLength <= rep.Parts[0].ChunkLength {
+		t.Errorf("chunk lengths %d (1 MiB) and %d (8 MiB): want the larger device's longer", rep.Parts[0].ChunkLength, rep.Parts[2].ChunkLength)
 	}
 	if took != rep.Chunks || rep.ChunksDone != rep.Chunks || len(seen) != rep.Chunks || seen[len(seen)-1] != rep.Chunks {
 		t.Errorf("parts took %d chunks, did %d, progress %v; want each of %d once", took, rep.ChunksDone, seen, rep.Chunks)
@@ -87,7 +96,7 @@ func TestRunPartsSlowDevice(t *testing.T) {
 			t.Fatalf("%d wrong results", bad)
 		}
 		fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
-		t.Logf("%d chunks of %d runs: fast device %d, slow %d", rep.Chunks, rep.ChunkLength, fast, slow)
+		t.Logf("%d chunks: fast device %d, slow %d", rep.Chunks, fast, slow)
 		if fast+slow != rep.Chunks {
 			t.Fatalf("the devices took %d and %d chunks of %d", fast, slow, rep.Chunks)
 		}
@@ -173,8 +182,12 @@ func TestRunPartsMaxChunkLength(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if rep.Chunks != 20 || rep.ChunkLength != 1000 || rep.Parts[0].Chunks+rep.Parts[1].Chunks != 20 {
-				t.Errorf("report: %d chunks of %d, parts took %d and %d; want 20 of 1000", rep.Chunks, rep.ChunkLength, rep.Parts[0].Chunks, rep.Parts[1].Chunks)
+			// At most 1000 runs a chunk: 20 at least, more as the queue's
+			// last chunks shrink so that the devices finish together.
+			p0, p1 := rep.Parts[0], rep.Parts[1]
+			if rep.Chunks < 20 || p0.ChunkLength > 1000 || p1.ChunkLength > 1000 || p0.Chunks+p1.Chunks != rep.Chunks || p0.Runs+p1.Runs != runs {
+				t.Errorf("report: %d chunks, parts took %d (%d runs, cut at %d) and %d (%d, %d); want 20 or more of at most 1000 runs, every run once",
+					rep.Chunks, p0.Chunks, p0.Runs, p0.ChunkLength, p1.Chunks, p1.Runs, p1.ChunkLength)
 			}
 			if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
 				t.Fatalf("%d wrong results", bad)

@@ -5,7 +5,10 @@ package batch
 //
 // Chunks. A run takes its chunks one by one from a queue of the batch's
 // runs (runQueue, parts.go), each cut at the run's chunk length from
-// what is left; on several devices the parts take from one queue.
+// what is left; on several devices the parts take from one queue, each
+// at its own length. The length may change between chunks (a re-cut,
+// elastic.go): the run then finishes the chunks it took, re-allocates
+// and re-stages, and goes on.
 //
 // Streams and order. Copies go on the group's stream s (the stream every
 // client of the group copies on). With one buffer the compute step runs
@@ -21,17 +24,21 @@ package batch
 // the copy that read that buffer's previous outputs (its inReady was
 // recorded after that copy on s).
 //
-// The host stays lag = max(1, k−1) chunks ahead of the device: after
-// enqueueing chunk i it waits for chunk i−lag to be copied out ("retires"
-// it: drains its staged outputs, reports progress). Staging buffers (for
-// pageable host arrays and fill/drain functions) are used in turn, lag+1
-// per output and lag+k per input (filled k−1 chunks ahead), so a staging
-// buffer is refilled only after the chunk that last used it has been
-// retired.
+// The host stays lag chunks ahead of the device (max(1, k−1) unless
+// staging is short): after enqueueing chunk i it waits for chunk i−lag
+// to be copied out ("retires" it) and hands it to the run's writer,
+// which drains its staged outputs and reports progress while the run
+// goes on (writer.go). Staging buffers (for pageable host arrays and
+// fill/drain functions) are used in turn: lag+k per input (filled k−1
+// chunks ahead), so an input's is refilled only after the chunk that
+// last used it has been retired; an output's slots (lag+1, one more for
+// the writer to drain behind) are refilled only once the writer has
+// drained the chunk that last used them.
 //
 // Cancellation is checked before each step; a batch stopped by its
-// context waits for what was enqueued, retires the chunks that finished,
-// frees what it made, and returns an error wrapping ctx.Err().
+// context waits for what was enqueued, retires and drains the chunks
+// that finished, frees what it made, and returns an error wrapping
+// ctx.Err().
 
 import (
 	"context"
@@ -52,21 +59,29 @@ const MaxBuffers = 3
 // wait. Its error stops the batch.
 type Compute func(ctx context.Context, ch *Chunk) error
 
-// Options tune Run and RunParts. The zero value runs with the buffers the
-// arrays were allocated with, at their chunk length, and reports no
-// progress. A plain value.
+// Options tune Run and RunParts. The zero value chooses the buffers in
+// flight, runs at the length the arrays were allocated with (shorter
+// when the budget shrinks, or staging or write-behind need it), and
+// reports no progress. A plain value.
 type Options struct {
-	// Buffers is the number of chunk buffers in flight: 1, 2 or 3, at
-	// most as many as were allocated (vram.WithBuffers); 0 means as many
-	// as were. A batch of one chunk uses one.
+	// Buffers is the number of chunk buffers in flight: 1, 2 or 3 (the
+	// arrays are allocated again for them when they were allocated with
+	// fewer); 0 lets the run choose from what its first chunk cost
+	// (choose.go) and says why in Report.BufferChoice. A batch of one
+	// chunk uses one.
 	Buffers int
 	// MaxChunkLength, when positive, caps a chunk's runs below the chunk
 	// length the arrays were allocated with: a batch allocated whole is
 	// still cut (RunParts then spreads it over its devices).
 	MaxChunkLength int
-	// Progress, when set, is called as each chunk is back on the host:
-	// on Run's goroutine; for RunParts one call at a time, counting the
-	// whole batch's chunks.
+	// Grow lets a run whose group's budget grows (a cap raised, a claim
+	// met) allocate its arrays again at the longer length the budget
+	// then allows. A budget that shrinks always shrinks the chunks.
+	Grow bool
+	// Progress, when set, is called as each chunk is back on the host
+	// (its outputs drained), on the run's writer goroutine, one call at
+	// a time in chunk order; for RunParts one call at a time, counting
+	// the whole batch's chunks.
 	Progress func(Progress)
 }
 
@@ -74,13 +89,14 @@ type Options struct {
 // Compute call only.
 type Chunk struct {
 	Index  int // 0-based, in the batch's order
-	Chunks int
+	Chunks int // the batch's chunks as now cut (it changes with a re-cut)
 	// Start and Len are the chunk's runs: Start … Start+Len−1.
 	Start, Len int
 	// ChunkLength is the length of every chunked array along its chunk
 	// axis as allocated, its stride there (Len or more: a chunk cut
 	// shorter than the arrays, Options.MaxChunkLength, leaves the runs
-	// past Len idle).
+	// past Len idle). It may change between chunks (a re-cut), with the
+	// arrays: take them from the chunk (Array, Launch), not from before.
 	ChunkLength int
 	// Buffer is the buffer in flight the chunk uses (0 … buffers−1).
 	Buffer int
@@ -143,19 +159,41 @@ type Progress struct {
 // finished on the device, so they include the host's wake-up latency
 // (microseconds).
 type Report struct {
-	Chunks     int // the batch's chunks (for a part of RunParts, those it took)
-	ChunksDone int // chunks back on the host
-	Buffers    int // buffers in flight (fewer than asked when staging buffers ran short)
-	Lag        int // chunks the host stayed ahead of the device (0 when staging buffers ran short)
-	Staged     int // arrays staged through the staging pool
-	BytesIn    uint64
-	BytesOut   uint64
-	// Wall is from the first step enqueued to the last chunk retired.
+	Chunks      int // the chunks the run took (for a part of RunParts, those it took)
+	ChunksDone  int // chunks back on the host, drained
+	Runs        int // the runs of those chunks
+	RunsLeft    int // the batch's runs no part took (0 once it is done)
+	ChunkLength int // the runs of its longest chunk since its last re-cut: its length then, or ⌈left/2P⌉ of a queue shared by P parts
+	Buffers     int // buffers in flight at the end (fewer than asked when staging buffers ran short)
+	Lag         int // chunks the host stayed ahead of the device at the end (0 when staging buffers ran short)
+	Staged      int // arrays staged through the staging pool
+	BytesIn     uint64
+	BytesOut    uint64
+	// Wall is from the first step enqueued to the last chunk drained.
 	Wall time.Duration
 	// Copy is the time the copy stream spent copying, Compute the time
 	// the compute steps' work ran, ExposedCopy the part of Copy during
 	// which no compute ran: what buffering failed to hide.
 	Copy, Compute, ExposedCopy time.Duration
+	// DeviceIdle is Wall less the time the device copied or computed
+	// (Compute + ExposedCopy): what the host held it up, filling,
+	// waiting for the writer, enqueueing, re-cutting.
+	DeviceIdle time.Duration
+	// Fill is the time the run spent filling staged inputs (Fill
+	// functions, copies into staging); Write the writer's time draining
+	// staged outputs (Drain functions, copies into pageable or
+	// file-backed host arrays: writing the files), which overlaps the
+	// device's work; WriteWait the part of it the run waited for (a
+	// staging slot not yet drained; the device may have been busy
+	// meanwhile with the chunks enqueued before).
+	Fill, Write, WriteWait time.Duration
+	// Recuts lists each change of the chunk length or buffers between
+	// chunks, in order (elastic.go).
+	Recuts []Recut
+	// BufferChoice says how the buffers, the host's lead and the
+	// output slots were chosen after the first chunk ("" when they were
+	// not: one chunk, or an explicit count and nothing staged).
+	BufferChoice string
 }
 
 // Run runs every chunk of the allocated batch b and waits for the last:
@@ -175,11 +213,10 @@ type Report struct {
 // not change, and those of outputs must not be read, until Run returns.
 // Batches of different groups may run at once, from several goroutines.
 func (b *Batch) Run(ctx context.Context, o Options, compute Compute) (Report, error) {
-	r, err := newRun(ctx, b, compute, o, nil)
+	r, err := newRun(ctx, b, compute, o, nil, 0, o.Progress)
 	if err != nil {
 		return Report{}, err
 	}
-	r.progress = o.Progress
 	return r.runMarked()
 }
 

@@ -1,8 +1,9 @@
 package batch
 
 // Setting up a batch run: each array's host side checked against its
-// request, its chunk axis from the request, and the streams, events and
-// staging buffers the run needs (freed by finish, whatever happens).
+// request, its chunk axis from the request, and the streams, events,
+// writer and staging buffers the run needs (freed by finish, whatever
+// happens).
 
 import (
 	"context"
@@ -13,10 +14,11 @@ import (
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // batchRun is one Run's state (or one part's of RunParts), used by its
-// goroutine only.
+// goroutine only (the writer has its own).
 type batchRun struct {
 	ctx      context.Context
 	copyCtx  context.Context // ctx without its cancellation: the copies of a step are enqueued whatever it says meanwhile
@@ -24,28 +26,32 @@ type batchRun struct {
 	compute  Compute
 	progress func(Progress)
 	dev      device.Device
+	o        Options
+	part     int // its place among RunParts' parts (0 for Run)
 	stride   int // the arrays' length along their chunk axes (Chunk.ChunkLength)
-	length   int // the runs a chunk is cut at: at most stride
-	total    int // the batch's chunks (every part's), for messages and progress
+	length   int // the runs a chunk is cut at: at most stride, the staging's length and o.MaxChunkLength
 	k, lag   int // buffers in flight; chunks the host stays ahead of the device
+	outSlots int // staging slots per staged output: lag+1, or one more for the writer to drain behind
 
 	arrs []*batchArr // the arrays copied in or out
 
-	s, ks    device.Stream  // the group's stream (copies); the compute stream (s when k = 1)
+	s, ks    device.Stream  // the group's stream (copies); the compute stream (made when more than one buffer may be used)
 	ownKS    bool           // ks was made by the run
 	inReady  []device.Event // per buffer, k > 1: its copies in are done
 	kernDone []device.Event // per buffer, k > 1: its compute is done
-	done     []device.Event // per staging slot: its chunk's copies out are done
+	done     []device.Event // per chunk of the host's lead: its chunk's copies out are done
 	tl       *timeline
+	w        *writer
 
 	// The chunks the run takes, in the order it runs them, from q as it
-	// needs them.
+	// needs them, segment by segment (recut.go).
 	q        *runQueue
 	chunks   []dealtChunk
 	ended    bool // q said there are no more
+	el       elastic
 	rep      Report
 	enqueued int // chunks whose three steps are all enqueued
-	retired  int // chunks back on the host
+	retired  int // chunks whose copies out are done (handed to the writer)
 	atKind   int // the step under way (stepIn … stepRetire), for a panic's error
 	atChunk  int // the chunk it is of
 	start    time.Time
@@ -54,21 +60,21 @@ type batchRun struct {
 // batchArr is an input or output of the batch, resolved for a run.
 type batchArr struct {
 	*Array
-	whole bool              // unchunkable: copied once
-	axis  int               // the chunk axis, unless whole
-	stage []*vram.HostArray // per staging slot, when staged
-	run   uint64            // device bytes per run along axis
+	whole      bool              // unchunkable: copied once
+	axis       int               // the chunk axis, unless whole
+	stagedSide bool              // copied through staging slots
+	stage      []*vram.HostArray // its staging slots, when staged
+	run        uint64            // device bytes per run along axis
 }
-
-func (a *batchArr) staged() bool { return a.stage != nil }
 
 func batchErr(format string, args ...any) error {
 	return fmt.Errorf("batch: "+format+": %w", append(args, ErrBatch)...)
 }
 
 // newRun checks b and makes what the run needs, taking its chunks from
-// q (nil: a queue of b's own runs); on an error it leaves nothing behind.
-func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQueue) (*batchRun, error) {
+// q as its part (nil: a queue of b's own runs) and reporting progress to
+// progress; on an error it leaves nothing behind.
+func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQueue, part int, progress func(Progress)) (*batchRun, error) {
 	switch {
 	case b == nil || !b.ok:
 		return nil, batchErr("the batch is not allocated; Allocate it first")
@@ -76,20 +82,20 @@ func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQue
 		return nil, batchErr("no compute step; give Run a Compute")
 	case o.MaxChunkLength < 0:
 		return nil, batchErr("MaxChunkLength %d: want 0 (no cap) or more", o.MaxChunkLength)
+	case o.Buffers < 0 || o.Buffers > MaxBuffers:
+		return nil, batchErr("%d buffers in flight: want 1 to %d, or 0 for as many as buy something", o.Buffers, MaxBuffers)
 	}
 	s, err := b.arrays[0].client.Stream()
 	if err != nil {
 		return nil, fmt.Errorf("batch: %w", err)
 	}
-	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), b: b, compute: compute,
-		dev: b.arrays[0].client.Manager().Device(), stride: chunkLength(b, Options{}), length: chunkLength(b, o), s: s, ks: s, q: q}
+	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), b: b, compute: compute, o: o, progress: progress,
+		dev: b.arrays[0].client.Manager().Device(), s: s, ks: s, q: q, part: part}
 	if r.q == nil {
-		r.q = newRunQueue(b.runs, r.length)
+		r.q = newRunQueue(b.runs, 1)
 	}
-	r.total = r.q.total
-	if err := r.pickBuffers(o.Buffers); err != nil {
-		return nil, err
-	}
+	r.stride = b.stride()
+	r.length = r.capped(r.stride)
 	for _, a := range b.arrays {
 		if a.dir == dirScratch {
 			continue
@@ -100,44 +106,71 @@ func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQue
 		}
 		r.arrs = append(r.arrs, ra)
 	}
-	if err := r.makeResources(); err != nil {
+	if err := r.setUp(); err != nil {
 		_, _ = r.finish(err)
 		return nil, err
 	}
 	return r, nil
 }
 
-// chunkLength is the runs b's chunks are cut at: its arrays' chunk
-// length (all its runs when nothing was chunkable), capped by o.
-func chunkLength(b *Batch, o Options) int {
-	n := b.runs
-	if b.plan.TotalRuns > 0 {
-		n = b.plan.ChunkLength
-	}
-	if o.MaxChunkLength > 0 {
-		n = min(n, o.MaxChunkLength)
+// capped is n runs capped by o.MaxChunkLength.
+func (r *batchRun) capped(n int) int {
+	if r.o.MaxChunkLength > 0 {
+		n = min(n, r.o.MaxChunkLength)
 	}
 	return max(n, 1)
 }
 
-// pickBuffers sets the buffers in flight from what was asked and what
-// was allocated.
-func (r *batchRun) pickBuffers(asked int) error {
-	avail := min(len(r.b.arrays[0].dev), MaxBuffers)
-	switch k := asked; {
-	case k < 0 || k > MaxBuffers:
-		return batchErr("%d buffers in flight: want 1 to %d, or 0 for as many as were allocated", k, MaxBuffers)
-	case r.total == 1:
-		r.k = 1
-	case k == 0:
-		r.k = avail
-	case k > avail:
-		return batchErr("%d buffers in flight, but the arrays were allocated with %d; allocate with vram.WithBuffers(%d)", k, avail, k)
-	default:
-		r.k = k
+// setUp picks the first shape (elastic.go), allocates again when an
+// explicit count of buffers asks for more than were, takes the staging,
+// and makes the streams, events and writer.
+func (r *batchRun) setUp() error {
+	if err := r.firstShape(); err != nil {
+		return err
 	}
-	r.lag = max(1, r.k-1)
-	r.rep = Report{Chunks: r.total, Buffers: r.k, Lag: r.lag}
+	// No staging for chunks longer than the queue will cut (a device
+	// sharing it with others gets at most ⌈runs/2P⌉ of them a chunk).
+	r.length = min(r.length, r.q.longest())
+	n, err := r.acquireStaging(r.length)
+	if err != nil {
+		return err
+	}
+	if n < r.length {
+		r.rep.Recuts = append(r.rep.Recuts, Recut{Chunk: 0, From: r.length, To: n, ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k,
+			Why: fmt.Sprintf("the staging pool had room for %s of staging, not a chunk of %s", units.Format(r.stagingHeld()), plural(r.length, "run"))})
+	}
+	r.length = n
+	ev := func() (device.Event, error) {
+		e, err := r.dev.NewEvent()
+		if err != nil {
+			return nil, fmt.Errorf("batch: make an event: %w", err)
+		}
+		return e, nil
+	}
+	if r.mayOverlap() {
+		ks, err := r.dev.NewStream()
+		if err != nil {
+			return fmt.Errorf("batch: make the compute stream: %w", err)
+		}
+		r.ks, r.ownKS = ks, true
+	}
+	for range MaxBuffers {
+		for _, list := range []*[]device.Event{&r.inReady, &r.kernDone, &r.done} {
+			e, err := ev()
+			if err != nil {
+				return err
+			}
+			*list = append(*list, e)
+		}
+	}
+	tl, err := newTimeline(r.dev, r.s, r.ks, 2*(MaxBuffers+2))
+	if err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	r.tl = tl
+	r.w = newWriter(r)
+	r.q.setLength(r.part, r.length)
+	r.rep.Buffers, r.rep.Lag = r.k, r.lag
 	return nil
 }
 
@@ -162,68 +195,21 @@ func (r *batchRun) resolve(a *Array) (*batchArr, error) {
 		}
 	}
 	if !ra.whole {
-		if d.Dim(ra.axis) < r.length {
+		if d.Dim(ra.axis) < r.stride {
 			return nil, batchErr("%v %v: device array %v is shorter along its chunk axis %d than the chunks of %d runs; allocate every array for the same batch",
-				a.dir, a, d, ra.axis, r.length)
+				a.dir, a, d, ra.axis, r.stride)
 		}
 		ra.run = d.Bytes() / uint64(d.Dim(ra.axis))
 	}
 	if a.side.fill != nil || a.side.drain != nil || (a.side.host.Memory() == vram.Pageable && !ra.whole) {
-		// An input's buffer is refilled k−1 chunks ahead of its compute,
-		// so it needs k−1 more than an output's to be free again by then;
-		// and none needs more than the batch has chunks.
-		ra.stage = make([]*vram.HostArray, min(r.slots(ra), r.total))
+		ra.stagedSide = true
 		r.rep.Staged++
 	}
 	return ra, nil
 }
 
-// makeResources takes the staging buffers (which may lower k and lag),
-// makes the compute stream and the events, and starts the timeline.
-func (r *batchRun) makeResources() error {
-	if err := r.acquireStaging(); err != nil {
-		return err
-	}
-	ev := func() (device.Event, error) {
-		e, err := r.dev.NewEvent()
-		if err != nil {
-			return nil, fmt.Errorf("batch: make an event: %w", err)
-		}
-		return e, nil
-	}
-	if r.k > 1 {
-		ks, err := r.dev.NewStream()
-		if err != nil {
-			return fmt.Errorf("batch: make the compute stream: %w", err)
-		}
-		r.ks, r.ownKS = ks, true
-		for range r.k {
-			for _, list := range []*[]device.Event{&r.inReady, &r.kernDone} {
-				e, err := ev()
-				if err != nil {
-					return err
-				}
-				*list = append(*list, e)
-			}
-		}
-	}
-	for range r.lag + 1 {
-		e, err := ev()
-		if err != nil {
-			return err
-		}
-		r.done = append(r.done, e)
-	}
-	tl, err := newTimeline(r.dev, r.s, r.ks, 2*(r.lag+2))
-	if err != nil {
-		return fmt.Errorf("batch: %w", err)
-	}
-	r.tl = tl
-	return nil
-}
-
-// finish waits for what was enqueued when err is set, frees what the run
-// made, and completes the report.
+// finish waits for what was enqueued when err is set, stops the writer,
+// frees what the run made, and completes the report.
 func (r *batchRun) finish(err error) (Report, error) {
 	if err != nil {
 		_ = r.s.Synchronize()
@@ -232,6 +218,14 @@ func (r *batchRun) finish(err error) (Report, error) {
 		}
 	}
 	var errs []error
+	if r.w != nil {
+		var busy time.Duration
+		r.rep.ChunksDone, busy, r.rep.BytesIn, r.rep.BytesOut = r.w.stop()
+		r.rep.Write += busy
+		if werr := r.w.failed(); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	if r.tl != nil {
 		copyT, computeT, exposed, terr := r.tl.stop()
 		r.rep.Copy, r.rep.Compute, r.rep.ExposedCopy = copyT, computeT, exposed
@@ -245,19 +239,14 @@ func (r *batchRun) finish(err error) (Report, error) {
 	if r.ownKS {
 		errs = append(errs, r.ks.Close())
 	}
-	for _, a := range r.arrs {
-		for _, h := range a.stage {
-			if h != nil {
-				errs = append(errs, h.Free())
-			}
-		}
-	}
+	errs = append(errs, r.releaseStaging())
 	if !r.start.IsZero() {
 		r.rep.Wall = time.Since(r.start)
+		r.rep.DeviceIdle = max(0, r.rep.Wall-r.rep.Compute-r.rep.ExposedCopy)
 	}
-	r.rep.ChunksDone = r.retired
-	if r.q.shared {
-		r.rep.Chunks = len(r.chunks)
+	r.rep.Chunks, r.rep.RunsLeft = len(r.chunks), r.q.runsLeft()
+	for _, c := range r.chunks[:min(r.rep.ChunksDone, len(r.chunks))] {
+		r.rep.Runs += c.len
 	}
 	if cerr := errors.Join(errs...); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("batch: clean up: %w", cerr))

@@ -1,13 +1,15 @@
 package batch
 
 // The batch run's loop and its steps; the order they keep is described
-// at the top of run.go.
+// at the top of run.go, the segments and re-cuts in elastic.go.
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/device"
 )
 
 // step kinds, as the timeline records them; stepRetire (a chunk back on
@@ -21,17 +23,18 @@ const (
 
 var stepNames = [...]string{"copy in", "compute", "copy out", "back on the host"}
 
-// run enqueues every chunk and retires each lag chunks later; on an error
-// or cancellation it retires what finished and returns the error. A
-// panic in one of the batch's functions (Compute, fill, drain,
-// Progress) is recovered here and returned as an error wrapping a
-// *PanicError: the caller then cleans up as after any error.
+// run runs the batch segment by segment; on an error or cancellation it
+// retires and drains what finished and returns the error. A panic in
+// one of the batch's functions on the run's goroutine (Compute, fill) is
+// recovered here and returned as an error wrapping a *PanicError (the
+// writer recovers its own: drain, Progress); the caller then cleans up
+// as after any error.
 func (r *batchRun) run() (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			where := "before the first chunk"
 			if r.atChunk < len(r.chunks) {
-				where = fmt.Sprintf("chunk %d of %d: %s", r.chunks[r.atChunk].index+1, r.total, stepNames[r.atKind])
+				where = fmt.Sprintf("chunk %d of %d: %s", r.chunks[r.atChunk].index+1, r.estimate(), stepNames[r.atKind])
 			}
 			err = fmt.Errorf("batch: %s: %w", where, newPanicError(p))
 		}
@@ -39,27 +42,51 @@ func (r *batchRun) run() (err error) {
 	r.start = time.Now()
 	err = r.loop()
 	if err == nil {
-		return r.retireUpTo(len(r.chunks))
+		return nil
 	}
 	if cerr := r.ctx.Err(); cerr != nil && err == cerr {
 		// Stopped between steps: what was enqueued finishes and counts.
 		if rerr := r.retireUpTo(r.enqueued); rerr != nil {
 			return rerr
 		}
+		if werr := r.w.wait(r.enqueued); werr != nil {
+			return werr
+		}
 		return fmt.Errorf("batch: stopped before chunk %d of %d: %d of %d chunks finished: %w",
-			r.enqueued+1, r.total, r.retired, r.total, err)
+			r.enqueued+1, r.estimate(), r.enqueued, r.estimate(), err)
 	}
 	return err
 }
 
-// loop enqueues the chunks; it returns ctx.Err() itself when cancelled.
+// loop runs segments, re-cutting between them, until the queue is empty;
+// it returns ctx.Err() itself when cancelled.
 func (r *batchRun) loop() error {
-	for p := 0; p < r.k-1 && r.take(p); p++ {
+	r.el.probing = r.el.probe
+	for {
+		if err := r.segment(); err != nil {
+			return err
+		}
+		if r.ended {
+			return nil
+		}
+		if err := r.recut(); err != nil {
+			return err
+		}
+	}
+}
+
+// segment enqueues chunks at the run's shape from the next one on until
+// the queue is empty or a re-cut is due, and returns once they are all
+// drained.
+func (r *batchRun) segment() error {
+	i0 := len(r.chunks)
+	r.el.seg0, r.el.segT = i0, time.Now()
+	for p := i0; p < i0+r.k-1 && r.take(p); p++ {
 		if err := r.step(stepIn, p); err != nil {
 			return err
 		}
 	}
-	for i := 0; r.take(i); i++ {
+	for i := i0; r.take(i); i++ {
 		if err := r.step(stepCompute, i); err != nil {
 			return err
 		}
@@ -76,11 +103,24 @@ func (r *batchRun) loop() error {
 			return err
 		}
 	}
+	if err := r.retireUpTo(len(r.chunks)); err != nil {
+		return err
+	}
+	if err := r.w.wait(len(r.chunks)); err != nil {
+		return err
+	}
+	if r.el.probing && len(r.chunks) > i0 {
+		r.el.fig.write, r.el.fig.wall = r.w.snapshot().busy, time.Since(r.el.segT)
+		ov, ok := r.dev.(device.Overlapper)
+		r.el.fig.overlap = !ok || ov.CopiesOverlapKernels()
+		r.el.fig.runs = r.chunks[i0].len
+	}
 	return nil
 }
 
-// step enqueues step kind of chunk i after checking the context. With
-// one buffer a compute step enqueues its chunk's copy in first.
+// step enqueues step kind of chunk i after checking the context and the
+// writer. With one buffer a compute step enqueues its chunk's copy in
+// first. In the probe chunk each step is waited for, and timed.
 func (r *batchRun) step(kind, i int) error {
 	if r.k == 1 && kind == stepCompute {
 		if err := r.step(stepIn, i); err != nil {
@@ -88,6 +128,9 @@ func (r *batchRun) step(kind, i int) error {
 		}
 	}
 	if err := r.ctx.Err(); err != nil {
+		return err
+	}
+	if err := r.w.failed(); err != nil {
 		return err
 	}
 	r.atKind, r.atChunk = kind, i
@@ -102,12 +145,43 @@ func (r *batchRun) step(kind, i int) error {
 		err = r.copyOut(i)
 	}
 	if err != nil {
-		return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.total, err)
+		return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.estimate(), err)
 	}
-	if err := r.tl.mark(kind, i, enq); err != nil {
-		return fmt.Errorf("batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.total, stepNames[kind], err)
+	st := r.s
+	if kind == stepCompute {
+		st = r.computeStream()
+	}
+	if err := r.tl.mark(kind, i, enq, st); err != nil {
+		return fmt.Errorf("batch: chunk %d of %d: time the %s: %w", r.chunks[i].index+1, r.estimate(), stepNames[kind], err)
+	}
+	if r.el.probing {
+		return r.timeProbe(kind, i, st, enq)
 	}
 	return nil
+}
+
+// timeProbe waits for the probe chunk's step kind on st and adds its time
+// to the probe's figures.
+func (r *batchRun) timeProbe(kind, i int, st device.Stream, enq time.Time) error {
+	if err := st.Synchronize(); err != nil {
+		return fmt.Errorf("batch: chunk %d of %d: %s: %w", r.chunks[i].index+1, r.estimate(), stepNames[kind], err)
+	}
+	d := time.Since(enq)
+	if kind == stepCompute {
+		r.el.fig.compute += d
+	} else {
+		r.el.fig.copy += d
+	}
+	return nil
+}
+
+// computeStream is where chunks compute: the run's own stream with more
+// than one buffer, else the group's.
+func (r *batchRun) computeStream() device.Stream {
+	if r.k > 1 {
+		return r.ks
+	}
+	return r.s
 }
 
 // span is chunk i's runs along a's axis.
@@ -122,7 +196,7 @@ func (r *batchRun) copyIn(i int) error {
 		if a.dir == dirOut || (a.whole && i > 0) {
 			continue
 		}
-		d := a.dev[buf]
+		d := a.dev[min(buf, len(a.dev)-1)]
 		if a.whole {
 			if err := a.client.ToDevice(r.copyCtx, d, a.side.host); err != nil {
 				return fmt.Errorf("copy in %s: %w", a, err)
@@ -132,7 +206,7 @@ func (r *batchRun) copyIn(i int) error {
 		}
 		sp := r.span(a, i)
 		src := a.side.host
-		if a.staged() {
+		if a.stagedSide {
 			src = a.stage[i%len(a.stage)]
 			if err := r.fill(a, src, sp); err != nil {
 				return err
@@ -152,8 +226,18 @@ func (r *batchRun) copyIn(i int) error {
 	return nil
 }
 
-// fill writes chunk sp's runs into the staging buffer h.
+// fill writes chunk sp's runs into the staging buffer h, and counts the
+// time it took.
 func (r *batchRun) fill(a *batchArr, h *vram.HostArray, sp vram.Span) error {
+	start := time.Now()
+	defer func() {
+		d := time.Since(start)
+		r.rep.Fill += d
+		if r.el.probing {
+			r.el.fig.fill += d
+			r.el.fig.copy -= d // counted in the copy step's time too
+		}
+	}()
 	if a.side.fill != nil {
 		if err := a.side.fill(sp, h); err != nil {
 			return fmt.Errorf("fill %s: %w", a, err)
@@ -163,41 +247,50 @@ func (r *batchRun) fill(a *batchArr, h *vram.HostArray, sp vram.Span) error {
 	return h.CopyChunkFrom(a.side.host, sp)
 }
 
-// compute enqueues chunk i's compute step on ks, after its copies in.
+// compute enqueues chunk i's compute step on its stream, after its
+// copies in.
 func (r *batchRun) computeStep(i int) error {
 	buf := i % r.k
+	ks := r.computeStream()
 	if r.k > 1 {
-		if err := r.inReady[buf].Wait(r.ks); err != nil {
+		if err := r.inReady[buf].Wait(ks); err != nil {
 			return fmt.Errorf("order the compute after the copies in: %w", err)
 		}
 	}
 	dc := r.chunks[i]
-	ch := &Chunk{Index: dc.index, Chunks: r.total, Start: dc.start, Len: dc.len, ChunkLength: r.stride,
-		Buffer: buf, Stream: r.ks, Device: r.dev, b: r.b}
+	ch := &Chunk{Index: dc.index, Chunks: r.estimate(), Start: dc.start, Len: dc.len, ChunkLength: r.stride,
+		Buffer: buf, Stream: ks, Device: r.dev, b: r.b}
 	if err := r.compute(r.ctx, ch); err != nil {
 		return err
 	}
 	if r.k > 1 {
-		if err := r.kernDone[buf].Record(r.ks); err != nil {
+		if err := r.kernDone[buf].Record(ks); err != nil {
 			return fmt.Errorf("record the compute's end: %w", err)
 		}
 	}
 	return nil
 }
 
-// copyOut enqueues chunk i's copies out on s, after its compute.
+// copyOut enqueues chunk i's copies out on s, after its compute, once
+// the writer has drained the chunk that last used its staging slot.
 func (r *batchRun) copyOut(i int) error {
-	buf, slot := i%r.k, i%(r.lag+1)
+	buf := i % r.k
 	if r.k > 1 {
 		if err := r.kernDone[buf].Wait(r.s); err != nil {
 			return fmt.Errorf("order the copies out after the compute: %w", err)
 		}
 	}
+	if n := r.outStage(); n < math.MaxInt {
+		if err := r.w.wait(i - n + 1); err != nil {
+			return err
+		}
+	}
+	last := r.chunks[i].start+r.chunks[i].len == r.b.runs
 	for _, a := range r.arrs {
-		if a.dir != dirOut || (a.whole && r.chunks[i].index < r.total-1) {
+		if a.dir != dirOut || (a.whole && !last) {
 			continue
 		}
-		d := a.dev[buf]
+		d := a.dev[min(buf, len(a.dev)-1)]
 		if a.whole {
 			if err := a.client.FromDevice(r.copyCtx, a.side.host, d); err != nil {
 				return fmt.Errorf("copy out %s: %w", a, err)
@@ -207,7 +300,7 @@ func (r *batchRun) copyOut(i int) error {
 		}
 		sp := r.span(a, i)
 		dst := a.side.host
-		if a.staged() {
+		if a.stagedSide {
 			dst, sp.Start = a.stage[i%len(a.stage)], 0
 		}
 		if err := a.client.FromDeviceChunk(r.copyCtx, dst, d, sp); err != nil {
@@ -215,44 +308,42 @@ func (r *batchRun) copyOut(i int) error {
 		}
 		r.chunks[i].out += uint64(sp.Len) * a.run
 	}
-	if err := r.done[slot].Record(r.s); err != nil {
+	if err := r.done[i%(r.lag+1)].Record(r.s); err != nil {
 		return fmt.Errorf("record the copies out: %w", err)
 	}
 	return nil
 }
 
 // retireUpTo retires the chunks before upTo that are not yet: waits for
-// their copies out, drains their staged outputs, reports progress.
+// their copies out and hands them to the writer.
 func (r *batchRun) retireUpTo(upTo int) error {
 	for ; r.retired < upTo; r.retired++ {
 		i := r.retired
 		r.atKind, r.atChunk = stepRetire, i
-		slot := i % (r.lag + 1)
-		if err := r.done[slot].Synchronize(); err != nil {
-			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.total, err)
+		if err := r.done[i%(r.lag+1)].Synchronize(); err != nil {
+			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.estimate(), err)
 		}
-		for _, a := range r.arrs {
-			if a.dir != dirOut || !a.staged() {
-				continue
+		it := drainItem{i: i, ch: r.chunks[i], chunks: r.estimate()}
+		for _, a := range r.w.outs {
+			var st *vram.HostArray
+			if a.stagedSide {
+				st = a.stage[i%len(a.stage)]
 			}
-			sp := r.span(a, i)
-			var err error
-			if a.side.drain != nil {
-				err = a.side.drain(sp, a.stage[i%len(a.stage)])
-			} else {
-				err = a.stage[i%len(a.stage)].CopyChunkTo(a.side.host, sp)
-			}
-			if err != nil {
-				return fmt.Errorf("batch: chunk %d of %d: drain %s: %w", r.chunks[i].index+1, r.total, a, err)
-			}
+			it.stages = append(it.stages, st)
 		}
-		r.rep.BytesIn += r.chunks[i].in
-		r.rep.BytesOut += r.chunks[i].out
-		if r.progress != nil {
-			start, n := r.chunks[i].start, r.chunks[i].len
-			r.progress(Progress{Chunk: i + 1, Chunks: r.total, Start: start, Len: n,
-				BytesIn: r.rep.BytesIn, BytesOut: r.rep.BytesOut, Elapsed: time.Since(r.start)})
+		r.w.push(it)
+		if r.inTurn() {
+			if err := r.w.wait(i + 1); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
 }
+
+// inTurn reports whether the run drains each chunk before it enqueues
+// the next: with no lead and one staging slot an output has nothing to
+// drain behind with (the shape choose models as every step in turn,
+// and the one a look goes back to when writing behind the device
+// bought nothing).
+func (r *batchRun) inTurn() bool { return r.lag == 0 && r.outStage() == 1 }

@@ -85,11 +85,14 @@ func (t *timeline) watch(w *watcher) {
 	}
 }
 
-// mark follows step kind of chunk i, enqueued at enq, on its stream.
-func (t *timeline) mark(kind, i int, enq time.Time) error {
+// mark follows step kind of chunk i, enqueued at enq, on st, its stream
+// (one of the timeline's).
+func (t *timeline) mark(kind, i int, enq time.Time, st device.Stream) error {
 	w := t.watchers[0]
-	if kind == stepCompute && len(t.watchers) > 1 {
-		w = t.watchers[1]
+	for _, o := range t.watchers {
+		if o.st == st {
+			w = o
+		}
 	}
 	e := <-w.free
 	if err := e.Record(w.st); err != nil {

@@ -254,6 +254,17 @@ type StridedCopier interface {
 	CopyDtoH2D(dst []byte, dstPitch uint64, src Ptr, srcPitch, width, height uint64, s Stream) error
 }
 
+// Overlapper is a device that says whether its copies and kernels run
+// at once at full speed: a copy on one stream beside a kernel on
+// another. A GPU's copy engines do; a device whose copies and kernels
+// both run on the host's cores does not (they share them). Found by
+// type assertion; a device without it is taken to overlap them, as a GPU
+// does. A pipeline keeps a second chunk buffer in flight only where it
+// buys something.
+type Overlapper interface {
+	CopiesOverlapKernels() bool
+}
+
 // SubAllocationChecker is a device that can check accesses against
 // allocations an allocator makes inside its own device allocations (a
 // pool's blocks), as compute-sanitizer does for pools that annotate their

@@ -43,7 +43,7 @@ func TestRunErrorsUseTheCommandsWords(t *testing.T) {
 		args []string
 		want string
 	}{
-		"staging that does not fit": {args: append(small, "--runs", "100000", "--host-mem", "64KiB"), want: "raise --host-mem"},
+		"staging that does not fit": {args: append(small, "--runs", "100000", "--host-mem", "100B"), want: "raise --host-mem"},
 		"a cap that does not fit":   {env: map[string]string{"VRAM_ALLOC_CONF": "limit:1KiB"}, args: small, want: "$VRAM_ALLOC_CONF"},
 		"no spill directory": {env: map[string]string{"VRAM_SPILL_DIR": "/nonexistent/spill"}, args: append(small, "--runs", "100000", "--host-mem", "2MiB"),
 			want: "$VRAM_SPILL_DIR"},

@@ -94,7 +94,7 @@ func TestEveryErrorSaysVramOnce(t *testing.T) {
 		"run: refused plan": {args: []string{"run", "--device", "sim:granularity=64KiB,context=0", "--runs", "20000",
 			"--steps", "10000", "--samples", "10001", "--dt", "0.001", "--vram", "64KiB"}},
 		"run: refused, direct": {args: run("--vram", "3MiB", "--allocator", "direct", "--runs", "2000", "--samples", "11", "--steps", "10")},
-		"run: staging refused": {args: run("--host-mem", "1KiB", "--out", d("staged.npy"), "--runs", "2000")},
+		"run: staging refused": {args: run("--host-mem", "16B", "--out", d("staged.npy"), "--runs", "2000")}, // below one run's staging
 		"run: batch fails":     {args: []string{"run", "--device", "sim:granularity=64GiB,vram=256GiB", "--runs", "10", "--steps", "1"}},
 		"alloc conf kind":      {args: run(), env: map[string]string{"VRAM_ALLOC_CONF": "kind:nope"}},
 		"alloc conf key":       {args: run(), env: map[string]string{"VRAM_ALLOC_CONF": "bogus:1"}},

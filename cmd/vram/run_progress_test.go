@@ -24,6 +24,8 @@ func TestRunJSONOverlap(t *testing.T) {
 			args := append([]string{"run", "--json"}, smallRun...)
 			if double {
 				args = append(args, "--double-buffer")
+			} else {
+				args = append(args, "--buffers", "1")
 			}
 			if code := run(args, &out, &errb); code != exitOK {
 				t.Fatalf("exit %d: %s", code, errb.String())

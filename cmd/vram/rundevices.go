@@ -3,12 +3,13 @@
 // Each device gets its own memory manager, kernel and clients, set up on
 // a goroutine of its own, and plans the whole batch on itself, which
 // gives the chunk length that fits it. The library's batch.RunParts then
-// cuts the batch into chunks of the shortest of those lengths (at most an
-// eighth of an equal share, so a batch that fits one device is still
-// spread) and deals them from one queue to whichever device has a buffer
-// free, each device's pipeline on its own goroutine locked to its OS
-// thread (a CUDA context is current per thread): a faster device takes
-// more chunks. Each chunk's inputs are drawn for its runs (fill
+// deals the batch from one queue to whichever device has a buffer free,
+// each device's chunks at its own length (and at most ⌈left/2P⌉ of the
+// runs left for P devices, so that a batch one device holds whole is
+// still spread and the devices finish together), each device's
+// pipeline on its own goroutine locked to its OS thread (a CUDA context
+// is current per thread): a larger device cuts longer chunks, a faster
+// one takes more of them. Each chunk's inputs are drawn for its runs (fill
 // functions) and its outputs written at its runs (drain functions). A
 // run's result depends on nothing but its own parameters (runAt(seed,
 // r)), so the result is the same however the chunks were dealt: byte for
@@ -33,10 +34,6 @@ import (
 	"github.com/vramkit/vram/kernel"
 )
 
-// unitsPerDevice is how many units an equal share of the batch is cut
-// into at least.
-const unitsPerDevice = 8
-
 // deviceSpecs expands --devices with device.ParseSpecs: "all" (every
 // CUDA device), or specs separated by ";", where a sim spec's count=N
 // stands for N simulators (ordinals 0 … N−1 unless it names one). A
@@ -58,14 +55,17 @@ type deviceShare struct {
 	Kernel    string `json:"kernel"` // go or ptx
 	Allocator string `json:"allocator"`
 	// PlanChunkLength is the chunk length the device's plan of the whole
-	// batch gave (what its memory holds); the batch's chunks are the
-	// shortest of these, or shorter (multiReport.ChunkLength). Its plan's
-	// budget and device arrays per chunk are BudgetBytes and BytesPerChunk.
+	// batch gave (what its memory holds), with its budget and device
+	// arrays per chunk (BudgetBytes, BytesPerChunk); ChunkLength the runs
+	// of its longest chunk since its last re-cut (its plan's length, or
+	// less: ⌈left/2P⌉ of the runs left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
 	BudgetBytes     uint64  `json:"budget_bytes"`
 	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
+	ChunkLength     int     `json:"chunk_length"`
 	Chunks          int     `json:"chunks"` // chunks of the batch it ran
 	Runs            int     `json:"runs"`
+	Buffers         int     `json:"buffers"`      // in flight at the end
 	BusySeconds     float64 `json:"busy_seconds"` // in its pipeline
 	// What its pipeline ran with and its allocator did, as in the
 	// one-device report (runReport's fields of the same names).
@@ -88,7 +88,6 @@ type multiReport struct {
 	Samples       int           `json:"samples"`
 	Dt            float64       `json:"dt"`
 	Chunks        int           `json:"chunks"`
-	ChunkLength   int           `json:"chunk_length"`
 	Verified      bool          `json:"verified"`
 	VerifiedRuns  int           `json:"verified_runs"`
 	FailedRuns    int           `json:"failed_runs"`
@@ -116,18 +115,18 @@ type multiJob struct {
 	a     *app
 	f     runFlags
 	shape jobShape
-	// unitCap bounds a chunk: an eighth of an equal share of the batch,
-	// so that every device has work and a faster one can take more.
-	unitCap int
-	traj    *trajFile // --out; nil: the results stay in out and status
-	prog    runProgress
+	traj  *trajFile // --out; nil: the results stay in out and status
+	prog  runProgress
 	// bytesIn and bytesOut are the batch's copies, every device's.
 	bytesIn, bytesOut uint64
 	out               []byte // [samples, 2, runs] float32, without --out
 	// status is every run's status (int32); a failed run is not 0.
 	status []byte
-	// chunks and chunkLength are the batch's chunking, once run.
-	chunks, chunkLength int
+	// chunks is the batch's chunks, once run; spans their runs, as the
+	// devices computed them (for the verification).
+	chunks int
+	mu     sync.Mutex // protects spans
+	spans  []vram.Span
 }
 
 // devicePart is one device of the batch: its manager, kernel and
@@ -165,11 +164,10 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 		return err
 	}
 	hostCap, _ := units.ParseSize(f.hostMem)
-	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.doubleBuffer, f.out != "", hostCap); err != nil {
+	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
 		return err
 	}
-	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs), prog: a.runProgress(),
-		unitCap: max(1, (js.runs+unitsPerDevice*len(specs)-1)/(unitsPerDevice*len(specs)))}
+	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs), prog: a.runProgress()}
 	defer mj.prog.Finish()
 	if f.out != "" {
 		j := &job{a: a, shape: js, seed: f.seed}
@@ -260,7 +258,7 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
 	p.j = &job{a: a, shape: mj.shape, m: p.m}
-	if err := p.j.register(f.doubleBuffer); err != nil {
+	if err := p.j.register(f.bufferCount()); err != nil {
 		return allocHint(err, f, info, limit)
 	}
 	p.share.PlanChunkLength, p.share.BudgetBytes, p.share.BytesPerChunk = p.j.plan.ChunkLength, p.j.plan.Budget, p.j.plan.BytesPerChunk
@@ -277,17 +275,19 @@ func (mj *multiJob) run(parts []*devicePart) error {
 			return err
 		}
 	}
-	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{MaxChunkLength: mj.unitCap,
+	mr, err := batch.RunParts(mj.a.ctx, bps, batch.Options{Buffers: mj.f.bufferCount(), Grow: true,
 		Progress: func(pr batch.Progress) {
 			mj.a.log.Debug("chunk done", "chunk", pr.Chunk, "of", pr.Chunks, "runs", fmt.Sprintf("%d-%d", pr.Start, pr.Start+pr.Len-1))
 			mj.prog.Chunk(pr)
 		}})
-	mj.chunks, mj.chunkLength = mr.Chunks, mr.ChunkLength
+	mj.chunks = mr.Chunks
 	mj.bytesIn, mj.bytesOut = mr.BytesIn, mr.BytesOut
 	for i, p := range parts {
 		if i < len(mr.Parts) {
-			p.share.Chunks, p.share.Runs, p.share.BusySeconds = mr.Parts[i].Chunks, p.runs, mr.Parts[i].Wall.Seconds()
-			p.ran(mr.Parts[i])
+			pr := mr.Parts[i]
+			p.share.Chunks, p.share.Runs, p.share.ChunkLength, p.share.Buffers = pr.Chunks, p.runs, pr.ChunkLength, pr.Buffers
+			p.share.BusySeconds = pr.Wall.Seconds()
+			p.ran(pr)
 		}
 	}
 	return err
@@ -342,6 +342,9 @@ func (mj *multiJob) part(p *devicePart) (batch.Part, error) {
 			return fmt.Errorf("launch the kernel: %w", err)
 		}
 		p.runs += ch.Len
+		mj.mu.Lock()
+		mj.spans = append(mj.spans, vram.Span{Start: ch.Start, Len: ch.Len})
+		mj.mu.Unlock()
 		emulateKernel(mj.f.kernelDelay, ch.Len)
 		return nil
 	}}, err
@@ -361,7 +364,7 @@ func emulateKernel(per time.Duration, runs int) {
 func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport {
 	sh := mj.shape
 	rep := multiReport{Runs: sh.runs, Steps: int(sh.steps), Samples: sh.samples, Dt: shortest(sh.dt),
-		Chunks: mj.chunks, ChunkLength: mj.chunkLength,
+		Chunks:       mj.chunks,
 		BatchSeconds: batch.Seconds(), RunsPerSecond: float64(sh.runs) / batch.Seconds()}
 	for _, p := range parts {
 		rep.Devices = append(rep.Devices, p.share)
@@ -377,21 +380,21 @@ func (mj *multiJob) report(parts []*devicePart, batch time.Duration) multiReport
 }
 
 // verify checks runs spread over the batch, and the first and last run
-// of every unit dealt, against the float64 reference, and counts the
+// of every chunk dealt, against the float64 reference, and counts the
 // runs whose status is not 0.
 func (mj *multiJob) verify(rep *multiReport) error {
 	sh := mj.shape
 	want := min(mj.f.verify, sh.runs)
-	// The first and last run of every unit, or of want units spread
+	// The first and last run of every chunk, or of want chunks spread
 	// over the batch when there are more.
 	var idx []int
-	units := mj.chunks
-	for k := range min(units, want) {
+	spans := slices.SortedFunc(slices.Values(mj.spans), func(a, b vram.Span) int { return a.Start - b.Start })
+	for k := range min(len(spans), want) {
 		u := k
-		if units > want {
-			u = int(int64(k) * int64(units-1) / int64(max(want-1, 1)))
+		if len(spans) > want {
+			u = int(int64(k) * int64(len(spans)-1) / int64(max(want-1, 1)))
 		}
-		idx = append(idx, u*mj.chunkLength, min((u+1)*mj.chunkLength, sh.runs)-1)
+		idx = append(idx, spans[u].Start, spans[u].Start+spans[u].Len-1)
 	}
 	for k := range want {
 		if want == 1 {
@@ -447,10 +450,11 @@ func (mj *multiJob) verifyRuns(idx []int) error {
 // devicesHelp is the part of `vram run --help` about --devices.
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
-Each device has its own memory manager; the batch is cut into chunks of
-the shortest chunk length the devices' plans give (at most an eighth of
-an equal share) dealt from one queue to whichever device is free, so a
-faster device takes more. The results, and --out,
+Each device has its own memory manager and cuts chunks of its own plan's
+length, dealt from one queue to whichever device is free (at most
+⌈left/2P⌉ of the runs left for P devices, so that the devices finish
+together): a larger device cuts longer chunks, a faster one takes more.
+The results, and --out,
 are the same as on one device. --kernel-delay D makes each kernel take
 D per run longer (on the simulator, to see the scaling on a small CPU).
 

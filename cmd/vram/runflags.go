@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/internal/userfile"
@@ -66,6 +67,10 @@ func (f runFlags) check() (jobShape, error) {
 			return js, err
 		}
 	}
+	if f.buffers < 0 || f.buffers > batch.MaxBuffers || (f.doubleBuffer && f.buffers != 0 && f.buffers != 2) {
+		return js, usagef("--buffers %d (--double-buffer %v): want 1 to %d buffers in flight, or neither flag for as many as buy something",
+			f.buffers, f.doubleBuffer, batch.MaxBuffers)
+	}
 	if err := checkNPYName("--out", f.out); err != nil {
 		return js, err
 	}
@@ -89,6 +94,15 @@ func (f runFlags) check() (jobShape, error) {
 		shard:   shard.One,
 		total:   f.runs,
 	}, nil
+}
+
+// bufferCount is the buffers in flight asked for: --buffers, 2 with
+// --double-buffer, 0 for the batch to choose.
+func (f runFlags) bufferCount() int {
+	if f.doubleBuffer {
+		return 2
+	}
+	return f.buffers
 }
 
 // bytesNote says, for a size flag's text given without a unit, that it

@@ -10,15 +10,18 @@
 //     register in one stream group; their four arrays are declared once
 //     in a batch.Batch, whose Allocate plans the group together, so when the batch does not
 //     fit the device it is cut into chunks along the run axis, and each
-//     client gets chunk-length arrays (two sets with --double-buffer).
+//     client gets chunk-length arrays (two sets with --buffers 2).
 //  2. The host arrays are full-length and pinned. Batch.Run, the
 //     library's chunk pipeline, copies each chunk's inputs in, launches the
 //     kernel (oscillator.NewPortable: PTX on CUDA, Go on the simulator)
 //     over the chunk's runs and copies its outputs back into place on the
 //     group's stream; the job holds no streams or events of its own.
-//  3. With --double-buffer the plan allocates two buffers and Batch.Run
-//     keeps both in flight: chunk i+1's inputs go in while chunk i's
-//     kernel runs on a second stream and chunk i−1's outputs come out.
+//  3. Batch.Run picks the buffers in flight from what its first chunk
+//     cost (--buffers N chooses), and re-plans between chunks: at a
+//     shorter length when the staging (--host-mem) or write-behind need
+//     it, or the budget changes. With two buffers chunk i+1's inputs go
+//     in while chunk i's kernel runs on a second stream and chunk i−1's
+//     outputs come out; --out's file is written behind the device.
 //  4. A sample of runs spread over every chunk — and the first and last
 //     run of each chunk, where an off-by-one would show — is checked
 //     against the float64 host reference; the job fails if any disagrees.
@@ -80,7 +83,8 @@ type runFlags struct {
 	vram                 string
 	vramSet              bool
 	allocator            string // --allocator ("": $VRAM_ALLOC_CONF's, else the manager's default)
-	doubleBuffer         bool
+	doubleBuffer         bool   // --double-buffer: --buffers 2
+	buffers              int    // --buffers: 1 to 3; 0 chosen by the batch
 	verify               int
 	seed                 uint64
 	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
@@ -91,20 +95,22 @@ type runFlags struct {
 	kernelDelay          time.Duration
 }
 
-func (a *app) runCommand() *cobra.Command {
-	f := runFlags{}
-	cmd := &cobra.Command{
-		Use:   "run",
-		Short: "Run the example batch job: chunked, verified, with a report",
-		Long: `Run integrates N damped, driven oscillators
+// runLong is `vram run --help`.
+const runLong = `Run integrates N damped, driven oscillators
     x'' + 2ζωx' + ω²x = A·cos(Ωt)
 with RK4 over --steps steps, saving --samples samples of (x, v) per run,
 with random parameters. The inputs and outputs are two clients of vram's
 memory manager in one stream group; when the batch does not fit the device
 the manager plans it into chunks, and the library's chunk pipeline
 (package batch) copies each chunk's inputs in, runs the portable kernel
-and copies the outputs back (with --double-buffer, the kernel on a second
-stream while the next chunk's copies go on the group's). A sample of runs
+and copies the outputs back (with two buffers in flight, the kernel on a
+second stream while the next chunk's copies go on the group's). The
+pipeline picks 1, 2 or 3 buffers from what its first chunk cost (copy and
+kernel times, and the chunk length a second buffer costs) and says why;
+--buffers N (or --double-buffer, for 2) chooses instead. Between chunks
+it re-plans: to shorter chunks when the staging of --host-mem cannot
+hold them, or to keep writing --out behind the device; to the length a
+changed budget allows. The report lists each change. A sample of runs
 from every chunk is checked against a float64 host reference: the command
 fails (exit 1) if any disagrees. The report says how long the copies and
 kernels took and how much copying no kernel hid, and where the host
@@ -149,10 +155,17 @@ to this machine. A metrics server that does not stop cleanly at the end
 
 On a terminal a bar shows the chunks. Elsewhere (a batch system's log)
 the job writes a line as each step of its set-up begins, and then one
-per chunk or one every 5 seconds, whichever is rarer.`,
+per chunk or one every 5 seconds, whichever is rarer.`
+
+func (a *app) runCommand() *cobra.Command {
+	f := runFlags{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the example batch job: chunked, verified, with a report",
+		Long:  runLong,
 		Example: `  vram run
-  vram run --runs 1000000 --double-buffer
-  vram run --device sim:bandwidth=8GB --double-buffer   # emulate PCIe copies
+  vram run --runs 1000000 --buffers 2
+  vram run --device sim:bandwidth=8GB                    # emulate PCIe copies: two buffers pay
   vram run --allocator direct --json
   vram run --metrics-addr :9090                          # Prometheus /metrics while it runs
   vram run --runs 4000000 --host-mem 512MiB --out r.npy  # results larger than RAM, kept
@@ -170,7 +183,8 @@ per chunk or one every 5 seconds, whichever is rarer.`,
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
 	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
 	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+allocatorHelp()+"; default: $VRAM_ALLOC_CONF's, else the pool kind's: expandable where the device manages virtual memory, else pool")
-	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight: copies of one chunk overlap the kernel of another")
+	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight (--buffers 2): copies of one chunk overlap the kernel of another")
+	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 to 3 (default: chosen from the first chunk's copy and kernel times)")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
@@ -203,10 +217,10 @@ type job struct {
 	trajA   *batch.Array // the outputs' trajectories
 	status  *batch.Array // the outputs' status
 	plan    vram.ChunkPlan
+	spans   []vram.Span // the chunks as the batch cut them, in order (for the verification)
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
 	outPath                       string          // --out ("": none)
-	hostCap                       uint64          // --host-mem (0: none)
 	traj                          *trajFile       // --out, once made; nil without
 	rungs                         map[string]string
 }
@@ -243,7 +257,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	defer func() { err = errors.Join(err, closeErr("device", dev.Close())) }()
 	info := dev.Info()
 	hostCap, _ := units.ParseSize(f.hostMem)
-	if err := a.checkHostMemory(js, info, f.doubleBuffer, f.out != "", hostCap); err != nil {
+	if err := a.checkHostMemory(js, info, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
 		return err
 	}
 	opts, err := managerAllocOptions(f.allocator)
@@ -266,8 +280,8 @@ func (a *app) runJob(f runFlags) (err error) {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
 	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{},
-		outPath: f.out, hostCap: hostCap}
-	// The --out file, made once the plan shows the staging fits (allocate).
+		outPath: f.out}
+	// The --out file, made once the plan is known (allocate).
 	defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	ms, err := a.startMetrics(f, m)
 	if err != nil {
@@ -283,7 +297,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	// fails part-way.
 	defer func() { err = errors.Join(err, j.freeHost()) }()
 	j.fitHint = func(err error) error { return allocHint(err, f, info, limit) }
-	if err := j.allocate(f.doubleBuffer); err != nil {
+	if err := j.allocate(f.bufferCount()); err != nil {
 		return err
 	}
 	j.stats.planned(j.plan.Chunks)
@@ -295,7 +309,7 @@ func (a *app) runJob(f runFlags) (err error) {
 		return err
 	}
 	j.shardReport(&rep)
-	if err := j.runBatch(&rep); err != nil {
+	if err := j.runBatch(&rep, f.bufferCount(), start); err != nil {
 		return err
 	}
 	verr := j.check(f.verify, &rep)
@@ -322,24 +336,29 @@ func (a *app) finishReport(rep any, print func() error, verr error) error {
 }
 
 // runBatch runs the batch through the library's pipeline and adds its
-// figures to rep. An interrupt is an error saying how far the job got.
-func (j *job) runBatch(rep *runReport) error {
+// figures to rep, and the set-up's time since the job's start. An
+// interrupt is an error saying how far the job got.
+func (j *job) runBatch(rep *runReport, buffers int, start time.Time) error {
+	rep.SetupSeconds = time.Since(start).Seconds() // the job until now
 	j.phase("run the batch")
-	br, err := j.pipeline()
+	br, err := j.pipeline(buffers)
 	ctxErr := j.a.ctx.Err()
+	// The batch's chunks as cut when it stopped: those it took, and what
+	// the runs it never took make at its last length.
+	chunks := br.Chunks + (br.RunsLeft+max(br.ChunkLength, 1)-1)/max(br.ChunkLength, 1)
 	switch {
 	case err != nil && ctxErr != nil && errors.Is(err, ctxErr):
 		return fmt.Errorf("interrupted before chunk %d of %d: %d of %d chunks finished, results not verified: %w",
-			br.ChunksDone+1, j.plan.Chunks, br.ChunksDone, j.plan.Chunks, ctxErr)
+			br.ChunksDone+1, chunks, br.ChunksDone, chunks, ctxErr)
 	case err != nil && errors.Is(err, vram.ErrOutOfMemory) && j.m.Host().Stats().Limit > 0:
-		return fmt.Errorf("%w\nto make the staging fit: raise --host-mem, or lower --vram for smaller chunks", err)
+		return fmt.Errorf("%w\nto make the staging fit: raise --host-mem", err)
 	case err != nil:
 		return err
 	case ctxErr != nil:
 		// An interrupt during the last chunk: the batch is done but not
 		// checked, and the user asked to stop.
 		return fmt.Errorf("interrupted after the last chunk: %d of %d chunks finished, results not verified: %w",
-			j.plan.Chunks, j.plan.Chunks, ctxErr)
+			br.ChunksDone, br.Chunks, ctxErr)
 	}
 	rep.BatchSeconds = br.Wall.Seconds()
 	rep.RunsPerSecond = float64(j.shape.runs) / br.Wall.Seconds()
@@ -347,13 +366,15 @@ func (j *job) runBatch(rep *runReport) error {
 	rep.ComputeSeconds = br.Compute.Seconds()
 	rep.ExposedCopySeconds = br.ExposedCopy.Seconds()
 	j.hostReport(rep, br)
+	rep.pipelineReport(br)
 	return nil
 }
 
 // pipeline runs every chunk through Batch.Run: the inputs copied in,
 // the oscillator kernel over the chunk's runs, the outputs copied back,
-// with the buffers the plan allocated.
-func (j *job) pipeline() (batch.Report, error) {
+// with buffers in flight (0: the batch chooses), growing the chunks when
+// the budget grows.
+func (j *job) pipeline(buffers int) (batch.Report, error) {
 	sh := j.shape
 	traj := batch.Host(j.hOut)
 	if j.traj != nil {
@@ -363,12 +384,13 @@ func (j *job) pipeline() (batch.Report, error) {
 		j.trajA.Use(traj), j.status.Use(batch.Host(j.hStatus))); err != nil {
 		return batch.Report{}, err
 	}
-	return j.b.Run(j.a.ctx, batch.Options{Progress: j.chunkDone}, func(_ context.Context, ch *batch.Chunk) error {
+	return j.b.Run(j.a.ctx, batch.Options{Buffers: buffers, Grow: true, Progress: j.chunkDone}, func(_ context.Context, ch *batch.Chunk) error {
 		err := ch.Launch(j.kernel, j.init, j.params, j.trajA, j.status,
 			uint32(ch.Len), uint32(ch.ChunkLength), sh.dt, sh.steps, sh.every)
 		if err != nil {
 			return fmt.Errorf("launch the kernel: %w", err)
 		}
+		j.spans = append(j.spans, vram.Span{Start: ch.Start, Len: ch.Len})
 		return nil
 	})
 }
@@ -389,6 +411,8 @@ func (j *job) chunkDone(p batch.Progress) {
 // check verifies the results and the runs' status into rep; the error
 // is the verification's.
 func (j *job) check(want int, rep *runReport) error {
+	start := time.Now()
+	defer func() { rep.VerifySeconds = time.Since(start).Seconds() }()
 	j.phase("verify the results")
 	checked, verr := j.verify(want)
 	rep.VerifiedRuns = checked
@@ -408,13 +432,11 @@ func (j *job) check(want int, rep *runReport) error {
 }
 
 // allocate registers the two clients, queues their requests, allocates
-// them planned together, checks that one chunk's staging fits
-// --host-mem, and makes the --out file and the full-length host arrays.
-func (j *job) allocate(double bool) error {
-	if err := j.register(double); err != nil {
-		return err
-	}
-	if err := j.checkStaging(); err != nil {
+// them planned together, and makes the --out file and the full-length
+// host arrays (a --host-mem that cannot stage a chunk shortens the
+// chunks as the batch runs).
+func (j *job) allocate(buffers int) error {
+	if err := j.register(buffers); err != nil {
 		return err
 	}
 	if j.outPath != "" {
@@ -437,9 +459,9 @@ func (j *job) allocate(double bool) error {
 }
 
 // register registers the two clients, declares their arrays in j.b and
-// allocates them, planned together (with two buffers when double), into
-// j.plan.
-func (j *job) register(double bool) error {
+// allocates them, planned together with buffers in flight (0: one, for
+// the batch's first chunk; it chooses after), into j.plan.
+func (j *job) register(buffers int) error {
 	n, s := j.shape.runs, j.shape.samples
 	const group = "oscillators"
 	var err error
@@ -457,11 +479,7 @@ func (j *job) register(double bool) error {
 	j.trajA = j.b.Out(j.out, "trajectories", vram.ArrayRequest{Shape: []int{s, 2, n}, DType: vram.Float32, ChunkAxis: 2})
 	j.status = j.b.Out(j.out, "status", vram.ArrayRequest{Shape: []int{n}, DType: vram.Int32, ChunkAxis: 0})
 	j.phase("plan and allocate the device arrays")
-	buffers := 1
-	if double {
-		buffers = 2
-	}
-	if err := j.b.Allocate(j.a.ctx, vram.WithBuffers(buffers)); err != nil {
+	if err := j.b.Allocate(j.a.ctx, vram.WithBuffers(max(buffers, 1))); err != nil {
 		if ctxErr := j.a.ctx.Err(); ctxErr != nil && errors.Is(err, ctxErr) {
 			return fmt.Errorf("interrupted while allocating the device arrays, before chunk 1: no chunk run: %w", ctxErr)
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"math/cmplx"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,7 +70,7 @@ func TestRunChunkedVerified(t *testing.T) {
 				t.Errorf("%d chunks: the test batch should not fit 1 MiB in fewer than 3", r.Chunks)
 			case r.Chunks*r.ChunkLength < runs || (r.Chunks-1)*r.ChunkLength >= runs:
 				t.Errorf("%d chunks × %d runs do not cover %d runs exactly", r.Chunks, r.ChunkLength, runs)
-			case r.VerifiedRuns < defaultVerify || r.VerifiedRuns > defaultVerify+2*r.Chunks:
+			case r.VerifiedRuns < defaultVerify || r.VerifiedRuns > defaultVerify+2*max(r.Chunks, r.ChunksRun):
 				t.Errorf("verified %d runs; want %d spread out plus each chunk's first and last", r.VerifiedRuns, defaultVerify)
 			case r.Allocator != tc.allocator || r.DoubleBuffer != tc.double || r.Buffers != map[bool]int{false: 1, true: 2}[tc.double]:
 				t.Errorf("allocator %q, double %v, buffers %d: want %q, %v", r.Allocator, r.DoubleBuffer, r.Buffers, tc.allocator, tc.double)
@@ -172,7 +173,7 @@ func TestRunErrors(t *testing.T) {
 			"--steps", "80000", "--dt", "0.0005"}, exitFailure, "one run does not fit"},
 		"one run too large, hint": {[]string{"--device", "sim:granularity=64KiB,context=0", "--vram", "512KiB", "--runs", "100",
 			"--steps", "80000", "--dt", "0.0005", "--double-buffer"}, exitFailure,
-			"to make the batch fit: give the simulator more than its 512 KiB (--vram), save fewer samples per run (--samples) or drop --double-buffer"},
+			"to make the batch fit: give the simulator more than its 512 KiB (--vram), save fewer samples per run (--samples) or use fewer buffers in flight (--buffers)"},
 		"host arrays too large": {[]string{"--device", "sim:pinned=64MiB", "--runs", "1000000", "--steps", "40"}, exitFailure,
 			"the host arrays take 339.5 MiB in all; lower --runs or --samples"},
 		"address-only device": {[]string{"--device", "sim:backed=false", "--runs", "10", "--steps", "2"}, exitFailure, "not supported"},
@@ -251,10 +252,23 @@ func newTestJob(t *testing.T) *job {
 func runTestJob(t *testing.T, dev device.Device, runs int, double bool) *job {
 	t.Helper()
 	j := prepareTestJob(t, dev, runs, double)
-	if _, err := j.pipeline(); err != nil {
+	if _, err := j.pipeline(buffersOf(double)); err != nil {
 		t.Fatal(err)
 	}
 	return j
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+// buffersOf is the buffers in flight of a test job: 2 double, else 1.
+func buffersOf(double bool) int {
+	if double {
+		return 2
+	}
+	return 1
 }
 
 // prepareTestJob is runTestJob up to the pipeline: planned and allocated.
@@ -274,7 +288,7 @@ func prepareTestJob(t *testing.T, dev device.Device, runs int, double bool) *job
 		t.Fatal(err)
 	}
 	j := &job{a: a, shape: js, seed: 7, m: m, dev: dev, kernel: k}
-	if err := j.allocate(double); err != nil {
+	if err := j.allocate(buffersOf(double)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.freeHost() })
@@ -396,17 +410,17 @@ func TestRunInterrupted(t *testing.T) {
 
 // TestRunInterruptedDuringChunk cancels the job's context as a chunk
 // finishes, the way Ctrl-C lands while the device works: after the first
-// chunk the job stops before the third (the second was already enqueued,
-// and is waited for); after the last it stops before verifying. Either
-// way it exits 1 and says how many chunks finished.
+// chunk the job stops before another (those already enqueued are waited
+// for) and not after the last; after the last it stops before verifying.
+// Either way it exits 1 and says how many chunks finished.
 func TestRunInterruptedDuringChunk(t *testing.T) {
 	tests := map[string]struct {
 		double bool
 		at     int // cancel when this many chunks are done; 0: the last
 		want   string
 	}{
-		"after the first":         {false, 1, "interrupted before chunk 3 of %[1]d: 2 of %[1]d chunks finished, results not verified"},
-		"after the first, double": {true, 1, "interrupted before chunk 3 of %[1]d: 2 of %[1]d chunks finished, results not verified"},
+		"after the first":         {false, 1, `interrupted before chunk (\d+) of (\d+): (\d+) of (\d+) chunks finished, results not verified`},
+		"after the first, double": {true, 1, `interrupted before chunk (\d+) of (\d+): (\d+) of (\d+) chunks finished, results not verified`},
 		"during the last":         {false, 0, "interrupted after the last chunk: %[1]d of %[1]d chunks finished, results not verified"},
 		"during the last, double": {true, 0, "interrupted after the last chunk: %[1]d of %[1]d chunks finished, results not verified"},
 		"during the only":         {false, -1, "interrupted after the last chunk: %[1]d of %[1]d chunks finished"},
@@ -437,9 +451,20 @@ func TestRunInterruptedDuringChunk(t *testing.T) {
 			if tc.at > 0 && chunks < 4 {
 				t.Fatalf("%d chunks; the test wants at least 4", chunks)
 			}
-			want := fmt.Sprintf(tc.want, chunks)
-			if code != exitFailure || out.Len() != 0 || !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), "context canceled") {
-				t.Errorf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and %q", code, out.String(), errb.String(), want)
+			if code != exitFailure || out.Len() != 0 || !strings.Contains(errb.String(), "context canceled") {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want exit 1, nothing on stdout, and a cancelled context", code, out.String(), errb.String())
+			}
+			if tc.at > 0 {
+				// Stopped before chunk n+1 with n done: at least the
+				// first, not every one of the chunks the batch had.
+				m := regexp.MustCompile(tc.want).FindStringSubmatch(errb.String())
+				if m == nil || m[2] != m[4] || atoi(m[1]) != atoi(m[3])+1 || atoi(m[3]) < tc.at || atoi(m[3]) >= atoi(m[2]) {
+					t.Errorf("stderr %q; want %q with at least %d and not all chunks finished", errb.String(), tc.want, tc.at)
+				}
+				return
+			}
+			if want := fmt.Sprintf(tc.want, chunks); !strings.Contains(errb.String(), want) {
+				t.Errorf("stderr %q; want %q", errb.String(), want)
 			}
 		})
 	}
@@ -462,7 +487,7 @@ func TestChunkErrorsCountFromOne(t *testing.T) {
 			}
 			// The second launch resets the device and fails.
 			dev.Faults().ResetAt(sim.OpLaunch, 2)
-			_, err = j.pipeline()
+			_, err = j.pipeline(buffersOf(double))
 			want := fmt.Sprintf("chunk 2 of %d: launch the kernel: ", j.plan.Chunks)
 			if !errors.Is(err, sim.ErrInjected) || !strings.Contains(err.Error(), want) {
 				t.Errorf("pipeline error %v, want one containing %q", err, want)

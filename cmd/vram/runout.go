@@ -144,29 +144,6 @@ func (j *job) hostArray(shape []int, dt vram.DType, what string, hostBytes uint6
 	return h, nil
 }
 
-// checkStaging refuses, before any host array or file is made, a
-// --host-mem that cannot hold one chunk's staging: with --out the
-// trajectories of a chunk always go through a pinned staging buffer, and
-// without it they do once the host arrays are too large for the cap (the
-// trajectories, the largest, spill to a file and are staged).
-func (j *job) checkStaging() error {
-	if j.hostCap == 0 {
-		return nil
-	}
-	n, s := j.shape.runs, j.shape.samples
-	if j.outPath == "" && uint64(n)*hostBytesPerRun(s) <= j.hostCap {
-		return nil
-	}
-	need := uint64(j.plan.ChunkLength) * uint64(s) * 2 * 4
-	if need <= j.hostCap {
-		return nil
-	}
-	suggest, _ := units.RoundUp(need, units.MiB)
-	return fmt.Errorf("--host-mem %s holds less than one chunk's staging: the trajectories of a chunk (%d runs) take %s in a pinned staging buffer; "+
-		"to make the staging fit: raise --host-mem to at least %s, or lower --vram for smaller chunks",
-		units.Format(j.hostCap), j.plan.ChunkLength, units.Format(need), units.Format(suggest))
-}
-
 // makeHostArrays makes the full-length host arrays on the manager's host
 // ladder.
 func (j *job) makeHostArrays() error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
@@ -63,6 +64,29 @@ type runReport struct {
 	CopySeconds        float64 `json:"copy_seconds"`
 	ComputeSeconds     float64 `json:"compute_seconds"`
 	ExposedCopySeconds float64 `json:"exposed_copy_seconds"`
+	// WriteSeconds is the time the batch's writer spent draining the
+	// outputs it stages (--out's file written behind the device),
+	// WriteWaitSeconds what of it the pipeline waited for, FillSeconds
+	// the time spent filling staged inputs. SetupSeconds is the job from
+	// its start to the batch's (device, allocation, host arrays, inputs),
+	// VerifySeconds the check after it: with the batch's copy, kernel
+	// and write figures they account for WallSeconds.
+	WriteSeconds float64 `json:"write_seconds"`
+	// DeviceIdleSeconds is the batch's time with the device neither
+	// copying nor computing (batch.Report.DeviceIdle).
+	DeviceIdleSeconds float64 `json:"device_idle_seconds"`
+	WriteWaitSeconds  float64 `json:"write_wait_seconds"`
+	FillSeconds       float64 `json:"fill_seconds"`
+	SetupSeconds      float64 `json:"setup_seconds"`
+	VerifySeconds     float64 `json:"verify_seconds"`
+	// ChunksRun and RunChunkLength are the chunks the batch ran and the
+	// length it cut them at last, which differ from the plan's when it
+	// re-planned between chunks (Recuts, each change) or chose its
+	// buffers (BufferChoice, why).
+	ChunksRun      int         `json:"chunks_run"`
+	RunChunkLength int         `json:"run_chunk_length"`
+	Recuts         []recutJSON `json:"recuts,omitempty"`
+	BufferChoice   string      `json:"buffer_choice,omitempty"`
 
 	PeakDeviceBytes uint64    `json:"peak_device_bytes"` // the allocator's peak reserved bytes
 	PeakLiveBytes   uint64    `json:"peak_live_bytes"`   // the allocator's peak bytes in use
@@ -92,6 +116,32 @@ type runReport struct {
 	StagingBytes    uint64            `json:"staging_bytes"`
 	BuffersInFlight int               `json:"buffers_in_flight"`
 	Lag             int               `json:"lag"`
+}
+
+// recutJSON is one batch.Recut.
+type recutJSON struct {
+	AtSeconds float64 `json:"at_seconds"`
+	Chunk     int     `json:"chunk"`
+	From      int     `json:"from"`
+	To        int     `json:"to"`
+	// ArraysFrom, ArraysTo: the device arrays' chunk length before and
+	// after.
+	ArraysFrom int    `json:"arrays_from"`
+	ArraysTo   int    `json:"arrays_to"`
+	Buffers    int    `json:"buffers"`
+	Why        string `json:"why"`
+}
+
+// pipelineReport adds what the batch's pipeline did beyond its times:
+// its writes, its chunks and each change of their length.
+func (r *runReport) pipelineReport(br batch.Report) {
+	r.WriteSeconds, r.WriteWaitSeconds, r.FillSeconds = br.Write.Seconds(), br.WriteWait.Seconds(), br.Fill.Seconds()
+	r.DeviceIdleSeconds = br.DeviceIdle.Seconds()
+	r.ChunksRun, r.RunChunkLength, r.BufferChoice = br.Chunks, br.ChunkLength, br.BufferChoice
+	for _, c := range br.Recuts {
+		r.Recuts = append(r.Recuts, recutJSON{AtSeconds: c.At.Seconds(), Chunk: c.Chunk, From: c.From, To: c.To,
+			ArraysFrom: c.ArraysFrom, ArraysTo: c.ArraysTo, Buffers: c.Buffers, Why: c.Why})
+	}
 }
 
 // statsJSON is alloc.Stats with JSON names.
@@ -145,9 +195,7 @@ func (a *app) printRun(r runReport) error {
 	fmt.Fprintf(w, "plan         %s, %s; %s of device arrays per chunk of a %s budget%s\n",
 		plan, buf, units.Format(r.BytesPerChunk), units.Format(r.BudgetBytes), whole)
 	fmt.Fprintf(w, "copied       %s to the device, %s back\n", units.Format(r.BytesToDevice), units.Format(r.BytesFromDevice))
-	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
-	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels; %.2f s of copying not hidden by a kernel\n",
-		r.CopySeconds, r.ComputeSeconds, r.ExposedCopySeconds)
+	printPipeline(w, r)
 	fmt.Fprintf(w, "peak memory  %s reserved from the device, %s live; %s of the device in use with the arrays allocated\n",
 		units.Format(r.PeakDeviceBytes), units.Format(r.PeakLiveBytes), units.Format(r.DeviceUsedBytes))
 	p := r.Stats
@@ -160,8 +208,8 @@ func (a *app) printRun(r runReport) error {
 		fmt.Fprintf(w, "metrics      served on %s during the job\n", r.MetricsURL)
 	}
 	spread := ""
-	if r.Chunks > 1 {
-		spread = fmt.Sprintf(", spread over all %d chunks,", r.Chunks)
+	if n := max(r.ChunksRun, r.Chunks); n > 1 {
+		spread = fmt.Sprintf(", spread over all %d chunks,", n)
 	}
 	if r.Verified {
 		verb := "match"
@@ -174,6 +222,25 @@ func (a *app) printRun(r runReport) error {
 		fmt.Fprintf(w, "NOT VERIFIED %s\n", r.VerifyError)
 	}
 	return w.err
+}
+
+// printPipeline writes the batch's chunks as run, each re-cut, and its
+// times.
+func printPipeline(w io.Writer, r runReport) {
+	if r.ChunksRun != r.Chunks || r.RunChunkLength != r.ChunkLength || len(r.Recuts) > 0 {
+		fmt.Fprintf(w, "chunks       %s, the last at %s a chunk\n", plural(r.ChunksRun, "chunk"), plural(r.RunChunkLength, "run"))
+	}
+	for _, c := range r.Recuts {
+		fmt.Fprintf(w, "re-cut       at %.2f s, from chunk %d: %s → %s, %s: %s\n",
+			c.AtSeconds, c.Chunk+1, plural(c.From, "run"), plural(c.To, "run"), plural(c.Buffers, "buffer"), c.Why)
+	}
+	if r.BufferChoice != "" {
+		fmt.Fprintf(w, "buffers      %s\n", r.BufferChoice)
+	}
+	fmt.Fprintf(w, "time         %.2f s in all: %.2f s of set-up, %.2f s for the batch (%s runs/s), %.2f s to verify\n",
+		r.WallSeconds, r.SetupSeconds, r.BatchSeconds, rate(r.RunsPerSecond), r.VerifySeconds)
+	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels, %.2f s of writes, %.2f s filling; %.2f s of copying not hidden by a kernel, the device idle %.2f s\n",
+		r.CopySeconds, r.ComputeSeconds, r.WriteSeconds, r.FillSeconds, r.ExposedCopySeconds, r.DeviceIdleSeconds)
 }
 
 // printHost writes the host side: the arrays' rungs, the staging, the
@@ -267,8 +334,8 @@ func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
 		fixes = append(fixes, "free memory on the GPU")
 	}
 	fixes = append(fixes, "save fewer samples per run (--samples)")
-	if f.doubleBuffer {
-		fixes = append(fixes, "drop --double-buffer")
+	if f.bufferCount() > 1 {
+		fixes = append(fixes, "use fewer buffers in flight (--buffers)")
 	}
 	last := len(fixes) - 1
 	return fmt.Errorf("%w\nto make the batch fit: %s or %s", err, strings.Join(fixes[:last], ", "), fixes[last])

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/oscillator"
 )
 
@@ -41,7 +42,7 @@ func checkStable(dt float64, runs int, seed uint64) error {
 func (j *job) verifyIndices(want int) []int {
 	n := j.shape.runs
 	want = min(want, n)
-	idx := make([]int, 0, want+2*j.plan.Chunks)
+	idx := make([]int, 0, want+2*len(j.chunkSpans()))
 	for k := range want {
 		if want == 1 {
 			idx = append(idx, 0)
@@ -49,9 +50,8 @@ func (j *job) verifyIndices(want int) []int {
 		}
 		idx = append(idx, int(int64(k)*int64(n-1)/int64(want-1)))
 	}
-	for i := range j.plan.Chunks {
-		start, n, _ := j.plan.Chunk(i) // i in range
-		idx = append(idx, start, start+n-1)
+	for _, sp := range j.chunkSpans() {
+		idx = append(idx, sp.Start, sp.Start+sp.Len-1)
 	}
 	slices.Sort(idx)
 	return slices.Compact(idx)
@@ -66,7 +66,7 @@ func (j *job) verify(want int) (int, error) {
 		r := runAt(j.seed, j.shape.first+i)
 		if st := oscillator.Status(status, i); st != 0 {
 			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): the integration became non-finite (NaN or ±Inf; status %d): %w",
-				sh.first+i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, st, errVerify)
+				sh.first+i, describeRun(r), j.chunkOf(i)+1, len(j.chunkSpans()), st, errVerify)
 		}
 		got, err := j.runSamples(i)
 		if err != nil {
@@ -74,18 +74,39 @@ func (j *job) verify(want int) (int, error) {
 		}
 		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
 		if err := oscillator.Verify(got, want); err != nil {
-			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", sh.first+i, describeRun(r), j.chunkOf(i)+1, j.plan.Chunks, err, errVerify)
+			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", sh.first+i, describeRun(r), j.chunkOf(i)+1, len(j.chunkSpans()), err, errVerify)
 		}
 	}
 	return len(idx), nil
 }
 
+// chunkSpans is the batch's chunks: as it cut them once it ran, else
+// as planned.
+func (j *job) chunkSpans() []vram.Span {
+	if len(j.spans) > 0 {
+		return j.spans
+	}
+	var out []vram.Span
+	for i := range j.plan.Chunks {
+		start, n, _ := j.plan.Chunk(i) // i in range
+		out = append(out, vram.Span{Start: start, Len: n})
+	}
+	return out
+}
+
 // chunkOf is the chunk (0-based) that ran run i.
 func (j *job) chunkOf(i int) int {
-	if j.plan.ChunkLength <= 0 {
+	spans := j.chunkSpans()
+	k, _ := slices.BinarySearchFunc(spans, i, func(sp vram.Span, run int) int {
+		switch {
+		case sp.Start+sp.Len <= run:
+			return -1
+		case sp.Start > run:
+			return 1
+		}
 		return 0
-	}
-	return i / j.plan.ChunkLength
+	})
+	return min(k, max(len(spans)-1, 0))
 }
 
 // failedRuns counts the runs whose status is not 0.

@@ -1,0 +1,154 @@
+package vram
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/internal/units"
+)
+
+// TestSetCap: a cap set while the manager runs reaches the plan as that
+// value (PlanNow and Allocate agree), counts the arrays already held
+// when the manager had none, is one BudgetChange each, frees nothing
+// when lowered below what is held, and WaitWithinCap returns once a
+// re-plan gives the memory back.
+func TestSetCap(t *testing.T) {
+	for name, opts := range map[string][]Option{
+		"made with a cap":    {WithAllocator(Pool), WithCap(64 * MiB)},
+		"made without a cap": {WithAllocator(Pool)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 256*MiB, opts...)
+			c := register(t, m, ClientOptions{Group: "g"})
+			reqs := map[string]ArrayRequest{"x": req(Float32, 0, 16<<20)} // 64 MiB
+			must(t, c.Queue(reqs))
+			if _, err := c.Allocate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			held := c.Held()
+			seq := m.BudgetChange().Seq
+			must(t, m.SetCap(32*MiB)) // below what is held
+			if bc := m.BudgetChange(); bc.Seq != seq+1 || !strings.Contains(bc.Why, "32 MiB") {
+				t.Errorf("budget change %+v after SetCap(32 MiB); want seq %d saying the new cap", bc, seq+1)
+			}
+			if capBytes, used := m.Cap(); capBytes != 32*MiB || used != held || c.Held() != held {
+				t.Fatalf("Cap() = %s, %s used; client holds %s; want 32 MiB and the %s held (nothing freed)",
+					units.Format(capBytes), units.Format(used), units.Format(c.Held()), units.Format(held))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+			err := m.WaitWithinCap(ctx)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("WaitWithinCap over the cap: %v, want a deadline error", err)
+			}
+			plan, err := c.PlanNow(context.Background(), map[*Client]map[string]ArrayRequest{c: reqs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.BytesPerChunk > 32*MiB || plan.Chunks < 2 {
+				t.Fatalf("PlanNow under a 32 MiB cap: %d chunks of %s; want several within the cap", plan.Chunks, units.Format(plan.BytesPerChunk))
+			}
+			if q := c.Queued(); len(q) != 0 {
+				t.Errorf("PlanNow queued %v", q)
+			}
+			done := make(chan error, 1)
+			go func() { done <- m.WaitWithinCap(context.Background()) }()
+			must(t, c.Queue(reqs))
+			resp, err := c.Allocate(context.Background()) // the re-plan: the old arrays set aside first
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.ChunkLength != plan.ChunkLength {
+				t.Errorf("Allocate's chunk length %d, PlanNow's %d: want the same plan", resp.ChunkLength, plan.ChunkLength)
+			}
+			select {
+			case err := <-done:
+				must(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("WaitWithinCap did not return after the arrays came within the cap")
+			}
+			must(t, m.SetCap(0))
+			if capBytes, _ := m.Cap(); capBytes != 0 {
+				t.Errorf("Cap() after SetCap(0) = %s, want none", units.Format(capBytes))
+			}
+			if _, ok := m.Allocator().(*alloc.Limit); !ok {
+				t.Errorf("the allocator is a %T; want the cap's Limit kept (with no cap) until SetAllocator", m.Allocator())
+			}
+			must(t, c.Free("x"))
+			if _, used := m.Cap(); used != 0 {
+				t.Errorf("%s charged once every array is freed", units.Format(used))
+			}
+		})
+	}
+}
+
+// TestPlanNowRefusesAnotherGroup: the requests planned must be of one
+// group.
+func TestPlanNowRefusesAnotherGroup(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	a := register(t, m, ClientOptions{Group: "a"})
+	b := register(t, m, ClientOptions{Group: "b"})
+	_, err := a.PlanNow(context.Background(), map[*Client]map[string]ArrayRequest{b: {"x": req(Float32, 0, 10)}})
+	if !errors.Is(err, ErrInvalidRequest) || !strings.Contains(err.Error(), `"b"`) {
+		t.Fatalf("PlanNow of another group's requests: %v, want ErrInvalidRequest naming the group", err)
+	}
+}
+
+// TestClaimFromBusyGroup: a group that cannot allocate for want of
+// memory a busy group holds claims it back (its error says so); the busy
+// group plans with the claim kept back; once the busy group has re-planned
+// smaller, the claimant allocates and its claim is met.
+func TestClaimFromBusyGroup(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+	busy := register(t, m, ClientOptions{Group: "batch"})
+	bigReqs := map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
+	must(t, busy.Queue(bigReqs))
+	if _, err := busy.Allocate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w, err := busy.BeginWork() // a batch runs on it: never evicted
+	must(t, err)
+	defer w.End()
+	other := register(t, m, ClientOptions{Group: "other"})
+	otherReqs := map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}} // 32 MiB, whole
+	must(t, other.Queue(otherReqs))
+	seq := m.BudgetChange().Seq
+	_, err = other.Allocate(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "claims") || !strings.Contains(err.Error(), `group "batch"`) {
+		t.Fatalf("Allocate beside a busy group: %v; want a failure that claims memory back from it", err)
+	}
+	bc := m.BudgetChange()
+	if bc.Seq != seq+1 || !strings.Contains(bc.Why, `"other" claims`) {
+		t.Fatalf("budget change %+v; want the claim", bc)
+	}
+	plan, err := busy.PlanNow(context.Background(), map[*Client]map[string]ArrayRequest{busy: bigReqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.DeviceBytes+32*MiB > 64*MiB {
+		t.Fatalf("the busy group's plan now takes %s; want room left for the 32 MiB claimed", units.Format(plan.DeviceBytes))
+	}
+	must(t, busy.Queue(bigReqs))
+	if _, err := busy.Allocate(context.Background()); err != nil { // its batch re-plans between chunks
+		t.Fatal(err)
+	}
+	if bc := m.BudgetChange(); !strings.Contains(bc.Why, `"batch" gave`) {
+		t.Errorf("budget change %+v after the busy group re-planned; want it to say memory was given back", bc)
+	}
+	if _, err := other.Allocate(context.Background()); err != nil { // its queue was restored
+		t.Fatalf("the claimant's second Allocate: %v", err)
+	}
+	if bc := m.BudgetChange(); !strings.Contains(bc.Why, "met") {
+		t.Errorf("budget change %+v; want the claim met", bc)
+	}
+	m.mu.Lock()
+	n := m.claimedLocked("")
+	m.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%s still claimed", units.Format(n))
+	}
+}
