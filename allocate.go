@@ -106,92 +106,43 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 	}
 }
 
-// Allocate allocates every request queued in c's stream group,
-// planned together, and delivers them.
-//
-// The budget. The group may take at most:
-//
-//   - of the device, its free memory (the allocator's cache is trimmed,
-//     and the plan made again, only when the plan fails for want of
-//     memory or has more chunks than the cache given back would leave;
-//     the trim waits no longer than ctx: trim.go), plus what the arrays
-//     being replaced take, in
-//     device bytes as the allocator states them (alloc.Coster): the device
-//     hands out whole pages (2 MiB), and an allocator that rounds finer
-//     gets its memory as segments of pages, so each array above the
-//     Pool's small-request size (1 MiB) may cost up to its bytes rounded
-//     up to a page, and the small ones share pages (alloc.PageCost);
-//   - in Active mode, the sum of the group's members' caps less what they
-//     hold (arrays being replaced count as free), in bytes as the
-//     allocator charges them (rounded to its granularity, 512 B for the
-//     Pool);
-//   - under a cap (WithCap, or an alloc.Limit in the WithWrap chain), the
-//     room it leaves (alloc.Coster's Room), in charged bytes.
-//
-// The plan, made once, has the fewest chunks whose arrays fit all three.
-// The arrays are allocated with alloc.AllocExact, so the Pool takes for
-// them no more than it states. An allocator that states no cost (a
-// wrapper that does not forward alloc.Coster) is counted a segment of
-// whole pages per array; should it still run the device out, Allocate
-// gives the arrays back and plans again with what it took beyond that
-// kept back, up to three times. Calls for all
-// groups are serialized from reading the free memory to the last
-// allocation, so two groups never plan against the same free memory.
-// Errors name each figure and what would raise the one that binds.
+// Allocate allocates every request queued in c's stream group, planned
+// together within the group's budget, and delivers them. The budget
+// (the device's free memory with the arrays being replaced counted free,
+// the Active caps, the allocation cap) and how a plan is fitted to it
+// are stated once, in budget.go; a refusal names each figure and what
+// would raise the one that binds.
 //
 // Each requester's arrays are allocated on the group's stream at the
-// planned shapes, replacing any it holds under the same labels. The
-// arrays being replaced stay held until the new ones are allocated, and
-// are freed after, unless the plan needs their memory (it does not fit
-// the device's free memory, or the allocation cap, beside them): then
-// they are freed first. Likewise, when a new host array (Pinned, Mapped,
-// Pageable) does not fit beside the host arrays being replaced (the
-// pinned-memory limit), those host arrays are freed and the allocation is
-// tried once more; a failure of a host array never frees device arrays.
+// planned shapes, replacing what it holds under the same labels: the old
+// arrays are freed once the new ones are in, or first when the plan needs
+// their memory. Then, with no lock held and in client id order, every
+// requester's OnAllocated is called with its arrays and every other
+// member's (a notary's) with the plan alone, on this goroutine unless
+// another is delivering that client's earlier hook (ClientOptions).
+// Allocate returns c's own response; ArrayResponse.Member reaches the
+// others'.
 //
-// Hooks, called after the allocation with no lock held, in client id
-// order: every requester's OnAllocated with its arrays, then every other
-// member of the group (a notary) with the chunk parameters and no arrays.
-// They are called on this goroutine before Allocate returns, except
-// a client's whose earlier hook another goroutine is calling at the
-// time: that goroutine calls it next (see ClientOptions: a client's hooks
-// come one at a time, in event order, so an invalidation after the
-// install is delivered after OnAllocated). Allocate returns c's own
-// response.
-// With nothing queued in the group it allocates and frees nothing and,
-// as cubie's allocate_queue does, sends the group's last plan again:
-// every member's OnAllocated is called with the chunk parameters and no
-// arrays (the arrays they hold stay theirs), and c's response is
-// returned. A group with no plan yet (or none since it last had no
-// member) has none to send: an error wrapping ErrNothingQueued. If c is
-// closed while its group is being
-// allocated, the other members get their arrays and hooks, and
-// Allocate returns an error wrapping ErrClosed.
+// With nothing queued it allocates nothing and sends every member the
+// group's last plan again (as cubie's allocate_queue), or fails with
+// ErrNothingQueued when the group has none. If c is closed meanwhile,
+// the other members get their arrays and Allocate returns an error
+// wrapping ErrClosed.
 //
-// On failure (a plan error: ErrUnchunkable, ErrRunTooLarge,
-// ErrRunsMismatch; an allocation error: ErrOutOfMemory) the arrays it
-// allocated are freed, no OnAllocated hook is called, the queue is left
-// as it was, and so are the arrays being replaced, with one exception:
-// when they had to be freed first (above), they are gone; the error then
-// names each owner and label, and each owner's OnInvalidate hook is
-// called, as it is after SetAllocator.
+// On failure (ErrUnchunkable, ErrRunTooLarge, ErrRunsMismatch,
+// ErrOutOfMemory) no OnAllocated is called, the queue is as it was and
+// so are the arrays being replaced, unless they had to be freed first:
+// then the error names their owners and labels, and each owner's
+// OnInvalidate is called. Freeing the replaced arrays after the install
+// never fails the call (ArrayResponse.FreeErr says what went wrong).
 //
-// Freeing the replaced arrays once the new ones are in never fails the
-// call: what went wrong (after a device reset, an error wrapping
-// device.ErrInvalidated) is in the owner's ArrayResponse.FreeErr.
-//
-// Cancellation. The allocator does not wait for memory: what does not
-// fit fails with ErrOutOfMemory. What Allocate may wait for is another
-// Allocate of the same group, or of any group from its budget to its
-// last allocation, and the trim of the allocator's cache, which may wait
-// for work on the streams. ctx is checked before, while waiting for
-// those two locks, and once more after the plan, before any array is
-// freed or allocated: a cancelled Allocate returns an error wrapping
-// ctx.Err(), with the queue and every client's arrays as they were, and
-// calls no hook (cancelled after its plan, it may leave the allocator's
-// cache trimmed: cached free memory went back to the device). Past that point it completes (or fails
-// as above) whatever ctx says. A SetAllocator or Close in progress is
-// waited for.
+// ctx bounds the waits: for another allocation of the group, for any
+// group's allocation while it plans and allocates, and for the trim of
+// the allocator's cache. It is checked before, during those waits and
+// once after the plan; a cancelled Allocate returns an error wrapping
+// ctx.Err() with the queue and the arrays as they were (its trim may
+// have given cached memory back). Past that point it completes. A
+// SetAllocator or Close in progress is waited for.
 func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayResponse, error) {
 	m := c.m
 	ac := allocConfig{buffers: 1, ctx: ctx}

@@ -1,23 +1,44 @@
 package vram
 
-// The budget Allocate plans a group with.
+// The budget Allocate plans a group with: its rules, stated here once.
 //
-// Plan counts each array's bytes rounded to the allocator's granularity,
-// which is what the allocator charges (and what a cap, WithCap or an
-// alloc.Limit, and the Active caps count). The device may take more: it
-// hands memory out in pages (2 MiB on current drivers and on the
-// simulator), and an allocator that rounds finer than a page (the Pool
-// and the AsyncPool round to 512 B) gets that memory as segments of whole
-// pages. The allocator states what a set of arrays takes from the device
-// (alloc.Coster; see alloc/cost.go), and the plan is made once against
-// that cost: the fewest chunks whose arrays the allocator says fit the
-// device's free memory and whose charged bytes fit the caps.
+// A group may take at most:
 //
-// An allocator that does not state its cost (a wrapper that does not
-// forward alloc.Coster) is taken to give every array a segment of its
+//   - of the device, its free memory plus what the arrays being replaced
+//     take, as the allocator states what the arrays take from the device
+//     (alloc.Coster; alloc/cost.go). The device hands memory out in pages
+//     (2 MiB on current drivers and on the simulator), and an allocator
+//     that rounds finer (the Pool and the AsyncPool round to 512 B) gets
+//     it as segments of whole pages: an array above the Pool's
+//     small-request size (1 MiB) may cost its bytes rounded up to a page,
+//     and the small ones share pages (alloc.PageCost). The allocator's
+//     cache is not counted free: it is trimmed, and the plan made again,
+//     only when the plan fails for want of memory or has more chunks than
+//     the cache given back would leave (trim.go; the trim waits no longer
+//     than Allocate's context);
+//   - in Active mode, the sum of the members' caps less what they hold,
+//     and for each requester its own cap less what it holds (below), in
+//     the bytes the allocator charges (each array rounded to its
+//     granularity, 512 B for the Pool), the arrays being replaced counted
+//     free;
+//   - under a cap (WithCap, SetCap, or an alloc.Limit in the WithWrap
+//     chain), the room it leaves (alloc.Coster's Room), in charged bytes,
+//     less what SetCap put the arrays over it;
+//   - less, of the device, what other groups claim back from busy groups
+//     (replan.go).
+//
+// The plan is made once against these, with the fewest chunks whose
+// arrays fit all of them (Plan with PlanOptions.Cost), and the arrays are
+// allocated with alloc.AllocExact, so the Pool takes no more than it
+// stated. An allocator that does not state its cost (a wrapper that does
+// not forward alloc.Coster) is taken to give every array a segment of its
 // own, its bytes rounded up to a page; should it still run the device out
 // (its growth policy hidden behind the wrapper), allocateGroup gives the
-// arrays back and plans again with what it took kept back.
+// arrays back and plans again with what it took kept back, up to three
+// times. Allocations of all groups are serialized from reading the free
+// memory to the last allocation (planMu), so two groups never plan
+// against the same free memory. A refusal names each figure
+// (groupBudget.String) and what would raise the one that binds (advice).
 
 import (
 	"errors"
