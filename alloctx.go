@@ -41,9 +41,8 @@ type allocTx struct {
 	stream       device.Stream
 	q            map[*Client]map[string]ArrayRequest // the queue taken
 	requesters   []*Client                           // q's clients, by id
-	reqs         map[string]map[string]ArrayRequest  // q by client name, for Plan
 	gb           groupBudget
-	plan         ChunkPlan
+	plan         groupPlan
 	todo         []pending     // the arrays of plan
 	made         []*allocation // todo's arrays, once allocated
 	setAside     []freeWork    // replaced arrays freed before allocating
@@ -75,7 +74,7 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(tx.claim(err))
 	}
-	if !tx.gb.fitsBeside(tx.plan) {
+	if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
 		tx.setAsideReplaced(false)
 	}
 	if err := tx.allocate(); err != nil {
@@ -106,10 +105,6 @@ func (tx *allocTx) take() error {
 	g.queue = map[*Client]map[string]ArrayRequest{}
 	tx.q = q
 	tx.requesters = slices.SortedFunc(maps.Keys(q), byID)
-	tx.reqs = make(map[string]map[string]ArrayRequest, len(q))
-	for _, c := range tx.requesters {
-		tx.reqs[c.String()] = q[c]
-	}
 	tx.gb = groupBudget{mode: m.mode, group: tx.group, requesters: tx.requesters, queue: q}
 	m.mu.Unlock()
 	s, err := m.groups.GroupStream(tx.group)
@@ -227,10 +222,10 @@ func (tx *allocTx) replan(beyond uint64) error {
 	}
 	err := m.readBudget(&tx.gb)
 	if err == nil {
-		var next ChunkPlan
-		if next, err = planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers}); err == nil {
+		var next groupPlan
+		if next, err = planGroup(tx.q, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers}); err == nil {
 			tx.plan = next
-			if !tx.gb.fitsBeside(tx.plan) {
+			if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
 				tx.setAsideReplaced(false)
 			}
 			return nil
@@ -313,14 +308,14 @@ func (tx *allocTx) install() groupOutcome {
 	// Notaries: the other open members of the group, at install time.
 	for _, c := range m.reg.members(tx.group) {
 		if !isReq[c] {
-			resp := newResponse(c, tx.plan, 1)
+			resp := newResponse(c, tx.plan.ChunkPlan, 1)
 			resp.ChunkedShapes = map[string][]int{}
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
 	linkGroup(res.out)
 	if g := m.reg.groups[tx.group]; g != nil {
-		g.plan, g.planned = tx.plan, true // sent again by an Allocate with nothing queued
+		g.plan, g.planned = tx.plan.ChunkPlan, true // sent again by an Allocate with nothing queued
 	}
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
@@ -335,7 +330,7 @@ func (tx *allocTx) install() groupOutcome {
 	if res.mine == nil && !tx.trigger.closed {
 		// The trigger moved to another group meanwhile: it gets the
 		// chunk parameters of the group it asked for, and no hook call.
-		res.mine = newResponse(tx.trigger, tx.plan, 1)
+		res.mine = newResponse(tx.trigger, tx.plan.ChunkPlan, 1)
 		res.mine.ChunkedShapes = map[string][]int{}
 	}
 	return res
@@ -344,7 +339,7 @@ func (tx *allocTx) install() groupOutcome {
 // installLocked gives c its arrays mine and returns its response. m.mu
 // must be held.
 func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
-	resp := newResponse(c, tx.plan, max(tx.plan.Buffers, 1))
+	resp := newResponse(c, tx.plan.ChunkPlan, max(tx.plan.Buffers, 1))
 	byLabel := map[string][]*allocation{}
 	for _, a := range mine {
 		byLabel[a.label] = append(byLabel[a.label], a)
@@ -374,7 +369,7 @@ func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
 			}
 		}
 	}
-	resp.ChunkedShapes = tx.plan.ChunkedShapes[c.String()]
+	resp.ChunkedShapes = tx.plan.shapes[c]
 	return resp
 }
 
@@ -480,7 +475,7 @@ func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
 
 // pendingOf lists the arrays plan allocates for the requesters' queues
 // q, in client id and label order, each chunkable one once per buffer.
-func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan ChunkPlan) []pending {
+func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan groupPlan) []pending {
 	n := 0
 	for _, c := range requesters {
 		n += len(q[c]) * max(plan.Buffers, 1)
@@ -488,7 +483,7 @@ func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan
 	todo := make([]pending, 0, n)
 	labels := make([]string, 0, 8)
 	for _, c := range requesters {
-		shapes := plan.ChunkedShapes[c.String()]
+		shapes := plan.shapes[c]
 		labels = labels[:0]
 		for l := range q[c] {
 			labels = append(labels, l)

@@ -77,9 +77,9 @@ type groupBudget struct {
 	// replaced give back only what exceeds this.
 	over uint64
 
-	// own is, in Active mode, each requester's own room by client name
+	// own is, in Active mode, each requester's own room
 	// (below); nil in Passive mode.
-	own map[string]ownRoom
+	own map[*Client]ownRoom
 
 	// lost is device memory an allocator that does not state its cost
 	// took beyond it in earlier tries of this allocation, kept back.
@@ -284,14 +284,14 @@ func (b *groupBudget) advice() string {
 
 // planSizes lists the bytes (unrounded) of the device arrays plan
 // allocates for reqs: each chunkable one once per buffer.
-func planSizes(reqs map[string]map[string]ArrayRequest, plan ChunkPlan) []uint64 {
+func planSizes(reqs map[*Client]map[string]ArrayRequest, plan groupPlan) []uint64 {
 	var sizes []uint64
 	for client, labels := range reqs {
 		for label, r := range labels {
 			if !r.Memory.OnDevice() {
 				continue
 			}
-			n, _ := elements(plan.ChunkedShapes[client][label])
+			n, _ := elements(plan.shapes[client][label])
 			copies := 1
 			if r.Chunkable() {
 				copies = max(plan.Buffers, 1)
@@ -318,13 +318,26 @@ func (b *groupBudget) fitsBeside(plan ChunkPlan) bool {
 	return b.planDevice <= d && (!b.capped || plan.BytesPerChunk <= b.room)
 }
 
+// groupPlan is a group's plan and each requester's shapes, by client
+// (the plan's ChunkedShapes has them by name, for its readers).
+type groupPlan struct {
+	ChunkPlan
+	shapes map[*Client]map[string][]int
+}
+
+// planGroupOnce plans reqs as Plan does, keeping the shapes by client.
+func planGroupOnce(reqs map[*Client]map[string]ArrayRequest, budget uint64, opts PlanOptions) (groupPlan, error) {
+	p, shapes, err := planClients(reqs, budget, opts)
+	return groupPlan{p, shapes}, err
+}
+
 // planGroup plans reqs within b, once: with the allocator's stated cost
 // bounded by the device's memory and the charged bytes by the caps (see
 // planCost). On an error, b holds the budget it was made against, for
 // the message.
-func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts PlanOptions) (ChunkPlan, error) {
+func planGroup(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opts PlanOptions) (groupPlan, error) {
 	b.budget, opts.Cost = b.planCost()
-	p, err := Plan(reqs, b.budget, opts)
+	p, err := planGroupOnce(reqs, b.budget, opts)
 	if err == nil {
 		p, err = withinOwnCaps(reqs, b, opts, p)
 	}
@@ -357,7 +370,7 @@ func (tx *allocTx) planBudget() error {
 	if err := tx.m.readBudget(&tx.gb); err != nil {
 		return fmt.Errorf("allocate group %q: %w", tx.group, err)
 	}
-	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers, more: tx.gb.advice})
+	plan, err := planGroup(tx.q, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers, more: tx.gb.advice})
 	if err == nil {
 		tx.plan = plan
 		return nil
@@ -440,14 +453,14 @@ func (m *Manager) ownRoomLocked(b *groupBudget) {
 	if b.mode != Active {
 		return
 	}
-	b.own = make(map[string]ownRoom, len(b.requesters))
+	b.own = make(map[*Client]ownRoom, len(b.requesters))
 	for _, c := range b.requesters {
 		if c.closed {
 			continue
 		}
 		held := c.held - min(c.held, c.replacedLocked(b.queue[c]))
 		cp := m.capLocked(c)
-		b.own[c.String()] = ownRoom{cap: cp, held: held, room: cp - min(cp, held)}
+		b.own[c] = ownRoom{cap: cp, held: held, room: cp - min(cp, held)}
 	}
 }
 
@@ -470,26 +483,26 @@ func (c *Client) replacedLocked(reqs map[string]ArrayRequest) uint64 {
 // withinOwnCaps returns p, the group's plan, or the plan made again with
 // a chunk length short enough for every requester's arrays to fit its
 // own room (b.own); an error when one's arrays cannot, however chunked.
-func withinOwnCaps(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts PlanOptions, p ChunkPlan) (ChunkPlan, error) {
+func withinOwnCaps(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opts PlanOptions, p groupPlan) (groupPlan, error) {
 	if b.own == nil {
 		return p, nil
 	}
-	names := slices.Sorted(maps.Keys(reqs))
+	clients := slices.SortedFunc(maps.Keys(reqs), byID)
 	for range 3 { // the bound only falls; twice settles it (once the group is chunked, with its buffers)
 		bound := 0
-		for _, name := range names {
+		for _, c := range clients {
 			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers, more: opts.more}
 			if p.Chunks > 1 {
 				o.MaxChunkLength = p.ChunkLength // chunked as the group is, with its buffers
 			}
-			r, ok := b.own[name]
+			r, ok := b.own[c]
 			if !ok {
 				continue // closed meanwhile: its arrays are freed at install
 			}
-			q, err := Plan(map[string]map[string]ArrayRequest{name: reqs[name]}, r.room, o)
+			q, _, err := planOwners([]planOwner{{name: c.String(), reqs: reqs[c]}}, r.room, o)
 			if err != nil {
-				return p, fmt.Errorf("%s's arrays do not fit its own cap in the Active limit mode (%s, %s of it held besides the arrays being replaced; raise its proportion, free what it holds, or use the Passive mode): %w",
-					name, units.Format(r.cap), units.Format(r.held), err)
+				return p, fmt.Errorf("%v's arrays do not fit its own cap in the Active limit mode (%s, %s of it held besides the arrays being replaced; raise its proportion, free what it holds, or use the Passive mode): %w",
+					c, units.Format(r.cap), units.Format(r.held), err)
 			}
 			if q.Chunks > 1 && q.ChunkLength < p.ChunkLength && (bound == 0 || q.ChunkLength < bound) {
 				bound = q.ChunkLength
@@ -499,7 +512,7 @@ func withinOwnCaps(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts
 			return p, nil
 		}
 		opts.MaxChunkLength = bound
-		next, err := Plan(reqs, b.budget, opts)
+		next, err := planGroupOnce(reqs, b.budget, opts)
 		if err != nil {
 			return p, err
 		}

@@ -478,7 +478,7 @@ func refSizesAt(reqs map[string]map[string]ArrayRequest, l, bufs int) []uint64 {
 // fits.
 func checkPlanGroup(t *testing.T, reqs map[string]map[string]ArrayRequest, b groupBudget, opts PlanOptions) (outcome string) {
 	t.Helper()
-	p, err := planGroup(reqs, &b, opts)
+	p, err := planGroup(byClient(reqs), &b, opts)
 	counted := min(b.capRoom(), b.limRoom())
 	k := max(opts.Buffers, 1)
 	fits := func(l, bufs int) bool {
@@ -677,7 +677,7 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := budgetOf(2*MiB-512, pageCoster{512, 2 * MiB, MiB}, 512)
-			_, err := planGroup(reqs, &b, PlanOptions{Granularity: 512, Buffers: tc.buffers})
+			_, err := planGroup(byClient(reqs), &b, PlanOptions{Granularity: 512, Buffers: tc.buffers})
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("got %v, want %v", err, tc.is)
 			}

@@ -137,7 +137,8 @@ func (p ChunkPlan) Span(i, axis int) (Span, error) {
 
 // planItem is one request as the planner sees it.
 type planItem struct {
-	client, label string
+	client, label string // client: its owner's name
+	owner         int    // index of its owner in planner.owners
 	req           ArrayRequest
 	chunkable     bool
 	perRun        uint64 // chunkable: bytes of one run (axis set to 1), unrounded
@@ -182,11 +183,50 @@ type planItem struct {
 // (ErrRunsMismatch), and a *PlanError wrapping ErrUnchunkable or
 // ErrRunTooLarge when no plan fits.
 func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions) (ChunkPlan, error) {
-	pl, err := newPlanner(requests, opts)
-	if err != nil {
-		return ChunkPlan{}, err
+	owners := make([]planOwner, 0, len(requests))
+	for name, r := range requests {
+		owners = append(owners, planOwner{name: name, reqs: r})
 	}
-	p := ChunkPlan{TotalRuns: pl.runs, Granularity: pl.g, Budget: budget, UnchunkableBytes: pl.u}
+	p, _, err := planOwners(owners, budget, opts)
+	return p, err
+}
+
+// planOwner is one owner's requests as Plan is given them: by label,
+// under the owner's name (ChunkPlan.ChunkedShapes' key, the messages').
+type planOwner struct {
+	name string
+	reqs map[string]ArrayRequest
+}
+
+// planClients is Plan for the manager's own path, its requests keyed by
+// client: it returns, besides the plan (whose ChunkedShapes are by the
+// clients' names, for the caller to read), each client's shapes by the
+// client itself.
+func planClients(requests map[*Client]map[string]ArrayRequest, budget uint64, opts PlanOptions) (ChunkPlan, map[*Client]map[string][]int, error) {
+	clients := make([]*Client, 0, len(requests))
+	owners := make([]planOwner, 0, len(requests))
+	for c, r := range requests {
+		clients = append(clients, c)
+		owners = append(owners, planOwner{name: c.String(), reqs: r})
+	}
+	p, shapes, err := planOwners(owners, budget, opts)
+	if err != nil {
+		return p, nil, err
+	}
+	byClient := make(map[*Client]map[string][]int, len(clients))
+	for i, c := range clients {
+		byClient[c] = shapes[i]
+	}
+	return p, byClient, nil
+}
+
+// planOwners is Plan over owners; shapes[i] is owners[i]'s.
+func planOwners(owners []planOwner, budget uint64, opts PlanOptions) (p ChunkPlan, shapes []map[string][]int, err error) {
+	pl, err := newPlanner(owners, opts)
+	if err != nil {
+		return ChunkPlan{}, nil, err
+	}
+	p = ChunkPlan{TotalRuns: pl.runs, Granularity: pl.g, Budget: budget, UnchunkableBytes: pl.u}
 	p.FullBytes = satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g))
 	length := pl.runs
 	bounded := opts.MaxChunkLength > 0 && opts.MaxChunkLength < pl.runs && pl.nChunkableDev > 0
@@ -194,13 +234,13 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 	case !bounded && fitsIn(pl.device(pl.runs, 1), budget):
 		p.Chunks, p.Buffers = 1, 1
 	case pl.nChunkableDev == 0:
-		return ChunkPlan{}, pl.unchunkableError(budget)
+		return ChunkPlan{}, nil, pl.unchunkableError(budget)
 	default:
 		if need := pl.device(1, pl.k); !fitsIn(need, budget) {
 			if pl.fixedCost() >= budget {
-				return ChunkPlan{}, pl.unchunkableError(budget)
+				return ChunkPlan{}, nil, pl.unchunkableError(budget)
 			}
-			return ChunkPlan{}, pl.runTooLargeError(budget, need)
+			return ChunkPlan{}, nil, pl.runTooLargeError(budget, need)
 		}
 		lo := pl.longest(budget)
 		if bounded {
@@ -212,13 +252,12 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		length = ceilDiv(pl.runs, p.Chunks)
 		p.Buffers = pl.k
 	}
-	pl.finish(&p, length)
-	return p, nil
+	return p, pl.finish(&p, length), nil
 }
 
 // planner is one Plan call's view of its requests.
 type planner struct {
-	requests      map[string]map[string]ArrayRequest
+	owners        []planOwner
 	g             uint64 // granularity
 	k             int    // buffers in flight
 	cost          func([]uint64) uint64
@@ -235,23 +274,23 @@ type planner struct {
 
 // newPlanner validates the requests and works out the runs and the bytes
 // per run.
-func newPlanner(requests map[string]map[string]ArrayRequest, opts PlanOptions) (*planner, error) {
-	pl := &planner{requests: requests, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, more: opts.more, runs: -1}
+func newPlanner(owners []planOwner, opts PlanOptions) (*planner, error) {
+	pl := &planner{owners: owners, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, more: opts.more, runs: -1}
 	if pl.g == 0 {
 		pl.g = DefaultGranularity
 	}
 	count := 0
-	for _, labels := range requests {
-		count += len(labels)
+	for _, o := range owners {
+		count += len(o.reqs)
 	}
 	pl.items = make([]planItem, 0, count)
 	maxRuns := 0
-	for client, labels := range requests {
-		for label, r := range labels {
+	for i, o := range owners {
+		for label, r := range o.reqs {
 			if err := r.Validate(); err != nil {
-				return nil, fmt.Errorf("request %s/%s: %w", client, label, err)
+				return nil, fmt.Errorf("request %s/%s: %w", o.name, label, err)
 			}
-			it := planItem{client: client, label: label, req: r, chunkable: r.Chunkable()}
+			it := planItem{client: o.name, owner: i, label: label, req: r, chunkable: r.Chunkable()}
 			elems, _ := r.Elements() // Validate checked it
 			size := r.DType.Size()
 			switch {
@@ -259,7 +298,7 @@ func newPlanner(requests map[string]map[string]ArrayRequest, opts PlanOptions) (
 				it.fixed = elems * size
 				maxRuns = max(maxRuns, r.Runs())
 			case pl.runs >= 0 && r.Runs() != pl.runs:
-				return nil, runsMismatch(requests)
+				return nil, runsMismatch(owners)
 			default:
 				it.perRun = elems / uint64(r.Shape[r.ChunkAxis]) * size
 				pl.runs = r.Runs()
@@ -350,8 +389,9 @@ func (pl *planner) longest(budget uint64) int {
 	return lo
 }
 
-// finish fills in p's figures and shapes for chunks of length runs.
-func (pl *planner) finish(p *ChunkPlan, length int) {
+// finish fills in p's figures and shapes for chunks of length runs, and
+// returns the shapes by owner (p.ChunkedShapes has them by name).
+func (pl *planner) finish(p *ChunkPlan, length int) []map[string][]int {
 	p.ChunkLength = length
 	p.LastChunkLength = pl.runs - (p.Chunks-1)*length
 	if p.Chunks == 1 {
@@ -373,12 +413,14 @@ func (pl *planner) finish(p *ChunkPlan, length int) {
 		dims += len(pl.items[i].req.Shape)
 	}
 	slab := make([]int, 0, dims)
-	p.ChunkedShapes = make(map[string]map[string][]int, len(pl.requests))
+	shapes := make([]map[string][]int, len(pl.owners))
+	p.ChunkedShapes = make(map[string]map[string][]int, len(pl.owners))
 	for i := range pl.items {
 		it := &pl.items[i]
-		m := p.ChunkedShapes[it.client]
+		m := shapes[it.owner]
 		if m == nil {
-			m = make(map[string][]int, len(pl.requests[it.client]))
+			m = make(map[string][]int, len(pl.owners[it.owner].reqs))
+			shapes[it.owner] = m
 			p.ChunkedShapes[it.client] = m
 		}
 		at := len(slab)
@@ -389,6 +431,7 @@ func (pl *planner) finish(p *ChunkPlan, length int) {
 		}
 		m[it.label] = shape
 	}
+	return shapes
 }
 
 // chunkBytes is C(L): the rounded bytes of the chunkable requests whose

@@ -129,12 +129,12 @@ func (pl *planner) addMore(e *PlanError) {
 
 // runsMismatch builds the error for chunkable requests that disagree on
 // their runs, listing each distinct count with the requests that have it.
-func runsMismatch(requests map[string]map[string]ArrayRequest) error {
+func runsMismatch(owners []planOwner) error {
 	by := map[int][]string{}
-	for client, labels := range requests {
-		for label, r := range labels {
+	for _, o := range owners {
+		for label, r := range o.reqs {
 			if r.Chunkable() {
-				by[r.Runs()] = append(by[r.Runs()], client+"/"+label)
+				by[r.Runs()] = append(by[r.Runs()], o.name+"/"+label)
 			}
 		}
 	}

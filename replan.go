@@ -232,8 +232,7 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 	if err != nil {
 		return ChunkPlan{}, err
 	}
-	names := make(map[string]map[string]ArrayRequest, len(reqs))
-	for o, r := range reqs {
+	for o := range reqs {
 		g, err := m.streamGroup(o)
 		if err != nil {
 			return ChunkPlan{}, err
@@ -241,7 +240,6 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 		if g != group {
 			return ChunkPlan{}, fmt.Errorf("plan now for %v: %v is in group %q, not %q; plan one group's requests: %w", c, o, g, group, ErrInvalidRequest)
 		}
-		names[o.String()] = r
 	}
 	if err := lockCtx(ctx, m.planMu, "the allocation of a group"); err != nil {
 		return ChunkPlan{}, fmt.Errorf("plan now for %v: %w", c, err)
@@ -253,11 +251,11 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 	if err := m.readBudget(&gb); err != nil {
 		return ChunkPlan{}, fmt.Errorf("plan now for group %q: %w", group, err)
 	}
-	p, err := planGroup(names, &gb, PlanOptions{Granularity: gb.gran, Buffers: ac.buffers})
+	p, err := planGroup(reqs, &gb, PlanOptions{Granularity: gb.gran, Buffers: ac.buffers})
 	if err != nil {
-		return p, fmt.Errorf("plan now for group %q with %s: %w", group, &gb, err)
+		return p.ChunkPlan, fmt.Errorf("plan now for group %q with %s: %w", group, &gb, err)
 	}
-	return p, nil
+	return p.ChunkPlan, nil
 }
 
 // claimedLocked is the device memory other groups than group have claimed
