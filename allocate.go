@@ -30,28 +30,15 @@ import (
 type ArrayResponse struct {
 	// Client is the client the response is for.
 	Client *Client
-	// Arrays holds the client's device arrays by label (Device and
-	// Mapped requests; for Mapped, the device address of the host
-	// memory), buffer 0.
-	Arrays map[string]*DeviceArray
-	// Host holds the client's host arrays by label (Pinned, Mapped and
-	// Pageable requests), buffer 0.
-	Host map[string]*HostArray
-	// Buffers holds every buffer when the plan has more than one in
-	// flight (double buffering): Buffers[0] is {Arrays, Host}; the
-	// unchunkable arrays are the same in every buffer.
+	// Buffers holds the client's arrays, one set per buffer in flight
+	// (Plan.Buffers, at least one; a notary's one set is empty): the
+	// device arrays by label (Device and Mapped requests; for Mapped, the
+	// device address of the host memory) and the host arrays (Pinned,
+	// Mapped and Pageable requests). The unchunkable arrays are the same
+	// in every buffer. Arrays and Host read buffer 0.
 	Buffers []ArraySet
-	// Chunks is the number of passes the group's runs take.
-	Chunks int
-	// ChunkLength is the runs per chunk: the chunk axis of every
-	// chunkable array was allocated with this length.
-	ChunkLength int
-	// TotalRuns is the number of runs.
-	TotalRuns int
-	// ChunkedShapes gives the shape each of the client's arrays was
-	// allocated with, by label.
-	ChunkedShapes map[string][]int
-	// Plan is the group's whole plan (every requester's shapes).
+	// Plan is the group's plan: its chunks (Chunks passes of ChunkLength
+	// runs, TotalRuns in all), its buffers and every requester's shapes.
 	Plan ChunkPlan
 	// FreeErr is what went wrong freeing the arrays this allocation
 	// replaced for the client (nil when nothing did; always nil for a
@@ -61,8 +48,32 @@ type ArrayResponse struct {
 	// with the reset and there was nothing left to free.
 	FreeErr error
 
-	group []*ArrayResponse // every response of the same Allocate, this one included; set before delivery
+	shapes map[string][]int // the client's shapes in Plan, by label (ChunkedShapes)
+	group  []*ArrayResponse // every response of the same Allocate, this one included; set before delivery
 }
+
+// Arrays returns the client's device arrays of buffer 0, by label (nil
+// in the zero response, which Allocate never returns).
+func (r *ArrayResponse) Arrays() map[string]*DeviceArray {
+	if len(r.Buffers) == 0 {
+		return nil
+	}
+	return r.Buffers[0].Device
+}
+
+// Host returns the client's host arrays of buffer 0, by label (nil in
+// the zero response).
+func (r *ArrayResponse) Host() map[string]*HostArray {
+	if len(r.Buffers) == 0 {
+		return nil
+	}
+	return r.Buffers[0].Host
+}
+
+// ChunkedShapes returns the shape each of the client's arrays was
+// allocated with, by label (its entry in Plan.ChunkedShapes; empty for a
+// notary).
+func (r *ArrayResponse) ChunkedShapes() map[string][]int { return r.shapes }
 
 // ArraySet is one buffer's arrays. Like the response it belongs to, it
 // is not changed after delivery and is safe to read concurrently.
@@ -266,7 +277,7 @@ func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, 
 	res.calls = make([]*hookCall, len(members))
 	for i, c := range members {
 		resp := newResponse(c, g.plan, 1)
-		resp.ChunkedShapes = map[string][]int{}
+		resp.shapes = map[string][]int{}
 		res.out = append(res.out, delivery{c: c, resp: resp})
 		if c == trigger {
 			res.mine = resp

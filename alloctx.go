@@ -309,7 +309,7 @@ func (tx *allocTx) install() groupOutcome {
 	for _, c := range m.reg.members(tx.group) {
 		if !isReq[c] {
 			resp := newResponse(c, tx.plan.ChunkPlan, 1)
-			resp.ChunkedShapes = map[string][]int{}
+			resp.shapes = map[string][]int{}
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
@@ -331,7 +331,7 @@ func (tx *allocTx) install() groupOutcome {
 		// The trigger moved to another group meanwhile: it gets the
 		// chunk parameters of the group it asked for, and no hook call.
 		res.mine = newResponse(tx.trigger, tx.plan.ChunkPlan, 1)
-		res.mine.ChunkedShapes = map[string][]int{}
+		res.mine.shapes = map[string][]int{}
 	}
 	return res
 }
@@ -369,7 +369,7 @@ func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
 			}
 		}
 	}
-	resp.ChunkedShapes = tx.plan.shapes[c]
+	resp.shapes = tx.plan.shapes[c]
 	return resp
 }
 
@@ -458,18 +458,10 @@ type pending struct {
 func byID(a, b *Client) int { return cmp.Compare(a.id, b.id) }
 
 func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
-	r := &ArrayResponse{
-		Client:      c,
-		Buffers:     make([]ArraySet, buffers),
-		Chunks:      plan.Chunks,
-		ChunkLength: plan.ChunkLength,
-		TotalRuns:   plan.TotalRuns,
-		Plan:        plan,
-	}
+	r := &ArrayResponse{Client: c, Buffers: make([]ArraySet, buffers), Plan: plan}
 	for b := range r.Buffers {
 		r.Buffers[b] = ArraySet{Device: map[string]*DeviceArray{}, Host: map[string]*HostArray{}}
 	}
-	r.Arrays, r.Host = r.Buffers[0].Device, r.Buffers[0].Host
 	return r
 }
 

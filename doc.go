@@ -201,11 +201,11 @@
 //	})
 //	resp, err := c.Allocate(ctx)                // plans, chunks if needed
 //	host, err := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
-//	for i := range resp.Chunks {
+//	for i := range resp.Plan.Chunks {
 //		sp, err := resp.Span(i, 1)             // runs of chunk i along axis 1
-//		err = c.ToDeviceChunk(ctx, resp.Arrays["state"], host, sp)
+//		err = c.ToDeviceChunk(ctx, resp.Arrays()["state"], host, sp)
 //		// … launch kernels on c.Stream() over sp.Len runs …
-//		err = c.FromDeviceChunk(ctx, host, resp.Arrays["state"], sp)
+//		err = c.FromDeviceChunk(ctx, host, resp.Arrays()["state"], sp)
 //	}
 //	err = c.Sync(ctx)
 //
@@ -247,7 +247,7 @@
 //	queue_request(instance, requests)          Client.Queue(requests)
 //	allocate_queue(triggering_instance)        Client.Allocate(ctx, opts...)
 //	get_chunk_parameters(requests, ...)        Plan(requests, budget, opts)
-//	compute_chunked_shapes(...)                ChunkPlan.ChunkedShapes, ArrayResponse.ChunkedShapes
+//	compute_chunked_shapes(...)                ChunkPlan.ChunkedShapes, ArrayResponse.ChunkedShapes()
 //	is_request_chunkable(request)              ArrayRequest.Chunkable()
 //	get_portioned_request_size(requests)       ChunkPlan.UnchunkableBytes, FullBytes
 //	to_device(instance, from, to)              Client.ToDevice(ctx, dst, src), ToDeviceChunk

@@ -71,8 +71,8 @@ func TestActiveOwnCaps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if chunked := resp.Chunks > 1; chunked != tc.chunked {
-				t.Errorf("%d chunks; want chunked %v", resp.Chunks, tc.chunked)
+			if chunked := resp.Plan.Chunks > 1; chunked != tc.chunked {
+				t.Errorf("%d chunks; want chunked %v", resp.Plan.Chunks, tc.chunked)
 			}
 			for _, c := range []*Client{a, b} {
 				if over := c.Held() > c.Cap(); over != (tc.mode == Passive && c == a) {

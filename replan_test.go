@@ -62,8 +62,8 @@ func TestSetCap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.ChunkLength != plan.ChunkLength {
-				t.Errorf("Allocate's chunk length %d, PlanNow's %d: want the same plan", resp.ChunkLength, plan.ChunkLength)
+			if resp.Plan.ChunkLength != plan.ChunkLength {
+				t.Errorf("Allocate's chunk length %d, PlanNow's %d: want the same plan", resp.Plan.ChunkLength, plan.ChunkLength)
 			}
 			select {
 			case err := <-done:
