@@ -56,7 +56,7 @@ type allocTx struct {
 // allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
-	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (allocate.go)
+	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (below)
 		return res, err
 	}
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
@@ -526,3 +526,41 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 }
 
 func fmtShape(d DType, shape []int) string { return fmt.Sprintf("%v%v", d, shape) }
+
+// rebroadcast answers an Allocate of group with nothing queued: ok
+// false when the group has requests queued (allocate them), else every
+// member's response with the group's last plan and no arrays, their
+// OnAllocated calls queued, or ErrNothingQueued when there is no plan.
+// The group lock must be held (so no allocation of the group runs
+// meanwhile).
+func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, ok bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(trigger); err != nil {
+		return groupOutcome{}, true, err
+	}
+	g := m.reg.groups[group]
+	if g != nil && len(g.queue) > 0 {
+		return groupOutcome{}, false, nil
+	}
+	if g == nil || !g.planned {
+		return groupOutcome{}, true, fmt.Errorf("allocate for %v: group %q has no requests queued and no plan yet to send again (queue requests with Client.Queue first; cubie's allocate_queue does nothing here): %w",
+			trigger, group, ErrNothingQueued)
+	}
+	members := m.reg.members(group)
+	res.out = make([]delivery, 0, len(members))
+	res.calls = make([]*hookCall, len(members))
+	for i, c := range members {
+		resp := newResponse(c, g.plan, 1)
+		resp.shapes = map[string][]int{}
+		res.out = append(res.out, delivery{c: c, resp: resp})
+		if c == trigger {
+			res.mine = resp
+		}
+		if c.onAllocated != nil {
+			on := c.onAllocated
+			res.calls[i] = c.postLocked(func() { on(resp) }, false)
+		}
+	}
+	return res, true, nil
+}

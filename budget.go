@@ -349,22 +349,6 @@ func planGroup(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opts Pl
 	return p, nil
 }
 
-// planOnce reads the budget and plans the group against the allocator's
-// stated cost, trimming the allocator's cache and planning again only
-// when that could help (trim.go); errors say what bounds the budget.
-func (tx *allocTx) planOnce() error {
-	tx.gb.trimmed = false
-	err := tx.planBudget()
-	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
-		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
-			return fmt.Errorf("allocate group %q: %w", tx.group, terr)
-		}
-		tx.gb.trimmed = true
-		err = tx.planBudget()
-	}
-	return err
-}
-
 // planBudget reads the budget and plans the group once.
 func (tx *allocTx) planBudget() error {
 	if err := tx.m.readBudget(&tx.gb); err != nil {
@@ -528,4 +512,16 @@ func granularityOf(a alloc.Allocator) uint64 {
 		return g.Granularity()
 	}
 	return DefaultGranularity
+}
+
+// claimedLocked is the device memory other groups than group have claimed
+// back from busy groups. m.mu must be held.
+func (m *Manager) claimedLocked(group string) uint64 {
+	var sum uint64
+	for name, g := range m.reg.groups {
+		if name != group {
+			sum = satAdd(sum, g.claim)
+		}
+	}
+	return sum
 }

@@ -258,18 +258,6 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 	return p.ChunkPlan, nil
 }
 
-// claimedLocked is the device memory other groups than group have claimed
-// back from busy groups. m.mu must be held.
-func (m *Manager) claimedLocked(group string) uint64 {
-	var sum uint64
-	for name, g := range m.reg.groups {
-		if name != group {
-			sum = satAdd(sum, g.claim)
-		}
-	}
-	return sum
-}
-
 // dropClaimLocked withdraws the claim of g (a group's record, or nil), if
 // it has one, and says so. m.mu must be held.
 func (m *Manager) dropClaimLocked(g *group, why string) {
