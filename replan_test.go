@@ -152,3 +152,48 @@ func TestClaimFromBusyGroup(t *testing.T) {
 		t.Errorf("%s still claimed", units.Format(n))
 	}
 }
+
+// TestClaimWithdrawnWhenGroupEmpties: a claim lives with its group's
+// record: when the claimant's last member leaves (Close, or a move to
+// another group), the claim is withdrawn, said so, and no group plans
+// with it kept back any more.
+func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
+	for name, leave := range map[string]func(t *testing.T, c *Client){
+		"close": func(t *testing.T, c *Client) { must(t, c.Close()) },
+		"move":  func(t *testing.T, c *Client) { must(t, c.ChangeStreamGroup("elsewhere")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+			busy := register(t, m, ClientOptions{Group: "batch"})
+			bigReqs := map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
+			must(t, busy.Queue(bigReqs))
+			if _, err := busy.Allocate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			w, err := busy.BeginWork()
+			must(t, err)
+			defer w.End()
+			other := register(t, m, ClientOptions{Group: "other"})
+			must(t, other.Queue(map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}}))
+			if _, err := other.Allocate(context.Background()); err == nil || !strings.Contains(err.Error(), "claims") {
+				t.Fatalf("Allocate beside a busy group: %v; want a claim", err)
+			}
+			m.mu.Lock()
+			claimed := m.claimedLocked("batch")
+			m.mu.Unlock()
+			if claimed == 0 {
+				t.Fatal("no claim kept back from the busy group")
+			}
+			leave(t, other)
+			if bc := m.BudgetChange(); !strings.Contains(bc.Why, `"other"'s claim`) || !strings.Contains(bc.Why, "withdrawn") {
+				t.Errorf("budget change %+v; want the claim withdrawn", bc)
+			}
+			m.mu.Lock()
+			claimed = m.claimedLocked("batch")
+			m.mu.Unlock()
+			if claimed != 0 {
+				t.Errorf("%s still claimed after the claimant's group emptied", units.Format(claimed))
+			}
+		})
+	}
+}
