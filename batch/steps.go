@@ -323,6 +323,9 @@ func (r *batchRun) retireUpTo(upTo int) error {
 		if err := r.done[i%(r.lag+1)].Synchronize(); err != nil {
 			return fmt.Errorf("batch: chunk %d of %d: wait for the copies out: %w", r.chunks[i].index+1, r.estimate(), err)
 		}
+		if err := r.streamsFailed(); err != nil {
+			return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.estimate(), err)
+		}
 		it := drainItem{i: i, ch: r.chunks[i], chunks: r.estimate()}
 		for _, a := range r.w.outs {
 			var st *vram.HostArray
@@ -336,6 +339,21 @@ func (r *batchRun) retireUpTo(upTo int) error {
 			if err := r.w.wait(i + 1); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// streamsFailed is the first error the run's streams report of work
+// already run. A copy or a kernel can be accepted when enqueued and fail
+// on the device (a transfer error): the stream reports it (CUDA's sticky
+// error, the simulator's stream error), the events the run waits on do
+// not, so a chunk is checked before it is handed to the writer, and a
+// batch with a failed copy never returns nil.
+func (r *batchRun) streamsFailed() error {
+	for _, st := range []device.Stream{r.s, r.ks} {
+		if _, err := st.Query(); err != nil {
+			return fmt.Errorf("its stream reports a failure: %w", err)
 		}
 	}
 	return nil

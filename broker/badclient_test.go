@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 )
@@ -226,5 +229,27 @@ func TestRejoinIsCountedOnce(t *testing.T) {
 	// And its manual share once: another half still fits.
 	if _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}}); err != nil {
 		t.Fatalf("the other half: %v", err)
+	}
+}
+
+// TestFromStatusDeadline: the broker's deadline or cancellation status,
+// seen before the caller's own context has expired, is the caller's
+// context error; a reclaim timeout (DeadlineExceeded with its reason)
+// stays ErrReclaimTimeout.
+func TestFromStatusDeadline(t *testing.T) {
+	tests := map[string]struct {
+		err  error
+		want error
+	}{
+		"deadline": {err: status.Error(codes.DeadlineExceeded, "claim of 4 GiB: context deadline exceeded"), want: context.DeadlineExceeded},
+		"canceled": {err: status.Error(codes.Canceled, "claim: context canceled"), want: context.Canceled},
+		"reclaim":  {err: toStatus(fmt.Errorf("claim: %w", ErrReclaimTimeout)), want: ErrReclaimTimeout},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if e := fromStatus(context.Background(), "claim", tc.err); !is(e, tc.want) {
+				t.Errorf("fromStatus(%v) = %v; want it to wrap %v", tc.err, e, tc.want)
+			}
+		})
 	}
 }

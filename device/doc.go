@@ -7,13 +7,17 @@
 // and streams), the sentinel errors every backend returns, and Open, which turns
 // a spec string such as "sim:vram=8GiB" or "cuda:0" into a Device, and
 // OpenAll, which opens every device of a list ("all", "sim:count=4",
-// "cuda:0;cuda:1"; ParseSpecs).
+// "cuda:0;cuda:1"; ParseSpecs). A program that takes a spec from its
+// user reads it once with ParseSpec (ReadSpecs for a list): the Spec's
+// backend checks its options and says what they give (SpecInfo) without
+// opening anything, WithTotal sizes a simulator in bytes, and OpenSpec
+// opens it.
 //
 // It does not own pools, clients, budgets or chunking: those live above it
 // in vram/alloc and vram. Nothing else in the project talks to a GPU.
 //
-// Backends live in sub-packages and register themselves with Register when
-// imported: vram/device/sim (a faithful simulator, the default when there
+// Backends live in sub-packages and register themselves with Register
+// (and RegisterSpecReader, RegisterCounter) when imported: vram/device/sim (a faithful simulator, the default when there
 // is no GPU) and vram/device/cuda (the CUDA driver API, loaded at run time).
 // Importing the root package github.com/vramkit/vram links both.
 //

@@ -44,3 +44,33 @@ func ExampleStridedCopier() {
 	// opqr....
 	// uvwx....
 }
+
+// A spec from the command line is read once: its backend checks the
+// options and says what they give before anything opens, and a size the
+// program took in bytes (a --vram flag) sizes the device as bytes.
+func ExampleParseSpec() {
+	spec, err := device.ParseSpec("sim:granularity=64KiB,backed=false")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(spec.Backend(), spec.Info().Granularity, spec.Sizable())
+	sized, err := spec.WithTotal(32 << 20)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	dev, _, err := device.OpenSpec(sized)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	fmt.Println(sized, dev.Info().TotalBytes, sized.SizedBy(dev.Info()))
+	_, err = device.ParseSpec("sim:colour=red")
+	fmt.Println(err != nil)
+	// Output:
+	// sim 65536 true
+	// sim:granularity=64KiB,backed=false 33554432 true
+	// true
+}

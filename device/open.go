@@ -24,13 +24,17 @@ var (
 
 // Register makes a backend available to Open under name. Backends call it
 // from init; it panics if name is registered twice.
-func Register(name string, open Opener) {
+func Register(name string, open Opener) { registerOnce(backends, "backend", name, open) }
+
+// registerOnce adds v to the registry m (a backend's opener, counter or
+// spec reader: what names it) under name, or panics if name has one.
+func registerOnce[T any](m map[string]T, what, name string, v T) {
 	backendsMu.Lock()
 	defer backendsMu.Unlock()
-	if _, dup := backends[name]; dup {
-		panic("device: backend registered twice: " + name)
+	if _, dup := m[name]; dup {
+		panic("device: " + what + " registered twice: " + name)
 	}
-	backends[name] = open
+	m[name] = v
 }
 
 // Backends lists the registered backend names, sorted.
@@ -96,12 +100,18 @@ func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
 	if name == "" {
 		return nil, nil, fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", spec, ErrBadSpec)
 	}
+	return openNamed(spec, name, opts, 0)
+}
+
+// openNamed opens spec, read as backend name and opts, of total bytes
+// when total is not 0 (on auto, the simulator's size should it fall
+// back to it).
+func openNamed(spec, name, opts string, total uint64) (dev Device, fallback error, err error) {
 	if name != "auto" {
-		open, err := lookup(name)
-		if err != nil {
+		if _, err := lookup(name); err != nil {
 			return nil, nil, err
 		}
-		dev, err := open(opts)
+		dev, err := openBackend(name, opts, total)
 		if err != nil {
 			return nil, nil, fmt.Errorf("open %q: %w", spec, err)
 		}
@@ -117,11 +127,10 @@ func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
 	} else {
 		fallback = fmt.Errorf("cuda backend not linked: %w", ErrNoDevice)
 	}
-	opensim, err := lookup("sim")
-	if err != nil {
+	if _, err := lookup("sim"); err != nil {
 		return nil, fallback, errors.Join(fallback, err)
 	}
-	dev, err = opensim(opts)
+	dev, err = openBackend("sim", opts, total)
 	if err != nil {
 		return nil, fallback, fmt.Errorf("open %q: %w", spec, err)
 	}

@@ -28,14 +28,7 @@ var counters = map[string]Counter{} // guarded by backendsMu
 
 // RegisterCounter lets "all" count the devices of backend name. Backends
 // call it from init; it panics if name is registered twice.
-func RegisterCounter(name string, count Counter) {
-	backendsMu.Lock()
-	defer backendsMu.Unlock()
-	if _, dup := counters[name]; dup {
-		panic("device: counter registered twice: " + name)
-	}
-	counters[name] = count
-}
+func RegisterCounter(name string, count Counter) { registerOnce(counters, "counter", name, count) }
 
 // ParseSpecs reads a list of device specs (see the grammar above) into
 // one spec per device, for Open. "all" asks the CUDA backend how many
@@ -60,6 +53,23 @@ func ParseSpecs(list string) ([]string, error) {
 	if len(specs) > 1 {
 		for i, s := range specs {
 			specs[i] = withOrdinal(s, i)
+		}
+	}
+	return specs, nil
+}
+
+// ReadSpecs is ParseSpecs with each spec read by its backend
+// (ParseSpec), for OpenSpec. A spec its backend refuses is an error
+// wrapping ErrBadSpec that names its place in the list.
+func ReadSpecs(list string) ([]Spec, error) {
+	texts, err := ParseSpecs(list)
+	if err != nil {
+		return nil, err
+	}
+	specs := make([]Spec, len(texts))
+	for i, t := range texts {
+		if specs[i], err = ParseSpec(t); err != nil {
+			return nil, fmt.Errorf("device %d of %d (%q): %w", i+1, len(texts), t, err)
 		}
 	}
 	return specs, nil

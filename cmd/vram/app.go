@@ -20,8 +20,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,7 +30,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
 )
 
 // Exit statuses.
@@ -62,10 +59,11 @@ type app struct {
 	stdout io.Writer // command output only: tables, or one JSON value with --json
 	stderr io.Writer // errors, logs and progress bars
 
-	device    string // --device: a device spec for device.Open
-	deviceSet bool   // --device was given (else device came from $VRAM_DEVICE or is "auto")
-	json      bool   // --json: machine-readable output on stdout
-	verbose   bool   // -v: debug logs on stderr
+	device    string      // --device: a device spec, as given
+	deviceSet bool        // --device was given (else device came from $VRAM_DEVICE or is "auto")
+	spec      device.Spec // --device read by its backend, before a command that uses it runs
+	json      bool        // --json: machine-readable output on stdout
+	verbose   bool        // -v: debug logs on stderr
 
 	log *slog.Logger // set before any subcommand runs
 
@@ -183,9 +181,11 @@ stdout, nothing else there). Exit status: 0 success, 1 failure, 2 usage error.`,
 			if !checksSpec(cmd) {
 				return nil
 			}
-			if err := checkSpec(a.device); err != nil {
+			spec, err := device.ParseSpec(a.device)
+			if err != nil {
 				return usageError{fmt.Errorf("%s: %w", a.deviceSource(), err)}
 			}
+			a.spec = spec
 			a.log.Debug("vram", "command", cmd.CommandPath(), "device", a.device, "json", a.json)
 			return nil
 		},
@@ -268,6 +268,10 @@ func flagError(err error) error {
 		return err
 	}
 	f := ive.GetFlag()
+	if _, ok := f.Value.(*sizeFlag); ok {
+		// Its error says what it wants (sizeFlag.Set).
+		return fmt.Errorf("--%s %q: %w", f.Name, ive.GetValue(), errors.Unwrap(err))
+	}
 	want := map[string]string{
 		"int":      "a whole number",
 		"uint64":   "a whole number of at least 0",
@@ -316,48 +320,21 @@ func (a *app) deviceSource() string {
 	return fmt.Sprintf("--device %q", a.device)
 }
 
-// checkSpec checks a device spec without opening anything: a linked
-// backend or auto, and options that backend reads (the simulator's for
-// sim and for auto, which passes them to the simulator when it falls
-// back; a device number for cuda). Errors wrap device.ErrBadSpec.
-func checkSpec(spec string) error {
-	name, opts, _ := strings.Cut(strings.TrimSpace(spec), ":")
-	name = strings.ToLower(strings.TrimSpace(name))
-	linked := device.Backends()
-	switch {
-	case name == "":
-		return fmt.Errorf("spec %q has no backend name (want auto, sim or cuda): %w", spec, device.ErrBadSpec)
-	case name != "auto" && !slices.Contains(linked, name):
-		return fmt.Errorf("unknown backend %q (want auto, sim or cuda; linked: %s): %w", name, strings.Join(linked, ", "), device.ErrBadSpec)
-	case name == "auto" || name == "sim":
-		if _, err := sim.ParseSpec(opts); err != nil {
-			return err
-		}
-	case name == "cuda":
-		if o := strings.TrimSpace(opts); o != "" {
-			if n, err := strconv.Atoi(o); err != nil || n < 0 {
-				return fmt.Errorf("cuda device %q: want a device number such as cuda:0 or cuda:1: %w", o, device.ErrBadSpec)
-			}
-		}
-	}
-	return nil
-}
-
 // openDevice opens spec (the --device flag or $VRAM_DEVICE, or a spec a
 // command chose itself) and says why "auto" fell back to the simulator,
-// if it did. A spec Open cannot read is a usage error.
-func (a *app) openDevice(spec string) (device.Device, error, error) {
+// if it did.
+func (a *app) openDevice(spec device.Spec) (device.Device, error, error) {
 	src := fmt.Sprintf("device %q", spec)
-	if spec == a.device {
+	if spec.String() == strings.TrimSpace(a.device) {
 		src = a.deviceSource()
 	}
 	return a.openDeviceAs(spec, src)
 }
 
 // openDeviceAs is openDevice for a spec a command derived from its flags;
-// flags names them for a bad spec's message.
-func (a *app) openDeviceAs(spec, flags string) (device.Device, error, error) {
-	dev, fallback, err := device.OpenWithFallback(spec)
+// flags names them for a message.
+func (a *app) openDeviceAs(spec device.Spec, flags string) (device.Device, error, error) {
+	dev, fallback, err := device.OpenSpec(spec)
 	if err != nil {
 		if errors.Is(err, device.ErrBadSpec) {
 			return nil, nil, usageError{fmt.Errorf("%s: %w", flags, err)}
@@ -372,7 +349,7 @@ func (a *app) openDeviceAs(spec, flags string) (device.Device, error, error) {
 	if fallback != nil {
 		a.log.Debug("auto fell back to the simulator", "reason", fallback)
 	}
-	a.log.Debug("device open", "spec", spec, "backend", info.Backend, "name", info.Name,
+	a.log.Debug("device open", "spec", spec.String(), "backend", info.Backend, "name", info.Name,
 		"total", info.TotalBytes, "granularity", info.Granularity)
 	return dev, fallback, nil
 }

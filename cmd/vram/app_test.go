@@ -160,6 +160,8 @@ func TestRunWrapper(t *testing.T) {
 	}
 }
 
+// TestCheckSpec checks that the backends linked into vram read the specs
+// --device takes (device.ParseSpec, as every command that uses one does).
 func TestCheckSpec(t *testing.T) {
 	tests := map[string]struct {
 		spec string
@@ -182,15 +184,15 @@ func TestCheckSpec(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := checkSpec(tc.spec)
+			_, err := device.ParseSpec(tc.spec)
 			if tc.want == "" {
 				if err != nil {
-					t.Errorf("checkSpec(%q) = %v, want nil", tc.spec, err)
+					t.Errorf("ParseSpec(%q) = %v, want nil", tc.spec, err)
 				}
 				return
 			}
 			if !errors.Is(err, device.ErrBadSpec) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("checkSpec(%q) = %v, want an error wrapping ErrBadSpec containing %q", tc.spec, err, tc.want)
+				t.Errorf("ParseSpec(%q) = %v, want an error wrapping ErrBadSpec containing %q", tc.spec, err, tc.want)
 			}
 		})
 	}
@@ -271,9 +273,9 @@ func TestEnvDeviceNamedInRunErrors(t *testing.T) {
 		not  string
 	}{
 		"sized twice, env": {"sim:vram=1GiB", []string{"run", "--vram", "512MiB"},
-			`$VRAM_DEVICE "sim:vram=1GiB" sizes the simulator and so does --vram 512MiB`, "--device"},
+			`$VRAM_DEVICE "sim:vram=1GiB" sizes the device and so does --vram 512MiB`, "--device"},
 		"sized twice, flag": {"", []string{"run", "--device", "sim:vram=1GiB", "--vram", "512MiB"},
-			`--device "sim:vram=1GiB" sizes the simulator`, "VRAM_DEVICE"},
+			`--device "sim:vram=1GiB" sizes the device`, "VRAM_DEVICE"},
 		"bad sim, env": {"sim:vram=1MiB", []string{"run", "--runs", "10", "--steps", "2"},
 			`$VRAM_DEVICE "sim:vram=1MiB": open "sim:vram=1MiB"`, "--device"},
 	}

@@ -79,9 +79,12 @@ them against the driver.`,
   vram bench --device cuda`,
 		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec := benchDevice
-			if a.deviceSet || strings.TrimSpace(os.Getenv(device.EnvDevice)) != "" {
-				spec = a.device
+			spec := a.spec
+			if !a.deviceSet && strings.TrimSpace(os.Getenv(device.EnvDevice)) == "" {
+				var err error
+				if spec, err = device.ParseSpec(benchDevice); err != nil {
+					return err
+				}
 			}
 			return a.bench(spec, f)
 		},
@@ -101,7 +104,7 @@ type benchCase struct {
 	run  func(al alloc.Allocator, s device.Stream, deadline time.Time) (ops int, peakLive uint64, err error)
 }
 
-func (a *app) bench(spec string, f benchFlags) error {
+func (a *app) bench(spec device.Spec, f benchFlags) error {
 	entries, err := parseAllocators(f.allocators)
 	if err != nil {
 		return err

@@ -29,6 +29,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram/broker"
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -84,7 +85,7 @@ func (a *app) brokerCommand() *cobra.Command {
 
 // brokerDevices reads each device's total and context, closing it again.
 func (a *app) brokerDevices(list string) ([]broker.Device, error) {
-	specs := []string{a.device}
+	specs := []device.Spec{a.spec}
 	if list != "" {
 		var err error
 		if specs, err = deviceSpecs(list); err != nil {
@@ -101,7 +102,7 @@ func (a *app) brokerDevices(list string) ([]broker.Device, error) {
 		if err := dev.Close(); err != nil {
 			return nil, fmt.Errorf("close %s: %w", spec, err)
 		}
-		out = append(out, broker.Device{Name: spec, Total: info.TotalBytes, Context: info.ContextBytes})
+		out = append(out, broker.Device{Name: spec.String(), Total: info.TotalBytes, Context: info.ContextBytes})
 	}
 	return out, nil
 }

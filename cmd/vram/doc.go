@@ -33,8 +33,10 @@
 //	--device SPEC   auto (CUDA device 0 if the driver loads and a GPU
 //	                exists, else the simulator), sim, sim:vram=8GiB,
 //	                cuda, cuda:N. Default: $VRAM_DEVICE, else auto.
-//	                Every command checks the spec, also those that do
-//	                not open a device (replay; plan given a budget),
+//	                The backend it names reads it (device.ParseSpec)
+//	                before the command runs: every command checks the
+//	                spec, also those that do not open a device (replay;
+//	                plan given a budget),
 //	                but merge, broker status and lease (whose own
 //	                --device names a broker's device), which have no
 //	                use for one.

@@ -63,7 +63,7 @@ why it fell back to the simulator when it did.`,
 }
 
 func (a *app) info() error {
-	dev, fallback, err := a.openDevice(a.device)
+	dev, fallback, err := a.openDevice(a.spec)
 	if err != nil {
 		return err
 	}

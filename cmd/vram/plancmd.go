@@ -153,7 +153,7 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 // them with where each came from.
 func (a *app) planDevice(budget, gran uint64, al alloc.Entry) (uint64, uint64, string, string, error) {
 	budgetFrom, granFrom := "given", "given"
-	dev, fallback, err := a.openDevice(a.device)
+	dev, fallback, err := a.openDevice(a.spec)
 	if err != nil {
 		return 0, 0, "", "", err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/vramkit/vram/alloc"
-	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/trace"
 )
@@ -66,15 +66,15 @@ type replayRow struct {
 }
 
 type replayFlags struct {
-	allocators string // --allocator: comma-separated kinds
-	vram       string // --vram: device size; "" = large enough for the trace
-	plot       string // --plot: PNG or SVG file
-	snapshot   string // --snapshot-out: PyTorch snapshot of the first allocator's replay
-	summary    bool   // --summary: each allocator's memory report at its peak
+	allocators string   // --allocator: comma-separated kinds
+	vram       sizeFlag // --vram: device size; 0 bytes = large enough for the trace
+	plot       string   // --plot: PNG or SVG file
+	snapshot   string   // --snapshot-out: PyTorch snapshot of the first allocator's replay
+	summary    bool     // --summary: each allocator's memory report at its peak
 }
 
 func (a *app) replayCommand() *cobra.Command {
-	var f replayFlags
+	f := replayFlags{vram: *newSizeFlag("", "16GiB")}
 	cmd := &cobra.Command{
 		Use:   "replay TRACE.csv|SNAPSHOT.pickle...",
 		Short: "Replay allocation logs against the allocators",
@@ -117,7 +117,7 @@ visualizer (pytorch.org/memory_viz) opens.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.allocators, "allocator", allNames(), "comma-separated allocators to replay against: "+allocatorHelp())
-	fl.StringVar(&f.vram, "vram", "", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
+	fl.Var(&f.vram, "vram", "simulated device memory, e.g. 16GiB (default: large enough for the trace)")
 	fl.StringVar(&f.plot, "plot", "", "draw live and reserved bytes over the trace into this PNG or SVG file (one trace only)")
 	fl.BoolVar(&f.summary, "summary", false, "print each allocator's memory report (allocated, reserved, cached, largest free block, fragmentation, segments, retries, out of memory) at its peak of reserved bytes")
 	fl.StringVar(&f.snapshot, "snapshot-out", "", "write the replay against the first --allocator as a PyTorch memory snapshot (a .pickle for pytorch.org/memory_viz; one trace only)")
@@ -129,16 +129,13 @@ func (a *app) replay(paths []string, f replayFlags) error {
 	if err != nil {
 		return err
 	}
-	var size uint64
-	if f.vram != "" {
-		if size, err = units.ParseSize(f.vram); err != nil || size == 0 {
-			return usagef("--vram %q: want a positive size such as 16GiB", f.vram)
-		}
-		// replaySimConfig leaves the granularity at the simulator's.
-		if size < sim.DefaultGranularity {
-			return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
-				f.vram, bytesNote(f.vram), units.Format(sim.DefaultGranularity))
-		}
+	base, err := device.ParseSpec(replaySpec)
+	if err != nil {
+		return err
+	}
+	if page := base.Info().Granularity; f.vram.set && f.vram.bytes < page {
+		return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
+			f.vram.text, f.vram.note(), units.Format(page))
 	}
 	if err := checkPlot(f.plot, paths); err != nil {
 		return err
@@ -160,26 +157,23 @@ func (a *app) replay(paths []string, f replayFlags) error {
 		if len(events) == 0 {
 			return emptyTrace(path)
 		}
-		cfg := replaySimConfig(events)
-		if size != 0 {
-			cfg.TotalBytes = size
-			if g := cfg.Granularity; g != 0 && size < g {
-				return usagef("--vram %s%s: want at least %s, one page of the simulated device (its granularity)",
-					f.vram, bytesNote(f.vram), units.Format(g))
-			}
+		spec, err := replaySpecFor(base, events, f.vram.bytes)
+		if err != nil {
+			return err
 		}
+		dinfo := spec.Info()
 		sum := trace.Summarize(events)
 		a.log.Debug("replay", "trace", path, "events", sum.Events, "peak_live", sum.PeakLive,
-			"device_bytes", cfg.TotalBytes)
+			"device_bytes", dinfo.TotalBytes)
 		for ki, kind := range kinds {
 			if err := a.ctx.Err(); err != nil {
 				return err
 			}
-			res, rep, err := replayOne(a.ctx, events, cfg, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki), f.summary)
+			res, rep, err := replayOne(a.ctx, events, spec, kind, trace.Options{Samples: samples}, snapshotFor(f.snapshot, ki), f.summary)
 			if err != nil {
 				return fmt.Errorf("replay %s against %s: %w", path, kind.Name, err)
 			}
-			rows = append(rows, withSummary(newReplayRow(path, kind.Name, ti, res, cfg, sum, pytorch), rep))
+			rows = append(rows, withSummary(newReplayRow(path, kind.Name, ti, res, dinfo, sum, pytorch), rep))
 			if samples > 0 {
 				lines = append(lines, toTimeline(kind.Name, res.Samples))
 			}
@@ -233,8 +227,8 @@ func (c ctxReader) Read(p []byte) (int, error) {
 
 // newReplayRow is one allocator's replay of the ti-th trace, at path.
 // pytorch is PyTorch's own figures when the trace is a snapshot, else nil.
-func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, sum trace.Summary, pytorch *pytorchFigures) replayRow {
-	page := devicePage(cfg)
+func newReplayRow(path, kind string, ti int, res trace.Result, dinfo device.SpecInfo, sum trace.Summary, pytorch *pytorchFigures) replayRow {
+	page := dinfo.Granularity
 	return replayRow{
 		Trace:              filepath.Base(path),
 		Allocator:          kind,
@@ -252,7 +246,7 @@ func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, s
 		UnmatchedFrees:     res.UnmatchedFrees,
 		EventsPerSecond:    res.EventsPerSec,
 		WallSeconds:        res.Wall.Seconds(),
-		DeviceBytes:        cfg.TotalBytes,
+		DeviceBytes:        dinfo.TotalBytes,
 		TracePeakLiveBytes: sum.PeakLive,
 		PageBytes:          page,
 		FloorPages:         pagesOf(sum.PeakLive, page),
@@ -260,15 +254,6 @@ func newReplayRow(path, kind string, ti int, res trace.Result, cfg sim.Config, s
 		PyTorch:            pytorch,
 		traceIndex:         ti,
 	}
-}
-
-// devicePage is the page of a simulated device made from cfg: its
-// granularity.
-func devicePage(cfg sim.Config) uint64 {
-	if cfg.Granularity == 0 {
-		return sim.DefaultGranularity
-	}
-	return cfg.Granularity
 }
 
 // pagesText is n pages in words: "1 page", "52 pages".

@@ -16,7 +16,6 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/internal/userfile"
 	"github.com/vramkit/vram/trace"
@@ -109,21 +108,40 @@ func snapshotFor(path string, ki int) string {
 	return path
 }
 
-// replaySimConfig is the simulator a replay of events runs on: an
-// address-only one, whose context takes nothing, of the size
-// trace.DeviceBytes gives at the simulator's granularity.
-func replaySimConfig(events []trace.Event) sim.Config {
-	return sim.Config{TotalBytes: trace.DeviceBytes(events, sim.DefaultGranularity), AddressOnly: true, NoContext: true}
+// replaySpec is the simulator replays run on: address-only (they need
+// no bytes), with a context that takes nothing.
+const replaySpec = "sim:backed=false,context=0"
+
+// replaySpecFor is the device a replay of events runs on: base
+// (replaySpec, read) of size bytes, or with size 0 of the size
+// trace.DeviceBytes gives at its granularity.
+func replaySpecFor(base device.Spec, events []trace.Event, size uint64) (device.Spec, error) {
+	if size == 0 {
+		size = trace.DeviceBytes(events, base.Info().Granularity)
+	}
+	if size == 0 {
+		return base, nil // nothing to hold: the simulator's default size
+	}
+	return base.WithTotal(size)
+}
+
+// specFactory makes a fresh device of spec on each call: the device of
+// one replay (trace.DeviceFactory).
+func specFactory(spec device.Spec) trace.DeviceFactory {
+	return func() (device.Device, error) {
+		dev, _, err := device.OpenSpec(spec)
+		return dev, err
+	}
 }
 
 // replayKind replays events against one allocator; when snapshotOut is
 // set, it records the replay and writes it there as a PyTorch snapshot.
-func replayKind(ctx context.Context, events []trace.Event, cfg sim.Config, kind alloc.Entry, opts trace.Options, snapshotOut string) (trace.Result, error) {
+func replayKind(ctx context.Context, events []trace.Event, spec device.Spec, kind alloc.Entry, opts trace.Options, snapshotOut string) (trace.Result, error) {
 	newAlloc := func(dev device.Device) (alloc.Allocator, error) { return kind.New(dev, alloc.Configs{}) }
 	if snapshotOut == "" {
-		return trace.ReplayOnContext(ctx, events, sim.Factory(cfg), newAlloc, opts)
+		return trace.ReplayOnContext(ctx, events, specFactory(spec), newAlloc, opts)
 	}
-	res, h, err := trace.RecordReplay(events, sim.Factory(cfg), newAlloc, opts)
+	res, h, err := trace.RecordReplay(events, specFactory(spec), newAlloc, opts)
 	if err != nil {
 		return res, err
 	}

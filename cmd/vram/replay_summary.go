@@ -11,7 +11,6 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/trace"
 )
 
@@ -62,10 +61,10 @@ func (w *peakWatch) report(res trace.Result) *alloc.MemoryReport {
 // replayOne replays events against kind as replayKind does; with
 // summary it also returns the allocator's report at its peak of
 // reserved bytes.
-func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind alloc.Entry, opts trace.Options,
+func replayOne(ctx context.Context, events []trace.Event, spec device.Spec, kind alloc.Entry, opts trace.Options,
 	snapshotOut string, summary bool) (trace.Result, *alloc.MemoryReport, error) {
 	if !summary {
-		res, err := replayKind(ctx, events, cfg, kind, opts, snapshotOut)
+		res, err := replayKind(ctx, events, spec, kind, opts, snapshotOut)
 		return res, nil, err
 	}
 	var w *peakWatch
@@ -78,13 +77,13 @@ func replayOne(ctx context.Context, events []trace.Event, cfg sim.Config, kind a
 		return w, nil
 	}
 	if snapshotOut == "" {
-		res, err := trace.ReplayOnContext(ctx, events, sim.Factory(cfg), newAlloc, opts)
+		res, err := trace.ReplayOnContext(ctx, events, specFactory(spec), newAlloc, opts)
 		if err != nil {
 			return res, nil, err
 		}
 		return res, w.report(res), nil
 	}
-	res, h, err := trace.RecordReplay(events, sim.Factory(cfg), newAlloc, opts)
+	res, h, err := trace.RecordReplay(events, specFactory(spec), newAlloc, opts)
 	if err != nil {
 		return res, nil, err
 	}

@@ -30,16 +30,15 @@ import (
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
-	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/kernel"
 )
 
-// deviceSpecs expands --devices with device.ParseSpecs: "all" (every
-// CUDA device), or specs separated by ";", where a sim spec's count=N
-// stands for N simulators (ordinals 0 … N−1 unless it names one). A
-// malformed list is a usage error.
-func deviceSpecs(v string) ([]string, error) {
-	specs, err := device.ParseSpecs(v)
+// deviceSpecs reads --devices with device.ReadSpecs: "all" (every CUDA
+// device), or specs separated by ";", where a sim spec's count=N stands
+// for N simulators (ordinals 0 … N−1 unless it names one), each checked
+// by its backend. A malformed list is a usage error.
+func deviceSpecs(v string) ([]device.Spec, error) {
+	specs, err := device.ReadSpecs(v)
 	switch {
 	case errors.Is(err, device.ErrBadSpec):
 		return nil, usageError{fmt.Errorf("--devices %q: %w", v, err)}
@@ -163,8 +162,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	if err != nil {
 		return err
 	}
-	hostCap, _ := units.ParseSize(f.hostMem)
-	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
+	if err := a.checkHostMemory(js, device.Info{Backend: "multi"}, f.bufferCount() > 1, f.out != "", f.hostMem.bytes); err != nil {
 		return err
 	}
 	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs), prog: a.runProgress()}
@@ -207,7 +205,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 
 // setupAll sets every device up, at once; the parts it returns (those
 // set up, also on an error) are the caller's to close.
-func (mj *multiJob) setupAll(specs []string) ([]*devicePart, error) {
+func (mj *multiJob) setupAll(specs []device.Spec) ([]*devicePart, error) {
 	parts := make([]*devicePart, len(specs))
 	errs := make([]error, len(specs))
 	var wg sync.WaitGroup
@@ -225,33 +223,18 @@ func (mj *multiJob) setupAll(specs []string) ([]*devicePart, error) {
 
 // setup opens the device spec names, with its manager and kernel, and
 // allocates the batch on it, planned for its memory.
-func (mj *multiJob) setup(p *devicePart, spec string) error {
+func (mj *multiJob) setup(p *devicePart, spec device.Spec) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f, a := mj.f, mj.a
-	spec, limit, err := runDeviceSpec(spec, "--devices", f)
+	rd, err := a.openRunDevice(spec, fmt.Sprintf("--devices (the spec %q)", spec), f.vram)
 	if err != nil {
 		return err
 	}
-	if p.dev, _, err = a.openDeviceAs(spec, fmt.Sprintf("--devices (the spec %q)", spec)); err != nil {
+	p.dev = rd.dev
+	p.share.Device = fmt.Sprintf("%s:%d %s", rd.info.Backend, rd.info.Ordinal, rd.info.Name)
+	if p.m, err = a.newRunManager(f, rd); err != nil {
 		return err
-	}
-	info := p.dev.Info()
-	if info.Backend == "sim" {
-		limit = 0
-	}
-	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
-	hostCap, _ := units.ParseSize(f.hostMem)
-	opts, err := managerAllocOptions(f.allocator)
-	if err != nil {
-		return err
-	}
-	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
-	if limit > 0 {
-		opts = append(opts, vram.WithCap(limit))
-	}
-	if p.m, err = vram.New(p.dev, opts...); err != nil {
-		return fmt.Errorf("memory manager: %w", err)
 	}
 	p.kern = oscillator.NewPortable()
 	if err := p.kern.Load(p.dev); err != nil {
@@ -259,7 +242,7 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 	}
 	p.j = &job{a: a, shape: mj.shape, m: p.m}
 	if err := p.j.register(f.bufferCount()); err != nil {
-		return allocHint(err, f, info, limit)
+		return allocHint(err, f, rd.info, rd.limit)
 	}
 	p.share.PlanChunkLength, p.share.BudgetBytes, p.share.BytesPerChunk = p.j.plan.ChunkLength, p.j.plan.Budget, p.j.plan.BytesPerChunk
 	p.share.Kernel = p.kern.Form(p.dev)

@@ -35,7 +35,7 @@ func (p *devicePart) ran(br batch.Report) {
 // totals adds up the devices' figures into rep.
 func (mj *multiJob) totals(rep *multiReport) {
 	rep.BytesToDevice, rep.BytesFromDevice = mj.bytesIn, mj.bytesOut
-	rep.HostLimitBytes, _ = units.ParseSize(mj.f.hostMem)
+	rep.HostLimitBytes = mj.f.hostMem.bytes
 	for _, d := range rep.Devices {
 		rep.CopySeconds += d.CopySeconds
 		rep.ComputeSeconds += d.ComputeSeconds

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -130,11 +131,18 @@ func TestDeviceSpecs(t *testing.T) {
 		{in: "sim:count=0", wantErr: "1 to 64 devices"},
 		{in: "sim:count=2,ordinal=1", wantErr: "share one ordinal"},
 		{in: " ; ", wantErr: "want all, or device specs"},
+		{in: "sim;sim:colour=red", wantErr: `--devices "sim;sim:colour=red": device 2 of 2 ("sim:colour=red,ordinal=1"): unknown sim option "colour"`},
+		{in: "sim;cuda:first", wantErr: `cuda device "first": want a device number`},
 	} {
-		got, err := deviceSpecs(tc.in)
+		specs, err := deviceSpecs(tc.in)
+		var got []string
+		for _, s := range specs {
+			got = append(got, s.String())
+		}
 		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("deviceSpecs(%q) = %q, %v; want an error saying %q", tc.in, got, err, tc.wantErr)
+			var ue usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("deviceSpecs(%q) = %q, %v; want a usage error saying %q", tc.in, got, err, tc.wantErr)
 			}
 			continue
 		}

@@ -7,12 +7,31 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/shard"
-	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/internal/userfile"
 )
+
+// runFlags is `vram run`'s flags, each read once into its type: sizes
+// in bytes (sizeFlag), checked into a jobShape by check.
+type runFlags struct {
+	runs, steps, samples int
+	dt                   float64
+	vram                 sizeFlag // --vram: the simulator's memory, or a cap on a GPU
+	allocator            string   // --allocator ("": $VRAM_ALLOC_CONF's, else the manager's default)
+	doubleBuffer         bool     // --double-buffer: --buffers 2
+	buffers              int      // --buffers: 1 to 3; 0 chosen by the batch
+	verify               int
+	seed                 uint64
+	metricsAddr          string   // --metrics-addr: serve /metrics here during the job ("": don't)
+	out                  string   // --out: the trajectories' .npy file ("": not kept)
+	hostMem              sizeFlag // --host-mem: cap on the job's host RAM (0 bytes: none)
+	shard                string   // --shard i/N ("": the scheduler's environment, else the whole batch)
+	devices              string   // --devices: several devices in one process ("": --device alone)
+	kernelDelay          time.Duration
+}
 
 // jobShape is the batch's fixed figures, checked.
 type jobShape struct {
@@ -77,11 +96,6 @@ func (f runFlags) check() (jobShape, error) {
 	if f.out != "" {
 		if _, _, err := userfile.Check(f.out, userfile.Options{}); err != nil {
 			return js, usagef("--out: %w", err)
-		}
-	}
-	if f.hostMem != "" {
-		if n, err := units.ParseSize(f.hostMem); err != nil || n == 0 {
-			return js, usagef("--host-mem %q: want a size such as 512MiB", f.hostMem)
 		}
 	}
 	return jobShape{

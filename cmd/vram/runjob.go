@@ -40,7 +40,6 @@ import (
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/oscillator"
-	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/kernel"
 )
 
@@ -76,24 +75,6 @@ const (
 	// bound is used instead.
 	stabilityScanRuns = 1 << 22
 )
-
-type runFlags struct {
-	runs, steps, samples int
-	dt                   float64
-	vram                 string
-	vramSet              bool
-	allocator            string // --allocator ("": $VRAM_ALLOC_CONF's, else the manager's default)
-	doubleBuffer         bool   // --double-buffer: --buffers 2
-	buffers              int    // --buffers: 1 to 3; 0 chosen by the batch
-	verify               int
-	seed                 uint64
-	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
-	out                  string // --out: the trajectories' .npy file ("": not kept)
-	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
-	shard                string // --shard i/N ("": the scheduler's environment, else the whole batch)
-	devices              string // --devices: several devices in one process ("": --device alone)
-	kernelDelay          time.Duration
-}
 
 // runLong is `vram run --help`.
 const runLong = `Run integrates N damped, driven oscillators
@@ -158,7 +139,7 @@ the job writes a line as each step of its set-up begins, and then one
 per chunk or one every 5 seconds, whichever is rarer.`
 
 func (a *app) runCommand() *cobra.Command {
-	f := runFlags{}
+	f := runFlags{vram: *newSizeFlag(defaultRunVRAM, "256MiB"), hostMem: *newSizeFlag("", "512MiB")}
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the example batch job: chunked, verified, with a report",
@@ -172,7 +153,6 @@ func (a *app) runCommand() *cobra.Command {
   vram run --runs 4000000 --out r.npy --shard 2/4        # one quarter of it; vram merge r.npy gathers`,
 		Args: usageArgs(0, 0, ""),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f.vramSet = cmd.Flags().Changed("vram")
 			return a.runJob(f)
 		},
 	}
@@ -181,14 +161,14 @@ func (a *app) runCommand() *cobra.Command {
 	fl.IntVar(&f.steps, "steps", defaultSteps, "RK4 steps per run")
 	fl.IntVar(&f.samples, "samples", 0, "samples saved per run, the initial state included; steps must be a multiple of samples−1 (default: every step)")
 	fl.Float64Var(&f.dt, "dt", defaultDt, "time step")
-	fl.StringVar(&f.vram, "vram", defaultRunVRAM, "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
+	fl.Var(&f.vram, "vram", "device memory of the simulator, or on a GPU a cap on what the job may use; at least one page of the device (2 MiB unless the spec says)")
 	fl.StringVar(&f.allocator, "allocator", "", "device allocator: "+allocatorHelp()+"; default: $VRAM_ALLOC_CONF's, else the pool kind's: expandable where the device manages virtual memory, else pool")
 	fl.BoolVar(&f.doubleBuffer, "double-buffer", false, "two chunk buffers in flight (--buffers 2): copies of one chunk overlap the kernel of another")
 	fl.IntVar(&f.buffers, "buffers", 0, "chunk buffers in flight, 1 to 3 (default: chosen from the first chunk's copy and kernel times)")
 	fl.IntVar(&f.verify, "verify", defaultVerify, "runs to check against the float64 reference, spread over the batch (plus each chunk's first and last)")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the random parameters")
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
-	fl.StringVar(&f.hostMem, "host-mem", "", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
+	fl.Var(&f.hostMem, "host-mem", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
 	fl.StringVar(&f.shard, "shard", "", "run shard i of N of the batch, runs [⌊i·runs/N⌋, ⌊(i+1)·runs/N⌋), and write --out's part OUT.shard-i-of-N.npy for vram merge (default: a Slurm array's or Kubernetes Indexed Job's index, else the whole batch; 0/1 is the whole batch)")
 	fl.StringVar(&f.devices, "devices", "", "run on several devices of this process, chunks dealt from one queue: all (every CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4, sim;sim:bandwidth=1GB)")
 	fl.DurationVar(&f.kernelDelay, "kernel-delay", 0, "with --devices: after each kernel wait this long per run, emulating a slower kernel (to measure scaling on the simulator)")
@@ -232,7 +212,7 @@ func (j *job) phase(what string) {
 	}
 }
 
-func (a *app) runJob(f runFlags) (err error) {
+func (a *app) runJob(f runFlags) error {
 	start := time.Now()
 	js, err := f.check()
 	if err != nil {
@@ -247,39 +227,34 @@ func (a *app) runJob(f runFlags) (err error) {
 	if f.kernelDelay != 0 {
 		return usagef("--kernel-delay %v: only with --devices", f.kernelDelay)
 	}
+	return a.runOneDevice(f, js, start)
+}
+
+// runOneDevice runs the job on the device of --device and --vram.
+func (a *app) runOneDevice(f runFlags, js jobShape, start time.Time) (err error) {
 	prog := a.runProgress()
 	defer prog.Finish()
 	prog.Phase("open the device")
-	dev, fallback, limit, err := a.openRunDevice(f)
+	rd, err := a.openRunDevice(a.spec, a.deviceSource(), f.vram)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, closeErr("device", dev.Close())) }()
-	info := dev.Info()
-	hostCap, _ := units.ParseSize(f.hostMem)
-	if err := a.checkHostMemory(js, info, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
+	defer func() { err = errors.Join(err, closeErr("device", rd.dev.Close())) }()
+	if err := a.checkHostMemory(js, rd.info, f.bufferCount() > 1, f.out != "", f.hostMem.bytes); err != nil {
 		return err
 	}
-	opts, err := managerAllocOptions(f.allocator)
+	m, err := a.newRunManager(f, rd)
 	if err != nil {
 		return err
-	}
-	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
-	if limit > 0 {
-		opts = append(opts, vram.WithCap(limit))
-	}
-	m, err := vram.New(dev, opts...)
-	if err != nil {
-		return fmt.Errorf("memory manager on %s: %w", info.Name, err)
 	}
 	defer func() { err = errors.Join(err, closeErr("memory manager", m.Close())) }()
 	prog.Phase("load the oscillator kernel")
 	kern := oscillator.NewPortable()
 	defer func() { err = errors.Join(err, closeErr("kernel", kern.Close())) }()
-	if err := kern.Load(dev); err != nil {
+	if err := kern.Load(rd.dev); err != nil {
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
-	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: dev, kernel: kern, prog: prog, rungs: map[string]string{},
+	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: rd.dev, kernel: kern, prog: prog, rungs: map[string]string{},
 		outPath: f.out}
 	// The --out file, made once the plan is known (allocate).
 	defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
@@ -296,7 +271,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	// Host arrays go back before the manager closes, also when allocate
 	// fails part-way.
 	defer func() { err = errors.Join(err, j.freeHost()) }()
-	j.fitHint = func(err error) error { return allocHint(err, f, info, limit) }
+	j.fitHint = func(err error) error { return allocHint(err, f, rd.info, rd.limit) }
 	if err := j.allocate(f.bufferCount()); err != nil {
 		return err
 	}
@@ -304,7 +279,12 @@ func (a *app) runJob(f runFlags) (err error) {
 	if ms != nil && a.onMetrics != nil {
 		a.onMetrics(ms.url)
 	}
-	rep, err := j.report(info, fallback, limit, ms)
+	return j.finish(f, rd, ms, start)
+}
+
+// finish runs the allocated batch, verifies it and writes the report.
+func (j *job) finish(f runFlags, rd runDevice, ms *metricsServer, start time.Time) error {
+	rep, err := j.report(rd.info, rd.fallback, rd.limit, ms)
 	if err != nil {
 		return err
 	}
@@ -313,10 +293,10 @@ func (a *app) runJob(f runFlags) (err error) {
 		return err
 	}
 	verr := j.check(f.verify, &rep)
-	a.printMemoryReport(j.m)
+	j.a.printMemoryReport(j.m)
 	rep.WallSeconds = time.Since(start).Seconds()
-	prog.Finish()
-	return a.finishReport(rep, func() error { return a.printRun(rep) }, verr)
+	j.prog.Finish()
+	return j.a.finishReport(rep, func() error { return j.a.printRun(rep) }, verr)
 }
 
 // finishReport writes a job's report, as JSON or as text by print, and

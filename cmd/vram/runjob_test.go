@@ -160,7 +160,7 @@ func TestRunErrors(t *testing.T) {
 		"negative dt":           {[]string{"--dt", "-1"}, exitUsage, "--dt -1"},
 		"bad allocator":         {[]string{"--allocator", "slab"}, exitUsage, `--allocator "slab"`},
 		"bad vram":              {[]string{"--vram", "big"}, exitUsage, `--vram "big"`},
-		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--vram 1MiB: want at least 2 MiB, one page of the simulator`},
+		"vram below a page":     {[]string{"--vram", "1MiB"}, exitUsage, `--vram 1MiB: want at least 2 MiB, one page of the simulated device`},
 		"out not a .npy":        {[]string{"--out", "r.txt"}, exitUsage, `--out "r.txt": want a file name ending in .npy`},
 		"vram with no unit":     {[]string{"--vram", "64"}, exitUsage, `--vram 64 (read as 64 bytes: a size without a unit is bytes; write 64MiB or 64GiB for more): want at least 2 MiB`},
 		"vram below its page":   {[]string{"--device", "sim:granularity=64KiB", "--vram", "32KiB"}, exitUsage, `--vram 32KiB: want at least 64 KiB`},
@@ -194,32 +194,45 @@ func TestRunErrors(t *testing.T) {
 	}
 }
 
-func TestRunDeviceSpec(t *testing.T) {
+// vramFlag is --vram as the command line gives it: text set, else the
+// default.
+func vramFlag(t *testing.T, text string, set bool) sizeFlag {
+	t.Helper()
+	f := newSizeFlag(defaultRunVRAM, "256MiB")
+	if set {
+		must(t, f.Set(text))
+	}
+	return *f
+}
+
+func TestSizeRunSpec(t *testing.T) {
 	tests := map[string]struct {
 		spec      string
-		vram      string
-		set       bool
-		wantSpec  string
-		wantLimit uint64
+		vram      string // --vram given ("": not given, the default 256MiB)
+		wantTotal uint64 // the memory the spec gives the device (0: its own)
+		wantSrc   string
 		wantErr   string
 	}{
-		"sim default":         {spec: "sim", vram: "256MiB", wantSpec: "sim:vram=256MiB"},
-		"auto default":        {spec: "auto", vram: "256MiB", wantSpec: "auto:vram=256MiB", wantLimit: 256 << 20},
-		"sim with options":    {spec: "sim:granularity=64KiB", vram: "1MiB", set: true, wantSpec: "sim:granularity=64KiB,vram=1MiB"},
-		"sim already sized":   {spec: "sim:vram=1GiB", vram: "256MiB", wantSpec: "sim:vram=1GiB"},
-		"auto already sized":  {spec: "auto:vram=1GiB", vram: "256MiB", wantSpec: "auto:vram=1GiB", wantLimit: 256 << 20},
-		"sized twice":         {spec: "sim:vram=1GiB", vram: "2GiB", set: true, wantErr: `--device "sim:vram=1GiB" sizes the simulator`},
-		"cuda, default cap":   {spec: "cuda:1", vram: "256MiB", wantSpec: "cuda:1", wantLimit: 256 << 20},
-		"cuda, capped":        {spec: "cuda", vram: "4GiB", set: true, wantSpec: "cuda", wantLimit: 4 << 30},
-		"auto, capped if GPU": {spec: "auto", vram: "1GiB", set: true, wantSpec: "auto:vram=1GiB", wantLimit: 1 << 30},
-		"bad sim option":      {spec: "sim:colour=blue", vram: "1GiB", wantErr: `--device "sim:colour=blue": unknown sim option`},
-		"below a page":        {spec: "auto", vram: "1MiB", set: true, wantErr: "--vram 1MiB: want at least 2 MiB"},
-		"below a small page":  {spec: "sim:granularity=64KiB", vram: "32KiB", set: true, wantErr: "want at least 64 KiB"},
+		"sim default":         {spec: "sim", wantTotal: 256 << 20, wantSrc: `--device "sim" with --vram 256MiB`},
+		"auto default":        {spec: "auto", wantTotal: 256 << 20, wantSrc: `--device "auto" with --vram 256MiB`},
+		"sim with options":    {spec: "sim:granularity=64KiB", vram: "1MiB", wantTotal: 1 << 20},
+		"sim already sized":   {spec: "sim:vram=1GiB", wantTotal: 1 << 30, wantSrc: `--device "sim:vram=1GiB"`},
+		"auto already sized":  {spec: "auto:vram=1GiB", wantTotal: 1 << 30},
+		"sized twice":         {spec: "sim:vram=1GiB", vram: "2GiB", wantErr: `--device "sim:vram=1GiB" sizes the device and so does --vram 2GiB`},
+		"cuda, default cap":   {spec: "cuda:1", wantSrc: `--device "cuda:1"`},
+		"cuda, capped":        {spec: "cuda", vram: "4GiB"},
+		"auto, capped if GPU": {spec: "auto", vram: "1GiB", wantTotal: 1 << 30},
+		"below a page":        {spec: "auto", vram: "1MiB", wantErr: "--vram 1MiB: want at least 2 MiB"},
+		"below a small page":  {spec: "sim:granularity=64KiB", vram: "32KiB", wantErr: "want at least 64 KiB"},
+		"bytes, no unit":      {spec: "sim", vram: "4096", wantErr: "(read as 4096 bytes"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			spec, err := device.ParseSpec(tc.spec)
+			must(t, err)
 			src := fmt.Sprintf("--device %q", tc.spec)
-			spec, limit, err := runDeviceSpec(tc.spec, src, runFlags{vram: tc.vram, vramSet: tc.set})
+			vf := vramFlag(t, tc.vram, tc.vram != "")
+			rs, err := sizeRunSpec(spec, src, vf)
 			if tc.wantErr != "" {
 				var ue usageError
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.As(err, &ue) {
@@ -227,8 +240,43 @@ func TestRunDeviceSpec(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || spec != tc.wantSpec || limit != tc.wantLimit {
-				t.Errorf("runDeviceSpec(%q) = %q, %d, %v; want %q, %d", tc.spec, spec, limit, err, tc.wantSpec, tc.wantLimit)
+			must(t, err)
+			// The spec keeps its text: --vram travels as bytes, and a
+			// device of its own memory gets it as a cap.
+			if rs.spec.String() != tc.spec || rs.spec.Info().TotalBytes != tc.wantTotal || rs.limit != vf.bytes {
+				t.Errorf("sizeRunSpec(%q, --vram %q) = %q of %d bytes, cap %d; want %q of %d bytes, cap %d",
+					tc.spec, tc.vram, rs.spec, rs.spec.Info().TotalBytes, rs.limit, tc.spec, tc.wantTotal, vf.bytes)
+			}
+			if tc.wantSrc != "" && rs.src != tc.wantSrc {
+				t.Errorf("source %q, want %q", rs.src, tc.wantSrc)
+			}
+		})
+	}
+}
+
+// TestOpenRunDevice checks that a device the spec or --vram sized has
+// that memory and no cap.
+func TestOpenRunDevice(t *testing.T) {
+	tests := map[string]struct {
+		spec, vram string
+		want       uint64
+	}{
+		"sim, --vram default": {"sim", "", 256 << 20},
+		"sim, --vram":         {"sim:backed=false", "64MiB", 64 << 20},
+		"sim, spec sized":     {"sim:vram=32MiB,backed=false", "", 32 << 20},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			a := &app{log: slog.New(slog.DiscardHandler)}
+			spec, err := device.ParseSpec(tc.spec)
+			must(t, err)
+			vf := vramFlag(t, tc.vram, tc.vram != "")
+			rd, err := a.openRunDevice(spec, "--device", vf)
+			must(t, err)
+			defer func() { must(t, rd.dev.Close()) }()
+			if rd.info.TotalBytes != tc.want || rd.limit != 0 || rd.fallback != nil {
+				t.Errorf("%q with --vram %q: %d bytes, cap %d, fallback %v; want %d bytes, no cap",
+					tc.spec, tc.vram, rd.info.TotalBytes, rd.limit, rd.fallback, tc.want)
 			}
 		})
 	}

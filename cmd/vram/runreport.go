@@ -325,11 +325,11 @@ func allocHint(err error, f runFlags, info device.Info, limit uint64) error {
 		// $VRAM_ALLOC_CONF's limit.
 		fixes = append(fixes, fmt.Sprintf("raise the limit in $%s (%s)", vram.AllocConfEnv, clipEnv(os.Getenv(vram.AllocConfEnv))))
 	case capped:
-		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s (or the limit in $%s, if it is lower)", f.vram, vram.AllocConfEnv))
+		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s (or the limit in $%s, if it is lower)", f.vram.text, vram.AllocConfEnv))
 	case info.Backend == "sim":
 		fixes = append(fixes, fmt.Sprintf("give the simulator more than its %s (--vram)", units.Format(info.TotalBytes)))
 	case limit > 0:
-		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s", f.vram))
+		fixes = append(fixes, fmt.Sprintf("raise the cap of --vram %s", f.vram.text))
 	default:
 		fixes = append(fixes, "free memory on the GPU")
 	}

@@ -46,7 +46,18 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-func init() { device.Register("cuda", open) }
+func init() {
+	device.Register("cuda", open)
+	device.RegisterSpecReader("cuda", device.SpecReader{Check: checkSpec})
+}
+
+// checkSpec checks a spec's options, a device number, without opening
+// the device (device.SpecReader.Check); a GPU's memory and page are its
+// own.
+func checkSpec(opts string) (device.SpecInfo, error) {
+	_, err := parseOrdinal(opts)
+	return device.SpecInfo{}, err
+}
 
 // Granularity is the unit Info reports for Malloc: current drivers back
 // large allocations in 2 MiB pages.

@@ -295,13 +295,45 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		d, err := New(cfg)
-		if errors.Is(err, device.ErrInvalidValue) {
-			return nil, fmt.Errorf("%w: %w", device.ErrBadSpec, err)
-		}
-		if err != nil {
-			return nil, err // the spec is fine; the device is not to be had (a shared device full or in use otherwise)
-		}
-		return d, nil
+		return openConfig(cfg)
 	})
+	device.RegisterSpecReader("sim", device.SpecReader{Check: checkSpec, OpenSized: openSized})
+}
+
+// checkSpec is what a spec's options give (device.SpecReader.Check): the
+// memory they set, and the granularity, the default where they set none.
+func checkSpec(opts string) (device.SpecInfo, error) {
+	cfg, err := ParseSpec(opts)
+	if err != nil {
+		return device.SpecInfo{}, err
+	}
+	gran := cfg.Granularity
+	if gran == 0 {
+		gran = DefaultGranularity
+	}
+	return device.SpecInfo{TotalBytes: cfg.TotalBytes, Granularity: gran}, nil
+}
+
+// openSized opens the simulator opts describe with total bytes of memory
+// (device.SpecReader.OpenSized).
+func openSized(opts string, total uint64) (device.Device, error) {
+	cfg, err := ParseSpec(opts)
+	if err != nil {
+		return nil, err
+	}
+	cfg.TotalBytes = total
+	return openConfig(cfg)
+}
+
+// openConfig makes the simulator of cfg for device.Open: an invalid
+// figure is a bad spec.
+func openConfig(cfg Config) (device.Device, error) {
+	d, err := New(cfg)
+	if errors.Is(err, device.ErrInvalidValue) {
+		return nil, fmt.Errorf("%w: %w", device.ErrBadSpec, err)
+	}
+	if err != nil {
+		return nil, err // the spec is fine; the device is not to be had (a shared device full or in use otherwise)
+	}
+	return d, nil
 }
