@@ -103,21 +103,12 @@ func TestPlanNowRefusesAnotherGroup(t *testing.T) {
 // group plans with the claim kept back; once the busy group has re-planned
 // smaller, the claimant allocates and its claim is met.
 func TestClaimFromBusyGroup(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool))
-	busy := register(t, m, ClientOptions{Group: "batch"})
-	bigReqs := map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
-	must(t, busy.Queue(bigReqs))
-	if _, err := busy.Allocate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w, err := busy.BeginWork() // a batch runs on it: never evicted
-	must(t, err)
-	defer w.End()
+	m, busy, bigReqs := busyGroup(t)
 	other := register(t, m, ClientOptions{Group: "other"})
 	otherReqs := map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}} // 32 MiB, whole
 	must(t, other.Queue(otherReqs))
 	seq := m.BudgetChange().Seq
-	_, err = other.Allocate(context.Background())
+	_, err := other.Allocate(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "claims") || !strings.Contains(err.Error(), `group "batch"`) {
 		t.Fatalf("Allocate beside a busy group: %v; want a failure that claims memory back from it", err)
 	}
@@ -163,16 +154,7 @@ func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
 		"move":  func(t *testing.T, c *Client) { must(t, c.ChangeStreamGroup("elsewhere")) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool))
-			busy := register(t, m, ClientOptions{Group: "batch"})
-			bigReqs := map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
-			must(t, busy.Queue(bigReqs))
-			if _, err := busy.Allocate(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			w, err := busy.BeginWork()
-			must(t, err)
-			defer w.End()
+			m, _, _ := busyGroup(t)
 			other := register(t, m, ClientOptions{Group: "other"})
 			must(t, other.Queue(map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}}))
 			if _, err := other.Allocate(context.Background()); err == nil || !strings.Contains(err.Error(), "claims") {
@@ -196,4 +178,22 @@ func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
 			}
 		})
 	}
+}
+
+// busyGroup is a manager of 64 MiB whose group "batch" holds 48 MiB (its
+// requests bigReqs) with a batch running on it (a work mark open until
+// the test ends): never evicted.
+func busyGroup(t *testing.T) (m *Manager, busy *Client, bigReqs map[string]ArrayRequest) {
+	t.Helper()
+	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool))
+	busy = register(t, m, ClientOptions{Group: "batch"})
+	bigReqs = map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
+	must(t, busy.Queue(bigReqs))
+	if _, err := busy.Allocate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w, err := busy.BeginWork()
+	must(t, err)
+	t.Cleanup(func() { w.End() })
+	return m, busy, bigReqs
 }
