@@ -55,7 +55,7 @@ type allocConf struct {
 func ParseAllocConf(s string) ([]Option, error) {
 	c, err := parseAllocConf(s)
 	if err != nil {
-		return nil, fmt.Errorf("vram: %s %s: %w", AllocConfEnv, clipConf(s), err)
+		return nil, fmt.Errorf("%s %s: %w", AllocConfEnv, clipConf(s), err)
 	}
 	return c.options(), nil
 }

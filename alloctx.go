@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"strings"
 
@@ -42,9 +41,8 @@ type allocTx struct {
 	stream       device.Stream
 	q            map[*Client]map[string]ArrayRequest // the queue taken
 	requesters   []*Client                           // q's clients, by id
-	reqs         map[string]map[string]ArrayRequest  // q by client name, for Plan
 	gb           groupBudget
-	plan         ChunkPlan
+	plan         groupPlan
 	todo         []pending     // the arrays of plan
 	made         []*allocation // todo's arrays, once allocated
 	setAside     []freeWork    // replaced arrays freed before allocating
@@ -58,7 +56,7 @@ type allocTx struct {
 // allocateGroup is Allocate with the group lock, planMu and allocMu
 // held: the transaction's steps in order.
 func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
-	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (rebroadcast.go)
+	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (below)
 		return res, err
 	}
 	tx := &allocTx{m: m, trigger: trigger, group: group, ac: ac, freeErrs: map[*Client]error{}}
@@ -70,13 +68,13 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	// was: nothing has been freed or allocated yet.
 	if err := ac.ctx.Err(); err != nil {
 		tx.restoreQueue()
-		return groupOutcome{}, fmt.Errorf("vram: allocate group %q: %w", group, err)
+		return groupOutcome{}, fmt.Errorf("allocate group %q: %w", group, err)
 	}
 	tx.warn(planErr) // warnings.go
 	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(tx.claim(err))
 	}
-	if !tx.gb.fitsBeside(tx.plan) {
+	if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
 		tx.setAsideReplaced(false)
 	}
 	if err := tx.allocate(); err != nil {
@@ -97,25 +95,22 @@ func (tx *allocTx) take() error {
 		m.mu.Unlock()
 		return err
 	}
-	q := m.queues[tx.group]
-	if len(q) == 0 {
+	g := m.reg.groups[tx.group]
+	if g == nil || len(g.queue) == 0 {
 		m.mu.Unlock()
 		return fmt.Errorf("allocate for %v: group %q has no requests queued (queue them with Client.Queue first; "+
 			"another member's Allocate may have allocated them already): %w", tx.trigger, tx.group, ErrNothingQueued)
 	}
-	delete(m.queues, tx.group)
+	q := g.queue
+	g.queue = map[*Client]map[string]ArrayRequest{}
 	tx.q = q
 	tx.requesters = slices.SortedFunc(maps.Keys(q), byID)
-	tx.reqs = make(map[string]map[string]ArrayRequest, len(q))
-	for _, c := range tx.requesters {
-		tx.reqs[c.String()] = q[c]
-	}
 	tx.gb = groupBudget{mode: m.mode, group: tx.group, requesters: tx.requesters, queue: q}
 	m.mu.Unlock()
 	s, err := m.groups.GroupStream(tx.group)
 	if err != nil {
 		tx.restoreQueue()
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
+		return fmt.Errorf("allocate group %q: %w", tx.group, err)
 	}
 	tx.stream = s
 	return nil
@@ -131,98 +126,10 @@ func (tx *allocTx) restoreQueue() {
 		if c.closed {
 			continue
 		}
-		if _, newer := m.queues[c.group][c]; !newer {
+		if _, newer := m.reg.groups[c.group].queue[c]; !newer {
 			m.queueLocked(c, c.group, tx.q[c])
 		}
 	}
-}
-
-// planOnce reads the budget and plans the group against the allocator's
-// stated cost, trimming the allocator's cache and planning again only
-// when that could help (trim.go); errors say what bounds the budget.
-func (tx *allocTx) planOnce() error {
-	tx.gb.trimmed = false
-	err := tx.planBudget()
-	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
-		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
-			return fmt.Errorf("vram: allocate group %q: %w", tx.group, terr)
-		}
-		tx.gb.trimmed = true
-		err = tx.planBudget()
-	}
-	return err
-}
-
-// planBudget reads the budget and plans the group once.
-func (tx *allocTx) planBudget() error {
-	if err := tx.m.readBudget(&tx.gb); err != nil {
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err)
-	}
-	plan, err := planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers})
-	if err == nil {
-		tx.plan = plan
-		return nil
-	}
-	var pe *PlanError
-	if errors.As(err, &pe) {
-		pe.Hint += "; " + tx.gb.advice()
-	}
-	if pe == nil && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
-		return fmt.Errorf("vram: allocate group %q: %w", tx.group, err) // the requests themselves
-	}
-	return fmt.Errorf("vram: allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
-}
-
-// readBudget reads the device's free memory (the allocator's cache is
-// not counted: a cached block may be too fragmented to serve, and
-// trimming waits for other streams' work; see trim.go), the allocator's
-// statement of costs and the room its caps leave, then what the arrays
-// being replaced and the group hold. allocMu must be held.
-func (m *Manager) readBudget(b *groupBudget) error {
-	free, _, err := m.dev.MemInfo()
-	if err != nil {
-		return fmt.Errorf("read device memory: %w", err)
-	}
-	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
-	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
-	if c, ok := m.al.(alloc.Coster); ok {
-		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
-		if b.room = c.Room(); b.room < math.MaxUint64 {
-			b.capped = true
-		}
-	}
-	b.over = 0
-	if lim := m.capLim; lim != nil {
-		if capBytes, used := lim.Cap(), lim.Used(); used > capBytes {
-			b.over = used - capBytes // SetCap lowered the cap below the arrays
-		}
-	}
-	m.mu.Lock()
-	m.heldLocked(b)
-	m.mu.Unlock()
-	return nil
-}
-
-// heldLocked reads into b what the arrays being replaced take, and in
-// Active mode the group's caps and what its members hold. It is read
-// after the free memory and the cap's room: an array freed meanwhile
-// (Client.Free) is then left out of one figure or both, never counted in
-// both. m.mu must be held.
-func (m *Manager) heldLocked(b *groupBudget) {
-	b.replaced, b.caps, b.held = 0, 0, 0
-	b.claimed = m.claimedLocked(b.group)
-	for _, c := range b.requesters {
-		if !c.closed {
-			b.replaced += c.replacedLocked(b.queue[c])
-		}
-	}
-	if b.mode == Active {
-		for _, c := range m.reg.members(b.group) {
-			b.caps += m.capLocked(c)
-			b.held += c.held
-		}
-	}
-	m.ownRoomLocked(b)
 }
 
 // setAsideReplaced frees the arrays being replaced before the new ones
@@ -315,10 +222,10 @@ func (tx *allocTx) replan(beyond uint64) error {
 	}
 	err := m.readBudget(&tx.gb)
 	if err == nil {
-		var next ChunkPlan
-		if next, err = planGroup(tx.reqs, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers}); err == nil {
+		var next groupPlan
+		if next, err = planGroup(tx.q, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers}); err == nil {
 			tx.plan = next
-			if !tx.gb.fitsBeside(tx.plan) {
+			if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
 				tx.setAsideReplaced(false)
 			}
 			return nil
@@ -330,7 +237,7 @@ func (tx *allocTx) replan(beyond uint64) error {
 // failure is the error of array failed of todo, with the plan's figures.
 func (tx *allocTx) failure(failed int, err error) error {
 	p, plan := tx.todo[failed], tx.plan
-	return fmt.Errorf("vram: allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s, %s on the device; %s): %w",
+	return fmt.Errorf("allocate group %q: %s of %v (%s, array %d of %d; plan: %d chunk(s) of %d runs, %s, %s on the device; %s): %w",
 		tx.group, p.label, p.c, fmtShape(p.req.DType, p.shape), failed+1, len(tx.todo),
 		plan.Chunks, plan.ChunkLength, units.Format(plan.BytesPerChunk), units.Format(tx.gb.planDevice), &tx.gb, err)
 }
@@ -347,7 +254,7 @@ func (tx *allocTx) rollback(err error) (groupOutcome, error) {
 	m := tx.m
 	var lost []string
 	var told []*Client
-	reason := fmt.Errorf("vram: Allocate of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
+	reason := fmt.Errorf("Allocate of group %q freed the arrays it was replacing and then failed: %w (%w)", tx.group, ErrFreed, err)
 	m.mu.Lock()
 	for _, w := range tx.setAside {
 		labels := make([]string, 0, len(w.allocs))
@@ -401,13 +308,15 @@ func (tx *allocTx) install() groupOutcome {
 	// Notaries: the other open members of the group, at install time.
 	for _, c := range m.reg.members(tx.group) {
 		if !isReq[c] {
-			resp := newResponse(c, tx.plan, 1)
-			resp.ChunkedShapes = map[string][]int{}
+			resp := newResponse(c, tx.plan.ChunkPlan, 1)
+			resp.shapes = map[string][]int{}
 			res.out = append(res.out, delivery{c: c, resp: resp})
 		}
 	}
 	linkGroup(res.out)
-	m.plans[tx.group] = tx.plan // sent again by an Allocate with nothing queued
+	if g := m.reg.groups[tx.group]; g != nil {
+		g.plan, g.planned = tx.plan.ChunkPlan, true // sent again by an Allocate with nothing queued
+	}
 	res.calls = make([]*hookCall, len(res.out))
 	for i, d := range res.out {
 		if d.c == tx.trigger {
@@ -421,8 +330,8 @@ func (tx *allocTx) install() groupOutcome {
 	if res.mine == nil && !tx.trigger.closed {
 		// The trigger moved to another group meanwhile: it gets the
 		// chunk parameters of the group it asked for, and no hook call.
-		res.mine = newResponse(tx.trigger, tx.plan, 1)
-		res.mine.ChunkedShapes = map[string][]int{}
+		res.mine = newResponse(tx.trigger, tx.plan.ChunkPlan, 1)
+		res.mine.shapes = map[string][]int{}
 	}
 	return res
 }
@@ -430,7 +339,7 @@ func (tx *allocTx) install() groupOutcome {
 // installLocked gives c its arrays mine and returns its response. m.mu
 // must be held.
 func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
-	resp := newResponse(c, tx.plan, max(tx.plan.Buffers, 1))
+	resp := newResponse(c, tx.plan.ChunkPlan, max(tx.plan.Buffers, 1))
 	byLabel := map[string][]*allocation{}
 	for _, a := range mine {
 		byLabel[a.label] = append(byLabel[a.label], a)
@@ -460,7 +369,7 @@ func (tx *allocTx) installLocked(c *Client, mine []*allocation) *ArrayResponse {
 			}
 		}
 	}
-	resp.ChunkedShapes = tx.plan.ChunkedShapes[c.String()]
+	resp.shapes = tx.plan.shapes[c]
 	return resp
 }
 
@@ -524,4 +433,134 @@ func (m *Manager) allocAll(todo []pending, s device.Stream, b *groupBudget) (mad
 		return nil, i, beyond, err
 	}
 	return made, 0, 0, nil
+}
+
+// linkGroup lets each response of one Allocate reach the others
+// (ArrayResponse.Member).
+func linkGroup(out []delivery) {
+	group := make([]*ArrayResponse, len(out))
+	for i, d := range out {
+		group[i] = d.resp
+	}
+	for _, r := range group {
+		r.group = group
+	}
+}
+
+// pending is one array to allocate.
+type pending struct {
+	c     *Client
+	label string
+	req   ArrayRequest
+	shape []int
+}
+
+func byID(a, b *Client) int { return cmp.Compare(a.id, b.id) }
+
+func newResponse(c *Client, plan ChunkPlan, buffers int) *ArrayResponse {
+	r := &ArrayResponse{Client: c, Buffers: make([]ArraySet, buffers), Plan: plan}
+	for b := range r.Buffers {
+		r.Buffers[b] = ArraySet{Device: map[string]*DeviceArray{}, Host: map[string]*HostArray{}}
+	}
+	return r
+}
+
+// pendingOf lists the arrays plan allocates for the requesters' queues
+// q, in client id and label order, each chunkable one once per buffer.
+func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan groupPlan) []pending {
+	n := 0
+	for _, c := range requesters {
+		n += len(q[c]) * max(plan.Buffers, 1)
+	}
+	todo := make([]pending, 0, n)
+	labels := make([]string, 0, 8)
+	for _, c := range requesters {
+		shapes := plan.shapes[c]
+		labels = labels[:0]
+		for l := range q[c] {
+			labels = append(labels, l)
+		}
+		slices.Sort(labels)
+		for _, l := range labels {
+			r := q[c][l]
+			nb := 1
+			if r.Chunkable() {
+				nb = plan.Buffers
+			}
+			for range nb {
+				todo = append(todo, pending{c: c, label: l, req: r, shape: shapes[l]})
+			}
+		}
+	}
+	return todo
+}
+
+// allocOne allocates one array. allocMu must be held.
+func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation, error) {
+	shape := slices.Clone(p.shape)
+	n, _ := elements(shape)
+	bytes := n * p.req.DType.Size()
+	a := &allocation{label: p.label}
+	switch p.req.Memory {
+	case Device:
+		// A batch's arrays live long: no shared segment is grown for
+		// them, so they take from the device what the allocator states.
+		ptr, err := alloc.AllocExact(m.al, bytes, s)
+		if err != nil {
+			return nil, err
+		}
+		a.dev = &DeviceArray{ptr: ptr, shape: shape, dtype: p.req.DType, memory: Device, label: p.label, owner: p.c}
+		a.dev.setLast(s)
+		a.charged = roundUp(bytes, gran)
+	default:
+		h, err := m.newHost(shape, p.req.DType, p.req.Memory, p.label, s)
+		if err != nil {
+			return nil, err
+		}
+		a.host = h
+		if p.req.Memory == Mapped {
+			a.dev = &DeviceArray{ptr: h.devPtr, shape: shape, dtype: p.req.DType, memory: Mapped, label: p.label, owner: p.c}
+		}
+	}
+	return a, nil
+}
+
+func fmtShape(d DType, shape []int) string { return fmt.Sprintf("%v%v", d, shape) }
+
+// rebroadcast answers an Allocate of group with nothing queued: ok
+// false when the group has requests queued (allocate them), else every
+// member's response with the group's last plan and no arrays, their
+// OnAllocated calls queued, or ErrNothingQueued when there is no plan.
+// The group lock must be held (so no allocation of the group runs
+// meanwhile).
+func (m *Manager) rebroadcast(trigger *Client, group string) (res groupOutcome, ok bool, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(trigger); err != nil {
+		return groupOutcome{}, true, err
+	}
+	g := m.reg.groups[group]
+	if g != nil && len(g.queue) > 0 {
+		return groupOutcome{}, false, nil
+	}
+	if g == nil || !g.planned {
+		return groupOutcome{}, true, fmt.Errorf("allocate for %v: group %q has no requests queued and no plan yet to send again (queue requests with Client.Queue first; cubie's allocate_queue does nothing here): %w",
+			trigger, group, ErrNothingQueued)
+	}
+	members := m.reg.members(group)
+	res.out = make([]delivery, 0, len(members))
+	res.calls = make([]*hookCall, len(members))
+	for i, c := range members {
+		resp := newResponse(c, g.plan, 1)
+		resp.shapes = map[string][]int{}
+		res.out = append(res.out, delivery{c: c, resp: resp})
+		if c == trigger {
+			res.mine = resp
+		}
+		if c.onAllocated != nil {
+			on := c.onAllocated
+			res.calls[i] = c.postLocked(func() { on(resp) }, false)
+		}
+	}
+	return res, true, nil
 }

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/safecopy"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -258,11 +259,11 @@ const maxGoAlloc = 1<<(31+16*(^uint(0)>>63)) - 1<<20
 
 // pageableLimit is the most bytes one pageable host array may have:
 // what the Go runtime can allocate in one piece, and no more than the
-// host's memory and swap where they are known (hostMemory), since a
+// host's memory and swap where they are known (meminfo.RAMAndSwap), since a
 // larger one would end the process, not fail.
 func pageableLimit() uint64 {
 	limit := uint64(maxGoAlloc)
-	if h := hostMemory(); h > 0 {
+	if h := meminfo.RAMAndSwap(); h > 0 {
 		limit = min(limit, h)
 	}
 	return limit
@@ -452,7 +453,7 @@ func (h *HostArray) CopyChunkTo(full *HostArray, sp Span) error {
 // full-length full: into chunk when toChunk, else back.
 func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 	if chunk == nil || full == nil {
-		return fmt.Errorf("vram: host chunk copy: a nil host array: %w", device.ErrInvalidValue)
+		return fmt.Errorf("host chunk copy: a nil host array: %w", device.ErrInvalidValue)
 	}
 	chunk.use.RLock()
 	defer chunk.use.RUnlock()
@@ -462,15 +463,15 @@ func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 	}
 	switch {
 	case chunk.Freed():
-		return fmt.Errorf("vram: host chunk copy: %w", chunk.freedErr())
+		return fmt.Errorf("host chunk copy: %w", chunk.freedErr())
 	case full.Freed():
-		return fmt.Errorf("vram: host chunk copy: %w", full.freedErr())
+		return fmt.Errorf("host chunk copy: %w", full.freedErr())
 	case chunk.dtype != full.dtype:
-		return fmt.Errorf("vram: host chunk copy: %v and %v: give both one dtype: %w", chunk, full, ErrMismatch)
+		return fmt.Errorf("host chunk copy: %v and %v: give both one dtype: %w", chunk, full, ErrMismatch)
 	}
 	cc, err := planChunkCopy(full.shape, chunk.shape, full.dtype.Size(), sp)
 	if err != nil {
-		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
+		return fmt.Errorf("host chunk copy: %v and %v: %w", full, chunk, err)
 	}
 	// A file-backed array whose file shrank (or whose disk filled)
 	// faults: an error wrapping ErrHostFault, not the end of the process.
@@ -486,7 +487,7 @@ func copyHostChunk(chunk, full *HostArray, sp Span, toChunk bool) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("vram: host chunk copy: %v and %v: %w", full, chunk, err)
+		return fmt.Errorf("host chunk copy: %v and %v: %w", full, chunk, err)
 	}
 	return nil
 }

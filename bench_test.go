@@ -103,14 +103,15 @@ func BenchmarkPlanGroup(b *testing.B) {
 		return budgetOf(2*units.GiB, pageCoster{512, 2 * units.MiB, units.MiB}, 512)
 	}
 	gb := budget()
-	p, err := planGroup(reqs, &gb, opts)
+	clients := byClient(reqs)
+	p, err := planGroup(clients, &gb, opts)
 	if first, _ := Plan(reqs, 2*units.GiB, opts); err != nil || p.Chunks <= first.Chunks {
 		b.Fatalf("plan: %d chunks (Plan alone %d), %v", p.Chunks, first.Chunks, err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
 		gb := budget()
-		if _, err := planGroup(reqs, &gb, opts); err != nil {
+		if _, err := planGroup(clients, &gb, opts); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,27 +1,51 @@
 package vram
 
-// The budget Allocate plans a group with.
+// The budget Allocate plans a group with: its rules, stated here once.
 //
-// Plan counts each array's bytes rounded to the allocator's granularity,
-// which is what the allocator charges (and what a cap, WithCap or an
-// alloc.Limit, and the Active caps count). The device may take more: it
-// hands memory out in pages (2 MiB on current drivers and on the
-// simulator), and an allocator that rounds finer than a page (the Pool
-// and the AsyncPool round to 512 B) gets that memory as segments of whole
-// pages. The allocator states what a set of arrays takes from the device
-// (alloc.Coster; see alloc/cost.go), and the plan is made once against
-// that cost: the fewest chunks whose arrays the allocator says fit the
-// device's free memory and whose charged bytes fit the caps.
+// A group may take at most:
 //
-// An allocator that does not state its cost (a wrapper that does not
-// forward alloc.Coster) is taken to give every array a segment of its
+//   - of the device, its free memory plus what the arrays being replaced
+//     take, as the allocator states what the arrays take from the device
+//     (alloc.Coster; alloc/cost.go). The device hands memory out in pages
+//     (2 MiB on current drivers and on the simulator), and an allocator
+//     that rounds finer (the Pool and the AsyncPool round to 512 B) gets
+//     it as segments of whole pages: an array above the Pool's
+//     small-request size (1 MiB) may cost its bytes rounded up to a page,
+//     and the small ones share pages (alloc.PageCost). The allocator's
+//     cache is not counted free: it is trimmed, and the plan made again,
+//     only when the plan fails for want of memory or has more chunks than
+//     the cache given back would leave (trim.go; the trim waits no longer
+//     than Allocate's context);
+//   - in Active mode, the sum of the members' caps less what they hold,
+//     and for each requester its own cap less what it holds (below), in
+//     the bytes the allocator charges (each array rounded to its
+//     granularity, 512 B for the Pool), the arrays being replaced counted
+//     free;
+//   - under a cap (WithCap, SetCap, or an alloc.Limit in the WithWrap
+//     chain), the room it leaves (alloc.Coster's Room), in charged bytes,
+//     less what SetCap put the arrays over it;
+//   - less, of the device, what other groups claim back from busy groups
+//     (replan.go).
+//
+// The plan is made once against these, with the fewest chunks whose
+// arrays fit all of them (Plan with PlanOptions.Cost), and the arrays are
+// allocated with alloc.AllocExact, so the Pool takes no more than it
+// stated. An allocator that does not state its cost (a wrapper that does
+// not forward alloc.Coster) is taken to give every array a segment of its
 // own, its bytes rounded up to a page; should it still run the device out
 // (its growth policy hidden behind the wrapper), allocateGroup gives the
-// arrays back and plans again with what it took kept back.
+// arrays back and plans again with what it took kept back, up to three
+// times. Allocations of all groups are serialized from reading the free
+// memory to the last allocation (planMu), so two groups never plan
+// against the same free memory. A refusal names each figure
+// (groupBudget.String) and what would raise the one that binds (advice).
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/vramkit/vram/alloc"
@@ -53,9 +77,9 @@ type groupBudget struct {
 	// replaced give back only what exceeds this.
 	over uint64
 
-	// own is, in Active mode, each requester's own room by client name
-	// (owncaps.go); nil in Passive mode.
-	own map[string]ownRoom
+	// own is, in Active mode, each requester's own room
+	// (below); nil in Passive mode.
+	own map[*Client]ownRoom
 
 	// lost is device memory an allocator that does not state its cost
 	// took beyond it in earlier tries of this allocation, kept back.
@@ -260,14 +284,14 @@ func (b *groupBudget) advice() string {
 
 // planSizes lists the bytes (unrounded) of the device arrays plan
 // allocates for reqs: each chunkable one once per buffer.
-func planSizes(reqs map[string]map[string]ArrayRequest, plan ChunkPlan) []uint64 {
+func planSizes(reqs map[*Client]map[string]ArrayRequest, plan groupPlan) []uint64 {
 	var sizes []uint64
 	for client, labels := range reqs {
 		for label, r := range labels {
 			if !r.Memory.OnDevice() {
 				continue
 			}
-			n, _ := elements(plan.ChunkedShapes[client][label])
+			n, _ := elements(plan.shapes[client][label])
 			copies := 1
 			if r.Chunkable() {
 				copies = max(plan.Buffers, 1)
@@ -294,13 +318,26 @@ func (b *groupBudget) fitsBeside(plan ChunkPlan) bool {
 	return b.planDevice <= d && (!b.capped || plan.BytesPerChunk <= b.room)
 }
 
+// groupPlan is a group's plan and each requester's shapes, by client
+// (the plan's ChunkedShapes has them by name, for its readers).
+type groupPlan struct {
+	ChunkPlan
+	shapes map[*Client]map[string][]int
+}
+
+// planGroupOnce plans reqs as Plan does, keeping the shapes by client.
+func planGroupOnce(reqs map[*Client]map[string]ArrayRequest, budget uint64, opts PlanOptions) (groupPlan, error) {
+	p, shapes, err := planClients(reqs, budget, opts)
+	return groupPlan{p, shapes}, err
+}
+
 // planGroup plans reqs within b, once: with the allocator's stated cost
 // bounded by the device's memory and the charged bytes by the caps (see
 // planCost). On an error, b holds the budget it was made against, for
 // the message.
-func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts PlanOptions) (ChunkPlan, error) {
+func planGroup(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opts PlanOptions) (groupPlan, error) {
 	b.budget, opts.Cost = b.planCost()
-	p, err := Plan(reqs, b.budget, opts)
+	p, err := planGroupOnce(reqs, b.budget, opts)
 	if err == nil {
 		p, err = withinOwnCaps(reqs, b, opts, p)
 	}
@@ -310,4 +347,181 @@ func planGroup(reqs map[string]map[string]ArrayRequest, b *groupBudget, opts Pla
 	b.planDevice = b.cost(planSizes(reqs, p))
 	b.planReserve = b.planDevice - min(b.planDevice, p.BytesPerChunk)
 	return p, nil
+}
+
+// planBudget reads the budget and plans the group once.
+func (tx *allocTx) planBudget() error {
+	if err := tx.m.readBudget(&tx.gb); err != nil {
+		return fmt.Errorf("allocate group %q: %w", tx.group, err)
+	}
+	plan, err := planGroup(tx.q, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers, more: tx.gb.advice})
+	if err == nil {
+		tx.plan = plan
+		return nil
+	}
+	var pe *PlanError
+	if !errors.As(err, &pe) && !errors.Is(err, ErrRunTooLarge) && !errors.Is(err, ErrOutOfMemory) {
+		return fmt.Errorf("allocate group %q: %w", tx.group, err) // the requests themselves
+	}
+	return fmt.Errorf("allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
+}
+
+// readBudget reads the device's free memory (the allocator's cache is
+// not counted: a cached block may be too fragmented to serve, and
+// trimming waits for other streams' work; see trim.go), the allocator's
+// statement of costs and the room its caps leave, then what the arrays
+// being replaced and the group hold. allocMu must be held.
+func (m *Manager) readBudget(b *groupBudget) error {
+	free, _, err := m.dev.MemInfo()
+	if err != nil {
+		return fmt.Errorf("read device memory: %w", err)
+	}
+	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
+	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
+	if c, ok := m.al.(alloc.Coster); ok {
+		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
+		if b.room = c.Room(); b.room < math.MaxUint64 {
+			b.capped = true
+		}
+	}
+	b.over = 0
+	if lim := m.capLim; lim != nil {
+		if capBytes, used := lim.Cap(), lim.Used(); used > capBytes {
+			b.over = used - capBytes // SetCap lowered the cap below the arrays
+		}
+	}
+	m.mu.Lock()
+	m.heldLocked(b)
+	m.mu.Unlock()
+	return nil
+}
+
+// heldLocked reads into b what the arrays being replaced take, and in
+// Active mode the group's caps and what its members hold. It is read
+// after the free memory and the cap's room: an array freed meanwhile
+// (Client.Free) is then left out of one figure or both, never counted in
+// both. m.mu must be held.
+func (m *Manager) heldLocked(b *groupBudget) {
+	b.replaced, b.caps, b.held = 0, 0, 0
+	b.claimed = m.claimedLocked(b.group)
+	for _, c := range b.requesters {
+		if !c.closed {
+			b.replaced += c.replacedLocked(b.queue[c])
+		}
+	}
+	if b.mode == Active {
+		for _, c := range m.reg.members(b.group) {
+			b.caps += m.capLocked(c)
+			b.held += c.held
+		}
+	}
+	m.ownRoomLocked(b)
+}
+
+// Each member's own cap, in the Active limit mode.
+//
+// A group's budget in Active mode is the sum of its members' caps less
+// what they hold (above); on top of it each requester's arrays must
+// fit its own cap less what it holds beyond the arrays being replaced,
+// in the bytes the allocator charges. Each requester is planned alone
+// within its own room, with the group's buffers in flight once the group
+// is chunked; the shortest chunk any of them needs bounds the group's
+// chunk length (PlanOptions.MaxChunkLength), so the group takes the
+// largest chunk count of theirs. (cubie bounds the group's sum only.)
+
+// ownRoomLocked reads into b each requester's own room: its cap less what
+// it holds beyond the arrays being replaced (Active mode only). m.mu must
+// be held.
+func (m *Manager) ownRoomLocked(b *groupBudget) {
+	b.own = nil
+	if b.mode != Active {
+		return
+	}
+	b.own = make(map[*Client]ownRoom, len(b.requesters))
+	for _, c := range b.requesters {
+		if c.closed {
+			continue
+		}
+		held := c.held - min(c.held, c.replacedLocked(b.queue[c]))
+		cp := m.capLocked(c)
+		b.own[c] = ownRoom{cap: cp, held: held, room: cp - min(cp, held)}
+	}
+}
+
+// ownRoom is one requester's cap, what it holds beyond the arrays being
+// replaced, and what that leaves (allocator bytes).
+type ownRoom struct{ cap, held, room uint64 }
+
+// replacedLocked is what c's arrays under the labels of reqs take, as
+// charged: the arrays an allocation of reqs replaces. m.mu must be held.
+func (c *Client) replacedLocked(reqs map[string]ArrayRequest) uint64 {
+	var n uint64
+	for l := range reqs {
+		for _, a := range c.arrays[l] {
+			n += a.charged
+		}
+	}
+	return n
+}
+
+// withinOwnCaps returns p, the group's plan, or the plan made again with
+// a chunk length short enough for every requester's arrays to fit its
+// own room (b.own); an error when one's arrays cannot, however chunked.
+func withinOwnCaps(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opts PlanOptions, p groupPlan) (groupPlan, error) {
+	if b.own == nil {
+		return p, nil
+	}
+	clients := slices.SortedFunc(maps.Keys(reqs), byID)
+	for range 3 { // the bound only falls; twice settles it (once the group is chunked, with its buffers)
+		bound := 0
+		for _, c := range clients {
+			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers, more: opts.more}
+			if p.Chunks > 1 {
+				o.MaxChunkLength = p.ChunkLength // chunked as the group is, with its buffers
+			}
+			r, ok := b.own[c]
+			if !ok {
+				continue // closed meanwhile: its arrays are freed at install
+			}
+			q, _, err := planOwners([]planOwner{{name: c.String(), reqs: reqs[c]}}, r.room, o)
+			if err != nil {
+				return p, fmt.Errorf("%v's arrays do not fit its own cap in the Active limit mode (%s, %s of it held besides the arrays being replaced; raise its proportion, free what it holds, or use the Passive mode): %w",
+					c, units.Format(r.cap), units.Format(r.held), err)
+			}
+			if q.Chunks > 1 && q.ChunkLength < p.ChunkLength && (bound == 0 || q.ChunkLength < bound) {
+				bound = q.ChunkLength
+			}
+		}
+		if bound == 0 {
+			return p, nil
+		}
+		opts.MaxChunkLength = bound
+		next, err := planGroupOnce(reqs, b.budget, opts)
+		if err != nil {
+			return p, err
+		}
+		p = next
+	}
+	return p, nil
+}
+
+// granularityOf is the rounding unit the planner counts bytes in for a:
+// its granularity, or DefaultGranularity.
+func granularityOf(a alloc.Allocator) uint64 {
+	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
+		return g.Granularity()
+	}
+	return DefaultGranularity
+}
+
+// claimedLocked is the device memory other groups than group have claimed
+// back from busy groups. m.mu must be held.
+func (m *Manager) claimedLocked(group string) uint64 {
+	var sum uint64
+	for name, g := range m.reg.groups {
+		if name != group {
+			sum = satAdd(sum, g.claim)
+		}
+	}
+	return sum
 }

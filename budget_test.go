@@ -88,7 +88,7 @@ func TestAllocateFitsTheDevice(t *testing.T) {
 					outcomes["nothing queued"]++
 				case err != nil:
 					t.Fatal(err)
-				case resp.Chunks > 1:
+				case resp.Plan.Chunks > 1:
 					outcomes["chunked"]++
 				default:
 					outcomes["one chunk"]++
@@ -409,11 +409,11 @@ func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.replans.Load() != tc.replans || resp.Chunks != tc.chunk {
-				t.Errorf("planned again %d times, %d chunks; want %d, %d", m.replans.Load(), resp.Chunks, tc.replans, tc.chunk)
+			if m.replans.Load() != tc.replans || resp.Plan.Chunks != tc.chunk {
+				t.Errorf("planned again %d times, %d chunks; want %d, %d", m.replans.Load(), resp.Plan.Chunks, tc.replans, tc.chunk)
 			}
-			if len(resp.Arrays) != 5 || c.Held() != resp.Plan.BytesPerChunk {
-				t.Errorf("%d arrays, %d bytes held, plan %d", len(resp.Arrays), c.Held(), resp.Plan.BytesPerChunk)
+			if len(resp.Arrays()) != 5 || c.Held() != resp.Plan.BytesPerChunk {
+				t.Errorf("%d arrays, %d bytes held, plan %d", len(resp.Arrays()), c.Held(), resp.Plan.BytesPerChunk)
 			}
 		})
 	}
@@ -440,8 +440,8 @@ func TestPassiveGroupsPlanInTurn(t *testing.T) {
 		if ea != nil || eb != nil {
 			t.Fatalf("a: %v; b: %v", ea, eb)
 		}
-		if sum := ra.Plan.BytesPerChunk + rb.Plan.BytesPerChunk; sum > 64*MiB || ra.Chunks+rb.Chunks != 3 {
-			t.Fatalf("the groups planned %s together, %d and %d chunks", units.Format(sum), ra.Chunks, rb.Chunks)
+		if sum := ra.Plan.BytesPerChunk + rb.Plan.BytesPerChunk; sum > 64*MiB || ra.Plan.Chunks+rb.Plan.Chunks != 3 {
+			t.Fatalf("the groups planned %s together, %d and %d chunks", units.Format(sum), ra.Plan.Chunks, rb.Plan.Chunks)
 		}
 		if err := m.FreeAll(); err != nil {
 			t.Fatal(err)
@@ -478,7 +478,7 @@ func refSizesAt(reqs map[string]map[string]ArrayRequest, l, bufs int) []uint64 {
 // fits.
 func checkPlanGroup(t *testing.T, reqs map[string]map[string]ArrayRequest, b groupBudget, opts PlanOptions) (outcome string) {
 	t.Helper()
-	p, err := planGroup(reqs, &b, opts)
+	p, err := planGroup(byClient(reqs), &b, opts)
 	counted := min(b.capRoom(), b.limRoom())
 	k := max(opts.Buffers, 1)
 	fits := func(l, bufs int) bool {
@@ -677,7 +677,7 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := budgetOf(2*MiB-512, pageCoster{512, 2 * MiB, MiB}, 512)
-			_, err := planGroup(reqs, &b, PlanOptions{Granularity: 512, Buffers: tc.buffers})
+			_, err := planGroup(byClient(reqs), &b, PlanOptions{Granularity: 512, Buffers: tc.buffers})
 			if !errors.Is(err, tc.is) {
 				t.Fatalf("got %v, want %v", err, tc.is)
 			}
@@ -705,8 +705,8 @@ func TestWithCapBoundsThePlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.Chunks < 3 || c.Held() > 8*MiB {
-				t.Errorf("%d chunks, %s held; want at least 3 chunks within the cap of 8 MiB", resp.Chunks, units.Format(c.Held()))
+			if resp.Plan.Chunks < 3 || c.Held() > 8*MiB {
+				t.Errorf("%d chunks, %s held; want at least 3 chunks within the cap of 8 MiB", resp.Plan.Chunks, units.Format(c.Held()))
 			}
 			if _, ok := m.Allocator().(*alloc.Limit); !ok {
 				t.Errorf("the allocator is a %T, not capped by a Limit", m.Allocator())

@@ -68,7 +68,7 @@ func TestAllocateCancelled(t *testing.T) {
 			case "":
 				cancel()
 			case "group":
-				l := m.groupLock("g")
+				_, l, _ := m.groupLock(c)
 				l <- struct{}{}
 				defer func() { <-l }()
 				time.AfterFunc(10*time.Millisecond, cancel)
@@ -99,7 +99,7 @@ func TestAllocateCancelled(t *testing.T) {
 				return // the locks are held until the test ends
 			}
 			// Nothing is left locked: the next Allocate goes through.
-			if resp, err := c.Allocate(context.Background()); err != nil || resp.Arrays["y"] == nil {
+			if resp, err := c.Allocate(context.Background()); err != nil || resp.Arrays()["y"] == nil {
 				t.Errorf("Allocate after the cancelled one = %v, %v", resp, err)
 			}
 		})
@@ -204,7 +204,7 @@ func TestCopyCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := resp.Arrays["x"]
+	d := resp.Arrays()["x"]
 	h, err := m.NewHostArray([]int{8}, Float32, Pinned, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -13,10 +13,12 @@ package vram
 // without touching the other clients.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
 )
@@ -78,7 +80,7 @@ type Client struct {
 
 	// Protected by m.mu:
 	slot         int     // index in the registry's slots
-	gprev, gnext *Client // neighbours in the group's member list
+	gprev, gnext *Client // neighbours in the group's member list (group.head)
 	closed       bool
 	prop         uint64                   // manual proportion in share.Unit; 0 in the auto pool
 	group        string                   // stream group name
@@ -216,14 +218,8 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	m.removeLocked(c)
+	m.leftLocked(m.reg.remove(c)) // and what c queued
 	m.pools.Leave(c.prop)
-	if q := m.queues[c.group]; q != nil {
-		delete(q, c)
-		if len(q) == 0 {
-			delete(m.queues, c.group)
-		}
-	}
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()
 	defer m.allocMu.RUnlock()
@@ -291,7 +287,7 @@ func (c *Client) takeAllLocked() []*allocation {
 func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	units, err := share.ToUnits(o.Proportion, true)
 	if err != nil {
-		return nil, fmt.Errorf("vram: register %q: %w", o.Name, err)
+		return nil, fmt.Errorf("register %q: %w", o.Name, err)
 	}
 	group := o.Group
 	if group == "" {
@@ -322,7 +318,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	warn, err := m.pools.Join(units)
 	m.mu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
 	if err := m.groups.Add(c.id, group); err != nil {
 		m.mu.Lock()
@@ -333,7 +329,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		if errors.Is(err, streams.ErrClosed) {
 			return nil, closedErr("register") // closed meanwhile
 		}
-		return nil, fmt.Errorf("vram: register %v: %w", c, err)
+		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -359,7 +355,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	}
 	units, err := share.ToUnits(p, !toManual)
 	if err != nil {
-		return fmt.Errorf("vram: %v: %w", c, err)
+		return fmt.Errorf("%v: %w", c, err)
 	}
 	m.mu.Lock()
 	if err := m.checkLocked(c); err != nil {
@@ -374,7 +370,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	warn, err := m.pools.Move(c.prop, units)
 	if err != nil {
 		m.mu.Unlock()
-		return fmt.Errorf("vram: %v: %w", c, err)
+		return fmt.Errorf("%v: %w", c, err)
 	}
 	c.prop = units
 	m.mu.Unlock()
@@ -436,4 +432,94 @@ func (m *Manager) Clients() []*Client {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.reg.all()
+}
+
+// MinAutoPool is the smallest proportion of device memory the auto pool
+// may be left with while it has clients.
+const MinAutoPool = share.MinAutoPool
+
+// Sync waits for the work enqueued on c's stream and returns its first
+// error. When ctx is done first it returns at once an error wrapping
+// ctx.Err(); the work goes on, and the wait is abandoned, not undone:
+// until the stream reaches the end of that work, SetAllocator,
+// ReinitStreams and the manager's Close wait for it as they wait for a
+// Sync in progress.
+func (c *Client) Sync(ctx context.Context) error {
+	m := c.m
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sync %v: %w", c, err)
+	}
+	m.allocMu.RLock()
+	s, err := m.stream(c)
+	if err != nil {
+		m.allocMu.RUnlock()
+		return err
+	}
+	if ctx.Done() == nil { // never cancelled: wait here
+		defer m.allocMu.RUnlock()
+		return s.Synchronize()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer m.allocMu.RUnlock()
+		done <- s.Synchronize()
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("sync %v: %w", c, ctx.Err())
+	}
+}
+
+// Stream returns the stream of c's group, on which its arrays are
+// allocated and copied: launch its kernels there. SetAllocator and
+// ReinitStreams replace (and close) every group's stream, so ask again
+// after an OnInvalidate.
+func (c *Client) Stream() (device.Stream, error) { return c.m.stream(c) }
+
+// stream is Client.Stream.
+func (m *Manager) stream(c *Client) (device.Stream, error) {
+	if err := m.check(c); err != nil {
+		return nil, err
+	}
+	s, err := m.groups.Stream(c.id)
+	if err != nil {
+		return nil, fmt.Errorf("stream of %v: %w", c, err)
+	}
+	return s, nil
+}
+
+// check returns ErrClosed/ErrUnknownClient for a client that cannot be
+// used.
+func (m *Manager) check(c *Client) error {
+	if c == nil || c.m != m {
+		return foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.checkLocked(c)
+}
+
+func (m *Manager) checkLocked(c *Client) error {
+	if m.closed {
+		return closedErr("use a client")
+	}
+	if c.closed {
+		return fmt.Errorf("client %v is closed; register a new client: %w", c, ErrClosed)
+	}
+	return nil
+}
+
+// closedErr is the error of op on a closed manager.
+func closedErr(op string) error {
+	return fmt.Errorf("%s: the manager is closed; make a new one with New: %w", op, ErrClosed)
+}
+
+// foreign is the error for a client handle this manager did not make.
+func foreign(c *Client) error {
+	if c == nil {
+		return fmt.Errorf("nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
+	}
+	return fmt.Errorf("client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
 }

@@ -147,20 +147,20 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 		return err
 	}
 	count("allocated")
-	if resp.Chunks > 1 {
+	if resp.Plan.Chunks > 1 {
 		count("chunked")
 	}
-	x := resp.Arrays["x"]
+	x := resp.Arrays()["x"]
 	if x == nil {
 		count("notary")
 		return nil
 	}
-	host, err := m.NewHostArray([]int{2, resp.TotalRuns}, Float32, Pinned, nil)
+	host, err := m.NewHostArray([]int{2, resp.Plan.TotalRuns}, Float32, Pinned, nil)
 	if err != nil {
 		return err
 	}
 	defer host.Free()
-	for ch := range resp.Chunks {
+	for ch := range resp.Plan.Chunks {
 		sp, err := resp.Span(ch, 1)
 		if err != nil {
 			return err

@@ -41,7 +41,7 @@ type Span struct {
 // done); that wait cannot be abandoned.
 func (c *Client) ToDevice(ctx context.Context, dst *DeviceArray, src *HostArray) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("vram: to device for %v: %w", c, err)
+		return fmt.Errorf("to device for %v: %w", c, err)
 	}
 	return c.m.toDevice(c, dst, src)
 }
@@ -52,7 +52,7 @@ func (c *Client) ToDevice(ctx context.Context, dst *DeviceArray, src *HostArray)
 // c.Sync. ctx as for ToDevice.
 func (c *Client) FromDevice(ctx context.Context, dst *HostArray, src *DeviceArray) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("vram: from device for %v: %w", c, err)
+		return fmt.Errorf("from device for %v: %w", c, err)
 	}
 	return c.m.fromDevice(c, dst, src)
 }
@@ -70,7 +70,7 @@ func (c *Client) FromDevice(ctx context.Context, dst *HostArray, src *DeviceArra
 // until c.Sync. ctx as for ToDevice.
 func (c *Client) ToDeviceChunk(ctx context.Context, dst *DeviceArray, src *HostArray, sp Span) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("vram: to device chunk for %v: %w", c, err)
+		return fmt.Errorf("to device chunk for %v: %w", c, err)
 	}
 	return c.m.toDeviceChunk(c, dst, src, sp)
 }
@@ -82,7 +82,7 @@ func (c *Client) ToDeviceChunk(ctx context.Context, dst *DeviceArray, src *HostA
 // ToDevice.
 func (c *Client) FromDeviceChunk(ctx context.Context, dst *HostArray, src *DeviceArray, sp Span) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("vram: from device chunk for %v: %w", c, err)
+		return fmt.Errorf("from device chunk for %v: %w", c, err)
 	}
 	return c.m.fromDeviceChunk(c, dst, src, sp)
 }
@@ -91,14 +91,14 @@ func (c *Client) FromDeviceChunk(ctx context.Context, dst *HostArray, src *Devic
 func (m *Manager) toDevice(c *Client, dst *DeviceArray, src *HostArray) error {
 	s, done, err := m.copyCheck(c, dst, src)
 	if err != nil {
-		return fmt.Errorf("vram: to device: %w", err)
+		return fmt.Errorf("to device: %w", err)
 	}
 	defer done()
 	if !slices.Equal(dst.shape, src.shape) {
-		return fmt.Errorf("vram: to device: %v into %v: the shapes differ; give both the same shape, or copy one chunk with ToDeviceChunk: %w", src, dst, ErrMismatch)
+		return fmt.Errorf("to device: %v into %v: the shapes differ; give both the same shape, or copy one chunk with ToDeviceChunk: %w", src, dst, ErrMismatch)
 	}
 	if err := m.dev.CopyHtoD(dst.ptr, src.data, s); err != nil {
-		return fmt.Errorf("vram: to device: %v into %v: %w", src, dst, err)
+		return fmt.Errorf("to device: %v into %v: %w", src, dst, err)
 	}
 	return nil
 }
@@ -107,14 +107,14 @@ func (m *Manager) toDevice(c *Client, dst *DeviceArray, src *HostArray) error {
 func (m *Manager) fromDevice(c *Client, dst *HostArray, src *DeviceArray) error {
 	s, done, err := m.copyCheck(c, src, dst)
 	if err != nil {
-		return fmt.Errorf("vram: from device: %w", err)
+		return fmt.Errorf("from device: %w", err)
 	}
 	defer done()
 	if !slices.Equal(dst.shape, src.shape) {
-		return fmt.Errorf("vram: from device: %v into %v: the shapes differ; give both the same shape, or copy one chunk with FromDeviceChunk: %w", src, dst, ErrMismatch)
+		return fmt.Errorf("from device: %v into %v: the shapes differ; give both the same shape, or copy one chunk with FromDeviceChunk: %w", src, dst, ErrMismatch)
 	}
 	if err := m.dev.CopyDtoH(dst.data, src.ptr, s); err != nil {
-		return fmt.Errorf("vram: from device: %v into %v: %w", src, dst, err)
+		return fmt.Errorf("from device: %v into %v: %w", src, dst, err)
 	}
 	return nil
 }
@@ -123,15 +123,15 @@ func (m *Manager) fromDevice(c *Client, dst *HostArray, src *DeviceArray) error 
 func (m *Manager) toDeviceChunk(c *Client, dst *DeviceArray, src *HostArray, sp Span) error {
 	s, done, err := m.copyCheck(c, dst, src)
 	if err != nil {
-		return fmt.Errorf("vram: to device chunk: %w", err)
+		return fmt.Errorf("to device chunk: %w", err)
 	}
 	defer done()
 	cc, err := planChunkCopy(src.shape, dst.shape, dst.dtype.Size(), sp)
 	if err != nil {
-		return fmt.Errorf("vram: to device chunk: %v into %v: %w", src, dst, err)
+		return fmt.Errorf("to device chunk: %v into %v: %w", src, dst, err)
 	}
 	if err := m.copyChunk(true, dst.ptr, src.data, cc, s); err != nil {
-		return fmt.Errorf("vram: to device chunk: runs %d..%d of %v into %v: %w",
+		return fmt.Errorf("to device chunk: runs %d..%d of %v into %v: %w",
 			sp.Start, sp.Start+sp.Len, src, dst, err)
 	}
 	return nil
@@ -141,15 +141,15 @@ func (m *Manager) toDeviceChunk(c *Client, dst *DeviceArray, src *HostArray, sp 
 func (m *Manager) fromDeviceChunk(c *Client, dst *HostArray, src *DeviceArray, sp Span) error {
 	s, done, err := m.copyCheck(c, src, dst)
 	if err != nil {
-		return fmt.Errorf("vram: from device chunk: %w", err)
+		return fmt.Errorf("from device chunk: %w", err)
 	}
 	defer done()
 	cc, err := planChunkCopy(dst.shape, src.shape, src.dtype.Size(), sp)
 	if err != nil {
-		return fmt.Errorf("vram: from device chunk: %v into %v: %w", src, dst, err)
+		return fmt.Errorf("from device chunk: %v into %v: %w", src, dst, err)
 	}
 	if err := m.copyChunk(false, src.ptr, dst.data, cc, s); err != nil {
-		return fmt.Errorf("vram: from device chunk: runs %d..%d of %v into %v: %w",
+		return fmt.Errorf("from device chunk: runs %d..%d of %v into %v: %w",
 			sp.Start, sp.Start+sp.Len, src, dst, err)
 	}
 	return nil

@@ -20,7 +20,7 @@ func TestCopyOfAnotherGroupsArray(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := resp.Arrays["x"]
+	x := resp.Arrays()["x"]
 	h, err := m.NewHostArray([]int{1024}, Float32, Pinned, nil)
 	must(t, err)
 	defer h.Free()

@@ -129,7 +129,7 @@ func TestChunkCopies(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d := resp.Arrays["d"]
+				d := resp.Arrays()["d"]
 				src, _ := m.NewHostArray(tc.shape, Float32, Pinned, nil)
 				defer src.Free()
 				fillSeq(src)
@@ -200,14 +200,14 @@ func TestStridedChunkIsOneDeviceCopy(t *testing.T) {
 	h, _ := m.NewHostArray([]int{3, 10}, Float32, Pageable, nil)
 	sp := Span{Axis: 1, Start: 2, Len: 4}
 	dev.Faults().FailCopyAt(2)
-	if err := c.ToDeviceChunk(context.Background(), resp.Arrays["d"], h, sp); err != nil {
+	if err := c.ToDeviceChunk(context.Background(), resp.Arrays()["d"], h, sp); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Sync(context.Background()); err != nil || dev.Faults().Fired() != 0 {
 		t.Fatalf("the second copy failed (%v, %d fired): the chunk took more than one", err, dev.Faults().Fired())
 	}
 	dev.Faults().FailCopyAt(1)
-	if err := c.FromDeviceChunk(context.Background(), h, resp.Arrays["d"], sp); err != nil {
+	if err := c.FromDeviceChunk(context.Background(), h, resp.Arrays()["d"], sp); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Sync(context.Background()); !errors.Is(err, device.ErrCopyFailed) {
@@ -226,7 +226,7 @@ func TestWholeCopies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := resp.Arrays[dt.String()]
+			d := resp.Arrays()[dt.String()]
 			src, _ := m.NewHostArray([]int{3, 5}, dt, Pinned, nil)
 			defer src.Free()
 			for i := range src.Data() {
@@ -258,7 +258,7 @@ func TestCopyErrors(t *testing.T) {
 		"old": {Shape: []int{2, 4}, DType: Float32, Unchunkable: true},
 	})
 	resp, _ := c.Allocate(context.Background())
-	d, old := resp.Arrays["d"], resp.Arrays["old"]
+	d, old := resp.Arrays()["d"], resp.Arrays()["old"]
 	_ = c.Free("old")
 	host := func(dt DType, shape ...int) *HostArray {
 		h, err := m.NewHostArray(shape, dt, Pageable, nil)
@@ -412,7 +412,7 @@ func TestPinnedBuffersAreReused(t *testing.T) {
 	resp, _ := c.Allocate(context.Background())
 	h, _ := m.NewHostArray([]int{1000}, Float32, Pinned, nil)
 	fillSeq(h)
-	if err := c.ToDevice(context.Background(), resp.Arrays["d"], h); err != nil {
+	if err := c.ToDevice(context.Background(), resp.Arrays()["d"], h); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Sync(context.Background()); err != nil {

@@ -37,6 +37,7 @@ import (
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/streams"
 )
 
@@ -325,7 +326,7 @@ func TestCubie_array_request_total_runs_rejects_none(t *testing.T) {
 func TestCubie_array_response_defaults(t *testing.T) {
 	differs(t, dResponses, func(t *testing.T) {
 		var r ArrayResponse // made by Allocate only; its zero value says nothing
-		if r.Chunks != 0 || r.Arrays != nil {
+		if r.Plan.Chunks != 0 || r.Arrays() != nil {
 			t.Errorf("zero response %+v", r)
 		}
 	})
@@ -343,9 +344,9 @@ func TestCubie_array_response_stores_chunked_shapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Chunks != 2 || resp.ChunkLength != 50 ||
-		!slices.Equal(resp.ChunkedShapes["output"], []int{10, 3, 50}) || !slices.Equal(resp.ChunkedShapes["state"], []int{30, 50}) {
-		t.Errorf("%d chunks of %d, shapes %v", resp.Chunks, resp.ChunkLength, resp.ChunkedShapes)
+	if resp.Plan.Chunks != 2 || resp.Plan.ChunkLength != 50 ||
+		!slices.Equal(resp.ChunkedShapes()["output"], []int{10, 3, 50}) || !slices.Equal(resp.ChunkedShapes()["state"], []int{30, 50}) {
+		t.Errorf("%d chunks of %d, shapes %v", resp.Plan.Chunks, resp.Plan.ChunkLength, resp.ChunkedShapes())
 	}
 }
 
@@ -775,8 +776,8 @@ func TestCubie_InstanceMemorySettings_add_allocation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Arrays()["foo"]; got == nil || got != resp.Arrays["foo"] {
-		t.Errorf("foo is %v, want the allocated %v", got, resp.Arrays["foo"])
+	if got := c.Arrays()["foo"]; got == nil || got != resp.Arrays()["foo"] {
+		t.Errorf("foo is %v, want the allocated %v", got, resp.Arrays()["foo"])
 	}
 }
 
@@ -787,7 +788,7 @@ func TestCubie_InstanceMemorySettings_free(t *testing.T) {
 	if err := c.Free("foo"); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.Arrays()["foo"]; ok || !resp.Arrays["foo"].Freed() {
+	if _, ok := c.Arrays()["foo"]; ok || !resp.Arrays()["foo"].Freed() {
 		t.Error("foo is still held")
 	}
 }
@@ -985,10 +986,10 @@ func TestCubie_MemoryManager_process_request(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := k.last()
-	if r == nil || len(r.Arrays) != 2 || r.Chunks != 1 {
+	if r == nil || len(r.Arrays()) != 2 || r.Plan.Chunks != 1 {
 		t.Fatalf("response %+v", r)
 	}
-	for l, a := range r.Arrays {
+	for l, a := range r.Arrays() {
 		if !slices.Equal(a.Shape(), reqs[l].Shape) || a.DType() != reqs[l].DType {
 			t.Errorf("%s: %v", l, a)
 		}
@@ -1000,7 +1001,7 @@ func TestCubie_MemoryManager_allocate_all(t *testing.T) {
 		m, _, _ := mgr(t)
 		c := registered(t, m, 0.5)
 		resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"arr1": fixed(Float32, 2, 2, 2), "arr2": fixed(Float32, 2, 2, 2)})
-		if err != nil || len(c.Arrays()) != 2 || c.Arrays()["arr1"] != resp.Arrays["arr1"] {
+		if err != nil || len(c.Arrays()) != 2 || c.Arrays()["arr1"] != resp.Arrays()["arr1"] {
 			t.Errorf("%v: held %v", err, c.Arrays())
 		}
 	})
@@ -1013,7 +1014,7 @@ func TestCubie_MemoryManager_allocate(t *testing.T) {
 		resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{
 			"d": fixed(Float32, 2, 2), "p": {Shape: []int{2, 2}, DType: Float32, Memory: Pinned, Unchunkable: true},
 		})
-		if err != nil || !slices.Equal(resp.Arrays["d"].Shape(), []int{2, 2}) || resp.Host["p"].Memory() != Pinned {
+		if err != nil || !slices.Equal(resp.Arrays()["d"].Shape(), []int{2, 2}) || resp.Host()["p"].Memory() != Pinned {
 			t.Errorf("%v: %+v", err, resp)
 		}
 		if err := c.Queue(map[string]ArrayRequest{"m": {Shape: []int{1, 1}, DType: Float32, Memory: Managed}}); !errors.Is(err, ErrNotSupported) {
@@ -1030,7 +1031,7 @@ func TestCubie_MemoryManager_free(t *testing.T) {
 	m, _, _ := mgr(t)
 	c := registered(t, m, 0.5)
 	resp, _ := queueAndAllocate(t, c, map[string]ArrayRequest{"foo": fixed(Float32, 2, 2)})
-	if err := m.Free("foo"); err != nil || c.Arrays()["foo"] != nil || !resp.Arrays["foo"].Freed() {
+	if err := m.Free("foo"); err != nil || c.Arrays()["foo"] != nil || !resp.Arrays()["foo"].Freed() {
 		t.Errorf("Free(foo): %v, held %v", err, c.Arrays())
 	}
 }
@@ -1218,7 +1219,7 @@ func TestCubie_MemoryManager_allocate_queue_single_instance(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := k.last()
-	if r == nil || !slices.Equal(r.Arrays["arr1"].Shape(), []int{2, 2, 2}) || r.Arrays["arr1"].DType() != Float32 || r.Chunks != 1 {
+	if r == nil || !slices.Equal(r.Arrays()["arr1"].Shape(), []int{2, 2, 2}) || r.Arrays()["arr1"].DType() != Float32 || r.Plan.Chunks != 1 {
 		t.Errorf("response %+v", r)
 	}
 }
@@ -1257,14 +1258,14 @@ func TestCubie_MemoryManager_allocate_queue_empty_rebroadcasts_chunk_parameters(
 		t.Fatal(err)
 	}
 	first := k.last()
-	if k.calls() != 1 || first.Chunks < 2 {
+	if k.calls() != 1 || first.Plan.Chunks < 2 {
 		t.Fatalf("%d responses, the first %+v; want one, chunked", k.calls(), first)
 	}
 	if _, err := c.Allocate(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	second := k.last()
-	if k.calls() != 2 || len(second.Arrays) != 0 || second.Chunks != first.Chunks || second.ChunkLength != first.ChunkLength {
+	if k.calls() != 2 || len(second.Arrays()) != 0 || second.Plan.Chunks != first.Plan.Chunks || second.Plan.ChunkLength != first.Plan.ChunkLength {
 		t.Errorf("%d responses, the second %+v", k.calls(), second)
 	}
 }
@@ -1308,12 +1309,12 @@ func TestCubie_MemoryManager_to_device(t *testing.T) {
 	defer h1.Free()
 	defer h2.Free()
 	ctx := t.Context()
-	if err := errors.Join(c.ToDevice(ctx, resp.Arrays["arr1"], h1), c.ToDevice(ctx, resp.Arrays["arr2"], h2), c.Sync(ctx)); err != nil {
+	if err := errors.Join(c.ToDevice(ctx, resp.Arrays()["arr1"], h1), c.ToDevice(ctx, resp.Arrays()["arr2"], h2), c.Sync(ctx)); err != nil {
 		t.Fatal(err)
 	}
 	b1, _ := m.NewHostArray([]int{3, 4}, Float32, Pageable, nil)
 	b2, _ := m.NewHostArray([]int{2, 3}, Float64, Pageable, nil)
-	if err := errors.Join(c.FromDevice(ctx, b1, resp.Arrays["arr1"]), c.FromDevice(ctx, b2, resp.Arrays["arr2"]), c.Sync(ctx)); err != nil {
+	if err := errors.Join(c.FromDevice(ctx, b1, resp.Arrays()["arr1"]), c.FromDevice(ctx, b2, resp.Arrays()["arr2"]), c.Sync(ctx)); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(b1.Float32s(), h1.Float32s()) || !slices.Equal(b2.Float64s(), h2.Float64s()) {
@@ -1335,8 +1336,8 @@ func TestCubie_MemoryManager_from_device(t *testing.T) {
 		defer h.Free()
 	}
 	ctx := t.Context()
-	if err := errors.Join(c.ToDevice(ctx, resp.Arrays["arr1"], s1), c.ToDevice(ctx, resp.Arrays["arr2"], s2), c.Sync(ctx),
-		c.FromDevice(ctx, d1, resp.Arrays["arr1"]), c.FromDevice(ctx, d2, resp.Arrays["arr2"]), c.Sync(ctx)); err != nil {
+	if err := errors.Join(c.ToDevice(ctx, resp.Arrays()["arr1"], s1), c.ToDevice(ctx, resp.Arrays()["arr2"], s2), c.Sync(ctx),
+		c.FromDevice(ctx, d1, resp.Arrays()["arr1"]), c.FromDevice(ctx, d2, resp.Arrays()["arr2"]), c.Sync(ctx)); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(d1.Float32s(), src1) || !slices.Equal(d2.Float64s(), s2.Float64s()) {
@@ -1387,8 +1388,8 @@ func TestCubie_AllocateQueueExtractsNumRuns_allocate_queue_extracts_num_runs(t *
 	// (10, 50) with cubie's run axis 2: no such axis, so unchunkable, and
 	// the runs are its TotalRuns.
 	r := allocateOne(t, m, map[string]ArrayRequest{"arr1": {Shape: []int{10, 50}, DType: Float32, ChunkAxis: 2, TotalRuns: 100}})
-	if r.Chunks != 1 || r.ChunkLength != 100 {
-		t.Errorf("%d chunks of %d, want 1 of 100", r.Chunks, r.ChunkLength)
+	if r.Plan.Chunks != 1 || r.Plan.ChunkLength != 100 {
+		t.Errorf("%d chunks of %d, want 1 of 100", r.Plan.Chunks, r.Plan.ChunkLength)
 	}
 }
 
@@ -1397,10 +1398,10 @@ func TestCubie_AllocateQueueExtractsNumRuns_allocate_queue_chunks_correctly(t *t
 	a := ArrayRequest{Shape: []int{100, 10000}, DType: Float32, ChunkAxis: 2, TotalRuns: 10000}
 	r := allocateOne(t, m, map[string]ArrayRequest{"arr1": a, "arr2": a})
 	switch {
-	case r.Chunks > 1 && (r.ChunkLength <= 0 || r.ChunkLength >= 10000 || r.Chunks*r.ChunkLength < 10000):
-		t.Errorf("%d chunks of %d do not cover 10000 runs", r.Chunks, r.ChunkLength)
-	case r.Chunks == 1 && r.ChunkLength != 10000:
-		t.Errorf("one chunk of %d, want 10000", r.ChunkLength)
+	case r.Plan.Chunks > 1 && (r.Plan.ChunkLength <= 0 || r.Plan.ChunkLength >= 10000 || r.Plan.Chunks*r.Plan.ChunkLength < 10000):
+		t.Errorf("%d chunks of %d do not cover 10000 runs", r.Plan.Chunks, r.Plan.ChunkLength)
+	case r.Plan.Chunks == 1 && r.Plan.ChunkLength != 10000:
+		t.Errorf("one chunk of %d, want 10000", r.Plan.ChunkLength)
 	}
 }
 
@@ -1411,7 +1412,7 @@ func TestCubie_allocate_queue_no_chunked_slices_in_response(t *testing.T) {
 		"arr2": {Shape: []int{5, 100}, DType: Float32, ChunkAxis: 1, TotalRuns: 100},
 	})
 	// The chunk parameters are in the response; slices come from Span.
-	if r.Chunks != 1 || r.ChunkLength != 100 || len(r.ChunkedShapes) != 2 || !slices.Equal(r.ChunkedShapes["arr2"], []int{5, 100}) {
+	if r.Plan.Chunks != 1 || r.Plan.ChunkLength != 100 || len(r.ChunkedShapes()) != 2 || !slices.Equal(r.ChunkedShapes()["arr2"], []int{5, 100}) {
 		t.Errorf("response %+v", r)
 	}
 	if sp, err := r.Span(0, 1); err != nil || sp.Len != 100 {
@@ -1425,8 +1426,8 @@ func TestCubie_allocate_queue_uses_first_request_total_runs(t *testing.T) {
 		"arr1": {Shape: []int{10, 150}, DType: Float32, ChunkAxis: 2, TotalRuns: 150},
 		"arr2": {Shape: []int{5, 150}, DType: Float32, ChunkAxis: 2, TotalRuns: 150},
 	})
-	if r.Chunks != 1 || r.ChunkLength != 150 {
-		t.Errorf("%d chunks of %d, want 1 of 150", r.Chunks, r.ChunkLength)
+	if r.Plan.Chunks != 1 || r.Plan.ChunkLength != 150 {
+		t.Errorf("%d chunks of %d, want 1 of 150", r.Plan.Chunks, r.Plan.ChunkLength)
 	}
 }
 
@@ -1437,8 +1438,8 @@ func TestCubie_allocate_queue_handles_all_requests_same_total_runs(t *testing.T)
 		reqs[l] = ArrayRequest{Shape: []int{rows, 200}, DType: Float32, ChunkAxis: 2, TotalRuns: 200}
 	}
 	r := allocateOne(t, m, reqs)
-	if r.Chunks != 1 || r.ChunkLength != 200 || len(r.Arrays) != 3 {
-		t.Errorf("%d chunks of %d, arrays %v", r.Chunks, r.ChunkLength, r.Arrays)
+	if r.Plan.Chunks != 1 || r.Plan.ChunkLength != 200 || len(r.Arrays()) != 3 {
+		t.Errorf("%d chunks of %d, arrays %v", r.Plan.Chunks, r.Plan.ChunkLength, r.Arrays())
 	}
 }
 
@@ -1673,8 +1674,8 @@ func TestCubie_add_allocation_overwrites_existing_key(t *testing.T) {
 	c := registered(t, m, 0.5)
 	first, _ := queueAndAllocate(t, c, map[string]ArrayRequest{"foo": fixed(Float32, 4)})
 	second, err := queueAndAllocate(t, c, map[string]ArrayRequest{"foo": fixed(Float32, 4)})
-	if err != nil || c.Arrays()["foo"] != second.Arrays["foo"] || !first.Arrays["foo"].Freed() {
-		t.Errorf("foo is %v (want %v), the first freed %v: %v", c.Arrays()["foo"], second.Arrays["foo"], first.Arrays["foo"].Freed(), err)
+	if err != nil || c.Arrays()["foo"] != second.Arrays()["foo"] || !first.Arrays()["foo"].Freed() {
+		t.Errorf("foo is %v (want %v), the first freed %v: %v", c.Arrays()["foo"], second.Arrays()["foo"], first.Arrays()["foo"].Freed(), err)
 	}
 }
 
@@ -1704,7 +1705,7 @@ func TestCubie_allocate_queue_notifies_notaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	r1, r2 := k1.last(), k2.last()
-	if r2 == nil || len(r2.Arrays) != 0 || r1 == nil || r2.Chunks != r1.Chunks {
+	if r2 == nil || len(r2.Arrays()) != 0 || r1 == nil || r2.Plan.Chunks != r1.Plan.Chunks {
 		t.Errorf("the notary's response %+v, the requester's %+v", r2, r1)
 	}
 }
@@ -1730,7 +1731,7 @@ func TestCubie_active_cap_chunks_with_free_device_memory(t *testing.T) {
 	m, _, _ := mgr(t, WithLimitMode(Active))
 	c := register(t, m, ClientOptions{Name: "c", Group: "capped", Proportion: 0.01})                    // 82 MiB of 8 GiB
 	resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"arr": req(Float32, 1, 2, 20_000_000)}) // 153 MiB
-	if err != nil || resp.Chunks <= 1 || resp.ChunkLength <= 0 || resp.ChunkLength >= 20_000_000 {
+	if err != nil || resp.Plan.Chunks <= 1 || resp.Plan.ChunkLength <= 0 || resp.Plan.ChunkLength >= 20_000_000 {
 		t.Errorf("%+v: %v", resp, err)
 	}
 }
@@ -1772,8 +1773,8 @@ func TestCubie_active_cap_chunking_leaves_unrelated_stream_running(t *testing.T)
 	c := register(t, m, ClientOptions{Name: "c", Group: "capped", Proportion: 0.01})
 	returnsWhileGated(t, open, func() error {
 		resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"arr": req(Float32, 1, 2, 200_000)})
-		if err == nil && resp.Chunks <= 1 {
-			err = fmt.Errorf("%d chunks under a 655 KiB cap", resp.Chunks)
+		if err == nil && resp.Plan.Chunks <= 1 {
+			err = fmt.Errorf("%d chunks under a 655 KiB cap", resp.Plan.Chunks)
 		}
 		return err
 	})
@@ -1895,7 +1896,7 @@ func TestCubie_pressure_evicts_only_required_lru_owner(t *testing.T) {
 	}
 	requester := register(t, m, (&cubieClient{}).opts("requester", "lru_requester"))
 	resp, err := queueAndAllocate(t, requester, map[string]ArrayRequest{"big": {Shape: []int{1, 1, 574}, DType: Float32, ChunkAxis: 2, TotalRuns: 574}})
-	if err != nil || resp.Chunks != 1 {
+	if err != nil || resp.Plan.Chunks != 1 {
 		t.Fatalf("%+v: %v", resp, err)
 	}
 	if cs["a"].Held() != 0 || cs["b"].Held() == 0 {
@@ -1904,10 +1905,10 @@ func TestCubie_pressure_evicts_only_required_lru_owner(t *testing.T) {
 }
 
 func TestCubie_total_system_ram_reports_positive(t *testing.T) {
-	if hostRAM() == 0 {
+	if meminfo.RAM() == 0 {
 		t.Skip("the host's RAM is unknown on this platform")
 	}
-	if r := hostRAM(); r < 64*MiB {
+	if r := meminfo.RAM(); r < 64*MiB {
 		t.Errorf("host RAM %d", r)
 	}
 }

@@ -13,6 +13,19 @@
 // integrator (its MemoryManager, StreamGroups, ArrayRequest and
 // ArrayResponse).
 //
+// # Files
+//
+//	manager.go, options.go  the Manager, New's options and the allocator kinds; report.go its report
+//	client.go, group.go     clients and shares; stream groups, one record each, and their queues
+//	request.go, array.go    what a client asks for (ArrayRequest) and gets (DeviceArray, HostArray)
+//	allocate.go, alloctx.go Client.Allocate and ArrayResponse; the transaction, step by step
+//	budget.go, trim.go      the budget's rules and figures; when the allocator's cache is given back
+//	plan.go, planerror.go   the chunk planner (Plan) and why a plan does not fit (PlanError)
+//	evict.go, replan.go     eviction of idle clients; a budget that changes (SetCap, claims, PlanNow)
+//	copy.go, hooks.go       copies on the client's stream; OnAllocated and OnInvalidate in event order
+//	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go, the staging pool
+//	workmarks.go, the rest  work marks (idle); warnings.go, allocconf.go, errors.go, doc.go
+//
 // # Pieces
 //
 //   - Manager: New(dev, opts...) for a device, or Default() for the
@@ -55,21 +68,12 @@
 //     fits its budget fits an allocator or alloc.Limit with that much to
 //     give; with PlanOptions.Cost it bounds what the allocator says the
 //     arrays take from the device instead.
-//   - The budget Allocate plans a group with, once: the device's free
-//     memory (the allocator's cache trimmed only when the plan falls
-//     short for want of memory: trim.go) plus the arrays being
-//     replaced, against what the allocator states the arrays take from
-//     the device (alloc.Coster: the device hands out 2 MiB pages, so an
-//     array above the Pool's small-request size may cost its bytes rounded
-//     up to a page and the small ones share pages), and at most, in
-//     Active mode, the members' caps less what they hold and, under a cap
-//     (WithCap, or an alloc.Limit), the room it leaves. The plan has the
-//     fewest chunks that fit all of these. The arrays are allocated with
-//     alloc.AllocExact, so the Pool grows by no more than it stated; an
-//     allocator that states nothing is counted a page per array and, if
-//     it still runs the device out, the group is planned again with what
-//     it took kept back. A refusal names each figure and what would raise
-//     the one that binds.
+//   - The budget Allocate plans a group with: the device's free memory
+//     (the arrays being replaced counted free) as the allocator states
+//     what the arrays take from it, and, in Active mode and under a cap,
+//     the room those leave; the plan has the fewest chunks that fit. The
+//     rules are stated once, in budget.go; a refusal names each figure
+//     and what would raise the one that binds.
 //   - Copies: Client.ToDevice, FromDevice, and ToDeviceChunk /
 //     FromDeviceChunk, which move one chunk's runs between a full-length
 //     host array and a chunk-length device array, all ordered on the
@@ -197,11 +201,11 @@
 //	})
 //	resp, err := c.Allocate(ctx)                // plans, chunks if needed
 //	host, err := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
-//	for i := range resp.Chunks {
+//	for i := range resp.Plan.Chunks {
 //		sp, err := resp.Span(i, 1)             // runs of chunk i along axis 1
-//		err = c.ToDeviceChunk(ctx, resp.Arrays["state"], host, sp)
+//		err = c.ToDeviceChunk(ctx, resp.Arrays()["state"], host, sp)
 //		// … launch kernels on c.Stream() over sp.Len runs …
-//		err = c.FromDeviceChunk(ctx, host, resp.Arrays["state"], sp)
+//		err = c.FromDeviceChunk(ctx, host, resp.Arrays()["state"], sp)
 //	}
 //	err = c.Sync(ctx)
 //
@@ -243,7 +247,7 @@
 //	queue_request(instance, requests)          Client.Queue(requests)
 //	allocate_queue(triggering_instance)        Client.Allocate(ctx, opts...)
 //	get_chunk_parameters(requests, ...)        Plan(requests, budget, opts)
-//	compute_chunked_shapes(...)                ChunkPlan.ChunkedShapes, ArrayResponse.ChunkedShapes
+//	compute_chunked_shapes(...)                ChunkPlan.ChunkedShapes, ArrayResponse.ChunkedShapes()
 //	is_request_chunkable(request)              ArrayRequest.Chunkable()
 //	get_portioned_request_size(requests)       ChunkPlan.UnchunkableBytes, FullBytes
 //	to_device(instance, from, to)              Client.ToDevice(ctx, dst, src), ToDeviceChunk

@@ -207,7 +207,7 @@ func TestResponseMember(t *testing.T) {
 	if ra.Member(a) != ra || rb.Member(a) != ra {
 		t.Error("the members' responses do not reach a's own")
 	}
-	if rn := ra.Member(notary); rn == nil || len(rn.Arrays) != 0 || rn.ChunkLength != ra.ChunkLength {
+	if rn := ra.Member(notary); rn == nil || len(rn.Arrays()) != 0 || rn.Plan.ChunkLength != ra.Plan.ChunkLength {
 		t.Errorf("Member(notary) = %+v: want the chunk parameters and no arrays", rn)
 	}
 	if ra.Member(other) != nil {

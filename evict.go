@@ -111,7 +111,7 @@ func (tx *allocTx) evictionTarget(cands []victim, planErr error) (int, bool) {
 
 // planFreeing plans the group as if vs's arrays were freed, on a copy
 // of the budget.
-func (tx *allocTx) planFreeing(vs []victim) (ChunkPlan, error) {
+func (tx *allocTx) planFreeing(vs []victim) (groupPlan, error) {
 	gb := tx.gb
 	for _, v := range vs {
 		gb.free = satAdd(gb.free, v.device)
@@ -119,7 +119,7 @@ func (tx *allocTx) planFreeing(vs []victim) (ChunkPlan, error) {
 			gb.room = satAdd(gb.room, v.charged)
 		}
 	}
-	return planGroup(tx.reqs, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
+	return planGroup(tx.q, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
 }
 
 // idleCandidates lists the evictable clients of other groups that hold
@@ -174,7 +174,7 @@ func (c *Client) idleNow() bool {
 // keep event order), then freed on the group's stream.
 func (tx *allocTx) evictClients(vs []victim) {
 	m := tx.m
-	reason := fmt.Errorf("vram: arrays evicted to make room for group %q while their client was idle; queue the requests and allocate again: %w", tx.group, ErrEvicted)
+	reason := fmt.Errorf("arrays evicted to make room for group %q while their client was idle; queue the requests and allocate again: %w", tx.group, ErrEvicted)
 	var work []freeWork
 	for _, v := range vs {
 		c := v.c

@@ -219,14 +219,14 @@ func TestEvict(t *testing.T) {
 				}
 			} else if err != nil {
 				t.Fatal(err)
-			} else if resp.Chunks != tc.chunks {
-				t.Errorf("%d chunks, want %d", resp.Chunks, tc.chunks)
+			} else if resp.Plan.Chunks != tc.chunks {
+				t.Errorf("%d chunks, want %d", resp.Plan.Chunks, tc.chunks)
 			}
 			if got := iv.names(); !slices.Equal(got, tc.want) {
 				t.Errorf("OnInvalidate called for %v, want %v", got, tc.want)
 			}
 			for _, n := range names {
-				c, arr := cs[n], resps[n].Arrays["x"]
+				c, arr := cs[n], resps[n].Arrays()["x"]
 				evicted := slices.Contains(tc.want, n)
 				if c.Evicted() != evicted || arr.Evicted() != evicted || arr.Freed() != evicted {
 					t.Errorf("%s: client evicted %v, array evicted %v, freed %v; want %v", n, c.Evicted(), arr.Evicted(), arr.Freed(), evicted)
@@ -264,7 +264,7 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Free()
-	err = a.ToDevice(t.Context(), old.Arrays["x"], h)
+	err = a.ToDevice(t.Context(), old.Arrays()["x"], h)
 	if !errors.Is(err, ErrEvicted) || !errors.Is(err, ErrFreed) {
 		t.Errorf("copy into an evicted array: %v, want ErrEvicted and ErrFreed", err)
 	}
@@ -279,7 +279,7 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 	if _, err := queueAndAllocate(t, a, map[string]ArrayRequest{"x": fixed(Uint8, 40*int(MiB))}); !errors.Is(err, ErrUnchunkable) {
 		t.Fatalf("a's request while big works: %v, want ErrUnchunkable", err)
 	}
-	if bigResp.Arrays["x"].Freed() || big.Evicted() {
+	if bigResp.Arrays()["x"].Freed() || big.Evicted() {
 		t.Fatal("a busy client was evicted")
 	}
 	if err := w.End(); err != nil {
@@ -296,7 +296,7 @@ func TestEvictedClientRequestsAgain(t *testing.T) {
 	if a.Evicted() || !big.Evicted() {
 		t.Errorf("a evicted %v, big evicted %v; want false, true", a.Evicted(), big.Evicted())
 	}
-	if err := a.ToDevice(t.Context(), resp.Arrays["x"], h); err != nil {
+	if err := a.ToDevice(t.Context(), resp.Arrays()["x"], h); err != nil {
 		t.Errorf("copy into a's new array: %v", err)
 	}
 	w, err = a.BeginWork()
@@ -382,8 +382,8 @@ func TestEvictUnderActiveCaps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if idle.Evicted() != tc.evicted || resp.Chunks != tc.chunks || c.Held() > c.Cap() {
-				t.Errorf("evicted %v, %d chunks, held %d of a %d cap; want evicted %v, %d chunks", idle.Evicted(), resp.Chunks, c.Held(), c.Cap(), tc.evicted, tc.chunks)
+			if idle.Evicted() != tc.evicted || resp.Plan.Chunks != tc.chunks || c.Held() > c.Cap() {
+				t.Errorf("evicted %v, %d chunks, held %d of a %d cap; want evicted %v, %d chunks", idle.Evicted(), resp.Plan.Chunks, c.Held(), c.Cap(), tc.evicted, tc.chunks)
 			}
 		})
 	}

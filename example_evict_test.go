@@ -46,7 +46,7 @@ func ExampleClient_BeginWork() {
 	fmt.Println("cache may work:", err == nil, "evicted:", cache.Evicted())
 
 	_ = solver.Free("state") // the solver is done with its array
-	fmt.Println("solver's array freed:", resp.Arrays["state"].Freed())
+	fmt.Println("solver's array freed:", resp.Arrays()["state"].Freed())
 	_ = cache.Queue(table)
 	if _, err := cache.Allocate(ctx); err != nil {
 		fmt.Println(err)

@@ -29,7 +29,7 @@ func Example() {
 	output, _ := m.Register(vram.ClientOptions{Name: "output", Group: "batch",
 		OnAllocated: func(r *vram.ArrayResponse) {
 			// A notary: told how the batch is chunked, given no arrays.
-			fmt.Printf("output: %d chunks of %d runs, %d arrays\n", r.Chunks, r.ChunkLength, len(r.Arrays))
+			fmt.Printf("output: %d chunks of %d runs, %d arrays\n", r.Plan.Chunks, r.Plan.ChunkLength, len(r.Arrays()))
 		}})
 	defer output.Close()
 
@@ -51,7 +51,7 @@ func Example() {
 		return
 	}
 	fmt.Printf("solver: %d chunks of %d runs; state %v, table %v\n",
-		resp.Chunks, resp.ChunkLength, resp.Arrays["state"].Shape(), resp.Arrays["table"].Shape())
+		resp.Plan.Chunks, resp.Plan.ChunkLength, resp.Arrays()["state"].Shape(), resp.Arrays()["table"].Shape())
 
 	// Full-length host arrays; the device holds one chunk at a time.
 	in, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pinned, nil)
@@ -60,18 +60,18 @@ func Example() {
 		in.Float32s()[i] = float32(i % 1000)
 	}
 	out, _ := m.NewHostArray([]int{2, runs}, vram.Float32, vram.Pageable, nil)
-	for i := range resp.Chunks {
+	for i := range resp.Plan.Chunks {
 		sp, err := resp.Span(i, 1) // the runs of chunk i along axis 1
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		if err := solver.ToDeviceChunk(ctx, resp.Arrays["state"], in, sp); err != nil {
+		if err := solver.ToDeviceChunk(ctx, resp.Arrays()["state"], in, sp); err != nil {
 			fmt.Println(err)
 			return
 		}
 		// ... kernels run here on solver.Stream() over sp.Len runs ...
-		if err := solver.FromDeviceChunk(ctx, out, resp.Arrays["state"], sp); err != nil {
+		if err := solver.FromDeviceChunk(ctx, out, resp.Arrays()["state"], sp); err != nil {
 			fmt.Println(err)
 			return
 		}
@@ -119,7 +119,7 @@ func ExamplePlan() {
 	// 4 chunks of 2500 runs (last 2500), 1041920 of 1048576 bytes
 	// [50 2 2500] [100]
 	// 8 chunks when double buffered
-	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run (one run of the chunked arrays needs 1 KiB more, 2 KiB in all); make the large fixed inputs chunkable, shrink them, or raise the budget by 1.1 KiB: vram: does not fit and cannot be chunked
+	// true unchunkable arrays need 1 KiB but the budget is 1000 B, leaving no room for any run (one run of the chunked arrays needs 1 KiB more, 2 KiB in all); make the large fixed inputs chunkable, shrink them, or raise the budget by 1.1 KiB: does not fit and cannot be chunked
 }
 
 // Manual proportions and the auto pool.

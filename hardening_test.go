@@ -60,7 +60,7 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := ra.Arrays["x"]
+	x := ra.Arrays()["x"]
 	xPtr := x.Ptr()
 	sA, _ := a.Stream()
 	release := holdStream(t, dev, sA)
@@ -88,7 +88,7 @@ func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y := rb.Arrays["y"]
+	y := rb.Arrays()["y"]
 	t.Logf("x at %v, y at %v", xPtr, y.Ptr())
 	mine, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0x55}, n))
 	defer mine.Free()
@@ -162,8 +162,8 @@ func TestGroupsGoWithTheirLastClient(t *testing.T) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(m.groupLocks) != 0 || len(m.reg.groups) != 0 || len(m.queues) != 0 {
-		t.Errorf("the manager still keeps %d group locks, %d member lists, %d queues", len(m.groupLocks), len(m.reg.groups), len(m.queues))
+	if len(m.reg.groups) != 0 {
+		t.Errorf("the manager still keeps %d group records (members, queue, lock, plan)", len(m.reg.groups))
 	}
 }
 
@@ -246,7 +246,7 @@ func TestInvalidationAfterInstallComesAfterOnAllocated(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if !resp.Arrays["x"].Freed() {
+	if !resp.Arrays()["x"].Freed() {
 		t.Error("InvalidateAll did not free the array installed before it")
 	}
 	mu.Lock()
@@ -311,7 +311,7 @@ func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
-	if resp.Chunks != 2 {
-		t.Errorf("%d chunks of %d, want 2 of %d", resp.Chunks, resp.ChunkLength, 10<<20)
+	if resp.Plan.Chunks != 2 {
+		t.Errorf("%d chunks of %d, want 2 of %d", resp.Plan.Chunks, resp.Plan.ChunkLength, 10<<20)
 	}
 }

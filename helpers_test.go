@@ -3,6 +3,10 @@ package vram
 import (
 	"bytes"
 	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -94,4 +98,21 @@ func must(t testing.TB, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// byClient keys reqs (by "name#id", as Plan's callers give them) by
+// clients of those names and ids, made for the planner alone, as the
+// manager's own plan path keys them; names without "#id" get ids by
+// order.
+func byClient(reqs map[string]map[string]ArrayRequest) map[*Client]map[string]ArrayRequest {
+	out := make(map[*Client]map[string]ArrayRequest, len(reqs))
+	for _, key := range slices.Sorted(maps.Keys(reqs)) {
+		name, id, _ := strings.Cut(key, "#")
+		n, err := strconv.ParseUint(id, 10, 64)
+		if err != nil {
+			n = uint64(len(out) + 1)
+		}
+		out[&Client{name: name, id: n}] = reqs[key]
+	}
+	return out
 }

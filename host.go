@@ -10,14 +10,18 @@ package vram
 // or into it have finished. Each copy records its stream in the array.
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 )
 
 // hostPool hands out host memory for host arrays. Safe for concurrent
@@ -29,7 +33,7 @@ type hostPool struct {
 	staging *StagingPool
 	lim     hostLimits
 	log     *slog.Logger
-	// avail is the RAM available and whether it is known (ramAvailable;
+	// avail is the RAM available and whether it is known (meminfo.HostAvailable;
 	// tests replace it).
 	avail func() (uint64, bool)
 	// waitClosed waits for the close of a stream group's stream in
@@ -39,12 +43,12 @@ type hostPool struct {
 	placeMu sync.Mutex            // serializes the ladder's choices (HostMemory.Alloc)
 	mu      sync.Mutex            // protects the fields below
 	n       hostCounts            // bytes held on each rung
-	live    map[*HostArray]uint64 // pinned, mapped and file-backed arrays not yet freed, in order made (hostlive.go)
+	live    map[*HostArray]uint64 // pinned, mapped and file-backed arrays not yet freed, in order made (track)
 	seq     uint64                // the order of the latest array tracked
 }
 
 func newHostPool(dev device.Device, waitClosed func(device.Stream), o HostOptions, log *slog.Logger) *hostPool {
-	h := &hostPool{dev: dev, waitClosed: waitClosed, lim: resolveHostOptions(o), log: log, avail: ramAvailable}
+	h := &hostPool{dev: dev, waitClosed: waitClosed, lim: resolveHostOptions(o), log: log, avail: meminfo.HostAvailable}
 	h.ha, _ = dev.(device.HostAllocator)
 	if h.ha != nil {
 		h.pinned, _ = alloc.NewPinnedPool(dev)
@@ -135,24 +139,24 @@ func (h *hostPool) close() error {
 // an error naming them (ErrLiveHostArrays).
 func (m *Manager) NewHostArray(shape []int, dtype DType, mem MemoryType, like any) (*HostArray, error) {
 	if mem == Managed {
-		return nil, fmt.Errorf("vram: new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
+		return nil, fmt.Errorf("new host array: managed (unified) memory is not supported; want pinned, mapped or pageable host memory: %w", ErrNotSupported)
 	}
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: mem, Unchunkable: true}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("vram: new host array: %w", err)
+		return nil, fmt.Errorf("new host array: %w", err)
 	}
 	if mem == Device {
-		return nil, fmt.Errorf("vram: new host array: memory %v is not host memory; want pinned, mapped or pageable: %w", mem, ErrInvalidRequest)
+		return nil, fmt.Errorf("new host array: memory %v is not host memory; want pinned, mapped or pageable: %w", mem, ErrInvalidRequest)
 	}
 	if m.isClosed() {
 		return nil, closedErr("new host array")
 	}
 	h, err := m.newHost(slices.Clone(shape), dtype, mem, "", m.dev.DefaultStream())
 	if err != nil {
-		return nil, fmt.Errorf("vram: new host array: %w", err)
+		return nil, fmt.Errorf("new host array: %w", err)
 	}
 	if err := fill(h, like); err != nil {
-		return nil, errors.Join(fmt.Errorf("vram: new host array: %w", err), h.Free())
+		return nil, errors.Join(fmt.Errorf("new host array: %w", err), h.Free())
 	}
 	return h, nil
 }
@@ -170,7 +174,62 @@ func (m *Manager) newHost(shape []int, dtype DType, mem MemoryType, label string
 	h := &HostArray{data: data, shape: shape, dtype: dtype, memory: mem, devPtr: dp, label: label, release: release}
 	h.setLast(s)
 	if mem != Pageable {
-		m.host.track(h) // Close frees what is still live, and says which (hostlive.go)
+		m.host.track(h) // Close frees what is still live, and says which (freeLive)
 	}
 	return h, nil
+}
+
+// Host arrays that outlive their manager. Pinned, mapped and file-backed
+// host arrays (NewHostArray, Host().Alloc, Host().Open) hold memory or a
+// mapping the manager's Close takes away; they are tracked while they
+// live, and Close frees those still live and names them in its error.
+// Pageable arrays are Go memory and are not tracked.
+
+// track records h as live until it is freed.
+func (hp *hostPool) track(h *HostArray) {
+	hp.mu.Lock()
+	if hp.live == nil {
+		hp.live = map[*HostArray]uint64{}
+	}
+	hp.seq++
+	hp.live[h] = hp.seq
+	hp.mu.Unlock()
+	release := h.release
+	h.release = func(last device.Stream) error {
+		hp.mu.Lock()
+		delete(hp.live, h)
+		hp.mu.Unlock()
+		if release == nil {
+			return nil
+		}
+		return release(last)
+	}
+}
+
+// freeLive frees the tracked host arrays still live, and returns an error
+// wrapping ErrLiveHostArrays that names them (nil when there were none).
+func (hp *hostPool) freeLive() error {
+	hp.mu.Lock()
+	live := slices.SortedFunc(maps.Keys(hp.live), func(a, b *HostArray) int { return cmp.Compare(hp.live[a], hp.live[b]) })
+	hp.mu.Unlock()
+	if len(live) == 0 {
+		return nil
+	}
+	const most = 8
+	names := make([]string, 0, most+1)
+	var errs []error
+	for i, h := range live {
+		if i < most {
+			names = append(names, fmt.Sprintf("%v (%s)", h, h.Placement().Rung))
+		}
+		if err := h.Free(); err != nil {
+			errs = append(errs, fmt.Errorf("free %v: %w", h, err))
+		}
+	}
+	if len(live) > most {
+		names = append(names, fmt.Sprintf("… %d more", len(live)-most))
+	}
+	err := fmt.Errorf("close: %d host array(s) were still live and are freed now; free host arrays (HostArray.Free) before closing the manager: %s: %w",
+		len(live), strings.Join(names, "; "), ErrLiveHostArrays)
+	return errors.Join(append([]error{err}, errs...)...)
 }

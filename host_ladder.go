@@ -24,10 +24,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/mapfile"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 	"github.com/vramkit/vram/npy"
 )
@@ -56,9 +59,6 @@ type HostOptions struct {
 	// else os.TempDir().
 	SpillDir string
 }
-
-// WithHostOptions sets the host ladder's limits and spill directory.
-func WithHostOptions(o HostOptions) Option { return func(c *config) { c.host = o } }
 
 // HostRung is a rung of the host ladder. A plain value.
 type HostRung uint8
@@ -179,10 +179,10 @@ func (h HostMemory) Open(path string, writable bool) (*HostArray, error) {
 func (m *Manager) allocHostArray(shape []int, dtype DType, o HostArrayOptions) (*HostArray, error) {
 	r := ArrayRequest{Shape: shape, DType: dtype, Memory: Pageable, Unchunkable: true}
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("vram: alloc host array: %w", err)
+		return nil, fmt.Errorf("alloc host array: %w", err)
 	}
 	if o.Rung > RungFile {
-		return nil, fmt.Errorf("vram: alloc host array: rung %v: want auto, pinned, mapped, pageable or file: %w", o.Rung, ErrInvalidRequest)
+		return nil, fmt.Errorf("alloc host array: rung %v: want auto, pinned, mapped, pageable or file: %w", o.Rung, ErrInvalidRequest)
 	}
 	if m.isClosed() {
 		return nil, closedErr("alloc host array")
@@ -198,12 +198,12 @@ func (m *Manager) allocHostArray(shape []int, dtype DType, o HostArrayOptions) (
 	h, err := m.placeHost(slices.Clone(shape), dtype, &place, o.Name)
 	m.host.placeMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("vram: alloc host array %v%v on the %v rung: %w", dtype, shape, place.Rung, err)
+		return nil, fmt.Errorf("alloc host array %v%v on the %v rung: %w", dtype, shape, place.Rung, err)
 	}
 	m.log.Debug("vram: host array placed", "shape", shape, "dtype", dtype.String(), "bytes", h.Bytes(),
 		"rung", place.Rung.String(), "forced", place.Forced, "reason", place.Reason, "path", place.Path)
 	if err := fill(h, o.Like); err != nil {
-		return nil, errors.Join(fmt.Errorf("vram: alloc host array: %w", err), h.Free())
+		return nil, errors.Join(fmt.Errorf("alloc host array: %w", err), h.Free())
 	}
 	return h, nil
 }
@@ -250,18 +250,18 @@ func (m *Manager) openHostArray(path string, writable bool) (*HostArray, error) 
 	}
 	f, err := open(path)
 	if err != nil {
-		return nil, fmt.Errorf("vram: open host array: %w", err)
+		return nil, fmt.Errorf("open host array: %w", err)
 	}
 	hd := f.Header()
 	dtype, ok := dtypeOfDescr(hd.Descr)
 	if !ok || hd.Fortran {
-		return nil, errors.Join(fmt.Errorf("vram: open host array %s: %v: want a C-order array of %v: %w",
+		return nil, errors.Join(fmt.Errorf("open host array %s: %v: want a C-order array of %v: %w",
 			path, hd, DTypes(), ErrNotSupported), f.Close())
 	}
 	place := &HostPlacement{Rung: RungFile, Forced: true, Reason: "opened from a file", Path: path, Keep: true}
 	h, err := m.host.mapArray(f, slices.Clone(hd.Shape), dtype, place, writable)
 	if err != nil {
-		return nil, fmt.Errorf("vram: open host array: %w", err)
+		return nil, fmt.Errorf("open host array: %w", err)
 	}
 	h.setLast(m.dev.DefaultStream())
 	m.host.track(h)
@@ -325,7 +325,7 @@ type hostLimits struct {
 func resolveHostOptions(o HostOptions) hostLimits {
 	l := hostLimits{pinned: o.PinnedLimit, limit: o.Limit, spill: o.SpillDir}
 	if l.pinned == 0 {
-		if ram := hostRAM(); ram > 0 {
+		if ram := meminfo.RAM(); ram > 0 {
 			l.pinned = uint64(float64(ram) * DefaultPinnedFraction)
 		} else {
 			l.pinned = units.GiB
@@ -354,7 +354,7 @@ func (h *hostPool) choose(n uint64) (HostRung, string) {
 	}
 	ram := s.RAM()
 	avail, known := h.avail()
-	reserve := hostRAM() / 16
+	reserve := meminfo.RAM() / 16
 	headroom := "unknown"
 	fitsRAM := true
 	if known {
@@ -420,7 +420,7 @@ func (h *hostPool) count(n uint64, mem MemoryType, file bool) func() {
 // fileArray makes a file-backed array: a new .npy file in the spill
 // directory, mapped.
 func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, name string) (*HostArray, error) {
-	if !fileRungSupported {
+	if !mapfile.Supported {
 		return nil, fmt.Errorf("file-backed host memory: %w", ErrNotSupported)
 	}
 	if name == "" {
@@ -439,7 +439,7 @@ func (h *hostPool) fileArray(shape []int, dtype DType, place *HostPlacement, nam
 	if err != nil {
 		return nil, errors.Join(err, os.Remove(path))
 	}
-	if err := reserveDisk(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
+	if err := mapfile.Reserve(f.OS(), f.DataOffset()+f.DataBytes()); err != nil {
 		return nil, errors.Join(fmt.Errorf("file-backed host memory: reserve %s of disk for %s in the spill directory %s "+
 			"(free room there, or choose a roomier one with $%s, or the manager's spill directory): %w: %w",
 			units.Format(uint64(f.DataOffset()+f.DataBytes())), path, h.lim.spill, SpillDirEnv, err, errHostOutOfMemory), f.Close(), os.Remove(path))
@@ -459,8 +459,11 @@ func (h *hostPool) mapArray(f *npy.File, shape []int, dtype DType, place *HostPl
 	off, n := f.DataOffset(), f.DataBytes()
 	var whole, data []byte
 	if n > 0 {
+		if !mapfile.Supported {
+			return nil, errors.Join(fmt.Errorf("map %s: memory-mapped files are not supported on %s: %w", f.OS().Name(), runtime.GOOS, ErrNotSupported), f.Close())
+		}
 		var err error
-		whole, err = mapFile(f.OS(), off+n, writable)
+		whole, err = mapfile.Map(f.OS(), off+n, writable)
 		if err != nil {
 			return nil, errors.Join(err, f.Close())
 		}
@@ -473,7 +476,7 @@ func (h *hostPool) mapArray(f *npy.File, shape []int, dtype DType, place *HostPl
 		uncount()
 		var errs []error
 		if whole != nil {
-			errs = append(errs, unmapFile(whole))
+			errs = append(errs, mapfile.Unmap(whole))
 		}
 		errs = append(errs, f.Close())
 		if !place.Keep {

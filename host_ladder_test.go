@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -32,7 +33,7 @@ func newHostManager(t *testing.T, o HostOptions, avail uint64, log ...*logBuf) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.host.avail = func() (uint64, bool) { return avail + hostRAM()/16, true }
+	m.host.avail = func() (uint64, bool) { return avail + meminfo.RAM()/16, true }
 	t.Cleanup(func() { m.Close() })
 	return m
 }

@@ -102,8 +102,8 @@ func TestOpenedFileShrinks(t *testing.T) {
 	c, h, resp := shrunkOpenFile(t, m, 1<<18, true, ArrayRequest{Unchunkable: true})
 	ctx := context.Background()
 	tests := map[string]func() error{
-		"to the device":   func() error { return c.ToDevice(ctx, resp.Arrays["x"], h) },
-		"from the device": func() error { return c.FromDevice(ctx, h, resp.Arrays["x"]) },
+		"to the device":   func() error { return c.ToDevice(ctx, resp.Arrays()["x"], h) },
+		"from the device": func() error { return c.FromDevice(ctx, h, resp.Arrays()["x"]) },
 	}
 	for name, copyFn := range tests {
 		t.Run(name, func(t *testing.T) {

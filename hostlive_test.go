@@ -36,7 +36,7 @@ func TestCloseNamesLiveHostArrays(t *testing.T) {
 			t.Errorf("%v: named %v, freed %v; want both", h, strings.Contains(err.Error(), h.String()), h.Freed())
 		}
 	}
-	for _, h := range []*HostArray{pageable, freed, resp.Host["h"]} {
+	for _, h := range []*HostArray{pageable, freed, resp.Host()["h"]} {
 		if strings.Contains(err.Error(), h.String()) {
 			t.Errorf("%v named in %v", h, err)
 		}

@@ -32,7 +32,7 @@ func TestKernelViewsCheckTheDType(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, _ := c.Stream()
-		err = errors.Join(k.Launch(m.Device(), s, 1, resp.Arrays["x"]), c.Sync(t.Context()))
+		err = errors.Join(k.Launch(m.Device(), s, 1, resp.Arrays()["x"]), c.Sync(t.Context()))
 		if (err == nil) != (want == "") || (want != "" && (!errors.Is(err, kernel.ErrArgs) || !strings.Contains(err.Error(), want))) {
 			t.Errorf("%s view of a float32 array: %v; want %q", view, err, want)
 		}

@@ -24,11 +24,9 @@ package vram
 // last.
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -36,137 +34,13 @@ import (
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
+
+	// Link the device backends, so that device.Open("auto") — and with it
+	// Default — finds CUDA when a driver and GPU are there and the
+	// simulator otherwise.
+	_ "github.com/vramkit/vram/device/cuda"
+	_ "github.com/vramkit/vram/device/sim"
 )
-
-// MinAutoPool is the smallest proportion of device memory the auto pool
-// may be left with while it has clients.
-const MinAutoPool = share.MinAutoPool
-
-// AllocatorKind names the kind of allocator the manager serves device
-// arrays from: alloc.Kind, whose names, aliases and allocators are the
-// allocator registry's (package alloc, registry.go). What serves a kind is
-// named by the registry's name of the allocator made (ManagerReport,
-// AllocatorReport). A plain value, safe to share.
-type AllocatorKind = alloc.Kind
-
-// Allocator kinds. Pool, the zero value, is the default.
-const (
-	// Pool is a caching best-fit allocator (CuPy's MemoryPool, PyTorch's
-	// caching allocator): alloc.Expandable (PyTorch's expandable segments)
-	// where the device manages virtual memory, as the simulator does, else
-	// the segment alloc.Pool; WithExpandable and WithPoolConfig choose.
-	Pool = alloc.KindPool
-	// Direct is alloc.Direct: every call goes to the device.
-	Direct = alloc.KindDirect
-	// AsyncPool is alloc.AsyncPool: the device's stream-ordered pool
-	// (cuMemAllocAsync; CuPy's MemoryAsyncPool).
-	AsyncPool = alloc.KindAsync
-)
-
-// ParseAllocatorKind reads a kind's name in the allocator registry
-// (alloc.ParseKind: "pool", "direct" or "async", and the aliases of the
-// allocators that name them, such as cubie's "cupy", "default" and
-// "cupy_async"; case ignored), and "" as Pool. Errors wrap
-// device.ErrInvalidValue.
-func ParseAllocatorKind(s string) (AllocatorKind, error) {
-	if strings.TrimSpace(s) == "" {
-		return Pool, nil
-	}
-	return alloc.ParseKind(s)
-}
-
-// LimitMode says how much memory a stream group may plan with. A plain
-// value, safe to share.
-type LimitMode uint8
-
-const (
-	// Passive (the default): caps are computed but not enforced; a group
-	// may plan with all of the device's free memory.
-	Passive LimitMode = iota
-	// Active: a group may plan with the sum of its members' caps less
-	// what they hold, and never more than the device's free memory.
-	Active
-)
-
-// String is "passive" or "active".
-func (l LimitMode) String() string {
-	switch l {
-	case Passive:
-		return "passive"
-	case Active:
-		return "active"
-	}
-	return fmt.Sprintf("limitmode(%d)", uint8(l))
-}
-
-// ParseLimitMode reads "passive" or "active".
-func ParseLimitMode(s string) (LimitMode, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "passive", "":
-		return Passive, nil
-	case "active":
-		return Active, nil
-	}
-	return 0, fmt.Errorf("limit mode %q: want passive or active: %w", s, device.ErrInvalidValue)
-}
-
-// Option configures New. Options are applied once, by New, on its
-// goroutine.
-type Option func(*config)
-
-type config struct {
-	kind  AllocatorKind
-	mode  LimitMode
-	log   *slog.Logger
-	wrap  func(alloc.Allocator) alloc.Allocator
-	pcfg  alloc.PoolConfig
-	acfg  alloc.AsyncConfig
-	total uint64
-	cap   uint64      // WithCap; 0: none
-	pick  allocChoice // WithAllocatorEntry, WithExpandable (poolkind.go)
-	host  HostOptions
-
-	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
-}
-
-// WithAllocator sets the allocator kind (default Pool).
-func WithAllocator(kind AllocatorKind) Option { return func(c *config) { c.kind = kind } }
-
-// WithLimitMode sets the limit mode (default Passive).
-func WithLimitMode(mode LimitMode) Option { return func(c *config) { c.mode = mode } }
-
-// WithLogger sets where warnings go (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
-// WithPoolConfig configures the segment alloc.Pool, and a configuration
-// other than the zero value makes it the Pool kind's allocator even where
-// the device manages virtual memory (unless WithExpandable(true, …)).
-func WithPoolConfig(cfg alloc.PoolConfig) Option { return func(c *config) { c.pcfg = cfg } }
-
-// WithAsyncConfig configures the AsyncPool allocator kind.
-func WithAsyncConfig(cfg alloc.AsyncConfig) Option { return func(c *config) { c.acfg = cfg } }
-
-// WithWrap wraps every allocator the manager makes (now and on each
-// SetAllocator) in adaptors, e.g. alloc.NewLimit or alloc.NewTrace. The
-// wrapper owns what it wraps: closing it must close the upstream. A
-// wrapper should forward alloc.Coster (the package's adaptors do): the
-// manager plans with the cost it states, and with the room a Limit in
-// the chain leaves. One that does not is taken to give every array a
-// segment of whole pages, and is planned around by trying.
-func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
-	return func(c *config) { c.wrap = wrap }
-}
-
-// WithCap caps the device bytes the manager's arrays may take, as the
-// allocator charges them (0: no cap): every group plans within what the
-// cap leaves, and an allocation past it is refused (an alloc.Limit
-// around the allocator, WithWrap's included). SetCap changes it while
-// the manager runs (replan.go).
-func WithCap(bytes uint64) Option { return func(c *config) { c.cap = bytes } }
-
-// WithTotalMemory makes shares and caps a proportion of total bytes
-// instead of the device's total memory (to manage part of a device).
-func WithTotalMemory(total uint64) Option { return func(c *config) { c.total = total } }
 
 // Manager gives registered clients shares of one device's memory, puts
 // them in stream groups, and serves their array requests, chunking a
@@ -197,23 +71,19 @@ type Manager struct {
 	notices  budgetNotices // budget changes (replan.go)
 	freed    signal        // broadcast after each device array is freed
 
-	mu         sync.Mutex                                     // protects the fields below
-	reg        registry                                       // open clients
-	pools      share.Pools                                    // the clients' shares (internal/share)
-	mode       LimitMode                                      // Passive or Active
-	queues     map[string]map[*Client]map[string]ArrayRequest // group → client → label → request
-	groupLocks map[string]chan struct{}                       // group → Allocate's lock (lockCtx)
-	claims     map[string]uint64                              // group → device bytes it claims back from busy groups (replan.go)
-	plans      map[string]ChunkPlan                           // group → its last plan, sent again when nothing is queued (rebroadcast.go)
-	trim       *trimRun                                       // the allocator's trim in flight (trim.go); nil: none
-	closed     bool
+	mu     sync.Mutex  // protects the fields below
+	reg    registry    // open clients and their groups, each group's queue, lock and last plan (group.go)
+	pools  share.Pools // the clients' shares (internal/share)
+	mode   LimitMode   // Passive or Active
+	trim   *trimRun    // the allocator's trim in flight (trim.go); nil: none
+	closed bool
 }
 
 // New returns a manager of dev. The caller keeps ownership of dev: Close
 // the manager before the device.
 func New(dev device.Device, opts ...Option) (*Manager, error) {
 	if dev == nil {
-		return nil, fmt.Errorf("vram: new manager: nil device: %w", device.ErrInvalidValue)
+		return nil, fmt.Errorf("new manager: nil device: %w", device.ErrInvalidValue)
 	}
 	var cfg config
 	for _, o := range opts {
@@ -223,39 +93,35 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		cfg.log = slog.Default()
 	}
 	if cfg.mode != Passive && cfg.mode != Active {
-		return nil, fmt.Errorf("vram: new manager: limit mode %v: want Passive or Active: %w", cfg.mode, device.ErrInvalidValue)
+		return nil, fmt.Errorf("new manager: limit mode %v: want Passive or Active: %w", cfg.mode, device.ErrInvalidValue)
 	}
 	total := cfg.total
 	if total == 0 {
 		_, t, err := dev.MemInfo()
 		if err != nil {
-			return nil, fmt.Errorf("vram: new manager: read device memory: %w", err)
+			return nil, fmt.Errorf("new manager: read device memory: %w", err)
 		}
 		total = t
 	}
 	groups := streams.New(dev)
 	m := &Manager{
-		dev:        dev,
-		total:      total,
-		groups:     groups,
-		log:        cfg.log,
-		cfg:        cfg,
-		host:       newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
-		reg:        newRegistry(),
-		pools:      share.New("client"),
-		mode:       cfg.mode,
-		queues:     map[string]map[*Client]map[string]ArrayRequest{},
-		groupLocks: map[string]chan struct{}{},
-		claims:     map[string]uint64{},
-		plans:      map[string]ChunkPlan{},
-		planMu:     make(chan struct{}, 1),
+		dev:    dev,
+		total:  total,
+		groups: groups,
+		log:    cfg.log,
+		cfg:    cfg,
+		host:   newHostPool(dev, groups.WaitClosed, cfg.host, cfg.log),
+		reg:    newRegistry(),
+		pools:  share.New("client"),
+		mode:   cfg.mode,
+		planMu: make(chan struct{}, 1),
 	}
 	m.capBytes.Store(cfg.cap)
 	m.strided, _ = dev.(device.StridedCopier)
 	m.observeOOM(nil, 0, "", m.host.pinned)
 	a, name, err := m.newAllocator(cfg.kind)
 	if err != nil {
-		return nil, fmt.Errorf("vram: new manager: %w", err)
+		return nil, fmt.Errorf("new manager: %w", err)
 	}
 	m.setAllocator(a, cfg.kind, name)
 	return m, nil
@@ -280,12 +146,12 @@ func Default() (*Manager, error) {
 	defaultOnce.Do(func() {
 		opts, err := AllocConfFromEnv() // $VRAM_ALLOC_CONF (allocconf.go)
 		if err != nil {
-			defaultErr = fmt.Errorf("vram: default manager: %w", err)
+			defaultErr = fmt.Errorf("default manager: %w", err)
 			return
 		}
 		dev, err := device.Open("")
 		if err != nil {
-			defaultErr = fmt.Errorf("vram: default manager: %w", err)
+			defaultErr = fmt.Errorf("default manager: %w", err)
 			return
 		}
 		defaultMgr, defaultErr = New(dev, opts...)
@@ -299,7 +165,7 @@ func Default() (*Manager, error) {
 // newAllocator makes an allocator of kind, wrapped as configured, and
 // returns it with the registry's name of the allocator it wraps.
 func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, error) {
-	a, e, err := m.cfg.makeAllocator(m.dev, kind) // poolkind.go
+	a, e, err := m.cfg.makeAllocator(m.dev, kind) // options.go
 	if err != nil {
 		return nil, "", err
 	}
@@ -346,15 +212,6 @@ func (m *Manager) AllocatorStats() (AllocatorKind, alloc.Stats) {
 	return m.kind, m.al.Stats()
 }
 
-// granularityOf is the rounding unit the planner counts bytes in for a:
-// its granularity, or DefaultGranularity.
-func granularityOf(a alloc.Allocator) uint64 {
-	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
-		return g.Granularity()
-	}
-	return DefaultGranularity
-}
-
 // LimitMode returns the current limit mode.
 func (m *Manager) LimitMode() LimitMode {
 	m.mu.Lock()
@@ -365,7 +222,7 @@ func (m *Manager) LimitMode() LimitMode {
 // SetLimitMode sets the limit mode for later allocations.
 func (m *Manager) SetLimitMode(mode LimitMode) error {
 	if mode != Passive && mode != Active {
-		return fmt.Errorf("vram: set limit mode %v: want Passive or Active: %w", mode, device.ErrInvalidValue)
+		return fmt.Errorf("set limit mode %v: want Passive or Active: %w", mode, device.ErrInvalidValue)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -395,7 +252,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	next, name, err := m.newAllocator(kind)
 	if err != nil {
 		m.allocMu.Unlock()
-		return fmt.Errorf("vram: set allocator %v: %w", kind, err)
+		return fmt.Errorf("set allocator %v: %w", kind, err)
 	}
 	freeErr := m.freeAllLocked(nil)
 	old := m.al
@@ -404,7 +261,7 @@ func (m *Manager) SetAllocator(kind AllocatorKind) error {
 	closeErr := old.Close()
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
-	clients, _ := m.postInvalidateLocked(fmt.Errorf("vram: SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
+	clients, _ := m.postInvalidateLocked(fmt.Errorf("SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
 	m.mu.Unlock()
 	m.allocMu.Unlock()
 	deliver(clients)
@@ -415,7 +272,7 @@ func wrapIf(what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("vram: %s: %w", what, err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // Free frees, for every client, the arrays held under label (in every
@@ -468,7 +325,7 @@ func (m *Manager) InvalidateAll() error {
 	// installed before is delivered before, and one installed after is
 	// not taken; the hooks wait for the frees.
 	work := m.takeAllLocked(nil)
-	clients, calls := m.postInvalidateLocked(fmt.Errorf("vram: InvalidateAll freed every array: %w", ErrFreed), false)
+	clients, calls := m.postInvalidateLocked(fmt.Errorf("InvalidateAll freed every array: %w", ErrFreed), false)
 	m.mu.Unlock()
 	err := m.freeWork(work)
 	m.allocMu.RUnlock()
@@ -533,11 +390,11 @@ func (m *Manager) freeWork(work []freeWork) error {
 		}
 		for _, a := range w.allocs {
 			if err := m.release(a, s); err != nil {
-				errs = append(errs, fmt.Errorf("vram: free %s of %v: %w", a.label, w.c, err))
+				errs = append(errs, fmt.Errorf("free %s of %v: %w", a.label, w.c, err))
 			}
 		}
 		if err := release(); err != nil {
-			errs = append(errs, fmt.Errorf("vram: free the arrays of %v: %w", w.c, err))
+			errs = append(errs, fmt.Errorf("free the arrays of %v: %w", w.c, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -644,13 +501,12 @@ func (m *Manager) Close() error {
 		c.closed = true
 		m.reg.remove(c)
 	}
-	m.queues = map[string]map[*Client]map[string]ArrayRequest{}
 	m.pools.Reset()
 	m.mu.Unlock()
 	for _, c := range clients {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
-	liveErr := m.host.freeLive() // before the pinned pool goes (hostlive.go)
+	liveErr := m.host.freeLive() // before the pinned pool goes (host.go)
 	m.trims.Wait()
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
@@ -664,236 +520,12 @@ func (m *Manager) isClosed() bool {
 	return m.closed
 }
 
-// Sync waits for the work enqueued on c's stream and returns its first
-// error. When ctx is done first it returns at once an error wrapping
-// ctx.Err(); the work goes on, and the wait is abandoned, not undone:
-// until the stream reaches the end of that work, SetAllocator,
-// ReinitStreams and the manager's Close wait for it as they wait for a
-// Sync in progress.
-func (c *Client) Sync(ctx context.Context) error {
-	m := c.m
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("vram: sync %v: %w", c, err)
-	}
-	m.allocMu.RLock()
-	s, err := m.stream(c)
-	if err != nil {
-		m.allocMu.RUnlock()
-		return err
-	}
-	if ctx.Done() == nil { // never cancelled: wait here
-		defer m.allocMu.RUnlock()
-		return s.Synchronize()
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer m.allocMu.RUnlock()
-		done <- s.Synchronize()
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("vram: sync %v: %w", c, ctx.Err())
-	}
-}
-
-// Stream returns the stream of c's group, on which its arrays are
-// allocated and copied: launch its kernels there. SetAllocator and
-// ReinitStreams replace (and close) every group's stream, so ask again
-// after an OnInvalidate.
-func (c *Client) Stream() (device.Stream, error) { return c.m.stream(c) }
-
-// stream is Client.Stream.
-func (m *Manager) stream(c *Client) (device.Stream, error) {
-	if err := m.check(c); err != nil {
-		return nil, err
-	}
-	s, err := m.groups.Stream(c.id)
-	if err != nil {
-		return nil, fmt.Errorf("vram: stream of %v: %w", c, err)
-	}
-	return s, nil
-}
-
-// check returns ErrClosed/ErrUnknownClient for a client that cannot be
-// used.
-func (m *Manager) check(c *Client) error {
-	if c == nil || c.m != m {
-		return foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.checkLocked(c)
-}
-
-func (m *Manager) checkLocked(c *Client) error {
-	if m.closed {
-		return closedErr("use a client")
-	}
-	if c.closed {
-		return fmt.Errorf("vram: client %v is closed; register a new client: %w", c, ErrClosed)
-	}
-	return nil
-}
-
-// closedErr is the error of op on a closed manager.
-func closedErr(op string) error {
-	return fmt.Errorf("vram: %s: the manager is closed; make a new one with New: %w", op, ErrClosed)
-}
-
-// foreign is the error for a client handle this manager did not make.
-func foreign(c *Client) error {
-	if c == nil {
-		return fmt.Errorf("vram: nil client; pass the *Client that Register returned: %w", ErrUnknownClient)
-	}
-	return fmt.Errorf("vram: client %v was registered with another manager; call that manager: %w", c, ErrUnknownClient)
-}
-
-// streamGroup returns the name of c's stream group, or why c cannot be
-// used.
-func (m *Manager) streamGroup(c *Client) (string, error) {
-	if c == nil || c.m != m {
-		return "", foreign(c)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return "", err
-	}
-	return c.group, nil
-}
-
-// GroupMembers returns the open clients in the named group ("" is
-// "default"), by id.
-func (m *Manager) GroupMembers(group string) []*Client {
-	if group == "" {
-		group = streams.Default
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.reg.members(group)
-}
-
-// IsGrouped reports whether c shares a named stream group with another
-// client (false once closed). Clients in the "default" group are never
-// grouped (as in the reference: the default group is where ungrouped
-// clients live).
-func (c *Client) IsGrouped() bool {
-	m := c.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.checkLocked(c) != nil {
-		return false
-	}
-	return c.group != streams.Default && m.reg.groups[c.group].n > 1
-}
-
-// ChangeStreamGroup moves c to the named group ("" is "default"), making
-// it if needed. Requests c has queued move with it; arrays it holds stay
-// valid (they were made on the old group's stream: synchronize it before
-// using them on the new one; the manager frees each array ordered after
-// the stream it was last copied on). A group c leaves with no member is
-// removed and its stream closed once its work is done, so a stream
-// obtained from Stream before the move may be closed. The move never
-// waits for that work (a long kernel of the old group's): the stream
-// closes in the background. A refused move (a closed client or manager)
-// makes no group.
-func (c *Client) ChangeStreamGroup(group string) error {
-	m := c.m
-	if group == "" {
-		group = streams.Default
-	}
-	for {
-		m.mu.Lock()
-		err := m.checkLocked(c)
-		from := c.group
-		m.mu.Unlock()
-		if err != nil || from == group {
-			return err
+// freeEach frees work as freeWork does, adding the errors to errs by
+// owner. allocMu must be held.
+func (m *Manager) freeEach(work []freeWork, errs map[*Client]error) {
+	for _, w := range work {
+		if err := m.freeWork([]freeWork{w}); err != nil {
+			errs[w.c] = errors.Join(errs[w.c], err)
 		}
-		moved, err := m.moveHeld(c, from, group)
-		if moved || err != nil {
-			return err
-		}
-		// c moved meanwhile: try again from where it is now.
-	}
-}
-
-// moveHeld moves c from group from to group to, holding both groups
-// (making to and its stream outside mu, so that a refused move makes
-// none) so that the move under mu makes no stream and empties no group.
-// Once released, the group c left is removed if it has no member, and
-// its stream closed after its work. moved is false, with no error, if c
-// was no longer in from.
-func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
-	// Streams of groups left empty are closed under allocMu, so that no
-	// SetAllocator or Close overlaps it (see Client.Close).
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	_, releaseTo, err := m.groups.Hold(to)
-	if err != nil {
-		if errors.Is(err, streams.ErrClosed) {
-			return false, closedErr("change stream group") // closed meanwhile
-		}
-		return false, fmt.Errorf("vram: make group %q: %w", to, err)
-	}
-	_, releaseFrom, err := m.groups.Hold(from)
-	if err != nil {
-		if errors.Is(err, streams.ErrClosed) {
-			err = closedErr("change stream group")
-		}
-		return false, errors.Join(err, releaseTo())
-	}
-	defer func() {
-		// After mu is released: closing a stream waits for its work.
-		err = errors.Join(err, wrapIf("close the stream of the group left", releaseFrom()), releaseTo())
-	}()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if err := m.checkLocked(c); err != nil {
-		return false, err
-	}
-	if c.group != from {
-		return false, nil
-	}
-	if err := m.groups.Move(c.id, to); err != nil {
-		return false, fmt.Errorf("vram: change group of %v: %w", c, err)
-	}
-	if q := m.queues[c.group]; q != nil {
-		if reqs, ok := q[c]; ok {
-			delete(q, c)
-			if len(q) == 0 {
-				delete(m.queues, c.group)
-			}
-			m.queueLocked(c, to, reqs)
-		}
-	}
-	m.moveLocked(c, to)
-	return true, nil
-}
-
-// moveLocked puts c in group in the registry. m.mu must be held.
-func (m *Manager) moveLocked(c *Client, group string) {
-	from := c.group
-	m.reg.move(c, group)
-	m.forgetIfEmptyLocked(from)
-}
-
-// removeLocked takes c out of the registry. m.mu must be held.
-func (m *Manager) removeLocked(c *Client) {
-	m.reg.remove(c)
-	m.forgetIfEmptyLocked(c.group)
-}
-
-// forgetIfEmptyLocked drops the allocation lock of group once it has no
-// member, so that group names do not pile up. (Allocate re-checks
-// its trigger's group after locking, and planMu serializes allocations,
-// so a lock made again later for the name is as good.) m.mu must be held.
-func (m *Manager) forgetIfEmptyLocked(group string) {
-	if _, ok := m.reg.groups[group]; !ok {
-		delete(m.groupLocks, group)
-		m.dropClaimLocked(group, "withdrawn: the group has no member left")
-		delete(m.plans, group)
 	}
 }

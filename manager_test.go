@@ -327,7 +327,7 @@ func TestStreamGroupsThroughTheManager(t *testing.T) {
 	if resp, err := a.Allocate(context.Background()); !errors.Is(err, ErrNothingQueued) || resp != nil {
 		t.Errorf("a's group has nothing queued now: %v, %v; want ErrNothingQueued", resp, err)
 	}
-	if resp, err := b.Allocate(context.Background()); err != nil || resp == nil || resp.Arrays["x"] == nil {
+	if resp, err := b.Allocate(context.Background()); err != nil || resp == nil || resp.Arrays()["x"] == nil {
 		t.Errorf("b's request in its new group: %v, %v", resp, err)
 	}
 	if g := a.IsGrouped(); g {
@@ -441,8 +441,8 @@ func TestWrapAndLimitBoundTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 16 MiB of runs under an 8 MiB limit: two chunks of 8 MiB.
-	if resp.Chunks != 2 || resp.Plan.Budget != 8*MiB || lim.Used() != 8*MiB {
-		t.Errorf("chunks %d budget %d used %d; want 2, 8 MiB, 8 MiB", resp.Chunks, resp.Plan.Budget, lim.Used())
+	if resp.Plan.Chunks != 2 || resp.Plan.Budget != 8*MiB || lim.Used() != 8*MiB {
+		t.Errorf("chunks %d budget %d used %d; want 2, 8 MiB, 8 MiB", resp.Plan.Chunks, resp.Plan.Budget, lim.Used())
 	}
 	if m.Allocator() != lim {
 		t.Errorf("Allocator() = %T, want the wrapper", m.Allocator())
@@ -504,8 +504,8 @@ func TestClosedManager(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !resp.Arrays["x"].Freed() || !c.Closed() {
-		t.Errorf("after Close: array freed %v, client closed %v", resp.Arrays["x"].Freed(), c.Closed())
+	if !resp.Arrays()["x"].Freed() || !c.Closed() {
+		t.Errorf("after Close: array freed %v, client closed %v", resp.Arrays()["x"].Freed(), c.Closed())
 	}
 	if r := dev.Leaks(); !r.Empty() {
 		t.Errorf("Close left %s", r)

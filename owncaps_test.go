@@ -71,8 +71,8 @@ func TestActiveOwnCaps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if chunked := resp.Chunks > 1; chunked != tc.chunked {
-				t.Errorf("%d chunks; want chunked %v", resp.Chunks, tc.chunked)
+			if chunked := resp.Plan.Chunks > 1; chunked != tc.chunked {
+				t.Errorf("%d chunks; want chunked %v", resp.Plan.Chunks, tc.chunked)
 			}
 			for _, c := range []*Client{a, b} {
 				if over := c.Held() > c.Cap(); over != (tc.mode == Passive && c == a) {
@@ -90,9 +90,10 @@ func TestActiveOwnCaps(t *testing.T) {
 // planned has no room read for it; the plan goes on without bounding it
 // (its arrays are freed at install), rather than failing the group.
 func TestOwnCapsSkipClosedRequesters(t *testing.T) {
-	reqs := map[string]map[string]ArrayRequest{"open#1": {"x": req(Uint8, 0, 1000)}, "closed#2": {"y": req(Uint8, 0, 1000)}}
-	b := &groupBudget{mode: Active, budget: 1 << 20, own: map[string]ownRoom{"open#1": {cap: 1 << 20, room: 1 << 20}}}
-	p, err := Plan(reqs, b.budget, PlanOptions{})
+	open, closed := &Client{name: "open", id: 1}, &Client{name: "closed", id: 2}
+	reqs := map[*Client]map[string]ArrayRequest{open: {"x": req(Uint8, 0, 1000)}, closed: {"y": req(Uint8, 0, 1000)}}
+	b := &groupBudget{mode: Active, budget: 1 << 20, own: map[*Client]ownRoom{open: {cap: 1 << 20, room: 1 << 20}}}
+	p, err := planGroupOnce(reqs, b.budget, PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

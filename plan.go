@@ -23,14 +23,9 @@ package vram
 // are counted apart, in HostBytes.
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
-	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/vramkit/vram/internal/units"
 )
@@ -63,6 +58,11 @@ type PlanOptions struct {
 	// sets it so that each member's arrays fit its own cap in the Active
 	// limit mode.)
 	MaxChunkLength int `json:"max_chunk_length,omitempty"`
+
+	// more, when set, says what else would make the requests fit, for
+	// the end of a PlanError's Hint (Allocate's: what would give the
+	// group more memory). It is called only when Plan fails.
+	more func() string
 }
 
 // ChunkPlan is the result of Plan. It marshals to JSON as is. It is a
@@ -115,10 +115,10 @@ type ChunkPlan struct {
 // are whole: copy them with ToDevice and FromDevice.
 func (p ChunkPlan) Chunk(i int) (start, n int, err error) {
 	if i < 0 || i >= p.Chunks {
-		return 0, 0, fmt.Errorf("vram: chunk %d of a plan of %d chunk(s); want 0 ≤ i < %d: %w", i, p.Chunks, p.Chunks, ErrChunkRange)
+		return 0, 0, fmt.Errorf("chunk %d of a plan of %d chunk(s); want 0 ≤ i < %d: %w", i, p.Chunks, p.Chunks, ErrChunkRange)
 	}
 	if p.TotalRuns == 0 {
-		return 0, 0, fmt.Errorf("vram: chunk %d of a plan with no runs (none of its requests is chunkable): its arrays are allocated whole; copy them with ToDevice and FromDevice: %w", i, ErrChunkRange)
+		return 0, 0, fmt.Errorf("chunk %d of a plan with no runs (none of its requests is chunkable): its arrays are allocated whole; copy them with ToDevice and FromDevice: %w", i, ErrChunkRange)
 	}
 	start = i * p.ChunkLength
 	return start, min(p.ChunkLength, p.TotalRuns-start), nil
@@ -135,67 +135,10 @@ func (p ChunkPlan) Span(i, axis int) (Span, error) {
 	return Span{Axis: axis, Start: start, Len: n}, nil
 }
 
-// PlanError is the error Plan returns when a request set cannot be made
-// to fit. It wraps ErrUnchunkable or ErrRunTooLarge and carries the
-// figures its message is made of. It is immutable once returned and safe
-// to share.
-type PlanError struct {
-	Err              error  // ErrUnchunkable or ErrRunTooLarge
-	Need             uint64 // device bytes the smallest possible plan needs
-	Budget           uint64 // the budget, bytes
-	UnchunkableBytes uint64 // U
-	RunBytes         uint64 // C(1): chunkable bytes of one run (one buffer)
-	Buffers          int    // k
-	Chunkable        int    // number of chunkable device requests
-	Pages            uint64 // bytes of Need beyond the rounded sizes: what the allocator takes in whole device pages (PlanOptions.Cost)
-	UnchunkableCost  uint64 // U as the allocator takes it from the device (PlanOptions.Cost); U without one
-	Hint             string // what to change
-}
-
-// Error says what the smallest plan needs, what the budget is, and what to
-// change.
-func (e *PlanError) Error() string {
-	// What is needed is rounded up and what there is down, so that the
-	// two never read the same.
-	var b strings.Builder
-	run := satMul(uint64(max(e.Buffers, 1)), e.RunBytes)
-	pages := ""
-	if e.Pages > 0 {
-		pages = fmt.Sprintf(", with %s the allocator takes in whole device pages", bytesUp(e.Pages))
-	}
-	switch {
-	case e.Chunkable == 0:
-		fmt.Fprintf(&b, "the arrays need %s%s but the budget is %s, and none of them can be chunked",
-			needed(e.Need), pages, bytesDown(e.Budget))
-	case errors.Is(e.Err, ErrUnchunkable) && e.UnchunkableBytes == 0:
-		fmt.Fprintf(&b, "the budget is %s, leaving no room for any run: one run of the chunked arrays needs %s (%d × %s per run%s)",
-			bytesDown(e.Budget), bytesUp(max(run, e.Need)), e.Buffers, bytesUp(e.RunBytes), pages)
-	case errors.Is(e.Err, ErrUnchunkable):
-		fixed := bytesUp(e.UnchunkableBytes)
-		if e.UnchunkableCost > e.UnchunkableBytes {
-			fixed += fmt.Sprintf(" (%s in whole device pages)", bytesUp(e.UnchunkableCost))
-		}
-		fmt.Fprintf(&b, "unchunkable arrays need %s but the budget is %s, leaving no room for any run (one run of the chunked arrays needs %s more, %s in all%s)",
-			fixed, bytesDown(e.Budget), bytesUp(run), needed(e.Need), pages)
-	default:
-		fmt.Fprintf(&b, "one run needs %s (unchunkable %s + %d × %s per run%s) but the budget is %s",
-			needed(e.Need), bytesUp(e.UnchunkableBytes), e.Buffers, bytesUp(e.RunBytes), pages, bytesDown(e.Budget))
-	}
-	if e.Hint != "" {
-		b.WriteString("; ")
-		b.WriteString(e.Hint)
-	}
-	b.WriteString(": ")
-	b.WriteString(e.Err.Error())
-	return b.String()
-}
-
-// Unwrap returns ErrUnchunkable or ErrRunTooLarge.
-func (e *PlanError) Unwrap() error { return e.Err }
-
 // planItem is one request as the planner sees it.
 type planItem struct {
-	client, label string
+	client, label string // client: its owner's name
+	owner         int    // index of its owner in planner.owners
 	req           ArrayRequest
 	chunkable     bool
 	perRun        uint64 // chunkable: bytes of one run (axis set to 1), unrounded
@@ -240,11 +183,50 @@ type planItem struct {
 // (ErrRunsMismatch), and a *PlanError wrapping ErrUnchunkable or
 // ErrRunTooLarge when no plan fits.
 func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanOptions) (ChunkPlan, error) {
-	pl, err := newPlanner(requests, opts)
-	if err != nil {
-		return ChunkPlan{}, err
+	owners := make([]planOwner, 0, len(requests))
+	for name, r := range requests {
+		owners = append(owners, planOwner{name: name, reqs: r})
 	}
-	p := ChunkPlan{TotalRuns: pl.runs, Granularity: pl.g, Budget: budget, UnchunkableBytes: pl.u}
+	p, _, err := planOwners(owners, budget, opts)
+	return p, err
+}
+
+// planOwner is one owner's requests as Plan is given them: by label,
+// under the owner's name (ChunkPlan.ChunkedShapes' key, the messages').
+type planOwner struct {
+	name string
+	reqs map[string]ArrayRequest
+}
+
+// planClients is Plan for the manager's own path, its requests keyed by
+// client: it returns, besides the plan (whose ChunkedShapes are by the
+// clients' names, for the caller to read), each client's shapes by the
+// client itself.
+func planClients(requests map[*Client]map[string]ArrayRequest, budget uint64, opts PlanOptions) (ChunkPlan, map[*Client]map[string][]int, error) {
+	clients := make([]*Client, 0, len(requests))
+	owners := make([]planOwner, 0, len(requests))
+	for c, r := range requests {
+		clients = append(clients, c)
+		owners = append(owners, planOwner{name: c.String(), reqs: r})
+	}
+	p, shapes, err := planOwners(owners, budget, opts)
+	if err != nil {
+		return p, nil, err
+	}
+	byClient := make(map[*Client]map[string][]int, len(clients))
+	for i, c := range clients {
+		byClient[c] = shapes[i]
+	}
+	return p, byClient, nil
+}
+
+// planOwners is Plan over owners; shapes[i] is owners[i]'s.
+func planOwners(owners []planOwner, budget uint64, opts PlanOptions) (p ChunkPlan, shapes []map[string][]int, err error) {
+	pl, err := newPlanner(owners, opts)
+	if err != nil {
+		return ChunkPlan{}, nil, err
+	}
+	p = ChunkPlan{TotalRuns: pl.runs, Granularity: pl.g, Budget: budget, UnchunkableBytes: pl.u}
 	p.FullBytes = satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g))
 	length := pl.runs
 	bounded := opts.MaxChunkLength > 0 && opts.MaxChunkLength < pl.runs && pl.nChunkableDev > 0
@@ -252,13 +234,13 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 	case !bounded && fitsIn(pl.device(pl.runs, 1), budget):
 		p.Chunks, p.Buffers = 1, 1
 	case pl.nChunkableDev == 0:
-		return ChunkPlan{}, pl.unchunkableError(budget)
+		return ChunkPlan{}, nil, pl.unchunkableError(budget)
 	default:
 		if need := pl.device(1, pl.k); !fitsIn(need, budget) {
 			if pl.fixedCost() >= budget {
-				return ChunkPlan{}, pl.unchunkableError(budget)
+				return ChunkPlan{}, nil, pl.unchunkableError(budget)
 			}
-			return ChunkPlan{}, pl.runTooLargeError(budget, need)
+			return ChunkPlan{}, nil, pl.runTooLargeError(budget, need)
 		}
 		lo := pl.longest(budget)
 		if bounded {
@@ -270,16 +252,16 @@ func Plan(requests map[string]map[string]ArrayRequest, budget uint64, opts PlanO
 		length = ceilDiv(pl.runs, p.Chunks)
 		p.Buffers = pl.k
 	}
-	pl.finish(&p, length)
-	return p, nil
+	return p, pl.finish(&p, length), nil
 }
 
 // planner is one Plan call's view of its requests.
 type planner struct {
-	requests      map[string]map[string]ArrayRequest
+	owners        []planOwner
 	g             uint64 // granularity
 	k             int    // buffers in flight
 	cost          func([]uint64) uint64
+	more          func() string // PlanOptions.more
 	items         []planItem
 	runs          int
 	nChunkableDev int
@@ -292,23 +274,23 @@ type planner struct {
 
 // newPlanner validates the requests and works out the runs and the bytes
 // per run.
-func newPlanner(requests map[string]map[string]ArrayRequest, opts PlanOptions) (*planner, error) {
-	pl := &planner{requests: requests, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, runs: -1}
+func newPlanner(owners []planOwner, opts PlanOptions) (*planner, error) {
+	pl := &planner{owners: owners, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, more: opts.more, runs: -1}
 	if pl.g == 0 {
 		pl.g = DefaultGranularity
 	}
 	count := 0
-	for _, labels := range requests {
-		count += len(labels)
+	for _, o := range owners {
+		count += len(o.reqs)
 	}
 	pl.items = make([]planItem, 0, count)
 	maxRuns := 0
-	for client, labels := range requests {
-		for label, r := range labels {
+	for i, o := range owners {
+		for label, r := range o.reqs {
 			if err := r.Validate(); err != nil {
-				return nil, fmt.Errorf("request %s/%s: %w", client, label, err)
+				return nil, fmt.Errorf("request %s/%s: %w", o.name, label, err)
 			}
-			it := planItem{client: client, label: label, req: r, chunkable: r.Chunkable()}
+			it := planItem{client: o.name, owner: i, label: label, req: r, chunkable: r.Chunkable()}
 			elems, _ := r.Elements() // Validate checked it
 			size := r.DType.Size()
 			switch {
@@ -316,7 +298,7 @@ func newPlanner(requests map[string]map[string]ArrayRequest, opts PlanOptions) (
 				it.fixed = elems * size
 				maxRuns = max(maxRuns, r.Runs())
 			case pl.runs >= 0 && r.Runs() != pl.runs:
-				return nil, runsMismatch(requests)
+				return nil, runsMismatch(owners)
 			default:
 				it.perRun = elems / uint64(r.Shape[r.ChunkAxis]) * size
 				pl.runs = r.Runs()
@@ -407,49 +389,9 @@ func (pl *planner) longest(budget uint64) int {
 	return lo
 }
 
-// unchunkableError is the PlanError of a set that does not fit and has no
-// room for a run.
-func (pl *planner) unchunkableError(budget uint64) error {
-	e := &PlanError{Err: ErrUnchunkable, Budget: budget, UnchunkableBytes: pl.u, UnchunkableCost: pl.fixedCost(),
-		Buffers: pl.k, Chunkable: pl.nChunkableDev, RunBytes: chunkBytes(pl.devRuns, 1, pl.g)}
-	if pl.nChunkableDev == 0 {
-		e.Need = pl.device(pl.runs, 1)
-		e.Pages = e.Need - min(e.Need, satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g)))
-		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s",
-			largestUnchunkable(pl.items, 3), raiseHint(e.Need, budget))
-		return e
-	}
-	e.Need = pl.device(1, pl.k)
-	e.Pages = e.Need - min(e.Need, satAdd(pl.u, satMul(uint64(pl.k), e.RunBytes)))
-	if pl.u > 0 {
-		e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or %s", raiseHint(e.Need, budget))
-	} else {
-		e.Hint = raiseHint(e.Need, budget)
-	}
-	return e
-}
-
-// runTooLargeError is the PlanError of a set whose one run (in k buffers)
-// needs more than budget.
-func (pl *planner) runTooLargeError(budget, need uint64) error {
-	c1 := chunkBytes(pl.devRuns, 1, pl.g)
-	e := &PlanError{Err: ErrRunTooLarge, Need: need, Budget: budget, UnchunkableBytes: pl.u,
-		RunBytes: c1, Buffers: pl.k, Chunkable: pl.nChunkableDev}
-	e.Pages = need - min(need, satAdd(pl.u, satMul(uint64(pl.k), c1)))
-	ways := []string{raiseHint(need, budget)}
-	if pl.k > 1 {
-		ways = append(ways, "use fewer buffers in flight")
-	}
-	if pl.u > 0 {
-		ways = append(ways, "make more of the fixed arrays chunkable")
-	}
-	ways = append(ways, "make the per-run arrays smaller")
-	e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
-	return e
-}
-
-// finish fills in p's figures and shapes for chunks of length runs.
-func (pl *planner) finish(p *ChunkPlan, length int) {
+// finish fills in p's figures and shapes for chunks of length runs, and
+// returns the shapes by owner (p.ChunkedShapes has them by name).
+func (pl *planner) finish(p *ChunkPlan, length int) []map[string][]int {
 	p.ChunkLength = length
 	p.LastChunkLength = pl.runs - (p.Chunks-1)*length
 	if p.Chunks == 1 {
@@ -471,12 +413,14 @@ func (pl *planner) finish(p *ChunkPlan, length int) {
 		dims += len(pl.items[i].req.Shape)
 	}
 	slab := make([]int, 0, dims)
-	p.ChunkedShapes = make(map[string]map[string][]int, len(pl.requests))
+	shapes := make([]map[string][]int, len(pl.owners))
+	p.ChunkedShapes = make(map[string]map[string][]int, len(pl.owners))
 	for i := range pl.items {
 		it := &pl.items[i]
-		m := p.ChunkedShapes[it.client]
+		m := shapes[it.owner]
 		if m == nil {
-			m = make(map[string][]int, len(pl.requests[it.client]))
+			m = make(map[string][]int, len(pl.owners[it.owner].reqs))
+			shapes[it.owner] = m
 			p.ChunkedShapes[it.client] = m
 		}
 		at := len(slab)
@@ -487,6 +431,7 @@ func (pl *planner) finish(p *ChunkPlan, length int) {
 		}
 		m[it.label] = shape
 	}
+	return shapes
 }
 
 // chunkBytes is C(L): the rounded bytes of the chunkable requests whose
@@ -509,32 +454,6 @@ func chunkBytes(perRun []uint64, length int, g uint64) uint64 {
 		c = satAdd(c, roundUp(satMul(r, l), g))
 	}
 	return c
-}
-
-// runsMismatch builds the error for chunkable requests that disagree on
-// their runs, listing each distinct count with the requests that have it.
-func runsMismatch(requests map[string]map[string]ArrayRequest) error {
-	by := map[int][]string{}
-	for client, labels := range requests {
-		for label, r := range labels {
-			if r.Chunkable() {
-				by[r.Runs()] = append(by[r.Runs()], client+"/"+label)
-			}
-		}
-	}
-	counts := make([]int, 0, len(by))
-	for n := range by {
-		counts = append(counts, n)
-	}
-	slices.Sort(counts)
-	parts := make([]string, 0, len(counts))
-	for _, n := range counts {
-		names := by[n]
-		slices.Sort(names)
-		parts = append(parts, fmt.Sprintf("%d runs: %s", n, strings.Join(names, ", ")))
-	}
-	return fmt.Errorf("chunkable requests planned together must have the same number of runs, but %s; fix TotalRuns or mark the odd ones unchunkable: %w",
-		strings.Join(parts, "; "), ErrRunsMismatch)
 }
 
 // ceilDiv is ⌈a/b⌉ for a ≥ 0 and b ≥ 1, exact up to a = MaxInt (a + b − 1
@@ -563,87 +482,3 @@ func roundUp(n, g uint64) uint64 {
 func satAdd(a, b uint64) uint64 { return units.SatAdd(a, b) }
 
 func satMul(a, b uint64) uint64 { return units.SatMul(a, b) }
-
-// largestUnchunkable names the n largest unchunkable device requests and
-// why each cannot be chunked, for an error's hint.
-func largestUnchunkable(items []planItem, n int) string {
-	var fixed []planItem
-	for _, it := range items {
-		if !it.chunkable && it.req.Memory.OnDevice() {
-			fixed = append(fixed, it)
-		}
-	}
-	slices.SortFunc(fixed, func(a, b planItem) int {
-		if c := cmp.Compare(b.fixed, a.fixed); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.client+"/"+a.label, b.client+"/"+b.label)
-	})
-	parts := make([]string, 0, n)
-	for _, it := range fixed[:min(n, len(fixed))] {
-		r := it.req
-		var why string
-		switch {
-		case r.Unchunkable:
-			why = "marked unchunkable"
-		case r.ChunkAxis >= len(r.Shape):
-			why = fmt.Sprintf("chunk axis %d, but its shape %v has %d axes", r.ChunkAxis, r.Shape, len(r.Shape))
-		default:
-			why = fmt.Sprintf("its chunk axis %d has length 1", r.ChunkAxis)
-		}
-		parts = append(parts, fmt.Sprintf("%s/%s: %s, %s", it.client, it.label, units.Format(it.fixed), why))
-	}
-	return strings.Join(parts, "; ")
-}
-
-// raiseHint says how much more budget need takes, or, when the shortfall
-// is within a TiB of 2⁶⁴ (need saturated, or its figure rounded up would
-// pass 2⁶⁴), that no budget can hold it.
-func raiseHint(need, budget uint64) string {
-	if short := need - min(need, budget); need < math.MaxUint64 && short <= math.MaxUint64-units.TiB {
-		return "raise the budget by " + bytesUp(short)
-	}
-	return "shrink the arrays (they need about 16 EiB more than the budget, more than any budget can give)"
-}
-
-// needed writes a need rounded up, saying "or more" for a saturated
-// figure (a sum that passed 2⁶⁴−1 bytes).
-func needed(n uint64) string {
-	if n == math.MaxUint64 {
-		return bytesUp(n) + " or more"
-	}
-	return bytesUp(n)
-}
-
-// bytesUp writes n bytes as units.Format does ("1.5 KiB", "256 MiB"),
-// rounded up to the decimal shown, so that a shortfall it names is
-// enough: "raise the budget by 1.1 KiB" for 1,048 bytes, not "1 KiB".
-func bytesUp(n uint64) string { return bytesRounded(n, true) }
-
-// bytesDown writes n bytes rounded down to the decimal shown, for what
-// there is.
-func bytesDown(n uint64) string { return bytesRounded(n, false) }
-
-func bytesRounded(n uint64, up bool) string {
-	unit, name := uint64(units.TiB), "TiB"
-	switch {
-	case n < units.KiB:
-		return strconv.FormatUint(n, 10) + " B"
-	case n < units.MiB:
-		unit, name = units.KiB, "KiB"
-	case n < units.GiB:
-		unit, name = units.MiB, "MiB"
-	case n < units.TiB:
-		unit, name = units.GiB, "GiB"
-	}
-	hi, lo := bits.Mul64(n, 10) // tenths of a unit: hi < 10 < unit
-	tenths, rem := bits.Div64(hi, lo, unit)
-	if up && rem > 0 {
-		tenths++
-	}
-	s := strconv.FormatUint(tenths/10, 10)
-	if d := tenths % 10; d != 0 {
-		s += "." + strconv.FormatUint(d, 10)
-	}
-	return s + " " + name
-}

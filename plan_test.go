@@ -1026,3 +1026,42 @@ func TestPlanMaxChunkLength(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanMoreHint: what the caller says would help besides
+// (PlanOptions.more, Allocate's "to give the group more") ends the hint of
+// every kind of PlanError as Plan makes it, so that nobody changes the
+// error after it is returned; without it the hint is Plan's alone.
+func TestPlanMoreHint(t *testing.T) {
+	tests := map[string]struct {
+		reqs   map[string]map[string]ArrayRequest
+		budget uint64
+		is     error
+	}{
+		"nothing chunkable": {map[string]map[string]ArrayRequest{"c": {"x": {Shape: []int{1000}, DType: Float64, Unchunkable: true}}}, 1000, ErrUnchunkable},
+		"fixed fill it": {map[string]map[string]ArrayRequest{"c": {"x": {Shape: []int{1000}, DType: Float64, Unchunkable: true},
+			"y": req(Float64, 0, 1000)}}, 8192, ErrUnchunkable},
+		"one run too big": {map[string]map[string]ArrayRequest{"c": {"x": req(Float64, 1, 1000, 1000)}}, 4096, ErrRunTooLarge},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			calls := 0
+			more := func() string { calls++; return "free something" }
+			_, err := Plan(tc.reqs, tc.budget, PlanOptions{more: more})
+			var pe *PlanError
+			if !errors.As(err, &pe) || !errors.Is(err, tc.is) {
+				t.Fatalf("Plan = %v; want a PlanError wrapping %v", err, tc.is)
+			}
+			if !strings.HasSuffix(pe.Hint, "; free something") || calls != 1 {
+				t.Errorf("hint %q after %d calls; want it to end with the caller's, asked once", pe.Hint, calls)
+			}
+			_, err = Plan(tc.reqs, tc.budget, PlanOptions{})
+			if !errors.As(err, &pe) || strings.Contains(pe.Hint, "free something") {
+				t.Errorf("without more: %v", err)
+			}
+		})
+	}
+	if _, err := Plan(map[string]map[string]ArrayRequest{"c": {"x": req(Float64, 0, 10)}}, units.MiB,
+		PlanOptions{more: func() string { t.Error("more asked of a plan that fits"); return "" }}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -51,7 +51,7 @@ func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := r1.Arrays["x"]
+	old := r1.Arrays()["x"]
 	armed.Store(true)
 	err = c.Queue(map[string]ArrayRequest{
 		"x": x,

@@ -110,23 +110,23 @@ func TestAllocateHooks(t *testing.T) {
 			if tc.r.Client != tc.c {
 				t.Errorf("response for %v, want %v", tc.r.Client, tc.c)
 			}
-			if got := slices.Sorted(maps.Keys(tc.r.Arrays)); !slices.Equal(got, tc.labels) {
+			if got := slices.Sorted(maps.Keys(tc.r.Arrays())); !slices.Equal(got, tc.labels) {
 				t.Errorf("arrays %v, want %v", got, tc.labels)
 			}
-			if tc.r.Chunks != 1 || tc.r.ChunkLength != 1000 || tc.r.TotalRuns != 1000 {
-				t.Errorf("chunk parameters %d × %d of %d", tc.r.Chunks, tc.r.ChunkLength, tc.r.TotalRuns)
+			if tc.r.Plan.Chunks != 1 || tc.r.Plan.ChunkLength != 1000 || tc.r.Plan.TotalRuns != 1000 {
+				t.Errorf("chunk parameters %d × %d of %d", tc.r.Plan.Chunks, tc.r.Plan.ChunkLength, tc.r.Plan.TotalRuns)
 			}
-			if len(tc.labels) == 0 && (len(tc.r.Host) != 0 || len(tc.r.ChunkedShapes) != 0) {
-				t.Errorf("a notary got host arrays or shapes: %v %v", tc.r.Host, tc.r.ChunkedShapes)
+			if len(tc.labels) == 0 && (len(tc.r.Host()) != 0 || len(tc.r.ChunkedShapes()) != 0) {
+				t.Errorf("a notary got host arrays or shapes: %v %v", tc.r.Host(), tc.r.ChunkedShapes())
 			}
-			for l, arr := range tc.r.Arrays {
-				if !slices.Equal(arr.Shape(), tc.r.ChunkedShapes[l]) || arr.Ptr() == 0 || arr.Label() != l {
-					t.Errorf("%s: shape %v (want %v), ptr %v, label %q", l, arr.Shape(), tc.r.ChunkedShapes[l], arr.Ptr(), arr.Label())
+			for l, arr := range tc.r.Arrays() {
+				if !slices.Equal(arr.Shape(), tc.r.ChunkedShapes()[l]) || arr.Ptr() == 0 || arr.Label() != l {
+					t.Errorf("%s: shape %v (want %v), ptr %v, label %q", l, arr.Shape(), tc.r.ChunkedShapes()[l], arr.Ptr(), arr.Label())
 				}
 			}
 		})
 	}
-	st := ra.Arrays["state"]
+	st := ra.Arrays()["state"]
 	if st.DType() != Float32 || st.Bytes() != 8000 || st.Len() != 2000 || !slices.Equal(st.Strides(), []int{4000, 4}) || st.Memory() != Device {
 		t.Errorf("state array: %v bytes %d len %d strides %v", st, st.Bytes(), st.Len(), st.Strides())
 	}
@@ -141,16 +141,16 @@ func TestAllocateHooks(t *testing.T) {
 	// queue), and frees nothing. The outsider's queue is untouched.
 	h.reset()
 	again, err := a.Allocate(context.Background())
-	if err != nil || again == nil || len(again.Arrays) != 0 || len(again.Host) != 0 || len(again.ChunkedShapes) != 0 ||
-		again.Chunks != ra.Chunks || again.ChunkLength != ra.ChunkLength || again.TotalRuns != ra.TotalRuns {
-		t.Fatalf("second Allocate: %+v, %v; want the plan again (%d × %d of %d) and no arrays", again, err, ra.Chunks, ra.ChunkLength, ra.TotalRuns)
+	if err != nil || again == nil || len(again.Arrays()) != 0 || len(again.Host()) != 0 || len(again.ChunkedShapes()) != 0 ||
+		again.Plan.Chunks != ra.Plan.Chunks || again.Plan.ChunkLength != ra.Plan.ChunkLength || again.Plan.TotalRuns != ra.Plan.TotalRuns {
+		t.Fatalf("second Allocate: %+v, %v; want the plan again (%d × %d of %d) and no arrays", again, err, ra.Plan.Chunks, ra.Plan.ChunkLength, ra.Plan.TotalRuns)
 	}
 	if got := h.got(); !slices.Equal(got, []string{"a", "b", "n"}) || h.resps["a"] != again {
 		t.Errorf("hooks on the empty queue: %v; want every member, a's with the response Allocate returned", got)
 	}
 	for _, r := range h.resps {
-		if len(r.Arrays) != 0 || r.Chunks != ra.Chunks {
-			t.Errorf("%v's response again: %d arrays, %d chunks", r.Client, len(r.Arrays), r.Chunks)
+		if len(r.Arrays()) != 0 || r.Plan.Chunks != ra.Plan.Chunks {
+			t.Errorf("%v's response again: %d arrays, %d chunks", r.Client, len(r.Arrays()), r.Plan.Chunks)
 		}
 	}
 	if st.Freed() || a.Arrays()["state"] != st {
@@ -212,8 +212,8 @@ func TestChunkedAllocation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.Chunks != tc.wantChunks || resp.Plan.Budget != tc.wantBudget {
-				t.Fatalf("chunks %d, budget %d; want %d, %d", resp.Chunks, resp.Plan.Budget, tc.wantChunks, tc.wantBudget)
+			if resp.Plan.Chunks != tc.wantChunks || resp.Plan.Budget != tc.wantBudget {
+				t.Fatalf("chunks %d, budget %d; want %d, %d", resp.Plan.Chunks, resp.Plan.Budget, tc.wantChunks, tc.wantBudget)
 			}
 			if len(resp.Buffers) != tc.wantBufferSets {
 				t.Fatalf("%d buffer sets, want %d", len(resp.Buffers), tc.wantBufferSets)
@@ -221,25 +221,25 @@ func TestChunkedAllocation(t *testing.T) {
 			seen := map[device.Ptr]bool{}
 			for i, set := range resp.Buffers {
 				x := set.Device["x"]
-				if x == nil || x.Dim(0) != resp.ChunkLength || seen[x.Ptr()] {
+				if x == nil || x.Dim(0) != resp.Plan.ChunkLength || seen[x.Ptr()] {
 					t.Errorf("buffer %d: %v", i, x)
 				} else {
 					seen[x.Ptr()] = true
 				}
 			}
-			if resp.Arrays["x"] != resp.Buffers[0].Device["x"] {
+			if resp.Arrays()["x"] != resp.Buffers[0].Device["x"] {
 				t.Error("Arrays is not buffer 0")
 			}
 			covered := 0
-			for i := range resp.Chunks {
+			for i := range resp.Plan.Chunks {
 				start, n, err := resp.Chunk(i)
-				if err != nil || start != covered || n < 1 || n > resp.ChunkLength {
+				if err != nil || start != covered || n < 1 || n > resp.Plan.ChunkLength {
 					t.Errorf("Chunk(%d) = %d, %d after %d runs", i, start, n, covered)
 				}
 				covered += n
 			}
-			if covered != resp.TotalRuns {
-				t.Errorf("chunks cover %d runs of %d", covered, resp.TotalRuns)
+			if covered != resp.Plan.TotalRuns {
+				t.Errorf("chunks cover %d runs of %d", covered, resp.Plan.TotalRuns)
 			}
 			if c.Held() != resp.Plan.BytesPerChunk {
 				t.Errorf("held %d, plan %d", c.Held(), resp.Plan.BytesPerChunk)
@@ -275,8 +275,8 @@ func TestActiveBudgetCountsWhatTheGroupHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !before.Freed() || resp.Arrays["held"].Freed() {
-		t.Errorf("replaced array freed %v, new one freed %v", before.Freed(), resp.Arrays["held"].Freed())
+	if !before.Freed() || resp.Arrays()["held"].Freed() {
+		t.Errorf("replaced array freed %v, new one freed %v", before.Freed(), resp.Arrays()["held"].Freed())
 	}
 	if want := 32*MiB - b.Held(); resp.Plan.Budget != want {
 		t.Errorf("re-allocation budget %s, want %s (caps − b's arrays)", fmtBytes(resp.Plan.Budget), fmtBytes(want))
@@ -446,7 +446,7 @@ func TestAllocateFailures(t *testing.T) {
 			// The queue is intact: the retry succeeds, and frees what it
 			// replaces only then.
 			resp, err = c.Allocate(context.Background())
-			if err != nil || len(resp.Arrays) != len(tc.reqs) || resp.FreeErr != nil {
+			if err != nil || len(resp.Arrays()) != len(tc.reqs) || resp.FreeErr != nil {
 				t.Fatalf("retry: %v, %v", resp, err)
 			}
 			if got := h.got(); !slices.Equal(got, []string{"c", "n"}) {
@@ -553,19 +553,19 @@ func TestHostMemoryRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := slices.Sorted(maps.Keys(resp.Arrays)); !slices.Equal(got, []string{"dev", "mapped"}) {
+	if got := slices.Sorted(maps.Keys(resp.Arrays())); !slices.Equal(got, []string{"dev", "mapped"}) {
 		t.Errorf("device arrays %v", got)
 	}
-	if got := slices.Sorted(maps.Keys(resp.Host)); !slices.Equal(got, []string{"mapped", "page", "pinned"}) {
+	if got := slices.Sorted(maps.Keys(resp.Host())); !slices.Equal(got, []string{"mapped", "page", "pinned"}) {
 		t.Errorf("host arrays %v", got)
 	}
-	p := resp.Host["pinned"]
+	p := resp.Host()["pinned"]
 	if p.Memory() != Pinned || len(p.Float64s()) != 3000 || p.Bytes() != 24000 {
 		t.Errorf("pinned: %v %d", p, len(p.Float64s()))
 	}
-	mp := resp.Host["mapped"]
-	if mp.DevicePtr() == 0 || resp.Arrays["mapped"].Ptr() != mp.DevicePtr() || resp.Arrays["mapped"].Memory() != Mapped {
-		t.Errorf("mapped: host at %v, device array %v", mp.DevicePtr(), resp.Arrays["mapped"])
+	mp := resp.Host()["mapped"]
+	if mp.DevicePtr() == 0 || resp.Arrays()["mapped"].Ptr() != mp.DevicePtr() || resp.Arrays()["mapped"].Memory() != Mapped {
+		t.Errorf("mapped: host at %v, device array %v", mp.DevicePtr(), resp.Arrays()["mapped"])
 	}
 	if c.Held() != roundUp(4000, granularityOf(m.Allocator())) {
 		t.Errorf("host memory counted as held: %d", c.Held())
@@ -576,7 +576,7 @@ func TestHostMemoryRequests(t *testing.T) {
 	if err := c.Free("mapped"); err != nil {
 		t.Fatal(err)
 	}
-	if !mp.Freed() || !resp.Arrays["mapped"].Freed() || mp.Data() != nil || resp.Arrays["mapped"].Ptr() != 0 {
+	if !mp.Freed() || !resp.Arrays()["mapped"].Freed() || mp.Data() != nil || resp.Arrays()["mapped"].Ptr() != 0 {
 		t.Error("mapped array not freed by Free")
 	}
 	if r := dev.Leaks(); r.HostBuffers != 1 {
@@ -607,7 +607,7 @@ func TestFreeFreeAllInvalidateAll(t *testing.T) {
 	if err := m.Free("x"); err != nil {
 		t.Fatal(err)
 	}
-	if !ra.Arrays["x"].Freed() || !rb.Arrays["x"].Freed() || ra.Arrays["y"].Freed() {
+	if !ra.Arrays()["x"].Freed() || !rb.Arrays()["x"].Freed() || ra.Arrays()["y"].Freed() {
 		t.Error("Free(x) must free x of every client and nothing else")
 	}
 	if err := m.Free("nothing"); err != nil {
@@ -616,7 +616,7 @@ func TestFreeFreeAllInvalidateAll(t *testing.T) {
 	if err := m.FreeAll(); err != nil {
 		t.Fatal(err)
 	}
-	if !ra.Arrays["y"].Freed() || free(t, m) != free0 || a.Held() != 0 {
+	if !ra.Arrays()["y"].Freed() || free(t, m) != free0 || a.Held() != 0 {
 		t.Error("FreeAll left arrays")
 	}
 	if len(h.inval) != 0 {
@@ -626,8 +626,8 @@ func TestFreeFreeAllInvalidateAll(t *testing.T) {
 	if err := m.InvalidateAll(); err != nil {
 		t.Fatal(err)
 	}
-	if !ra.Arrays["y"].Freed() || h.inval["a"] != 1 || h.inval["b"] != 1 {
-		t.Errorf("InvalidateAll: freed %v, hooks %v", ra.Arrays["y"].Freed(), h.inval)
+	if !ra.Arrays()["y"].Freed() || h.inval["a"] != 1 || h.inval["b"] != 1 {
+		t.Errorf("InvalidateAll: freed %v, hooks %v", ra.Arrays()["y"].Freed(), h.inval)
 	}
 }
 
@@ -656,7 +656,7 @@ func TestSetAllocator(t *testing.T) {
 			if k, st := m.AllocatorStats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
 				t.Errorf("AllocatorStats = %v, %+v; want the new %v with nothing allocated", k, st, kind)
 			}
-			if !resp.Arrays["x"].Freed() || !resp.Host["p"].Freed() || a.Held() != 0 {
+			if !resp.Arrays()["x"].Freed() || !resp.Host()["p"].Freed() || a.Held() != 0 {
 				t.Error("arrays survived SetAllocator")
 			}
 			if f := free(t, m); f < free0+4096 {
@@ -675,7 +675,7 @@ func TestSetAllocator(t *testing.T) {
 				t.Error("SetAllocator dropped queued requests")
 			}
 			// The new allocator serves.
-			if resp, err := b.Allocate(context.Background()); err != nil || resp.Arrays["later"].Freed() {
+			if resp, err := b.Allocate(context.Background()); err != nil || resp.Arrays()["later"].Freed() {
 				t.Errorf("allocate after SetAllocator: %v", err)
 			}
 		})
@@ -701,7 +701,7 @@ func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
 	if !errors.Is(err, ErrNotSupported) {
 		t.Fatalf("AsyncPool on a device without one: %v", err)
 	}
-	if s, _ := c.Stream(); s != s0 || resp.Arrays["x"].Freed() || len(h.inval) != 0 || allocatorKind(m) != Direct {
+	if s, _ := c.Stream(); s != s0 || resp.Arrays()["x"].Freed() || len(h.inval) != 0 || allocatorKind(m) != Direct {
 		t.Error("a refused SetAllocator changed something")
 	}
 	if _, err := New(noAsync{dev}, WithAllocator(AsyncPool)); !errors.Is(err, ErrNotSupported) {
@@ -722,10 +722,10 @@ func TestReallocationReplaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r1.Arrays["x"].Freed() || r1.Arrays["keep"].Freed() || r2.Arrays["x"].Freed() {
+	if !r1.Arrays()["x"].Freed() || r1.Arrays()["keep"].Freed() || r2.Arrays()["x"].Freed() {
 		t.Error("re-allocation must free the replaced label only")
 	}
-	if got := c.Arrays(); got["x"] != r2.Arrays["x"] || got["keep"] != r1.Arrays["keep"] {
+	if got := c.Arrays(); got["x"] != r2.Arrays()["x"] || got["keep"] != r1.Arrays()["keep"] {
 		t.Errorf("client arrays %v", got)
 	}
 	if c.Held() != 2*roundUp(4000, granularityOf(m.Allocator())) {
@@ -768,14 +768,14 @@ func TestDoubleBuffersShareUnchunkable(t *testing.T) {
 		t.Fatal(err)
 	}
 	b0, b1 := resp.Buffers[0], resp.Buffers[1]
-	if resp.Chunks < 2 || len(resp.Buffers) != 2 {
-		t.Fatalf("%d chunks, %d buffers", resp.Chunks, len(resp.Buffers))
+	if resp.Plan.Chunks < 2 || len(resp.Buffers) != 2 {
+		t.Fatalf("%d chunks, %d buffers", resp.Plan.Chunks, len(resp.Buffers))
 	}
 	if b0.Device["k"] != b1.Device["k"] || b0.Device["x"] == b1.Device["x"] || b0.Host["h"] == b1.Host["h"] {
 		t.Error("unchunkable arrays must be shared between buffers, chunkable ones not")
 	}
-	if b1.Host["h"].Len() != resp.ChunkLength {
-		t.Errorf("host chunk buffer of %d runs, want %d", b1.Host["h"].Len(), resp.ChunkLength)
+	if b1.Host["h"].Len() != resp.Plan.ChunkLength {
+		t.Errorf("host chunk buffer of %d runs, want %d", b1.Host["h"].Len(), resp.Plan.ChunkLength)
 	}
 	if c.Held() != resp.Plan.BytesPerChunk || resp.Plan.BytesPerChunk > 16*MiB {
 		t.Errorf("held %d, plan %d, cap 16 MiB", c.Held(), resp.Plan.BytesPerChunk)
@@ -814,8 +814,8 @@ func TestReplacementNeedingTheOldMemory(t *testing.T) {
 			if err != nil {
 				t.Fatalf("replacing an array with one that fits only in its memory: %v", err)
 			}
-			if !r1.Arrays["big"].Freed() || r2.Arrays["big"].Freed() || c.Arrays()["big"] != r2.Arrays["big"] || r2.FreeErr != nil {
-				t.Errorf("after the replacement: old freed %v, new %v, FreeErr %v", r1.Arrays["big"].Freed(), c.Arrays()["big"], r2.FreeErr)
+			if !r1.Arrays()["big"].Freed() || r2.Arrays()["big"].Freed() || c.Arrays()["big"] != r2.Arrays()["big"] || r2.FreeErr != nil {
+				t.Errorf("after the replacement: old freed %v, new %v, FreeErr %v", r1.Arrays()["big"].Freed(), c.Arrays()["big"], r2.FreeErr)
 			}
 			if h.invalidated("c") != 0 {
 				t.Error("OnInvalidate called on a replacement that succeeded")
@@ -855,7 +855,7 @@ func TestFreeErrorsDoNotFailTheAllocation(t *testing.T) {
 	if !errors.Is(resp.FreeErr, device.ErrInvalidated) || !strings.Contains(resp.FreeErr.Error(), "free x of "+c.String()) {
 		t.Errorf("FreeErr = %v; want the free of the old x, wrapping ErrInvalidated", resp.FreeErr)
 	}
-	if c.Arrays()["x"] != resp.Arrays["x"] || resp.Arrays["x"].Freed() || len(c.Queued()) != 0 {
+	if c.Arrays()["x"] != resp.Arrays()["x"] || resp.Arrays()["x"].Freed() || len(c.Queued()) != 0 {
 		t.Errorf("arrays %v, queue %v", c.Arrays(), c.Queued())
 	}
 	if got := h.got(); !slices.Equal(got, []string{"c", "n"}) || h.resps["n"].FreeErr != nil {
@@ -911,7 +911,7 @@ func TestAllocateOfATriggerClosedMeanwhile(t *testing.T) {
 	if resp != nil || !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), c.String()) {
 		t.Fatalf("Allocate of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
 	}
-	if got := h.got(); !slices.Equal(got, []string{"n", "o"}) || h.resps["n"].Arrays["y"] == nil {
+	if got := h.got(); !slices.Equal(got, []string{"n", "o"}) || h.resps["n"].Arrays()["y"] == nil {
 		t.Errorf("hooks %v; want the other requester and the notary", got)
 	}
 	if n.Arrays()["y"] == nil || c.Held() != 0 {
@@ -1035,17 +1035,17 @@ func TestPlanSentAgainIsTheGroups(t *testing.T) {
 	a := register(t, m, ClientOptions{Name: "a", Group: "g"})
 	// 48 MiB of runs in the 64 MiB device, twice: 2 chunks the second time.
 	first, err := queueAndAllocate(t, a, map[string]ArrayRequest{"x": req(Uint8, 0, 48*int(MiB))})
-	if err != nil || first.Chunks != 1 {
+	if err != nil || first.Plan.Chunks != 1 {
 		t.Fatalf("first plan: %v, %v", first, err)
 	}
 	b := register(t, m, ClientOptions{Name: "b", Group: "g"})
 	second, err := queueAndAllocate(t, b, map[string]ArrayRequest{"y": req(Uint8, 0, 48*int(MiB))})
-	if err != nil || second.Chunks < 2 {
+	if err != nil || second.Plan.Chunks < 2 {
 		t.Fatalf("second plan: %+v, %v; want it chunked beside a's array", second, err)
 	}
 	again, err := a.Allocate(t.Context())
-	if err != nil || again.Chunks != second.Chunks || again.ChunkLength != second.ChunkLength {
-		t.Errorf("sent again: %+v, %v; want the latest plan, %d × %d", again, err, second.Chunks, second.ChunkLength)
+	if err != nil || again.Plan.Chunks != second.Plan.Chunks || again.Plan.ChunkLength != second.Plan.ChunkLength {
+		t.Errorf("sent again: %+v, %v; want the latest plan, %d × %d", again, err, second.Plan.Chunks, second.Plan.ChunkLength)
 	}
 	_ = a.Close()
 	_ = b.Close()

@@ -114,7 +114,7 @@ func (m *Manager) WaitBudgetChange(ctx context.Context, seq uint64) (BudgetChang
 		select {
 		case <-next:
 		case <-ctx.Done():
-			return last, fmt.Errorf("vram: wait for a budget change after %d: %w", seq, ctx.Err())
+			return last, fmt.Errorf("wait for a budget change after %d: %w", seq, ctx.Err())
 		}
 	}
 }
@@ -211,7 +211,7 @@ func (m *Manager) WaitWithinCap(ctx context.Context) error {
 		select {
 		case <-freed:
 		case <-ctx.Done():
-			return fmt.Errorf("vram: wait for the arrays (%s) to come within the cap %s: %w", units.Format(used), units.Format(capBytes), ctx.Err())
+			return fmt.Errorf("wait for the arrays (%s) to come within the cap %s: %w", units.Format(used), units.Format(capBytes), ctx.Err())
 		}
 	}
 }
@@ -232,52 +232,39 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 	if err != nil {
 		return ChunkPlan{}, err
 	}
-	names := make(map[string]map[string]ArrayRequest, len(reqs))
-	for o, r := range reqs {
+	for o := range reqs {
 		g, err := m.streamGroup(o)
 		if err != nil {
 			return ChunkPlan{}, err
 		}
 		if g != group {
-			return ChunkPlan{}, fmt.Errorf("vram: plan now for %v: %v is in group %q, not %q; plan one group's requests: %w", c, o, g, group, ErrInvalidRequest)
+			return ChunkPlan{}, fmt.Errorf("plan now for %v: %v is in group %q, not %q; plan one group's requests: %w", c, o, g, group, ErrInvalidRequest)
 		}
-		names[o.String()] = r
 	}
 	if err := lockCtx(ctx, m.planMu, "the allocation of a group"); err != nil {
-		return ChunkPlan{}, fmt.Errorf("vram: plan now for %v: %w", c, err)
+		return ChunkPlan{}, fmt.Errorf("plan now for %v: %w", c, err)
 	}
 	defer func() { <-m.planMu }()
 	m.allocMu.RLock()
 	defer m.allocMu.RUnlock()
 	gb := groupBudget{mode: m.LimitMode(), group: group, requesters: slices.SortedFunc(maps.Keys(reqs), byID), queue: reqs}
 	if err := m.readBudget(&gb); err != nil {
-		return ChunkPlan{}, fmt.Errorf("vram: plan now for group %q: %w", group, err)
+		return ChunkPlan{}, fmt.Errorf("plan now for group %q: %w", group, err)
 	}
-	p, err := planGroup(names, &gb, PlanOptions{Granularity: gb.gran, Buffers: ac.buffers})
+	p, err := planGroup(reqs, &gb, PlanOptions{Granularity: gb.gran, Buffers: ac.buffers})
 	if err != nil {
-		return p, fmt.Errorf("vram: plan now for group %q with %s: %w", group, &gb, err)
+		return p.ChunkPlan, fmt.Errorf("plan now for group %q with %s: %w", group, &gb, err)
 	}
-	return p, nil
+	return p.ChunkPlan, nil
 }
 
-// claimedLocked is the device memory other groups than group have claimed
-// back from busy groups. m.mu must be held.
-func (m *Manager) claimedLocked(group string) uint64 {
-	var sum uint64
-	for g, n := range m.claims {
-		if g != group {
-			sum = satAdd(sum, n)
-		}
-	}
-	return sum
-}
-
-// dropClaimLocked withdraws group's claim, if it has one, and says so.
-// m.mu must be held.
-func (m *Manager) dropClaimLocked(group, why string) {
-	if n, ok := m.claims[group]; ok {
-		delete(m.claims, group)
-		m.note(fmt.Sprintf("group %q's claim of %s %s", group, units.Format(n), why))
+// dropClaimLocked withdraws the claim of g (a group's record, or nil), if
+// it has one, and says so. m.mu must be held.
+func (m *Manager) dropClaimLocked(g *group, why string) {
+	if g != nil && g.claim > 0 {
+		n := g.claim
+		g.claim = 0
+		m.note(fmt.Sprintf("group %q's claim of %s %s", g.name, units.Format(n), why))
 	}
 }
 
@@ -304,8 +291,14 @@ func (tx *allocTx) claim(err error) error {
 	}
 	m := tx.m
 	m.mu.Lock()
-	m.claims[tx.group] = want
+	g := m.reg.groups[tx.group]
+	if g != nil { // a group whose last member left claims nothing
+		g.claim = want
+	}
 	m.mu.Unlock()
+	if g == nil {
+		return err
+	}
 	m.note(fmt.Sprintf("group %q claims %s back from busy groups", tx.group, units.Format(want)))
 	return fmt.Errorf("%w; busy clients hold what it lacks (%s): the group claims %s back, which their batches give at their next chunk boundary (Manager.WaitBudgetChange), then allocate again",
 		err, strings.Join(names, ", "), units.Format(want))
@@ -323,7 +316,7 @@ func (tx *allocTx) settleClaims() {
 	m := tx.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.dropClaimLocked(tx.group, "met")
+	m.dropClaimLocked(m.reg.groups[tx.group], "met")
 	var before uint64 // what the arrays it replaced were charged
 	for _, w := range append(slices.Clip(tx.setAside), tx.replaced...) {
 		for _, a := range w.allocs {

@@ -62,8 +62,8 @@ func TestSetCap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if resp.ChunkLength != plan.ChunkLength {
-				t.Errorf("Allocate's chunk length %d, PlanNow's %d: want the same plan", resp.ChunkLength, plan.ChunkLength)
+			if resp.Plan.ChunkLength != plan.ChunkLength {
+				t.Errorf("Allocate's chunk length %d, PlanNow's %d: want the same plan", resp.Plan.ChunkLength, plan.ChunkLength)
 			}
 			select {
 			case err := <-done:
@@ -103,21 +103,12 @@ func TestPlanNowRefusesAnotherGroup(t *testing.T) {
 // group plans with the claim kept back; once the busy group has re-planned
 // smaller, the claimant allocates and its claim is met.
 func TestClaimFromBusyGroup(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool))
-	busy := register(t, m, ClientOptions{Group: "batch"})
-	bigReqs := map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
-	must(t, busy.Queue(bigReqs))
-	if _, err := busy.Allocate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w, err := busy.BeginWork() // a batch runs on it: never evicted
-	must(t, err)
-	defer w.End()
+	m, busy, bigReqs := busyGroup(t)
 	other := register(t, m, ClientOptions{Group: "other"})
 	otherReqs := map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}} // 32 MiB, whole
 	must(t, other.Queue(otherReqs))
 	seq := m.BudgetChange().Seq
-	_, err = other.Allocate(context.Background())
+	_, err := other.Allocate(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "claims") || !strings.Contains(err.Error(), `group "batch"`) {
 		t.Fatalf("Allocate beside a busy group: %v; want a failure that claims memory back from it", err)
 	}
@@ -146,9 +137,63 @@ func TestClaimFromBusyGroup(t *testing.T) {
 		t.Errorf("budget change %+v; want the claim met", bc)
 	}
 	m.mu.Lock()
-	n := len(m.claims)
+	n := m.claimedLocked("")
 	m.mu.Unlock()
 	if n != 0 {
-		t.Errorf("%d claims left", n)
+		t.Errorf("%s still claimed", units.Format(n))
 	}
+}
+
+// TestClaimWithdrawnWhenGroupEmpties: a claim lives with its group's
+// record: when the claimant's last member leaves (Close, or a move to
+// another group), the claim is withdrawn, said so, and no group plans
+// with it kept back any more.
+func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
+	for name, leave := range map[string]func(t *testing.T, c *Client){
+		"close": func(t *testing.T, c *Client) { must(t, c.Close()) },
+		"move":  func(t *testing.T, c *Client) { must(t, c.ChangeStreamGroup("elsewhere")) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := busyGroup(t)
+			other := register(t, m, ClientOptions{Group: "other"})
+			must(t, other.Queue(map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}}))
+			if _, err := other.Allocate(context.Background()); err == nil || !strings.Contains(err.Error(), "claims") {
+				t.Fatalf("Allocate beside a busy group: %v; want a claim", err)
+			}
+			m.mu.Lock()
+			claimed := m.claimedLocked("batch")
+			m.mu.Unlock()
+			if claimed == 0 {
+				t.Fatal("no claim kept back from the busy group")
+			}
+			leave(t, other)
+			if bc := m.BudgetChange(); !strings.Contains(bc.Why, `"other"'s claim`) || !strings.Contains(bc.Why, "withdrawn") {
+				t.Errorf("budget change %+v; want the claim withdrawn", bc)
+			}
+			m.mu.Lock()
+			claimed = m.claimedLocked("batch")
+			m.mu.Unlock()
+			if claimed != 0 {
+				t.Errorf("%s still claimed after the claimant's group emptied", units.Format(claimed))
+			}
+		})
+	}
+}
+
+// busyGroup is a manager of 64 MiB whose group "batch" holds 48 MiB (its
+// requests bigReqs) with a batch running on it (a work mark open until
+// the test ends): never evicted.
+func busyGroup(t *testing.T) (m *Manager, busy *Client, bigReqs map[string]ArrayRequest) {
+	t.Helper()
+	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool))
+	busy = register(t, m, ClientOptions{Group: "batch"})
+	bigReqs = map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
+	must(t, busy.Queue(bigReqs))
+	if _, err := busy.Allocate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w, err := busy.BeginWork()
+	must(t, err)
+	t.Cleanup(func() { w.End() })
+	return m, busy, bigReqs
 }

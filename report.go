@@ -136,21 +136,6 @@ func (r ManagerReport) String() string {
 	return b.String()
 }
 
-// WithOOMObserver calls f once for each allocation the manager refuses
-// for want of memory: its device allocator's (or WithCap's Limit's) and
-// its pinned pool's. f gets the error the allocation returns and the
-// manager's report, whose Memory (or, for the pinned pool's failure,
-// Pinned, with Memory and Allocator left zero) is the error's Report,
-// named by the allocator registry's name as AllocatorReport's is. It
-// runs on the goroutine whose allocation failed, before the failing call
-// (Allocate, NewHostArray…) returns, with no manager lock held but the
-// allocator in use: f may read the manager (Clients, Client.Held) but
-// must not call SetAllocator, Close or Report, which would wait for the
-// failing call. f must be safe for concurrent use.
-func WithOOMObserver(f func(err *alloc.OutOfMemoryError, r ManagerReport)) Option {
-	return func(c *config) { c.oom = f }
-}
-
 // observeOOM sets the manager's out-of-memory observer, if any, on a,
 // the device allocator of kind whose registry name is name, when not nil,
 // and on pinned, when not nil.

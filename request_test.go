@@ -151,7 +151,7 @@ func TestScalarShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := resp.Arrays["s"]
+	d := resp.Arrays()["s"]
 	if d.Len() != 1 || d.Bytes() != 8 || len(d.Shape()) != 0 || len(d.Strides()) != 0 {
 		t.Errorf("device scalar: len %d, bytes %d, shape %v, strides %v", d.Len(), d.Bytes(), d.Shape(), d.Strides())
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -128,7 +129,7 @@ func (p *StagingPool) AcquireSet(ctx context.Context, sizes []uint64) ([]*Stagin
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("vram: staging pool: %w", ErrClosed)
+			return nil, fmt.Errorf("staging pool: %w", ErrClosed)
 		}
 		bs, err := p.tryLocked(sizes)
 		if bs != nil || err != nil {
@@ -147,7 +148,7 @@ func (p *StagingPool) AcquireSet(ctx context.Context, sizes []uint64) ([]*Stagin
 		p.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("vram: staging pool: waiting for %d buffers: %w", len(sizes), ctx.Err())
+			return nil, fmt.Errorf("staging pool: waiting for %d buffers: %w", len(sizes), ctx.Err())
 		case <-ch:
 		}
 	}
@@ -159,7 +160,7 @@ func (p *StagingPool) TryAcquire(n uint64) (*StagingBuffer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, fmt.Errorf("vram: staging pool: %w", ErrClosed)
+		return nil, fmt.Errorf("staging pool: %w", ErrClosed)
 	}
 	bs, err := p.tryLocked([]uint64{n})
 	if len(bs) == 0 {
@@ -270,7 +271,7 @@ func (p *StagingPool) fitsLocked(n, freed, cached uint64) bool {
 	if pinned+n > h.lim.pinned || (h.lim.limit > 0 && ram+n > h.lim.limit) {
 		return false
 	}
-	if avail, ok := h.avail(); ok && n+hostRAM()/16 > avail {
+	if avail, ok := h.avail(); ok && n+meminfo.RAM()/16 > avail {
 		return false
 	}
 	return true
@@ -291,7 +292,7 @@ func (p *StagingPool) noRoom(sizes []uint64) error {
 	if len(sizes) == 1 {
 		buffers = "a pinned buffer of " + units.Format(sum) + " does"
 	}
-	return fmt.Errorf("vram: staging pool: %s not fit: %s pinned of the pinned limit %s, %s of host RAM in use of %s; raise the host memory limits (pinned, host RAM) or make chunks smaller: %w",
+	return fmt.Errorf("staging pool: %s not fit: %s pinned of the pinned limit %s, %s of host RAM in use of %s; raise the host memory limits (pinned, host RAM) or make chunks smaller: %w",
 		buffers, units.Format(s.Pinned+s.Mapped+s.Staging), units.Format(s.PinnedLimit),
 		units.Format(s.RAM()), limit, errHostOutOfMemory)
 }
@@ -302,13 +303,13 @@ func (p *StagingPool) make(n uint64) (*StagingBuffer, error) {
 	if ha := p.h.ha; ha != nil {
 		hb, err := ha.HostAlloc(n, false)
 		if err != nil {
-			return nil, fmt.Errorf("vram: staging pool: pin %s: %w", units.Format(n), err)
+			return nil, fmt.Errorf("staging pool: pin %s: %w", units.Format(n), err)
 		}
 		return &StagingBuffer{data: hb.Data[:n:n], hb: hb, pinned: true}, nil
 	}
 	b, err := pageable(n)
 	if err != nil {
-		return nil, fmt.Errorf("vram: staging pool: %w", err)
+		return nil, fmt.Errorf("staging pool: %w", err)
 	}
 	return &StagingBuffer{data: b}, nil
 }
@@ -364,13 +365,13 @@ func (b *StagingBuffer) Array(shape []int, dtype DType) (*HostArray, error) {
 	n, ok := elements(shape)
 	switch {
 	case b.p == nil:
-		return nil, fmt.Errorf("vram: staging buffer: released; acquire another: %w", ErrFreed)
+		return nil, fmt.Errorf("staging buffer: released; acquire another: %w", ErrFreed)
 	case !dtype.Valid():
-		return nil, fmt.Errorf("vram: staging buffer: dtype %v is not one of %v: %w", dtype, DTypes(), ErrInvalidRequest)
+		return nil, fmt.Errorf("staging buffer: dtype %v is not one of %v: %w", dtype, DTypes(), ErrInvalidRequest)
 	case !ok:
-		return nil, fmt.Errorf("vram: staging buffer: shape %v has a negative dimension or overflows: %w", shape, ErrInvalidRequest)
+		return nil, fmt.Errorf("staging buffer: shape %v has a negative dimension or overflows: %w", shape, ErrInvalidRequest)
 	case n > uint64(len(b.data))/dtype.Size():
-		return nil, fmt.Errorf("vram: staging buffer of %s: %v%v does not fit; acquire one of its size: %w",
+		return nil, fmt.Errorf("staging buffer of %s: %v%v does not fit; acquire one of its size: %w",
 			units.Format(uint64(len(b.data))), dtype, shape, ErrMismatch)
 	}
 	mem, rung := Pageable, RungPageable
@@ -406,7 +407,7 @@ func (p *StagingPool) Room() uint64 {
 	}
 	if avail, ok := h.avail(); ok {
 		avail += idle // given up, they are available again
-		room = min(room, avail-min(avail, hostRAM()/16))
+		room = min(room, avail-min(avail, meminfo.RAM()/16))
 	}
 	return room
 }

@@ -99,6 +99,22 @@ func (tx *allocTx) trimWouldHelp(err error, cached uint64) bool {
 	}
 	gb := tx.gb
 	gb.free = satAdd(gb.free, cached)
-	p, perr := planGroup(tx.reqs, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
+	p, perr := planGroup(tx.q, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
 	return perr == nil && p.Chunks < tx.plan.Chunks
+}
+
+// planOnce reads the budget and plans the group against the allocator's
+// stated cost, trimming the allocator's cache and planning again only
+// when that could help (trim.go); errors say what bounds the budget.
+func (tx *allocTx) planOnce() error {
+	tx.gb.trimmed = false
+	err := tx.planBudget()
+	if cached := tx.m.cached(); tx.trimWouldHelp(err, cached) {
+		if terr := tx.m.trimCtx(tx.ac.ctx); terr != nil {
+			return fmt.Errorf("allocate group %q: %w", tx.group, terr)
+		}
+		tx.gb.trimmed = true
+		err = tx.planBudget()
+	}
+	return err
 }

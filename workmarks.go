@@ -79,7 +79,7 @@ func (c *Client) BeginWork() (*Work, error) {
 	c.work.mu.Lock()
 	defer c.work.mu.Unlock()
 	if c.work.evicted.Load() {
-		return nil, fmt.Errorf("vram: begin work of %v: its arrays were evicted for another group; queue its requests and allocate again: %w", c, ErrEvicted)
+		return nil, fmt.Errorf("begin work of %v: its arrays were evicted for another group; queue its requests and allocate again: %w", c, ErrEvicted)
 	}
 	c.work.open++
 	c.work.touch()

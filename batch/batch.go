@@ -274,7 +274,7 @@ func (b *Batch) install(resp *vram.ArrayResponse) error {
 			return fmt.Errorf("batch: array %v: the allocation delivered its client nothing (closed or moved meanwhile?): %w", a, vram.ErrClosed)
 		}
 		for buf := range max(len(a.resp.Buffers), 1) {
-			set := a.resp.Arrays
+			set := a.resp.Arrays()
 			if buf < len(a.resp.Buffers) {
 				set = a.resp.Buffers[buf].Device
 			}

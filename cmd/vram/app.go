@@ -119,12 +119,9 @@ func (a *app) execute(args []string) int {
 	if errors.As(err, &ee) {
 		return ee.code
 	}
-	// A library error already says "vram: "; the command's own do not.
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "vram: ") {
-		msg = "vram: " + msg
-	}
-	fmt.Fprintln(a.stderr, msg)
+	// The one place an error gets the program's name: no error says it
+	// (the library's, like the command's own, carry no prefix).
+	fmt.Fprintln(a.stderr, "vram: "+err.Error())
 	var ue usageError
 	if errors.As(err, &ue) {
 		if cmd == nil {

@@ -293,9 +293,10 @@ func TestEnvDeviceNamedInRunErrors(t *testing.T) {
 	}
 }
 
-// TestErrorPrefixOnce checks that a library error, which already says
-// "vram: ", is printed with the prefix once (the simulator's backing cap
-// refuses a 64 GiB page at the first copy).
+// TestErrorPrefixOnce checks that a library error, wrapped by package
+// batch, is printed with the prefix once (the simulator's backing cap
+// refuses a 64 GiB page at the first copy); prefix_test.go runs the other
+// paths.
 func TestErrorPrefixOnce(t *testing.T) {
 	_, stderr, code := cli(t, "", "run", "--device", "sim:granularity=64GiB,vram=256GiB", "--runs", "10", "--steps", "1")
 	if code != exitFailure || !strings.Contains(stderr, "\nvram: batch: ") || strings.Contains(stderr, "vram: vram:") {

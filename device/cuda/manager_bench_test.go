@@ -68,10 +68,10 @@ func newManaged(tb testing.TB, d device.Device, n uint64, hosts int) *managed {
 	if err != nil {
 		tb.Fatalf("Allocate: %v", err)
 	}
-	if resp.Chunks != 1 {
-		tb.Fatalf("a %d-byte array was cut into %d chunks; want it whole", n, resp.Chunks)
+	if resp.Plan.Chunks != 1 {
+		tb.Fatalf("a %d-byte array was cut into %d chunks; want it whole", n, resp.Plan.Chunks)
 	}
-	mg := &managed{m: m, c: c, arr: resp.Arrays["a"]}
+	mg := &managed{m: m, c: c, arr: resp.Arrays()["a"]}
 	for range hosts {
 		h, err := m.NewHostArray(shape, vram.Float32, vram.Pinned, nil)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/meminfo"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -154,13 +155,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.PinnedLimit == 0 {
 		c.PinnedLimit = DefaultPinnedLimit
-		if ram := hostRAM(); ram > 0 {
+		if ram := meminfo.RAM(); ram > 0 {
 			c.PinnedLimit = min(c.PinnedLimit, ram/2)
 		}
 	}
 	if c.BackingLimit == 0 {
 		c.BackingLimit = DefaultBackingLimit
-		if ram := hostRAM(); ram > 0 {
+		if ram := meminfo.RAM(); ram > 0 {
 			c.BackingLimit = min(c.BackingLimit, ram/2)
 		}
 	}

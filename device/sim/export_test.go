@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vramkit/vram/internal/meminfo"
 )
 
 // CheckInvariants verifies the device's internal bookkeeping (tests only):
@@ -142,8 +144,8 @@ func HeldRegions() (n int, bytes uint64) {
 	return regions.owned.len(), regions.nOwned
 }
 
-// HostRAM is hostRAM, for the default pinned limit's test.
-var HostRAM = hostRAM
+// HostRAM is the host's RAM as the default pinned limit reads it.
+var HostRAM = meminfo.RAM
 
 // OpenStreams is how many streams the device lists as open (tests only).
 func (d *Device) OpenStreams() int {

@@ -23,7 +23,7 @@ const MinAutoUnits = uint64(MinAutoPool * float64(Unit))
 // ErrProportion: a proportion out of range, or one the pools cannot give
 // (a manual total over 1, an auto pool under MinAutoPool). The vram
 // package exports it as vram.ErrProportion.
-var ErrProportion = errors.New("vram: proportion refused")
+var ErrProportion = errors.New("proportion refused")
 
 // ToUnits converts a proportion to Unit; zero (the auto pool) is allowed
 // only when allowZero.

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package vram
+package mapfile
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"syscall"
 )
 
-// mapFile maps n bytes of f from offset 0, shared and, when writable,
+// Map maps n bytes of f from offset 0, shared and, when writable,
 // writable.
-func mapFile(f *os.File, n int64, writable bool) ([]byte, error) {
+func Map(f *os.File, n int64, writable bool) ([]byte, error) {
 	prot := syscall.PROT_READ
 	if writable {
 		prot |= syscall.PROT_WRITE
@@ -22,6 +22,8 @@ func mapFile(f *os.File, n int64, writable bool) ([]byte, error) {
 	return b, nil
 }
 
-func unmapFile(b []byte) error { return syscall.Munmap(b) }
+// Unmap unmaps b, a mapping Map made.
+func Unmap(b []byte) error { return syscall.Munmap(b) }
 
-const fileRungSupported = true
+// Supported says whether Map can map files here.
+const Supported = true

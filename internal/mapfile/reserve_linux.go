@@ -1,4 +1,4 @@
-package vram
+package mapfile
 
 import (
 	"errors"
@@ -6,11 +6,11 @@ import (
 	"syscall"
 )
 
-// reserveDisk gives the spill file f the disk blocks of its first n
+// Reserve gives the file f the disk blocks of its first n
 // bytes now (fallocate), so that writing them through the mapping never
 // finds the disk full: a full disk is an error here, not a SIGBUS later.
 // A file system without fallocate gets the blocks written instead.
-func reserveDisk(f *os.File, n int64) error {
+func Reserve(f *os.File, n int64) error {
 	for {
 		err := syscall.Fallocate(int(f.Fd()), 0, 0, n)
 		switch {

@@ -1,4 +1,4 @@
-package vram
+package mapfile
 
 import "os"
 
