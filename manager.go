@@ -115,16 +115,17 @@ func ParseLimitMode(s string) (LimitMode, error) {
 type Option func(*config)
 
 type config struct {
-	kind  AllocatorKind
-	mode  LimitMode
-	log   *slog.Logger
-	wrap  func(alloc.Allocator) alloc.Allocator
-	pcfg  alloc.PoolConfig
-	acfg  alloc.AsyncConfig
-	total uint64
-	cap   uint64      // WithCap; 0: none
-	pick  allocChoice // WithAllocatorEntry, WithExpandable (poolkind.go)
-	host  HostOptions
+	kind   AllocatorKind
+	mode   LimitMode
+	log    *slog.Logger
+	wrap   func(alloc.Allocator) alloc.Allocator
+	pcfg   alloc.PoolConfig
+	acfg   alloc.AsyncConfig
+	total  uint64
+	cap    uint64      // WithCap; 0: none
+	pick   allocChoice // WithAllocatorEntry, WithExpandable (poolkind.go)
+	host   HostOptions
+	broker brokerConfig // WithBroker, WithLease (lease.go)
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }
@@ -192,10 +193,11 @@ type Manager struct {
 	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
 	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
-	capMu    sync.Mutex    // serializes SetCap (replan.go); taken before allocMu
-	capBytes atomic.Uint64 // the cap (WithCap, SetCap); 0: none
-	notices  budgetNotices // budget changes (replan.go)
-	freed    signal        // broadcast after each device array is freed
+	capMu    sync.Mutex     // serializes SetCap (replan.go); taken before allocMu
+	capBytes atomic.Uint64  // the cap (WithCap, SetCap); 0: none
+	notices  budgetNotices  // budget changes (replan.go)
+	freed    signal         // broadcast after each device array is freed
+	lease    *leaseFollower // the broker's lease (lease.go); nil without; set in New
 
 	mu         sync.Mutex                                     // protects the fields below
 	reg        registry                                       // open clients
@@ -258,6 +260,9 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("vram: new manager: %w", err)
 	}
 	m.setAllocator(a, cfg.kind, name)
+	if err := m.joinBroker(); err != nil { // lease.go
+		return nil, errors.Join(err, m.Close())
+	}
 	return m, nil
 }
 
@@ -270,7 +275,9 @@ var (
 // Default returns the process-wide manager, made on the first call on
 // device.Open("auto") (or $VRAM_DEVICE): the CUDA device 0 when a driver
 // and GPU are present, else the simulator, with the allocator that
-// $VRAM_ALLOC_CONF configures (ParseAllocConf). Every call returns the same
+// $VRAM_ALLOC_CONF configures (ParseAllocConf) and, when $VRAM_BROKER
+// names the node broker's socket, its budget from a lease of it
+// (WithBroker; the program must link package broker). Every call returns the same
 // manager (or the same error); it is safe to call from many goroutines
 // at once. Its device is never closed. Do not Close the default manager
 // while anything in the process may still use it: it is never remade,
@@ -283,6 +290,7 @@ func Default() (*Manager, error) {
 			defaultErr = fmt.Errorf("vram: default manager: %w", err)
 			return
 		}
+		opts = append(opts, brokerFromEnv()...) // $VRAM_BROKER (lease.go)
 		dev, err := device.Open("")
 		if err != nil {
 			defaultErr = fmt.Errorf("vram: default manager: %w", err)
@@ -628,6 +636,7 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
+	m.leaveBroker() // lease.go
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
 	m.mu.Lock()
@@ -655,7 +664,8 @@ func (m *Manager) Close() error {
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
-	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+	leaseErr := m.releaseLease() // once the allocator gave its memory back
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr), leaseErr)
 }
 
 func (m *Manager) isClosed() bool {

@@ -101,7 +101,7 @@ func (a *app) brokerDevices(list string) ([]broker.Device, error) {
 		if err := dev.Close(); err != nil {
 			return nil, fmt.Errorf("close %s: %w", spec, err)
 		}
-		out = append(out, broker.Device{Name: spec, Total: info.TotalBytes, Context: info.ContextBytes})
+		out = append(out, broker.Device{Name: spec, ID: info.ID, Total: info.TotalBytes, Context: info.ContextBytes})
 	}
 	return out, nil
 }

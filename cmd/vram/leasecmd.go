@@ -101,14 +101,11 @@ func (a *app) leaseCommand() *cobra.Command {
 
 // leaseDevice finds --device among the broker's devices.
 func leaseDevice(spec string, devs []broker.DeviceInfo) (broker.DeviceInfo, error) {
-	names := make([]string, len(devs))
-	for i, d := range devs {
-		names[i] = strconv.Itoa(d.Index) + " " + d.Name
-		if strconv.Itoa(d.Index) == spec || d.Name == spec {
-			return d, nil
-		}
+	d, err := broker.FindDevice(devs, spec, "")
+	if err != nil {
+		return d, usagef("--device: %v", err)
 	}
-	return broker.DeviceInfo{}, usagef("--device %q: the broker has %s", spec, strings.Join(names, ", "))
+	return d, nil
 }
 
 // leaseOptions turns the flags into the lease to ask for on dev.
