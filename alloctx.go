@@ -205,9 +205,9 @@ func (m *Manager) readBudget(b *groupBudget) error {
 			b.over = used - capBytes // SetCap lowered the cap below the arrays
 		}
 	}
-	m.leaseClause(b) // leasetx.go
 	m.mu.Lock()
 	m.heldLocked(b)
+	m.leaseClauseLocked(b) // leasetx.go
 	m.mu.Unlock()
 	return nil
 }

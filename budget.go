@@ -64,10 +64,12 @@ type groupBudget struct {
 	// (replan.go), kept back for them.
 	claimed uint64
 	// With a broker's lease (leased; lease.go), leaseBytes is what the
-	// allocator may hold under it and leaseHeld what it holds, its cache
-	// included (device bytes): the group plans within the difference.
-	leased                bool
-	leaseBytes, leaseHeld uint64
+	// allocator may hold under it, leaseHeld what it holds, its cache
+	// included, and leaseReplaced what the arrays being replaced take
+	// (device bytes, as the allocator states them): the group plans
+	// within the lease less what the allocator holds beside them.
+	leased                               bool
+	leaseBytes, leaseHeld, leaseReplaced uint64
 
 	gran   uint64       // the allocator's granularity
 	page   uint64       // the device's allocation unit
@@ -113,7 +115,7 @@ func (b *groupBudget) leaseRoom() uint64 {
 	if !b.leased {
 		return math.MaxUint64
 	}
-	r := satAdd(b.leaseBytes, b.replaced)
+	r := satAdd(b.leaseBytes, b.leaseReplaced)
 	return r - min(r, b.leaseHeld)
 }
 
@@ -194,7 +196,7 @@ func (b *groupBudget) String() string {
 	}
 	if r := b.leaseRoom(); r < math.MaxUint64 {
 		fmt.Fprintf(&s, ", at most %s under the broker's lease (%s, less %s the allocator holds%s)",
-			bytesDown(r), units.Format(b.leaseBytes), units.Format(b.leaseHeld), replacedNote(b.replaced))
+			bytesDown(r), units.Format(b.leaseBytes), units.Format(b.leaseHeld), replacedNote(b.leaseReplaced))
 	}
 	if r := b.limRoom(); r < math.MaxUint64 && r < b.leaseRoom() {
 		left := bytesDown(b.room) + " left"

@@ -296,6 +296,7 @@ type leaseFollower struct {
 type LeaseStats struct {
 	ID          string        // the lease, as the broker names it
 	Bytes       uint64        // what the allocator may hold now
+	Guaranteed  uint64        // of Bytes, the lease's share; the rest is borrowed
 	Held        uint64        // what was last reported held
 	Claims      int           // claims for more made by Allocate
 	ClaimWait   time.Duration // their time in all, from the claim to the grant or refusal
@@ -316,7 +317,7 @@ func (m *Manager) Lease() (LeaseStats, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.stats
-	s.ID, s.Bytes, s.Held = f.l.String(), f.applied.Bytes, f.reported
+	s.ID, s.Bytes, s.Guaranteed, s.Held = f.l.String(), f.applied.Bytes, f.applied.Guaranteed, f.reported
 	return s, true
 }
 
@@ -371,9 +372,15 @@ func (f *leaseFollower) applyLocked(b LeaseBudget) {
 	if from.Bytes == b.Bytes {
 		return
 	}
-	if m.capLim != nil && !m.isClosed() {
-		m.capLim.SetCap(capFor(b.Bytes))
-		m.capBytes.Store(capFor(b.Bytes))
+	if m.capLim == nil || m.isClosed() {
+		return
+	}
+	m.capLim.SetCap(capFor(b.Bytes))
+	m.capBytes.Store(capFor(b.Bytes))
+	// A lease lowered to no less than the allocator holds (given back)
+	// asks nothing of the batches; more room, or less than is held, does.
+	if b.Bytes < from.Bytes && b.Bytes >= m.al.Stats().Reserved {
+		return
 	}
 	why := "the broker's lease"
 	if b.Shrink {

@@ -13,9 +13,11 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// leaseClause puts the lease in b: what the allocator may hold under it,
-// and what it holds. allocMu must be held.
-func (m *Manager) leaseClause(b *groupBudget) {
+// leaseClauseLocked puts the lease in b: what the allocator may hold
+// under it, what it holds, and what of that the arrays being replaced
+// take, as the allocator states their cost (their charged bytes may be
+// less than the pages they take). allocMu and m.mu must be held.
+func (m *Manager) leaseClauseLocked(b *groupBudget) {
 	f := m.lease
 	b.leased = f != nil
 	if f == nil {
@@ -23,6 +25,20 @@ func (m *Manager) leaseClause(b *groupBudget) {
 	}
 	b.leaseBytes = f.budget().Bytes
 	b.leaseHeld = m.al.Stats().Reserved
+	var sizes []uint64
+	for _, c := range b.requesters {
+		if c.closed {
+			continue
+		}
+		for l := range b.queue[c] {
+			for _, a := range c.arrays[l] {
+				if d := a.dev; d != nil && d.memory == Device {
+					sizes = append(sizes, d.Bytes())
+				}
+			}
+		}
+	}
+	b.leaseReplaced = b.cost(sizes)
 }
 
 // holdLease keeps the follower from giving the lease back while the

@@ -247,9 +247,7 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 		return err
 	}
 	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
-	if limit > 0 {
-		opts = append(opts, vram.WithCap(limit))
-	}
+	opts = append(opts, f.capOptions(limit)...) // runlease.go
 	if p.m, err = vram.New(p.dev, opts...); err != nil {
 		return fmt.Errorf("memory manager: %w", err)
 	}
