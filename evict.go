@@ -126,11 +126,25 @@ func (tx *allocTx) planFreeing(vs []victim) (ChunkPlan, error) {
 // idleCandidates lists the evictable clients of other groups that hold
 // device memory and are idle now, least recently used first.
 func (tx *allocTx) idleCandidates() []victim {
+	cands := tx.holders(true)
+	// The idle check queries events: outside m.mu.
+	cands = slices.DeleteFunc(cands, func(v victim) bool { return !v.c.idleNow() })
+	slices.SortStableFunc(cands, func(a, b victim) int {
+		return cmp.Or(cmp.Compare(a.c.work.lastUse.Load(), b.c.work.lastUse.Load()), cmp.Compare(a.c.id, b.c.id))
+	})
+	return cands
+}
+
+// holders lists the open clients of other groups that hold memory, and
+// what freeing their arrays would give back; evictable leaves out those
+// that opted out of eviction.
+func (tx *allocTx) holders(evictable bool) []victim {
 	m := tx.m
-	var cands []victim
+	var out []victim
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, c := range m.reg.all() {
-		if c.group == tx.group || c.work.noEvict || c.held == 0 {
+		if c.group == tx.group || (evictable && c.work.noEvict) || c.held == 0 {
 			continue
 		}
 		var sizes []uint64
@@ -141,15 +155,9 @@ func (tx *allocTx) idleCandidates() []victim {
 				}
 			}
 		}
-		cands = append(cands, victim{c: c, device: tx.gb.cost(sizes), charged: c.held})
+		out = append(out, victim{c: c, device: tx.gb.cost(sizes), charged: c.held})
 	}
-	m.mu.Unlock()
-	// The idle check queries events: outside m.mu.
-	cands = slices.DeleteFunc(cands, func(v victim) bool { return !v.c.idleNow() })
-	slices.SortStableFunc(cands, func(a, b victim) int {
-		return cmp.Or(cmp.Compare(a.c.work.lastUse.Load(), b.c.work.lastUse.Load()), cmp.Compare(a.c.id, b.c.id))
-	})
-	return cands
+	return out
 }
 
 // idleNow reports whether c is idle (an event that cannot be queried

@@ -314,25 +314,7 @@ func (tx *allocTx) claim(err error) error {
 // busyHolders lists the clients of other groups that hold device memory
 // and are not idle: a batch runs on their arrays.
 func (tx *allocTx) busyHolders() []victim {
-	m := tx.m
-	var out []victim
-	m.mu.Lock()
-	for _, c := range m.reg.all() {
-		if c.group == tx.group || c.held == 0 {
-			continue
-		}
-		var sizes []uint64
-		for _, as := range c.arrays {
-			for _, a := range as {
-				if a.dev != nil && a.dev.memory == Device {
-					sizes = append(sizes, a.dev.Bytes())
-				}
-			}
-		}
-		out = append(out, victim{c: c, device: tx.gb.cost(sizes), charged: c.held})
-	}
-	m.mu.Unlock()
-	return slices.DeleteFunc(out, func(v victim) bool { return v.c.idleNow() })
+	return slices.DeleteFunc(tx.holders(false), func(v victim) bool { return v.c.idleNow() })
 }
 
 // settleClaims follows a successful allocation: the group's own claim is

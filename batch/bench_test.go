@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -268,7 +269,7 @@ func BenchmarkBatchRecut(b *testing.B) {
 	for _, toggle := range []bool{false, true} {
 		b.Run(fmt.Sprintf("recuts=%v", toggle), func(b *testing.B) {
 			const capBytes = 8 << 12
-			bb := newBenchBatch(b, 8<<20, runs, 1, 0, vram.WithCap(capBytes))
+			bb := newBenchBatch(b, 8<<20, runs, 1, 0, vram.WithCap(capBytes), vram.WithLogger(slog.New(slog.DiscardHandler)))
 			var wall time.Duration
 			recuts := 0
 			for b.Loop() {

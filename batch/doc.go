@@ -80,8 +80,8 @@
 // one Part (a Batch allocated on that device's manager, declaring the
 // same arrays with the same host sides, and its Compute) per device. The
 // runs are dealt from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (at most its share, by length,
-// of half the runs left: factoring), each device's pipeline on its own
+// each device's chunks at its own length (at most ⌈left/2P⌉ of the runs
+// left for P devices: factoring), each device's pipeline on its own
 // goroutine locked to its OS thread; each chunk lands at its runs, so
 // the results do not depend on the dealing. The PartsReport says how many
 // chunks and runs each device took, and at what length.

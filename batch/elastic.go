@@ -288,7 +288,7 @@ func (r *batchRun) restage(want int) error {
 			return fmt.Errorf("batch: re-cut: trim the staging pool: %w", err)
 		}
 	}
-	n, err := r.acquireStaging(want)
+	n, err := r.acquireStaging(min(want, r.q.longest()))
 	if err != nil {
 		return err
 	}

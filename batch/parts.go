@@ -8,11 +8,13 @@ package batch
 //
 // One queue. The batch's R runs are handed out in order, each chunk cut
 // from what is left at the length its taker asks for: its own (its plan
-// for its device's memory, re-cut as the budget changes), and on several
-// devices at most its share, by length, of half the runs left
-// (factoring: Hummel, Schonberg and Flynn, "Factoring: a method for
-// scheduling parallel loops", CACM 35(8), 1992), so that the chunks
-// shrink as the queue empties and the parts finish together. A chunk's
+// for its device's memory, re-cut as the budget changes), and on P
+// devices at most ⌈left/2P⌉ (factoring: Hummel, Schonberg and Flynn,
+// "Factoring: a method for scheduling parallel loops", CACM 35(8), 1992),
+// so that the chunks shrink as the queue empties and the parts finish
+// together. A batch much larger than the devices is thus cut at each
+// device's own length, a larger device's chunks the longer, and a faster
+// device takes more of them. A chunk's
 // outputs land at its runs of the host arrays (or in the drain
 // function's span), so the results do not depend on how the chunks were
 // cut or dealt, provided the kernel's result for a run depends on that
@@ -70,9 +72,9 @@ func (q *runQueue) setLength(part, length int) {
 }
 
 // take cuts part's next chunk, of at most limit runs, from the runs left;
-// false when there are none. Shared by several parts, it is at most
-// the part's share, by length, of half the runs left (factoring: the
-// chunks shrink as the queue empties, so the parts finish together).
+// false when there are none. Shared by P parts, it is at most ⌈left/2P⌉
+// (factoring: the chunks shrink as the queue empties, so that the parts
+// finish together, in few chunks).
 func (q *runQueue) take(part, limit int) (dealtChunk, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -82,18 +84,25 @@ func (q *runQueue) take(part, limit int) (dealtChunk, bool) {
 	}
 	q.lengths[part] = limit
 	n := min(limit, left)
-	if len(q.lengths) > 1 {
-		var sum int
-		for _, l := range q.lengths {
-			sum += max(l, 1)
-		}
-		share := (int64(left)*int64(limit) + 2*int64(sum) - 1) / (2 * int64(sum))
-		n = min(n, max(int(share), 1))
+	if p := len(q.lengths); p > 1 {
+		n = min(n, (left+2*p-1)/(2*p))
 	}
 	ch := dealtChunk{index: q.taken, start: q.next, len: n}
 	q.next += n
 	q.taken++
 	return ch, true
+}
+
+// longest is the most runs a take can cut from now on: the runs left,
+// or ⌈left/2P⌉ of them shared by P parts (left only shrinks), at least 1.
+func (q *runQueue) longest() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.runs - q.next
+	if p := len(q.lengths); p > 1 {
+		n = (n + 2*p - 1) / (2 * p)
+	}
+	return max(n, 1)
 }
 
 // shared reports whether several parts take from q.
@@ -176,8 +185,8 @@ type PartsReport struct {
 // its device's manager. The batch's runs are dealt from one queue (see
 // the overview at the top of the file) to the parts as each has a
 // buffer free, each part's chunks at its own length (its plan's, capped
-// by o.MaxChunkLength, re-cut as Run's are) and at most its share, by
-// length, of half the runs left; each part runs its chunks as Run does,
+// by o.MaxChunkLength, re-cut as Run's are) and at most ⌈left/2P⌉ of the
+// runs left for P parts; each part runs its chunks as Run does,
 // on its own goroutine locked to its OS thread. o's fields apply to every
 // part; o.Progress is called one call at a time, counting the batch's
 // chunks.

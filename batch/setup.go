@@ -128,6 +128,9 @@ func (r *batchRun) setUp() error {
 	if err := r.firstShape(); err != nil {
 		return err
 	}
+	// No staging for chunks longer than the queue will cut (a device
+	// sharing it with others gets at most ⌈runs/2P⌉ of them a chunk).
+	r.length = min(r.length, r.q.longest())
 	n, err := r.acquireStaging(r.length)
 	if err != nil {
 		return err

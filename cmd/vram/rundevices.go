@@ -4,9 +4,9 @@
 // a goroutine of its own, and plans the whole batch on itself, which
 // gives the chunk length that fits it. The library's batch.RunParts then
 // deals the batch from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (and at most its share, by
-// length, of half the runs left, so that a batch one device holds whole
-// is still spread and the devices finish together), each device's
+// each device's chunks at its own length (and at most ⌈left/2P⌉ of the
+// runs left for P devices, so that a batch one device holds whole is
+// still spread and the devices finish together), each device's
 // pipeline on its own goroutine locked to its OS thread (a CUDA context
 // is current per thread): a larger device cuts longer chunks, a faster
 // one takes more of them. Each chunk's inputs are drawn for its runs (fill
@@ -56,9 +56,9 @@ type deviceShare struct {
 	Allocator string `json:"allocator"`
 	// PlanChunkLength is the chunk length the device's plan of the whole
 	// batch gave (what its memory holds), with its budget and device
-	// arrays per chunk (BudgetBytes, BytesPerChunk); ChunkLength the
-	// length it cut its chunks at last (its plan's, or less: its share of
-	// the runs left, a re-cut).
+	// arrays per chunk (BudgetBytes, BytesPerChunk); ChunkLength the runs
+	// of its longest chunk since its last re-cut (its plan's length, or
+	// less: ⌈left/2P⌉ of the runs left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
 	BudgetBytes     uint64  `json:"budget_bytes"`
 	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
@@ -449,8 +449,8 @@ func (mj *multiJob) verifyRuns(idx []int) error {
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
 Each device has its own memory manager and cuts chunks of its own plan's
-length, dealt from one queue to whichever device is free (at most its
-share, by length, of half the runs left, so that the devices finish
+length, dealt from one queue to whichever device is free (at most
+⌈left/2P⌉ of the runs left for P devices, so that the devices finish
 together): a larger device cuts longer chunks, a faster one takes more.
 The results, and --out,
 are the same as on one device. --kernel-delay D makes each kernel take

@@ -51,7 +51,7 @@ func (a *app) printMulti(r multiReport) error {
 	}
 	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
 	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s, %s kernel: %s (%s), the last of %s, %s, %.2f s busy\n", i, d.Device, d.Kernel,
+		fmt.Fprintf(w, "  %-3d        %s, %s kernel: %s (%s), up to %s a chunk, %s, %.2f s busy\n", i, d.Device, d.Kernel,
 			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds)
 	}
 	printMultiLines(w, r)

@@ -69,8 +69,8 @@ func TestDevicesMatchOneDevice(t *testing.T) {
 func TestDevicesInMemory(t *testing.T) {
 	// 356 device bytes a run: the small device's plan has chunks of
 	// about 950 runs, the large one's the whole batch; each cuts its own
-	// (the large one at most its share of half the runs left), so the
-	// large one's are longer.
+	// (at most ⌈left/4⌉ of the runs left), so the large one's are
+	// longer.
 	r := runMulti(t, "--devices", "sim:vram=512KiB,granularity=64KiB,context=0;sim:vram=16MiB,granularity=64KiB,context=0", "--steps", "40")
 	d0, d1 := r.Devices[0], r.Devices[1]
 	if !r.Verified || r.FailedRuns != 0 || len(r.Devices) != 2 || d0.PlanChunkLength >= d1.PlanChunkLength ||
