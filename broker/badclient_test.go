@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"math"
 	"net"
 	"strings"
@@ -9,7 +10,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 )
@@ -226,5 +229,24 @@ func TestRejoinIsCountedOnce(t *testing.T) {
 	// And its manual share once: another half still fits.
 	if _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}}); err != nil {
 		t.Fatalf("the other half: %v", err)
+	}
+}
+
+// A deadline or cancellation the broker saw before the caller's own
+// clock did still reads as the caller's context error.
+func TestFromStatusContextCodes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		code codes.Code
+		want error
+	}{
+		"deadline":  {codes.DeadlineExceeded, context.DeadlineExceeded},
+		"cancelled": {codes.Canceled, context.Canceled},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := fromStatus(context.Background(), "claim", status.Error(tc.code, "claim of 4 GiB: "+tc.want.Error()))
+			if !errors.Is(err, tc.want) {
+				t.Errorf("fromStatus(%v) = %v, want %v", tc.code, err, tc.want)
+			}
+		})
 	}
 }

@@ -77,25 +77,6 @@ const (
 	stabilityScanRuns = 1 << 22
 )
 
-type runFlags struct {
-	runs, steps, samples int
-	dt                   float64
-	vram                 string
-	vramSet              bool
-	allocator            string // --allocator ("": $VRAM_ALLOC_CONF's, else the manager's default)
-	doubleBuffer         bool   // --double-buffer: --buffers 2
-	buffers              int    // --buffers: 1 to 3; 0 chosen by the batch
-	verify               int
-	seed                 uint64
-	metricsAddr          string // --metrics-addr: serve /metrics here during the job ("": don't)
-	out                  string // --out: the trajectories' .npy file ("": not kept)
-	hostMem              string // --host-mem: cap on the job's host RAM ("": none)
-	shard                string // --shard i/N ("": the scheduler's environment, else the whole batch)
-	devices              string // --devices: several devices in one process ("": --device alone)
-	broker               string // --broker: the node broker's socket ("": no lease; runlease.go)
-	kernelDelay          time.Duration
-}
-
 // runLong is `vram run --help`.
 const runLong = `Run integrates N damped, driven oscillators
     x'' + 2ζωx' + ω²x = A·cos(Ωt)
