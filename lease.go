@@ -229,7 +229,7 @@ func (m *Manager) joinBroker() error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("vram: lease from the broker on %s: %w", bc.socket, err), l.Close())
 	}
-	f := &leaseFollower{m: m, l: l, rpc: make(chan struct{}, 1), poke: make(chan struct{}, 1), done: make(chan struct{}), applied: b}
+	f := &leaseFollower{m: m, l: l, rpc: make(chan struct{}, 1), poke: make(chan struct{}, 1), done: make(chan struct{}), applied: b, capSet: capFor(b.Bytes)}
 	if err := m.SetCap(capFor(b.Bytes)); err != nil {
 		return errors.Join(err, l.Close())
 	}
@@ -287,6 +287,7 @@ type leaseFollower struct {
 	applied   LeaseBudget // the budget the cap was last set to
 	busy      int         // Allocates in progress: no give-back meanwhile
 	reserving uint64      // the most the Allocate in progress will hold (0: none)
+	capSet    uint64      // the cap last set: capFor the lease, or of reserving while more
 	reported  uint64      // what was last reported held
 	stats     LeaseStats
 	shrinkAt  time.Time // when the request to shrink in hand was seen (zero: none)
@@ -368,15 +369,23 @@ func (f *leaseFollower) applyLocked(b LeaseBudget) {
 	if b.Shrink && f.shrinkAt.IsZero() {
 		f.shrinkAt = time.Now()
 	}
+	// The Allocate in progress takes what the broker took its report of
+	// (reserveLease): a lease lowered meanwhile lowers the cap once it is
+	// done (holdLease), and is answered then, not by failing it.
+	capTo := capFor(max(b.Bytes, f.reserving))
+	setCap := capTo != f.capSet
+	f.capSet = capTo
 	f.mu.Unlock()
-	if from.Bytes == b.Bytes {
-		return
-	}
 	if m.capLim == nil || m.isClosed() {
 		return
 	}
-	m.capLim.SetCap(capFor(b.Bytes))
-	m.capBytes.Store(capFor(b.Bytes))
+	if setCap {
+		m.capLim.SetCap(capTo)
+		m.capBytes.Store(capTo)
+	}
+	if from.Bytes == b.Bytes {
+		return
+	}
 	// A lease lowered to no less than the allocator holds (given back)
 	// asks nothing of the batches; more room, or less than is held, does.
 	if b.Bytes < from.Bytes && b.Bytes >= m.al.Stats().Reserved {
@@ -410,6 +419,9 @@ func (f *leaseFollower) settle(ctx context.Context) {
 	held := max(f.heldNow(), reserving)
 	switch {
 	case busy == 0 && !b.Shrink && held < b.Bytes:
+		if held != reported { // a claim lowers the limit, not what the broker counts held
+			f.report(ctx, held)
+		}
 		f.giveBack(ctx, held)
 	case held != reported || b.Shrink:
 		f.report(ctx, held)
@@ -432,7 +444,7 @@ func (f *leaseFollower) heldNow() uint64 {
 func (f *leaseFollower) report(ctx context.Context, held uint64) {
 	ctx, cancel := context.WithTimeout(ctx, leaseCallTimeout)
 	defer cancel()
-	b, err := f.call(ctx, held, f.l.Report)
+	b, err := f.tell(ctx, held)
 	if err != nil {
 		f.m.log.Debug("vram: report to the broker", "lease", f.l.String(), "held", held, "err", err)
 		f.count(func(s *LeaseStats) { s.ReportFails++ })
@@ -446,7 +458,7 @@ func (f *leaseFollower) report(ctx context.Context, held uint64) {
 func (f *leaseFollower) giveBack(ctx context.Context, held uint64) {
 	ctx, cancel := context.WithTimeout(ctx, leaseCallTimeout)
 	defer cancel()
-	b, err := f.call(ctx, held, f.l.Claim)
+	b, err := f.claim(ctx, held)
 	if err != nil {
 		f.m.log.Debug("vram: give back to the broker", "lease", f.l.String(), "held", held, "err", err)
 		return
@@ -456,20 +468,31 @@ func (f *leaseFollower) giveBack(ctx context.Context, held uint64) {
 	f.acked(held, b)
 }
 
-// call makes one call that sets what the broker counts (Claim or Report),
-// with the last figure sent recorded.
-func (f *leaseFollower) call(ctx context.Context, bytes uint64, op func(context.Context, uint64) (LeaseBudget, error)) (LeaseBudget, error) {
-	if err := lockCtx(ctx, f.rpc, "the lease's other call to the broker"); err != nil {
-		return LeaseBudget{}, err
-	}
-	defer func() { <-f.rpc }()
-	b, err := op(ctx, bytes)
+// claim asks the broker for a limit of bytes (Lease.Claim). It changes
+// the limit only: what the broker counts held stays what was last told.
+func (f *leaseFollower) claim(ctx context.Context, bytes uint64) (LeaseBudget, error) {
+	return f.oneCall(ctx, func() (LeaseBudget, error) { return f.l.Claim(ctx, bytes) })
+}
+
+// tell reports to the broker that the allocator holds bytes
+// (Lease.Report), and records the figure.
+func (f *leaseFollower) tell(ctx context.Context, bytes uint64) (LeaseBudget, error) {
+	b, err := f.oneCall(ctx, func() (LeaseBudget, error) { return f.l.Report(ctx, bytes) })
 	if err == nil {
 		f.mu.Lock()
 		f.reported = bytes
 		f.mu.Unlock()
 	}
 	return b, err
+}
+
+// oneCall makes call, one call to the broker at a time.
+func (f *leaseFollower) oneCall(ctx context.Context, call func() (LeaseBudget, error)) (LeaseBudget, error) {
+	if err := lockCtx(ctx, f.rpc, "the lease's other call to the broker"); err != nil {
+		return LeaseBudget{}, err
+	}
+	defer func() { <-f.rpc }()
+	return call()
 }
 
 // acked ends the request to shrink in hand once a report of held, which

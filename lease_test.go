@@ -204,3 +204,24 @@ func TestLeaseNeedsItsDevice(t *testing.T) {
 		t.Errorf("%d leases after Close, want 0", n)
 	}
 }
+
+// TestLeaseGivenBackAfterFree: memory freed and trimmed with no request
+// to shrink reaches the broker as held and given back: neither what the
+// broker counts held nor the limit stays at the freed bytes, so another
+// lease may borrow them.
+func TestLeaseGivenBackAfterFree(t *testing.T) {
+	w := newLeaseWorld(t, 1<<30, 300*time.Millisecond)
+	a := w.manager(t, "a")
+	c, err := holdArray(context.Background(), a, "a", 600*leaseMiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's 600 MiB reported to the broker", func() bool { return w.leaseOf(t, a).Held == 600*leaseMiB })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Allocator().Trim(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's freed memory reported and given back", func() bool { l := w.leaseOf(t, a); return l.Held == 0 && l.Limit == 0 })
+}

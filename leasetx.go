@@ -80,7 +80,7 @@ func (tx *allocTx) claimLease(planErr error) error {
 		return planErr // asked to give memory back, or no more would help
 	}
 	start := time.Now()
-	got, err := f.call(tx.ac.ctx, want, f.l.Claim)
+	got, err := f.claim(tx.ac.ctx, want)
 	f.count(func(s *LeaseStats) {
 		s.Claims++
 		s.ClaimWait += time.Since(start)
@@ -166,7 +166,7 @@ func (tx *allocTx) reserveLease() error {
 		f.mu.Lock()
 		f.reserving = upper
 		f.mu.Unlock()
-		b, err := f.call(ctx, upper, f.l.Report)
+		b, err := f.tell(ctx, upper)
 		if err != nil {
 			return fmt.Errorf("vram: allocate group %q: report to the broker that the allocator will hold %s: %w", tx.group, units.Format(upper), err)
 		}

@@ -18,8 +18,14 @@ import (
 )
 
 // startBroker runs `vram broker` in-process on a new socket until the
-// test ends.
+// test ends, with a reclaim deadline of 2 s.
 func startBroker(t *testing.T, devices string) string {
+	t.Helper()
+	return startBrokerReclaim(t, devices, "2s")
+}
+
+// startBrokerReclaim is startBroker with a reclaim deadline of reclaim.
+func startBrokerReclaim(t *testing.T, devices, reclaim string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "vbc")
 	if err != nil {
@@ -31,7 +37,7 @@ func startBroker(t *testing.T, devices string) string {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- runContext(ctx, []string{"broker", "--devices", devices, "--socket", socket, "--reclaim-timeout", "2s"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
+		done <- runContext(ctx, []string{"broker", "--devices", devices, "--socket", socket, "--reclaim-timeout", reclaim}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
