@@ -45,10 +45,15 @@ func (m *Manager) leaseClauseLocked(b *groupBudget) {
 // transaction runs; the func it returns ends that and has the follower
 // report what the allocator then holds.
 func (tx *allocTx) holdLease() (done func()) {
-	f := tx.m.lease
-	if f == nil {
-		return func() {}
+	if f := tx.m.lease; f != nil {
+		return f.hold()
 	}
+	return func() {}
+}
+
+// hold keeps the follower from giving the lease back until the func it
+// returns is called, which has it report what the allocator then holds.
+func (f *leaseFollower) hold() (done func()) {
 	f.mu.Lock()
 	f.busy++
 	f.mu.Unlock()
@@ -60,6 +65,64 @@ func (tx *allocTx) holdLease() (done func()) {
 		f.mu.Unlock()
 		f.wake()
 	}
+}
+
+// ClaimLease makes room under the broker's lease for an allocation of
+// bytes made through Allocator directly (libvram's hooks), for which no
+// Allocate claims: when what the allocator holds and bytes, as its cap
+// charges them, pass the lease, it claims the difference, waiting under
+// ctx for borrowers to shrink. The lease is not given back until done is
+// called, after the allocation. Without a lease it does nothing. A claim
+// the broker refuses, or grants only in part, is an error wrapping
+// ErrLease and ErrOutOfMemory, naming the figures.
+func (m *Manager) ClaimLease(ctx context.Context, bytes uint64) (done func(), err error) {
+	f := m.lease
+	if f == nil || m.capLim == nil {
+		return func() {}, nil
+	}
+	done = f.hold()
+	if err := f.l.Err(); err != nil {
+		done()
+		return nil, fmt.Errorf("vram: %s has ended: %w (%w, %w)", f.l, err, ErrLease, ErrOutOfMemory)
+	}
+	charged, ok := units.RoundUp(bytes, max(m.capLim.Granularity(), 1))
+	if !ok {
+		charged = bytes
+	}
+	want := satAdd(m.al.Stats().Reserved, charged)
+	if want <= f.budget().Bytes {
+		return done, nil
+	}
+	start := time.Now()
+	got, err := f.claim(ctx, want)
+	f.countClaim(start, want, got, err)
+	if err == nil {
+		f.apply(got)
+	}
+	switch {
+	case err != nil:
+		err = fmt.Errorf("vram: a claim of %s of %s, for %s more: %w (%w, %w)", units.Format(want), f.l, units.Format(bytes), err, ErrLease, ErrOutOfMemory)
+	case got.Bytes < want:
+		err = fmt.Errorf("vram: %s granted %s of the %s claimed, for %s more: beyond its guaranteed %s the broker lends only what no other lease holds or was granted (vram broker status shows who): %w (%w)",
+			f.l, units.Format(got.Bytes), units.Format(want), units.Format(bytes), units.Format(got.Guaranteed), ErrLease, ErrOutOfMemory)
+	}
+	if err != nil {
+		done()
+		return nil, err
+	}
+	return done, nil
+}
+
+// countClaim counts a claim of want made at start, granted got or failed
+// with err.
+func (f *leaseFollower) countClaim(start time.Time, want uint64, got LeaseBudget, err error) {
+	f.count(func(s *LeaseStats) {
+		s.Claims++
+		s.ClaimWait += time.Since(start)
+		if err != nil || got.Bytes < want {
+			s.Refused++
+		}
+	})
 }
 
 // claimLease claims more of the broker's lease when the plan (or its
@@ -81,13 +144,7 @@ func (tx *allocTx) claimLease(planErr error) error {
 	}
 	start := time.Now()
 	got, err := f.claim(tx.ac.ctx, want)
-	f.count(func(s *LeaseStats) {
-		s.Claims++
-		s.ClaimWait += time.Since(start)
-		if err != nil || got.Bytes < want {
-			s.Refused++
-		}
-	})
+	f.countClaim(start, want, got, err)
 	if err != nil {
 		if planErr == nil { // the chunked plan goes on within the lease
 			tx.m.log.Debug("vram: a claim of more of the broker's lease failed; the group goes on chunked", "group", tx.group, "err", err)
