@@ -84,6 +84,7 @@ func leases(st broker.Status) int {
 // lease less the context, and the lease is gone when env exits.
 func TestLeaseSetsTheFrameworksLimits(t *testing.T) {
 	socket := startBroker(t, "sim:vram=4GiB")
+	t.Setenv("VRAM_BROKER", socket) // not passed on: a vram inside would lease the same memory again
 	stdout, stderr, code := cli(t, "", "lease", "--socket", socket, "--bytes", "1GiB", "--", "env")
 	if code != exitOK {
 		t.Fatalf("exit %d:\n%s", code, stderr)
@@ -103,6 +104,9 @@ func TestLeaseSetsTheFrameworksLimits(t *testing.T) {
 		if !strings.Contains(stdout, "\n"+want) && !strings.HasPrefix(stdout, want) {
 			t.Errorf("the command's environment lacks %s", want)
 		}
+	}
+	if strings.Contains(stdout, "VRAM_BROKER=") {
+		t.Error("the command's environment has VRAM_BROKER")
 	}
 	if n := leases(brokerStatus(t, socket)); n != 0 {
 		t.Errorf("%d lease(s) left after the command exited", n)
