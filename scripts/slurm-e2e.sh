@@ -265,6 +265,12 @@ shared_e2e() {
 		sleep 0.1
 	done
 	say "jobs done in $(($(date +%s) - start)) s"
+	# The keepers' brokers end with their tasks.
+	for _ in $(seq 50); do
+		pgrep -f -- "broker --socket $sock" >/dev/null || break
+		sleep 0.1
+	done
+	! pgrep -af -- "broker --socket $sock" || die "a task's broker outlived its task"
 	for i in 0 1; do
 		st=$(jobstate "${array}_$i")
 		log=$work/jobs/vram-shared-${array}_$i.log
