@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,8 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vramkit/vram/broker"
-	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/brokertest"
 )
 
 var (
@@ -283,7 +281,9 @@ func TestPython(t *testing.T) {
 	}
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "tests"))
 	cmd.Env = append(os.Environ(), "VRAM_LIBRARY="+lib, "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1", "VRAM_DEVICE=")
-	spec, socket := serveBroker(t)
+	// A broker of a shared simulated device of 64 MiB, for the lease tests.
+	spec := "sim:shared=libvram" + strconv.Itoa(os.Getpid()) + ",vram=64MiB,context=0,dir=" + t.TempDir()
+	socket := brokertest.Serve(t, spec, 64<<20, 300*time.Millisecond)
 	cmd.Env = append(cmd.Env, "VRAM_TEST_BROKER="+socket, "VRAM_TEST_BROKER_SPEC="+spec)
 	if torch, why := torchLibrary(t); torch != "" {
 		cmd.Env = append(cmd.Env, "VRAM_TORCH_LIBRARY="+torch)
@@ -302,40 +302,4 @@ func TestPython(t *testing.T) {
 	if testing.Verbose() {
 		t.Logf("%s", out)
 	}
-}
-
-// serveBroker serves a node broker of a new shared simulated device of
-// 64 MiB (no context) until the test ends, for the Python package's lease
-// tests, and returns the device's spec and the socket.
-func serveBroker(t *testing.T) (spec, socket string) {
-	t.Helper()
-	dir := t.TempDir()
-	spec = "sim:shared=libvram" + strconv.Itoa(os.Getpid()) + ",vram=64MiB,context=0,dir=" + dir
-	probe, err := device.Open(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := probe.Info().ID
-	if err := probe.Close(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := broker.NewServer(broker.Config{Devices: []broker.Device{{Name: "shared", ID: id, Total: 64 << 20}},
-		ReclaimTimeout: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket = filepath.Join(dir, "b.sock")
-	ln, err := broker.Listen(socket, 0o600, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return spec, socket
 }

@@ -242,13 +242,7 @@ func (mj *multiJob) setup(p *devicePart, spec string) error {
 	}
 	p.share.Device = fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name)
 	hostCap, _ := units.ParseSize(f.hostMem)
-	opts, err := managerAllocOptions(f.allocator)
-	if err != nil {
-		return err
-	}
-	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
-	opts = append(opts, f.capOptions(limit)...) // runlease.go
-	if p.m, err = vram.New(p.dev, opts...); err != nil {
+	if p.m, err = a.runManager(p.dev, f, hostCap, limit); err != nil { // runlease.go
 		return fmt.Errorf("memory manager: %w", err)
 	}
 	p.kern = oscillator.NewPortable()

@@ -243,13 +243,7 @@ func (a *app) runJob(f runFlags) (err error) {
 	if err := a.checkHostMemory(js, info, f.bufferCount() > 1, f.out != "", hostCap); err != nil {
 		return err
 	}
-	opts, err := managerAllocOptions(f.allocator)
-	if err != nil {
-		return err
-	}
-	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
-	opts = append(opts, f.capOptions(limit)...) // runlease.go
-	m, err := vram.New(dev, opts...)
+	m, err := a.runManager(dev, f, hostCap, limit) // runlease.go
 	if err != nil {
 		return fmt.Errorf("memory manager on %s: %w", info.Name, err)
 	}

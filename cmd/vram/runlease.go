@@ -1,6 +1,7 @@
-// vram run's lease from the node broker (--broker, $VRAM_BROKER): the
-// manager options that take it, and its line in the report. The lease
-// itself (its cap, claims, shrinks) is the library's (vram.WithBroker).
+// vram run's manager and its budget: a cap, or a lease from the node
+// broker (--broker, $VRAM_BROKER), and the lease's line in the report.
+// The lease itself (its cap, claims, shrinks) is the library's
+// (vram.WithBroker).
 
 package main
 
@@ -10,8 +11,20 @@ import (
 	"os"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
+
+// runManager is the job's manager of dev: the allocator --allocator
+// names, the host memory cap, and the budget capOptions gives.
+func (a *app) runManager(dev device.Device, f runFlags, hostCap, limit uint64) (*vram.Manager, error) {
+	opts, err := managerAllocOptions(f.allocator)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: hostCap}))
+	return vram.New(dev, append(opts, f.capOptions(limit)...)...)
+}
 
 // capOptions are the manager's options for its budget: with --broker, a
 // lease (capped at limit, --vram on a GPU, when not 0); without, a cap of

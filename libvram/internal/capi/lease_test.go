@@ -5,51 +5,15 @@ package capi
 import (
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/brokertest"
 )
-
-// serveBroker serves a broker of the shared simulated device of spec on a
-// new socket until the test ends.
-func serveBroker(t *testing.T, spec string, total uint64) string {
-	t.Helper()
-	probe, err := device.Open(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := probe.Info().ID
-	if err := probe.Close(); err != nil {
-		t.Fatal(err)
-	}
-	srv, err := broker.NewServer(broker.Config{Devices: []broker.Device{{Name: "shared", ID: id, Total: total}},
-		ReclaimTimeout: 300 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(t.TempDir(), "b.sock")
-	ln, err := broker.Listen(socket, 0o600, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return socket
-}
 
 // A manager opened with a broker's lease (vram_open_lease) claims what
 // each allocation needs from the broker; one past what the broker can
@@ -59,7 +23,7 @@ func serveBroker(t *testing.T, spec string, total uint64) string {
 func TestLeasedManager(t *testing.T) {
 	dir := t.TempDir()
 	spec := fmt.Sprintf("sim:shared=capi%d,vram=64MiB,context=0,dir=%s", os.Getpid(), dir)
-	socket := serveBroker(t, spec, 64*MiB)
+	socket := brokertest.Serve(t, spec, 64*MiB, 300*time.Millisecond)
 	var r1, r2 Registry
 	a, err := r1.Open(Options{Spec: spec, Broker: socket, Lease: vram.LeaseOptions{Name: "python-a"}})
 	if err != nil {
