@@ -5,10 +5,13 @@ package vram
 // and allocMu held:
 //
 //  1. take: the group's queue (and its stream), under mu;
-//  2. plan: read the budget, plan once against the allocator's cost;
+//  2. plan: read the budget, plan once against the allocator's cost
+//     (with a broker's lease that falls short, claim more of it and plan
+//     again: leasetx.go);
 //  3. setAside: free the arrays being replaced first, only when the plan
 //     needs their memory (or a host array the pinned-memory limit does);
-//  4. allocate: every planned array, all or nothing;
+//  4. allocate: with a broker's lease, report first what the allocator
+//     will hold at most (leasetx.go); every planned array, all or nothing;
 //  5. install: the new arrays in their clients, the responses built and
 //     their OnAllocated calls queued, under mu;
 //  6. deliver: free what the new arrays replaced; Allocate then
@@ -51,6 +54,7 @@ type allocTx struct {
 	freeErrs     map[*Client]error
 	victims      []*Client // clients evicted for the group (evict.go), their OnInvalidate queued
 	evictedBytes uint64    // device bytes their arrays took, as stated
+	roomFor      string    // what eviction makes room for, in its reason ("": the group)
 }
 
 // allocateGroup is Allocate with the group lock, planMu and allocMu
@@ -63,19 +67,23 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
 	}
-	planErr := tx.planOnce()
+	defer tx.holdLease()() // no give-back to the broker meanwhile (leasetx.go)
+	planErr := tx.claimLease(tx.planOnce())
 	// The last point where a cancelled Allocate leaves everything as it
 	// was: nothing has been freed or allocated yet.
 	if err := ac.ctx.Err(); err != nil {
 		tx.restoreQueue()
 		return groupOutcome{}, fmt.Errorf("allocate group %q: %w", group, err)
 	}
-	tx.warn(planErr) // warnings.go
+	tx.warn(planErr) // errors.go
 	if err := tx.evict(planErr); err != nil {
 		return tx.rollback(tx.claim(err))
 	}
 	if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
 		tx.setAsideReplaced(false)
+	}
+	if err := tx.reserveLease(); err != nil {
+		return tx.rollback(err)
 	}
 	if err := tx.allocate(); err != nil {
 		return tx.rollback(err)

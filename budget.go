@@ -87,6 +87,13 @@ type groupBudget struct {
 	// claimed is device memory other groups claim back from busy groups
 	// (replan.go), kept back for them.
 	claimed uint64
+	// With a broker's lease (leased; lease.go), leaseBytes is what the
+	// allocator may hold under it, leaseHeld what it holds, its cache
+	// included, and leaseReplaced what the arrays being replaced take
+	// (device bytes, as the allocator states them): the group plans
+	// within the lease less what the allocator holds beside them.
+	leased                               bool
+	leaseBytes, leaseHeld, leaseReplaced uint64
 
 	gran   uint64       // the allocator's granularity
 	page   uint64       // the device's allocation unit
@@ -121,8 +128,19 @@ func (b *groupBudget) cost(sizes []uint64) uint64 {
 // device is the device memory the group may plan with: the free memory
 // and the arrays being replaced, less what was lost in earlier tries.
 func (b *groupBudget) device() uint64 {
-	d := satAdd(b.free, b.replaced)
+	d := min(satAdd(b.free, b.replaced), b.leaseRoom())
 	return d - min(d, satAdd(b.lost, b.claimed))
+}
+
+// leaseRoom is what the broker's lease leaves the group (MaxUint64
+// without one): the lease less what the allocator holds, the arrays
+// being replaced counted free.
+func (b *groupBudget) leaseRoom() uint64 {
+	if !b.leased {
+		return math.MaxUint64
+	}
+	r := satAdd(b.leaseBytes, b.leaseReplaced)
+	return r - min(r, b.leaseHeld)
 }
 
 // capRoom is Active mode's room, in allocator bytes (MaxUint64 in Passive).
@@ -200,7 +218,11 @@ func (b *groupBudget) String() string {
 		fmt.Fprintf(&s, ", at most %s under the group's caps (%s, less %s its members hold)",
 			bytesDown(r), units.Format(b.caps), units.Format(b.held-min(b.held, b.replaced)))
 	}
-	if r := b.limRoom(); r < math.MaxUint64 {
+	if r := b.leaseRoom(); r < math.MaxUint64 {
+		fmt.Fprintf(&s, ", at most %s under the broker's lease (%s, less %s the allocator holds%s)",
+			bytesDown(r), units.Format(b.leaseBytes), units.Format(b.leaseHeld), replacedNote(b.leaseReplaced))
+	}
+	if r := b.limRoom(); r < math.MaxUint64 && r < b.leaseRoom() {
 		left := bytesDown(b.room) + " left"
 		if b.over > 0 {
 			left = units.Format(b.over) + " over it"
@@ -231,6 +253,9 @@ const (
 	// BoundCap: the allocation cap (WithCap, $VRAM_ALLOC_CONF's limit, an
 	// alloc.Limit in the WithWrap chain).
 	BoundCap
+	// BoundLease: the node broker's lease (WithBroker), which other
+	// processes' leases bound.
+	BoundLease
 )
 
 // BudgetError is wrapped by the error of an Allocate whose group did not
@@ -251,6 +276,8 @@ func (b *groupBudget) budgetErr() *BudgetError {
 	bound := BoundDevice
 	dev, caps, lim := b.device(), b.capRoom(), b.limRoom()
 	switch {
+	case b.leased && b.leaseRoom() <= min(satAdd(b.free, b.replaced), caps, lim):
+		bound = BoundLease
 	case lim < dev && lim <= caps:
 		bound = BoundCap
 	case caps < dev && caps < lim:
@@ -263,8 +290,9 @@ func (b *groupBudget) budgetErr() *BudgetError {
 // budget.
 func (b *groupBudget) advice() string {
 	dev := b.device()
+	leaseBinds := b.leased && b.leaseRoom() <= satAdd(b.free, b.replaced)
 	var parts []string
-	if dev <= b.capRoom() && dev <= b.limRoom() {
+	if dev <= b.capRoom() && dev <= b.limRoom() && !leaseBinds {
 		parts = append(parts, "free device memory (other groups' arrays, other programs on the GPU)")
 		if b.planReserve > 0 || b.gran < b.page {
 			parts = append(parts, "ask for fewer, larger arrays (each may round up to a page)")
@@ -276,8 +304,11 @@ func (b *groupBudget) advice() string {
 	if b.capRoom() < math.MaxUint64 && b.capRoom() <= min(dev, b.limRoom()) {
 		parts = append(parts, "raise the members' proportions, free arrays they hold, or use the Passive limit mode")
 	}
-	if b.limRoom() < math.MaxUint64 && b.limRoom() <= min(dev, b.capRoom()) {
+	if b.limRoom() < math.MaxUint64 && b.limRoom() <= min(dev, b.capRoom()) && !b.leased {
 		parts = append(parts, "raise the allocation cap or free arrays under it")
+	}
+	if b.leased && (leaseBinds || b.limRoom() <= min(dev, b.capRoom())) {
+		parts = append(parts, "a larger share of the broker's device (LeaseOptions), or other processes' leases given back (vram broker status shows who holds what)")
 	}
 	return "to give the group more: " + strings.Join(parts, "; ")
 }
@@ -315,6 +346,9 @@ func (b *groupBudget) fitsBeside(plan ChunkPlan) bool {
 		return true
 	}
 	d := b.free - min(b.free, b.lost)
+	if b.leased {
+		d = min(d, b.leaseBytes-min(b.leaseBytes, b.leaseHeld))
+	}
 	return b.planDevice <= d && (!b.capped || plan.BytesPerChunk <= b.room)
 }
 
@@ -392,6 +426,7 @@ func (m *Manager) readBudget(b *groupBudget) error {
 	}
 	m.mu.Lock()
 	m.heldLocked(b)
+	m.leaseClauseLocked(b) // leasetx.go
 	m.mu.Unlock()
 	return nil
 }

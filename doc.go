@@ -15,16 +15,16 @@
 //
 // # Files
 //
-//	manager.go, options.go  the Manager, New's options and the allocator kinds; report.go its report
+//	manager.go, options.go  the Manager, New's options and the allocator kinds; report.go, allocconf.go
 //	client.go, group.go     clients and shares; stream groups, one record each, and their queues
 //	request.go, array.go    what a client asks for (ArrayRequest) and gets (DeviceArray, HostArray)
 //	allocate.go, alloctx.go Client.Allocate and ArrayResponse; the transaction, step by step
 //	budget.go, trim.go      the budget's rules and figures; when the allocator's cache is given back
-//	plan.go, planerror.go   the chunk planner (Plan) and why a plan does not fit (PlanError)
+//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; errors.go, and warnings
 //	evict.go, replan.go     eviction of idle clients; a budget that changes (SetCap, claims, PlanNow)
-//	copy.go, hooks.go       copies on the client's stream; OnAllocated and OnInvalidate in event order
-//	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go, the staging pool
-//	workmarks.go, the rest  work marks (idle); warnings.go, allocconf.go, errors.go, doc.go
+//	lease.go, leasetx.go    a budget from the node broker's lease (WithBroker); its steps in Allocate
+//	copy.go, hooks.go       copies on the client's stream; OnAllocated, OnInvalidate; workmarks.go, idle
+//	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go; doc.go, this map
 //
 // # Pieces
 //

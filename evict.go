@@ -115,6 +115,7 @@ func (tx *allocTx) planFreeing(vs []victim) (groupPlan, error) {
 	gb := tx.gb
 	for _, v := range vs {
 		gb.free = satAdd(gb.free, v.device)
+		gb.leaseHeld -= min(gb.leaseHeld, v.device)
 		if gb.capped {
 			gb.room = satAdd(gb.room, v.charged)
 		}
@@ -174,7 +175,11 @@ func (c *Client) idleNow() bool {
 // keep event order), then freed on the group's stream.
 func (tx *allocTx) evictClients(vs []victim) {
 	m := tx.m
-	reason := fmt.Errorf("arrays evicted to make room for group %q while their client was idle; queue the requests and allocate again: %w", tx.group, ErrEvicted)
+	room := tx.roomFor
+	if room == "" {
+		room = fmt.Sprintf("group %q", tx.group)
+	}
+	reason := fmt.Errorf("arrays evicted to make room for %s while their client was idle; queue the requests and allocate again: %w", room, ErrEvicted)
 	var work []freeWork
 	for _, v := range vs {
 		c := v.c

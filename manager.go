@@ -66,10 +66,11 @@ type Manager struct {
 	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
 	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
-	capMu    sync.Mutex    // serializes SetCap (replan.go); taken before allocMu
-	capBytes atomic.Uint64 // the cap (WithCap, SetCap); 0: none
-	notices  budgetNotices // budget changes (replan.go)
-	freed    signal        // broadcast after each device array is freed
+	capMu    sync.Mutex     // serializes SetCap (replan.go); taken before allocMu
+	capBytes atomic.Uint64  // the cap (WithCap, SetCap); 0: none
+	notices  budgetNotices  // budget changes (replan.go)
+	freed    signal         // broadcast after each device array is freed
+	lease    *leaseFollower // the broker's lease (lease.go); nil without; set in New
 
 	mu     sync.Mutex  // protects the fields below
 	reg    registry    // open clients and their groups, each group's queue, lock and last plan (group.go)
@@ -124,6 +125,9 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}
 	m.setAllocator(a, cfg.kind, name)
+	if err := m.joinBroker(); err != nil { // lease.go
+		return nil, errors.Join(err, m.Close())
+	}
 	return m, nil
 }
 
@@ -136,7 +140,9 @@ var (
 // Default returns the process-wide manager, made on the first call on
 // device.Open("auto") (or $VRAM_DEVICE): the CUDA device 0 when a driver
 // and GPU are present, else the simulator, with the allocator that
-// $VRAM_ALLOC_CONF configures (ParseAllocConf). Every call returns the same
+// $VRAM_ALLOC_CONF configures (ParseAllocConf) and, when $VRAM_BROKER
+// names the node broker's socket, its budget from a lease of it
+// (WithBroker; the program must link package broker). Every call returns the same
 // manager (or the same error); it is safe to call from many goroutines
 // at once. Its device is never closed. Do not Close the default manager
 // while anything in the process may still use it: it is never remade,
@@ -149,6 +155,7 @@ func Default() (*Manager, error) {
 			defaultErr = fmt.Errorf("default manager: %w", err)
 			return
 		}
+		opts = append(opts, brokerFromEnv()...) // $VRAM_BROKER (lease.go)
 		dev, err := device.Open("")
 		if err != nil {
 			defaultErr = fmt.Errorf("default manager: %w", err)
@@ -485,6 +492,7 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
+	m.leaveBroker() // lease.go
 	m.allocMu.Lock()
 	defer m.allocMu.Unlock()
 	m.mu.Lock()
@@ -511,7 +519,8 @@ func (m *Manager) Close() error {
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
-	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr))
+	leaseErr := m.releaseLease() // once the allocator gave its memory back
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr), leaseErr)
 }
 
 func (m *Manager) isClosed() bool {

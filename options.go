@@ -91,16 +91,17 @@ func ParseLimitMode(s string) (LimitMode, error) {
 type Option func(*config)
 
 type config struct {
-	kind  AllocatorKind
-	mode  LimitMode
-	log   *slog.Logger
-	wrap  func(alloc.Allocator) alloc.Allocator
-	pcfg  alloc.PoolConfig
-	acfg  alloc.AsyncConfig
-	total uint64
-	cap   uint64      // WithCap; 0: none
-	pick  allocChoice // WithAllocatorEntry, WithExpandable (below)
-	host  HostOptions
+	kind   AllocatorKind
+	mode   LimitMode
+	log    *slog.Logger
+	wrap   func(alloc.Allocator) alloc.Allocator
+	pcfg   alloc.PoolConfig
+	acfg   alloc.AsyncConfig
+	total  uint64
+	cap    uint64      // WithCap; 0: none
+	pick   allocChoice // WithAllocatorEntry, WithExpandable (below)
+	host   HostOptions
+	broker brokerConfig // WithBroker, WithLease (lease.go)
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }

@@ -99,6 +99,7 @@ func (tx *allocTx) trimWouldHelp(err error, cached uint64) bool {
 	}
 	gb := tx.gb
 	gb.free = satAdd(gb.free, cached)
+	gb.leaseHeld -= min(gb.leaseHeld, cached)
 	p, perr := planGroup(tx.q, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
 	return perr == nil && p.Chunks < tx.plan.Chunks
 }

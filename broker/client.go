@@ -56,6 +56,7 @@ func WithBackoff(min, max time.Duration) DialOption {
 type DeviceInfo struct {
 	Index   int
 	Name    string
+	ID      string // device.Info.ID of the device ("": none)
 	Total   uint64 // bytes
 	Context uint64 // bytes a process's context takes
 }
@@ -328,7 +329,7 @@ func (c *Client) Devices() []DeviceInfo {
 	}
 	var out []DeviceInfo
 	for _, d := range c.hello.GetDevices() {
-		out = append(out, DeviceInfo{Index: int(d.GetIndex()), Name: d.GetName(), Total: d.GetTotalBytes(), Context: d.GetContextBytes()})
+		out = append(out, DeviceInfo{Index: int(d.GetIndex()), Name: d.GetName(), ID: d.GetId(), Total: d.GetTotalBytes(), Context: d.GetContextBytes()})
 	}
 	return out
 }

@@ -132,15 +132,13 @@ func fromStatus(ctx context.Context, op string, err error) error {
 			}
 		}
 	}
-	if re.sentinel == nil && st.Code() == codes.Unavailable {
-		return fmt.Errorf("broker: %s: %s: %w", op, st.Message(), ErrUnavailable)
-	}
-	// The caller's deadline travels with the call: the broker may see it
-	// pass a moment before the caller's own context does. Its status is
-	// then the caller's context error all the same.
 	if re.sentinel == nil {
 		switch st.Code() {
+		case codes.Unavailable:
+			return fmt.Errorf("broker: %s: %s: %w", op, st.Message(), ErrUnavailable)
 		case codes.DeadlineExceeded:
+			// The broker saw the caller's deadline (gRPC sends it along)
+			// pass a moment before the caller's own clock did.
 			re.sentinel = context.DeadlineExceeded
 		case codes.Canceled:
 			re.sentinel = context.Canceled

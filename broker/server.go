@@ -59,6 +59,7 @@ const (
 // TotalBytes and ContextBytes).
 type Device struct {
 	Name    string // as the broker's --devices named it ("cuda:0", "sim:vram=1GiB")
+	ID      string // the device's device.Info.ID, which processes find it by ("": none)
 	Total   uint64 // bytes divided between the leases
 	Context uint64 // bytes each process's context takes, charged once per process
 }
@@ -139,7 +140,7 @@ func NewServer(cfg Config) (*Server, error) {
 		if d.Total == 0 || d.Context >= d.Total {
 			return nil, fmt.Errorf("broker: device %d (%s): total %d bytes with a context of %d: want a total above the context: %w", i, d.Name, d.Total, d.Context, ErrInvalid)
 		}
-		s.devices = append(s.devices, &device{index: i, name: d.Name, total: d.Total, context: d.Context,
+		s.devices = append(s.devices, &device{index: i, name: d.Name, id: d.ID, total: d.Total, context: d.Context,
 			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
 	}
 	s.counts = make([]counts, len(s.devices))

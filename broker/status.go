@@ -22,6 +22,7 @@ type Status struct {
 type DeviceStatus struct {
 	Index      int           `json:"index"`
 	Name       string        `json:"name"`
+	ID         string        `json:"id,omitempty"` // device.Info.ID
 	Total      uint64        `json:"total_bytes"`
 	Context    uint64        `json:"context_bytes"`    // a process's context
 	Guaranteed uint64        `json:"guaranteed_bytes"` // Σ guaranteed parts: never over Total
@@ -110,7 +111,7 @@ func statusFromPB(r *brokerpb.StatusReply) Status {
 	st := Status{Broker: leaseID(r.GetBroker()), Devices: []DeviceStatus{}}
 	for _, d := range r.GetDevices() {
 		ds := DeviceStatus{Index: int(d.GetDevice().GetIndex()), Name: d.GetDevice().GetName(),
-			Total: d.GetDevice().GetTotalBytes(), Context: d.GetDevice().GetContextBytes(),
+			ID: d.GetDevice().GetId(), Total: d.GetDevice().GetTotalBytes(), Context: d.GetDevice().GetContextBytes(),
 			Guaranteed: d.GetGuaranteedBytes(), Granted: d.GetGrantedBytes(), Held: d.GetHeldBytes(),
 			Free: d.GetFreeBytes(), Leases: []LeaseStatus{}, Claims: []ClaimStatus{}}
 		for _, l := range d.GetLeases() {

@@ -42,6 +42,7 @@ import (
 type device struct {
 	index   int
 	name    string
+	id      string // device.Info.ID
 	total   uint64 // bytes divided between the leases
 	context uint64 // bytes a process's context takes, charged once per process
 	pools   share.Pools

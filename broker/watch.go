@@ -53,5 +53,5 @@ func (s *Server) drain(sess *session) []*brokerpb.LeaseState {
 }
 
 func deviceInfo(d *device) *brokerpb.DeviceInfo {
-	return &brokerpb.DeviceInfo{Index: uint32(d.index), Name: d.name, TotalBytes: d.total, ContextBytes: d.context}
+	return &brokerpb.DeviceInfo{Index: uint32(d.index), Name: d.name, Id: d.id, TotalBytes: d.total, ContextBytes: d.context}
 }

@@ -66,6 +66,14 @@ type Info struct {
 	// Backed is false on an address-only simulator, whose memory holds no
 	// bytes (copies and kernels return ErrNotSupported).
 	Backed bool
+	// ID names the physical device the same way in every process of the
+	// host that opens it, whatever its ordinal there (CUDA_VISIBLE_DEVICES
+	// renumbers GPUs per process): "GPU-" and the UUID on CUDA, as
+	// nvidia-smi prints it; "sim:shared=NAME" (with ",dir=PATH" when the
+	// ledger's directory was chosen) for a shared simulator. "" for a
+	// device no other process sees (a private simulator). The node broker
+	// finds a process's device by it.
+	ID string
 }
 
 // Device is one GPU (or simulated GPU) and its context.

@@ -20,9 +20,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/vramkit/vram/internal/brokertest"
 )
 
 var (
@@ -277,6 +281,10 @@ func TestPython(t *testing.T) {
 	}
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "tests"))
 	cmd.Env = append(os.Environ(), "VRAM_LIBRARY="+lib, "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1", "VRAM_DEVICE=")
+	// A broker of a shared simulated device of 64 MiB, for the lease tests.
+	spec := "sim:shared=libvram" + strconv.Itoa(os.Getpid()) + ",vram=64MiB,context=0,dir=" + t.TempDir()
+	socket := brokertest.Serve(t, spec, 64<<20, 300*time.Millisecond)
+	cmd.Env = append(cmd.Env, "VRAM_TEST_BROKER="+socket, "VRAM_TEST_BROKER_SPEC="+spec)
 	if torch, why := torchLibrary(t); torch != "" {
 		cmd.Env = append(cmd.Env, "VRAM_TORCH_LIBRARY="+torch)
 	} else {

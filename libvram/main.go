@@ -51,6 +51,7 @@ import (
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/cuda"
 	"github.com/vramkit/vram/libvram/internal/capi"
@@ -83,9 +84,10 @@ func status(err error) C.int {
 		return C.VRAM_EPTR
 	case errors.Is(err, capi.ErrBusy):
 		return C.VRAM_EBUSY
-	case errors.Is(err, device.ErrNoDevice):
+	case errors.Is(err, device.ErrNoDevice), errors.Is(err, broker.ErrUnavailable), errors.Is(err, broker.ErrNotFound), errors.Is(err, vram.ErrNoBroker):
 		return C.VRAM_ENODEV
-	case errors.Is(err, device.ErrBadSpec), errors.Is(err, device.ErrInvalidValue), errors.Is(err, vram.ErrAllocConf):
+	case errors.Is(err, device.ErrBadSpec), errors.Is(err, device.ErrInvalidValue), errors.Is(err, vram.ErrAllocConf),
+		errors.Is(err, broker.ErrInvalid), errors.Is(err, broker.ErrProportion):
 		return C.VRAM_EINVAL
 	case errors.Is(err, cuda.ErrForeignContext):
 		return C.VRAM_EDEVICE
@@ -120,6 +122,22 @@ func text(out **C.char, s string) C.int {
 func vramgo_open(spec *C.char, capBytes C.uint64_t, out *C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	m, err := reg.Open(capi.Options{Spec: C.GoString(spec), Cap: uint64(capBytes)})
+	if err != nil {
+		return fail(errOut, err)
+	}
+	*out = C.int64_t(m.Handle())
+	return C.VRAM_OK
+}
+
+//export vramgo_open_lease
+func vramgo_open_lease(spec, socket, name *C.char, proportion C.double, capBytes C.uint64_t, out *C.int64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	sock := C.GoString(socket)
+	if sock == "" {
+		sock = broker.DefaultSocket()
+	}
+	m, err := reg.Open(capi.Options{Spec: C.GoString(spec), Broker: sock,
+		Lease: vram.LeaseOptions{Name: C.GoString(name), Proportion: float64(proportion), Cap: uint64(capBytes)}})
 	if err != nil {
 		return fail(errOut, err)
 	}

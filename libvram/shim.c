@@ -138,6 +138,17 @@ int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out) {
 	return rc;
 }
 
+int vram_open_lease(const char *spec, const char *socket, const char *name, double proportion, uint64_t cap_bytes, vram_manager *out) {
+	if (forked("vram_open_lease")) return VRAM_EFORK;
+	if (!out) return fail(VRAM_EINVAL, "vram_open_lease: out is NULL");
+	char *err = NULL;
+	int64_t h = 0;
+	int rc = vramgo_open_lease((char *)(spec ? spec : ""), (char *)(socket ? socket : ""), (char *)(name ? name : ""), proportion, cap_bytes, &h, &err);
+	set_error(err);
+	if (rc == VRAM_OK) *out = h;
+	return rc;
+}
+
 int vram_close(vram_manager m) {
 	if (forked("vram_close")) return VRAM_EFORK;
 	char *err = NULL;

@@ -50,8 +50,9 @@
  * (no GPU) a handle is only a key: each distinct key has a stream of its
  * own, at most 256 of them.
  *
- * A budget from a node broker's lease would come as one more open
- * function beside vram_open; everything after opening is the same.
+ * A budget from a node broker's lease (vram broker) comes from
+ * vram_open_lease instead of vram_open; everything after opening is the
+ * same.
  */
 #ifndef VRAM_H
 #define VRAM_H
@@ -114,6 +115,21 @@ size_t vram_last_error(char *buf, size_t len);
  * default; kind:async is refused). VRAM_EBUSY when a manager is open on
  * that device ordinal. */
 int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
+/* Opens a manager as vram_open does, whose budget is a lease of the node
+ * broker (vram broker) on socket (NULL or "": $VRAM_BROKER, else the
+ * broker's default, $XDG_RUNTIME_DIR/vram/broker.sock or
+ * /run/vram/broker.sock), so that the processes on a GPU divide its memory
+ * by the broker's rules. name labels the lease in `vram broker status`
+ * (NULL or "": the program's name); proportion is its manual share of the
+ * device, 0 < p <= 1, or 0 for the broker's auto pool; cap_bytes, when not
+ * 0, bounds the lease. An allocation past the lease claims more from the
+ * broker, waiting (up to the broker's reclaim deadline) for borrowers to
+ * give memory back; one the broker cannot cover is VRAM_ENOMEM, refused
+ * before the device is asked, with the holders named in the last error.
+ * The lease ends with the manager (vram_close) or the process. VRAM_ENODEV
+ * when no broker answers on socket or it serves no such device; VRAM_EINVAL
+ * for a proportion or name the broker refuses. */
+int vram_open_lease(const char *spec, const char *socket, const char *name, double proportion, uint64_t cap_bytes, vram_manager *out);
 /* Closes a manager. VRAM_EBUSY, and nothing changes, while it has live
  * allocations. */
 int vram_close(vram_manager m);

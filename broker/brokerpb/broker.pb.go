@@ -820,11 +820,16 @@ func (x *Hello) GetDevices() []*DeviceInfo {
 }
 
 type DeviceInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	TotalBytes    uint64                 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
-	ContextBytes  uint64                 `protobuf:"varint,4,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Index        uint32                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Name         string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	TotalBytes   uint64                 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	ContextBytes uint64                 `protobuf:"varint,4,opt,name=context_bytes,json=contextBytes,proto3" json:"context_bytes,omitempty"`
+	// id names the physical device alike in every process of the node
+	// (vram's device.Info.ID: GPU-UUID on CUDA, sim:shared=NAME for a
+	// shared simulator); "" when the device has none. A vram manager finds
+	// its device's entry by it.
+	Id            string `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -885,6 +890,13 @@ func (x *DeviceInfo) GetContextBytes() uint64 {
 		return x.ContextBytes
 	}
 	return 0
+}
+
+func (x *DeviceInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
 }
 
 type StatusRequest struct {
@@ -1348,14 +1360,15 @@ const file_broker_proto_rawDesc = "" +
 	"\asession\x18\x02 \x01(\x06R\asession\x12\x10\n" +
 	"\x03pid\x18\x03 \x01(\rR\x03pid\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x124\n" +
-	"\adevices\x18\x05 \x03(\v2\x1a.vram.broker.v1.DeviceInfoR\adevices\"|\n" +
+	"\adevices\x18\x05 \x03(\v2\x1a.vram.broker.v1.DeviceInfoR\adevices\"\x8c\x01\n" +
 	"\n" +
 	"DeviceInfo\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x04R\n" +
 	"totalBytes\x12#\n" +
-	"\rcontext_bytes\x18\x04 \x01(\x04R\fcontextBytes\"\x0f\n" +
+	"\rcontext_bytes\x18\x04 \x01(\x04R\fcontextBytes\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\"\x0f\n" +
 	"\rStatusRequest\"]\n" +
 	"\vStatusReply\x12\x16\n" +
 	"\x06broker\x18\x01 \x01(\x06R\x06broker\x126\n" +

@@ -102,7 +102,7 @@ func (a *app) brokerDevices(list string) ([]broker.Device, error) {
 		if err := dev.Close(); err != nil {
 			return nil, fmt.Errorf("close %s: %w", spec, err)
 		}
-		out = append(out, broker.Device{Name: spec.String(), Total: info.TotalBytes, Context: info.ContextBytes})
+		out = append(out, broker.Device{Name: spec.String(), ID: info.ID, Total: info.TotalBytes, Context: info.ContextBytes})
 	}
 	return out, nil
 }

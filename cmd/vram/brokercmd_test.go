@@ -18,8 +18,14 @@ import (
 )
 
 // startBroker runs `vram broker` in-process on a new socket until the
-// test ends.
+// test ends, with a reclaim deadline of 2 s.
 func startBroker(t *testing.T, devices string) string {
+	t.Helper()
+	return startBrokerReclaim(t, devices, "2s")
+}
+
+// startBrokerReclaim is startBroker with a reclaim deadline of reclaim.
+func startBrokerReclaim(t *testing.T, devices, reclaim string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "vbc")
 	if err != nil {
@@ -31,7 +37,7 @@ func startBroker(t *testing.T, devices string) string {
 	done := make(chan int, 1)
 	var stderr bytes.Buffer
 	go func() {
-		done <- runContext(ctx, []string{"broker", "--devices", devices, "--socket", socket, "--reclaim-timeout", "2s"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
+		done <- runContext(ctx, []string{"broker", "--devices", devices, "--socket", socket, "--reclaim-timeout", reclaim}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -78,6 +84,7 @@ func leases(st broker.Status) int {
 // lease less the context, and the lease is gone when env exits.
 func TestLeaseSetsTheFrameworksLimits(t *testing.T) {
 	socket := startBroker(t, "sim:vram=4GiB")
+	t.Setenv("VRAM_BROKER", socket) // not passed on: a vram inside would lease the same memory again
 	stdout, stderr, code := cli(t, "", "lease", "--socket", socket, "--bytes", "1GiB", "--", "env")
 	if code != exitOK {
 		t.Fatalf("exit %d:\n%s", code, stderr)
@@ -97,6 +104,9 @@ func TestLeaseSetsTheFrameworksLimits(t *testing.T) {
 		if !strings.Contains(stdout, "\n"+want) && !strings.HasPrefix(stdout, want) {
 			t.Errorf("the command's environment lacks %s", want)
 		}
+	}
+	if strings.Contains(stdout, "VRAM_BROKER=") {
+		t.Error("the command's environment has VRAM_BROKER")
 	}
 	if n := leases(brokerStatus(t, socket)); n != 0 {
 		t.Errorf("%d lease(s) left after the command exited", n)
@@ -202,7 +212,7 @@ func TestLeaseUsageErrors(t *testing.T) {
 		"no command":   {[]string{"--bytes", "100MiB"}, "needs a COMMAND"},
 		"too small":    {[]string{"--bytes", "1MiB", "--", "true"}, "no more than the 32 MiB a process's context takes"},
 		"too large":    {[]string{"--bytes", "2GiB", "--", "true"}, "more than device 0's 1 GiB"},
-		"bad device":   {[]string{"--bytes", "100MiB", "--device", "3", "--", "true"}, `--device "3": the broker has 0 sim:vram=1GiB`},
+		"bad device":   {[]string{"--bytes", "100MiB", "--device", "3", "--", "true"}, `--device: device "3": no such device; the broker has 0 sim:vram=1GiB`},
 		"bad size":     {[]string{"--bytes", "lots", "--", "true"}, `--bytes "lots"`},
 		"bad fraction": {[]string{"--proportion", "1.5", "--", "true"}, "--proportion 1.5: want 0 < P ≤ 1"},
 	} {

@@ -67,7 +67,10 @@ PyTorch documents no environment setting for a limit (its released
 PYTORCH_CUDA_ALLOC_CONF refuses keys it does not know): call
 torch.cuda.set_per_process_memory_fraction(float(os.environ["VRAM_LEASE_FRACTION"]))
 first thing. BYTES is the lease less the context the process pays on the
-device. Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
+device. $VRAM_BROKER is left out of COMMAND's environment: a vram inside
+keeps to the lease by its limit rather than lease the memory again (for a
+vram job whose budget follows a lease that grows and shrinks, use vram run
+--broker instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
 a terminal reach it from the terminal itself); the lease is released when
 COMMAND exits, however it exits, and vram exits with COMMAND's status.`
 
@@ -101,14 +104,11 @@ func (a *app) leaseCommand() *cobra.Command {
 
 // leaseDevice finds --device among the broker's devices.
 func leaseDevice(spec string, devs []broker.DeviceInfo) (broker.DeviceInfo, error) {
-	names := make([]string, len(devs))
-	for i, d := range devs {
-		names[i] = strconv.Itoa(d.Index) + " " + d.Name
-		if strconv.Itoa(d.Index) == spec || d.Name == spec {
-			return d, nil
-		}
+	d, err := broker.FindDevice(devs, spec, "")
+	if err != nil {
+		return d, usagef("--device: %v", err)
 	}
-	return broker.DeviceInfo{}, usagef("--device %q: the broker has %s", spec, strings.Join(names, ", "))
+	return d, nil
 }
 
 // leaseOptions turns the flags into the lease to ask for on dev.
@@ -219,7 +219,10 @@ func (a *app) runLeased(args, env []string) (int, error) {
 	}
 }
 
-// leaseEnv is base with each framework's memory limit set to bytes of dev.
+// leaseEnv is base with each framework's memory limit set to bytes of dev,
+// and without $VRAM_BROKER: a vram manager in COMMAND keeps within the
+// lease by VRAM_ALLOC_CONF's limit rather than take a second lease of the
+// same memory.
 func leaseEnv(base []string, bytes uint64, dev broker.DeviceInfo, id string) []string {
 	frac := strconv.FormatFloat(math.Floor(float64(bytes)/float64(dev.Total)*1e4)/1e4, 'f', 4, 64)
 	set := map[string]string{
@@ -234,7 +237,7 @@ func leaseEnv(base []string, bytes uint64, dev broker.DeviceInfo, id string) []s
 	}
 	out := make([]string, 0, len(base)+len(set))
 	for _, kv := range base {
-		if k, _, _ := strings.Cut(kv, "="); !isSet(set, k) {
+		if k, _, _ := strings.Cut(kv, "="); !isSet(set, k) && k != vram.BrokerEnv {
 			out = append(out, kv)
 		}
 	}

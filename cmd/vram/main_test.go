@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -23,9 +24,10 @@ var slowRun = []string{"-v", "run", "--device", "sim:bandwidth=1MB,granularity=6
 // child is the real vram command (the test binary running main) and its
 // stderr, line by line.
 type child struct {
-	cmd   *exec.Cmd
-	lines chan string // closed at the end of stderr
-	seen  []string
+	cmd    *exec.Cmd
+	lines  chan string  // closed at the end of stderr
+	stdout bytes.Buffer // what it printed, to read once it has ended
+	seen   []string
 }
 
 func startChild(t *testing.T, args []string) *child {
@@ -38,10 +40,11 @@ func startChild(t *testing.T, args []string) *child {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &child{cmd: cmd, lines: make(chan string, 1024)}
+	cmd.Stdout = &c.stdout
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, lines: make(chan string, 1024)}
 	go func() {
 		defer close(c.lines)
 		sc := bufio.NewScanner(stderr)

@@ -88,7 +88,8 @@ func (a *app) openRunDevice(spec device.Spec, src string, vramFlag sizeFlag) (ru
 
 // managerOptions are the options of the manager a job puts on rd: the
 // allocator ($VRAM_ALLOC_CONF's, then --allocator's), the logger, the
-// host limit of --host-mem and the cap on a device of its own memory.
+// host limit of --host-mem and the budget: a lease of the node broker
+// (--broker), or the cap on a device of its own memory.
 // Every manager of `vram run` is built from these, on one device or many.
 func (a *app) managerOptions(f runFlags, rd runDevice) ([]vram.Option, error) {
 	opts, err := managerAllocOptions(f.allocator)
@@ -96,10 +97,7 @@ func (a *app) managerOptions(f runFlags, rd runDevice) ([]vram.Option, error) {
 		return nil, err
 	}
 	opts = append(opts, vram.WithLogger(a.managerLogger()), vram.WithHostOptions(vram.HostOptions{Limit: f.hostMem.bytes}))
-	if rd.limit > 0 {
-		opts = append(opts, vram.WithCap(rd.limit))
-	}
-	return opts, nil
+	return append(opts, f.capOptions(rd.limit)...), nil // runlease.go
 }
 
 // newRunManager is the memory manager of a job on rd (managerOptions).

@@ -116,6 +116,8 @@ type runReport struct {
 	StagingBytes    uint64            `json:"staging_bytes"`
 	BuffersInFlight int               `json:"buffers_in_flight"`
 	Lag             int               `json:"lag"`
+	// Lease is the job's lease from the node broker (--broker), if any.
+	Lease *leaseJSON `json:"lease,omitempty"`
 }
 
 // recutJSON is one batch.Recut.
@@ -204,6 +206,7 @@ func (a *app) printRun(r runReport) error {
 		plural(p.DeviceAllocs, "device alloc"), plural(p.DeviceFrees, "device free"), plural(p.Retries, "retry"),
 		plural(p.OOMs, "out of memory"))
 	printHost(w, r)
+	printLease(w, r.Lease)
 	if r.MetricsURL != "" {
 		fmt.Fprintf(w, "metrics      served on %s during the job\n", r.MetricsURL)
 	}

@@ -282,6 +282,10 @@ func (d *Device) describe() error {
 	if r := l.deviceGetName(name, dev); r != Success {
 		return fmt.Errorf("cuda: cuDeviceGetName: %w", r)
 	}
+	var uuid [16]byte
+	if r := l.deviceGetUuid(&uuid, dev); r != Success {
+		return fmt.Errorf("cuda: cuDeviceGetUuid: %w", r)
+	}
 	var major, minor, version, pitch int32
 	l.deviceGetAttribute(&major, cuDevAttrComputeCapabilityMajor, dev)
 	l.deviceGetAttribute(&minor, cuDevAttrComputeCapabilityMinor, dev)
@@ -305,8 +309,15 @@ func (d *Device) describe() error {
 		Driver:            fmt.Sprintf("CUDA driver %d.%d (%s)", version/1000, version%1000/10, l.path),
 		ComputeCapability: fmt.Sprintf("%d.%d", major, minor),
 		Backed:            true,
+		ID:                uuidString(uuid),
 	}
 	return nil
+}
+
+// uuidString writes a device UUID as nvidia-smi -L and
+// CUDA_VISIBLE_DEVICES do: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func uuidString(u [16]byte) string {
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
 // Info describes the device. ContextBytes is an estimate: device memory in

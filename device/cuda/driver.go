@@ -59,6 +59,7 @@ const (
 	symDeviceGetCount
 	symDeviceGet
 	symDeviceGetName
+	symDeviceGetUuid
 	symDeviceGetAttribute
 	symDevicePrimaryCtxRetain
 	symDevicePrimaryCtxRelease
@@ -118,6 +119,7 @@ var symbolNames = [numSyms]string{
 	symDeviceGetCount:          "cuDeviceGetCount",
 	symDeviceGet:               "cuDeviceGet",
 	symDeviceGetName:           "cuDeviceGetName",
+	symDeviceGetUuid:           "cuDeviceGetUuid",
 	symDeviceGetAttribute:      "cuDeviceGetAttribute",
 	symDevicePrimaryCtxRetain:  "cuDevicePrimaryCtxRetain",
 	symDevicePrimaryCtxRelease: "cuDevicePrimaryCtxRelease_v2",
@@ -240,6 +242,11 @@ func (l *lib) deviceGet(dev *int32, ordinal int) Result {
 
 func (l *lib) deviceGetName(buf []byte, dev int32) Result {
 	return l.call(symDeviceGetName, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(dev))
+}
+
+// deviceGetUuid reads the device's 16-byte UUID (a CUuuid).
+func (l *lib) deviceGetUuid(uuid *[16]byte, dev int32) Result {
+	return l.call(symDeviceGetUuid, uintptr(unsafe.Pointer(&uuid[0])), uintptr(dev))
 }
 
 func (l *lib) deviceGetAttribute(v *int32, attr int, dev int32) Result {

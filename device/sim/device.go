@@ -235,6 +235,8 @@ type Device struct {
 	// nil for a private one. Set in New; its use is protected by mu, and
 	// Close closes it under mu's write lock.
 	shared *ledger
+	// sharedID is Info's ID (Config.sharedID), fixed at New.
+	sharedID string
 
 	actMu sync.Mutex // protects active; taken after a stream's mu, never before
 	// active lists the streams (of any generation) with work enqueued and
@@ -266,7 +268,7 @@ func New(cfg Config) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{id: deviceIDs.Add(1), cfg: c, retired: map[*stream]struct{}{}}
+	d := &Device{id: deviceIDs.Add(1), cfg: c, retired: map[*stream]struct{}{}, sharedID: c.sharedID()}
 	d.pool.threshold = c.ReleaseThreshold
 	d.faults.dev = d
 	rg, err := newRegion(c.TotalBytes, d.id, 0)
@@ -366,6 +368,7 @@ func (d *Device) Info() device.Info {
 		Granularity:  d.cfg.Granularity,
 		Driver:       "vram simulator 1",
 		Backed:       !d.cfg.AddressOnly,
+		ID:           d.sharedID,
 	}
 }
 

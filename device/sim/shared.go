@@ -255,6 +255,19 @@ func SharedLedgerPath(dir, name string) string {
 	return filepath.Join(d, name+LedgerSuffix)
 }
 
+// sharedID is the shared device's device.Info.ID: "sim:shared=NAME",
+// with ",dir=PATH" when the ledger's directory was chosen; "" for a
+// private device.
+func (c Config) sharedID() string {
+	if c.Shared == "" {
+		return ""
+	}
+	if dir, explicit := sharedDir(c.SharedDir); explicit {
+		return "sim:shared=" + c.Shared + ",dir=" + dir
+	}
+	return "sim:shared=" + c.Shared
+}
+
 // sharedDir resolves the ledger directory; explicit reports whether the
 // user chose it (Config.SharedDir or $VRAM_SIM_DIR).
 func sharedDir(dir string) (path string, explicit bool) {

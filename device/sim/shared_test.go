@@ -320,7 +320,13 @@ func TestSharedSpec(t *testing.T) {
 	if s := fmt.Sprint(d); !strings.Contains(s, `shared "jobs"`) {
 		t.Errorf("String() = %q, want it to name the shared device", s)
 	}
+	if id, want := d.Info().ID, "sim:shared=jobs,dir="+dir; id != want {
+		t.Errorf("Info().ID = %q, want %q (the name and the directory chosen)", id, want)
+	}
 	check(t, d.Close())
+	if id := newSim(t, sim.Config{}).Info().ID; id != "" {
+		t.Errorf("a private device's Info().ID = %q, want \"\" (no other process sees it)", id)
+	}
 
 	bad := map[string]string{
 		"empty name":     "shared=",
@@ -357,6 +363,9 @@ func TestSharedDirs(t *testing.T) {
 	t.Setenv(sim.EnvSharedDir, "")
 	name := fmt.Sprintf("dirtest-%d", os.Getpid())
 	d = newSim(t, sim.Config{TotalBytes: GiB, AddressOnly: true, Shared: name})
+	if id := d.Info().ID; id != "sim:shared="+name {
+		t.Errorf("Info().ID in the default directory = %q, want sim:shared=%s", id, name)
+	}
 	path := sim.SharedLedgerPath("", name)
 	t.Cleanup(func() { os.Remove(path) })
 	if dir := filepath.Dir(path); dir != sim.DefaultSharedDir() {

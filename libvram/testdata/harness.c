@@ -55,6 +55,7 @@ static struct {
 	const char *(*strerror)(int);
 	size_t (*last_error)(char *, size_t);
 	int (*open)(const char *, uint64_t, vram_manager *);
+	int (*open_lease)(const char *, const char *, const char *, double, uint64_t, vram_manager *);
 	int (*close)(vram_manager);
 	int (*for_device)(int, vram_manager *);
 	int (*alloc)(vram_manager, int, size_t, vram_stream, void **);
@@ -90,6 +91,7 @@ static void bind(void) {
 	v.strerror = sym("vram_strerror");
 	v.last_error = sym("vram_last_error");
 	v.open = sym("vram_open");
+	v.open_lease = sym("vram_open_lease");
 	v.close = sym("vram_close");
 	v.for_device = sym("vram_manager_for_device");
 	v.alloc = sym("vram_alloc");
@@ -171,6 +173,10 @@ static void check_basics(void) {
 	CHECK(v.open("sim", 0, NULL) == VRAM_EINVAL && strstr(lasterr(), "out is NULL"), "vram_open with out NULL: %s", errbuf);
 	CHECK(v.open("nosuch:0", 0, &m) == VRAM_EINVAL && strstr(lasterr(), "nosuch") && m == 0, "vram_open of a bad spec: %s", errbuf);
 	CHECK(v.open("sim:vram=lots", 0, &m) == VRAM_EINVAL, "vram_open of a bad simulator option: %s", lasterr());
+	CHECK(v.open_lease("sim", NULL, NULL, 0, 0, NULL) == VRAM_EINVAL && strstr(lasterr(), "out is NULL"), "vram_open_lease with out NULL: %s", errbuf);
+	CHECK(v.open_lease("nosuch:0", "/nonexistent/b.sock", "h", 0, 0, &m) == VRAM_EINVAL && m == 0, "vram_open_lease of a bad spec: %s", lasterr());
+	CHECK(v.open_lease("sim:vram=64MiB", "/nonexistent/b.sock", "h", 0, 0, &m) == VRAM_ENODEV && strstr(lasterr(), "/nonexistent/b.sock") && m == 0,
+	      "vram_open_lease with no broker on the socket: %s", errbuf);
 	CHECK(v.close(12345) == VRAM_EHANDLE, "vram_close of an unknown handle: %s", lasterr());
 	CHECK(v.for_device(7, &m) == VRAM_EHANDLE && strstr(lasterr(), "device 7"), "no manager on device 7: %s", errbuf);
 	CHECK(v.last_error(NULL, 0) > 0, "vram_last_error(NULL, 0) gives the length");

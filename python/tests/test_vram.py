@@ -241,5 +241,56 @@ class TestCupyAllocator(SimTest):
         self.assertIn("cap", cm.exception.report)
 
 
+_OTHER_PROCESS = """
+import sys, vram
+m = vram.open_lease(sys.argv[1], sys.argv[2], name="py-b")
+try:
+    p = m.alloc(40 << 20, source="cupy")
+except vram.OutOfMemoryError as e:
+    print("refused", e)
+else:
+    m.free(p)
+    print("ok")
+"""
+
+
+@unittest.skipUnless(os.environ.get("VRAM_TEST_BROKER"), "no broker: libvram's TestPython serves one (VRAM_TEST_BROKER)")
+class TestLease(unittest.TestCase):
+    """A manager whose budget is a broker's lease, beside another process's
+    on one shared simulated device of 64 MiB (each guaranteed half)."""
+
+    def setUp(self):
+        self.socket = os.environ["VRAM_TEST_BROKER"]
+        self.spec = os.environ["VRAM_TEST_BROKER_SPEC"]
+
+    def other(self):
+        import subprocess
+        import sys
+        out = subprocess.run([sys.executable, "-c", _OTHER_PROCESS, self.spec, self.socket],
+                             capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        return out.stdout.strip()
+
+    def test_lease(self):
+        m = vram.open_lease(self.spec, self.socket, name="py-a")
+        self.addCleanup(m.close)
+        p = m.alloc(40 * MiB, source="torch")  # borrows what the other leaves
+        got = self.other()
+        self.assertTrue(got.startswith("refused") and "py-a" in got, got)
+        m.free(p)
+        m.trim()
+        for _ in range(100):  # the freed memory reaches the broker
+            got = self.other()
+            if got == "ok":
+                break
+        self.assertEqual(got, "ok")
+        self.assertEqual(m.stats()["ooms"], 0)
+
+    def test_no_broker(self):
+        with self.assertRaises(vram.VramError) as cm:
+            vram.open_lease("sim:vram=64MiB", "/nonexistent/b.sock")
+        self.assertIn("/nonexistent/b.sock", str(cm.exception))
+
+
 if __name__ == "__main__":
     unittest.main()

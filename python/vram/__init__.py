@@ -36,7 +36,7 @@ from ._lib import OutOfMemoryError, VramError, UNORDERED
 
 __all__ = [
     "Manager", "VramError", "OutOfMemoryError", "UNORDERED", "SOURCES",
-    "open", "manager", "managers", "stats", "report", "oom_report", "empty_cache",
+    "open", "open_lease", "manager", "managers", "stats", "report", "oom_report", "empty_cache",
     "stream", "current_stream", "stream_handle",
 ]
 
@@ -138,6 +138,21 @@ def open(spec=None, cap=0):
     device: a second open of the same device raises VramError."""
     h = _lib.ctypes.c_int64()
     _lib.check(_lib.lib().vram_open((spec or "").encode(), int(cap), _lib.ctypes.byref(h)))
+    return _wrap(h.value)
+
+
+def open_lease(spec=None, socket=None, name=None, proportion=0.0, cap=0):
+    """Opens the manager of the device spec names, as open does, with its
+    budget a lease of the node broker (vram broker) on socket (None:
+    $VRAM_BROKER, else the broker's default socket): name labels it in `vram
+    broker status` (None: the program's name), proportion is a manual share
+    of the device (0: the broker's auto pool), cap bounds the lease in bytes
+    (0: none). An allocation past the lease claims more from the broker; one
+    the broker cannot cover raises OutOfMemoryError, before the device is
+    asked. The lease ends when the manager is closed or the process ends."""
+    h = _lib.ctypes.c_int64()
+    _lib.check(_lib.lib().vram_open_lease((spec or "").encode(), (socket or "").encode(), (name or "").encode(),
+                                          float(proportion), int(cap), _lib.ctypes.byref(h)))
     return _wrap(h.value)
 
 

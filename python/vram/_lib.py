@@ -34,6 +34,8 @@ _SIGNATURES = {
     "vram_strerror": (ctypes.c_char_p, [ctypes.c_int]),
     "vram_last_error": (ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_size_t]),
     "vram_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(_manager)]),
+    "vram_open_lease": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_double, ctypes.c_uint64,
+                                        ctypes.POINTER(_manager)]),
     "vram_close": (ctypes.c_int, [_manager]),
     "vram_manager_for_device": (ctypes.c_int, [ctypes.c_int, ctypes.POINTER(_manager)]),
     "vram_alloc": (ctypes.c_int, [_manager, ctypes.c_int, ctypes.c_size_t, _stream, ctypes.POINTER(ctypes.c_void_p)]),

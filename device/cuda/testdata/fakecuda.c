@@ -152,6 +152,11 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
 	if (len < 32) return INVALID_VALUE;
 	strcpy(name, "vram fake CUDA device"); return OK;
 }
+CUresult cuDeviceGetUuid(unsigned char *uuid, CUdevice d) {
+	if (d != 0) return INVALID_DEVICE;
+	for (int i = 0; i < 16; i++) uuid[i] = (unsigned char)(0xa0 + i);
+	return OK;
+}
 CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
 	if (d != 0) return INVALID_DEVICE;
 	switch (attr) {

@@ -7,9 +7,11 @@ package capi
 // calls the device or the allocator.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
@@ -140,7 +142,7 @@ func (m *Manager) Alloc(src Source, n uint64, h uintptr) (device.Ptr, error) {
 	if err != nil {
 		return 0, fmt.Errorf("vram: alloc of %s for %s: %w", units.Format(n), src, err)
 	}
-	p, err := m.al.Alloc(n, s)
+	p, err := m.leasedAlloc(n, s)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil {
@@ -153,6 +155,25 @@ func (m *Manager) Alloc(src Source, n uint64, h uintptr) (device.Ptr, error) {
 	m.books[src].alloc(n)
 	return p, nil
 }
+
+// leasedAlloc allocates n bytes on s, claiming room for them first under
+// the broker's lease, if the manager has one (vram.Manager.ClaimLease):
+// the broker bounds the wait by its reclaim deadline, leaseClaimTimeout
+// bounds it here. A claim the broker cannot cover fails before the device
+// is asked, with an error wrapping device.ErrOutOfMemory.
+func (m *Manager) leasedAlloc(n uint64, s device.Stream) (device.Ptr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), leaseClaimTimeout)
+	defer cancel()
+	done, err := m.vm.ClaimLease(ctx, n)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	return m.al.Alloc(n, s)
+}
+
+// leaseClaimTimeout bounds an allocation's wait for the broker's lease.
+const leaseClaimTimeout = 2 * time.Minute
 
 // Free returns p, last used on the stream whose handle is h (Unordered:
 // none named), to the allocator. n is the size p was asked with, or 0 to

@@ -48,6 +48,12 @@ type Registry struct {
 type Options struct {
 	Spec string // a device.Open spec: "", "auto", "sim:vram=1GiB", "cuda:1", …
 	Cap  uint64 // bytes the manager's allocations may take, as the allocator charges them; 0: $VRAM_ALLOC_CONF's limit, else none
+	// Broker, when not "", is the node broker's socket: the manager's
+	// budget is a lease of it (vram.WithBroker), asked for as Lease says,
+	// and Cap is ignored (Lease.Cap bounds the lease). The process must
+	// link package broker (libvram does).
+	Broker string
+	Lease  vram.LeaseOptions
 }
 
 // Open opens the device, makes a vram manager on it with the allocator
@@ -169,7 +175,10 @@ func newManager(dev device.Device, o Options, conf []vram.Option) (*Manager, err
 	m.foreign, _ = dev.(device.ForeignCaller)
 	opts := append(conf, vram.WithLogger(slog.New(slog.DiscardHandler)),
 		vram.WithOOMObserver(func(_ *alloc.OutOfMemoryError, rep vram.ManagerReport) { m.noteOOM(rep) }))
-	if o.Cap > 0 { // else $VRAM_ALLOC_CONF's limit, if any, stands
+	switch {
+	case o.Broker != "":
+		opts = append(opts, vram.WithBroker(o.Broker), vram.WithLease(o.Lease))
+	case o.Cap > 0: // else $VRAM_ALLOC_CONF's limit, if any, stands
 		opts = append(opts, vram.WithCap(o.Cap))
 	}
 	vm, err := vram.New(dev, opts...)

@@ -1,0 +1,137 @@
+package broker
+
+// A vram manager's lease (vram.WithBroker): the dialer this package
+// registers with vram, and the adapter that gives a manager what it needs
+// of a Lease (vram.Lease) in the allocator's bytes. Linking the package
+// in (import _ "github.com/vramkit/vram/broker") is what makes
+// WithBroker and $VRAM_BROKER work.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vramkit/vram"
+)
+
+func init() { vram.RegisterBroker(dialManagerLease) }
+
+// dialManagerLease connects to req's broker, finds the manager's device
+// among the broker's and acquires the lease req asks for. The client is
+// the lease's own: closing the lease closes it.
+func dialManagerLease(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
+	var opts []DialOption
+	if req.Logger != nil {
+		opts = append(opts, WithLogger(req.Logger))
+	}
+	c, err := Dial(ctx, req.Socket, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w; is vram broker running on %s? (%s)", err, req.Socket, EnvSocket)
+	}
+	d, err := FindDevice(c.Devices(), req.Options.Device, req.Device.ID)
+	if err == nil && req.Device.TotalBytes != 0 && req.Device.TotalBytes != d.Total {
+		err = fmt.Errorf("the broker's device %d (%s) has %d bytes, the manager's %d: not the same device: %w", d.Index, d.Name, d.Total, req.Device.TotalBytes, ErrInvalid)
+	}
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	o := req.Options
+	l, err := c.Acquire(ctx, LeaseOptions{Device: d.Index, Name: o.Name, Proportion: o.Proportion, Cap: o.Cap})
+	if err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return &managerLease{c: c, l: l, dev: d}, nil
+}
+
+// FindDevice finds a process's device among the broker's devs: the one
+// spec names (its index, or its name as the broker's --devices gave it),
+// or with spec "" the one whose ID is id (device.Info.ID). The error
+// lists the broker's devices.
+func FindDevice(devs []DeviceInfo, spec, id string) (DeviceInfo, error) {
+	for _, d := range devs {
+		switch {
+		case spec != "" && (strconv.Itoa(d.Index) == spec || d.Name == spec):
+			return d, nil
+		case spec == "" && id != "" && d.ID == id:
+			return d, nil
+		}
+	}
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = fmt.Sprintf("%d %s", d.Index, d.Name)
+		if d.ID != "" && d.ID != d.Name {
+			names[i] += " (id " + d.ID + ")"
+		}
+	}
+	have := "the broker has " + strings.Join(names, ", ")
+	switch {
+	case spec != "":
+		return DeviceInfo{}, fmt.Errorf("device %s: no such device; %s: %w", clip(spec), have, ErrNotFound)
+	case id == "":
+		return DeviceInfo{}, fmt.Errorf("the device has no id that another process would know it by (a private simulator?): name one of the broker's devices; %s: %w", have, ErrNotFound)
+	}
+	return DeviceInfo{}, fmt.Errorf("device %s is none of the broker's devices; %s: name one, or serve this one: %w", clip(id), have, ErrNotFound)
+}
+
+// managerLease is a Lease as a vram manager sees it. Its figures are the
+// allocator's: the context the process pays left out.
+type managerLease struct {
+	c   *Client
+	l   *Lease
+	dev DeviceInfo
+}
+
+var _ vram.Lease = (*managerLease)(nil)
+
+func toManager(b Budget) vram.LeaseBudget {
+	lb := vram.LeaseBudget{Bytes: b.Bytes(), Guaranteed: b.Guaranteed - min(b.Guaranteed, b.Context)}
+	if s := b.Shrink; s != nil {
+		lb.Shrink, lb.Deadline, lb.Overdue = true, s.Deadline, s.Overdue
+	}
+	return lb
+}
+
+func (m *managerLease) Budget() vram.LeaseBudget { return toManager(m.l.Budget()) }
+
+func (m *managerLease) Changed() <-chan struct{} { return m.l.Changed() }
+
+// most is the most the allocator may hold under the lease: the device, or
+// the lease's cap, less the context.
+func (m *managerLease) most() uint64 {
+	top := m.dev.Total
+	if c := m.l.Options().Cap; c > 0 {
+		top = min(top, c)
+	}
+	ctx := m.l.Budget().Context
+	return top - min(top, ctx)
+}
+
+func (m *managerLease) Claim(ctx context.Context, bytes uint64) (vram.LeaseBudget, error) {
+	b, err := m.l.Claim(ctx, min(bytes, m.most()))
+	return toManager(b), err
+}
+
+// Report reports at most the device less the context (the broker's
+// bound on a report): what is held is a fact, whatever the cap.
+func (m *managerLease) Report(ctx context.Context, bytes uint64) (vram.LeaseBudget, error) {
+	top := m.dev.Total - min(m.dev.Total, m.l.Budget().Context)
+	err := m.l.Report(ctx, min(bytes, top))
+	return m.Budget(), err
+}
+
+func (m *managerLease) Err() error { return m.l.Err() }
+
+func (m *managerLease) String() string {
+	return fmt.Sprintf("lease %s of broker device %d (%s)", m.l.ID(), m.dev.Index, m.dev.Name)
+}
+
+// Close releases the lease and closes the client (which would release it
+// all the same).
+func (m *managerLease) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(m.l.Release(ctx), m.c.Close())
+}

@@ -1,0 +1,227 @@
+//go:build linux
+
+package vram_test
+
+// A manager's lease from the node broker, in one process: managers on
+// simulated devices that share one memory (sim:shared), each with a lease
+// from a broker served in the test. The tests with real processes (a
+// race, kill -9, a batch shrunk by another's claim) are cmd/vram's
+// (leaseproc_test.go).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/broker"
+	"github.com/vramkit/vram/device/sim"
+)
+
+const leaseMiB = 1 << 20
+
+var leaseSeq atomic.Int64
+
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// leaseWorld is a broker of one shared simulated device and the
+// managers leasing from it.
+type leaseWorld struct {
+	socket, dir, name string
+	total             uint64
+	srv               *broker.Server
+}
+
+// newLeaseWorld serves a broker of a shared device of total bytes (no
+// context: the managers of one process would pay one, their devices one
+// each) until the test ends.
+func newLeaseWorld(t *testing.T, total uint64, reclaim time.Duration) *leaseWorld {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "vl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	w := &leaseWorld{socket: filepath.Join(dir, "b.sock"), dir: dir, name: fmt.Sprintf("lease%d", leaseSeq.Add(1)), total: total}
+	probe := w.device(t)
+	w.srv, err = broker.NewServer(broker.Config{Devices: []broker.Device{{Name: "shared", ID: probe.Info().ID, Total: total}},
+		ReclaimTimeout: reclaim, Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := broker.Listen(w.socket, 0o600, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		w.srv.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return w
+}
+
+// device opens the shared device, closed when the test ends.
+func (w *leaseWorld) device(t *testing.T) *sim.Device {
+	t.Helper()
+	d, err := sim.New(sim.Config{TotalBytes: w.total, NoContext: true, AddressOnly: true, Shared: w.name, SharedDir: w.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return d
+}
+
+// manager is a manager of a new Device of the shared device with a lease
+// named name, closed when the test ends.
+func (w *leaseWorld) manager(t *testing.T, name string) *vram.Manager {
+	t.Helper()
+	m, err := vram.New(w.device(t), vram.WithBroker(w.socket), vram.WithLease(vram.LeaseOptions{Name: name}), vram.WithLogger(quietLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("close %s: %v", name, err)
+		}
+	})
+	return m
+}
+
+// holdArray allocates an unchunkable device array of bytes for a new
+// client of m.
+func holdArray(ctx context.Context, m *vram.Manager, name string, bytes int) (*vram.Client, error) {
+	c, err := m.Register(vram.ClientOptions{Name: name, Group: name})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Queue(map[string]vram.ArrayRequest{"a": {Shape: []int{bytes}, DType: vram.Uint8, Unchunkable: true}}); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	if _, err := c.Allocate(ctx); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
+	return c, nil
+}
+
+// leaseOf is m's lease in the broker's status.
+func (w *leaseWorld) leaseOf(t *testing.T, m *vram.Manager) broker.LeaseStatus {
+	t.Helper()
+	ls, ok := m.Lease()
+	if !ok {
+		t.Fatal("the manager has no lease")
+	}
+	for _, l := range w.srv.Status().Devices[0].Leases {
+		if strings.Contains(ls.ID, l.ID) {
+			return l
+		}
+	}
+	t.Fatalf("lease %s is not in the broker's status", ls.ID)
+	return broker.LeaseStatus{}
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLeaseClaimsAndGivesBack: a manager's Allocate claims what its
+// arrays take, its held bytes reach the broker, and what it frees goes
+// back to the broker; a second manager's claim past what is left fails
+// with the broker's error naming the holder, and no allocation reaches
+// the device past the lease (no allocator ever runs out of memory).
+func TestLeaseClaimsAndGivesBack(t *testing.T) {
+	w := newLeaseWorld(t, 1<<30, 300*time.Millisecond)
+	a, b := w.manager(t, "a"), w.manager(t, "b")
+	ctx := context.Background()
+	ca, err := holdArray(ctx, a, "a", 600*leaseMiB)
+	if err != nil {
+		t.Fatalf("a's 600 MiB: %v", err)
+	}
+	waitFor(t, "a's 600 MiB reported to the broker", func() bool { return w.leaseOf(t, a).Held == 600*leaseMiB })
+	if _, err := holdArray(ctx, b, "b", 600*leaseMiB); err == nil || !strings.Contains(err.Error(), `"a"`) {
+		t.Fatalf("b's 600 MiB beside a's: %v; want the broker's refusal naming a", err)
+	} else {
+		t.Logf("b: %v", err)
+	}
+	if err := ca.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// a trims its cache (it was asked to shrink) and gives its lease back.
+	waitFor(t, "a's lease given back", func() bool { l := w.leaseOf(t, a); return l.Held == 0 && l.Limit == 0 })
+	cb, err := holdArray(ctx, b, "b", 600*leaseMiB)
+	if err != nil {
+		t.Fatalf("b's 600 MiB once a freed its own: %v", err)
+	}
+	defer cb.Close()
+	for name, m := range map[string]*vram.Manager{"a": a, "b": b} {
+		if st := m.Allocator().Stats(); st.OOMs != 0 {
+			t.Errorf("%s's allocator ran out of memory %d times; want every refusal the broker's, before the device", name, st.OOMs)
+		}
+		ls, _ := m.Lease()
+		t.Logf("%s: %+v", name, ls)
+	}
+}
+
+// TestLeaseNeedsItsDevice: a manager of a device the broker does not
+// serve (a private simulator has no ID) is refused, with the broker's
+// devices listed; naming one of them is enough.
+func TestLeaseNeedsItsDevice(t *testing.T) {
+	w := newLeaseWorld(t, 1<<30, time.Second)
+	dev, err := sim.New(sim.Config{TotalBytes: 1 << 30, NoContext: true, AddressOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if _, err := vram.New(dev, vram.WithBroker(w.socket), vram.WithLogger(quietLog)); err == nil || !strings.Contains(err.Error(), "0 shared") {
+		t.Fatalf("New on a private device: %v; want an error listing the broker's devices", err)
+	}
+	m, err := vram.New(dev, vram.WithBroker(w.socket), vram.WithLease(vram.LeaseOptions{Device: "0"}), vram.WithLogger(quietLog))
+	if err != nil {
+		t.Fatalf("New naming device 0: %v", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.srv.Status().Devices[0].Leases); n != 0 {
+		t.Errorf("%d leases after Close, want 0", n)
+	}
+}
+
+// TestLeaseGivenBackAfterFree: memory freed and trimmed with no request
+// to shrink reaches the broker as held and given back: neither what the
+// broker counts held nor the limit stays at the freed bytes, so another
+// lease may borrow them.
+func TestLeaseGivenBackAfterFree(t *testing.T) {
+	w := newLeaseWorld(t, 1<<30, 300*time.Millisecond)
+	a := w.manager(t, "a")
+	c, err := holdArray(context.Background(), a, "a", 600*leaseMiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's 600 MiB reported to the broker", func() bool { return w.leaseOf(t, a).Held == 600*leaseMiB })
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Allocator().Trim(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's freed memory reported and given back", func() bool { l := w.leaseOf(t, a); return l.Held == 0 && l.Limit == 0 })
+}
