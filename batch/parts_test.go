@@ -60,11 +60,6 @@ func TestRunPartsSizes(t *testing.T) {
 	if ran != runs {
 		t.Errorf("the devices ran %d runs of %d", ran, runs)
 	}
-	// Each device cuts at its own length: the 8 MiB device, which holds
-	// the batch whole, longer chunks than the 1 MiB one.
-	if rep.Parts[2].ChunkLength <= rep.Parts[0].ChunkLength {
-		t.Errorf("chunk lengths %d (1 MiB) and %d (8 MiB): want the larger device's longer", rep.Parts[0].ChunkLength, rep.Parts[2].ChunkLength)
-	}
 	if took != rep.Chunks || rep.ChunksDone != rep.Chunks || len(seen) != rep.Chunks || seen[len(seen)-1] != rep.Chunks {
 		t.Errorf("parts took %d chunks, did %d, progress %v; want each of %d once", took, rep.ChunksDone, seen, rep.Chunks)
 	}
@@ -75,6 +70,44 @@ func TestRunPartsSizes(t *testing.T) {
 		t.Errorf("bytes out %d; want %d", rep.BytesOut, want)
 	}
 	t.Logf("chunks per device: %d, %d, %d", rep.Parts[0].Chunks, rep.Parts[1].Chunks, rep.Parts[2].Chunks)
+}
+
+// Each device cuts at its own length: a device that holds the batch
+// whole is not held to a small device's plan. Its chunks are at most
+// ⌈left/4⌉ of the runs left when it takes one, so it cuts longer chunks
+// than the small device's plan unless the small one has taken nearly all
+// the runs before the large one's first take (which of them starts first
+// is the scheduler's: up to three tries).
+func TestRunPartsOwnLengths(t *testing.T) {
+	const runs = 200_000
+	fs, parts, out := multiParts(t, runs, size(256<<10), size(8<<20))
+	small := fs[0].plan().ChunkLength
+	if fs[1].plan().Chunks != 1 || 8*small > runs {
+		t.Fatalf("plans of %d and %d chunks (the small one's of %d runs); the test wants the large device to hold the batch whole, the small one under an eighth of it",
+			fs[0].plan().Chunks, fs[1].plan().Chunks, small)
+	}
+	for try := 1; ; try++ {
+		// Two buffers, as allocated: the plans' lengths stand (with one
+		// chosen, a device would plan again, longer).
+		rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+			t.Fatalf("%d wrong results", bad)
+		}
+		if s := rep.Parts[0].ChunkLength; s > small {
+			t.Fatalf("the small device cut chunks of %d runs, longer than its plan's %d", s, small)
+		}
+		long := rep.Parts[1].ChunkLength
+		t.Logf("try %d: chunks of up to %d runs (small device, plan %d) and %d (large)", try, rep.Parts[0].ChunkLength, small, long)
+		if long > small {
+			return
+		}
+		if try == 3 {
+			t.Fatalf("the large device cut chunks of at most %d runs in three tries, no longer than the small device's plan of %d", long, small)
+		}
+	}
 }
 
 // A device whose kernels take twenty times as long takes fewer chunks.
