@@ -537,6 +537,7 @@ func (f *leaseFollower) shrink(ctx context.Context, bytes uint64) {
 		return
 	}
 	var victims []*Client
+	before := m.al.Stats().Reserved
 	if st := m.al.Stats(); st.InUse > bytes {
 		victims = f.evictLocked(bytes)
 	}
@@ -544,6 +545,11 @@ func (f *leaseFollower) shrink(ctx context.Context, bytes uint64) {
 		if err := m.trimCtx(ctx); err != nil {
 			m.log.Debug("vram: trim to shrink for the broker", "err", err)
 		}
+	}
+	// What the lease leaves the groups grew: a batch that planned while
+	// the allocator still held this memory plans again.
+	if after := m.al.Stats().Reserved; after < before {
+		m.note(fmt.Sprintf("the allocator holds %s, was %s (shrunk for the broker's lease)", units.Format(after), units.Format(before)))
 	}
 	m.allocMu.RUnlock()
 	deliver(victims)

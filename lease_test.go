@@ -225,3 +225,68 @@ func TestLeaseGivenBackAfterFree(t *testing.T) {
 	}
 	waitFor(t, "a's freed memory reported and given back", func() bool { l := w.leaseOf(t, a); return l.Held == 0 && l.Limit == 0 })
 }
+
+// TestLeasePlanNowCountsTheCache: right after a batch's arrays are freed
+// (a re-cut frees the old before it allocates the new) they are in the
+// allocator's cache, which the lease counts as held. PlanNow plans as the
+// Allocate it is for will, which gives the cache back when that makes a
+// longer chunk: the plan is the one the arrays had, not one squeezed
+// into what the lease has beyond the cache.
+func TestLeasePlanNowCountsTheCache(t *testing.T) {
+	w := newLeaseWorld(t, 1<<30, 300*time.Millisecond)
+	a := w.manager(t, "a")
+	c, err := a.Register(vram.ClientOptions{Name: "batch", Group: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// 4 GiB of runs on a 1 GiB device: chunked, most of the device a chunk.
+	reqs := map[string]vram.ArrayRequest{"x": {Shape: []int{1 << 20, 1024}, DType: vram.Float32, ChunkAxis: 0}}
+	if err := c.Queue(reqs); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Plan.Chunks < 2 {
+		t.Fatalf("plan %+v: want the batch chunked", resp.Plan)
+	}
+	c.Free("x")
+	if st := a.Allocator().Stats(); st.Cached() < st.Reserved/2 {
+		t.Fatalf("allocator %+v: want the freed arrays in its cache", st)
+	}
+	p, err := c.PlanNow(context.Background(), map[*vram.Client]map[string]vram.ArrayRequest{c: reqs})
+	if err != nil {
+		t.Fatalf("PlanNow with the freed arrays cached: %v", err)
+	}
+	if p.ChunkLength < resp.Plan.ChunkLength {
+		t.Errorf("PlanNow: chunks of %d runs; the arrays had %d, whose memory is in the cache", p.ChunkLength, resp.Plan.ChunkLength)
+	}
+}
+
+// TestLeaseShrinkIsABudgetChange: a manager asked to shrink trims its
+// cache, and says so as a budget change: a batch that planned while the
+// allocator still held that memory (and found too little under the
+// lowered lease) plans again at its next chunk.
+func TestLeaseShrinkIsABudgetChange(t *testing.T) {
+	w := newLeaseWorld(t, 1<<30, 2*time.Second)
+	a, b := w.manager(t, "a"), w.manager(t, "b")
+	ctx := context.Background()
+	ca, err := holdArray(ctx, a, "a", 900*leaseMiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a's 900 MiB reported to the broker", func() bool { return w.leaseOf(t, a).Held == 900*leaseMiB })
+	ca.Free("a")
+	defer ca.Close()
+	cb, err := holdArray(ctx, b, "b", 400*leaseMiB) // within b's guaranteed half: a is asked to shrink
+	if err != nil {
+		t.Fatalf("b's 400 MiB: %v", err)
+	}
+	defer cb.Close()
+	waitFor(t, "a's trim for the broker noted as a budget change", func() bool {
+		return strings.Contains(a.BudgetChange().Why, "shrunk for the broker's lease")
+	})
+	t.Logf("a's last budget change: %+v", a.BudgetChange())
+}

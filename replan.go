@@ -251,6 +251,14 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 	if err := m.readBudget(&gb); err != nil {
 		return ChunkPlan{}, fmt.Errorf("plan now for group %q: %w", group, err)
 	}
+	// The allocator's cache is neither free on the device nor outside a
+	// broker's lease, but the Allocate this plan is for gives it back
+	// when that makes a longer chunk (trim.go): plan as it will. (Right
+	// after a batch's arrays are freed they are in the cache; leaving it
+	// out would plan the batch down to nothing.)
+	cached := m.cached()
+	gb.free = satAdd(gb.free, cached)
+	gb.leaseHeld -= min(gb.leaseHeld, cached)
 	p, err := planGroup(reqs, &gb, PlanOptions{Granularity: gb.gran, Buffers: ac.buffers})
 	if err != nil {
 		return p.ChunkPlan, fmt.Errorf("plan now for group %q with %s: %w", group, &gb, err)
