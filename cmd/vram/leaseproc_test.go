@@ -427,3 +427,42 @@ func shrinkRecut(r shrinkRun) (recutJSON, bool) {
 	}
 	return recutJSON{}, false
 }
+
+// TestDevicesUnderTheBroker: `vram run --devices --broker` gives each
+// device's manager its own lease of that device from the broker, and
+// the report (text and --json) has each device's lease.
+func TestDevicesUnderTheBroker(t *testing.T) {
+	a, b := sharedSpec(t, "256MiB", ""), sharedSpec(t, "256MiB", "")
+	devices := a + ";" + b
+	socket := startBroker(t, devices)
+	args := []string{"run", "--broker", socket, "--devices", devices, "--runs", "50000", "--steps", "50", "--samples", "51"}
+	stdout, stderr, code := cli(t, "", args...)
+	if code != exitOK {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	for i := range 2 {
+		if want := fmt.Sprintf("lease %-3d    lease ", i); !strings.Contains(stdout, want) {
+			t.Errorf("the report lacks device %d's lease (%q):\n%s", i, want, stdout)
+		}
+	}
+	stdout, stderr, code = cli(t, "", append([]string{"--json"}, args...)...)
+	if code != exitOK {
+		t.Fatalf("--json: exit %d:\n%s", code, stderr)
+	}
+	var r struct {
+		Devices []struct {
+			Lease *leaseJSON `json:"lease"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("--json: %v:\n%s", err, stdout)
+	}
+	if len(r.Devices) != 2 {
+		t.Fatalf("--json: %d devices, want 2", len(r.Devices))
+	}
+	for i, d := range r.Devices {
+		if d.Lease == nil || d.Lease.Bytes == 0 || d.Lease.Claims == 0 || !strings.Contains(d.Lease.ID, fmt.Sprintf("broker device %d", i)) {
+			t.Errorf("device %d's lease %+v: want one of broker device %d that claimed memory", i, d.Lease, i)
+		}
+	}
+}

@@ -77,6 +77,8 @@ type deviceShare struct {
 	StagingBytes       uint64    `json:"staging_bytes"`
 	BuffersInFlight    int       `json:"buffers_in_flight"`
 	Lag                int       `json:"lag"`
+	// Lease is the device's lease from the node broker (--broker), if any.
+	Lease *leaseJSON `json:"lease,omitempty"`
 }
 
 // multiReport is what `vram run --devices` reports; --json prints it.

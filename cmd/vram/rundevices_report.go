@@ -30,6 +30,7 @@ func (p *devicePart) ran(br batch.Report) {
 	s.Stats = toStatsJSON(st)
 	s.PeakDeviceBytes, s.PeakLiveBytes = st.PeakReserved, st.PeakInUse
 	s.StagingBytes = p.m.Host().Stats().Staging
+	s.Lease = leaseOf(p.m)
 }
 
 // totals adds up the devices' figures into rep.
@@ -108,4 +109,10 @@ func printMultiLines(w io.Writer, r multiReport) {
 	fmt.Fprintf(w, "host         staged through pinned buffers%s: %s\n", limit, each(func(d deviceShare) string {
 		return fmt.Sprintf("%s of staging, %s in flight, the host %s ahead", units.Format(d.StagingBytes), plural(d.BuffersInFlight, "buffer"), plural(d.Lag, "chunk"))
 	}))
+	for i, d := range r.Devices {
+		if d.Lease != nil {
+			fmt.Fprintf(w, "lease %-3d    ", i)
+			printLeaseFigures(w, d.Lease)
+		}
+	}
 }

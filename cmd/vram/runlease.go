@@ -58,7 +58,13 @@ func printLease(w io.Writer, l *leaseJSON) {
 	if l == nil {
 		return
 	}
-	fmt.Fprintf(w, "lease        %s: %s (%s guaranteed, %s borrowed), %s held at the end\n",
+	fmt.Fprint(w, "lease        ")
+	printLeaseFigures(w, l)
+}
+
+// printLeaseFigures writes l's figures, after the line's label.
+func printLeaseFigures(w io.Writer, l *leaseJSON) {
+	fmt.Fprintf(w, "%s: %s (%s guaranteed, %s borrowed), %s held at the end\n",
 		l.ID, units.Format(l.Bytes), units.Format(l.Guaranteed), units.Format(l.Borrowed), units.Format(l.Held))
 	fmt.Fprintf(w, "             %s (%.3f s waiting, %d refused or cut short), %s to shrink answered (the longest in %.3f s), given back %s\n",
 		plural(l.Claims, "claim"), l.ClaimWaitSeconds, l.Refused, plural(l.Shrinks, "request"), l.ShrinkAckSeconds, plural(l.GaveBack, "time"))
