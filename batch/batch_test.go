@@ -424,7 +424,8 @@ func TestChunkArray(t *testing.T) {
 	f.hosts(t, vram.Pinned)
 	var seen []*vram.DeviceArray
 	writerIdle := false
-	rep, err := f.b.Run(context.Background(), batch.Options{}, func(ctx context.Context, ch *batch.Chunk) error {
+	// Two buffers, as allocated (a chosen count could re-cut the chunks).
+	rep, err := f.b.Run(context.Background(), batch.Options{Buffers: 2}, func(ctx context.Context, ch *batch.Chunk) error {
 		seen = append(seen, ch.Array(f.out))
 		if idle, err := f.writer.Idle(); err != nil || idle {
 			writerIdle = true // evictable while its scratch array is in use

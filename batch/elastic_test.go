@@ -421,36 +421,43 @@ func TestSecondLook(t *testing.T) {
 	const runs = 800_000 // 16 chunks
 	p := probeStaging(t, runs, 1, vram.Pinned)
 	outChunk := p.chunk - p.in
-	// Kernels of 1 µs a run: about 60 ms a chunk of 60,000 runs, beside
-	// which the first drain (a copy of 480 KB) is under 3 % even under
-	// the race detector.
-	f := newFixture(t, runs, 1, fixtureOpts{host: vram.HostOptions{Limit: p.ram + outChunk + outChunk/2},
-		sim: []func(*sim.Config){func(c *sim.Config) { c.KernelTime = time.Microsecond }}})
-	_, _, out := f.hosts(t, vram.Pinned)
-	first := true
-	must(t, f.out.Use(batch.Drain(func(sp vram.Span, st *vram.HostArray) error {
-		if !first {
-			time.Sleep(time.Duration(sp.Len) * time.Microsecond)
+	// Kernels of 3 µs a run: about 180 ms a chunk of 60,000 runs, beside
+	// which the first drain (a copy of 480 KB, a few ms on a loaded
+	// machine under the race detector) is under the 3 % a change must
+	// gain. Up to three tries: a moment of heavier load can still make
+	// the first drain look worth hiding.
+	var last batch.Report
+	for try := 1; try <= 3; try++ {
+		f := newFixture(t, runs, 1, fixtureOpts{host: vram.HostOptions{Limit: p.ram + outChunk + outChunk/2},
+			sim: []func(*sim.Config){func(c *sim.Config) { c.KernelTime = 3 * time.Microsecond }}})
+		_, _, out := f.hosts(t, vram.Pinned)
+		first := true
+		must(t, f.out.Use(batch.Drain(func(sp vram.Span, st *vram.HostArray) error {
+			if !first {
+				time.Sleep(time.Duration(sp.Len) * 3 * time.Microsecond)
+			}
+			first = false
+			return st.CopyChunkTo(out, sp)
+		})))
+		rep, err := f.b.Run(context.Background(), batch.Options{Buffers: 1}, f.compute)
+		if err != nil {
+			t.Fatal(err)
 		}
-		first = false
-		return st.CopyChunkTo(out, sp)
-	})))
-	rep, err := f.b.Run(context.Background(), batch.Options{Buffers: 1}, f.compute)
-	if err != nil {
-		t.Fatal(err)
+		if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
+			t.Fatalf("%d wrong results", bad)
+		}
+		t.Logf("try %d: %s", try, rep.BufferChoice)
+		looked := false
+		for _, c := range rep.Recuts {
+			t.Logf("re-cut at chunk %d: %d → %d: %s", c.Chunk, c.From, c.To, c.Why)
+			looked = looked || (strings.Contains(c.Why, "after") && strings.Contains(c.Why, "2 staging slots"))
+		}
+		if strings.HasPrefix(rep.BufferChoice, "kept") && looked {
+			return
+		}
+		last = rep
 	}
-	if bad := f.checkOut(out.Float32s(), runs); bad != 0 {
-		t.Fatalf("%d wrong results", bad)
-	}
-	t.Logf("%s", rep.BufferChoice)
-	looked := false
-	for _, c := range rep.Recuts {
-		t.Logf("re-cut at chunk %d: %d → %d: %s", c.Chunk, c.From, c.To, c.Why)
-		looked = looked || (strings.Contains(c.Why, "after") && strings.Contains(c.Why, "2 staging slots"))
-	}
-	if !strings.HasPrefix(rep.BufferChoice, "kept") || !looked {
-		t.Errorf("choice %q, re-cuts %+v: want the probe's shape kept, then two output slots after the second look", rep.BufferChoice, rep.Recuts)
-	}
+	t.Errorf("three tries, the last: choice %q, re-cuts %+v: want the probe's shape kept, then two output slots after the second look", last.BufferChoice, last.Recuts)
 }
 
 // TestLookReverts: a change the probe's model predicts to pay but that
