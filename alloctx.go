@@ -181,7 +181,8 @@ const maxReplans = 3
 // that does not fit beside the host arrays it replaces sets those aside
 // and tries once more. With an allocator that does not state its cost,
 // a device that runs out makes it plan again with what the allocator
-// took beyond the counted cost kept back.
+// took beyond the counted cost kept back; an allocation refused under a
+// cap SetCap changed since the plan makes it plan again under the new.
 func (tx *allocTx) allocate() error {
 	for attempt := 0; ; attempt++ {
 		tx.todo = pendingOf(tx.requesters, tx.q, tx.plan)
@@ -205,6 +206,14 @@ func (tx *allocTx) allocate() error {
 				continue
 			}
 			return tx.failure(failed, err)
+		}
+		if attempt < maxReplans && tx.m.capNow() != tx.gb.capAt {
+			// The cap changed (SetCap) after the group was planned:
+			// plan again under the cap it has now.
+			if perr := tx.replan(0); perr != nil {
+				return tx.failure(failed, errors.Join(err, perr))
+			}
+			continue
 		}
 		if tx.gb.stated() || beyond == 0 || attempt >= maxReplans {
 			return tx.failure(failed, err)

@@ -76,6 +76,10 @@ type groupBudget struct {
 	// SetCap lowered it (replan.go): room is then 0, and the arrays being
 	// replaced give back only what exceeds this.
 	over uint64
+	// capAt is the manager's cap (its alloc.Limit's) when the budget was
+	// read, read before room: an allocation refused under a cap that is
+	// no longer capAt was planned under another (SetCap meanwhile).
+	capAt uint64
 
 	// own is, in Active mode, each requester's own room
 	// (below); nil in Passive mode.
@@ -412,6 +416,7 @@ func (m *Manager) readBudget(b *groupBudget) error {
 	}
 	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
 	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
+	b.capAt = m.capNow()
 	if c, ok := m.al.(alloc.Coster); ok {
 		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
 		if b.room = c.Room(); b.room < math.MaxUint64 {
@@ -429,6 +434,15 @@ func (m *Manager) readBudget(b *groupBudget) error {
 	m.leaseClauseLocked(b) // leasetx.go
 	m.mu.Unlock()
 	return nil
+}
+
+// capNow is the cap's Limit's cap now (alloc.NoCap without one).
+// allocMu must be held.
+func (m *Manager) capNow() uint64 {
+	if m.capLim == nil {
+		return alloc.NoCap
+	}
+	return m.capLim.Cap()
 }
 
 // heldLocked reads into b what the arrays being replaced take, and in

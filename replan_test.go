@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -196,4 +198,57 @@ func busyGroup(t *testing.T) (m *Manager, busy *Client, bigReqs map[string]Array
 	must(t, err)
 	t.Cleanup(func() { w.End() })
 	return m, busy, bigReqs
+}
+
+// capLowering is an allocator (its costs stated, as the one it wraps
+// states them) that calls lower once, as its first array is made.
+type capLowering struct {
+	costedAllocator
+	once  sync.Once
+	lower func()
+}
+
+type costedAllocator interface {
+	alloc.Allocator
+	alloc.Coster
+}
+
+func (a *capLowering) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
+	a.once.Do(a.lower)
+	return a.costedAllocator.Alloc(n, s)
+}
+
+func (a *capLowering) AllocExact(n uint64, s device.Stream) (device.Ptr, error) {
+	a.once.Do(a.lower)
+	return alloc.AllocExact(a.costedAllocator, n, s)
+}
+
+// TestAllocateUnderACapLoweredMidway: SetCap lowering the cap while an
+// Allocate is between its plan and its arrays (here as the first of two
+// is made) makes the Allocate plan again under the new cap, instead of
+// failing at the cap with the arrays it replaced freed.
+func TestAllocateUnderACapLoweredMidway(t *testing.T) {
+	var m *Manager
+	wrap := func(a alloc.Allocator) alloc.Allocator {
+		ca, ok := a.(costedAllocator)
+		if !ok {
+			t.Fatalf("%T states no costs", a)
+		}
+		return &capLowering{costedAllocator: ca, lower: func() {
+			if err := m.SetCap(4 * MiB); err != nil {
+				t.Errorf("SetCap: %v", err)
+			}
+		}}
+	}
+	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool), WithCap(8*MiB), WithWrap(wrap))
+	c := register(t, m, ClientOptions{Group: "g"})
+	must(t, c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 4<<20), "y": req(Float32, 0, 4<<20)})) // 16 MiB each
+	resp, err := c.Allocate(context.Background())
+	if err != nil {
+		t.Fatalf("Allocate with the cap lowered midway: %v", err)
+	}
+	if capBytes, used := m.Cap(); capBytes != 4*MiB || used > 4*MiB || resp.Plan.BytesPerChunk > 4*MiB {
+		t.Errorf("cap %s, %s used, plan %+v: want the arrays planned within the 4 MiB cap set midway",
+			units.Format(capBytes), units.Format(used), resp.Plan)
+	}
 }
