@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"strconv"
@@ -65,6 +66,12 @@ func helperMain() bool {
 		}
 		fmt.Println("serving")
 		_ = s.Serve(ln)
+	case "random": // TestRandomProcesses' client: random requests, then exit
+		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
+		if err := randomClient(socket, rand.New(rand.NewPCG(seed, 7)), 40); err != nil {
+			fail(err)
+		}
+		fmt.Println("done")
 	default:
 		fail(fmt.Errorf("unknown helper mode %q", mode))
 	}

@@ -1,9 +1,14 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +38,49 @@ func TestRandomClients(t *testing.T) {
 	for err := range errs {
 		if err != nil {
 			t.Error(err)
+		}
+	}
+	if !waitFor(10*time.Second, func() bool {
+		st := s.Status()
+		return len(st.Devices[0].Leases) == 0 && len(st.Devices[1].Leases) == 0
+	}) {
+		t.Errorf("leases left: %+v", s.Status())
+	}
+	if b := s.Broken(); len(b) > 0 {
+		t.Fatalf("invariants broken: %q", b)
+	}
+}
+
+// TestRandomProcesses is TestRandomClients with each client a process of
+// its own (the test binary as a child): 64 processes register, change,
+// claim, report and release leases at random, half of them leaving their
+// last leases to end with the process. After every change the broker
+// checks that the guaranteed parts fit each device (Broken lists any
+// that did not); at the end no lease is left.
+func TestRandomProcesses(t *testing.T) {
+	const procs = 64
+	cfg := Config{Devices: []Device{{Name: "a", Total: 8 * GiB}, {Name: "b", Total: 3*GiB + 12345}}}
+	cfg.ReclaimTimeout = 300 * time.Millisecond
+	s, path := startServer(t, cfg)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, procs)
+	outs := make([]*bytes.Buffer, procs)
+	for i := range procs {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"=random", "VRAM_BROKER_TEST_SOCKET="+path, fmt.Sprintf("VRAM_BROKER_TEST_SEED=%d", i))
+		outs[i] = &bytes.Buffer{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil || !strings.Contains(outs[i].String(), "done") {
+			t.Errorf("process %d: %v:\n%s", i, err, outs[i])
 		}
 	}
 	if !waitFor(10*time.Second, func() bool {
