@@ -91,7 +91,7 @@ func TestConcurrentClients(t *testing.T) {
 				t.Fatal(err)
 			}
 			if f, _, _ := dev.MemInfo(); f != free0 {
-				t.Errorf("device free %d, was %d", f, free0)
+				t.Errorf("device free %d, was %d; on the device: %v", f, free0, dev.Leaks())
 			}
 			if counts["allocated"] == 0 || counts["chunked"] == 0 {
 				t.Errorf("the test did too little: %v", counts)

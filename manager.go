@@ -66,11 +66,12 @@ type Manager struct {
 	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
 	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
 
-	capMu    sync.Mutex     // serializes SetCap (replan.go); taken before allocMu
-	capBytes atomic.Uint64  // the cap (WithCap, SetCap); 0: none
-	notices  budgetNotices  // budget changes (replan.go)
-	freed    signal         // broadcast after each device array is freed
-	lease    *leaseFollower // the broker's lease (lease.go); nil without; set in New
+	capMu       sync.Mutex     // serializes SetCap (replan.go); taken before allocMu
+	capBytes    atomic.Uint64  // the cap (WithCap, SetCap); 0: none
+	notices     budgetNotices  // budget changes (replan.go)
+	freed       signal         // broadcast after each device array is freed
+	lease       *leaseFollower // the broker's lease (lease.go); nil without; set in New
+	servedAsync bool           // an AsyncPool served at some point (Close trims the device's pool); protected by allocMu
 
 	mu     sync.Mutex  // protects the fields below
 	reg    registry    // open clients and their groups, each group's queue, lock and last plan (group.go)
@@ -191,6 +192,7 @@ func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, err
 // allocMu must be held for writing, or m not yet shared.
 func (m *Manager) setAllocator(a alloc.Allocator, kind AllocatorKind, name string) {
 	m.al, m.kind, m.name, m.capLim = a, kind, name, nil
+	m.servedAsync = m.servedAsync || kind == AsyncPool
 	if m.capBytes.Load() > 0 {
 		m.capLim, _ = a.(*alloc.Limit)
 	}
@@ -519,8 +521,23 @@ func (m *Manager) Close() error {
 	closeErr := m.al.Close()
 	hostErr := m.host.close()
 	groupErr := m.groups.Close()
+	poolErr := m.trimDevicePool()
 	leaseErr := m.releaseLease() // once the allocator gave its memory back
-	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr), leaseErr)
+	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr),
+		wrapIf("trim the device's pool", poolErr), leaseErr)
+}
+
+// trimDevicePool gives the device's stream-ordered pool its unused memory
+// back once every stream's work is done, when an AsyncPool served: a free
+// on a stream still closing when the allocator closed (a group left
+// empty, its stream closed in the background) returned its block to the
+// pool after the allocator's own trim. allocMu must be held.
+func (m *Manager) trimDevicePool() error {
+	aa, ok := m.dev.(device.AsyncAllocator)
+	if !m.servedAsync || !ok {
+		return nil
+	}
+	return aa.TrimPool(0)
 }
 
 func (m *Manager) isClosed() bool {
