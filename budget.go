@@ -129,6 +129,14 @@ func (b *groupBudget) cost(sizes []uint64) uint64 {
 	return alloc.PageCost(sizes, b.gran, b.page, 0)
 }
 
+// giveBack counts bytes of device memory the allocator holds (its cache,
+// a victim's arrays) as given back: free on the device, and no longer
+// held under a broker's lease.
+func (b *groupBudget) giveBack(bytes uint64) {
+	b.free = satAdd(b.free, bytes)
+	b.leaseHeld -= min(b.leaseHeld, bytes)
+}
+
 // device is the device memory the group may plan with: the free memory
 // and the arrays being replaced, less what was lost in earlier tries.
 func (b *groupBudget) device() uint64 {

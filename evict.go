@@ -114,8 +114,7 @@ func (tx *allocTx) evictionTarget(cands []victim, planErr error) (int, bool) {
 func (tx *allocTx) planFreeing(vs []victim) (groupPlan, error) {
 	gb := tx.gb
 	for _, v := range vs {
-		gb.free = satAdd(gb.free, v.device)
-		gb.leaseHeld -= min(gb.leaseHeld, v.device)
+		gb.giveBack(v.device)
 		if gb.capped {
 			gb.room = satAdd(gb.room, v.charged)
 		}

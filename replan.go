@@ -219,8 +219,9 @@ func (m *Manager) WaitWithinCap(ctx context.Context) error {
 // PlanNow plans reqs (each client's requests; every client of c's group)
 // as an Allocate of the group would plan them now: the arrays they would
 // replace counted free, the group's other arrays held, the device's free
-// memory, the caps and other groups' claims, with opts as for Allocate
-// (WithBuffers). It allocates and frees nothing, and leaves the queues
+// memory (the allocator's cache counted free, as Allocate trims it when
+// that makes a longer chunk), the caps and other groups' claims, with
+// opts as for Allocate (WithBuffers). It allocates and frees nothing, and leaves the queues
 // alone. A batch asks it between chunks what its chunk length may be.
 func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayRequest, opts ...AllocateOption) (ChunkPlan, error) {
 	m := c.m
@@ -256,9 +257,7 @@ func (c *Client) PlanNow(ctx context.Context, reqs map[*Client]map[string]ArrayR
 	// when that makes a longer chunk (trim.go): plan as it will. (Right
 	// after a batch's arrays are freed they are in the cache; leaving it
 	// out would plan the batch down to nothing.)
-	cached := m.cached()
-	gb.free = satAdd(gb.free, cached)
-	gb.leaseHeld -= min(gb.leaseHeld, cached)
+	gb.giveBack(m.cached())
 	p, err := planGroup(reqs, &gb, PlanOptions{Granularity: gb.gran, Buffers: ac.buffers})
 	if err != nil {
 		return p.ChunkPlan, fmt.Errorf("plan now for group %q with %s: %w", group, &gb, err)

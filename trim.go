@@ -98,8 +98,7 @@ func (tx *allocTx) trimWouldHelp(err error, cached uint64) bool {
 		return false
 	}
 	gb := tx.gb
-	gb.free = satAdd(gb.free, cached)
-	gb.leaseHeld -= min(gb.leaseHeld, cached)
+	gb.giveBack(cached)
 	p, perr := planGroup(tx.q, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
 	return perr == nil && p.Chunks < tx.plan.Chunks
 }

@@ -351,7 +351,11 @@ func (r *batchRun) retireUpTo(upTo int) error {
 // not, so a chunk is checked before it is handed to the writer, and a
 // batch with a failed copy never returns nil.
 func (r *batchRun) streamsFailed() error {
-	for _, st := range []device.Stream{r.s, r.ks} {
+	streams := []device.Stream{r.s}
+	if r.ks != r.s {
+		streams = append(streams, r.ks)
+	}
+	for _, st := range streams {
 		if _, err := st.Query(); err != nil {
 			return fmt.Errorf("its stream reports a failure: %w", err)
 		}
