@@ -390,6 +390,28 @@ func TestHookErrors(t *testing.T) {
 	}
 }
 
+// TestAllocFreeAllocations: a cache-hit alloc/free pair of a manager
+// opened without a lease makes 2 heap allocations (use's closure, one per
+// call), and builds no context for a lease it does not have (that cost 4
+// more).
+func TestAllocFreeAllocations(t *testing.T) {
+	var r Registry
+	m := open(t, &r, "sim:vram=1GiB", 0)
+	pair := func() {
+		p, err := m.Alloc(SourceC, MiB, 0x40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Free(p, MiB, 0x40); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair() // the stream key's stream and the cached block
+	if n := testing.AllocsPerRun(100, pair); n > 2 {
+		t.Errorf("%.1f heap allocations per alloc/free pair; want at most 2", n)
+	}
+}
+
 // BenchmarkAllocFree is a 1 MiB alloc/free pair on one stream key, a
 // cache hit, through a Manager: the Go side of the C library's path
 // (libvram's harness "bench" mode times the whole path from C).

@@ -178,6 +178,7 @@ func newManager(dev device.Device, o Options, conf []vram.Option) (*Manager, err
 	switch {
 	case o.Broker != "":
 		opts = append(opts, vram.WithBroker(o.Broker), vram.WithLease(o.Lease))
+		m.leased = true
 	case o.Cap > 0: // else $VRAM_ALLOC_CONF's limit, if any, stands
 		opts = append(opts, vram.WithCap(o.Cap))
 	}
