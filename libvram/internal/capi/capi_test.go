@@ -11,6 +11,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/gate"
 )
 
 // TestMain fails the tests if a simulated device's stream goroutine
@@ -390,11 +391,11 @@ func TestHookErrors(t *testing.T) {
 	}
 }
 
-// TestAllocFreeAllocations: a cache-hit alloc/free pair of a manager
-// opened without a lease makes 2 heap allocations (use's closure, one per
-// call), and builds no context for a lease it does not have (that cost 4
-// more).
-func TestAllocFreeAllocations(t *testing.T) {
+// TestGateAllocFree: a cache-hit alloc/free pair of a manager opened
+// without a lease makes 2 heap allocations (use's closure, one per call),
+// and builds no context for a lease it does not have (that cost 4 more);
+// a gate figure (package internal/gate).
+func TestGateAllocFree(t *testing.T) {
 	var r Registry
 	m := open(t, &r, "sim:vram=1GiB", 0)
 	pair := func() {
@@ -407,9 +408,11 @@ func TestAllocFreeAllocations(t *testing.T) {
 		}
 	}
 	pair() // the stream key's stream and the cached block
-	if n := testing.AllocsPerRun(100, pair); n > 2 {
+	n := testing.AllocsPerRun(100, pair)
+	if n > 2 {
 		t.Errorf("%.1f heap allocations per alloc/free pair; want at most 2", n)
 	}
+	gate.Record(t, gate.Figure{Name: "heap/capi/Manager.Alloc+Free 1 MiB", Value: n, Unit: "allocs/op", Better: gate.Lower})
 }
 
 // BenchmarkAllocFree is a 1 MiB alloc/free pair on one stream key, a
