@@ -1,18 +1,24 @@
 package alloc_test
 
 // Gate figures of the allocators' placement (package internal/gate): every
-// allocator of the registry replays every shared trace and a family of
+// allocator of the registry replays every shared trace and two families of
 // traces generated from them (package internal/tracefamily), on the
-// address-only simulator with 2 MiB pages. Per replay: peak reserved over
-// peak live, and pages over the floor (⌈peak reserved / page⌉ less
-// ⌈peak live / page⌉); per allocator over the family: their median, 95th
-// percentile and maximum, how many replays are over the bound
-// (floorBound), and allocations that failed. All are deterministic: the
-// same code gives the same figures.
+// address-only simulator with 2 MiB pages: the family of the programs'
+// traces (the PyTorch runs, those with an .info.json beside them), and
+// the placement family of the offline placement problems (minimalloc's),
+// which online best fit cannot pack near their optimum and whose figures
+// would otherwise hide the programs'. Per replay: peak reserved over peak
+// live, and pages over the floor (⌈peak reserved / page⌉ less ⌈peak live
+// / page⌉); per allocator over a family: their median, 95th percentile
+// and maximum, how many replays are over the bound (floorBound), and
+// allocations that failed. All are deterministic: the same code gives the
+// same figures.
 
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
@@ -27,11 +33,13 @@ import (
 	"github.com/vramkit/vram/trace"
 )
 
-// The gate's family: members of seeds 0 … gateFamily−1. Other seeds are
-// held out (heldOutSeed on), to check a policy chosen with these.
+// The gate's families: members of seeds 0 … gateFamily−1 (the placement
+// family: placementFamily). Other seeds are held out (heldOutSeed on), to
+// check a policy chosen with these.
 const (
-	gateFamily  = 512
-	heldOutSeed = 1 << 20
+	gateFamily      = 512
+	placementFamily = 128
+	heldOutSeed     = 1 << 20
 )
 
 // outcome is one replay's figures.
@@ -139,31 +147,48 @@ func eventsOf(members []tracefamily.Member) [][]trace.Event {
 	return out
 }
 
-// TestGateReplays: every allocator of the registry on every shared trace
-// and on the family (figures above).
-func TestGateReplays(t *testing.T) {
-	gate.Need(t)
+// sharedSources reads the shared traces: all of them, and split into the
+// programs' (with an .info.json) and the placement problems.
+func sharedSources(t testing.TB) (all, programs, placement []tracefamily.Source) {
 	dir := sharedtraces.Dir(t)
-	sources, err := tracefamily.Load(dir)
+	all, err := tracefamily.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, s := range all {
+		if _, err := os.Stat(filepath.Join(dir, s.Name+".info.json")); err == nil {
+			programs = append(programs, s)
+		} else {
+			placement = append(placement, s)
+		}
+	}
+	if len(programs) == 0 || len(placement) == 0 {
+		t.Fatalf("%d program traces and %d placement problems in %s; want some of each", len(programs), len(placement), dir)
+	}
+	return all, programs, placement
+}
+
+// TestGateReplays: every allocator of the registry on every shared trace
+// and on the two families (figures above).
+func TestGateReplays(t *testing.T) {
+	gate.Need(t)
+	all, programs, placement := sharedSources(t)
 	var shared [][]trace.Event
-	for _, s := range sources {
+	for _, s := range all {
 		shared = append(shared, s.Events)
 	}
-	members := tracefamily.Family(sources, 0, gateFamily)
-	family := eventsOf(members)
-	t.Logf("%d shared traces; the family: %s", len(shared), tracefamily.Describe(members))
+	fam, plc := tracefamily.Family(programs, 0, gateFamily), tracefamily.Family(placement, 0, placementFamily)
+	t.Logf("%d shared traces; the family: %s; the placement family: %s", len(shared), tracefamily.Describe(fam), tracefamily.Describe(plc))
 	var figs []gate.Figure
 	for _, e := range alloc.Allocators() {
 		for i, o := range replayAll(t, shared, entryFactory(e)) {
-			name := fmt.Sprintf("replay/%s/%s: ", sources[i].Name, e.Name)
+			name := fmt.Sprintf("replay/%s/%s: ", all[i].Name, e.Name)
 			figs = append(figs,
 				gate.Figure{Name: name + "reserved/live", Value: round4(o.ratio), Unit: "ratio", Better: gate.Lower},
 				gate.Figure{Name: name + "pages over the floor", Value: float64(o.overFloor), Unit: "pages", Better: gate.Lower})
 		}
-		figs = append(figs, familyFigures(fmt.Sprintf("family/%s: ", e.Name), replayAll(t, family, entryFactory(e)))...)
+		figs = append(figs, familyFigures(fmt.Sprintf("family/%s: ", e.Name), replayAll(t, eventsOf(fam), entryFactory(e)))...)
+		figs = append(figs, familyFigures(fmt.Sprintf("placement family/%s: ", e.Name), replayAll(t, eventsOf(plc), entryFactory(e)))...)
 	}
 	gate.Record(t, figs...)
 }
