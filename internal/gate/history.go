@@ -35,7 +35,8 @@ func CheckHistory(path string) (History, error) {
 	if err != nil {
 		return History{}, err
 	}
-	rel, err := filepath.Rel(strings.TrimSpace(string(top)), abs)
+	dir = strings.TrimSpace(string(top)) // git reads pathspecs from the folder it runs in
+	rel, err := filepath.Rel(dir, abs)
 	if err != nil {
 		return History{}, fmt.Errorf("gate: %w", err)
 	}

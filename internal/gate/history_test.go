@@ -33,13 +33,20 @@ func (r *repo) git(args ...string) {
 	}
 }
 
+// path is the gates file's path: in a folder of the repository, as
+// .ci/gates.json is.
+func (r *repo) path() string { return filepath.Join(r.dir, ".ci", "gates.json") }
+
 // commit writes f as the gates file and commits it.
 func (r *repo) commit(f File) {
 	r.t.Helper()
-	if err := Write(filepath.Join(r.dir, "gates.json"), f); err != nil {
+	if err := os.MkdirAll(filepath.Dir(r.path()), 0o755); err != nil {
 		r.t.Fatal(err)
 	}
-	r.git("add", "gates.json")
+	if err := Write(r.path(), f); err != nil {
+		r.t.Fatal(err)
+	}
+	r.git("add", r.path())
 	r.git("commit", "-q", "-m", "figures")
 }
 
@@ -64,7 +71,7 @@ func TestCheckHistory(t *testing.T) {
 			r := newRepo(t)
 			r.commit(File{Figures: []Figure{fig("a", 2), fig("b", 1)}})
 			r.commit(tc.next)
-			h, err := CheckHistory(filepath.Join(r.dir, "gates.json"))
+			h, err := CheckHistory(r.path())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +95,7 @@ func TestCheckHistory(t *testing.T) {
 func TestCheckHistoryWorkingTree(t *testing.T) {
 	r := newRepo(t)
 	r.commit(File{Figures: []Figure{fig("a", 2)}})
-	path := filepath.Join(r.dir, "gates.json")
+	path := r.path()
 	if err := Write(path, File{Figures: []Figure{fig("a", 5)}}); err != nil {
 		t.Fatal(err)
 	}
