@@ -222,7 +222,7 @@ func report(changes []gate.Change, partial, verbose bool, out io.Writer) error {
 		}
 	}
 	fmt.Fprintf(out, "== %d figures: %d same, %d better, %d worse, %d new, %d not measured\n",
-		len(changes), count[gate.Same], count[gate.Improved], count[gate.Worse], count[gate.New], count[gate.Gone])
+		count[gate.Same]+count[gate.Improved]+count[gate.Worse]+count[gate.New]+count[gate.Gone], count[gate.Same], count[gate.Improved], count[gate.Worse], count[gate.New], count[gate.Gone])
 	if count[gate.Improved] > 0 {
 		fmt.Fprintln(out, "   better figures: keep the gain with -update (no -why needed)")
 	}
