@@ -82,9 +82,9 @@ func run(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	got, err := measure(root, pkgs, out)
-	if err != nil {
-		return err
+	got, terr := measure(root, pkgs, out)
+	if got == nil && terr != nil {
+		return terr
 	}
 	kept, err := gate.Read(path)
 	if errors.Is(err, fs.ErrNotExist) && o.update {
@@ -95,10 +95,13 @@ func run(args []string, out io.Writer) error {
 	}
 	partial := o.pkgs != ""
 	if o.update {
+		if terr != nil {
+			return fmt.Errorf("not updating %s: %w", o.file, terr)
+		}
 		return update(path, kept, got, o, partial, out)
 	}
-	ferr := report(gate.Compare(kept, got), partial, o.verbose, out)
-	return errors.Join(ferr, history(path, out))
+	ferr := report(gate.Compare(kept, got), partial || terr != nil, o.verbose, out)
+	return errors.Join(terr, ferr, history(path, out))
 }
 
 // about is the file's own description, written when -update makes it.
@@ -162,7 +165,9 @@ func gatePackages(root, asked string) ([]string, error) {
 	return pkgs, err
 }
 
-// measure runs the packages' gate tests and collects their figures.
+// measure runs the packages' gate tests and collects their figures: those
+// recorded even when a test failed (its assertion is then beside the
+// comparison), and an error saying the tests failed.
 func measure(root string, pkgs []string, out io.Writer) ([]gate.Figure, error) {
 	dir, err := os.MkdirTemp("", "vram-gate-")
 	if err != nil {
@@ -186,10 +191,14 @@ func measure(root string, pkgs []string, out io.Writer) ([]gate.Figure, error) {
 	pw.Close()
 	<-done
 	fmt.Fprintf(out, "== the gate's tests took %s\n", time.Since(start).Round(time.Second))
-	if werr != nil {
-		return nil, fmt.Errorf("the gate's tests failed (above): %w", werr)
+	got, err := gate.Collect(dir)
+	if err != nil {
+		return nil, err
 	}
-	return gate.Collect(dir)
+	if werr != nil {
+		return got, fmt.Errorf("the gate's tests failed (above): %w", werr)
+	}
+	return got, nil
 }
 
 // filterTestOutput copies go test -v's output without its === lines.
