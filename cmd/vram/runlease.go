@@ -1,5 +1,5 @@
 // vram run's manager and its budget: a cap, or a lease from the node
-// broker (--broker, $VRAM_BROKER), and the lease's line in the report.
+// broker (--socket, $VRAM_BROKER), and the lease's line in the report.
 // The lease itself (its cap, claims, shrinks) is the library's
 // (vram.WithBroker).
 
@@ -14,7 +14,7 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// capOptions are the manager's options for its budget: with --broker, a
+// capOptions are the manager's options for its budget: with --socket, a
 // lease (capped at limit, --vram on a GPU, when not 0); without, a cap of
 // limit.
 func (f runFlags) capOptions(limit uint64) []vram.Option {
@@ -70,5 +70,5 @@ func printLeaseFigures(w io.Writer, l *leaseJSON) {
 		plural(l.Claims, "claim"), l.ClaimWaitSeconds, l.Refused, plural(l.Shrinks, "request"), l.ShrinkAckSeconds, plural(l.GaveBack, "time"))
 }
 
-// defaultBroker is --broker's default: $VRAM_BROKER ("": none).
+// defaultBroker is --socket's default: $VRAM_BROKER ("": none).
 func defaultBroker() string { return os.Getenv(vram.BrokerEnv) }
