@@ -1,7 +1,7 @@
 // vram run's manager and its budget: a cap, or a lease from the node
 // broker (--socket, $VRAM_BROKER), and the lease's line in the report.
 // The lease itself (its cap, claims, shrinks) is the library's
-// (vram.WithBroker).
+// (vram.WithLease of broker.At).
 
 package main
 
@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -19,7 +20,7 @@ import (
 // limit.
 func (f runFlags) capOptions(limit uint64) []vram.Option {
 	if f.broker != "" {
-		return []vram.Option{vram.WithBroker(f.broker), vram.WithLease(vram.LeaseOptions{Name: "vram run", Cap: limit})}
+		return []vram.Option{vram.WithLease(vram.LeaseOptions{Broker: broker.At(f.broker), Name: "vram run", Cap: limit})}
 	}
 	if limit > 0 {
 		return []vram.Option{vram.WithCap(limit)}
