@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/vramkit/vram/batch"
-	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/userfile"
+	"github.com/vramkit/vram/shard"
 )
 
 // runFlags is `vram run`'s flags, each read once into its type: sizes
