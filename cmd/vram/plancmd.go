@@ -1,5 +1,5 @@
-// `vram plan`: a request set in JSON → the chunk plan vram.Plan makes for
-// it.
+// `vram plan`: a request set in JSON (vram.RequestSet, the library's
+// schema) → the chunk plan vram.Plan makes for it.
 
 package main
 
@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -103,9 +105,12 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	} else if r == nil || isTerminal(r) {
 		return usagef("plan reads a request set from FILE or from stdin, and stdin is a terminal; give a file or pipe JSON in")
 	}
-	in, err := readPlanInput(r, src)
+	in, err := vram.ReadRequestSet(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	if in.Buffers > batch.MaxBuffers { // what package batch runs
+		return fmt.Errorf("%s: buffers is %d; want 1, or up to %d buffers in flight: %w", src, in.Buffers, batch.MaxBuffers, vram.ErrRequestSet)
 	}
 	if budget == 0 {
 		budget = in.Budget
@@ -180,7 +185,7 @@ func (a *app) planDevice(budget, gran uint64, al alloc.Entry) (uint64, uint64, s
 	return budget, gran, budgetFrom, granFrom, nil
 }
 
-func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom string) error {
+func (a *app) printPlan(p vram.ChunkPlan, in vram.RequestSet, budgetFrom, granFrom string) error {
 	w := a.stdout
 	if p.Chunks == 1 {
 		fmt.Fprintf(w, "fits in one chunk: %d runs\n", p.TotalRuns)
@@ -203,9 +208,9 @@ func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom str
 	fmt.Fprintln(w)
 	tw := a.table()
 	fmt.Fprintln(tw, "CLIENT\tLABEL\tDTYPE\tMEMORY\tSHAPE\tCHUNKED SHAPE\tBYTES")
-	for _, client := range sortedKeys(p.ChunkedShapes) {
+	for _, client := range slices.Sorted(maps.Keys(p.ChunkedShapes)) {
 		labels := p.ChunkedShapes[client]
-		for _, label := range sortedKeys(labels) {
+		for _, label := range slices.Sorted(maps.Keys(labels)) {
 			req := in.Requests[client][label]
 			shape := labels[label]
 			r := req
