@@ -28,3 +28,7 @@ func (q RunQueue) Take(part, limit int) (start, n int, ok bool) {
 	ch, ok := q.q.take(part, limit)
 	return ch.start, ch.len, ok
 }
+
+// MinGain is the least predicted or measured saving for which a run
+// changes its shape.
+const MinGain = minGain
