@@ -92,25 +92,9 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	if err != nil {
 		return err
 	}
-
-	var r io.Reader = a.stdin
-	src := "stdin"
-	if name != "-" {
-		file, err := os.Open(name)
-		if err != nil {
-			return fmt.Errorf("read request set: %w", err)
-		}
-		defer file.Close()
-		r, src = file, name
-	} else if r == nil || isTerminal(r) {
-		return usagef("plan reads a request set from FILE or from stdin, and stdin is a terminal; give a file or pipe JSON in")
-	}
-	in, err := vram.ReadRequestSet(r)
+	in, src, err := a.readRequestSet(name)
 	if err != nil {
-		return fmt.Errorf("%s: %w", src, err)
-	}
-	if in.Buffers > batch.MaxBuffers { // what package batch runs
-		return fmt.Errorf("%s: buffers is %d; want 1, or up to %d buffers in flight: %w", src, in.Buffers, batch.MaxBuffers, vram.ErrRequestSet)
+		return err
 	}
 	if budget == 0 {
 		budget = in.Budget
@@ -151,6 +135,31 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 		return a.writeJSON(plan)
 	}
 	return a.printPlan(plan, in, budgetFrom, granFrom)
+}
+
+// readRequestSet reads the request set of FILE name ("-": stdin) and
+// says where it came from, for messages.
+func (a *app) readRequestSet(name string) (vram.RequestSet, string, error) {
+	var r io.Reader = a.stdin
+	src := "stdin"
+	if name != "-" {
+		file, err := os.Open(name)
+		if err != nil {
+			return vram.RequestSet{}, "", fmt.Errorf("read request set: %w", err)
+		}
+		defer file.Close()
+		r, src = file, name
+	} else if r == nil || isTerminal(r) {
+		return vram.RequestSet{}, "", usagef("plan reads a request set from FILE or from stdin, and stdin is a terminal; give a file or pipe JSON in")
+	}
+	in, err := vram.ReadRequestSet(r)
+	if err != nil {
+		return in, src, fmt.Errorf("%s: %w", src, err)
+	}
+	if in.Buffers > batch.MaxBuffers { // what package batch runs
+		return in, src, fmt.Errorf("%s: buffers is %d; want 1, or up to %d buffers in flight: %w", src, in.Buffers, batch.MaxBuffers, vram.ErrRequestSet)
+	}
+	return in, src, nil
 }
 
 // planDevice fills a budget or granularity left 0 from the device: its
