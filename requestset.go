@@ -43,10 +43,18 @@ var ErrRequestSet = errors.New("bad request set")
 // MaxRequestSetBytes bounds how much of a request set ReadRequestSet reads.
 const MaxRequestSetBytes = 64 << 20
 
-// RequestSet is what Plan plans, as vram plan reads it from JSON (see the
-// file's header). Zero Budget, Granularity or Buffers mean "not given":
-// the caller fills them (vram plan: from the device, the allocator, 1). A
-// plain value.
+// RequestSet is what Plan plans, as vram plan reads it from JSON:
+//
+//	{"budget": "256MiB", "granularity": 512, "buffers": 1,
+//	 "requests": {"outputs": {"state": {"shape": [201, 4, 1000000],
+//	   "dtype": "float32", "chunk_axis": 2, "unchunkable": false,
+//	   "total_runs": 1000000, "memory": "device"}}}}
+//
+// "requests" maps client → label → ArrayRequest, whose fields and defaults
+// the keys are; "budget" and "granularity" are bytes, or sizes with a
+// unit. Zero Budget, Granularity or Buffers mean "not given": the caller
+// fills them (vram plan: from the device, the allocator, 1). A plain
+// value.
 type RequestSet struct {
 	Budget      uint64 `json:"budget,omitempty"`      // device bytes the plan may use
 	Granularity uint64 `json:"granularity,omitempty"` // the allocator's rounding unit in bytes

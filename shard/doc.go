@@ -38,6 +38,7 @@
 //     the pod's environment; set VRAM_SHARD_COUNT to spec.completions).
 //
 // Values are plain values, safe to copy and share.
+//
 // # Parts
 //
 // A task whose batch's output is OUT.npy writes its shard's runs as the
