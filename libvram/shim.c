@@ -106,6 +106,8 @@ const char *vram_strerror(int status) {
 	case VRAM_EFORK: return "called in a forked child";
 	case VRAM_ERANGE: return "buffer too small";
 	case VRAM_EDEVICE: return "device error";
+	case VRAM_EFREED: return "array freed";
+	case VRAM_ENOTSUP: return "not supported";
 	}
 	return "unknown status";
 }

@@ -290,7 +290,8 @@ func (cs *Clients) Group(h int64) (string, error) {
 }
 
 // Do runs f on client h's vram client, as the call op (the setters,
-// ChangeStreamGroup, Free, Sync): the error is prefixed with op.
+// ChangeStreamGroup, Free, Sync). The vram package's errors name the call
+// and the client already: they are only marked as vram's.
 func (cs *Clients) Do(h int64, op string, f func(*vram.Client) error) error {
 	e, done, err := cs.client(h, op)
 	if err != nil {
@@ -298,7 +299,7 @@ func (cs *Clients) Do(h int64, op string, f func(*vram.Client) error) error {
 	}
 	defer done()
 	if err := f(e.c); err != nil {
-		return fmt.Errorf("vram: %s for %v: %w", op, e.c, err)
+		return fmt.Errorf("vram: %w", err)
 	}
 	return nil
 }
@@ -311,7 +312,7 @@ func (cs *Clients) Queue(h int64, reqs map[string]vram.ArrayRequest) error {
 	}
 	defer done()
 	if err := e.c.Queue(reqs); err != nil {
-		return fmt.Errorf("vram: queue for %v: %w", e.c, err)
+		return fmt.Errorf("vram: %w", err)
 	}
 	cs.mu.Lock()
 	e.queued = maps.Clone(reqs)
@@ -328,7 +329,7 @@ func (cs *Clients) BeginWork(h int64) (int64, error) {
 	defer done()
 	w, err := e.c.BeginWork()
 	if err != nil {
-		return 0, fmt.Errorf("vram: begin work for %v: %w", e.c, err)
+		return 0, fmt.Errorf("vram: %w", err)
 	}
 	cs.mu.Lock()
 	defer cs.mu.Unlock()

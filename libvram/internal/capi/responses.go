@@ -92,7 +92,7 @@ func (cs *Clients) Allocate(h int64, buffers int) (int64, error) {
 	}
 	r, err := e.c.Allocate(context.Background(), opts...)
 	if err != nil {
-		return 0, fmt.Errorf("vram: allocate for %v: %w", e.c, err)
+		return 0, fmt.Errorf("vram: %w", err)
 	}
 	return cs.addResponse(e, r), nil
 }
