@@ -248,10 +248,10 @@ class ArraySet:
         self.device_arrays: Dict[str, DeviceArray] = {}
         self.host: Dict[str, Any] = {}
         for label, d in sorted(descs.items()):
-            if d["device_ptr"]:
+            if d["memory"] in ("device", "mapped"):  # freed since: ptr 0, and DeviceArray.freed says so
                 self.device_arrays[label] = DeviceArray(response, label, buffer, d)
-            if d["host"] or (d["memory"] != "device" and d["bytes"] == 0):
-                self.host[label] = numpy_view(d["host"] or 0, d["bytes"], d["dtype"], tuple(d["shape"]), response)
+            if d["memory"] != "device" and d["host"]:  # a host array freed since has no bytes to view
+                self.host[label] = numpy_view(d["host"], d["bytes"], d["dtype"], tuple(d["shape"]), response)
         self._response = response
         self._arrays: Optional[Dict[str, Any]] = None
 
@@ -479,10 +479,11 @@ class Client:
     def sync(self) -> None:
         """Waits for the work on the client's stream; raises its first
         error. Host arrays of the copies before are free again."""
+        n = len(self._in_flight)  # the copies enqueued before this sync; another thread's later ones stay
         try:
             _lib.check(_lib.lib().vram_sync(self.handle))
         finally:
-            self._in_flight.clear()
+            del self._in_flight[:n]
 
     def begin_work(self) -> Work:
         """Marks work begun (a context manager that ends it): the client is
