@@ -68,8 +68,8 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class ArrayRequest:
-    """One array to request (the Go ArrayRequest): shape, dtype, memory
-    ("device", "pinned", "mapped" or "pageable"), chunk_axis (the run
+    """One array to request (the Go ArrayRequest): shape, dtype (required,
+    as in Go), memory ("device", "pinned", "mapped" or "pageable"), chunk_axis (the run
     axis, 0 unless given: cubie's default is 2, the run axis of its (time,
     variable, run) arrays), unchunkable, and total_runs (0: the chunk axis'
     length). An empty shape is a scalar, never chunked; so is a request whose
@@ -77,7 +77,7 @@ class ArrayRequest:
     manager validates the rest when the request is queued."""
 
     shape: Tuple[int, ...]
-    dtype: str = "float32"
+    dtype: str
     memory: str = "device"
     chunk_axis: int = 0
     unchunkable: bool = False
@@ -448,11 +448,12 @@ class Client:
         """To the auto pool; an auto client stays."""
         _lib.check(_lib.lib().vram_set_auto_limit_mode(self.handle))
 
-    def _copy(self, fn, device: DeviceArray, host, span: Optional[Span], writable: bool) -> None:
+    def _copy(self, fn, device: Any, host, span: Optional[Span], writable: bool) -> None:
         import numpy as np
 
+        device = getattr(device, "_vram_array", device)  # a Numba array of a response: its DeviceArray
         if not isinstance(device, DeviceArray):
-            raise TypeError("vram: %r is not a vram.DeviceArray (use ArrayResponse.device_arrays)" % (device,))
+            raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' Numba array)" % (device,))
         if not isinstance(host, np.ndarray):
             raise TypeError("vram: the host side is a %s; want a NumPy array" % type(host).__name__)
         if not host.flags.c_contiguous or (writable and not host.flags.writeable):
@@ -464,14 +465,15 @@ class Client:
         _lib.check(fn(self.handle, device.response.handle, device.label.encode(), device.buffer, ctypes.byref(desc), sp))
         self._in_flight.append(host)
 
-    def to_device(self, dst: DeviceArray, src, span: Optional[Span] = None) -> None:
-        """Copies the NumPy array src into dst on the client's stream: whole
+    def to_device(self, dst: Any, src, span: Optional[Span] = None) -> None:
+        """Copies the NumPy array src into dst (a DeviceArray, or the Numba
+        array ArrayResponse.arrays gives for it) on the client's stream: whole
         (equal shapes), or with span the runs span of the full-length src
         into the first span.len runs of the chunk-length dst. Returns once
         enqueued; src is kept, unchanged, until sync()."""
         self._copy(_lib.lib().vram_to_device, dst, src, span, False)
 
-    def from_device(self, dst, src: DeviceArray, span: Optional[Span] = None) -> None:
+    def from_device(self, dst, src: Any, span: Optional[Span] = None) -> None:
         """The reverse of to_device, into the NumPy array dst (at the runs
         span); read dst after sync()."""
         self._copy(_lib.lib().vram_from_device, src, dst, span, True)
