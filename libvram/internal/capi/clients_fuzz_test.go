@@ -39,7 +39,9 @@ func FuzzCopy(f *testing.F) {
 	for i := range dev {
 		dev[i] = float32(1000 + i)
 	}
-	sync := func() error { return cs.Do(c, "sync", func(c *vram.Client) error { return c.Sync(context.Background()) }) }
+	sync := func() error {
+		return cs.Do(c, "sync", func(c *vram.Client) error { return c.Sync(context.Background()) })
+	}
 	if err := cs.Copy(true, c, rh, "a", 0, f32(dev, 3, 16), nil); err != nil {
 		f.Fatal(err)
 	}
