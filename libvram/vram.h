@@ -137,7 +137,9 @@ int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
  * for a proportion or name the broker refuses. */
 int vram_open_lease(const char *spec, const char *socket, const char *name, double proportion, uint64_t cap_bytes, vram_manager *out);
 /* Closes a manager. VRAM_EBUSY, and nothing changes, while it has live
- * allocations. */
+ * allocations. (ABI 2) Its clients are closed with it, their arrays freed,
+ * and its host arrays (vram_host_array) freed; their handles, its
+ * responses', work marks' and queued events' are forgotten. */
 int vram_close(vram_manager m);
 /* The manager open on device ordinal device. */
 int vram_manager_for_device(int device, vram_manager *out);

@@ -127,7 +127,7 @@ func TestClientsChunkedBatch(t *testing.T) {
 
 func syncClient(c *vram.Client) error { return c.Sync(context.Background()) }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -382,4 +382,70 @@ func clientRounds(cs *Clients, m *Manager, group string, n int) error {
 		}
 	}
 	return cs.Close(c)
+}
+
+// BenchmarkClients: one allocation of a client's group (the same request
+// again, so each replaces the arrays before it) and one copy of 4 KiB in
+// and out with a sync, through the client API ("capi": handles, the
+// response's description, its release) and through the vram client
+// directly ("vram"), side by side on one simulator.
+func BenchmarkClients(b *testing.B) {
+	var r Registry
+	var cs Clients
+	m, err := r.Open(Options{Spec: "sim:vram=1GiB"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.CloseManager(&r, m.Handle())
+	reqs := map[string]vram.ArrayRequest{"x": {Shape: []int{1024}, DType: vram.Float32}}
+	c, err := cs.Register(m, ClientOptions{Name: "bench", Group: "capi", Hooks: HookAllocated})
+	if err != nil {
+		b.Fatal(err)
+	}
+	vc, err := m.vm.Register(vram.ClientOptions{Name: "bench", Group: "vram"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vc.Close()
+	ctx := context.Background()
+	xs := make([]float32, 1024)
+	b.Run("allocate/capi", func(b *testing.B) {
+		for b.Loop() {
+			must(b, cs.Queue(c, reqs))
+			rh, err := cs.Allocate(c, 0)
+			must(b, err)
+			must(b, cs.ReleaseResponse(rh))
+			ev := cs.Poll(m)
+			must(b, cs.ReleaseResponse(ev.Response))
+		}
+	})
+	b.Run("allocate/vram", func(b *testing.B) {
+		for b.Loop() {
+			must(b, vc.Queue(reqs))
+			_, err := vc.Allocate(ctx)
+			must(b, err)
+		}
+	})
+	must(b, cs.Queue(c, reqs))
+	rh, err := cs.Allocate(c, 0)
+	must(b, err)
+	b.Run("copy/capi", func(b *testing.B) {
+		for b.Loop() {
+			must(b, cs.Copy(true, c, rh, "x", 0, f32(xs, 1024), nil))
+			must(b, cs.Copy(false, c, rh, "x", 0, f32(xs, 1024), nil))
+			must(b, cs.Do(c, "sync", syncClient))
+		}
+	})
+	must(b, vc.Queue(reqs))
+	vr, err := vc.Allocate(ctx)
+	must(b, err)
+	h, err := vram.WrapHost(unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4096), []int{1024}, vram.Float32)
+	must(b, err)
+	b.Run("copy/vram", func(b *testing.B) {
+		for b.Loop() {
+			must(b, vc.ToDevice(ctx, vr.Arrays()["x"], h))
+			must(b, vc.FromDevice(ctx, h, vr.Arrays()["x"]))
+			must(b, vc.Sync(ctx))
+		}
+	})
 }
