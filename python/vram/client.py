@@ -405,11 +405,8 @@ class Client:
         own. Raises OutOfMemoryError when even one run at a time does not
         fit, with the figures."""
         out = ctypes.c_int64()
-        try:
-            status = _lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out))
-            _lib.check(status, self.manager.oom_report)
-        finally:
-            self.manager.poll()
+        call_then_poll(self.manager, lambda: _lib.check(_lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out)),
+                                                         self.manager.oom_report))
         r = ArrayResponse(self, out.value)
         self.response = r
         return r
@@ -430,10 +427,7 @@ class Client:
     def change_stream_group(self, group: str) -> None:
         """Moves it, with its queue, to group (made if new); its arrays stay
         valid (sync before using them on the new group's stream)."""
-        try:
-            _lib.check(_lib.lib().vram_change_group(self.handle, (group or "").encode()))
-        finally:
-            self.manager.poll()
+        call_then_poll(self.manager, lambda: _lib.check(_lib.lib().vram_change_group(self.handle, (group or "").encode())))
 
     def set_manual_proportion(self, p: float) -> None:
         """A manual proportion p (0 < p <= 1); a refusal changes nothing."""
@@ -494,6 +488,21 @@ class Client:
         out = ctypes.c_int64()
         _lib.check(_lib.lib().vram_begin_work(self.handle, ctypes.byref(out)))
         return Work(out.value)
+
+
+def call_then_poll(manager, call: Callable[[], Any]) -> Any:
+    """Runs call, then delivers the events it caused (Manager.poll). The
+    call's exception wins over a hook's, which it carries as its context."""
+    try:
+        result = call()
+    except BaseException as e:
+        try:
+            manager.poll()
+        except Exception:
+            raise e
+        raise
+    manager.poll()
+    return result
 
 
 def deliver_events(manager) -> int:
