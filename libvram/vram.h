@@ -353,7 +353,7 @@ struct vram_client_info {
 	double proportion;  /* its manual proportion, or its equal part of the auto pool */
 	uint64_t cap;       /* proportion x the device's total memory, in bytes */
 	uint64_t held;      /* device bytes its arrays take, as the allocator charges them */
-	vram_stream stream; /* its group's stream: a CUstream on CUDA; on the simulator a number naming it (0 once closed) */
+	vram_stream stream; /* its group's stream: a CUstream on CUDA; on the simulator a number naming it, not a key of vram_alloc's (0 once closed) */
 	int32_t closed;
 	int32_t evicted;    /* its arrays were evicted and it has not been allocated since */
 	int32_t idle;       /* no work mark open and the device done with the work before each end */

@@ -291,7 +291,9 @@ def _shape_array(shape) -> "ctypes.Array":
 
 class Client:
     """A registered component (the Go Client): made by Manager.register.
-    Safe to use from any thread. A context manager that closes it."""
+    Safe to use from any thread. A context manager that closes it. As in Go,
+    it lives until close() or the manager's close, not until it is
+    collected: the manager holds it (its group, its queue, its arrays)."""
 
     def __init__(self, manager, handle: int, name: str,
                  on_allocated: Optional[Callable[[ArrayResponse], None]],
