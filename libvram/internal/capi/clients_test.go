@@ -402,7 +402,7 @@ func BenchmarkClients(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	vc, err := m.vm.Register(vram.ClientOptions{Name: "bench", Group: "vram"})
+	vc, err := m.Manager().Register(vram.ClientOptions{Name: "bench", Group: "vram"})
 	if err != nil {
 		b.Fatal(err)
 	}
