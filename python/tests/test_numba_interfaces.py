@@ -13,9 +13,11 @@ import subprocess
 import sys
 import unittest
 
+import vram
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 STANDINS = os.path.join(HERE, "standins")
-PACKAGE = os.path.dirname(HERE)
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(vram.__file__)))  # where this vram comes from
 
 # name: (stand-in directory, plugin module, interface module, driver module, environment)
 FLAVOURS = {
