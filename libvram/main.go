@@ -73,6 +73,9 @@ var (
 
 // status is the vram.h status code for err.
 func status(err error) C.int {
+	if rc, ok := clientStatus(err); ok {
+		return rc
+	}
 	switch {
 	case err == nil:
 		return C.VRAM_OK
@@ -148,7 +151,7 @@ func vramgo_open_lease(spec, socket, name *C.char, proportion C.double, capBytes
 //export vramgo_close
 func vramgo_close(h C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
-	if err := reg.Close(int64(h)); err != nil {
+	if err := clients.CloseManager(&reg, int64(h)); err != nil {
 		return fail(errOut, err)
 	}
 	return C.VRAM_OK
