@@ -52,10 +52,10 @@ class ClientInfo(ctypes.Structure):
         ("cap", ctypes.c_uint64),
         ("held", ctypes.c_uint64),
         ("stream", _stream),
-        ("manual", ctypes.c_int32),
         ("closed", ctypes.c_int32),
         ("evicted", ctypes.c_int32),
         ("idle", ctypes.c_int32),
+        ("grouped", ctypes.c_int32),
     ]
 
 

@@ -344,8 +344,10 @@ class Client:
         return self._info().held
 
     @property
-    def manual(self) -> bool:
-        return bool(self._info().manual)
+    def grouped(self) -> bool:
+        """It shares a named stream group (not "default") with another
+        client (cubie's is_grouped)."""
+        return bool(self._info().grouped)
 
     @property
     def closed(self) -> bool:
