@@ -368,9 +368,13 @@ class MemoryManager:
     """
 
     def __init__(self, totalmem: Optional[int] = None, registry: Optional[dict] = None,
-                 stream_groups: Optional[StreamGroups] = None, mode: str = "passive",
+                 stream_groups: Optional[StreamGroups] = None, mode: str = "passive", auto_pool=None,
+                 manual_pool=None, queued_allocations=None, group_chunk_parameters=None,
                  host_spill_threshold: Optional[int] = None, spill_directory=None,
                  pinned_max_bytes: int = HOST_PINNED_MAX_BYTES):
+        if auto_pool or manual_pool or queued_allocations or group_chunk_parameters:
+            raise ValueError("vram.cubie's pools, queue and plans are vram's manager's: register instances and "
+                             "queue their requests instead of passing them to MemoryManager")
         if mode not in ("passive", "active"):
             raise ValueError("'mode' must be in ['passive', 'active'] (got %r)" % (mode,))
         if not isinstance(pinned_max_bytes, int) or pinned_max_bytes < 0:
