@@ -41,9 +41,20 @@ type planInput struct {
 
 // planError is a refusal as vram_plan reports it.
 type planError struct {
-	Kind    string          `json:"kind"` // unchunkable, run_too_large, runs_mismatch, invalid_request
-	Message string          `json:"message"`
-	Figures *vram.PlanError `json:"figures,omitempty"`
+	Kind    string       `json:"kind"` // unchunkable, run_too_large, runs_mismatch, invalid_request
+	Message string       `json:"message"`
+	Figures *planFigures `json:"figures,omitempty"` // a plan that does not fit: vram.PlanError's figures
+}
+
+// planFigures are a vram.PlanError's figures, in bytes.
+type planFigures struct {
+	Need             uint64 `json:"need"`
+	Budget           uint64 `json:"budget"`
+	UnchunkableBytes uint64 `json:"unchunkable_bytes"`
+	RunBytes         uint64 `json:"run_bytes"`
+	Buffers          int    `json:"buffers"`
+	Chunkable        int    `json:"chunkable"` // chunkable device requests
+	Hint             string `json:"hint"`
 }
 
 // planOutput is vram_plan's answer: a plan, or why there is none.
@@ -90,7 +101,10 @@ func plan(in []byte) (planOutput, error) {
 		return planOutput{Plan: &cp}, nil
 	}
 	pe := &planError{Message: err.Error()}
-	errors.As(err, &pe.Figures)
+	if e := (*vram.PlanError)(nil); errors.As(err, &e) {
+		pe.Figures = &planFigures{Need: e.Need, Budget: e.Budget, UnchunkableBytes: e.UnchunkableBytes,
+			RunBytes: e.RunBytes, Buffers: e.Buffers, Chunkable: e.Chunkable, Hint: e.Hint}
+	}
 	switch {
 	case errors.Is(err, vram.ErrUnchunkable):
 		pe.Kind = "unchunkable"
