@@ -481,6 +481,19 @@
 //     (tuples, None, negative integers where Go's types cannot hold
 //     them), weak references to bound methods, CUDA context checks.
 //
+// vram.cubie, the Python drop-in for cubie.memory served by this package
+// through libvram, follows cubie where vram's rule does not protect the
+// user: Chunk axis, Element types, Memory types, Held bytes, Clients with
+// no OnInvalidate, Handles not objects, Close not the collector (at the
+// drop-in's next call), Work marks, Nothing queued (with no plan), Host
+// ladder, Staging, Staging growth, Pinned arrays, Leaving a group,
+// Warnings, Arrays come from Allocate, Responses, Stream groups, No device
+// and Python machinery. It keeps vram's rule, planned and decided here,
+// on Balanced chunks, Runs, Host arrays and the budget, Budget, Active
+// mode, Proportions, Eviction, Nothing queued (with a plan), Re-planning,
+// Allocator, Moving a queue, Empty requests, Copy shapes (Numba's checked
+// copies) and Work after eviction. docs/cubie.md says how each shows.
+//
 // The package owns clients, shares, requests, plans and arrays. It does
 // not own allocation strategy (package alloc), stream groups' bookkeeping
 // (package streams) or the hardware (package device and its backends,
