@@ -324,7 +324,10 @@ class InstanceMemorySettings:
     def work_complete(self) -> bool:
         if self.submitting:
             return False
-        return self.client is None or self.client.closed or self.client.idle
+        try:
+            return self.client is None or self.client.idle
+        except _vram.VramError:  # closed: nothing of it runs
+            return True
 
 
 # ── the manager ────────────────────────────────────────────────────────
@@ -515,8 +518,7 @@ class MemoryManager:
         for settings in self.registry.values():
             c = settings.client
             if c is not None:
-                info = c._info()
-                settings.proportion, settings.cap = float(info.proportion), int(info.cap)
+                settings.proportion, settings.cap = float(c.proportion), int(c.cap)
 
     def _rebalance_auto_pool(self) -> None:
         """vram's pools rebalance at every change; this reads them."""
