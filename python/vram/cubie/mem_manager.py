@@ -32,7 +32,6 @@ import ctypes
 import json
 import os
 import threading
-import weakref
 from functools import partial
 from inspect import ismethod
 from math import prod
