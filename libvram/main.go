@@ -18,9 +18,10 @@
 // The files: vram.h (the contract), shim.c (the C entry points: the fork
 // check and each thread's last error, before anything enters Go), main.go
 // (the Go side of each entry point: C values to Go ones, errors to status
-// codes), internal/capi (the managers, streams and books, in plain Go),
-// and torch/vram_torch.cc (PyTorch's allocation hook, which throws what it
-// cannot return).
+// codes), client.c and client.go (the same two sides for the client API,
+// ABI 2), internal/capi (the managers, streams and books, the clients,
+// responses and hook events, in plain Go), and torch/vram_torch.cc
+// (PyTorch's allocation hook, which throws what it cannot return).
 //
 // Safe in a foreign process: the Go runtime starts once, when the library
 // is loaded, and is never unloaded (Go's linker marks a c-shared library

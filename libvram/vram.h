@@ -137,7 +137,9 @@ int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
  * for a proportion or name the broker refuses. */
 int vram_open_lease(const char *spec, const char *socket, const char *name, double proportion, uint64_t cap_bytes, vram_manager *out);
 /* Closes a manager. VRAM_EBUSY, and nothing changes, while it has live
- * allocations. */
+ * allocations. (ABI 2) Its clients are closed with it, their arrays freed,
+ * and its host arrays (vram_host_array) freed; their handles, its
+ * responses', work marks' and queued events' are forgotten. */
 int vram_close(vram_manager m);
 /* The manager open on device ordinal device. */
 int vram_manager_for_device(int device, vram_manager *out);
@@ -351,7 +353,7 @@ struct vram_client_info {
 	double proportion;  /* its manual proportion, or its equal part of the auto pool */
 	uint64_t cap;       /* proportion x the device's total memory, in bytes */
 	uint64_t held;      /* device bytes its arrays take, as the allocator charges them */
-	vram_stream stream; /* its group's stream: a CUstream on CUDA; on the simulator a number naming it (0 once closed) */
+	vram_stream stream; /* its group's stream: a CUstream on CUDA; on the simulator a number naming it, not a key of vram_alloc's (0 once closed) */
 	int32_t closed;
 	int32_t evicted;    /* its arrays were evicted and it has not been allocated since */
 	int32_t idle;       /* no work mark open and the device done with the work before each end */

@@ -156,6 +156,21 @@ class TestHooks(ClientTest):
         self.assertEqual(calls, ["boom", "a"])
         self.assertIsNotNone(c.response)
 
+    def test_call_error_wins_over_hook_error(self):
+        # A failed allocation delivers the events queued before it; a hook's
+        # exception then rides on the allocation's error as its context.
+        def boom(r):
+            raise KeyError("from the hook")
+
+        a = self.m.register("a", group="g", on_allocated=boom)
+        a.queue({"v": vram.ArrayRequest((16,), "int32")})
+        vram.client.ArrayResponse(a, _raw_allocate(a)).release()  # an event no call has polled
+        c = self.m.register("c", group="h")
+        c.queue({"huge": vram.ArrayRequest((1 << 30,), "float32", unchunkable=True)})
+        with self.assertRaises(vram.OutOfMemoryError) as e:
+            c.allocate()
+        self.assertIsInstance(e.exception.__context__, KeyError)
+
     def test_poll_for_other_threads(self):
         # Events another thread's call caused wait for a poll; hooks run on
         # the polling thread.

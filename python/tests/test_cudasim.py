@@ -72,7 +72,7 @@ class TestNumbaSimulator(unittest.TestCase):
         np.testing.assert_array_equal(x.copy_to_host(), host, "a copy in shows in Numba's array")
         axpy[2, 32](np.float32(2), x, x, x)  # x = 3x, by a kernel on vram's memory
         back = np.zeros(256, np.float32)
-        c.from_device(back, dev)
+        c.from_device(back, x)  # Numba's array of the response copies as its DeviceArray
         c.sync()
         np.testing.assert_array_equal(back, 3 * host, "the kernel's writes are in vram's device memory")
 

@@ -259,10 +259,7 @@ class Manager:
     def invalidate_all(self) -> None:
         """Frees every client's arrays and calls every on_invalidate (after
         a device reset, or to start over)."""
-        try:
-            _lib.check(_lib.lib().vram_invalidate_all(self.handle))
-        finally:
-            self.poll()
+        _client.call_then_poll(self, lambda: _lib.check(_lib.lib().vram_invalidate_all(self.handle)))
 
     def reinit_streams(self) -> None:
         """Gives every stream group a fresh stream (after a device reset)."""

@@ -166,6 +166,10 @@ class DeviceArray:
             self._numba = cuda.from_cuda_array_interface(self.__cuda_array_interface__, owner=self, sync=False)
         else:
             raise _lib.VramError(_lib.ENOTSUP, _numba_refusal(self.response.client.manager.simulated))
+        try:
+            self._numba._vram_array = self  # so that Client.to_device and from_device take it too
+        except AttributeError:  # pragma: no cover - a Numba array that takes no attributes
+            pass
         return self._numba
 
 

@@ -68,8 +68,8 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class ArrayRequest:
-    """One array to request (the Go ArrayRequest): shape, dtype, memory
-    ("device", "pinned", "mapped" or "pageable"), chunk_axis (the run
+    """One array to request (the Go ArrayRequest): shape, dtype (required,
+    as in Go), memory ("device", "pinned", "mapped" or "pageable"), chunk_axis (the run
     axis, 0 unless given: cubie's default is 2, the run axis of its (time,
     variable, run) arrays), unchunkable, and total_runs (0: the chunk axis'
     length). An empty shape is a scalar, never chunked; so is a request whose
@@ -77,7 +77,7 @@ class ArrayRequest:
     manager validates the rest when the request is queued."""
 
     shape: Tuple[int, ...]
-    dtype: str = "float32"
+    dtype: str
     memory: str = "device"
     chunk_axis: int = 0
     unchunkable: bool = False
@@ -248,10 +248,10 @@ class ArraySet:
         self.device_arrays: Dict[str, DeviceArray] = {}
         self.host: Dict[str, Any] = {}
         for label, d in sorted(descs.items()):
-            if d["device_ptr"]:
+            if d["memory"] in ("device", "mapped"):  # freed since: ptr 0, and DeviceArray.freed says so
                 self.device_arrays[label] = DeviceArray(response, label, buffer, d)
-            if d["host"] or (d["memory"] != "device" and d["bytes"] == 0):
-                self.host[label] = numpy_view(d["host"] or 0, d["bytes"], d["dtype"], tuple(d["shape"]), response)
+            if d["memory"] != "device" and d["host"]:  # a host array freed since has no bytes to view
+                self.host[label] = numpy_view(d["host"], d["bytes"], d["dtype"], tuple(d["shape"]), response)
         self._response = response
         self._arrays: Optional[Dict[str, Any]] = None
 
@@ -291,7 +291,9 @@ def _shape_array(shape) -> "ctypes.Array":
 
 class Client:
     """A registered component (the Go Client): made by Manager.register.
-    Safe to use from any thread. A context manager that closes it."""
+    Safe to use from any thread. A context manager that closes it. As in Go,
+    it lives until close() or the manager's close, not until it is
+    collected: the manager holds it (its group, its queue, its arrays)."""
 
     def __init__(self, manager, handle: int, name: str,
                  on_allocated: Optional[Callable[[ArrayResponse], None]],
@@ -405,11 +407,8 @@ class Client:
         own. Raises OutOfMemoryError when even one run at a time does not
         fit, with the figures."""
         out = ctypes.c_int64()
-        try:
-            status = _lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out))
-            _lib.check(status, self.manager.oom_report)
-        finally:
-            self.manager.poll()
+        call_then_poll(self.manager, lambda: _lib.check(_lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out)),
+                                                         self.manager.oom_report))
         r = ArrayResponse(self, out.value)
         self.response = r
         return r
@@ -430,10 +429,7 @@ class Client:
     def change_stream_group(self, group: str) -> None:
         """Moves it, with its queue, to group (made if new); its arrays stay
         valid (sync before using them on the new group's stream)."""
-        try:
-            _lib.check(_lib.lib().vram_change_group(self.handle, (group or "").encode()))
-        finally:
-            self.manager.poll()
+        call_then_poll(self.manager, lambda: _lib.check(_lib.lib().vram_change_group(self.handle, (group or "").encode())))
 
     def set_manual_proportion(self, p: float) -> None:
         """A manual proportion p (0 < p <= 1); a refusal changes nothing."""
@@ -448,11 +444,12 @@ class Client:
         """To the auto pool; an auto client stays."""
         _lib.check(_lib.lib().vram_set_auto_limit_mode(self.handle))
 
-    def _copy(self, fn, device: DeviceArray, host, span: Optional[Span], writable: bool) -> None:
+    def _copy(self, fn, device: Any, host, span: Optional[Span], writable: bool) -> None:
         import numpy as np
 
+        device = getattr(device, "_vram_array", device)  # a Numba array of a response: its DeviceArray
         if not isinstance(device, DeviceArray):
-            raise TypeError("vram: %r is not a vram.DeviceArray (use ArrayResponse.device_arrays)" % (device,))
+            raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' Numba array)" % (device,))
         if not isinstance(host, np.ndarray):
             raise TypeError("vram: the host side is a %s; want a NumPy array" % type(host).__name__)
         if not host.flags.c_contiguous or (writable and not host.flags.writeable):
@@ -464,14 +461,15 @@ class Client:
         _lib.check(fn(self.handle, device.response.handle, device.label.encode(), device.buffer, ctypes.byref(desc), sp))
         self._in_flight.append(host)
 
-    def to_device(self, dst: DeviceArray, src, span: Optional[Span] = None) -> None:
-        """Copies the NumPy array src into dst on the client's stream: whole
+    def to_device(self, dst: Any, src, span: Optional[Span] = None) -> None:
+        """Copies the NumPy array src into dst (a DeviceArray, or the Numba
+        array ArrayResponse.arrays gives for it) on the client's stream: whole
         (equal shapes), or with span the runs span of the full-length src
         into the first span.len runs of the chunk-length dst. Returns once
         enqueued; src is kept, unchanged, until sync()."""
         self._copy(_lib.lib().vram_to_device, dst, src, span, False)
 
-    def from_device(self, dst, src: DeviceArray, span: Optional[Span] = None) -> None:
+    def from_device(self, dst, src: Any, span: Optional[Span] = None) -> None:
         """The reverse of to_device, into the NumPy array dst (at the runs
         span); read dst after sync()."""
         self._copy(_lib.lib().vram_from_device, src, dst, span, True)
@@ -479,10 +477,11 @@ class Client:
     def sync(self) -> None:
         """Waits for the work on the client's stream; raises its first
         error. Host arrays of the copies before are free again."""
+        n = len(self._in_flight)  # the copies enqueued before this sync; another thread's later ones stay
         try:
             _lib.check(_lib.lib().vram_sync(self.handle))
         finally:
-            self._in_flight.clear()
+            del self._in_flight[:n]
 
     def begin_work(self) -> Work:
         """Marks work begun (a context manager that ends it): the client is
@@ -491,6 +490,21 @@ class Client:
         out = ctypes.c_int64()
         _lib.check(_lib.lib().vram_begin_work(self.handle, ctypes.byref(out)))
         return Work(out.value)
+
+
+def call_then_poll(manager, call: Callable[[], Any]) -> Any:
+    """Runs call, then delivers the events it caused (Manager.poll). The
+    call's exception wins over a hook's, which it carries as its context."""
+    try:
+        result = call()
+    except BaseException as e:
+        try:
+            manager.poll()
+        except Exception:
+            raise e
+        raise
+    manager.poll()
+    return result
 
 
 def deliver_events(manager) -> int:

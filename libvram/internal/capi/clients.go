@@ -3,7 +3,8 @@ package capi
 // The manager's client API as the C library serves it (vram.h, ABI 2):
 // clients, the responses of their allocations, work marks and host arrays,
 // each named by a handle, and each manager's queue of hook events. It uses
-// the vram package's exported API only.
+// the vram package's exported API only, and reaches a manager's
+// vram.Manager through Manager.Manager alone.
 //
 // Hooks never call into C. A client's OnAllocated and OnInvalidate, which
 // the vram manager calls on whichever goroutine caused the event, append
@@ -136,7 +137,7 @@ func (cs *Clients) Register(m *Manager, o ClientOptions) (int64, error) {
 	if o.Hooks&HookInvalidate != 0 {
 		vo.OnInvalidate = func(reason error) { cs.invalidated(e, reason) }
 	}
-	c, err := m.vm.Register(vo)
+	c, err := m.Manager().Register(vo)
 	if err != nil {
 		return 0, fmt.Errorf("vram: register client %q in group %q: %w", o.Name, o.Group, err)
 	}
@@ -366,7 +367,7 @@ func (cs *Clients) HostArray(m *Manager, shape []int, dtype vram.DType, mem vram
 		return 0, 0, err
 	}
 	defer done()
-	h, err := m.vm.NewHostArray(shape, dtype, mem, nil)
+	h, err := m.Manager().NewHostArray(shape, dtype, mem, nil)
 	if err != nil {
 		return 0, 0, fmt.Errorf("vram: host array %v%v %v: %w", dtype, shape, mem, err)
 	}

@@ -127,7 +127,7 @@ func TestClientsChunkedBatch(t *testing.T) {
 
 func syncClient(c *vram.Client) error { return c.Sync(context.Background()) }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -382,4 +382,75 @@ func clientRounds(cs *Clients, m *Manager, group string, n int) error {
 		}
 	}
 	return cs.Close(c)
+}
+
+// BenchmarkClients: one allocation of a client's group (the same request
+// again, so each replaces the arrays before it) and one copy of 4 KiB in
+// and out with a sync, through the client API ("capi": handles, the
+// response's description, its release) and through the vram client
+// directly ("vram"), side by side on one simulator.
+func BenchmarkClients(b *testing.B) {
+	var r Registry
+	var cs Clients
+	m, err := r.Open(Options{Spec: "sim:vram=1GiB"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.CloseManager(&r, m.Handle())
+	reqs := map[string]vram.ArrayRequest{"x": {Shape: []int{1024}, DType: vram.Float32}}
+	c, err := cs.Register(m, ClientOptions{Name: "bench", Group: "capi", Hooks: HookAllocated})
+	if err != nil {
+		b.Fatal(err)
+	}
+	vc, err := m.Manager().Register(vram.ClientOptions{Name: "bench", Group: "vram"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer vc.Close()
+	ctx := context.Background()
+	xs := make([]float32, 1024)
+	check := func(err error) { // no b.Helper: its stack walk would be most of a copy's cost
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("allocate/capi", func(b *testing.B) {
+		for b.Loop() {
+			check(cs.Queue(c, reqs))
+			rh, err := cs.Allocate(c, 0)
+			check(err)
+			check(cs.ReleaseResponse(rh))
+			ev := cs.Poll(m)
+			check(cs.ReleaseResponse(ev.Response))
+		}
+	})
+	b.Run("allocate/vram", func(b *testing.B) {
+		for b.Loop() {
+			check(vc.Queue(reqs))
+			_, err := vc.Allocate(ctx)
+			check(err)
+		}
+	})
+	check(cs.Queue(c, reqs))
+	rh, err := cs.Allocate(c, 0)
+	check(err)
+	b.Run("copy/capi", func(b *testing.B) {
+		for b.Loop() {
+			check(cs.Copy(true, c, rh, "x", 0, f32(xs, 1024), nil))
+			check(cs.Copy(false, c, rh, "x", 0, f32(xs, 1024), nil))
+			check(cs.Do(c, "sync", syncClient))
+		}
+	})
+	check(vc.Queue(reqs))
+	vr, err := vc.Allocate(ctx)
+	check(err)
+	h, err := vram.WrapHost(unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4096), []int{1024}, vram.Float32)
+	check(err)
+	b.Run("copy/vram", func(b *testing.B) {
+		for b.Loop() {
+			check(vc.ToDevice(ctx, vr.Arrays()["x"], h))
+			check(vc.FromDevice(ctx, h, vr.Arrays()["x"]))
+			check(vc.Sync(ctx))
+		}
+	})
 }

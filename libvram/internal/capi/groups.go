@@ -19,7 +19,7 @@ func (m *Manager) do(op string, f func(*vram.Manager) error) error {
 		return err
 	}
 	defer done()
-	if err := f(m.vm); err != nil {
+	if err := f(m.Manager()); err != nil {
 		return fmt.Errorf("vram: %s: %w", op, err)
 	}
 	return nil

@@ -284,15 +284,17 @@ func (cs *Clients) deviceArray(rh int64, label string, b int) (*responseEntry, *
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, err := re.array(label, b); err != nil {
-		return nil, nil, err
+	if b >= 0 && b < len(re.r.Buffers) {
+		if d := re.r.Buffers[b].Device[label]; d != nil {
+			return re, d, nil
+		}
+		if h := re.r.Buffers[b].Host[label]; h != nil {
+			return nil, nil, fmt.Errorf("vram: %q of response %d is host memory (%v), not a device array: %w",
+				label, rh, h.Memory(), device.ErrInvalidValue)
+		}
 	}
-	d := re.r.Buffers[b].Device[label]
-	if d == nil {
-		return nil, nil, fmt.Errorf("vram: %q of response %d is host memory (%v), not a device array: %w",
-			label, rh, re.r.Buffers[b].Host[label].Memory(), device.ErrInvalidValue)
-	}
-	return re, d, nil
+	_, err = re.array(label, b) // says what is wrong
+	return nil, nil, err
 }
 
 // SimHost is the host address of the simulated device memory of response
