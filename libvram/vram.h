@@ -554,6 +554,17 @@ int vram_host_array(vram_manager m, const int64_t *shape, int ndim, int dtype, i
 /* Frees a host array; its bytes must not be used afterwards. */
 int vram_host_free(vram_host h);
 
+/* The planner alone (the Go vram.Plan), with no manager: request_json is
+ * {"requests": {owner: {label: {"shape": [...], "dtype": "float32",
+ * "memory": "device", "chunk_axis": 0, "unchunkable": false, "total_runs":
+ * 0}}}, "budget": bytes, "granularity": bytes, "buffers": k,
+ * "max_chunk_length": n}; buf gets {"plan": {...}} (the ChunkPlan as the Go
+ * package marshals it) or, when no plan fits or the requests disagree,
+ * {"error": {"kind": "unchunkable" | "run_too_large" | "runs_mismatch" |
+ * "invalid_request", "message": ..., "figures": {...}}}, as
+ * vram_stats_json hands its text. VRAM_EINVAL for JSON it cannot read. */
+int vram_plan(const char *request_json, char *buf, size_t len, size_t *needed);
+
 #ifdef __cplusplus
 }
 #endif
