@@ -192,11 +192,15 @@ func fakeRegressions(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A raw address, not a device.Ptr, passes the package's checks and
-		// makes the fake kernel fault.
-		err = fn.Launch(d.DefaultStream(), device.Dim3{X: 1, Y: 1, Z: 1}, device.Dim3{X: 1, Y: 1, Z: 1}, 0,
-			uint64(0x10), uint32(1), float32(1), 1.0)
+		// makes the fake kernel fault when it runs: the launch succeeds, and
+		// the fault shows in the next call.
+		if err := fn.Launch(d.DefaultStream(), device.Dim3{X: 1, Y: 1, Z: 1}, device.Dim3{X: 1, Y: 1, Z: 1}, 0,
+			uint64(0x10), uint32(1), float32(1), 1.0); err != nil {
+			t.Fatalf("Launch of a kernel that will fault = %v; the launch is asynchronous and succeeds", err)
+		}
+		err = d.DefaultStream().Synchronize()
 		if !errors.Is(err, ErrNeedsReset) || !errors.Is(err, device.ErrInvalidPointer) || !strings.Contains(err.Error(), "sticky") {
-			t.Fatalf("Launch that faults = %v; want CUDA_ERROR_ILLEGAL_ADDRESS saying it is sticky", err)
+			t.Fatalf("Synchronize after a kernel that faults = %v; want CUDA_ERROR_ILLEGAL_ADDRESS saying it is sticky", err)
 		}
 		if err := d.Err(); !errors.Is(err, ErrorIllegalAddress) {
 			t.Errorf("Err() = %v; want the sticky error", err)

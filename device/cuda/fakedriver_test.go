@@ -76,7 +76,7 @@ func TestFakeDriverChild(t *testing.T) {
 		defer d.Close()
 		info := d.Info()
 		if info.Name != "vram fake CUDA device" || info.ComputeCapability != "9.0" || info.TotalBytes != 1<<30 ||
-			info.ContextBytes != 64<<20 || !strings.Contains(info.Driver, "12.4") ||
+			info.ContextBytes != 64<<20 || !strings.Contains(info.Driver, "13.0") ||
 			info.ID != "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf" {
 			t.Errorf("Info = %+v", info)
 		}
