@@ -21,10 +21,13 @@ import (
 	"github.com/vramkit/vram/device"
 )
 
-// fakeHooks binds the fake driver's test entry points.
+// fakeHooks binds the fake driver's test entry points, and the context
+// stack calls a program may make that the backend does not bind.
 type fakeHooks struct {
 	count func(string) int32
 	set   func(string, int32) int32
+	push  func(uintptr) int32  // cuCtxPushCurrent_v2
+	pop   func(*uintptr) int32 // cuCtxPopCurrent_v2
 }
 
 func bindFake(t *testing.T) fakeHooks {
@@ -36,6 +39,8 @@ func bindFake(t *testing.T) fakeHooks {
 	var f fakeHooks
 	purego.RegisterLibFunc(&f.count, h, "vram_fake_count")
 	purego.RegisterLibFunc(&f.set, h, "vram_fake_set")
+	purego.RegisterLibFunc(&f.push, h, "cuCtxPushCurrent_v2")
+	purego.RegisterLibFunc(&f.pop, h, "cuCtxPopCurrent_v2")
 	return f
 }
 

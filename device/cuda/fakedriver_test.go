@@ -167,8 +167,10 @@ func TestFakeDriverChild(t *testing.T) {
 	t.Run("NoAliasAfterReset", TestNoAliasAfterReset)
 	t.Run("Regressions", fakeRegressions)
 	t.Run("Foreign", fakeForeign)
+	t.Run("Rules", fakeRules)
 
 	t.Run("Conformance", TestConformance)
+	t.Run("NoCallOutsideTheContext", noCallOutsideTheContext)
 }
 
 func fmtErr(err error) string {

@@ -186,7 +186,8 @@ struct op {
 	CUDA_MEMCPY2D c2;
 };
 static struct { struct op *head, *tail; } queues[NHANDLE];
-static int busy; /* queues with work */
+static int busy;    /* queues with work */
+static int waiters; /* calls waiting for queued work */
 
 int vram_fake_count(const char *what) {
 	pthread_mutex_lock(&mu);
@@ -203,6 +204,7 @@ int vram_fake_count(const char *what) {
 	else if (!strcmp(what, "reset_left_reservations")) v = reset_left_reservations;
 	else if (!strcmp(what, "lazy")) v = lazy_taken ? (int)LAZY : 0;
 	else if (!strcmp(what, "busy")) v = busy;
+	else if (!strcmp(what, "waiters")) v = waiters;
 	else if (!strcmp(what, "sticky")) v = sticky;
 	else if (!strcmp(what, "registered")) {
 		for (int i = 0; i < MAXREG; i++) n += regs[i].p != 0;
@@ -393,9 +395,11 @@ static CUresult wait_locked(int q) {
 		progress_locked();
 		if (sticky) return sticky;
 		if (q < 0 ? busy == 0 : queues[q].head == 0) return OK;
+		waiters++;
 		pthread_mutex_unlock(&mu);
 		usleep(50);
 		pthread_mutex_lock(&mu);
+		waiters--;
 	}
 }
 static struct op *new_op(int kind) {
@@ -982,9 +986,11 @@ CUresult cuEventSynchronize(void *e) {
 		progress_locked();
 		if (sticky) return leave(sticky);
 		if (events[h].gen != gen || events[h].completed >= want) break;
+		waiters++;
 		pthread_mutex_unlock(&mu);
 		usleep(50);
 		pthread_mutex_lock(&mu);
+		waiters--;
 	}
 	sync_point_locked();
 	return leave(OK);
