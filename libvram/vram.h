@@ -111,9 +111,11 @@ size_t vram_last_error(char *buf, size_t len);
  * if there is a GPU, else the simulator), "cuda", "cuda:N", "sim",
  * "sim:vram=8GiB,ordinal=1". cap_bytes caps the bytes its allocations may
  * take, as the allocator charges them (0: $VRAM_ALLOC_CONF's limit, else no
- * cap). The allocator is the one $VRAM_ALLOC_CONF configures (pool by
- * default; kind:async is refused). VRAM_EBUSY when a manager is open on
- * that device ordinal. */
+ * cap). The allocator is the one $VRAM_ALLOC_CONF configures; by default
+ * kind pool, which on a device that manages virtual memory (CUDA, the
+ * simulator) is the expandable pool, address space mapped a granule at a
+ * time, and elsewhere the segment pool; kind:async is refused. VRAM_EBUSY
+ * when a manager is open on that device ordinal. */
 int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
 /* Opens a manager as vram_open does, whose budget is a lease of the node
  * broker (vram broker) on socket (NULL or "": $VRAM_BROKER, else the
