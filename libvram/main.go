@@ -5,9 +5,10 @@
 //
 //	go build -buildmode=c-shared -o libvram.so ./libvram
 //
-// and, for PyTorch, its C++ allocation hook beside it (torch/vram_torch.cc
-// says how; it is not part of this package, so that the module builds
-// with a C compiler alone).
+// and, for PyTorch and for CuPy's C allocator, their C++ allocation hooks
+// beside it (torch/vram_torch.cc and cupy/vram_cupy.cc say how; they are
+// not part of this package, so that the module builds with a C compiler
+// alone).
 //
 // vram.h beside this file is the contract (status codes, the functions,
 // each framework's hook); the Python package in python/vram is a ctypes
@@ -19,8 +20,8 @@
 // check and each thread's last error, before anything enters Go), main.go
 // (the Go side of each entry point: C values to Go ones, errors to status
 // codes), internal/capi (the managers, streams and books, in plain Go),
-// and torch/vram_torch.cc (PyTorch's allocation hook, which throws what it
-// cannot return).
+// and torch/vram_torch.cc and cupy/vram_cupy.cc (PyTorch's and CuPy's
+// allocation hooks, which throw what they cannot return).
 //
 // Safe in a foreign process: the Go runtime starts once, when the library
 // is loaded, and is never unloaded (Go's linker marks a c-shared library

@@ -228,12 +228,19 @@ void vram_torch_empty_cache(void);
  * CuPy, cupy.cuda.memory.CFunctionAllocator(param, malloc, free, owner):
  * void*(void* param, size_t size, int device) and
  * void(void* param, void* ptr, int device) (cupy/cuda/memory.pyx). param
- * is a manager handle cast to a pointer, or NULL for the manager open on
- * device. Both are unordered (CuPy names no stream). CuPy does not check
- * malloc's result: a failure returns NULL and counts in hook_errors, so
- * prefer vram's Python package, which raises CuPy's OutOfMemoryError.
+ * is NULL, or the handle of the manager open on device cast to a pointer.
+ * Both are unordered (CuPy names no stream). CuPy uses whatever malloc
+ * returns, so vram_cupy_malloc, in libvram_cupy.so (C++, beside
+ * libvram.so: libvram/cupy/vram_cupy.cc), never returns NULL for a
+ * request it cannot serve: it throws, a std::bad_alloc with the last
+ * error's message when out of memory (Python's MemoryError), else a
+ * std::runtime_error. CuPy 14.2 and newer declare the hook `except +` and
+ * raise what it throws; an older CuPy would end the process, and vram's
+ * Python package refuses to install it there (its default, CuPy's
+ * PythonFunctionAllocator, works on every version). vram_cupy_free, in
+ * libvram.so, never throws; a failure counts in hook_errors.
  */
-void *vram_cupy_malloc(void *param, size_t size, int device);
+void *vram_cupy_malloc(void *param, size_t size, int device); /* libvram_cupy.so */
 void vram_cupy_free(void *param, void *ptr, int device);
 
 #ifdef __cplusplus
