@@ -69,11 +69,13 @@ func library(t *testing.T) string {
 			return
 		}
 		buildLib = filepath.Join(buildDir, "libvram.so")
-		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", buildLib, ".")
+		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,"+soname, "-o", buildLib, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = errors.New("go build -buildmode=c-shared: " + err.Error() + "\n" + string(out))
+			return
 		}
+		buildErr = os.Symlink("libvram.so", filepath.Join(buildDir, soname))
 	})
 	if buildSkip != "" {
 		t.Skip(buildSkip)
@@ -210,6 +212,32 @@ func TestCupyHook(t *testing.T) {
 	}
 	bin := compile(t, "g++", "testdata/cupy_harness.cc", "cupy_harness", "-ldl")
 	runHarness(t, nil, bin, lib, cupy)
+}
+
+// soname is the library's SONAME, with vram.h's ABI version: what a
+// library or program linked against it records and asks the loader for.
+// scripts/build-libvram.sh builds it so too.
+const soname = "libvram.so.1"
+
+// TestSoname: the library names itself libvram.so.1, as the script that
+// builds it for users says.
+func TestSoname(t *testing.T) {
+	f, err := elf.Open(library(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	names, err := f.DynString(elf.DT_SONAME)
+	if err != nil || len(names) != 1 || names[0] != soname {
+		t.Errorf("DT_SONAME = %q, %v; want %q", names, err, soname)
+	}
+	script, err := os.ReadFile("../scripts/build-libvram.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(script, []byte("-soname,"+soname)) {
+		t.Errorf("scripts/build-libvram.sh does not build the library with -soname,%s", soname)
+	}
 }
 
 // TestNoDelete: Go's linker marks the library -z nodelete, so that no

@@ -43,12 +43,7 @@ build() {
 	set -e
 	mkdir -p "$out/python"
 	echo "== building libvram.so, libvram_torch.so (PyTorch's hook) and libvram_cupy.so (CuPy's C hook) into $out"
-	(cd "$repo" && CGO_ENABLED=1 go build -buildmode=c-shared -o "$out/libvram.so" ./libvram)
-	for hook in torch cupy; do
-		g++ -shared -fPIC -O2 -I "$repo/libvram" -o "$out/libvram_$hook.so" "$repo/libvram/$hook/vram_$hook.cc" \
-			-L "$out" -l:libvram.so -Wl,-rpath,'$ORIGIN'
-	done
-	rm -f "$out/libvram.h" # cgo's header of the Go exports; vram.h is the contract
+	"$repo/scripts/build-libvram.sh" "$out"
 	rm -rf "$out/python/vram"
 	cp -r "$repo/python/vram" "$out/python/vram"
 	find "$out/python" -name __pycache__ -prune -exec rm -rf {} +

@@ -5,7 +5,9 @@
 //   g++ -shared -fPIC -O2 -I libvram -o DIR/libvram_cupy.so
 //       libvram/cupy/vram_cupy.cc -L DIR -l:libvram.so -Wl,-rpath,'$ORIGIN'
 //
-// (one command line), DIR holding libvram.so.
+// (one command line), DIR holding libvram.so: the hook links against it
+// and asks for it by its SONAME, libvram.so.1, beside itself
+// (scripts/build-libvram.sh builds both and the link between the names).
 //
 // cupy.cuda.memory.CFunctionAllocator calls its malloc through a function
 // pointer of type void*(void*, size_t, int) and uses whatever it returns:
