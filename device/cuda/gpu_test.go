@@ -5,6 +5,7 @@ package cuda
 
 import (
 	"bytes"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -291,38 +292,9 @@ func memBack(t *testing.T, d *Device, start uint64, when string) {
 }
 
 // fillPTX is a small kernel: p[i] = a*i + b for i < n, as float32.
-const fillPTX = `
-.version 7.0
-.target sm_52
-.address_size 64
-.visible .entry fill(.param .u64 fill_p, .param .u32 fill_n, .param .f32 fill_a, .param .f64 fill_b)
-{
-	.reg .pred %q;
-	.reg .b32 %i, %n, %bx, %bd, %tx;
-	.reg .b64 %p, %off;
-	.reg .f32 %a, %fi, %v;
-	.reg .f64 %b;
-	mov.u32 %bx, %ctaid.x;
-	mov.u32 %bd, %ntid.x;
-	mov.u32 %tx, %tid.x;
-	mad.lo.u32 %i, %bx, %bd, %tx;
-	ld.param.u32 %n, [fill_n];
-	setp.ge.u32 %q, %i, %n;
-	@%q bra L_done;
-	ld.param.u64 %p, [fill_p];
-	cvta.to.global.u64 %p, %p;
-	ld.param.f32 %a, [fill_a];
-	ld.param.f64 %b, [fill_b];
-	cvt.rn.f32.u32 %fi, %i;
-	cvt.rn.f32.f64 %v, %b;
-	fma.rn.f32 %v, %a, %fi, %v;
-	mul.wide.u32 %off, %i, 4;
-	add.s64 %p, %p, %off;
-	st.global.f32 [%p], %v;
-L_done:
-	ret;
-}
-`
+//
+//go:embed testdata/fill.ptx
+var fillPTX string
 
 func TestLaunchPTX(t *testing.T) {
 	d := openOrSkip(t)
