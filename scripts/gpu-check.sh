@@ -140,6 +140,21 @@ check() {
 	esac
 }
 
+# figures picks the headline figures out of the benchmarks' log: the
+# cost of an alloc+free pair of 2 MiB (cuMemAlloc/cuMemFree, the async
+# pool, alloc.Pool's cache hit) and the manager's pinned copies as a share
+# of a raw driver loop (BenchmarkManagerCopy's pct-of-raw).
+figures() {
+	awk '
+	function val(unit,   i) { for (i = 2; i < NF; i++) if ($(i+1) == unit) return $i; return "" }
+	$1 ~ /^BenchmarkMallocFree\/2MiB/ { m = val("ns/op") }
+	$1 ~ /^BenchmarkMallocAsyncFreeAsync\/2MiB/ { a = val("ns/op") }
+	$1 ~ /^BenchmarkPoolHit\/2MiB/ { p = val("ns/op") }
+	$1 ~ /^BenchmarkManagerCopy\/HtoD/ { h = val("pct-of-raw") }
+	$1 ~ /^BenchmarkManagerCopy\/DtoH/ { d = val("pct-of-raw") }
+	END { printf "2 MiB pair: cuMemAlloc %s ns, async %s ns, Pool hit %s ns; copies %s%%/%s%% of raw", m, a, p, h, d }' "$1"
+}
+
 versions() {
 	local log=$out/ptx.txt py=$1
 	{
@@ -280,7 +295,7 @@ run() {
 	t0=$SECONDS
 	if [ $sim = 0 ] && [ "$(left)" -gt 60 ]; then
 		step bench 45 "$out/vram.txt" bin/cuda.test -test.run '^$' -test.bench . -test.benchtime 200ms -test.timeout=40s
-		row bench "$([ $rc = 0 ] && echo pass || echo fail)" $((SECONDS - t0)) "figures in vram.txt"
+		row bench "$([ $rc = 0 ] && echo pass || echo fail)" $((SECONDS - t0)) "$(figures "$out/vram.txt")"
 	fi
 	{
 		echo
