@@ -216,7 +216,7 @@ keeper() {
 		row "first open" pass $((SECONDS - t0)) "$(cut -c7- "$ready")"
 		return 0
 	fi
-	row "first open" fail $((SECONDS - t0)) "no CUDA device 0: $(grep -m1 -E 'no CUDA|SKIP|FAIL|cuda' "$log" | sed 's/^ *//')"
+	row "first open" fail $((SECONDS - t0)) "no CUDA device 0: $(grep -v '^====' "$log" | grep -m1 -E 'no CUDA|SKIP|FAIL|cuda' | sed 's/^ *//')"
 	return 1
 }
 
@@ -235,7 +235,7 @@ python_check() {
 	case $rc in
 	0) ;;
 	124 | 125) row python fail $((SECONDS - t0)) "$([ $rc = 124 ] && echo "timed out" || echo "not run: no time left")" ;;
-	*) grep -q '^CHECK ' "$log" || row python fail $((SECONDS - t0)) "$(grep -m1 -E 'Error|error' "$log")" ;;
+	*) grep -q '^CHECK ' "$log" || row python fail $((SECONDS - t0)) "$(grep -E '^[A-Za-z_.]*(Error|Exception)' "$log" | tail -1)" ;;
 	esac
 }
 
@@ -271,7 +271,9 @@ run() {
 	printf '%-22s %-5s %6s  %s\n' check result took note | tee -a "$table"
 	row versions pass 0 "$( (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | sed 's/^/driver /') || echo "no nvidia-smi")"
 	ptxcheck
+	local gpu=0
 	if keeper; then
+		gpu=1
 		check go "device conformance" 120 "$out/device.txt" bin/cuda.test -test.v -test.timeout=115s -test.run '^TestConformance$'
 		check go "alloc conformance" 150 "$out/alloc.txt" bin/cuda.test -test.v -test.timeout=145s -test.run '^TestAllocatorConformance$'
 		check go "cuda tests" 90 "$out/cuda.txt" bin/cuda.test -test.v -test.timeout=85s \
@@ -293,7 +295,7 @@ run() {
 		python_check "$py" "$spec"
 	fi
 	t0=$SECONDS
-	if [ $sim = 0 ] && [ -n "${keeper_pid:-}" ] && [ "$(left)" -gt 60 ]; then
+	if [ $sim = 0 ] && [ $gpu = 1 ] && [ "$(left)" -gt 60 ]; then
 		step bench 45 "$out/vram.txt" bin/cuda.test -test.run '^$' -test.bench . -test.benchtime 200ms -test.timeout=40s
 		row bench "$([ $rc = 0 ] && echo pass || echo fail)" $((SECONDS - t0)) "$(figures "$out/vram.txt")"
 	fi
