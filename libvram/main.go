@@ -20,9 +20,11 @@
 // The files: vram.h (the contract), shim.c (the C entry points: the fork
 // check and each thread's last error, before anything enters Go), main.go
 // (the Go side of each entry point: C values to Go ones, errors to status
-// codes), internal/capi (the managers, streams and books, in plain Go),
-// and torch/vram_torch.cc and cupy/vram_cupy.cc (PyTorch's and CuPy's
-// allocation hooks, which throw what they cannot return).
+// codes), client.c and client.go (the same two sides for the client API,
+// ABI 2), internal/capi (the managers, streams and books, the clients,
+// responses and hook events, in plain Go), and torch/vram_torch.cc and
+// cupy/vram_cupy.cc (PyTorch's and CuPy's allocation hooks, which throw
+// what they cannot return).
 //
 // Safe in a foreign process: the Go runtime starts once, when the library
 // is loaded, and is never unloaded (Go's linker marks a c-shared library
@@ -75,6 +77,9 @@ var (
 
 // status is the vram.h status code for err.
 func status(err error) C.int {
+	if rc, ok := clientStatus(err); ok {
+		return rc
+	}
 	switch {
 	case err == nil:
 		return C.VRAM_OK
@@ -150,7 +155,7 @@ func vramgo_open_lease(spec, socket, name *C.char, proportion C.double, capBytes
 //export vramgo_close
 func vramgo_close(h C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
-	if err := reg.Close(int64(h)); err != nil {
+	if err := clients.CloseManager(&reg, int64(h)); err != nil {
 		return fail(errOut, err)
 	}
 	return C.VRAM_OK

@@ -1,4 +1,5 @@
-"""ctypes bindings of libvram (libvram/vram.h, ABI version 1).
+"""ctypes bindings of libvram (libvram/vram.h, ABI version 2; the client
+API's structs and signatures are in _capi).
 
 The library is found, in order, at $VRAM_LIBRARY, as libvram.so beside this
 package, or by the system's loader (ctypes.util.find_library("vram")). It is
@@ -13,13 +14,18 @@ import ctypes.util
 import os
 import threading
 
-ABI_VERSION = 1
+from . import _capi
+
+ABI_VERSION = 2
 
 # Status codes from vram.h that the package acts on; every other failure is
 # a VramError with the library's message.
 OK = 0
+EINVAL = -1
 ENOMEM = -2
 ERANGE = -8
+EFREED = -10
+ENOTSUP = -11
 
 # enum vram_source, in vram.h's order (tests check it against the
 # library's stats, which list the sources in this order).
@@ -65,6 +71,22 @@ class VramError(RuntimeError):
         self.status = status
 
 
+class InvalidArgumentError(VramError, ValueError):
+    """An argument the library refused (VRAM_EINVAL): a bad request, shape,
+    dtype, proportion, span or handle value; the message says which."""
+
+
+class FreedError(VramError):
+    """Arrays the manager freed, or evicted for another group (VRAM_EFREED):
+    queue and allocate again. evicted is True in the error an on_invalidate
+    hook gets for an eviction (a call's error leaves it False: ask
+    Client.evicted)."""
+
+    def __init__(self, status, message, evicted=False):
+        super().__init__(status, message)
+        self.evicted = evicted
+
+
 class OutOfMemoryError(VramError, MemoryError):
     """An allocation refused for want of memory: past the cap (refused before
     the device was asked) or the device full. report is the manager's memory
@@ -103,11 +125,13 @@ def lib():
         if _lib is None:
             p = _find()
             handle = ctypes.CDLL(p)
-            for name, (res, args) in _SIGNATURES.items():
+            handle.vram_abi_version.restype, handle.vram_abi_version.argtypes = ctypes.c_int, []
+            if handle.vram_abi_version() < ABI_VERSION:
+                raise OSError("%s has ABI version %d; this package needs %d or later (build libvram again)" % (
+                    p, handle.vram_abi_version(), ABI_VERSION))
+            for name, (res, args) in list(_SIGNATURES.items()) + list(_capi.SIGNATURES.items()):
                 fn = getattr(handle, name)
                 fn.restype, fn.argtypes = res, args
-            if handle.vram_abi_version() != ABI_VERSION:
-                raise OSError("%s has ABI version %d; this package needs %d" % (p, handle.vram_abi_version(), ABI_VERSION))
             _lib, path = handle, p
         return _lib
 
@@ -128,6 +152,10 @@ def check(status, report=None):
     msg = last_error() or lib().vram_strerror(status).decode()
     if status == ENOMEM:
         raise OutOfMemoryError(status, msg, report() if report else "")
+    if status == EINVAL:
+        raise InvalidArgumentError(status, msg)
+    if status == EFREED:
+        raise FreedError(status, msg)
     raise VramError(status, msg)
 
 
