@@ -1,15 +1,16 @@
 // Command libvram is vram's memory manager as a C shared library, for
 // programs that are not Go: PyTorch, CuPy and Numba in one Python process
 // draw from one pool and one budget per device. Build it with a C
-// compiler, naming it by its ABI version (SONAME libvram.so.1, which
-// what links against it records):
+// compiler, named by its ABI version (SONAME libvram.so.N, N vram.h's
+// VRAM_ABI_VERSION, which what links against it records):
 //
-//	go build -buildmode=c-shared -ldflags=-extldflags=-Wl,-soname,libvram.so.1 -o libvram.so ./libvram
+//	scripts/build-libvram.sh DIR
 //
-// and, for PyTorch and for CuPy's C allocator, their C++ allocation hooks
-// beside it (torch/vram_torch.cc and cupy/vram_cupy.cc say how; they are
-// not part of this package, so that the module builds with a C compiler
-// alone). scripts/build-libvram.sh does all of it.
+// runs go build -buildmode=c-shared -ldflags=-extldflags=-Wl,-soname,libvram.so.N
+// and builds, beside the library, the C++ allocation hooks of PyTorch and
+// of CuPy's C allocator (torch/vram_torch.cc and cupy/vram_cupy.cc; they
+// are not part of this package, so that the module builds with a C
+// compiler alone).
 //
 // vram.h beside this file is the contract (status codes, the functions,
 // each framework's hook); the Python package in python/vram is a ctypes

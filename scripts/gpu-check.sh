@@ -15,7 +15,7 @@
 # The archive holds: the test binaries of device/cuda (the device and
 # allocator conformance suites on CUDA and the other GPU tests) and
 # internal/oscillator, the vram command, libvram (libvram.so, its SONAME
-# link libvram.so.1, and the C++ hooks libvram_torch.so, libvram_cupy.so),
+# link libvram.so.N, and the C++ hooks libvram_torch.so, libvram_cupy.so),
 # the Python package with scripts/gpu_python.py, every PTX file vram ships
 # (git ls-files '*.ptx'), and the stand-in driver (libcuda.so.1 from
 # device/cuda/testdata/fakecuda.c). Go binaries are built without cgo

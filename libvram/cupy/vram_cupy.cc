@@ -6,7 +6,7 @@
 //       libvram/cupy/vram_cupy.cc -L DIR -l:libvram.so -Wl,-rpath,'$ORIGIN'
 //
 // (one command line), DIR holding libvram.so: the hook links against it
-// and asks for it by its SONAME, libvram.so.1, beside itself
+// and asks for it by its SONAME, libvram.so.N (the ABI version), beside itself
 // (scripts/build-libvram.sh builds both and the link between the names).
 //
 // cupy.cuda.memory.CFunctionAllocator calls its malloc through a function
