@@ -107,17 +107,35 @@ func run(args []string, out io.Writer) error {
 // about is the file's own description, written when -update makes it.
 const about = "The project's gated figures (package internal/gate): measured by the TestGate tests, checked by go run ./internal/gate/cmd/gate in .ci/run. A figure may get worse only in a commit that updates it here with a new why (-update -why)."
 
-// moduleRoot is the folder of the go.mod the go command uses here.
+// moduleRoot is the folder of the go.work the go command uses here, or
+// of its go.mod where there is no workspace.
 func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
+	out, err := exec.Command("go", "env", "GOWORK", "GOMOD").Output()
 	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
+		return "", fmt.Errorf("go env GOWORK GOMOD: %w", err)
 	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", usageError{errors.New("not in a Go module: run it from the vram module")}
+	for _, f := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if f = strings.TrimSpace(f); f != "" && f != "off" && f != os.DevNull {
+			return filepath.Dir(f), nil
+		}
 	}
-	return filepath.Dir(mod), nil
+	return "", usageError{errors.New("not in a Go module: run it from the vram repository")}
+}
+
+// workspaceModules lists the folders of the modules the go command builds
+// here (the workspace's, or the one module).
+func workspaceModules(root string) (map[string]bool, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m: %w", err)
+	}
+	mods := map[string]bool{}
+	for _, d := range strings.Fields(string(out)) {
+		mods[filepath.Clean(d)] = true
+	}
+	return mods, nil
 }
 
 var gateTest = regexp.MustCompile(`(?m)^func TestGate\w*\(`)
@@ -128,9 +146,13 @@ func gatePackages(root, asked string) ([]string, error) {
 	if asked != "" {
 		return strings.Split(asked, ","), nil
 	}
+	mods, err := workspaceModules(root)
+	if err != nil {
+		return nil, err
+	}
 	seen := map[string]bool{}
 	var pkgs []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -139,8 +161,8 @@ func gatePackages(root, asked string) ([]string, error) {
 			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
 				return filepath.SkipDir
 			}
-			if _, err := os.Stat(filepath.Join(p, "go.mod")); p != root && err == nil {
-				return filepath.SkipDir // another module
+			if _, err := os.Stat(filepath.Join(p, "go.mod")); p != root && err == nil && !mods[filepath.Clean(p)] {
+				return filepath.SkipDir // a module outside the workspace
 			}
 			return nil
 		}
