@@ -29,7 +29,7 @@ func dialManagerLease(ctx context.Context, req vram.LeaseRequest) (vram.Lease, e
 	}
 	c, err := Dial(ctx, req.Socket, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w; is vram broker running on %s? (%s)", err, req.Socket, EnvSocket)
+		return nil, err // it names the socket and what to do
 	}
 	d, err := FindDevice(c.Devices(), req.Options.Device, req.Device.ID)
 	if err == nil && req.Device.TotalBytes != 0 && req.Device.TotalBytes != d.Total {

@@ -225,7 +225,7 @@ flight or overdue. --json prints the same as one JSON value.`,
 			defer cancel()
 			c, err := broker.Dial(ctx, socket, broker.WithLogger(a.log))
 			if err != nil {
-				return fmt.Errorf("%w; is vram broker running on %s? (--socket, $%s)", err, socket, broker.EnvSocket)
+				return err // it names the socket and what to do
 			}
 			defer c.Close()
 			st, err := c.Status(ctx)
