@@ -54,12 +54,25 @@ func helperMain() bool {
 		_, err = c.Status(ctx)
 		fmt.Println("status:", err)
 		_ = c.Close()
-	case "broker": // serve a broker until killed
-		s, err := NewServer(oneDevice(8 * GiB))
+	case "dial": // dial, say how it went, and hang up
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		c, err := Dial(ctx, socket, WithLogger(quiet))
 		if err != nil {
 			fail(err)
 		}
-		s.cfg.Logger = quiet
+		fmt.Println("dialed")
+		_ = c.Close()
+	case "broker": // serve a broker until killed; its key survives a restart
+		cfg := oneDevice(8 * GiB)
+		cfg.Logger, cfg.KeyFile = quiet, DefaultKeyFile(socket)
+		if d, err := time.ParseDuration(os.Getenv("VRAM_BROKER_TEST_RECLAIM")); err == nil {
+			cfg.ReclaimTimeout = d
+		}
+		s, err := NewServer(cfg)
+		if err != nil {
+			fail(err)
+		}
 		ln, err := Listen(socket, 0o600, -1)
 		if err != nil {
 			fail(err)

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,49 +105,15 @@ func TestBrokerRestartIsRejoined(t *testing.T) {
 
 // A process of another uid may not change or release someone's lease,
 // but may read the status; the broker keeps serving. It needs root, to
-// start the child as nobody.
+// start the child as a second user.
 func TestOtherUIDIsRefused(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run a child process as another uid")
-	}
-	s, path := startServer(t, oneDevice(8*GiB))
+	uid, gid := otherUser(t)
+	s, path := startSharedServer(t, oneDevice(8*GiB), gid)
 	c := dial(t, path)
 	l := acquire(t, c, LeaseOptions{Name: "mine", Proportion: 0.5})
-	// nobody must reach the socket and run the test binary.
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "vbuid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	bin := dir + "/broker.test"
-	data, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{dir, strings.TrimSuffix(path, "/b.sock")} {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(path, 0o666); err != nil { // for the test only: Listen refuses such a mode
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=release", "VRAM_BROKER_TEST_SOCKET="+path, "VRAM_BROKER_TEST_LEASE="+l.ID())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
-	}
-	for _, want := range []string{"release: release \"mine\"", "true\nchange:", "true\nstatus: <nil>", "uid 65534", "may not"} {
-		if !strings.Contains(string(out), want) {
+	_, out := asUser(t, publicExe(t), uid, gid, "release", []string{"VRAM_BROKER_TEST_SOCKET=" + path, "VRAM_BROKER_TEST_LEASE=" + l.ID()}, true)
+	for _, want := range []string{"release: release \"mine\"", "true\nchange:", "true\nstatus: <nil>", "another connection's", "only the connection that acquired a lease may release it"} {
+		if !strings.Contains(out, want) {
 			t.Errorf("the child's output lacks %q:\n%s", want, out)
 		}
 	}
