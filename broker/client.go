@@ -170,7 +170,7 @@ func (c *Client) firstWatch(ctx context.Context, socket string) (brokerpb.Broker
 		if de := c.dialer.lastErr(); de != nil {
 			last = de.Error()
 		}
-		return nil, nil, &dialError{fmt.Sprintf("broker: no greeting from %s: %v (%s)", socket, ctx.Err(), last), []error{ErrUnavailable, ctx.Err()}}
+		return nil, nil, &plainError{fmt.Sprintf("broker: no greeting from %s: %v (%s)", socket, ctx.Err(), last), []error{ErrUnavailable, ctx.Err()}}
 	}
 	return nil, nil, fmt.Errorf("broker: dial %s: %w", socket, err)
 }
@@ -391,7 +391,7 @@ func (c *Client) call(ctx context.Context, name string, wait time.Duration, op f
 		if last := c.dialer.lastErr(); last != nil {
 			why = " (" + last.Error() + ")"
 		}
-		return &dialError{fmt.Sprintf("broker: %s: no answer from the broker on %s in %v%s", name, c.dialer.path, wait, why), []error{ErrUnavailable}}
+		return &plainError{fmt.Sprintf("broker: %s: no answer from the broker on %s in %v%s", name, c.dialer.path, wait, why), []error{ErrUnavailable}}
 	}
 	return err
 }

@@ -21,7 +21,6 @@ package broker
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -97,10 +96,10 @@ func (a *admission) admit(c *net.UnixConn) *admittedConn {
 	case cred.pid == 0:
 		// The kernel reports pid 0 for a peer in a pid namespace the
 		// broker cannot see: every such process would look alike.
-		cred.refused = fmt.Errorf("the broker cannot see the pid of this process from its pid namespace: run the broker in the host's (hostPID: true in Kubernetes): %w", ErrPermission)
+		cred.refused = errorf(ErrPermission, "the broker cannot see the pid of this process from its pid namespace: run the broker in the host's (hostPID: true in Kubernetes)")
 	case u.served >= a.perUID:
-		cred.refused = fmt.Errorf("uid %d has %d connections to the broker, its limit per uid: close some (each broker client is one), or raise the broker's limit (vram broker --max-conns-per-uid): %w",
-			cred.uid, u.served, ErrLimit)
+		cred.refused = errorf(ErrLimit, "uid %d has %d connections to the broker, its limit per uid: close some (each broker client is one), or raise the broker's limit (vram broker --max-conns-per-uid)",
+			cred.uid, u.served)
 	}
 	if cred.refused != nil {
 		if u.refused >= refusedPerUID {

@@ -35,16 +35,6 @@ import (
 // has no deadline.
 const defaultDialTimeout = 30 * time.Second
 
-// dialError is an error of the client's own making: its message, and
-// the sentinel (and cause) it matches.
-type dialError struct {
-	msg  string
-	errs []error
-}
-
-func (e *dialError) Error() string   { return e.msg }
-func (e *dialError) Unwrap() []error { return e.errs }
-
 // dialer makes the client's connections to the broker's socket.
 type dialer struct {
 	path string
@@ -71,7 +61,7 @@ func (d *dialer) dial(ctx context.Context, _ string) (net.Conn, error) {
 	d.last = err
 	stop := d.stop
 	d.mu.Unlock()
-	var de *dialError
+	var de *plainError
 	if err != nil && stop != nil && errors.As(err, &de) {
 		stop(err) // no retry mends it
 	}
@@ -93,18 +83,18 @@ func (d *dialer) lastErr() error {
 }
 
 // explain turns a failed connect into what the user should do: a
-// *dialError for what no retry mends, else err itself (gRPC tries again).
+// *plainError for what no retry mends, else err itself (gRPC tries again).
 func (d *dialer) explain(err error) error {
 	p := d.path
 	switch {
 	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR):
-		return &dialError{fmt.Sprintf("broker: start vram broker, or point $%s (--socket) at a broker's socket: there is no socket %s", EnvSocket, p),
+		return &plainError{fmt.Sprintf("broker: start vram broker, or point $%s (--socket) at a broker's socket: there is no socket %s", EnvSocket, p),
 			[]error{ErrUnavailable, err}}
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return &dialError{fmt.Sprintf("broker: start vram broker, or point $%s (--socket) at a broker's socket: nothing serves %s (a broker that stopped left it)", EnvSocket, p),
+		return &plainError{fmt.Sprintf("broker: start vram broker, or point $%s (--socket) at a broker's socket: nothing serves %s (a broker that stopped left it)", EnvSocket, p),
 			[]error{ErrUnavailable, err}}
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
-		return &dialError{fmt.Sprintf("broker: ask the broker's administrator for access (the socket's group), or run a broker of your own: %s (%s) is closed to uid %d",
+		return &plainError{fmt.Sprintf("broker: ask the broker's administrator for access (the socket's group), or run a broker of your own: %s (%s) is closed to uid %d",
 			p, describeFile(p), os.Geteuid()), []error{ErrPermission, err}}
 	}
 	return err
@@ -136,10 +126,10 @@ func checkServer(c net.Conn, path string) error {
 	}
 	cred, err := readPeerCred(sc)
 	if err != nil {
-		return &dialError{fmt.Sprintf("broker: cannot tell who serves %s: %v", path, err), []error{ErrNotTrusted, err}}
+		return &plainError{fmt.Sprintf("broker: cannot tell who serves %s: %v", path, err), []error{ErrNotTrusted, err}}
 	}
 	if me := uint32(os.Geteuid()); cred.uid != 0 && cred.uid != me {
-		return &dialError{fmt.Sprintf("broker: check $%s (--socket): %s is served by uid %d (pid %d), neither root nor this process's uid %d, so it is not trusted",
+		return &plainError{fmt.Sprintf("broker: check $%s (--socket): %s is served by uid %d (pid %d), neither root nor this process's uid %d, so it is not trusted",
 			EnvSocket, path, cred.uid, cred.pid, me), []error{ErrNotTrusted}}
 	}
 	return nil
@@ -151,7 +141,7 @@ func checkDialPath(path string) error {
 		return err
 	}
 	if fi, err := os.Stat(path); err == nil && fi.Mode()&fs.ModeSocket == 0 {
-		return &dialError{fmt.Sprintf("broker: point $%s (--socket) at the broker's socket: %s is a %v, not a socket", EnvSocket, path, modeType(fi)),
+		return &plainError{fmt.Sprintf("broker: point $%s (--socket) at the broker's socket: %s is a %v, not a socket", EnvSocket, path, modeType(fi)),
 			[]error{ErrInvalid}}
 	}
 	return nil

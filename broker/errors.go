@@ -155,3 +155,20 @@ func fromStatus(ctx context.Context, op string, err error) error {
 	}
 	return re
 }
+
+// plainError is an error whose message says it all, matching the
+// sentinels (and causes) it carries: the errors a user reads first, which
+// say "broker:" once (at their start, or in the caller's wrapping), where
+// wrapping a sentinel would say it again.
+type plainError struct {
+	msg  string
+	errs []error
+}
+
+func (e *plainError) Error() string   { return e.msg }
+func (e *plainError) Unwrap() []error { return e.errs }
+
+// errorf is a plainError of the message format makes, matching sentinel.
+func errorf(sentinel error, format string, args ...any) error {
+	return &plainError{fmt.Sprintf(format, args...), []error{sentinel}}
+}

@@ -100,8 +100,8 @@ func lockDevice(path string, i int, d Device) (*os.File, error) {
 	}
 	if err == errLocked {
 		holder, _ := os.ReadFile(path)
-		err = fmt.Errorf("broker: device %d (%s, id %s) is served by another broker already (%s): stop it, or leave the device out of --devices: %w",
-			i, d.Name, clip(d.ID), describeHolder(string(holder)), ErrInUse)
+		err = errorf(ErrInUse, "broker: device %d (%s, id %s) is served by another broker already (%s): stop it, or leave the device out of --devices",
+			i, d.Name, clip(d.ID), describeHolder(string(holder)))
 	}
 	if err != nil {
 		_ = f.Close()

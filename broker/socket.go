@@ -55,8 +55,8 @@ const DefaultSocketMode fs.FileMode = 0o600
 // holds.
 func checkSocketPath(path string) error {
 	if len(path) > maxSocketPath {
-		return fmt.Errorf("broker: socket path of %d bytes: a Unix socket's path has at most %d; give a shorter one (--socket, $%s): %s: %w",
-			len(path), maxSocketPath, EnvSocket, clip(path), ErrInvalid)
+		return errorf(ErrInvalid, "broker: socket path of %d bytes: a Unix socket's path has at most %d; give a shorter one (--socket, $%s): %s",
+			len(path), maxSocketPath, EnvSocket, clip(path))
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ func checkSocketPath(path string) error {
 // removed when the listener closes, if it is still there.
 func Listen(path string, mode fs.FileMode, gid int) (net.Listener, error) {
 	if mode&^fs.ModePerm != 0 || mode&0o007 != 0 || mode&0o600 != 0o600 {
-		return nil, fmt.Errorf("broker: socket mode %#o: want 0600 (the broker's user) or 0660 (and its group); bits for others would let every user of the node lease memory: %w", mode, ErrInvalid)
+		return nil, errorf(ErrInvalid, "broker: socket mode %#o: want 0600 (the broker's user) or 0660 (and its group); bits for others would let every user of the node lease memory", mode)
 	}
 	if err := checkSocketPath(path); err != nil {
 		return nil, err
@@ -138,12 +138,12 @@ func removeStale(path string) error {
 		return fmt.Errorf("broker: socket path %s: %w", path, err)
 	}
 	if fi.Mode()&fs.ModeSocket == 0 {
-		return fmt.Errorf("broker: %s is a %v, not a socket; give --socket another path: %w", path, fi.Mode().Type(), ErrInvalid)
+		return errorf(ErrInvalid, "broker: %s is a %v, not a socket; give --socket another path", path, fi.Mode().Type())
 	}
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
 		_ = c.Close()
-		return fmt.Errorf("broker: stop the broker that serves %s first, or give --socket another path: %w", path, ErrInUse)
+		return errorf(ErrInUse, "broker: stop the broker that serves %s first, or give --socket another path", path)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("broker: socket %s: %w", path, err)
@@ -163,14 +163,14 @@ func checkDir(dir, what string) error {
 		return fmt.Errorf("broker: %s %s: %w", what, dir, err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("broker: %s %s is a %v, not a directory: %w", what, dir, fi.Mode().Type(), ErrInvalid)
+		return errorf(ErrInvalid, "broker: %s %s is a %v, not a directory", what, dir, fi.Mode().Type())
 	}
 	if err := checkOwn(fi, dir, what); err != nil {
 		return err
 	}
 	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("broker: %s %s has mode %#o: others may write it, and so swap the socket; use a directory writable by the broker's user alone (chmod go-w, or another --socket): %w",
-			what, dir, fi.Mode().Perm(), ErrPermission)
+		return errorf(ErrPermission, "broker: %s %s has mode %#o: others may write it, and so swap the socket; use a directory writable by the broker's user alone (chmod go-w, or another --socket)",
+			what, dir, fi.Mode().Perm())
 	}
 	return nil
 }
@@ -183,8 +183,8 @@ func checkOwn(fi fs.FileInfo, path, what string) error {
 		return nil // no owners here
 	}
 	if me := os.Geteuid(); uid != uint32(me) {
-		return fmt.Errorf("broker: %s %s is uid %d's, not the broker's user's (uid %d): use one of your own (another --socket): %w",
-			what, path, uid, me, ErrPermission)
+		return errorf(ErrPermission, "broker: %s %s is uid %d's, not the broker's user's (uid %d): use one of your own (another --socket)",
+			what, path, uid, me)
 	}
 	return nil
 }

@@ -92,8 +92,8 @@ func loadKey(path string) ([]byte, error) {
 		return nil, err
 	}
 	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 != 0 || fi.Size() != keyBytes {
-		return nil, fmt.Errorf("broker: key file %s is a %v of mode %#o and %d bytes: want a regular file of mode 0600 and %d bytes; remove it, and a new one is made: %w",
-			path, fi.Mode().Type(), fi.Mode().Perm(), fi.Size(), keyBytes, ErrInvalid)
+		return nil, errorf(ErrInvalid, "broker: key file %s is a %v of mode %#o and %d bytes: want a regular file of mode 0600 and %d bytes; remove it, and a new one is made",
+			path, fi.Mode().Type(), fi.Mode().Perm(), fi.Size(), keyBytes)
 	}
 	key := make([]byte, keyBytes)
 	if _, err := io.ReadFull(f, key); err != nil {

@@ -25,9 +25,18 @@ func TestAnotherConnectionIsRefused(t *testing.T) {
 	}
 	before := s.Status()
 	for name, call := range map[string]func() error{
-		"claim":   func() error { _, err := other.Claim(ctx, &brokerpb.ClaimRequest{LeaseId: 5, LimitBytes: GiB}); return err },
-		"report":  func() error { _, err := other.Report(ctx, &brokerpb.ReportRequest{LeaseId: 5, HeldBytes: GiB}); return err },
-		"change":  func() error { _, err := other.Change(ctx, &brokerpb.ChangeRequest{LeaseId: 5, Proportion: 0.1}); return err },
+		"claim": func() error {
+			_, err := other.Claim(ctx, &brokerpb.ClaimRequest{LeaseId: 5, LimitBytes: GiB})
+			return err
+		},
+		"report": func() error {
+			_, err := other.Report(ctx, &brokerpb.ReportRequest{LeaseId: 5, HeldBytes: GiB})
+			return err
+		},
+		"change": func() error {
+			_, err := other.Change(ctx, &brokerpb.ChangeRequest{LeaseId: 5, Proportion: 0.1})
+			return err
+		},
 		"release": func() error { _, err := other.Release(ctx, &brokerpb.ReleaseRequest{LeaseId: 5}); return err },
 		"acquire its id": func() error {
 			_, err := other.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 5, Spec: &brokerpb.LeaseSpec{}})
