@@ -147,41 +147,53 @@ func (l slowListener) Accept() (net.Conn, error) {
 }
 
 // Many clients dialling a busy broker at once are all served: those its
-// backlog refuses (EAGAIN) and those it greets late try again, within
-// their Dial's context. (64 processes dialling at once once got "broker:
-// unavailable".)
+// backlog refuses (EAGAIN) and those it greets late (after seconds in its
+// queue) try again, within their Dial's context. (64 processes dialling
+// at once once got "broker: unavailable".)
 func TestBusyBrokerServesEveryone(t *testing.T) {
-	const clients = 48
-	s, err := NewServer(Config{Devices: []Device{{Name: "a", Total: 8 * GiB}}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := socketPath(t)
-	ln := listenBacklog(t, path, 1)
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(slowListener{ln, 10 * time.Millisecond}) }()
-	defer func() {
-		s.Stop()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	errs := make(chan error, clients)
-	for range clients {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			c, err := Dial(ctx, path, WithLogger(quiet), WithBackoff(10*time.Millisecond, 100*time.Millisecond))
-			if err == nil {
-				_, err = c.Acquire(ctx, LeaseOptions{Name: "x", Proportion: 0.01})
-				err = errors.Join(err, c.Close())
+	for name, tc := range map[string]struct {
+		clients, backlog int
+		delay            time.Duration // between accepts
+	}{
+		"a full backlog":  {48, 1, 10 * time.Millisecond},
+		"a late greeting": {24, 64, 100 * time.Millisecond}, // the last waits 2.4 s
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewServer(Config{Devices: []Device{{Name: "a", Total: 8 * GiB}}, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
 			}
-			errs <- err
-		}()
+			path := socketPath(t)
+			ln := listenBacklog(t, path, tc.backlog)
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(slowListener{ln, tc.delay}) }()
+			defer func() {
+				s.Stop()
+				if err := <-done; err != nil {
+					t.Errorf("Serve: %v", err)
+				}
+			}()
+			errs := make(chan error, tc.clients)
+			for range tc.clients {
+				go func() { errs <- busyClient(path) }()
+			}
+			for range tc.clients {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+		})
 	}
-	for range clients {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
+}
+
+// busyClient dials path, acquires a lease and hangs up.
+func busyClient(path string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, path, WithLogger(quiet), WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		return err
 	}
+	_, err = c.Acquire(ctx, LeaseOptions{Name: "x", Proportion: 0.01})
+	return errors.Join(err, c.Close())
 }
