@@ -143,7 +143,7 @@ func removeStale(path string) error {
 	c, err := net.DialTimeout("unix", path, time.Second)
 	if err == nil {
 		_ = c.Close()
-		return errorf(ErrInUse, "broker: stop the broker that serves %s first, or give --socket another path", path)
+		return errorf(ErrInUse, "broker: a broker already serves %s: stop it first, or give --socket another path", path)
 	}
 	if !errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("broker: socket %s: %w", path, err)

@@ -185,7 +185,7 @@ func TestDialMessages(t *testing.T) {
 			_ = ln.Close()
 			t.Fatal("a second broker listened on a live one's socket")
 		}
-		if !is(err, ErrInUse) || strings.Contains(err.Error(), "lease id") || !strings.Contains(err.Error(), "stop the broker that serves "+path) {
+		if !is(err, ErrInUse) || strings.Contains(err.Error(), "lease id") || !strings.Contains(err.Error(), "a broker already serves "+path+": stop it first") {
 			t.Errorf("got %v, want ErrInUse saying to stop the broker", err)
 		}
 	})
