@@ -27,7 +27,7 @@ import (
 func (s *Server) checkRejoinLocked(sess *session, req *brokerpb.AcquireRequest, old *lease) error {
 	id := req.GetLeaseId()
 	if !tokenMatches(s.key, id, sess.uid, req.GetToken()) {
-		return fmt.Errorf("rejoin lease %016x: the token is not the lease's: a lease is taken back only by its holder, with the token the broker gave it at acquire: %w", id, ErrPermission)
+		return fmt.Errorf("rejoin lease %016x: the token is not the lease's under this broker's key: the lease is another uid's or process's, or the broker lost its key file since the lease was acquired: %w", id, ErrPermission)
 	}
 	if old == nil && (req.GetRejoinBroker() == 0 || req.GetRejoinBroker() == s.id) {
 		return fmt.Errorf("rejoin lease %016x: this broker ended it when its connection closed, and a lease is taken back only after a restart of the broker: %w", id, ErrReleased)

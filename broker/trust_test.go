@@ -94,7 +94,7 @@ func TestRestartRejoinNeedsTheToken(t *testing.T) {
 		return fromStatus(ctx, "rejoin", err)
 	}
 	for name, bad := range map[string][]byte{"no token": nil, "a wrong token": []byte("0123456789abcdef"), "a short one": token[:8]} {
-		if err := rejoin(thief, bad); !is(err, ErrPermission) || !strings.Contains(err.Error(), "the token is not the lease's") {
+		if err := rejoin(thief, bad); !is(err, ErrPermission) || !strings.Contains(err.Error(), "the token is not the lease's under this broker's key") {
 			t.Errorf("a rejoin with %s: %v, want ErrPermission", name, err)
 		}
 	}
