@@ -298,15 +298,16 @@ func (c *Client) reconnected(hello *brokerpb.Hello) {
 	}
 	c.mu.Unlock()
 	slices.SortFunc(leases, func(a, b *Lease) int { return cmp.Compare(a.id, b.id) })
-	var rejoined []*Lease
+	told := map[*Lease]uint64{} // what each rejoin said it holds
 	for _, l := range leases {
-		if err := c.rejoin(l, prev); err != nil {
+		held, err := c.rejoin(l, prev)
+		if err != nil {
 			c.log.Warn("vram broker: a lease was not taken back after reconnecting", "lease", leaseID(l.id), "name", l.opts.Name, "err", err)
 			l.lose(err)
 			c.forget(l)
 			continue
 		}
-		rejoined = append(rejoined, l)
+		told[l] = held
 	}
 	c.mu.Lock()
 	c.greetedLocked(hello)
@@ -314,28 +315,48 @@ func (c *Client) reconnected(hello *brokerpb.Hello) {
 	c.down = make(chan struct{})
 	close(c.ready)
 	var drop []*Lease
-	for _, l := range rejoined {
+	for l := range told {
 		if l.releasing {
 			drop = append(drop, l)
+			delete(told, l)
 		}
 	}
 	c.mu.Unlock()
 	for _, l := range drop {
 		_ = c.releaseOnce(l)
 	}
+	c.retell(told)
 }
 
 // rejoin takes l back on the new session: it was held on broker instance
-// prev.
-func (c *Client) rejoin(l *Lease, prev uint64) error {
+// prev. It returns what it said l holds.
+func (c *Client) rejoin(l *Lease, prev uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.callTimeout)
 	defer cancel()
-	st, err := c.api.Acquire(ctx, l.rejoinRequest(prev))
+	req := l.rejoinRequest(prev)
+	st, err := c.api.Acquire(ctx, req)
 	if err != nil {
-		return fromStatus(ctx, "rejoin", err)
+		return 0, fromStatus(ctx, "rejoin", err)
 	}
 	l.apply(st)
-	return nil
+	return req.GetHeldBytes(), nil
+}
+
+// retell reports what a lease holds again where a Report made while the
+// broker was away changed it after its rejoin said otherwise.
+func (c *Client) retell(told map[*Lease]uint64) {
+	for l, held := range told {
+		l.mu.Lock()
+		now := l.held
+		l.mu.Unlock()
+		if now != held {
+			ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.callTimeout)
+			if st, err := c.api.Report(ctx, &brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: now}); err == nil {
+				l.apply(st)
+			}
+			cancel()
+		}
+	}
 }
 
 // apply gives a lease state from an event to its lease.
@@ -355,8 +376,10 @@ func (c *Client) forget(l *Lease) {
 }
 
 // waitReady waits until the client is connected with its leases back,
-// and returns the channel closed when that connection is lost.
-func (c *Client) waitReady(ctx context.Context) (<-chan struct{}, error) {
+// for no longer than away, and returns the channel closed when that
+// connection is lost.
+func (c *Client) waitReady(ctx context.Context, away time.Duration) (<-chan struct{}, error) {
+	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
 		ready, down, closed := c.ready, c.down, c.closed
@@ -372,36 +395,62 @@ func (c *Client) waitReady(ctx context.Context) (<-chan struct{}, error) {
 			default:
 				return down, nil
 			}
+		default:
+		}
+		if timeout == nil {
+			t := time.NewTimer(away)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ready:
+		case <-timeout:
+			return nil, c.awayError(away)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("broker: waiting for the broker to come back: %w", ctx.Err())
 		}
 	}
 }
 
+// awayError says the broker has been away for d.
+func (c *Client) awayError(d time.Duration) error {
+	why := ""
+	if last := c.dialer.lastErr(); last != nil {
+		why = " (" + last.Error() + ")"
+	}
+	return &plainError{fmt.Sprintf("broker: the broker on %s is away, and was not back in %v%s", c.dialer.path, d, why), []error{ErrUnavailable}}
+}
+
+// bounds are how long a call waits: for the broker's answer in all
+// (wait), and for a broker that is away to come back (away).
+type bounds struct{ wait, away time.Duration }
+
+// callBounds are a call's bounds, but a Claim's.
+func (c *Client) callBounds() bounds { return bounds{c.cfg.callTimeout, c.cfg.callTimeout} }
+
 // call runs op once the client is ready, and again if the connection
 // broke under it (its leases are rejoined meanwhile), a few times at
-// most, for no longer than wait: past it, the broker is not answering
-// (ErrUnavailable).
-func (c *Client) call(ctx context.Context, name string, wait time.Duration, op func(context.Context) error) error {
-	bctx, cancel := context.WithTimeout(ctx, wait)
+// most, within b: past it, the broker is not answering (ErrUnavailable).
+func (c *Client) call(ctx context.Context, name string, b bounds, op func(context.Context) error) error {
+	bctx, cancel := context.WithTimeout(ctx, b.wait)
 	defer cancel()
-	err := c.retry(bctx, name, op)
+	err := c.retry(bctx, name, b.away, op)
 	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
 		why := ""
 		if last := c.dialer.lastErr(); last != nil {
 			why = " (" + last.Error() + ")"
 		}
-		return &plainError{fmt.Sprintf("broker: %s: no answer from the broker on %s in %v%s", name, c.dialer.path, wait, why), []error{ErrUnavailable}}
+		return &plainError{fmt.Sprintf("broker: %s: no answer from the broker on %s in %v%s", name, c.dialer.path, b.wait, why), []error{ErrUnavailable}}
 	}
 	return err
 }
 
-func (c *Client) retry(ctx context.Context, name string, op func(context.Context) error) error {
+func (c *Client) retry(ctx context.Context, name string, away time.Duration, op func(context.Context) error) error {
 	var err error
 	for range 4 {
-		down, werr := c.waitReady(ctx)
+		down, werr := c.waitReady(ctx, away)
 		if werr != nil {
-			if err != nil {
+			if err != nil && !errors.Is(werr, ErrUnavailable) {
 				break
 			}
 			return werr
@@ -465,7 +514,7 @@ func (c *Client) Rejoins() int {
 // Status asks the broker for its status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var r *brokerpb.StatusReply
-	err := c.call(ctx, "status", c.cfg.callTimeout, func(ctx context.Context) (err error) {
+	err := c.call(ctx, "status", c.callBounds(), func(ctx context.Context) (err error) {
 		r, err = c.api.Status(ctx, &brokerpb.StatusRequest{})
 		return err
 	})

@@ -90,7 +90,7 @@ func (c *Client) Acquire(ctx context.Context, o LeaseOptions) (*Lease, error) {
 	c.leases[l.id] = l
 	c.mu.Unlock()
 	var st *brokerpb.LeaseState
-	err := c.call(ctx, "acquire", c.cfg.callTimeout, func(ctx context.Context) (err error) {
+	err := c.call(ctx, "acquire", c.callBounds(), func(ctx context.Context) (err error) {
 		st, err = c.api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: l.id, Spec: l.spec()})
 		return err
 	})
@@ -209,9 +209,12 @@ func (l *Lease) Claim(ctx context.Context, bytes uint64) (Budget, error) {
 	}
 	c := l.c
 	c.mu.Lock()
-	wait := c.reclaim + c.cfg.callTimeout
+	// The broker's deadline and the call's; a broker away longer than a
+	// restart takes (twice the longest backoff, and a second) grants
+	// nothing: fail, and let the holder go on within what it has.
+	b := bounds{wait: c.reclaim + c.cfg.callTimeout, away: 2*c.cfg.maxBackoff + time.Second}
 	c.mu.Unlock()
-	err := c.call(ctx, "claim", wait, func(ctx context.Context) error {
+	err := c.call(ctx, "claim", b, func(ctx context.Context) error {
 		st, err := l.c.api.Claim(ctx, &brokerpb.ClaimRequest{LeaseId: l.id, LimitBytes: l.limitFor(bytes)})
 		if err == nil {
 			l.apply(st)
@@ -231,7 +234,8 @@ func (l *Lease) limitFor(bytes uint64) uint64 {
 }
 
 // Report tells the broker the lease's allocator holds bytes; after a
-// Shrink it is the acknowledgement.
+// Shrink it is the acknowledgement. While the broker is away the figure
+// is kept for the rejoin, which tells it, and Report returns nil.
 func (l *Lease) Report(ctx context.Context, bytes uint64) error {
 	if err := l.live(); err != nil {
 		return err
@@ -239,7 +243,10 @@ func (l *Lease) Report(ctx context.Context, bytes uint64) error {
 	l.mu.Lock()
 	l.held = bytes
 	l.mu.Unlock()
-	return l.c.call(ctx, "report", l.c.cfg.callTimeout, func(ctx context.Context) error {
+	if !l.c.connected() {
+		return nil // the rejoin tells it (reconnected)
+	}
+	return l.c.call(ctx, "report", l.c.callBounds(), func(ctx context.Context) error {
 		st, err := l.c.api.Report(ctx, &brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: bytes})
 		if err == nil {
 			l.apply(st)
@@ -254,7 +261,7 @@ func (l *Lease) Change(ctx context.Context, proportion float64, capBytes uint64)
 	if err := l.live(); err != nil {
 		return err
 	}
-	return l.c.call(ctx, "change", l.c.cfg.callTimeout, func(ctx context.Context) error {
+	return l.c.call(ctx, "change", l.c.callBounds(), func(ctx context.Context) error {
 		st, err := l.c.api.Change(ctx, &brokerpb.ChangeRequest{LeaseId: l.id, Proportion: proportion, CapBytes: capBytes})
 		if err == nil {
 			l.mu.Lock()
