@@ -40,6 +40,7 @@ type brokerFlags struct {
 	socketMode      string
 	socketGroup     string
 	lockDir         string
+	keyFile         string
 	metricsAddr     string
 	reclaimTimeout  time.Duration
 	maxConnsPerUID  int
@@ -63,8 +64,9 @@ $VRAM_BROKER, else $XDG_RUNTIME_DIR/vram/broker.sock, else
 write; mode 0600 lets only the broker's user connect, 0660 also
 --socket-group's members. A lease is changed only through the connection
 that acquired it (root's included) and, after a restart, taken back only
-with the secret the broker gave it, signed with the key kept beside the
-socket (SOCKET.key). Ctrl-C or SIGTERM stops the broker: every lease ends.`
+with the secret the broker gave it, signed with the broker's key
+(--key-file, default SOCKET.key). Ctrl-C or SIGTERM stops the broker:
+every lease ends.`
 
 func (a *app) brokerCommand() *cobra.Command {
 	var f brokerFlags
@@ -84,6 +86,7 @@ func (a *app) brokerCommand() *cobra.Command {
 	fl.StringVar(&f.socket, "socket", broker.DefaultSocket(), "the Unix socket to serve ($"+broker.EnvSocket+" sets the default)")
 	fl.StringVar(&f.socketMode, "socket-mode", "0600", "the socket's mode: 0600 (the broker's user only) or 0660 (and --socket-group)")
 	fl.StringVar(&f.socketGroup, "socket-group", "", "the socket's group (a name or a number), for --socket-mode 0660 (default: the broker's own group)")
+	fl.StringVar(&f.keyFile, "key-file", "", "the key that signs the leases' tokens, made at the first start, in a directory of the broker's user alone (default: SOCKET.key); keep it where no leaseholder can read it")
 	fl.StringVar(&f.lockDir, "lock-dir", broker.DefaultLockDir(), "where each device is locked, so that no other broker of the user serves it")
 	fl.IntVar(&f.maxConnsPerUID, "max-conns-per-uid", broker.DefaultMaxConnsPerUID, "the connections one uid may have open (root's included)")
 	fl.IntVar(&f.maxLeasesPerUID, "max-leases-per-uid", broker.DefaultMaxLeasesPerUID, "the leases one uid may hold (root's included)")
@@ -163,7 +166,7 @@ func (a *app) serveBroker(f brokerFlags) error {
 	}
 	s, err := broker.NewServer(broker.Config{Devices: devs, ReclaimTimeout: f.reclaimTimeout, Logger: a.log,
 		MaxConnsPerUID: f.maxConnsPerUID, MaxLeasesPerUID: f.maxLeasesPerUID,
-		KeyFile: broker.DefaultKeyFile(f.socket), LockDir: f.lockDir})
+		KeyFile: cmp.Or(f.keyFile, broker.DefaultKeyFile(f.socket)), LockDir: f.lockDir})
 	if err != nil {
 		_ = ln.Close()
 		return err
