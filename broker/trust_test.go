@@ -245,3 +245,58 @@ func TestLeaseLimitPerUID(t *testing.T) {
 		t.Errorf("uid 1000 after a session ended: %v", err)
 	}
 }
+
+// Each row of the README's table "who may do what" names tests that
+// exist, in this package or the one the row names.
+func TestTrustTableNamesTests(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Skipf("no README beside the package: %v", err)
+	}
+	_, table, ok := strings.Cut(string(readme), "**Who may do what.**")
+	if !ok {
+		t.Fatal("the README has no table of who may do what")
+	}
+	_, table, _ = strings.Cut(table, "\n| who |")
+	table, _, _ = strings.Cut(table, "\n\n")
+	sources := map[string]string{}
+	for _, dir := range []string{".", "../deploy/kubernetes"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*_test.go"))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sources[dir] += string(b)
+		}
+	}
+	rows := 0
+	for _, row := range strings.Split(table, "\n") {
+		cells := strings.Split(row, "|")
+		if len(cells) < 5 || strings.HasPrefix(strings.TrimSpace(cells[1]), "---") || strings.TrimSpace(cells[1]) == "who" {
+			continue
+		}
+		rows++
+		dir := "."
+		if strings.Contains(cells[4], "deploy/kubernetes") {
+			dir = "../deploy/kubernetes"
+		}
+		names := 0
+		for _, f := range strings.Split(cells[4], "`") {
+			name, _, _ := strings.Cut(f, "/")
+			if !strings.HasPrefix(name, "Test") {
+				continue
+			}
+			names++
+			if !strings.Contains(sources[dir], "func "+name+"(t *testing.T)") {
+				t.Errorf("the row %q names %s, which %s has not", strings.TrimSpace(cells[1]), name, dir)
+			}
+		}
+		if names == 0 {
+			t.Errorf("the row %q names no test", strings.TrimSpace(cells[1]))
+		}
+	}
+	if rows < 10 {
+		t.Errorf("the table has %d rows", rows)
+	}
+}
