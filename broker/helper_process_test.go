@@ -79,6 +79,12 @@ func helperMain() bool {
 		}
 		fmt.Println("serving")
 		_ = s.Serve(ln)
+	case "chaos": // TestChaosTwoUsers' client
+		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
+		if err := chaosClient(socket, os.Getenv("VRAM_BROKER_TEST_MARK"), rand.New(rand.NewPCG(seed, 34)), 120); err != nil {
+			fail(err)
+		}
+		fmt.Println("done")
 	case "random": // TestRandomProcesses' client: random requests, then exit
 		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
 		if err := randomClient(socket, rand.New(rand.NewPCG(seed, 7)), 40); err != nil {
