@@ -220,7 +220,7 @@ func TestRejoinIsCountedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 7, Spec: sp, Rejoin: true, HeldBytes: GiB, LimitBytes: 4 * GiB, Token: first.GetToken()}); err != nil {
+	if _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 7, Spec: sp, Rejoin: true, HeldBytes: GiB, LimitBytes: 4 * GiB, Token: first.GetToken(), RejoinBroker: s.id}); err != nil {
 		t.Fatal(err)
 	}
 	d := s.Status().Devices[0]

@@ -338,6 +338,7 @@ func (c *Client) rejoin(l *Lease, prev uint64) (uint64, error) {
 	if err != nil {
 		return 0, fromStatus(ctx, "rejoin", err)
 	}
+	l.takeToken(st)
 	l.apply(st)
 	return req.GetHeldBytes(), nil
 }

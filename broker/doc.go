@@ -37,12 +37,13 @@
 //     connection of the same process or uid, and not root: on a node where
 //     every container runs as root, root is anyone.
 //   - After a broker restart a lease is taken back only with its token,
-//     a secret the broker hands its holder at acquire (an HMAC of its id
-//     and uid under the broker's key, kept beside the socket), never by
+//     a secret the broker hands its holder at acquire (an HMAC of its id,
+//     its uid and the broker's instance under the broker's key), never by
 //     its pid or its id, which status shows to all. A rejoin is taken
-//     only after a restart the client saw, or to replace the entry of a
-//     connection not yet closed; what it holds is counted whether or not
-//     it fits.
+//     only after a restart the client saw (the token names another
+//     instance), or to replace its own user's entry of the id; an entry
+//     another uid made of the id since the restart is ended. What a
+//     rejoin holds is counted whether or not it fits.
 //   - Anyone admitted may read the status: every lease's name, pid, uid
 //     and figures, never a token.
 //   - Limits bound each uid, root's included (connections, leases), each

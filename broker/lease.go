@@ -60,13 +60,13 @@ type Shrink struct {
 
 // Lease is one lease. Its methods are safe for concurrent use.
 type Lease struct {
-	c     *Client
-	id    uint64
-	token []byte // the broker's proof that the lease is ours, for a rejoin (never shown)
+	c  *Client
+	id uint64
 
 	releasing bool // Release was called: not rejoined. Protected by c.mu.
 
 	mu      sync.Mutex // protects the fields below
+	token   []byte     // the broker's proof that the lease is ours, for a rejoin (never shown)
 	opts    LeaseOptions
 	st      *brokerpb.LeaseState
 	held    uint64        // last reported, for a rejoin
@@ -98,10 +98,18 @@ func (c *Client) Acquire(ctx context.Context, o LeaseOptions) (*Lease, error) {
 		c.forget(l)
 		return nil, err
 	}
-	l.token = st.GetToken()
-	st.Token = nil
+	l.takeToken(st)
 	l.apply(st)
 	return l, nil
+}
+
+// takeToken keeps the token of the broker's reply st, for the next rejoin,
+// and takes it out of st.
+func (l *Lease) takeToken(st *brokerpb.LeaseState) {
+	l.mu.Lock()
+	l.token = st.GetToken()
+	l.mu.Unlock()
+	st.Token = nil
 }
 
 // spec is the lease's spec. l.mu must be held, or l not yet shared.

@@ -47,16 +47,23 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 	}
 	id := req.GetLeaseId()
 	old := s.leases[id]
+	squat := false
 	if req.GetRejoin() {
-		err = s.checkRejoinLocked(sess, req, old)
+		squat, err = s.checkRejoinLocked(sess, req, old)
 	} else if old != nil {
 		err = fmt.Errorf("acquire lease %016x: the id is another lease's; choose another: %w", id, ErrExists)
+	}
+	if squat {
+		old = nil // ended below, once the rejoin is known to fit the limits
 	}
 	if err == nil {
 		err = s.checkCountsLocked(sess, old)
 	}
 	if err != nil {
 		return nil, err
+	}
+	if squat {
+		s.releaseLocked(s.leases[id], fmt.Errorf("%s: its id is another's lease, taken back by its holder after the broker's restart: %w", s.leases[id].label(), ErrReleased))
 	}
 	d := sp.dev
 	inPools, warn, err := s.joinLocked(d, sp.units, old, req.GetRejoin())
@@ -82,7 +89,7 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 	}
 	s.afterChangeLocked(d)
 	st := s.stateLocked(l)
-	st.Token = tokenOf(s.key, id, sess.uid)
+	st.Token = tokenOf(s.key, id, sess.uid, s.id)
 	return st, nil
 }
 

@@ -6,10 +6,13 @@ package broker
 // A lease belongs to the connection that acquired it; a restart ends
 // every connection, and a lease id is public (status shows it), so a
 // rejoin needs a proof that neither the id nor the pid gives. At acquire
-// the broker hands the holder a token, HMAC-SHA256 under the broker's key
-// of the lease id and the holder's uid, and keeps nothing: a restarted
-// broker with the same key recomputes it from the rejoin's id and the
-// connection's uid and compares. The key lives in a file of the broker's
+// (and at each rejoin) the broker hands the holder a token, HMAC-SHA256
+// under the broker's key of the lease id, the holder's uid and the
+// broker's instance, and keeps nothing: a restarted broker with the same
+// key recomputes it from the rejoin's id, the connection's uid and the
+// instance the rejoin names, and compares. The instance in the token is
+// what makes "a restart the client saw" a fact: a token this broker gave
+// names this broker. The key lives in a file of the broker's
 // own (Config.KeyFile, beside its socket: DefaultKeyFile), made at the
 // first start: 32 random bytes, mode 0600, in a directory owned by the
 // broker's user and closed to others (checkDir). Without a key file the
@@ -33,28 +36,31 @@ const (
 	tokenBytes = 16
 	// tokenLabel separates the broker's tokens from any other use of
 	// its key.
-	tokenLabel = "vram broker lease token v1"
+	tokenLabel = "vram broker lease token v2"
 )
 
 // DefaultKeyFile is where `vram broker` keeps its key for a socket: beside
 // it, as SOCKET.key.
 func DefaultKeyFile(socket string) string { return socket + ".key" }
 
-// tokenOf is the token of lease id held by uid under key.
-func tokenOf(key []byte, id uint64, uid uint32) []byte {
+// tokenOf is the token of lease id held by uid, given by broker instance
+// broker under key.
+func tokenOf(key []byte, id uint64, uid uint32, broker uint64) []byte {
 	mac := hmac.New(sha256.New, key)
-	var b [12]byte
+	var b [20]byte
 	binary.BigEndian.PutUint64(b[:8], id)
-	binary.BigEndian.PutUint32(b[8:], uid)
+	binary.BigEndian.PutUint32(b[8:12], uid)
+	binary.BigEndian.PutUint64(b[12:], broker)
 	mac.Write([]byte(tokenLabel))
 	mac.Write(b[:])
 	return mac.Sum(nil)[:tokenBytes]
 }
 
-// tokenMatches reports whether token is lease id's for uid under key,
-// in time that does not depend on where they differ.
-func tokenMatches(key []byte, id uint64, uid uint32, token []byte) bool {
-	return hmac.Equal(tokenOf(key, id, uid), token)
+// tokenMatches reports whether token is lease id's for uid, given by
+// instance broker under key, in time that does not depend on where they
+// differ.
+func tokenMatches(key []byte, id uint64, uid uint32, broker uint64, token []byte) bool {
+	return hmac.Equal(tokenOf(key, id, uid, broker), token)
 }
 
 // newKey is a random key.

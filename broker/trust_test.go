@@ -123,7 +123,7 @@ func TestTokenIsTheUIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.acquire(mallory, &brokerpb.AcquireRequest{LeaseId: 3, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}, Rejoin: true,
-		HeldBytes: GiB, Token: st.GetToken(), RejoinBroker: 1})
+		HeldBytes: GiB, Token: st.GetToken(), RejoinBroker: s.id})
 	if !is(err, ErrPermission) {
 		t.Fatalf("uid 1001 with uid 1000's token: %v, want ErrPermission", err)
 	}
@@ -155,7 +155,7 @@ func TestRejoinWithoutARestartIsRefused(t *testing.T) {
 		want   error
 	}{
 		"its token, this broker":      {4, st.GetToken(), s.id, ErrReleased},
-		"its token, no broker named":  {4, st.GetToken(), 0, ErrReleased},
+		"its token, no broker named":  {4, st.GetToken(), 0, ErrPermission},
 		"no token, another broker":    {5, nil, 77, ErrPermission},
 		"another's token, its own id": {6, st.GetToken(), 77, ErrPermission},
 	} {
@@ -212,6 +212,50 @@ func TestRejoinCountedWhetherOrNotItFits(t *testing.T) {
 	// It may take a share again when one fits.
 	if _, err := back.Change(ctx, &brokerpb.ChangeRequest{LeaseId: 2, Proportion: 0.3}); err != nil {
 		t.Fatalf("a share for the rejoined lease: %v", err)
+	}
+}
+
+// After a restart, an id made by another uid before its holder rejoined
+// (it was public in the old broker's status) is the holder's: the rejoin
+// ends the squatter's lease and takes the id, and the squatter cannot
+// take it back, its token being the new broker's.
+func TestSquatterLosesTheID(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{Devices: []Device{{Name: "a", Total: 8 * GiB}}, KeyFile: filepath.Join(dir, "k"), Logger: quiet}
+	s1, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := s1.openSession(peerCred{pid: 10, uid: 1000})
+	st, err := s1.acquire(alice, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.Stop()
+	s2, err := NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.check = checkLocked
+	mallory, alice2 := s2.openSession(peerCred{pid: 11, uid: 1001}), s2.openSession(peerCred{pid: 12, uid: 1000})
+	squat, err := s2.acquire(mallory, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.9}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.acquire(alice2, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}, Rejoin: true,
+		HeldBytes: GiB, Token: st.GetToken(), RejoinBroker: s1.id}); err != nil {
+		t.Fatalf("the holder's rejoin beside a squatter: %v", err)
+	}
+	if l := s2.leases[8]; l == nil || l.sess != alice2 || l.held != GiB || len(mallory.leases) != 0 {
+		t.Fatalf("after the rejoin: lease %+v, the squatter holds %d", l, len(mallory.leases))
+	}
+	_, err = s2.acquire(mallory, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}, Rejoin: true,
+		HeldBytes: GiB, Token: squat.GetToken(), RejoinBroker: s2.id})
+	if !is(err, ErrExists) || s2.leases[8].sess != alice2 {
+		t.Errorf("the squatter's rejoin: %v, want ErrExists and the lease the holder's", err)
+	}
+	if b := s2.broken; len(b) > 0 {
+		t.Errorf("invariants broken: %q", b)
 	}
 }
 
