@@ -196,16 +196,16 @@ func NewServer(cfg Config) (*Server, error) {
 // withDefaults checks cfg's devices and fills its zero fields.
 func withDefaults(cfg Config) (Config, error) {
 	if len(cfg.Devices) == 0 {
-		return cfg, fmt.Errorf("broker: no devices to serve: %w", ErrInvalid)
+		return cfg, errorf(ErrInvalid, "broker: no devices to serve")
 	}
 	for i, d := range cfg.Devices {
 		if d.Total == 0 || d.Context >= d.Total {
-			return cfg, fmt.Errorf("broker: device %d (%s): total %d bytes with a context of %d: want a total above the context: %w", i, d.Name, d.Total, d.Context, ErrInvalid)
+			return cfg, errorf(ErrInvalid, "broker: device %d (%s): total %d bytes with a context of %d: want a total above the context", i, d.Name, d.Total, d.Context)
 		}
 		for j, o := range cfg.Devices[:i] {
 			if (d.ID != "" && o.ID == d.ID) || o.Name == d.Name {
-				return cfg, fmt.Errorf("broker: devices %d and %d are the same device (%s, id %s): list each once, or its memory is promised twice: %w",
-					j, i, clip(d.Name), clip(d.ID), ErrInvalid)
+				return cfg, errorf(ErrInvalid, "broker: devices %d and %d are the same device (%s, id %s): list each once, or its memory is promised twice",
+					j, i, clip(d.Name), clip(d.ID))
 			}
 		}
 	}
