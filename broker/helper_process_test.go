@@ -85,6 +85,10 @@ func helperMain() bool {
 			fail(err)
 		}
 		fmt.Println("done")
+	case "pairs": // BenchmarkConcurrentProcesses' client
+		if err := pairsClient(socket); err != nil {
+			fail(err)
+		}
 	case "random": // TestRandomProcesses' client: random requests, then exit
 		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
 		if err := randomClient(socket, rand.New(rand.NewPCG(seed, 7)), 40); err != nil {
