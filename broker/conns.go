@@ -17,7 +17,8 @@ package broker
 //     Config.IdleTimeout is closed (a Client always has its Watch stream
 //     open, so only a connection that never speaks is idle).
 //
-// A connection's counts are given back when it closes.
+// A connection's counts are given back, and its session (and so its
+// leases) ended, when it closes.
 
 import (
 	"errors"
@@ -36,8 +37,10 @@ const (
 	refusedPerUID = 4
 )
 
-// admission counts the connections served, in all and per uid.
+// admission counts the connections served, in all and per uid, and
+// makes and ends their sessions.
 type admission struct {
+	srv              *Server
 	maxConns, perUID int
 	log              *slog.Logger
 
@@ -67,6 +70,7 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			return nil, errors.New("broker: accepted a connection that is not a Unix socket")
 		}
 		if ac := l.a.admit(uc); ac != nil {
+			ac.cred.sess = l.a.srv.openSession(ac.cred)
 			return ac, nil
 		}
 		_ = uc.Close()
@@ -113,7 +117,6 @@ func (a *admission) admit(c *net.UnixConn) *admittedConn {
 	}
 	a.conns++
 	ac := &admittedConn{UnixConn: c, a: a, cred: cred}
-	ac.cred.conn = ac
 	if cred.refused != nil {
 		a.log.Warn("vram broker: connection refused", "uid", cred.uid, "pid", cred.pid, "why", cred.refused)
 		time.AfterFunc(refuseLinger, func() { _ = ac.Close() })
@@ -162,6 +165,11 @@ type admittedConn struct {
 
 func (c *admittedConn) Close() error {
 	err := c.UnixConn.Close()
-	c.once.Do(func() { c.a.release(c.cred) })
+	c.once.Do(func() {
+		c.a.release(c.cred)
+		if c.cred.sess != nil {
+			c.a.srv.endSession(c.cred.sess)
+		}
+	})
 	return err
 }

@@ -48,6 +48,7 @@ func FuzzRequests(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer s.Stop()
 		s.check = checkLocked
 		users := []*session{s.openSession(peerCred{pid: 10, uid: 1000}), s.openSession(peerCred{pid: 11, uid: 0})}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

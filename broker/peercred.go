@@ -11,7 +11,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 
 	"google.golang.org/grpc/credentials"
@@ -21,8 +20,8 @@ import (
 // broker's answer to it.
 type peerCred struct {
 	pid, uid, gid uint32
-	refused       error     // why the connection is refused (it is told at its first call), or nil
-	conn          io.Closer // the connection, closed early when refused
+	refused       error    // why the connection is refused (it is told at its first call), or nil
+	sess          *session // the connection's session (conns.go)
 }
 
 func (peerCred) AuthType() string { return "peercred" }

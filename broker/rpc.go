@@ -15,8 +15,8 @@ type rpcServer struct {
 	s *Server
 }
 
-// session is the caller's session (every connection has one:
-// connTracker), or the status that refuses its connection.
+// session is the caller's session (every connection has one: conns.go),
+// or the status that refuses its connection.
 func (r *rpcServer) session(ctx context.Context) (*session, error) {
 	sess := sessionOf(ctx)
 	switch {

@@ -2,9 +2,9 @@ package broker
 
 // The Server: the lease table behind a gRPC service on a Unix socket.
 //
-// Sessions. Every connection is a session, made when gRPC tags the
-// connection (its peer's pid and uid read from SO_PEERCRED as it was
-// accepted, conns.go) and ended when the connection closes, which
+// Sessions. Every connection is a session, made as it is accepted (its
+// peer's pid and uid read from SO_PEERCRED, conns.go), handed to gRPC in
+// the connection's AuthInfo, and ended when the connection closes, which
 // releases every lease it holds: a process that exits, kill -9 included,
 // loses its leases as soon as the kernel closes its socket. A lease is
 // its session's: no other connection may change or release it, root's
@@ -37,7 +37,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 	"github.com/vramkit/vram/internal/share"
@@ -157,14 +156,15 @@ type session struct {
 
 // NewServer returns a server of cfg's devices, holding their locks
 // (Config.LockDir) and its key (Config.KeyFile). Serve it on a listener
-// from Listen; Stop lets the locks go.
+// from Listen; Stop it, served or not, to let the locks go.
 func NewServer(cfg Config) (*Server, error) {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, id: randomID(), leases: map[uint64]*lease{}, uidLeases: map[uint32]int{},
-		sessions: map[uint64]*session{}, admit: &admission{maxConns: cfg.MaxConns, perUID: cfg.MaxConnsPerUID, log: cfg.Logger, byUID: map[uint32]*uidConns{}}}
+		sessions: map[uint64]*session{}}
+	s.admit = &admission{srv: s, maxConns: cfg.MaxConns, perUID: cfg.MaxConnsPerUID, log: cfg.Logger, byUID: map[uint32]*uidConns{}}
 	for i, d := range cfg.Devices {
 		s.devices = append(s.devices, &device{index: i, name: d.Name, id: d.ID, total: d.Total, context: d.Context,
 			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
@@ -183,7 +183,6 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(
 		grpc.Creds(peerCredentials{}),
-		grpc.StatsHandler(connTracker{s}),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
@@ -270,35 +269,15 @@ func (s *Server) Stop() {
 	}
 }
 
-// sessionKey keys a connection's session in its contexts.
-type sessionKey struct{}
-
+// sessionOf is the session of the connection of a call's context (its
+// peer's AuthInfo: peercred.go).
 func sessionOf(ctx context.Context) *session {
-	sess, _ := ctx.Value(sessionKey{}).(*session)
-	return sess
-}
-
-// connTracker makes and ends sessions as gRPC opens and closes
-// connections.
-type connTracker struct{ s *Server }
-
-func (connTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (connTracker) HandleRPC(context.Context, stats.RPCStats)                       {}
-
-func (t connTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	var cred peerCred
 	if p, ok := peer.FromContext(ctx); ok {
-		cred, _ = p.AuthInfo.(peerCred)
-	}
-	return context.WithValue(ctx, sessionKey{}, t.s.openSession(cred))
-}
-
-func (t connTracker) HandleConn(ctx context.Context, st stats.ConnStats) {
-	if _, ok := st.(*stats.ConnEnd); ok {
-		if sess := sessionOf(ctx); sess != nil {
-			t.s.endSession(sess)
+		if cred, ok := p.AuthInfo.(peerCred); ok {
+			return cred.sess
 		}
 	}
+	return nil
 }
 
 func (s *Server) openSession(cred peerCred) *session {

@@ -116,6 +116,7 @@ func TestTokenIsTheUIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Stop()
 	s.check = checkLocked
 	alice, mallory := s.openSession(peerCred{pid: 10, uid: 1000}), s.openSession(peerCred{pid: 11, uid: 1001})
 	st, err := s.acquire(alice, &brokerpb.AcquireRequest{LeaseId: 3, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}})
@@ -236,6 +237,7 @@ func TestSquatterLosesTheID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s2.Stop()
 	s2.check = checkLocked
 	mallory, alice2 := s2.openSession(peerCred{pid: 11, uid: 1001}), s2.openSession(peerCred{pid: 12, uid: 1000})
 	squat, err := s2.acquire(mallory, &brokerpb.AcquireRequest{LeaseId: 8, Spec: &brokerpb.LeaseSpec{Proportion: 0.9}})
@@ -266,6 +268,7 @@ func TestLeaseLimitPerUID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Stop()
 	s.check = checkLocked
 	a1, a2 := s.openSession(peerCred{pid: 10, uid: 1000}), s.openSession(peerCred{pid: 11, uid: 1000})
 	b := s.openSession(peerCred{pid: 12, uid: 1001})
