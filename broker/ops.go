@@ -88,7 +88,7 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
 	s.afterChangeLocked(d)
-	st := s.stateLocked(l)
+	st := s.replyLocked(l)
 	st.Token = tokenOf(s.key, id, sess.uid, s.id)
 	return st, nil
 }
@@ -161,7 +161,7 @@ func (s *Server) change(sess *session, req *brokerpb.ChangeRequest) (*brokerpb.L
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
 	s.afterChangeLocked(d)
-	return s.stateLocked(l), nil
+	return s.replyLocked(l), nil
 }
 
 // report records what a lease holds: an acknowledgement when it was
@@ -179,7 +179,7 @@ func (s *Server) report(sess *session, req *brokerpb.ReportRequest) (*brokerpb.L
 	l.held = req.GetHeldBytes()
 	s.settleLocked(l)
 	s.afterChangeLocked(l.dev)
-	return s.stateLocked(l), nil
+	return s.replyLocked(l), nil
 }
 
 // release ends a lease.
@@ -253,7 +253,7 @@ func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRe
 		s.settleLocked(l)
 		s.afterChangeLocked(d)
 		defer s.mu.Unlock()
-		return s.stateLocked(l), nil
+		return s.replyLocked(l), nil
 	}
 	now := time.Now()
 	c := &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
@@ -280,7 +280,7 @@ func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRe
 	if c.err != nil {
 		return nil, c.err
 	}
-	return s.stateLocked(l), nil
+	return s.replyLocked(l), nil
 }
 
 // checkClaimLocked refuses a claim past the device or the lease's cap,
@@ -296,6 +296,15 @@ func (s *Server) checkClaimLocked(l *lease, want uint64) error {
 		return fmt.Errorf("claim for %s: a claim of %s waits since %s: %w", l.label(), units.Format(l.claim.want), l.claim.since.Format("15:04:05.000"), ErrBusy)
 	}
 	return nil
+}
+
+// replyLocked is l's state for the reply to its holder's call: the reply
+// tells it, so its Watch stream need not again (one message less a call).
+func (s *Server) replyLocked(l *lease) *brokerpb.LeaseState {
+	st := s.stateLocked(l)
+	l.sent = l.dev.view(l)
+	delete(l.sess.dirty, l.id)
+	return st
 }
 
 // stateLocked is l as the protocol describes it to its holder.
