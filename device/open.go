@@ -59,7 +59,7 @@ func lookup(name string) (Opener, error) {
 			return nil, fmt.Errorf("backend %q is not linked into this program (linked: %s); "+
 				"import _ \"github.com/vramkit/vram/device/%s\" to link it: %w", name, known, name, ErrBadSpec)
 		}
-		return nil, fmt.Errorf("unknown backend %q (want sim, cuda or auto; linked: %s): %w", name, known, ErrBadSpec)
+		return nil, fmt.Errorf("unknown backend %s (want sim, cuda or auto; linked: %s): %w", QuoteSpec(name), known, ErrBadSpec)
 	}
 	return open, nil
 }
@@ -98,7 +98,7 @@ func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
 	name, opts, _ := strings.Cut(spec, ":")
 	name = strings.ToLower(strings.TrimSpace(name))
 	if name == "" {
-		return nil, nil, fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", spec, ErrBadSpec)
+		return nil, nil, fmt.Errorf("spec %s has no backend name (want sim, cuda or auto): %w", QuoteSpec(spec), ErrBadSpec)
 	}
 	return openNamed(spec, name, opts, 0)
 }
@@ -113,7 +113,7 @@ func openNamed(spec, name, opts string, total uint64) (dev Device, fallback erro
 		}
 		dev, err := openBackend(name, opts, total)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open %q: %w", spec, err)
+			return nil, nil, fmt.Errorf("open %s: %w", QuoteSpec(spec), err)
 		}
 		return dev, nil, nil
 	}
@@ -132,7 +132,7 @@ func openNamed(spec, name, opts string, total uint64) (dev Device, fallback erro
 	}
 	dev, err = openBackend("sim", opts, total)
 	if err != nil {
-		return nil, fallback, fmt.Errorf("open %q: %w", spec, err)
+		return nil, fallback, fmt.Errorf("open %s: %w", QuoteSpec(spec), err)
 	}
 	return dev, fallback, nil
 }
