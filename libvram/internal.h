@@ -18,6 +18,11 @@ extern "C" {
 __attribute__((visibility("hidden")))
 int vram_hook_alloc_(int source, int device, vram_manager m, size_t size, vram_stream stream, int note_failure, void **out);
 
+/* Notes path as the socket of a broker the library dials: a forked child
+ * closes its copies of the connections to it (shim.c). */
+__attribute__((visibility("hidden")))
+void vram_broker_socket_(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

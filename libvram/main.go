@@ -136,6 +136,7 @@ func vramgo_open_lease(spec, socket, name *C.char, proportion C.double, capBytes
 	if sock == "" {
 		sock = broker.DefaultSocket()
 	}
+	noteBrokerSocket(sock)
 	m, err := reg.Open(capi.Options{Spec: C.GoString(spec), Broker: sock,
 		Lease: vram.LeaseOptions{Name: C.GoString(name), Proportion: float64(proportion), Cap: uint64(capBytes)}})
 	if err != nil {
