@@ -72,9 +72,10 @@ func removeStale(dir, base string) {
 }
 
 // removeIfUnlocked removes the partial at name if its lock can be taken:
-// its writer is gone.
+// its writer is gone. It opens the file for writing, as NFS's emulation of
+// flock needs for an exclusive lock; one it may not write is left alone.
 func removeIfUnlocked(name string) {
-	f, err := Open(name, os.O_RDONLY|noFollow)
+	f, err := Open(name, os.O_RDWR|noFollow)
 	if err != nil {
 		return
 	}
