@@ -19,7 +19,7 @@ import (
 )
 
 // TestForkedChildDropsLease: a process that leased through libvram, from
-// C or from Python, forks a child that does not exec and is killed with
+// C or from Python (os.fork, multiprocessing), forks a child that does not exec and is killed with
 // SIGKILL: its lease ends with it, while the child lives on (the child
 // closed its copy of the broker connection at the fork).
 func TestForkedChildDropsLease(t *testing.T) {
@@ -28,23 +28,12 @@ func TestForkedChildDropsLease(t *testing.T) {
 		"C": func(t *testing.T, spec, socket string) *exec.Cmd {
 			return exec.Command(compile(t, "gcc", "testdata/forklease.c", "forklease", "-ldl"), lib, spec, socket)
 		},
-		"Python os.fork": func(t *testing.T, spec, socket string) *exec.Cmd {
-			py, err := exec.LookPath("python3")
-			if err != nil {
-				t.Skip("no python3")
-			}
-			root, err := filepath.Abs("../python")
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd := exec.Command(py, "testdata/forklease.py", spec, socket)
-			cmd.Env = append(os.Environ(), "VRAM_LIBRARY="+lib, "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1")
-			return cmd
-		},
+		"Python os.fork":         python(lib, "os.fork"),
+		"Python multiprocessing": python(lib, "multiprocessing"),
 	}
 	for name, command := range tests {
 		t.Run(name, func(t *testing.T) {
-			spec := fmt.Sprintf("sim:shared=fork%d%s,vram=64MiB,context=0,dir=%s", os.Getpid(), strings.Fields(name)[0], t.TempDir())
+			spec := fmt.Sprintf("sim:shared=fork%d-%s,vram=64MiB,context=0,dir=%s", os.Getpid(), strings.ReplaceAll(name, " ", "-"), t.TempDir())
 			socket := brokertest.Serve(t, spec, 64<<20, 300*time.Millisecond)
 			c, err := broker.Dial(context.Background(), socket)
 			if err != nil {
@@ -71,6 +60,23 @@ func TestForkedChildDropsLease(t *testing.T) {
 				t.Errorf("the child %d ended with its parent (%v): nothing was tried", child, err)
 			}
 		})
+	}
+}
+
+// python runs testdata/forklease.py, forking by how.
+func python(lib, how string) func(t *testing.T, spec, socket string) *exec.Cmd {
+	return func(t *testing.T, spec, socket string) *exec.Cmd {
+		py, err := exec.LookPath("python3")
+		if err != nil {
+			t.Skip("no python3")
+		}
+		root, err := filepath.Abs("../python")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(py, "testdata/forklease.py", how, spec, socket)
+		cmd.Env = append(os.Environ(), "VRAM_LIBRARY="+lib, "PYTHONPATH="+root, "PYTHONDONTWRITEBYTECODE=1")
+		return cmd
 	}
 }
 
