@@ -26,7 +26,7 @@ func TestParseSpec(t *testing.T) {
 		"unknown":          {spec: "tpu:0", wantErr: `unknown backend "tpu"`},
 		"not linked":       {spec: "cuda:0", wantErr: `backend "cuda" is not linked`},
 		"bad sim option":   {spec: "sim:colour=red", wantErr: `unknown sim option "colour"`},
-		"bad auto option":  {spec: "auto:vram=lots", wantErr: `sim option vram: "lots": want a number`},
+		"bad auto option":  {spec: "auto:vram=lots", wantErr: `sim option vram="lots"`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

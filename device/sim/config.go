@@ -279,13 +279,18 @@ func ParseSpec(opts string) (Config, error) {
 }
 
 // badOption is the error of option k=v that err refuses, quoting v once,
-// clipped: errors that quote it themselves (a size's, a shared device
-// name's) are given without it, and strconv's without theirs.
+// clipped: a size's error and strconv's are given by their reason alone,
+// and one that quotes v itself (a shared device name's) without v.
 func badOption(k, v string, err error) error {
-	var ne *strconv.NumError
+	var (
+		ne *strconv.NumError
+		se *units.SizeError
+	)
 	switch {
-	case errors.Is(err, units.ErrBadSize), errors.Is(err, device.ErrInvalidValue):
-		return fmt.Errorf("sim option %s: %v: %w", k, err, device.ErrBadSpec)
+	case errors.As(err, &se):
+		return fmt.Errorf("sim option %s=%s: %s: %w: %w", k, device.QuoteSpec(v), se.Reason, units.ErrBadSize, device.ErrBadSpec)
+	case errors.Is(err, device.ErrInvalidValue):
+		return fmt.Errorf("sim option %s (%v): %w", k, err, device.ErrBadSpec)
 	case errors.As(err, &ne):
 		err = ne.Err
 	}
