@@ -10,7 +10,6 @@ package device
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -89,15 +88,11 @@ type Spec struct {
 // checks (auto's the simulator's, which it falls back to). A spec it
 // cannot read is an error wrapping ErrBadSpec.
 func ParseSpec(text string) (Spec, error) {
-	text = strings.TrimSpace(text)
-	if text == "" {
-		text = DefaultSpec()
+	text, name, opts, err := splitSpec(text)
+	if err != nil {
+		return Spec{}, err
 	}
-	name, opts, _ := strings.Cut(text, ":")
-	s := Spec{text: text, backend: strings.ToLower(strings.TrimSpace(name)), opts: opts}
-	if s.backend == "" {
-		return Spec{}, fmt.Errorf("spec %s has no backend name (want sim, cuda or auto): %w", QuoteSpec(text), ErrBadSpec)
-	}
+	s := Spec{text: text, backend: name, opts: opts}
 	if s.backend != "auto" {
 		if _, err := lookup(s.backend); err != nil {
 			return Spec{}, err
@@ -165,8 +160,11 @@ func (s Spec) SizedBy(info Info) bool {
 	return ok && r.OpenSized != nil
 }
 
-// OpenSpec opens the device s names, as OpenWithFallback opens its text,
-// at WithTotal's size where one is set.
+// OpenSpec opens the device s names, as Open opens its text, at
+// WithTotal's size where one is set. fallback is nil unless s is "auto"
+// and CUDA was not used: then it is the error CUDA gave (wrapping
+// ErrNoDevice), which a program may show to say why it runs on the
+// simulator.
 func OpenSpec(s Spec) (dev Device, fallback error, err error) {
 	if s.backend == "" {
 		return nil, nil, fmt.Errorf("the zero Spec names no device; make one with ParseSpec: %w", ErrBadSpec)

@@ -28,8 +28,8 @@ func TestForkedChildDropsLease(t *testing.T) {
 		"C": func(t *testing.T, spec, socket string) *exec.Cmd {
 			return exec.Command(compile(t, "gcc", "testdata/forklease.c", "forklease", "-ldl"), lib, spec, socket)
 		},
-		"Python os.fork":         python(lib, "os.fork"),
-		"Python multiprocessing": python(lib, "multiprocessing"),
+		"Python os.fork":         forkPython(lib, "os.fork"),
+		"Python multiprocessing": forkPython(lib, "multiprocessing"),
 	}
 	for name, command := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -63,8 +63,8 @@ func TestForkedChildDropsLease(t *testing.T) {
 	}
 }
 
-// python runs testdata/forklease.py, forking by how.
-func python(lib, how string) func(t *testing.T, spec, socket string) *exec.Cmd {
+// forkPython runs testdata/forklease.py, forking by how.
+func forkPython(lib, how string) func(t *testing.T, spec, socket string) *exec.Cmd {
 	return func(t *testing.T, spec, socket string) *exec.Cmd {
 		py, err := exec.LookPath("python3")
 		if err != nil {

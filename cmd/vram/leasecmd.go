@@ -70,7 +70,7 @@ first thing. BYTES is the lease less the context the process pays on the
 device. $VRAM_BROKER is left out of COMMAND's environment: a vram inside
 keeps to the lease by its limit rather than lease the memory again (for a
 vram job whose budget follows a lease that grows and shrinks, use vram run
---broker instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
+--socket instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
 a terminal reach it from the terminal itself); the lease is released when
 COMMAND exits, however it exits, and vram exits with COMMAND's status.
 
@@ -124,13 +124,26 @@ func (f leaseFlags) check() error {
 	}
 	if f.name != "" {
 		if n := leaseName(f.name); n != f.name {
-			return usagef("--name %s: want at most %d bytes of printable UTF-8, such as %s", clip(f.name), broker.MaxNameBytes, clip(n))
+			return usagef("--name %s: want at most %d bytes of printable UTF-8, such as %s", quoteName(f.name), broker.MaxNameBytes, quoteName(n))
 		}
 	}
 	if f.killAfter <= 0 {
 		return usagef("--kill-after %v: want a positive duration such as 10s", f.killAfter)
 	}
 	return nil
+}
+
+// quoteName quotes a name for a message: at most 40 bytes of it, cut at
+// a character's start, with its length when longer.
+func quoteName(s string) string {
+	if len(s) <= 40 {
+		return strconv.Quote(s)
+	}
+	cut := 40
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }
 
 // leaseName is name made a valid lease name: what is not printable UTF-8

@@ -355,7 +355,7 @@ func TestBatchShrinksForAClaim(t *testing.T) {
 	}
 	wantA, wantB := alone("a", batchA), alone("b", batchB)
 	run := func(name string, args []string) *child {
-		return startChild(t, append([]string{"--json", "run", "--device", spec, "--broker", socket,
+		return startChild(t, append([]string{"--json", "run", "--device", spec, "--socket", socket,
 			"--out", filepath.Join(dir, name+".npy")}, args...))
 	}
 	a := run("a", batchA)
@@ -415,14 +415,14 @@ func shrinkRecut(r shrinkRun) (recutJSON, bool) {
 	return recutJSON{}, false
 }
 
-// TestDevicesUnderTheBroker: `vram run --devices --broker` gives each
+// TestDevicesUnderTheBroker: `vram run --devices --socket` gives each
 // device's manager its own lease of that device from the broker, and
 // the report (text and --json) has each device's lease.
 func TestDevicesUnderTheBroker(t *testing.T) {
 	a, b := sharedSpec(t, "256MiB", ""), sharedSpec(t, "256MiB", "")
 	devices := a + ";" + b
 	socket := startBroker(t, devices)
-	args := []string{"run", "--broker", socket, "--devices", devices, "--runs", "50000", "--steps", "50", "--samples", "51"}
+	args := []string{"run", "--socket", socket, "--devices", devices, "--runs", "50000", "--steps", "50", "--samples", "51"}
 	stdout, stderr, code := cli(t, "", args...)
 	if code != exitOK {
 		t.Fatalf("exit %d:\n%s", code, stderr)

@@ -15,12 +15,14 @@ import (
 )
 
 // stubVram stands in for vram: its broker serves until killed, status
-// answers, run records that it ran.
+// answers once one serves, run waits for one to serve (the keeper's
+// broker, however slowly it starts) and records that it ran.
 const stubVram = `#!/bin/sh
+served() { grep -q served "$STUB_LOG" 2>/dev/null; }
 case "$1 $2" in
-"broker status") exit 0 ;;
+"broker status") served; exit ;;
 broker*) echo served >>"$STUB_LOG"; exec sleep 600 ;;
-run*) echo ran >>"$STUB_LOG"; exit 0 ;;
+run*) until served; do sleep 0.05; done; echo ran >>"$STUB_LOG"; exit 0 ;;
 esac
 exit 3
 `
