@@ -224,8 +224,8 @@ func TestLeaseUsageErrors(t *testing.T) {
 		t.Errorf("broker --socket-mode 0666: exit %d:\n%s", code, stderr)
 	}
 	_, stderr, code = cli(t, "", "lease", "--socket", socket+".none", "--bytes", "100MiB", "--", "true")
-	if code != exitFailure || !strings.Contains(stderr, "is vram broker running") {
-		t.Errorf("lease with no broker: exit %d:\n%s", code, stderr)
+	if code != exitFailure || !strings.Contains(stderr, "start vram broker") || strings.Count(stderr, "broker:") != 1 {
+		t.Errorf("lease with no broker: exit %d, want one line saying to start vram broker, broker: once:\n%s", code, stderr)
 	}
 	_, stderr, code = cli(t, "", "broker", "--socket", socket, "--devices", "sim")
 	if code != exitFailure || !strings.Contains(stderr, "a broker already serves") {

@@ -205,7 +205,7 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	defer cancel()
 	c, err := broker.Dial(ctx, f.socket, broker.WithLogger(a.log))
 	if err != nil {
-		return fmt.Errorf("%w; is vram broker running on %s? (--socket, $%s)", err, f.socket, broker.EnvSocket)
+		return err // the broker's dial error names the socket and the fix
 	}
 	defer c.Close() // releases the lease, whatever else failed
 	dev, err := leaseDevice(f.device, c.Devices())
