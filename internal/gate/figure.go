@@ -95,11 +95,26 @@ type Retired struct {
 	Why  string `json:"why"`
 }
 
+// Amend says, after the fact, why a commit made a figure worse when that
+// commit did not: the history check accepts the change it names. A commit
+// cannot be rewritten once others have built on it; an amendment is how
+// its why is given later, in the open, with its own commit.
+type Amend struct {
+	Commit string `json:"commit"` // the commit's hash, or a prefix of it of at least 12 digits
+	Name   string `json:"name"`   // the figure it made worse
+	Why    string `json:"why"`
+}
+
+// minAmendPrefix is the shortest commit prefix an Amend may give: long
+// enough that it names one commit of the project.
+const minAmendPrefix = 12
+
 // File is the kept figures.
 type File struct {
 	About   string    `json:"about"`
 	Figures []Figure  `json:"figures"`
 	Retired []Retired `json:"retired,omitempty"`
+	Amends  []Amend   `json:"amends,omitempty"`
 }
 
 // maxFileBytes bounds a gates file: a few thousand figures at most.
@@ -144,7 +159,35 @@ func Parse(data []byte) (File, error) {
 		}
 		seen[fig.Name] = true
 	}
+	for _, a := range f.Amends {
+		if err := a.check(); err != nil {
+			return File{}, err
+		}
+	}
 	return f, nil
+}
+
+func (a Amend) check() error {
+	hex := strings.Trim(a.Commit, "0123456789abcdef") == ""
+	switch {
+	case len(a.Commit) < minAmendPrefix || len(a.Commit) > 40 || !hex:
+		return fmt.Errorf("gate: amend of %q: commit %q: want %d to 40 lower-case hex digits", clip(a.Name), clip(a.Commit), minAmendPrefix)
+	case a.Name == "":
+		return fmt.Errorf("gate: amend of commit %s names no figure", a.Commit)
+	case strings.TrimSpace(a.Why) == "":
+		return fmt.Errorf("gate: amend of %q in commit %s says no why", clip(a.Name), a.Commit)
+	}
+	return nil
+}
+
+// amended reports whether f amends commit's change of the figure name.
+func (f File) amended(commit, name string) bool {
+	for _, a := range f.Amends {
+		if a.Name == name && strings.HasPrefix(commit, a.Commit) {
+			return true
+		}
+	}
+	return false
 }
 
 // Marshal writes f as the file holds it: figures and retired figures
@@ -172,6 +215,18 @@ func (f File) Marshal() []byte {
 			line, _ := json.Marshal(r)
 			b.Write(line)
 			if i < len(ret)-1 {
+				b.WriteByte(',')
+			}
+			b.WriteByte('\n')
+		}
+		b.WriteString("]")
+	}
+	if len(f.Amends) > 0 {
+		b.WriteString(",\n\"amends\": [\n")
+		for i, a := range f.Amends {
+			line, _ := json.Marshal(a)
+			b.Write(line)
+			if i < len(f.Amends)-1 {
 				b.WriteByte(',')
 			}
 			b.WriteByte('\n')
@@ -269,7 +324,7 @@ func Compare(kept File, got []Figure) []Change {
 func Update(kept File, got []Figure, why string, partial bool) (File, error) {
 	changes := Compare(kept, got)
 	var needWhy []string
-	out := File{About: kept.About, Retired: slices.Clone(kept.Retired)}
+	out := File{About: kept.About, Retired: slices.Clone(kept.Retired), Amends: slices.Clone(kept.Amends)}
 	for _, c := range changes {
 		switch c.Status {
 		case Gone:
@@ -284,6 +339,10 @@ func Update(kept File, got []Figure, why string, partial bool) (File, error) {
 			g := c.Got
 			g.Why = why
 			out.Figures = append(out.Figures, g)
+		case Same:
+			// Within the kept value and its slack: the kept value stays, or
+			// noise would ratchet it up a slack at a time, unexplained.
+			out.Figures = append(out.Figures, c.Kept)
 		default:
 			g := c.Got
 			g.Why = c.Kept.Why

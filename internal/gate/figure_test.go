@@ -168,3 +168,37 @@ func TestWriteRead(t *testing.T) {
 		t.Errorf("Read of a missing file = %v; want fs.ErrNotExist", err)
 	}
 }
+
+// TestUpdateKeepsNoise: a figure measured worse but within its slack keeps
+// its kept value (and why), so noise cannot ratchet it up unexplained; one
+// measured better takes the gain; the amendments are carried over.
+func TestUpdateKeepsNoise(t *testing.T) {
+	kept := File{
+		Figures: []Figure{
+			{Name: "noisy", Value: 100, Unit: "B", Better: Lower, Slack: 0.01, Why: "w"},
+			{Name: "gain", Value: 100, Unit: "B", Better: Lower, Slack: 0.01},
+		},
+		Amends: []Amend{{Commit: "698a8bcbb91a", Name: "noisy", Why: "w"}},
+	}
+	got := []Figure{
+		{Name: "noisy", Value: 100.5, Unit: "B", Better: Lower, Slack: 0.01},
+		{Name: "gain", Value: 99.5, Unit: "B", Better: Lower, Slack: 0.01},
+	}
+	f, err := Update(kept, got, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]float64{}
+	for _, g := range f.Figures {
+		vals[g.Name] = g.Value
+		if g.Name == "noisy" && g.Why != "w" {
+			t.Errorf("noisy's why %q; want the kept one", g.Why)
+		}
+	}
+	if vals["noisy"] != 100 || vals["gain"] != 99.5 {
+		t.Errorf("values %v; want noisy kept at 100, gain taken at 99.5", vals)
+	}
+	if !reflect.DeepEqual(f.Amends, kept.Amends) {
+		t.Errorf("amends %+v; want %+v carried over", f.Amends, kept.Amends)
+	}
+}

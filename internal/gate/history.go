@@ -3,8 +3,9 @@ package gate
 // The history check: every commit that changed the gates file, and the
 // file in the working tree against HEAD's, must say why for each figure
 // it made worse (a new Why) and each it dropped (a Retired entry with a
-// Why). Commits whose parent a shallow clone lacks are counted, not
-// checked.
+// Why). A commit that did not may be amended: the file as it stands now
+// (the working tree's, or HEAD's) gives the why in an Amend. Commits whose
+// parent a shallow clone lacks are counted, not checked.
 
 import (
 	"bytes"
@@ -45,6 +46,10 @@ func CheckHistory(path string) (History, error) {
 	if err != nil {
 		return History{}, err
 	}
+	now, err := current(dir, abs, rel)
+	if err != nil {
+		return History{}, err
+	}
 	var h History
 	for _, c := range strings.Fields(string(log)) {
 		if _, err := git(dir, "rev-parse", "-q", "--verify", c+"^1^{commit}"); err != nil {
@@ -59,7 +64,7 @@ func CheckHistory(path string) (History, error) {
 		if err != nil {
 			return h, err
 		}
-		h.check(c[:min(len(c), 12)], older, newer)
+		h.check(c, older, newer, now)
 	}
 	// The working tree's file, against HEAD's.
 	if work, err := os.ReadFile(abs); err == nil {
@@ -72,15 +77,30 @@ func CheckHistory(path string) (History, error) {
 			if perr != nil {
 				return h, fmt.Errorf("%s: %w", path, perr)
 			}
-			h.check("the working tree", head, &wf)
+			h.check("the working tree", head, &wf, nil)
 		}
 	}
 	return h, nil
 }
 
+// current is the file as it stands: the working tree's, or HEAD's where
+// the working tree has none; nil where neither has it.
+func current(dir, abs, rel string) (*File, error) {
+	data, err := os.ReadFile(abs)
+	if err != nil {
+		return fileAt(dir, "HEAD", rel)
+	}
+	f, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", abs, err)
+	}
+	return &f, nil
+}
+
 // check adds the problems of one change of the file, older → newer
-// (older nil: the change made the file).
-func (h *History) check(where string, older, newer *File) {
+// (older nil: the change made the file), made by commit where (a hash, or
+// "the working tree"); now's amendments excuse a commit's problems.
+func (h *History) check(where string, older, newer, now *File) {
 	h.Checked++
 	if older == nil || newer == nil {
 		return
@@ -97,16 +117,24 @@ func (h *History) check(where string, older, newer *File) {
 		n, ok := kept[o.Name]
 		if !ok {
 			if !retiredAnew(newer, o.Name, retired) {
-				h.Problems = append(h.Problems, fmt.Sprintf("%s: dropped %q without retiring it with a why", where, o.Name))
+				h.Problems = append(h.Problems, fmt.Sprintf("%s: dropped %q without retiring it with a why", short(where), o.Name))
 			}
 			continue
 		}
 		exact := o
 		exact.Slack = 0
-		if n.WorseThan(exact) && n.Why == o.Why {
-			h.Problems = append(h.Problems, fmt.Sprintf("%s: made %q worse (%v → %v %s) and left its why as it was", where, o.Name, o.Value, n.Value, n.Unit))
+		if n.WorseThan(exact) && n.Why == o.Why && !(now != nil && now.amended(where, o.Name)) {
+			h.Problems = append(h.Problems, fmt.Sprintf("%s: made %q worse (%v → %v %s) and left its why as it was", short(where), o.Name, o.Value, n.Value, n.Unit))
 		}
 	}
+}
+
+// short is a commit's hash cut to the length an Amend needs.
+func short(where string) string {
+	if strings.Contains(where, " ") {
+		return where // the working tree
+	}
+	return where[:min(len(where), minAmendPrefix)]
 }
 
 // retiredAnew reports whether f retires name with a why that was not

@@ -33,6 +33,18 @@ func (r *repo) git(args ...string) {
 	}
 }
 
+// out runs git and returns what it printed.
+func (r *repo) out(args ...string) string {
+	r.t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = r.dir
+	b, err := cmd.Output()
+	if err != nil {
+		r.t.Fatalf("git %v: %v", args, err)
+	}
+	return string(b)
+}
+
 // path is the gates file's path: in a folder of the repository, as
 // .ci/gates.json is.
 func (r *repo) path() string { return filepath.Join(r.dir, ".ci", "gates.json") }
@@ -111,5 +123,55 @@ func TestCheckHistoryWorkingTree(t *testing.T) {
 	}
 	if h, err := CheckHistory(path); err != nil || len(h.Problems) != 0 {
 		t.Errorf("with the file removed from the working tree: %+v, %v; want no problem", h, err)
+	}
+}
+
+// TestCheckHistoryAmend: a commit that made a figure worse without a why
+// is excused by an amendment in the file as it stands, and only for the
+// figure and commit the amendment names.
+func TestCheckHistoryAmend(t *testing.T) {
+	r := newRepo(t)
+	r.commit(File{Figures: []Figure{fig("a", 2), fig("b", 1)}})
+	r.commit(File{Figures: []Figure{fig("a", 3), fig("b", 2)}})
+	bad := strings.TrimSpace(r.out("rev-parse", "HEAD"))
+	h, err := CheckHistory(r.path())
+	if err != nil || len(h.Problems) != 2 {
+		t.Fatalf("before the amendment: %q, %v; want two problems", h.Problems, err)
+	}
+	r.commit(File{Figures: []Figure{fig("a", 3), fig("b", 2)}, Amends: []Amend{{Commit: bad[:12], Name: "a", Why: "the token costs an allocation"}}})
+	h, err = CheckHistory(r.path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Problems) != 1 || !strings.Contains(h.Problems[0], `"b"`) || !strings.Contains(h.Problems[0], bad[:12]) {
+		t.Errorf("with a amended: %q; want b's problem alone, naming commit %s", h.Problems, bad[:12])
+	}
+	r.commit(File{Figures: []Figure{fig("a", 3), fig("b", 2)}, Amends: []Amend{
+		{Commit: bad[:12], Name: "a", Why: "the token costs an allocation"},
+		{Commit: bad, Name: "b", Why: "a deadline per call"},
+	}})
+	if h, err = CheckHistory(r.path()); err != nil || len(h.Problems) != 0 {
+		t.Errorf("both amended: %q, %v; want no problem", h.Problems, err)
+	}
+}
+
+// TestParseAmend: an amendment must name a commit by enough of its hash,
+// a figure, and a why.
+func TestParseAmend(t *testing.T) {
+	for name, a := range map[string]Amend{
+		"short hash": {Commit: "698a8bc", Name: "a", Why: "w"},
+		"not hex":    {Commit: "698a8bcbb91z", Name: "a", Why: "w"},
+		"no figure":  {Commit: "698a8bcbb91a", Why: "w"},
+		"no why":     {Commit: "698a8bcbb91a", Name: "a", Why: " "},
+	} {
+		f := File{Figures: []Figure{fig("a", 1)}, Amends: []Amend{a}}
+		if _, err := Parse(f.Marshal()); err == nil {
+			t.Errorf("%s: Parse accepted %+v", name, a)
+		}
+	}
+	f := File{Figures: []Figure{fig("a", 1)}, Amends: []Amend{{Commit: "698a8bcbb91a", Name: "a", Why: "w"}}}
+	back, err := Parse(f.Marshal())
+	if err != nil || len(back.Amends) != 1 || back.Amends[0] != f.Amends[0] {
+		t.Errorf("round trip: %+v, %v; want the amendment back", back.Amends, err)
 	}
 }

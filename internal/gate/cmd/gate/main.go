@@ -307,7 +307,7 @@ func history(path string, out io.Writer) error {
 		fmt.Fprintln(out, "  ", p)
 	}
 	if len(h.Problems) > 0 {
-		return fmt.Errorf("%d changes of %s made figures worse without saying why", len(h.Problems), filepath.Base(path))
+		return fmt.Errorf("%d changes of %s made figures worse without saying why; a change in the working tree: give it a why (-update -why); one already committed: add {\"commit\": its 12-digit hash, \"name\": the figure, \"why\": …} to the file's \"amends\" and commit that", len(h.Problems), filepath.Base(path))
 	}
 	return nil
 }
