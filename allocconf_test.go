@@ -15,31 +15,31 @@ import (
 func TestParseAllocConf(t *testing.T) {
 	good := map[string]func(t *testing.T, m *Manager){
 		"": func(t *testing.T, m *Manager) {
-			if _, ok := m.Allocator().(*alloc.Expandable); !ok {
-				t.Errorf("allocator %T; want the Pool kind's default on the simulator, *alloc.Expandable", m.Allocator())
+			if _, ok := m.Account().Allocator().(*alloc.Expandable); !ok {
+				t.Errorf("allocator %T; want the Pool kind's default on the simulator, *alloc.Expandable", m.Account().Allocator())
 			}
 		},
 		"kind:pool,expandable:false": func(t *testing.T, m *Manager) {
-			if _, ok := m.Allocator().(*alloc.Pool); !ok {
-				t.Errorf("allocator %T; want *alloc.Pool", m.Allocator())
+			if _, ok := m.Account().Allocator().(*alloc.Pool); !ok {
+				t.Errorf("allocator %T; want *alloc.Pool", m.Account().Allocator())
 			}
 		},
 		" Kind : pool , expandable : TRUE , release_threshold : 4MiB ": func(t *testing.T, m *Manager) {
-			e, ok := m.Allocator().(*alloc.Expandable)
+			e, ok := m.Account().Allocator().(*alloc.Expandable)
 			if !ok || e.Config().ReleaseThreshold != 4*units.MiB {
-				t.Errorf("allocator %T; want *alloc.Expandable keeping 4 MiB on Trim", m.Allocator())
+				t.Errorf("allocator %T; want *alloc.Expandable keeping 4 MiB on Trim", m.Account().Allocator())
 			}
 		},
 		"kind:async,release_threshold:1GiB": func(t *testing.T, m *Manager) {
-			a, ok := m.Allocator().(*alloc.AsyncPool)
+			a, ok := m.Account().Allocator().(*alloc.AsyncPool)
 			if !ok || a.ReleaseThreshold() != units.GiB {
-				t.Errorf("allocator %T; want *alloc.AsyncPool keeping 1 GiB", m.Allocator())
+				t.Errorf("allocator %T; want *alloc.AsyncPool keeping 1 GiB", m.Account().Allocator())
 			}
 		},
 		"kind:direct,limit:8MiB": func(t *testing.T, m *Manager) {
-			l, ok := m.Allocator().(*alloc.Limit)
+			l, ok := m.Account().Allocator().(*alloc.Limit)
 			if !ok || l.Cap() != 8*units.MiB {
-				t.Errorf("allocator %T; want a Limit of 8 MiB", m.Allocator())
+				t.Errorf("allocator %T; want a Limit of 8 MiB", m.Account().Allocator())
 			} else if _, ok := l.Upstream().(*alloc.Direct); !ok {
 				t.Errorf("limit over %T; want *alloc.Direct", l.Upstream())
 			}
@@ -98,8 +98,8 @@ func TestWithExpandableNeedsVirtualMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	if _, ok := m.Allocator().(*alloc.Pool); !ok {
-		t.Errorf("default allocator on a device without virtual memory is %T; want *alloc.Pool", m.Allocator())
+	if _, ok := m.Account().Allocator().(*alloc.Pool); !ok {
+		t.Errorf("default allocator on a device without virtual memory is %T; want *alloc.Pool", m.Account().Allocator())
 	}
 }
 

@@ -708,8 +708,8 @@ func TestWithCapBoundsThePlan(t *testing.T) {
 			if resp.Plan.Chunks < 3 || c.Held() > 8*MiB {
 				t.Errorf("%d chunks, %s held; want at least 3 chunks within the cap of 8 MiB", resp.Plan.Chunks, units.Format(c.Held()))
 			}
-			if _, ok := m.Allocator().(*alloc.Limit); !ok {
-				t.Errorf("the allocator is a %T, not capped by a Limit", m.Allocator())
+			if _, ok := m.Account().Allocator().(*alloc.Limit); !ok {
+				t.Errorf("the allocator is a %T, not capped by a Limit", m.Account().Allocator())
 			}
 		})
 	}

@@ -186,8 +186,8 @@ func (c *Client) Held() uint64 {
 // label freed twice or misspelt usually means a bug.
 func (c *Client) Free(label string) error {
 	m := c.m
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
 	m.mu.Lock()
 	if err := m.checkLocked(c); err != nil {
 		m.mu.Unlock()
@@ -210,11 +210,11 @@ func (c *Client) Free(label string) error {
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m
-	m.allocMu.RLock()
+	m.useMu.RLock()
 	m.mu.Lock()
 	if c.closed || m.closed {
 		m.mu.Unlock()
-		m.allocMu.RUnlock()
+		m.useMu.RUnlock()
 		return nil
 	}
 	c.closed = true
@@ -222,13 +222,13 @@ func (c *Client) Close() error {
 	m.pools.Leave(c.prop)
 	allocs := c.takeAllLocked()
 	m.mu.Unlock()
-	defer m.allocMu.RUnlock()
+	defer m.useMu.RUnlock()
 	var err error
 	if len(allocs) > 0 {
 		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
 	}
 	// After the frees, which use its stream. The last member of a group
-	// closes the group's stream, which waits for its work: under allocMu,
+	// closes the group's stream, which waits for its work: under useMu,
 	// so that no SetAllocator or Close overlaps it (an allocator's Close
 	// waits for the frees queued on live streams only).
 	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
@@ -285,7 +285,7 @@ func (c *Client) takeAllLocked() []*allocation {
 // client joins the stream group o.Group, made (with its stream) if new;
 // a refused Register makes no group.
 func (m *Manager) Register(o ClientOptions) (*Client, error) {
-	units, err := share.ToUnits(o.Proportion, true)
+	prop, err := share.ToUnits(o.Proportion, true)
 	if err != nil {
 		return nil, fmt.Errorf("register %q: %w", o.Name, err)
 	}
@@ -299,7 +299,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		name:         o.Name,
 		onInvalidate: o.OnInvalidate,
 		onAllocated:  o.OnAllocated,
-		prop:         units,
+		prop:         prop,
 		group:        group,
 	}
 	// cubie refuses queue_request from an instance with no live
@@ -315,7 +315,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		m.mu.Unlock()
 		return nil, closedErr("register")
 	}
-	warn, err := m.pools.Join(units)
+	warn, err := m.pools.Join(prop)
 	m.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("register %v: %w", c, err)
@@ -353,7 +353,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	if c == nil || c.m != m {
 		return foreign(c)
 	}
-	units, err := share.ToUnits(p, !toManual)
+	prop, err := share.ToUnits(p, !toManual)
 	if err != nil {
 		return fmt.Errorf("%v: %w", c, err)
 	}
@@ -367,12 +367,12 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		return nil // the mode it has: nothing to do (as cubie)
 	}
 	// Move c as asked; a refusal leaves the pools as they were.
-	warn, err := m.pools.Move(c.prop, units)
+	warn, err := m.pools.Move(c.prop, prop)
 	if err != nil {
 		m.mu.Unlock()
 		return fmt.Errorf("%v: %w", c, err)
 	}
-	c.prop = units
+	c.prop = prop
 	m.mu.Unlock()
 	if warn != "" {
 		m.log.Warn(warn, "client", c.String())
@@ -449,19 +449,19 @@ func (c *Client) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sync %v: %w", c, err)
 	}
-	m.allocMu.RLock()
+	m.useMu.RLock()
 	s, err := m.stream(c)
 	if err != nil {
-		m.allocMu.RUnlock()
+		m.useMu.RUnlock()
 		return err
 	}
 	if ctx.Done() == nil { // never cancelled: wait here
-		defer m.allocMu.RUnlock()
+		defer m.useMu.RUnlock()
 		return s.Synchronize()
 	}
 	done := make(chan error, 1)
 	go func() {
-		defer m.allocMu.RUnlock()
+		defer m.useMu.RUnlock()
 		done <- s.Synchronize()
 	}()
 	select {

@@ -81,10 +81,10 @@ func TestConcurrentClients(t *testing.T) {
 			if p := m.Shares().Manual; p != 0 {
 				t.Errorf("manual pool %v after every client closed", p)
 			}
-			if err := m.Allocator().Trim(); err != nil {
+			if err := m.Account().Allocator().Trim(); err != nil {
 				t.Fatal(err)
 			}
-			if st := m.Allocator().Stats(); st.InUse != 0 {
+			if st := m.Account().Allocator().Stats(); st.InUse != 0 {
 				t.Errorf("allocator has %d bytes in use", st.InUse)
 			}
 			if err := m.Close(); err != nil {
@@ -206,7 +206,7 @@ func TestConcurrentActiveMode(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	_ = m.Allocator().Trim()
+	_ = m.Account().Allocator().Trim()
 	if f, _, _ := dev.MemInfo(); f != free0 {
 		t.Errorf("device free %d, was %d", f, free0)
 	}

@@ -226,10 +226,10 @@ func (c *Client) ChangeStreamGroup(group string) error {
 // its stream closed after its work. moved is false, with no error, if c
 // was no longer in from.
 func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
-	// Streams of groups left empty are closed under allocMu, so that no
+	// Streams of groups left empty are closed under useMu, so that no
 	// SetAllocator or Close overlaps it (see Client.Close).
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
 	_, releaseTo, err := m.groups.Hold(to)
 	if err != nil {
 		if errors.Is(err, streams.ErrClosed) {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/simtest"
 	"github.com/vramkit/vram/internal/units"
@@ -89,8 +90,25 @@ const MiB = units.MiB
 
 // allocatorKind is m's allocator kind.
 func allocatorKind(m *Manager) AllocatorKind {
-	k, _ := m.AllocatorStats()
+	k, _ := m.Account().Stats()
 	return k
+}
+
+// granularityOf is the rounding unit the planner counts bytes in for a:
+// its granularity, or DefaultGranularity (as the budget reads it from
+// the account's Room).
+func granularityOf(a alloc.Allocator) uint64 {
+	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
+		return g.Granularity()
+	}
+	return DefaultGranularity
+}
+
+// cachedOf is the bytes m's allocator holds from the device and has not
+// in use.
+func cachedOf(m *Manager) uint64 {
+	_, st := m.Account().Stats()
+	return st.Cached()
 }
 
 func must(t testing.TB, err error) {

@@ -118,7 +118,7 @@ func holdArray(ctx context.Context, m *vram.Manager, name string, bytes int) (*v
 // leaseOf is m's lease in the broker's status.
 func (w *leaseWorld) leaseOf(t *testing.T, m *vram.Manager) broker.LeaseStatus {
 	t.Helper()
-	ls, ok := m.Lease()
+	ls, ok := m.Account().Lease()
 	if !ok {
 		t.Fatal("the manager has no lease")
 	}
@@ -172,10 +172,10 @@ func TestLeaseClaimsAndGivesBack(t *testing.T) {
 	}
 	defer cb.Close()
 	for name, m := range map[string]*vram.Manager{"a": a, "b": b} {
-		if st := m.Allocator().Stats(); st.OOMs != 0 {
+		if st := m.Account().Allocator().Stats(); st.OOMs != 0 {
 			t.Errorf("%s's allocator ran out of memory %d times; want every refusal the broker's, before the device", name, st.OOMs)
 		}
-		ls, _ := m.Lease()
+		ls, _ := m.Account().Lease()
 		t.Logf("%s: %+v", name, ls)
 	}
 }
@@ -220,7 +220,7 @@ func TestLeaseGivenBackAfterFree(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Allocator().Trim(); err != nil {
+	if err := a.Account().Allocator().Trim(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a's freed memory reported and given back", func() bool { l := w.leaseOf(t, a); return l.Held == 0 && l.Limit == 0 })
@@ -253,7 +253,7 @@ func TestLeasePlanNowCountsTheCache(t *testing.T) {
 		t.Fatalf("plan %+v: want the batch chunked", resp.Plan)
 	}
 	c.Free("x")
-	if st := a.Allocator().Stats(); st.Cached() < st.Reserved/2 {
+	if st := a.Account().Allocator().Stats(); st.Cached() < st.Reserved/2 {
 		t.Fatalf("allocator %+v: want the freed arrays in its cache", st)
 	}
 	p, err := c.PlanNow(context.Background(), map[*vram.Client]map[string]vram.ArrayRequest{c: reqs})
@@ -286,7 +286,7 @@ func TestLeaseShrinkIsABudgetChange(t *testing.T) {
 	}
 	defer cb.Close()
 	waitFor(t, "a's trim for the broker noted as a budget change", func() bool {
-		return strings.Contains(a.BudgetChange().Why, "shrunk for the broker's lease")
+		return strings.Contains(a.Account().LastChange().Why, "shrunk for the broker's lease")
 	})
-	t.Logf("a's last budget change: %+v", a.BudgetChange())
+	t.Logf("a's last budget change: %+v", a.Account().LastChange())
 }

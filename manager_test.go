@@ -409,11 +409,11 @@ func TestAllocatorKinds(t *testing.T) {
 		t.Errorf("default allocator %v, want pool", allocatorKind(m))
 	}
 	// The simulator manages virtual memory: the Pool kind is Expandable.
-	if _, ok := m.Allocator().(*alloc.Expandable); !ok {
-		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Allocator())
+	if _, ok := m.Account().Allocator().(*alloc.Expandable); !ok {
+		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Account().Allocator())
 	}
-	if granularityOf(m.Allocator()) != alloc.PoolGranularity {
-		t.Errorf("granularity %d", granularityOf(m.Allocator()))
+	if granularityOf(m.Account().Allocator()) != alloc.PoolGranularity {
+		t.Errorf("granularity %d", granularityOf(m.Account().Allocator()))
 	}
 	if _, err := New(dev, WithAllocator(AllocatorKind(7))); !errors.Is(err, device.ErrInvalidValue) {
 		t.Errorf("New with a bad kind: %v", err)
@@ -444,14 +444,14 @@ func TestWrapAndLimitBoundTheBudget(t *testing.T) {
 	if resp.Plan.Chunks != 2 || resp.Plan.Budget != 8*MiB || lim.Used() != 8*MiB {
 		t.Errorf("chunks %d budget %d used %d; want 2, 8 MiB, 8 MiB", resp.Plan.Chunks, resp.Plan.Budget, lim.Used())
 	}
-	if m.Allocator() != lim {
-		t.Errorf("Allocator() = %T, want the wrapper", m.Allocator())
+	if m.Account().Allocator() != lim {
+		t.Errorf("Allocator() = %T, want the wrapper", m.Account().Allocator())
 	}
 	if err := m.SetAllocator(Direct); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Allocator().(*alloc.Limit); !ok || lim.Upstream() == nil {
-		t.Errorf("SetAllocator did not wrap the new allocator: %T", m.Allocator())
+	if _, ok := m.Account().Allocator().(*alloc.Limit); !ok || lim.Upstream() == nil {
+		t.Errorf("SetAllocator did not wrap the new allocator: %T", m.Account().Allocator())
 	}
 	if _, ok := lim.Upstream().(*alloc.Direct); !ok {
 		t.Errorf("new upstream is a %T", lim.Upstream())

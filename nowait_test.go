@@ -63,7 +63,7 @@ func cachedBehindKernel(t *testing.T, n int) (*Manager, *sim.Device, func()) {
 	}
 	release := longKernel(t, dev, a)
 	must(t, a.Free("x"))
-	if m.cached() == 0 {
+	if cachedOf(m) == 0 {
 		t.Fatal("the allocator caches nothing after the free")
 	}
 	return m, dev, release

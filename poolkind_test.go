@@ -72,10 +72,10 @@ func TestAllocatorNamedAsServed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if _, err := m.Allocator().Alloc(1<<40, s); err == nil {
+			if _, err := m.Account().Allocator().Alloc(1<<40, s); err == nil {
 				t.Fatal("a TiB allocation succeeded")
 			}
-			if _, plain := m.Allocator().(plainAlloc); !plain && oomName != tc.serve {
+			if _, plain := m.Account().Allocator().(plainAlloc); !plain && oomName != tc.serve {
 				t.Errorf("the out-of-memory report names %q; want %q", oomName, tc.serve)
 			}
 		})

@@ -130,7 +130,7 @@ func TestAllocateHooks(t *testing.T) {
 	if st.DType() != Float32 || st.Bytes() != 8000 || st.Len() != 2000 || !slices.Equal(st.Strides(), []int{4000, 4}) || st.Memory() != Device {
 		t.Errorf("state array: %v bytes %d len %d strides %v", st, st.Bytes(), st.Len(), st.Strides())
 	}
-	if g := granularityOf(m.Allocator()); a.Held() != roundUp(8000, g)+roundUp(128, g) || b.Held() != roundUp(40000, g) {
+	if g := granularityOf(m.Account().Allocator()); a.Held() != roundUp(8000, g)+roundUp(128, g) || b.Held() != roundUp(40000, g) {
 		t.Errorf("held: a %d, b %d", a.Held(), b.Held())
 	}
 	if got := a.Arrays(); got["state"] != st || len(got) != 2 {
@@ -408,7 +408,7 @@ func TestAllocateFailures(t *testing.T) {
 						if now[l] != nil || !a.Freed() {
 							t.Errorf("%s/%s: the failure freed it, yet it is still held", name, l)
 						}
-						held -= roundUp(a.Bytes(), granularityOf(m.Allocator()))
+						held -= roundUp(a.Bytes(), granularityOf(m.Account().Allocator()))
 						gone++
 					case now[l] != a || a.Freed():
 						t.Errorf("%s/%s was lost by the failure: holds %v (freed %v), had %v", name, l, now[l], a.Freed(), a)
@@ -567,7 +567,7 @@ func TestHostMemoryRequests(t *testing.T) {
 	if mp.DevicePtr() == 0 || resp.Arrays()["mapped"].Ptr() != mp.DevicePtr() || resp.Arrays()["mapped"].Memory() != Mapped {
 		t.Errorf("mapped: host at %v, device array %v", mp.DevicePtr(), resp.Arrays()["mapped"])
 	}
-	if c.Held() != roundUp(4000, granularityOf(m.Allocator())) {
+	if c.Held() != roundUp(4000, granularityOf(m.Account().Allocator())) {
 		t.Errorf("host memory counted as held: %d", c.Held())
 	}
 	if r := dev.Leaks(); r.HostBuffers != 2 {
@@ -653,7 +653,7 @@ func TestSetAllocator(t *testing.T) {
 			if allocatorKind(m) != kind {
 				t.Errorf("kind %v", allocatorKind(m))
 			}
-			if k, st := m.AllocatorStats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
+			if k, st := m.Account().Stats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
 				t.Errorf("AllocatorStats = %v, %+v; want the new %v with nothing allocated", k, st, kind)
 			}
 			if !resp.Arrays()["x"].Freed() || !resp.Host()["p"].Freed() || a.Held() != 0 {
@@ -728,7 +728,7 @@ func TestReallocationReplaces(t *testing.T) {
 	if got := c.Arrays(); got["x"] != r2.Arrays()["x"] || got["keep"] != r1.Arrays()["keep"] {
 		t.Errorf("client arrays %v", got)
 	}
-	if c.Held() != 2*roundUp(4000, granularityOf(m.Allocator())) {
+	if c.Held() != 2*roundUp(4000, granularityOf(m.Account().Allocator())) {
 		t.Errorf("held %d", c.Held())
 	}
 }

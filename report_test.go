@@ -84,7 +84,7 @@ func TestOOMObserver(t *testing.T) {
 	if len(seen) == 0 || errs[len(errs)-1] != oe {
 		t.Fatalf("observer saw %d failures, want the last to be Allocate's error", len(seen))
 	}
-	stats := m.Allocator().Stats()
+	stats := m.Account().Allocator().Stats()
 	if uint64(len(seen)) != stats.OOMs {
 		t.Errorf("observer called %d times for %d out-of-memory failures", len(seen), stats.OOMs)
 	}

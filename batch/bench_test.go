@@ -273,7 +273,7 @@ func BenchmarkBatchRecut(b *testing.B) {
 			var wall time.Duration
 			recuts := 0
 			for b.Loop() {
-				if err := bb.m.SetCap(capBytes); err != nil {
+				if err := bb.m.Account().SetCap(capBytes); err != nil {
 					b.Fatal(err)
 				}
 				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 1, Grow: true}, func(_ context.Context, ch *batch.Chunk) error {
@@ -282,7 +282,7 @@ func BenchmarkBatchRecut(b *testing.B) {
 						if ch.Index%32 == 15 {
 							c /= 2
 						}
-						if err := bb.m.SetCap(c); err != nil {
+						if err := bb.m.Account().SetCap(c); err != nil {
 							return err
 						}
 					}

@@ -1,8 +1,9 @@
 package broker
 
 // A vram manager's lease (vram.WithBroker): the dialer this package
-// registers with vram, and the adapter that gives a manager what it needs
-// of a Lease (vram.Lease) in the allocator's bytes. Linking the package
+// registers with the device-memory account (package account), and the
+// adapter that gives an account what it needs of a Lease (account.Lease)
+// in the allocator's bytes. Linking the package
 // in (import _ "github.com/vramkit/vram/broker") is what makes
 // WithBroker and $VRAM_BROKER work.
 
@@ -14,15 +15,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 )
 
-func init() { vram.RegisterBroker(dialManagerLease) }
+func init() { account.RegisterBroker(dialManagerLease) }
 
 // dialManagerLease connects to req's broker, finds the manager's device
 // among the broker's and acquires the lease req asks for. The client is
 // the lease's own: closing the lease closes it.
-func dialManagerLease(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
+func dialManagerLease(ctx context.Context, req account.LeaseRequest) (account.Lease, error) {
 	var opts []DialOption
 	if req.Logger != nil {
 		opts = append(opts, WithLogger(req.Logger))
@@ -84,17 +85,17 @@ type managerLease struct {
 	dev DeviceInfo
 }
 
-var _ vram.Lease = (*managerLease)(nil)
+var _ account.Lease = (*managerLease)(nil)
 
-func toManager(b Budget) vram.LeaseBudget {
-	lb := vram.LeaseBudget{Bytes: b.Bytes(), Guaranteed: b.Guaranteed - min(b.Guaranteed, b.Context)}
+func toManager(b Budget) account.LeaseBudget {
+	lb := account.LeaseBudget{Bytes: b.Bytes(), Guaranteed: b.Guaranteed - min(b.Guaranteed, b.Context)}
 	if s := b.Shrink; s != nil {
 		lb.Shrink, lb.Deadline, lb.Overdue = true, s.Deadline, s.Overdue
 	}
 	return lb
 }
 
-func (m *managerLease) Budget() vram.LeaseBudget { return toManager(m.l.Budget()) }
+func (m *managerLease) Budget() account.LeaseBudget { return toManager(m.l.Budget()) }
 
 func (m *managerLease) Changed() <-chan struct{} { return m.l.Changed() }
 
@@ -109,14 +110,14 @@ func (m *managerLease) most() uint64 {
 	return top - min(top, ctx)
 }
 
-func (m *managerLease) Claim(ctx context.Context, bytes uint64) (vram.LeaseBudget, error) {
+func (m *managerLease) Claim(ctx context.Context, bytes uint64) (account.LeaseBudget, error) {
 	b, err := m.l.Claim(ctx, min(bytes, m.most()))
 	return toManager(b), err
 }
 
 // Report reports at most the device less the context (the broker's
 // bound on a report): what is held is a fact, whatever the cap.
-func (m *managerLease) Report(ctx context.Context, bytes uint64) (vram.LeaseBudget, error) {
+func (m *managerLease) Report(ctx context.Context, bytes uint64) (account.LeaseBudget, error) {
 	top := m.dev.Total - min(m.dev.Total, m.l.Budget().Context)
 	err := m.l.Report(ctx, min(bytes, top))
 	return m.Budget(), err

@@ -94,7 +94,7 @@ func TestCollectValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reserved := m.Allocator().Stats().Reserved
+	reserved := m.Account().Allocator().Stats().Reserved
 	if reserved == 0 || 64*mib-free != reserved {
 		t.Fatalf("the pool reserved %d bytes but the device has %d of %d free", reserved, free, 64*mib)
 	}

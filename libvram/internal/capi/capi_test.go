@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 )
@@ -463,7 +464,7 @@ func TestForeignCaller(t *testing.T) {
 	}
 	b := &borrowing{Device: dev, streams: map[uintptr]device.Stream{}}
 	var r Registry
-	m, err := r.openOn(b, Options{Spec: "sim (borrowing)"}, nil)
+	m, err := r.openOn(b, Options{Spec: "sim (borrowing)"}, vram.AllocConf{})
 	if err != nil {
 		t.Fatal(err)
 	}

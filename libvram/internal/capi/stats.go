@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -77,7 +78,7 @@ func (m *Manager) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	defer done()
-	_, rep := vram.AllocatorReport(m.vm)
+	_, rep := m.acct.Report()
 	info := m.dev.Info()
 	st := Stats{Handle: m.handle, Spec: m.spec, Device: m.ordinal, Backend: info.Backend, Allocator: rep.Allocator,
 		InUse: rep.InUse, PeakInUse: rep.PeakInUse, Reserved: rep.Reserved, PeakReserved: rep.PeakReserved,
@@ -95,16 +96,27 @@ func (m *Manager) Stats() (Stats, error) {
 	return st, nil
 }
 
-// Report is the manager's memory report: its handle and device, the vram
-// manager's report (allocator, cap, pinned pool), each framework's books
-// and the hook failures, as text.
+// Report is the manager's memory report: its handle and device, the
+// account's report (allocator, cap) in a vram.ManagerReport, each
+// framework's books and the hook failures, as text.
 func (m *Manager) Report() (string, error) {
 	done, err := m.use("report")
 	if err != nil {
 		return "", err
 	}
 	defer done()
-	return m.report(vram.Report(m.vm)), nil
+	return m.report(m.managerReport(m.acct.Report())), nil
+}
+
+// managerReport is the account's report, of the allocator of kind, as a
+// vram.ManagerReport: the device's figures beside it, no clients (the C
+// library has none).
+func (m *Manager) managerReport(kind alloc.Kind, r alloc.MemoryReport) vram.ManagerReport {
+	mr := vram.ManagerReport{Allocator: kind, Memory: r}
+	if free, total, err := m.dev.MemInfo(); err == nil {
+		mr.DeviceFree, mr.TotalMemory = free, total
+	}
+	return mr
 }
 
 // report writes r with m's header, books and hook failures. Takes mu.

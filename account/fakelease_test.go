@@ -1,0 +1,85 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+)
+
+// fakeLease is a Lease of a broker in the test: it grants every claim up
+// to grantMax (0: no bound), refuses every claim with refuse, and records
+// what it was told.
+type fakeLease struct {
+	mu       sync.Mutex
+	b        LeaseBudget
+	grantMax uint64
+	refuse   error
+	claims   []uint64 // the claims made, in order
+	reports  []uint64 // the reports made, in order
+	changed  chan struct{}
+}
+
+func newFakeLease(guaranteed uint64) *fakeLease {
+	return &fakeLease{b: LeaseBudget{Guaranteed: guaranteed}, changed: make(chan struct{})}
+}
+
+func (l *fakeLease) Budget() LeaseBudget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b
+}
+
+func (l *fakeLease) Changed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changed
+}
+
+func (l *fakeLease) Claim(_ context.Context, bytes uint64) (LeaseBudget, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claims = append(l.claims, bytes)
+	if l.refuse != nil {
+		return l.b, l.refuse
+	}
+	if l.grantMax > 0 {
+		bytes = min(bytes, l.grantMax)
+	}
+	l.b.Bytes = bytes
+	return l.b, nil
+}
+
+func (l *fakeLease) Report(_ context.Context, bytes uint64) (LeaseBudget, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reports = append(l.reports, bytes)
+	return l.b, nil
+}
+
+// set changes the budget as the broker would, and says so.
+func (l *fakeLease) set(b LeaseBudget) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = b
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+func (l *fakeLease) Err() error     { return nil }
+func (l *fakeLease) String() string { return "lease fake" }
+func (l *fakeLease) Close() error   { return nil }
+
+// withFakeBroker makes l the lease every account of the test with a
+// Broker gets, and puts the dialer back when the test ends.
+func withFakeBroker(t *testing.T, l *fakeLease) {
+	t.Helper()
+	before := brokerDialer()
+	RegisterBroker(func(context.Context, LeaseRequest) (Lease, error) {
+		if l == nil {
+			return nil, errors.New("no broker in this test")
+		}
+		return l, nil
+	})
+	t.Cleanup(func() { RegisterBroker(before) })
+}

@@ -1,0 +1,219 @@
+package account
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
+	"github.com/vramkit/vram/internal/units"
+)
+
+const MiB = units.MiB
+
+// newLeased makes an account of a fresh 2 GiB simulator (addresses
+// only), served by Direct (each allocation a device allocation of its
+// own, no cache), with l as its broker's lease, closed when the test
+// ends; the device is checked for leaks then.
+func newLeased(t *testing.T, l *fakeLease) *Account {
+	t.Helper()
+	withFakeBroker(t, l)
+	dev := simtest.New(t, 2048*MiB, func(c *sim.Config) { c.AddressOnly = true })
+	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Broker: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(nil); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return a
+}
+
+// TestAllocBesideSwapUnderALease: an allocation through the account
+// under a broker's lease (the C library's hooks: claim what the lease
+// lacks, then allocate) reads the allocator and its cap under the lock
+// that Swap takes to replace them. (It read them with no lock when the
+// claim was the manager's ClaimLease: run with -race, this test's
+// interleaving was a data race there.) Every allocation lands in an
+// allocator that a swap or the account's Close frees: the device is left
+// with nothing.
+func TestAllocBesideSwapUnderALease(t *testing.T) {
+	a := newLeased(t, newFakeLease(64*MiB))
+	s := a.Device().DefaultStream()
+	const rounds = 500 // the old code's race showed in every run of 500, not of 50
+	var wg sync.WaitGroup
+	wg.Add(2)
+	errs := make(chan error, 2*rounds)
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			if _, err := a.Alloc(context.Background(), MiB, s); err != nil {
+				errs <- err
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			p, err := a.Prepare(alloc.KindDirect)
+			if err == nil {
+				err = a.Swap(p) // frees what the old allocator still holds
+			}
+			if err != nil {
+				errs <- err
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestReserve: what Reserve asks of the broker and what it returns, by
+// the lease it finds. The allocator (Direct) holds nothing, so n bytes
+// reserved take the allocator to n.
+func TestReserve(t *testing.T) {
+	tests := map[string]struct {
+		lease    LeaseBudget // before Reserve (set as the broker's change)
+		grantMax uint64      // the broker grants at most this (0: all)
+		refuse   error
+		n        uint64
+		claim    bool   // a claim of n is made
+		report   bool   // n is reported held
+		short    bool   // *ShortError
+		refused  bool   // ShortError.Refused
+		after    uint64 // the lease after
+	}{
+		"within the lease: reported, no claim": {lease: LeaseBudget{Bytes: 8 * MiB}, n: 4 * MiB, report: true, after: 8 * MiB},
+		"past the lease: claimed, reported":    {lease: LeaseBudget{Bytes: 2 * MiB}, n: 4 * MiB, claim: true, report: true, after: 4 * MiB},
+		"granted in part: short":               {lease: LeaseBudget{Bytes: 2 * MiB}, grantMax: 3 * MiB, n: 4 * MiB, claim: true, short: true, after: 3 * MiB},
+		"refused: short, refused":              {lease: LeaseBudget{Bytes: 2 * MiB}, refuse: errors.New("no"), n: 4 * MiB, claim: true, short: true, refused: true, after: 2 * MiB},
+		"asked to shrink: short, no claim":     {lease: LeaseBudget{Bytes: 2 * MiB, Shrink: true}, n: 4 * MiB, short: true, after: 2 * MiB},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			l := newFakeLease(64 * MiB)
+			a := newLeased(t, l)
+			a.leaveBroker()         // the test plays the follower
+			a.lease.apply(tc.lease) // as the follower applies the broker's change
+			l.mu.Lock()
+			l.b, l.grantMax, l.refuse, l.claims, l.reports = tc.lease, tc.grantMax, tc.refuse, nil, nil
+			l.mu.Unlock()
+			r, err := a.Reserve(context.Background(), tc.n)
+			defer r.Release()
+			var short *ShortError
+			if got := errors.As(err, &short); got != tc.short || (err != nil && !tc.short) {
+				t.Fatalf("Reserve: %v; want a ShortError %v", err, tc.short)
+			}
+			if tc.short && (short.Refused() != tc.refused || !errors.Is(err, ErrLease) || !errors.Is(err, ErrOutOfMemory)) {
+				t.Errorf("%v: refused %v, want %v, wrapping ErrLease and ErrOutOfMemory", err, short.Refused(), tc.refused)
+			}
+			l.mu.Lock()
+			claims, reports := slices.Clone(l.claims), slices.Clone(l.reports)
+			l.mu.Unlock()
+			if got := slices.Contains(claims, tc.n); got != tc.claim {
+				t.Errorf("claims %v; want one of %d: %v", claims, tc.n, tc.claim)
+			}
+			if got := slices.Contains(reports, tc.n); got != tc.report {
+				t.Errorf("reports %v; want one of %d: %v", reports, tc.n, tc.report)
+			}
+			if b := a.lease.budget(); b.Bytes != tc.after {
+				t.Errorf("lease %d MiB after; want %d MiB", b.Bytes/MiB, tc.after/MiB)
+			}
+		})
+	}
+}
+
+// TestReserveHoldsTheLease: while a reservation holds, the follower gives
+// nothing back, and the cap stays at what was reserved when the lease
+// is lowered; Release lets both go.
+func TestReserveHoldsTheLease(t *testing.T) {
+	a := newLeased(t, newFakeLease(64*MiB))
+	a.leaveBroker() // the test plays the follower
+	r, err := a.Reserve(context.Background(), 8*MiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.lease.apply(LeaseBudget{Bytes: 2 * MiB, Shrink: true})
+	if c, _ := a.Cap(); c != 8*MiB {
+		t.Errorf("cap %d MiB while reserved; want the 8 MiB reserved", c/MiB)
+	}
+	r.Release()
+	r.Release() // a second release does nothing
+	a.lease.apply(LeaseBudget{Bytes: 2 * MiB, Shrink: true})
+	if c, _ := a.Cap(); c != 2*MiB {
+		t.Errorf("cap %d MiB once released; want the lease's 2 MiB", c/MiB)
+	}
+}
+
+// TestReserveWithoutALease: with no lease there is nothing to reserve.
+func TestReserveWithoutALease(t *testing.T) {
+	a, err := New(simtest.New(t, 64*MiB), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(nil)
+	r, err := a.Reserve(context.Background(), 1<<40)
+	if r != nil || err != nil {
+		t.Errorf("Reserve without a lease = %v, %v; want nil, nil", r, err)
+	}
+	r.Release() // a nil Reservation releases nothing
+}
+
+// TestGiveBackSkipsAHeldLease: the follower decides to give the lease
+// back from what it read of the reservations before its call to the
+// broker; a reservation or allocation that holds the lease by the time
+// the call's turn comes keeps it (its claim must not be given back
+// behind it, or its allocations fail at a cap of what was held before).
+func TestGiveBackSkipsAHeldLease(t *testing.T) {
+	l := newFakeLease(64 * MiB)
+	a := newLeased(t, l)
+	a.leaveBroker() // the test plays the follower
+	r, err := a.Reserve(context.Background(), 8*MiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	l.mu.Lock()
+	l.claims = nil
+	l.mu.Unlock()
+	a.lease.giveBack(context.Background(), 0) // as settle would, having read busy == 0 before the Reserve
+	l.mu.Lock()
+	claims := slices.Clone(l.claims)
+	l.mu.Unlock()
+	if len(claims) != 0 || a.lease.budget().Bytes != 8*MiB {
+		t.Errorf("claims %v and a lease of %d MiB while reserved; want none, and the 8 MiB reserved kept", claims, a.lease.budget().Bytes/MiB)
+	}
+}
+
+// TestAllocKeepsItsClaimUnderTheCap: an allocation that claimed room
+// under the lease keeps the cap at what it claimed until it is made,
+// whatever budget is applied meanwhile (a give-back's reply that crossed
+// its claim): it is not refused at a cap lowered under it.
+func TestAllocKeepsItsClaimUnderTheCap(t *testing.T) {
+	a := newLeased(t, newFakeLease(64*MiB))
+	a.leaveBroker() // the test plays the follower
+	a.mu.RLock()
+	done, err := a.lease.claimFor(context.Background(), 4*MiB, 4*MiB) // as Alloc does, before it allocates
+	a.mu.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.lease.apply(LeaseBudget{}) // the reply of a give-back to nothing, applied late
+	if c, _ := a.Cap(); c < 4*MiB {
+		t.Errorf("cap %d B while the allocation is in progress; want the 4 MiB it claimed", c)
+	}
+	done()
+	a.lease.apply(LeaseBudget{})
+	if c, _ := a.Cap(); c != 1 {
+		t.Errorf("cap %d B once done; want the lease's (nothing: 1 B)", c)
+	}
+}
