@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
@@ -31,7 +32,7 @@ func BenchmarkAllocateBesideLongKernels(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer dev.Close()
-			m, err := New(dev, WithAllocator(Pool))
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Pool}))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
@@ -86,12 +87,16 @@ func TestParseAllocConf(t *testing.T) {
 	}
 }
 
-// TestWithExpandableNeedsVirtualMemory: asking for Expandable on a device
+// TestExpandableNeedsVirtualMemory: asking for Expandable on a device
 // without virtual memory fails New, saying so.
-func TestWithExpandableNeedsVirtualMemory(t *testing.T) {
-	_, err := New(noVMDevice{newSim(t, 64*MiB)}, WithExpandable(true, alloc.ExpandableConfig{}))
+func TestExpandableNeedsVirtualMemory(t *testing.T) {
+	e, err := alloc.Lookup(alloc.NameExpandable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(noVMDevice{newSim(t, 64*MiB)}, WithAllocatorChoice(account.ChoiceOf(e)))
 	if !errors.Is(err, device.ErrNotSupported) {
-		t.Errorf("New with WithExpandable(true) on a device without virtual memory = %v; want ErrNotSupported", err)
+		t.Errorf("New with Expandable chosen on a device without virtual memory = %v; want ErrNotSupported", err)
 	}
 	m, err := New(noVMDevice{newSim(t, 64*MiB)})
 	if err != nil {
@@ -105,3 +110,38 @@ func TestWithExpandableNeedsVirtualMemory(t *testing.T) {
 
 // noVMDevice hides the simulator's virtual memory.
 type noVMDevice struct{ device.Device }
+
+// TestReadAllocConf: the configuration reads as one value, an
+// account.Choice and a cap, and its options give only what it names (no
+// choice when it names no allocator, so an earlier one stands).
+func TestReadAllocConf(t *testing.T) {
+	expandable, pool := poolEntry(alloc.NameExpandable), poolEntry(alloc.NamePool)
+	tests := map[string]struct {
+		want    AllocConf
+		options int
+	}{
+		"":            {want: AllocConf{}},
+		"limit:8MiB":  {want: AllocConf{Cap: 8 * units.MiB}, options: 1},
+		"kind:direct": {want: AllocConf{Allocator: account.Choice{Kind: Direct}, chosen: true}, options: 1},
+		"kind:pool,expandable:true,release_threshold:4MiB,limit:1GiB": {want: AllocConf{Allocator: account.Choice{Kind: Pool, Entry: expandable,
+			Configs: alloc.Configs{Expandable: alloc.ExpandableConfig{ReleaseThreshold: 4 * units.MiB}}}, Cap: units.GiB, chosen: true}, options: 2},
+		"expandable:false": {want: AllocConf{Allocator: account.Choice{Kind: Pool, Entry: pool}, chosen: true}, options: 1},
+		"kind:async,release_threshold:0": {want: AllocConf{Allocator: account.Choice{Kind: AsyncPool,
+			Configs: alloc.Configs{Async: alloc.AsyncConfig{ReleaseAtSync: true}}}, chosen: true}, options: 1},
+	}
+	for conf, tc := range tests {
+		t.Run(conf, func(t *testing.T) {
+			got, err := ReadAllocConf(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Allocator.Kind != tc.want.Allocator.Kind || got.Allocator.Entry.Name != tc.want.Allocator.Entry.Name ||
+				got.Allocator.Configs != tc.want.Allocator.Configs || got.Cap != tc.want.Cap || got.chosen != tc.want.chosen {
+				t.Errorf("ReadAllocConf = %+v; want %+v", got, tc.want)
+			}
+			if n := len(got.Options()); n != tc.options {
+				t.Errorf("%d options; want %d", n, tc.options)
+			}
+		})
+	}
+}

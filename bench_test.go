@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -20,7 +21,7 @@ func BenchmarkRegisterClose(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer dev.Close()
-			m, err := New(dev, WithAllocator(Direct))
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
@@ -49,7 +50,7 @@ func TestAllocateFitsTheDevice(t *testing.T) {
 				full := float64(fullBytes(reqs, alloc.PoolGranularity))
 				total := max(4*MiB, uint64(full*(0.2+rng.Float64()))&^(2*MiB-1))
 				dev := newSim(t, total, func(c *sim.Config) { c.AddressOnly = true })
-				m, err := New(dev, WithAllocator(kind))
+				m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: kind}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -265,7 +266,7 @@ func TestPageReserveIsEnough(t *testing.T) {
 // with; the arrays of a short chunk share one page, so the batch runs in
 // chunks.
 func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
-	m, _, _ := newManager(t, 8*MiB, WithAllocator(Pool))
+	m, _, _ := newManager(t, 8*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	in := register(t, m, ClientOptions{Name: "inputs", Group: "oscillators"})
 	out := register(t, m, ClientOptions{Name: "outputs", Group: "oscillators"})
 	const n, samples = 100_000, 50
@@ -308,7 +309,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 		mention []string
 	}{
 		"page reserve on a small device": {
-			opts: []Option{WithAllocator(Pool)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Pool})},
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 7*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
@@ -319,7 +320,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"a cap of 8 bytes": {
-			opts: []Option{WithAllocator(Direct), WithLimitMode(Active)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithLimitMode(Active)},
 			prop: 1e-6, // 8 MiB × 1e-6 = 8 B
 			reqs: map[string]ArrayRequest{"x": req(Float32, 0, 1<<20)},
 			is:   ErrRunTooLarge,
@@ -329,7 +330,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"a budget of nothing says what one run needs": {
-			opts: []Option{WithAllocator(Direct), WithLimitMode(Active)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithLimitMode(Active)},
 			prop: 1e-9, // a cap of 0 B
 			reqs: map[string]ArrayRequest{"x": req(Float32, 0, 1<<20)},
 			is:   ErrUnchunkable,
@@ -339,7 +340,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"limit binds": {
-			opts: []Option{WithAllocator(Direct), WithWrap(func(a alloc.Allocator) alloc.Allocator { return alloc.NewLimit(a, 2*MiB) })},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithWrap(func(a alloc.Allocator) alloc.Allocator { return alloc.NewLimit(a, 2*MiB) })},
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 3*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
@@ -348,7 +349,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"WithCap binds": {
-			opts: []Option{WithAllocator(Direct), WithCap(2 * MiB)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithCap(2 * MiB)},
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 3*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
@@ -387,15 +388,20 @@ type onlyAlloc struct{ alloc.Allocator }
 // Allocate gives the arrays back and plans again with what the pool
 // took beyond the reserve kept back, so the batch is chunked and allocated.
 func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
-	segmentPool := alloc.PoolConfig{GrowthDivisor: 4} // the default, stated
+	pool, err := alloc.Lookup(alloc.NamePool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segmentPool := account.ChoiceOf(pool)
+	segmentPool.Configs.Pool = alloc.PoolConfig{GrowthDivisor: 4} // the default, stated
 	for name, tc := range map[string]struct {
 		opts    []Option
 		replans uint64
 		chunk   int
 	}{
-		// A PoolConfig asks for the segment Pool, whose growth this is.
-		"exact growth":  {opts: []Option{WithAllocator(Pool), WithPoolConfig(segmentPool)}, replans: 0, chunk: 1},
-		"shared growth": {opts: []Option{WithAllocator(Pool), WithPoolConfig(segmentPool), WithWrap(func(a alloc.Allocator) alloc.Allocator { return onlyAlloc{a} })}, replans: 1, chunk: 2},
+		// The segment Pool, whose growth this is.
+		"exact growth":  {opts: []Option{WithAllocatorChoice(segmentPool)}, replans: 0, chunk: 1},
+		"shared growth": {opts: []Option{WithAllocatorChoice(segmentPool), WithWrap(func(a alloc.Allocator) alloc.Allocator { return onlyAlloc{a} })}, replans: 1, chunk: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := newManager(t, 40*MiB, tc.opts...)
@@ -696,7 +702,7 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 func TestWithCapBoundsThePlan(t *testing.T) {
 	for _, kind := range []AllocatorKind{Pool, Direct, AsyncPool} {
 		t.Run(kind.String(), func(t *testing.T) {
-			m, _, _ := newManager(t, 64*MiB, WithAllocator(kind), WithCap(8*MiB))
+			m, _, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: kind}), WithCap(8*MiB))
 			c := register(t, m, ClientOptions{})
 			if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 5<<20)}); err != nil { // 20 MiB
 				t.Fatal(err)

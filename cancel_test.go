@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 )
@@ -251,7 +252,7 @@ func TestCopyCancelled(t *testing.T) {
 func TestFreeWaitsUnderDirect(t *testing.T) {
 	for kind, waits := range map[AllocatorKind]bool{Direct: true, Pool: false, AsyncPool: false} {
 		t.Run(kind.String(), func(t *testing.T) {
-			m, dev, _ := newManager(t, 64*MiB, WithAllocator(kind))
+			m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: kind}))
 			a := register(t, m, ClientOptions{Name: "a", Group: "a"})
 			b := register(t, m, ClientOptions{Name: "b", Group: "b"})
 			holdBytes(t, a, int(MiB))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 )
 
@@ -25,7 +26,7 @@ func TestConcurrentClients(t *testing.T) {
 			free0, _, _ := dev.MemInfo()
 			// A limit of 24 MiB in use makes group g3's batch (2 × 3M
 			// float32 = 24 MiB) chunk, and lets the groups compete.
-			m, err := New(dev, WithAllocator(kind), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: kind}), WithWrap(func(a alloc.Allocator) alloc.Allocator {
 				return alloc.NewLimit(a, 24*MiB)
 			}))
 			if err != nil {
@@ -192,7 +193,7 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 // TestConcurrentActiveMode is TestConcurrentClients' client life under
 // the Active limit mode, where caps shrink as clients join.
 func TestConcurrentActiveMode(t *testing.T) {
-	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithLimitMode(Active))
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithLimitMode(Active))
 	free0, _, _ := dev.MemInfo()
 	var wg sync.WaitGroup
 	for w := range 8 {

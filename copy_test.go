@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -108,7 +109,7 @@ func TestChunkCopies(t *testing.T) {
 				if !strided {
 					dev = rowsOnly{cd, cd}
 				}
-				m, err := New(dev, WithAllocator(Direct))
+				m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -393,8 +393,9 @@
 //     pool; vram's default is Pool (a caching allocator: expandable
 //     segments where the device has virtual memory management), which
 //     holds less beside the live bytes on the traces in BENCHMARKS.md and
-//     is measured there; AsyncPool is cubie's (WithAllocator(AsyncPool),
-//     or $VRAM_ALLOC_CONF), and SetAllocator changes it at run time.
+//     is measured there; AsyncPool is cubie's (WithAllocatorChoice with
+//     that kind, or $VRAM_ALLOC_CONF), and SetAllocator changes it at run
+//     time.
 //   - Host ladder: cubie's limits are per array (pinned up to
 //     pinned_max_bytes, 1 GiB; a memmap above 80% of the total RAM);
 //     vram's count what is live (pinned while the pinned total stays under

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device/sim"
 )
 
@@ -17,7 +18,7 @@ import (
 func ExampleClient_BeginWork() {
 	dev, _ := sim.New(sim.Config{TotalBytes: 64 << 20, NoContext: true})
 	defer dev.Close()
-	m, _ := vram.New(dev, vram.WithAllocator(vram.Direct))
+	m, _ := vram.New(dev, vram.WithAllocatorChoice(account.Choice{Kind: vram.Direct}))
 	defer m.Close()
 	ctx := context.Background()
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
@@ -49,7 +50,7 @@ func holdStream(t *testing.T, dev *sim.Device, s device.Stream) (release func())
 // handed, at once, to another client on the new stream.
 func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
 	const n = 64 << 10 // small: x shares its segment with z, so a trim cannot free it
-	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	a := register(t, m, ClientOptions{Name: "a", Group: "A"})
 	register(t, m, ClientOptions{Name: "keeper", Group: "A"}) // A stays when a leaves
 	b := register(t, m, ClientOptions{Name: "b", Group: "B"})
@@ -279,7 +280,7 @@ func (b *blockOnMemInfo) MemInfo() (free, total uint64, err error) {
 // fit.
 func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
 	bt := &blockOnMemInfo{Device: newSim(t, 64*MiB), entered: make(chan struct{}), release: make(chan struct{})}
-	m, err := New(bt, WithAllocator(Direct))
+	m, err := New(bt, WithAllocatorChoice(account.Choice{Kind: Direct}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/simtest"
@@ -37,7 +38,7 @@ func newManager(t testing.TB, total uint64, opts ...Option) (*Manager, *sim.Devi
 func managerOn(t testing.TB, dev *sim.Device, opts ...Option) (*Manager, *logBuf) {
 	t.Helper()
 	lb := &logBuf{}
-	all := append([]Option{WithAllocator(Direct), WithLogger(slog.New(slog.NewTextHandler(lb, nil)))}, opts...)
+	all := append([]Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithLogger(slog.New(slog.NewTextHandler(lb, nil)))}, opts...)
 	m, err := New(dev, all...)
 	if err != nil {
 		t.Fatal(err)

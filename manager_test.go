@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/streams"
@@ -428,7 +429,7 @@ func TestAllocatorKinds(t *testing.T) {
 
 func TestWrapAndLimitBoundTheBudget(t *testing.T) {
 	var lim *alloc.Limit
-	m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+	m, _, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithWrap(func(a alloc.Allocator) alloc.Allocator {
 		lim = alloc.NewLimit(a, 8*MiB)
 		return lim
 	}))
@@ -487,7 +488,7 @@ func TestDefault(t *testing.T) {
 
 func TestClosedManager(t *testing.T) {
 	dev := newSim(t, 64*MiB)
-	m, err := New(dev, WithAllocator(Direct))
+	m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
 	if err != nil {
 		t.Fatal(err)
 	}

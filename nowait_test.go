@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -55,7 +56,7 @@ func within(t *testing.T, what string, release func(), f func() error) error {
 // and freed the array, so the allocator caches it with a's stream still
 // to reach the free.
 func cachedBehindKernel(t *testing.T, n int) (*Manager, *sim.Device, func()) {
-	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	a := register(t, m, ClientOptions{Name: "a", Group: "a"})
 	must(t, a.Queue(map[string]ArrayRequest{"x": {Shape: []int{n}, DType: Uint8, Unchunkable: true}}))
 	if _, err := a.Allocate(context.Background()); err != nil {
@@ -120,7 +121,7 @@ func TestAllocateTrimWaitsNoLongerThanItsContext(t *testing.T) {
 // returns at once (the old stream closes in the background once the
 // kernel ends), and another group's Allocate meanwhile is not held up.
 func TestChangeStreamGroupDoesNotWaitForTheOldStream(t *testing.T) {
-	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool))
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	c := register(t, m, ClientOptions{Name: "c", Group: "g1"})
 	old, err := c.Stream()
 	if err != nil {

@@ -2,6 +2,7 @@ package vram
 
 import (
 	"errors"
+	"github.com/vramkit/vram/account"
 	"strings"
 	"testing"
 )
@@ -39,7 +40,7 @@ func TestActiveOwnCaps(t *testing.T) {
 		"passive: caps bound nothing": {mode: Passive, a: req(Uint8, 0, runs, 40), b: fixed(Uint8, int(MiB))},
 	} {
 		t.Run(name, func(t *testing.T) {
-			m, _, lb := newManager(t, 64*MiB, WithLimitMode(tc.mode), WithAllocator(Pool))
+			m, _, lb := newManager(t, 64*MiB, WithLimitMode(tc.mode), WithAllocatorChoice(account.Choice{Kind: Pool}))
 			pb := 0.5
 			if tc.bCap > 0 {
 				pb = float64(tc.bCap) / float64(64*MiB)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -23,7 +24,7 @@ func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
 	t.Cleanup(func() { _ = dev.Close() })
 	var armed atomic.Bool
 	var other uint64
-	m, err := New(dev, WithAllocator(Pool), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+	m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Pool}), WithWrap(func(a alloc.Allocator) alloc.Allocator {
 		return allocHook{a, func() {
 			if armed.CompareAndSwap(true, false) {
 				p, err := dev.Malloc(16 * MiB) // another user of the GPU
@@ -90,7 +91,7 @@ func TestReplacingAHostArrayAtItsLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = dev.Close() })
-			m, err := New(dev, WithAllocator(Direct))
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
 			if err != nil {
 				t.Fatal(err)
 			}

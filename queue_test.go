@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
@@ -687,7 +688,7 @@ type noAsync struct{ device.Device }
 
 func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
 	dev := newSim(t, 64*MiB)
-	m, err := New(noAsync{dev}, WithAllocator(Direct))
+	m, err := New(noAsync{dev}, WithAllocatorChoice(account.Choice{Kind: Direct}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +705,7 @@ func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
 	if s, _ := c.Stream(); s != s0 || resp.Arrays()["x"].Freed() || len(h.inval) != 0 || allocatorKind(m) != Direct {
 		t.Error("a refused SetAllocator changed something")
 	}
-	if _, err := New(noAsync{dev}, WithAllocator(AsyncPool)); !errors.Is(err, ErrNotSupported) {
+	if _, err := New(noAsync{dev}, WithAllocatorChoice(account.Choice{Kind: AsyncPool})); !errors.Is(err, ErrNotSupported) {
 		t.Errorf("New with AsyncPool on a device without one: %v", err)
 	}
 	if _, err := m.NewHostArray([]int{3}, Float32, Pinned, nil); !errors.Is(err, ErrNotSupported) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
@@ -20,8 +21,8 @@ import (
 // re-plan gives the memory back.
 func TestSetCap(t *testing.T) {
 	for name, opts := range map[string][]Option{
-		"made with a cap":    {WithAllocator(Pool), WithCap(64 * MiB)},
-		"made without a cap": {WithAllocator(Pool)},
+		"made with a cap":    {WithAllocatorChoice(account.Choice{Kind: Pool}), WithCap(64 * MiB)},
+		"made without a cap": {WithAllocatorChoice(account.Choice{Kind: Pool})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := newManager(t, 256*MiB, opts...)
@@ -187,7 +188,7 @@ func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
 // the test ends): never evicted.
 func busyGroup(t *testing.T) (m *Manager, busy *Client, bigReqs map[string]ArrayRequest) {
 	t.Helper()
-	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool))
+	m, _, _ = newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	busy = register(t, m, ClientOptions{Group: "batch"})
 	bigReqs = map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
 	must(t, busy.Queue(bigReqs))
@@ -240,7 +241,7 @@ func TestAllocateUnderACapLoweredMidway(t *testing.T) {
 			}
 		}}
 	}
-	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool), WithCap(8*MiB), WithWrap(wrap))
+	m, _, _ = newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithCap(8*MiB), WithWrap(wrap))
 	c := register(t, m, ClientOptions{Group: "g"})
 	must(t, c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 4<<20), "y": req(Float32, 0, 4<<20)})) // 16 MiB each
 	resp, err := c.Allocate(context.Background())

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
@@ -32,7 +33,7 @@ func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dev.Close() })
-	m, err := vram.New(dev, append([]vram.Option{vram.WithAllocator(vram.Pool)}, opts...)...)
+	m, err := vram.New(dev, append([]vram.Option{vram.WithAllocatorChoice(account.Choice{Kind: vram.Pool})}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/simtest"
@@ -40,7 +41,7 @@ func newElastic(t *testing.T, runs, chunkRuns int) *elasticFixture {
 	t.Helper()
 	dev := simtest.New(t, 64<<20, func(c *sim.Config) { c.Granularity = 4 << 10 })
 	capBytes := uint64(8 * chunkRuns)
-	m, err := vram.New(dev, vram.WithAllocator(vram.Pool), vram.WithCap(capBytes), vram.WithLogger(slog.New(slog.DiscardHandler)))
+	m, err := vram.New(dev, vram.WithAllocatorChoice(account.Choice{Kind: vram.Pool}), vram.WithCap(capBytes), vram.WithLogger(slog.New(slog.DiscardHandler)))
 	must(t, err)
 	t.Cleanup(func() { m.Close() })
 	c, err := m.Register(vram.ClientOptions{Name: "elastic", Group: "e"})
