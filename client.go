@@ -79,8 +79,9 @@ type Client struct {
 	delivering bool        // a goroutine is making the calls
 
 	// Protected by m.mu:
-	slot         int     // index in the registry's slots
-	gprev, gnext *Client // neighbours in the group's member list (group.head)
+	slot         int          // index in the registry's slots
+	gprev, gnext *Client      // neighbours in the group's member list (group.head)
+	leave        func() error // releases c's hold of its group's stream (package streams); nil once closed
 	closed       bool
 	prop         uint64                   // manual proportion in share.Unit; 0 in the auto pool
 	group        string                   // stream group name
@@ -221,6 +222,8 @@ func (c *Client) Close() error {
 	m.leftLocked(m.reg.remove(c)) // and what c queued
 	m.pools.Leave(c.prop)
 	allocs := c.takeAllLocked()
+	leave := c.leave
+	c.leave = nil
 	m.mu.Unlock()
 	defer m.useMu.RUnlock()
 	var err error
@@ -231,7 +234,7 @@ func (c *Client) Close() error {
 	// closes the group's stream, which waits for its work: under useMu,
 	// so that no SetAllocator or Close overlaps it (an allocator's Close
 	// waits for the frees queued on live streams only).
-	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
+	if gerr := leave(); gerr != nil {
 		err = errors.Join(err, wrapIf("leave the stream group", gerr))
 	}
 	return errors.Join(err, c.work.drop())
@@ -308,7 +311,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	c.work.noEvict = o.NoEvict || o.OnInvalidate == nil
 	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
-	// join the group (which may make a stream: a device call, not under
+	// hold the group's stream (which may make it: a device call, not under
 	// mu), giving the share back if that fails.
 	m.mu.Lock()
 	if m.closed {
@@ -320,7 +323,8 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
-	if err := m.groups.Add(c.id, group); err != nil {
+	_, leave, err := m.groups.Hold(group) // c's, while it is a member
+	if err != nil {
 		m.mu.Lock()
 		if !m.closed { // Close zeroes the pools itself
 			m.pools.Leave(c.prop)
@@ -331,10 +335,11 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		}
 		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
+	c.leave = leave
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		_ = m.groups.Remove(c.id)
+		_ = leave()
 		return nil, closedErr("register")
 	}
 	m.reg.add(c)
@@ -478,12 +483,18 @@ func (c *Client) Sync(ctx context.Context) error {
 // after an OnInvalidate.
 func (c *Client) Stream() (device.Stream, error) { return c.m.stream(c) }
 
-// stream is Client.Stream.
+// stream is Client.Stream: the stream of the group c is in, which c
+// holds.
 func (m *Manager) stream(c *Client) (device.Stream, error) {
-	if err := m.check(c); err != nil {
+	if c == nil || c.m != m {
+		return nil, foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
 		return nil, err
 	}
-	s, err := m.groups.Stream(c.id)
+	s, err := m.groups.GroupStream(c.group)
 	if err != nil {
 		return nil, fmt.Errorf("stream of %v: %w", c, err)
 	}

@@ -353,12 +353,14 @@ func (m *Manager) freeWork(work []freeWork) error {
 
 // clientStream is c's group stream, held (so that it stays open even if
 // the group's last member leaves meanwhile) until release is called; or
-// the device's default stream when c is in no group any more.
+// the device's default stream when the group is gone (c left it, and so
+// did everyone else).
 func (m *Manager) clientStream(c *Client) (s device.Stream, release func() error) {
-	if g, err := m.groups.Group(c.id); err == nil {
-		if s, release, err := m.groups.Hold(g); err == nil {
-			return s, release
-		}
+	m.mu.Lock()
+	group := c.group
+	m.mu.Unlock()
+	if s, release, err := m.groups.HoldExisting(group); err == nil {
+		return s, release
 	}
 	return m.dev.DefaultStream(), func() error { return nil }
 }
