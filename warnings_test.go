@@ -2,9 +2,10 @@ package vram
 
 import (
 	"errors"
-	"github.com/vramkit/vram/account"
 	"strings"
 	"testing"
+
+	"github.com/vramkit/vram/account"
 )
 
 // TestWarnings: cubie's two warnings go to the manager's logger when
