@@ -3,6 +3,7 @@ package account
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
@@ -86,5 +87,47 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAllocBesideSwapUnderALease: an allocation through the account
+// under a broker's lease (the C library's hooks: claim what the lease
+// lacks, then allocate) reads the allocator and its cap under the lock
+// that Swap takes to replace them. (It read them with no lock when the
+// claim was the manager's ClaimLease: run with -race, this test's
+// interleaving was a data race there.) Every allocation lands in an
+// allocator that a swap or the account's Close frees: the device is left
+// with nothing.
+func TestAllocBesideSwapUnderALease(t *testing.T) {
+	a := newLeased(t, newFakeLease(64*MiB))
+	s := a.Device().DefaultStream()
+	const rounds = 500 // the old code's race showed in every run of 500, not of 50
+	var wg sync.WaitGroup
+	wg.Add(2)
+	errs := make(chan error, 2*rounds)
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			if _, err := a.Alloc(context.Background(), MiB, s); err != nil {
+				errs <- err
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		for range rounds {
+			p, err := a.Prepare(alloc.KindDirect)
+			if err == nil {
+				err = a.Swap(p) // frees what the old allocator still holds
+			}
+			if err != nil {
+				errs <- err
+			}
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

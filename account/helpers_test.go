@@ -5,6 +5,10 @@ import (
 	"errors"
 	"sync"
 	"testing"
+
+	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
 )
 
 // fakeLease is a Lease of a broker in the test: it grants every claim up
@@ -66,9 +70,11 @@ func (l *fakeLease) set(b LeaseBudget) {
 	l.changed = make(chan struct{})
 }
 
-func (l *fakeLease) Err() error     { return nil }
+func (l *fakeLease) Err() error { return nil }
+
 func (l *fakeLease) String() string { return "lease fake" }
-func (l *fakeLease) Close() error   { return nil }
+
+func (l *fakeLease) Close() error { return nil }
 
 // withFakeBroker makes l the lease every account of the test with a
 // Broker gets, and puts the dialer back when the test ends.
@@ -82,4 +88,24 @@ func withFakeBroker(t *testing.T, l *fakeLease) {
 		return l, nil
 	})
 	t.Cleanup(func() { RegisterBroker(before) })
+}
+
+// newLeased makes an account of a fresh 2 GiB simulator (addresses
+// only), served by Direct (each allocation a device allocation of its
+// own, no cache), with l as its broker's lease, closed when the test
+// ends; the device is checked for leaks then.
+func newLeased(t *testing.T, l *fakeLease) *Account {
+	t.Helper()
+	withFakeBroker(t, l)
+	dev := simtest.New(t, 2048*MiB, func(c *sim.Config) { c.AddressOnly = true })
+	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Broker: "fake"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(nil); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return a
 }

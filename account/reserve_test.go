@@ -4,78 +4,14 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"sync"
 	"testing"
 
-	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/simtest"
 	"github.com/vramkit/vram/internal/units"
 )
 
 const MiB = units.MiB
-
-// newLeased makes an account of a fresh 2 GiB simulator (addresses
-// only), served by Direct (each allocation a device allocation of its
-// own, no cache), with l as its broker's lease, closed when the test
-// ends; the device is checked for leaks then.
-func newLeased(t *testing.T, l *fakeLease) *Account {
-	t.Helper()
-	withFakeBroker(t, l)
-	dev := simtest.New(t, 2048*MiB, func(c *sim.Config) { c.AddressOnly = true })
-	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Broker: "fake"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := a.Close(nil); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return a
-}
-
-// TestAllocBesideSwapUnderALease: an allocation through the account
-// under a broker's lease (the C library's hooks: claim what the lease
-// lacks, then allocate) reads the allocator and its cap under the lock
-// that Swap takes to replace them. (It read them with no lock when the
-// claim was the manager's ClaimLease: run with -race, this test's
-// interleaving was a data race there.) Every allocation lands in an
-// allocator that a swap or the account's Close frees: the device is left
-// with nothing.
-func TestAllocBesideSwapUnderALease(t *testing.T) {
-	a := newLeased(t, newFakeLease(64*MiB))
-	s := a.Device().DefaultStream()
-	const rounds = 500 // the old code's race showed in every run of 500, not of 50
-	var wg sync.WaitGroup
-	wg.Add(2)
-	errs := make(chan error, 2*rounds)
-	go func() {
-		defer wg.Done()
-		for range rounds {
-			if _, err := a.Alloc(context.Background(), MiB, s); err != nil {
-				errs <- err
-			}
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for range rounds {
-			p, err := a.Prepare(alloc.KindDirect)
-			if err == nil {
-				err = a.Swap(p) // frees what the old allocator still holds
-			}
-			if err != nil {
-				errs <- err
-			}
-		}
-	}()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-}
 
 // TestReserve: what Reserve asks of the broker and what it returns, by
 // the lease it finds. The allocator (Direct) holds nothing, so n bytes
