@@ -208,6 +208,24 @@ func (h *HostArray) String() string {
 	return fmt.Sprintf("%s %v%v %v host array", h.label, h.dtype, h.shape, h.memory)
 }
 
+// WrapHost makes a pageable host array of shape and dtype over data,
+// bytes the caller owns (a Go slice, C memory, a NumPy array's buffer that
+// libvram is given): nothing is copied or allocated, and nothing counts on
+// the host ladder. len(data) must be the array's size in bytes. It copies
+// like any host array (Client.ToDevice, the chunk copies); keep data alive
+// and unchanged (or, copied into, unread) while a copy that uses it is in
+// flight, until Client.Sync. Free only marks it freed.
+func WrapHost(data []byte, shape []int, dtype DType) (*HostArray, error) {
+	r := ArrayRequest{Shape: shape, DType: dtype, Memory: Pageable}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("wrap host bytes: %w", err)
+	}
+	if n := r.Bytes(); uint64(len(data)) != n {
+		return nil, fmt.Errorf("wrap host bytes: %d bytes for %v%v, which takes %d: %w", len(data), dtype, shape, n, ErrMismatch)
+	}
+	return &HostArray{data: data, shape: slices.Clone(shape), dtype: dtype, memory: Pageable}, nil
+}
+
 // view returns the array's bytes as a []T after checking the dtype and
 // alignment. It panics on a mismatch, as a wrong-typed view is a
 // programming error.

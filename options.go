@@ -102,7 +102,7 @@ type config struct {
 	legacy *legacyChoice  // the deprecated options' choice; nil: none given
 	wrap   func(alloc.Allocator) alloc.Allocator
 	cap    uint64 // WithCap; 0: none
-	broker string // WithBroker; "": none
+	broker string // WithBroker's, $VRAM_BROKER's socket; "": none
 	lease  account.LeaseOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
@@ -156,22 +156,33 @@ func WithTotalMemory(total uint64) Option { return func(c *config) { c.total = t
 const BrokerEnv = "VRAM_BROKER"
 
 // WithBroker makes the manager take its budget from a lease of the node
-// broker on socket (package account): its cap follows the
-// lease, an Allocate that needs more claims it, and a request to shrink
-// is answered at the running batches' next chunk boundary. New fails
-// when the broker cannot be reached or refuses the lease, and, in a
-// program that does not link package broker, with ErrNoBroker. "" means
-// none.
+// broker on socket, through the dialer package broker registers when it
+// is linked in (ErrNoBroker where none is). "" means none.
+//
+// Deprecated: pass the broker as a value,
+// WithLease(LeaseOptions{Broker: broker.At(socket)}), which needs no
+// registered dialer. WithBroker stays for the programs that call it;
+// LeaseOptions.Broker, when set, is used instead.
 func WithBroker(socket string) Option { return func(c *config) { c.broker = socket } }
 
-// WithLease sets the lease WithBroker (or $VRAM_BROKER) asks for; without
-// it, the auto pool under the program's name, on the broker's device
-// whose ID is the manager's device's.
+// WithLease makes the manager take its budget from a lease of o.Broker
+// (package account, lease.go): its cap follows the lease, an Allocate
+// that needs more claims it, and a request to shrink is answered at the
+// running batches' next chunk boundary. New fails when the broker cannot
+// be reached or refuses the lease. Without a Name, the lease is named
+// after the program; without a Device, it is the broker's device whose ID
+// is the manager's device's. With no Broker, o describes the lease the
+// socket $VRAM_BROKER (for Default) or WithBroker names asks for.
 func WithLease(o LeaseOptions) Option { return func(c *config) { c.lease = o } }
 
 // LeaseOptions describe the lease a manager asks the broker for
 // (WithLease): account.LeaseOptions.
 type LeaseOptions = account.LeaseOptions
+
+// Broker is a node broker as a manager asks it for its lease
+// (LeaseOptions.Broker): account.Broker. Package broker's At is the
+// broker on a socket.
+type Broker = account.Broker
 
 // LeaseStats count what a manager's lease did.
 //
@@ -195,7 +206,7 @@ func brokerFromEnv() []Option {
 // accountConfig is the configuration of m's account, m its owner.
 func (m *Manager) accountConfig() account.Config {
 	c := m.cfg
-	ac := account.Config{Allocator: c.choice, Wrap: c.wrap, Cap: c.cap, Broker: c.broker, Lease: c.lease, Logger: c.log, Owner: (*owner)(m)}
+	ac := account.Config{Allocator: c.choice, Wrap: c.wrap, Cap: c.cap, Socket: c.broker, Lease: c.lease, Logger: c.log, Owner: (*owner)(m)}
 	if c.legacy != nil {
 		ac.Allocator = c.legacy.resolve()
 	}

@@ -64,10 +64,13 @@ type Config struct {
 	// take, as the allocator charges them (0: none): an alloc.Limit,
 	// outermost, around what Wrap returns. SetCap changes it.
 	Cap uint64
-	// Broker, when not "", is the node broker's socket: the cap follows a
-	// lease of it (lease.go), asked for as Lease says.
-	Broker string
-	Lease  LeaseOptions
+	// Lease, with a Broker, makes the cap follow a lease of that node
+	// broker (lease.go), asked for as the rest of Lease says.
+	Lease LeaseOptions
+	// Socket, when not "" and Lease has no Broker, is the node broker's
+	// socket given by name, dialed by the dialer package broker registers
+	// (RegisterBroker); ErrNoBroker where none is.
+	Socket string
 	// Logger takes the account's warnings (default slog.Default()).
 	Logger *slog.Logger
 	// OnOOM, when not nil, is called once for each allocation the

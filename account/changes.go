@@ -19,6 +19,11 @@ type Change struct {
 	Seq uint64    // changes so far (0: none yet)
 	Why string    // the latest change, in words
 	At  time.Time // when it was made
+	// Ended, once set, says why the budget ended for good (the broker's
+	// lease ended, wrapping ErrLease): the owner may hold nothing, and a
+	// batch stops at its next chunk boundary rather than keep memory the
+	// broker may grant to others.
+	Ended error
 }
 
 // notices is the count of changes and the wait for the next one.
@@ -31,10 +36,17 @@ type notices struct {
 // Note records a change, why in words, and wakes its waiters. The
 // account notes its own (SetCap, the lease); an owner notes those it
 // makes (a claim of memory between its groups).
-func (a *Account) Note(why string) {
+func (a *Account) Note(why string) { a.noteEnd(why, nil) }
+
+// noteEnd records a change, one that ends the budget for good when ended
+// is not nil (later changes keep it ended).
+func (a *Account) noteEnd(why string, ended error) {
 	n := &a.notices
 	n.mu.Lock()
-	n.last = Change{Seq: n.last.Seq + 1, Why: why, At: time.Now()}
+	if ended == nil {
+		ended = n.last.Ended
+	}
+	n.last = Change{Seq: n.last.Seq + 1, Why: why, At: time.Now(), Ended: ended}
 	if n.next != nil {
 		close(n.next)
 		n.next = nil

@@ -98,7 +98,7 @@ func newLeased(t *testing.T, l *fakeLease) *Account {
 	t.Helper()
 	withFakeBroker(t, l)
 	dev := simtest.New(t, 2048*MiB, func(c *sim.Config) { c.AddressOnly = true })
-	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Broker: "fake"})
+	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Socket: "fake"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,14 @@ package account
 
 // An account's cap from a lease of the node broker (Config.Broker).
 //
-// This package does not import package broker: it states here the little
-// it needs of a lease (Lease), and package broker registers the dialer
-// that makes one (RegisterBroker). A program that asks for a broker links
-// the client in with `import _ "github.com/vramkit/vram/broker"`; one that
-// does not gets ErrNoBroker from New, saying what to import.
+// This package does not import package broker (package broker imports
+// it, and the arrows point one way): it states here the little it needs of
+// a broker (Broker) and of a lease (Lease), and the caller passes the
+// broker as a value, LeaseOptions.Broker, which package broker's At makes.
+// A socket given by name (Config.Socket: the deprecated vram.WithBroker,
+// $VRAM_BROKER for vram.Default) needs the dialer package broker registers
+// when it is linked in (RegisterBroker, in its init); a program that links
+// no broker client gets ErrNoBroker from New, saying what to pass.
 //
 // The lease bounds what the allocator holds of the device (its
 // Stats().Reserved: live allocations and cache, as the device counts
@@ -33,6 +36,12 @@ package account
 //     and the report of what is then held is the acknowledgement. What no
 //     one gives back is kept: the deadline is missed, and the broker names
 //     the lease. Nothing is killed.
+//  6. A lease that ends while the account lives (the broker did not take
+//     it back after a restart) ends the budget: the cap goes to nothing,
+//     Change.Ended says why (wrapping ErrLease), and the owner's running
+//     batches stop at their next chunk boundary rather than keep memory the
+//     broker may grant to others. A broker that is merely away ends
+//     nothing: its leases are taken back when it returns.
 //
 // Which of the broker's devices is the account's: LeaseOptions.Device when
 // it names one (an index of the broker's --devices, or its name), else
@@ -97,8 +106,21 @@ type LeaseBudget struct {
 	Overdue    bool      // the deadline passed: the broker names the lease
 }
 
+// Broker is a node broker as an account asks it for its lease
+// (LeaseOptions.Broker). Package broker's At is the broker on a socket.
+type Broker interface {
+	// Lease connects to the broker and acquires the lease req asks for,
+	// waiting no longer than ctx.
+	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
+	// String names the broker in messages (its socket).
+	String() string
+}
+
 // LeaseOptions describe the lease an account asks the broker for.
 type LeaseOptions struct {
+	// Broker is the broker the lease is asked of (broker.At(socket)).
+	// When it is nil, the socket Config.Socket names is (or none).
+	Broker Broker
 	// Device is the broker's device: an index of its --devices or its
 	// name. "" finds the one whose ID is the account's device's
 	// (device.Info.ID).
@@ -113,16 +135,17 @@ type LeaseOptions struct {
 	Cap uint64
 }
 
-// LeaseRequest is what an account asks a BrokerDialer for.
+// LeaseRequest is what an account asks a Broker (or a BrokerDialer) for.
 type LeaseRequest struct {
-	Socket  string      // the broker's Unix socket
+	Socket  string      // the broker's Unix socket, as Config.Socket names it; "" to a Broker value, which knows its own
 	Device  device.Info // the account's device; its ID finds the broker's entry
 	Options LeaseOptions
 	Logger  *slog.Logger
 }
 
-// BrokerDialer connects to the broker of req and acquires its lease,
-// waiting no longer than ctx.
+// BrokerDialer connects to the broker on req.Socket and acquires its
+// lease, waiting no longer than ctx: how a socket given by name is
+// dialed.
 type BrokerDialer func(ctx context.Context, req LeaseRequest) (Lease, error)
 
 var (
@@ -130,8 +153,9 @@ var (
 	dialer   BrokerDialer
 )
 
-// RegisterBroker makes d the dialer Config.Broker uses. Package broker
-// calls it when it is linked in; a second call replaces the first.
+// RegisterBroker makes d the dialer of a socket given by name
+// (Config.Socket). Package broker calls it when it is linked in; a second
+// call replaces the first, and nil removes it.
 func RegisterBroker(d BrokerDialer) {
 	dialerMu.Lock()
 	defer dialerMu.Unlock()
@@ -152,16 +176,43 @@ const leaseDialTimeout = 10 * time.Second
 // cancel with it.
 const LeaseCallTimeout = 10 * time.Second
 
-// joinBroker acquires the lease Config.Broker asks for and starts
-// following it; nothing is done without one. a is not yet shared.
-func (a *Account) joinBroker() error {
-	socket := a.cfg.Broker
-	if socket == "" {
-		return nil
+// broker is the broker the lease is asked of: Lease.Broker, else the
+// socket given by name, dialed by the registered dialer; nil for none.
+func (c Config) broker() (Broker, error) {
+	switch {
+	case c.Lease.Broker != nil:
+		return c.Lease.Broker, nil
+	case c.Socket == "":
+		return nil, nil
 	}
 	dial := brokerDialer()
 	if dial == nil {
-		return fmt.Errorf("broker %s: %w; import _ \"github.com/vramkit/vram/broker\" in the program to use one", socket, ErrNoBroker)
+		return nil, fmt.Errorf("broker %s: %w; pass the broker as a value, LeaseOptions{Broker: broker.At(%q)} (package github.com/vramkit/vram/broker)", c.Socket, ErrNoBroker, c.Socket)
+	}
+	return namedBroker{socket: c.Socket, dial: dial}, nil
+}
+
+// namedBroker is a broker's socket given by name, and the registered
+// dialer that reaches it.
+type namedBroker struct {
+	socket string
+	dial   BrokerDialer
+}
+
+func (b namedBroker) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	req.Socket = b.socket
+	return b.dial(ctx, req)
+}
+
+func (b namedBroker) String() string { return b.socket }
+
+// joinBroker acquires the lease Config.Lease (or Config.Socket) asks for
+// and starts following it; nothing is done without one. a is not yet
+// shared.
+func (a *Account) joinBroker() error {
+	br, err := a.cfg.broker()
+	if br == nil || err != nil {
+		return err
 	}
 	o := a.cfg.Lease
 	if o.Name == "" {
@@ -169,16 +220,16 @@ func (a *Account) joinBroker() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseDialTimeout)
 	defer cancel()
-	l, err := dial(ctx, LeaseRequest{Socket: socket, Device: a.dev.Info(), Options: o, Logger: a.log})
+	l, err := br.Lease(ctx, LeaseRequest{Device: a.dev.Info(), Options: o, Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("lease from the broker on %s: %w", socket, err)
+		return fmt.Errorf("lease from the broker on %s: %w", br, err)
 	}
 	// The broker grants a new lease what is free of its guaranteed part;
 	// the account holds nothing yet, so it gives that back at once, for
 	// others to borrow until its owner's first claim takes what it needs.
 	b, err := l.Claim(ctx, 0)
 	if err != nil {
-		return errors.Join(fmt.Errorf("lease from the broker on %s: %w", socket, err), l.Close())
+		return errors.Join(fmt.Errorf("lease from the broker on %s: %w", br, err), l.Close())
 	}
 	f := &follower{a: a, l: l, rpc: make(chan struct{}, 1), poke: make(chan struct{}, 1), done: make(chan struct{}), applied: b, capSet: capFor(b.Bytes)}
 	if err := a.SetCap(capFor(b.Bytes)); err != nil {
@@ -285,6 +336,7 @@ func (f *follower) follow(ctx context.Context) {
 		if err := f.l.Err(); err != nil {
 			a.log.Warn("vram: the broker's lease ended; the manager can allocate nothing more", "lease", f.l.String(), "err", err)
 			f.apply(LeaseBudget{})
+			a.noteEnd("the broker's lease ended", fmt.Errorf("%s ended: %w (%w)", f.l, err, ErrLease))
 			return
 		}
 		f.apply(f.l.Budget())

@@ -18,6 +18,34 @@ extern "C" {
 __attribute__((visibility("hidden")))
 int vram_hook_alloc_(int source, int device, vram_manager m, size_t size, vram_stream stream, int note_failure, void **out);
 
+/* The calls client.c makes through vramgo_client_do and vramgo_manager_do. */
+enum vram_op_ {
+	VRAM_OP_CHANGE_GROUP_,
+	VRAM_OP_SET_MANUAL_PROPORTION_,
+	VRAM_OP_SET_MANUAL_LIMIT_MODE_,
+	VRAM_OP_SET_AUTO_LIMIT_MODE_,
+	VRAM_OP_CLIENT_FREE_,
+	VRAM_OP_SYNC_,
+	VRAM_OP_SET_LIMIT_MODE_,
+	VRAM_OP_FREE_LABEL_,
+	VRAM_OP_FREE_ALL_,
+	VRAM_OP_INVALIDATE_ALL_,
+	VRAM_OP_REINIT_STREAMS_,
+};
+
+/* shim.c's helpers, which client.c's entry points use too: set_error
+ * makes msg (malloc'd, or NULL: no error) the thread's last error; fail
+ * sets a message of the library's own and returns status; forked reports
+ * (with the last error set) a call in a forked child; copy_text copies a
+ * Go text (malloc'd) into a caller's buffer and frees it; text_call runs
+ * one of Go's text functions of a handle and copies its text. */
+__attribute__((visibility("hidden"))) void set_error(char *msg);
+__attribute__((visibility("hidden"), format(printf, 2, 3))) int fail(int status, const char *fmt, ...);
+__attribute__((visibility("hidden"))) int forked(const char *op);
+__attribute__((visibility("hidden"))) int copy_text(int status, char *text, char *buf, size_t len, size_t *needed);
+__attribute__((visibility("hidden"))) int text_call(const char *op, int (*fn)(int64_t, char **, char **), int64_t h, char *buf,
+                                                    size_t len, size_t *needed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,7 +42,7 @@ static void err_key_make(void) { pthread_key_create(&err_key, free); }
 
 /* set_error makes msg (malloc'd, or NULL: no error) the thread's last
  * error, freeing the one before. */
-static void set_error(char *msg) {
+void set_error(char *msg) {
 	pthread_once(&err_once, err_key_make);
 	char *old = pthread_getspecific(err_key);
 	if (pthread_setspecific(err_key, msg) != 0) {
@@ -53,8 +53,7 @@ static void set_error(char *msg) {
 }
 
 /* fail sets a message of the library's own and returns status. */
-static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int status, const char *fmt, ...) {
+int fail(int status, const char *fmt, ...) {
 	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
@@ -66,7 +65,7 @@ static int fail(int status, const char *fmt, ...) {
 
 /* forked reports, with the thread's last error set, a call in a process
  * forked from the one that loaded the library. */
-static int forked(const char *op) {
+int forked(const char *op) {
 	if (__builtin_expect(!in_forked_child, 1)) return 0;
 	pid_t pid = getpid();
 	fail(VRAM_EFORK, "vram: %s in process %d, forked from process %d which loaded libvram: the Go runtime does not survive fork; "
@@ -77,7 +76,7 @@ static int forked(const char *op) {
 
 /* copy_text copies text (malloc'd by Go, NULL for none) into buf and frees
  * it: VRAM_ERANGE, with *needed set, when it does not fit. */
-static int copy_text(int status, char *text, char *buf, size_t len, size_t *needed) {
+int copy_text(int status, char *text, char *buf, size_t len, size_t *needed) {
 	if (status != VRAM_OK) {
 		free(text);
 		return status;
@@ -107,6 +106,8 @@ const char *vram_strerror(int status) {
 	case VRAM_EFORK: return "called in a forked child";
 	case VRAM_ERANGE: return "buffer too small";
 	case VRAM_EDEVICE: return "device error";
+	case VRAM_EFREED: return "array freed";
+	case VRAM_ENOTSUP: return "not supported";
 	}
 	return "unknown status";
 }
@@ -235,7 +236,7 @@ int vram_stats(vram_manager m, struct vram_stats *out) {
 }
 
 /* text_call runs one of Go's text functions and copies its text to buf. */
-static int text_call(const char *op, int (*fn)(int64_t, char **, char **), vram_manager m, char *buf, size_t len, size_t *needed) {
+int text_call(const char *op, int (*fn)(int64_t, char **, char **), vram_manager m, char *buf, size_t len, size_t *needed) {
 	if (forked(op)) return VRAM_EFORK;
 	char *err = NULL, *text = NULL;
 	int rc = fn(m, &text, &err);
@@ -280,13 +281,6 @@ void vram_torch_free(void *ptr, size_t size, int device, void *stream) {
 }
 
 void vram_torch_empty_cache(void) { vram_trim_all(); }
-
-void *vram_cupy_malloc(void *param, size_t size, int device) {
-	void *p = NULL;
-	if (size == 0) return NULL;
-	vram_hook_alloc_(VRAM_SOURCE_CUPY, device, (vram_manager)(intptr_t)param, size, VRAM_STREAM_UNORDERED, 1, &p);
-	return p;
-}
 
 void vram_cupy_free(void *param, void *ptr, int device) {
 	if (ptr) hook_free(device, (vram_manager)(intptr_t)param, ptr, 0, VRAM_STREAM_UNORDERED);

@@ -1,6 +1,10 @@
 /*
  * vram.h: the C contract of libvram, vram's memory manager as a shared
- * library (go build -buildmode=c-shared ./libvram). ABI version 1.
+ * library (go build -buildmode=c-shared ./libvram). ABI version 2: version
+ * 1's allocator API, unchanged, and the manager's client API (clients,
+ * stream groups, requests, chunked allocation, copies, hooks; below the
+ * framework hooks). A library serves programs built for its version and
+ * every earlier one: check vram_abi_version() >= the version you need.
  *
  * One manager per device per process: every framework that allocates on a
  * device through this library (PyTorch's pluggable allocator, CuPy's
@@ -64,7 +68,7 @@
 extern "C" {
 #endif
 
-#define VRAM_ABI_VERSION 1
+#define VRAM_ABI_VERSION 2
 
 /* Status codes. */
 enum vram_status {
@@ -78,6 +82,8 @@ enum vram_status {
 	VRAM_EFORK = -7,    /* called in a process forked from the one that loaded the library */
 	VRAM_ERANGE = -8,   /* a buffer too small: *needed says how many bytes the text takes, with its NUL */
 	VRAM_EDEVICE = -9,  /* any other device or driver error, or an internal error */
+	VRAM_EFREED = -10,  /* (ABI 2) an array the manager has freed (a later allocation under its label, a free, an invalidation) or evicted for another group: queue and allocate again */
+	VRAM_ENOTSUP = -11, /* (ABI 2) the device cannot do it: managed memory, the host address of a GPU's memory */
 };
 
 /* A manager: a handle > 0, never reused within a process. */
@@ -111,9 +117,11 @@ size_t vram_last_error(char *buf, size_t len);
  * if there is a GPU, else the simulator), "cuda", "cuda:N", "sim",
  * "sim:vram=8GiB,ordinal=1". cap_bytes caps the bytes its allocations may
  * take, as the allocator charges them (0: $VRAM_ALLOC_CONF's limit, else no
- * cap). The allocator is the one $VRAM_ALLOC_CONF configures (pool by
- * default; kind:async is refused). VRAM_EBUSY when a manager is open on
- * that device ordinal. */
+ * cap). The allocator is the one $VRAM_ALLOC_CONF configures; by default
+ * kind pool, which on a device that manages virtual memory (CUDA, the
+ * simulator) is the expandable pool, address space mapped a granule at a
+ * time, and elsewhere the segment pool; kind:async is refused. VRAM_EBUSY
+ * when a manager is open on that device ordinal. */
 int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
 /* Opens a manager as vram_open does, whose budget is a lease of the node
  * broker (vram broker) on socket (NULL or "": $VRAM_BROKER, else the
@@ -131,7 +139,9 @@ int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
  * for a proportion or name the broker refuses. */
 int vram_open_lease(const char *spec, const char *socket, const char *name, double proportion, uint64_t cap_bytes, vram_manager *out);
 /* Closes a manager. VRAM_EBUSY, and nothing changes, while it has live
- * allocations. */
+ * allocations. (ABI 2) Its clients are closed with it, their arrays freed,
+ * and its host arrays (vram_host_array) freed; their handles, its
+ * responses', work marks' and queued events' are forgotten. */
 int vram_close(vram_manager m);
 /* The manager open on device ordinal device. */
 int vram_manager_for_device(int device, vram_manager *out);
@@ -226,13 +236,343 @@ void vram_torch_empty_cache(void);
  * CuPy, cupy.cuda.memory.CFunctionAllocator(param, malloc, free, owner):
  * void*(void* param, size_t size, int device) and
  * void(void* param, void* ptr, int device) (cupy/cuda/memory.pyx). param
- * is a manager handle cast to a pointer, or NULL for the manager open on
- * device. Both are unordered (CuPy names no stream). CuPy does not check
- * malloc's result: a failure returns NULL and counts in hook_errors, so
- * prefer vram's Python package, which raises CuPy's OutOfMemoryError.
+ * is NULL, or the handle of the manager open on device cast to a pointer.
+ * Both are unordered (CuPy names no stream). CuPy uses whatever malloc
+ * returns, so vram_cupy_malloc, in libvram_cupy.so (C++, beside
+ * libvram.so: libvram/cupy/vram_cupy.cc), never returns NULL for a
+ * request it cannot serve: it throws, a std::bad_alloc with the last
+ * error's message when out of memory (Python's MemoryError), else a
+ * std::runtime_error. CuPy 14.2 and newer declare the hook `except +` and
+ * raise what it throws; an older CuPy would end the process, and vram's
+ * Python package refuses to install it there (its default, CuPy's
+ * PythonFunctionAllocator, works on every version). vram_cupy_free, in
+ * libvram.so, never throws; a failure counts in hook_errors.
  */
-void *vram_cupy_malloc(void *param, size_t size, int device);
+void *vram_cupy_malloc(void *param, size_t size, int device); /* libvram_cupy.so */
 void vram_cupy_free(void *param, void *ptr, int device);
+
+/*
+ * The client API (ABI 2): vram's Manager and Client (the Go package's
+ * documentation has the whole story; cubie.memory's MemoryManager is its
+ * model). Components of a program register with a manager as clients; each
+ * gets a share of the device's memory (a manual proportion, or a part of
+ * the auto pool) and joins a stream group, whose members share a stream and
+ * are planned together. A client queues array requests; an allocation plans
+ * everything queued in its group within the group's budget and, when the
+ * batch does not fit, chunks it along each request's run axis: every
+ * chunkable array is allocated for a chunk of runs, and the program makes
+ * one pass per chunk, copying each chunk in and out of full-length host
+ * arrays. Device memory for clients comes from the same allocator, and
+ * counts against the same budget, as vram_alloc's.
+ *
+ * Handles. Clients, responses, work marks and host arrays are named by
+ * handles > 0, never reused within a process. A client's handle is its id,
+ * the number in its name in plans and errors ("solver#3"). Closing the
+ * manager (vram_close) closes its clients and frees their arrays; their
+ * handles, and its responses', are refused afterwards (VRAM_EHANDLE).
+ *
+ * Hooks. The manager tells a client that its arrays are ready (a member of
+ * its group allocated) or were taken away (freed by an invalidation, a
+ * failed allocation that had to free them first, or evicted for another
+ * group). It never calls into the program for that: each such event is
+ * queued on the manager, in the order the events happened, for the clients
+ * that asked for it at registration (vram_client_options.hooks), and
+ * vram_poll hands them out one at a time, on whichever thread calls it.
+ * Poll after each call that can cause events (vram_allocate,
+ * vram_invalidate_all, vram_change_group, vram_free_all, ...); an event
+ * may come after the call that caused it returns when another thread is
+ * delivering the same client's earlier events, so poll again later too. A
+ * client registered without VRAM_HOOK_INVALIDATE is never evicted (nothing
+ * could tell it its arrays were gone).
+ *
+ * Arrays. A device array's memory is the manager's: it is freed by a later
+ * allocation under the same label, vram_client_free, vram_free_label,
+ * vram_free_all, the client's close, an invalidation or an eviction. Work
+ * that uses it after that is undefined; copies through a freed array fail
+ * with VRAM_EFREED. Arrays are row-major (C order). Copies are ordered on
+ * the client's stream and return once enqueued: host memory passed to one
+ * must stay valid, and unchanged (or, copied into, unread), until
+ * vram_sync. Memory used on another stream needs that stream ordered after
+ * the client's (an event) or a vram_sync first.
+ */
+
+/* A client, a response, a work mark, a host array: handles > 0. */
+typedef int64_t vram_client;
+typedef int64_t vram_response;
+typedef int64_t vram_work;
+typedef int64_t vram_host;
+
+/* Element types (vram's DType; NumPy's names). */
+enum vram_dtype {
+	VRAM_FLOAT64 = 1,
+	VRAM_FLOAT32 = 2,
+	VRAM_INT32 = 3,
+	VRAM_INT64 = 4,
+	VRAM_UINT8 = 5,
+	VRAM_UINT32 = 6,
+	VRAM_COMPLEX64 = 7,
+	VRAM_COMPLEX128 = 8,
+};
+
+/* Where an array lives (vram's MemoryType). */
+enum vram_memory {
+	VRAM_MEMORY_DEVICE = 0,   /* device memory, from the manager's allocator; counts against the group's budget */
+	VRAM_MEMORY_PINNED = 1,   /* page-locked host memory, for asynchronous copies */
+	VRAM_MEMORY_MAPPED = 2,   /* pinned host memory that kernels also reach at a device address */
+	VRAM_MEMORY_MANAGED = 3,  /* refused (VRAM_ENOTSUP) */
+	VRAM_MEMORY_PAGEABLE = 4, /* ordinary host memory */
+};
+
+/* How much memory a stream group may plan with (vram's LimitMode). */
+enum vram_limit_mode {
+	VRAM_PASSIVE = 0, /* the default: caps are computed, not enforced; a group plans within the device's free memory */
+	VRAM_ACTIVE = 1,  /* each requester within its own cap, a group within the sum of its members' */
+};
+
+/* The events a client asks vram_poll to report (vram_client_options.hooks). */
+enum vram_hook {
+	VRAM_HOOK_ALLOCATED = 1,  /* its group was allocated: its arrays, or the plan alone */
+	VRAM_HOOK_INVALIDATE = 2, /* its arrays were freed behind its back */
+};
+
+/* A client to register. Set size to sizeof(struct vram_client_options); a
+ * later ABI may add fields at the end. */
+struct vram_client_options {
+	uint64_t size;
+	const char *name;  /* labels the client in errors and plans; NULL or "": "client" */
+	const char *group; /* the stream group to join, made if new; NULL or "": "default" */
+	double proportion; /* a manual share of the device's memory, 0 < p <= 1; 0: the auto pool */
+	int32_t no_evict;  /* non-zero: its arrays are never evicted for another group */
+	uint32_t hooks;    /* VRAM_HOOK_* bits */
+};
+
+/* Registers a client of manager m. A manual proportion that would take the
+ * manual total over 1, or leave the auto pool under 5% while it has
+ * clients, is refused (VRAM_EINVAL); so is an auto client when the manual
+ * clients leave less than 5%. */
+int vram_register(vram_manager m, const struct vram_client_options *o, vram_client *out);
+/* Frees the client's arrays, drops its queue and takes it out of its group
+ * and the pools; its queued events are dropped. A second close is VRAM_OK. */
+int vram_client_close(vram_client c);
+
+/* A client's figures. Set size to sizeof(struct vram_client_info). */
+struct vram_client_info {
+	uint64_t size;
+	vram_manager manager;
+	double proportion;  /* its manual proportion, or its equal part of the auto pool */
+	uint64_t cap;       /* proportion x the device's total memory, in bytes */
+	uint64_t held;      /* device bytes its arrays take, as the allocator charges them */
+	vram_stream stream; /* its group's stream: a CUstream on CUDA; on the simulator a number naming it, not a key of vram_alloc's (0 once closed) */
+	int32_t closed;
+	int32_t evicted;    /* its arrays were evicted and it has not been allocated since */
+	int32_t idle;       /* no work mark open and the device done with the work before each end */
+	int32_t grouped;    /* it shares a named stream group (not "default") with another client */
+};
+int vram_client_info(vram_client c, struct vram_client_info *out);
+/* The name of the client's stream group. */
+int vram_client_group(vram_client c, char *buf, size_t len, size_t *needed);
+/* Moves the client to group (NULL or "": "default"), made if new, with
+ * what it has queued; its arrays stay valid (synchronize the old group's
+ * stream before using them on the new one's). */
+int vram_change_group(vram_client c, const char *group);
+/* Gives the client the manual proportion p (0 < p <= 1), out of the auto
+ * pool if it is there; a refusal (VRAM_EINVAL) changes nothing. */
+int vram_set_manual_proportion(vram_client c, double p);
+/* Moves an auto client to the manual pool with proportion p; a manual
+ * client keeps its proportion. */
+int vram_set_manual_limit_mode(vram_client c, double p);
+/* Moves a manual client to the auto pool; an auto client stays. */
+int vram_set_auto_limit_mode(vram_client c);
+
+/* One array to request. */
+struct vram_request {
+	const char *label;     /* the array's name, unique among the client's requests */
+	const int64_t *shape;  /* ndim lengths (NULL when ndim is 0: a scalar, never chunked) */
+	int32_t ndim;
+	int32_t dtype;         /* enum vram_dtype */
+	int32_t memory;        /* enum vram_memory */
+	int32_t chunk_axis;    /* the run axis, chunked when the batch does not fit */
+	int32_t unchunkable;   /* non-zero: never chunked */
+	int32_t reserved;      /* 0 */
+	int64_t total_runs;    /* 0: the chunk axis' length, which a non-zero value must equal */
+};
+/* Queues n requests, each request_size bytes apart (sizeof(struct
+ * vram_request): a later ABI may add fields), replacing everything the
+ * client had queued; n 0 drops its queue. An invalid request queues
+ * nothing (VRAM_EINVAL, naming it; VRAM_ENOTSUP for managed memory). */
+int vram_queue(vram_client c, const struct vram_request *requests, size_t n, size_t request_size);
+/* Plans everything queued in the client's group together, allocates it
+ * (chunked if it must be) with buffers chunk buffers in flight (0 or 1:
+ * one; 2 for double buffering), and returns the client's response. Every
+ * member that asked for VRAM_HOOK_ALLOCATED gets an event with its own.
+ * With nothing queued it sends every member the group's last plan again,
+ * allocating nothing. On failure (VRAM_ENOMEM: it does not fit, even
+ * chunked, with the figures in the last error) the queue and the arrays
+ * being replaced are as they were, unless the plan needed the latter's
+ * memory: then the last error names them and their owners are sent
+ * VRAM_HOOK_INVALIDATE events. It waits behind other allocations of the
+ * manager. */
+int vram_allocate(vram_client c, int buffers, vram_response *out);
+
+/* A response's plan: the group's chunk parameters. Set size to
+ * sizeof(struct vram_plan). */
+struct vram_plan {
+	uint64_t size;
+	vram_client client;         /* the client the response is for */
+	int64_t chunks;             /* passes the runs take, >= 1 */
+	int64_t chunk_length;       /* runs per chunk: the length of every chunkable array's chunk axis */
+	int64_t last_chunk_length;  /* runs in the last chunk */
+	int64_t total_runs;
+	int64_t buffers;            /* sets of chunkable arrays in flight */
+	uint64_t budget;            /* the device bytes the group was planned within */
+	uint64_t unchunkable_bytes; /* device bytes of the unchunkable arrays */
+	uint64_t chunk_bytes;       /* device bytes of one buffer of the chunkable arrays */
+	uint64_t device_bytes;      /* what the plan's device arrays take from the device */
+	uint64_t full_bytes;        /* device bytes of everything unchunked */
+	uint64_t host_bytes;        /* host bytes of one buffer (pinned, mapped, pageable) */
+	int64_t arrays;             /* the client's arrays in buffer 0 (0 for a member that queued nothing) */
+};
+int vram_response_plan(vram_response r, struct vram_plan *out);
+
+#define VRAM_MAX_NDIM 32
+
+/* One array of a response. Set size to sizeof(struct vram_array). */
+struct vram_array {
+	uint64_t size;
+	int32_t dtype;              /* enum vram_dtype */
+	int32_t memory;             /* enum vram_memory */
+	int32_t ndim;
+	int32_t chunk_axis;         /* its request's run axis; -1 when it is not chunkable */
+	uint64_t device_ptr;        /* device and mapped arrays: the device address; else 0 */
+	void *host;                 /* pinned, mapped and pageable arrays: the host bytes; else NULL */
+	uint64_t bytes;             /* elements x element size */
+	int64_t shape[VRAM_MAX_NDIM];   /* as allocated: the chunk axis cut to the chunk length when chunked */
+	int64_t strides[VRAM_MAX_NDIM]; /* row-major, in bytes */
+	int32_t freed;              /* the manager has freed it since */
+	int32_t reserved;
+};
+/* The array under label in buffer buffer (0 <= buffer < plan.buffers) of
+ * the response; VRAM_EINVAL when it has none. A host array's bytes stay
+ * valid while the response is held and the array is not freed. */
+int vram_response_array(vram_response r, const char *label, int buffer, struct vram_array *out);
+/* A range of runs along an axis: runs [start, start+len) of axis axis. */
+struct vram_span {
+	int64_t axis;
+	int64_t start;
+	int64_t len;
+};
+/* Chunk chunk (0 <= chunk < plan.chunks) of the plan, along axis. */
+int vram_response_span(vram_response r, int chunk, int axis, struct vram_span *out);
+/* The response the same allocation gave client c, a member of r's group
+ * (its arrays, or the plan alone), as a new response to release;
+ * VRAM_EINVAL when it gave c none. */
+int vram_response_member(vram_response r, vram_client c, vram_response *out);
+/* The whole response as one JSON object: "client", "plan" (the chunk
+ * plan, as `vram plan` prints it), "free_error" and "buffers", a list of
+ * objects label -> {"dtype", "memory", "shape", "strides", "chunk_axis",
+ * "device_ptr", "host", "bytes", "freed"}. */
+int vram_response_json(vram_response r, char *buf, size_t len, size_t *needed);
+/* Forgets the response (its arrays stay the client's). Every response
+ * vram_allocate, vram_response_member and vram_poll give must be
+ * released. */
+int vram_response_release(vram_response r);
+/* On the simulator, the host address of the bytes of a device array of
+ * the response: a program that runs its kernels on the host (Numba's CUDA
+ * simulator) reads and writes the simulated device memory there. The
+ * address is valid while the response is held and the array is not freed:
+ * a use after the free is undefined, as on a GPU (the bytes may be another
+ * array's, or unmapped: the process can end). VRAM_ENOTSUP on a GPU and on
+ * an address-only simulator (backed=false). */
+int vram_sim_host_address(vram_response r, const char *label, int buffer, void **out);
+
+/* Host memory given by the caller for a copy: C-contiguous elements. */
+struct vram_host_desc {
+	void *data;
+	const int64_t *shape;
+	int32_t ndim;
+	int32_t dtype; /* enum vram_dtype: the device array's */
+};
+/* Copies src into the device array under label in buffer buffer of
+ * response r, ordered on client c's stream (the array must be c's, or a
+ * member's of c's group). span NULL copies the whole array (the shapes must
+ * be equal); otherwise the runs span of the full-length src go to the first
+ * span->len runs along span->axis of the chunk-length array. */
+int vram_to_device(vram_client c, vram_response r, const char *label, int buffer, const struct vram_host_desc *src, const struct vram_span *span);
+/* The reverse: the device array (or its first span->len runs) into dst
+ * (at the runs span). Read dst after vram_sync. */
+int vram_from_device(vram_client c, vram_response r, const char *label, int buffer, const struct vram_host_desc *dst, const struct vram_span *span);
+/* Waits for the work enqueued on the client's stream; returns its first error. */
+int vram_sync(vram_client c);
+/* Frees the client's arrays under label (every buffer); none is not an error. */
+int vram_client_free(vram_client c, const char *label);
+
+/* Marks work on the client's arrays begun: until vram_end_work, and then
+ * until the device has finished the work enqueued on the client's stream
+ * before it, the client is busy and never evicted. VRAM_EFREED when its
+ * arrays were evicted: allocate again first. */
+int vram_begin_work(vram_client c, vram_work *out);
+/* Ends the mark (records an event on the client's stream; never waits). */
+int vram_end_work(vram_work w);
+
+/* Sets the limit mode (enum vram_limit_mode) for later allocations. */
+int vram_set_limit_mode(vram_manager m, int mode);
+/* How the manager divides memory: the sum of the manual proportions, and
+ * what the auto clients split (0 with none); either pointer may be NULL. */
+int vram_shares(vram_manager m, double *manual, double *auto_pool);
+/* The device's free and total memory; either pointer may be NULL. */
+int vram_mem_info(vram_manager m, uint64_t *free_bytes, uint64_t *total_bytes);
+/* The open clients of group (NULL or "": "default"), by id: up to cap of
+ * them into out (which may be NULL when cap is 0), and how many there are
+ * into *n. */
+int vram_group_members(vram_manager m, const char *group, vram_client *out, size_t cap, size_t *n);
+/* Frees every client's arrays under label. */
+int vram_free_label(vram_manager m, const char *label);
+/* Frees every client's arrays (no events). */
+int vram_free_all(vram_manager m);
+/* Frees every client's arrays and sends each a VRAM_HOOK_INVALIDATE event:
+ * after a device reset, or to start over. */
+int vram_invalidate_all(vram_manager m);
+/* Gives every stream group a fresh stream (after a device reset; call
+ * vram_invalidate_all too), closing the old ones once their work is done. */
+int vram_reinit_streams(vram_manager m);
+
+/* Event kinds. */
+enum vram_event_kind {
+	VRAM_EVENT_NONE = 0,        /* no event was queued */
+	VRAM_EVENT_ALLOCATED = 1,   /* response: the client's arrays, or the plan alone */
+	VRAM_EVENT_INVALIDATED = 2, /* the client's arrays were freed behind its back; the reason is in reason */
+};
+/* An event. Set size to sizeof(struct vram_event). */
+struct vram_event {
+	uint64_t size;
+	int32_t kind;           /* enum vram_event_kind */
+	int32_t evicted;        /* INVALIDATED: 1 for an eviction for another group */
+	vram_client client;
+	vram_response response; /* ALLOCATED: a response to release; else 0 */
+};
+/* Takes the manager's oldest event into *out (kind VRAM_EVENT_NONE when
+ * there is none) and, for an invalidation, its reason into reason (cut to
+ * len bytes with its NUL; reason may be NULL when len is 0). */
+int vram_poll(vram_manager m, struct vram_event *out, char *reason, size_t len);
+
+/* Makes a host array of shape and dtype in memory (pinned, mapped or
+ * pageable), zeroed, and its bytes into *data. Pinned and mapped arrays are
+ * for copies that overlap the device's work; free each with vram_host_free
+ * before the manager is closed (vram_close frees those left). */
+int vram_host_array(vram_manager m, const int64_t *shape, int ndim, int dtype, int memory, vram_host *out, void **data);
+/* Frees a host array; its bytes must not be used afterwards. */
+int vram_host_free(vram_host h);
+
+/* The planner alone (the Go vram.Plan), with no manager: request_json is
+ * {"requests": {owner: {label: {"shape": [...], "dtype": "float32",
+ * "memory": "device", "chunk_axis": 0, "unchunkable": false, "total_runs":
+ * 0}}}, "budget": bytes, "granularity": bytes, "buffers": k,
+ * "max_chunk_length": n}; buf gets {"plan": {...}} (the ChunkPlan as the Go
+ * package marshals it) or, when no plan fits or the requests disagree,
+ * {"error": {"kind": "unchunkable" | "run_too_large" | "runs_mismatch" |
+ * "invalid_request", "message": ..., "figures": {...}}}, as
+ * vram_stats_json hands its text. VRAM_EINVAL for JSON it cannot read. */
+int vram_plan(const char *request_json, char *buf, size_t len, size_t *needed);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,10 @@
 //     allocated as pinning does, so copies do not pay its page faults.
 //   - Kernels written as Go functions (LaunchFunc), run over the host's
 //     cores.
+//   - The host's view of device memory (HostBytes, hostbytes.go), checked
+//     as a copy's access is, for kernels that run on the host outside the
+//     simulator (Numba's CUDA simulator over vram's arrays, through
+//     libvram).
 //   - 2-D (pitched) copies, device.StridedCopier, as one stream operation
 //     each, checked like any copy (see strided.go).
 //   - A memory checker on every copy, memset and kernel access:

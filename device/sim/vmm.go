@@ -65,6 +65,7 @@ type vmRes struct {
 
 // physMem is a physical memory handle.
 type physMem struct {
+	h        device.PhysMem // its handle, its key in vmState.phys
 	n        uint64
 	released bool
 	maps     int    // mappings of it
@@ -148,8 +149,7 @@ func (d *Device) FreeAddress(p device.Ptr, n uint64) error {
 	}
 	nd := d.vm.res.get(uint64(p), 0)
 	if nd == nil || nd.span != n {
-		return fmt.Errorf("%v: %s of %s at %v: no reservation of that start and size: %w",
-			d, op, units.Format(n), p, device.ErrInvalidValue)
+		return d.vmMissLocked(op, p, n, "no reservation of that start and size")
 	}
 	r := nd.v
 	if r.mapped > 0 {
@@ -164,6 +164,17 @@ func (d *Device) FreeAddress(p device.Ptr, n uint64) error {
 		r.host = nil
 	}
 	return nil
+}
+
+// vmMissLocked explains an address in none of this generation's
+// reservations or mappings: one from before a device reset
+// (device.ErrInvalidated), or what was wanted there (ErrInvalidValue).
+func (d *Device) vmMissLocked(op string, p device.Ptr, n uint64, what string) error {
+	if r, _, ok := regionOf(uint64(p)); ok && r.dev == d.id && r.gen != d.gen.Load() {
+		return fmt.Errorf("%v: %s of %s at %v: the address was reserved before a device reset (generation %d, now %d): %w",
+			d, op, units.Format(n), p, r.gen, d.gen.Load(), device.ErrInvalidated)
+	}
+	return fmt.Errorf("%v: %s of %s at %v: %s: %w", d, op, units.Format(n), p, what, device.ErrInvalidValue)
 }
 
 // handleGen tags handles with the generation that made them.
@@ -210,7 +221,7 @@ func (d *Device) CreatePhysical(n uint64) (device.PhysMem, error) {
 	}
 	d.vm.nextPhys++
 	h := d.physHandle(d.vm.nextPhys)
-	d.vm.phys[h] = &physMem{n: n}
+	d.vm.phys[h] = &physMem{h: h, n: n}
 	d.vm.physBytes += n
 	return h, nil
 }
@@ -230,13 +241,15 @@ func (d *Device) ReleasePhysical(h device.PhysMem) error {
 	}
 	ph.released, ph.saved = true, nil
 	if ph.maps == 0 {
-		d.dropPhysLocked(h, ph)
+		d.dropPhysLocked(ph)
 	}
 	return nil
 }
 
-func (d *Device) dropPhysLocked(h device.PhysMem, ph *physMem) {
-	delete(d.vm.phys, h)
+// dropPhysLocked forgets handle ph, released and mapped nowhere, and gives
+// its memory back.
+func (d *Device) dropPhysLocked(ph *physMem) {
+	delete(d.vm.phys, ph.h)
 	d.vm.physBytes -= ph.n
 	d.giveLocked(ph.n)
 }
@@ -267,8 +280,7 @@ func (d *Device) Map(p device.Ptr, n uint64, h device.PhysMem) error {
 	}
 	rn := d.vm.res.floor(a, 0)
 	if rn == nil || a+n > rn.k1+rn.span {
-		return fmt.Errorf("%v: %s of %s at %v: the range is not inside one reservation: %w",
-			d, op, units.Format(n), p, device.ErrInvalidValue)
+		return d.vmMissLocked(op, p, n, "the range is not inside one reservation")
 	}
 	if o := d.live.floor(a+n-1, 0); o != nil && o.k1+o.span > a {
 		return fmt.Errorf("%v: %s of %s at %v: 0x%x is already mapped: %w",
@@ -311,7 +323,7 @@ func (d *Device) Unmap(p device.Ptr, n uint64) error {
 	a := uint64(p)
 	nd := d.live.get(a, 0)
 	if nd == nil || nd.v.kind != kVMMap {
-		return fmt.Errorf("%v: %s of %s at %v: no mapping starts there: %w", d, op, units.Format(n), p, device.ErrInvalidValue)
+		return d.vmMissLocked(op, p, n, "no mapping starts there")
 	}
 	if nd.span != n {
 		return fmt.Errorf("%v: %s of %s at %v: the mapping there is %s; unmap it whole: %w",
@@ -334,13 +346,8 @@ func (d *Device) Unmap(p device.Ptr, n uint64) error {
 	vm.res.mapped -= n
 	d.vm.mapped -= n
 	d.vm.unmaps++
-	if vm.ph.released && vm.ph.maps == 0 {
-		for h, ph := range d.vm.phys { // rare: a handle released while mapped
-			if ph == vm.ph {
-				d.dropPhysLocked(h, ph)
-				break
-			}
-		}
+	if vm.ph.released && vm.ph.maps == 0 { // released while mapped: its last mapping frees it
+		d.dropPhysLocked(vm.ph)
 	}
 	return nil
 }
@@ -362,7 +369,7 @@ func (d *Device) SetAccess(p device.Ptr, n uint64) error {
 	for at := a; at < end; {
 		nd := d.live.floor(at, 0)
 		if nd == nil || nd.v.kind != kVMMap || at >= nd.k1+nd.span {
-			return fmt.Errorf("%v: %s of %s at %v: 0x%x is not mapped: %w", d, op, units.Format(n), p, at, device.ErrInvalidValue)
+			return d.vmMissLocked(op, p, n, fmt.Sprintf("0x%x is not mapped", at))
 		}
 		maps = append(maps, nd.v.vm)
 		at = nd.k1 + nd.span

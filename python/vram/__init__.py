@@ -25,19 +25,33 @@ an object with one: a Numba stream's .handle, a CuPy stream's .ptr, a
 PyTorch stream's .cuda_stream), or on none (UNORDERED): the library's
 header says what each promises. Numba's EMM plugin allocates on the stream
 of the innermost `with vram.stream(s):` of the thread, else unordered.
+
+The manager's client API (vram.client: clients, stream groups, requests,
+batches chunked to fit, copies, hooks) is the Go package's Manager and
+Client in Python, and vram.Batch runs a chunked batch:
+
+    with vram.Manager("sim:vram=64MiB") as m:
+        c = m.register("solver", group="batch")
+        c.queue({"x": vram.ArrayRequest((runs,), "float32")})
+        r = c.allocate()          # r.plan.chunks passes of r.plan.chunk_length runs
 """
 
 import contextlib
 import json
 import threading
+import typing
 
-from . import _lib
-from ._lib import OutOfMemoryError, VramError, UNORDERED
+from . import _capi, _lib
+from . import client as _client
+from ._lib import FreedError, InvalidArgumentError, OutOfMemoryError, VramError, UNORDERED
+from .arrays import DeviceArray
+from .client import ArrayRequest, ArrayResponse, ChunkPlan, Client, Span, Work
 
 __all__ = [
-    "Manager", "VramError", "OutOfMemoryError", "UNORDERED", "SOURCES",
+    "Manager", "VramError", "OutOfMemoryError", "InvalidArgumentError", "FreedError", "UNORDERED", "SOURCES",
     "open", "open_lease", "manager", "managers", "stats", "report", "oom_report", "empty_cache",
     "stream", "current_stream", "stream_handle",
+    "Client", "ArrayRequest", "ArrayResponse", "ChunkPlan", "Span", "Work", "DeviceArray", "Shares", "Batch",
 ]
 
 SOURCES = _lib.SOURCES
@@ -57,19 +71,62 @@ def stream_handle(s):
     raise TypeError("not a stream: %r (want an int handle, or a PyTorch, CuPy or Numba stream)" % (s,))
 
 
+class Shares(typing.NamedTuple):
+    """How a manager divides memory (the Go Shares): manual, the sum of the
+    manual clients' proportions; auto, what the auto clients split (0 with
+    none); total, the bytes proportions are of."""
+
+    manual: float
+    auto: float
+    total: int
+
+
 class Manager:
     """One device's vram manager: its pool and its budget, shared by every
-    framework of the process on that device. Get one with vram.open or
-    vram.manager. Safe to use from any thread."""
+    framework of the process on that device, and its clients (the Go
+    Manager). Manager(spec, cap) opens it, as vram.open does (a process has
+    one manager per device: a second open of the same device raises
+    VramError); vram.manager(device) finds one. A context manager that
+    closes it. Safe to use from any thread.
 
-    def __init__(self, handle):
+    arrays says what ArrayResponse.arrays holds: "auto" (Numba device
+    arrays when Numba can reach the manager's memory here, a GPU, or vram's
+    simulator under Numba's CUDA simulator; else vram.DeviceArray),
+    "numba" or "vram"."""
+
+    def __init__(self, spec: typing.Optional[str] = None, cap: int = 0, *, arrays: str = "auto"):
+        h = _lib.ctypes.c_int64()
+        _lib.check(_lib.lib().vram_open((spec or "").encode(), int(cap), _lib.ctypes.byref(h)))
+        self._setup(h.value, arrays)
+        with _known_lock:
+            _known[self.handle] = self
+
+    @classmethod
+    def _of_handle(cls, handle):
+        m = cls.__new__(cls)
+        m._setup(handle, "auto")
+        return m
+
+    def _setup(self, handle, arrays):
+        if arrays not in ("auto", "numba", "vram"):
+            raise InvalidArgumentError(_lib.EINVAL, "vram: arrays=%r: want auto, numba or vram" % (arrays,))
         self.handle = handle
+        self.arrays = arrays
         st = self.stats()
         self.device = st["device"]
         self.spec = st["spec"]
+        self.simulated = st["backend"] == "sim"
+        self._clients = {}  # handle -> Client registered through this object
+        self._poll_lock = threading.RLock()
 
     def __repr__(self):
         return "vram.Manager(%d, %r, device %d)" % (self.handle, self.spec, self.device)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def alloc(self, size, stream=UNORDERED, source="c"):
         """Allocates size bytes for source ("c", "torch", "cupy", "numba"),
@@ -110,11 +167,116 @@ class Manager:
         _lib.check(_lib.lib().vram_reset_peaks(self.handle))
 
     def close(self):
-        """Closes the manager; refused (VramError) while it has live
-        allocations."""
+        """Closes the manager, its clients (their arrays freed) and the host
+        arrays it made; refused (VramError) while allocations of the
+        allocator API (alloc, the frameworks' hooks) are live."""
         _lib.check(_lib.lib().vram_close(self.handle))
         with _known_lock:
             _known.pop(self.handle, None)
+        self._clients.clear()
+
+    # The client API (vram.client).
+
+    def register(self, name: str = "", group: str = "default", proportion: float = 0.0, *, no_evict: bool = False,
+                 on_allocated: typing.Optional[typing.Callable[[ArrayResponse], None]] = None,
+                 on_invalidate: typing.Optional[typing.Callable[[Exception], None]] = None) -> Client:
+        """Registers a client (the Go Manager.Register; cubie's register):
+        name labels it in plans and errors, group is its stream group (made
+        if new), proportion a manual share of the device's memory (0 < p <=
+        1; 0 or None: the auto pool). on_allocated(response) is called when
+        its group is allocated (its arrays, or the plan alone);
+        on_invalidate(error) when its arrays were freed behind its back (a
+        FreedError; error.evicted for an eviction for another group). A
+        client with no on_invalidate, or no_evict, is never evicted. Raises
+        InvalidArgumentError for a proportion the pools cannot give."""
+        hooks = (_capi.HOOK_ALLOCATED if on_allocated else 0) | (_capi.HOOK_INVALIDATE if on_invalidate else 0)
+        o = _capi.ClientOptions(size=_lib.ctypes.sizeof(_capi.ClientOptions), name=(name or "").encode(),
+                                group=(group or "").encode(), proportion=float(proportion or 0.0),
+                                no_evict=int(bool(no_evict)), hooks=hooks)
+        h = _lib.ctypes.c_int64()
+        _lib.check(_lib.lib().vram_register(self.handle, _lib.ctypes.byref(o), _lib.ctypes.byref(h)))
+        c = Client(self, h.value, name, on_allocated, on_invalidate)
+        with self._poll_lock:
+            self._clients[c.handle] = c
+        return c
+
+    def _forget(self, client):
+        with self._poll_lock:
+            self._clients.pop(client.handle, None)
+
+    def clients(self) -> typing.List[Client]:
+        """The open clients registered through this object, by id."""
+        with self._poll_lock:
+            return [c for _, c in sorted(self._clients.items())]
+
+    def group_members(self, group: str = "default") -> typing.List[Client]:
+        """The open clients of group, by id (those registered through this
+        object)."""
+        n = _lib.ctypes.c_size_t()
+        _lib.check(_lib.lib().vram_group_members(self.handle, group.encode(), None, 0, _lib.ctypes.byref(n)))
+        out = (_lib.ctypes.c_int64 * max(n.value, 1))()
+        _lib.check(_lib.lib().vram_group_members(self.handle, group.encode(), out, n.value, _lib.ctypes.byref(n)))
+        with self._poll_lock:
+            return [self._clients[h] for h in out[:n.value] if h in self._clients]
+
+    def poll(self) -> int:
+        """Delivers the manager's queued events to the hooks of the clients
+        registered through this object, on this thread, in order; returns
+        how many it took. Every call that can cause events polls once it
+        returns; call it for events another thread's calls caused. The first
+        exception a hook raised is raised once all are delivered."""
+        return _client.deliver_events(self)
+
+    def set_limit_mode(self, mode: str) -> None:
+        """"passive" (the default: caps computed, not enforced) or "active"
+        (each requester within its cap), for later allocations."""
+        if mode not in _capi.LIMIT_MODES:
+            raise InvalidArgumentError(_lib.EINVAL, "vram: limit mode %r: want passive or active" % (mode,))
+        _lib.check(_lib.lib().vram_set_limit_mode(self.handle, _capi.LIMIT_MODES[mode]))
+
+    @property
+    def shares(self) -> Shares:
+        """How memory is divided now (cubie's manual_pool_proportion and
+        auto_pool_proportion)."""
+        manual, auto = _lib.ctypes.c_double(), _lib.ctypes.c_double()
+        _lib.check(_lib.lib().vram_shares(self.handle, _lib.ctypes.byref(manual), _lib.ctypes.byref(auto)))
+        return Shares(manual.value, auto.value, self.mem_info()[1])
+
+    def mem_info(self) -> typing.Tuple[int, int]:
+        """The device's (free, total) memory in bytes."""
+        free, total = _lib.ctypes.c_uint64(), _lib.ctypes.c_uint64()
+        _lib.check(_lib.lib().vram_mem_info(self.handle, _lib.ctypes.byref(free), _lib.ctypes.byref(total)))
+        return free.value, total.value
+
+    def free_label(self, label: str) -> None:
+        """Frees every client's arrays under label (cubie's free)."""
+        _lib.check(_lib.lib().vram_free_label(self.handle, str(label).encode()))
+
+    def free_all(self) -> None:
+        """Frees every client's arrays."""
+        _lib.check(_lib.lib().vram_free_all(self.handle))
+
+    def invalidate_all(self) -> None:
+        """Frees every client's arrays and calls every on_invalidate (after
+        a device reset, or to start over)."""
+        _client.call_then_poll(self, lambda: _lib.check(_lib.lib().vram_invalidate_all(self.handle)))
+
+    def reinit_streams(self) -> None:
+        """Gives every stream group a fresh stream (after a device reset)."""
+        _lib.check(_lib.lib().vram_reinit_streams(self.handle))
+
+    def host_array(self, shape, dtype="float32", memory: str = "pinned", like=None):
+        """A zeroed host array of shape and dtype in memory ("pinned",
+        "mapped" or "pageable"; cubie's create_host_array), as a NumPy array,
+        filled from like when given (NumPy's broadcast). Pinned memory is
+        what asynchronous copies need; free it with free_host, or let the
+        collector, before the manager is closed (close frees what is left)."""
+        return _client.host_array(self, shape, dtype, memory, like)
+
+    def free_host(self, array) -> None:
+        """Frees a host array from host_array now (its views must not be
+        used afterwards)."""
+        _client.free_host(array)
 
 
 _known_lock = threading.Lock()
@@ -125,7 +287,7 @@ def _wrap(handle):
     with _known_lock:
         m = _known.get(handle)
     if m is None:
-        m = Manager(handle)
+        m = Manager._of_handle(handle)
         with _known_lock:
             m = _known.setdefault(handle, m)
     return m
@@ -135,10 +297,9 @@ def open(spec=None, cap=0):
     """Opens the manager of the device spec names ("auto", "cuda:1",
     "sim:vram=8GiB"; None: $VRAM_DEVICE, else auto) with a cap in bytes (0:
     $VRAM_ALLOC_CONF's limit, else none). A process has one manager per
-    device: a second open of the same device raises VramError."""
-    h = _lib.ctypes.c_int64()
-    _lib.check(_lib.lib().vram_open((spec or "").encode(), int(cap), _lib.ctypes.byref(h)))
-    return _wrap(h.value)
+    device: a second open of the same device raises VramError. The same as
+    Manager(spec, cap)."""
+    return Manager(spec, cap)
 
 
 def open_lease(spec=None, socket=None, name=None, proportion=0.0, cap=0):
@@ -210,7 +371,11 @@ _local = threading.local()
 def __getattr__(name):
     # vram.numba, vram.cupy and vram.torch import their framework: loaded on
     # first use, so that import vram needs none of them.
-    if name in ("numba", "cupy", "torch"):
+    if name == "Batch":
+        from .batch import Batch
+
+        return Batch
+    if name in ("numba", "cupy", "torch", "batch"):
         import importlib
 
         return importlib.import_module("vram." + name)

@@ -1,9 +1,12 @@
-"""ctypes bindings of libvram (libvram/vram.h, ABI version 1).
+"""ctypes bindings of libvram (libvram/vram.h, ABI version 2; the client
+API's structs and signatures are in _capi).
 
 The library is found, in order, at $VRAM_LIBRARY, as libvram.so beside this
 package, or by the system's loader (ctypes.util.find_library("vram")). It is
 loaded once per process and never unloaded. PyTorch's allocation hook is in
-libvram_torch.so (C++), found at $VRAM_TORCH_LIBRARY or beside libvram.so.
+libvram_torch.so (C++), found at $VRAM_TORCH_LIBRARY or beside libvram.so;
+CuPy's C allocation hook in libvram_cupy.so (C++), at $VRAM_CUPY_LIBRARY or
+beside libvram.so.
 """
 
 import ctypes
@@ -11,13 +14,18 @@ import ctypes.util
 import os
 import threading
 
-ABI_VERSION = 1
+from . import _capi
+
+ABI_VERSION = 2
 
 # Status codes from vram.h that the package acts on; every other failure is
 # a VramError with the library's message.
 OK = 0
+EINVAL = -1
 ENOMEM = -2
 ERANGE = -8
+EFREED = -10
+ENOTSUP = -11
 
 # enum vram_source, in vram.h's order (tests check it against the
 # library's stats, which list the sources in this order).
@@ -51,7 +59,6 @@ _SIGNATURES = {
     # libvram_torch.so's path) to the frameworks.
     "vram_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
     "vram_torch_empty_cache": (None, []),
-    "vram_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
     "vram_cupy_free": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
 }
 
@@ -62,6 +69,22 @@ class VramError(RuntimeError):
     def __init__(self, status, message):
         super().__init__(message)
         self.status = status
+
+
+class InvalidArgumentError(VramError, ValueError):
+    """An argument the library refused (VRAM_EINVAL): a bad request, shape,
+    dtype, proportion, span or handle value; the message says which."""
+
+
+class FreedError(VramError):
+    """Arrays the manager freed, or evicted for another group (VRAM_EFREED):
+    queue and allocate again. evicted is True in the error an on_invalidate
+    hook gets for an eviction (a call's error leaves it False: ask
+    Client.evicted)."""
+
+    def __init__(self, status, message, evicted=False):
+        super().__init__(status, message)
+        self.evicted = evicted
 
 
 class OutOfMemoryError(VramError, MemoryError):
@@ -102,11 +125,13 @@ def lib():
         if _lib is None:
             p = _find()
             handle = ctypes.CDLL(p)
-            for name, (res, args) in _SIGNATURES.items():
+            handle.vram_abi_version.restype, handle.vram_abi_version.argtypes = ctypes.c_int, []
+            if handle.vram_abi_version() < ABI_VERSION:
+                raise OSError("%s has ABI version %d; this package needs %d or later (build libvram again)" % (
+                    p, handle.vram_abi_version(), ABI_VERSION))
+            for name, (res, args) in list(_SIGNATURES.items()) + list(_capi.SIGNATURES.items()):
                 fn = getattr(handle, name)
                 fn.restype, fn.argtypes = res, args
-            if handle.vram_abi_version() != ABI_VERSION:
-                raise OSError("%s has ABI version %d; this package needs %d" % (p, handle.vram_abi_version(), ABI_VERSION))
             _lib, path = handle, p
         return _lib
 
@@ -127,6 +152,10 @@ def check(status, report=None):
     msg = last_error() or lib().vram_strerror(status).decode()
     if status == ENOMEM:
         raise OutOfMemoryError(status, msg, report() if report else "")
+    if status == EINVAL:
+        raise InvalidArgumentError(status, msg)
+    if status == EFREED:
+        raise FreedError(status, msg)
     raise VramError(status, msg)
 
 
@@ -144,15 +173,23 @@ def text(fn, handle):
         return buf.value.decode("utf-8", "replace")
 
 
-def torch_path():
-    """The path of libvram_torch.so, PyTorch's hook (checked to exist)."""
+def _hook_path(env, name, what, src):
     lib()
-    p = os.environ.get("VRAM_TORCH_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(path)), "libvram_torch.so")
+    p = os.environ.get(env) or os.path.join(os.path.dirname(os.path.abspath(path)), name)
     if not os.path.exists(p):
         raise OSError(
-            "%s not found: PyTorch's hook is a C++ library beside libvram.so (build it as "
-            "libvram/torch/vram_torch.cc says), or set VRAM_TORCH_LIBRARY" % p)
+            "%s not found: %s is a C++ library beside libvram.so (build it as %s says), or set %s" % (p, what, src, env))
     return p
+
+
+def torch_path():
+    """The path of libvram_torch.so, PyTorch's hook (checked to exist)."""
+    return _hook_path("VRAM_TORCH_LIBRARY", "libvram_torch.so", "PyTorch's hook", "libvram/torch/vram_torch.cc")
+
+
+def cupy_path():
+    """The path of libvram_cupy.so, CuPy's C hook (checked to exist)."""
+    return _hook_path("VRAM_CUPY_LIBRARY", "libvram_cupy.so", "CuPy's C hook", "libvram/cupy/vram_cupy.cc")
 
 
 def address(name):

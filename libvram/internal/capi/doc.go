@@ -39,6 +39,13 @@
 // goroutine. The allocator may run fence work on the calling goroutine
 // only (package alloc keeps its device calls on the caller's goroutine).
 //
+// Clients (clients.go, responses.go, groups.go): the manager's client API
+// (vram.h's ABI 2): clients of a manager's vram.Manager, the responses of
+// their allocations, work marks and host arrays, by handle; the hooks queue
+// events that the program takes with Poll on a thread of its own, so no Go
+// goroutine ever calls into C; memory whose address C keeps is pinned
+// while the handle that gave it is held.
+//
 // What it does not own: the C types, status codes and the fork check
 // (libvram), the allocator (alloc), the account (account), the report's
 // form (vram.ManagerReport).

@@ -70,8 +70,10 @@ type Manager struct {
 	spec      string
 	ordinal   int
 	dev       device.Device
-	acct      *account.Account     // the allocator, its cap and the broker's lease; never swapped
+	vm        *vram.Manager        // the client API's manager, whose account the allocator API shares
+	acct      *account.Account     // vm's account: the allocator, its cap and the broker's lease; never swapped
 	foreign   device.ForeignCaller // nil where the backend borrows no streams (the simulator)
+	leased    bool                 // acct follows a broker's lease: allocations claim room under it first
 	unordered device.Stream        // where allocations that name no stream are made
 
 	useMu  sync.RWMutex // read: a call is using the manager; write: Close
@@ -95,7 +97,12 @@ func (m *Manager) Ordinal() int { return m.ordinal }
 // Spec is the device spec the manager was opened with.
 func (m *Manager) Spec() string { return m.spec }
 
-// Account is the device-memory account behind m.
+// Manager is the vram manager behind m, which the client API registers
+// its clients with.
+func (m *Manager) Manager() *vram.Manager { return m.vm }
+
+// Account is the device-memory account behind m: its vram manager's,
+// which the allocator API allocates through.
 func (m *Manager) Account() *account.Account { return m.acct }
 
 // use marks a call in progress and makes the calling thread's driver
@@ -162,8 +169,11 @@ func (m *Manager) Alloc(src Source, n uint64, h uintptr) (device.Ptr, error) {
 // (account.Account.Alloc): the broker bounds the wait by its reclaim
 // deadline, leaseClaimTimeout bounds it here. A claim the broker cannot
 // cover fails before the device is asked, with an error wrapping
-// device.ErrOutOfMemory.
+// device.ErrOutOfMemory. Without a lease no context is made.
 func (m *Manager) leasedAlloc(n uint64, s device.Stream) (device.Ptr, error) {
+	if !m.leased {
+		return m.acct.Alloc(context.Background(), n, s)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseClaimTimeout)
 	defer cancel()
 	return m.acct.Alloc(ctx, n, s)
@@ -284,8 +294,8 @@ func (m *Manager) closeIfIdle() error {
 	return nil
 }
 
-// shut releases everything m made: its streams, the account and the
-// device. Called once no call can use m.
+// shut releases everything m made: its streams, the vram manager (and
+// its account) and the device. Called once no call can use m.
 func (m *Manager) shut() error {
 	var errs []error
 	for _, s := range m.keyed {
@@ -294,7 +304,7 @@ func (m *Manager) shut() error {
 	if m.unordered != nil {
 		errs = append(errs, m.unordered.Close())
 	}
-	errs = append(errs, m.acct.Close(nil), m.dev.Close())
+	errs = append(errs, m.vm.Close(), m.dev.Close())
 	return errors.Join(errs...)
 }
 

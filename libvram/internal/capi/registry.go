@@ -16,6 +16,7 @@ import (
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/device"
 )
 
@@ -51,9 +52,9 @@ type Options struct {
 	Spec string // a device.Open spec: "", "auto", "sim:vram=1GiB", "cuda:1", …
 	Cap  uint64 // bytes the manager's allocations may take, as the allocator charges them; 0: $VRAM_ALLOC_CONF's limit, else none
 	// Broker, when not "", is the node broker's socket: the manager's
-	// budget is a lease of it (account.Config.Broker), asked for as Lease
-	// says, and Cap is ignored (Lease.Cap bounds the lease). The process
-	// must link package broker (libvram does).
+	// budget is a lease of it (broker.At, account.LeaseOptions.Broker),
+	// asked for as Lease says, and Cap is ignored (Lease.Cap bounds the
+	// lease).
 	Broker string
 	Lease  account.LeaseOptions
 }
@@ -166,38 +167,40 @@ func (r *Registry) Close(h int64) error {
 	return m.shut()
 }
 
-// newManager makes the manager of o on dev: its account, with the
-// allocator and cap of conf. The async kind is refused: the device's
-// stream-ordered pool orders reuse only on the allocating stream, which a
-// hook that names no stream cannot give.
+// newManager makes the manager of o on dev: a vram manager (the client
+// API's) with the allocator and cap of conf, whose account the allocator
+// API allocates through too, so that both count in one budget. The async
+// kind is refused: the device's stream-ordered pool orders reuse only on
+// the allocating stream, which a hook that names no stream cannot give.
 func newManager(dev device.Device, o Options, conf vram.AllocConf) (*Manager, error) {
 	m := &Manager{spec: o.Spec, dev: dev, ordinal: dev.Info().Ordinal, live: map[device.Ptr]liveAlloc{}, keyed: map[uintptr]device.Stream{}}
 	if m.spec == "" {
 		m.spec = device.DefaultSpec()
 	}
 	m.foreign, _ = dev.(device.ForeignCaller)
-	cfg := account.Config{Allocator: conf.Allocator, Cap: conf.Cap, Logger: slog.New(slog.DiscardHandler),
-		OnOOM: func(_ *alloc.OutOfMemoryError, kind alloc.Kind, r alloc.MemoryReport) {
-			m.noteOOM(m.managerReport(kind, r))
-		}}
+	opts := append(conf.Options(), vram.WithLogger(slog.New(slog.DiscardHandler)),
+		vram.WithOOMObserver(func(_ *alloc.OutOfMemoryError, rep vram.ManagerReport) { m.noteOOM(rep) }))
 	switch {
 	case o.Broker != "":
-		cfg.Broker, cfg.Lease = o.Broker, o.Lease
+		lease := o.Lease
+		lease.Broker = broker.At(o.Broker)
+		opts = append(opts, vram.WithLease(lease))
 	case o.Cap > 0: // else $VRAM_ALLOC_CONF's limit, if any, stands
-		cfg.Cap = o.Cap
+		opts = append(opts, vram.WithCap(o.Cap))
 	}
-	acct, err := account.New(dev, cfg)
+	vm, err := vram.New(dev, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("vram: open %q: %w", o.Spec, err)
 	}
-	m.acct = acct
-	if kind, _ := acct.Stats(); kind == vram.AsyncPool {
+	m.vm, m.acct = vm, vm.Account()
+	_, m.leased = m.acct.Lease()
+	if kind, _ := m.acct.Stats(); kind == vram.AsyncPool {
 		return nil, errors.Join(fmt.Errorf("vram: open %q: the async allocator orders reuse on the allocating stream, which Numba's and CuPy's hooks do not name; choose pool or direct in %s: %w",
-			o.Spec, vram.AllocConfEnv, device.ErrInvalidValue), acct.Close(nil))
+			o.Spec, vram.AllocConfEnv, device.ErrInvalidValue), vm.Close())
 	}
 	s, err := dev.NewStream()
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("vram: open %q: the stream for unordered allocations: %w", o.Spec, err), acct.Close(nil))
+		return nil, errors.Join(fmt.Errorf("vram: open %q: the stream for unordered allocations: %w", o.Spec, err), vm.Close())
 	}
 	m.unordered = s
 	return m, nil

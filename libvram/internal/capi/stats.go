@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -96,27 +95,16 @@ func (m *Manager) Stats() (Stats, error) {
 	return st, nil
 }
 
-// Report is the manager's memory report: its handle and device, the
-// account's report (allocator, cap) in a vram.ManagerReport, each
-// framework's books and the hook failures, as text.
+// Report is the manager's memory report: its handle and device, the vram
+// manager's report (allocator, cap, pinned pool, the client API's
+// clients), each framework's books and the hook failures, as text.
 func (m *Manager) Report() (string, error) {
 	done, err := m.use("report")
 	if err != nil {
 		return "", err
 	}
 	defer done()
-	return m.report(m.managerReport(m.acct.Report())), nil
-}
-
-// managerReport is the account's report, of the allocator of kind, as a
-// vram.ManagerReport: the device's figures beside it, no clients (the C
-// library has none).
-func (m *Manager) managerReport(kind alloc.Kind, r alloc.MemoryReport) vram.ManagerReport {
-	mr := vram.ManagerReport{Allocator: kind, Memory: r}
-	if free, total, err := m.dev.MemInfo(); err == nil {
-		mr.DeviceFree, mr.TotalMemory = free, total
-	}
-	return mr
+	return m.report(m.vm.Report()), nil
 }
 
 // report writes r with m's header, books and hook failures. Takes mu.

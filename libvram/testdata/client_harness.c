@@ -1,0 +1,303 @@
+/*
+ * client_harness.c: the client API of vram.h (ABI 2) from C, linked
+ * against libvram.so, on the simulator: two components in one stream
+ * group, a batch bigger than the device chunked between them, each chunk
+ * copied in, worked on in the simulated memory and copied out; the events
+ * polled; every entry point with bad arguments; clients of their own on
+ * several threads at once; and the ABI 1 entry points beside them.
+ *
+ *   client_harness
+ *
+ * Prints one "ok" or "not ok" line per check and exits with the number of
+ * failures (libvram/client_test.go runs it).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../vram.h"
+
+static int failures;
+#define CHECK(cond, ...)                      \
+	do {                                  \
+		if (cond) {                   \
+			printf("ok - ");      \
+		} else {                      \
+			printf("not ok - ");  \
+			failures++;           \
+		}                             \
+		printf(__VA_ARGS__);          \
+		printf("\n");                 \
+		fflush(stdout);               \
+	} while (0)
+
+static char errbuf[4096];
+static const char *lasterr(void) {
+	vram_last_error(errbuf, sizeof errbuf);
+	return errbuf;
+}
+
+#define RUNS (3 << 20) /* 12 MiB of float32 per array, two arrays, a 16 MiB device */
+
+static vram_client reg(vram_manager m, const char *name, const char *group, uint32_t hooks) {
+	struct vram_client_options o = {.size = sizeof o, .name = name, .group = group, .hooks = hooks};
+	vram_client c = 0;
+	int rc = vram_register(m, &o, &c);
+	CHECK(rc == VRAM_OK && c > 0, "register %s in %s: %d %s", name, group, rc, lasterr());
+	return c;
+}
+
+static void queue1(vram_client c, const char *label, int64_t runs) {
+	int64_t shape[] = {runs};
+	struct vram_request r = {.label = label, .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32};
+	int rc = vram_queue(c, &r, 1, sizeof r);
+	CHECK(rc == VRAM_OK, "queue %s[%lld]: %d %s", label, (long long)runs, rc, lasterr());
+}
+
+/* check_batch: x in, y = 2x computed in the simulated memory, y out. */
+static void check_batch(vram_manager m) {
+	vram_client in = reg(m, "in", "solver", VRAM_HOOK_ALLOCATED), out = reg(m, "out", "solver", VRAM_HOOK_ALLOCATED);
+	queue1(in, "x", RUNS);
+	queue1(out, "y", RUNS);
+	vram_response r = 0, ri = 0;
+	int rc = vram_allocate(out, 0, &r);
+	CHECK(rc == VRAM_OK, "allocate the group: %d %s", rc, lasterr());
+	struct vram_plan p = {.size = sizeof p};
+	rc = vram_response_plan(r, &p);
+	CHECK(rc == VRAM_OK && p.client == out && p.chunks >= 2 && p.total_runs == RUNS && p.arrays == 1,
+	      "plan: client %lld, %lld chunks of %lld runs, %lld arrays", (long long)p.client, (long long)p.chunks,
+	      (long long)p.chunk_length, (long long)p.arrays);
+	rc = vram_response_member(r, in, &ri);
+	CHECK(rc == VRAM_OK && ri > 0, "the input's response: %d %s", rc, lasterr());
+	struct vram_array xa = {.size = sizeof xa}, ya = {.size = sizeof ya};
+	vram_response_array(ri, "x", 0, &xa);
+	vram_response_array(r, "y", 0, &ya);
+	CHECK(xa.ndim == 1 && xa.shape[0] == p.chunk_length && xa.strides[0] == 4 && xa.chunk_axis == 0 && xa.device_ptr &&
+		      !xa.host && xa.dtype == VRAM_FLOAT32 && xa.memory == VRAM_MEMORY_DEVICE,
+	      "x is a device array of %lld runs at %#llx", (long long)xa.shape[0], (unsigned long long)xa.device_ptr);
+
+	float *x = malloc(sizeof(float) * RUNS), *y = calloc(RUNS, sizeof(float));
+	for (int i = 0; i < RUNS; i++) x[i] = (float)i;
+	int64_t shape[] = {RUNS};
+	struct vram_host_desc hx = {.data = x, .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32};
+	struct vram_host_desc hy = {.data = y, .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32};
+	float *dx = NULL, *dy = NULL;
+	rc = vram_sim_host_address(ri, "x", 0, (void **)&dx);
+	rc |= vram_sim_host_address(r, "y", 0, (void **)&dy);
+	CHECK(rc == VRAM_OK && dx && dy, "the simulated memory's host addresses: %d %s", rc, lasterr());
+	int bad = 0;
+	for (int i = 0; i < p.chunks; i++) {
+		struct vram_span sp;
+		vram_response_span(r, i, 0, &sp);
+		bad |= vram_to_device(in, ri, "x", 0, &hx, &sp);
+		bad |= vram_sync(in);
+		for (int64_t k = 0; k < sp.len; k++) dy[k] = 2 * dx[k]; /* the chunk's "kernel" */
+		bad |= vram_from_device(out, r, "y", 0, &hy, &sp);
+	}
+	bad |= vram_sync(out);
+	int wrong = -1;
+	for (int i = 0; i < RUNS && wrong < 0; i++)
+		if (y[i] != 2 * x[i]) wrong = i;
+	CHECK(!bad && wrong < 0, "y = 2x over %d runs in %lld chunks (first wrong: %d) %s", RUNS, (long long)p.chunks, wrong,
+	      bad ? lasterr() : "");
+
+	/* Events: each member's allocation, in id order, with its own response. */
+	struct vram_event ev = {.size = sizeof ev};
+	vram_client seen[2] = {0, 0};
+	for (int i = 0; i < 2; i++) {
+		vram_poll(m, &ev, NULL, 0);
+		seen[i] = ev.kind == VRAM_EVENT_ALLOCATED ? ev.client : -1;
+		if (ev.response) vram_response_release(ev.response);
+	}
+	vram_poll(m, &ev, NULL, 0);
+	CHECK(seen[0] == in && seen[1] == out && ev.kind == VRAM_EVENT_NONE, "events: allocated %lld, %lld, then none (%d)",
+	      (long long)seen[0], (long long)seen[1], ev.kind);
+
+	/* An invalidation, and its reason. */
+	vram_client quiet = reg(m, "quiet", "other", VRAM_HOOK_INVALIDATE);
+	rc = vram_invalidate_all(m);
+	char why[256];
+	vram_poll(m, &ev, why, sizeof why);
+	CHECK(rc == VRAM_OK && ev.kind == VRAM_EVENT_INVALIDATED && ev.client == quiet && strstr(why, "freed"),
+	      "invalidate all: %d, event %d for %lld: %s", rc, ev.kind, (long long)ev.client, why);
+	rc = vram_to_device(in, ri, "x", 0, &hx, NULL);
+	CHECK(rc == VRAM_EFREED, "a copy into an invalidated array: %d %s", rc, lasterr());
+	struct vram_array freed = {.size = sizeof freed};
+	vram_response_array(ri, "x", 0, &freed);
+	CHECK(freed.freed == 1 && freed.device_ptr == 0, "x is freed");
+	free(x);
+	free(y);
+	CHECK(vram_response_release(r) == VRAM_OK && vram_response_release(ri) == VRAM_OK, "release the responses");
+	CHECK(vram_response_release(r) == VRAM_EHANDLE, "a released response is refused: %s", lasterr());
+	CHECK(vram_client_close(in) == VRAM_OK && vram_client_close(out) == VRAM_OK && vram_client_close(quiet) == VRAM_OK &&
+		      vram_client_close(in) == VRAM_OK,
+	      "close the clients (twice is no error)");
+}
+
+/* check_client_calls: the client's figures, group, shares, marks, host arrays. */
+static void check_client_calls(vram_manager m) {
+	vram_client a = reg(m, "a", "g", 0), b = reg(m, "b", "g", 0);
+	int rc = vram_set_manual_proportion(a, 0.25);
+	struct vram_client_info ia = {.size = sizeof ia};
+	vram_client_info(a, &ia);
+	double manual = 0, autop = 0;
+	vram_shares(m, &manual, &autop);
+	uint64_t fr = 0, total = 0;
+	vram_mem_info(m, &fr, &total);
+	CHECK(rc == VRAM_OK && ia.proportion == 0.25 && ia.cap == total / 4 && manual == 0.25 && autop == 0.75 &&
+		      ia.grouped == 1 && ia.idle == 1 && ia.stream != 0 && ia.manager == m,
+	      "a manual quarter: proportion %g, cap %llu of %llu, shares %g + %g", ia.proportion, (unsigned long long)ia.cap,
+	      (unsigned long long)total, manual, autop);
+	rc = vram_set_manual_proportion(b, 0.8);
+	CHECK(rc == VRAM_EINVAL && strstr(lasterr(), "proportion"), "a proportion past the pools: %d %s", rc, errbuf);
+	vram_client ids[4];
+	size_t n = 0;
+	rc = vram_group_members(m, "g", ids, 4, &n);
+	CHECK(rc == VRAM_OK && n == 2 && ids[0] == a && ids[1] == b, "group g has a and b: %zu", n);
+	rc = vram_change_group(b, "h");
+	char g[16];
+	size_t need = 0;
+	vram_client_group(b, g, sizeof g, &need);
+	CHECK(rc == VRAM_OK && !strcmp(g, "h") && need == 2, "b moved to %s", g);
+	vram_work w = 0;
+	rc = vram_begin_work(a, &w);
+	vram_client_info(a, &ia);
+	CHECK(rc == VRAM_OK && ia.idle == 0, "a work mark makes a busy");
+	CHECK(vram_end_work(w) == VRAM_OK && vram_end_work(w) == VRAM_EINVAL, "end it, once");
+	CHECK(vram_set_limit_mode(m, VRAM_ACTIVE) == VRAM_OK && vram_set_limit_mode(m, 9) == VRAM_EINVAL &&
+		      vram_set_limit_mode(m, VRAM_PASSIVE) == VRAM_OK,
+	      "limit modes");
+	vram_host h = 0;
+	double *d = NULL;
+	int64_t hs[] = {3, 5};
+	rc = vram_host_array(m, hs, 2, VRAM_FLOAT64, VRAM_MEMORY_PINNED, &h, (void **)&d);
+	CHECK(rc == VRAM_OK && d && d[0] == 0 && d[14] == 0, "a pinned host array: %d %s", rc, lasterr());
+	d[14] = 1;
+	CHECK(vram_host_free(h) == VRAM_OK && vram_host_free(h) == VRAM_EINVAL, "free it, once");
+	CHECK(vram_host_array(m, hs, 2, VRAM_FLOAT64, VRAM_MEMORY_DEVICE, &h, (void **)&d) == VRAM_EINVAL,
+	      "a host array of device memory is refused: %s", lasterr());
+	vram_client_close(a);
+	vram_client_close(b);
+}
+
+/* check_bad: every entry point's refusals. */
+static void check_bad(vram_manager m) {
+	vram_client c = reg(m, "bad", "bad", 0);
+	struct vram_client_options small = {.size = 8};
+	vram_client out = 0;
+	CHECK(vram_register(m, &small, &out) == VRAM_EINVAL && strstr(lasterr(), "sizeof"), "options too small: %s", errbuf);
+	CHECK(vram_register(m, NULL, &out) == VRAM_EINVAL, "no options");
+	struct vram_client_options o = {.size = sizeof o};
+	CHECK(vram_register(9999, &o, &out) == VRAM_EHANDLE, "an unknown manager: %s", lasterr());
+	CHECK(vram_client_info(9999, &(struct vram_client_info){.size = 64}) == VRAM_EHANDLE, "an unknown client");
+	int64_t big[] = {1 << 30};
+	struct vram_request r = {.label = "huge", .shape = big, .ndim = 1, .dtype = VRAM_FLOAT32, .unchunkable = 1};
+	vram_queue(c, &r, 1, sizeof r);
+	vram_response resp = 0;
+	int rc = vram_allocate(c, 0, &resp);
+	CHECK(rc == VRAM_ENOMEM && strstr(lasterr(), "GiB"), "4 GiB unchunkable on 16 MiB: %d %s", rc, errbuf);
+	r.memory = VRAM_MEMORY_MANAGED;
+	CHECK(vram_queue(c, &r, 1, sizeof r) == VRAM_ENOTSUP, "managed memory: %s", lasterr());
+	r.memory = VRAM_MEMORY_DEVICE;
+	r.dtype = 99;
+	CHECK(vram_queue(c, &r, 1, sizeof r) == VRAM_EINVAL && strstr(lasterr(), "huge"), "a bad dtype names its label: %s", errbuf);
+	r.label = NULL;
+	CHECK(vram_queue(c, &r, 1, sizeof r) == VRAM_EINVAL, "no label: %s", lasterr());
+	CHECK(vram_queue(c, &r, 1, 8) == VRAM_EINVAL, "requests too small: %s", lasterr());
+	CHECK(vram_queue(c, NULL, 0, 0) == VRAM_OK, "an empty queue");
+	CHECK(vram_allocate(c, 0, &resp) == VRAM_EINVAL && strstr(lasterr(), "nothing queued"), "nothing queued: %s", errbuf);
+	CHECK(vram_allocate(c, -1, &resp) == VRAM_EINVAL, "negative buffers");
+	CHECK(vram_response_plan(9999, &(struct vram_plan){.size = sizeof(struct vram_plan)}) == VRAM_EHANDLE, "an unknown response");
+	CHECK(vram_end_work(9999) == VRAM_EINVAL && vram_host_free(9999) == VRAM_EINVAL, "unknown marks and host arrays");
+	struct vram_event ev = {.size = 4};
+	CHECK(vram_poll(m, &ev, NULL, 0) == VRAM_EINVAL, "an event too small");
+	size_t n = 0;
+	CHECK(vram_group_members(m, "bad", NULL, 2, &n) == VRAM_EINVAL, "members into NULL");
+	CHECK(vram_client_free(c, NULL) == VRAM_EINVAL && vram_free_label(m, NULL) == VRAM_EINVAL, "free of no label");
+	CHECK(vram_client_free(c, "never") == VRAM_OK && vram_free_label(m, "never") == VRAM_OK && vram_free_all(m) == VRAM_OK &&
+		      vram_reinit_streams(m) == VRAM_OK,
+	      "frees of nothing, fresh streams");
+	vram_client_close(c);
+}
+
+struct job {
+	vram_manager m;
+	int i, rc;
+};
+
+static void *job(void *arg) {
+	struct job *j = arg;
+	char group[16];
+	snprintf(group, sizeof group, "t%d", j->i);
+	struct vram_client_options o = {.size = sizeof o, .name = group, .group = group};
+	vram_client c = 0;
+	j->rc = vram_register(j->m, &o, &c);
+	float host[4096];
+	int64_t shape[] = {4096};
+	struct vram_request r = {.label = "v", .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32};
+	struct vram_host_desc hd = {.data = host, .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32};
+	for (int k = 0; k < 20 && j->rc == VRAM_OK; k++) {
+		for (int i = 0; i < 4096; i++) host[i] = (float)(i + k);
+		vram_response resp = 0;
+		j->rc = vram_queue(c, &r, 1, sizeof r);
+		if (!j->rc) j->rc = vram_allocate(c, 0, &resp);
+		if (!j->rc) j->rc = vram_to_device(c, resp, "v", 0, &hd, NULL);
+		if (!j->rc) j->rc = vram_sync(c); /* host is the copy's until then */
+		memset(host, 0, sizeof host);
+		if (!j->rc) j->rc = vram_from_device(c, resp, "v", 0, &hd, NULL);
+		if (!j->rc) j->rc = vram_sync(c);
+		if (!j->rc && host[4095] != (float)(4095 + k)) j->rc = -100;
+		if (resp) vram_response_release(resp);
+	}
+	if (!j->rc) j->rc = vram_client_close(c);
+	return NULL;
+}
+
+static void check_threads(vram_manager m) {
+	pthread_t t[4];
+	struct job jobs[4];
+	for (int i = 0; i < 4; i++) {
+		jobs[i] = (struct job){.m = m, .i = i};
+		pthread_create(&t[i], NULL, job, &jobs[i]);
+	}
+	int bad = 0;
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		bad |= jobs[i].rc;
+	}
+	CHECK(bad == 0, "4 threads, a client each, 20 allocations and round trips: %d", bad);
+}
+
+int main(void) {
+	CHECK(vram_abi_version() >= 2, "ABI version %d", vram_abi_version());
+	CHECK(!strcmp(vram_strerror(VRAM_EFREED), "array freed") && !strcmp(vram_strerror(VRAM_ENOTSUP), "not supported"),
+	      "the new statuses have their words");
+	vram_manager m = 0;
+	int rc = vram_open("sim:vram=16MiB", 0, &m);
+	CHECK(rc == VRAM_OK, "open: %d %s", rc, lasterr());
+	void *p = NULL;
+	CHECK(vram_alloc(m, VRAM_SOURCE_C, 1 << 20, 0, &p) == VRAM_OK, "ABI 1's allocation beside the clients");
+	check_batch(m);
+	check_client_calls(m);
+	check_bad(m);
+	check_threads(m);
+	CHECK(vram_close(m) == VRAM_EBUSY, "close refused while ABI 1's allocation is live: %s", lasterr());
+	CHECK(vram_free(m, p, 1 << 20, 0) == VRAM_OK, "free it");
+
+	/* Closing the manager closes what the client API holds on it. */
+	vram_client c = reg(m, "last", "last", VRAM_HOOK_ALLOCATED);
+	queue1(c, "z", 1024);
+	vram_response r = 0;
+	vram_allocate(c, 0, &r);
+	vram_host h = 0;
+	void *d = NULL;
+	int64_t hs[] = {16};
+	vram_host_array(m, hs, 1, VRAM_UINT8, VRAM_MEMORY_PINNED, &h, &d);
+	rc = vram_close(m);
+	CHECK(rc == VRAM_OK, "close with a client, a response, an event and a host array: %d %s", rc, lasterr());
+	CHECK(vram_client_close(c) == VRAM_OK && vram_response_release(r) == VRAM_EHANDLE && vram_host_free(h) == VRAM_EINVAL,
+	      "their handles are gone");
+	printf("# %d failures\n", failures);
+	return failures;
+}

@@ -1,0 +1,312 @@
+"""vram's client API in Python (vram.client, vram.batch) on vram's
+simulator: clients, stream groups, requests, a batch chunked to fit, the
+copies from and into NumPy arrays, hooks on the calling thread, work marks,
+host arrays, errors. Run by libvram's Go tests (TestPython), or by hand:
+VRAM_LIBRARY=… PYTHONPATH=python python3 -m unittest discover -s python/tests.
+Under Numba's CUDA simulator, test_cudasim.py runs Numba kernels on the
+same arrays.
+"""
+
+import gc
+import threading
+import unittest
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - reported as a skip
+    np = None
+
+import vram
+from vram import _lib
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+
+@unittest.skipIf(np is None, "numpy not importable")
+class ClientTest(unittest.TestCase):
+    """A fresh simulated device 0 of 16 MiB, whose arrays stay vram's."""
+
+    spec = "sim:vram=16MiB"
+
+    def setUp(self):
+        self.m = vram.Manager(self.spec, arrays="vram")
+        self.addCleanup(self.close)
+
+    def close(self):
+        gc.collect()  # responses of a failed test
+        self.m.close()
+
+
+class TestChunkedBatch(ClientTest):
+    def test_two_members_chunked(self):
+        # 12 MiB of float32 each way on a 16 MiB device: chunked, each
+        # member's arrays at the chunk length, every run through the device.
+        runs = 3 * MiB
+        seen = []
+        inp = self.m.register("in", group="solver", on_allocated=lambda r: seen.append(("in", r, threading.get_ident())))
+        out = self.m.register("out", group="solver", on_allocated=lambda r: seen.append(("out", r, threading.get_ident())))
+        inp.queue({"x": vram.ArrayRequest((runs,), "float32")})
+        out.queue({"y": {"shape": (runs,), "dtype": np.float32}})
+        r = out.allocate()
+        plan = r.plan
+        self.assertGreaterEqual(plan.chunks, 2)
+        self.assertEqual(plan.total_runs, runs)
+        self.assertEqual(plan.chunks * plan.chunk_length - plan.chunk_length + plan.last_chunk_length, runs)
+        self.assertEqual([(w, t) for w, _, t in seen], [("in", threading.get_ident()), ("out", threading.get_ident())],
+                         "each member's on_allocated, in id order, on the allocating thread")
+        self.assertIs(inp.response, seen[0][1])
+        ri = r.member(inp)
+        x, y = ri.device_arrays["x"], r.device_arrays["y"]
+        self.assertEqual((x.shape, x.dtype, x.memory, x.chunk_axis, x.nbytes), ((plan.chunk_length,), "float32", "device", 0,
+                                                                                 4 * plan.chunk_length))
+        self.assertEqual(r.chunked_shapes, {"y": (plan.chunk_length,)})
+        self.assertEqual(plan.chunked_shapes["in#%d" % inp.id], {"x": (plan.chunk_length,)})
+        self.assertEqual(ri.arrays["x"].ptr, x.ptr, "arrays are the DeviceArrays when arrays='vram'")
+
+        hx = np.arange(runs, dtype=np.float32)
+        hy = np.zeros(runs, dtype=np.float32)
+        for i in range(plan.chunks):
+            sp = r.span(i, 0)
+            self.assertEqual(r.chunk(i), (sp.start, sp.len))
+            inp.to_device(x, hx, sp)
+            inp.sync()
+            y.host_view()[:sp.len] = 2 * x.host_view()[:sp.len]  # the chunk's kernel, on the simulated memory
+            out.from_device(hy, y, sp)
+        out.sync()
+        np.testing.assert_array_equal(hy, 2 * hx)
+
+    def test_batch_helper(self):
+        # vram.Batch: the copies in and out done for each chunk, an
+        # unchunkable input copied once; the "kernel" works on the
+        # simulated device memory of each chunk's buffer.
+        runs = 3 * MiB
+        x = np.arange(runs, dtype=np.float32)
+        y = np.zeros(runs, dtype=np.float32)
+        k = np.array([3.0], dtype=np.float32)
+        inp, out = self.m.register("in", group="b"), self.m.register("out", group="b")
+        b = vram.Batch(buffers=2)
+        b.input(inp, "x", x)
+        b.input(inp, "k", k, unchunkable=True)
+        b.output(out, "y", y)
+        chunks = []
+        for ch in b.chunks():
+            chunks.append((ch.index, ch.start, ch.runs))
+            self.assertFalse(inp.idle, "the batch's clients are busy while it runs")
+            ch["y"].host_view()[:ch.runs] = ch["k"].host_view()[0] * ch["x"].host_view()[:ch.runs]
+        np.testing.assert_array_equal(y, 3 * x)
+        plan = b.response.plan
+        self.assertEqual(len(chunks), plan.chunks)
+        self.assertGreater(plan.chunks, 1)
+        self.assertEqual(plan.buffers, 2)
+        self.assertEqual(sum(n for _, _, n in chunks), runs)
+        self.assertTrue(inp.idle)
+
+    def test_batch_refusals(self):
+        a, c = self.m.register("a", group="one"), self.m.register("c", group="two")
+        b = vram.Batch()
+        b.input(a, "x", np.zeros(8, np.float32))
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "declared twice"):
+            b.output(a, "x", np.zeros(8, np.float32))
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "of stream group 'two'"):
+            b.output(c, "y", np.zeros(8, np.float32))
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "C-contiguous"):
+            b.output(a, "z", np.zeros((8, 2), np.float32).T)
+
+
+class TestHooks(ClientTest):
+    def test_invalidate_and_evict(self):
+        got = []
+        a = self.m.register("a", group="A", on_invalidate=got.append)
+        b = self.m.register("b", group="B", on_invalidate=got.append)
+        a.queue({"x": vram.ArrayRequest((2 * MiB,), "float32")})  # 8 MiB
+        ra = a.allocate()
+        b.queue({"y": vram.ArrayRequest((3 * MiB,), "float32", unchunkable=True)})  # 12 MiB: a's are evicted
+        b.allocate()
+        self.assertEqual(len(got), 1)
+        self.assertIsInstance(got[0], vram.FreedError)
+        self.assertTrue(got[0].evicted)
+        self.assertTrue(a.evicted)
+        self.assertTrue(ra.device_arrays["x"].freed)
+        with self.assertRaises(vram.FreedError):
+            a.begin_work()
+        with self.assertRaises(vram.FreedError):
+            a.to_device(ra.device_arrays["x"], np.zeros(2 * MiB, np.float32))
+        got.clear()
+        self.m.invalidate_all()
+        self.assertEqual([e.evicted for e in got], [False, False])
+        self.assertIn("freed", str(got[0]))
+
+    def test_hook_error_after_delivery(self):
+        # A hook's exception is raised by the call that delivered it, once
+        # the other events are delivered too.
+        calls = []
+
+        def boom(r):
+            calls.append("boom")
+            raise KeyError("from the hook")
+
+        # The requester's hook comes before the notary's (the Go
+        # manager's order); the requester's raises.
+        self.m.register("a", group="g", on_allocated=lambda r: calls.append("a"))
+        c = self.m.register("c", group="g", on_allocated=boom)
+        c.queue({"v": vram.ArrayRequest((16,), "int32")})
+        with self.assertRaisesRegex(KeyError, "from the hook"):
+            c.allocate()
+        self.assertEqual(calls, ["boom", "a"])
+        self.assertIsNotNone(c.response)
+
+    def test_call_error_wins_over_hook_error(self):
+        # A failed allocation delivers the events queued before it; a hook's
+        # exception then rides on the allocation's error as its context.
+        def boom(r):
+            raise KeyError("from the hook")
+
+        a = self.m.register("a", group="g", on_allocated=boom)
+        a.queue({"v": vram.ArrayRequest((16,), "int32")})
+        vram.client.ArrayResponse(a, _raw_allocate(a)).release()  # an event no call has polled
+        c = self.m.register("c", group="h")
+        c.queue({"huge": vram.ArrayRequest((1 << 30,), "float32", unchunkable=True)})
+        with self.assertRaises(vram.OutOfMemoryError) as e:
+            c.allocate()
+        self.assertIsInstance(e.exception.__context__, KeyError)
+
+    def test_poll_for_other_threads(self):
+        # Events another thread's call caused wait for a poll; hooks run on
+        # the polling thread.
+        ran = []
+        a = self.m.register("a", group="g", on_allocated=lambda r: ran.append(threading.get_ident()))
+        a.queue({"v": vram.ArrayRequest((16,), "int32")})
+        err = []
+
+        def alloc():
+            try:
+                vram.client.ArrayResponse(a, _raw_allocate(a)).release()
+            except Exception as e:  # pragma: no cover
+                err.append(e)
+
+        t = threading.Thread(target=alloc)
+        t.start()
+        t.join()
+        self.assertEqual(err, [])
+        self.assertEqual(ran, [])
+        self.assertEqual(self.m.poll(), 1)
+        self.assertEqual(ran, [threading.get_ident()])
+        self.assertEqual(self.m.poll(), 0)
+
+
+def _raw_allocate(c):
+    """An allocation through the library alone, without the package's poll."""
+    out = _lib.ctypes.c_int64()
+    _lib.check(_lib.lib().vram_allocate(c.handle, 0, _lib.ctypes.byref(out)))
+    return out.value
+
+
+class TestClient(ClientTest):
+    def test_shares_groups_and_figures(self):
+        a = self.m.register("a", group="g", proportion=0.25)
+        b = self.m.register("b", group="g")
+        free, total = self.m.mem_info()
+        self.assertEqual(total, 16 * MiB)
+        self.assertEqual((a.proportion, a.cap, b.proportion), (0.25, 4 * MiB, 0.75))
+        self.assertEqual(self.m.shares, vram.Shares(0.25, 0.75, 16 * MiB))
+        self.assertTrue(a.grouped)
+        self.assertEqual(self.m.group_members("g"), [a, b])
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "proportion") as e:
+            b.set_manual_proportion(0.9)
+        self.assertIsInstance(e.exception, ValueError)
+        self.assertEqual(b.proportion, 0.75, "a refusal changes nothing")
+        a.set_auto_limit_mode()
+        self.assertEqual(self.m.shares.auto, 1.0)
+        b.change_stream_group("h")
+        self.assertEqual((b.group, self.m.group_members("g")), ("h", [a]))
+        self.assertNotEqual(a.stream, 0)
+        with a.begin_work():
+            self.assertFalse(a.idle)
+        self.assertTrue(a.idle)
+        self.m.set_limit_mode("active")
+        with self.assertRaises(vram.InvalidArgumentError):
+            self.m.set_limit_mode("eager")
+        with b:
+            pass
+        self.assertEqual(self.m.clients(), [a])
+
+    def test_host_arrays(self):
+        c = self.m.register("c")
+        c.queue({"p": vram.ArrayRequest((4, 3), "float64", memory="pinned", unchunkable=True),
+                 "q": vram.ArrayRequest((5,), "uint8", memory="pageable", unchunkable=True)})
+        r = c.allocate()
+        p, q = r.host["p"], r.host["q"]
+        self.assertEqual((p.shape, p.dtype, q.shape, q.dtype), ((4, 3), np.float64, (5,), np.uint8))
+        self.assertEqual(r.device_arrays, {})
+        p[...] = 7
+        self.assertTrue((r.host["p"] == 7).all(), "host arrays are views of the response's memory")
+        h = self.m.host_array((2, 3), "int32", like=[1, 2, 3])
+        np.testing.assert_array_equal(h, [[1, 2, 3], [1, 2, 3]])
+        self.m.free_host(h)
+        with self.assertRaises(vram.InvalidArgumentError):
+            self.m.free_host(np.zeros(3))
+        with self.assertRaises(vram.InvalidArgumentError):
+            self.m.host_array(3, "float32", memory="device")
+
+    def test_copies_check_their_arrays(self):
+        c = self.m.register("c")
+        c.queue({"x": vram.ArrayRequest((4, 8), "float32", chunk_axis=1)})
+        r = c.allocate()
+        x = r.device_arrays["x"]
+        self.assertEqual(x.__cuda_array_interface__,
+                         {"shape": (4, 8), "typestr": "<f4", "data": (x.ptr, False), "strides": None, "version": 3})
+        full = np.arange(4 * 20, dtype=np.float32).reshape(4, 20)
+        c.to_device(x, full, vram.Span(1, 12, 8))
+        c.sync()
+        np.testing.assert_array_equal(x.host_view(), full[:, 12:20])
+        for bad, err in [(np.zeros((8, 4), np.float32), vram.InvalidArgumentError),
+                         (np.zeros((4, 8), np.float64), vram.InvalidArgumentError),
+                         (np.zeros((4, 8), np.float16), vram.InvalidArgumentError),
+                         ([0.0] * 32, TypeError)]:
+            with self.assertRaises(err, msg=repr(bad)):
+                c.to_device(x, bad)
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "runs \\[18, 26\\)"):
+            c.to_device(x, full, vram.Span(1, 18, 8))
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "writable"):
+            ro = np.zeros((4, 8), np.float32)
+            ro.flags.writeable = False
+            c.from_device(ro, x)
+
+    def test_errors_carry_the_go_text(self):
+        c = self.m.register("c")
+        c.queue({"huge": vram.ArrayRequest((1 << 30,), "float32", unchunkable=True)})
+        with self.assertRaisesRegex(vram.OutOfMemoryError, "4 GiB.*cannot be chunked") as e:
+            c.allocate()
+        self.assertIsInstance(e.exception, MemoryError)
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "float16"):
+            vram.ArrayRequest((4,), "float16")
+        with self.assertRaisesRegex(vram.VramError, "managed .* not supported") as e:
+            c.queue({"m": vram.ArrayRequest((4,), "float32", memory="managed")})
+        self.assertEqual(e.exception.status, _lib.ENOTSUP)
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "nothing queued"):
+            c.queue({})
+            c.allocate()
+        c.close()
+        with self.assertRaisesRegex(vram.VramError, "closed"):
+            c.queue({"x": vram.ArrayRequest((4,), "float32")})
+
+
+@unittest.skipIf(np is None, "numpy not importable")
+class TestManagerLifetime(unittest.TestCase):
+    def test_close_closes_what_the_client_api_holds(self):
+        with vram.Manager("sim:vram=16MiB") as m:
+            c = m.register("c")
+            c.queue({"x": vram.ArrayRequest((64,), "float32")})
+            r = c.allocate()
+            h = m.host_array(8)
+        with self.assertRaises(vram.VramError):
+            r.span(0, 0)  # the response's handle went with the manager
+        self.assertEqual(m.clients(), [])
+        r.release()
+        del h
+        gc.collect()
+
+
+if __name__ == "__main__":
+    unittest.main()
