@@ -109,3 +109,10 @@ func newLeased(t *testing.T, l *fakeLease) *Account {
 	})
 	return a
 }
+
+// holdsTaken is the count of holds taken so far, as settle reads it.
+func (f *follower) holdsTaken() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holds
+}

@@ -287,6 +287,7 @@ type follower struct {
 	mu        sync.Mutex  // protects the fields below
 	applied   LeaseBudget // the budget the cap was last set to
 	busy      int         // reservations held: no give-back meanwhile
+	holds     uint64      // reservations (and allocations' claims) taken so far: one taken since held was read makes it stale
 	reserving uint64      // the most the reservations will hold (0: none)
 	capSet    uint64      // the cap last set: capFor the lease, or of reserving while more
 	reported  uint64      // what was last reported held
@@ -415,15 +416,15 @@ func (f *follower) settle(ctx context.Context) {
 		f.shrink(ctx, b.Bytes)
 	}
 	f.mu.Lock()
-	busy, reserving, reported := f.busy, f.reserving, f.reported
+	busy, reserving, reported, holds := f.busy, f.reserving, f.reported, f.holds
 	f.mu.Unlock()
-	held := max(f.heldNow(), reserving)
+	held := max(f.heldNow(), reserving) // read after holds: what a hold taken before added is in it
 	switch {
 	case busy == 0 && !b.Shrink && held < b.Bytes:
 		if held != reported { // a claim lowers the limit, not what the broker counts held
 			f.report(ctx, held)
 		}
-		f.giveBack(ctx, held)
+		f.giveBack(ctx, held, holds)
 	case held != reported || b.Shrink:
 		f.report(ctx, held)
 	}
@@ -455,17 +456,20 @@ func (f *follower) report(ctx context.Context, held uint64) {
 	f.acked(held, b)
 }
 
-// giveBack lowers the lease to held, what the allocator holds, unless a
-// reservation or an allocation holds the lease by the time the call is
-// made: busy was read before, and a claim made since must not be given
-// back behind it.
-func (f *follower) giveBack(ctx context.Context, held uint64) {
+// giveBack lowers the lease to held, what the allocator held when holds
+// reservations had been taken, unless one was taken since by the time
+// the call is made: one that holds the lease then must not have its claim
+// given back behind it, and one that came and went may have left the
+// allocator holding more than held (a give-back to the stale figure
+// would ask the account to shrink for nothing). The next settle, which
+// the release wakes, reads it again.
+func (f *follower) giveBack(ctx context.Context, held, holds uint64) {
 	ctx, cancel := context.WithTimeout(ctx, LeaseCallTimeout)
 	defer cancel()
 	gave := false
 	b, err := f.oneCall(ctx, func() (LeaseBudget, error) {
 		f.mu.Lock()
-		idle := f.busy == 0
+		idle := f.busy == 0 && f.holds == holds
 		f.mu.Unlock()
 		if !idle {
 			return LeaseBudget{}, nil

@@ -149,6 +149,7 @@ func (f *follower) report1(ctx context.Context, upper uint64) error {
 func (f *follower) hold() (done func()) {
 	f.mu.Lock()
 	f.busy++
+	f.holds++
 	f.mu.Unlock()
 	return func() {
 		f.mu.Lock()

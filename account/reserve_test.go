@@ -113,6 +113,7 @@ func TestGiveBackSkipsAHeldLease(t *testing.T) {
 	l := newFakeLease(64 * MiB)
 	a := newLeased(t, l)
 	a.leaveBroker() // the test plays the follower
+	holds := a.lease.holdsTaken()
 	r, err := a.Reserve(context.Background(), 8*MiB)
 	if err != nil {
 		t.Fatal(err)
@@ -121,12 +122,51 @@ func TestGiveBackSkipsAHeldLease(t *testing.T) {
 	l.mu.Lock()
 	l.claims = nil
 	l.mu.Unlock()
-	a.lease.giveBack(context.Background(), 0) // as settle would, having read busy == 0 before the Reserve
+	a.lease.giveBack(context.Background(), 0, holds) // as settle would, having read busy == 0 before the Reserve
 	l.mu.Lock()
 	claims := slices.Clone(l.claims)
 	l.mu.Unlock()
 	if len(claims) != 0 || a.lease.budget().Bytes != 8*MiB {
 		t.Errorf("claims %v and a lease of %d MiB while reserved; want none, and the 8 MiB reserved kept", claims, a.lease.budget().Bytes/MiB)
+	}
+}
+
+// TestGiveBackSkipsAStaleFigure: a reservation that came and went
+// between the follower's reading of what the allocator holds and its call
+// to the broker (which waited its turn behind the reservation's claim)
+// left the allocator holding more than that figure: the follower gives
+// nothing back to it, which would lower the lease under what is held and
+// have the account shrink for nothing. The next settle reads it again.
+func TestGiveBackSkipsAStaleFigure(t *testing.T) {
+	l := newFakeLease(64 * MiB)
+	a := newLeased(t, l)
+	a.leaveBroker() // the test plays the follower
+	ctx := context.Background()
+	holds := a.lease.holdsTaken()
+	held := a.lease.heldNow() // nothing yet
+	r, err := a.Reserve(ctx, 8*MiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := a.AllocExact(8*MiB, a.Device().DefaultStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, a.Free(p, a.Device().DefaultStream())) }()
+	r.Release()
+	l.mu.Lock()
+	l.claims = nil
+	l.mu.Unlock()
+	a.lease.giveBack(ctx, held, holds)
+	l.mu.Lock()
+	claims := slices.Clone(l.claims)
+	l.mu.Unlock()
+	if len(claims) != 0 || a.lease.budget().Bytes < 8*MiB {
+		t.Errorf("claims %v and a lease of %d MiB with 8 MiB held; want none, and the lease kept", claims, a.lease.budget().Bytes/MiB)
+	}
+	a.lease.giveBack(ctx, a.lease.heldNow(), a.lease.holdsTaken()) // read afresh: nothing to give back
+	if b := a.lease.budget().Bytes; b != 8*MiB {
+		t.Errorf("a lease of %d MiB given back to a fresh figure; want the 8 MiB held", b/MiB)
 	}
 }
 
