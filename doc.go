@@ -15,14 +15,13 @@
 //
 // # Files
 //
-//	manager.go, options.go  the Manager, New's options and the allocator kinds; report.go, allocconf.go
+//	manager.go, options.go  the Manager, New's options (the account's: allocator, cap, broker's lease) and the allocator kinds; report.go, allocconf.go
 //	client.go, group.go     clients and shares; stream groups, one record each, and their queues
 //	request.go, array.go    what a client asks for (ArrayRequest) and gets (DeviceArray, HostArray)
 //	allocate.go, alloctx.go Client.Allocate and ArrayResponse; the transaction, step by step
 //	budget.go               the budget's rules and figures, read from the account; when the cache is given back
 //	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; requestset.go, its input as JSON; errors.go; warnings.go, cubie's
 //	evict.go, replan.go     eviction of idle clients; a budget that changes (the cap, claims, PlanNow)
-//	lease.go                a budget from the node broker's lease (WithLease): the options, given to the account
 //	copy.go, hooks.go       copies on the client's stream; OnAllocated, OnInvalidate; workmarks.go, idle
 //	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go; doc.go, this map
 //
