@@ -156,14 +156,14 @@ func lockCtx(ctx context.Context, l chan struct{}, what string) error {
 // SetAllocator or Close in progress is waited for.
 func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayResponse, error) {
 	m := c.m
-	ac := allocConfig{buffers: 1, ctx: ctx}
+	ac := allocConfig{buffers: 1}
 	for _, o := range opts {
 		o(&ac)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("allocate for %v: %w", c, err)
 	}
-	res, err := m.allocateLocking(c, ac)
+	res, err := m.allocateLocking(ctx, c, ac)
 	// Hooks run with no lock held, in event order (hooks.go): a failure
 	// that dropped arrays tells their owners, a success delivers every
 	// response, now complete.
@@ -183,9 +183,9 @@ func (c *Client) Allocate(ctx context.Context, opts ...AllocateOption) (*ArrayRe
 	return res.mine, nil
 }
 
-// allocateLocking takes c's group lock, planMu and allocMu, runs
+// allocateLocking takes c's group lock, planMu and useMu, runs
 // allocateGroup and releases them, even if it panics.
-func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, error) {
+func (m *Manager) allocateLocking(ctx context.Context, c *Client, ac allocConfig) (groupOutcome, error) {
 	// Lock c's group, making sure c is still in it once locked.
 	var gl chan struct{}
 	var group string
@@ -195,7 +195,7 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 			return groupOutcome{}, err
 		}
 		gl = l
-		if err := lockCtx(ac.ctx, gl, "another allocation of group "+g); err != nil {
+		if err := lockCtx(ctx, gl, "another allocation of group "+g); err != nil {
 			return groupOutcome{}, fmt.Errorf("allocate for %v: %w", c, err)
 		}
 		if now, nl, err := m.groupLock(c); err != nil || now != g || nl != gl {
@@ -211,15 +211,15 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 	defer func() { <-gl }()
 	// One group plans and allocates at a time, so that each plans against
 	// free memory no other allocation is taking meanwhile.
-	if err := lockCtx(ac.ctx, m.planMu, "the allocation of another group"); err != nil {
+	if err := lockCtx(ctx, m.planMu, "the allocation of another group"); err != nil {
 		return groupOutcome{}, fmt.Errorf("allocate for %v: %w", c, err)
 	}
 	defer func() { <-m.planMu }()
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
 	// Hold the group so that it stays while it is allocated, even if its
 	// last member leaves meanwhile; the release (which then closes its
-	// stream, waiting for its work) comes before allocMu is released.
+	// stream, waiting for its work) comes before useMu is released.
 	if _, release, err := m.groups.Hold(group); err == nil {
 		defer func() {
 			if err := release(); err != nil {
@@ -227,7 +227,7 @@ func (m *Manager) allocateLocking(c *Client, ac allocConfig) (groupOutcome, erro
 			}
 		}()
 	}
-	return m.allocateGroup(c, group, ac)
+	return m.allocateGroup(ctx, c, group, ac)
 }
 
 // delivery is one hook call.

@@ -2,7 +2,9 @@ package vram
 
 // The allocator configuration from the environment, as PyTorch's
 // PYTORCH_CUDA_ALLOC_CONF: VRAM_ALLOC_CONF="kind:pool,expandable:true,
-// limit:8GiB,release_threshold:1GiB", read by Default.
+// limit:8GiB,release_threshold:1GiB", read by Default, by the C library
+// and by the vram command: one value (AllocConf), an account.Choice and a
+// cap.
 
 import (
 	"errors"
@@ -10,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -33,15 +36,36 @@ type allocConf struct {
 	release    *uint64
 }
 
-// ParseAllocConf reads an allocator configuration — comma-separated
-// key:value pairs, each key at most once — into manager options:
+// AllocConf is an allocator configuration as ReadAllocConf reads it: the
+// allocator chosen and the cap. A plain value.
+type AllocConf struct {
+	Allocator account.Choice // as WithAllocatorChoice takes it
+	Cap       uint64         // limit: the cap (WithCap); 0: none
+	chosen    bool           // a key chose the allocator (kind, expandable, release_threshold)
+}
+
+// Options are the manager options of c: WithAllocatorChoice when a key
+// chose the allocator, WithCap when a limit was given.
+func (c AllocConf) Options() []Option {
+	var opts []Option
+	if c.chosen {
+		opts = append(opts, WithAllocatorChoice(c.Allocator))
+	}
+	if c.Cap > 0 {
+		opts = append(opts, WithCap(c.Cap))
+	}
+	return opts
+}
+
+// ReadAllocConf reads an allocator configuration — comma-separated
+// key:value pairs, each key at most once:
 //
 //	kind               pool, direct or async, or an alias of the allocator
 //	                   that names the kind, such as cubie's cupy, default
-//	                   and cupy_async (ParseAllocatorKind; WithAllocator)
+//	                   and cupy_async (ParseAllocatorKind)
 //	expandable         true or false: with kind pool, alloc.Expandable or the
-//	                   segment alloc.Pool (WithExpandable); unset, Expandable
-//	                   where the device manages virtual memory
+//	                   segment alloc.Pool; unset, Expandable where the device
+//	                   manages virtual memory
 //	limit              a size such as 8GiB: a cap on the bytes the
 //	                   manager's arrays take (WithCap)
 //	release_threshold  a size: the cached bytes kept when memory is given
@@ -51,13 +75,23 @@ type allocConf struct {
 //
 // Anything else — an unknown or repeated key, a bad value, a key that does
 // not apply to the kind — is an error wrapping ErrAllocConf that names the
-// key. An empty string gives no options.
-func ParseAllocConf(s string) ([]Option, error) {
+// key. An empty string chooses nothing.
+func ReadAllocConf(s string) (AllocConf, error) {
 	c, err := parseAllocConf(s)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", AllocConfEnv, clipConf(s), err)
+		return AllocConf{}, fmt.Errorf("%s %s: %w", AllocConfEnv, clipConf(s), err)
 	}
-	return c.options(), nil
+	return c.value(), nil
+}
+
+// ParseAllocConf is ReadAllocConf(s).Options(): the configuration as
+// manager options.
+func ParseAllocConf(s string) ([]Option, error) {
+	c, err := ReadAllocConf(s)
+	if err != nil {
+		return nil, err
+	}
+	return c.Options(), nil
 }
 
 // AllocConfFromEnv is ParseAllocConf of $VRAM_ALLOC_CONF (no options when
@@ -172,24 +206,27 @@ func (c allocConf) check() error {
 	return nil
 }
 
-// options turns c into manager options.
-func (c allocConf) options() []Option {
-	var opts []Option
+// value turns c into the configuration it reads as.
+func (c allocConf) value() AllocConf {
+	var v AllocConf
+	if c.limit != nil {
+		v.Cap = *c.limit
+	}
+	ch := &v.Allocator
 	if c.kind != nil {
-		opts = append(opts, WithAllocator(*c.kind))
+		ch.Kind, v.chosen = *c.kind, true
 	}
 	if c.expandable != nil {
-		var ecfg alloc.ExpandableConfig
-		if c.release != nil {
-			ecfg.ReleaseThreshold = *c.release
+		ch.Entry, v.chosen = poolEntry(alloc.NamePool), true
+		if *c.expandable {
+			ch.Entry = poolEntry(alloc.NameExpandable)
 		}
-		opts = append(opts, WithExpandable(*c.expandable, ecfg))
+		if c.release != nil {
+			ch.Configs.Expandable.ReleaseThreshold = *c.release
+		}
 	}
-	if c.release != nil && c.kind != nil && *c.kind == AsyncPool {
-		opts = append(opts, WithAsyncConfig(alloc.AsyncConfig{ReleaseThreshold: *c.release, ReleaseAtSync: *c.release == 0}))
+	if c.release != nil && ch.Kind == AsyncPool {
+		ch.Configs.Async = alloc.AsyncConfig{ReleaseThreshold: *c.release, ReleaseAtSync: *c.release == 0}
 	}
-	if c.limit != nil {
-		opts = append(opts, WithCap(*c.limit))
-	}
-	return opts
+	return v
 }

@@ -2,33 +2,43 @@ package vram
 
 // The allocation transaction: one Allocate's allocation of a group,
 // as a type with named steps, run in order with the group lock, planMu
-// and allocMu held:
+// and useMu held:
 //
 //  1. take: the group's queue (and its stream), under mu;
-//  2. plan: read the budget, plan once against the allocator's cost
-//     (with a broker's lease that falls short, claim more of it and plan
-//     again: leasetx.go);
-//  3. setAside: free the arrays being replaced first, only when the plan
+//  2. plan: read the budget (the account's room and the registry's
+//     figures) and plan once against the allocator's cost (budget.go);
+//  3. grow: when the plan falls short for want of a broker's lease,
+//     reserve what the group's arrays take unchunked in the account,
+//     which claims it, and plan again within what it grants;
+//  4. evict: idle clients of other groups, when the plan fails or chunks
+//     for want of their memory (evict.go);
+//  5. setAside: free the arrays being replaced first, only when the plan
 //     needs their memory (or a host array the pinned-memory limit does);
-//  4. allocate: with a broker's lease, report first what the allocator
-//     will hold at most (leasetx.go); every planned array, all or nothing;
-//  5. install: the new arrays in their clients, the responses built and
+//  6. reserve: with a broker's lease, the plan's device bytes reserved in
+//     the account, which reports them before they are taken (planning
+//     again within the lease when it comes short);
+//  7. allocate: every planned array, all or nothing;
+//  8. install: the new arrays in their clients, the responses built and
 //     their OnAllocated calls queued, under mu;
-//  6. deliver: free what the new arrays replaced; Allocate then
-//     makes the hook calls with no lock held;
+//  9. deliver: free what the new arrays replaced, settle the groups'
+//     claims (replan.go); Allocate then makes the hook calls with no lock
+//     held;
 //
 // and rollback, on a failure after step 1: the queue is put back, and
-// the owners of arrays set aside are told (OnInvalidate) and named.
+// the owners of arrays set aside or evicted are told (OnInvalidate) and
+// named. A cancelled context stops the transaction until step 3, and
+// leaves everything as it was.
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
-	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -52,14 +62,15 @@ type allocTx struct {
 	replaced     []freeWork    // arrays the new ones replaced, freed after install
 	hostRetry    bool          // host arrays were set aside after a host failure
 	freeErrs     map[*Client]error
-	victims      []*Client // clients evicted for the group (evict.go), their OnInvalidate queued
-	evictedBytes uint64    // device bytes their arrays took, as stated
-	roomFor      string    // what eviction makes room for, in its reason ("": the group)
+	victims      []*Client            // clients evicted for the group (evict.go), their OnInvalidate queued
+	evictedBytes uint64               // device bytes their arrays took, as stated
+	roomFor      string               // what eviction makes room for, in its reason ("": the group)
+	res          *account.Reservation // room the account holds for the plan (a broker's lease); nil: none
 }
 
-// allocateGroup is Allocate with the group lock, planMu and allocMu
+// allocateGroup is Allocate with the group lock, planMu and useMu
 // held: the transaction's steps in order.
-func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
+func (m *Manager) allocateGroup(ctx context.Context, trigger *Client, group string, ac allocConfig) (groupOutcome, error) {
 	if res, done, err := m.rebroadcast(trigger, group); done { // nothing queued (below)
 		return res, err
 	}
@@ -67,25 +78,25 @@ func (m *Manager) allocateGroup(trigger *Client, group string, ac allocConfig) (
 	if err := tx.take(); err != nil {
 		return groupOutcome{}, err
 	}
-	defer tx.holdLease()() // no give-back to the broker meanwhile (leasetx.go)
-	planErr := tx.claimLease(tx.planOnce())
+	defer func() { tx.res.Release() }() // the lease may be given back again
+	planErr := tx.grow(ctx, tx.planOnce(ctx))
 	// The last point where a cancelled Allocate leaves everything as it
 	// was: nothing has been freed or allocated yet.
-	if err := ac.ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil {
 		tx.restoreQueue()
 		return groupOutcome{}, fmt.Errorf("allocate group %q: %w", group, err)
 	}
 	tx.warn(planErr) // errors.go
-	if err := tx.evict(planErr); err != nil {
+	if err := tx.evict(ctx, planErr); err != nil {
 		return tx.rollback(tx.claim(err))
 	}
 	if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
 		tx.setAsideReplaced(false)
 	}
-	if err := tx.reserveLease(); err != nil {
+	if err := tx.reserve(ctx); err != nil {
 		return tx.rollback(err)
 	}
-	if err := tx.allocate(); err != nil {
+	if err := tx.allocate(ctx); err != nil {
 		return tx.rollback(err)
 	}
 	res := tx.install()
@@ -183,7 +194,7 @@ const maxReplans = 3
 // a device that runs out makes it plan again with what the allocator
 // took beyond the counted cost kept back; an allocation refused under a
 // cap SetCap changed since the plan makes it plan again under the new.
-func (tx *allocTx) allocate() error {
+func (tx *allocTx) allocate(ctx context.Context) error {
 	for attempt := 0; ; attempt++ {
 		tx.todo = pendingOf(tx.requesters, tx.q, tx.plan)
 		made, failed, beyond, err := tx.m.allocAll(tx.todo, tx.stream, &tx.gb)
@@ -207,10 +218,10 @@ func (tx *allocTx) allocate() error {
 			}
 			return tx.failure(failed, err)
 		}
-		if attempt < maxReplans && tx.m.capNow() != tx.gb.capAt {
+		if attempt < maxReplans && tx.capChanged() {
 			// The cap changed (SetCap) after the group was planned:
 			// plan again under the cap it has now.
-			if perr := tx.replan(0); perr != nil {
+			if perr := tx.replan(ctx, 0); perr != nil {
 				return tx.failure(failed, errors.Join(err, perr))
 			}
 			continue
@@ -218,7 +229,7 @@ func (tx *allocTx) allocate() error {
 		if tx.gb.stated() || beyond == 0 || attempt >= maxReplans {
 			return tx.failure(failed, err)
 		}
-		if perr := tx.replan(beyond); perr != nil {
+		if perr := tx.replan(ctx, beyond); perr != nil {
 			return tx.failure(failed, errors.Join(err, perr))
 		}
 	}
@@ -226,13 +237,13 @@ func (tx *allocTx) allocate() error {
 
 // replan plans again with beyond more device bytes kept back. The
 // allocation just failed for want of memory, and the arrays it made went
-// back to the allocator's cache: it is trimmed first (trim.go).
-func (tx *allocTx) replan(beyond uint64) error {
+// back to the allocator's cache: it is trimmed first (account.Trim).
+func (tx *allocTx) replan(ctx context.Context, beyond uint64) error {
 	m := tx.m
 	m.replans.Add(1)
 	tx.gb.lost = satAdd(tx.gb.lost, beyond)
-	if m.cached() > 0 {
-		if err := m.trimCtx(tx.ac.ctx); err != nil {
+	if _, st := m.acct.Stats(); st.Cached() > 0 {
+		if err := m.acct.Trim(ctx); err != nil {
 			return err
 		}
 		tx.gb.trimmed = true
@@ -249,6 +260,125 @@ func (tx *allocTx) replan(beyond uint64) error {
 		}
 	}
 	return fmt.Errorf("plan again with %s less: %w", units.Format(tx.gb.lost), err)
+}
+
+// capChanged reports whether the cap changed (SetCap, the broker's
+// lease) since the budget was read.
+func (tx *allocTx) capChanged() bool {
+	r, err := tx.m.acct.Room()
+	return err == nil && r.Cap != tx.gb.capAt
+}
+
+// grow is the transaction's step for a plan (or its error, planErr) that
+// falls short for want of the broker's lease: it reserves what the
+// group's arrays take unchunked in the account, which claims it from the
+// broker (waiting under the Allocate's context), and plans again within
+// what the broker grants. It returns the error the transaction goes on
+// with: a failed claim is that error only when there was no plan.
+func (tx *allocTx) grow(ctx context.Context, planErr error) error {
+	if !tx.shortOfLease(planErr) || tx.gb.shrink {
+		return planErr // or asked to give memory back
+	}
+	before, want := tx.gb.leaseBytes, tx.leaseWant()
+	if want <= before {
+		return planErr // no more would help
+	}
+	err := tx.reserveBytes(ctx, want-min(want, tx.gb.leaseHeld))
+	var short *account.ShortError
+	switch {
+	case err == nil:
+	case !errors.As(err, &short): // the lease ended, or the broker was not told
+		return errors.Join(planErr, fmt.Errorf("allocate group %q: %w", tx.group, err))
+	case short.Refused() && planErr == nil: // the chunked plan goes on within the lease
+		tx.m.log.Debug("vram: a claim of more of the broker's lease failed; the group goes on chunked", "group", tx.group, "err", err)
+		return nil
+	case short.Refused():
+		return fmt.Errorf("%w; %w", planErr, err)
+	case short.Lease.Bytes <= before:
+		return planErr
+	}
+	if err := tx.planOnce(ctx); err != nil {
+		if short != nil {
+			return fmt.Errorf("%w; %v", err, short)
+		}
+		return err
+	}
+	return nil
+}
+
+// shortOfLease reports whether the plan (planErr its error) falls short
+// for want of the lease: it failed for want of memory, or chunks, and
+// the lease (or the cap that follows it) bounded its budget.
+func (tx *allocTx) shortOfLease(planErr error) bool {
+	switch {
+	case !tx.gb.leased:
+		return false
+	case planErr == nil && tx.plan.Chunks <= 1, planErr != nil && !forWantOfMemory(planErr):
+		return false
+	}
+	bound := tx.gb.budgetErr().Bound
+	return bound == BoundLease || bound == BoundCap
+}
+
+// leaseWant is what the allocator would hold with the group's arrays
+// allocated unchunked: what it holds less the arrays being replaced, plus
+// the arrays at their full length, as the allocator states their cost.
+func (tx *allocTx) leaseWant() uint64 {
+	var sizes []uint64
+	for _, c := range tx.requesters {
+		for _, r := range tx.q[c] {
+			if !r.Memory.OnDevice() {
+				continue
+			}
+			n, _ := elements(r.Shape)
+			sizes = append(sizes, satMul(n, r.DType.Size()))
+		}
+	}
+	held := tx.gb.leaseHeld
+	return satAdd(held-min(held, tx.gb.replaced), tx.gb.cost(sizes))
+}
+
+// reserve is the transaction's step before it allocates, under a
+// broker's lease: the account reserves the plan's device bytes, reporting
+// what the allocator will hold, so that no other process's claim takes
+// that memory as free meanwhile. When the lease comes short (lowered
+// meanwhile, or the broker grants less), the group is planned again
+// within it. Past the context check the transaction completes whatever
+// its context says, so the reservation is bounded by a time of its own.
+func (tx *allocTx) reserve(ctx context.Context) error {
+	if !tx.gb.leased {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), account.LeaseCallTimeout)
+	defer cancel()
+	for attempt := 0; ; attempt++ {
+		err := tx.reserveBytes(ctx, tx.gb.planDevice)
+		var short *account.ShortError
+		switch {
+		case err == nil:
+			return nil
+		case !errors.As(err, &short):
+			return fmt.Errorf("allocate group %q: %w", tx.group, err)
+		case attempt == maxReplans:
+			return fmt.Errorf("allocate group %q: %v after %d plans: %w", tx.group, short, attempt+1, ErrLease)
+		}
+		if err := tx.planOnce(ctx); err != nil {
+			return err
+		}
+		if !tx.gb.fitsBeside(tx.plan.ChunkPlan) {
+			tx.setAsideReplaced(false)
+		}
+	}
+}
+
+// reserveBytes reserves n more device bytes in the account
+// (account.Reserve), in place of the transaction's reservation so far,
+// which it releases once the new one holds.
+func (tx *allocTx) reserveBytes(ctx context.Context, n uint64) error {
+	r, err := tx.m.acct.Reserve(ctx, n)
+	tx.res.Release()
+	tx.res = r
+	return err
 }
 
 // failure is the error of array failed of todo, with the plan's figures.
@@ -411,7 +541,7 @@ func (tx *allocTx) freeReplaced(res *groupOutcome) {
 // failure it frees what it made and returns the index of the array that
 // failed and, for an allocator that does not state its cost, how many
 // device bytes it took beyond the cost counted for the arrays it made
-// (read from the device's free memory). allocMu must be held.
+// (read from the device's free memory). useMu must be held.
 func (m *Manager) allocAll(todo []pending, s device.Stream, b *groupBudget) (made []*allocation, failed int, beyond uint64, err error) {
 	bytes := make([]uint64, len(todo))
 	order := make([]int, len(todo))
@@ -512,7 +642,7 @@ func pendingOf(requesters []*Client, q map[*Client]map[string]ArrayRequest, plan
 	return todo
 }
 
-// allocOne allocates one array. allocMu must be held.
+// allocOne allocates one array. useMu must be held.
 func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation, error) {
 	shape := slices.Clone(p.shape)
 	n, _ := elements(shape)
@@ -522,7 +652,7 @@ func (m *Manager) allocOne(p pending, s device.Stream, gran uint64) (*allocation
 	case Device:
 		// A batch's arrays live long: no shared segment is grown for
 		// them, so they take from the device what the allocator states.
-		ptr, err := alloc.AllocExact(m.al, bytes, s)
+		ptr, err := m.acct.AllocExact(bytes, s)
 		if err != nil {
 			return nil, err
 		}

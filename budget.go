@@ -14,7 +14,7 @@ package vram
 //     and the small ones share pages (alloc.PageCost). The allocator's
 //     cache is not counted free: it is trimmed, and the plan made again,
 //     only when the plan fails for want of memory or has more chunks than
-//     the cache given back would leave (trim.go; the trim waits no longer
+//     the cache given back would leave (planOnce; the trim waits no longer
 //     than Allocate's context);
 //   - in Active mode, the sum of the members' caps less what they hold,
 //     and for each requester its own cap less what it holds (below), in
@@ -41,6 +41,7 @@ package vram
 // (groupBudget.String) and what would raise the one that binds (advice).
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -63,7 +64,7 @@ type groupBudget struct {
 
 	mode     LimitMode
 	free     uint64 // device free memory (after trimming the allocator's cache, when trimmed)
-	trimmed  bool   // the cache was given back before free was read (trim.go)
+	trimmed  bool   // the cache was given back before free was read (planOnce)
 	replaced uint64 // allocator bytes of the arrays being replaced
 	// Active mode: the members' caps and what they hold (allocator bytes).
 	caps, held uint64
@@ -91,13 +92,19 @@ type groupBudget struct {
 	// claimed is device memory other groups claim back from busy groups
 	// (replan.go), kept back for them.
 	claimed uint64
-	// With a broker's lease (leased; lease.go), leaseBytes is what the
+	// With a broker's lease (leased; package account), leaseBytes is what the
 	// allocator may hold under it, leaseHeld what it holds, its cache
 	// included, and leaseReplaced what the arrays being replaced take
 	// (device bytes, as the allocator states them): the group plans
 	// within the lease less what the allocator holds beside them.
 	leased                               bool
 	leaseBytes, leaseHeld, leaseReplaced uint64
+	shrink                               bool // the broker asks the account to shrink
+	// cached is the allocator's cache when the budget was read (held,
+	// not in use: neither free nor outside the lease); trimming says a
+	// trim of it was in flight.
+	cached   uint64
+	trimming bool
 
 	gran   uint64       // the allocator's granularity
 	page   uint64       // the device's allocation unit
@@ -412,45 +419,87 @@ func (tx *allocTx) planBudget() error {
 	return fmt.Errorf("allocate group %q with %w: %w", tx.group, tx.gb.budgetErr(), err)
 }
 
-// readBudget reads the device's free memory (the allocator's cache is
-// not counted: a cached block may be too fragmented to serve, and
-// trimming waits for other streams' work; see trim.go), the allocator's
-// statement of costs and the room its caps leave, then what the arrays
-// being replaced and the group hold. allocMu must be held.
-func (m *Manager) readBudget(b *groupBudget) error {
-	free, _, err := m.dev.MemInfo()
-	if err != nil {
-		return fmt.Errorf("read device memory: %w", err)
-	}
-	b.free, b.capped, b.coster, b.kind = free, false, nil, "the allocator"
-	b.gran, b.page = granularityOf(m.al), m.dev.Info().Granularity
-	b.capAt = m.capNow()
-	if c, ok := m.al.(alloc.Coster); ok {
-		b.coster, b.kind = c, "the "+m.kind.String()+" allocator"
-		if b.room = c.Room(); b.room < math.MaxUint64 {
-			b.capped = true
+// planOnce reads the budget and plans the group against the allocator's
+// stated cost, trimming the allocator's cache and planning again only
+// when that could help (trimWouldHelp); errors say what bounds the
+// budget.
+//
+// A trim waits for work: every stream that owns cached blocks must reach
+// the frees that cached them before their pages go back, and that work
+// may be another group's, a long kernel included. So the plan is made
+// with the device's free memory as it is, the cache left alone, and the
+// cache is given back only when the plan falls short for want of memory:
+// it fails, or it has more chunks than it would with the cached bytes
+// given back. The trim waits no longer than Allocate's context: when the
+// context ends first, Allocate fails with its error and the trim
+// finishes in the background (account.Trim).
+func (tx *allocTx) planOnce(ctx context.Context) error {
+	tx.gb.trimmed = false
+	err := tx.planBudget()
+	if tx.trimWouldHelp(err) {
+		if terr := tx.m.acct.Trim(ctx); terr != nil {
+			return fmt.Errorf("allocate group %q: %w", tx.group, terr)
 		}
+		tx.gb.trimmed = true
+		err = tx.planBudget()
 	}
-	b.over = 0
-	if lim := m.capLim; lim != nil {
-		if capBytes, used := lim.Cap(), lim.Used(); used > capBytes {
-			b.over = used - capBytes // SetCap lowered the cap below the arrays
-		}
-	}
-	m.mu.Lock()
-	m.heldLocked(b)
-	m.leaseClauseLocked(b) // leasetx.go
-	m.mu.Unlock()
-	return nil
+	return err
 }
 
-// capNow is the cap's Limit's cap now (alloc.NoCap without one).
-// allocMu must be held.
-func (m *Manager) capNow() uint64 {
-	if m.capLim == nil {
-		return alloc.NoCap
+// trimWouldHelp reports whether giving the cache back could improve on
+// the plan just made against tx.gb (err its error): it failed for want
+// of memory, or planning with the cached bytes counted free gives fewer
+// chunks.
+func (tx *allocTx) trimWouldHelp(err error) bool {
+	if tx.gb.cached == 0 && !tx.gb.trimming {
+		return false
 	}
-	return m.capLim.Cap()
+	if err != nil {
+		return forWantOfMemory(err)
+	}
+	if tx.plan.Chunks <= 1 {
+		return false
+	}
+	gb := tx.gb
+	gb.giveBack(gb.cached)
+	p, perr := planGroup(tx.q, &gb, PlanOptions{Granularity: gb.gran, Buffers: tx.ac.buffers})
+	return perr == nil && p.Chunks < tx.plan.Chunks
+}
+
+// forWantOfMemory reports whether a plan's error says the budget was too
+// small (rather than that the requests are bad).
+func forWantOfMemory(err error) bool {
+	var pe *PlanError
+	return errors.As(err, &pe) || errors.Is(err, ErrUnchunkable) ||
+		errors.Is(err, ErrRunTooLarge) || errors.Is(err, ErrOutOfMemory)
+}
+
+// readBudget reads the account's room (the device's free memory, the
+// allocator's statement of costs, the room its caps and a broker's lease
+// leave; the allocator's cache is not counted free: a cached block may be
+// too fragmented to serve, and trimming waits for other streams' work;
+// see planOnce), then what the arrays being replaced and the group hold.
+// useMu must be held.
+func (m *Manager) readBudget(b *groupBudget) error {
+	r, err := m.acct.Room()
+	if err != nil {
+		return err
+	}
+	b.free, b.capAt, b.over, b.page = r.Free, r.Cap, r.Over, r.Page
+	b.gran = r.Granularity
+	if b.gran == 0 {
+		b.gran = DefaultGranularity
+	}
+	b.coster, b.kind, b.capped, b.room = r.Coster, "the allocator", r.CapRoom < math.MaxUint64, r.CapRoom
+	if r.Coster != nil {
+		b.kind = "the " + r.Kind.String() + " allocator"
+	}
+	b.leased, b.leaseBytes, b.leaseHeld, b.shrink = r.Leased, r.Lease, r.Held, r.Shrink
+	b.cached, b.trimming = r.Cached, r.Trimming
+	m.mu.Lock()
+	m.heldLocked(b)
+	m.mu.Unlock()
+	return nil
 }
 
 // heldLocked reads into b what the arrays being replaced take, and in
@@ -473,6 +522,31 @@ func (m *Manager) heldLocked(b *groupBudget) {
 		}
 	}
 	m.ownRoomLocked(b)
+	b.leaseReplaced = 0
+	if b.leased {
+		b.leaseReplaced = b.cost(replacedSizesLocked(b.requesters, b.queue))
+	}
+}
+
+// replacedSizesLocked lists the bytes of the device arrays the
+// requesters hold under the labels they queued: the arrays being
+// replaced, as the device counts them (their charged bytes may be less
+// than the pages they take). m.mu must be held.
+func replacedSizesLocked(requesters []*Client, queue map[*Client]map[string]ArrayRequest) []uint64 {
+	var sizes []uint64
+	for _, c := range requesters {
+		if c.closed {
+			continue
+		}
+		for l := range queue[c] {
+			for _, a := range c.arrays[l] {
+				if d := a.dev; d != nil && d.memory == Device {
+					sizes = append(sizes, d.Bytes())
+				}
+			}
+		}
+	}
+	return sizes
 }
 
 // Each member's own cap, in the Active limit mode.
@@ -560,15 +634,6 @@ func withinOwnCaps(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opt
 		p = next
 	}
 	return p, nil
-}
-
-// granularityOf is the rounding unit the planner counts bytes in for a:
-// its granularity, or DefaultGranularity.
-func granularityOf(a alloc.Allocator) uint64 {
-	if g, ok := a.(alloc.Granular); ok && g.Granularity() > 0 {
-		return g.Granularity()
-	}
-	return DefaultGranularity
 }
 
 // claimedLocked is the device memory other groups than group have claimed

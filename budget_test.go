@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
@@ -49,7 +53,7 @@ func TestAllocateFitsTheDevice(t *testing.T) {
 				full := float64(fullBytes(reqs, alloc.PoolGranularity))
 				total := max(4*MiB, uint64(full*(0.2+rng.Float64()))&^(2*MiB-1))
 				dev := newSim(t, total, func(c *sim.Config) { c.AddressOnly = true })
-				m, err := New(dev, WithAllocator(kind))
+				m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: kind}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -115,6 +119,7 @@ type pageCoster struct{ gran, page, small uint64 }
 func (p pageCoster) Cost(sizes []uint64) (uint64, bool) {
 	return alloc.PageCost(sizes, p.gran, p.page, p.small), true
 }
+
 func (p pageCoster) Room() uint64 { return math.MaxUint64 }
 
 // budgetOf is a Passive budget of free device bytes with the cost c (nil:
@@ -265,7 +270,7 @@ func TestPageReserveIsEnough(t *testing.T) {
 // with; the arrays of a short chunk share one page, so the batch runs in
 // chunks.
 func TestSmallDeviceKeepsOnlyWhatThePagesNeed(t *testing.T) {
-	m, _, _ := newManager(t, 8*MiB, WithAllocator(Pool))
+	m, _, _ := newManager(t, 8*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	in := register(t, m, ClientOptions{Name: "inputs", Group: "oscillators"})
 	out := register(t, m, ClientOptions{Name: "outputs", Group: "oscillators"})
 	const n, samples = 100_000, 50
@@ -308,7 +313,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 		mention []string
 	}{
 		"page reserve on a small device": {
-			opts: []Option{WithAllocator(Pool)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Pool})},
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 7*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
@@ -319,7 +324,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"a cap of 8 bytes": {
-			opts: []Option{WithAllocator(Direct), WithLimitMode(Active)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithLimitMode(Active)},
 			prop: 1e-6, // 8 MiB × 1e-6 = 8 B
 			reqs: map[string]ArrayRequest{"x": req(Float32, 0, 1<<20)},
 			is:   ErrRunTooLarge,
@@ -329,7 +334,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"a budget of nothing says what one run needs": {
-			opts: []Option{WithAllocator(Direct), WithLimitMode(Active)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithLimitMode(Active)},
 			prop: 1e-9, // a cap of 0 B
 			reqs: map[string]ArrayRequest{"x": req(Float32, 0, 1<<20)},
 			is:   ErrUnchunkable,
@@ -339,7 +344,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"limit binds": {
-			opts: []Option{WithAllocator(Direct), WithWrap(func(a alloc.Allocator) alloc.Allocator { return alloc.NewLimit(a, 2*MiB) })},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithWrap(func(a alloc.Allocator) alloc.Allocator { return alloc.NewLimit(a, 2*MiB) })},
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 3*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
@@ -348,7 +353,7 @@ func TestBudgetErrorsNameTheFigures(t *testing.T) {
 			},
 		},
 		"WithCap binds": {
-			opts: []Option{WithAllocator(Direct), WithCap(2 * MiB)},
+			opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct}), WithCap(2 * MiB)},
 			reqs: map[string]ArrayRequest{"k": fixed(Uint8, 3*int(MiB)), "x": req(Float32, 0, 1000)},
 			is:   ErrUnchunkable,
 			mention: []string{
@@ -387,15 +392,20 @@ type onlyAlloc struct{ alloc.Allocator }
 // Allocate gives the arrays back and plans again with what the pool
 // took beyond the reserve kept back, so the batch is chunked and allocated.
 func TestPoolGrowthPolicyIsPlannedAround(t *testing.T) {
-	segmentPool := alloc.PoolConfig{GrowthDivisor: 4} // the default, stated
+	pool, err := alloc.Lookup(alloc.NamePool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segmentPool := account.ChoiceOf(pool)
+	segmentPool.Configs.Pool = alloc.PoolConfig{GrowthDivisor: 4} // the default, stated
 	for name, tc := range map[string]struct {
 		opts    []Option
 		replans uint64
 		chunk   int
 	}{
-		// A PoolConfig asks for the segment Pool, whose growth this is.
-		"exact growth":  {opts: []Option{WithAllocator(Pool), WithPoolConfig(segmentPool)}, replans: 0, chunk: 1},
-		"shared growth": {opts: []Option{WithAllocator(Pool), WithPoolConfig(segmentPool), WithWrap(func(a alloc.Allocator) alloc.Allocator { return onlyAlloc{a} })}, replans: 1, chunk: 2},
+		// The segment Pool, whose growth this is.
+		"exact growth":  {opts: []Option{WithAllocatorChoice(segmentPool)}, replans: 0, chunk: 1},
+		"shared growth": {opts: []Option{WithAllocatorChoice(segmentPool), WithWrap(func(a alloc.Allocator) alloc.Allocator { return onlyAlloc{a} })}, replans: 1, chunk: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := newManager(t, 40*MiB, tc.opts...)
@@ -696,7 +706,7 @@ func TestTinyBatchOnAFullDevice(t *testing.T) {
 func TestWithCapBoundsThePlan(t *testing.T) {
 	for _, kind := range []AllocatorKind{Pool, Direct, AsyncPool} {
 		t.Run(kind.String(), func(t *testing.T) {
-			m, _, _ := newManager(t, 64*MiB, WithAllocator(kind), WithCap(8*MiB))
+			m, _, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: kind}), WithCap(8*MiB))
 			c := register(t, m, ClientOptions{})
 			if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 5<<20)}); err != nil { // 20 MiB
 				t.Fatal(err)
@@ -708,9 +718,405 @@ func TestWithCapBoundsThePlan(t *testing.T) {
 			if resp.Plan.Chunks < 3 || c.Held() > 8*MiB {
 				t.Errorf("%d chunks, %s held; want at least 3 chunks within the cap of 8 MiB", resp.Plan.Chunks, units.Format(c.Held()))
 			}
-			if _, ok := m.Allocator().(*alloc.Limit); !ok {
-				t.Errorf("the allocator is a %T, not capped by a Limit", m.Allocator())
+			if _, ok := m.Account().Allocator().(*alloc.Limit); !ok {
+				t.Errorf("the allocator is a %T, not capped by a Limit", m.Account().Allocator())
 			}
 		})
+	}
+}
+
+// BenchmarkPlanGroup is Allocate's planning of the 1,000 arrays of
+// BenchmarkPlanGroup on a device whose page reserve binds: one Plan
+// against the pool's stated cost finds the fewest chunks that fit.
+func BenchmarkPlanGroup(b *testing.B) {
+	reqs := map[string]map[string]ArrayRequest{}
+	for c := range 10 {
+		labels := map[string]ArrayRequest{}
+		for l := range 100 {
+			r := ArrayRequest{Shape: []int{1 + l%7, 3, 100_000}, DType: Float32, ChunkAxis: 2}
+			if l%10 == 0 {
+				r = ArrayRequest{Shape: []int{64, 1 + l}, DType: Float64, Unchunkable: true}
+			}
+			labels[fmt.Sprintf("a%d", l)] = r
+		}
+		reqs[fmt.Sprintf("c%d", c)] = labels
+	}
+	opts := PlanOptions{Granularity: 512, Buffers: 2}
+	budget := func() groupBudget {
+		return budgetOf(2*units.GiB, pageCoster{512, 2 * units.MiB, units.MiB}, 512)
+	}
+	gb := budget()
+	clients := byClient(reqs)
+	p, err := planGroup(clients, &gb, opts)
+	if first, _ := Plan(reqs, 2*units.GiB, opts); err != nil || p.Chunks <= first.Chunks {
+		b.Fatalf("plan: %d chunks (Plan alone %d), %v", p.Chunks, first.Chunks, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		gb := budget()
+		if _, err := planGroup(clients, &gb, opts); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestBudgetWrittenOnce: an Allocate that fails for want of memory
+// writes its budget, and the cap that bounds it, the same way where it
+// says what bounds it and where the plan says it is too small (once
+// "budget 1.3 MiB … but the budget is 1.2 MiB" for 1.28 MiB).
+func TestBudgetWrittenOnce(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB, WithCap(1342177)) // 1.28 MiB
+	c := register(t, m, ClientOptions{})
+	must(t, c.Queue(map[string]ArrayRequest{"x": {Shape: []int{1 << 20}, DType: Float32, Unchunkable: true}}))
+	_, err := c.Allocate(context.Background())
+	if !errors.Is(err, ErrUnchunkable) {
+		t.Fatalf("Allocate: %v; want ErrUnchunkable", err)
+	}
+	var figures []string
+	for _, m := range regexp.MustCompile(`(?:budget (?:is )?|at most |\()([0-9.]+ [KMG]?i?B)(?: under| left|:|,)`).FindAllStringSubmatch(err.Error(), -1) {
+		figures = append(figures, m[1])
+	}
+	if len(figures) < 2 {
+		t.Fatalf("the error writes the budget %d times: %v", len(figures), err)
+	}
+	for _, f := range figures[1:] {
+		if f != figures[0] {
+			t.Errorf("the budget is written as %q and as %q: %v", figures[0], f, err)
+		}
+	}
+}
+
+// TestBudgetErrorBound: the error of a group that does not fit says, as
+// a BudgetError, what bounded its budget.
+func TestBudgetErrorBound(t *testing.T) {
+	tests := map[string]struct {
+		opts  []Option
+		share float64
+		want  BudgetBound
+	}{
+		"the device":         {nil, 0, BoundDevice},
+		"the allocation cap": {[]Option{WithCap(8 * MiB)}, 0, BoundCap},
+		"the members' caps":  {[]Option{WithLimitMode(Active)}, 0.1, BoundCaps},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB, tc.opts...)
+			c := register(t, m, ClientOptions{Proportion: tc.share})
+			must(t, c.Queue(map[string]ArrayRequest{"x": {Shape: []int{32 << 20}, DType: Float32, Unchunkable: true}}))
+			_, err := c.Allocate(context.Background())
+			var be *BudgetError
+			if !errors.As(err, &be) || be.Bound != tc.want || be.Group != "default" {
+				t.Fatalf("Allocate: %v (%+v); want a BudgetError bound by %d", err, be, tc.want)
+			}
+		})
+	}
+}
+
+// TestActiveOwnCaps: in the Active mode each requester's arrays fit its
+// own cap (less what it holds besides the arrays being replaced), not
+// only the group's sum of caps: the group takes the chunk count the
+// most bound member needs, and a member whose arrays cannot fit its cap
+// however chunked fails the allocation, named. In the Passive mode caps
+// bound nothing (as cubie's).
+func TestActiveOwnCaps(t *testing.T) {
+	const runs = 1 << 20
+	for name, tc := range map[string]struct {
+		mode    LimitMode
+		buffers int
+		a, b    ArrayRequest // a's cap is 32 MiB; b's 32 MiB, or bCap bytes
+		aHeld   int          // a holds this much under another label first
+		bCap    uint64
+		notary  float64 // a third member's proportion (0: none), which queues nothing
+		chunked bool
+		wantErr error
+		names   string // the member the error names
+	}{
+		"a member over its cap is chunked to it": {mode: Active, a: req(Uint8, 0, runs, 40), b: fixed(Uint8, int(MiB)), chunked: true},
+		"what it holds counts":                   {mode: Active, a: req(Uint8, 0, runs, 24), b: fixed(Uint8, int(MiB)), aHeld: 16 * int(MiB), chunked: true},
+		"double buffered":                        {mode: Active, buffers: 2, a: req(Uint8, 0, runs, 40), b: req(Uint8, 0, runs, 8), chunked: true},
+		"fits its cap: whole":                    {mode: Active, a: req(Uint8, 0, runs, 30), b: fixed(Uint8, int(MiB))},
+		"unchunkable over its own cap": {mode: Active, a: fixed(Uint8, 40*int(MiB)), b: fixed(Uint8, int(MiB)),
+			wantErr: ErrUnchunkable, names: "a#"},
+		// b fits its 600 B whole (one 512 B block) but not in two
+		// buffers once a's cap chunks the group (whose sum of caps, with
+		// the notary's, would take a's 50 MB whole).
+		"a member that fits whole but not in the group's buffers": {mode: Active, buffers: 2,
+			a: req(Uint8, 0, 500, 100_000), b: req(Uint8, 0, 500), bCap: 600, notary: 0.4, wantErr: ErrRunTooLarge, names: "b#"},
+		"passive: caps bound nothing": {mode: Passive, a: req(Uint8, 0, runs, 40), b: fixed(Uint8, int(MiB))},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _, lb := newManager(t, 64*MiB, WithLimitMode(tc.mode), WithAllocatorChoice(account.Choice{Kind: Pool}))
+			pb := 0.5
+			if tc.bCap > 0 {
+				pb = float64(tc.bCap) / float64(64*MiB)
+			}
+			a := register(t, m, ClientOptions{Name: "a", Group: "g", Proportion: 0.5})
+			b := register(t, m, ClientOptions{Name: "b", Group: "g", Proportion: pb})
+			if tc.notary > 0 {
+				register(t, m, ClientOptions{Name: "n", Group: "g", Proportion: tc.notary})
+			}
+			if tc.aHeld > 0 {
+				holdBytes(t, a, tc.aHeld)
+			}
+			if err := b.Queue(map[string]ArrayRequest{"y": tc.b}); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Queue(map[string]ArrayRequest{"z": tc.a}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := a.Allocate(t.Context(), WithBuffers(max(tc.buffers, 1)))
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.names) || !strings.Contains(err.Error(), "own cap") {
+					t.Fatalf("got %v, want %v naming %s and its own cap", err, tc.wantErr, tc.names)
+				}
+				if a.Held() != uint64(tc.aHeld) || b.Held() != 0 {
+					t.Errorf("a refused allocation left a holding %d, b %d", a.Held(), b.Held())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if chunked := resp.Plan.Chunks > 1; chunked != tc.chunked {
+				t.Errorf("%d chunks; want chunked %v", resp.Plan.Chunks, tc.chunked)
+			}
+			for _, c := range []*Client{a, b} {
+				if over := c.Held() > c.Cap(); over != (tc.mode == Passive && c == a) {
+					t.Errorf("%v holds %d of its cap %d", c, c.Held(), c.Cap())
+				}
+			}
+			if strings.Contains(lb.String(), "95%") {
+				t.Errorf("the manager warned of its own plan: %s", lb)
+			}
+		})
+	}
+}
+
+// TestOwnCapsSkipClosedRequesters: a requester closed while its group is
+// planned has no room read for it; the plan goes on without bounding it
+// (its arrays are freed at install), rather than failing the group.
+func TestOwnCapsSkipClosedRequesters(t *testing.T) {
+	open, closed := &Client{name: "open", id: 1}, &Client{name: "closed", id: 2}
+	reqs := map[*Client]map[string]ArrayRequest{open: {"x": req(Uint8, 0, 1000)}, closed: {"y": req(Uint8, 0, 1000)}}
+	b := &groupBudget{mode: Active, budget: 1 << 20, own: map[*Client]ownRoom{open: {cap: 1 << 20, room: 1 << 20}}}
+	p, err := planGroupOnce(reqs, b.budget, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := withinOwnCaps(reqs, b, PlanOptions{}, p)
+	if err != nil || got.Chunks != 1 {
+		t.Errorf("%+v, %v; want the plan as it was", got, err)
+	}
+}
+
+// TestPlannedArraysFitALimitOfTheBudget allocates what each random plan
+// says — the unchunkable arrays once, the chunkable ones at the chunk
+// length once per buffer — through an alloc.Limit capped at the budget,
+// over each allocator the manager uses. Not one allocation may fail: the
+// planner counts bytes as the allocator spends them.
+func TestPlannedArraysFitALimitOfTheBudget(t *testing.T) {
+	for name, mk := range map[string]func(device.Device) (alloc.Allocator, error){
+		"pool":   func(d device.Device) (alloc.Allocator, error) { return alloc.NewPool(d, alloc.PoolConfig{}) },
+		"direct": func(d device.Device) (alloc.Allocator, error) { return alloc.NewDirect(d), nil },
+		"async":  func(d device.Device) (alloc.Allocator, error) { return alloc.NewAsyncPool(d, alloc.AsyncConfig{}) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dev := newSim(t, 64*units.GiB, func(c *sim.Config) { c.AddressOnly = true; c.Granularity = 64 * units.KiB })
+			s, err := dev.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rng := rand.New(rand.NewPCG(3, 4))
+			planned := 0
+			for iter := 0; planned < 150 && iter < 5000; iter++ {
+				data := make([]byte, 4*(1+rng.IntN(10)))
+				for i := range data {
+					data[i] = byte(rng.Uint32())
+				}
+				reqs := decodeRequests(data, 1+rng.IntN(1<<uint(rng.IntN(18))))
+				up, err := mk(dev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				g := granularityOf(up)
+				k := 1 + rng.IntN(2)
+				budget := uint64(rng.Float64() * 1.1 * float64(fullBytes(reqs, g)+1))
+				if budget > 4*units.GiB {
+					up.Close()
+					continue
+				}
+				p, err := Plan(reqs, budget, PlanOptions{Granularity: g, Buffers: k})
+				if err != nil {
+					up.Close()
+					continue
+				}
+				planned++
+				lim := alloc.NewLimit(up, budget)
+				var live []device.Ptr
+				for c, ls := range reqs {
+					for l, r := range ls {
+						if r.Memory != Device {
+							continue
+						}
+						n := 1
+						if r.Chunkable() {
+							n = p.Buffers
+						}
+						shape := p.ChunkedShapes[c][l]
+						elems, _ := elements(shape)
+						for range n {
+							ptr, err := lim.Alloc(elems*r.DType.Size(), s)
+							if err != nil {
+								t.Fatalf("plan %+v under a limit of its budget %s: alloc %s/%s %v: %v",
+									p, units.Format(budget), c, l, shape, err)
+							}
+							live = append(live, ptr)
+						}
+					}
+				}
+				// A Granular allocator spends exactly what the plan counts;
+				// others (the async pool) no more.
+				if _, gr := up.(alloc.Granular); (gr && lim.Used() != p.BytesPerChunk) || lim.Used() > p.BytesPerChunk {
+					t.Errorf("the limit counts %d bytes in use, the plan %d", lim.Used(), p.BytesPerChunk)
+				}
+				for _, ptr := range live {
+					if err := lim.Free(ptr, s); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := lim.Close(); err != nil && !errors.Is(err, alloc.ErrClosed) {
+					t.Fatal(err)
+				}
+			}
+			if planned < 100 {
+				t.Fatalf("only %d plans succeeded", planned)
+			}
+		})
+	}
+}
+
+// cachedBehindKernel sets up group "a" holding nothing but a cache: its
+// client allocated n bytes, started a kernel that runs until released,
+// and freed the array, so the allocator caches it with a's stream still
+// to reach the free.
+func cachedBehindKernel(t *testing.T, n int) (*Manager, *sim.Device, func()) {
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
+	a := register(t, m, ClientOptions{Name: "a", Group: "a"})
+	must(t, a.Queue(map[string]ArrayRequest{"x": {Shape: []int{n}, DType: Uint8, Unchunkable: true}}))
+	if _, err := a.Allocate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	release := longKernel(t, dev, a)
+	must(t, a.Free("x"))
+	if cachedOf(m) == 0 {
+		t.Fatal("the allocator caches nothing after the free")
+	}
+	return m, dev, release
+}
+
+// TestAllocateDoesNotTrimWhenThePlanFits: while another group's kernel
+// runs and the allocator caches memory that kernel's stream has still to
+// reach, an Allocate whose plan fits the free memory returns without
+// waiting for that kernel (it once trimmed the cache at every budget
+// read, and the trim waited).
+func TestAllocateDoesNotTrimWhenThePlanFits(t *testing.T) {
+	m, _, release := cachedBehindKernel(t, 24<<20)
+	b := register(t, m, ClientOptions{Name: "b", Group: "b"})
+	must(t, b.Queue(map[string]ArrayRequest{"y": {Shape: []int{1 << 20}, DType: Uint8, Unchunkable: true}}))
+	err := within(t, "an Allocate that fits", release, func() error {
+		_, err := b.Allocate(context.Background())
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAllocateTrimWaitsNoLongerThanItsContext: an Allocate that needs the
+// cache given back trims it, and the trim waits for the other group's
+// kernel; with a deadline it fails at the deadline, wrapping
+// context.DeadlineExceeded, with its queue as it was, and once the kernel
+// ends the same Allocate succeeds.
+func TestAllocateTrimWaitsNoLongerThanItsContext(t *testing.T) {
+	m, _, release := cachedBehindKernel(t, 40<<20)
+	b := register(t, m, ClientOptions{Name: "b", Group: "b"})
+	queued := map[string]ArrayRequest{"y": {Shape: []int{40 << 20}, DType: Uint8, Unchunkable: true}}
+	must(t, b.Queue(queued))
+	err := within(t, "an Allocate with a 200 ms deadline", release, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := b.Allocate(ctx)
+		return err
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Allocate: %v; want it to fail at its deadline", err)
+	}
+	if q := b.Queued(); len(q) != 1 {
+		t.Errorf("queue after the failed Allocate: %v; want y still queued", q)
+	}
+	release()
+	if _, err := b.Allocate(context.Background()); err != nil {
+		t.Fatalf("Allocate once the kernel ended: %v", err)
+	}
+}
+
+// blockOnMemInfo is a simulator whose MemInfo, once armed, blocks the
+// first call until released, telling entered.
+type blockOnMemInfo struct {
+	*sim.Device
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockOnMemInfo) MemInfo() (free, total uint64, err error) {
+	if b.armed.CompareAndSwap(true, false) {
+		close(b.entered)
+		<-b.release
+	}
+	return b.Device.MemInfo()
+}
+
+// An array freed (Client.Free) while Allocate reads its budget is
+// counted once: it was once counted both as an array being replaced and
+// in the device's free memory, so the plan took one chunk that did not
+// fit.
+func TestFreeDuringBudgetIsCountedOnce(t *testing.T) {
+	bt := &blockOnMemInfo{Device: newSim(t, 64*MiB), entered: make(chan struct{}), release: make(chan struct{})}
+	m, err := New(bt, WithAllocatorChoice(account.Choice{Kind: Direct}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c := register(t, m, ClientOptions{})
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 8<<20)}); err != nil { // 32 MiB
+		t.Fatal(err)
+	}
+	if _, err := c.Allocate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// x again, 80 MiB: 64 MiB are free once the old x goes, so two chunks.
+	if err := c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 20<<20)}); err != nil {
+		t.Fatal(err)
+	}
+	bt.armed.Store(true)
+	done := make(chan struct{})
+	var resp *ArrayResponse
+	go func() {
+		defer close(done)
+		resp, err = c.Allocate(context.Background())
+	}()
+	<-bt.entered
+	if err := c.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	close(bt.release)
+	<-done
+	if err != nil {
+		t.Fatalf("Allocate: %v", err)
+	}
+	if resp.Plan.Chunks != 2 {
+		t.Errorf("%d chunks of %d, want 2 of %d", resp.Plan.Chunks, resp.Plan.ChunkLength, 10<<20)
 	}
 }

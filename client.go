@@ -79,8 +79,9 @@ type Client struct {
 	delivering bool        // a goroutine is making the calls
 
 	// Protected by m.mu:
-	slot         int     // index in the registry's slots
-	gprev, gnext *Client // neighbours in the group's member list (group.head)
+	slot         int          // index in the registry's slots
+	gprev, gnext *Client      // neighbours in the group's member list (group.head)
+	leave        func() error // releases c's hold of its group's stream (package streams); nil once closed
 	closed       bool
 	prop         uint64                   // manual proportion in share.Unit; 0 in the auto pool
 	group        string                   // stream group name
@@ -186,8 +187,8 @@ func (c *Client) Held() uint64 {
 // label freed twice or misspelt usually means a bug.
 func (c *Client) Free(label string) error {
 	m := c.m
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
 	m.mu.Lock()
 	if err := m.checkLocked(c); err != nil {
 		m.mu.Unlock()
@@ -210,28 +211,30 @@ func (c *Client) Free(label string) error {
 // returns nil.
 func (c *Client) Close() error {
 	m := c.m
-	m.allocMu.RLock()
+	m.useMu.RLock()
 	m.mu.Lock()
 	if c.closed || m.closed {
 		m.mu.Unlock()
-		m.allocMu.RUnlock()
+		m.useMu.RUnlock()
 		return nil
 	}
 	c.closed = true
 	m.leftLocked(m.reg.remove(c)) // and what c queued
 	m.pools.Leave(c.prop)
 	allocs := c.takeAllLocked()
+	leave := c.leave
+	c.leave = nil
 	m.mu.Unlock()
-	defer m.allocMu.RUnlock()
+	defer m.useMu.RUnlock()
 	var err error
 	if len(allocs) > 0 {
 		err = m.freeWork([]freeWork{{c: c, allocs: allocs}})
 	}
 	// After the frees, which use its stream. The last member of a group
-	// closes the group's stream, which waits for its work: under allocMu,
+	// closes the group's stream, which waits for its work: under useMu,
 	// so that no SetAllocator or Close overlaps it (an allocator's Close
 	// waits for the frees queued on live streams only).
-	if gerr := m.groups.Remove(c.id); gerr != nil && !errors.Is(gerr, streams.ErrNotGrouped) { // not grouped: the manager closed meanwhile
+	if gerr := leave(); gerr != nil {
 		err = errors.Join(err, wrapIf("leave the stream group", gerr))
 	}
 	return errors.Join(err, c.work.drop())
@@ -285,7 +288,7 @@ func (c *Client) takeAllLocked() []*allocation {
 // client joins the stream group o.Group, made (with its stream) if new;
 // a refused Register makes no group.
 func (m *Manager) Register(o ClientOptions) (*Client, error) {
-	units, err := share.ToUnits(o.Proportion, true)
+	prop, err := share.ToUnits(o.Proportion, true)
 	if err != nil {
 		return nil, fmt.Errorf("register %q: %w", o.Name, err)
 	}
@@ -299,7 +302,7 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		name:         o.Name,
 		onInvalidate: o.OnInvalidate,
 		onAllocated:  o.OnAllocated,
-		prop:         units,
+		prop:         prop,
 		group:        group,
 	}
 	// cubie refuses queue_request from an instance with no live
@@ -308,19 +311,20 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 	c.work.noEvict = o.NoEvict || o.OnInvalidate == nil
 	c.work.touch()
 	// Take the share first, so that a refused one makes no group; then
-	// join the group (which may make a stream: a device call, not under
+	// hold the group's stream (which may make it: a device call, not under
 	// mu), giving the share back if that fails.
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return nil, closedErr("register")
 	}
-	warn, err := m.pools.Join(units)
+	warn, err := m.pools.Join(prop)
 	m.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
-	if err := m.groups.Add(c.id, group); err != nil {
+	_, leave, err := m.groups.Hold(group) // c's, while it is a member
+	if err != nil {
 		m.mu.Lock()
 		if !m.closed { // Close zeroes the pools itself
 			m.pools.Leave(c.prop)
@@ -331,10 +335,11 @@ func (m *Manager) Register(o ClientOptions) (*Client, error) {
 		}
 		return nil, fmt.Errorf("register %v: %w", c, err)
 	}
+	c.leave = leave
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		_ = m.groups.Remove(c.id)
+		_ = leave()
 		return nil, closedErr("register")
 	}
 	m.reg.add(c)
@@ -353,7 +358,7 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 	if c == nil || c.m != m {
 		return foreign(c)
 	}
-	units, err := share.ToUnits(p, !toManual)
+	prop, err := share.ToUnits(p, !toManual)
 	if err != nil {
 		return fmt.Errorf("%v: %w", c, err)
 	}
@@ -367,12 +372,12 @@ func (m *Manager) setShare(c *Client, p float64, toManual bool, need string) err
 		return nil // the mode it has: nothing to do (as cubie)
 	}
 	// Move c as asked; a refusal leaves the pools as they were.
-	warn, err := m.pools.Move(c.prop, units)
+	warn, err := m.pools.Move(c.prop, prop)
 	if err != nil {
 		m.mu.Unlock()
 		return fmt.Errorf("%v: %w", c, err)
 	}
-	c.prop = units
+	c.prop = prop
 	m.mu.Unlock()
 	if warn != "" {
 		m.log.Warn(warn, "client", c.String())
@@ -449,19 +454,19 @@ func (c *Client) Sync(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sync %v: %w", c, err)
 	}
-	m.allocMu.RLock()
+	m.useMu.RLock()
 	s, err := m.stream(c)
 	if err != nil {
-		m.allocMu.RUnlock()
+		m.useMu.RUnlock()
 		return err
 	}
 	if ctx.Done() == nil { // never cancelled: wait here
-		defer m.allocMu.RUnlock()
+		defer m.useMu.RUnlock()
 		return s.Synchronize()
 	}
 	done := make(chan error, 1)
 	go func() {
-		defer m.allocMu.RUnlock()
+		defer m.useMu.RUnlock()
 		done <- s.Synchronize()
 	}()
 	select {
@@ -478,12 +483,18 @@ func (c *Client) Sync(ctx context.Context) error {
 // after an OnInvalidate.
 func (c *Client) Stream() (device.Stream, error) { return c.m.stream(c) }
 
-// stream is Client.Stream.
+// stream is Client.Stream: the stream of the group c is in, which c
+// holds.
 func (m *Manager) stream(c *Client) (device.Stream, error) {
-	if err := m.check(c); err != nil {
+	if c == nil || c.m != m {
+		return nil, foreign(c)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.checkLocked(c); err != nil {
 		return nil, err
 	}
-	s, err := m.groups.Stream(c.id)
+	s, err := m.groups.GroupStream(c.group)
 	if err != nil {
 		return nil, fmt.Errorf("stream of %v: %w", c, err)
 	}

@@ -201,13 +201,13 @@ func (m *Manager) copyCheck(c *Client, d *DeviceArray, h *HostArray) (s device.S
 	if d == nil || h == nil {
 		return nil, nil, fmt.Errorf("nil array; pass arrays from an ArrayResponse and NewHostArray: %w", device.ErrInvalidValue)
 	}
-	m.allocMu.RLock()
+	m.useMu.RLock()
 	d.use.RLock()
 	h.use.RLock()
 	done = func() {
 		h.use.RUnlock()
 		d.use.RUnlock()
-		m.allocMu.RUnlock()
+		m.useMu.RUnlock()
 	}
 	switch {
 	case d.Freed():

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -108,7 +109,7 @@ func TestChunkCopies(t *testing.T) {
 				if !strided {
 					dev = rowsOnly{cd, cd}
 				}
-				m, err := New(dev, WithAllocator(Direct))
+				m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -524,5 +525,100 @@ func TestLikeBroadcasts(t *testing.T) {
 				t.Fatalf("%v into %v: element %d is %d, want %d", from, to, e, got[e], src[si])
 			}
 		}
+	}
+}
+
+func TestCopyCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{})
+	must(t, c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 8)}))
+	resp, err := c.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := resp.Arrays()["x"]
+	h, err := m.NewHostArray([]int{8}, Float32, Pinned, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Free()
+	sp := Span{Axis: 0, Start: 0, Len: 8}
+	for name, run := range map[string]func(context.Context) error{
+		"ToDevice":        func(ctx context.Context) error { return c.ToDevice(ctx, d, h) },
+		"FromDevice":      func(ctx context.Context) error { return c.FromDevice(ctx, h, d) },
+		"ToDeviceChunk":   func(ctx context.Context) error { return c.ToDeviceChunk(ctx, d, h, sp) },
+		"FromDeviceChunk": func(ctx context.Context) error { return c.FromDeviceChunk(ctx, h, d, sp) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			// The device holds zeros, the host ones: a copy that ran
+			// would change one side.
+			for i := range h.Float32s() {
+				h.Float32s()[i] = 0
+			}
+			must(t, c.ToDevice(context.Background(), d, h))
+			must(t, c.Sync(context.Background()))
+			for i := range h.Float32s() {
+				h.Float32s()[i] = 1
+			}
+			if err := run(ctx); !errors.Is(err, context.Canceled) {
+				t.Fatalf("%s with a cancelled context = %v; want an error wrapping context.Canceled", name, err)
+			}
+			must(t, c.Sync(context.Background()))
+			got := make([]float32, 8)
+			copy(got, h.Float32s())
+			must(t, c.FromDevice(context.Background(), h, d))
+			must(t, c.Sync(context.Background()))
+			for i, v := range h.Float32s() {
+				if got[i] != 1 || v != 0 {
+					t.Fatalf("element %d: host %v before the check (want 1), device %v (want 0): the cancelled copy ran", i, got[i], v)
+				}
+			}
+		})
+	}
+}
+
+// TestCopyOfAnotherGroupsArray: a client copies into and out of its own
+// arrays and its group's members', and is refused another group's (the
+// copy would go on its own stream, unordered with the other group's
+// work) with ErrOtherGroup; nothing is enqueued.
+func TestCopyOfAnotherGroupsArray(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	owner := register(t, m, ClientOptions{Name: "owner", Group: "g"})
+	member := register(t, m, ClientOptions{Name: "member", Group: "g"})
+	stranger := register(t, m, ClientOptions{Name: "stranger", Group: "other"})
+	must(t, owner.Queue(map[string]ArrayRequest{"x": {Shape: []int{1024}, DType: Float32, Unchunkable: true}}))
+	resp, err := owner.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := resp.Arrays()["x"]
+	h, err := m.NewHostArray([]int{1024}, Float32, Pinned, nil)
+	must(t, err)
+	defer h.Free()
+	ctx := context.Background()
+	sp := Span{Axis: 0, Start: 0, Len: 1024}
+	for name, tc := range map[string]struct {
+		c    *Client
+		want error
+	}{
+		"its owner":                 {owner, nil},
+		"a member of its group":     {member, nil},
+		"a client of another group": {stranger, ErrOtherGroup},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for what, copyFn := range map[string]func() error{
+				"ToDevice":        func() error { return tc.c.ToDevice(ctx, x, h) },
+				"FromDevice":      func() error { return tc.c.FromDevice(ctx, h, x) },
+				"ToDeviceChunk":   func() error { return tc.c.ToDeviceChunk(ctx, x, h, sp) },
+				"FromDeviceChunk": func() error { return tc.c.FromDeviceChunk(ctx, h, x, sp) },
+			} {
+				if err := copyFn(); !errors.Is(err, tc.want) || (tc.want == nil && err != nil) {
+					t.Errorf("%s: %v, want %v", what, err, tc.want)
+				}
+			}
+			must(t, tc.c.Sync(ctx))
+		})
 	}
 }

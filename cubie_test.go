@@ -598,8 +598,9 @@ func TestCubie_acquire_blocks_until_release_when_headroom_exhausted(t *testing.T
 }
 
 // ── test_stream_groups.py ───────────────────────────────────────────
-// cubie's StreamGroups is package streams (ids are the clients' ids);
-// the tests of the manager's side go through Register and the handles.
+// cubie's StreamGroups is the manager's registry (its members are the
+// clients, by Register and ChangeStreamGroup); each group's stream is
+// package streams' (Ensure makes one with no member).
 
 // streamGroups is a fresh streams.Groups on a simulated device.
 func streamGroups(t *testing.T) *streams.Groups {
@@ -625,12 +626,10 @@ func TestCubie_empty_dict_default_no_post_init(t *testing.T) {
 }
 
 func TestCubie_add_instance_with_int(t *testing.T) {
-	g := streamGroups(t)
-	if err := g.Add(42, "g1"); err != nil {
-		t.Fatal(err)
-	}
-	if m := g.Members("g1"); !slices.Equal(m, []uint64{42}) {
-		t.Errorf("g1 has %v", m)
+	m, _, _ := mgr(t)
+	c := register(t, m, ClientOptions{Group: "g1"}) // the id is the client's
+	if got := m.GroupMembers("g1"); !slices.Equal(got, []*Client{c}) || c.ID() == 0 {
+		t.Errorf("g1 has %v (id %d)", got, c.ID())
 	}
 }
 
@@ -643,47 +642,48 @@ func TestCubie_add_instance_with_object(t *testing.T) {
 }
 
 func TestCubie_add_instance_raises_if_already_registered(t *testing.T) {
-	g := streamGroups(t)
-	if err := g.Add(99, "g1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.Add(99, "g2"); !errors.Is(err, streams.ErrAlreadyGrouped) {
-		t.Errorf("second Add: %v, want ErrAlreadyGrouped", err)
-	}
+	differs(t, dGroups, func(t *testing.T) {
+		// A client is in one group from its Register on: a second group
+		// is a move (ChangeStreamGroup), never a second membership.
+		m, _, _ := mgr(t)
+		c := register(t, m, ClientOptions{Group: "g1"})
+		if err := c.ChangeStreamGroup("g2"); err != nil || c.Group() != "g2" || len(m.GroupMembers("g1")) != 0 {
+			t.Errorf("in %q, g1 has %v: %v", c.Group(), m.GroupMembers("g1"), err)
+		}
+	})
 }
 
 func TestCubie_add_instance_creates_new_group(t *testing.T) {
-	g := streamGroups(t)
-	if err := g.Add(10, "new_group"); err != nil {
-		t.Fatal(err)
-	}
-	s, err := g.GroupStream("new_group")
-	if err != nil || s == nil || !slices.Contains(g.Names(), "new_group") {
-		t.Errorf("new_group: stream %v, %v; groups %v", s, err, g.Names())
+	m, _, _ := mgr(t)
+	c := register(t, m, ClientOptions{Group: "new_group"})
+	s, err := c.Stream()
+	if err != nil || s == nil || !slices.Contains(m.groups.Names(), "new_group") {
+		t.Errorf("new_group: stream %v, %v; groups %v", s, err, m.groups.Names())
 	}
 }
 
 func TestCubie_add_instance_appends_to_existing(t *testing.T) {
-	g := streamGroups(t)
-	if err := errors.Join(g.Add(1, "g1"), g.Add(2, "g1")); err != nil {
-		t.Fatal(err)
-	}
-	if m := g.Members("g1"); !slices.Equal(m, []uint64{1, 2}) {
-		t.Errorf("g1 has %v", m)
+	m, _, _ := mgr(t)
+	a := register(t, m, ClientOptions{Group: "g1"})
+	b := register(t, m, ClientOptions{Group: "g1"})
+	if got := m.GroupMembers("g1"); !slices.Equal(got, []*Client{a, b}) {
+		t.Errorf("g1 has %v", got)
 	}
 }
 
 func TestCubie_get_group_returns_correct_group(t *testing.T) {
-	g := streamGroups(t)
-	_ = g.Add(7, "alpha")
-	if got, err := g.Group(7); err != nil || got != "alpha" {
-		t.Errorf("Group(7) = %q, %v", got, err)
+	m, _, _ := mgr(t)
+	if c := register(t, m, ClientOptions{Group: "alpha"}); c.Group() != "alpha" {
+		t.Errorf("Group() = %q", c.Group())
 	}
 }
 
 func TestCubie_get_group_raises_for_unknown(t *testing.T) {
-	if _, err := streamGroups(t).Group(999); !errors.Is(err, streams.ErrNotGrouped) {
-		t.Errorf("Group(999): %v, want ErrNotGrouped", err)
+	m, _, _ := mgr(t)
+	c := register(t, m, ClientOptions{Group: "alpha"})
+	must(t, c.Close())
+	if _, err := c.Stream(); !errors.Is(err, ErrClosed) || c.Group() != "" {
+		t.Errorf("a closed client: group %q, Stream %v; want none, ErrClosed", c.Group(), err)
 	}
 }
 
@@ -715,23 +715,23 @@ func TestCubie_get_group_stream_backfills_group_without_stream(t *testing.T) {
 		if _, err := g.GroupStream("default"); !errors.Is(err, streams.ErrUnknownGroup) {
 			t.Errorf("a group nobody made: %v, want ErrUnknownGroup", err)
 		}
-		if err := g.Add(1, "default"); err != nil {
+		s, release, err := g.Hold("default") // what the group's first member does
+		if err != nil {
 			t.Fatal(err)
 		}
-		s, err1 := g.GroupStream("default")
-		got, err2 := g.Stream(1)
-		if err := errors.Join(err1, err2); err != nil || s == nil || got != s {
-			t.Errorf("made by its first member: stream %v, the member's %v: %v", s, got, err)
+		defer func() { must(t, release()) }()
+		if got, err := g.GroupStream("default"); err != nil || s == nil || got != s {
+			t.Errorf("made by its first member: stream %v, the member's %v: %v", got, s, err)
 		}
 	})
 }
 
 func TestCubie_add_instance_shares_group_stream(t *testing.T) {
-	g := streamGroups(t)
-	s, _ := g.Ensure("default")
-	_ = g.Add(11, "default")
-	if got, _ := g.Stream(11); got != s {
-		t.Errorf("member's stream %v, want %v", got, s)
+	m, _, _ := mgr(t)
+	a, b := register(t, m, ClientOptions{}), register(t, m, ClientOptions{})
+	sa, _ := a.Stream()
+	if sb, _ := b.Stream(); sa == nil || sb != sa {
+		t.Errorf("members' streams %v, %v; want one", sa, sb)
 	}
 }
 
@@ -750,10 +750,10 @@ func TestCubie_memory_manager_get_group_stream_passthrough(t *testing.T) {
 }
 
 func TestCubie_get_stream_returns_group_stream(t *testing.T) {
-	g := streamGroups(t)
-	_ = g.Add(5, "g1")
-	s, err1 := g.Stream(5)
-	gs, err2 := g.GroupStream("g1")
+	m, _, _ := mgr(t)
+	c := register(t, m, ClientOptions{Group: "g1"})
+	s, err1 := c.Stream()
+	gs, err2 := m.groups.GroupStream("g1")
 	if err := errors.Join(err1, err2); err != nil || s != gs {
 		t.Errorf("member %v, group %v: %v", s, gs, err)
 	}
@@ -787,14 +787,14 @@ func TestCubie_change_group_moves_instance(t *testing.T) {
 }
 
 func TestCubie_change_group_creates_target_if_missing(t *testing.T) {
-	g := streamGroups(t)
-	_ = g.Add(10, "src")
-	if err := g.Move(10, "brand_new"); err != nil {
+	m, _, _ := mgr(t)
+	c := register(t, m, ClientOptions{Group: "src"})
+	if err := c.ChangeStreamGroup("brand_new"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := g.GroupStream("brand_new")
-	if err != nil || s == nil || !slices.Equal(g.Members("brand_new"), []uint64{10}) {
-		t.Errorf("brand_new: %v, %v, members %v", s, err, g.Members("brand_new"))
+	s, err := m.groups.GroupStream("brand_new")
+	if cs, _ := c.Stream(); err != nil || s == nil || cs != s || !slices.Equal(m.GroupMembers("brand_new"), []*Client{c}) {
+		t.Errorf("brand_new: %v, %v, members %v", s, err, m.GroupMembers("brand_new"))
 	}
 }
 
@@ -2186,7 +2186,7 @@ func TestCubie_table_entries(t *testing.T) {
 		"Queue of an empty map drops the queue":      {dEmptyReqs, emptyQueueDropsQueue},
 		"pinned arrays come in Host":                 {dPinnedArrs, pinnedArraysInHost},
 		"ToDevice and FromDevice refuse a shape":     {dCopyShapes, copiesRefuseShapes},
-		"Remove of an id in no group":                {dLeaving, removeUnknownFails},
+		"a second Close leaves no group":             {dLeaving, leaveByClose},
 		"BeginWork after an eviction":                {dEvictWork, beginWorkAfterEviction},
 		"staging growth counts the pinned total":     {dGrowth, stagingCountsPinned},
 		"staging grows for no array past the limits": {dGrowth, stagingGrowsForNobody},
@@ -2296,10 +2296,14 @@ func copiesRefuseShapes(t *testing.T) {
 	}
 }
 
-func removeUnknownFails(t *testing.T) {
-	g := streamGroups(t)
-	if err := g.Remove(12345); !errors.Is(err, streams.ErrNotGrouped) {
-		t.Errorf("Remove of an id in no group: %v, want ErrNotGrouped", err)
+// leaveByClose: a client leaves its group by closing, and a second Close
+// (the id is in no group by then) does nothing.
+func leaveByClose(t *testing.T) {
+	m, _, _ := mgr(t)
+	c := register(t, m, ClientOptions{Group: "g1"})
+	must(t, c.Close())
+	if err := c.Close(); err != nil || len(m.GroupMembers("g1")) != 0 || c.Group() != "" {
+		t.Errorf("a second Close: %v; g1 has %v, the client is in %q", err, m.GroupMembers("g1"), c.Group())
 	}
 }
 

@@ -15,14 +15,13 @@
 //
 // # Files
 //
-//	manager.go, options.go  the Manager, New's options and the allocator kinds; report.go, allocconf.go
+//	manager.go, options.go  the Manager, New's options (the account's: allocator, cap, broker's lease) and the allocator kinds; report.go, allocconf.go
 //	client.go, group.go     clients and shares; stream groups, one record each, and their queues
 //	request.go, array.go    what a client asks for (ArrayRequest) and gets (DeviceArray, HostArray)
 //	allocate.go, alloctx.go Client.Allocate and ArrayResponse; the transaction, step by step
-//	budget.go, trim.go      the budget's rules and figures; when the allocator's cache is given back
-//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; requestset.go, its input as JSON; errors.go, and warnings
-//	evict.go, replan.go     eviction of idle clients; a budget that changes (SetCap, claims, PlanNow)
-//	lease.go, leasetx.go    a budget from the node broker's lease (WithLease); its steps in Allocate
+//	budget.go               the budget's rules and figures, read from the account; when the cache is given back
+//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; requestset.go, its input as JSON; errors.go; warnings.go, cubie's
+//	evict.go, replan.go     eviction of idle clients; a budget that changes (the cap, claims, PlanNow)
 //	copy.go, hooks.go       copies on the client's stream; OnAllocated, OnInvalidate; workmarks.go, idle
 //	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go; doc.go, this map
 //
@@ -48,7 +47,8 @@
 //     *Client (Queue, Allocate, the copies, Stream, Sync, its share and
 //     its group); the Manager keeps what concerns the whole process
 //     (Register, the allocator, the limit mode, invalidation, streams
-//     after a reset, memory info, Close).
+//     after a reset, memory info, Close), and its Account the device's
+//     memory (package account: the allocator, the cap, a broker's lease).
 //   - ArrayRequest{Shape, DType, Memory, ChunkAxis, Unchunkable,
 //     TotalRuns}: one array (an empty Shape is a scalar). Client.Queue
 //     queues a client's requests (replacing what it had queued);
@@ -82,8 +82,8 @@
 //     OnInvalidate and gives every group a fresh stream. The Pool kind is
 //     alloc.Expandable (expandable segments) where the device manages
 //     virtual memory (device.VirtualMemory: the simulator, CUDA), else the
-//     segment alloc.Pool; WithExpandable chooses, and a WithPoolConfig
-//     configuration asks for the segment Pool.
+//     segment alloc.Pool; WithAllocatorChoice chooses (an account.Choice:
+//     a kind, the registry's entry that serves it, their configuration).
 //   - Eviction: when Allocate cannot fit a group, or chunks it more than
 //     the memory of idle clients of other groups would allow, it frees
 //     those clients' arrays, least recently used first and only as many
@@ -94,13 +94,14 @@
 //     done with the work before each End; package batch marks its clients.
 //     ClientOptions.NoEvict opts out, and a client with no OnInvalidate
 //     is never evicted.
-//   - A budget that changes while the manager runs (replan.go): SetCap
-//     sets the cap (the door a broker's lease drives), and a group whose
-//     Allocate fails for want of memory busy groups hold claims it back.
-//     Each change is a BudgetChange (counted, explained; WaitBudgetChange
-//     waits for the next); PlanNow says what a group's arrays would be
-//     planned at now, which a running batch asks between chunks, and
-//     WaitWithinCap waits until the arrays are back within a lowered cap.
+//   - A budget that changes while the manager runs (replan.go): the
+//     account's SetCap sets the cap (the door a broker's lease drives),
+//     and a group whose Allocate fails for want of memory busy groups hold
+//     claims it back. Each change is an account.Change (counted,
+//     explained; Account().WaitChange waits for the next); PlanNow says
+//     what a group's arrays would be planned at now, which a running
+//     batch asks between chunks, and Account().WaitWithinCap waits until
+//     the arrays are back within a lowered cap.
 //   - Warnings through the manager's log/slog logger, before the plan: a
 //     group that holds more than 95% of its caps in Active mode, and a
 //     group whose requests are more than 20 times the device's free
@@ -396,8 +397,9 @@
 //     pool; vram's default is Pool (a caching allocator: expandable
 //     segments where the device has virtual memory management), which
 //     holds less beside the live bytes on the traces in BENCHMARKS.md and
-//     is measured there; AsyncPool is cubie's (WithAllocator(AsyncPool),
-//     or $VRAM_ALLOC_CONF), and SetAllocator changes it at run time.
+//     is measured there; AsyncPool is cubie's (WithAllocatorChoice with
+//     that kind, or $VRAM_ALLOC_CONF), and SetAllocator changes it at run
+//     time.
 //   - Host ladder: cubie's limits are per array (pinned up to
 //     pinned_max_bytes, 1 GiB; a memmap above 80% of the total RAM);
 //     vram's count what is live (pinned while the pinned total stays under
@@ -449,10 +451,11 @@
 //     array holds, so a larger one runs past the device array); vram's
 //     copies refuse a dtype or shape mismatch (ErrMismatch) with nothing
 //     enqueued.
-//   - Leaving a group: cubie's StreamGroups.remove_instance of an id in no
-//     group does nothing; streams.Groups.Remove fails with ErrNotGrouped,
-//     since a remove of what is not there is a caller's bookkeeping gone
-//     wrong.
+//   - Leaving a group: cubie's StreamGroups.remove_instance is a call of
+//     its own, and one of an id in no group does nothing; a vram client
+//     leaves its group only by moving (Client.ChangeStreamGroup) or
+//     closing (Client.Close, whose second call does nothing), since the
+//     groups' one membership table is the manager's registry of clients.
 //   - Work after eviction: cubie's begin_work marks an evicted owner busy
 //     like any other; vram's BeginWork of a client whose arrays were
 //     evicted fails with ErrEvicted and marks nothing, since the work it
@@ -494,8 +497,10 @@
 // Allocator, Moving a queue, Empty requests, Copy shapes (Numba's checked
 // copies) and Work after eviction. docs/cubie.md says how each shows.
 //
-// The package owns clients, shares, requests, plans and arrays. It does
-// not own allocation strategy (package alloc), stream groups' bookkeeping
-// (package streams) or the hardware (package device and its backends,
-// which importing this package links).
+// The package owns clients, shares, stream groups' membership, requests,
+// plans and arrays. It does not own the device's memory account (package
+// account: the allocator, the cap, a broker's lease, trims), allocation
+// strategy (package alloc), the groups' streams (package streams) or the
+// hardware (package device and its backends, which importing this package
+// links).
 package vram

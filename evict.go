@@ -30,7 +30,7 @@ package vram
 
 import (
 	"cmp"
-	"errors"
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -50,7 +50,7 @@ type victim struct {
 // evict is the transaction's eviction step, run after planOnce with its
 // error (see the file's overview). It returns the error the transaction
 // goes on with: nil when tx.plan is the plan to allocate.
-func (tx *allocTx) evict(planErr error) error {
+func (tx *allocTx) evict(ctx context.Context, planErr error) error {
 	if !tx.wantsRoom(planErr) {
 		return planErr
 	}
@@ -70,11 +70,40 @@ func (tx *allocTx) evict(planErr error) error {
 	err := planErr
 	for from, to := 0, k; from < len(cands); from, to = to, to+1 {
 		tx.evictClients(cands[from:to])
-		if err = tx.planOnce(); err == nil && tx.plan.Chunks <= target {
+		if err = tx.planOnce(ctx); err == nil && tx.plan.Chunks <= target {
 			return nil
 		}
 	}
 	return err
+}
+
+// Reclaim evicts idle owners, oldest first, until the live arrays take no
+// more than target, and returns how many it evicted: the account asks it
+// when the broker's lease asks it to shrink (account.Owner). It waits for
+// the allocation in progress, no longer than ctx.
+func (o *owner) Reclaim(ctx context.Context, target uint64) int {
+	m := (*Manager)(o)
+	if err := lockCtx(ctx, m.planMu, "the allocation of a group"); err != nil {
+		return 0
+	}
+	defer func() { <-m.planMu }()
+	m.useMu.RLock()
+	if m.isClosed() {
+		m.useMu.RUnlock()
+		return 0
+	}
+	tx := &allocTx{m: m, roomFor: "the broker's lease, which asks this process to shrink"}
+	if err := m.readBudget(&tx.gb); err == nil {
+		for _, v := range tx.idleCandidates() {
+			if _, st := m.acct.Stats(); st.InUse <= target {
+				break
+			}
+			tx.evictClients([]victim{v})
+		}
+	}
+	m.useMu.RUnlock()
+	deliver(tx.victims)
+	return len(tx.victims)
 }
 
 // victimsErr adds to the error of a failed transaction the clients it
@@ -93,9 +122,7 @@ func (tx *allocTx) wantsRoom(planErr error) bool {
 	if planErr == nil {
 		return tx.plan.Chunks > 1
 	}
-	var pe *PlanError
-	return errors.As(planErr, &pe) || errors.Is(planErr, ErrUnchunkable) ||
-		errors.Is(planErr, ErrRunTooLarge) || errors.Is(planErr, ErrOutOfMemory)
+	return forWantOfMemory(planErr)
 }
 
 // evictionTarget plans with every candidate's memory free and returns its

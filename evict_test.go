@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
 
@@ -20,16 +19,6 @@ func queueAndAllocate(t *testing.T, c *Client, reqs map[string]ArrayRequest) (*A
 		t.Fatal(err)
 	}
 	return c.Allocate(t.Context())
-}
-
-// holdBytes gives c one unchunkable device array of n bytes.
-func holdBytes(t *testing.T, c *Client, n int) *ArrayResponse {
-	t.Helper()
-	resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"x": fixed(Uint8, n)})
-	if err != nil {
-		t.Fatalf("allocate %d bytes for %v: %v", n, c, err)
-	}
-	return resp
 }
 
 // invalidations records each client's OnInvalidate reasons.
@@ -58,19 +47,6 @@ func (iv *invalidations) names() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// gateStream blocks s with a kernel until the returned func is called.
-func gateStream(t *testing.T, dev *sim.Device, s device.Stream) (open func()) {
-	t.Helper()
-	gate := make(chan struct{})
-	if err := dev.LaunchFunc(s, 1, func(device.View, int, int) error { <-gate; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	var once sync.Once
-	open = func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(open)
-	return open
 }
 
 // TestEvict: three idle clients of other groups, a, b and c (allocated

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device/sim"
 )
 
@@ -144,4 +146,93 @@ func ExampleManager_Register() {
 	// a 0.25, b 0.25, c 0.50; a may use 256 MiB
 	// true
 	// a 0.50, b 0.50
+}
+
+// Two groups share a 64 MiB device. The cache is idle, so the solver's
+// group, which does not fit beside it, evicts it; the cache's hook is
+// told why, and it asks again once the solver is done. Marking work
+// (BeginWork … End) keeps a client from being evicted while the GPU uses
+// its arrays.
+func ExampleClient_BeginWork() {
+	dev, _ := sim.New(sim.Config{TotalBytes: 64 << 20, NoContext: true})
+	defer dev.Close()
+	m, _ := vram.New(dev, vram.WithAllocatorChoice(account.Choice{Kind: vram.Direct}))
+	defer m.Close()
+	ctx := context.Background()
+
+	cache, _ := m.Register(vram.ClientOptions{Name: "cache", Group: "cache",
+		OnInvalidate: func(reason error) {
+			fmt.Println("cache invalidated; evicted:", errors.Is(reason, vram.ErrEvicted))
+		}})
+	defer cache.Close()
+	table := map[string]vram.ArrayRequest{"table": {Shape: []int{40 << 20}, DType: vram.Uint8, Unchunkable: true}}
+	_ = cache.Queue(table)
+	_, _ = cache.Allocate(ctx)
+
+	solver, _ := m.Register(vram.ClientOptions{Name: "solver", Group: "solve"})
+	defer solver.Close()
+	_ = solver.Queue(map[string]vram.ArrayRequest{"state": {Shape: []int{40 << 20}, DType: vram.Uint8, Unchunkable: true}})
+	resp, err := solver.Allocate(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	w, _ := solver.BeginWork() // the solver is busy from here …
+	// … enqueue copies and kernels on solver.Stream() …
+	_ = w.End() // … until the GPU has done what was enqueued before End
+
+	_, err = cache.BeginWork()
+	fmt.Println("cache may work:", err == nil, "evicted:", cache.Evicted())
+
+	_ = solver.Free("state") // the solver is done with its array
+	fmt.Println("solver's array freed:", resp.Arrays()["state"].Freed())
+	_ = cache.Queue(table)
+	if _, err := cache.Allocate(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("cache allocated again; evicted:", cache.Evicted())
+	// Output:
+	// cache invalidated; evicted: true
+	// cache may work: false evicted: true
+	// solver's array freed: true
+	// cache allocated again; evicted: false
+}
+
+// The host ladder under small limits: a small array is pinned, a larger
+// one pageable, and one past the host limit spills to a memory-mapped
+// .npy file, kept here and mapped again.
+func ExampleHostMemory_Alloc() {
+	spill, _ := os.MkdirTemp("", "spill")
+	defer os.RemoveAll(spill)
+	dev, _ := sim.New(sim.Config{TotalBytes: 16 << 20, NoContext: true})
+	defer dev.Close()
+	m, _ := vram.New(dev, vram.WithHostOptions(vram.HostOptions{
+		PinnedLimit: 1 << 20, // 1 MiB pinned at most
+		Limit:       4 << 20, // 4 MiB of host RAM at most
+		SpillDir:    spill,
+	}))
+	defer m.Close()
+	for _, n := range []int{1 << 16, 1 << 18, 1 << 20} { // float64s: 512 KiB, 2 MiB, 8 MiB
+		h, err := m.Host().Alloc([]int{n}, vram.Float64, vram.HostArrayOptions{Keep: true, Name: "x"})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(h.Bytes()>>10, "KiB:", h.Placement().Rung)
+		if p := h.Placement(); p.Rung == vram.RungFile {
+			h.Float64s()[n-1] = 42
+			h.Free() // kept: the file stays
+			again, _ := m.Host().Open(p.Path, false)
+			fmt.Println("reopened:", again.Shape(), again.Float64s()[n-1])
+			again.Free()
+			continue
+		}
+		defer h.Free()
+	}
+	// Output:
+	// 512 KiB: pinned
+	// 2048 KiB: pageable
+	// 8192 KiB: file
+	// reopened: [1048576] 42
 }

@@ -2,16 +2,17 @@ package vram
 
 // Stream groups as the manager keeps them: one record per group (its
 // members, its queue of array requests, the lock Allocate takes for it
-// and its last plan), in the registry of open clients.
+// and its last plan), in the registry of open clients: the one table of
+// who is in which group (cubie's StreamGroups).
 //
 // The registry is built so that Register and Close touch no map keyed by
 // client: a slot array (with a stack of free slots) for iterating over
 // every client, and a record per stream group whose intrusive list finds
 // the group's members. A record lives while its group has members: the
 // last member to leave takes it, queue, lock and plan with it, so group
-// names do not pile up. The stream groups (package streams) keep their
-// own id map for stream lookups; the registry mirrors their membership
-// under the manager's lock.
+// names do not pile up. The group's stream is package streams': each
+// member holds it (Client.leave releases the hold), so it lives while the
+// group has members, and a little after, while a call still uses it.
 
 import (
 	"errors"
@@ -219,34 +220,28 @@ func (c *Client) ChangeStreamGroup(group string) error {
 	}
 }
 
-// moveHeld moves c from group from to group to, holding both groups
-// (making to and its stream outside mu, so that a refused move makes
-// none) so that the move under mu makes no stream and empties no group.
-// Once released, the group c left is removed if it has no member, and
+// moveHeld moves c from group from to group to: it holds to's stream
+// first (making it outside mu, so that a refused move makes none), which
+// becomes c's hold on success, and releases c's hold of from once mu is
+// released: then the group c left, with no hold left, is forgotten and
 // its stream closed after its work. moved is false, with no error, if c
 // was no longer in from.
 func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
-	// Streams of groups left empty are closed under allocMu, so that no
+	// Streams of groups left empty are closed under useMu, so that no
 	// SetAllocator or Close overlaps it (see Client.Close).
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	_, releaseTo, err := m.groups.Hold(to)
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
+	_, holdTo, err := m.groups.Hold(to)
 	if err != nil {
 		if errors.Is(err, streams.ErrClosed) {
 			return false, closedErr("change stream group") // closed meanwhile
 		}
 		return false, fmt.Errorf("make group %q: %w", to, err)
 	}
-	_, releaseFrom, err := m.groups.Hold(from)
-	if err != nil {
-		if errors.Is(err, streams.ErrClosed) {
-			err = closedErr("change stream group")
-		}
-		return false, errors.Join(err, releaseTo())
-	}
+	release := holdTo // unless the move takes it
 	defer func() {
 		// After mu is released: closing a stream waits for its work.
-		err = errors.Join(err, wrapIf("close the stream of the group left", releaseFrom()), releaseTo())
+		err = errors.Join(err, wrapIf("close the stream of the group left", release()))
 	}()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -256,14 +251,12 @@ func (m *Manager) moveHeld(c *Client, from, to string) (moved bool, err error) {
 	if c.group != from {
 		return false, nil
 	}
-	if err := m.groups.Move(c.id, to); err != nil {
-		return false, fmt.Errorf("change group of %v: %w", c, err)
-	}
 	reqs, queued := m.reg.groups[c.group].queue[c]
 	m.leftLocked(m.reg.move(c, to)) // its queue entry leaves the old group with it
 	if queued {
 		m.queueLocked(c, to, reqs)
 	}
+	release, c.leave = c.leave, holdTo
 	return true, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -213,7 +214,9 @@ func TestStagingPool(t *testing.T) {
 		defer wg.Done()
 		got, err = p.Acquire(ctx, mib)
 	}()
-	time.Sleep(20 * time.Millisecond)
+	for p.Stats().Waits < 2 { // the second Acquire waits (a fixed sleep once judged that, and a loaded machine missed it)
+		runtime.Gosched()
+	}
 	a.Release()
 	wg.Wait()
 	must(t, err)

@@ -1,27 +1,30 @@
 package vram
 
-// The Manager: the registry of clients, the allocator, the stream groups
-// and the queues of array requests.
+// The Manager: the registry of clients, the stream groups, the queues of
+// array requests and the shares, over the device-memory account (package
+// account), which owns the allocator, its cap and a broker's lease.
 //
 // Locking. Four levels, always taken in this order:
 //
 //  1. a per-group mutex (groupLock), held by Allocate for one group
 //     while it plans and allocates, so two calls never allocate the same
 //     queue;
-//  2. planMu, held by Allocate from reading the device's free memory
-//     until its arrays are allocated, so that two groups never plan
-//     against the same free memory;
-//  3. allocMu, an RWMutex: held for reading by everything that uses the
-//     allocator (allocating, freeing), for writing by SetAllocator and
-//     Close, which swap or close it;
+//  2. planMu, held by Allocate from reading the account's room until its
+//     arrays are allocated, so that two groups never plan against the
+//     same free memory (and by the eviction a broker's lease asks for,
+//     and by Close);
+//  3. useMu, an RWMutex: held for reading by everything that uses the
+//     arrays, the streams or the account (allocating, freeing, copying,
+//     moving a client between groups), for writing by SetAllocator,
+//     ReinitStreams and Close, which replace or close them;
 //  4. mu, which protects the registry (clients, shares, queues, each
-//     client's arrays). Nothing holding mu calls the device or the
-//     allocator, and no hook is ever called with any of these held.
+//     client's arrays). Nothing holding mu calls the device, the account
+//     or the allocator, and no hook is ever called with any of these held.
 //
-// The stream groups (package streams) have their own lock, taken after mu
-// when both are needed. SetCap's capMu comes before all four; the budget
-// notices and the free signal (replan.go) have locks of their own, taken
-// last.
+// The account's own locks come after useMu and before mu (it calls back
+// into the registry only to list the arrays a new cap counts: Owner.Live);
+// the stream groups (package streams) have their own lock, taken after mu
+// when both are needed.
 
 import (
 	"errors"
@@ -30,7 +33,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/streams"
@@ -55,29 +58,17 @@ type Manager struct {
 	log     *slog.Logger
 	cfg     config
 	host    *hostPool
+	acct    *account.Account // the allocator, its cap and the broker's lease; set in New
 	nextID  atomic.Uint64
 	replans atomic.Uint64 // Allocate plans made again after the allocator took more than reserved
 
-	planMu  chan struct{}   // room for one: serializes Allocate's budget, plan and allocation (lockCtx)
-	allocMu sync.RWMutex    // read: the allocator is in use; write: swapped or closed
-	al      alloc.Allocator // protected by allocMu
-	kind    AllocatorKind   // protected by allocMu
-	name    string          // the registry's name of what serves kind (alloc.Entry.Name); protected by allocMu
-	capLim  *alloc.Limit    // the cap's Limit, outermost in al; nil with none; protected by allocMu
-	trims   sync.WaitGroup  // trims in flight (trim.go), an Allocate's context may abandon; waited for before al closes
-
-	capMu       sync.Mutex     // serializes SetCap (replan.go); taken before allocMu
-	capBytes    atomic.Uint64  // the cap (WithCap, SetCap); 0: none
-	notices     budgetNotices  // budget changes (replan.go)
-	freed       signal         // broadcast after each device array is freed
-	lease       *leaseFollower // the broker's lease (lease.go); nil without; set in New
-	servedAsync bool           // an AsyncPool served at some point (Close trims the device's pool); protected by allocMu
+	planMu chan struct{} // room for one: serializes Allocate's budget, plan and allocation (lockCtx)
+	useMu  sync.RWMutex  // read: arrays, streams and the account are in use; write: replaced or closed
 
 	mu     sync.Mutex  // protects the fields below
 	reg    registry    // open clients and their groups, each group's queue, lock and last plan (group.go)
 	pools  share.Pools // the clients' shares (internal/share)
 	mode   LimitMode   // Passive or Active
-	trim   *trimRun    // the allocator's trim in flight (trim.go); nil: none
 	closed bool
 }
 
@@ -118,17 +109,13 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 		mode:   cfg.mode,
 		planMu: make(chan struct{}, 1),
 	}
-	m.capBytes.Store(cfg.cap)
 	m.strided, _ = dev.(device.StridedCopier)
-	m.observeOOM(nil, 0, "", m.host.pinned)
-	a, name, err := m.newAllocator(cfg.kind)
+	m.observePinnedOOM()
+	acct, err := account.New(dev, m.accountConfig()) // options.go
 	if err != nil {
 		return nil, fmt.Errorf("new manager: %w", err)
 	}
-	m.setAllocator(a, cfg.kind, name)
-	if err := m.joinBroker(); err != nil { // lease.go
-		return nil, errors.Join(err, m.Close())
-	}
+	m.acct = acct
 	return m, nil
 }
 
@@ -156,7 +143,7 @@ func Default() (*Manager, error) {
 			defaultErr = fmt.Errorf("default manager: %w", err)
 			return
 		}
-		opts = append(opts, brokerFromEnv()...) // $VRAM_BROKER (lease.go)
+		opts = append(opts, brokerFromEnv()...) // $VRAM_BROKER (options.go)
 		dev, err := device.Open("")
 		if err != nil {
 			defaultErr = fmt.Errorf("default manager: %w", err)
@@ -170,56 +157,17 @@ func Default() (*Manager, error) {
 	return defaultMgr, defaultErr
 }
 
-// newAllocator makes an allocator of kind, wrapped as configured, and
-// returns it with the registry's name of the allocator it wraps.
-func (m *Manager) newAllocator(kind AllocatorKind) (alloc.Allocator, string, error) {
-	a, e, err := m.cfg.makeAllocator(m.dev, kind) // options.go
-	if err != nil {
-		return nil, "", err
-	}
-	if m.cfg.wrap != nil {
-		a = m.cfg.wrap(a)
-	}
-	if c := m.capBytes.Load(); c > 0 {
-		a = alloc.NewLimit(a, c)
-	}
-	m.observeOOM(a, kind, e.Name, nil)
-	return a, e.Name, nil
-}
-
-// setAllocator makes a, of kind, the allocator (with its cap's Limit
-// outermost, when capped), served by the registry's entry name.
-// allocMu must be held for writing, or m not yet shared.
-func (m *Manager) setAllocator(a alloc.Allocator, kind AllocatorKind, name string) {
-	m.al, m.kind, m.name, m.capLim = a, kind, name, nil
-	m.servedAsync = m.servedAsync || kind == AsyncPool
-	if m.capBytes.Load() > 0 {
-		m.capLim, _ = a.(*alloc.Limit)
-	}
-}
-
 // Device is the managed device.
 func (m *Manager) Device() device.Device { return m.dev }
 
+// Account is the manager's device-memory account: its allocator (Stats,
+// Report, Trim), the cap (SetCap, Cap, WaitWithinCap), a broker's lease
+// (Lease) and the budget changes batches plan again for (LastChange,
+// WaitChange). Use it for those; allocate and free through the manager.
+func (m *Manager) Account() *account.Account { return m.acct }
+
 // MemInfo reports the device's free and total memory.
 func (m *Manager) MemInfo() (free, total uint64, err error) { return m.dev.MemInfo() }
-
-// Allocator returns the current allocator (for its Stats). It stays valid
-// until the next SetAllocator or Close.
-func (m *Manager) Allocator() alloc.Allocator {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	return m.al
-}
-
-// AllocatorStats returns the current allocator's kind and its Stats, read
-// together, so that a SetAllocator in between cannot pair one allocator's
-// kind with another's counters.
-func (m *Manager) AllocatorStats() (AllocatorKind, alloc.Stats) {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	return m.kind, m.al.Stats()
-}
 
 // LimitMode returns the current limit mode.
 func (m *Manager) LimitMode() LimitMode {
@@ -250,31 +198,25 @@ func (m *Manager) SetLimitMode(mode LimitMode) error {
 // without a stream-ordered pool returns an error wrapping
 // ErrNotSupported) nothing changes.
 func (m *Manager) SetAllocator(kind AllocatorKind) error {
-	m.allocMu.Lock()
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		m.allocMu.Unlock()
+	m.useMu.Lock()
+	if m.isClosed() {
+		m.useMu.Unlock()
 		return closedErr("set allocator")
 	}
-	m.mu.Unlock()
-	next, name, err := m.newAllocator(kind)
+	next, err := m.acct.Prepare(kind)
 	if err != nil {
-		m.allocMu.Unlock()
+		m.useMu.Unlock()
 		return fmt.Errorf("set allocator %v: %w", kind, err)
 	}
 	freeErr := m.freeAllLocked(nil)
-	old := m.al
-	m.setAllocator(next, kind, name)
-	m.trims.Wait()
-	closeErr := old.Close()
+	swapErr := m.acct.Swap(next)
 	streamErr := m.groups.Reinit()
 	m.mu.Lock()
 	clients, _ := m.postInvalidateLocked(fmt.Errorf("SetAllocator(%v) freed every array: %w", kind, ErrFreed), true)
 	m.mu.Unlock()
-	m.allocMu.Unlock()
+	m.useMu.Unlock()
 	deliver(clients)
-	return errors.Join(freeErr, wrapIf("close the old allocator", closeErr), wrapIf("new streams", streamErr))
+	return errors.Join(freeErr, swapErr, wrapIf("new streams", streamErr))
 }
 
 func wrapIf(what string, err error) error {
@@ -287,8 +229,8 @@ func wrapIf(what string, err error) error {
 // Free frees, for every client, the arrays held under label (in every
 // buffer). It frees nothing and returns nil when no client holds label.
 func (m *Manager) Free(label string) error {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -310,8 +252,8 @@ func (m *Manager) Free(label string) error {
 // FreeAll frees every array of every client. Hooks are not called.
 // After Close it returns an error wrapping ErrClosed.
 func (m *Manager) FreeAll() error {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
+	m.useMu.RLock()
+	defer m.useMu.RUnlock()
 	if m.isClosed() {
 		return closedErr("free all")
 	}
@@ -323,11 +265,11 @@ func (m *Manager) FreeAll() error {
 // again. After Close it returns an error wrapping ErrClosed and calls no
 // hook.
 func (m *Manager) InvalidateAll() error {
-	m.allocMu.RLock()
+	m.useMu.RLock()
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		m.allocMu.RUnlock()
+		m.useMu.RUnlock()
 		return closedErr("invalidate all")
 	}
 	// Take the arrays and queue the hooks at once, so that an allocation
@@ -337,7 +279,7 @@ func (m *Manager) InvalidateAll() error {
 	clients, calls := m.postInvalidateLocked(fmt.Errorf("InvalidateAll freed every array: %w", ErrFreed), false)
 	m.mu.Unlock()
 	err := m.freeWork(work)
-	m.allocMu.RUnlock()
+	m.useMu.RUnlock()
 	for i, c := range clients {
 		c.markReady(calls[i])
 	}
@@ -350,8 +292,8 @@ func (m *Manager) InvalidateAll() error {
 // work). Arrays are not freed (after a reset they are already invalid:
 // call InvalidateAll too). A stream obtained from Client.Stream before is closed.
 func (m *Manager) ReinitStreams() error {
-	m.allocMu.Lock()
-	defer m.allocMu.Unlock()
+	m.useMu.Lock()
+	defer m.useMu.Unlock()
 	if m.isClosed() {
 		return closedErr("reinit streams")
 	}
@@ -359,7 +301,7 @@ func (m *Manager) ReinitStreams() error {
 }
 
 // freeAllLocked frees every array of every client (or, with only
-// non-nil, of that client). allocMu must be held (either way).
+// non-nil, of that client). useMu must be held (either way).
 func (m *Manager) freeAllLocked(only *Client) error {
 	m.mu.Lock()
 	work := m.takeAllLocked(only)
@@ -389,7 +331,7 @@ type freeWork struct {
 	s      device.Stream // nil: the client's current stream
 }
 
-// freeWork frees the arrays in work. allocMu must be held.
+// freeWork frees the arrays in work. useMu must be held.
 func (m *Manager) freeWork(work []freeWork) error {
 	var errs []error
 	for _, w := range work {
@@ -411,17 +353,19 @@ func (m *Manager) freeWork(work []freeWork) error {
 
 // clientStream is c's group stream, held (so that it stays open even if
 // the group's last member leaves meanwhile) until release is called; or
-// the device's default stream when c is in no group any more.
+// the device's default stream when the group is gone (c left it, and so
+// did everyone else).
 func (m *Manager) clientStream(c *Client) (s device.Stream, release func() error) {
-	if g, err := m.groups.Group(c.id); err == nil {
-		if s, release, err := m.groups.Hold(g); err == nil {
-			return s, release
-		}
+	m.mu.Lock()
+	group := c.group
+	m.mu.Unlock()
+	if s, release, err := m.groups.HoldExisting(group); err == nil {
+		return s, release
 	}
 	return m.dev.DefaultStream(), func() error { return nil }
 }
 
-// release frees one allocation. allocMu must be held. It waits for
+// release frees one allocation. useMu must be held. It waits for
 // copies being enqueued on the array; the free is ordered on s after them
 // and after the work on the stream the array was last used on (its
 // client's stream before a group move), so that the allocator cannot
@@ -434,10 +378,9 @@ func (m *Manager) release(a *allocation, s device.Stream) error {
 			if err := m.orderAfter(d.lastStream(), s); err != nil {
 				errs = append(errs, err)
 			}
-			if err := m.al.Free(d.ptr, s); err != nil {
+			if err := m.acct.Free(d.ptr, s); err != nil {
 				errs = append(errs, err)
 			}
-			m.freed.broadcast()
 		}
 		d.use.Unlock()
 	}
@@ -494,15 +437,13 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 // the manager or its clients return ErrClosed; a second Close returns
 // nil.
 func (m *Manager) Close() error {
-	m.leaveBroker() // lease.go
-	m.allocMu.Lock()
-	defer m.allocMu.Unlock()
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
+	m.planMu <- struct{}{} // no eviction for the broker's lease meanwhile (Reclaim)
+	defer func() { <-m.planMu }()
+	m.useMu.Lock()
+	defer m.useMu.Unlock()
+	if m.isClosed() {
 		return nil
 	}
-	m.mu.Unlock()
 	freeErr := m.freeAllLocked(nil)
 	m.mu.Lock()
 	m.closed = true
@@ -517,27 +458,32 @@ func (m *Manager) Close() error {
 		freeErr = errors.Join(freeErr, c.work.drop())
 	}
 	liveErr := m.host.freeLive() // before the pinned pool goes (host.go)
-	m.trims.Wait()
-	closeErr := m.al.Close()
-	hostErr := m.host.close()
-	groupErr := m.groups.Close()
-	poolErr := m.trimDevicePool()
-	leaseErr := m.releaseLease() // once the allocator gave its memory back
-	return errors.Join(freeErr, liveErr, wrapIf("close allocator", closeErr), wrapIf("close pinned pool", hostErr), wrapIf("close streams", groupErr),
-		wrapIf("trim the device's pool", poolErr), leaseErr)
+	acctErr := m.acct.Close(func() error {
+		return errors.Join(wrapIf("close pinned pool", m.host.close()), wrapIf("close streams", m.groups.Close()))
+	})
+	return errors.Join(freeErr, liveErr, acctErr)
 }
 
-// trimDevicePool gives the device's stream-ordered pool its unused memory
-// back once every stream's work is done, when an AsyncPool served: a free
-// on a stream still closing when the allocator closed (a group left
-// empty, its stream closed in the background) returned its block to the
-// pool after the allocator's own trim. allocMu must be held.
-func (m *Manager) trimDevicePool() error {
-	aa, ok := m.dev.(device.AsyncAllocator)
-	if !m.servedAsync || !ok {
-		return nil
+// owner is the Manager as its account's owner (account.Owner): it
+// evicts idle clients when the broker's lease asks the account to shrink
+// (Reclaim, evict.go) and lists the arrays a new cap counts (Live).
+type owner Manager
+
+// Live lists every device array the clients hold. The account calls it
+// with its lock held: it takes mu and calls nothing of the account's.
+func (o *owner) Live(yield func(p device.Ptr, bytes uint64)) {
+	m := (*Manager)(o)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.reg.all() {
+		for _, as := range c.arrays {
+			for _, a := range as {
+				if d := a.dev; d != nil && d.memory == Device && !d.freed.Load() {
+					yield(d.ptr, d.Bytes())
+				}
+			}
+		}
 	}
-	return aa.TrimPool(0)
 }
 
 func (m *Manager) isClosed() bool {
@@ -547,7 +493,7 @@ func (m *Manager) isClosed() bool {
 }
 
 // freeEach frees work as freeWork does, adding the errors to errs by
-// owner. allocMu must be held.
+// owner. useMu must be held.
 func (m *Manager) freeEach(work []freeWork, errs map[*Client]error) {
 	for _, w := range work {
 		if err := m.freeWork([]freeWork{w}); err != nil {

@@ -1,6 +1,7 @@
 package vram
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/streams"
@@ -409,11 +412,11 @@ func TestAllocatorKinds(t *testing.T) {
 		t.Errorf("default allocator %v, want pool", allocatorKind(m))
 	}
 	// The simulator manages virtual memory: the Pool kind is Expandable.
-	if _, ok := m.Allocator().(*alloc.Expandable); !ok {
-		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Allocator())
+	if _, ok := m.Account().Allocator().(*alloc.Expandable); !ok {
+		t.Errorf("default allocator is a %T; want *alloc.Expandable on a device with virtual memory", m.Account().Allocator())
 	}
-	if granularityOf(m.Allocator()) != alloc.PoolGranularity {
-		t.Errorf("granularity %d", granularityOf(m.Allocator()))
+	if granularityOf(m.Account().Allocator()) != alloc.PoolGranularity {
+		t.Errorf("granularity %d", granularityOf(m.Account().Allocator()))
 	}
 	if _, err := New(dev, WithAllocator(AllocatorKind(7))); !errors.Is(err, device.ErrInvalidValue) {
 		t.Errorf("New with a bad kind: %v", err)
@@ -428,7 +431,7 @@ func TestAllocatorKinds(t *testing.T) {
 
 func TestWrapAndLimitBoundTheBudget(t *testing.T) {
 	var lim *alloc.Limit
-	m, _, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+	m, _, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithWrap(func(a alloc.Allocator) alloc.Allocator {
 		lim = alloc.NewLimit(a, 8*MiB)
 		return lim
 	}))
@@ -444,14 +447,14 @@ func TestWrapAndLimitBoundTheBudget(t *testing.T) {
 	if resp.Plan.Chunks != 2 || resp.Plan.Budget != 8*MiB || lim.Used() != 8*MiB {
 		t.Errorf("chunks %d budget %d used %d; want 2, 8 MiB, 8 MiB", resp.Plan.Chunks, resp.Plan.Budget, lim.Used())
 	}
-	if m.Allocator() != lim {
-		t.Errorf("Allocator() = %T, want the wrapper", m.Allocator())
+	if m.Account().Allocator() != lim {
+		t.Errorf("Allocator() = %T, want the wrapper", m.Account().Allocator())
 	}
 	if err := m.SetAllocator(Direct); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := m.Allocator().(*alloc.Limit); !ok || lim.Upstream() == nil {
-		t.Errorf("SetAllocator did not wrap the new allocator: %T", m.Allocator())
+	if _, ok := m.Account().Allocator().(*alloc.Limit); !ok || lim.Upstream() == nil {
+		t.Errorf("SetAllocator did not wrap the new allocator: %T", m.Account().Allocator())
 	}
 	if _, ok := lim.Upstream().(*alloc.Direct); !ok {
 		t.Errorf("new upstream is a %T", lim.Upstream())
@@ -487,7 +490,7 @@ func TestDefault(t *testing.T) {
 
 func TestClosedManager(t *testing.T) {
 	dev := newSim(t, 64*MiB)
-	m, err := New(dev, WithAllocator(Direct))
+	m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,5 +682,213 @@ func TestFreeOfAnUnheldLabelWarns(t *testing.T) {
 	}
 	if got := lb.String()[n:]; got != "" || c.Held() != 0 {
 		t.Errorf("freeing a held label and Manager.Free logged %q, held %d; want nothing logged, nothing held", got, c.Held())
+	}
+}
+
+func TestFreeFreeAllInvalidateAll(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	h := newHookLog()
+	a := register(t, m, h.opts("a", ""))
+	b := register(t, m, h.opts("b", "other"))
+	alloc := func() (*ArrayResponse, *ArrayResponse) {
+		_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10), "y": req(Float32, 0, 10)})
+		_ = b.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)})
+		ra, err := a.Allocate(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, err := b.Allocate(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ra, rb
+	}
+	free0 := free(t, m)
+	ra, rb := alloc()
+	if err := m.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	if !ra.Arrays()["x"].Freed() || !rb.Arrays()["x"].Freed() || ra.Arrays()["y"].Freed() {
+		t.Error("Free(x) must free x of every client and nothing else")
+	}
+	if err := m.Free("nothing"); err != nil {
+		t.Errorf("Free of an unknown label: %v", err)
+	}
+	if err := m.FreeAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !ra.Arrays()["y"].Freed() || free(t, m) != free0 || a.Held() != 0 {
+		t.Error("FreeAll left arrays")
+	}
+	if len(h.inval) != 0 {
+		t.Errorf("FreeAll called OnInvalidate: %v", h.inval)
+	}
+	ra, _ = alloc()
+	if err := m.InvalidateAll(); err != nil {
+		t.Fatal(err)
+	}
+	if !ra.Arrays()["y"].Freed() || h.inval["a"] != 1 || h.inval["b"] != 1 {
+		t.Errorf("InvalidateAll: freed %v, hooks %v", ra.Arrays()["y"].Freed(), h.inval)
+	}
+}
+
+func TestSetAllocator(t *testing.T) {
+	for _, kind := range []AllocatorKind{Direct, Pool, AsyncPool} {
+		t.Run(kind.String(), func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB)
+			h := newHookLog()
+			a := register(t, m, h.opts("a", "g"))
+			b := register(t, m, h.opts("b", ""))
+			_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000), "p": {Shape: []int{4}, DType: Int32, Memory: Pinned, Unchunkable: true}})
+			resp, err := a.Allocate(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Queue(map[string]ArrayRequest{"later": req(Float32, 0, 10)})
+			sa, _ := a.Stream()
+			sb, _ := b.Stream()
+			free0 := free(t, m)
+			if err := m.SetAllocator(kind); err != nil {
+				t.Fatal(err)
+			}
+			if allocatorKind(m) != kind {
+				t.Errorf("kind %v", allocatorKind(m))
+			}
+			if k, st := m.Account().Stats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
+				t.Errorf("AllocatorStats = %v, %+v; want the new %v with nothing allocated", k, st, kind)
+			}
+			if !resp.Arrays()["x"].Freed() || !resp.Host()["p"].Freed() || a.Held() != 0 {
+				t.Error("arrays survived SetAllocator")
+			}
+			if f := free(t, m); f < free0+4096 {
+				t.Errorf("device free %d after SetAllocator, was %d with an array live", f, free0)
+			}
+			if h.inval["a"] != 1 || h.inval["b"] != 1 {
+				t.Errorf("OnInvalidate calls: %v", h.inval)
+			}
+			if s, _ := a.Stream(); s == sa {
+				t.Error("group g kept its stream")
+			}
+			if s, _ := b.Stream(); s == sb {
+				t.Error("the default group kept its stream")
+			}
+			if len(b.Queued()) != 1 {
+				t.Error("SetAllocator dropped queued requests")
+			}
+			// The new allocator serves.
+			if resp, err := b.Allocate(context.Background()); err != nil || resp.Arrays()["later"].Freed() {
+				t.Errorf("allocate after SetAllocator: %v", err)
+			}
+		})
+	}
+}
+
+// noAsync hides the simulator's stream-ordered pool.
+type noAsync struct{ device.Device }
+
+func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
+	dev := newSim(t, 64*MiB)
+	m, err := New(noAsync{dev}, WithAllocatorChoice(account.Choice{Kind: Direct}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h := newHookLog()
+	c := register(t, m, h.opts("c", ""))
+	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)})
+	resp, _ := c.Allocate(context.Background())
+	s0, _ := c.Stream()
+	err = m.SetAllocator(AsyncPool)
+	if !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("AsyncPool on a device without one: %v", err)
+	}
+	if s, _ := c.Stream(); s != s0 || resp.Arrays()["x"].Freed() || len(h.inval) != 0 || allocatorKind(m) != Direct {
+		t.Error("a refused SetAllocator changed something")
+	}
+	if _, err := New(noAsync{dev}, WithAllocatorChoice(account.Choice{Kind: AsyncPool})); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("New with AsyncPool on a device without one: %v", err)
+	}
+	if _, err := m.NewHostArray([]int{3}, Float32, Pinned, nil); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("pinned array on a device without host allocation: %v", err)
+	}
+}
+
+// A device array is freed ordered after the stream it was last used on,
+// not only its client's current one: a copy queued on the old group's
+// stream before a group move once wrote into the block the pool had
+// handed, at once, to another client on the new stream.
+func TestFreeAfterGroupMoveWaitsForTheOldStream(t *testing.T) {
+	const n = 64 << 10 // small: x shares its segment with z, so a trim cannot free it
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
+	a := register(t, m, ClientOptions{Name: "a", Group: "A"})
+	register(t, m, ClientOptions{Name: "keeper", Group: "A"}) // A stays when a leaves
+	b := register(t, m, ClientOptions{Name: "b", Group: "B"})
+	if err := a.Queue(map[string]ArrayRequest{"x": req(Uint8, 0, n), "z": req(Uint8, 0, n)}); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := a.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := ra.Arrays()["x"]
+	xPtr := x.Ptr()
+	sA, _ := a.Stream()
+	release := holdStream(t, dev, sA)
+	defer release()
+	old, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0xaa}, n))
+	defer old.Free()
+	if err := a.ToDevice(context.Background(), x, old); err != nil { // queued on A behind the kernel
+		t.Fatal(err)
+	}
+	if err := a.ChangeStreamGroup("B"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free("x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Queue(map[string]ArrayRequest{"y": req(Uint8, 0, n)}); err != nil {
+		t.Fatal(err)
+	}
+	// Ordered after A, Allocate may wait for A's work (its trim waits for
+	// the free of x): the kernel on A is let go after a second.
+	release = sync.OnceFunc(release)
+	timer := time.AfterFunc(time.Second, release)
+	defer timer.Stop()
+	rb, err := b.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := rb.Arrays()["y"]
+	t.Logf("x at %v, y at %v", xPtr, y.Ptr())
+	mine, _ := m.NewHostArray([]int{n}, Uint8, Pinned, bytes.Repeat([]byte{0x55}, n))
+	defer mine.Free()
+	if err := b.ToDevice(context.Background(), y, mine); err != nil {
+		t.Fatal(err)
+	}
+	// Unordered, B's copy runs at once: let it finish before A's old copy
+	// can run, else that copy may come first and the defect not show (B's
+	// stream starts its goroutine only with its first work).
+	sB, _ := b.Stream()
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if done, err := sB.Query(); err != nil || done {
+			break
+		}
+	}
+	release()
+	if err := b.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := sA.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	back, _ := m.NewHostArray([]int{n}, Uint8, Pageable, nil)
+	if err := b.FromDevice(context.Background(), back, y); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexFunc(back.Data(), func(r rune) bool { return r != 0x55 }); i >= 0 {
+		t.Fatalf("y holds %#x at %d, want 0x55 everywhere: the old copy to x on the first stream overwrote it", back.Data()[i], i)
 	}
 }

@@ -9,11 +9,12 @@ package vram
 // choice for the device (makeAllocator).
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 )
@@ -22,7 +23,7 @@ import (
 // arrays from: alloc.Kind, whose names, aliases and allocators are the
 // allocator registry's (package alloc, registry.go). What serves a kind is
 // named by the registry's name of the allocator made (ManagerReport,
-// AllocatorReport). A plain value, safe to share.
+// account.Account.Report). A plain value, safe to share.
 type AllocatorKind = alloc.Kind
 
 // Allocator kinds. Pool, the zero value, is the default.
@@ -91,37 +92,41 @@ func ParseLimitMode(s string) (LimitMode, error) {
 type Option func(*config)
 
 type config struct {
-	kind   AllocatorKind
-	mode   LimitMode
-	log    *slog.Logger
+	mode  LimitMode
+	log   *slog.Logger
+	total uint64
+	host  HostOptions
+
+	// The account's (package account), the options below:
+	choice account.Choice // WithAllocatorChoice, or the deprecated options (legacyChoice)
+	legacy *legacyChoice  // the deprecated options' choice; nil: none given
 	wrap   func(alloc.Allocator) alloc.Allocator
-	pcfg   alloc.PoolConfig
-	acfg   alloc.AsyncConfig
-	total  uint64
-	cap    uint64      // WithCap; 0: none
-	pick   allocChoice // WithAllocatorEntry, WithExpandable (below)
-	host   HostOptions
-	broker brokerConfig // WithBroker, WithLease (lease.go)
+	cap    uint64 // WithCap; 0: none
+	broker string // WithBroker's, $VRAM_BROKER's socket; "": none
+	lease  account.LeaseOptions
 
 	oom func(*alloc.OutOfMemoryError, ManagerReport) // WithOOMObserver (report.go); nil: none
 }
 
-// WithAllocator sets the allocator kind (default Pool).
-func WithAllocator(kind AllocatorKind) Option { return func(c *config) { c.kind = kind } }
+// WithAllocatorChoice chooses the allocator the manager serves device
+// arrays from: a kind, the allocator registry's entry that serves it, and
+// their configuration (account.Choice; account.ChoiceOf(e) serves from
+// the registry's entry e). New fails with an error wrapping
+// device.ErrInvalidValue for an entry not from the registry, and with one
+// wrapping device.ErrNotSupported for one the device cannot serve
+// (alloc.Expandable on a device without virtual memory). Default: the
+// Pool kind, served by alloc.Expandable where the device manages virtual
+// memory (it holds fewer bytes beyond the live ones on every trace
+// measured: BENCHMARKS.md, "Expandable segments"), else alloc.Pool.
+func WithAllocatorChoice(c account.Choice) Option {
+	return func(cfg *config) { cfg.choice, cfg.legacy = c, nil }
+}
 
 // WithLimitMode sets the limit mode (default Passive).
 func WithLimitMode(mode LimitMode) Option { return func(c *config) { c.mode = mode } }
 
 // WithLogger sets where warnings go (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
-// WithPoolConfig configures the segment alloc.Pool, and a configuration
-// other than the zero value makes it the Pool kind's allocator even where
-// the device manages virtual memory (unless WithExpandable(true, …)).
-func WithPoolConfig(cfg alloc.PoolConfig) Option { return func(c *config) { c.pcfg = cfg } }
-
-// WithAsyncConfig configures the AsyncPool allocator kind.
-func WithAsyncConfig(cfg alloc.AsyncConfig) Option { return func(c *config) { c.acfg = cfg } }
 
 // WithWrap wraps every allocator the manager makes (now and on each
 // SetAllocator) in adaptors, e.g. alloc.NewLimit or alloc.NewTrace. The
@@ -137,44 +142,158 @@ func WithWrap(wrap func(alloc.Allocator) alloc.Allocator) Option {
 // WithCap caps the device bytes the manager's arrays may take, as the
 // allocator charges them (0: no cap): every group plans within what the
 // cap leaves, and an allocation past it is refused (an alloc.Limit
-// around the allocator, WithWrap's included). SetCap changes it while
-// the manager runs (replan.go).
+// around the allocator, WithWrap's included). The account's SetCap
+// changes it while the manager runs (Manager.Account).
 func WithCap(bytes uint64) Option { return func(c *config) { c.cap = bytes } }
 
 // WithTotalMemory makes shares and caps a proportion of total bytes
 // instead of the device's total memory (to manage part of a device).
 func WithTotalMemory(total uint64) Option { return func(c *config) { c.total = total } }
 
-// allocChoice is the allocator an option chose: the zero value leaves the
-// choice to the registry (alloc.Kind.New).
-type allocChoice struct {
-	entry alloc.Entry            // the chosen allocator; zero: none chosen
-	ecfg  alloc.ExpandableConfig // WithExpandable's configuration
+// BrokerEnv names the environment variable from which Default reads the
+// node broker's socket (the same variable package broker's daemon and
+// clients read). Unset or empty: no broker.
+const BrokerEnv = "VRAM_BROKER"
+
+// WithBroker makes the manager take its budget from a lease of the node
+// broker on socket, through the dialer package broker registers when it
+// is linked in (ErrNoBroker where none is). "" means none.
+//
+// Deprecated: pass the broker as a value,
+// WithLease(LeaseOptions{Broker: broker.At(socket)}), which needs no
+// registered dialer. WithBroker stays for the programs that call it;
+// LeaseOptions.Broker, when set, is used instead.
+func WithBroker(socket string) Option { return func(c *config) { c.broker = socket } }
+
+// WithLease makes the manager take its budget from a lease of o.Broker
+// (package account, lease.go): its cap follows the lease, an Allocate
+// that needs more claims it, and a request to shrink is answered at the
+// running batches' next chunk boundary. New fails when the broker cannot
+// be reached or refuses the lease. Without a Name, the lease is named
+// after the program; without a Device, it is the broker's device whose ID
+// is the manager's device's. With no Broker, o describes the lease the
+// socket $VRAM_BROKER (for Default) or WithBroker names asks for.
+func WithLease(o LeaseOptions) Option { return func(c *config) { c.lease = o } }
+
+// LeaseOptions describe the lease a manager asks the broker for
+// (WithLease): account.LeaseOptions.
+type LeaseOptions = account.LeaseOptions
+
+// Broker is a node broker as a manager asks it for its lease
+// (LeaseOptions.Broker): account.Broker. Package broker's At is the
+// broker on a socket.
+type Broker = account.Broker
+
+// LeaseStats count what a manager's lease did.
+//
+// Deprecated: it is account.LeaseStats, which m.Account().Lease() returns.
+type LeaseStats = account.LeaseStats
+
+// BudgetChange is the latest change to what the manager's groups may plan
+// with.
+//
+// Deprecated: it is account.Change, which m.Account().LastChange() returns.
+type BudgetChange = account.Change
+
+// brokerFromEnv is WithBroker($VRAM_BROKER), when it is set.
+func brokerFromEnv() []Option {
+	if s := os.Getenv(BrokerEnv); s != "" {
+		return []Option{WithBroker(s)}
+	}
+	return nil
+}
+
+// accountConfig is the configuration of m's account, m its owner.
+func (m *Manager) accountConfig() account.Config {
+	c := m.cfg
+	ac := account.Config{Allocator: c.choice, Wrap: c.wrap, Cap: c.cap, Socket: c.broker, Lease: c.lease, Logger: c.log, Owner: (*owner)(m)}
+	if c.legacy != nil {
+		ac.Allocator = c.legacy.resolve()
+	}
+	if f := c.oom; f != nil {
+		ac.OnOOM = func(e *alloc.OutOfMemoryError, kind alloc.Kind, r alloc.MemoryReport) {
+			mr := ManagerReport{Allocator: kind, Memory: r}
+			m.fillReport(&mr)
+			f(e, mr)
+		}
+	}
+	return ac
+}
+
+// legacyChoice is what the deprecated options below chose, resolved into
+// an account.Choice at New as they always read.
+type legacyChoice struct {
+	kind  AllocatorKind
+	entry alloc.Entry // WithAllocatorEntry, WithExpandable; zero: none
+	cfgs  alloc.Configs
+}
+
+// legacyOption applies f to the deprecated options' choice.
+func legacyOption(f func(*legacyChoice)) Option {
+	return func(c *config) {
+		if c.legacy == nil {
+			c.legacy = &legacyChoice{kind: c.choice.Kind, entry: c.choice.Entry, cfgs: c.choice.Configs}
+		}
+		f(c.legacy)
+	}
+}
+
+// resolve is the choice the deprecated options made: the entry chosen
+// when it is of the kind; for the Pool kind given a PoolConfig, the
+// segment Pool; else the kind's choice for the device.
+func (l *legacyChoice) resolve() account.Choice {
+	c := account.Choice{Kind: l.kind, Entry: l.entry, Configs: l.cfgs}
+	if (l.entry.Name == "" || l.entry.Kind != l.kind) && l.kind == Pool && l.cfgs.Pool != (alloc.PoolConfig{}) {
+		c.Entry = poolEntry(alloc.NamePool)
+	}
+	return c
+}
+
+// WithAllocator sets the allocator kind (default Pool).
+//
+// Deprecated: use WithAllocatorChoice(account.Choice{Kind: kind}).
+func WithAllocator(kind AllocatorKind) Option {
+	return legacyOption(func(l *legacyChoice) { l.kind = kind })
 }
 
 // WithAllocatorEntry serves the manager from the allocator registry's
-// entry e (alloc.Lookup): the kind is e's (as WithAllocator(e.Kind)), and
-// whenever the manager makes an allocator of that kind (New, SetAllocator)
-// it is e's. An entry not from the registry makes New fail with an error
-// wrapping device.ErrInvalidValue; the zero Entry chooses nothing (the
-// Pool kind, served as the registry chooses).
+// entry e (alloc.Lookup): the kind is e's, and whenever the manager makes
+// an allocator of that kind it is e's.
+//
+// Deprecated: use WithAllocatorChoice(account.ChoiceOf(e)).
 func WithAllocatorEntry(e alloc.Entry) Option {
-	return func(c *config) { c.kind, c.pick.entry = e.Kind, e }
+	return legacyOption(func(l *legacyChoice) { l.kind, l.entry = e.Kind, e })
 }
 
-// WithExpandable chooses the allocator of the Pool kind: on, alloc.Expandable
-// with cfg (New fails with an error wrapping device.ErrNotSupported on a
-// device without virtual memory); off, the segment alloc.Pool with the
-// WithPoolConfig configuration. Without it the Pool kind is Expandable
-// where the device manages virtual memory (device.VirtualMemory) and no
-// PoolConfig was given, else Pool.
+// WithExpandable chooses the allocator of the Pool kind: on,
+// alloc.Expandable with cfg; off, the segment alloc.Pool.
+//
+// Deprecated: use WithAllocatorChoice with the registry's entry
+// (alloc.Lookup("expandable") or "pool") and cfg in its Configs.
 func WithExpandable(on bool, cfg alloc.ExpandableConfig) Option {
 	name := alloc.NamePool
 	if on {
 		name = alloc.NameExpandable
 	}
 	e := poolEntry(name)
-	return func(c *config) { c.pick = allocChoice{entry: e, ecfg: cfg} }
+	return legacyOption(func(l *legacyChoice) { l.entry, l.cfgs.Expandable = e, cfg })
+}
+
+// WithPoolConfig configures the segment alloc.Pool, and a configuration
+// other than the zero value makes it the Pool kind's allocator even where
+// the device manages virtual memory (unless WithExpandable(true, …)).
+//
+// Deprecated: use WithAllocatorChoice with the registry's "pool" entry
+// and cfg in its Configs.
+func WithPoolConfig(cfg alloc.PoolConfig) Option {
+	return legacyOption(func(l *legacyChoice) { l.cfgs.Pool = cfg })
+}
+
+// WithAsyncConfig configures the AsyncPool allocator kind.
+//
+// Deprecated: use WithAllocatorChoice with cfg in its Configs.
+func WithAsyncConfig(cfg alloc.AsyncConfig) Option {
+	return legacyOption(func(l *legacyChoice) { l.cfgs.Async = cfg })
 }
 
 // poolEntry is the Pool kind's allocator named name.
@@ -185,28 +304,6 @@ func poolEntry(name string) alloc.Entry {
 		}
 	}
 	return alloc.Entry{}
-}
-
-// makeAllocator makes the allocator that serves kind on dev, and returns
-// it with its registry entry: the chosen one when it is of kind; for the
-// Pool kind given a PoolConfig, the segment Pool (WithPoolConfig); else
-// the kind's choice for dev, Expandable for the Pool kind where the device
-// manages virtual memory because it holds fewer bytes beyond the live ones
-// on every trace measured (BENCHMARKS.md, "Expandable segments").
-func (c *config) makeAllocator(dev device.Device, kind AllocatorKind) (alloc.Allocator, alloc.Entry, error) {
-	cfgs := alloc.Configs{Pool: c.pcfg, Expandable: c.pick.ecfg, Async: c.acfg}
-	e := c.pick.entry
-	if e.Name == "" || e.Kind != kind {
-		e = alloc.Entry{}
-	}
-	if e.Name == "" && kind == Pool && c.pcfg != (alloc.PoolConfig{}) {
-		e = poolEntry(alloc.NamePool)
-	}
-	if e.Name == "" {
-		return kind.New(dev, cfgs)
-	}
-	a, err := e.New(dev, cfgs)
-	return a, e, err
 }
 
 // kindNames lists the kinds' names, by value: "pool, direct, async".
@@ -226,7 +323,7 @@ func WithHostOptions(o HostOptions) Option { return func(c *config) { c.host = o
 // its pinned pool's. f gets the error the allocation returns and the
 // manager's report, whose Memory (or, for the pinned pool's failure,
 // Pinned, with Memory and Allocator left zero) is the error's Report,
-// named by the allocator registry's name as AllocatorReport's is. It
+// named by the allocator registry's name as the account's Report is. It
 // runs on the goroutine whose allocation failed, before the failing call
 // (Allocate, NewHostArray…) returns, with no manager lock held but the
 // allocator in use: f may read the manager (Clients, Client.Held) but
@@ -242,7 +339,6 @@ type AllocateOption func(*allocConfig)
 
 type allocConfig struct {
 	buffers int
-	ctx     context.Context // Allocate's
 }
 
 // WithBuffers plans for k chunk buffers in flight (2 for double

@@ -1065,3 +1065,31 @@ func TestPlanMoreHint(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// BenchmarkPlan plans 1,000 arrays (10 clients × 100 labels, a tenth
+// unchunkable) under a budget that forces chunking.
+func BenchmarkPlan(b *testing.B) {
+	reqs := map[string]map[string]ArrayRequest{}
+	for c := range 10 {
+		labels := map[string]ArrayRequest{}
+		for l := range 100 {
+			r := ArrayRequest{Shape: []int{1 + l%7, 3, 100_000}, DType: Float32, ChunkAxis: 2}
+			if l%10 == 0 {
+				r = ArrayRequest{Shape: []int{64, 1 + l}, DType: Float64, Unchunkable: true}
+			}
+			labels[fmt.Sprintf("a%d", l)] = r
+		}
+		reqs[fmt.Sprintf("c%d", c)] = labels
+	}
+	budget := uint64(2 * units.GiB)
+	p, err := Plan(reqs, budget, PlanOptions{Buffers: 2})
+	if err != nil || p.Chunks < 2 {
+		b.Fatalf("plan: %+v, %v", p, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Plan(reqs, budget, PlanOptions{Buffers: 2}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
@@ -20,8 +21,8 @@ import (
 // re-plan gives the memory back.
 func TestSetCap(t *testing.T) {
 	for name, opts := range map[string][]Option{
-		"made with a cap":    {WithAllocator(Pool), WithCap(64 * MiB)},
-		"made without a cap": {WithAllocator(Pool)},
+		"made with a cap":    {WithAllocatorChoice(account.Choice{Kind: Pool}), WithCap(64 * MiB)},
+		"made without a cap": {WithAllocatorChoice(account.Choice{Kind: Pool})},
 	} {
 		t.Run(name, func(t *testing.T) {
 			m, _, _ := newManager(t, 256*MiB, opts...)
@@ -32,17 +33,17 @@ func TestSetCap(t *testing.T) {
 				t.Fatal(err)
 			}
 			held := c.Held()
-			seq := m.BudgetChange().Seq
-			must(t, m.SetCap(32*MiB)) // below what is held
-			if bc := m.BudgetChange(); bc.Seq != seq+1 || !strings.Contains(bc.Why, "32 MiB") {
+			seq := m.Account().LastChange().Seq
+			must(t, m.Account().SetCap(32*MiB)) // below what is held
+			if bc := m.Account().LastChange(); bc.Seq != seq+1 || !strings.Contains(bc.Why, "32 MiB") {
 				t.Errorf("budget change %+v after SetCap(32 MiB); want seq %d saying the new cap", bc, seq+1)
 			}
-			if capBytes, used := m.Cap(); capBytes != 32*MiB || used != held || c.Held() != held {
+			if capBytes, used := m.Account().Cap(); capBytes != 32*MiB || used != held || c.Held() != held {
 				t.Fatalf("Cap() = %s, %s used; client holds %s; want 32 MiB and the %s held (nothing freed)",
 					units.Format(capBytes), units.Format(used), units.Format(c.Held()), units.Format(held))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-			err := m.WaitWithinCap(ctx)
+			err := m.Account().WaitWithinCap(ctx)
 			cancel()
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("WaitWithinCap over the cap: %v, want a deadline error", err)
@@ -58,7 +59,7 @@ func TestSetCap(t *testing.T) {
 				t.Errorf("PlanNow queued %v", q)
 			}
 			done := make(chan error, 1)
-			go func() { done <- m.WaitWithinCap(context.Background()) }()
+			go func() { done <- m.Account().WaitWithinCap(context.Background()) }()
 			must(t, c.Queue(reqs))
 			resp, err := c.Allocate(context.Background()) // the re-plan: the old arrays set aside first
 			if err != nil {
@@ -73,15 +74,15 @@ func TestSetCap(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("WaitWithinCap did not return after the arrays came within the cap")
 			}
-			must(t, m.SetCap(0))
-			if capBytes, _ := m.Cap(); capBytes != 0 {
+			must(t, m.Account().SetCap(0))
+			if capBytes, _ := m.Account().Cap(); capBytes != 0 {
 				t.Errorf("Cap() after SetCap(0) = %s, want none", units.Format(capBytes))
 			}
-			if _, ok := m.Allocator().(*alloc.Limit); !ok {
-				t.Errorf("the allocator is a %T; want the cap's Limit kept (with no cap) until SetAllocator", m.Allocator())
+			if _, ok := m.Account().Allocator().(*alloc.Limit); !ok {
+				t.Errorf("the allocator is a %T; want the cap's Limit kept (with no cap) until SetAllocator", m.Account().Allocator())
 			}
 			must(t, c.Free("x"))
-			if _, used := m.Cap(); used != 0 {
+			if _, used := m.Account().Cap(); used != 0 {
 				t.Errorf("%s charged once every array is freed", units.Format(used))
 			}
 		})
@@ -109,12 +110,12 @@ func TestClaimFromBusyGroup(t *testing.T) {
 	other := register(t, m, ClientOptions{Group: "other"})
 	otherReqs := map[string]ArrayRequest{"y": {Shape: []int{8 << 20}, DType: Float32, Unchunkable: true}} // 32 MiB, whole
 	must(t, other.Queue(otherReqs))
-	seq := m.BudgetChange().Seq
+	seq := m.Account().LastChange().Seq
 	_, err := other.Allocate(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "claims") || !strings.Contains(err.Error(), `group "batch"`) {
 		t.Fatalf("Allocate beside a busy group: %v; want a failure that claims memory back from it", err)
 	}
-	bc := m.BudgetChange()
+	bc := m.Account().LastChange()
 	if bc.Seq != seq+1 || !strings.Contains(bc.Why, `"other" claims`) {
 		t.Fatalf("budget change %+v; want the claim", bc)
 	}
@@ -129,13 +130,13 @@ func TestClaimFromBusyGroup(t *testing.T) {
 	if _, err := busy.Allocate(context.Background()); err != nil { // its batch re-plans between chunks
 		t.Fatal(err)
 	}
-	if bc := m.BudgetChange(); !strings.Contains(bc.Why, `"batch" gave`) {
+	if bc := m.Account().LastChange(); !strings.Contains(bc.Why, `"batch" gave`) {
 		t.Errorf("budget change %+v after the busy group re-planned; want it to say memory was given back", bc)
 	}
 	if _, err := other.Allocate(context.Background()); err != nil { // its queue was restored
 		t.Fatalf("the claimant's second Allocate: %v", err)
 	}
-	if bc := m.BudgetChange(); !strings.Contains(bc.Why, "met") {
+	if bc := m.Account().LastChange(); !strings.Contains(bc.Why, "met") {
 		t.Errorf("budget change %+v; want the claim met", bc)
 	}
 	m.mu.Lock()
@@ -169,7 +170,7 @@ func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
 				t.Fatal("no claim kept back from the busy group")
 			}
 			leave(t, other)
-			if bc := m.BudgetChange(); !strings.Contains(bc.Why, `"other"'s claim`) || !strings.Contains(bc.Why, "withdrawn") {
+			if bc := m.Account().LastChange(); !strings.Contains(bc.Why, `"other"'s claim`) || !strings.Contains(bc.Why, "withdrawn") {
 				t.Errorf("budget change %+v; want the claim withdrawn", bc)
 			}
 			m.mu.Lock()
@@ -187,7 +188,7 @@ func TestClaimWithdrawnWhenGroupEmpties(t *testing.T) {
 // the test ends): never evicted.
 func busyGroup(t *testing.T) (m *Manager, busy *Client, bigReqs map[string]ArrayRequest) {
 	t.Helper()
-	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool))
+	m, _, _ = newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}))
 	busy = register(t, m, ClientOptions{Group: "batch"})
 	bigReqs = map[string]ArrayRequest{"x": req(Float32, 0, 12<<20)} // 48 MiB
 	must(t, busy.Queue(bigReqs))
@@ -235,19 +236,19 @@ func TestAllocateUnderACapLoweredMidway(t *testing.T) {
 			t.Fatalf("%T states no costs", a)
 		}
 		return &capLowering{costedAllocator: ca, lower: func() {
-			if err := m.SetCap(4 * MiB); err != nil {
+			if err := m.Account().SetCap(4 * MiB); err != nil {
 				t.Errorf("SetCap: %v", err)
 			}
 		}}
 	}
-	m, _, _ = newManager(t, 64*MiB, WithAllocator(Pool), WithCap(8*MiB), WithWrap(wrap))
+	m, _, _ = newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithCap(8*MiB), WithWrap(wrap))
 	c := register(t, m, ClientOptions{Group: "g"})
 	must(t, c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 4<<20), "y": req(Float32, 0, 4<<20)})) // 16 MiB each
 	resp, err := c.Allocate(context.Background())
 	if err != nil {
 		t.Fatalf("Allocate with the cap lowered midway: %v", err)
 	}
-	if capBytes, used := m.Cap(); capBytes != 4*MiB || used > 4*MiB || resp.Plan.BytesPerChunk > 4*MiB {
+	if capBytes, used := m.Account().Cap(); capBytes != 4*MiB || used > 4*MiB || resp.Plan.BytesPerChunk > 4*MiB {
 		t.Errorf("cap %s, %s used, plan %+v: want the arrays planned within the 4 MiB cap set midway",
 			units.Format(capBytes), units.Format(used), resp.Plan)
 	}

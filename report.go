@@ -50,29 +50,26 @@ type GroupReport struct {
 // clients' are each read at one moment, not both at the same one: an
 // allocation in between may show in one and not the other. After Close
 // it reports no clients.
-func Report(m *Manager) ManagerReport {
+func (m *Manager) Report() ManagerReport {
 	var r ManagerReport
-	r.Allocator, r.Memory = AllocatorReport(m)
+	r.Allocator, r.Memory = m.acct.Report()
 	m.fillReport(&r)
 	return r
 }
 
+// Report returns m's memory report.
+//
+// Deprecated: use m.Report().
+func Report(m *Manager) ManagerReport { return m.Report() }
+
 // AllocatorReport returns m's current allocator kind and its report, read
-// together (as AllocatorStats reads the Stats): the device allocator's
-// part of Report, without the clients. The report's Allocator is the
-// allocator registry's name of the allocator that serves the kind
-// (alloc.Entry.Name: "expandable" for the Pool kind served by
-// alloc.Expandable), whatever WithWrap wraps it in.
-func AllocatorReport(m *Manager) (AllocatorKind, alloc.MemoryReport) {
-	m.allocMu.RLock()
-	defer m.allocMu.RUnlock()
-	r := alloc.ReportOf(m.al)
-	r.Allocator = m.name
-	return m.kind, r
-}
+// together: the device allocator's part of Report, without the clients.
+//
+// Deprecated: use m.Account().Report().
+func AllocatorReport(m *Manager) (AllocatorKind, alloc.MemoryReport) { return m.acct.Report() }
 
 // fillReport adds everything but the device allocator's report to r.
-// Takes m.mu; allocMu may be held.
+// Takes m.mu; useMu may be held.
 func (m *Manager) fillReport(r *ManagerReport) {
 	if m.host.pinned != nil {
 		r.Pinned = m.host.pinned.Report()
@@ -136,28 +133,18 @@ func (r ManagerReport) String() string {
 	return b.String()
 }
 
-// observeOOM sets the manager's out-of-memory observer, if any, on a,
-// the device allocator of kind whose registry name is name, when not nil,
-// and on pinned, when not nil.
-func (m *Manager) observeOOM(a alloc.Allocator, kind AllocatorKind, name string, pinned *alloc.PinnedPool) {
-	f := m.cfg.oom
-	if f == nil {
+// observePinnedOOM sets the manager's out-of-memory observer, if any, on
+// its pinned pool (the account's allocator's is set through its Config:
+// accountConfig).
+func (m *Manager) observePinnedOOM() {
+	f, pinned := m.cfg.oom, m.host.pinned
+	if f == nil || pinned == nil {
 		return
 	}
-	if a != nil {
-		alloc.ObserveOOM(a, func(e *alloc.OutOfMemoryError) {
-			r := ManagerReport{Allocator: kind, Memory: e.Report()}
-			r.Memory.Allocator = name
-			m.fillReport(&r)
-			f(e, r)
-		})
-	}
-	if pinned != nil {
-		pinned.SetOOMObserver(func(e *alloc.OutOfMemoryError) {
-			var r ManagerReport
-			m.fillReport(&r)
-			r.Pinned = e.Report()
-			f(e, r)
-		})
-	}
+	pinned.SetOOMObserver(func(e *alloc.OutOfMemoryError) {
+		var r ManagerReport
+		m.fillReport(&r)
+		r.Pinned = e.Report()
+		f(e, r)
+	})
 }

@@ -7,13 +7,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 )
 
 func TestReportClientsAndGroups(t *testing.T) {
 	for name, kind := range map[string]AllocatorKind{"pool": Pool, "direct": Direct} {
 		t.Run(name, func(t *testing.T) {
-			m, _, _ := newManager(t, 64*MiB, WithAllocator(kind), WithCap(48*MiB))
+			m, _, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: kind}), WithCap(48*MiB))
 			a := register(t, m, ClientOptions{Name: "a", Proportion: 0.25, Group: "g1"})
 			b := register(t, m, ClientOptions{Name: "b"})
 			c := register(t, m, ClientOptions{Name: "c", Group: "g1"})
@@ -62,7 +63,7 @@ func TestOOMObserver(t *testing.T) {
 	var mu sync.Mutex
 	var seen []ManagerReport
 	var errs []*alloc.OutOfMemoryError
-	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithOOMObserver(func(e *alloc.OutOfMemoryError, r ManagerReport) {
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithOOMObserver(func(e *alloc.OutOfMemoryError, r ManagerReport) {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, r)
@@ -84,7 +85,7 @@ func TestOOMObserver(t *testing.T) {
 	if len(seen) == 0 || errs[len(errs)-1] != oe {
 		t.Fatalf("observer saw %d failures, want the last to be Allocate's error", len(seen))
 	}
-	stats := m.Allocator().Stats()
+	stats := m.Account().Allocator().Stats()
 	if uint64(len(seen)) != stats.OOMs {
 		t.Errorf("observer called %d times for %d out-of-memory failures", len(seen), stats.OOMs)
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/vramkit/vram/account"
 )
 
 // TestWarnings: cubie's two warnings go to the manager's logger when
@@ -32,7 +34,7 @@ func TestWarnings(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m, _, lb := newManager(t, 64*MiB, WithLimitMode(tc.mode), WithAllocator(Pool)) // 512 B granularity: 31 MiB held is 31 MiB
+			m, _, lb := newManager(t, 64*MiB, WithLimitMode(tc.mode), WithAllocatorChoice(account.Choice{Kind: Pool})) // 512 B granularity: 31 MiB held is 31 MiB
 			c := register(t, m, ClientOptions{Name: "c", Group: "g", Proportion: 0.5})
 			if tc.held > 0 {
 				holdBytes(t, c, tc.held)

@@ -102,7 +102,7 @@ func (w *Work) End() error {
 	// closes, so that the client is never idle before its work is done.
 	var mark *endMark
 	var err error
-	if s, serr := c.m.groups.Stream(c.id); serr == nil { // else closed meanwhile: nothing left to wait for
+	if s, serr := c.m.stream(c); serr == nil { // else closed meanwhile: nothing left to wait for
 		mark, err = c.markEnd(s)
 	}
 	c.work.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
@@ -32,7 +33,7 @@ func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { dev.Close() })
-	m, err := vram.New(dev, append([]vram.Option{vram.WithAllocator(vram.Pool)}, opts...)...)
+	m, err := vram.New(dev, append([]vram.Option{vram.WithAllocatorChoice(account.Choice{Kind: vram.Pool})}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -273,7 +274,7 @@ func BenchmarkBatchRecut(b *testing.B) {
 			var wall time.Duration
 			recuts := 0
 			for b.Loop() {
-				if err := bb.m.SetCap(capBytes); err != nil {
+				if err := bb.m.Account().SetCap(capBytes); err != nil {
 					b.Fatal(err)
 				}
 				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 1, Grow: true}, func(_ context.Context, ch *batch.Chunk) error {
@@ -282,7 +283,7 @@ func BenchmarkBatchRecut(b *testing.B) {
 						if ch.Index%32 == 15 {
 							c /= 2
 						}
-						if err := bb.m.SetCap(c); err != nil {
+						if err := bb.m.Account().SetCap(c); err != nil {
 							return err
 						}
 					}

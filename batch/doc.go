@@ -52,8 +52,8 @@
 //     each costs (choose.go), and says why (Report.BufferChoice); an
 //     explicit count wins. Four chunks later it looks again (look.go):
 //     a change that did not make the runs faster is undone;
-//   - when the manager's budget changes (vram.Manager.SetCap, another
-//     group's claim; vram.Manager.BudgetChange) and vram.Client.PlanNow
+//   - when the manager's budget changes (its account's SetCap, another
+//     group's claim; account.Account.LastChange) and vram.Client.PlanNow
 //     gives its arrays another length: shorter always, longer with
 //     Options.Grow;
 //   - when the staging pool cannot hold a chunk's staging (a host limit,

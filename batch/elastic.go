@@ -14,7 +14,7 @@ package batch
 //   - the probe chunk is back: with the buffers to choose (Options.Buffers
 //     0) or arrays to stage, the first chunk runs alone, each step waited
 //     for and timed, and choose (choose.go) picks the shape for the rest;
-//   - the manager's budget changed (vram.Manager.BudgetChange: a cap set,
+//   - the manager's budget changed (account.Account.LastChange: a cap set,
 //     a claim made or met) and vram.Client.PlanNow gives the arrays
 //     another length: shorter, always (the arrays no longer fit what the
 //     group may hold); longer, with Options.Grow. A budget that ended
@@ -120,7 +120,7 @@ func (r *batchRun) recutDue() bool {
 			return true
 		}
 	}
-	bc := r.b.m.BudgetChange()
+	bc := r.b.m.Account().LastChange()
 	if bc.Seq == e.seen {
 		return false
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/simtest"
@@ -42,7 +43,7 @@ func newElastic(t *testing.T, runs, chunkRuns int) *elasticFixture {
 	t.Helper()
 	dev := simtest.New(t, 64<<20, func(c *sim.Config) { c.Granularity = 4 << 10 })
 	capBytes := uint64(8 * chunkRuns)
-	m, err := vram.New(dev, vram.WithAllocator(vram.Pool), vram.WithCap(capBytes), vram.WithLogger(slog.New(slog.DiscardHandler)))
+	m, err := vram.New(dev, vram.WithAllocatorChoice(account.Choice{Kind: vram.Pool}), vram.WithCap(capBytes), vram.WithLogger(slog.New(slog.DiscardHandler)))
 	must(t, err)
 	t.Cleanup(func() { m.Close() })
 	c, err := m.Register(vram.ClientOptions{Name: "elastic", Group: "e"})
@@ -131,7 +132,7 @@ func TestElasticCapChanges(t *testing.T) {
 			rep, err := f.b.Run(context.Background(), batch.Options{Buffers: buffers, Grow: true}, f.compute(func(ch *batch.Chunk) {
 				for at, c := range caps {
 					if ch.Start <= at && at < ch.Start+ch.Len {
-						must(t, f.m.SetCap(c))
+						must(t, f.m.Account().SetCap(c))
 					}
 				}
 			}))
@@ -156,7 +157,7 @@ func TestElasticCapChanges(t *testing.T) {
 			if rep.ChunksDone != rep.Chunks || rep.Runs != runs {
 				t.Errorf("report %d of %d chunks, %d runs; want all of %d", rep.ChunksDone, rep.Chunks, rep.Runs, runs)
 			}
-			if capBytes, used := f.m.Cap(); used > capBytes {
+			if capBytes, used := f.m.Account().Cap(); used > capBytes {
 				t.Errorf("%d bytes charged under a cap of %d", used, capBytes)
 			}
 		})
@@ -218,10 +219,10 @@ func TestElasticConcurrentChanges(t *testing.T) {
 			}
 			must(t, f.b.Close())
 			must(t, f.m.Host().Staging().Trim())
-			if _, st := f.m.AllocatorStats(); st.InUse != 0 {
+			if _, st := f.m.Account().Stats(); st.InUse != 0 {
 				t.Errorf("allocator stats %+v after Close; want nothing in use", st)
 			}
-			if _, used := f.m.Cap(); used != 0 {
+			if _, used := f.m.Account().Cap(); used != 0 {
 				t.Errorf("%d bytes charged to the cap after Close", used)
 			}
 			if s := f.m.Host().Staging().Stats(); s.InUse != 0 || s.Buffers != 0 {
@@ -235,7 +236,7 @@ func TestElasticConcurrentChanges(t *testing.T) {
 // fixture's up to all of it, each after a random count of chunks done,
 // until ctx is done; it ends with the full cap.
 func (f *elasticFixture) changeCaps(t *testing.T, ctx context.Context, rng *rand.Rand, done <-chan int) {
-	defer func() { must(t, f.m.SetCap(f.cap)) }()
+	defer func() { must(t, f.m.Account().SetCap(f.cap)) }()
 	next := 1 + rng.IntN(100)
 	for {
 		select {
@@ -246,7 +247,7 @@ func (f *elasticFixture) changeCaps(t *testing.T, ctx context.Context, rng *rand
 				continue
 			}
 			c := f.cap/16 + uint64(rng.Int64N(int64(f.cap-f.cap/16)))
-			if err := f.m.SetCap(c); err != nil {
+			if err := f.m.Account().SetCap(c); err != nil {
 				t.Error(err)
 				return
 			}
@@ -263,7 +264,7 @@ func TestElasticClaim(t *testing.T) {
 	const runs, cut = 4 << 20, 200_000 // 32 MiB of arrays on 64 MiB, in 21 chunks
 	want := unbroken(t, runs, runs)
 	f := newElastic(t, runs, runs)
-	must(t, f.m.SetCap(0)) // the device alone bounds it
+	must(t, f.m.Account().SetCap(0)) // the device alone bounds it
 	other, err := f.m.Register(vram.ClientOptions{Name: "other", Group: "other"})
 	must(t, err)
 	// 48 MiB, whole: more than the 32 MiB the batch leaves free.
@@ -275,7 +276,7 @@ func TestElasticClaim(t *testing.T) {
 			return
 		}
 		once.Do(func() {
-			seq := f.m.BudgetChange().Seq
+			seq := f.m.Account().LastChange().Seq
 			_, err := other.Allocate(context.Background())
 			claimed <- err
 			go func() { got <- f.allocateOnceGiven(other, seq) }()
@@ -307,7 +308,7 @@ func (f *elasticFixture) allocateOnceGiven(c *vram.Client, seq uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		bc, err := f.m.WaitBudgetChange(ctx, seq)
+		bc, err := f.m.Account().WaitChange(ctx, seq)
 		if err != nil {
 			return err
 		}

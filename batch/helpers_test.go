@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/internal/simtest"
@@ -52,7 +53,7 @@ func newBatchFixture(t *testing.T, runs, buffers int, mod ...func(*sim.Config)) 
 func newFixture(t *testing.T, runs, buffers int, o fixtureOpts) *batchFixture {
 	t.Helper()
 	dev := simtest.New(t, 1<<20, append([]func(*sim.Config){func(c *sim.Config) { c.Granularity = 4 << 10 }}, o.sim...)...)
-	m, err := vram.New(dev, vram.WithAllocator(vram.Pool), vram.WithHostOptions(o.host))
+	m, err := vram.New(dev, vram.WithAllocatorChoice(account.Choice{Kind: vram.Pool}), vram.WithHostOptions(o.host))
 	must(t, err)
 	t.Cleanup(func() { m.Close() })
 	f := &batchFixture{m: m, dev: dev, runs: runs, b: batch.New(), scratch: o.scratchOut}

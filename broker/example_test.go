@@ -94,7 +94,7 @@ func ExampleAt() {
 		return
 	}
 	defer m.Close()
-	ls, _ := m.Lease()
+	ls, _ := m.Account().Lease()
 	fmt.Println("guaranteed", ls.Guaranteed>>20, "MiB; the lease is", s.Status().Devices[0].Leases[0].Name)
 	// Output: guaranteed 512 MiB; the lease is job
 }

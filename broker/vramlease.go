@@ -1,10 +1,11 @@
 package broker
 
-// A vram manager's lease (vram.LeaseOptions.Broker): the broker At names,
-// the dialer this package registers with vram for a socket given by name
-// (the deprecated vram.WithBroker, $VRAM_BROKER for vram.Default), and
-// the adapter that gives a manager what it needs of a Lease (vram.Lease)
-// in the allocator's bytes.
+// A vram manager's lease (vram.LeaseOptions.Broker, which is
+// account.LeaseOptions.Broker): the broker At names, the dialer this
+// package registers with the device-memory account (package account) for
+// a socket given by name (the deprecated vram.WithBroker, $VRAM_BROKER for
+// vram.Default), and the adapter that gives an account what it needs of a
+// Lease (account.Lease) in the allocator's bytes.
 
 import (
 	"context"
@@ -14,13 +15,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 )
 
-func init() { vram.RegisterBroker(dialNamed) }
+func init() { account.RegisterBroker(dialNamed) }
 
 // dialNamed is the dialer of a socket given by name (req.Socket).
-func dialNamed(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
+func dialNamed(ctx context.Context, req account.LeaseRequest) (account.Lease, error) {
 	return dialManagerLease(ctx, req.Socket, req, nil)
 }
 
@@ -29,7 +30,7 @@ func dialNamed(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
 // broker.At(socket)})). Nothing is dialed until the manager asks; opts
 // are the client's (WithLogger defaults to the manager's logger). A plain
 // value, safe to share.
-func At(socket string, opts ...DialOption) vram.Broker {
+func At(socket string, opts ...DialOption) account.Broker {
 	return socketBroker{socket: socket, opts: opts}
 }
 
@@ -39,7 +40,7 @@ type socketBroker struct {
 	opts   []DialOption
 }
 
-func (b socketBroker) Lease(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
+func (b socketBroker) Lease(ctx context.Context, req account.LeaseRequest) (account.Lease, error) {
 	return dialManagerLease(ctx, b.socket, req, b.opts)
 }
 
@@ -48,7 +49,7 @@ func (b socketBroker) String() string { return b.socket }
 // dialManagerLease connects to the broker on socket, finds the manager's
 // device among the broker's and acquires the lease req asks for. The
 // client is the lease's own: closing the lease closes it.
-func dialManagerLease(ctx context.Context, socket string, req vram.LeaseRequest, opts []DialOption) (vram.Lease, error) {
+func dialManagerLease(ctx context.Context, socket string, req account.LeaseRequest, opts []DialOption) (account.Lease, error) {
 	if req.Logger != nil {
 		opts = append([]DialOption{WithLogger(req.Logger)}, opts...)
 	}
@@ -109,17 +110,17 @@ type managerLease struct {
 	dev DeviceInfo
 }
 
-var _ vram.Lease = (*managerLease)(nil)
+var _ account.Lease = (*managerLease)(nil)
 
-func toManager(b Budget) vram.LeaseBudget {
-	lb := vram.LeaseBudget{Bytes: b.Bytes(), Guaranteed: b.Guaranteed - min(b.Guaranteed, b.Context)}
+func toManager(b Budget) account.LeaseBudget {
+	lb := account.LeaseBudget{Bytes: b.Bytes(), Guaranteed: b.Guaranteed - min(b.Guaranteed, b.Context)}
 	if s := b.Shrink; s != nil {
 		lb.Shrink, lb.Deadline, lb.Overdue = true, s.Deadline, s.Overdue
 	}
 	return lb
 }
 
-func (m *managerLease) Budget() vram.LeaseBudget { return toManager(m.l.Budget()) }
+func (m *managerLease) Budget() account.LeaseBudget { return toManager(m.l.Budget()) }
 
 func (m *managerLease) Changed() <-chan struct{} { return m.l.Changed() }
 
@@ -134,14 +135,14 @@ func (m *managerLease) most() uint64 {
 	return top - min(top, ctx)
 }
 
-func (m *managerLease) Claim(ctx context.Context, bytes uint64) (vram.LeaseBudget, error) {
+func (m *managerLease) Claim(ctx context.Context, bytes uint64) (account.LeaseBudget, error) {
 	b, err := m.l.Claim(ctx, min(bytes, m.most()))
 	return toManager(b), err
 }
 
 // Report reports at most the device less the context (the broker's
 // bound on a report): what is held is a fact, whatever the cap.
-func (m *managerLease) Report(ctx context.Context, bytes uint64) (vram.LeaseBudget, error) {
+func (m *managerLease) Report(ctx context.Context, bytes uint64) (account.LeaseBudget, error) {
 	top := m.dev.Total - min(m.dev.Total, m.l.Budget().Context)
 	err := m.l.Report(ctx, min(bytes, top))
 	return m.Budget(), err

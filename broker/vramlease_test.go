@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device/sim"
 )
 
@@ -14,8 +15,8 @@ import (
 // that never links this package's init; a socket given by name
 // (WithBroker) then fails with ErrNoBroker, saying what to pass instead.
 func TestAtNeedsNoRegistry(t *testing.T) {
-	vram.RegisterBroker(nil)
-	t.Cleanup(func() { vram.RegisterBroker(dialNamed) })
+	account.RegisterBroker(nil)
+	t.Cleanup(func() { account.RegisterBroker(dialNamed) })
 	s, path := startServer(t, oneDevice(64*MiB))
 	tests := map[string]struct {
 		opts    []vram.Option
@@ -47,7 +48,7 @@ func TestAtNeedsNoRegistry(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ls, ok := m.Lease()
+			ls, ok := m.Account().Lease()
 			st := s.Status()
 			if !ok || len(st.Devices[0].Leases) != 1 || st.Devices[0].Leases[0].Name != "by-value" || !strings.Contains(ls.ID, st.Devices[0].Leases[0].ID) {
 				t.Errorf("the manager's lease %+v (%v); the broker's %+v: want the one lease, by-value", ls, ok, st.Devices[0].Leases)

@@ -97,7 +97,7 @@ const (
 //	vram_group_clients{group}                       clients in the stream group
 //
 // The allocator label names the manager's current allocator as the
-// allocator registry does (vram.AllocatorReport: "expandable" for the Pool
+// allocator registry does (account.Account.Report: "expandable" for the Pool
 // kind served by alloc.Expandable), as vram run's report and the manager's
 // memory report do; the allocator's counters start again from 0 when
 // SetAllocator replaces it, under the new label. Clients that share a name within a group are
@@ -205,7 +205,7 @@ func (c *Collector) collectDevice(ch chan<- prometheus.Metric) {
 }
 
 func (c *Collector) collectAllocator(ch chan<- prometheus.Metric) {
-	_, r := vram.AllocatorReport(c.m)
+	_, r := c.m.Account().Report()
 	name := r.Allocator
 	for _, s := range c.stats {
 		ch <- prometheus.MustNewConstMetric(s.desc, s.kind, float64(s.value(r.Stats)), name)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/metrics"
@@ -94,7 +95,7 @@ func TestCollectValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reserved := m.Allocator().Stats().Reserved
+	reserved := m.Account().Allocator().Stats().Reserved
 	if reserved == 0 || 64*mib-free != reserved {
 		t.Fatalf("the pool reserved %d bytes but the device has %d of %d free", reserved, free, 64*mib)
 	}
@@ -231,7 +232,7 @@ func TestCollectAllocatorKinds(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m, _ := newManager(t, vram.WithAllocator(tc.kind))
+			m, _ := newManager(t, vram.WithAllocatorChoice(account.Choice{Kind: tc.kind}))
 			cl := register(t, m, "a", "")
 			for range 2 {
 				allocate(t, m, cl, map[string]vram.ArrayRequest{
@@ -272,7 +273,7 @@ vram_group_clients{group="default"} 1
 // TestCollectOOM injects an out-of-memory failure and checks it is
 // counted.
 func TestCollectOOM(t *testing.T) {
-	m, dev := newManager(t, vram.WithAllocator(vram.Direct))
+	m, dev := newManager(t, vram.WithAllocatorChoice(account.Choice{Kind: vram.Direct}))
 	cl := register(t, m, "a", "g")
 	dev.Faults().OOMAtAlloc(1)
 	err := cl.Queue(map[string]vram.ArrayRequest{"x": {Shape: []int{1000}, DType: vram.Float64}})
@@ -488,7 +489,7 @@ func TestCollectLayout(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			m, _ := newManager(t, vram.WithAllocator(tc.kind))
+			m, _ := newManager(t, vram.WithAllocatorChoice(account.Choice{Kind: tc.kind}))
 			c := register(t, m, "c", "g")
 			allocate(t, m, c, map[string]vram.ArrayRequest{"a": {Shape: []int{3, 1000}, DType: vram.Float32, ChunkAxis: 1}})
 			col := metrics.NewCollector(m, metrics.Opts{})

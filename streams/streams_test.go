@@ -48,56 +48,46 @@ func newGroups(t testing.TB) (*streams.Groups, *sim.Device) {
 	return g, dev
 }
 
-func TestAddAndLookups(t *testing.T) {
-	g, _ := newGroups(t)
-	if got := g.Members("default"); len(got) != 0 || got == nil {
-		t.Errorf("Members of an unused default group = %#v, want empty", got)
+// hold holds group in g, failing the test if it cannot.
+func hold(t testing.TB, g *streams.Groups, group string) (device.Stream, func() error) {
+	t.Helper()
+	s, release, err := g.Hold(group)
+	if err != nil {
+		t.Fatalf("Hold(%q): %v", group, err)
 	}
+	return s, release
+}
+
+func TestHoldAndLookups(t *testing.T) {
+	g, _ := newGroups(t)
 	if names := g.Names(); len(names) != 0 {
 		t.Errorf("groups before first use: %v", names)
 	}
-	for id, grp := range map[uint64]string{1: "", 2: "default", 3: "solver", 4: "solver"} {
-		if err := g.Add(id, grp); err != nil {
-			t.Fatalf("Add(%d, %q): %v", id, grp, err)
-		}
-	}
+	s1, _ := hold(t, g, "")
+	s2, _ := hold(t, g, "default")
+	s3, _ := hold(t, g, "solver")
+	s4, _ := hold(t, g, "solver")
 	for name, tc := range map[string]struct {
-		id    uint64
+		got   device.Stream
 		group string
 	}{
-		"empty name joins default": {1, "default"},
-		"default by name":          {2, "default"},
-		"named group":              {3, "solver"},
-		"second member":            {4, "solver"},
+		"an empty name is default": {s1, "default"},
+		"default by name":          {s2, "default"},
+		"a named group":            {s3, "solver"},
+		"a second hold":            {s4, "solver"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := g.Group(tc.id)
-			if err != nil || got != tc.group {
-				t.Errorf("Group(%d) = %q, %v; want %q", tc.id, got, err, tc.group)
-			}
-			s, err := g.Stream(tc.id)
-			want, _ := g.GroupStream(tc.group)
-			if err != nil || s != want || s == nil {
-				t.Errorf("Stream(%d) = %v, %v; want the group's stream %v", tc.id, s, err, want)
+			want, err := g.GroupStream(tc.group)
+			if err != nil || tc.got != want || want == nil {
+				t.Errorf("held %v; GroupStream(%q) = %v, %v; want the one stream", tc.got, tc.group, want, err)
 			}
 		})
 	}
-	s3, _ := g.Stream(3)
-	s1, _ := g.Stream(1)
 	if s3 == s1 {
 		t.Error("two groups share a stream")
 	}
-	if got := g.Members("solver"); !slices.Equal(got, []uint64{3, 4}) {
-		t.Errorf("Members(solver) = %v", got)
-	}
-	if got := g.Members(""); !slices.Equal(got, []uint64{1, 2}) {
-		t.Errorf("Members(\"\") = %v", got)
-	}
-	if got := g.Members("nope"); len(got) != 0 {
-		t.Errorf("Members of an unknown group = %v", got)
-	}
-	if n := g.Size("solver"); n != 2 {
-		t.Errorf("Size(solver) = %d", n)
+	if s, _, err := g.HoldExisting("solver"); err != nil || s != s3 {
+		t.Errorf("HoldExisting(solver) = %v, %v; want its stream", s, err)
 	}
 	if got := g.Names(); !slices.Equal(got, []string{"default", "solver"}) {
 		t.Errorf("Names = %v", got)
@@ -106,20 +96,12 @@ func TestAddAndLookups(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	g, _ := newGroups(t)
-	if err := g.Add(1, "a"); err != nil {
-		t.Fatal(err)
-	}
 	for name, tc := range map[string]struct {
 		do   func() error
 		want error
 	}{
-		"add twice, same group":      {func() error { return g.Add(1, "a") }, streams.ErrAlreadyGrouped},
-		"add twice, other group":     {func() error { return g.Add(1, "b") }, streams.ErrAlreadyGrouped},
-		"group of unknown client":    {func() error { _, err := g.Group(9); return err }, streams.ErrNotGrouped},
-		"stream of unknown client":   {func() error { _, err := g.Stream(9); return err }, streams.ErrNotGrouped},
-		"move unknown client":        {func() error { return g.Move(9, "a") }, streams.ErrNotGrouped},
-		"remove unknown client":      {func() error { return g.Remove(9) }, streams.ErrNotGrouped},
-		"stream of an unknown group": {func() error { _, err := g.GroupStream("zz"); return err }, streams.ErrUnknownGroup},
+		"stream of an unknown group":      {func() error { _, err := g.GroupStream("zz"); return err }, streams.ErrUnknownGroup},
+		"held existing, of unknown group": {func() error { _, _, err := g.HoldExisting("zz"); return err }, streams.ErrUnknownGroup},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if err := tc.do(); !errors.Is(err, tc.want) {
@@ -127,53 +109,43 @@ func TestErrors(t *testing.T) {
 			}
 		})
 	}
-	// A failed Add changed nothing.
-	if grp, _ := g.Group(1); grp != "a" || g.Size("b") != 0 {
-		t.Errorf("after refused adds: client 1 in %q, b has %d", grp, g.Size("b"))
+	if names := g.Names(); len(names) != 0 {
+		t.Errorf("failed look-ups made groups %v", names)
 	}
 }
 
-func TestMoveAndRemove(t *testing.T) {
+// TestLastReleaseForgets: a group stays while any hold of it does; the
+// last release forgets it and closes its stream, and the name can be
+// held again, with a new stream.
+func TestLastReleaseForgets(t *testing.T) {
 	g, _ := newGroups(t)
-	_ = g.Add(1, "a")
-	_ = g.Add(2, "a")
-	sa, _ := g.GroupStream("a")
-	if err := g.Move(1, "b"); err != nil {
+	sa, r1 := hold(t, g, "a")
+	_, r2 := hold(t, g, "a")
+	if err := r1(); err != nil {
 		t.Fatal(err)
 	}
-	sb, _ := g.GroupStream("b")
-	if s, _ := g.Stream(1); s != sb || sb == sa {
-		t.Errorf("after Move, client 1's stream is %v; want b's %v (a's is %v)", s, sb, sa)
+	if s, err := g.GroupStream("a"); err != nil || s != sa {
+		t.Errorf("a, still held once: %v, %v; want its stream", s, err)
 	}
-	if got := g.Members("a"); !slices.Equal(got, []uint64{2}) {
-		t.Errorf("a = %v after the move", got)
-	}
-	if err := g.Move(1, "b"); err != nil {
-		t.Errorf("move into the group it is in: %v", err)
-	}
-	if got := g.Members("b"); !slices.Equal(got, []uint64{1}) {
-		t.Errorf("b = %v", got)
-	}
-	if err := g.Remove(2); err != nil {
+	if err := errors.Join(r1(), r2()); err != nil { // a second release of r1 counts nothing
 		t.Fatal(err)
 	}
-	// An emptied group is forgotten and its stream closed.
-	if s, err := g.GroupStream("a"); !errors.Is(err, streams.ErrUnknownGroup) || g.Size("a") != 0 {
-		t.Errorf("emptied group a: stream %v, %v (was %v), size %d; want ErrUnknownGroup", s, err, sa, g.Size("a"))
+	if s, err := g.GroupStream("a"); !errors.Is(err, streams.ErrUnknownGroup) {
+		t.Errorf("a, released: %v, %v; want ErrUnknownGroup", s, err)
 	}
 	g.WaitClosed(sa)
 	if _, err := sa.Query(); !errors.Is(err, device.ErrClosed) {
-		t.Errorf("the stream of the emptied group: Query = %v, want ErrClosed", err)
+		t.Errorf("the stream of the released group: Query = %v, want ErrClosed", err)
 	}
-	if err := g.Add(2, "b"); err != nil {
-		t.Errorf("re-add after Remove: %v", err)
+	if s, _ := hold(t, g, "a"); s == sa {
+		t.Error("a held again kept its closed stream")
 	}
 }
 
 func TestReinit(t *testing.T) {
 	g, dev := newGroups(t)
-	_ = g.Add(1, "a")
-	_ = g.Add(2, "b")
+	hold(t, g, "a")
+	hold(t, g, "b")
 	before := map[string]device.Stream{}
 	for _, n := range g.Names() {
 		before[n], _ = g.GroupStream(n)
@@ -197,8 +169,8 @@ func TestReinit(t *testing.T) {
 			t.Errorf("group %s's new stream: %v", n, err)
 		}
 	}
-	if grp, _ := g.Group(1); grp != "a" {
-		t.Errorf("membership lost by Reinit: client 1 in %q", grp)
+	if names := g.Names(); !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("groups after Reinit: %v", names)
 	}
 }
 
@@ -222,21 +194,14 @@ func TestFailedStreamChangesNothing(t *testing.T) {
 	mk := &failingMaker{dev: dev}
 	g := streams.New(mk)
 	defer g.Close()
-	_ = g.Add(1, "a")
-	_ = g.Add(2, "b")
+	hold(t, g, "a")
 	sa, _ := g.GroupStream("a")
 	mk.fail.Store(true)
-	if err := g.Add(3, "c"); !errors.Is(err, errMake) {
-		t.Errorf("Add to a new group with no stream: %v", err)
+	if _, _, err := g.Hold("c"); !errors.Is(err, errMake) {
+		t.Errorf("Hold of a new group with no stream: %v", err)
 	}
-	if _, err := g.Group(3); !errors.Is(err, streams.ErrNotGrouped) {
-		t.Errorf("client 3 was added anyway: %v", err)
-	}
-	if err := g.Move(1, "c"); !errors.Is(err, errMake) {
-		t.Errorf("Move to a new group with no stream: %v", err)
-	}
-	if grp, _ := g.Group(1); grp != "a" {
-		t.Errorf("client 1 moved anyway, to %q", grp)
+	if names := g.Names(); !slices.Equal(names, []string{"a"}) {
+		t.Errorf("a failed Hold made a group: %v", names)
 	}
 	if err := g.Reinit(); !errors.Is(err, errMake) {
 		t.Errorf("Reinit with no streams: %v", err)
@@ -244,15 +209,15 @@ func TestFailedStreamChangesNothing(t *testing.T) {
 	if s, _ := g.GroupStream("a"); s != sa {
 		t.Error("a failed Reinit changed a stream")
 	}
-	if err := g.Add(4, "a"); err != nil {
-		t.Errorf("joining an existing group needs no stream: %v", err)
+	if s, _, err := g.Hold("a"); err != nil || s != sa {
+		t.Errorf("holding an existing group needs no stream: %v, %v", s, err)
 	}
 }
 
 func TestClose(t *testing.T) {
 	g, dev := newGroups(t)
-	_ = g.Add(1, "a")
-	_ = g.Add(2, "b")
+	_, ra := hold(t, g, "a")
+	hold(t, g, "b")
 	if r := dev.Leaks(); r.Streams != 2 {
 		t.Fatalf("want 2 open streams, have %s", r)
 	}
@@ -262,8 +227,11 @@ func TestClose(t *testing.T) {
 	if r := dev.Leaks(); r.Streams != 0 {
 		t.Errorf("Close left %d streams open", r.Streams)
 	}
-	if err := g.Add(3, "a"); !errors.Is(err, streams.ErrClosed) {
-		t.Errorf("Add after Close: %v", err)
+	if _, _, err := g.Hold("a"); !errors.Is(err, streams.ErrClosed) {
+		t.Errorf("Hold after Close: %v", err)
+	}
+	if err := ra(); err != nil {
+		t.Errorf("a release after Close: %v", err)
 	}
 	if err := g.Reinit(); !errors.Is(err, streams.ErrClosed) {
 		t.Errorf("Reinit after Close: %v", err)
@@ -273,36 +241,36 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// TestConcurrent adds, moves, looks up and removes clients from many
-// goroutines, racing on the creation of the same new groups; each group
-// must end with exactly one stream and the device with no spare ones.
+// TestConcurrent holds and releases groups from many goroutines, racing
+// on the creation of the same new groups (and with Reinit); each group
+// held at the end has exactly one stream and the device no spare ones.
 func TestConcurrent(t *testing.T) {
 	g, dev := newGroups(t)
 	const workers, each = 8, 200
+	var mu sync.Mutex
+	kept := map[string]int{} // holds kept to the end, by group
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				id := uint64(w*each + i + 1)
-				grp := fmt.Sprintf("g%d", i%5)
-				if err := g.Add(id, grp); err != nil {
+				grp := fmt.Sprintf("g%d", (w+i)%7)
+				s, release, err := g.Hold(grp)
+				if err != nil {
 					t.Error(err)
 					return
 				}
-				if _, err := g.Stream(id); err != nil {
-					t.Error(err)
+				if got, err := g.GroupStream(grp); err != nil || got == nil || s == nil {
+					t.Errorf("held %q: %v, %v", grp, got, err)
 				}
-				if i%3 == 0 {
-					if err := g.Move(id, fmt.Sprintf("g%d", (i+1)%7)); err != nil {
-						t.Error(err)
-					}
-				}
-				_ = g.Members(grp)
 				if i%2 == 0 {
-					if err := g.Remove(id); err != nil {
+					if err := release(); err != nil {
 						t.Error(err)
 					}
+					continue
 				}
+				mu.Lock()
+				kept[grp]++
+				mu.Unlock()
 			}
 		})
 	}
@@ -314,12 +282,14 @@ func TestConcurrent(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	total := 0
-	for _, n := range g.Names() {
-		total += g.Size(n)
+	g.WaitClosing()
+	var want []string
+	for grp := range kept {
+		want = append(want, grp)
 	}
-	if total != workers*each/2 {
-		t.Errorf("%d clients in groups, want %d", total, workers*each/2)
+	slices.Sort(want)
+	if got := g.Names(); !slices.Equal(got, want) {
+		t.Errorf("groups %v; want those still held, %v", got, want)
 	}
 	if r := dev.Leaks(); r.Streams != len(g.Names()) {
 		t.Errorf("%d open streams for %d groups", r.Streams, len(g.Names()))
@@ -332,25 +302,20 @@ func ExampleGroups() {
 	g := streams.New(dev)
 	defer g.Close()
 
-	_ = g.Add(1, "solver")
-	_ = g.Add(2, "solver")
-	_ = g.Add(3, "") // the default group
-	err := g.Add(1, "other")
-	fmt.Println(errors.Is(err, streams.ErrAlreadyGrouped))
+	s1, release1, _ := g.Hold("solver") // one member
+	s2, release2, _ := g.Hold("solver") // another
+	fmt.Println("the members share a stream:", s1 == s2)
+	_, _, _ = g.Hold("") // the default group
+	fmt.Println(g.Names())
 
-	s1, _ := g.Stream(1)
-	s2, _ := g.Stream(2)
-	fmt.Println("1 and 2 share a stream:", s1 == s2)
-	fmt.Println(g.Members("solver"), g.Members("default"), g.Members("unknown"))
-
-	_ = g.Move(2, "post")
-	grp, _ := g.Group(2)
-	fmt.Println("2 is in", grp, "of", g.Names())
+	_ = release1()
+	_ = release2() // the last: solver is forgotten, its stream closed behind its work
+	_, err := g.GroupStream("solver")
+	fmt.Println(errors.Is(err, streams.ErrUnknownGroup), g.Names())
 	// Output:
-	// true
-	// 1 and 2 share a stream: true
-	// [1 2] [3] []
-	// 2 is in post of [default post solver]
+	// the members share a stream: true
+	// [default solver]
+	// true [default]
 }
 
 func TestEnsure(t *testing.T) {
@@ -361,9 +326,6 @@ func TestEnsure(t *testing.T) {
 	}
 	if got, err := g.GroupStream("solo"); err != nil || got != s {
 		t.Errorf("GroupStream after Ensure = %v, %v; want the ensured stream", got, err)
-	}
-	if m := g.Members("solo"); len(m) != 0 {
-		t.Errorf("an ensured group has members %v", m)
 	}
 	if again, err := g.Ensure("solo"); err != nil || again != s {
 		t.Errorf("a second Ensure = %v, %v; want the same stream", again, err)
@@ -387,48 +349,33 @@ func TestEnsure(t *testing.T) {
 	}
 }
 
-// A group lives while it has members or holds: the last Remove, Move or
-// release closes its stream, after the work queued on it, in the
-// background: the call returns while that work still runs. (Groups were
-// once never forgotten: every name ever used kept a stream and its
-// goroutine; and the last call once waited for the work, a long kernel
-// included, holding its caller's locks.)
+// A group lives while it is held: the last release closes its stream,
+// after the work queued on it, in the background: the release returns
+// while that work still runs. (Groups were once never forgotten: every
+// name ever used kept a stream and its goroutine; and the last call once
+// waited for the work, a long kernel included, holding its caller's
+// locks.)
 func TestEmptyGroupsAreForgotten(t *testing.T) {
 	for name, tc := range map[string]func(t *testing.T, g *streams.Groups) (leave func() error){
-		"Remove": func(t *testing.T, g *streams.Groups) func() error {
-			if err := g.Add(1, "a"); err != nil {
-				t.Fatal(err)
-			}
-			return func() error { return g.Remove(1) }
-		},
-		"Move": func(t *testing.T, g *streams.Groups) func() error {
-			if err := g.Add(1, "a"); err != nil {
-				t.Fatal(err)
-			}
-			return func() error { return g.Move(1, "b") }
-		},
-		"release of a Hold": func(t *testing.T, g *streams.Groups) func() error {
-			_, release, err := g.Hold("a")
-			if err != nil {
-				t.Fatal(err)
-			}
+		"the release of its one hold": func(t *testing.T, g *streams.Groups) func() error {
+			_, release := hold(t, g, "a")
 			return release
 		},
-		"Remove while held, then release": func(t *testing.T, g *streams.Groups) func() error {
-			if err := g.Add(1, "a"); err != nil {
-				t.Fatal(err)
-			}
-			_, release, err := g.Hold("a")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Remove(1); err != nil {
+		"a move: the new group held, then the old released": func(t *testing.T, g *streams.Groups) func() error {
+			_, release := hold(t, g, "a")
+			hold(t, g, "b")
+			return release
+		},
+		"one of two holds released, then the other": func(t *testing.T, g *streams.Groups) func() error {
+			_, member := hold(t, g, "a")
+			_, call := hold(t, g, "a")
+			if err := member(); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := g.GroupStream("a"); err != nil {
-				t.Fatalf("a held group was forgotten when its last member left: %v", err)
+				t.Fatalf("a held group was forgotten when another hold ended: %v", err)
 			}
-			return release
+			return call
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -462,7 +409,7 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 				t.Fatal("leaving the group waited for its stream's work")
 			}
 			if names := g.Names(); slices.Contains(names, "a") {
-				t.Errorf("groups %v: a is still there with no member", names)
+				t.Errorf("groups %v: a is still there with no hold", names)
 			}
 			close(release)
 			g.WaitClosed(s)
@@ -477,10 +424,8 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 	t.Run("many names", func(t *testing.T) {
 		g, dev := newGroups(t)
 		for i := range 200 {
-			if err := g.Add(uint64(i), fmt.Sprint("g", i)); err != nil {
-				t.Fatal(err)
-			}
-			if err := g.Remove(uint64(i)); err != nil {
+			_, release := hold(t, g, fmt.Sprint("g", i))
+			if err := release(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -505,9 +450,7 @@ func TestEmptyGroupsAreForgotten(t *testing.T) {
 // with a Reinit that takes the lock before the reader's next lock.
 func TestEnsureRacesWithReinit(t *testing.T) {
 	g, _ := newGroups(t)
-	if err := g.Add(1, "a"); err != nil {
-		t.Fatal(err)
-	}
+	hold(t, g, "a")
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Add(1)

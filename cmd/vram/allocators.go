@@ -5,9 +5,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
@@ -50,25 +52,27 @@ func lookupAllocator(name string) (alloc.Entry, error) {
 const planAllocator = alloc.NamePool
 
 // managerAllocOptions are the manager options that choose vram run's
-// allocator: first those of $VRAM_ALLOC_CONF (vram.AllocConfFromEnv),
-// then, when --allocator names one (name is not ""), the flag's choice,
-// which wins: the registry's allocator of that name (vram.WithAllocatorEntry),
-// as in replay and bench. With neither the flag nor the variable naming
-// one, the manager's default serves (Expandable where the device manages
-// virtual memory, else Pool).
+// allocator: $VRAM_ALLOC_CONF's (vram.ReadAllocConf), with, when
+// --allocator names one (name is not ""), the flag's choice winning: the
+// registry's allocator of that name (account.ChoiceOf), as in replay and
+// bench, with the variable's configuration of it. With neither the flag
+// nor the variable naming one, the manager's default serves (Expandable
+// where the device manages virtual memory, else Pool).
 func managerAllocOptions(name string) ([]vram.Option, error) {
-	opts, err := vram.AllocConfFromEnv()
+	conf, err := vram.ReadAllocConf(os.Getenv(vram.AllocConfEnv))
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
 	if name == "" {
-		return opts, nil
+		return conf.Options(), nil
 	}
 	e, err := lookupAllocator(name)
 	if err != nil {
 		return nil, err
 	}
-	return append(opts, vram.WithAllocatorEntry(e)), nil
+	choice := account.ChoiceOf(e)
+	choice.Configs = conf.Allocator.Configs
+	return append(conf.Options(), vram.WithAllocatorChoice(choice)), nil
 }
 
 // parseAllocators reads a comma-separated --allocator list.

@@ -48,7 +48,7 @@ func TestManagerAllocOptions(t *testing.T) {
 				t.Fatalf("vram.New: %v", err)
 			}
 			defer m.Close()
-			if got := fmt.Sprintf("%T", m.Allocator()); got != tc.want {
+			if got := fmt.Sprintf("%T", m.Account().Allocator()); got != tc.want {
 				t.Errorf("allocator %s; want %s", got, tc.want)
 			}
 		})

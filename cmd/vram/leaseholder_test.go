@@ -74,11 +74,11 @@ func holdLease(spec, socket, name string, in io.Reader, out io.Writer) (err erro
 		case len(f) == 3 && f[0] == "alloc":
 			n, _ := strconv.Atoi(f[1])
 			wait, _ := time.ParseDuration(f[2])
-			ooms := m.Allocator().Stats().OOMs
+			ooms := m.Account().Allocator().Stats().OOMs
 			var aerr error
 			held, aerr = holdFor(m, name, n, wait)
 			switch {
-			case m.Allocator().Stats().OOMs != ooms:
+			case m.Account().Allocator().Stats().OOMs != ooms:
 				fmt.Fprintln(out, "oom", aerr)
 			case aerr != nil:
 				fmt.Fprintln(out, "refused", strings.ReplaceAll(aerr.Error(), "\n", " "))
@@ -92,12 +92,12 @@ func holdLease(spec, socket, name string, in io.Reader, out io.Writer) (err erro
 				}
 				held = nil
 			}
-			if err := m.Allocator().Trim(); err != nil {
+			if err := m.Account().Allocator().Trim(); err != nil {
 				return err
 			}
 			fmt.Fprintln(out, "freed")
 		case len(f) == 1 && f[0] == "held":
-			fmt.Fprintln(out, m.Allocator().Stats().Reserved)
+			fmt.Fprintln(out, m.Account().Allocator().Stats().Reserved)
 		default:
 			return fmt.Errorf("unknown command %q", sc.Text())
 		}

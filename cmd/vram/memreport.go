@@ -14,5 +14,5 @@ func (a *app) printMemoryReport(m *vram.Manager) {
 	if !a.verbose {
 		return
 	}
-	fmt.Fprintf(a.stderr, "memory after the batch:\n%s", vram.Report(m))
+	fmt.Fprintf(a.stderr, "memory after the batch:\n%s", m.Report())
 }

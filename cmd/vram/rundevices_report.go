@@ -9,7 +9,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/internal/oscillator"
 	"github.com/vramkit/vram/internal/units"
@@ -21,12 +20,12 @@ func (p *devicePart) ran(br batch.Report) {
 	s := &p.share
 	s.CopySeconds, s.ComputeSeconds, s.ExposedCopySeconds = br.Copy.Seconds(), br.Compute.Seconds(), br.ExposedCopy.Seconds()
 	s.BuffersInFlight, s.Lag = br.Buffers, br.Lag
-	kind, ar := vram.AllocatorReport(p.m)
+	kind, ar := p.m.Account().Report()
 	s.Allocator = kind.String()
 	if ar.Allocator != "" {
 		s.Allocator = ar.Allocator
 	}
-	st := p.m.Allocator().Stats()
+	_, st := p.m.Account().Stats()
 	s.Stats = toStatsJSON(st)
 	s.PeakDeviceBytes, s.PeakLiveBytes = st.PeakReserved, st.PeakInUse
 	s.StagingBytes = p.m.Host().Stats().Staging

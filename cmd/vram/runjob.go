@@ -411,7 +411,7 @@ func (j *job) check(want int, rep *runReport) error {
 	if verr != nil {
 		rep.VerifyError = verr.Error()
 	}
-	st := j.m.Allocator().Stats()
+	_, st := j.m.Account().Stats()
 	rep.Stats = toStatsJSON(st)
 	rep.PeakDeviceBytes = st.PeakReserved
 	rep.PeakLiveBytes = st.PeakInUse

@@ -46,7 +46,7 @@ type leaseJSON struct {
 
 // leaseOf is m's lease for the report, or nil without one.
 func leaseOf(m *vram.Manager) *leaseJSON {
-	s, ok := m.Lease()
+	s, ok := m.Account().Lease()
 	if !ok {
 		return nil
 	}

@@ -353,7 +353,7 @@ func (j *job) report(info device.Info, fallback error, limit uint64, ms *metrics
 	js := j.shape
 	// The allocator that serves the manager's kind, by its registry name:
 	// the Pool kind is Expandable or the segment Pool.
-	_, ar := vram.AllocatorReport(j.m)
+	_, ar := j.m.Account().Report()
 	rep := runReport{
 		Device:          fmt.Sprintf("%s:%d %s", info.Backend, info.Ordinal, info.Name),
 		Backend:         info.Backend,

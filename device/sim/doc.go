@@ -57,8 +57,8 @@
 //     alloc.Expandable, the manager's default here) an access past an
 //     array but inside its pool segment or mapped pages goes unseen unless
 //     the pool marks its blocks. To check a program's array bounds, set
-//     alloc.PoolConfig{CheckBlocks: true} (vram.WithPoolConfig, which
-//     also makes the manager use the segment Pool, which marks them).
+//     alloc.PoolConfig{CheckBlocks: true} (in the Configs of a manager's
+//     choice of the registry's segment Pool, which marks them).
 //   - Fault injection (Device.Faults): out of memory at the nth
 //     allocation or above a size, a failing copy, a device reset at a
 //     chosen call.

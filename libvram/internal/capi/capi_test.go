@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/gate"
@@ -242,6 +243,43 @@ func TestCap(t *testing.T) {
 	if err := m.Free(q, 4*MiB, Unordered); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestOneBudget: the allocator API and the client API of one manager
+// count in one budget, its account's: under a cap of 8 MiB, 6 MiB a hook
+// holds leave a client's unchunkable 4 MiB no room, and 4 MiB a client
+// holds leave a hook's 6 MiB none; freed, each fits. (Two accounts on
+// one device would each let both through.)
+func TestOneBudget(t *testing.T) {
+	var r Registry
+	var cs Clients
+	m := open(t, &r, "sim:vram=64MiB", 8*MiB)
+	c := register(t, &cs, m, ClientOptions{Name: "c"})
+	four := map[string]vram.ArrayRequest{"a": {Shape: []int{4 * MiB}, DType: vram.Uint8, Unchunkable: true}}
+
+	p, err := m.Alloc(SourceTorch, 6*MiB, Unordered)
+	must(t, err)
+	must(t, cs.Queue(c, four))
+	if rh, err := cs.Allocate(c, 0); err == nil {
+		must(t, cs.ReleaseResponse(rh))
+		t.Fatalf("a client's 4 MiB beside a hook's 6 MiB under a cap of 8 MiB was allocated (cap used %d)", stats(t, m).CapUsed)
+	}
+	must(t, m.Free(p, 6*MiB, Unordered))
+
+	must(t, cs.Queue(c, four))
+	rh, err := cs.Allocate(c, 0)
+	must(t, err)
+	if _, err := m.Alloc(SourceCuPy, 6*MiB, Unordered); !errors.Is(err, device.ErrOutOfMemory) {
+		t.Errorf("a hook's 6 MiB beside a client's 4 MiB under a cap of 8 MiB: %v, want ErrOutOfMemory", err)
+	}
+	if st := stats(t, m); st.CapUsed < 4*MiB || st.Sources[SourceCuPy].InUse != 0 {
+		t.Errorf("cap used %d, CuPy's books %d in use; want the client's 4 MiB counted, nothing of CuPy's", st.CapUsed, st.Sources[SourceCuPy].InUse)
+	}
+	must(t, cs.ReleaseResponse(rh))
+	must(t, cs.Close(c))
+	q, err := m.Alloc(SourceCuPy, 6*MiB, Unordered)
+	must(t, err)
+	must(t, m.Free(q, 6*MiB, Unordered))
 }
 
 func TestBadCalls(t *testing.T) {
@@ -488,7 +526,7 @@ func TestForeignCaller(t *testing.T) {
 	}
 	b := &borrowing{Device: dev, streams: map[uintptr]device.Stream{}}
 	var r Registry
-	m, err := r.openOn(b, Options{Spec: "sim (borrowing)"}, nil)
+	m, err := r.openOn(b, Options{Spec: "sim (borrowing)"}, vram.AllocConf{})
 	if err != nil {
 		t.Fatal(err)
 	}

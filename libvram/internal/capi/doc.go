@@ -7,10 +7,11 @@
 //
 // One budget per device. A Registry holds at most one Manager per device
 // ordinal, so every framework of the process that allocates on a device
-// goes through one vram.Manager, one allocator and one cap (vram.WithCap:
-// an alloc.Limit that refuses an allocation before the device is asked).
-// A budget from a broker lease would be one more way to open a Manager,
-// beside Open's cap.
+// goes through one device-memory account (package account): one
+// allocator and one cap (an alloc.Limit that refuses an allocation before
+// the device is asked), which a broker's lease drives when Open names a
+// broker. The C library has no clients or groups: it holds an account,
+// not a vram.Manager.
 //
 // Streams. An allocation names the stream it is ordered on by the handle
 // its framework gives (a cudaStream_t, which is a CUstream). Where the
@@ -46,5 +47,6 @@
 // while the handle that gave it is held.
 //
 // What it does not own: the C types, status codes and the fork check
-// (libvram), the allocator (alloc), the manager and its report (vram).
+// (libvram), the allocator (alloc), the account (account), the report's
+// form (vram.ManagerReport).
 package capi

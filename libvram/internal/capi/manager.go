@@ -1,10 +1,12 @@
 package capi
 
-// A Manager: one device's vram manager as the C library serves it.
+// A Manager: one device's vram manager as the C library serves it, over
+// the device's memory account (package account: the allocator, its cap
+// and a broker's lease).
 //
 // Locking, in this order: useMu (read: a call is using the manager;
-// write: Close), then mu, which protects the books. Nothing holding mu
-// calls the device or the allocator.
+// write: Close), then the account's own, then mu, which protects the
+// books. Nothing holding mu calls the device or the account.
 
 import (
 	"context"
@@ -14,7 +16,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
-	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -68,10 +70,10 @@ type Manager struct {
 	spec      string
 	ordinal   int
 	dev       device.Device
-	vm        *vram.Manager
-	al        alloc.Allocator      // vm's allocator (an alloc.Limit when capped); SetAllocator is never called
+	vm        *vram.Manager        // the client API's manager, whose account the allocator API shares
+	acct      *account.Account     // vm's account: the allocator, its cap and the broker's lease; never swapped
 	foreign   device.ForeignCaller // nil where the backend borrows no streams (the simulator)
-	leased    bool                 // opened with a broker's lease: allocations claim room under it first
+	leased    bool                 // acct follows a broker's lease: allocations claim room under it first
 	unordered device.Stream        // where allocations that name no stream are made
 
 	useMu  sync.RWMutex // read: a call is using the manager; write: Close
@@ -95,8 +97,13 @@ func (m *Manager) Ordinal() int { return m.ordinal }
 // Spec is the device spec the manager was opened with.
 func (m *Manager) Spec() string { return m.spec }
 
-// Manager is the vram manager behind m.
+// Manager is the vram manager behind m, which the client API registers
+// its clients with.
 func (m *Manager) Manager() *vram.Manager { return m.vm }
+
+// Account is the device-memory account behind m: its vram manager's,
+// which the allocator API allocates through.
+func (m *Manager) Account() *account.Account { return m.acct }
 
 // use marks a call in progress and makes the calling thread's driver
 // state safe to change (keepThread); done undoes both.
@@ -157,24 +164,19 @@ func (m *Manager) Alloc(src Source, n uint64, h uintptr) (device.Ptr, error) {
 	return p, nil
 }
 
-// leasedAlloc allocates n bytes on s, claiming room for them first under
-// the broker's lease, if the manager has one (vram.Manager.ClaimLease):
-// the broker bounds the wait by its reclaim deadline, leaseClaimTimeout
-// bounds it here. A claim the broker cannot cover fails before the device
-// is asked, with an error wrapping device.ErrOutOfMemory. Without a lease
-// it is the allocator's Alloc and nothing more: no context is made.
+// leasedAlloc allocates n bytes on s through the account, which claims
+// room for them first under the broker's lease, if it has one
+// (account.Account.Alloc): the broker bounds the wait by its reclaim
+// deadline, leaseClaimTimeout bounds it here. A claim the broker cannot
+// cover fails before the device is asked, with an error wrapping
+// device.ErrOutOfMemory. Without a lease no context is made.
 func (m *Manager) leasedAlloc(n uint64, s device.Stream) (device.Ptr, error) {
 	if !m.leased {
-		return m.al.Alloc(n, s)
+		return m.acct.Alloc(context.Background(), n, s)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseClaimTimeout)
 	defer cancel()
-	done, err := m.vm.ClaimLease(ctx, n)
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	return m.al.Alloc(n, s)
+	return m.acct.Alloc(ctx, n, s)
 }
 
 // leaseClaimTimeout bounds an allocation's wait for the broker's lease.
@@ -206,7 +208,7 @@ func (m *Manager) Free(p device.Ptr, n uint64, h uintptr) error {
 	}
 	delete(m.live, p)
 	m.mu.Unlock()
-	err = m.al.Free(p, s)
+	err = m.acct.Free(p, s)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err != nil && !errors.Is(err, device.ErrInvalidated) {
@@ -228,7 +230,7 @@ func (m *Manager) Trim() error {
 		return err
 	}
 	defer done()
-	if err := m.al.Trim(); err != nil {
+	if err := m.acct.Trim(context.Background()); err != nil {
 		return fmt.Errorf("vram: trim: %w", err)
 	}
 	return nil
@@ -242,9 +244,7 @@ func (m *Manager) ResetPeaks() error {
 		return err
 	}
 	defer done()
-	if r, ok := m.al.(alloc.PeakResetter); ok {
-		r.ResetPeaks()
-	}
+	m.acct.ResetPeaks()
 	m.mu.Lock()
 	for i := range m.books {
 		m.books[i].PeakInUse = m.books[i].InUse
@@ -294,8 +294,8 @@ func (m *Manager) closeIfIdle() error {
 	return nil
 }
 
-// shut releases everything m made: its streams, the vram manager and the
-// device. Called once no call can use m.
+// shut releases everything m made: its streams, the vram manager (and
+// its account) and the device. Called once no call can use m.
 func (m *Manager) shut() error {
 	var errs []error
 	for _, s := range m.keyed {

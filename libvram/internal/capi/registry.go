@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/device"
@@ -50,18 +52,19 @@ type Options struct {
 	Spec string // a device.Open spec: "", "auto", "sim:vram=1GiB", "cuda:1", …
 	Cap  uint64 // bytes the manager's allocations may take, as the allocator charges them; 0: $VRAM_ALLOC_CONF's limit, else none
 	// Broker, when not "", is the node broker's socket: the manager's
-	// budget is a lease of it (broker.At), asked for as Lease says, and
-	// Cap is ignored (Lease.Cap bounds the lease).
+	// budget is a lease of it (broker.At, account.LeaseOptions.Broker),
+	// asked for as Lease says, and Cap is ignored (Lease.Cap bounds the
+	// lease).
 	Broker string
-	Lease  vram.LeaseOptions
+	Lease  account.LeaseOptions
 }
 
-// Open opens the device, makes a vram manager on it with the allocator
-// that $VRAM_ALLOC_CONF configures (vram.ParseAllocConf) and the cap, and
+// Open opens the device, makes a manager on it with the allocator that
+// $VRAM_ALLOC_CONF configures (vram.ReadAllocConf) and the cap, and
 // registers it. It fails with ErrBusy when a manager is open on the same
 // device ordinal, and refuses the async allocator kind (see newManager).
 func (r *Registry) Open(o Options) (*Manager, error) {
-	conf, err := vram.AllocConfFromEnv()
+	conf, err := vram.ReadAllocConf(os.Getenv(vram.AllocConfEnv))
 	if err != nil {
 		return nil, fmt.Errorf("vram: open %q: %w", o.Spec, err)
 	}
@@ -73,7 +76,7 @@ func (r *Registry) Open(o Options) (*Manager, error) {
 }
 
 // openOn is Open on a device already open, which the manager then owns.
-func (r *Registry) openOn(dev device.Device, o Options, conf []vram.Option) (*Manager, error) {
+func (r *Registry) openOn(dev device.Device, o Options, conf vram.AllocConf) (*Manager, error) {
 	restore, err := keepThread(dev)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("vram: open %q: %w", o.Spec, err), dev.Close())
@@ -164,23 +167,24 @@ func (r *Registry) Close(h int64) error {
 	return m.shut()
 }
 
-// newManager makes the vram manager of o on dev. The async kind is
-// refused: the device's stream-ordered pool orders reuse only on the
-// allocating stream, which a hook that names no stream cannot give.
-func newManager(dev device.Device, o Options, conf []vram.Option) (*Manager, error) {
+// newManager makes the manager of o on dev: a vram manager (the client
+// API's) with the allocator and cap of conf, whose account the allocator
+// API allocates through too, so that both count in one budget. The async
+// kind is refused: the device's stream-ordered pool orders reuse only on
+// the allocating stream, which a hook that names no stream cannot give.
+func newManager(dev device.Device, o Options, conf vram.AllocConf) (*Manager, error) {
 	m := &Manager{spec: o.Spec, dev: dev, ordinal: dev.Info().Ordinal, live: map[device.Ptr]liveAlloc{}, keyed: map[uintptr]device.Stream{}}
 	if m.spec == "" {
 		m.spec = device.DefaultSpec()
 	}
 	m.foreign, _ = dev.(device.ForeignCaller)
-	opts := append(conf, vram.WithLogger(slog.New(slog.DiscardHandler)),
+	opts := append(conf.Options(), vram.WithLogger(slog.New(slog.DiscardHandler)),
 		vram.WithOOMObserver(func(_ *alloc.OutOfMemoryError, rep vram.ManagerReport) { m.noteOOM(rep) }))
 	switch {
 	case o.Broker != "":
 		lease := o.Lease
 		lease.Broker = broker.At(o.Broker)
 		opts = append(opts, vram.WithLease(lease))
-		m.leased = true
 	case o.Cap > 0: // else $VRAM_ALLOC_CONF's limit, if any, stands
 		opts = append(opts, vram.WithCap(o.Cap))
 	}
@@ -188,12 +192,12 @@ func newManager(dev device.Device, o Options, conf []vram.Option) (*Manager, err
 	if err != nil {
 		return nil, fmt.Errorf("vram: open %q: %w", o.Spec, err)
 	}
-	m.vm = vm
-	if kind, _ := vm.AllocatorStats(); kind == vram.AsyncPool {
+	m.vm, m.acct = vm, vm.Account()
+	_, m.leased = m.acct.Lease()
+	if kind, _ := m.acct.Stats(); kind == vram.AsyncPool {
 		return nil, errors.Join(fmt.Errorf("vram: open %q: the async allocator orders reuse on the allocating stream, which Numba's and CuPy's hooks do not name; choose pool or direct in %s: %w",
 			o.Spec, vram.AllocConfEnv, device.ErrInvalidValue), vm.Close())
 	}
-	m.al = vm.Allocator()
 	s, err := dev.NewStream()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("vram: open %q: the stream for unordered allocations: %w", o.Spec, err), vm.Close())

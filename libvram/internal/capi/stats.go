@@ -77,7 +77,7 @@ func (m *Manager) Stats() (Stats, error) {
 		return Stats{}, err
 	}
 	defer done()
-	_, rep := vram.AllocatorReport(m.vm)
+	_, rep := m.acct.Report()
 	info := m.dev.Info()
 	st := Stats{Handle: m.handle, Spec: m.spec, Device: m.ordinal, Backend: info.Backend, Allocator: rep.Allocator,
 		InUse: rep.InUse, PeakInUse: rep.PeakInUse, Reserved: rep.Reserved, PeakReserved: rep.PeakReserved,
@@ -96,15 +96,15 @@ func (m *Manager) Stats() (Stats, error) {
 }
 
 // Report is the manager's memory report: its handle and device, the vram
-// manager's report (allocator, cap, pinned pool), each framework's books
-// and the hook failures, as text.
+// manager's report (allocator, cap, pinned pool, the client API's
+// clients), each framework's books and the hook failures, as text.
 func (m *Manager) Report() (string, error) {
 	done, err := m.use("report")
 	if err != nil {
 		return "", err
 	}
 	defer done()
-	return m.report(vram.Report(m.vm)), nil
+	return m.report(m.vm.Report()), nil
 }
 
 // report writes r with m's header, books and hook failures. Takes mu.

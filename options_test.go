@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 )
@@ -20,10 +21,11 @@ func (p plainAlloc) Stats() alloc.Stats                                  { retur
 func (p plainAlloc) Trim() error                                         { return p.a.Trim() }
 func (p plainAlloc) Close() error                                        { return p.a.Close() }
 
-// TestAllocatorNamedAsServed: however an allocator is asked for, the
-// manager's reports name what serves, by its name in the allocator
-// registry: AllocatorReport, Report and its text, and the report at an
-// out of memory; the kind stays what was asked.
+// TestAllocatorNamedAsServed: however an allocator is asked for (the
+// choice, or the deprecated options that read as one), the manager's
+// reports name what serves, by its name in the allocator registry: the
+// account's Report, the manager's Report and its text, and the report at
+// an out of memory; the kind stays what was asked.
 func TestAllocatorNamedAsServed(t *testing.T) {
 	type ask struct {
 		opts  []Option
@@ -34,16 +36,22 @@ func TestAllocatorNamedAsServed(t *testing.T) {
 	tests := map[string]ask{
 		"the default":             {kind: Pool, serve: alloc.NameExpandable},
 		"the default, no VM":      {noVM: true, kind: Pool, serve: alloc.NamePool},
-		"a pool configuration":    {opts: []Option{WithPoolConfig(alloc.PoolConfig{KeepCache: true})}, kind: Pool, serve: alloc.NamePool},
-		"expandable off":          {opts: []Option{WithExpandable(false, alloc.ExpandableConfig{})}, kind: Pool, serve: alloc.NamePool},
-		"expandable on":           {opts: []Option{WithExpandable(true, alloc.ExpandableConfig{})}, kind: Pool, serve: alloc.NameExpandable},
-		"direct kind":             {opts: []Option{WithAllocator(Direct)}, kind: Direct, serve: alloc.NameDirect},
-		"async kind":              {opts: []Option{WithAllocator(AsyncPool)}, kind: AsyncPool, serve: alloc.NameAsync},
+		"direct kind":             {opts: []Option{WithAllocatorChoice(account.Choice{Kind: Direct})}, kind: Direct, serve: alloc.NameDirect},
+		"async kind":              {opts: []Option{WithAllocatorChoice(account.Choice{Kind: AsyncPool})}, kind: AsyncPool, serve: alloc.NameAsync},
 		"a wrapper without names": {opts: []Option{WithWrap(func(a alloc.Allocator) alloc.Allocator { return plainAlloc{a} })}, kind: Pool, serve: alloc.NameExpandable},
-		"under a cap":             {opts: []Option{WithCap(32 * MiB), WithAllocator(Direct)}, kind: Direct, serve: alloc.NameDirect},
+		"under a cap":             {opts: []Option{WithCap(32 * MiB), WithAllocatorChoice(account.Choice{Kind: Direct})}, kind: Direct, serve: alloc.NameDirect},
+		"the last choice wins":    {opts: []Option{WithAllocatorChoice(account.Choice{Kind: AsyncPool}), WithAllocatorChoice(account.Choice{Kind: Direct})}, kind: Direct, serve: alloc.NameDirect},
+		// The deprecated options read as the choices they stand for.
+		"deprecated: a pool configuration": {opts: []Option{WithPoolConfig(alloc.PoolConfig{KeepCache: true})}, kind: Pool, serve: alloc.NamePool},
+		"deprecated: expandable off":       {opts: []Option{WithExpandable(false, alloc.ExpandableConfig{})}, kind: Pool, serve: alloc.NamePool},
+		"deprecated: expandable on":        {opts: []Option{WithExpandable(true, alloc.ExpandableConfig{})}, kind: Pool, serve: alloc.NameExpandable},
+		"deprecated: direct kind":          {opts: []Option{WithAllocator(Direct)}, kind: Direct, serve: alloc.NameDirect},
+		"deprecated: kind, then a choice":  {opts: []Option{WithAllocator(Direct), WithAllocatorChoice(account.Choice{Kind: AsyncPool})}, kind: AsyncPool, serve: alloc.NameAsync},
+		"deprecated: a choice, then kind":  {opts: []Option{WithAllocatorChoice(account.Choice{Kind: AsyncPool}), WithAllocator(Direct)}, kind: Direct, serve: alloc.NameDirect},
 	}
 	for _, e := range alloc.Allocators() {
-		tests["entry "+e.Name] = ask{opts: []Option{WithAllocatorEntry(e)}, kind: e.Kind, serve: e.Name}
+		tests["entry "+e.Name] = ask{opts: []Option{WithAllocatorChoice(account.ChoiceOf(e))}, kind: e.Kind, serve: e.Name}
+		tests["deprecated: entry "+e.Name] = ask{opts: []Option{WithAllocatorEntry(e)}, kind: e.Kind, serve: e.Name}
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -58,11 +66,14 @@ func TestAllocatorNamedAsServed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			k, r := AllocatorReport(m)
+			k, r := m.Account().Report()
 			if k != tc.kind || r.Allocator != tc.serve {
-				t.Fatalf("AllocatorReport = kind %v, %q; want kind %v served by %q", k, r.Allocator, tc.kind, tc.serve)
+				t.Fatalf("the account's Report = kind %v, %q; want kind %v served by %q", k, r.Allocator, tc.kind, tc.serve)
 			}
-			rep := Report(m)
+			if dk, dr := AllocatorReport(m); dk != k || dr.Allocator != r.Allocator { // deprecated, the same
+				t.Errorf("AllocatorReport = %v, %q; want the account's %v, %q", dk, dr.Allocator, k, r.Allocator)
+			}
+			rep := m.Report()
 			head := fmt.Sprintf("manager: %s allocator, ", tc.serve)
 			if s := rep.String(); !strings.HasPrefix(s, head) || rep.Allocator != tc.kind {
 				t.Errorf("Report: kind %v, text:\n%s\nwant kind %v and a first line starting %q", rep.Allocator, s, tc.kind, head)
@@ -72,10 +83,10 @@ func TestAllocatorNamedAsServed(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if _, err := m.Allocator().Alloc(1<<40, s); err == nil {
+			if _, err := m.Account().Allocator().Alloc(1<<40, s); err == nil {
 				t.Fatal("a TiB allocation succeeded")
 			}
-			if _, plain := m.Allocator().(plainAlloc); !plain && oomName != tc.serve {
+			if _, plain := m.Account().Allocator().(plainAlloc); !plain && oomName != tc.serve {
 				t.Errorf("the out-of-memory report names %q; want %q", oomName, tc.serve)
 			}
 		})
@@ -91,7 +102,7 @@ func TestAllocatorEntryKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, _ := newManager(t, 64*MiB, WithAllocatorEntry(pool))
+	m, _, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.ChoiceOf(pool)))
 	steps := []struct {
 		kind  AllocatorKind
 		serve string
@@ -100,12 +111,12 @@ func TestAllocatorEntryKinds(t *testing.T) {
 		if err := m.SetAllocator(s.kind); err != nil {
 			t.Fatalf("SetAllocator(%v): %v", s.kind, err)
 		}
-		if k, r := AllocatorReport(m); k != s.kind || r.Allocator != s.serve {
+		if k, r := m.Account().Report(); k != s.kind || r.Allocator != s.serve {
 			t.Errorf("after SetAllocator(%v): kind %v served by %q; want %q", s.kind, k, r.Allocator, s.serve)
 		}
 	}
 	dev := newSim(t, 64*MiB)
-	if _, err := New(dev, WithAllocatorEntry(alloc.Entry{Name: "mine", Kind: Direct})); !errors.Is(err, device.ErrInvalidValue) {
+	if _, err := New(dev, WithAllocatorChoice(account.ChoiceOf(alloc.Entry{Name: "mine", Kind: Direct}))); !errors.Is(err, device.ErrInvalidValue) {
 		t.Errorf("New with an entry not from the registry: %v; want ErrInvalidValue", err)
 	}
 }

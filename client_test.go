@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/units"
 )
 
 // TestConcurrentClients runs many goroutines that register, queue,
@@ -25,7 +28,7 @@ func TestConcurrentClients(t *testing.T) {
 			free0, _, _ := dev.MemInfo()
 			// A limit of 24 MiB in use makes group g3's batch (2 × 3M
 			// float32 = 24 MiB) chunk, and lets the groups compete.
-			m, err := New(dev, WithAllocator(kind), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: kind}), WithWrap(func(a alloc.Allocator) alloc.Allocator {
 				return alloc.NewLimit(a, 24*MiB)
 			}))
 			if err != nil {
@@ -81,10 +84,10 @@ func TestConcurrentClients(t *testing.T) {
 			if p := m.Shares().Manual; p != 0 {
 				t.Errorf("manual pool %v after every client closed", p)
 			}
-			if err := m.Allocator().Trim(); err != nil {
+			if err := m.Account().Allocator().Trim(); err != nil {
 				t.Fatal(err)
 			}
-			if st := m.Allocator().Stats(); st.InUse != 0 {
+			if st := m.Account().Allocator().Stats(); st.InUse != 0 {
 				t.Errorf("allocator has %d bytes in use", st.InUse)
 			}
 			if err := m.Close(); err != nil {
@@ -192,7 +195,7 @@ func clientLife(m *Manager, rng *rand.Rand, w, i int, count func(string)) error 
 // TestConcurrentActiveMode is TestConcurrentClients' client life under
 // the Active limit mode, where caps shrink as clients join.
 func TestConcurrentActiveMode(t *testing.T) {
-	m, dev, _ := newManager(t, 64*MiB, WithAllocator(Pool), WithLimitMode(Active))
+	m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: Pool}), WithLimitMode(Active))
 	free0, _, _ := dev.MemInfo()
 	var wg sync.WaitGroup
 	for w := range 8 {
@@ -206,7 +209,7 @@ func TestConcurrentActiveMode(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	_ = m.Allocator().Trim()
+	_ = m.Account().Allocator().Trim()
 	if f, _, _ := dev.MemInfo(); f != free0 {
 		t.Errorf("device free %d, was %d", f, free0)
 	}
@@ -247,4 +250,127 @@ func TestCloseWhileRegistering(t *testing.T) {
 		t.Error(err)
 	}
 	wg.Wait()
+}
+
+// BenchmarkRegisterClose measures one Register and one Close with n
+// clients already registered (a third of them manual, in 8 groups).
+// Everything is O(1) in n: the cost should stay flat from 10 to 100,000.
+func BenchmarkRegisterClose(b *testing.B) {
+	for _, n := range []int{10, 100, 1000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			dev := newSim(b, units.GiB, func(c *sim.Config) { c.AddressOnly = true })
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer m.Close()
+			for i := range n {
+				p := 0.0
+				if i%3 == 0 {
+					p = 1e-7
+				}
+				if _, err := m.Register(ClientOptions{Proportion: p, Group: fmt.Sprintf("g%d", i%8)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				p := 0.0
+				if i%3 == 0 {
+					p = 1e-7
+				}
+				c, err := m.Register(ClientOptions{Proportion: p, Group: "g3"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Close(); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func TestSyncCancelled(t *testing.T) {
+	tests := map[string]struct {
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		"cancelled": {func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(10*time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+		"deadline": {func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 10*time.Millisecond)
+		}, context.DeadlineExceeded},
+		"done before the call": {func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx, cancel
+		}, context.Canceled},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			m, _, _ := newManager(t, 64*MiB)
+			c := register(t, m, ClientOptions{})
+			release := blockStream(t, m, c)
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Sync(ctx) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, tc.want) {
+					t.Errorf("Sync = %v; want an error wrapping %v", err, tc.want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Sync waited for a stream that never finishes despite its context")
+			}
+			release()
+			if err := c.Sync(context.Background()); err != nil {
+				t.Errorf("Sync once the stream is free: %v", err)
+			}
+		})
+	}
+}
+
+// TestFreeWaitsUnderDirect backs the package doc's word on frees: under
+// Direct, a client's Free waits for the work of another group's stream
+// (as cuMemFree waits for the device); under the pools it does not.
+func TestFreeWaitsUnderDirect(t *testing.T) {
+	for kind, waits := range map[AllocatorKind]bool{Direct: true, Pool: false, AsyncPool: false} {
+		t.Run(kind.String(), func(t *testing.T) {
+			m, dev, _ := newManager(t, 64*MiB, WithAllocatorChoice(account.Choice{Kind: kind}))
+			a := register(t, m, ClientOptions{Name: "a", Group: "a"})
+			b := register(t, m, ClientOptions{Name: "b", Group: "b"})
+			holdBytes(t, a, int(MiB))
+			s, err := b.Stream()
+			must(t, err)
+			open := gateStream(t, dev, s) // b's stream busy until open
+			done := make(chan error, 1)
+			go func() { done <- a.Free("x") }()
+			wait := 100 * time.Millisecond // a Free that waits must not return in this
+			if !waits {
+				wait = 10 * time.Second // a Free that does not wait returns in this, however loaded the machine
+			}
+			select {
+			case err := <-done:
+				open()
+				must(t, err)
+				if waits {
+					t.Fatal("Free returned while another group's stream was still at work")
+				}
+			case <-time.After(wait):
+				open()
+				if !waits {
+					t.Fatal("Free waited for another group's stream")
+				}
+				must(t, <-done)
+			}
+			must(t, b.Sync(context.Background()))
+		})
+	}
 }

@@ -7,184 +7,14 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/vramkit/vram/account"
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
 )
-
-// hookLog records hook calls in order.
-type hookLog struct {
-	mu    sync.Mutex
-	calls []string
-	resps map[string]*ArrayResponse
-	inval map[string]int
-}
-
-func newHookLog() *hookLog {
-	return &hookLog{resps: map[string]*ArrayResponse{}, inval: map[string]int{}}
-}
-
-func (h *hookLog) opts(name, group string) ClientOptions {
-	return ClientOptions{
-		Name:  name,
-		Group: group,
-		OnAllocated: func(r *ArrayResponse) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.calls = append(h.calls, name)
-			h.resps[name] = r
-		},
-		OnInvalidate: func(error) {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.inval[name]++
-		},
-	}
-}
-
-// reset forgets the calls so far.
-func (h *hookLog) reset() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls, h.resps, h.inval = nil, map[string]*ArrayResponse{}, map[string]int{}
-}
-
-// invalidated counts the OnInvalidate calls of the client named name.
-func (h *hookLog) invalidated(name string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.inval[name]
-}
-
-func (h *hookLog) got() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.calls)
-}
-
-func TestAllocateHooks(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
-	h := newHookLog()
-	a := register(t, m, h.opts("a", "batch"))
-	b := register(t, m, h.opts("b", "batch"))
-	notary := register(t, m, h.opts("n", "batch"))
-	outsider := register(t, m, h.opts("o", "other"))
-	if err := a.Queue(map[string]ArrayRequest{
-		"state": req(Float32, 1, 2, 1000), "consts": fixed(Float64, 16),
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Queue(map[string]ArrayRequest{"out": req(Float32, 2, 5, 2, 1000)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := outsider.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 10)}); err != nil {
-		t.Fatal(err)
-	}
-	// b triggers the group's allocation.
-	resp, err := b.Allocate(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := h.got(); !slices.Equal(got, []string{"a", "b", "n"}) {
-		t.Fatalf("hooks called %v, want requesters a, b then notary n", got)
-	}
-	if resp != h.resps["b"] {
-		t.Error("Allocate did not return the trigger's own response")
-	}
-	ra, rb, rn := h.resps["a"], h.resps["b"], h.resps["n"]
-	for name, tc := range map[string]struct {
-		r      *ArrayResponse
-		c      *Client
-		labels []string
-	}{
-		"requester a": {ra, a, []string{"consts", "state"}},
-		"requester b": {rb, b, []string{"out"}},
-		"notary":      {rn, notary, nil},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if tc.r.Client != tc.c {
-				t.Errorf("response for %v, want %v", tc.r.Client, tc.c)
-			}
-			if got := slices.Sorted(maps.Keys(tc.r.Arrays())); !slices.Equal(got, tc.labels) {
-				t.Errorf("arrays %v, want %v", got, tc.labels)
-			}
-			if tc.r.Plan.Chunks != 1 || tc.r.Plan.ChunkLength != 1000 || tc.r.Plan.TotalRuns != 1000 {
-				t.Errorf("chunk parameters %d × %d of %d", tc.r.Plan.Chunks, tc.r.Plan.ChunkLength, tc.r.Plan.TotalRuns)
-			}
-			if len(tc.labels) == 0 && (len(tc.r.Host()) != 0 || len(tc.r.ChunkedShapes()) != 0) {
-				t.Errorf("a notary got host arrays or shapes: %v %v", tc.r.Host(), tc.r.ChunkedShapes())
-			}
-			for l, arr := range tc.r.Arrays() {
-				if !slices.Equal(arr.Shape(), tc.r.ChunkedShapes()[l]) || arr.Ptr() == 0 || arr.Label() != l {
-					t.Errorf("%s: shape %v (want %v), ptr %v, label %q", l, arr.Shape(), tc.r.ChunkedShapes()[l], arr.Ptr(), arr.Label())
-				}
-			}
-		})
-	}
-	st := ra.Arrays()["state"]
-	if st.DType() != Float32 || st.Bytes() != 8000 || st.Len() != 2000 || !slices.Equal(st.Strides(), []int{4000, 4}) || st.Memory() != Device {
-		t.Errorf("state array: %v bytes %d len %d strides %v", st, st.Bytes(), st.Len(), st.Strides())
-	}
-	if g := granularityOf(m.Allocator()); a.Held() != roundUp(8000, g)+roundUp(128, g) || b.Held() != roundUp(40000, g) {
-		t.Errorf("held: a %d, b %d", a.Held(), b.Held())
-	}
-	if got := a.Arrays(); got["state"] != st || len(got) != 2 {
-		t.Errorf("a.Arrays() = %v", got)
-	}
-	// The queue is empty now: an Allocate sends every member the group's
-	// plan again, with no arrays (cubie's allocate_queue with an empty
-	// queue), and frees nothing. The outsider's queue is untouched.
-	h.reset()
-	again, err := a.Allocate(context.Background())
-	if err != nil || again == nil || len(again.Arrays()) != 0 || len(again.Host()) != 0 || len(again.ChunkedShapes()) != 0 ||
-		again.Plan.Chunks != ra.Plan.Chunks || again.Plan.ChunkLength != ra.Plan.ChunkLength || again.Plan.TotalRuns != ra.Plan.TotalRuns {
-		t.Fatalf("second Allocate: %+v, %v; want the plan again (%d × %d of %d) and no arrays", again, err, ra.Plan.Chunks, ra.Plan.ChunkLength, ra.Plan.TotalRuns)
-	}
-	if got := h.got(); !slices.Equal(got, []string{"a", "b", "n"}) || h.resps["a"] != again {
-		t.Errorf("hooks on the empty queue: %v; want every member, a's with the response Allocate returned", got)
-	}
-	for _, r := range h.resps {
-		if len(r.Arrays()) != 0 || r.Plan.Chunks != ra.Plan.Chunks {
-			t.Errorf("%v's response again: %d arrays, %d chunks", r.Client, len(r.Arrays()), r.Plan.Chunks)
-		}
-	}
-	if st.Freed() || a.Arrays()["state"] != st {
-		t.Error("sending the plan again freed or replaced a's arrays")
-	}
-	if q := outsider.Queued(); len(q) != 1 {
-		t.Errorf("another group's queue: %v", q)
-	}
-}
-
-// TestHooksMayCallTheManager: no lock is held while a hook runs.
-func TestHooksMayCallTheManager(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
-	var c *Client
-	done := make(chan error, 1)
-	c = register(t, m, ClientOptions{OnAllocated: func(r *ArrayResponse) {
-		_ = c.Proportion()
-		err := c.Queue(map[string]ArrayRequest{"again": req(Float32, 0, 5)})
-		if err == nil {
-			err = m.Free("x")
-		}
-		done <- err
-	}})
-	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 5)})
-	if _, err := c.Allocate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if len(c.Queued()) != 1 {
-		t.Error("the hook's queued request is missing")
-	}
-}
 
 func TestChunkedAllocation(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -408,7 +238,7 @@ func TestAllocateFailures(t *testing.T) {
 						if now[l] != nil || !a.Freed() {
 							t.Errorf("%s/%s: the failure freed it, yet it is still held", name, l)
 						}
-						held -= roundUp(a.Bytes(), granularityOf(m.Allocator()))
+						held -= roundUp(a.Bytes(), granularityOf(m.Account().Allocator()))
 						gone++
 					case now[l] != a || a.Freed():
 						t.Errorf("%s/%s was lost by the failure: holds %v (freed %v), had %v", name, l, now[l], a.Freed(), a)
@@ -493,53 +323,6 @@ func TestRunsMismatchAcrossClients(t *testing.T) {
 	}
 }
 
-func TestQueueValidation(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
-	c := register(t, m, ClientOptions{})
-	for name, tc := range map[string]struct {
-		r  ArrayRequest
-		is error
-	}{
-		"zero dimension":   {ArrayRequest{Shape: []int{4, 0}, DType: Float32}, ErrInvalidRequest},
-		"no shape":         {ArrayRequest{DType: Float32}, ErrInvalidRequest},
-		"no dtype":         {ArrayRequest{Shape: []int{4}}, ErrInvalidRequest},
-		"managed memory":   {ArrayRequest{Shape: []int{4}, DType: Float32, Memory: Managed}, ErrNotSupported},
-		"size overflow":    {ArrayRequest{Shape: []int{1 << 40, 1 << 30}, DType: Float64}, ErrInvalidRequest},
-		"runs disagree":    {ArrayRequest{Shape: []int{10}, DType: Float32, TotalRuns: 11}, ErrInvalidRequest},
-		"negative axis":    {ArrayRequest{Shape: []int{10}, DType: Float32, ChunkAxis: -1}, ErrInvalidRequest},
-		"unknown memory":   {ArrayRequest{Shape: []int{10}, DType: Float32, Memory: 9}, ErrInvalidRequest},
-		"negative runs":    {ArrayRequest{Shape: []int{10}, DType: Float32, Unchunkable: true, TotalRuns: -2}, ErrInvalidRequest},
-		"unknown dtype 99": {ArrayRequest{Shape: []int{10}, DType: 99}, ErrInvalidRequest},
-	} {
-		t.Run(name, func(t *testing.T) {
-			err := c.Queue(map[string]ArrayRequest{"good": req(Float32, 0, 10), "bad": tc.r})
-			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), "bad") {
-				t.Errorf("got %v, want %v naming the label", err, tc.is)
-			}
-			if q := c.Queued(); len(q) != 0 {
-				t.Errorf("a refused request set queued %v", q)
-			}
-		})
-	}
-	// Queuing again replaces the whole set, as cubie's queue_request:
-	// b, not queued again, is gone.
-	_ = c.Queue(map[string]ArrayRequest{"a": req(Float32, 0, 10), "b": req(Float32, 0, 10)})
-	shape := []int{20}
-	_ = c.Queue(map[string]ArrayRequest{"a": {Shape: shape, DType: Float64}})
-	shape[0] = 99 // the queue holds its own copy
-	q := c.Queued()
-	if len(q) != 1 || q["a"].DType != Float64 || q["a"].Shape[0] != 20 {
-		t.Errorf("queue after re-queuing a alone: %v; want a alone", q)
-	}
-	// A refused set leaves what was queued; an empty one drops it.
-	if err := c.Queue(map[string]ArrayRequest{"bad": {}}); err == nil || len(c.Queued()) != 1 {
-		t.Errorf("a refused set: %v, queue %v", err, c.Queued())
-	}
-	if err := c.Queue(nil); err != nil || len(c.Queued()) != 0 {
-		t.Errorf("Queue(nil): %v, queue %v; want it empty", err, c.Queued())
-	}
-}
-
 func TestHostMemoryRequests(t *testing.T) {
 	m, dev, _ := newManager(t, 64*MiB)
 	c := register(t, m, ClientOptions{})
@@ -567,7 +350,7 @@ func TestHostMemoryRequests(t *testing.T) {
 	if mp.DevicePtr() == 0 || resp.Arrays()["mapped"].Ptr() != mp.DevicePtr() || resp.Arrays()["mapped"].Memory() != Mapped {
 		t.Errorf("mapped: host at %v, device array %v", mp.DevicePtr(), resp.Arrays()["mapped"])
 	}
-	if c.Held() != roundUp(4000, granularityOf(m.Allocator())) {
+	if c.Held() != roundUp(4000, granularityOf(m.Account().Allocator())) {
 		t.Errorf("host memory counted as held: %d", c.Held())
 	}
 	if r := dev.Leaks(); r.HostBuffers != 2 {
@@ -581,134 +364,6 @@ func TestHostMemoryRequests(t *testing.T) {
 	}
 	if r := dev.Leaks(); r.HostBuffers != 1 {
 		t.Errorf("pinned buffers after freeing mapped: %s", r)
-	}
-}
-
-func TestFreeFreeAllInvalidateAll(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
-	h := newHookLog()
-	a := register(t, m, h.opts("a", ""))
-	b := register(t, m, h.opts("b", "other"))
-	alloc := func() (*ArrayResponse, *ArrayResponse) {
-		_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10), "y": req(Float32, 0, 10)})
-		_ = b.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)})
-		ra, err := a.Allocate(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		rb, err := b.Allocate(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ra, rb
-	}
-	free0 := free(t, m)
-	ra, rb := alloc()
-	if err := m.Free("x"); err != nil {
-		t.Fatal(err)
-	}
-	if !ra.Arrays()["x"].Freed() || !rb.Arrays()["x"].Freed() || ra.Arrays()["y"].Freed() {
-		t.Error("Free(x) must free x of every client and nothing else")
-	}
-	if err := m.Free("nothing"); err != nil {
-		t.Errorf("Free of an unknown label: %v", err)
-	}
-	if err := m.FreeAll(); err != nil {
-		t.Fatal(err)
-	}
-	if !ra.Arrays()["y"].Freed() || free(t, m) != free0 || a.Held() != 0 {
-		t.Error("FreeAll left arrays")
-	}
-	if len(h.inval) != 0 {
-		t.Errorf("FreeAll called OnInvalidate: %v", h.inval)
-	}
-	ra, _ = alloc()
-	if err := m.InvalidateAll(); err != nil {
-		t.Fatal(err)
-	}
-	if !ra.Arrays()["y"].Freed() || h.inval["a"] != 1 || h.inval["b"] != 1 {
-		t.Errorf("InvalidateAll: freed %v, hooks %v", ra.Arrays()["y"].Freed(), h.inval)
-	}
-}
-
-func TestSetAllocator(t *testing.T) {
-	for _, kind := range []AllocatorKind{Direct, Pool, AsyncPool} {
-		t.Run(kind.String(), func(t *testing.T) {
-			m, _, _ := newManager(t, 64*MiB)
-			h := newHookLog()
-			a := register(t, m, h.opts("a", "g"))
-			b := register(t, m, h.opts("b", ""))
-			_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000), "p": {Shape: []int{4}, DType: Int32, Memory: Pinned, Unchunkable: true}})
-			resp, err := a.Allocate(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = b.Queue(map[string]ArrayRequest{"later": req(Float32, 0, 10)})
-			sa, _ := a.Stream()
-			sb, _ := b.Stream()
-			free0 := free(t, m)
-			if err := m.SetAllocator(kind); err != nil {
-				t.Fatal(err)
-			}
-			if allocatorKind(m) != kind {
-				t.Errorf("kind %v", allocatorKind(m))
-			}
-			if k, st := m.AllocatorStats(); k != kind || st.Allocs != 0 || st.InUse != 0 {
-				t.Errorf("AllocatorStats = %v, %+v; want the new %v with nothing allocated", k, st, kind)
-			}
-			if !resp.Arrays()["x"].Freed() || !resp.Host()["p"].Freed() || a.Held() != 0 {
-				t.Error("arrays survived SetAllocator")
-			}
-			if f := free(t, m); f < free0+4096 {
-				t.Errorf("device free %d after SetAllocator, was %d with an array live", f, free0)
-			}
-			if h.inval["a"] != 1 || h.inval["b"] != 1 {
-				t.Errorf("OnInvalidate calls: %v", h.inval)
-			}
-			if s, _ := a.Stream(); s == sa {
-				t.Error("group g kept its stream")
-			}
-			if s, _ := b.Stream(); s == sb {
-				t.Error("the default group kept its stream")
-			}
-			if len(b.Queued()) != 1 {
-				t.Error("SetAllocator dropped queued requests")
-			}
-			// The new allocator serves.
-			if resp, err := b.Allocate(context.Background()); err != nil || resp.Arrays()["later"].Freed() {
-				t.Errorf("allocate after SetAllocator: %v", err)
-			}
-		})
-	}
-}
-
-// noAsync hides the simulator's stream-ordered pool.
-type noAsync struct{ device.Device }
-
-func TestSetAllocatorRefusedChangesNothing(t *testing.T) {
-	dev := newSim(t, 64*MiB)
-	m, err := New(noAsync{dev}, WithAllocator(Direct))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	h := newHookLog()
-	c := register(t, m, h.opts("c", ""))
-	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 10)})
-	resp, _ := c.Allocate(context.Background())
-	s0, _ := c.Stream()
-	err = m.SetAllocator(AsyncPool)
-	if !errors.Is(err, ErrNotSupported) {
-		t.Fatalf("AsyncPool on a device without one: %v", err)
-	}
-	if s, _ := c.Stream(); s != s0 || resp.Arrays()["x"].Freed() || len(h.inval) != 0 || allocatorKind(m) != Direct {
-		t.Error("a refused SetAllocator changed something")
-	}
-	if _, err := New(noAsync{dev}, WithAllocator(AsyncPool)); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("New with AsyncPool on a device without one: %v", err)
-	}
-	if _, err := m.NewHostArray([]int{3}, Float32, Pinned, nil); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("pinned array on a device without host allocation: %v", err)
 	}
 }
 
@@ -728,28 +383,8 @@ func TestReallocationReplaces(t *testing.T) {
 	if got := c.Arrays(); got["x"] != r2.Arrays()["x"] || got["keep"] != r1.Arrays()["keep"] {
 		t.Errorf("client arrays %v", got)
 	}
-	if c.Held() != 2*roundUp(4000, granularityOf(m.Allocator())) {
+	if c.Held() != 2*roundUp(4000, granularityOf(m.Account().Allocator())) {
 		t.Errorf("held %d", c.Held())
-	}
-}
-
-func TestAllocateRacesWithClose(t *testing.T) {
-	// A requester closing during its group's allocation gets nothing and
-	// keeps nothing.
-	m, dev, _ := newManager(t, 64*MiB)
-	for range 50 {
-		a := register(t, m, ClientOptions{Group: "g"})
-		b := register(t, m, ClientOptions{Group: "g"})
-		_ = a.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 100)})
-		_ = b.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 100)})
-		var wg sync.WaitGroup
-		wg.Go(func() { _, _ = a.Allocate(context.Background()) })
-		wg.Go(func() { _ = b.Close() })
-		wg.Wait()
-		_ = a.Close()
-	}
-	if r := dev.Leaks(); r.Allocs != 0 {
-		t.Errorf("left on the device: %s", r)
 	}
 }
 
@@ -885,90 +520,6 @@ func (a allocHook) Alloc(n uint64, s device.Stream) (device.Ptr, error) {
 
 func (a allocHook) Upstream() alloc.Allocator { return a.Allocator }
 
-// TestAllocateOfATriggerClosedMeanwhile: the client whose
-// Allocate allocates its group is closed meanwhile. Its arrays are
-// freed, the other members get theirs, and it gets ErrClosed, not
-// (nil, nil).
-func TestAllocateOfATriggerClosedMeanwhile(t *testing.T) {
-	var armed atomic.Bool
-	var victim atomic.Pointer[Client]
-	m, dev, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
-		return allocHook{a, func() {
-			if armed.CompareAndSwap(true, false) {
-				_ = victim.Load().Close()
-			}
-		}}
-	}))
-	h := newHookLog()
-	c := register(t, m, h.opts("c", "g"))
-	n := register(t, m, h.opts("n", "g"))
-	register(t, m, h.opts("o", "g"))
-	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-	_ = n.Queue(map[string]ArrayRequest{"y": req(Float32, 0, 1000)})
-	victim.Store(c)
-	armed.Store(true)
-	resp, err := c.Allocate(context.Background())
-	if resp != nil || !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), c.String()) {
-		t.Fatalf("Allocate of a client closed meanwhile = %v, %v; want ErrClosed naming it", resp, err)
-	}
-	if got := h.got(); !slices.Equal(got, []string{"n", "o"}) || h.resps["n"].Arrays()["y"] == nil {
-		t.Errorf("hooks %v; want the other requester and the notary", got)
-	}
-	if n.Arrays()["y"] == nil || c.Held() != 0 {
-		t.Errorf("n holds %v, the closed client %d bytes", n.Arrays(), c.Held())
-	}
-	_ = n.Close()
-	if r := dev.Leaks(); r.Allocs != 0 {
-		t.Errorf("left on the device: %s", r)
-	}
-}
-
-// TestAllocateReleasesItsLocksOnPanic: a panic inside the
-// allocation (here an allocator's) leaves no lock held: the manager
-// still serves calls and closes.
-func TestAllocateReleasesItsLocksOnPanic(t *testing.T) {
-	var armed atomic.Bool
-	m, _, _ := newManager(t, 64*MiB, WithWrap(func(a alloc.Allocator) alloc.Allocator {
-		return allocHook{a, func() {
-			if armed.CompareAndSwap(true, false) {
-				panic("allocator bug")
-			}
-		}}
-	}))
-	c := register(t, m, ClientOptions{Group: "g"})
-	_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-	armed.Store(true)
-	func() {
-		defer func() {
-			if r := recover(); r != "allocator bug" {
-				t.Fatalf("recovered %v", r)
-			}
-		}()
-		_, _ = c.Allocate(context.Background())
-	}()
-	done := make(chan error)
-	go func() {
-		_ = c.Queue(map[string]ArrayRequest{"x": req(Float32, 0, 1000)})
-		if _, err := c.Allocate(context.Background()); err != nil { // the same group lock
-			done <- err
-			return
-		}
-		if err := m.SetAllocator(Direct); err != nil { // allocMu for writing
-			done <- err
-			return
-		}
-		done <- m.Close()
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the manager is wedged after a panic in Allocate")
-	}
-}
-
 // TestHugePageableRequestIsRefused: a pageable array larger than the
 // host can hold is an error wrapping ErrOutOfMemory that names its bytes,
 // not a panic (which used to leave Allocate's locks held).
@@ -1001,56 +552,97 @@ func TestHugePageableRequestIsRefused(t *testing.T) {
 	}
 }
 
-// TestEmptyRequestQueuesNothing: queuing no request is a no-op; it does
-// not make the client a requester whose hook Allocate calls. A group that
-// was never planned has no plan to send again: ErrNothingQueued, saying
-// what cubie would do.
-func TestEmptyRequestQueuesNothing(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
-	h := newHookLog()
-	c := register(t, m, h.opts("c", "g"))
-	for name, reqs := range map[string]map[string]ArrayRequest{"nil": nil, "empty": {}} {
-		if err := c.Queue(reqs); err != nil {
-			t.Fatalf("%s: %v", name, err)
+// A pinned host array that the pinned-memory limit refuses is an
+// ErrOutOfMemory that says nothing about device memory: Allocate
+// must not plan again for the device, nor free the device arrays being
+// replaced (nor call OnInvalidate).
+func TestHostOutOfMemoryIsNotDeviceOutOfMemory(t *testing.T) {
+	dev := newSim(t, 64*MiB, func(c *sim.Config) { c.PinnedLimit = MiB })
+	var armed atomic.Bool
+	var other uint64
+	m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Pool}), WithWrap(func(a alloc.Allocator) alloc.Allocator {
+		return allocHook{a, func() {
+			if armed.CompareAndSwap(true, false) {
+				p, err := dev.Malloc(16 * MiB) // another user of the GPU
+				if err != nil {
+					panic(err)
+				}
+				other = uint64(p)
+			}
+		}}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = m.Close()
+		if other != 0 {
+			_ = dev.Free(device.Ptr(other)) // the other user's, which the device check would count
 		}
-		if resp, err := c.Allocate(context.Background()); resp != nil || !errors.Is(err, ErrNothingQueued) ||
-			!strings.Contains(err.Error(), "Client.Queue") || !strings.Contains(err.Error(), "cubie") {
-			t.Errorf("%s: Allocate after an empty Queue = %v, %v; want ErrNothingQueued saying to queue and what cubie does", name, resp, err)
-		}
+	})
+	var inval atomic.Int32
+	c, err := m.Register(ClientOptions{Name: "c", Group: "g", OnInvalidate: func(error) { inval.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := h.got(); len(got) != 0 {
-		t.Errorf("hooks called for an empty queue: %v", got)
+	x := req(Float32, 0, 1000, 5000) // ~19 MiB, chunkable
+	if err := c.Queue(map[string]ArrayRequest{"x": x}); err != nil {
+		t.Fatal(err)
 	}
-	_ = c.Close()
-	if err := c.Queue(nil); !errors.Is(err, ErrClosed) {
-		t.Errorf("Queue(nil) of a closed client = %v; want ErrClosed", err)
+	r1, err := c.Allocate(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
+	old := r1.Arrays()["x"]
+	armed.Store(true)
+	err = c.Queue(map[string]ArrayRequest{
+		"x": x,
+		"s": fixed(Uint8, 4096),
+		"p": {Shape: []int{2 * int(MiB)}, DType: Uint8, Memory: Pinned, Unchunkable: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Allocate(context.Background())
+	t.Logf("err: %v", err)
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("want ErrOutOfMemory, got %v", err)
+	}
+	if old.Freed() || c.Arrays()["x"] != old {
+		t.Errorf("the pinned-memory failure freed the device array being replaced (freed %v)", old.Freed())
+	}
+	if n := inval.Load(); n != 0 {
+		t.Errorf("OnInvalidate called %d times for a pinned-memory failure", n)
+	}
+	if strings.Contains(err.Error(), "plan again") {
+		t.Errorf("replanned device memory for a host-memory failure")
+	}
+	_ = other
 }
 
-// TestPlanSentAgainIsTheGroups: the plan an empty Allocate sends again
-// is the group's last one, chunks included, and is forgotten with the
-// group's last member.
-func TestPlanSentAgainIsTheGroups(t *testing.T) {
-	m, _, _ := newManager(t, 64*MiB)
-	a := register(t, m, ClientOptions{Name: "a", Group: "g"})
-	// 48 MiB of runs in the 64 MiB device, twice: 2 chunks the second time.
-	first, err := queueAndAllocate(t, a, map[string]ArrayRequest{"x": req(Uint8, 0, 48*int(MiB))})
-	if err != nil || first.Plan.Chunks != 1 {
-		t.Fatalf("first plan: %v, %v", first, err)
-	}
-	b := register(t, m, ClientOptions{Name: "b", Group: "g"})
-	second, err := queueAndAllocate(t, b, map[string]ArrayRequest{"y": req(Uint8, 0, 48*int(MiB))})
-	if err != nil || second.Plan.Chunks < 2 {
-		t.Fatalf("second plan: %+v, %v; want it chunked beside a's array", second, err)
-	}
-	again, err := a.Allocate(t.Context())
-	if err != nil || again.Plan.Chunks != second.Plan.Chunks || again.Plan.ChunkLength != second.Plan.ChunkLength {
-		t.Errorf("sent again: %+v, %v; want the latest plan, %d × %d", again, err, second.Plan.Chunks, second.Plan.ChunkLength)
-	}
-	_ = a.Close()
-	_ = b.Close()
-	c := register(t, m, ClientOptions{Name: "c", Group: "g"})
-	if resp, err := c.Allocate(t.Context()); resp != nil || !errors.Is(err, ErrNothingQueued) {
-		t.Errorf("a new member of the emptied group: %v, %v; want ErrNothingQueued (the plan went with the group)", resp, err)
+// Replacing a pinned or mapped array with one of the same size, when it
+// takes more than half of the pinned-memory limit: the new one does not
+// fit beside the old one, so the old host array is freed and the
+// allocation tried once more.
+func TestReplacingAHostArrayAtItsLimit(t *testing.T) {
+	for _, mem := range []MemoryType{Pinned, Mapped} {
+		t.Run(mem.String(), func(t *testing.T) {
+			dev := newSim(t, 64*MiB, func(c *sim.Config) { c.PinnedLimit = 4 * MiB })
+			m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.Close() })
+			c, _ := m.Register(ClientOptions{Name: "c", Group: "g"})
+			h := map[string]ArrayRequest{"h": {Shape: []int{3 * int(MiB)}, DType: Uint8, Memory: mem, Unchunkable: true}}
+			_ = c.Queue(h)
+			if _, err := c.Allocate(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Queue(h)
+			if _, err := c.Allocate(context.Background()); err != nil {
+				t.Errorf("replacing a 3 MiB %v array under a 4 MiB pinned limit: %v", mem, err)
+			}
+		})
 	}
 }

@@ -1,10 +1,10 @@
 //go:build linux
 
-package vram_test
+package account_test
 
-// A manager's lease from the node broker, in one process: managers on
-// simulated devices that share one memory (sim:shared), each with a lease
-// from a broker served in the test. The tests with real processes (a
+// An account's lease from the node broker, through its manager, in one
+// process: managers on simulated devices that share one memory
+// (sim:shared), each with a lease from a broker served in the test. The tests with real processes (a
 // race, kill -9, a batch shrunk by another's claim) are cmd/vram's
 // (leaseproc_test.go).
 
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/device/sim"
 )
@@ -118,7 +119,7 @@ func holdArray(ctx context.Context, m *vram.Manager, name string, bytes int) (*v
 // leaseOf is m's lease in the broker's status.
 func (w *leaseWorld) leaseOf(t *testing.T, m *vram.Manager) broker.LeaseStatus {
 	t.Helper()
-	ls, ok := m.Lease()
+	ls, ok := m.Account().Lease()
 	if !ok {
 		t.Fatal("the manager has no lease")
 	}
@@ -131,12 +132,16 @@ func (w *leaseWorld) leaseOf(t *testing.T, m *vram.Manager) broker.LeaseStatus {
 	return broker.LeaseStatus{}
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor polls cond until it holds. It keeps no clock of its own (a
+// loaded machine only makes it wait longer): a cond that never holds runs
+// into the test binary's -timeout, and says what it waited for when that
+// is near.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s: %s", what)
+	deadline, bounded := t.Deadline()
+	for !cond() {
+		if bounded && time.Until(deadline) < 5*time.Second {
+			t.Fatalf("the test binary's deadline is near, still waiting: %s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -172,10 +177,10 @@ func TestLeaseClaimsAndGivesBack(t *testing.T) {
 	}
 	defer cb.Close()
 	for name, m := range map[string]*vram.Manager{"a": a, "b": b} {
-		if st := m.Allocator().Stats(); st.OOMs != 0 {
+		if st := m.Account().Allocator().Stats(); st.OOMs != 0 {
 			t.Errorf("%s's allocator ran out of memory %d times; want every refusal the broker's, before the device", name, st.OOMs)
 		}
-		ls, _ := m.Lease()
+		ls, _ := m.Account().Lease()
 		t.Logf("%s: %+v", name, ls)
 	}
 }
@@ -220,7 +225,7 @@ func TestLeaseGivenBackAfterFree(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Allocator().Trim(); err != nil {
+	if err := a.Account().Allocator().Trim(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a's freed memory reported and given back", func() bool { l := w.leaseOf(t, a); return l.Held == 0 && l.Limit == 0 })
@@ -253,7 +258,7 @@ func TestLeasePlanNowCountsTheCache(t *testing.T) {
 		t.Fatalf("plan %+v: want the batch chunked", resp.Plan)
 	}
 	c.Free("x")
-	if st := a.Allocator().Stats(); st.Cached() < st.Reserved/2 {
+	if st := a.Account().Allocator().Stats(); st.Cached() < st.Reserved/2 {
 		t.Fatalf("allocator %+v: want the freed arrays in its cache", st)
 	}
 	p, err := c.PlanNow(context.Background(), map[*vram.Client]map[string]vram.ArrayRequest{c: reqs})
@@ -286,7 +291,81 @@ func TestLeaseShrinkIsABudgetChange(t *testing.T) {
 	}
 	defer cb.Close()
 	waitFor(t, "a's trim for the broker noted as a budget change", func() bool {
-		return strings.Contains(a.BudgetChange().Why, "shrunk for the broker's lease")
+		return strings.Contains(a.Account().LastChange().Why, "shrunk for the broker's lease")
 	})
-	t.Logf("a's last budget change: %+v", a.BudgetChange())
+	t.Logf("a's last budget change: %+v", a.Account().LastChange())
+}
+
+// restartForgetting stops w's broker and serves a new one at its socket
+// whose key is new: it takes no lease back.
+func (w *leaseWorld) restartForgetting(t *testing.T) {
+	t.Helper()
+	w.srv.Stop()
+	probe := w.device(t)
+	srv, err := broker.NewServer(broker.Config{Devices: []broker.Device{{Name: "shared", ID: probe.Info().ID, Total: w.total}},
+		Logger: quietLog})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := broker.Listen(w.socket, 0o600, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	w.srv = srv
+}
+
+// A lease the broker does not take back after a restart ends the
+// manager's budget: the account's Change.Ended wraps ErrLease, a running batch
+// stops at its next chunk boundary with it, and an Allocate fails. (A
+// vram run whose lease was not taken back once kept its arrays and
+// finished, while the broker granted that memory to another job.)
+func TestLeaseEndedStopsTheBatch(t *testing.T) {
+	w := newLeaseWorld(t, 64*leaseMiB, time.Second)
+	m := w.manager(t, "job")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := m.Register(vram.ClientOptions{Name: "job", Group: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := batch.New()
+	defer b.Close()
+	// 512 MiB of runs on 64 MiB (scratch: the device holds no bytes).
+	b.Scratch(c, "x", vram.ArrayRequest{Shape: []int{128 << 20}, DType: vram.Float32})
+	if err := b.Allocate(ctx, vram.WithBuffers(1)); err != nil {
+		t.Fatal(err)
+	}
+	var ended error
+	rep, err := b.Run(ctx, batch.Options{Buffers: 1}, func(_ context.Context, ch *batch.Chunk) error {
+		if ch.Index != 1 {
+			return nil
+		}
+		w.restartForgetting(t)
+		for seq := uint64(0); ended == nil; {
+			bc, err := m.Account().WaitChange(ctx, seq)
+			if err != nil {
+				return err
+			}
+			seq, ended = bc.Seq, bc.Ended
+		}
+		return nil
+	})
+	if !errors.Is(ended, vram.ErrLease) {
+		t.Fatalf("Change.Ended = %v, want ErrLease (the batch: %+v, %v)", ended, rep, err)
+	}
+	if !errors.Is(err, vram.ErrLease) || rep.RunsLeft == 0 {
+		t.Fatalf("the batch: %d runs left, %v; want it stopped with ErrLease", rep.RunsLeft, err)
+	}
+	t.Logf("the batch: %v", err)
+	if _, err := holdArray(ctx, m, "after", leaseMiB); !errors.Is(err, vram.ErrLease) {
+		t.Errorf("an Allocate after the lease ended: %v, want ErrLease", err)
+	}
 }
