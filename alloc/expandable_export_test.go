@@ -109,6 +109,11 @@ func (e *Expandable) checkBlockLocked(rg *vrange, b *block, listed bool, bad fun
 	if !b.free && e.live[b.addr] != b {
 		bad("block at %v is neither free nor live", b.addr)
 	}
+	if b.free {
+		if err := checkPend(b); err != nil {
+			bad("%v", err)
+		}
+	}
 	if listed {
 		bad("block at %v is on the hole list", b.addr)
 	}

@@ -245,11 +245,11 @@ func (e *Expandable) commitLocked(pl growthPlan) *vmWork {
 	}
 	w := &vmWork{rg: rg, blk: h, lo: pl.lo, hi: pl.hi}
 	if l := pl.left; l != nil {
-		w.left = absorbed{size: l.size, owner: l.owner, seq: l.seq}
+		w.left = absorbed{size: l.size, owner: l.owner, seq: l.seq, pend: l.pend}
 		e.idx.absorbPrev(h)
 	}
 	if r := pl.right; r != nil {
-		w.right = absorbed{size: r.size, owner: r.owner, seq: r.seq}
+		w.right = absorbed{size: r.size, owner: r.owner, seq: r.seq, pend: r.pend}
 		e.idx.absorbNext(h)
 	}
 	return w
@@ -563,13 +563,14 @@ func (e *Expandable) putBackLocked(b *block, a absorbed) {
 		e.idx.insertShared(b) // its stream has been forgotten: it owned no other block, so its work is fenced
 		return
 	}
-	e.idx.insertOwnedAt(b, a.owner, a.seq)
+	e.idx.insertOwnedAt(b, a.owner, a.seq, a.pend)
 }
 
 // addSegmentLocked books a growth the core has counted (seg, linked on the
 // core's list with a block of its own): the pages join the range, with the
-// free neighbours the growth absorbed, as one free block, and r's block is
-// carved from its front.
+// free neighbours the growth absorbed, as one free block (r's stream's when
+// it absorbed one of that stream's, pending only where those were), and
+// r's block is carved from its front.
 func (e *Expandable) addSegmentLocked(seg *segment, r request) *block {
 	w := e.work[seg]
 	delete(e.work, seg)
@@ -583,14 +584,15 @@ func (e *Expandable) addSegmentLocked(seg *segment, r request) *block {
 	b.class = w.rg.seg.class
 	st := e.idx.streams[r.stream]
 	var seq uint64
+	var pend span // the new pages wait for nothing
 	owned := false
 	for _, a := range []absorbed{w.left, w.right} {
 		if a.size > 0 && a.owner != nil && a.owner == st {
-			owned, seq = true, max(seq, a.seq)
+			owned, seq, pend = true, max(seq, a.seq), pend.hull(a.pend)
 		}
 	}
 	if owned {
-		e.idx.insertOwnedAt(b, st, seq)
+		e.idx.insertOwnedAt(b, st, seq, pend)
 	} else {
 		e.idx.insertShared(b)
 	}
