@@ -8,6 +8,7 @@ package alloc_test
 // the last uses still pending on other streams.
 
 import (
+	"sync/atomic"
 	"testing"
 
 	"github.com/vramkit/vram/alloc"
@@ -196,4 +197,91 @@ func TestExpandableGrowthPagesWaitForNothing(t *testing.T) {
 	v.rules.Toggle(t, v.S)
 	v.free(t, q, 512*kib, v.T)
 	v.free(t, big, 3*mib, v.S)
+}
+
+// gatedMap is a device whose next Map, once armed, waits until the test
+// lets it go: a growth is then in flight, its lock released, while the
+// test makes other calls.
+type gatedMap struct {
+	vmDevice
+	armed   chan struct{} // closed by the test to arm; the next Map takes it
+	mapping chan struct{} // closed when the armed Map has begun
+	proceed chan struct{} // closed by the test to let it map
+	taken   atomic.Bool
+}
+
+type vmDevice interface {
+	device.Device
+	device.VirtualMemory
+}
+
+func (d *gatedMap) Map(p device.Ptr, n uint64, h device.PhysMem) error {
+	select {
+	case <-d.armed:
+		if d.taken.CompareAndSwap(false, true) {
+			close(d.mapping)
+			<-d.proceed
+		}
+	default:
+	}
+	return d.vmDevice.Map(p, n, h)
+}
+
+// TestExpandableGrowthKeepsItsStream: a growth that joins a block its
+// stream freed (pending: the stream is busy) holds that block out of the
+// free index while it maps; a fence round by another stream meanwhile
+// must not forget the stream (it owns no block in the index then), else
+// the block's bytes the request leaves free would come back shared, and
+// another stream could have them before the busy stream's work is done.
+func TestExpandableGrowthKeepsItsStream(t *testing.T) {
+	g := &gatedMap{armed: make(chan struct{}), mapping: make(chan struct{}), proceed: make(chan struct{})}
+	var U device.Stream
+	v := newPendingEnv(t, func(t *testing.T, dev device.Device) blockLister {
+		g.vmDevice = dev.(vmDevice)
+		U = newStreamT(t, dev)
+		return newExpandableT(t, g, alloc.ExpandableConfig{SmallSize: 8 * mib})
+	})
+	e := v.a.(*alloc.Expandable)
+	// S's range: [a1 | a2 | a3 | 1 MiB free], then a1's page unmapped.
+	a1, a2, a3 := v.alloc(t, 2*mib, v.S), v.alloc(t, 2*mib, v.S), v.alloc(t, mib, v.S)
+	v.free(t, a1, 2*mib, v.S)
+	if err := e.Trim(); err != nil {
+		t.Fatal(err)
+	}
+	u := v.alloc(t, 1536*kib, U) // U's range
+	v.rules.Toggle(t, U)
+	v.free(t, u, 1536*kib, U) // U owns a block, pending
+	v.rules.Toggle(t, v.S)
+	v.free(t, a2, 2*mib, v.S) // S's only block, pending, after the hole
+	// S's 3 MiB: one page mapped into the hole, joining a2, which the
+	// growth holds meanwhile; 1 MiB of a2 stays free, pending on S.
+	close(g.armed)
+	var big device.Ptr
+	var bigErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		big, bigErr = v.a.Alloc(3*mib, v.S)
+	}()
+	<-g.mapping
+	tb := v.alloc(t, 1536*kib, v.T) // a miss: a fence round over U (and S)
+	close(g.proceed)
+	<-done
+	if bigErr != nil {
+		t.Fatal(bigErr)
+	}
+	v.rules.Allocated(t, big, 3*mib, v.S)
+	v.from[big] = v.S
+	tc := v.alloc(t, mib, v.T) // must not be a2's last MiB
+	v.rules.Toggle(t, v.S)
+	v.rules.Toggle(t, U)
+	for _, b := range []struct {
+		p device.Ptr
+		n uint64
+	}{{tc, mib}, {tb, 1536 * kib}, {big, 3 * mib}, {a3, mib}} {
+		v.free(t, b.p, b.n, v.from[b.p])
+	}
+	if err := e.CheckInvariants(); err != nil {
+		t.Error(err)
+	}
 }

@@ -52,7 +52,12 @@ package alloc
 //     bytes too, which then wait with it (never the other way round).
 //     Shared blocks have no pending span.
 //   - At most one event per stream is in flight; a stream that owns no
-//     free block and has no event in flight is forgotten at the next round.
+//     free block, and holds none out of the index (held), is forgotten at
+//     the next round: only free blocks name their stream, and its state,
+//     numbers and fence start afresh on next use. A block out of the
+//     index that still waits for its stream (joined by a growth in
+//     flight) keeps the stream's state alive, else it would come back to
+//     a stream that no longer knows it and be taken for fenced.
 //   - A stream's busy flag says one goroutine is doing device work for its
 //     event outside the lock; nobody else touches that event meanwhile.
 //
@@ -158,6 +163,13 @@ type streamState struct {
 	// outside the lock (a fence round, or a free recording one); nobody
 	// else may touch ev, and the state is not forgotten, until it is done.
 	busy bool
+
+	// held: blocks of this set that a strategy holds out of the index,
+	// not yet fenced (an Expandable growth in flight that joins them,
+	// with the lock released while it maps). The state is not forgotten
+	// while it holds any: they come back to it under their free numbers
+	// (holdLocked, unholdLocked).
+	held int
 }
 
 // freeIndex holds a pool's free blocks by stream and size class and applies
@@ -322,6 +334,25 @@ func (x *freeIndex) insertOwnedAt(b *block, st *streamState, seq uint64, pend sp
 		x.owning++
 	}
 	st.owned++
+}
+
+// holdLocked notes that free block b is leaving the index for a while
+// (absorbed into a block out of it) and will come back, or be dropped with
+// its memory, with unholdLocked: its stream, if it has one, is kept until
+// then.
+func (x *freeIndex) holdLocked(b *block) {
+	if b.owner != nil {
+		b.owner.held++
+	}
+}
+
+// unholdLocked ends a hold (holdLocked) on a block of st's; the caller puts
+// the block back in st's set, with its free number, or drops its memory. A
+// nil st is the shared set: nothing to end.
+func (x *freeIndex) unholdLocked(st *streamState) {
+	if st != nil {
+		st.held--
+	}
 }
 
 // classBytes is the bytes of free blocks of class c in every set.
