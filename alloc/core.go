@@ -24,7 +24,9 @@ package alloc
 //     generation is on segs (a strategy may keep others aside, as Pool
 //     does with segments a reset left live blocks in).
 //   - A miss climbs one ladder, in order (missLocked): the cache after a
-//     fence round over other streams' frees; the cache after a round over
+//     fence round over other streams' frees; the cache after the bytes
+//     other streams' free blocks hold but do not wait for are shared again
+//     (shedLocked); the cache after a round over
 //     every stream, when the strategy would give back cached memory that
 //     still waits on a stream; a growth; after the device's out of memory
 //     a wait for every stream's frees, the strategy's merge, the cache,
@@ -191,6 +193,15 @@ func (c *core) missLocked(r request, s device.Stream, st *streamState, relErr er
 		// Memory freed on other streams may have become safe here.
 		if b, done, err := c.fenceTakeLocked(m, st, false); done {
 			return b, err
+		}
+	}
+	if c.syncGenLocked(); c.idx.shedLocked(st) {
+		// Shared memory that another stream's free merged with its
+		// pending block (streamorder.go).
+		if b := c.strat.takeLocked(m.r, st); b != nil {
+			c.liveLocked(b, true)
+			c.mu.Unlock()
+			return b, nil
 		}
 	}
 	if c.strat.fenceBeforeGrowthLocked(m.r) && !c.idx.fencing {

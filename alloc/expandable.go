@@ -129,7 +129,7 @@ type vmWork struct {
 	lo, hi device.Ptr
 	unmap  bool
 	// The free neighbours a growth took out of the index, to put back if
-	// it fails: their sizes, owners and free numbers.
+	// it fails: their sizes, owners, free numbers and pending spans.
 	left, right absorbed
 }
 
@@ -138,6 +138,7 @@ type absorbed struct {
 	size  uint64
 	owner *streamState
 	seq   uint64
+	pend  span
 }
 
 // Expandable is a caching best-fit allocator over expandable segments:

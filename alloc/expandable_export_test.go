@@ -14,7 +14,9 @@ import (
 // pages, listed, never two side by side; free and live blocks lie in
 // mapped pages, free ones in the index, live ones in the live table; the
 // pages mapped are PageStats.Mapped, and their bytes Reserved less what
-// live blocks from before a reset still hold.
+// live blocks from before a reset still hold; every owned free block's
+// stream is known to the index, and none holds a block out of it
+// (streamState.held).
 func (e *Expandable) CheckInvariants() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -72,6 +74,11 @@ func (e *Expandable) CheckInvariants() error {
 			}
 		}
 	}
+	for _, st := range e.idx.streams {
+		if st.held != 0 {
+			bad("stream %d holds %d free blocks out of the index, with no growth in flight", st.handle, st.held)
+		}
+	}
 	if len(e.work) == 0 && mappedPages*e.page+stale != e.st.Reserved {
 		bad("%d pages mapped and %d bytes of stale live blocks, but Reserved is %d", mappedPages, stale, e.st.Reserved)
 	}
@@ -108,6 +115,14 @@ func (e *Expandable) checkBlockLocked(rg *vrange, b *block, listed bool, bad fun
 	}
 	if !b.free && e.live[b.addr] != b {
 		bad("block at %v is neither free nor live", b.addr)
+	}
+	if b.free {
+		if err := checkPend(b); err != nil {
+			bad("%v", err)
+		}
+		if o := b.owner; o != nil && e.idx.streams[o.handle] != o {
+			bad("free block at %v is owned by stream %d, which the index has forgotten", b.addr, o.handle)
+		}
 	}
 	if listed {
 		bad("block at %v is on the hole list", b.addr)

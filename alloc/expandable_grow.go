@@ -245,11 +245,13 @@ func (e *Expandable) commitLocked(pl growthPlan) *vmWork {
 	}
 	w := &vmWork{rg: rg, blk: h, lo: pl.lo, hi: pl.hi}
 	if l := pl.left; l != nil {
-		w.left = absorbed{size: l.size, owner: l.owner, seq: l.seq}
+		w.left = absorbed{size: l.size, owner: l.owner, seq: l.seq, pend: l.pend}
+		e.idx.holdLocked(l)
 		e.idx.absorbPrev(h)
 	}
 	if r := pl.right; r != nil {
-		w.right = absorbed{size: r.size, owner: r.owner, seq: r.seq}
+		w.right = absorbed{size: r.size, owner: r.owner, seq: r.seq, pend: r.pend}
+		e.idx.holdLocked(r)
 		e.idx.absorbNext(h)
 	}
 	return w
@@ -539,9 +541,12 @@ func (e *Expandable) mapPages(lo, hi device.Ptr) (maps, unmaps uint64, err error
 
 // revertLocked undoes a growth whose pages are unmapped: the free
 // neighbours it joined go back to the index as they were, its pages
-// become a hole. Nothing to do in a range a reset or Close gave up.
+// become a hole. In a range a reset or Close gave up, only the holds on
+// its neighbours' streams end.
 func (e *Expandable) revertLocked(w *vmWork) {
 	if w.rg.dead {
+		e.idx.unholdLocked(w.left.owner)
+		e.idx.unholdLocked(w.right.owner)
 		return
 	}
 	b := w.blk
@@ -556,19 +561,23 @@ func (e *Expandable) revertLocked(w *vmWork) {
 	e.addHoleLocked(w.rg, b)
 }
 
-// putBackLocked returns free block b, absorbed by a growth, to its set.
+// putBackLocked returns free block b, absorbed by a growth, to its set:
+// its stream's (kept while the growth held it) or the shared set.
 func (e *Expandable) putBackLocked(b *block, a absorbed) {
 	b.class = b.seg.class
-	if a.owner == nil || e.idx.streams[a.owner.handle] != a.owner {
-		e.idx.insertShared(b) // its stream has been forgotten: it owned no other block, so its work is fenced
+	if a.owner == nil {
+		e.idx.insertShared(b)
 		return
 	}
-	e.idx.insertOwnedAt(b, a.owner, a.seq)
+	e.idx.unholdLocked(a.owner)
+	e.idx.insertOwnedAt(b, a.owner, a.seq, a.pend)
 }
 
 // addSegmentLocked books a growth the core has counted (seg, linked on the
 // core's list with a block of its own): the pages join the range, with the
-// free neighbours the growth absorbed, as one free block, and r's block is
+// free neighbours the growth absorbed, as one free block (r's stream's when
+// it absorbed one of that stream's, pending only where those were: the
+// only owned neighbours a growth for r joins, canJoin), and r's block is
 // carved from its front.
 func (e *Expandable) addSegmentLocked(seg *segment, r request) *block {
 	w := e.work[seg]
@@ -581,16 +590,17 @@ func (e *Expandable) addSegmentLocked(seg *segment, r request) *block {
 	e.highWater = max(e.highWater, e.st.Reserved)
 	b := w.blk
 	b.class = w.rg.seg.class
-	st := e.idx.streams[r.stream]
+	var st *streamState
 	var seq uint64
-	owned := false
+	var pend span // the new pages wait for nothing
 	for _, a := range []absorbed{w.left, w.right} {
-		if a.size > 0 && a.owner != nil && a.owner == st {
-			owned, seq = true, max(seq, a.seq)
+		if a.owner != nil {
+			e.idx.unholdLocked(a.owner)
+			st, seq, pend = a.owner, max(seq, a.seq), pend.hull(a.pend)
 		}
 	}
-	if owned {
-		e.idx.insertOwnedAt(b, st, seq)
+	if st != nil {
+		e.idx.insertOwnedAt(b, st, seq, pend)
 	} else {
 		e.idx.insertShared(b)
 	}
@@ -639,13 +649,12 @@ func (e *Expandable) release(seg *segment) error {
 	e.mu.Lock()
 	delete(e.work, seg)
 	e.pages.Unmaps += unmaps
-	if !w.rg.dead {
-		if w.unmap {
-			e.markLocked(w, false)
-			e.addHoleLocked(w.rg, w.blk)
-		} else {
-			e.revertLocked(w)
-		}
+	switch {
+	case !w.unmap:
+		e.revertLocked(w)
+	case !w.rg.dead:
+		e.markLocked(w, false)
+		e.addHoleLocked(w.rg, w.blk)
 	}
 	e.mu.Unlock()
 	if err := errors.Join(errs...); err != nil {

@@ -200,12 +200,13 @@ func (x *freeIndex) prepareFencesLocked(st *streamState, all, wait bool) bool {
 		if o.busy {
 			continue
 		}
-		if o.owned == 0 && o != st {
+		if o.owned == 0 && o.held == 0 && o != st {
 			// Nothing to fence: forget the stream, so that a program
 			// that makes and closes streams does not grow the map (and
 			// every round with it). Only free blocks name their owner,
-			// and it has none; its state starts afresh on next use. Its
-			// event in flight, if any, guards no block: recycle it.
+			// and it has none, in the index or held out of it; its
+			// state starts afresh on next use. Its event in flight, if
+			// any, guards no block: recycle it.
 			if o.ev != nil {
 				x.spareEv = append(x.spareEv, o.ev)
 				o.ev = nil

@@ -155,7 +155,9 @@ func (p *PinnedPool) Free(b device.HostBuffer, s device.Stream) error {
 }
 
 // freeLocked puts buffer b, freed on st, in st's free set.
-func (p *PinnedPool) freeLocked(b *block, st *streamState) { p.idx.insertOwned(b, st) }
+func (p *PinnedPool) freeLocked(b *block, st *streamState) {
+	p.idx.insertOwned(b, st, span{b.addr, b.end()})
+}
 
 // fenceBeforeGrowthLocked is false: a growth gives nothing back.
 func (p *PinnedPool) fenceBeforeGrowthLocked(request) bool { return false }

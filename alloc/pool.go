@@ -346,10 +346,15 @@ func (p *Pool) freeLocked(b *block, st *streamState) {
 }
 
 // joinSharedLocked merges b, just moved to the shared set, with its shared
-// free neighbours.
+// free neighbours, and keeps the list of wholly free segments: b may be a
+// block split off a segment's one block (freeIndex.shed).
 func (p *Pool) joinSharedLocked(b *block) {
-	if p.idx.joinShared(b) {
-		p.markIfWhollyLocked(b)
+	merged := p.idx.joinShared(b)
+	switch whole := b.prev == nil && b.next == nil; {
+	case whole && merged:
+		p.markWhollyLocked(b.seg)
+	case !whole:
+		p.unmarkWhollyLocked(b.seg)
 	}
 }
 

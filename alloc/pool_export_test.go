@@ -164,6 +164,20 @@ func (p *Pool) CheckInvariants() error {
 
 func ptrOf(n uint64) device.Ptr { return device.Ptr(n) }
 
+// checkPend checks free block b's pending span: none for a shared block,
+// within the block (or empty) for an owned one.
+func checkPend(b *block) error {
+	switch {
+	case b.owner == nil && b.pend != span{}:
+		return fmt.Errorf("shared block %v has pending span [%v, %v)", b.addr, b.pend.lo, b.pend.hi)
+	case b.owner != nil && !b.pend.empty() && (b.pend.lo < b.addr || b.pend.hi > b.end()):
+		return fmt.Errorf("block %v (%d bytes) has pending span [%v, %v) outside it", b.addr, b.size, b.pend.lo, b.pend.hi)
+	case b.owner != nil && b.pend.empty() && b.pend != span{}:
+		return fmt.Errorf("block %v has an empty pending span [%v, %v) not zero", b.addr, b.pend.lo, b.pend.hi)
+	}
+	return nil
+}
+
 // check verifies the free index: every set's treap is ordered and counted
 // right, every stream's list matches its treaps, and the sets together
 // hold nfree blocks of freeBytes bytes.
@@ -191,6 +205,9 @@ func (x *freeIndex) check(nfree int, freeBytes uint64) error {
 			}
 			if !b.free || b.owner != owner {
 				errs = append(errs, fmt.Errorf("%s: block %v not free or wrong owner", name, b.addr))
+			}
+			if err := checkPend(b); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			}
 			last = b
 			cnt++

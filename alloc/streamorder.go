@@ -20,6 +20,17 @@ package alloc
 // stream and is safe everywhere. Using a block on another stream without
 // ordering the streams first is undefined, as Allocator's contract says.
 //
+// Only the bytes freed on S wait for S's event. A free on S merges the block
+// with the free neighbours S may use, shared ones included, so that S can
+// use the run as one block; the merged block is S's, but it keeps as
+// pending (pend) only the bytes freed on S, and the bytes it took from the
+// shared set stay safe on every stream: a stream that misses takes them
+// back (shedLocked, chain.go) before it grows. RMM's pool keeps a free list
+// per stream and fences only the blocks freed there; PyTorch's caching
+// allocator never merges a block with events pending. Merging and shedding
+// give the freeing stream the first's contiguity and every other stream the
+// second's reach.
+//
 // # Invariants
 //
 //   - Every free block is in exactly one free set: its stream's set (owner
@@ -32,11 +43,21 @@ package alloc
 //     block of S numbered at or before k moves to the shared set
 //     (promoteLocked), where it coalesces with shared neighbours.
 //   - Coalescing a block freed on S with a free neighbour is allowed when
-//     the neighbour is S's or shared; the merged block is S's (demoting
-//     shared memory is always safe). Blocks of other streams wait for
-//     their promotion.
+//     the neighbour is S's or shared; the merged block is S's. Blocks of
+//     other streams wait for their promotion.
+//   - A block of S's set has a pending span (pend, within it, possibly
+//     empty) that holds every byte of it freed on S and not yet covered by
+//     a completed event: the hull of the pending spans it was merged from.
+//     Its bytes outside pend are safe on every stream; a hull may hold safe
+//     bytes too, which then wait with it (never the other way round).
+//     Shared blocks have no pending span.
 //   - At most one event per stream is in flight; a stream that owns no
-//     free block and has no event in flight is forgotten at the next round.
+//     free block, and holds none out of the index (held), is forgotten at
+//     the next round: only free blocks name their stream, and its state,
+//     numbers and fence start afresh on next use. A block out of the
+//     index that still waits for its stream (joined by a growth in
+//     flight) keeps the stream's state alive, else it would come back to
+//     a stream that no longer knows it and be taken for fenced.
 //   - A stream's busy flag says one goroutine is doing device work for its
 //     event outside the lock; nobody else touches that event meanwhile.
 //
@@ -72,6 +93,37 @@ type block struct {
 	owner        *streamState // stream that must fence this block; nil = shared
 	seq          uint64       // owner's free number when freed
 	fprev, fnext *block       // owner's list, ordered by seq
+	// pend is the bytes of an owned block that wait for its owner's event;
+	// the rest of it is safe on every stream (see the invariants above).
+	pend span
+}
+
+// end is the address just past b.
+func (b *block) end() device.Ptr { return b.addr + device.Ptr(b.size) }
+
+// span is the addresses [lo, hi); empty when lo >= hi.
+type span struct{ lo, hi device.Ptr }
+
+func (p span) empty() bool { return p.lo >= p.hi }
+
+// hull is the smallest span holding p and q (an empty one adds nothing).
+func (p span) hull(q span) span {
+	switch {
+	case q.empty():
+		return p
+	case p.empty():
+		return q
+	}
+	return span{min(p.lo, q.lo), max(p.hi, q.hi)}
+}
+
+// clip is p within [lo, hi) (empty when they do not meet).
+func (p span) clip(lo, hi device.Ptr) span {
+	c := span{max(p.lo, lo), min(p.hi, hi)}
+	if c.empty() {
+		return span{}
+	}
+	return c
 }
 
 // segment is one allocation from the device (or one pinned host buffer).
@@ -111,6 +163,13 @@ type streamState struct {
 	// outside the lock (a fence round, or a free recording one); nobody
 	// else may touch ev, and the state is not forgotten, until it is done.
 	busy bool
+
+	// held: blocks of this set that a strategy holds out of the index,
+	// not yet fenced (an Expandable growth in flight that joins them,
+	// with the lock released while it maps). The state is not forgotten
+	// while it holds any: they come back to it under their free numbers
+	// (holdLocked, unholdLocked).
+	held int
 }
 
 // freeIndex holds a pool's free blocks by stream and size class and applies
@@ -214,15 +273,17 @@ func (x *freeIndex) bestFit(n uint64, c uint8, st *streamState) *block {
 func (x *freeIndex) insertShared(b *block) {
 	b.free = true
 	b.owner = nil
+	b.pend = span{}
 	b.prio = x.nextPrio()
 	x.shared[b.class].insert(b)
 }
 
 // insertOwned adds free block b, just freed on st, to st's set with the
-// next free number.
-func (x *freeIndex) insertOwned(b *block, st *streamState) {
+// next free number and pending span pend.
+func (x *freeIndex) insertOwned(b *block, st *streamState, pend span) {
 	b.free = true
 	b.owner = st
+	b.pend = pend
 	b.prio = x.nextPrio()
 	st.seq++
 	b.seq = st.seq
@@ -242,11 +303,13 @@ func (x *freeIndex) insertOwned(b *block, st *streamState) {
 }
 
 // insertOwnedAt adds free block b to st's set with free number seq (one
-// st has already used), keeping st's list in order: for a block merged
-// from blocks freed earlier, seq is the latest of their numbers.
-func (x *freeIndex) insertOwnedAt(b *block, st *streamState, seq uint64) {
+// st has already used) and pending span pend, keeping st's list in order:
+// for a block merged from blocks freed earlier, seq is the latest of their
+// numbers and pend the hull of their pending spans.
+func (x *freeIndex) insertOwnedAt(b *block, st *streamState, seq uint64, pend span) {
 	b.free = true
 	b.owner = st
+	b.pend = pend
 	b.prio = x.nextPrio()
 	b.seq = seq
 	st.free[b.class].insert(b)
@@ -271,6 +334,25 @@ func (x *freeIndex) insertOwnedAt(b *block, st *streamState, seq uint64) {
 		x.owning++
 	}
 	st.owned++
+}
+
+// holdLocked notes that free block b is leaving the index for a while
+// (absorbed into a block out of it) and will come back, or be dropped with
+// its memory, with unholdLocked: its stream, if it has one, is kept until
+// then.
+func (x *freeIndex) holdLocked(b *block) {
+	if b.owner != nil {
+		b.owner.held++
+	}
+}
+
+// unholdLocked ends a hold (holdLocked) on a block of st's; the caller puts
+// the block back in st's set, with its free number, or drops its memory. A
+// nil st is the shared set: nothing to end.
+func (x *freeIndex) unholdLocked(st *streamState) {
+	if st != nil {
+		st.held--
+	}
 }
 
 // classBytes is the bytes of free blocks of class c in every set.
@@ -311,7 +393,7 @@ func (x *freeIndex) remove(b *block) {
 }
 
 // resize moves free block b to a new address and size, keeping its set,
-// owner and seq.
+// owner and seq; its pending span keeps only what lies within it.
 func (x *freeIndex) resize(b *block, addr device.Ptr, size uint64) {
 	t := &x.shared[b.class]
 	if b.owner != nil {
@@ -319,6 +401,7 @@ func (x *freeIndex) resize(b *block, addr device.Ptr, size uint64) {
 	}
 	t.remove(b)
 	b.addr, b.size = addr, size
+	b.pend = b.pend.clip(addr, b.end())
 	t.insert(b)
 }
 
@@ -346,17 +429,20 @@ func (x *freeIndex) largest() uint64 {
 	return m
 }
 
-// waitingBytes is the bytes of free blocks that a stream other than
-// the one with handle h owns: memory that h may not use until those
-// streams' work up to the frees is known done.
+// waitingBytes is the bytes of the pending spans of free blocks that a
+// stream other than the one with handle h owns: memory that h may not use
+// until those streams' work up to the frees is known done. It walks every
+// owned block: for error messages only.
 func (x *freeIndex) waitingBytes(h uintptr) uint64 {
 	var n uint64
 	for _, st := range x.streams {
 		if st.handle == h && !x.hostVisible {
 			continue
 		}
-		for c := range st.free {
-			n += st.free[c].bytes
+		for b := st.head; b != nil; b = b.fnext {
+			if !b.pend.empty() {
+				n += uint64(b.pend.hi - b.pend.lo)
+			}
 		}
 	}
 	return n

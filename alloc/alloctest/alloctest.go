@@ -30,7 +30,8 @@ type Factory func(t *testing.T, dev device.Device) alloc.Allocator
 //     device gave), and a zero-byte Alloc is refused.
 //   - Streams: free on another stream than the allocation, reuse on the
 //     same stream, and memory freed on a busy stream is not handed to
-//     another stream before that stream's work is done (on a device that
+//     another stream before that stream's work is done, while the free
+//     space beside it stays usable on every stream (on a device that
 //     can hold a stream busy: one that runs Go kernels, or loads PTX and
 //     maps host memory).
 //   - OutOfMemory: a request the device cannot hold fails with an error
@@ -441,6 +442,7 @@ func testStreams(t *testing.T, tg target, newAlloc Factory) {
 		}
 	})
 	t.Run("NoReuseBeforeStreamWork", testCrossStreamSafety(tg, newAlloc))
+	t.Run("PendingFreeFencesOnlyItself", testPendingFree(tg, newAlloc))
 }
 
 func newStream(t *testing.T, dev device.Device) device.Stream {

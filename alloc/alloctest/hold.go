@@ -104,6 +104,30 @@ func (h *holder) hold(t *testing.T, s device.Stream, d time.Duration) {
 	h.mu.Unlock()
 }
 
+// holdUntil keeps s busy until the returned release is called (or the
+// test ends): work enqueued on s after it runs only then. No timer is
+// involved, so a test can rely on s being busy until it releases it; it
+// must not wait for s meanwhile. Release may be called more than once.
+func (h *holder) holdUntil(t *testing.T, s device.Stream) (release func()) {
+	t.Helper()
+	var open func()
+	if h.fl != nil {
+		gate := make(chan struct{})
+		if err := h.fl.LaunchFunc(s, 1, func(device.View, int, int) error {
+			<-gate
+			return nil
+		}); err != nil {
+			t.Fatalf("LaunchFunc: %v", err)
+		}
+		open = func() { close(gate) }
+	} else {
+		open = h.start(t, s)
+	}
+	release = sync.OnceFunc(open)
+	t.Cleanup(release) // before the streams made earlier close
+	return release
+}
+
 // start launches the wait kernel on s with a fresh flag and returns the
 // function that sets the flag.
 func (h *holder) start(t *testing.T, s device.Stream) (release func()) {
