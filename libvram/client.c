@@ -151,6 +151,18 @@ int vram_response_array(vram_response r, const char *label, int buffer, struct v
 	return VRAM_OK;
 }
 
+int vram_response_arrays(vram_response r, int buffer, struct vram_array *out, size_t cap, size_t array_size, size_t *n) {
+	ENTER("vram_response_arrays");
+	NOT_NULL("vram_response_arrays", n);
+	if (cap > 0) {
+		NOT_NULL("vram_response_arrays", out);
+		if (array_size < sizeof out->size)
+			return fail(VRAM_EINVAL, "vram_response_arrays: array_size is %zu; set it to sizeof(struct vram_array), %zu",
+				    array_size, sizeof(struct vram_array));
+	}
+	return GO(vramgo_response_arrays, r, buffer, out, cap, array_size, n);
+}
+
 int vram_response_span(vram_response r, int chunk, int axis, struct vram_span *out) {
 	ENTER("vram_response_span");
 	NOT_NULL("vram_response_span", out);

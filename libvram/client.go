@@ -210,6 +210,8 @@ func vramgo_response_plan(r C.int64_t, out *C.struct_vram_plan, errOut **C.char)
 	out.total_runs, out.buffers = C.int64_t(p.TotalRuns), C.int64_t(p.Buffers)
 	out.budget, out.unchunkable_bytes, out.chunk_bytes = C.uint64_t(p.Budget), C.uint64_t(p.UnchunkableBytes), C.uint64_t(p.ChunkBytes)
 	out.device_bytes, out.full_bytes, out.host_bytes = C.uint64_t(p.DeviceBytes), C.uint64_t(p.FullBytes), C.uint64_t(p.HostBytes)
+	out.granularity, out.bytes_per_chunk = C.uint64_t(p.Granularity), C.uint64_t(p.BytesPerChunk)
+	out.id, out.sets, out.free_error = C.int64_t(pi.ID), C.int32_t(pi.Sets), cbool(pi.FreeError)
 	return C.VRAM_OK
 }
 
@@ -220,14 +222,41 @@ func vramgo_response_array(r C.int64_t, label *C.char, buffer C.int, out *C.stru
 	if err != nil {
 		return fail(errOut, err)
 	}
+	return done(errOut, fillArray(out, a))
+}
+
+// fillArray describes a in *out.
+func fillArray(out *C.struct_vram_array, a capi.ArrayInfo) error {
 	if len(a.Shape) > C.VRAM_MAX_NDIM {
-		return fail(errOut, fmt.Errorf("vram: array %q has %d dimensions; the C struct holds %d: %w", C.GoString(label), len(a.Shape), C.VRAM_MAX_NDIM, device.ErrNotSupported))
+		return fmt.Errorf("vram: array %q has %d dimensions; the C struct holds %d: %w", a.Label, len(a.Shape), C.VRAM_MAX_NDIM, device.ErrNotSupported)
 	}
 	out.dtype, out.memory, out.ndim, out.chunk_axis = C.int32_t(a.DType), C.int32_t(a.Memory), C.int32_t(len(a.Shape)), C.int32_t(a.ChunkAxis)
 	out.device_ptr, out.bytes, out.freed = C.uint64_t(a.DevicePtr), C.uint64_t(a.Bytes), cbool(a.Freed)
-	*(*uintptr)(unsafe.Pointer(&out.host)) = a.Host // memory pinned while the response is held
+	*(*uintptr)(unsafe.Pointer(&out.host)) = a.Host    // memory pinned while the response is held
+	*(*uintptr)(unsafe.Pointer(&out.label)) = a.LabelC // the same
 	for i := range a.Shape {
 		out.shape[i], out.strides[i] = C.int64_t(a.Shape[i]), C.int64_t(a.Strides[i])
+	}
+	return nil
+}
+
+//export vramgo_response_arrays
+func vramgo_response_arrays(r C.int64_t, buffer C.int, out unsafe.Pointer, capacity, size C.size_t, n *C.size_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	as, err := clients.Arrays(int64(r), int(buffer), nil)
+	if err != nil {
+		return fail(errOut, err)
+	}
+	*n = C.size_t(len(as))
+	k := min(uintptr(size), unsafe.Sizeof(C.struct_vram_array{}))
+	for i, a := range as[:min(len(as), int(capacity))] {
+		var c C.struct_vram_array
+		if err := fillArray(&c, a); err != nil {
+			return fail(errOut, err)
+		}
+		c.size = C.uint64_t(k)
+		dst := unsafe.Add(out, uintptr(i)*uintptr(size))
+		copy(unsafe.Slice((*byte)(dst), k), unsafe.Slice((*byte)(unsafe.Pointer(&c)), k))
 	}
 	return C.VRAM_OK
 }
@@ -380,7 +409,7 @@ func vramgo_poll(h C.int64_t, out *C.struct_vram_event, reason **C.char, errOut 
 	}
 	ev := clients.Poll(m)
 	out.kind, out.evicted = C.int32_t(ev.Kind), cbool(ev.Evicted)
-	out.client, out.response = C.int64_t(ev.Client), C.int64_t(ev.Response)
+	out.client, out.response, out.pending, out.response_id = C.int64_t(ev.Client), C.int64_t(ev.Response), C.int64_t(ev.Pending), C.int64_t(ev.ID)
 	if ev.Reason != "" {
 		*reason = C.CString(ev.Reason)
 	}

@@ -5,6 +5,9 @@
  * stream groups, requests, chunked allocation, copies, hooks; below the
  * framework hooks). A library serves programs built for its version and
  * every earlier one: check vram_abi_version() >= the version you need.
+ * Within a version, a minor version adds entry points and fields at the
+ * end of sized structs, and changes none (marked "(2.1)"): check
+ * vram_abi_minor() too when you use them.
  *
  * One manager per device per process: every framework that allocates on a
  * device through this library (PyTorch's pluggable allocator, CuPy's
@@ -69,6 +72,7 @@ extern "C" {
 #endif
 
 #define VRAM_ABI_VERSION 2
+#define VRAM_ABI_MINOR 1
 
 /* Status codes. */
 enum vram_status {
@@ -104,6 +108,9 @@ enum vram_source {
 
 /* The ABI version the library was built for (VRAM_ABI_VERSION). */
 int vram_abi_version(void);
+/* (2.1) Its minor version (VRAM_ABI_MINOR); a library without this
+ * function is 2.0. */
+int vram_abi_minor(void);
 /* A static description of a status code. */
 const char *vram_strerror(int status);
 /* Copies the calling thread's last error message (NUL-terminated, cut to
@@ -431,7 +438,16 @@ struct vram_plan {
 	uint64_t full_bytes;        /* device bytes of everything unchunked */
 	uint64_t host_bytes;        /* host bytes of one buffer (pinned, mapped, pageable) */
 	int64_t arrays;             /* the client's arrays in buffer 0 (0 for a member that queued nothing) */
+	/* (2.1) A 2.0 library leaves these out (out->size says what it filled). */
+	uint64_t granularity;       /* the unit the device bytes were counted in */
+	uint64_t bytes_per_chunk;   /* unchunkable_bytes + buffers x chunk_bytes */
+	int64_t id;                 /* the response's id: the same under each of its handles (vram_allocate's, its event's, vram_response_member's), never another response's */
+	int32_t sets;               /* the buffer sets the response holds: buffers, or 1 for a member that queued nothing */
+	int32_t free_error;         /* 1 when freeing the arrays it replaced failed (vram_response_json's "free_error" says how); the allocation stands */
 };
+/* The response's plan. One response may be given under several handles
+ * (vram_allocate's, the allocated event's, vram_response_member's): each
+ * is released on its own, and each says the same id. */
 int vram_response_plan(vram_response r, struct vram_plan *out);
 
 #define VRAM_MAX_NDIM 32
@@ -450,11 +466,19 @@ struct vram_array {
 	int64_t strides[VRAM_MAX_NDIM]; /* row-major, in bytes */
 	int32_t freed;              /* the manager has freed it since */
 	int32_t reserved;
+	const char *label;          /* (2.1) its label, NUL-terminated, valid while the response is held */
 };
 /* The array under label in buffer buffer (0 <= buffer < plan.buffers) of
  * the response; VRAM_EINVAL when it has none. A host array's bytes stay
  * valid while the response is held and the array is not freed. */
 int vram_response_array(vram_response r, const char *label, int buffer, struct vram_array *out);
+/* (2.1) Every array of buffer buffer of the response, sorted by label,
+ * each described as vram_response_array does: up to cap of them into out,
+ * array_size bytes apart (sizeof(struct vram_array); a 2.0 caller's
+ * smaller struct is filled as far as it goes); *n gets how many there are
+ * (more than cap: call again with room for *n). One call where
+ * vram_response_plan's arrays says how many to expect. */
+int vram_response_arrays(vram_response r, int buffer, struct vram_array *out, size_t cap, size_t array_size, size_t *n);
 /* A range of runs along an axis: runs [start, start+len) of axis axis. */
 struct vram_span {
 	int64_t axis;
@@ -549,6 +573,8 @@ struct vram_event {
 	int32_t evicted;        /* INVALIDATED: 1 for an eviction for another group */
 	vram_client client;
 	vram_response response; /* ALLOCATED: a response to release; else 0 */
+	int64_t pending;        /* (2.1) the events queued behind this one when it was taken: poll again while it is > 0 (others may come meanwhile) */
+	int64_t response_id;    /* (2.1) ALLOCATED: the response's id (struct vram_plan's), to tell a response already held under another handle */
 };
 /* Takes the manager's oldest event into *out (kind VRAM_EVENT_NONE when
  * there is none) and, for an invalidation, its reason into reason (cut to

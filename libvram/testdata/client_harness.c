@@ -102,17 +102,35 @@ static void check_batch(vram_manager m) {
 	CHECK(!bad && wrong < 0, "y = 2x over %d runs in %lld chunks (first wrong: %d) %s", RUNS, (long long)p.chunks, wrong,
 	      bad ? lasterr() : "");
 
-	/* Events: each member's allocation, in id order, with its own response. */
+	/* Events: each member's allocation, in id order, with its own response
+	 * (2.1: how many are queued behind, and the response's id: out's is
+	 * the one vram_allocate gave, in's the one vram_response_member gave). */
 	struct vram_event ev = {.size = sizeof ev};
 	vram_client seen[2] = {0, 0};
+	int64_t pending[2] = {-1, -1}, ids[2] = {0, 0};
+	struct vram_plan pin = {.size = sizeof pin};
+	vram_response_plan(ri, &pin);
 	for (int i = 0; i < 2; i++) {
 		vram_poll(m, &ev, NULL, 0);
 		seen[i] = ev.kind == VRAM_EVENT_ALLOCATED ? ev.client : -1;
+		pending[i] = ev.pending;
+		ids[i] = ev.response_id;
 		if (ev.response) vram_response_release(ev.response);
 	}
 	vram_poll(m, &ev, NULL, 0);
 	CHECK(seen[0] == in && seen[1] == out && ev.kind == VRAM_EVENT_NONE, "events: allocated %lld, %lld, then none (%d)",
 	      (long long)seen[0], (long long)seen[1], ev.kind);
+	CHECK(pending[0] == 1 && pending[1] == 0 && ids[0] == pin.id && ids[1] == p.id && p.id != pin.id && p.sets == 1,
+	      "2.1: pending %lld, %lld; ids %lld, %lld (the responses say %lld, %lld)", (long long)pending[0],
+	      (long long)pending[1], (long long)ids[0], (long long)ids[1], (long long)pin.id, (long long)p.id);
+	struct vram_array all[2];
+	size_t n = 0;
+	all[0].size = sizeof all[0];
+	rc = vram_response_arrays(r, 0, all, 2, sizeof all[0], &n);
+	CHECK(rc == VRAM_OK && n == 1 && !strcmp(all[0].label, "y") && all[0].device_ptr == ya.device_ptr && !strcmp(ya.label, "y"),
+	      "2.1: the response's arrays: %d, %zu of them, %s %s", rc, n, n ? all[0].label : "", lasterr());
+	rc = vram_response_arrays(r, 1, all, 2, sizeof all[0], &n);
+	CHECK(rc == VRAM_EINVAL, "2.1: buffer 1 of a response of 1 is refused: %d", rc);
 
 	/* An invalidation, and its reason. */
 	vram_client quiet = reg(m, "quiet", "other", VRAM_HOOK_INVALIDATE);
@@ -271,6 +289,7 @@ static void check_threads(vram_manager m) {
 
 int main(void) {
 	CHECK(vram_abi_version() >= 2, "ABI version %d", vram_abi_version());
+	CHECK(vram_abi_version() > 2 || vram_abi_minor() >= 1, "ABI version 2.%d", vram_abi_minor());
 	CHECK(!strcmp(vram_strerror(VRAM_EFREED), "array freed") && !strcmp(vram_strerror(VRAM_ENOTSUP), "not supported"),
 	      "the new statuses have their words");
 	vram_manager m = 0;
