@@ -292,6 +292,69 @@ class TestClient(ClientTest):
             c.queue({"x": vram.ArrayRequest((4,), "float32")})
 
 
+class TestResponses(ClientTest):
+    def test_one_object_per_response(self):
+        # The response allocate returns, the on_allocated argument and
+        # member's are one object per client and allocation, described once.
+        got = []
+        a = self.m.register("a", group="g", on_allocated=got.append)
+        b = self.m.register("b", group="g", on_allocated=got.append)
+        a.queue({"x": vram.ArrayRequest((64,), "float32")})
+        r = a.allocate()
+        self.assertEqual(len(got), 2)
+        self.assertIs(got[0], r)
+        self.assertIs(a.response, r)
+        self.assertIs(r.member(b), got[1])
+        self.assertIs(r.member(a), r)
+        self.assertNotEqual(r.id, got[1].id)
+        self.assertEqual(got[1].device_arrays, {}, "b queued nothing: the plan alone")
+        self.assertEqual(got[1].plan, r.plan)
+        r2 = a.allocate()  # nothing queued: the plan again, in new responses
+        self.assertIsNot(r2, r)
+        self.assertEqual(r2.plan, r.plan)
+        self.assertIs(got[2], r2)
+
+    def test_plan_shapes_on_demand(self):
+        c = self.m.register("c", group="g")
+        c.queue({"x": vram.ArrayRequest((4, 5 * MiB), "float32", chunk_axis=1)})  # 80 MiB on 16: chunked
+        r = c.allocate()
+        plan = r.plan
+        n = plan.chunk_length
+        self.assertGreater(plan.chunks, 1)
+        self.assertEqual(plan.chunked_shapes, {"c#%d" % c.id: {"x": (4, n)}})
+        self.assertEqual(plan.bytes_per_chunk, plan.unchunkable_bytes + plan.buffers * plan.chunk_bytes)
+        self.assertIsNone(r.free_error)
+        again = vram.ChunkPlan(*plan)
+        self.assertEqual(again, plan, "plans are equal when their figures are")
+        self.assertEqual(again.chunked_shapes, {}, "a plan made by hand knows no shapes")
+        with self.assertRaises(AttributeError):
+            plan.chunks = 1
+        r2 = c.allocate()
+        r2.release()
+        with self.assertRaisesRegex(vram.VramError, "released"):
+            r2.plan.chunked_shapes
+
+    def test_closed(self):
+        # Client.closed answers for a closed client (it raised VramError).
+        c, d = self.m.register("c"), self.m.register("d")
+        self.assertFalse(c.closed)
+        c.close()
+        self.assertTrue(c.closed)
+        self.m.close()
+        self.assertTrue(d.closed, "closed with its manager")
+        self.m = vram.Manager(self.spec, arrays="vram")  # for tearDown
+
+
+class TestPackage(unittest.TestCase):
+    def test_lazy_submodules(self):
+        # vram.cubie and vram.numba_mlir are reached as the others are.
+        self.assertTrue({"cubie", "numba_mlir", "numba", "cupy", "torch", "batch", "Batch"} <= set(dir(vram)))
+        if np is not None:
+            self.assertEqual(vram.cubie.__name__, "vram.cubie")
+        with self.assertRaisesRegex(AttributeError, "no attribute 'nope' \\(its submodules: .*numba_mlir"):
+            vram.nope
+
+
 @unittest.skipIf(np is None, "numpy not importable")
 class TestManagerLifetime(unittest.TestCase):
     def test_close_closes_what_the_client_api_holds(self):

@@ -40,6 +40,7 @@ import contextlib
 import json
 import threading
 import typing
+import weakref
 
 from . import _capi, _lib
 from . import client as _client
@@ -117,7 +118,10 @@ class Manager:
         self.spec = st["spec"]
         self.simulated = st["backend"] == "sim"
         self._clients = {}  # handle -> Client registered through this object
-        self._poll_lock = threading.RLock()
+        self._poll_lock = threading.RLock()  # protects _clients, _hooked and _poller; one thread delivers events at a time
+        self._hooked = 0  # open clients of _clients that asked for events: polled after calls only while > 0
+        self._poller = _client._Poller()
+        self._responses = weakref.WeakValueDictionary()  # response id -> its ArrayResponse (one object per response)
 
     def __repr__(self):
         return "vram.Manager(%d, %r, device %d)" % (self.handle, self.spec, self.device)
@@ -173,7 +177,9 @@ class Manager:
         _lib.check(_lib.lib().vram_close(self.handle))
         with _known_lock:
             _known.pop(self.handle, None)
-        self._clients.clear()
+        with self._poll_lock:
+            self._clients.clear()
+            self._hooked = 0
 
     # The client API (vram.client).
 
@@ -198,11 +204,13 @@ class Manager:
         c = Client(self, h.value, name, on_allocated, on_invalidate)
         with self._poll_lock:
             self._clients[c.handle] = c
+            self._hooked += c._hooked
         return c
 
     def _forget(self, client):
         with self._poll_lock:
-            self._clients.pop(client.handle, None)
+            if self._clients.pop(client.handle, None) is not None:
+                self._hooked -= client._hooked
 
     def clients(self) -> typing.List[Client]:
         """The open clients registered through this object, by id."""
@@ -368,18 +376,26 @@ def empty_cache():
 _local = threading.local()
 
 
+# The submodules loaded on first use (vram.numba, vram.numba_mlir, vram.cupy
+# and vram.torch import their framework; vram.cubie installs the Numba
+# plugin), so that import vram needs none of them.
+_LAZY = ("batch", "cubie", "cupy", "numba", "numba_mlir", "torch")
+
+
 def __getattr__(name):
-    # vram.numba, vram.cupy and vram.torch import their framework: loaded on
-    # first use, so that import vram needs none of them.
     if name == "Batch":
         from .batch import Batch
 
         return Batch
-    if name in ("numba", "cupy", "torch", "batch"):
+    if name in _LAZY:
         import importlib
 
         return importlib.import_module("vram." + name)
-    raise AttributeError("module 'vram' has no attribute %r" % name)
+    raise AttributeError("module 'vram' has no attribute %r (its submodules: %s)" % (name, ", ".join(_LAZY)))
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"Batch"})
 
 
 @contextlib.contextmanager

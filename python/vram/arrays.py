@@ -32,8 +32,8 @@ from . import _capi, _lib
 
 __all__ = ["DeviceArray", "numba_mode", "numpy_view"]
 
-_DTYPE_NAMES = {v: k for k, v in _capi.DTYPES.items()}
-_MEMORY_NAMES = {v: k for k, v in _capi.MEMORY.items()}
+DTYPE_NAMES = {v: k for k, v in _capi.DTYPES.items()}
+MEMORY_NAMES = {v: k for k, v in _capi.MEMORY.items()}
 
 
 def _np():
@@ -66,7 +66,19 @@ def numba_mode(simulated: bool) -> Optional[str]:
     """How device arrays of a manager (simulated: on vram's simulator) become
     Numba's: "sim" (Numba's CUDA simulator over the simulated memory), "cuda"
     (a GPU), or None when Numba cannot use them here (no Numba; a real Numba
-    and vram's simulator; Numba's simulator and a GPU)."""
+    and vram's simulator; Numba's simulator and a GPU). Worked out once per
+    process: Numba reads NUMBA_ENABLE_CUDASIM when it is imported."""
+    mode = _modes.get(simulated, _UNKNOWN)
+    if mode is _UNKNOWN:
+        mode = _modes[simulated] = _numba_mode(simulated)
+    return mode
+
+
+_UNKNOWN = object()
+_modes: dict = {}
+
+
+def _numba_mode(simulated: bool) -> Optional[str]:
     if "numba" not in sys.modules and importlib.util.find_spec("numba") is None:
         return None
     if _numba_simulating():
@@ -87,19 +99,21 @@ class DeviceArray:
     description of memory the manager owns."""
 
     __slots__ = ("response", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
-                 "chunk_axis", "_host", "_numba")
+                 "chunk_axis", "_label_c", "_host", "_numba")
 
-    def __init__(self, response, label: str, buffer: int, desc: dict):
+    def __init__(self, response, label: str, buffer: int, desc: "_capi.Array"):
         self.response = response
         self.label = label
+        self._label_c = label.encode()
         self.buffer = buffer
-        self.shape = tuple(desc["shape"])
-        self.dtype = desc["dtype"]
-        self.strides = tuple(desc["strides"])
-        self.nbytes = desc["bytes"]
-        self.memory = desc["memory"]
-        self.ptr = desc["device_ptr"]
-        axis = desc["chunk_axis"]
+        n = desc.ndim
+        self.shape = tuple(desc.shape[:n])
+        self.dtype = DTYPE_NAMES[desc.dtype]
+        self.strides = tuple(desc.strides[:n])
+        self.nbytes = desc.bytes
+        self.memory = MEMORY_NAMES[desc.memory]
+        self.ptr = desc.device_ptr
+        axis = desc.chunk_axis
         self.chunk_axis = None if axis < 0 else axis
         self._host = None
         self._numba = None
@@ -123,7 +137,7 @@ class DeviceArray:
     def freed(self) -> bool:
         """Whether the manager has freed the array since the response."""
         a = _capi.Array(size=ctypes.sizeof(_capi.Array))
-        _lib.check(_lib.lib().vram_response_array(self.response.handle, self.label.encode(), self.buffer, ctypes.byref(a)))
+        _lib.check(_lib.lib().vram_response_array(self.response.handle, self._label_c, self.buffer, ctypes.byref(a)))
         return bool(a.freed)
 
     @property
@@ -145,7 +159,7 @@ class DeviceArray:
         VramError (ENOTSUP) on a GPU."""
         if self._host is None:
             out = ctypes.c_void_p()
-            _lib.check(_lib.lib().vram_sim_host_address(self.response.handle, self.label.encode(), self.buffer,
+            _lib.check(_lib.lib().vram_sim_host_address(self.response.handle, self._label_c, self.buffer,
                                                         ctypes.byref(out)))
             self._host = numpy_view(out.value or 0, self.nbytes, self.dtype, self.shape, self.response)
         return self._host
