@@ -321,3 +321,57 @@ int vram_host_free(vram_host h) {
 	ENTER("vram_host_free");
 	return GO(vramgo_host_free, h);
 }
+
+/* (2.1) The chunk pipeline. */
+
+int vram_batch_start(vram_manager m, const struct vram_batch_array *arrays, size_t n, size_t decl_size,
+		     const struct vram_batch_options *o, vram_batch *out) {
+	ENTER("vram_batch_start");
+	NOT_NULL("vram_batch_start", out);
+	if (n > 0) NOT_NULL("vram_batch_start", arrays);
+	struct vram_batch_options opts;
+	memset(&opts, 0, sizeof opts);
+	if (o) {
+		if (o->size < sizeof o->size + sizeof o->buffers)
+			return fail(VRAM_EINVAL, "vram_batch_start: o->size is %llu; set it to sizeof(struct vram_batch_options), %zu",
+				    (unsigned long long)o->size, sizeof(struct vram_batch_options));
+		memcpy(&opts, o, o->size < sizeof opts ? (size_t)o->size : sizeof opts);
+	}
+	int64_t b = 0;
+	int rc = GO(vramgo_batch_start, m, (void *)arrays, n, decl_size, &opts, &b);
+	if (rc == VRAM_OK) *out = b;
+	return rc;
+}
+
+int vram_batch_next(vram_batch b, struct vram_batch_chunk *chunk, struct vram_array *arrays, size_t cap,
+		    size_t array_size, void **sim_hosts, int *done) {
+	ENTER("vram_batch_next");
+	NOT_NULL("vram_batch_next", done);
+	SIZED("vram_batch_next", chunk, struct vram_batch_chunk);
+	if (cap > 0) {
+		NOT_NULL("vram_batch_next", arrays);
+		if (array_size < sizeof arrays->size)
+			return fail(VRAM_EINVAL, "vram_batch_next: array_size is %zu; set it to sizeof(struct vram_array), %zu",
+				    array_size, sizeof(struct vram_array));
+	}
+	if (cap == 0) sim_hosts = NULL;
+	uint64_t size = chunk->size;
+	memset(chunk, 0, sizeof *chunk);
+	chunk->size = size;
+	*done = 0;
+	return GO(vramgo_batch_next, b, chunk, arrays, cap, array_size, sim_hosts, done);
+}
+
+int vram_batch_cancel(vram_batch b) {
+	ENTER("vram_batch_cancel");
+	return GO(vramgo_batch_do, b, VRAM_OP_BATCH_CANCEL_);
+}
+
+int vram_batch_report_json(vram_batch b, char *buf, size_t len, size_t *needed) {
+	return text_call("vram_batch_report_json", vramgo_batch_report_json, b, buf, len, needed);
+}
+
+int vram_batch_close(vram_batch b) {
+	ENTER("vram_batch_close");
+	return GO(vramgo_batch_do, b, VRAM_OP_BATCH_CLOSE_);
+}

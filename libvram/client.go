@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/libvram/internal/capi"
 )
@@ -50,7 +51,7 @@ func clientStatus(err error) (C.int, bool) {
 		return C.VRAM_EHANDLE, true
 	case errors.Is(err, vram.ErrInvalidRequest), errors.Is(err, vram.ErrProportion), errors.Is(err, vram.ErrMismatch),
 		errors.Is(err, vram.ErrRunsMismatch), errors.Is(err, vram.ErrChunkRange), errors.Is(err, vram.ErrOtherGroup),
-		errors.Is(err, vram.ErrNothingQueued), errors.Is(err, vram.ErrUnknownClient):
+		errors.Is(err, vram.ErrNothingQueued), errors.Is(err, vram.ErrUnknownClient), errors.Is(err, batch.ErrBatch):
 		return C.VRAM_EINVAL, true
 	}
 	return 0, false
@@ -441,4 +442,96 @@ func vramgo_host_array(h C.int64_t, shape *C.int64_t, ndim, dtype, memory C.int,
 func vramgo_host_free(hh C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	return done(errOut, clients.HostFree(int64(hh)))
+}
+
+// batchArrays reads n struct vram_batch_arrays, size bytes apart, at p.
+func batchArrays(p unsafe.Pointer, n, size int) ([]capi.BatchArray, error) {
+	if n > 0 && (p == nil || size < int(unsafe.Sizeof(C.struct_vram_batch_array{}))) {
+		return nil, fmt.Errorf("vram: batch: %d arrays at %p, %d bytes apart: want them non-NULL, at least sizeof(struct vram_batch_array) = %d apart: %w",
+			n, p, size, unsafe.Sizeof(C.struct_vram_batch_array{}), device.ErrInvalidValue)
+	}
+	out := make([]capi.BatchArray, n)
+	for i := range n {
+		a := (*C.struct_vram_batch_array)(unsafe.Add(p, i*size))
+		reqs, err := requests(unsafe.Pointer(&a.request), 1, int(unsafe.Sizeof(a.request)))
+		if err != nil {
+			return nil, fmt.Errorf("vram: batch array %d: %w", i, err)
+		}
+		for l, r := range reqs {
+			out[i] = capi.BatchArray{Client: int64(a.client), Label: l, Dir: capi.BatchDir(a.direction), Request: r,
+				HostHandle: int64(a.host_array)}
+		}
+		if a.host != nil {
+			out[i].Host = capi.HostDesc{Data: a.host, Shape: out[i].Request.Shape, DType: out[i].Request.DType}
+		}
+	}
+	return out, nil
+}
+
+//export vramgo_batch_start
+func vramgo_batch_start(h C.int64_t, arrays unsafe.Pointer, n, size C.size_t, o *C.struct_vram_batch_options, out *C.int64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	m, err := reg.Get(int64(h))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	as, err := batchArrays(arrays, int(n), int(size))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	bo := capi.BatchOptions{Buffers: int(o.buffers), HostKernels: o.host_kernels != 0, MaxChunkLength: int(o.max_chunk_length), Grow: o.grow != 0}
+	b, err := clients.StartBatch(m, as, bo)
+	*out = C.int64_t(b)
+	return done(errOut, err)
+}
+
+//export vramgo_batch_next
+func vramgo_batch_next(b C.int64_t, ch *C.struct_vram_batch_chunk, arrays unsafe.Pointer, capacity, size C.size_t, simHosts *unsafe.Pointer, finished *C.int, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	c, end, err := clients.NextChunk(int64(b))
+	*finished = 0
+	if end {
+		*finished = 1
+	}
+	if err != nil || end {
+		return done(errOut, err)
+	}
+	ch.index, ch.chunks, ch.start, ch.len = C.int64_t(c.Index), C.int64_t(c.Chunks), C.int64_t(c.Start), C.int64_t(c.Len)
+	ch.chunk_length, ch.buffer, ch.stream = C.int64_t(c.ChunkLength), C.int64_t(c.Buffer), C.vram_stream(c.Stream)
+	ch.arrays = C.int64_t(len(c.Arrays))
+	k := min(uintptr(size), unsafe.Sizeof(C.struct_vram_array{}))
+	for i, a := range c.Arrays[:min(len(c.Arrays), int(capacity))] {
+		var ca C.struct_vram_array
+		if err := fillArray(&ca, a); err != nil {
+			return fail(errOut, err)
+		}
+		ca.size = C.uint64_t(k)
+		copy(unsafe.Slice((*byte)(unsafe.Add(arrays, uintptr(i)*uintptr(size))), k), unsafe.Slice((*byte)(unsafe.Pointer(&ca)), k))
+		if simHosts != nil {
+			*(*uintptr)(unsafe.Add(unsafe.Pointer(simHosts), uintptr(i)*unsafe.Sizeof(uintptr(0)))) = c.SimHost[i] // pinned while the batch is open
+		}
+	}
+	return C.VRAM_OK
+}
+
+//export vramgo_batch_do
+func vramgo_batch_do(b C.int64_t, op C.int, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	switch op {
+	case C.VRAM_OP_BATCH_CANCEL_:
+		return done(errOut, clients.CancelBatch(int64(b)))
+	case C.VRAM_OP_BATCH_CLOSE_:
+		return done(errOut, clients.CloseBatch(int64(b)))
+	}
+	return fail(errOut, fmt.Errorf("vram: batch call %d: %w", op, device.ErrInvalidValue))
+}
+
+//export vramgo_batch_report_json
+func vramgo_batch_report_json(b C.int64_t, out **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	s, err := clients.BatchReportJSON(int64(b))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	return text(out, s)
 }

@@ -589,6 +589,115 @@ int vram_host_array(vram_manager m, const int64_t *shape, int ndim, int dtype, i
 /* Frees a host array; its bytes must not be used afterwards. */
 int vram_host_free(vram_host h);
 
+/*
+ * (2.1) The chunk pipeline (the Go batch package) driven chunk by chunk:
+ * the program's thread launches each chunk's kernels, nothing calls into
+ * the program. vram_batch_start declares a batch's arrays on clients of one
+ * stream group, allocates them with one allocation of the group (planned
+ * and chunked by the manager) and starts the pipeline on a thread of the
+ * library's own: each chunk's inputs are copied in on the group's stream,
+ * its kernels wait for them (an event) on the chunk's stream, its outputs
+ * are copied out behind them; with 2 or 3 buffers in flight the kernels
+ * run on a stream of the batch's own, so that the copies of one chunk go
+ * beside the kernels of another, and the program stays a buffer or two
+ * ahead of the device. Pageable host arrays are staged through the
+ * manager's pinned staging pool, pinned ones (vram_host_array) copied from
+ * directly. Between chunks the pipeline re-cuts them when the group's
+ * budget changes (a cap, another group's claim: the arrays are allocated
+ * again at the new length, and each chunk describes its own), and may
+ * choose its buffers after the first chunk (buffers 0). The batch's
+ * clients are busy (never evicted) while it runs.
+ *
+ * vram_batch_next hands over one chunk at a time: its runs, its buffer,
+ * the stream its kernels go on, and the batch's arrays in that buffer, in
+ * the order they were declared. The program enqueues the chunk's kernels
+ * on that stream and calls vram_batch_next again: that call tells the
+ * pipeline they are enqueued (their chunk's copies out are enqueued after
+ * them) and waits for the next chunk. When every chunk is back on the host
+ * it reports done; a failure of the pipeline is its status then, with the
+ * chunk and the step in the last error. The arrays a chunk describes are
+ * valid until the next call. vram_batch_cancel stops the pipeline between
+ * two steps from any thread; vram_batch_close stops it if it runs, waits
+ * for the work it enqueued, and frees its device arrays and its handle.
+ *
+ * Kernels on the host (host_kernels): a program whose kernels run on the
+ * host at their launch (Numba's CUDA simulator, over the simulated memory
+ * of vram's simulator) is handed a chunk only once its copies in are
+ * done, and each chunk gives the simulated memory's host address of every
+ * array (sim_hosts). The copies out of a chunk follow the next
+ * vram_batch_next call, so they read what the kernels wrote.
+ */
+typedef int64_t vram_batch;
+
+/* What the pipeline does with an array. */
+enum vram_batch_dir {
+	VRAM_BATCH_IN = 0,      /* copied in before each chunk's kernels (an unchunkable one once, before the first) */
+	VRAM_BATCH_OUT = 1,     /* copied out after them (an unchunkable one once, after the last) */
+	VRAM_BATCH_INOUT = 2,   /* both, at the same runs of one host array */
+	VRAM_BATCH_SCRATCH = 3, /* neither: the kernels' own; no host side */
+};
+
+/* One array of a batch. */
+struct vram_batch_array {
+	vram_client client;          /* its client: every array's is of one stream group */
+	struct vram_request request; /* its label and request (memory: device), at the batch's full length */
+	int32_t direction;           /* enum vram_batch_dir */
+	int32_t reserved;            /* 0 */
+	void *host;                  /* its full-length host array, C-contiguous, of the request's shape and dtype (staged) */
+	vram_host host_array;        /* or, host NULL, a host array of vram_host_array of that shape and dtype (pinned: copied from directly) */
+};
+
+/* How a batch runs. Set size to sizeof(struct vram_batch_options). */
+struct vram_batch_options {
+	uint64_t size;
+	int32_t buffers;          /* buffers in flight, 1 to 3; 0: the pipeline chooses after its first chunk */
+	int32_t host_kernels;     /* non-zero: kernels run on the host at their launch (above) */
+	int64_t max_chunk_length; /* > 0: at most this many runs a chunk */
+	int32_t grow;             /* non-zero: longer chunks when the budget grows (shorter ones always when it shrinks) */
+	int32_t reserved;
+};
+
+/* A chunk handed over. Set size to sizeof(struct vram_batch_chunk). */
+struct vram_batch_chunk {
+	uint64_t size;
+	int64_t index;        /* 0-based, in the batch's order */
+	int64_t chunks;       /* the batch's chunks as now cut (a re-cut changes it) */
+	int64_t start, len;   /* the chunk's runs: start ... start+len-1 */
+	int64_t chunk_length; /* every chunked array's length along its chunk axis now (len or more) */
+	int64_t buffer;       /* the buffer in flight it uses */
+	vram_stream stream;   /* where its kernels go: a CUstream on CUDA; on the simulator a number naming it */
+	int64_t arrays;       /* the batch's arrays (how many vram_batch_next describes) */
+};
+
+/* Declares n arrays (each decl_size bytes apart: sizeof(struct
+ * vram_batch_array)) on m's clients, allocates them and starts the
+ * pipeline; o may be NULL (buffers 0). A bad declaration (no host side, a
+ * host array of another shape, clients of two groups) or a failed
+ * allocation (VRAM_ENOMEM, with the figures) starts nothing. */
+int vram_batch_start(vram_manager m, const struct vram_batch_array *arrays, size_t n, size_t decl_size,
+		     const struct vram_batch_options *o, vram_batch *out);
+/* Tells the batch the kernels of the chunk it handed over last are
+ * enqueued, and waits for the next: *chunk, and its arrays (up to cap,
+ * array_size bytes apart, as vram_response_arrays fills them; the labels
+ * stay while the batch does) and, when sim_hosts is not NULL, their host
+ * addresses with host_kernels on the simulator (else NULL). *done is 1,
+ * and nothing is handed over, once the batch has ended: VRAM_OK when
+ * every chunk is back on the host, else the pipeline's failure. */
+int vram_batch_next(vram_batch b, struct vram_batch_chunk *chunk, struct vram_array *arrays, size_t cap,
+		    size_t array_size, void **sim_hosts, int *done);
+/* Stops the batch between two steps (from any thread): its next
+ * vram_batch_next reports it ended, with the chunks finished named. */
+int vram_batch_cancel(vram_batch b);
+/* What the batch did, once it has ended, as one JSON object (the Go
+ * batch.Report: "chunks", "chunks_done", "runs", "chunk_length",
+ * "buffers", "lag", "staged", "bytes_in", "bytes_out", times in seconds,
+ * "recuts" and "buffer_choice"). VRAM_EINVAL while it runs. */
+int vram_batch_report_json(vram_batch b, char *buf, size_t len, size_t *needed);
+/* Stops the batch if it runs, waits for the work it enqueued, and frees
+ * its device arrays and its handle. Every started batch must be closed
+ * (vram_close closes those left). */
+int vram_batch_close(vram_batch b);
+
 /* The planner alone (the Go vram.Plan), with no manager: request_json is
  * {"requests": {owner: {label: {"shape": [...], "dtype": "float32",
  * "memory": "device", "chunk_axis": 0, "unchunkable": false, "total_runs":

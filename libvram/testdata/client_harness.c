@@ -287,6 +287,50 @@ static void check_threads(vram_manager m) {
 	CHECK(bad == 0, "4 threads, a client each, 20 allocations and round trips: %d", bad);
 }
 
+/* (2.1) The pipeline from C, kernels on the host: y = 3x, chunk by chunk,
+ * two buffers; each chunk's x is in place when it is handed over. */
+static void check_pipeline(vram_manager m) {
+	vram_client c = reg(m, "piped", "pipe", 0);
+	float *x = malloc(sizeof(float) * RUNS), *y = calloc(RUNS, sizeof(float));
+	for (int i = 0; i < RUNS; i++) x[i] = (float)(i % 1000);
+	int64_t shape[] = {RUNS};
+	struct vram_batch_array decl[2] = {
+		{.client = c, .request = {.label = "x", .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32}, .direction = VRAM_BATCH_IN, .host = x},
+		{.client = c, .request = {.label = "y", .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32}, .direction = VRAM_BATCH_OUT, .host = y},
+	};
+	struct vram_batch_options o = {.size = sizeof o, .buffers = 2, .host_kernels = 1};
+	vram_batch b = 0;
+	int rc = vram_batch_start(m, decl, 2, sizeof decl[0], &o, &b);
+	CHECK(rc == VRAM_OK && b > 0, "start a batch: %d %s", rc, lasterr());
+	struct vram_batch_chunk ch = {.size = sizeof ch};
+	struct vram_array arrays[2];
+	arrays[0].size = sizeof arrays[0];
+	void *hosts[2];
+	int done = 0, chunks = 0, misplaced = 0;
+	while ((rc = vram_batch_next(b, &ch, arrays, 2, sizeof arrays[0], hosts, &done)) == VRAM_OK && !done) {
+		float *dx = hosts[0], *dy = hosts[1];
+		for (int64_t i = 0; i < ch.len; i++) {
+			misplaced += dx[i] != x[ch.start + i];
+			dy[i] = 3 * dx[i];
+		}
+		misplaced += strcmp(arrays[0].label, "x") != 0 || arrays[1].shape[0] != ch.chunk_length;
+		chunks++;
+	}
+	CHECK(rc == VRAM_OK && done && chunks >= 2 && !misplaced, "the batch: %d, %d chunks, %d misplaced %s", rc, chunks, misplaced,
+	      lasterr());
+	int wrong = -1;
+	for (int i = 0; i < RUNS && wrong < 0; i++)
+		if (y[i] != 3 * x[i]) wrong = i;
+	char rep[4096];
+	size_t need = 0;
+	rc = vram_batch_report_json(b, rep, sizeof rep, &need);
+	CHECK(wrong < 0 && rc == VRAM_OK && strstr(rep, "\"chunks_done\""), "y = 3x (first wrong %d); report %s", wrong, rep);
+	CHECK(vram_batch_close(b) == VRAM_OK && vram_batch_close(b) == VRAM_EHANDLE, "close the batch, once");
+	vram_client_close(c);
+	free(x);
+	free(y);
+}
+
 int main(void) {
 	CHECK(vram_abi_version() >= 2, "ABI version %d", vram_abi_version());
 	CHECK(vram_abi_version() > 2 || vram_abi_minor() >= 1, "ABI version 2.%d", vram_abi_minor());
@@ -301,6 +345,7 @@ int main(void) {
 	check_client_calls(m);
 	check_bad(m);
 	check_threads(m);
+	check_pipeline(m);
 	CHECK(vram_close(m) == VRAM_EBUSY, "close refused while ABI 1's allocation is live: %s", lasterr());
 	CHECK(vram_free(m, p, 1 << 20, 0) == VRAM_OK, "free it");
 

@@ -87,6 +87,7 @@ type Clients struct {
 	ids     map[*vram.ArrayResponse]*identity // the id of each response some handle holds
 	works   map[int64]*workEntry
 	hosts   map[int64]*hostEntry
+	batches map[int64]*batchEntry
 	events  map[*Manager][]Event
 }
 
@@ -116,6 +117,7 @@ func (cs *Clients) initLocked() {
 		cs.clients, cs.resps = map[int64]*clientEntry{}, map[int64]*responseEntry{}
 		cs.ids = map[*vram.ArrayResponse]*identity{}
 		cs.works, cs.hosts = map[int64]*workEntry{}, map[int64]*hostEntry{}
+		cs.batches = map[int64]*batchEntry{}
 		cs.events = map[*Manager][]Event{}
 	}
 }
@@ -428,8 +430,8 @@ func (cs *Clients) CloseManager(r *Registry, h int64) error {
 	if err != nil || m.liveCount() > 0 {
 		return r.Close(h)
 	}
+	errs := []error{cs.endBatches(m)} // their arrays freed before the clients close
 	hosts, resps := cs.forget(m)
-	var errs []error
 	if done, err := m.use("close"); err == nil {
 		for _, he := range hosts {
 			errs = append(errs, he.h.Free())
