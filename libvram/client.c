@@ -118,20 +118,24 @@ int vram_allocate(vram_client c, int buffers, vram_response *out) {
 	return rc;
 }
 
-int vram_response_plan(vram_response r, struct vram_plan *out) {
-	ENTER("vram_response_plan");
-	NOT_NULL("vram_response_plan", out);
+static int plan_call(const char *op, int (*fn)(int64_t, struct vram_plan *, char **), int64_t h, struct vram_plan *out) {
+	ENTER(op);
+	NOT_NULL(op, out);
 	if (out->size < sizeof out->size)
-		return fail(VRAM_EINVAL, "vram_response_plan: out->size is %llu; set it to sizeof(struct vram_plan), %zu",
+		return fail(VRAM_EINVAL, "%s: out->size is %llu; set it to sizeof(struct vram_plan), %zu", op,
 			    (unsigned long long)out->size, sizeof(struct vram_plan));
 	struct vram_plan p;
 	memset(&p, 0, sizeof p);
-	int rc = GO(vramgo_response_plan, r, &p);
+	int rc = GO(fn, h, &p);
 	if (rc != VRAM_OK) return rc;
 	size_t n = out->size < sizeof p ? (size_t)out->size : sizeof p;
 	p.size = n;
 	memcpy(out, &p, n);
 	return VRAM_OK;
+}
+
+int vram_response_plan(vram_response r, struct vram_plan *out) {
+	return plan_call("vram_response_plan", vramgo_response_plan, r, out);
 }
 
 int vram_response_array(vram_response r, const char *label, int buffer, struct vram_array *out) {
@@ -361,6 +365,8 @@ int vram_batch_next(vram_batch b, struct vram_batch_chunk *chunk, struct vram_ar
 	*done = 0;
 	return GO(vramgo_batch_next, b, chunk, arrays, cap, array_size, sim_hosts, done);
 }
+
+int vram_batch_plan(vram_batch b, struct vram_plan *out) { return plan_call("vram_batch_plan", vramgo_batch_plan, b, out); }
 
 int vram_batch_cancel(vram_batch b) {
 	ENTER("vram_batch_cancel");

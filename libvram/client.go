@@ -205,6 +205,23 @@ func vramgo_response_plan(r C.int64_t, out *C.struct_vram_plan, errOut **C.char)
 	if err != nil {
 		return fail(errOut, err)
 	}
+	fillPlan(out, pi)
+	return C.VRAM_OK
+}
+
+//export vramgo_batch_plan
+func vramgo_batch_plan(b C.int64_t, out *C.struct_vram_plan, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	pi, err := clients.BatchPlan(int64(b))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	fillPlan(out, pi)
+	return C.VRAM_OK
+}
+
+// fillPlan describes pi in *out.
+func fillPlan(out *C.struct_vram_plan, pi capi.PlanInfo) {
 	p := pi.Plan
 	out.client, out.arrays = C.int64_t(pi.Client), C.int64_t(pi.Arrays)
 	out.chunks, out.chunk_length, out.last_chunk_length = C.int64_t(p.Chunks), C.int64_t(p.ChunkLength), C.int64_t(p.LastChunkLength)
@@ -213,7 +230,6 @@ func vramgo_response_plan(r C.int64_t, out *C.struct_vram_plan, errOut **C.char)
 	out.device_bytes, out.full_bytes, out.host_bytes = C.uint64_t(p.DeviceBytes), C.uint64_t(p.FullBytes), C.uint64_t(p.HostBytes)
 	out.granularity, out.bytes_per_chunk = C.uint64_t(p.Granularity), C.uint64_t(p.BytesPerChunk)
 	out.id, out.sets, out.free_error = C.int64_t(pi.ID), C.int32_t(pi.Sets), cbool(pi.FreeError)
-	return C.VRAM_OK
 }
 
 //export vramgo_response_array

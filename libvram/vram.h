@@ -676,6 +676,11 @@ struct vram_batch_chunk {
  * allocation (VRAM_ENOMEM, with the figures) starts nothing. */
 int vram_batch_start(vram_manager m, const struct vram_batch_array *arrays, size_t n, size_t decl_size,
 		     const struct vram_batch_options *o, vram_batch *out);
+/* The plan the batch's arrays were allocated by (struct vram_plan; client
+ * is the batch's first client, arrays its arrays, id 0): its chunks,
+ * chunk length and buffers, the budget and bytes. A re-cut allocates them
+ * again: then the plan of the latest allocation. */
+int vram_batch_plan(vram_batch b, struct vram_plan *out);
 /* Tells the batch the kernels of the chunk it handed over last are
  * enqueued, and waits for the next: *chunk, and its arrays (up to cap,
  * array_size bytes apart, as vram_response_arrays fills them; the labels

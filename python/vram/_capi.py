@@ -140,6 +140,46 @@ class Event(ctypes.Structure):
     ]
 
 
+# enum vram_batch_dir.
+BATCH_IN, BATCH_OUT, BATCH_INOUT, BATCH_SCRATCH = 0, 1, 2, 3
+
+
+class BatchArray(ctypes.Structure):
+    _fields_ = [
+        ("client", _handle),
+        ("request", Request),
+        ("direction", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("host", ctypes.c_void_p),
+        ("host_array", _handle),
+    ]
+
+
+class BatchOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("buffers", ctypes.c_int32),
+        ("host_kernels", ctypes.c_int32),
+        ("max_chunk_length", ctypes.c_int64),
+        ("grow", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
+class BatchChunk(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("index", ctypes.c_int64),
+        ("chunks", ctypes.c_int64),
+        ("start", ctypes.c_int64),
+        ("len", ctypes.c_int64),
+        ("chunk_length", ctypes.c_int64),
+        ("buffer", ctypes.c_int64),
+        ("stream", _stream),
+        ("arrays", ctypes.c_int64),
+    ]
+
+
 _P = ctypes.POINTER
 _text = [ctypes.c_char_p, _size, _P(_size)]
 
@@ -181,4 +221,11 @@ SIGNATURES = {
                                        _P(ctypes.c_void_p)]),
     "vram_host_free": (ctypes.c_int, [_handle]),
     "vram_plan": (ctypes.c_int, [ctypes.c_char_p] + _text),
+    "vram_batch_start": (ctypes.c_int, [_handle, ctypes.c_void_p, _size, _size, _P(BatchOptions), _P(_handle)]),
+    "vram_batch_next": (ctypes.c_int, [_handle, _P(BatchChunk), ctypes.c_void_p, _size, _size, _P(ctypes.c_void_p),
+                                       _P(ctypes.c_int)]),
+    "vram_batch_plan": (ctypes.c_int, [_handle, _P(Plan)]),
+    "vram_batch_cancel": (ctypes.c_int, [_handle]),
+    "vram_batch_report_json": (ctypes.c_int, [_handle] + _text),
+    "vram_batch_close": (ctypes.c_int, [_handle]),
 }

@@ -98,11 +98,15 @@ class DeviceArray:
     buffer (which of the response's buffers it is in). Not copied: a
     description of memory the manager owns."""
 
-    __slots__ = ("response", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
-                 "chunk_axis", "_label_c", "_host", "_numba")
+    __slots__ = ("response", "manager", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
+                 "chunk_axis", "_label_c", "_sim_host", "_owner", "_host", "_numba")
 
-    def __init__(self, response, label: str, buffer: int, desc: "_capi.Array"):
-        self.response = response
+    def __init__(self, response, label: str, buffer: int, desc: "_capi.Array", *, manager=None, sim_host: int = 0,
+                 owner=None):
+        self.response = response  # None for an array of a batch's chunk (vram.Batch): sim_host, owner and manager then
+        self.manager = manager if manager is not None else response.client.manager
+        self._sim_host = sim_host
+        self._owner = owner if owner is not None else response
         self.label = label
         self._label_c = label.encode()
         self.buffer = buffer
@@ -135,7 +139,12 @@ class DeviceArray:
 
     @property
     def freed(self) -> bool:
-        """Whether the manager has freed the array since the response."""
+        """Whether the manager has freed the array since the response. (An
+        array of a batch's chunk is valid until the next chunk; this cannot
+        tell.)"""
+        if self.response is None:
+            raise _lib.VramError(_lib.ENOTSUP, "vram: %r is a batch chunk's array: valid until the next chunk, which "
+                                 "this cannot tell" % (self,))
         a = _capi.Array(size=ctypes.sizeof(_capi.Array))
         _lib.check(_lib.lib().vram_response_array(self.response.handle, self._label_c, self.buffer, ctypes.byref(a)))
         return bool(a.freed)
@@ -158,10 +167,16 @@ class DeviceArray:
         memory (writable; the same bytes copies and kernels use). Raises
         VramError (ENOTSUP) on a GPU."""
         if self._host is None:
-            out = ctypes.c_void_p()
-            _lib.check(_lib.lib().vram_sim_host_address(self.response.handle, self._label_c, self.buffer,
-                                                        ctypes.byref(out)))
-            self._host = numpy_view(out.value or 0, self.nbytes, self.dtype, self.shape, self.response)
+            addr = self._sim_host
+            if not addr and self.response is None:
+                raise _lib.VramError(_lib.ENOTSUP, "vram: %r has no host view: a batch's arrays have one on the "
+                                     "simulator, where its kernels run on the host" % (self,))
+            if not addr:
+                out = ctypes.c_void_p()
+                _lib.check(_lib.lib().vram_sim_host_address(self.response.handle, self._label_c, self.buffer,
+                                                            ctypes.byref(out)))
+                addr = out.value or 0
+            self._host = numpy_view(addr, self.nbytes, self.dtype, self.shape, self._owner)
         return self._host
 
     def numba(self):
@@ -169,7 +184,7 @@ class DeviceArray:
         module's doc); raises VramError when Numba cannot reach it here."""
         if self._numba is not None:
             return self._numba
-        mode = numba_mode(self.response.client.manager.simulated)
+        mode = numba_mode(self.manager.simulated)
         if mode == "sim":
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
@@ -179,7 +194,7 @@ class DeviceArray:
 
             self._numba = cuda.from_cuda_array_interface(self.__cuda_array_interface__, owner=self, sync=False)
         else:
-            raise _lib.VramError(_lib.ENOTSUP, _numba_refusal(self.response.client.manager.simulated))
+            raise _lib.VramError(_lib.ENOTSUP, _numba_refusal(self.manager.simulated))
         try:
             self._numba._vram_array = self  # so that Client.to_device and from_device take it too
         except AttributeError:  # pragma: no cover - a Numba array that takes no attributes

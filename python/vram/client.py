@@ -589,8 +589,9 @@ class Client:
 
     def _copy(self, fn, device: Any, host, span: Optional[Span], writable: bool) -> None:
         device = getattr(device, "_vram_array", device)  # a Numba array of a response: its DeviceArray
-        if not isinstance(device, DeviceArray):
-            raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' Numba array)" % (device,))
+        if not isinstance(device, DeviceArray) or device.response is None:
+            raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' "
+                            "Numba array; a vram.Batch copies its own)" % (device,))
         flags = getattr(host, "flags", None)
         if flags is None or not isinstance(host, _numpy().ndarray):
             raise TypeError("vram: the host side is a %s; want a NumPy array" % type(host).__name__)
@@ -709,11 +710,13 @@ def _deliver(manager, kind: int, client: int, response: int, response_id: int, e
 
 
 class _HostArray:
-    """The owner of a host array from Manager.host_array: frees it when
-    collected, or at free()."""
+    """The owner of a host array from Manager.host_array (handle, and the
+    address, shape and dtype it was made with): frees it when collected,
+    or at free()."""
 
-    def __init__(self, handle: int):
+    def __init__(self, handle: int, address: int, shape: Tuple[int, ...], dtype: Any):
         self.handle = handle
+        self.address, self.shape, self.dtype = address, shape, dtype
         self._finalizer = weakref.finalize(self, _free_host, handle)
 
     def free(self) -> None:
@@ -738,7 +741,7 @@ def host_array(manager, shape, dtype, memory: str, like):
     h, data = ctypes.c_int64(), ctypes.c_void_p()
     _lib.check(_lib.lib().vram_host_array(manager.handle, _shape_array(shape), len(shape), _capi.DTYPES[name],
                                           _capi.MEMORY[memory], ctypes.byref(h), ctypes.byref(data)))
-    owner = _HostArray(h.value)
+    owner = _HostArray(h.value, data.value or 0, shape, np.dtype(name))
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(name).itemsize
     arr = numpy_view(data.value or 0, nbytes, name, shape, owner)
     if like is not None:

@@ -100,6 +100,9 @@ type batchEntry struct {
 	rep      batch.Report      // Run's, once done
 	err      error             // Run's, once done
 
+	planMu sync.Mutex     // protects plan
+	plan   vram.ChunkPlan // b's plan, read where Run is not changing it: at the start, in compute, at the end
+
 	mu      sync.Mutex       // serializes Next, Cancel and Close; protects the fields below
 	pending bool             // a chunk was handed over and not yet released
 	pins    runtime.Pinner   // labels, and the simulated bytes handed over
@@ -131,6 +134,7 @@ func (cs *Clients) StartBatch(m *Manager, arrays []BatchArray, o BatchOptions) (
 		be.free()
 		return 0, fmt.Errorf("vram: start a batch: %w", err)
 	}
+	be.notePlan()
 	ctx, cancel := context.WithCancel(context.Background())
 	be.cancel = cancel
 	go be.run(ctx, batch.Options{Buffers: o.Buffers, MaxChunkLength: o.MaxChunkLength, Grow: o.Grow})
@@ -231,11 +235,22 @@ func sameShape(h *vram.HostArray, r vram.ArrayRequest) error {
 func (be *batchEntry) run(ctx context.Context, o batch.Options) {
 	defer close(be.done)
 	be.rep, be.err = be.b.Run(ctx, o, be.compute)
+	be.notePlan()
+}
+
+// notePlan records b's plan; called on Run's goroutine, or before it
+// starts.
+func (be *batchEntry) notePlan() {
+	p := be.b.Plan()
+	be.planMu.Lock()
+	be.plan = p
+	be.planMu.Unlock()
 }
 
 // compute hands ch to the program and waits until it has enqueued the
 // chunk's kernels (its next NextChunk) or the batch is cancelled.
 func (be *batchEntry) compute(ctx context.Context, ch *batch.Chunk) error {
+	be.notePlan() // a re-cut may have changed it
 	if be.host {
 		if err := ch.Stream.Synchronize(); err != nil { // the chunk's copies in, before kernels that run at once
 			return fmt.Errorf("wait for the copies in: %w", err)
@@ -345,6 +360,25 @@ func pinOnce(p *runtime.Pinner, seen map[uintptr]bool, b []byte) uintptr {
 		p.Pin(&b[0])
 	}
 	return addr
+}
+
+// BatchPlan is the plan of batch h's latest allocation.
+func (cs *Clients) BatchPlan(h int64) (PlanInfo, error) {
+	be, err := cs.batch(h)
+	if err != nil {
+		return PlanInfo{}, err
+	}
+	be.planMu.Lock()
+	p := be.plan
+	be.planMu.Unlock()
+	first := be.arrays[0].Client()
+	n := 0
+	for _, a := range be.arrays {
+		if a.Client() == first {
+			n++
+		}
+	}
+	return PlanInfo{Client: int64(first.ID()), Plan: p, Arrays: n, Sets: max(p.Buffers, 1)}, nil
 }
 
 // CancelBatch stops batch h between two steps: the chunks enqueued

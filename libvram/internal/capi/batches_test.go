@@ -79,6 +79,11 @@ func TestBatchPipeline(t *testing.T) {
 				xs := f.xs
 				h, err := f.cs.StartBatch(f.m, f.arrays, BatchOptions{Buffers: buffers, HostKernels: true})
 				must(t, err)
+				pi, err := f.cs.BatchPlan(h)
+				must(t, err)
+				if pi.Plan.Chunks < 2 || pi.Plan.Buffers != buffers || pi.Client != f.in || pi.Arrays != 2 {
+					t.Fatalf("the batch's plan: %+v; want chunks, %d buffers, the solver's 2 arrays", pi, buffers)
+				}
 				var lastX uint64
 				chunks, k, first := 0, float32(3), 0
 				for {
@@ -86,6 +91,9 @@ func TestBatchPipeline(t *testing.T) {
 					must(t, err)
 					if done {
 						break
+					}
+					if ch.ChunkLength != pi.Plan.ChunkLength || ch.Chunks != pi.Plan.Chunks {
+						t.Fatalf("chunk %d: %d of %d chunks of %d runs; the plan says %d of %d", ch.Index, ch.Index, ch.Chunks, ch.ChunkLength, pi.Plan.Chunks, pi.Plan.ChunkLength)
 					}
 					x, y, kk := ch.Arrays[0], ch.Arrays[1], ch.Arrays[2]
 					if x.Label != "x" || y.Label != "y" || kk.Label != "k" || ch.Arrays[3].Label != "tmp" || ch.SimHost[0] == 0 {
