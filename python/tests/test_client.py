@@ -395,6 +395,30 @@ class TestResponses(ClientTest):
         self.assertEqual(r2.plan, r.plan)
         self.assertIs(got[2], r2)
 
+    def test_dropped_response_released_at_once(self):
+        # A response whose arrays were described (and viewed) is in no
+        # reference cycle: dropping it releases its handle at once, without
+        # the cyclic collector (it took a collection before).
+        c = self.m.register("c")
+        c.queue({"x": vram.ArrayRequest((64,), "float32"),
+                 "p": vram.ArrayRequest((4,), "float32", memory="pinned", unchunkable=True)})
+        gc.disable()
+        try:
+            r = c.allocate()
+            h = r.handle
+            r.device_arrays["x"].host_view()[0] = 1
+            r.host["p"][0] = 2
+            self.assertEqual(r.plan.chunks, 1)
+            view = r.device_arrays["x"].host_view()
+            del r
+            c.response = None
+            p = vram._capi.Plan(size=_lib.ctypes.sizeof(vram._capi.Plan))
+            self.assertEqual(_lib.lib().vram_response_plan(h, _lib.ctypes.byref(p)), _lib.OK, "a view keeps the handle")
+            del view
+            self.assertEqual(_lib.lib().vram_response_plan(h, _lib.ctypes.byref(p)), _lib.EHANDLE, "released once dropped")
+        finally:
+            gc.enable()
+
     def test_plan_shapes_on_demand(self):
         c = self.m.register("c", group="g")
         c.queue({"x": vram.ArrayRequest((4, 5 * MiB), "float32", chunk_axis=1)})  # 80 MiB on 16: chunked

@@ -14,7 +14,7 @@ Numba device array over the same memory:
     arrays.
 
 Lifetimes. Every view (host_view, numba, the host arrays' NumPy views) keeps
-its response alive, and so its handle, but not the memory: the manager frees
+its response's handle alive, but not the memory: the manager frees
 an array when the client allocates under its label again, frees it, closes,
 or is invalidated or evicted (ArrayResponse's doc). Using a view after that
 is undefined, as using freed memory is on a GPU; on the simulator it can end
@@ -98,15 +98,20 @@ class DeviceArray:
     buffer (which of the response's buffers it is in). Not copied: a
     description of memory the manager owns."""
 
-    __slots__ = ("response", "manager", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
-                 "chunk_axis", "_label_c", "_sim_host", "_owner", "_host", "_numba")
+    __slots__ = ("manager", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
+                 "chunk_axis", "_handle", "_label_c", "_sim_host", "_owner", "_host", "_numba")
 
-    def __init__(self, response, label: str, buffer: int, desc: "_capi.Array", *, manager=None, sim_host: int = 0,
+    def __init__(self, handle, label: str, buffer: int, desc: "_capi.Array", *, manager, sim_host: int = 0,
                  owner=None):
-        self.response = response  # None for an array of a batch's chunk (vram.Batch): sim_host, owner and manager then
-        self.manager = manager if manager is not None else response.client.manager
+        # handle: its response's handle (vram.client._Handle), which every
+        # view keeps alive; None for an array of a batch's chunk
+        # (vram.Batch), which gives sim_host and its owner instead. Nothing
+        # here refers to the ArrayResponse, so that it is freed as soon as
+        # it is dropped.
+        self._handle = handle
+        self.manager = manager
         self._sim_host = sim_host
-        self._owner = owner if owner is not None else response
+        self._owner = owner if owner is not None else handle
         self.label = label
         self._label_c = label.encode()
         self.buffer = buffer
@@ -142,11 +147,11 @@ class DeviceArray:
         """Whether the manager has freed the array since the response. (An
         array of a batch's chunk is valid until the next chunk; this cannot
         tell.)"""
-        if self.response is None:
+        if self._handle is None:
             raise _lib.VramError(_lib.ENOTSUP, "vram: %r is a batch chunk's array: valid until the next chunk, which "
                                  "this cannot tell" % (self,))
         a = _capi.Array(size=ctypes.sizeof(_capi.Array))
-        _lib.check(_lib.lib().vram_response_array(self.response.handle, self._label_c, self.buffer, ctypes.byref(a)))
+        _lib.check(_lib.lib().vram_response_array(self._handle.value, self._label_c, self.buffer, ctypes.byref(a)))
         return bool(a.freed)
 
     @property
@@ -168,12 +173,12 @@ class DeviceArray:
         VramError (ENOTSUP) on a GPU."""
         if self._host is None:
             addr = self._sim_host
-            if not addr and self.response is None:
+            if not addr and self._handle is None:
                 raise _lib.VramError(_lib.ENOTSUP, "vram: %r has no host view: a batch's arrays have one on the "
                                      "simulator, where its kernels run on the host" % (self,))
             if not addr:
                 out = ctypes.c_void_p()
-                _lib.check(_lib.lib().vram_sim_host_address(self.response.handle, self._label_c, self.buffer,
+                _lib.check(_lib.lib().vram_sim_host_address(self._handle.value, self._label_c, self.buffer,
                                                             ctypes.byref(out)))
                 addr = out.value or 0
             self._host = numpy_view(addr, self.nbytes, self.dtype, self.shape, self._owner)

@@ -168,9 +168,10 @@ class ChunkPlan(_PlanFields):
 
 class _Handle:
     """A response's handle, released when the last object holding it (the
-    ArrayResponse, its plan) is collected, or by release()."""
+    ArrayResponse, its plan, its arrays and their views) is collected, or by
+    release(). Not in any reference cycle: it goes when they do."""
 
-    __slots__ = ("value", "alive", "_json")
+    __slots__ = ("value", "alive", "_json", "__weakref__")
 
     def __init__(self, value: int):
         self.value = value
@@ -291,7 +292,7 @@ class ArrayResponse:
         if s is None:
             if not 0 <= i < self._sets_n:
                 raise _lib.InvalidArgumentError(_lib.EINVAL, "vram: buffer %d of a response with %d" % (i, self._sets_n))
-            s = self._sets[i] = ArraySet(self, i, self._describe(i))
+            s = self._sets[i] = ArraySet(self.client.manager, self._handle, i, self._describe(i))
         return s
 
     def _describe(self, buffer: int) -> list:
@@ -347,22 +348,22 @@ class ArraySet:
     """One buffer's arrays: arrays (Numba's or DeviceArrays, see
     ArrayResponse), device_arrays and host (NumPy arrays)."""
 
-    def __init__(self, response: ArrayResponse, buffer: int, descs: list):
+    def __init__(self, manager, handle: "_Handle", buffer: int, descs: list):
         self.device_arrays: Dict[str, DeviceArray] = {}
         self.host: Dict[str, Any] = {}
         for d in descs:
             label = d.label.decode()
             if d.memory in _DEVICE_MEMORY:  # freed since: ptr 0, and DeviceArray.freed says so
-                self.device_arrays[label] = DeviceArray(response, label, buffer, d)
+                self.device_arrays[label] = DeviceArray(handle, label, buffer, d, manager=manager)
             if d.memory != _capi.MEMORY["device"] and d.host:  # a host array freed since has no bytes to view
-                self.host[label] = numpy_view(d.host, d.bytes, DTYPE_NAMES[d.dtype], tuple(d.shape[:d.ndim]), response)
-        self._response = response
+                self.host[label] = numpy_view(d.host, d.bytes, DTYPE_NAMES[d.dtype], tuple(d.shape[:d.ndim]), handle)
+        self._manager = manager
         self._arrays: Optional[Dict[str, Any]] = None
 
     @property
     def arrays(self) -> Dict[str, Any]:
         if self._arrays is None:
-            mgr = self._response.client.manager
+            mgr = self._manager
             use_numba = mgr.arrays == "numba" or (mgr.arrays == "auto" and self.device_arrays and numba_mode(mgr.simulated))
             self._arrays = {l: (d.numba() if use_numba else d) for l, d in self.device_arrays.items()}
         return self._arrays
@@ -589,7 +590,7 @@ class Client:
 
     def _copy(self, fn, device: Any, host, span: Optional[Span], writable: bool) -> None:
         device = getattr(device, "_vram_array", device)  # a Numba array of a response: its DeviceArray
-        if not isinstance(device, DeviceArray) or device.response is None:
+        if not isinstance(device, DeviceArray) or device._handle is None:
             raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' "
                             "Numba array; a vram.Batch copies its own)" % (device,))
         flags = getattr(host, "flags", None)
@@ -603,7 +604,7 @@ class Client:
             code = _DTYPE_CODES[host.dtype] = _capi.DTYPES[dtype_name(host.dtype)]
         desc = _capi.HostDesc(host.ctypes.data, _c_shape(host.shape), host.ndim, code)
         sp = None if span is None else ctypes.byref(_capi.Span(*span))
-        _lib.check(fn(self.handle, device.response.handle, device._label_c, device.buffer, ctypes.byref(desc), sp))
+        _lib.check(fn(self.handle, device._handle.value, device._label_c, device.buffer, ctypes.byref(desc), sp))
         self._in_flight.append(host)
 
     def to_device(self, dst: Any, src, span: Optional[Span] = None) -> None:
