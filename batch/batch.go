@@ -39,9 +39,12 @@ const (
 	dirIn      direction = iota // copied in before each chunk's compute
 	dirOut                      // copied out after it
 	dirScratch                  // neither: the compute step's own
+	dirInOut                    // both: a run resolves it as an input and an output of one device array
 )
 
-func (d direction) String() string { return [...]string{"input", "output", "scratch array"}[d] }
+func (d direction) String() string {
+	return [...]string{"input", "output", "scratch array", "input and output"}[d]
+}
 
 // Array is one array of a batch, as its declaration returned it: the
 // handle the caller and the compute step name it by (Chunk.Array,
@@ -105,6 +108,15 @@ func (b *Batch) Out(c *vram.Client, label string, req vram.ArrayRequest, side ..
 	return b.declare(c, label, req, dirOut, side)
 }
 
+// InOut declares an array that is both: copied in before each chunk's
+// compute and out after it, at the same runs of the same host array (an
+// unchunkable one in once, before the first chunk, and out once, after
+// the last), from and into side when given (Host only: a function fills
+// or drains, not both).
+func (b *Batch) InOut(c *vram.Client, label string, req vram.ArrayRequest, side ...Side) *Array {
+	return b.declare(c, label, req, dirInOut, side)
+}
+
 // Scratch declares an array of the compute step's own, neither copied in
 // nor out.
 func (b *Batch) Scratch(c *vram.Client, label string, req vram.ArrayRequest) *Array {
@@ -158,6 +170,8 @@ func (a *Array) Use(s Side) error {
 		return batchErr("input %q: a Drain; give an input Host or Fill", a.label)
 	case a.dir == dirOut && s.fill != nil:
 		return batchErr("output %q: a Fill; give an output Host or Drain", a.label)
+	case a.dir == dirInOut && (s.fill != nil || s.drain != nil):
+		return batchErr("input and output %q: a function; give it a Host, which it is copied from and into", a.label)
 	}
 	var err error
 	if a.made {

@@ -287,7 +287,7 @@ func prepareParts(ctx context.Context, parts []Part, o Options, q *runQueue, t *
 	}
 	for i, p := range parts {
 		for _, a := range p.Batch.arrays {
-			if !a.req.Chunkable() && a.dir == dirOut && len(parts) > 1 && q.runs > 1 {
+			if !a.req.Chunkable() && (a.dir == dirOut || a.dir == dirInOut) && len(parts) > 1 && q.runs > 1 {
 				return fail(batchErr("device %d: output %v is unchunkable, and a batch of %d runs on several devices cannot gather it; make it chunkable", i, a, q.runs))
 			}
 		}

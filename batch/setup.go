@@ -60,6 +60,7 @@ type batchRun struct {
 // batchArr is an input or output of the batch, resolved for a run.
 type batchArr struct {
 	*Array
+	dir        direction         // dirIn, dirOut or dirScratch: an InOut array is resolved as one of each
 	whole      bool              // unchunkable: copied once
 	axis       int               // the chunk axis, unless whole
 	stagedSide bool              // copied through staging slots
@@ -97,14 +98,20 @@ func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQue
 	r.stride = b.stride()
 	r.length = r.capped(r.stride)
 	for _, a := range b.arrays {
-		if a.dir == dirScratch {
+		dirs := []direction{a.dir}
+		switch a.dir {
+		case dirScratch:
 			continue
+		case dirInOut:
+			dirs = []direction{dirIn, dirOut}
 		}
-		ra, err := r.resolve(a)
-		if err != nil {
-			return nil, err
+		for _, d := range dirs {
+			ra, err := r.resolve(a, d)
+			if err != nil {
+				return nil, err
+			}
+			r.arrs = append(r.arrs, ra)
 		}
-		r.arrs = append(r.arrs, ra)
 	}
 	if err := r.setUp(); err != nil {
 		_, _ = r.finish(err)
@@ -176,8 +183,8 @@ func (r *batchRun) setUp() error {
 
 // resolve checks a's host side against its request and finds its chunk
 // axis, and whether it is staged.
-func (r *batchRun) resolve(a *Array) (*batchArr, error) {
-	ra := &batchArr{Array: a, whole: !a.req.Chunkable(), axis: a.req.ChunkAxis}
+func (r *batchRun) resolve(a *Array, dir direction) (*batchArr, error) {
+	ra := &batchArr{Array: a, dir: dir, whole: !a.req.Chunkable(), axis: a.req.ChunkAxis}
 	if a.side.none() {
 		return nil, batchErr("%v %v has no host side; give one (In, Out or Use: Host, Fill, Drain) or make one (MakeHosts)", a.dir, a)
 	}
@@ -203,7 +210,9 @@ func (r *batchRun) resolve(a *Array) (*batchArr, error) {
 	}
 	if a.side.fill != nil || a.side.drain != nil || (a.side.host.Memory() == vram.Pageable && !ra.whole) {
 		ra.stagedSide = true
-		r.rep.Staged++
+		if a.dir != dirInOut || dir == dirIn { // an array, not a direction
+			r.rep.Staged++
+		}
 	}
 	return ra, nil
 }

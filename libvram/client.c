@@ -118,20 +118,24 @@ int vram_allocate(vram_client c, int buffers, vram_response *out) {
 	return rc;
 }
 
-int vram_response_plan(vram_response r, struct vram_plan *out) {
-	ENTER("vram_response_plan");
-	NOT_NULL("vram_response_plan", out);
+static int plan_call(const char *op, int (*fn)(int64_t, struct vram_plan *, char **), int64_t h, struct vram_plan *out) {
+	ENTER(op);
+	NOT_NULL(op, out);
 	if (out->size < sizeof out->size)
-		return fail(VRAM_EINVAL, "vram_response_plan: out->size is %llu; set it to sizeof(struct vram_plan), %zu",
+		return fail(VRAM_EINVAL, "%s: out->size is %llu; set it to sizeof(struct vram_plan), %zu", op,
 			    (unsigned long long)out->size, sizeof(struct vram_plan));
 	struct vram_plan p;
 	memset(&p, 0, sizeof p);
-	int rc = GO(vramgo_response_plan, r, &p);
+	int rc = GO(fn, h, &p);
 	if (rc != VRAM_OK) return rc;
 	size_t n = out->size < sizeof p ? (size_t)out->size : sizeof p;
 	p.size = n;
 	memcpy(out, &p, n);
 	return VRAM_OK;
+}
+
+int vram_response_plan(vram_response r, struct vram_plan *out) {
+	return plan_call("vram_response_plan", vramgo_response_plan, r, out);
 }
 
 int vram_response_array(vram_response r, const char *label, int buffer, struct vram_array *out) {
@@ -149,6 +153,18 @@ int vram_response_array(vram_response r, const char *label, int buffer, struct v
 	a.size = n;
 	memcpy(out, &a, n);
 	return VRAM_OK;
+}
+
+int vram_response_arrays(vram_response r, int buffer, struct vram_array *out, size_t cap, size_t array_size, size_t *n) {
+	ENTER("vram_response_arrays");
+	NOT_NULL("vram_response_arrays", n);
+	if (cap > 0) {
+		NOT_NULL("vram_response_arrays", out);
+		if (array_size < sizeof out->size)
+			return fail(VRAM_EINVAL, "vram_response_arrays: array_size is %zu; set it to sizeof(struct vram_array), %zu",
+				    array_size, sizeof(struct vram_array));
+	}
+	return GO(vramgo_response_arrays, r, buffer, out, cap, array_size, n);
 }
 
 int vram_response_span(vram_response r, int chunk, int axis, struct vram_span *out) {
@@ -308,4 +324,60 @@ int vram_host_array(vram_manager m, const int64_t *shape, int ndim, int dtype, i
 int vram_host_free(vram_host h) {
 	ENTER("vram_host_free");
 	return GO(vramgo_host_free, h);
+}
+
+/* (2.1) The chunk pipeline. */
+
+int vram_batch_start(vram_manager m, const struct vram_batch_array *arrays, size_t n, size_t decl_size,
+		     const struct vram_batch_options *o, vram_batch *out) {
+	ENTER("vram_batch_start");
+	NOT_NULL("vram_batch_start", out);
+	if (n > 0) NOT_NULL("vram_batch_start", arrays);
+	struct vram_batch_options opts;
+	memset(&opts, 0, sizeof opts);
+	if (o) {
+		if (o->size < sizeof o->size + sizeof o->buffers)
+			return fail(VRAM_EINVAL, "vram_batch_start: o->size is %llu; set it to sizeof(struct vram_batch_options), %zu",
+				    (unsigned long long)o->size, sizeof(struct vram_batch_options));
+		memcpy(&opts, o, o->size < sizeof opts ? (size_t)o->size : sizeof opts);
+	}
+	int64_t b = 0;
+	int rc = GO(vramgo_batch_start, m, (void *)arrays, n, decl_size, &opts, &b);
+	if (rc == VRAM_OK) *out = b;
+	return rc;
+}
+
+int vram_batch_next(vram_batch b, struct vram_batch_chunk *chunk, struct vram_array *arrays, size_t cap,
+		    size_t array_size, void **sim_hosts, int *done) {
+	ENTER("vram_batch_next");
+	NOT_NULL("vram_batch_next", done);
+	SIZED("vram_batch_next", chunk, struct vram_batch_chunk);
+	if (cap > 0) {
+		NOT_NULL("vram_batch_next", arrays);
+		if (array_size < sizeof arrays->size)
+			return fail(VRAM_EINVAL, "vram_batch_next: array_size is %zu; set it to sizeof(struct vram_array), %zu",
+				    array_size, sizeof(struct vram_array));
+	}
+	if (cap == 0) sim_hosts = NULL;
+	uint64_t size = chunk->size;
+	memset(chunk, 0, sizeof *chunk);
+	chunk->size = size;
+	*done = 0;
+	return GO(vramgo_batch_next, b, chunk, arrays, cap, array_size, sim_hosts, done);
+}
+
+int vram_batch_plan(vram_batch b, struct vram_plan *out) { return plan_call("vram_batch_plan", vramgo_batch_plan, b, out); }
+
+int vram_batch_cancel(vram_batch b) {
+	ENTER("vram_batch_cancel");
+	return GO(vramgo_batch_do, b, VRAM_OP_BATCH_CANCEL_);
+}
+
+int vram_batch_report_json(vram_batch b, char *buf, size_t len, size_t *needed) {
+	return text_call("vram_batch_report_json", vramgo_batch_report_json, b, buf, len, needed);
+}
+
+int vram_batch_close(vram_batch b) {
+	ENTER("vram_batch_close");
+	return GO(vramgo_batch_do, b, VRAM_OP_BATCH_CLOSE_);
 }

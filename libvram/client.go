@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/batch"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/libvram/internal/capi"
 )
@@ -50,7 +51,7 @@ func clientStatus(err error) (C.int, bool) {
 		return C.VRAM_EHANDLE, true
 	case errors.Is(err, vram.ErrInvalidRequest), errors.Is(err, vram.ErrProportion), errors.Is(err, vram.ErrMismatch),
 		errors.Is(err, vram.ErrRunsMismatch), errors.Is(err, vram.ErrChunkRange), errors.Is(err, vram.ErrOtherGroup),
-		errors.Is(err, vram.ErrNothingQueued), errors.Is(err, vram.ErrUnknownClient):
+		errors.Is(err, vram.ErrNothingQueued), errors.Is(err, vram.ErrUnknownClient), errors.Is(err, batch.ErrBatch):
 		return C.VRAM_EINVAL, true
 	}
 	return 0, false
@@ -204,13 +205,31 @@ func vramgo_response_plan(r C.int64_t, out *C.struct_vram_plan, errOut **C.char)
 	if err != nil {
 		return fail(errOut, err)
 	}
+	fillPlan(out, pi)
+	return C.VRAM_OK
+}
+
+//export vramgo_batch_plan
+func vramgo_batch_plan(b C.int64_t, out *C.struct_vram_plan, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	pi, err := clients.BatchPlan(int64(b))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	fillPlan(out, pi)
+	return C.VRAM_OK
+}
+
+// fillPlan describes pi in *out.
+func fillPlan(out *C.struct_vram_plan, pi capi.PlanInfo) {
 	p := pi.Plan
 	out.client, out.arrays = C.int64_t(pi.Client), C.int64_t(pi.Arrays)
 	out.chunks, out.chunk_length, out.last_chunk_length = C.int64_t(p.Chunks), C.int64_t(p.ChunkLength), C.int64_t(p.LastChunkLength)
 	out.total_runs, out.buffers = C.int64_t(p.TotalRuns), C.int64_t(p.Buffers)
 	out.budget, out.unchunkable_bytes, out.chunk_bytes = C.uint64_t(p.Budget), C.uint64_t(p.UnchunkableBytes), C.uint64_t(p.ChunkBytes)
 	out.device_bytes, out.full_bytes, out.host_bytes = C.uint64_t(p.DeviceBytes), C.uint64_t(p.FullBytes), C.uint64_t(p.HostBytes)
-	return C.VRAM_OK
+	out.granularity, out.bytes_per_chunk = C.uint64_t(p.Granularity), C.uint64_t(p.BytesPerChunk)
+	out.id, out.sets, out.free_error = C.int64_t(pi.ID), C.int32_t(pi.Sets), cbool(pi.FreeError)
 }
 
 //export vramgo_response_array
@@ -220,14 +239,41 @@ func vramgo_response_array(r C.int64_t, label *C.char, buffer C.int, out *C.stru
 	if err != nil {
 		return fail(errOut, err)
 	}
+	return done(errOut, fillArray(out, a))
+}
+
+// fillArray describes a in *out.
+func fillArray(out *C.struct_vram_array, a capi.ArrayInfo) error {
 	if len(a.Shape) > C.VRAM_MAX_NDIM {
-		return fail(errOut, fmt.Errorf("vram: array %q has %d dimensions; the C struct holds %d: %w", C.GoString(label), len(a.Shape), C.VRAM_MAX_NDIM, device.ErrNotSupported))
+		return fmt.Errorf("vram: array %q has %d dimensions; the C struct holds %d: %w", a.Label, len(a.Shape), C.VRAM_MAX_NDIM, device.ErrNotSupported)
 	}
 	out.dtype, out.memory, out.ndim, out.chunk_axis = C.int32_t(a.DType), C.int32_t(a.Memory), C.int32_t(len(a.Shape)), C.int32_t(a.ChunkAxis)
 	out.device_ptr, out.bytes, out.freed = C.uint64_t(a.DevicePtr), C.uint64_t(a.Bytes), cbool(a.Freed)
-	*(*uintptr)(unsafe.Pointer(&out.host)) = a.Host // memory pinned while the response is held
+	*(*uintptr)(unsafe.Pointer(&out.host)) = a.Host    // memory pinned while the response is held
+	*(*uintptr)(unsafe.Pointer(&out.label)) = a.LabelC // the same
 	for i := range a.Shape {
 		out.shape[i], out.strides[i] = C.int64_t(a.Shape[i]), C.int64_t(a.Strides[i])
+	}
+	return nil
+}
+
+//export vramgo_response_arrays
+func vramgo_response_arrays(r C.int64_t, buffer C.int, out unsafe.Pointer, capacity, size C.size_t, n *C.size_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	as, err := clients.Arrays(int64(r), int(buffer), nil)
+	if err != nil {
+		return fail(errOut, err)
+	}
+	*n = C.size_t(len(as))
+	k := min(uintptr(size), unsafe.Sizeof(C.struct_vram_array{}))
+	for i, a := range as[:min(len(as), int(capacity))] {
+		var c C.struct_vram_array
+		if err := fillArray(&c, a); err != nil {
+			return fail(errOut, err)
+		}
+		c.size = C.uint64_t(k)
+		dst := unsafe.Add(out, uintptr(i)*uintptr(size))
+		copy(unsafe.Slice((*byte)(dst), k), unsafe.Slice((*byte)(unsafe.Pointer(&c)), k))
 	}
 	return C.VRAM_OK
 }
@@ -380,7 +426,7 @@ func vramgo_poll(h C.int64_t, out *C.struct_vram_event, reason **C.char, errOut 
 	}
 	ev := clients.Poll(m)
 	out.kind, out.evicted = C.int32_t(ev.Kind), cbool(ev.Evicted)
-	out.client, out.response = C.int64_t(ev.Client), C.int64_t(ev.Response)
+	out.client, out.response, out.pending, out.response_id = C.int64_t(ev.Client), C.int64_t(ev.Response), C.int64_t(ev.Pending), C.int64_t(ev.ID)
 	if ev.Reason != "" {
 		*reason = C.CString(ev.Reason)
 	}
@@ -412,4 +458,96 @@ func vramgo_host_array(h C.int64_t, shape *C.int64_t, ndim, dtype, memory C.int,
 func vramgo_host_free(hh C.int64_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
 	return done(errOut, clients.HostFree(int64(hh)))
+}
+
+// batchArrays reads n struct vram_batch_arrays, size bytes apart, at p.
+func batchArrays(p unsafe.Pointer, n, size int) ([]capi.BatchArray, error) {
+	if n > 0 && (p == nil || size < int(unsafe.Sizeof(C.struct_vram_batch_array{}))) {
+		return nil, fmt.Errorf("vram: batch: %d arrays at %p, %d bytes apart: want them non-NULL, at least sizeof(struct vram_batch_array) = %d apart: %w",
+			n, p, size, unsafe.Sizeof(C.struct_vram_batch_array{}), device.ErrInvalidValue)
+	}
+	out := make([]capi.BatchArray, n)
+	for i := range n {
+		a := (*C.struct_vram_batch_array)(unsafe.Add(p, i*size))
+		reqs, err := requests(unsafe.Pointer(&a.request), 1, int(unsafe.Sizeof(a.request)))
+		if err != nil {
+			return nil, fmt.Errorf("vram: batch array %d: %w", i, err)
+		}
+		for l, r := range reqs {
+			out[i] = capi.BatchArray{Client: int64(a.client), Label: l, Dir: capi.BatchDir(a.direction), Request: r,
+				HostHandle: int64(a.host_array)}
+		}
+		if a.host != nil {
+			out[i].Host = capi.HostDesc{Data: a.host, Shape: out[i].Request.Shape, DType: out[i].Request.DType}
+		}
+	}
+	return out, nil
+}
+
+//export vramgo_batch_start
+func vramgo_batch_start(h C.int64_t, arrays unsafe.Pointer, n, size C.size_t, o *C.struct_vram_batch_options, out *C.int64_t, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	m, err := reg.Get(int64(h))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	as, err := batchArrays(arrays, int(n), int(size))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	bo := capi.BatchOptions{Buffers: int(o.buffers), HostKernels: o.host_kernels != 0, MaxChunkLength: int(o.max_chunk_length), Grow: o.grow != 0}
+	b, err := clients.StartBatch(m, as, bo)
+	*out = C.int64_t(b)
+	return done(errOut, err)
+}
+
+//export vramgo_batch_next
+func vramgo_batch_next(b C.int64_t, ch *C.struct_vram_batch_chunk, arrays unsafe.Pointer, capacity, size C.size_t, simHosts *unsafe.Pointer, finished *C.int, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	c, end, err := clients.NextChunk(int64(b))
+	*finished = 0
+	if end {
+		*finished = 1
+	}
+	if err != nil || end {
+		return done(errOut, err)
+	}
+	ch.index, ch.chunks, ch.start, ch.len = C.int64_t(c.Index), C.int64_t(c.Chunks), C.int64_t(c.Start), C.int64_t(c.Len)
+	ch.chunk_length, ch.buffer, ch.stream = C.int64_t(c.ChunkLength), C.int64_t(c.Buffer), C.vram_stream(c.Stream)
+	ch.arrays = C.int64_t(len(c.Arrays))
+	k := min(uintptr(size), unsafe.Sizeof(C.struct_vram_array{}))
+	for i, a := range c.Arrays[:min(len(c.Arrays), int(capacity))] {
+		var ca C.struct_vram_array
+		if err := fillArray(&ca, a); err != nil {
+			return fail(errOut, err)
+		}
+		ca.size = C.uint64_t(k)
+		copy(unsafe.Slice((*byte)(unsafe.Add(arrays, uintptr(i)*uintptr(size))), k), unsafe.Slice((*byte)(unsafe.Pointer(&ca)), k))
+		if simHosts != nil {
+			*(*uintptr)(unsafe.Add(unsafe.Pointer(simHosts), uintptr(i)*unsafe.Sizeof(uintptr(0)))) = c.SimHost[i] // pinned while the batch is open
+		}
+	}
+	return C.VRAM_OK
+}
+
+//export vramgo_batch_do
+func vramgo_batch_do(b C.int64_t, op C.int, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	switch op {
+	case C.VRAM_OP_BATCH_CANCEL_:
+		return done(errOut, clients.CancelBatch(int64(b)))
+	case C.VRAM_OP_BATCH_CLOSE_:
+		return done(errOut, clients.CloseBatch(int64(b)))
+	}
+	return fail(errOut, fmt.Errorf("vram: batch call %d: %w", op, device.ErrInvalidValue))
+}
+
+//export vramgo_batch_report_json
+func vramgo_batch_report_json(b C.int64_t, out **C.char, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	s, err := clients.BatchReportJSON(int64(b))
+	if err != nil {
+		return fail(errOut, err)
+	}
+	return text(out, s)
 }

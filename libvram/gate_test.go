@@ -8,6 +8,7 @@ package main
 import (
 	"testing"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/gate"
 	"github.com/vramkit/vram/libvram/internal/capi"
 )
@@ -38,4 +39,58 @@ func TestGateCPair(t *testing.T) {
 		t.Errorf("%.2f heap allocations per vram_alloc/vram_free pair; want at most 2", allocs)
 	}
 	gate.Record(t, gate.Figure{Name: "heap/libvram/vram_alloc+vram_free 1 MiB", Value: allocs, Unit: "allocs/op", Better: gate.Lower})
+}
+
+// TestGateClientPaths: the client API's hot paths through the C entry
+// points, as Python's package calls them: a queue, an allocation that
+// replaces the arrays before, its event and the responses' release; and a
+// 4 KiB copy in and out with a sync. Each figure is the Go heap
+// allocations of one cycle (the manager's, the allocator's, the
+// simulator's stream, the C layer's).
+func TestGateClientPaths(t *testing.T) {
+	m, err := reg.Open(capi.Options{Spec: "sim:vram=1GiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := clients.CloseManager(&reg, m.Handle()); err != nil {
+			t.Error(err)
+		}
+	}()
+	c, err := clients.Register(m, capi.ClientOptions{Name: "gate", Group: "gate", Hooks: capi.HookAllocated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cycles = 50
+	alloc := func() {
+		if err := cClientCycles(m.Handle(), c, cycles); err != nil {
+			t.Fatal(err)
+		}
+	}
+	alloc() // the group's stream, the pool's first blocks
+	allocs := testing.AllocsPerRun(5, alloc) / cycles
+	if err := clients.Queue(c, map[string]vram.ArrayRequest{"x": {Shape: []int{1024}, DType: vram.Float32}}); err != nil {
+		t.Fatal(err)
+	}
+	rh, err := clients.Allocate(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer clients.ReleaseResponse(rh)
+	if ev := clients.Poll(m); ev.Response != 0 {
+		defer clients.ReleaseResponse(ev.Response)
+	}
+	host, free := cFloats(1024)
+	defer free()
+	copies := func() {
+		if err := cCopyCycles(c, rh, host, cycles); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copies()
+	copyAllocs := testing.AllocsPerRun(5, copies) / cycles
+	t.Logf("%.1f heap allocations per queue+allocate+event+release, %.1f per 4 KiB round trip and sync", allocs, copyAllocs)
+	gate.Record(t,
+		gate.Figure{Name: "heap/libvram/client: vram_queue+vram_allocate+vram_poll+release 4 KiB", Value: allocs, Unit: "allocs/op", Better: gate.Lower},
+		gate.Figure{Name: "heap/libvram/client: vram_to_device+vram_from_device+vram_sync 4 KiB", Value: copyAllocs, Unit: "allocs/op", Better: gate.Lower})
 }

@@ -18,7 +18,8 @@ extern "C" {
 __attribute__((visibility("hidden")))
 int vram_hook_alloc_(int source, int device, vram_manager m, size_t size, vram_stream stream, int note_failure, void **out);
 
-/* The calls client.c makes through vramgo_client_do and vramgo_manager_do. */
+/* The calls client.c makes through vramgo_client_do, vramgo_manager_do and
+ * vramgo_batch_do. */
 enum vram_op_ {
 	VRAM_OP_CHANGE_GROUP_,
 	VRAM_OP_SET_MANUAL_PROPORTION_,
@@ -31,6 +32,8 @@ enum vram_op_ {
 	VRAM_OP_FREE_ALL_,
 	VRAM_OP_INVALIDATE_ALL_,
 	VRAM_OP_REINIT_STREAMS_,
+	VRAM_OP_BATCH_CANCEL_,
+	VRAM_OP_BATCH_CLOSE_,
 };
 
 /* shim.c's helpers, which client.c's entry points use too: set_error

@@ -174,6 +174,7 @@ int copy_text(int status, char *text, char *buf, size_t len, size_t *needed) {
 }
 
 int vram_abi_version(void) { return VRAM_ABI_VERSION; }
+int vram_abi_minor(void) { return VRAM_ABI_MINOR; }
 
 const char *vram_strerror(int status) {
 	switch (status) {

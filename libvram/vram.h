@@ -5,6 +5,9 @@
  * stream groups, requests, chunked allocation, copies, hooks; below the
  * framework hooks). A library serves programs built for its version and
  * every earlier one: check vram_abi_version() >= the version you need.
+ * Within a version, a minor version adds entry points and fields at the
+ * end of sized structs, and changes none (marked "(2.1)"): check
+ * vram_abi_minor() too when you use them.
  *
  * One manager per device per process: every framework that allocates on a
  * device through this library (PyTorch's pluggable allocator, CuPy's
@@ -72,6 +75,7 @@ extern "C" {
 #endif
 
 #define VRAM_ABI_VERSION 2
+#define VRAM_ABI_MINOR 1
 
 /* Status codes. */
 enum vram_status {
@@ -107,6 +111,9 @@ enum vram_source {
 
 /* The ABI version the library was built for (VRAM_ABI_VERSION). */
 int vram_abi_version(void);
+/* (2.1) Its minor version (VRAM_ABI_MINOR); a library without this
+ * function is 2.0. */
+int vram_abi_minor(void);
 /* A static description of a status code. */
 const char *vram_strerror(int status);
 /* Copies the calling thread's last error message (NUL-terminated, cut to
@@ -434,7 +441,16 @@ struct vram_plan {
 	uint64_t full_bytes;        /* device bytes of everything unchunked */
 	uint64_t host_bytes;        /* host bytes of one buffer (pinned, mapped, pageable) */
 	int64_t arrays;             /* the client's arrays in buffer 0 (0 for a member that queued nothing) */
+	/* (2.1) A 2.0 library leaves these out (out->size says what it filled). */
+	uint64_t granularity;       /* the unit the device bytes were counted in */
+	uint64_t bytes_per_chunk;   /* unchunkable_bytes + buffers x chunk_bytes */
+	int64_t id;                 /* the response's id: the same under each of its handles (vram_allocate's, its event's, vram_response_member's), never another response's */
+	int32_t sets;               /* the buffer sets the response holds: buffers, or 1 for a member that queued nothing */
+	int32_t free_error;         /* 1 when freeing the arrays it replaced failed (vram_response_json's "free_error" says how); the allocation stands */
 };
+/* The response's plan. One response may be given under several handles
+ * (vram_allocate's, the allocated event's, vram_response_member's): each
+ * is released on its own, and each says the same id. */
 int vram_response_plan(vram_response r, struct vram_plan *out);
 
 #define VRAM_MAX_NDIM 32
@@ -453,11 +469,19 @@ struct vram_array {
 	int64_t strides[VRAM_MAX_NDIM]; /* row-major, in bytes */
 	int32_t freed;              /* the manager has freed it since */
 	int32_t reserved;
+	const char *label;          /* (2.1) its label, NUL-terminated, valid while the response is held */
 };
 /* The array under label in buffer buffer (0 <= buffer < plan.buffers) of
  * the response; VRAM_EINVAL when it has none. A host array's bytes stay
  * valid while the response is held and the array is not freed. */
 int vram_response_array(vram_response r, const char *label, int buffer, struct vram_array *out);
+/* (2.1) Every array of buffer buffer of the response, sorted by label,
+ * each described as vram_response_array does: up to cap of them into out,
+ * array_size bytes apart (sizeof(struct vram_array); a 2.0 caller's
+ * smaller struct is filled as far as it goes); *n gets how many there are
+ * (more than cap: call again with room for *n). One call where
+ * vram_response_plan's arrays says how many to expect. */
+int vram_response_arrays(vram_response r, int buffer, struct vram_array *out, size_t cap, size_t array_size, size_t *n);
 /* A range of runs along an axis: runs [start, start+len) of axis axis. */
 struct vram_span {
 	int64_t axis;
@@ -552,6 +576,8 @@ struct vram_event {
 	int32_t evicted;        /* INVALIDATED: 1 for an eviction for another group */
 	vram_client client;
 	vram_response response; /* ALLOCATED: a response to release; else 0 */
+	int64_t pending;        /* (2.1) the events queued behind this one when it was taken: poll again while it is > 0 (others may come meanwhile) */
+	int64_t response_id;    /* (2.1) ALLOCATED: the response's id (struct vram_plan's), to tell a response already held under another handle */
 };
 /* Takes the manager's oldest event into *out (kind VRAM_EVENT_NONE when
  * there is none) and, for an invalidation, its reason into reason (cut to
@@ -565,6 +591,120 @@ int vram_poll(vram_manager m, struct vram_event *out, char *reason, size_t len);
 int vram_host_array(vram_manager m, const int64_t *shape, int ndim, int dtype, int memory, vram_host *out, void **data);
 /* Frees a host array; its bytes must not be used afterwards. */
 int vram_host_free(vram_host h);
+
+/*
+ * (2.1) The chunk pipeline (the Go batch package) driven chunk by chunk:
+ * the program's thread launches each chunk's kernels, nothing calls into
+ * the program. vram_batch_start declares a batch's arrays on clients of one
+ * stream group, allocates them with one allocation of the group (planned
+ * and chunked by the manager) and starts the pipeline on a thread of the
+ * library's own: each chunk's inputs are copied in on the group's stream,
+ * its kernels wait for them (an event) on the chunk's stream, its outputs
+ * are copied out behind them; with 2 or 3 buffers in flight the kernels
+ * run on a stream of the batch's own, so that the copies of one chunk go
+ * beside the kernels of another, and the program stays a buffer or two
+ * ahead of the device. Pageable host arrays are staged through the
+ * manager's pinned staging pool, pinned ones (vram_host_array) copied from
+ * directly. Between chunks the pipeline re-cuts them when the group's
+ * budget changes (a cap, another group's claim: the arrays are allocated
+ * again at the new length, and each chunk describes its own), and may
+ * choose its buffers after the first chunk (buffers 0). The batch's
+ * clients are busy (never evicted) while it runs.
+ *
+ * vram_batch_next hands over one chunk at a time: its runs, its buffer,
+ * the stream its kernels go on, and the batch's arrays in that buffer, in
+ * the order they were declared. The program enqueues the chunk's kernels
+ * on that stream and calls vram_batch_next again: that call tells the
+ * pipeline they are enqueued (their chunk's copies out are enqueued after
+ * them) and waits for the next chunk. When every chunk is back on the host
+ * it reports done; a failure of the pipeline is its status then, with the
+ * chunk and the step in the last error. The arrays a chunk describes are
+ * valid until the next call. vram_batch_cancel stops the pipeline between
+ * two steps from any thread; vram_batch_close stops it if it runs, waits
+ * for the work it enqueued, and frees its device arrays and its handle.
+ *
+ * Kernels on the host (host_kernels): a program whose kernels run on the
+ * host at their launch (Numba's CUDA simulator, over the simulated memory
+ * of vram's simulator) is handed a chunk only once its copies in are
+ * done, and each chunk gives the simulated memory's host address of every
+ * array (sim_hosts). The copies out of a chunk follow the next
+ * vram_batch_next call, so they read what the kernels wrote.
+ */
+typedef int64_t vram_batch;
+
+/* What the pipeline does with an array. */
+enum vram_batch_dir {
+	VRAM_BATCH_IN = 0,      /* copied in before each chunk's kernels (an unchunkable one once, before the first) */
+	VRAM_BATCH_OUT = 1,     /* copied out after them (an unchunkable one once, after the last) */
+	VRAM_BATCH_INOUT = 2,   /* both, at the same runs of one host array */
+	VRAM_BATCH_SCRATCH = 3, /* neither: the kernels' own; no host side */
+};
+
+/* One array of a batch. */
+struct vram_batch_array {
+	vram_client client;          /* its client: every array's is of one stream group */
+	struct vram_request request; /* its label and request (memory: device), at the batch's full length */
+	int32_t direction;           /* enum vram_batch_dir */
+	int32_t reserved;            /* 0 */
+	void *host;                  /* its full-length host array, C-contiguous, of the request's shape and dtype (staged) */
+	vram_host host_array;        /* or, host NULL, a host array of vram_host_array of that shape and dtype (pinned: copied from directly) */
+};
+
+/* How a batch runs. Set size to sizeof(struct vram_batch_options). */
+struct vram_batch_options {
+	uint64_t size;
+	int32_t buffers;          /* buffers in flight, 1 to 3; 0: the pipeline chooses after its first chunk */
+	int32_t host_kernels;     /* non-zero: kernels run on the host at their launch (above) */
+	int64_t max_chunk_length; /* > 0: at most this many runs a chunk */
+	int32_t grow;             /* non-zero: longer chunks when the budget grows (shorter ones always when it shrinks) */
+	int32_t reserved;
+};
+
+/* A chunk handed over. Set size to sizeof(struct vram_batch_chunk). */
+struct vram_batch_chunk {
+	uint64_t size;
+	int64_t index;        /* 0-based, in the batch's order */
+	int64_t chunks;       /* the batch's chunks as now cut (a re-cut changes it) */
+	int64_t start, len;   /* the chunk's runs: start ... start+len-1 */
+	int64_t chunk_length; /* every chunked array's length along its chunk axis now (len or more) */
+	int64_t buffer;       /* the buffer in flight it uses */
+	vram_stream stream;   /* where its kernels go: a CUstream on CUDA; on the simulator a number naming it */
+	int64_t arrays;       /* the batch's arrays (how many vram_batch_next describes) */
+};
+
+/* Declares n arrays (each decl_size bytes apart: sizeof(struct
+ * vram_batch_array)) on m's clients, allocates them and starts the
+ * pipeline; o may be NULL (buffers 0). A bad declaration (no host side, a
+ * host array of another shape, clients of two groups) or a failed
+ * allocation (VRAM_ENOMEM, with the figures) starts nothing. */
+int vram_batch_start(vram_manager m, const struct vram_batch_array *arrays, size_t n, size_t decl_size,
+		     const struct vram_batch_options *o, vram_batch *out);
+/* The plan the batch's arrays were allocated by (struct vram_plan; client
+ * is the batch's first client, arrays its arrays, id 0): its chunks,
+ * chunk length and buffers, the budget and bytes. A re-cut allocates them
+ * again: then the plan of the latest allocation. */
+int vram_batch_plan(vram_batch b, struct vram_plan *out);
+/* Tells the batch the kernels of the chunk it handed over last are
+ * enqueued, and waits for the next: *chunk, and its arrays (up to cap,
+ * array_size bytes apart, as vram_response_arrays fills them; the labels
+ * stay while the batch does) and, when sim_hosts is not NULL, their host
+ * addresses with host_kernels on the simulator (else NULL). *done is 1,
+ * and nothing is handed over, once the batch has ended: VRAM_OK when
+ * every chunk is back on the host, else the pipeline's failure. */
+int vram_batch_next(vram_batch b, struct vram_batch_chunk *chunk, struct vram_array *arrays, size_t cap,
+		    size_t array_size, void **sim_hosts, int *done);
+/* Stops the batch between two steps (from any thread): its next
+ * vram_batch_next reports it ended, with the chunks finished named. */
+int vram_batch_cancel(vram_batch b);
+/* What the batch did, once it has ended, as one JSON object (the Go
+ * batch.Report: "chunks", "chunks_done", "runs", "chunk_length",
+ * "buffers", "lag", "staged", "bytes_in", "bytes_out", times in seconds,
+ * "recuts" and "buffer_choice"). VRAM_EINVAL while it runs. */
+int vram_batch_report_json(vram_batch b, char *buf, size_t len, size_t *needed);
+/* Stops the batch if it runs, waits for the work it enqueued, and frees
+ * its device arrays and its handle. Every started batch must be closed
+ * (vram_close closes those left). */
+int vram_batch_close(vram_batch b);
 
 /* The planner alone (the Go vram.Plan), with no manager: request_json is
  * {"requests": {owner: {label: {"shape": [...], "dtype": "float32",

@@ -102,17 +102,35 @@ static void check_batch(vram_manager m) {
 	CHECK(!bad && wrong < 0, "y = 2x over %d runs in %lld chunks (first wrong: %d) %s", RUNS, (long long)p.chunks, wrong,
 	      bad ? lasterr() : "");
 
-	/* Events: each member's allocation, in id order, with its own response. */
+	/* Events: each member's allocation, in id order, with its own response
+	 * (2.1: how many are queued behind, and the response's id: out's is
+	 * the one vram_allocate gave, in's the one vram_response_member gave). */
 	struct vram_event ev = {.size = sizeof ev};
 	vram_client seen[2] = {0, 0};
+	int64_t pending[2] = {-1, -1}, ids[2] = {0, 0};
+	struct vram_plan pin = {.size = sizeof pin};
+	vram_response_plan(ri, &pin);
 	for (int i = 0; i < 2; i++) {
 		vram_poll(m, &ev, NULL, 0);
 		seen[i] = ev.kind == VRAM_EVENT_ALLOCATED ? ev.client : -1;
+		pending[i] = ev.pending;
+		ids[i] = ev.response_id;
 		if (ev.response) vram_response_release(ev.response);
 	}
 	vram_poll(m, &ev, NULL, 0);
 	CHECK(seen[0] == in && seen[1] == out && ev.kind == VRAM_EVENT_NONE, "events: allocated %lld, %lld, then none (%d)",
 	      (long long)seen[0], (long long)seen[1], ev.kind);
+	CHECK(pending[0] == 1 && pending[1] == 0 && ids[0] == pin.id && ids[1] == p.id && p.id != pin.id && p.sets == 1,
+	      "2.1: pending %lld, %lld; ids %lld, %lld (the responses say %lld, %lld)", (long long)pending[0],
+	      (long long)pending[1], (long long)ids[0], (long long)ids[1], (long long)pin.id, (long long)p.id);
+	struct vram_array all[2];
+	size_t n = 0;
+	all[0].size = sizeof all[0];
+	rc = vram_response_arrays(r, 0, all, 2, sizeof all[0], &n);
+	CHECK(rc == VRAM_OK && n == 1 && !strcmp(all[0].label, "y") && all[0].device_ptr == ya.device_ptr && !strcmp(ya.label, "y"),
+	      "2.1: the response's arrays: %d, %zu of them, %s %s", rc, n, n ? all[0].label : "", lasterr());
+	rc = vram_response_arrays(r, 1, all, 2, sizeof all[0], &n);
+	CHECK(rc == VRAM_EINVAL, "2.1: buffer 1 of a response of 1 is refused: %d", rc);
 
 	/* An invalidation, and its reason. */
 	vram_client quiet = reg(m, "quiet", "other", VRAM_HOOK_INVALIDATE);
@@ -269,8 +287,53 @@ static void check_threads(vram_manager m) {
 	CHECK(bad == 0, "4 threads, a client each, 20 allocations and round trips: %d", bad);
 }
 
+/* (2.1) The pipeline from C, kernels on the host: y = 3x, chunk by chunk,
+ * two buffers; each chunk's x is in place when it is handed over. */
+static void check_pipeline(vram_manager m) {
+	vram_client c = reg(m, "piped", "pipe", 0);
+	float *x = malloc(sizeof(float) * RUNS), *y = calloc(RUNS, sizeof(float));
+	for (int i = 0; i < RUNS; i++) x[i] = (float)(i % 1000);
+	int64_t shape[] = {RUNS};
+	struct vram_batch_array decl[2] = {
+		{.client = c, .request = {.label = "x", .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32}, .direction = VRAM_BATCH_IN, .host = x},
+		{.client = c, .request = {.label = "y", .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32}, .direction = VRAM_BATCH_OUT, .host = y},
+	};
+	struct vram_batch_options o = {.size = sizeof o, .buffers = 2, .host_kernels = 1};
+	vram_batch b = 0;
+	int rc = vram_batch_start(m, decl, 2, sizeof decl[0], &o, &b);
+	CHECK(rc == VRAM_OK && b > 0, "start a batch: %d %s", rc, lasterr());
+	struct vram_batch_chunk ch = {.size = sizeof ch};
+	struct vram_array arrays[2];
+	arrays[0].size = sizeof arrays[0];
+	void *hosts[2];
+	int done = 0, chunks = 0, misplaced = 0;
+	while ((rc = vram_batch_next(b, &ch, arrays, 2, sizeof arrays[0], hosts, &done)) == VRAM_OK && !done) {
+		float *dx = hosts[0], *dy = hosts[1];
+		for (int64_t i = 0; i < ch.len; i++) {
+			misplaced += dx[i] != x[ch.start + i];
+			dy[i] = 3 * dx[i];
+		}
+		misplaced += strcmp(arrays[0].label, "x") != 0 || arrays[1].shape[0] != ch.chunk_length;
+		chunks++;
+	}
+	CHECK(rc == VRAM_OK && done && chunks >= 2 && !misplaced, "the batch: %d, %d chunks, %d misplaced %s", rc, chunks, misplaced,
+	      lasterr());
+	int wrong = -1;
+	for (int i = 0; i < RUNS && wrong < 0; i++)
+		if (y[i] != 3 * x[i]) wrong = i;
+	char rep[4096];
+	size_t need = 0;
+	rc = vram_batch_report_json(b, rep, sizeof rep, &need);
+	CHECK(wrong < 0 && rc == VRAM_OK && strstr(rep, "\"chunks_done\""), "y = 3x (first wrong %d); report %s", wrong, rep);
+	CHECK(vram_batch_close(b) == VRAM_OK && vram_batch_close(b) == VRAM_EHANDLE, "close the batch, once");
+	vram_client_close(c);
+	free(x);
+	free(y);
+}
+
 int main(void) {
 	CHECK(vram_abi_version() >= 2, "ABI version %d", vram_abi_version());
+	CHECK(vram_abi_version() > 2 || vram_abi_minor() >= 1, "ABI version 2.%d", vram_abi_minor());
 	CHECK(!strcmp(vram_strerror(VRAM_EFREED), "array freed") && !strcmp(vram_strerror(VRAM_ENOTSUP), "not supported"),
 	      "the new statuses have their words");
 	vram_manager m = 0;
@@ -282,6 +345,7 @@ int main(void) {
 	check_client_calls(m);
 	check_bad(m);
 	check_threads(m);
+	check_pipeline(m);
 	CHECK(vram_close(m) == VRAM_EBUSY, "close refused while ABI 1's allocation is live: %s", lasterr());
 	CHECK(vram_free(m, p, 1 << 20, 0) == VRAM_OK, "free it");
 

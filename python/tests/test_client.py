@@ -8,6 +8,8 @@ same arrays.
 """
 
 import gc
+import subprocess
+import sys
 import threading
 import unittest
 
@@ -76,33 +78,95 @@ class TestChunkedBatch(ClientTest):
         out.sync()
         np.testing.assert_array_equal(hy, 2 * hx)
 
-    def test_batch_helper(self):
-        # vram.Batch: the copies in and out done for each chunk, an
-        # unchunkable input copied once; the "kernel" works on the
-        # simulated device memory of each chunk's buffer.
-        runs = 3 * MiB
-        x = np.arange(runs, dtype=np.float32)
-        y = np.zeros(runs, dtype=np.float32)
-        k = np.array([3.0], dtype=np.float32)
-        inp, out = self.m.register("in", group="b"), self.m.register("out", group="b")
-        b = vram.Batch(buffers=2)
-        b.input(inp, "x", x)
-        b.input(inp, "k", k, unchunkable=True)
-        b.output(out, "y", y)
-        chunks = []
-        for ch in b.chunks():
-            chunks.append((ch.index, ch.start, ch.runs))
-            self.assertFalse(inp.idle, "the batch's clients are busy while it runs")
-            ch["y"].host_view()[:ch.runs] = ch["k"].host_view()[0] * ch["x"].host_view()[:ch.runs]
-        np.testing.assert_array_equal(y, 3 * x)
-        plan = b.response.plan
-        self.assertEqual(len(chunks), plan.chunks)
-        self.assertGreater(plan.chunks, 1)
-        self.assertEqual(plan.buffers, 2)
-        self.assertEqual(sum(n for _, _, n in chunks), runs)
-        self.assertTrue(inp.idle)
+class TestPipeline(ClientTest):
+    """vram.Batch through the Go pipeline on the simulator, its "kernels" on
+    the host over the simulated memory (host_view): the order it keeps is
+    judged by what the memory holds, never by time."""
 
-    def test_batch_refusals(self):
+    runs = 3 * MiB  # 12 MiB of float32 each for x and y on 16 MiB: several chunks
+
+    def batch(self, buffers):
+        inp, out = self.m.register("in", group="b"), self.m.register("out", group="b")
+        x = np.arange(self.runs, dtype=np.float32) % 977
+        y = np.zeros(self.runs, np.float32)
+        k = np.array([3.0], np.float32)
+        b = vram.Batch(buffers=buffers)
+        b.input(inp, "x", x)
+        b.output(out, "y", y)
+        b.inout(inp, "k", k, unchunkable=True)
+        return b, inp, x, y, k
+
+    def test_order(self):
+        # For 1, 2 and 3 buffers: each chunk's input buffer holds the
+        # chunk's runs when it is handed over (its copy in completed before
+        # the kernel reads it), and still does once every copy enqueued
+        # so far has completed (no copy in overwrote a buffer whose kernel
+        # had not finished); consecutive chunks use other buffers; every
+        # output comes back, the in-out k once, at the end.
+        for buffers in (1, 2, 3):
+            with self.subTest(buffers=buffers):
+                b, inp, x, y, k = self.batch(buffers)
+                seen, first = [], 0
+                for ch in b.chunks():
+                    dx = ch["x"].host_view()[:ch.runs]
+                    np.testing.assert_array_equal(dx, x[ch.slice], "chunk %d handed over before its copy in" % ch.index)
+                    dk = ch["k"].host_view()
+                    ch["y"].host_view()[:ch.runs] = dk[0] * dx
+                    if ch.index == 0:
+                        dk[0] += 1
+                        first = ch.runs
+                    inp.sync()  # every copy enqueued on the group's stream so far
+                    np.testing.assert_array_equal(ch["x"].host_view()[:ch.runs], x[ch.slice],
+                                                  "chunk %d's input overwritten before its kernel ended" % ch.index)
+                    self.assertFalse(inp.idle, "the batch's clients are busy while it runs")
+                    seen.append((ch.buffer, ch["x"].ptr, ch.start, ch.runs))
+                rep = b.report
+                self.assertEqual((rep.chunks, rep.chunks_done, rep.buffers), (len(seen), len(seen), buffers))
+                self.assertGreater(len(seen), buffers)
+                self.assertEqual([s for _, _, s, _ in seen], [sum(n for *_, n in seen[:i]) for i in range(len(seen))])
+                self.assertEqual(len({p for _, p, _, _ in seen}), buffers, "one buffer of x per buffer in flight")
+                for (b0, p0, _, _), (b1, p1, _, _) in zip(seen, seen[1:]):
+                    self.assertTrue(buffers == 1 or (b0 != b1 and p0 != p1), "consecutive chunks in one buffer")
+                want = 4 * x
+                want[:first] = 3 * x[:first]
+                np.testing.assert_array_equal(y, want)
+                self.assertEqual(k[0], 4.0, "k copied out once, after the last chunk")
+                self.assertEqual(rep.bytes_out, 4 * self.runs + 4)
+                self.assertTrue(inp.idle)
+                self.assertEqual((inp.held, b.plan.buffers), (0, buffers), "the batch's arrays are freed when it ends")
+                inp.close()
+                self.m.clients()[0].close()
+
+    def test_break_stops_it(self):
+        b, inp, x, y, _ = self.batch(2)
+        for ch in b.chunks():
+            if ch.index == 1:
+                break
+        self.assertEqual((inp.held, inp.idle), (0, True), "stopped: its arrays freed, its clients idle")
+        self.assertIsNone(b.report)
+        b.run(lambda ch: ch["y"].host_view().__setitem__(slice(0, ch.runs), ch["x"].host_view()[:ch.runs]))
+        np.testing.assert_array_equal(y, x, "the same batch runs again, allocated afresh")
+
+    def test_recut_for_a_claim(self):
+        # Another group's allocation that only the batch's memory would
+        # fit fails and claims it; the batch gives it back at its next
+        # chunk boundary: shorter chunks, re-allocated, every run right.
+        b, inp, x, y, _ = self.batch(2)
+        other = self.m.register("other", group="other")
+        other.queue({"big": vram.ArrayRequest((3 * MiB,), "float32", unchunkable=True)})  # 12 MiB
+        lengths = []
+        for ch in b.chunks():
+            if ch.index == 1:
+                with self.assertRaisesRegex(vram.OutOfMemoryError, "claims"):
+                    other.allocate()
+            lengths.append(ch.chunk_length)
+            ch["y"].host_view()[:ch.runs] = 2 * ch["x"].host_view()[:ch.runs]
+        np.testing.assert_array_equal(y, 2 * x)
+        self.assertTrue(b.report.recuts, "a re-cut: %r" % (b.report,))
+        self.assertLess(lengths[-1], lengths[0], "shorter chunks after the claim: %s" % lengths)
+        other.allocate()  # the claim is met now
+
+    def test_refusals(self):
         a, c = self.m.register("a", group="one"), self.m.register("c", group="two")
         b = vram.Batch()
         b.input(a, "x", np.zeros(8, np.float32))
@@ -112,6 +176,23 @@ class TestChunkedBatch(ClientTest):
             b.output(c, "y", np.zeros(8, np.float32))
         with self.assertRaisesRegex(vram.InvalidArgumentError, "C-contiguous"):
             b.output(a, "z", np.zeros((8, 2), np.float32).T)
+        with self.assertRaisesRegex(vram.InvalidArgumentError, "1 to 3"):
+            vram.Batch(buffers=4)
+        with self.assertRaisesRegex(AttributeError, "Batch.plan"):
+            b.response
+
+    def test_pinned_host_arrays(self):
+        # Host arrays of Manager.host_array are copied from directly: no
+        # staging; any other NumPy array is staged.
+        a = self.m.register("a", group="p")
+        x = self.m.host_array((self.runs,), "float32", like=np.arange(self.runs, dtype=np.float32))
+        y = np.zeros(self.runs, np.float32)
+        b = vram.Batch()
+        b.input(a, "x", x)
+        b.output(a, "y", y)
+        b.run(lambda ch: ch["y"].host_view().__setitem__(slice(0, ch.runs), ch["x"].host_view()[:ch.runs] + 1))
+        np.testing.assert_array_equal(y, x + 1)
+        self.assertEqual(b.report.staged, 1, "y staged, x copied from directly")
 
 
 class TestHooks(ClientTest):
@@ -290,6 +371,95 @@ class TestClient(ClientTest):
         c.close()
         with self.assertRaisesRegex(vram.VramError, "closed"):
             c.queue({"x": vram.ArrayRequest((4,), "float32")})
+
+
+class TestResponses(ClientTest):
+    def test_one_object_per_response(self):
+        # The response allocate returns, the on_allocated argument and
+        # member's are one object per client and allocation, described once.
+        got = []
+        a = self.m.register("a", group="g", on_allocated=got.append)
+        b = self.m.register("b", group="g", on_allocated=got.append)
+        a.queue({"x": vram.ArrayRequest((64,), "float32")})
+        r = a.allocate()
+        self.assertEqual(len(got), 2)
+        self.assertIs(got[0], r)
+        self.assertIs(a.response, r)
+        self.assertIs(r.member(b), got[1])
+        self.assertIs(r.member(a), r)
+        self.assertNotEqual(r.id, got[1].id)
+        self.assertEqual(got[1].device_arrays, {}, "b queued nothing: the plan alone")
+        self.assertEqual(got[1].plan, r.plan)
+        r2 = a.allocate()  # nothing queued: the plan again, in new responses
+        self.assertIsNot(r2, r)
+        self.assertEqual(r2.plan, r.plan)
+        self.assertIs(got[2], r2)
+
+    def test_dropped_response_released_at_once(self):
+        # A response whose arrays were described (and viewed) is in no
+        # reference cycle: dropping it releases its handle at once, without
+        # the cyclic collector (it took a collection before).
+        c = self.m.register("c")
+        c.queue({"x": vram.ArrayRequest((64,), "float32"),
+                 "p": vram.ArrayRequest((4,), "float32", memory="pinned", unchunkable=True)})
+        gc.disable()
+        try:
+            r = c.allocate()
+            h = r.handle
+            r.device_arrays["x"].host_view()[0] = 1
+            r.host["p"][0] = 2
+            self.assertEqual(r.plan.chunks, 1)
+            view = r.device_arrays["x"].host_view()
+            del r
+            c.response = None
+            p = vram._capi.Plan(size=_lib.ctypes.sizeof(vram._capi.Plan))
+            self.assertEqual(_lib.lib().vram_response_plan(h, _lib.ctypes.byref(p)), _lib.OK, "a view keeps the handle")
+            del view
+            self.assertEqual(_lib.lib().vram_response_plan(h, _lib.ctypes.byref(p)), _lib.EHANDLE, "released once dropped")
+        finally:
+            gc.enable()
+
+    def test_plan_shapes_on_demand(self):
+        c = self.m.register("c", group="g")
+        c.queue({"x": vram.ArrayRequest((4, 5 * MiB), "float32", chunk_axis=1)})  # 80 MiB on 16: chunked
+        r = c.allocate()
+        plan = r.plan
+        n = plan.chunk_length
+        self.assertGreater(plan.chunks, 1)
+        self.assertEqual(plan.chunked_shapes, {"c#%d" % c.id: {"x": (4, n)}})
+        self.assertEqual(plan.bytes_per_chunk, plan.unchunkable_bytes + plan.buffers * plan.chunk_bytes)
+        self.assertIsNone(r.free_error)
+        again = vram.ChunkPlan(*plan)
+        self.assertEqual(again, plan, "plans are equal when their figures are")
+        self.assertEqual(again.chunked_shapes, {}, "a plan made by hand knows no shapes")
+        with self.assertRaises(AttributeError):
+            plan.chunks = 1
+        r2 = c.allocate()
+        r2.release()
+        with self.assertRaisesRegex(vram.VramError, "released"):
+            r2.plan.chunked_shapes
+
+    def test_closed(self):
+        # Client.closed answers for a closed client (it raised VramError).
+        c, d = self.m.register("c"), self.m.register("d")
+        self.assertFalse(c.closed)
+        c.close()
+        self.assertTrue(c.closed)
+        self.m.close()
+        self.assertTrue(d.closed, "closed with its manager")
+        self.m = vram.Manager(self.spec, arrays="vram")  # for tearDown
+
+
+class TestPackage(unittest.TestCase):
+    def test_lazy_submodules(self):
+        # vram.cubie and vram.numba_mlir are reached as the others are.
+        self.assertTrue({"cubie", "numba_mlir", "numba", "cupy", "torch", "batch", "Batch"} <= set(dir(vram)))
+        if np is not None:  # in a process of its own: vram.cubie opens the process's manager of device 0
+            code = "import vram; print(vram.cubie.__name__, vram.cubie.default_memmgr.__class__.__name__)"
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+            self.assertEqual(out.stdout.strip(), "vram.cubie MemoryManager", out.stderr)
+        with self.assertRaisesRegex(AttributeError, "no attribute 'nope' \\(its submodules: .*numba_mlir"):
+            vram.nope
 
 
 @unittest.skipIf(np is None, "numpy not importable")

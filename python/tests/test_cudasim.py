@@ -91,7 +91,7 @@ class TestNumbaSimulator(unittest.TestCase):
         n = 0
         for ch in b.chunks():
             self.assertIsInstance(ch["x"], FakeCUDAArray)
-            self.assertEqual(ch["out"].shape, (b.response.plan.chunk_length,))
+            self.assertEqual(ch["out"].shape, (b.plan.chunk_length,))
             axpy[4, 32, ch.stream](a, ch["x"], ch["y"], ch["out"])
             n += 1
         self.assertGreater(n, 1, "the batch is bigger than the device")
@@ -107,7 +107,7 @@ class TestNumbaSimulator(unittest.TestCase):
         b.output(c, "sums", sums)
         for ch in b.chunks():
             rowsum[4, 32, ch.stream](ch["m"], ch["sums"])
-        self.assertGreater(b.response.plan.chunks, 1)
+        self.assertGreater(b.plan.chunks, 1)
         np.testing.assert_allclose(sums, m.sum(axis=0), rtol=1e-5)
 
     def test_arrays_option(self):

@@ -40,6 +40,7 @@ import contextlib
 import json
 import threading
 import typing
+import weakref
 
 from . import _capi, _lib
 from . import client as _client
@@ -117,7 +118,10 @@ class Manager:
         self.spec = st["spec"]
         self.simulated = st["backend"] == "sim"
         self._clients = {}  # handle -> Client registered through this object
-        self._poll_lock = threading.RLock()
+        self._poll_lock = threading.RLock()  # protects _clients, _hooked and _poller; one thread delivers events at a time
+        self._hooked = 0  # open clients of _clients that asked for events: polled after calls only while > 0
+        self._poller = _client._Poller()
+        self._responses = weakref.WeakValueDictionary()  # response id -> its ArrayResponse (one object per response)
 
     def __repr__(self):
         return "vram.Manager(%d, %r, device %d)" % (self.handle, self.spec, self.device)
@@ -128,7 +132,7 @@ class Manager:
     def __exit__(self, *exc):
         self.close()
 
-    def alloc(self, size, stream=UNORDERED, source="c"):
+    def alloc(self, size: int, stream: typing.Any = UNORDERED, source: str = "c") -> int:
         """Allocates size bytes for source ("c", "torch", "cupy", "numba"),
         ordered on stream; returns the device address. Raises
         OutOfMemoryError (a MemoryError) past the cap or the device."""
@@ -138,13 +142,13 @@ class Manager:
         _lib.check(status, self.oom_report)
         return out.value
 
-    def free(self, ptr, size=0, stream=UNORDERED):
+    def free(self, ptr: int, size: int = 0, stream: typing.Any = UNORDERED) -> None:
         """Frees ptr, last used on stream; size, when not 0, must be the size
         it was allocated with."""
         size = _lib.unsigned("size", size, _lib.SIZE_BITS)
         _lib.check(_lib.lib().vram_free(self.handle, ptr, size, stream_handle(stream)))
 
-    def stats(self):
+    def stats(self) -> dict:
         """The manager's figures as a dict: the allocator's (in_use, reserved,
         peaks, counts), the cap, the device, and under "sources" each
         framework's books by name."""
@@ -152,30 +156,32 @@ class Manager:
         st["sources"] = {s["source"]: s for s in st["sources"]}
         return st
 
-    def report(self):
+    def report(self) -> str:
         """The manager's memory report as text."""
         return _lib.text(_lib.lib().vram_report, self.handle)
 
-    def oom_report(self):
+    def oom_report(self) -> str:
         """The manager's report at its last out of memory, or ""."""
         return _lib.text(_lib.lib().vram_oom_report, self.handle)
 
-    def trim(self):
+    def trim(self) -> None:
         """Returns the pool's cached memory to the device."""
         _lib.check(_lib.lib().vram_trim(self.handle))
 
-    def reset_peaks(self):
+    def reset_peaks(self) -> None:
         """Sets every peak to its current value."""
         _lib.check(_lib.lib().vram_reset_peaks(self.handle))
 
-    def close(self):
+    def close(self) -> None:
         """Closes the manager, its clients (their arrays freed) and the host
         arrays it made; refused (VramError) while allocations of the
         allocator API (alloc, the frameworks' hooks) are live."""
         _lib.check(_lib.lib().vram_close(self.handle))
         with _known_lock:
             _known.pop(self.handle, None)
-        self._clients.clear()
+        with self._poll_lock:
+            self._clients.clear()
+            self._hooked = 0
 
     # The client API (vram.client).
 
@@ -190,7 +196,11 @@ class Manager:
         on_invalidate(error) when its arrays were freed behind its back (a
         FreedError; error.evicted for an eviction for another group). A
         client with no on_invalidate, or no_evict, is never evicted. Raises
-        InvalidArgumentError for a proportion the pools cannot give."""
+        InvalidArgumentError for a proportion the pools cannot give. There is
+        no cap per client at registration (the Go ClientOptions has none):
+        a client's cap is its proportion of the device (Client.cap),
+        enforced in the "active" limit mode; the manager's is
+        Manager(spec, cap)."""
         hooks = (_capi.HOOK_ALLOCATED if on_allocated else 0) | (_capi.HOOK_INVALIDATE if on_invalidate else 0)
         o = _capi.ClientOptions(size=_lib.ctypes.sizeof(_capi.ClientOptions), name=(name or "").encode(),
                                 group=(group or "").encode(), proportion=float(proportion or 0.0),
@@ -200,11 +210,13 @@ class Manager:
         c = Client(self, h.value, name, on_allocated, on_invalidate)
         with self._poll_lock:
             self._clients[c.handle] = c
+            self._hooked += c._hooked
         return c
 
     def _forget(self, client):
         with self._poll_lock:
-            self._clients.pop(client.handle, None)
+            if self._clients.pop(client.handle, None) is not None:
+                self._hooked -= client._hooked
 
     def clients(self) -> typing.List[Client]:
         """The open clients registered through this object, by id."""
@@ -371,18 +383,26 @@ def empty_cache():
 _local = threading.local()
 
 
+# The submodules loaded on first use (vram.numba, vram.numba_mlir, vram.cupy
+# and vram.torch import their framework; vram.cubie installs the Numba
+# plugin), so that import vram needs none of them.
+_LAZY = ("batch", "cubie", "cupy", "numba", "numba_mlir", "torch")
+
+
 def __getattr__(name):
-    # vram.numba, vram.cupy and vram.torch import their framework: loaded on
-    # first use, so that import vram needs none of them.
     if name == "Batch":
         from .batch import Batch
 
         return Batch
-    if name in ("numba", "cupy", "torch", "batch"):
+    if name in _LAZY:
         import importlib
 
         return importlib.import_module("vram." + name)
-    raise AttributeError("module 'vram' has no attribute %r" % name)
+    raise AttributeError("module 'vram' has no attribute %r (its submodules: %s)" % (name, ", ".join(_LAZY)))
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"Batch"})
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
-"""ctypes bindings of libvram's client API (libvram/vram.h, ABI version 2):
-the structs and the signatures _lib applies when it loads the library.
-Nothing here calls the library; vram.client does.
+"""ctypes bindings of libvram's client API (libvram/vram.h, ABI version
+2.1): the structs and the signatures _lib applies when it loads the
+library. Nothing here calls the library; vram.client does.
 """
 
 import ctypes
@@ -89,6 +89,11 @@ class Plan(ctypes.Structure):
         ("full_bytes", ctypes.c_uint64),
         ("host_bytes", ctypes.c_uint64),
         ("arrays", ctypes.c_int64),
+        ("granularity", ctypes.c_uint64),  # 2.1
+        ("bytes_per_chunk", ctypes.c_uint64),
+        ("id", ctypes.c_int64),
+        ("sets", ctypes.c_int32),
+        ("free_error", ctypes.c_int32),
     ]
 
 
@@ -106,6 +111,7 @@ class Array(ctypes.Structure):
         ("strides", ctypes.c_int64 * MAX_NDIM),
         ("freed", ctypes.c_int32),
         ("reserved", ctypes.c_int32),
+        ("label", ctypes.c_char_p),  # 2.1
     ]
 
 
@@ -129,6 +135,48 @@ class Event(ctypes.Structure):
         ("evicted", ctypes.c_int32),
         ("client", _handle),
         ("response", _handle),
+        ("pending", ctypes.c_int64),  # 2.1
+        ("response_id", ctypes.c_int64),
+    ]
+
+
+# enum vram_batch_dir.
+BATCH_IN, BATCH_OUT, BATCH_INOUT, BATCH_SCRATCH = 0, 1, 2, 3
+
+
+class BatchArray(ctypes.Structure):
+    _fields_ = [
+        ("client", _handle),
+        ("request", Request),
+        ("direction", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("host", ctypes.c_void_p),
+        ("host_array", _handle),
+    ]
+
+
+class BatchOptions(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("buffers", ctypes.c_int32),
+        ("host_kernels", ctypes.c_int32),
+        ("max_chunk_length", ctypes.c_int64),
+        ("grow", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+    ]
+
+
+class BatchChunk(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("index", ctypes.c_int64),
+        ("chunks", ctypes.c_int64),
+        ("start", ctypes.c_int64),
+        ("len", ctypes.c_int64),
+        ("chunk_length", ctypes.c_int64),
+        ("buffer", ctypes.c_int64),
+        ("stream", _stream),
+        ("arrays", ctypes.c_int64),
     ]
 
 
@@ -148,6 +196,7 @@ SIGNATURES = {
     "vram_allocate": (ctypes.c_int, [_handle, ctypes.c_int, _P(_handle)]),
     "vram_response_plan": (ctypes.c_int, [_handle, _P(Plan)]),
     "vram_response_array": (ctypes.c_int, [_handle, ctypes.c_char_p, ctypes.c_int, _P(Array)]),
+    "vram_response_arrays": (ctypes.c_int, [_handle, ctypes.c_int, ctypes.c_void_p, _size, _size, _P(_size)]),
     "vram_response_span": (ctypes.c_int, [_handle, ctypes.c_int, ctypes.c_int, _P(Span)]),
     "vram_response_member": (ctypes.c_int, [_handle, _handle, _P(_handle)]),
     "vram_response_json": (ctypes.c_int, [_handle] + _text),
@@ -171,4 +220,12 @@ SIGNATURES = {
     "vram_host_array": (ctypes.c_int, [_handle, _P(ctypes.c_int64), ctypes.c_int, ctypes.c_int, ctypes.c_int, _P(_handle),
                                        _P(ctypes.c_void_p)]),
     "vram_host_free": (ctypes.c_int, [_handle]),
+    "vram_plan": (ctypes.c_int, [ctypes.c_char_p] + _text),
+    "vram_batch_start": (ctypes.c_int, [_handle, ctypes.c_void_p, _size, _size, _P(BatchOptions), _P(_handle)]),
+    "vram_batch_next": (ctypes.c_int, [_handle, _P(BatchChunk), ctypes.c_void_p, _size, _size, _P(ctypes.c_void_p),
+                                       _P(ctypes.c_int)]),
+    "vram_batch_plan": (ctypes.c_int, [_handle, _P(Plan)]),
+    "vram_batch_cancel": (ctypes.c_int, [_handle]),
+    "vram_batch_report_json": (ctypes.c_int, [_handle] + _text),
+    "vram_batch_close": (ctypes.c_int, [_handle]),
 }

@@ -1,4 +1,4 @@
-"""ctypes bindings of libvram (libvram/vram.h, ABI version 2; the client
+"""ctypes bindings of libvram (libvram/vram.h, ABI version 2.1; the client
 API's structs and signatures are in _capi).
 
 The library is found, in order, at $VRAM_LIBRARY, as libvram.so beside this
@@ -18,12 +18,14 @@ import threading
 from . import _capi
 
 ABI_VERSION = 2
+ABI_MINOR = 1  # vram_response_arrays, struct fields marked (2.1)
 
 # Status codes from vram.h that the package acts on; every other failure is
 # a VramError with the library's message.
 OK = 0
 EINVAL = -1
 ENOMEM = -2
+EHANDLE = -3
 ERANGE = -8
 EFREED = -10
 ENOTSUP = -11
@@ -139,15 +141,26 @@ path = None
 
 def lib():
     """The loaded library (loaded on first use, once per process)."""
+    if _lib is not None:
+        return _lib
+    return _load()
+
+
+def _load():
     global _lib, path
     with _lock:
         if _lib is None:
             p = _find()
             handle = ctypes.CDLL(p)
             handle.vram_abi_version.restype, handle.vram_abi_version.argtypes = ctypes.c_int, []
-            if handle.vram_abi_version() < ABI_VERSION:
-                raise OSError("%s has ABI version %d; this package needs %d or later (build libvram again)" % (
-                    p, handle.vram_abi_version(), ABI_VERSION))
+            version = handle.vram_abi_version()
+            minor = 0
+            if version == ABI_VERSION and hasattr(handle, "vram_abi_minor"):
+                handle.vram_abi_minor.restype, handle.vram_abi_minor.argtypes = ctypes.c_int, []
+                minor = handle.vram_abi_minor()
+            if (version, minor if version == ABI_VERSION else 0) < (ABI_VERSION, ABI_MINOR):
+                raise OSError("%s has ABI version %d.%d; this package needs %d.%d or later (build libvram again)" % (
+                    p, version, minor, ABI_VERSION, ABI_MINOR))
             for name, (res, args) in list(_SIGNATURES.items()) + list(_capi.SIGNATURES.items()):
                 fn = getattr(handle, name)
                 fn.restype, fn.argtypes = res, args

@@ -14,7 +14,7 @@ Numba device array over the same memory:
     arrays.
 
 Lifetimes. Every view (host_view, numba, the host arrays' NumPy views) keeps
-its response alive, and so its handle, but not the memory: the manager frees
+its response's handle alive, but not the memory: the manager frees
 an array when the client allocates under its label again, frees it, closes,
 or is invalidated or evicted (ArrayResponse's doc). Using a view after that
 is undefined, as using freed memory is on a GPU; on the simulator it can end
@@ -32,8 +32,8 @@ from . import _capi, _lib
 
 __all__ = ["DeviceArray", "numba_mode", "numpy_view"]
 
-_DTYPE_NAMES = {v: k for k, v in _capi.DTYPES.items()}
-_MEMORY_NAMES = {v: k for k, v in _capi.MEMORY.items()}
+DTYPE_NAMES = {v: k for k, v in _capi.DTYPES.items()}
+MEMORY_NAMES = {v: k for k, v in _capi.MEMORY.items()}
 
 
 def _np():
@@ -66,7 +66,19 @@ def numba_mode(simulated: bool) -> Optional[str]:
     """How device arrays of a manager (simulated: on vram's simulator) become
     Numba's: "sim" (Numba's CUDA simulator over the simulated memory), "cuda"
     (a GPU), or None when Numba cannot use them here (no Numba; a real Numba
-    and vram's simulator; Numba's simulator and a GPU)."""
+    and vram's simulator; Numba's simulator and a GPU). Worked out once per
+    process: Numba reads NUMBA_ENABLE_CUDASIM when it is imported."""
+    mode = _modes.get(simulated, _UNKNOWN)
+    if mode is _UNKNOWN:
+        mode = _modes[simulated] = _numba_mode(simulated)
+    return mode
+
+
+_UNKNOWN = object()
+_modes: dict = {}
+
+
+def _numba_mode(simulated: bool) -> Optional[str]:
     if "numba" not in sys.modules and importlib.util.find_spec("numba") is None:
         return None
     if _numba_simulating():
@@ -86,20 +98,31 @@ class DeviceArray:
     buffer (which of the response's buffers it is in). Not copied: a
     description of memory the manager owns."""
 
-    __slots__ = ("response", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
-                 "chunk_axis", "_host", "_numba")
+    __slots__ = ("manager", "label", "buffer", "shape", "dtype", "strides", "nbytes", "memory", "ptr",
+                 "chunk_axis", "_handle", "_label_c", "_sim_host", "_owner", "_host", "_numba")
 
-    def __init__(self, response, label: str, buffer: int, desc: dict):
-        self.response = response
+    def __init__(self, handle, label: str, buffer: int, desc: "_capi.Array", *, manager, sim_host: int = 0,
+                 owner=None):
+        # handle: its response's handle (vram.client._Handle), which every
+        # view keeps alive; None for an array of a batch's chunk
+        # (vram.Batch), which gives sim_host and its owner instead. Nothing
+        # here refers to the ArrayResponse, so that it is freed as soon as
+        # it is dropped.
+        self._handle = handle
+        self.manager = manager
+        self._sim_host = sim_host
+        self._owner = owner if owner is not None else handle
         self.label = label
+        self._label_c = label.encode()
         self.buffer = buffer
-        self.shape = tuple(desc["shape"])
-        self.dtype = desc["dtype"]
-        self.strides = tuple(desc["strides"])
-        self.nbytes = desc["bytes"]
-        self.memory = desc["memory"]
-        self.ptr = desc["device_ptr"]
-        axis = desc["chunk_axis"]
+        n = desc.ndim
+        self.shape = tuple(desc.shape[:n])
+        self.dtype = DTYPE_NAMES[desc.dtype]
+        self.strides = tuple(desc.strides[:n])
+        self.nbytes = desc.bytes
+        self.memory = MEMORY_NAMES[desc.memory]
+        self.ptr = desc.device_ptr
+        axis = desc.chunk_axis
         self.chunk_axis = None if axis < 0 else axis
         self._host = None
         self._numba = None
@@ -121,9 +144,14 @@ class DeviceArray:
 
     @property
     def freed(self) -> bool:
-        """Whether the manager has freed the array since the response."""
+        """Whether the manager has freed the array since the response. (An
+        array of a batch's chunk is valid until the next chunk; this cannot
+        tell.)"""
+        if self._handle is None:
+            raise _lib.VramError(_lib.ENOTSUP, "vram: %r is a batch chunk's array: valid until the next chunk, which "
+                                 "this cannot tell" % (self,))
         a = _capi.Array(size=ctypes.sizeof(_capi.Array))
-        _lib.check(_lib.lib().vram_response_array(self.response.handle, self.label.encode(), self.buffer, ctypes.byref(a)))
+        _lib.check(_lib.lib().vram_response_array(self._handle.value, self._label_c, self.buffer, ctypes.byref(a)))
         return bool(a.freed)
 
     @property
@@ -144,10 +172,16 @@ class DeviceArray:
         memory (writable; the same bytes copies and kernels use). Raises
         VramError (ENOTSUP) on a GPU."""
         if self._host is None:
-            out = ctypes.c_void_p()
-            _lib.check(_lib.lib().vram_sim_host_address(self.response.handle, self.label.encode(), self.buffer,
-                                                        ctypes.byref(out)))
-            self._host = numpy_view(out.value or 0, self.nbytes, self.dtype, self.shape, self.response)
+            addr = self._sim_host
+            if not addr and self._handle is None:
+                raise _lib.VramError(_lib.ENOTSUP, "vram: %r has no host view: a batch's arrays have one on the "
+                                     "simulator, where its kernels run on the host" % (self,))
+            if not addr:
+                out = ctypes.c_void_p()
+                _lib.check(_lib.lib().vram_sim_host_address(self._handle.value, self._label_c, self.buffer,
+                                                            ctypes.byref(out)))
+                addr = out.value or 0
+            self._host = numpy_view(addr, self.nbytes, self.dtype, self.shape, self._owner)
         return self._host
 
     def numba(self):
@@ -155,7 +189,7 @@ class DeviceArray:
         module's doc); raises VramError when Numba cannot reach it here."""
         if self._numba is not None:
             return self._numba
-        mode = numba_mode(self.response.client.manager.simulated)
+        mode = numba_mode(self.manager.simulated)
         if mode == "sim":
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
@@ -165,7 +199,7 @@ class DeviceArray:
 
             self._numba = cuda.from_cuda_array_interface(self.__cuda_array_interface__, owner=self, sync=False)
         else:
-            raise _lib.VramError(_lib.ENOTSUP, _numba_refusal(self.response.client.manager.simulated))
+            raise _lib.VramError(_lib.ENOTSUP, _numba_refusal(self.manager.simulated))
         try:
             self._numba._vram_array = self  # so that Client.to_device and from_device take it too
         except AttributeError:  # pragma: no cover - a Numba array that takes no attributes

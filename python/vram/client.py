@@ -38,10 +38,11 @@ import ctypes
 import json
 import weakref
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import _capi, _lib
-from .arrays import DeviceArray, numba_mode, numpy_view
+from .arrays import DTYPE_NAMES, DeviceArray, numba_mode, numpy_view
 
 __all__ = ["ArrayRequest", "ArrayResponse", "ChunkPlan", "Client", "Span", "Work", "dtype_name"]
 
@@ -97,6 +98,15 @@ class ArrayRequest:
             return value
         return cls(**dict(value))
 
+    def _c(self, label: str) -> _capi.Request:
+        """The request as vram.h's struct vram_request under label (its C
+        shape made once; the struct keeps it alive)."""
+        shape = self.__dict__.get("_shape_c")
+        if shape is None:
+            shape = self.__dict__["_shape_c"] = _shape_array(self.shape)
+        return _capi.Request(str(label).encode(), shape, len(self.shape), _capi.DTYPES[self.dtype], _capi.MEMORY[self.memory],
+                             self.chunk_axis, bool(self.unchunkable), 0, self.total_runs)
+
 
 class Span(NamedTuple):
     """Runs [start, start+len) along axis (the Go Span)."""
@@ -115,15 +125,7 @@ class Span(NamedTuple):
         return slice(self.start, self.start + self.len)
 
 
-@dataclass(frozen=True)
-class ChunkPlan:
-    """The group's plan (the Go ChunkPlan): chunks passes of chunk_length
-    runs (the last of last_chunk_length), total_runs in all, buffers sets of
-    chunkable arrays, the budget it was made within and the bytes it takes
-    (device bytes counted as the allocator charges them, in units of
-    granularity); chunked_shapes gives, per client ("name#id") and label,
-    the shape allocated."""
-
+class _PlanFields(NamedTuple):
     chunks: int
     chunk_length: int
     last_chunk_length: int
@@ -137,14 +139,64 @@ class ChunkPlan:
     device_bytes: int
     full_bytes: int
     host_bytes: int
-    chunked_shapes: Dict[str, Dict[str, Tuple[int, ...]]]
+
+
+class ChunkPlan(_PlanFields):
+    """The group's plan (the Go ChunkPlan): chunks passes of chunk_length
+    runs (the last of last_chunk_length), total_runs in all, buffers sets of
+    chunkable arrays, the budget it was made within and the bytes it takes
+    (device bytes counted as the allocator charges them, in units of
+    granularity); chunked_shapes gives, per client ("name#id") and label,
+    the shape allocated (read from the library on first use, while the
+    response is held). Immutable; equal when the figures are."""
 
     @classmethod
-    def _from_json(cls, p: dict) -> "ChunkPlan":
-        shapes = {c: {l: tuple(s) for l, s in (labels or {}).items()} for c, labels in (p.get("chunked_shapes") or {}).items()}
-        return cls(p["chunks"], p["chunk_length"], p["last_chunk_length"], p["total_runs"], p["buffers"],
-                   p["granularity"], p["budget_bytes"], p["unchunkable_bytes"], p["chunk_bytes"], p["bytes_per_chunk"],
-                   p["device_bytes"], p["full_bytes"], p["host_bytes"], shapes)
+    def _of(cls, p: _capi.Plan, handle: Optional["_Handle"]) -> "ChunkPlan":
+        plan = cls(p.chunks, p.chunk_length, p.last_chunk_length, p.total_runs, p.buffers, p.granularity, p.budget,
+                   p.unchunkable_bytes, p.chunk_bytes, p.bytes_per_chunk, p.device_bytes, p.full_bytes, p.host_bytes)
+        plan.__dict__["_response"] = handle
+        return plan
+
+    @property
+    def chunked_shapes(self) -> Dict[str, Dict[str, Tuple[int, ...]]]:
+        h = self.__dict__.get("_response")
+        if h is None:
+            return {}
+        shapes = h.json()["plan"].get("chunked_shapes") or {}
+        return {c: {l: tuple(s) for l, s in (labels or {}).items()} for c, labels in shapes.items()}
+
+
+class _Handle:
+    """A response's handle, released when the last object holding it (the
+    ArrayResponse, its plan, its arrays and their views) is collected, or by
+    release(). Not in any reference cycle: it goes when they do."""
+
+    __slots__ = ("value", "alive", "_json", "__weakref__")
+
+    def __init__(self, value: int):
+        self.value = value
+        self.alive = True
+        self._json = None
+
+    def release(self) -> None:
+        if self.alive:
+            self.alive = False
+            _release_response(self.value)
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # interpreter shutting down
+            pass
+
+    def json(self) -> dict:
+        """The response as vram_response_json gives it (the plan's shapes,
+        the free error's text), read once."""
+        if self._json is None:
+            if not self.alive:
+                raise _lib.VramError(_lib.EHANDLE, "vram: the response was released; read its plan's shapes before release()")
+            self._json = json.loads(_lib.text(_lib.lib().vram_response_json, self.value))
+        return self._json
 
 
 def _release_response(handle: int) -> None:
@@ -154,12 +206,42 @@ def _release_response(handle: int) -> None:
         pass
 
 
+def _plan_of(handle: int) -> _capi.Plan:
+    p = _capi.Plan(size=_PLAN_SIZE)
+    _lib.check(_lib.lib().vram_response_plan(handle, ctypes.byref(p)))
+    return p
+
+
+_PLAN_SIZE = ctypes.sizeof(_capi.Plan)
+_ARRAY_SIZE = ctypes.sizeof(_capi.Array)
+
+
+def _response(client: "Client", handle: int, id: int = 0) -> "ArrayResponse":
+    """The ArrayResponse of handle, given to client: the one the manager
+    already has for the same response (its id, read when not given), the
+    handle then released, or a new one."""
+    responses = client.manager._responses
+    p = None
+    if not id:
+        p = _plan_of(handle)
+        id = p.id
+    r = responses.get(id)
+    if r is not None and r.client is client and r._handle.alive:
+        _release_response(handle)
+        return r
+    r = ArrayResponse(client, handle, p)
+    responses[id] = r
+    return r
+
+
 class ArrayResponse:
     """What an allocation gives a client (the Go ArrayResponse): its arrays
     (none for a member of the group that queued nothing) and the group's
     plan. The arrays stay the manager's (see vram.arrays on lifetimes); the
     response object only describes them, and is released when collected
-    (or by release()).
+    (or by release()). One allocation's response to a client is one
+    object: Client.allocate's return, the client's on_allocated argument
+    and ArrayResponse.member's for it are the same.
 
     arrays: label -> each device array of buffer 0, as a Numba device array
     when Numba can reach it here (the manager's arrays option), else as a
@@ -167,24 +249,36 @@ class ArrayResponse:
     each pinned, mapped or pageable array of buffer 0 as a NumPy array.
     buffer(i) gives buffer i's three dicts."""
 
-    def __init__(self, client: "Client", handle: int):
+    def __init__(self, client: "Client", handle: int, plan: Optional[_capi.Plan] = None):
+        p = plan if plan is not None else _plan_of(handle)
         self.client = client
         self.handle = handle
-        self._finalizer = weakref.finalize(self, _release_response, handle)
-        r = json.loads(_lib.text(_lib.lib().vram_response_json, handle))
-        self.plan = ChunkPlan._from_json(r["plan"])
-        self.free_error: Optional[str] = r.get("free_error") or None
-        self._buffers = r["buffers"]
+        self.id: int = p.id
+        self._handle = _Handle(handle)
+        self.plan = ChunkPlan._of(p, self._handle)
+        self._has_free_error = bool(p.free_error)
+        self._sets_n = max(p.sets, 1)
+        self._arrays_n = p.arrays
         self._sets: Dict[int, "ArraySet"] = {}
 
     def __repr__(self):
         return "vram.ArrayResponse(%s, %d chunks of %d runs, arrays %s)" % (
-            self.client, self.plan.chunks, self.plan.chunk_length, sorted(self._buffers[0]) if self._buffers else [])
+            self.client, self.plan.chunks, self.plan.chunk_length, sorted(self.chunked_shapes))
+
+    @cached_property
+    def free_error(self) -> Optional[str]:
+        """What went wrong freeing the arrays this allocation replaced (the
+        Go FreeErr's text), or None: the allocation stands either way."""
+        return (self._handle.json().get("free_error") or None) if self._has_free_error else None
 
     def release(self) -> None:
         """Forgets the response now (views of its arrays must not be used
-        afterwards); the collector does it otherwise."""
-        self._finalizer()
+        afterwards, nor plan.chunked_shapes read); the collector does it
+        otherwise."""
+        responses = self.client.manager._responses
+        if responses.get(self.id) is self:
+            del responses[self.id]
+        self._handle.release()
 
     def __enter__(self):
         return self
@@ -196,10 +290,20 @@ class ArrayResponse:
         """Buffer i's arrays (0 <= i < plan.buffers)."""
         s = self._sets.get(i)
         if s is None:
-            if not 0 <= i < max(len(self._buffers), 1):
-                raise _lib.InvalidArgumentError(_lib.EINVAL, "vram: buffer %d of a response with %d" % (i, len(self._buffers)))
-            s = self._sets[i] = ArraySet(self, i, self._buffers[i] if self._buffers else {})
+            if not 0 <= i < self._sets_n:
+                raise _lib.InvalidArgumentError(_lib.EINVAL, "vram: buffer %d of a response with %d" % (i, self._sets_n))
+            s = self._sets[i] = ArraySet(self.client.manager, self._handle, i, self._describe(i))
         return s
+
+    def _describe(self, buffer: int) -> list:
+        """Buffer buffer's arrays as vram_response_arrays describes them."""
+        n = ctypes.c_size_t()
+        cap = self._arrays_n
+        out = (_capi.Array * max(cap, 1))()
+        _lib.check(_lib.lib().vram_response_arrays(self.handle, buffer, out, cap, _ARRAY_SIZE, ctypes.byref(n)))
+        if n.value > cap:  # cannot happen: every buffer holds the same labels
+            raise _lib.VramError(_lib.EINVAL, "vram: buffer %d holds %d arrays, buffer 0 %d" % (buffer, n.value, cap))
+        return out[:n.value]
 
     @property
     def arrays(self) -> Dict[str, Any]:
@@ -237,31 +341,35 @@ class ArrayResponse:
         if status == _lib.EINVAL:
             return None
         _lib.check(status)
-        return ArrayResponse(client, out.value)
+        return _response(client, out.value)
 
 
 class ArraySet:
     """One buffer's arrays: arrays (Numba's or DeviceArrays, see
     ArrayResponse), device_arrays and host (NumPy arrays)."""
 
-    def __init__(self, response: ArrayResponse, buffer: int, descs: dict):
+    def __init__(self, manager, handle: "_Handle", buffer: int, descs: list):
         self.device_arrays: Dict[str, DeviceArray] = {}
         self.host: Dict[str, Any] = {}
-        for label, d in sorted(descs.items()):
-            if d["memory"] in ("device", "mapped"):  # freed since: ptr 0, and DeviceArray.freed says so
-                self.device_arrays[label] = DeviceArray(response, label, buffer, d)
-            if d["memory"] != "device" and d["host"]:  # a host array freed since has no bytes to view
-                self.host[label] = numpy_view(d["host"], d["bytes"], d["dtype"], tuple(d["shape"]), response)
-        self._response = response
+        for d in descs:
+            label = d.label.decode()
+            if d.memory in _DEVICE_MEMORY:  # freed since: ptr 0, and DeviceArray.freed says so
+                self.device_arrays[label] = DeviceArray(handle, label, buffer, d, manager=manager)
+            if d.memory != _capi.MEMORY["device"] and d.host:  # a host array freed since has no bytes to view
+                self.host[label] = numpy_view(d.host, d.bytes, DTYPE_NAMES[d.dtype], tuple(d.shape[:d.ndim]), handle)
+        self._manager = manager
         self._arrays: Optional[Dict[str, Any]] = None
 
     @property
     def arrays(self) -> Dict[str, Any]:
         if self._arrays is None:
-            mgr = self._response.client.manager
+            mgr = self._manager
             use_numba = mgr.arrays == "numba" or (mgr.arrays == "auto" and self.device_arrays and numba_mode(mgr.simulated))
             self._arrays = {l: (d.numba() if use_numba else d) for l, d in self.device_arrays.items()}
         return self._arrays
+
+
+_DEVICE_MEMORY = (_capi.MEMORY["device"], _capi.MEMORY["mapped"])
 
 
 class Work:
@@ -285,8 +393,39 @@ class Work:
         self.end()
 
 
+_REQUEST_SIZE = ctypes.sizeof(_capi.Request)
+
+
 def _shape_array(shape) -> "ctypes.Array":
     return (ctypes.c_int64 * max(len(shape), 1))(*shape)
+
+
+_shapes: Dict[Tuple[int, ...], "ctypes.Array"] = {}  # the C shapes copies were given, by shape (read-only to C)
+
+
+def _c_shape(shape: Tuple[int, ...]) -> "ctypes.Array":
+    """shape as C's int64_t array, made once per shape (at most 256 kept)."""
+    a = _shapes.get(shape)
+    if a is None:
+        if len(_shapes) >= 256:
+            _shapes.clear()
+        a = _shapes[shape] = _shape_array(shape)
+    return a
+
+
+_np_module = None
+
+
+def _numpy():
+    global _np_module
+    if _np_module is None:
+        import numpy
+
+        _np_module = numpy
+    return _np_module
+
+
+_DTYPE_CODES: Dict[Any, int] = {}  # NumPy dtype -> vram.h's code, for the dtypes copies have met
 
 
 class Client:
@@ -303,6 +442,7 @@ class Client:
         self.name = name
         self.on_allocated = on_allocated
         self.on_invalidate = on_invalidate
+        self._hooked = bool(on_allocated or on_invalidate)  # asked the library for events at registration
         self.response: Optional[ArrayResponse] = None  # the latest response delivered to it
         self._in_flight: List[Any] = []  # host arrays copies use, kept until sync
 
@@ -353,7 +493,13 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        return bool(self._info().closed)
+        """Whether it is closed: by close(), or with its manager."""
+        info = _capi.ClientInfo(size=ctypes.sizeof(_capi.ClientInfo))
+        status = _lib.lib().vram_client_info(self.handle, ctypes.byref(info))
+        if status == _lib.EHANDLE:  # closed, and forgotten by the library
+            return True
+        _lib.check(status)
+        return bool(info.closed)
 
     @property
     def evicted(self) -> bool:
@@ -388,17 +534,11 @@ class Client:
         fields) for the next allocation of any member of the group,
         replacing what the client had queued; an empty mapping drops its
         queue. An invalid request queues nothing (InvalidArgumentError)."""
-        reqs = [(label, ArrayRequest.of(r)) for label, r in requests.items()]
-        arr = (_capi.Request * max(len(reqs), 1))()
-        keep = []
-        for i, (label, r) in enumerate(reqs):
-            shape = _shape_array(r.shape)
-            keep.append(shape)
-            arr[i] = _capi.Request(label=str(label).encode(), shape=shape, ndim=len(r.shape),
-                                   dtype=_capi.DTYPES[r.dtype], memory=_capi.MEMORY[r.memory],
-                                   chunk_axis=r.chunk_axis, unchunkable=int(bool(r.unchunkable)),
-                                   total_runs=r.total_runs)
-        _lib.check(_lib.lib().vram_queue(self.handle, arr, len(reqs), ctypes.sizeof(_capi.Request)))
+        n = len(requests)
+        arr = (_capi.Request * max(n, 1))()
+        for i, (label, r) in enumerate(requests.items()):
+            arr[i] = ArrayRequest.of(r)._c(label)
+        _lib.check(_lib.lib().vram_queue(self.handle, arr, n, _REQUEST_SIZE))
 
     def allocate(self, buffers: int = 1) -> ArrayResponse:
         """Plans and allocates everything queued in the group (chunked when
@@ -407,11 +547,15 @@ class Client:
         own. Raises OutOfMemoryError when even one run at a time does not
         fit, with the figures."""
         out = ctypes.c_int64()
-        call_then_poll(self.manager, lambda: _lib.check(_lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out)),
-                                                         self.manager.oom_report))
-        r = ArrayResponse(self, out.value)
-        self.response = r
-        return r
+        got = []
+
+        def call():
+            _lib.check(_lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out)), self.manager.oom_report)
+            got.append(_response(self, out.value))  # before the events, which then find it
+
+        call_then_poll(self.manager, call)
+        self.response = got[0]
+        return got[0]
 
     def free(self, label: str) -> None:
         """Frees its arrays under label (every buffer); none is no error."""
@@ -445,20 +589,22 @@ class Client:
         _lib.check(_lib.lib().vram_set_auto_limit_mode(self.handle))
 
     def _copy(self, fn, device: Any, host, span: Optional[Span], writable: bool) -> None:
-        import numpy as np
-
         device = getattr(device, "_vram_array", device)  # a Numba array of a response: its DeviceArray
-        if not isinstance(device, DeviceArray):
-            raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' Numba array)" % (device,))
-        if not isinstance(host, np.ndarray):
+        if not isinstance(device, DeviceArray) or device._handle is None:
+            raise TypeError("vram: %r is not an array of an ArrayResponse (a vram.DeviceArray, or ArrayResponse.arrays' "
+                            "Numba array; a vram.Batch copies its own)" % (device,))
+        flags = getattr(host, "flags", None)
+        if flags is None or not isinstance(host, _numpy().ndarray):
             raise TypeError("vram: the host side is a %s; want a NumPy array" % type(host).__name__)
-        if not host.flags.c_contiguous or (writable and not host.flags.writeable):
+        if not flags.c_contiguous or (writable and not flags.writeable):
             raise _lib.InvalidArgumentError(_lib.EINVAL, "vram: the host array %s%s must be C-contiguous%s (np.ascontiguousarray)" % (
                 host.dtype, list(host.shape), " and writable" if writable else ""))
-        shape = _shape_array(host.shape)
-        desc = _capi.HostDesc(data=host.ctypes.data, shape=shape, ndim=host.ndim, dtype=_capi.DTYPES[dtype_name(host.dtype)])
+        code = _DTYPE_CODES.get(host.dtype)
+        if code is None:
+            code = _DTYPE_CODES[host.dtype] = _capi.DTYPES[dtype_name(host.dtype)]
+        desc = _capi.HostDesc(host.ctypes.data, _c_shape(host.shape), host.ndim, code)
         sp = None if span is None else ctypes.byref(_capi.Span(*span))
-        _lib.check(fn(self.handle, device.response.handle, device.label.encode(), device.buffer, ctypes.byref(desc), sp))
+        _lib.check(fn(self.handle, device._handle.value, device._label_c, device.buffer, ctypes.byref(desc), sp))
         self._in_flight.append(host)
 
     def to_device(self, dst: Any, src, span: Optional[Span] = None) -> None:
@@ -493,64 +639,85 @@ class Client:
 
 
 def call_then_poll(manager, call: Callable[[], Any]) -> Any:
-    """Runs call, then delivers the events it caused (Manager.poll). The
-    call's exception wins over a hook's, which it carries as its context."""
+    """Runs call, then delivers the events it caused (Manager.poll), when
+    a client of manager asked for events. The call's exception wins over a
+    hook's, which it carries as its context."""
     try:
         result = call()
     except BaseException as e:
         try:
-            manager.poll()
+            if manager._hooked:
+                manager.poll()
         except Exception:
             raise e
         raise
-    manager.poll()
+    if manager._hooked:
+        manager.poll()
     return result
+
+
+class _Poller:
+    """A manager's event struct and reason buffer, reused by every poll
+    (one thread polls at a time: Manager._poll_lock)."""
+
+    __slots__ = ("event", "ref", "reason")
+
+    def __init__(self):
+        self.event = _capi.Event(size=ctypes.sizeof(_capi.Event))
+        self.ref = ctypes.byref(self.event)
+        self.reason = ctypes.create_string_buffer(4096)
 
 
 def deliver_events(manager) -> int:
     """Manager.poll: takes the manager's queued events and calls the hooks of
     the clients registered through manager, on this thread, in order."""
-    lib = _lib.lib()
-    reason = ctypes.create_string_buffer(4096)
+    poll = _lib.lib().vram_poll
     taken, first = 0, None
     with manager._poll_lock:  # one thread delivers at a time, so a client's hooks keep their order
+        p = manager._poller
+        ev = p.event
         while True:
-            ev = _capi.Event(size=ctypes.sizeof(_capi.Event))
-            _lib.check(lib.vram_poll(manager.handle, ctypes.byref(ev), reason, len(reason)))
+            _lib.check(poll(manager.handle, p.ref, p.reason, len(p.reason)))
             if ev.kind == _capi.EVENT_NONE:
                 break
             taken += 1
+            more = ev.pending
             try:
-                _deliver(manager, ev, reason.value.decode("utf-8", "replace"))
+                _deliver(manager, ev.kind, ev.client, ev.response, ev.response_id, bool(ev.evicted),
+                         p.reason.value.decode("utf-8", "replace") if ev.kind == _capi.EVENT_INVALIDATED else "")
             except Exception as e:  # delivered the rest first
                 first = first or e
+            if more <= 0:
+                break
     if first is not None:
         raise first
     return taken
 
 
-def _deliver(manager, ev: _capi.Event, reason: str) -> None:
-    c = manager._clients.get(ev.client)
-    if ev.kind == _capi.EVENT_ALLOCATED:
+def _deliver(manager, kind: int, client: int, response: int, response_id: int, evicted: bool, reason: str) -> None:
+    c = manager._clients.get(client)
+    if kind == _capi.EVENT_ALLOCATED:
         if c is None:  # closed since, or another program's client
-            _lib.lib().vram_response_release(ev.response)
+            _lib.lib().vram_response_release(response)
             return
-        r = ArrayResponse(c, ev.response)
+        r = _response(c, response, response_id)
         c.response = r
         if c.on_allocated is not None:
             c.on_allocated(r)
-    elif ev.kind == _capi.EVENT_INVALIDATED and c is not None:
+    elif kind == _capi.EVENT_INVALIDATED and c is not None:
         c.response = None
         if c.on_invalidate is not None:
-            c.on_invalidate(_lib.FreedError(_lib.EFREED, reason, evicted=bool(ev.evicted)))
+            c.on_invalidate(_lib.FreedError(_lib.EFREED, reason, evicted=evicted))
 
 
 class _HostArray:
-    """The owner of a host array from Manager.host_array: frees it when
-    collected, or at free()."""
+    """The owner of a host array from Manager.host_array (handle, and the
+    address, shape and dtype it was made with): frees it when collected,
+    or at free()."""
 
-    def __init__(self, handle: int):
+    def __init__(self, handle: int, address: int, shape: Tuple[int, ...], dtype: Any):
         self.handle = handle
+        self.address, self.shape, self.dtype = address, shape, dtype
         self._finalizer = weakref.finalize(self, _free_host, handle)
 
     def free(self) -> None:
@@ -575,7 +742,7 @@ def host_array(manager, shape, dtype, memory: str, like):
     h, data = ctypes.c_int64(), ctypes.c_void_p()
     _lib.check(_lib.lib().vram_host_array(manager.handle, _shape_array(shape), len(shape), _capi.DTYPES[name],
                                           _capi.MEMORY[memory], ctypes.byref(h), ctypes.byref(data)))
-    owner = _HostArray(h.value)
+    owner = _HostArray(h.value, data.value or 0, shape, np.dtype(name))
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(name).itemsize
     arr = numpy_view(data.value or 0, nbytes, name, shape, owner)
     if like is not None:

@@ -62,6 +62,8 @@ type Event struct {
 	Response int64  // EventAllocated: a response handle the taker releases
 	Evicted  bool   // EventInvalidated: an eviction for another group
 	Reason   string // EventInvalidated: why
+	Pending  int    // set by Poll: the events still queued after this one
+	ID       int64  // EventAllocated: the response's id
 }
 
 // ClientOptions describe a client to Register (vram.h's struct
@@ -82,8 +84,10 @@ type Clients struct {
 	last    int64      // the last handle given to a response, work mark or host array
 	clients map[int64]*clientEntry
 	resps   map[int64]*responseEntry
+	ids     map[*vram.ArrayResponse]*identity // the id of each response some handle holds
 	works   map[int64]*workEntry
 	hosts   map[int64]*hostEntry
+	batches map[int64]*batchEntry
 	events  map[*Manager][]Event
 }
 
@@ -111,7 +115,9 @@ type hostEntry struct {
 func (cs *Clients) initLocked() {
 	if cs.clients == nil {
 		cs.clients, cs.resps = map[int64]*clientEntry{}, map[int64]*responseEntry{}
+		cs.ids = map[*vram.ArrayResponse]*identity{}
 		cs.works, cs.hosts = map[int64]*workEntry{}, map[int64]*hostEntry{}
+		cs.batches = map[int64]*batchEntry{}
 		cs.events = map[*Manager][]Event{}
 	}
 }
@@ -168,8 +174,8 @@ func (cs *Clients) client(h int64, op string) (e *clientEntry, done func(), err 
 // allocated queues the event of r, delivered to e's client.
 func (cs *Clients) allocated(e *clientEntry, r *vram.ArrayResponse) {
 	h := int64(r.Client.ID())
-	rh := cs.addResponse(e, r)
-	cs.post(e.m, Event{Kind: EventAllocated, Client: h, Response: rh})
+	rh, id := cs.addResponse(e, r)
+	cs.post(e.m, Event{Kind: EventAllocated, Client: h, Response: rh, ID: id})
 }
 
 // invalidated queues the invalidation of e's client's arrays. One that
@@ -198,7 +204,8 @@ func (cs *Clients) post(m *Manager, ev Event) {
 	}
 }
 
-// Poll takes m's oldest event (Kind EventNone when there is none).
+// Poll takes m's oldest event (Kind EventNone when there is none), with
+// the count of those still queued behind it.
 func (cs *Clients) Poll(m *Manager) Event {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -207,6 +214,7 @@ func (cs *Clients) Poll(m *Manager) Event {
 		return Event{}
 	}
 	ev := q[0]
+	ev.Pending = len(q) - 1
 	q[0] = Event{}
 	if cs.events[m] = q[1:]; len(q) == 1 {
 		delete(cs.events, m)
@@ -422,8 +430,8 @@ func (cs *Clients) CloseManager(r *Registry, h int64) error {
 	if err != nil || m.liveCount() > 0 {
 		return r.Close(h)
 	}
+	errs := []error{cs.endBatches(m)} // their arrays freed before the clients close
 	hosts, resps := cs.forget(m)
-	var errs []error
 	if done, err := m.use("close"); err == nil {
 		for _, he := range hosts {
 			errs = append(errs, he.h.Free())
@@ -455,6 +463,7 @@ func (cs *Clients) forget(m *Manager) ([]*hostEntry, []*responseEntry) {
 		if re.m == m {
 			resps = append(resps, re)
 			delete(cs.resps, k)
+			cs.dropIDLocked(re)
 		}
 	}
 	for k, we := range cs.works {

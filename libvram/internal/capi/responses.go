@@ -4,6 +4,11 @@ package capi
 // releases it; the description of their arrays; the host address of a
 // device array on the simulator; and the copies between C's host memory and
 // their arrays, on the client's stream.
+//
+// One response may be given under several handles (Allocate's, its
+// event's, Member's); each is released on its own. Its id is the first
+// handle it was given under, and every handle of it says the same id, so
+// that a caller holding a description of it need not read it again.
 
 import (
 	"context"
@@ -23,16 +28,25 @@ import (
 type responseEntry struct {
 	m    *Manager
 	r    *vram.ArrayResponse
+	id   int64          // r's id: the first handle it was given under
 	axes map[string]int // label → its request's chunk axis; -1 when not chunkable
 
-	pinMu sync.Mutex     // serializes pins
-	pins  runtime.Pinner // the Go memory of every address handed out from r
+	pinMu   sync.Mutex        // serializes pins, and protects cLabels
+	pins    runtime.Pinner    // the Go memory of every address handed out from r
+	cLabels map[string][]byte // each label NUL-terminated, pinned: C may keep its address; made on first use
+}
+
+// identity is a held response's id and how many of its handles are held.
+type identity struct {
+	id      int64
+	handles int
 }
 
 // unpin lets the response's memory go.
 func (re *responseEntry) unpin() {
 	re.pinMu.Lock()
 	re.pins.Unpin()
+	re.cLabels = nil
 	re.pinMu.Unlock()
 }
 
@@ -54,10 +68,10 @@ func axesOf(queued map[string]vram.ArrayRequest) map[string]int {
 	return axes
 }
 
-// addResponse registers r, given to e's client, and pins its host arrays.
-// Its arrays' chunk axes are those of the client's requests as last queued
-// here.
-func (cs *Clients) addResponse(e *clientEntry, r *vram.ArrayResponse) int64 {
+// addResponse registers r, given to e's client, pins its host arrays, and
+// returns its new handle and its id. Its arrays' chunk axes are those of
+// the client's requests as last queued here.
+func (cs *Clients) addResponse(e *clientEntry, r *vram.ArrayResponse) (int64, int64) {
 	re := &responseEntry{m: e.m, r: r}
 	re.pinMu.Lock()
 	for _, set := range r.Buffers {
@@ -72,7 +86,24 @@ func (cs *Clients) addResponse(e *clientEntry, r *vram.ArrayResponse) int64 {
 	re.axes = axesOf(e.queued)
 	h := cs.nextLocked()
 	cs.resps[h] = re
-	return h
+	id := cs.ids[r]
+	if id == nil {
+		id = &identity{id: h}
+		cs.ids[r] = id
+	}
+	id.handles++
+	re.id = id.id
+	return h, id.id
+}
+
+// dropIDLocked counts a handle of re's response released. cs.mu must be
+// held.
+func (cs *Clients) dropIDLocked(re *responseEntry) {
+	if id := cs.ids[re.r]; id != nil {
+		if id.handles--; id.handles <= 0 {
+			delete(cs.ids, re.r)
+		}
+	}
 }
 
 // Allocate allocates client h's group with buffers chunk buffers in flight
@@ -94,7 +125,8 @@ func (cs *Clients) Allocate(h int64, buffers int) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("vram: %w", err)
 	}
-	return cs.addResponse(e, r), nil
+	rh, _ := cs.addResponse(e, r)
+	return rh, nil
 }
 
 // response finds response rh.
@@ -112,7 +144,10 @@ func (cs *Clients) response(rh int64) (*responseEntry, error) {
 func (cs *Clients) ReleaseResponse(rh int64) error {
 	cs.mu.Lock()
 	re := cs.resps[rh]
-	delete(cs.resps, rh)
+	if re != nil {
+		delete(cs.resps, rh)
+		cs.dropIDLocked(re)
+	}
 	cs.mu.Unlock()
 	if re == nil {
 		return fmt.Errorf("vram: release response %d: never given, released, or its manager closed: %w", rh, ErrNoManager)
@@ -123,9 +158,12 @@ func (cs *Clients) ReleaseResponse(rh int64) error {
 
 // PlanInfo is a response's plan (vram.h's struct vram_plan).
 type PlanInfo struct {
-	Client int64
-	Plan   vram.ChunkPlan
-	Arrays int // the client's arrays in buffer 0
+	Client    int64
+	Plan      vram.ChunkPlan
+	Arrays    int   // the client's arrays in buffer 0
+	ID        int64 // the response's id (the same under each of its handles)
+	Sets      int   // the buffer sets it holds
+	FreeError bool  // freeing the arrays it replaced failed
 }
 
 // Plan returns response rh's plan.
@@ -134,7 +172,8 @@ func (cs *Clients) Plan(rh int64) (PlanInfo, error) {
 	if err != nil {
 		return PlanInfo{}, err
 	}
-	return PlanInfo{Client: int64(re.r.Client.ID()), Plan: re.r.Plan, Arrays: len(re.labels(0))}, nil
+	return PlanInfo{Client: int64(re.r.Client.ID()), Plan: re.r.Plan, Arrays: len(re.labels(0)), ID: re.id,
+		Sets: len(re.r.Buffers), FreeError: re.r.FreeErr != nil}, nil
 }
 
 // labels are the labels of buffer b's arrays, sorted.
@@ -156,6 +195,8 @@ func (re *responseEntry) labels(b int) []string {
 // ArrayInfo describes one array of a response (vram.h's struct vram_array,
 // and the JSON of vram_response_json).
 type ArrayInfo struct {
+	Label     string          `json:"-"`
+	LabelC    uintptr         `json:"-"` // Label as a NUL-terminated string, pinned while the response is held
 	DType     vram.DType      `json:"dtype"`
 	Memory    vram.MemoryType `json:"memory"`
 	Shape     []int           `json:"shape"`
@@ -173,7 +214,50 @@ func (cs *Clients) Array(rh int64, label string, b int) (ArrayInfo, error) {
 	if err != nil {
 		return ArrayInfo{}, err
 	}
-	return re.array(label, b)
+	a, err := re.array(label, b)
+	if err != nil {
+		return ArrayInfo{}, err
+	}
+	a.LabelC = re.labelAddress(a.Label)
+	return a, nil
+}
+
+// Arrays describes every array of response rh's buffer b, by label, into
+// out (reused when it has room).
+func (cs *Clients) Arrays(rh int64, b int, out []ArrayInfo) ([]ArrayInfo, error) {
+	re, err := cs.response(rh)
+	if err != nil {
+		return nil, err
+	}
+	if b < 0 || b >= len(re.r.Buffers) {
+		return nil, fmt.Errorf("vram: buffer %d of a response with %d: %w", b, len(re.r.Buffers), device.ErrInvalidValue)
+	}
+	out = out[:0]
+	for _, l := range re.labels(b) {
+		a, err := re.array(l, b)
+		if err != nil {
+			return nil, err
+		}
+		a.LabelC = re.labelAddress(l)
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// labelAddress is the address of label as a NUL-terminated string that
+// stays (pinned) while the response is held.
+func (re *responseEntry) labelAddress(label string) uintptr {
+	re.pinMu.Lock()
+	defer re.pinMu.Unlock()
+	if b, ok := re.cLabels[label]; ok {
+		return uintptr(unsafe.Pointer(&b[0]))
+	}
+	if re.cLabels == nil {
+		re.cLabels = map[string][]byte{}
+	}
+	b := append([]byte(label), 0)
+	re.cLabels[label] = b
+	return pinBytes(&re.pins, b) // once per label: each Pin is kept until Unpin
 }
 
 func (re *responseEntry) array(label string, b int) (ArrayInfo, error) {
@@ -187,14 +271,14 @@ func (re *responseEntry) array(label string, b int) (ArrayInfo, error) {
 	}
 	switch {
 	case d != nil:
-		info := ArrayInfo{DType: d.DType(), Memory: d.Memory(), Shape: d.Shape(), Strides: d.Strides(), ChunkAxis: axis,
+		info := ArrayInfo{Label: label, DType: d.DType(), Memory: d.Memory(), Shape: d.Shape(), Strides: d.Strides(), ChunkAxis: axis,
 			DevicePtr: uint64(d.Ptr()), Bytes: d.Bytes(), Freed: d.Freed()}
 		if h != nil { // mapped: its host side too
 			info.Host = hostAddress(h)
 		}
 		return info, nil
 	case h != nil:
-		return ArrayInfo{DType: h.DType(), Memory: h.Memory(), Shape: h.Shape(), Strides: h.Strides(), ChunkAxis: axis,
+		return ArrayInfo{Label: label, DType: h.DType(), Memory: h.Memory(), Shape: h.Shape(), Strides: h.Strides(), ChunkAxis: axis,
 			Host: hostAddress(h), Bytes: h.Bytes(), Freed: h.Freed()}, nil
 	}
 	return ArrayInfo{}, fmt.Errorf("vram: no array %q in buffer %d of the response for %v (it has %q): %w",
@@ -275,7 +359,8 @@ func (cs *Clients) Member(rh, ch int64) (int64, error) {
 		return 0, fmt.Errorf("vram: the allocation of response %d gave %v no response (not a member of the group, or closed meanwhile): %w",
 			rh, ce.c, device.ErrInvalidValue)
 	}
-	return cs.addResponse(ce, mr), nil
+	h, _ := cs.addResponse(ce, mr)
+	return h, nil
 }
 
 // deviceArray is response rh's device array under label in buffer b.

@@ -54,7 +54,8 @@ def _check(name: str, value: Any) -> None:
 class ArrayRequest:
     """One array to allocate, as cubie describes it (see the module doc)."""
 
-    __slots__ = ("dtype", "shape", "memory", "chunk_axis_index", "unchunkable", "total_runs")
+    __slots__ = ("dtype", "shape", "memory", "chunk_axis_index", "unchunkable", "total_runs", "_vram")
+    _FIELDS = __slots__[:-1]
 
     def __init__(self, dtype, shape: Tuple[int, ...] = (1, 1, 1), memory: str = "device",
                  chunk_axis_index: Optional[int] = 2, unchunkable: bool = False, total_runs: int = 1):
@@ -68,19 +69,20 @@ class ArrayRequest:
     def __setattr__(self, name, value):
         _check(name, value)
         object.__setattr__(self, name, value)
+        object.__setattr__(self, "_vram", None)  # to_vram's, made again when next asked
 
     def __eq__(self, other):
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in self.__slots__)
+        return all(getattr(self, f) == getattr(other, f) for f in self._FIELDS)
 
     __hash__ = None
 
     def __repr__(self):
-        return "ArrayRequest(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in self.__slots__)
+        return "ArrayRequest(%s)" % ", ".join("%s=%r" % (f, getattr(self, f)) for f in self._FIELDS)
 
     def __copy__(self):
-        return ArrayRequest(*(getattr(self, f) for f in self.__slots__))
+        return ArrayRequest(*(getattr(self, f) for f in self._FIELDS))
 
     def __deepcopy__(self, memo):
         return self.__copy__()
@@ -92,11 +94,16 @@ class ArrayRequest:
 
     def to_vram(self) -> _VramRequest:
         """The request as vram's manager takes it: a chunk_axis_index of
-        None is an unchunkable request, total_runs its TotalRuns."""
-        axis = self.chunk_axis_index
-        return _VramRequest(shape=self.shape, dtype=np.dtype(self.dtype).name, memory=self.memory,
-                            chunk_axis=0 if axis is None else axis, unchunkable=self.unchunkable or axis is None,
-                            total_runs=self.total_runs)
+        None is an unchunkable request, total_runs its TotalRuns. Made once
+        until a field is set (vram's requests are immutable)."""
+        v = self._vram
+        if v is None:
+            axis = self.chunk_axis_index
+            v = _VramRequest(shape=self.shape, dtype=np.dtype(self.dtype).name, memory=self.memory,
+                             chunk_axis=0 if axis is None else axis, unchunkable=self.unchunkable or axis is None,
+                             total_runs=self.total_runs)
+            object.__setattr__(self, "_vram", v)
+        return v
 
 
 class ArrayResponse:

@@ -806,7 +806,10 @@ class MemoryManager:
         """The group's memory: the device's free memory (passive), or its
         members' caps less what they hold, at most the free memory
         (active; warns past 95% of the caps)."""
-        free, _ = self.get_memory_info()
+        return self._available_memory(group, self.get_memory_info()[0])
+
+    def _available_memory(self, group: str, free: int) -> int:
+        """get_available_memory with the device's free memory read."""
         if self._mode == "passive":
             return free
         members = self.stream_groups.get_instances_in_group(group)
@@ -871,7 +874,7 @@ class MemoryManager:
     def _warn_if_far_too_large(self, requests: dict, group: str) -> None:
         free, _ = self.get_memory_info()
         size = sum(get_portioned_request_size(requests))
-        if free > 0 and size > self.get_available_memory(group) and size / free > 20:
+        if free > 0 and size > self._available_memory(group, free) and size / free > 20:
             warn("This request exceeds available VRAM by more than 20x. Available VRAM = %d, request size = %d."
                  % (free, size), UserWarning)
 
@@ -1031,11 +1034,7 @@ def _plan(requests: Dict[str, Dict[str, ArrayRequest]], budget: int) -> dict:
                                   "chunk_axis": v.chunk_axis, "unchunkable": v.unchunkable,
                                   "total_runs": v.total_runs}
     arg = json.dumps({"requests": reqs, "budget": int(budget), "granularity": 1}).encode()
-    lib = _lib.lib()
-    fn = lib.vram_plan
-    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t,
-                                             ctypes.POINTER(ctypes.c_size_t)]
-    return json.loads(_lib.text(lambda _h, buf, n, need: fn(arg, buf, n, need), None))
+    return json.loads(_lib.text(_lib.lib().vram_plan, arg))
 
 
 def _plan_error(e: dict, size: int, chunkable: int, unchunkable: int, budget: int) -> ValueError:
