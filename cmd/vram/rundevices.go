@@ -170,7 +170,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs), prog: a.runProgress()}
 	defer mj.prog.Finish()
 	if f.out != "" {
-		j := &job{a: a, shape: js, seed: f.seed}
+		j := &job{a: a, shape: js, seed: f.seed, verifyRuns: f.verify}
 		if err := j.openOut(f.out); err != nil {
 			return err
 		}
@@ -300,17 +300,12 @@ func (mj *multiJob) part(p *devicePart) (batch.Part, error) {
 		return nil
 	}
 	drainTraj := func(sp vram.Span, st *vram.HostArray) error {
+		if mj.traj != nil {
+			return mj.traj.drain(sp, st)
+		}
 		ld, data := st.Dim(2), st.Data()
 		for row := range 2 * sh.samples {
-			src := data[row*ld*4:][:sp.Len*4]
-			off := int64(row*sh.runs+sp.Start) * 4
-			if mj.traj != nil {
-				if _, err := mj.traj.f.WriteAt(src, off); err != nil {
-					return fmt.Errorf("write to %s: %w", mj.traj.path, err)
-				}
-				continue
-			}
-			copy(mj.out[off:], src)
+			copy(mj.out[(row*sh.runs+sp.Start)*4:], data[row*ld*4:][:sp.Len*4])
 		}
 		return nil
 	}
@@ -381,13 +376,7 @@ func (mj *multiJob) verify(rep *multiReport) error {
 		}
 		idx = append(idx, spans[u].Start, spans[u].Start+spans[u].Len-1)
 	}
-	for k := range want {
-		if want == 1 {
-			idx = append(idx, 0)
-			break
-		}
-		idx = append(idx, int(int64(k)*int64(sh.runs-1)/int64(want-1)))
-	}
+	idx = append(idx, spreadRuns(sh.runs, want)...)
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
 	rep.VerifiedRuns = len(idx)
@@ -409,27 +398,37 @@ func (mj *multiJob) verify(rep *multiReport) error {
 
 func (mj *multiJob) verifyRuns(idx []int) error {
 	sh := mj.shape
-	for _, i := range idx {
+	got, err := mj.samplesOf(idx)
+	if err != nil {
+		return err
+	}
+	for k, i := range idx {
 		r := runAt(mj.f.seed, sh.first+i)
 		if st := oscillator.Status(mj.status, i); st != 0 {
 			return fmt.Errorf("run %d (%s): the integration became non-finite (status %d): %w", sh.first+i, describeRun(r), st, errVerify)
 		}
-		var got []oscillator.Sample
-		var err error
-		if mj.traj != nil {
-			got, err = mj.traj.run(i)
-		} else {
-			got, err = oscillator.Decode(mj.out, sh.runs, sh.samples, i)
-		}
-		if err != nil {
-			return err
-		}
 		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
-		if err := oscillator.Verify(got, want); err != nil {
+		if err := oscillator.Verify(got[k], want); err != nil {
 			return fmt.Errorf("run %d (%s): %v: %w", sh.first+i, describeRun(r), err, errVerify)
 		}
 	}
 	return nil
+}
+
+// samplesOf is the trajectories of the runs idx (sorted, without
+// repeats): from the --out file, or the results in memory.
+func (mj *multiJob) samplesOf(idx []int) ([][]oscillator.Sample, error) {
+	if mj.traj != nil {
+		return mj.traj.samplesOf(idx)
+	}
+	out := make([][]oscillator.Sample, len(idx))
+	for k, i := range idx {
+		var err error
+		if out[k], err = oscillator.Decode(mj.out, mj.shape.runs, mj.shape.samples, i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // devicesHelp is the part of `vram run --help` about --devices.

@@ -202,6 +202,7 @@ type job struct {
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
 	outPath                       string          // --out ("": none)
+	verifyRuns                    int             // --verify: runs checked, spread over the batch, besides each chunk's first and last
 	traj                          *trajFile       // --out, once made; nil without
 	rungs                         map[string]string
 }
@@ -256,7 +257,7 @@ func (a *app) runOneDevice(f runFlags, js jobShape, start time.Time) (err error)
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
 	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: rd.dev, kernel: kern, prog: prog, rungs: map[string]string{},
-		outPath: f.out}
+		outPath: f.out, verifyRuns: f.verify}
 	// The --out file, made once the plan is known (allocate).
 	defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	ms, err := a.startMetrics(f, m)

@@ -22,12 +22,11 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"math"
+	"sync"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
@@ -44,6 +43,10 @@ type trajFile struct {
 	f             *npy.File // over tmp
 	path          string
 	runs, samples int
+	spread        []int // runs read back wherever they fall (keepRuns), sorted
+
+	mu   sync.Mutex                  // protects kept
+	kept map[int][]oscillator.Sample // runs read back as their chunks were written (readBack)
 }
 
 // createTrajFile makes path's new content, for samples × 2 × runs float32
@@ -61,7 +64,8 @@ func createTrajFile(path string, runs, samples int) (*trajFile, error) {
 }
 
 // drain writes chunk sp's trajectories, the first sp.Len runs of each row
-// of the staging array [samples, 2, chunk length], into the file.
+// of the staging array [samples, 2, chunk length], into the file, and
+// reads back the runs of it to verify (readBack).
 func (t *trajFile) drain(sp vram.Span, stage *vram.HostArray) error {
 	ld := stage.Dim(2)
 	data := stage.Data()
@@ -71,27 +75,7 @@ func (t *trajFile) drain(sp vram.Span, stage *vram.HostArray) error {
 			return fmt.Errorf("write runs %d-%d to %s: %w", sp.Start, sp.Start+sp.Len-1, t.path, err)
 		}
 	}
-	return nil
-}
-
-// run reads run i's samples back from the file.
-func (t *trajFile) run(i int) ([]oscillator.Sample, error) {
-	s := make([]oscillator.Sample, t.samples)
-	var b [4]byte
-	for k := range s {
-		for v := range 2 {
-			if _, err := t.f.ReadAt(b[:], int64((2*k+v)*t.runs+i)*4); err != nil {
-				return nil, fmt.Errorf("read run %d back from %s: %w", i, t.path, err)
-			}
-			x := float64(math.Float32frombits(binary.LittleEndian.Uint32(b[:])))
-			if v == 0 {
-				s[k].X = x
-			} else {
-				s[k].V = x
-			}
-		}
-	}
-	return s, nil
+	return t.readBack(sp)
 }
 
 // checksum reads the file's data back and returns its CRC-32C, in hex:
@@ -119,13 +103,20 @@ func (t *trajFile) close(failed bool) error {
 	return nil
 }
 
-// runSamples is run i's trajectory: from the --out file, or the host
-// array.
-func (j *job) runSamples(i int) ([]oscillator.Sample, error) {
+// runsSamples is the trajectories of the runs idx (sorted, without
+// repeats): from the --out file, or the host array.
+func (j *job) runsSamples(idx []int) ([][]oscillator.Sample, error) {
 	if j.traj != nil {
-		return j.traj.run(i)
+		return j.traj.samplesOf(idx)
 	}
-	return oscillator.Decode(j.hOut.Data(), j.shape.runs, j.shape.samples, i)
+	out := make([][]oscillator.Sample, len(idx))
+	for k, i := range idx {
+		var err error
+		if out[k], err = oscillator.Decode(j.hOut.Data(), j.shape.runs, j.shape.samples, i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // hostArray makes a host array on the rung the manager's ladder picks.

@@ -144,8 +144,11 @@ func (j *job) openOut(out string) error {
 		path, _ = partPaths(out, j.shape.shard)
 	}
 	var err error
-	j.traj, err = createTrajFile(path, j.shape.runs, j.shape.samples)
-	return err
+	if j.traj, err = createTrajFile(path, j.shape.runs, j.shape.samples); err != nil {
+		return err
+	}
+	j.traj.keepRuns(spreadRuns(j.shape.runs, j.verifyRuns))
+	return nil
 }
 
 func (j *job) closeOut(out string, failed bool) error {
