@@ -80,11 +80,13 @@
 // one Part (a Batch allocated on that device's manager, declaring the
 // same arrays with the same host sides, and its Compute) per device. The
 // runs are dealt from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (at most ⌈left/2P⌉ of the runs
-// left for P devices: factoring), each device's pipeline on its own
+// each device's chunks at its own length and at most its share of half
+// the runs left by its measured rate (weighted factoring: a small probe
+// first; a device whose chunk would end after the others finish
+// everything takes no more), each device's pipeline on its own
 // goroutine locked to its OS thread; each chunk lands at its runs, so
 // the results do not depend on the dealing. The PartsReport says how many
-// chunks and runs each device took, and at what length.
+// chunks and runs each device took, at what length and at what rate.
 //
 // # Files
 //

@@ -202,6 +202,18 @@ func (r *batchRun) probeTarget() (target, bool) {
 	return target{k: best.k, stride: l.devLen[best.k], sh: &best, why: why}, true
 }
 
+// shareTarget is the re-cut a part of RunParts makes when its probe is
+// back and its shape is kept: its staging, sized for the probe, grown to
+// its share of the runs left, now that its rate is known.
+func (r *batchRun) shareTarget() (target, bool) {
+	share := min(r.capped(r.stride), r.q.longest(r.part))
+	if !r.q.shared() || len(r.staged()) == 0 || share <= r.length {
+		return target{}, false
+	}
+	return target{k: r.k, stride: r.stride, sh: &shape{k: r.k, lag: r.lag, slots: r.outSlots, length: share},
+		why: fmt.Sprintf("the probe chunk is back: this device's share of the runs left is %s, longer than the probe's", plural(share, "run"))}, true
+}
+
 // reshape sets the lead, output slots and length for the arrays as now
 // allocated: the probe's choice when there is one, else as it was
 // wanted before, at most what the device arrays and the cap allow.
@@ -239,6 +251,9 @@ func (r *batchRun) recut() error {
 		e.probing = false
 		if e.fig.runs > 0 {
 			t, ok = r.probeTarget()
+		}
+		if !ok {
+			t, ok = r.shareTarget()
 		}
 	}
 	e.due, e.want = false, target{}
@@ -288,7 +303,7 @@ func (r *batchRun) restage(want int) error {
 			return fmt.Errorf("batch: re-cut: trim the staging pool: %w", err)
 		}
 	}
-	n, err := r.acquireStaging(min(want, r.q.longest()))
+	n, err := r.acquireStaging(min(want, r.q.longest(r.part)))
 	if err != nil {
 		return err
 	}

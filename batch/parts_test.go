@@ -72,12 +72,11 @@ func TestRunPartsSizes(t *testing.T) {
 	t.Logf("chunks per device: %d, %d, %d", rep.Parts[0].Chunks, rep.Parts[1].Chunks, rep.Parts[2].Chunks)
 }
 
-// Each device cuts at its own length: a device that holds the batch
-// whole is not held to a small device's plan. Its chunks are at most
-// ⌈left/4⌉ of the runs left when it takes one, so it cuts longer chunks
-// than the small device's plan unless the small one has taken nearly all
-// the runs before the large one's first take (which of them starts first
-// is the scheduler's: up to three tries).
+// Each device cuts at its own length: the small device never past its
+// plan's, whatever the large one does, and the results are right. (That
+// a large device's chunks are then longer than the small one's plan is
+// the dealing rule's, tested on an injected clock: TestDealByRate's
+// "each at its own length".)
 func TestRunPartsOwnLengths(t *testing.T) {
 	const runs = 200_000
 	fs, parts, out := multiParts(t, runs, size(256<<10), size(8<<20))
@@ -86,28 +85,19 @@ func TestRunPartsOwnLengths(t *testing.T) {
 		t.Fatalf("plans of %d and %d chunks (the small one's of %d runs); the test wants the large device to hold the batch whole, the small one under an eighth of it",
 			fs[0].plan().Chunks, fs[1].plan().Chunks, small)
 	}
-	for try := 1; ; try++ {
-		// Two buffers, as allocated: the plans' lengths stand (with one
-		// chosen, a device would plan again, longer).
-		rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
-			t.Fatalf("%d wrong results", bad)
-		}
-		if s := rep.Parts[0].ChunkLength; s > small {
-			t.Fatalf("the small device cut chunks of %d runs, longer than its plan's %d", s, small)
-		}
-		long := rep.Parts[1].ChunkLength
-		t.Logf("try %d: chunks of up to %d runs (small device, plan %d) and %d (large)", try, rep.Parts[0].ChunkLength, small, long)
-		if long > small {
-			return
-		}
-		if try == 3 {
-			t.Fatalf("the large device cut chunks of at most %d runs in three tries, no longer than the small device's plan of %d", long, small)
-		}
+	// Two buffers, as allocated: the plans' lengths stand (with one
+	// chosen, a device would plan again, longer).
+	rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
+	if err != nil {
+		t.Fatal(err)
 	}
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	if s := rep.Parts[0].ChunkLength; s > small {
+		t.Fatalf("the small device cut chunks of %d runs, longer than its plan's %d", s, small)
+	}
+	t.Logf("chunks of up to %d runs (small device, plan %d) and %d (large)", rep.Parts[0].ChunkLength, small, rep.Parts[1].ChunkLength)
 }
 
 // A device whose kernels take twenty times as long takes fewer chunks.

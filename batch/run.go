@@ -163,7 +163,7 @@ type Report struct {
 	ChunksDone  int // chunks back on the host, drained
 	Runs        int // the runs of those chunks
 	RunsLeft    int // the batch's runs no part took (0 once it is done)
-	ChunkLength int // the runs of its longest chunk since its last re-cut: its length then, or ⌈left/2P⌉ of a queue shared by P parts
+	ChunkLength int // the runs of its longest chunk since its last re-cut: its length then, or its share of a queue shared with other parts
 	Buffers     int // buffers in flight at the end (fewer than asked when staging buffers ran short)
 	Lag         int // chunks the host stayed ahead of the device at the end (0 when staging buffers ran short)
 	Staged      int // arrays staged through the staging pool

@@ -128,18 +128,22 @@ func (r *batchRun) setUp() error {
 	if err := r.firstShape(); err != nil {
 		return err
 	}
-	// No staging for chunks longer than the queue will cut (a device
-	// sharing it with others gets at most ⌈runs/2P⌉ of them a chunk).
-	r.length = min(r.length, r.q.longest())
-	n, err := r.acquireStaging(r.length)
+	// No chunk longer than the queue will cut, and no staging for chunks
+	// longer than it cuts next (a device sharing it with others gets its
+	// share of them a chunk, its probe first).
+	r.length = min(r.length, r.q.most())
+	want := min(r.length, r.q.longest(r.part))
+	n, err := r.acquireStaging(want)
 	if err != nil {
 		return err
 	}
-	if n < r.length {
-		r.rep.Recuts = append(r.rep.Recuts, Recut{Chunk: 0, From: r.length, To: n, ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k,
-			Why: fmt.Sprintf("the staging pool had room for %s of staging, not a chunk of %s", units.Format(r.stagingHeld()), plural(r.length, "run"))})
+	if n < want {
+		r.rep.Recuts = append(r.rep.Recuts, Recut{Chunk: 0, From: want, To: n, ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k,
+			Why: fmt.Sprintf("the staging pool had room for %s of staging, not a chunk of %s", units.Format(r.stagingHeld()), plural(want, "run"))})
 	}
-	r.length = n
+	if len(r.staged()) > 0 {
+		r.length = n // a chunk fits its staging
+	}
 	ev := func() (device.Event, error) {
 		e, err := r.dev.NewEvent()
 		if err != nil {
@@ -217,6 +221,7 @@ func (r *batchRun) finish(err error) (Report, error) {
 			_ = r.ks.Synchronize()
 		}
 	}
+	r.q.ended(r.part)
 	var errs []error
 	if r.w != nil {
 		var busy time.Duration

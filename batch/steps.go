@@ -326,6 +326,7 @@ func (r *batchRun) retireUpTo(upTo int) error {
 		if err := r.streamsFailed(); err != nil {
 			return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.estimate(), err)
 		}
+		r.q.done(r.part, r.chunks[i].len) // the device's part of it is done: its rate
 		it := drainItem{i: i, ch: r.chunks[i], chunks: r.estimate()}
 		for _, a := range r.w.outs {
 			var st *vram.HostArray

@@ -4,12 +4,12 @@
 // a goroutine of its own, and plans the whole batch on itself, which
 // gives the chunk length that fits it. The library's batch.RunParts then
 // deals the batch from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (and at most ⌈left/2P⌉ of the
-// runs left for P devices, so that a batch one device holds whole is
-// still spread and the devices finish together), each device's
+// each device's chunks at its own length (and at most its share of half
+// the runs left by its measured rate, so that a batch one device holds
+// whole is still spread and the devices finish together), each device's
 // pipeline on its own goroutine locked to its OS thread (a CUDA context
 // is current per thread): a larger device cuts longer chunks, a faster
-// one takes more of them. Each chunk's inputs are drawn for its runs (fill
+// one takes more of them, and longer ones. Each chunk's inputs are drawn for its runs (fill
 // functions) and its outputs written at its runs (drain functions). A
 // run's result depends on nothing but its own parameters (runAt(seed,
 // r)), so the result is the same however the chunks were dealt: byte for
@@ -57,7 +57,7 @@ type deviceShare struct {
 	// batch gave (what its memory holds), with its budget and device
 	// arrays per chunk (BudgetBytes, BytesPerChunk); ChunkLength the runs
 	// of its longest chunk since its last re-cut (its plan's length, or
-	// less: ⌈left/2P⌉ of the runs left, a re-cut).
+	// less: its share of the runs left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
 	BudgetBytes     uint64  `json:"budget_bytes"`
 	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
@@ -66,6 +66,10 @@ type deviceShare struct {
 	Runs            int     `json:"runs"`
 	Buffers         int     `json:"buffers"`      // in flight at the end
 	BusySeconds     float64 `json:"busy_seconds"` // in its pipeline
+	// RunsPerSecond is its rate as the dealing measured it (the runs of
+	// its chunks done over the time from its first chunk taken to its
+	// last done), by which its share of the runs left was cut.
+	RunsPerSecond float64 `json:"runs_per_second"`
 	// What its pipeline ran with and its allocator did, as in the
 	// one-device report (runReport's fields of the same names).
 	CopySeconds        float64   `json:"copy_seconds"`
@@ -272,6 +276,9 @@ func (mj *multiJob) run(parts []*devicePart) error {
 			pr := mr.Parts[i]
 			p.share.Chunks, p.share.Runs, p.share.ChunkLength, p.share.Buffers = pr.Chunks, p.runs, pr.ChunkLength, pr.Buffers
 			p.share.BusySeconds = pr.Wall.Seconds()
+			if i < len(mr.Rates) {
+				p.share.RunsPerSecond = mr.Rates[i]
+			}
 			p.ran(pr)
 		}
 	}
@@ -435,11 +442,12 @@ func (mj *multiJob) samplesOf(idx []int) ([][]oscillator.Sample, error) {
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
 Each device has its own memory manager and cuts chunks of its own plan's
-length, dealt from one queue to whichever device is free (at most
-⌈left/2P⌉ of the runs left for P devices, so that the devices finish
-together): a larger device cuts longer chunks, a faster one takes more.
-The results, and --out,
-are the same as on one device. --kernel-delay D makes each kernel take
+length, dealt from one queue to whichever device is free: a small probe
+chunk first, then at most its share of half the runs left by the rate it
+was measured at (weighted factoring), and no chunk for a device that
+would end it after the others finish everything, so that the devices
+finish together: a larger device cuts longer chunks, a faster one takes
+more. The results, and --out, are the same as on one device. --kernel-delay D makes each kernel take
 D per run longer (on the simulator, to see the scaling on a small CPU).
 
 `

@@ -52,8 +52,8 @@ func (a *app) printMulti(r multiReport) error {
 	}
 	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
 	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s, %s kernel: %s (%s), up to %s a chunk, %s, %.2f s busy\n", i, d.Device, d.Kernel,
-			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds)
+		fmt.Fprintf(w, "  %-3d        %s, %s kernel: %s (%s), up to %s a chunk, %s, %.2f s busy, %s runs/s\n", i, d.Device, d.Kernel,
+			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds, rate(d.RunsPerSecond))
 	}
 	printMultiLines(w, r)
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
