@@ -50,6 +50,7 @@ type elastic struct {
 	auto    bool // the buffers are the run's to choose (Options.Buffers 0)
 	probe   bool // the first segment is the probe chunk
 	probing bool // the current segment is the probe chunk
+	lazy    bool // the probe is to come: the staging is one buffer per staged array
 	fig     figures
 	seg0    int       // the current segment's first chunk
 	segT    time.Time // when it began
@@ -93,6 +94,7 @@ func (r *batchRun) firstShape() error {
 	r.outSlots = r.lag + 2 // one for the writer to drain behind
 	e.pref = shape{k: r.k, lag: r.lag, slots: r.outSlots}
 	e.probe = many && (e.auto || len(r.staged()) > 0)
+	e.lazy = e.probe
 	return nil
 }
 
@@ -248,7 +250,7 @@ func (r *batchRun) recut() error {
 	e := &r.el
 	t, ok := e.want, e.due
 	if e.probing {
-		e.probing = false
+		e.probing, e.lazy = false, false
 		if e.fig.runs > 0 {
 			t, ok = r.probeTarget()
 		}
@@ -258,7 +260,7 @@ func (r *batchRun) recut() error {
 	}
 	e.due, e.want = false, target{}
 	if !ok {
-		return nil
+		return r.topUpStaging() // the slots the kept shape wants beyond the probe's
 	}
 	if err := r.ctx.Err(); err != nil {
 		return err // stopped: nothing to re-cut for
@@ -272,7 +274,7 @@ func (r *batchRun) recut() error {
 			}
 			r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: from,
 				ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k, Why: fmt.Sprintf("%s; could not allocate again, the arrays are kept: %v", t.why, err)})
-			return nil
+			return r.topUpStaging()
 		}
 		r.stride = r.b.stride()
 	}
@@ -290,18 +292,13 @@ func (r *batchRun) recut() error {
 
 // restage gives the staging back and takes it again for chunks of want
 // runs, setting the run's length to what it got. Its old buffers, of
-// another length, are trimmed from the pool first: the pool would hand
-// one of them out again, larger than asked, to one slot and leave no
-// room for the next.
+// another length, are idle in the pool then: the new slots reuse those
+// that serve and leave room for the rest, and the others give way to new
+// ones of the new length (StagingPool.TryAcquireSet), so that no more is
+// pinned anew than the new length needs beyond the old.
 func (r *batchRun) restage(want int) error {
-	held := r.stagingHeld() > 0
 	if err := r.releaseStaging(); err != nil {
 		return fmt.Errorf("batch: re-cut: give the staging back: %w", err)
-	}
-	if held && want != r.length {
-		if err := r.b.m.Host().Staging().Trim(); err != nil {
-			return fmt.Errorf("batch: re-cut: trim the staging pool: %w", err)
-		}
 	}
 	n, err := r.acquireStaging(min(want, r.q.longest(r.part)))
 	if err != nil {

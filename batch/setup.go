@@ -90,7 +90,7 @@ func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQue
 		return nil, fmt.Errorf("batch: %w", err)
 	}
 	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), b: b, compute: compute, o: o, progress: progress,
-		dev: b.arrays[0].client.Manager().Device(), s: s, ks: s, q: q, part: part}
+		dev: b.arrays[0].client.Manager().Device(), s: s, ks: s, q: q, part: part, start: time.Now()}
 	if r.q == nil {
 		r.q = newRunQueue(b.runs, 1)
 	}

@@ -39,7 +39,6 @@ func (r *batchRun) run() (err error) {
 			err = fmt.Errorf("batch: %s: %w", where, newPanicError(p))
 		}
 	}()
-	r.start = time.Now()
 	err = r.loop()
 	if err == nil {
 		return nil
