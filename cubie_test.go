@@ -29,6 +29,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -98,22 +99,30 @@ func differs(t *testing.T, key string, vram func(t *testing.T)) {
 
 // The entries the ported tests name.
 const (
-	dHandles    = "Handles, not objects"
-	dPython     = "Python machinery"
-	dCollector  = "Close, not the collector"
-	dHookless   = "Clients with no OnInvalidate"
-	dAxis       = "Chunk axis"
-	dRuns       = "Runs"
-	dDTypes     = "Element types"
-	dMemory     = "Memory types"
-	dHostLadder = "Host ladder"
-	dStaging    = "Staging"
-	dGroups     = "Stream groups"
-	dOneDoor    = "Arrays come from Allocate"
-	dResponses  = "Responses"
-	dNothing    = "Nothing queued"
-	dNoDevice   = "No device"
-	dHeld       = "Held bytes"
+	dHandles     = "Handles, not objects"
+	dPython      = "Python machinery"
+	dCollector   = "Close, not the collector"
+	dHookless    = "Clients with no OnInvalidate"
+	dAxis        = "Chunk axis"
+	dRuns        = "Runs"
+	dDTypes      = "Element types"
+	dMemory      = "Memory types"
+	dHostLadder  = "Host ladder"
+	dStaging     = "Staging"
+	dGroups      = "Stream groups"
+	dOneDoor     = "Arrays come from Allocate"
+	dResponses   = "Responses"
+	dNothing     = "Nothing queued"
+	dNoDevice    = "No device"
+	dHeld        = "Held bytes"
+	dProportions = "Proportions"
+	dGrowth      = "Staging growth"
+	dMoveQueue   = "Moving a queue"
+	dEmptyReqs   = "Empty requests"
+	dPinnedArrs  = "Pinned arrays"
+	dCopyShapes  = "Copy shapes"
+	dLeaving     = "Leaving a group"
+	dEvictWork   = "Work after eviction"
 )
 
 const cubieGiB = 1 << 30
@@ -266,10 +275,18 @@ func TestCubie_array_request_accepts_valid_memory(t *testing.T) {
 }
 
 func TestCubie_array_request_rejects_invalid_memory(t *testing.T) {
-	t.Run("host", func(t *testing.T) { // vram's name for pageable host memory is "pageable"
-		if _, err := ParseMemoryType("host"); !errors.Is(err, ErrInvalidRequest) {
-			t.Errorf("host: %v", err)
-		}
+	t.Run("host", func(t *testing.T) {
+		// cubie's "host" is pageable memory, which vram's requests take
+		// (its name here is "pageable"; "host" names nothing).
+		differs(t, dMemory, func(t *testing.T) {
+			mem, err := ParseMemoryType("pageable")
+			if err != nil || mem != Pageable {
+				t.Fatalf("ParseMemoryType(pageable) = %v, %v", mem, err)
+			}
+			if err := (ArrayRequest{Shape: []int{1}, DType: Float64, Memory: Pageable}).Validate(); err != nil {
+				t.Errorf("pageable: %v", err)
+			}
+		})
 	})
 	t.Run("mapped", func(t *testing.T) {
 		differs(t, dMemory, func(t *testing.T) {
@@ -382,7 +399,14 @@ func TestCubie_acquire_returns_buffer_with_correct_shape_dtype(t *testing.T) {
 	if err != nil || len(b.Bytes()) != 1600 || p.Stats().InUse != 1 {
 		t.Fatalf("buffer of %d bytes, stats %+v: %v", len(b.Bytes()), p.Stats(), err)
 	}
-	b.Release()
+	// Its shaped, typed view: cubie's buf.array.
+	a, err := b.Array([]int{100, 4}, Float32)
+	if err != nil || !slices.Equal(a.Shape(), []int{100, 4}) || a.DType() != Float32 || len(a.Float32s()) != 400 {
+		t.Fatalf("view %v: %v", a, err)
+	}
+	if err := a.Free(); err != nil || p.Stats().InUse != 0 { // freeing the view releases the buffer
+		t.Errorf("free: %v, stats %+v", err, p.Stats())
+	}
 }
 
 func TestCubie_acquire_reuses_released_buffer(t *testing.T) {
@@ -414,26 +438,50 @@ func TestCubie_acquire_allocates_new_when_all_in_use(t *testing.T) {
 	b2.Release()
 }
 
-func TestCubie_acquire_allocates_new_for_different_shape(t *testing.T) {
+// acquiresAfter acquires first bytes, releases them, then acquires then
+// bytes, and reports whether the second buffer is a new one.
+func acquiresAfter(t *testing.T, first, then uint64) (grew bool) {
+	t.Helper()
 	p := stagingPool(t, 0)
-	b1, _ := p.Acquire(t.Context(), 10*4)
-	b1.Release()
-	b2, err := p.Acquire(t.Context(), 20*4) // larger: the idle buffer cannot serve it
-	if err != nil || p.Stats().Grows != 2 || len(b2.Bytes()) != 80 {
-		t.Errorf("stats %+v: %v", p.Stats(), err)
+	b1, err := p.Acquire(t.Context(), first)
+	if err != nil {
+		t.Fatal(err)
 	}
-	b2.Release()
+	b1.Release()
+	b2, err := p.Acquire(t.Context(), then)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Release()
+	st := p.Stats()
+	if uint64(len(b2.Bytes())) < then || st.Grows+st.Reuses != 2 {
+		t.Errorf("a buffer of %d bytes for %d; stats %+v", len(b2.Bytes()), then, st)
+	}
+	return st.Grows == 2
+}
+
+// cubie's rule, a new buffer for another shape or dtype, is vram's where
+// the idle buffer is too small, and not where it holds the request.
+func TestCubie_acquire_allocates_new_for_different_shape(t *testing.T) {
+	differs(t, dStaging, func(t *testing.T) {
+		if !acquiresAfter(t, 10*4, 20*4) { // (10,) then (20,) float32, cubie's case
+			t.Error("(20,) reused the 40 B buffer of (10,)")
+		}
+		if acquiresAfter(t, 20*4, 10*4) { // (20,) then (10,)
+			t.Error("(10,) did not reuse the idle 80 B buffer of (20,)")
+		}
+	})
 }
 
 func TestCubie_acquire_allocates_new_for_different_dtype(t *testing.T) {
-	p := stagingPool(t, 0)
-	b1, _ := p.Acquire(t.Context(), 10*4) // float32
-	b1.Release()
-	b2, err := p.Acquire(t.Context(), 10*8) // float64
-	if err != nil || p.Stats().Grows != 2 || len(b2.Bytes()) != 80 {
-		t.Errorf("stats %+v: %v", p.Stats(), err)
-	}
-	b2.Release()
+	differs(t, dStaging, func(t *testing.T) {
+		if !acquiresAfter(t, 10*4, 10*8) { // (10,) float32 then float64, cubie's case
+			t.Error("float64 reused the 40 B buffer of float32")
+		}
+		if acquiresAfter(t, 10*8, 10*4) { // float64 then float32
+			t.Error("float32 did not reuse the idle 80 B buffer of float64")
+		}
+	})
 }
 
 func TestCubie_acquire_creates_new_array_name_entry(t *testing.T) {
@@ -452,18 +500,31 @@ func TestCubie_release_marks_not_in_use(t *testing.T) {
 	}
 }
 
+// cubie clears a pool whose two buffers are in use; clear is Trim, which
+// frees idle buffers only (and buffers have no ids).
 func TestCubie_clear_empties_pool_and_resets_id(t *testing.T) {
-	p := stagingPool(t, 0) // clear is Trim; buffers have no ids
-	a, _ := p.Acquire(t.Context(), 40)
-	b, _ := p.Acquire(t.Context(), 160)
-	a.Release()
-	b.Release()
-	if err := p.Trim(); err != nil {
-		t.Fatal(err)
-	}
-	if st := p.Stats(); st.Buffers != 0 || st.Bytes != 0 {
-		t.Errorf("after Trim: %+v", st)
-	}
+	differs(t, dStaging, func(t *testing.T) {
+		p := stagingPool(t, 0)
+		a, err1 := p.Acquire(t.Context(), 40)
+		b, err2 := p.Acquire(t.Context(), 160)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Trim(); err != nil {
+			t.Fatal(err)
+		}
+		if st := p.Stats(); st.Buffers != 2 || st.InUse != 2 || st.Bytes != 200 {
+			t.Errorf("Trim with both in use: %+v; want both kept", st)
+		}
+		a.Release()
+		b.Release()
+		if err := p.Trim(); err != nil {
+			t.Fatal(err)
+		}
+		if st := p.Stats(); st.Buffers != 0 || st.Bytes != 0 {
+			t.Errorf("Trim once released: %+v; want an empty pool", st)
+		}
+	})
 }
 
 func TestCubie_allocate_buffer_increments_id(t *testing.T) {
@@ -646,16 +707,23 @@ func TestCubie_get_group_stream_creates_dedicated_stream(t *testing.T) {
 	}
 }
 
+// cubie's StreamGroups(groups=None) has a "default" group with no
+// stream; vram's groups have their stream from the moment they exist.
 func TestCubie_get_group_stream_backfills_group_without_stream(t *testing.T) {
-	g := streamGroups(t)
-	s, err := g.Ensure("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = g.Add(1, "default")
-	if got, _ := g.Stream(1); got != s {
-		t.Errorf("member's stream %v, want the group's %v", got, s)
-	}
+	differs(t, dGroups, func(t *testing.T) {
+		g := streamGroups(t)
+		if _, err := g.GroupStream("default"); !errors.Is(err, streams.ErrUnknownGroup) {
+			t.Errorf("a group nobody made: %v, want ErrUnknownGroup", err)
+		}
+		if err := g.Add(1, "default"); err != nil {
+			t.Fatal(err)
+		}
+		s, err1 := g.GroupStream("default")
+		got, err2 := g.Stream(1)
+		if err := errors.Join(err1, err2); err != nil || s == nil || got != s {
+			t.Errorf("made by its first member: stream %v, the member's %v: %v", s, got, err)
+		}
+	})
 }
 
 func TestCubie_add_instance_shares_group_stream(t *testing.T) {
@@ -940,9 +1008,22 @@ func TestCubie_MemoryManager_cap(t *testing.T) {
 }
 
 func TestCubie_MemoryManager_pool_proportions(t *testing.T) {
+	t.Run("already_registered", func(t *testing.T) {
+		// Register makes a new handle each time, so no client can be
+		// registered twice.
+		differs(t, dHandles, func(t *testing.T) {
+			m, _, _ := mgr(t)
+			a, b := registered(t, m, 0), registered(t, m, 0)
+			if a == b || a.ID() == b.ID() || len(m.Clients()) != 2 {
+				t.Errorf("two registrations: %v and %v, clients %v", a, b, m.Clients())
+			}
+		})
+	})
+	t.Run("proportions", poolProportions)
+}
+
+func poolProportions(t *testing.T) {
 	m, _, _ := mgr(t)
-	// "already registered": Register makes a new handle each time, so no
-	// client can be registered twice ("Handles, not objects").
 	if err := m.SetLimitMode(Active); err != nil {
 		t.Fatal(err)
 	}
@@ -1592,11 +1673,27 @@ func TestCubie_get_available_memory_active_mode_warns_low_headroom(t *testing.T)
 	}
 }
 
+// With cubie's figures (1 GiB free of 8 GiB, a 4 GiB cap) the free memory
+// binds; on activeHolding's 64 MiB device the cap does.
 func TestCubie_get_available_memory_active_mode_normal(t *testing.T) {
-	budget, c, log := activeHolding(t, 0)
-	if strings.Contains(log, "95%") || budget != c.Cap() {
-		t.Errorf("budget %d, want the cap %d; log %q", budget, c.Cap(), log)
-	}
+	t.Run("free_binds", func(t *testing.T) {
+		m, _, lb := mgr(t, WithLimitMode(Active))
+		c := register(t, m, ClientOptions{Proportion: 0.5, OnInvalidate: func(error) {}})
+		resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{"small": fixed(Uint8, 512)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// headroom = the 4 GiB cap − 0 held; free = 1 GiB.
+		if want := min(c.Cap(), uint64(cubieGiB)); resp.Plan.Budget != want || strings.Contains(lb.String(), "95%") {
+			t.Errorf("budget %d, want min(headroom %d, free 1 GiB) = %d; log %q", resp.Plan.Budget, c.Cap(), want, lb)
+		}
+	})
+	t.Run("cap_binds", func(t *testing.T) {
+		budget, c, log := activeHolding(t, 0)
+		if strings.Contains(log, "95%") || budget != c.Cap() {
+			t.Errorf("budget %d, want the cap %d; log %q", budget, c.Cap(), log)
+		}
+	})
 }
 
 func TestCubie_get_chunk_parameters_warns_and_raises_when_unfittable(t *testing.T) {
@@ -1780,8 +1877,28 @@ func TestCubie_active_cap_chunking_leaves_unrelated_stream_running(t *testing.T)
 	})
 }
 
+// cubie's holder is unreachable and uncollected; a *Client nobody holds is
+// still the registry's until Close, and no collector runs its teardown.
 func TestCubie_allocation_pressure_does_not_run_cyclic_gc(t *testing.T) {
-	differs(t, dCollector, nil) // no collector ever runs a client's teardown
+	m, _, _ := cubieMgr(t, 1024, 8*cubieGiB)
+	holder := register(t, m, (&cubieClient{}).opts("holder", "pressure_holder"))
+	if _, err := queueAndAllocate(t, holder, map[string]ArrayRequest{"buf": {Shape: []int{4, 4, 4}, DType: Float32, ChunkAxis: 2, TotalRuns: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	if holder.Held() == 0 {
+		t.Fatal("the holder holds nothing")
+	}
+	id := holder.ID()
+	holder = nil
+	runtime.GC()
+	requester := register(t, m, (&cubieClient{}).opts("requester", "pressure_requester"))
+	resp, err := queueAndAllocate(t, requester, map[string]ArrayRequest{"big": req(Float32, 2, 2, 2, 512)})
+	if err != nil || resp.Plan.Chunks <= 1 {
+		t.Fatalf("%+v: %v; want the request chunked", resp, err)
+	}
+	if !slices.ContainsFunc(m.Clients(), func(c *Client) bool { return c.ID() == id }) {
+		t.Errorf("the holder left the registry: %v", m.Clients())
+	}
 }
 
 func TestCubie_owner_work_state_tracks_submission(t *testing.T) {
@@ -2052,4 +2169,190 @@ func TestCubie_DeadInstanceRelease_dead_hooks_are_noops(t *testing.T) {
 
 func TestCubie_DeadInstanceRelease_non_weakrefable_instance_registers(t *testing.T) {
 	differs(t, dPython, nil) // weak references
+}
+
+// ── The table's entries that no ported test meets ───────────────────
+
+// TestCubie_table_entries checks vram's side of each difference that
+// cubie's tests do not reach (found by reading cubie's source), naming
+// its entry: an entry missing from the table fails.
+func TestCubie_table_entries(t *testing.T) {
+	for name, tc := range map[string]struct {
+		entry string
+		check func(t *testing.T)
+	}{
+		"auto client at exactly 5%":                  {dProportions, autoAtExactlyFivePercent},
+		"ChangeStreamGroup moves the queue":          {dMoveQueue, changeGroupMovesQueue},
+		"Queue of an empty map drops the queue":      {dEmptyReqs, emptyQueueDropsQueue},
+		"pinned arrays come in Host":                 {dPinnedArrs, pinnedArraysInHost},
+		"ToDevice and FromDevice refuse a shape":     {dCopyShapes, copiesRefuseShapes},
+		"Remove of an id in no group":                {dLeaving, removeUnknownFails},
+		"BeginWork after an eviction":                {dEvictWork, beginWorkAfterEviction},
+		"staging growth counts the pinned total":     {dGrowth, stagingCountsPinned},
+		"staging grows for no array past the limits": {dGrowth, stagingGrowsForNobody},
+	} {
+		t.Run(name, func(t *testing.T) {
+			table, err := cubieEntries()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !table[tc.entry] {
+				t.Fatalf("the package doc's table of differences has no entry %q", tc.entry)
+			}
+			tc.check(t)
+		})
+	}
+}
+
+// cubie refuses 0.9 + 0.05 (the float sum is 0.9500000000000001) and takes
+// 0.95 and 0.5 + 0.45; vram takes all three.
+func autoAtExactlyFivePercent(t *testing.T) {
+	for _, manual := range [][]float64{{0.95}, {0.5, 0.45}, {0.9, 0.05}, {0.05, 0.9}} {
+		m, _, _ := mgr(t)
+		for _, p := range manual {
+			register(t, m, ClientOptions{Proportion: p})
+		}
+		if c, err := m.Register(ClientOptions{}); err != nil || !near(c.Proportion(), 0.05) {
+			t.Errorf("manual %v, then an auto client: %v", manual, err)
+		}
+	}
+}
+
+func changeGroupMovesQueue(t *testing.T) {
+	m, _, _ := mgr(t)
+	var kc, kp cubieClient
+	c, peer := register(t, m, kc.opts("c", "a")), register(t, m, kp.opts("peer", "a"))
+	if err := c.Queue(map[string]ArrayRequest{"x": fixed(Float32, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ChangeStreamGroup("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Queued()["x"]; !ok {
+		t.Fatalf("queue after the move: %v", c.Queued())
+	}
+	if _, err := queueAndAllocate(t, peer, map[string]ArrayRequest{"y": fixed(Float32, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	if kc.calls() != 0 || c.Arrays()["x"] != nil {
+		t.Errorf("the old group's Allocate served the moved queue: %d responses, arrays %v", kc.calls(), c.Arrays())
+	}
+	resp, err := c.Allocate(t.Context())
+	if err != nil || resp.Arrays()["x"] == nil {
+		t.Errorf("the new group's Allocate: %v, %v", resp, err)
+	}
+}
+
+func emptyQueueDropsQueue(t *testing.T) {
+	m, _, _ := cubieMgr(t, 1024, 1024)
+	var k cubieClient
+	c := register(t, m, k.opts("c", ""))
+	first, err := queueAndAllocate(t, c, map[string]ArrayRequest{"x": req(Float32, 1, 4, 100)})
+	if err != nil || first.Plan.Chunks < 2 {
+		t.Fatalf("%+v: %v; want a chunked plan", first, err)
+	}
+	if err := c.Queue(map[string]ArrayRequest{}); err != nil || len(c.Queued()) != 0 {
+		t.Fatalf("Queue({}): %v, queued %v", err, c.Queued())
+	}
+	again, err := c.Allocate(t.Context())
+	if err != nil || len(again.Arrays()) != 0 || again.Plan.Chunks != first.Plan.Chunks || again.Plan.ChunkLength != first.Plan.ChunkLength {
+		t.Errorf("Allocate after Queue({}): %+v, %v; want the last plan, %d chunks of %d", again, err, first.Plan.Chunks, first.Plan.ChunkLength)
+	}
+	if c.Arrays()["x"] == nil {
+		t.Error("x was freed")
+	}
+}
+
+func pinnedArraysInHost(t *testing.T) {
+	m, _, _ := mgr(t)
+	c := registered(t, m, 0.5)
+	resp, err := queueAndAllocate(t, c, map[string]ArrayRequest{
+		"d": fixed(Float32, 2, 2), "p": {Shape: []int{2, 2}, DType: Float32, Memory: Pinned, Unchunkable: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := resp.Arrays()["p"]; ok || resp.Arrays()["d"] == nil {
+		t.Errorf("device arrays %v", resp.Arrays())
+	}
+	if h := resp.Host()["p"]; h == nil || h.Memory() != Pinned || !slices.Equal(h.Shape(), []int{2, 2}) {
+		t.Errorf("host arrays %v", resp.Host())
+	}
+}
+
+func copiesRefuseShapes(t *testing.T) {
+	m, c, resp := copyClient(t, []int{3, 4}, []int{2, 3})
+	h, err := m.NewHostArray([]int{4, 3}, Float32, Pinned, nil) // 12 elements, as arr1, in another shape
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Free()
+	ctx := t.Context()
+	if err := c.ToDevice(ctx, resp.Arrays()["arr1"], h); !errors.Is(err, ErrMismatch) {
+		t.Errorf("ToDevice (4, 3) into (3, 4): %v, want ErrMismatch", err)
+	}
+	if err := c.FromDevice(ctx, h, resp.Arrays()["arr1"]); !errors.Is(err, ErrMismatch) {
+		t.Errorf("FromDevice (3, 4) into (4, 3): %v, want ErrMismatch", err)
+	}
+}
+
+func removeUnknownFails(t *testing.T) {
+	g := streamGroups(t)
+	if err := g.Remove(12345); !errors.Is(err, streams.ErrNotGrouped) {
+		t.Errorf("Remove of an id in no group: %v, want ErrNotGrouped", err)
+	}
+}
+
+func beginWorkAfterEviction(t *testing.T) {
+	m, cs, _ := pressure(t, 4096, "idle")
+	requester := register(t, m, (&cubieClient{}).opts("requester", "r"))
+	if _, err := queueAndAllocate(t, requester, map[string]ArrayRequest{"big": req(Float32, 2, 2, 2, 1024)}); err != nil {
+		t.Fatal(err)
+	}
+	idle := cs["idle"]
+	if !idle.Evicted() {
+		t.Fatal("the idle holder was not evicted")
+	}
+	if w, err := idle.BeginWork(); w != nil || !errors.Is(err, ErrEvicted) {
+		t.Errorf("BeginWork after the eviction: %v, %v; want ErrEvicted and no mark", w, err)
+	}
+	if free, _ := idle.Idle(); !free {
+		t.Error("a refused BeginWork marked the client busy")
+	}
+}
+
+// Pinned host arrays count in the pinned limit the staging pool grows
+// under; cubie's bound is RAM alone.
+func stagingCountsPinned(t *testing.T) {
+	m, _, _ := cubieMgr(t, 64*MiB, 64*MiB, WithHostOptions(HostOptions{PinnedLimit: 4096}))
+	h, err := m.NewHostArray([]int{3072}, Uint8, Pinned, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Free()
+	if _, err := m.Host().Staging().Acquire(t.Context(), 2048); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("2 KiB of staging beside 3 KiB pinned under a 4 KiB limit: %v, want ErrOutOfMemory", err)
+	}
+}
+
+// With the limits used up by a buffer in use, a request for another
+// array (another size) waits: cubie would grow for another name.
+func stagingGrowsForNobody(t *testing.T) {
+	p := stagingPool(t, 4096)
+	first, err := p.Acquire(t.Context(), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := p.TryAcquire(1024); b != nil || err != nil {
+		t.Errorf("TryAcquire past the limits: %v, %v; want nothing now", b, err)
+	}
+	if st := p.Stats(); st.Grows != 1 {
+		t.Errorf("stats %+v; want one buffer made", st)
+	}
+	first.Release()
+	b, err := p.TryAcquire(1024)
+	if err != nil || b == nil {
+		t.Fatalf("once released: %v, %v", b, err)
+	}
+	b.Release()
 }

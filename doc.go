@@ -20,9 +20,9 @@
 //	request.go, array.go    what a client asks for (ArrayRequest) and gets (DeviceArray, HostArray)
 //	allocate.go, alloctx.go Client.Allocate and ArrayResponse; the transaction, step by step
 //	budget.go, trim.go      the budget's rules and figures; when the allocator's cache is given back
-//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; errors.go, and warnings
+//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; requestset.go, its input as JSON; errors.go, and warnings
 //	evict.go, replan.go     eviction of idle clients; a budget that changes (SetCap, claims, PlanNow)
-//	lease.go, leasetx.go    a budget from the node broker's lease (WithBroker); its steps in Allocate
+//	lease.go, leasetx.go    a budget from the node broker's lease (WithLease); its steps in Allocate
 //	copy.go, hooks.go       copies on the client's stream; OnAllocated, OnInvalidate; workmarks.go, idle
 //	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go; doc.go, this map
 //
@@ -342,8 +342,12 @@
 //     means something for one client.
 //   - Proportions: cubie's set_manual_proportion takes 0, and a refusal
 //     leaves the instance in no pool; vram's takes 0 < p ≤ 1 (0 is the
-//     auto pool) and a refusal changes nothing. cubie refuses an auto
-//     client when exactly 5% is left; vram takes it.
+//     auto pool) and a refusal changes nothing. cubie compares the float
+//     1 − (its sum of manual proportions) with 5% and refuses an auto
+//     client unless it is above: where exactly 5% is left, it takes one
+//     when the sum rounds to 0.95 or below (0.95; 0.5 + 0.45) and refuses
+//     one when it rounds above (0.9 + 0.05); vram sums in fixed point
+//     (10⁻¹² of the total) and takes it in every such case.
 //   - Clients with no OnInvalidate: cubie refuses queue_request from an
 //     instance registered without a live invalidate hook, since it could
 //     be evicted unawares; vram lets it queue and never evicts it (as
@@ -412,7 +416,48 @@
 //     with ErrOutOfMemory naming the limits (a buffer past them is how a
 //     batch gets the process killed), and a chunk is staged whole, one
 //     copy per array, with fewer chunks ahead when the limits allow fewer
-//     buffers.
+//     buffers. cubie's clear forgets every buffer, those in use too (they
+//     are freed when their users drop them); vram's Trim frees the idle
+//     ones, and a buffer in use comes back idle at its Release, for the
+//     next Trim: the pool never loses count of pinned memory it made.
+//   - Staging growth: cubie grows its pool while the RAM available after
+//     the new buffer stays above 20% of the total RAM, counting no pinned
+//     total, and past that bound for an array name, shape and dtype none
+//     of whose buffers is in flight, even while other names' buffers are;
+//     vram grows while the pinned limit, the host limit and RAM/16 of
+//     headroom allow (idle buffers of other sizes giving way), and past
+//     them for nobody: a request waits for any buffer in use to come back,
+//     since a buffer past the limits is one more pinned buffer the host
+//     cannot spare, whichever array it is for.
+//   - Moving a queue: cubie keeps queued requests under the stream group
+//     they were queued in, so change_stream_group strands them: the old
+//     group's next allocate_queue allocates them and the new group's never
+//     sees them; ChangeStreamGroup moves them with the client, to its new
+//     group's next Allocate.
+//   - Empty requests: cubie's queue_request with an empty dict queues it,
+//     and the next allocate_queue answers it with no arrays and a plan of
+//     one chunk of one run, which replaces the group's stored plan; vram's
+//     Queue with an empty map drops the client's queue, so an Allocate
+//     with nothing else queued sends the group's last plan again.
+//   - Pinned arrays: cubie's response holds pinned arrays in arr beside
+//     the device arrays; vram's Arrays holds the device arrays and Host
+//     the pinned, mapped and pageable ones: a HostArray is host memory, a
+//     different type from a DeviceArray, that a kernel cannot be given as
+//     one.
+//   - Copy shapes: cubie's to_device and from_device copy the host array's
+//     bytes whatever the two shapes (on a GPU, as many bytes as the host
+//     array holds, so a larger one runs past the device array); vram's
+//     copies refuse a dtype or shape mismatch (ErrMismatch) with nothing
+//     enqueued.
+//   - Leaving a group: cubie's StreamGroups.remove_instance of an id in no
+//     group does nothing; streams.Groups.Remove fails with ErrNotGrouped,
+//     since a remove of what is not there is a caller's bookkeeping gone
+//     wrong.
+//   - Work after eviction: cubie's begin_work marks an evicted owner busy
+//     like any other; vram's BeginWork of a client whose arrays were
+//     evicted fails with ErrEvicted and marks nothing, since the work it
+//     announces would use freed memory: the client queues and allocates
+//     again first.
 //   - Warnings: as cubie's (the 95% of the caps in Active mode, before the
 //     plan; the group's whole request against the device's free memory,
 //     20 times, on a refused plan too), except that the arrays being
@@ -435,6 +480,19 @@
 //     wrappers and their pointers, attrs validators of Python types
 //     (tuples, None, negative integers where Go's types cannot hold
 //     them), weak references to bound methods, CUDA context checks.
+//
+// vram.cubie, the Python drop-in for cubie.memory served by this package
+// through libvram, follows cubie where vram's rule does not protect the
+// user: Chunk axis, Element types, Memory types, Held bytes, Clients with
+// no OnInvalidate, Handles not objects, Close not the collector (at the
+// drop-in's next call), Work marks, Nothing queued (with no plan), Host
+// ladder, Staging, Staging growth, Pinned arrays, Leaving a group,
+// Warnings, Arrays come from Allocate, Responses, Stream groups, No device
+// and Python machinery. It keeps vram's rule, planned and decided here,
+// on Balanced chunks, Runs, Host arrays and the budget, Budget, Active
+// mode, Proportions, Eviction, Nothing queued (with a plan), Re-planning,
+// Allocator, Moving a queue, Empty requests, Copy shapes (Numba's checked
+// copies) and Work after eviction. docs/cubie.md says how each shows.
 //
 // The package owns clients, shares, requests, plans and arrays. It does
 // not own allocation strategy (package alloc), stream groups' bookkeeping

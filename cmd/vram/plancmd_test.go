@@ -190,6 +190,7 @@ func TestPlanErrors(t *testing.T) {
 		"missing field":     {input: `{"requests": {"c": {"x": {"dtype": "int32"}}}}`, code: exitFailure, want: []string{`requests.c.x: missing "shape"`}},
 		"wrong type":        {input: `{"requests": {"c": {"x": {"shape": 4, "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape: want an array", "got a number 4"}},
 		"not JSON":          {input: "budget: 1\n", code: exitFailure, want: []string{"invalid JSON at line 1"}},
+		"buffers four":      {input: `{"buffers": 4, "requests": {"c": {"x": {"shape": [4], "dtype": "int32"}}}}`, code: exitFailure, want: []string{"stdin: buffers is 4; want 1, or up to 3 buffers in flight"}},
 		"no such file":      {args: []string{"/nonexistent/requests.json"}, code: exitFailure, want: []string{"/nonexistent/requests.json"}},
 		"double, too small": {input: `{"budget": 1000, "requests": {"c": {"x": {"shape": [128, 100], "dtype": "float32", "chunk_axis": 1}}}}`, args: []string{"--buffers", "2"}, code: exitFailure, want: []string{"2 × 512 B per run", "fewer buffers", "--budget and --buffers override"}},
 	}
