@@ -24,7 +24,7 @@ func writeTraj(t *testing.T, runs, samples, chunk int, spread []int) *trajFile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = tf.close(true) })
+	t.Cleanup(func() { _ = tf.done(true) })
 	tf.keepRuns(spread)
 	for start := 0; start < runs; start += chunk {
 		n := min(chunk, runs-start)
