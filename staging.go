@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/meminfo"
@@ -39,6 +40,10 @@ type StagingStats struct {
 	Bytes          uint64 // bytes held now (pinned)
 	Grows, Reuses  uint64 // buffers made; buffers handed out again
 	Made           uint64 // bytes of the buffers made (pinned), in all
+	// MakeTime is the time making them took (pinning: on a GPU about a
+	// millisecond a MiB); Idle the bytes of the idle buffers now.
+	MakeTime time.Duration
+	Idle     uint64
 	Waits          uint64 // acquisitions that had to wait
 	Trims          uint64 // idle buffers given back to make room
 }
@@ -92,6 +97,9 @@ func (p *StagingPool) Stats() StagingStats {
 	defer p.mu.Unlock()
 	s := p.st
 	s.Buffers, s.InUse, s.Bytes = len(p.idle)+p.inUse, p.inUse, p.bytes
+	for _, b := range p.idle {
+		s.Idle += uint64(len(b.data))
+	}
 	return s
 }
 
@@ -242,7 +250,9 @@ func (p *StagingPool) tryLocked(sizes []uint64) ([]*StagingBuffer, error) {
 		if taken[i] != nil {
 			continue
 		}
+		start := time.Now()
 		b, err := p.make(n)
+		p.st.MakeTime += time.Since(start)
 		if err != nil {
 			for _, m := range made {
 				p.bytes -= uint64(len(m.data))

@@ -52,8 +52,8 @@ func TestStagingReuseOrReplace(t *testing.T) {
 				t.Errorf("made %s, the pool holds %s; want %s made, %s held", units.Format(made), units.Format(st.Bytes),
 					units.Format(tc.made), units.Format(tc.held))
 			}
-			if st.Bytes > 10*mib {
-				t.Errorf("the pool holds %s, past its 10 MiB limit", units.Format(st.Bytes))
+			if st.Bytes > 10*mib || st.Idle != st.Bytes || (st.Made > 0) != (st.MakeTime > 0) {
+				t.Errorf("stats %+v: want at most the 10 MiB limit held, all of it idle, a time for what was made", st)
 			}
 		})
 	}
