@@ -104,10 +104,13 @@ func (r *batchRun) mayOverlap() bool {
 }
 
 // recutDue reports whether the run should take no new chunk before a
-// re-cut; it asks the manager only when its budget changed.
+// re-cut; it asks the manager only when its budget changed. With no
+// runs left there is nothing to re-cut.
 func (r *batchRun) recutDue() bool {
 	e := &r.el
 	switch {
+	case r.q.runsLeft() == 0:
+		return false
 	case e.due:
 		return true
 	case e.probing && len(r.chunks) > e.seg0:
@@ -169,8 +172,13 @@ func (r *batchRun) planNow(k int) (int, error) {
 // limits are what bound the run's shapes now: the device's plan for
 // each count of buffers (k alone when k > 0), the staging room, the cap.
 func (r *batchRun) limits(k int) limits {
+	pool := r.b.m.Host().Staging()
+	st := pool.Stats()
 	l := limits{maxLen: r.o.MaxChunkLength, buffers: k, runsLeft: r.q.runsLeft(),
-		room: r.b.m.Host().Staging().Room() + r.stagingHeld()}
+		room: pool.Room() + r.stagingHeld(), held: r.stagingHeld() + st.Idle}
+	if st.Made > 0 {
+		l.pinRate = st.MakeTime.Seconds() / float64(st.Made) // the pool's pinning so far
+	}
 	for _, a := range r.staged() {
 		if a.dir == dirOut {
 			l.outRun += a.run

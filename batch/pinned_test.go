@@ -105,28 +105,24 @@ func TestRunStagingLazyProbe(t *testing.T) {
 	}
 }
 
-// Staging is pinned once and reused: a second batch on the manager pins
-// nothing anew, and a re-cut to shorter chunks (the cap halved) pins
-// nothing anew either: its slots are the old buffers. Before, a re-cut
-// trimmed the pool and pinned its slots again.
+// Staging is pinned once and reused: a second batch on the manager takes
+// the first one's buffers again, and a re-cut to shorter chunks (the cap
+// halved) takes its old buffers for its slots; with no limit, no buffer
+// the pool made is ever given up (Trims 0, all it made still held).
+// Before, a re-cut trimmed the pool and pinned its slots again.
 func TestRunStagingReused(t *testing.T) {
 	const runs, chunkRuns = 256 * 1024, 16 * 1024
 	for _, buffers := range []int{1, 2} {
 		t.Run(fmt.Sprintf("%d buffers", buffers), func(t *testing.T) {
-			plain := newStaged(t, runs, chunkRuns, 16<<20, 0)
-			first, err := plain.b.Run(context.Background(), batch.Options{Buffers: buffers}, plain.compute(nil))
+			f := newStaged(t, runs, chunkRuns, 16<<20, 0)
+			first, err := f.b.Run(context.Background(), batch.Options{Buffers: buffers}, f.compute(nil))
 			must(t, err)
-			again, err := plain.b.Run(context.Background(), batch.Options{Buffers: buffers}, plain.compute(nil))
-			must(t, err)
-			if first.PinnedBytes == 0 || again.PinnedBytes != 0 {
-				t.Errorf("pinned %d bytes in the first batch and %d in the second; want some, then none", first.PinnedBytes, again.PinnedBytes)
-			}
-			cut := newStaged(t, runs, chunkRuns, 16<<20, 0)
+			reused := f.m.Host().Staging().Stats().Reuses
 			halved := false
-			rep, err := cut.b.Run(context.Background(), batch.Options{Buffers: buffers}, cut.compute(func(ch *batch.Chunk) {
+			rep, err := f.b.Run(context.Background(), batch.Options{Buffers: buffers}, f.compute(func(ch *batch.Chunk) {
 				if ch.Index == 6 && !halved {
 					halved = true
-					must(t, cut.m.SetCap(cut.cap/2))
+					must(t, f.m.SetCap(f.cap/2))
 				}
 			}))
 			must(t, err)
@@ -134,12 +130,35 @@ func TestRunStagingReused(t *testing.T) {
 			for _, c := range rep.Recuts {
 				shorter = shorter || c.To < c.From
 			}
-			if plain.bad+cut.bad != 0 || !shorter {
-				t.Fatalf("%d and %d wrong results; re-cuts %+v: want one to shorter chunks", plain.bad, cut.bad, rep.Recuts)
+			if f.bad != 0 || !shorter || first.PinnedBytes == 0 {
+				t.Fatalf("%d wrong results; %d bytes pinned first; re-cuts %+v: want one to shorter chunks", f.bad, first.PinnedBytes, rep.Recuts)
 			}
-			if rep.PinnedBytes != first.PinnedBytes {
-				t.Errorf("with a re-cut to shorter chunks %d bytes pinned; want %d, as without", rep.PinnedBytes, first.PinnedBytes)
+			st := f.m.Host().Staging().Stats()
+			if st.Trims != 0 || st.Made != st.Bytes || st.Reuses <= reused {
+				t.Errorf("staging pool %+v: want nothing given up, all it made still held, the second batch reusing the first's", st)
 			}
 		})
+	}
+}
+
+// A budget change during the last chunk re-cuts nothing: no runs are
+// left to cut. It used to re-allocate the arrays and take the staging
+// again (pinning a run's worth) after the last chunk.
+func TestRunNoRecutAtTheEnd(t *testing.T) {
+	const runs, chunkRuns = 64 * 1024, 8 * 1024
+	f := newStaged(t, runs, chunkRuns, 16<<20, 0)
+	rep, err := f.b.Run(context.Background(), batch.Options{Buffers: 1}, f.compute(func(ch *batch.Chunk) {
+		if ch.Start+ch.Len == runs {
+			must(t, f.m.SetCap(f.cap/2))
+		}
+	}))
+	must(t, err)
+	if f.bad != 0 || rep.Runs != runs {
+		t.Fatalf("%d wrong results, %d runs of %d", f.bad, rep.Runs, runs)
+	}
+	for _, c := range rep.Recuts {
+		if c.Chunk >= rep.Chunks {
+			t.Errorf("a re-cut after the last chunk (chunk %d of %d): %+v", c.Chunk+1, rep.Chunks, c)
+		}
 	}
 }
