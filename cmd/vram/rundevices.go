@@ -79,8 +79,12 @@ type deviceShare struct {
 	PeakLiveBytes      uint64    `json:"peak_live_bytes"`
 	Stats              statsJSON `json:"allocator_stats"`
 	StagingBytes       uint64    `json:"staging_bytes"`
-	BuffersInFlight    int       `json:"buffers_in_flight"`
-	Lag                int       `json:"lag"`
+	// PinSeconds and PinnedBytes: its staging taken, and pinned anew
+	// (batch.Report.Pin, PinnedBytes).
+	PinSeconds      float64 `json:"pin_seconds"`
+	PinnedBytes     uint64  `json:"pinned_bytes"`
+	BuffersInFlight int     `json:"buffers_in_flight"`
+	Lag             int     `json:"lag"`
 	// Lease is the device's lease from the node broker (--socket), if any.
 	Lease *leaseJSON `json:"lease,omitempty"`
 }

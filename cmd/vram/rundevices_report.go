@@ -21,6 +21,7 @@ func (p *devicePart) ran(br batch.Report) {
 	s := &p.share
 	s.CopySeconds, s.ComputeSeconds, s.ExposedCopySeconds = br.Copy.Seconds(), br.Compute.Seconds(), br.ExposedCopy.Seconds()
 	s.BuffersInFlight, s.Lag = br.Buffers, br.Lag
+	s.PinSeconds, s.PinnedBytes = br.Pin.Seconds(), br.PinnedBytes
 	kind, ar := vram.AllocatorReport(p.m)
 	s.Allocator = kind.String()
 	if ar.Allocator != "" {
@@ -107,7 +108,8 @@ func printMultiLines(w io.Writer, r multiReport) {
 		limit = fmt.Sprintf(" under --host-mem %s", units.Format(r.HostLimitBytes))
 	}
 	fmt.Fprintf(w, "host         staged through pinned buffers%s: %s\n", limit, each(func(d deviceShare) string {
-		return fmt.Sprintf("%s of staging, %s in flight, the host %s ahead", units.Format(d.StagingBytes), plural(d.BuffersInFlight, "buffer"), plural(d.Lag, "chunk"))
+		return fmt.Sprintf("%s of staging (%s pinned in %.2f s), %s in flight, the host %s ahead", units.Format(d.StagingBytes),
+			units.Format(d.PinnedBytes), d.PinSeconds, plural(d.BuffersInFlight, "buffer"), plural(d.Lag, "chunk"))
 	}))
 	for i, d := range r.Devices {
 		if d.Lease != nil {

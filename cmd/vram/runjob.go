@@ -208,6 +208,7 @@ type job struct {
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
 	outPath                       string          // --out ("": none)
 	verifyRuns                    int             // --verify: runs checked, spread over the batch, besides each chunk's first and last
+	hostArraysTime                time.Duration   // making the host arrays (set-up)
 	traj                          *trajFile       // --out, once made; nil without
 	rungs                         map[string]string
 }
@@ -327,6 +328,7 @@ func (a *app) finishReport(rep any, print func() error, verr error) error {
 // interrupt is an error saying how far the job got.
 func (j *job) runBatch(rep *runReport, buffers int, start time.Time) error {
 	rep.SetupSeconds = time.Since(start).Seconds() // the job until now
+	rep.HostArraysSeconds = j.hostArraysTime.Seconds()
 	j.phase("run the batch")
 	br, err := j.pipeline(buffers)
 	ctxErr := j.a.ctx.Err()
@@ -432,9 +434,11 @@ func (j *job) allocate(buffers int) error {
 			return err
 		}
 	}
+	made := time.Now()
 	if err := j.makeHostArrays(); err != nil {
 		return err
 	}
+	j.hostArraysTime = time.Since(made)
 	j.phase("fill the inputs")
 	n := j.shape.runs
 	init, params := j.hInit.Float32s(), j.hParams.Float32s()
