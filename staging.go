@@ -44,8 +44,8 @@ type StagingStats struct {
 	// millisecond a MiB); Idle the bytes of the idle buffers now.
 	MakeTime time.Duration
 	Idle     uint64
-	Waits          uint64 // acquisitions that had to wait
-	Trims          uint64 // idle buffers given back to make room
+	Waits    uint64 // acquisitions that had to wait
+	Trims    uint64 // idle buffers given back to make room
 }
 
 // StagingBuffer is one pinned buffer of a staging pool. Not safe for
