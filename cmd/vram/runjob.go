@@ -418,6 +418,9 @@ func (j *job) check(want int, rep *runReport) error {
 	rep.Stats = toStatsJSON(st)
 	rep.PeakDeviceBytes = st.PeakReserved
 	rep.PeakLiveBytes = st.PeakInUse
+	if pc, ok := j.dev.(pinnedCounter); ok {
+		_, rep.PinnedPeakBytes = pc.PinnedBytes()
+	}
 	return verr
 }
 

@@ -80,6 +80,10 @@ type runReport struct {
 	// PinnedBytes).
 	PinSeconds  float64 `json:"pin_seconds"`
 	PinnedBytes uint64  `json:"pinned_bytes"`
+	// PinnedPeakBytes is the most host memory the job had pinned at once
+	// (host arrays and staging: what it asked for), where the device
+	// counts it (pinnedCounter: the simulator); 0 where it does not.
+	PinnedPeakBytes uint64 `json:"pinned_peak_bytes,omitempty"`
 	// DeviceIdleSeconds is the batch's time with the device neither
 	// copying nor computing (batch.Report.DeviceIdle).
 	DeviceIdleSeconds float64 `json:"device_idle_seconds"`
@@ -126,6 +130,12 @@ type runReport struct {
 	Lag             int               `json:"lag"`
 	// Lease is the job's lease from the node broker (--socket), if any.
 	Lease *leaseJSON `json:"lease,omitempty"`
+}
+
+// pinnedCounter is a device that counts the pinned host memory it hands
+// out (sim.Device.PinnedBytes): the bytes live now and the most at once.
+type pinnedCounter interface {
+	PinnedBytes() (live, peak uint64)
 }
 
 // recutJSON is one batch.Recut.
