@@ -19,8 +19,13 @@
 // ladder), or a function that fills (Fill) or drains (Drain) a pinned
 // staging array chunk by chunk. Pinned and mapped host arrays are copied
 // from directly; pageable and file-backed ones, and the functions, are
-// staged through the manager's staging pool (Host().Staging()). When the
-// pool cannot give every buffer the batch wants (a host limit below two
+// staged through the manager's staging pool (Host().Staging()). Pinning
+// is dear (on a GPU about a millisecond a MiB), so a run pins late and
+// reuses: one buffer per staged array for its first chunk, the rest once
+// it has chosen its shape (which counts what pinning them costs), its
+// old buffers again at a re-cut, another batch's idle ones; the time and
+// bytes are Report.Pin and PinnedBytes (staging.go). When the pool
+// cannot give every buffer the batch wants (a host limit below two
 // chunks), the batch keeps fewer output slots and chunks ahead
 // (Report.Lag) and, if need be, fewer buffers in flight; when it cannot
 // give one per array, the chunks shrink (below).
