@@ -245,6 +245,26 @@ func (p *StagingPool) tryLocked(sizes []uint64) ([]*StagingBuffer, error) {
 		}
 		idle[j] = nil
 	}
+	made, err := p.makeLocked(sizes, taken)
+	if err != nil {
+		return nil, err
+	}
+	p.idle = slices.DeleteFunc(p.idle, func(b *StagingBuffer) bool { return slices.Contains(taken, b) || !slices.Contains(idle, b) })
+	for _, b := range taken {
+		if !slices.Contains(made, b) {
+			p.st.Reuses++
+			clear(b.data)
+		}
+		b.p = p
+	}
+	p.inUse += len(taken)
+	p.st.InUse = p.inUse
+	return taken, nil
+}
+
+// makeLocked makes a buffer of sizes[i] for each taken[i] that is nil,
+// into taken, and returns those it made; on an error it frees them.
+func (p *StagingPool) makeLocked(sizes []uint64, taken []*StagingBuffer) ([]*StagingBuffer, error) {
 	var made []*StagingBuffer
 	for i, n := range sizes {
 		if taken[i] != nil {
@@ -266,17 +286,7 @@ func (p *StagingPool) tryLocked(sizes []uint64) ([]*StagingBuffer, error) {
 		made = append(made, b)
 		taken[i] = b
 	}
-	p.idle = slices.DeleteFunc(p.idle, func(b *StagingBuffer) bool { return slices.Contains(taken, b) || !slices.Contains(idle, b) })
-	for _, b := range taken {
-		if !slices.Contains(made, b) {
-			p.st.Reuses++
-			clear(b.data)
-		}
-		b.p = p
-	}
-	p.inUse += len(taken)
-	p.st.InUse = p.inUse
-	return taken, nil
+	return made, nil
 }
 
 // mostWaste is the index of the taken buffer that holds the most bytes
