@@ -18,8 +18,12 @@ package batch
 //	lag 0, n ≥ 2: max(dev + f, w) (the writer drains behind the device)
 //	lag ≥ 1:      max(dev, f, w)  (the host fills ahead, the writer drains behind)
 //
-// plus o per chunk, and with k ≥ 2 one chunk's copies (the first
-// chunk's in and the last's out overlap nothing). Its chunk length is
+// plus o per chunk, with k ≥ 2 one chunk's copies (the first chunk's in
+// and the last's out overlap nothing), and the time to pin the staging
+// it holds beyond what the run and the pool's idle buffers hold already,
+// at the rate the pool's pinning went (on a GPU about a millisecond a
+// MiB: a slot more can cost more than the writes it hides). Its chunk
+// length is
 // the least of the device's plan for k buffers (a second buffer halves
 // it, near enough), what the
 // staging slots leave (L × Σ bytes per run × slots ≤ the staging room)
@@ -84,6 +88,26 @@ type limits struct {
 	outRun   uint64              // and of its staged outputs
 	buffers  int                 // Options.Buffers: 0 to choose, else that many
 	runsLeft int
+	held     uint64  // staging bytes the run holds now, and the pool's idle ones (reused, not pinned)
+	pinRate  float64 // seconds to pin a byte of staging, as the pool's pinning went (0: none measured)
+}
+
+// pinCost is the time pinning the staging s holds beyond what the run
+// holds now takes: its slots, no more than the chunks left, at its
+// length.
+func (l limits) pinCost(s shape) time.Duration {
+	chunks := uint64((l.runsLeft + max(s.length, 1) - 1) / max(s.length, 1))
+	bytes := (l.inRun*min(uint64(s.lag+s.k), chunks) + l.outRun*min(uint64(s.slots), chunks)) * uint64(max(s.length, 0))
+	if bytes <= l.held {
+		return 0
+	}
+	return time.Duration(float64(bytes-l.held) * l.pinRate * float64(time.Second))
+}
+
+// cost is the time s takes for the runs left: predict's, and its
+// pinning.
+func cost(f figures, l limits, s shape) time.Duration {
+	return predict(f, s, l.runsLeft) + l.pinCost(s)
 }
 
 // length is the chunk length s's resources leave (0: none).
@@ -137,7 +161,7 @@ func bestOf(f figures, l limits, k int) (shape, time.Duration) {
 			if k == 3 && (lag < 2 || s.length < l.length(shape{k: 2, lag: 1, slots: slots - 1})) {
 				continue // a third buffer for its lead of two chunks, and only where that costs no length
 			}
-			if t := predict(f, s, l.runsLeft); best.k == 0 || t < bestT {
+			if t := cost(f, l, s); best.k == 0 || t < bestT {
 				best, bestT = s, t
 			}
 		}
@@ -148,7 +172,7 @@ func bestOf(f figures, l limits, k int) (shape, time.Duration) {
 // choose picks the shape for the runs left after the probe, which ran
 // with cur; it returns cur when nothing beats it by minGain, and says why.
 func choose(f figures, l limits, cur shape) (shape, string) {
-	curT := predict(f, cur, l.runsLeft)
+	curT := cost(f, l, cur)
 	var best shape
 	var bestT time.Duration
 	for k := 1; k <= MaxBuffers; k++ {
@@ -176,6 +200,9 @@ func choose(f figures, l limits, cur shape) (shape, string) {
 	}
 	if !f.overlap {
 		costs += " (on this device copies and kernels share the host's cores: a second buffer hides nothing)"
+	}
+	if staged && l.pinRate > 0 {
+		costs += fmt.Sprintf("; pinning staging took %.3g s a GiB", l.pinRate*(1<<30))
 	}
 	switch {
 	case best.k == 0 || best.words(staged) == cur.words(staged):

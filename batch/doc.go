@@ -20,8 +20,13 @@
 // ladder), or a function that fills (Fill) or drains (Drain) a pinned
 // staging array chunk by chunk. Pinned and mapped host arrays are copied
 // from directly; pageable and file-backed ones, and the functions, are
-// staged through the manager's staging pool (Host().Staging()). When the
-// pool cannot give every buffer the batch wants (a host limit below two
+// staged through the manager's staging pool (Host().Staging()). Pinning
+// is dear (on a GPU about a millisecond a MiB), so a run pins late and
+// reuses: one buffer per staged array for its first chunk, the rest once
+// it has chosen its shape (which counts what pinning them costs), its
+// old buffers again at a re-cut, another batch's idle ones; the time and
+// bytes are Report.Pin and PinnedBytes (staging.go). When the pool
+// cannot give every buffer the batch wants (a host limit below two
 // chunks), the batch keeps fewer output slots and chunks ahead
 // (Report.Lag) and, if need be, fewer buffers in flight; when it cannot
 // give one per array, the chunks shrink (below).
@@ -81,11 +86,13 @@
 // one Part (a Batch allocated on that device's manager, declaring the
 // same arrays with the same host sides, and its Compute) per device. The
 // runs are dealt from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (at most ⌈left/2P⌉ of the runs
-// left for P devices: factoring), each device's pipeline on its own
+// each device's chunks at its own length and at most its share of half
+// the runs left by its measured rate (weighted factoring: a small probe
+// first; a device whose chunk would end after the others finish
+// everything takes no more), each device's pipeline on its own
 // goroutine locked to its OS thread; each chunk lands at its runs, so
 // the results do not depend on the dealing. The PartsReport says how many
-// chunks and runs each device took, and at what length.
+// chunks and runs each device took, at what length and at what rate.
 //
 // # Files
 //

@@ -52,6 +52,7 @@ type elastic struct {
 	auto    bool // the buffers are the run's to choose (Options.Buffers 0)
 	probe   bool // the first segment is the probe chunk
 	probing bool // the current segment is the probe chunk
+	lazy    bool // the probe is to come: the staging is one buffer per staged array
 	fig     figures
 	seg0    int       // the current segment's first chunk
 	segT    time.Time // when it began
@@ -96,6 +97,7 @@ func (r *batchRun) firstShape() error {
 	r.outSlots = r.lag + 2 // one for the writer to drain behind
 	e.pref = shape{k: r.k, lag: r.lag, slots: r.outSlots}
 	e.probe = many && (e.auto || len(r.staged()) > 0)
+	e.lazy = e.probe
 	return nil
 }
 
@@ -105,10 +107,13 @@ func (r *batchRun) mayOverlap() bool {
 }
 
 // recutDue reports whether the run should take no new chunk before a
-// re-cut; it asks the manager only when its budget changed.
+// re-cut; it asks the manager only when its budget changed. With no
+// runs left there is nothing to re-cut.
 func (r *batchRun) recutDue() bool {
 	e := &r.el
 	switch {
+	case r.q.runsLeft() == 0:
+		return false
 	case e.due:
 		return true
 	case e.probing && len(r.chunks) > e.seg0:
@@ -174,8 +179,13 @@ func (r *batchRun) planNow(k int) (int, error) {
 // limits are what bound the run's shapes now: the device's plan for
 // each count of buffers (k alone when k > 0), the staging room, the cap.
 func (r *batchRun) limits(k int) limits {
+	pool := r.b.m.Host().Staging()
+	st := pool.Stats()
 	l := limits{maxLen: r.o.MaxChunkLength, buffers: k, runsLeft: r.q.runsLeft(),
-		room: r.b.m.Host().Staging().Room() + r.stagingHeld()}
+		room: pool.Room() + r.stagingHeld(), held: r.stagingHeld() + st.Idle}
+	if st.Made > 0 {
+		l.pinRate = st.MakeTime.Seconds() / float64(st.Made) // the pool's pinning so far
+	}
 	for _, a := range r.staged() {
 		if a.dir == dirOut {
 			l.outRun += a.run
@@ -207,6 +217,18 @@ func (r *batchRun) probeTarget() (target, bool) {
 		return target{}, false
 	}
 	return target{k: best.k, stride: l.devLen[best.k], sh: &best, why: why}, true
+}
+
+// shareTarget is the re-cut a part of RunParts makes when its probe is
+// back and its shape is kept: its staging, sized for the probe, grown to
+// its share of the runs left, now that its rate is known.
+func (r *batchRun) shareTarget() (target, bool) {
+	share := min(r.capped(r.stride), r.q.longest(r.part))
+	if !r.q.shared() || len(r.staged()) == 0 || share <= r.length {
+		return target{}, false
+	}
+	return target{k: r.k, stride: r.stride, sh: &shape{k: r.k, lag: r.lag, slots: r.outSlots, length: share},
+		why: fmt.Sprintf("the probe chunk is back: this device's share of the runs left is %s, longer than the probe's", plural(share, "run"))}, true
 }
 
 // reshape sets the lead, output slots and length for the arrays as now
@@ -246,14 +268,17 @@ func (r *batchRun) recut() error {
 	}
 	t, ok := e.want, e.due
 	if e.probing {
-		e.probing = false
+		e.probing, e.lazy = false, false
 		if e.fig.runs > 0 {
 			t, ok = r.probeTarget()
+		}
+		if !ok {
+			t, ok = r.shareTarget()
 		}
 	}
 	e.due, e.want = false, target{}
 	if !ok {
-		return nil
+		return r.topUpStaging() // the slots the kept shape wants beyond the probe's
 	}
 	if err := r.ctx.Err(); err != nil {
 		return err // stopped: nothing to re-cut for
@@ -267,7 +292,7 @@ func (r *batchRun) recut() error {
 			}
 			r.rep.Recuts = append(r.rep.Recuts, Recut{At: time.Since(r.start), Chunk: len(r.chunks), From: from, To: from,
 				ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k, Why: fmt.Sprintf("%s; could not allocate again, the arrays are kept: %v", t.why, err)})
-			return nil
+			return r.topUpStaging()
 		}
 		r.stride = r.b.stride()
 	}
@@ -285,20 +310,15 @@ func (r *batchRun) recut() error {
 
 // restage gives the staging back and takes it again for chunks of want
 // runs, setting the run's length to what it got. Its old buffers, of
-// another length, are trimmed from the pool first: the pool would hand
-// one of them out again, larger than asked, to one slot and leave no
-// room for the next.
+// another length, are idle in the pool then: the new slots reuse those
+// that serve and leave room for the rest, and the others give way to new
+// ones of the new length (StagingPool.TryAcquireSet), so that no more is
+// pinned anew than the new length needs beyond the old.
 func (r *batchRun) restage(want int) error {
-	held := r.stagingHeld() > 0
 	if err := r.releaseStaging(); err != nil {
 		return fmt.Errorf("batch: re-cut: give the staging back: %w", err)
 	}
-	if held && want != r.length {
-		if err := r.b.m.Host().Staging().Trim(); err != nil {
-			return fmt.Errorf("batch: re-cut: trim the staging pool: %w", err)
-		}
-	}
-	n, err := r.acquireStaging(min(want, r.q.longest()))
+	n, err := r.acquireStaging(min(want, r.q.longest(r.part)))
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,32 @@ package batch
 // One queue. The batch's R runs are handed out in order, each chunk cut
 // from what is left at the length its taker asks for: its own (its plan
 // for its device's memory, re-cut as the budget changes), and on P
-// devices at most ⌈left/2P⌉ (factoring: Hummel, Schonberg and Flynn,
-// "Factoring: a method for scheduling parallel loops", CACM 35(8), 1992),
-// so that the chunks shrink as the queue empties and the parts finish
-// together. A batch much larger than the devices is thus cut at each
-// device's own length, a larger device's chunks the longer, and a faster
-// device takes more of them. A chunk's
+// devices at most its share of half the runs left, by rate (weighted
+// factoring: Hummel, Schonberg and Flynn, "Factoring: a method for
+// scheduling parallel loops", CACM 35(8), 1992; Hummel, Schmidt, Uma and
+// Wein, "Load-sharing in heterogeneous systems via weighted factoring",
+// SPAA 1996), so that the chunks shrink as the queue empties and the
+// parts finish together:
+//   - each part's rate is measured: the runs of its chunks done (their
+//     copies out complete) over the time since it took its first, on the
+//     queue's clock;
+//   - a part's first chunk is a probe, ⌈left/64P⌉ runs (probeShare), and
+//     the chunks it takes ahead of it one run each: a device many times
+//     slower than the others then holds little of the batch before its
+//     rate is known;
+//   - once its rate is known a part takes ⌈left × r/(2 Σr)⌉ runs, Σr over
+//     the parts still taking, each counted at its measured rate (at the
+//     taker's while not yet measured): on equal devices ⌈left/2P⌉; but
+//     at most twice its longest chunk yet (rates measured on small
+//     chunks are rough: their fixed costs weigh on them) and no fewer
+//     than the batch's first probe's runs (⌈R/64P⌉: a finer cut costs
+//     more chunks than it evens out);
+//   - a part whose chunk would end later than the other parts, at their
+//     measured rates, would finish every run left takes no more: a slow
+//     device's last chunk never sets the batch's end.
+// A batch much larger than the devices is thus cut at each device's own
+// length, a larger device's chunks the longer, and a faster device takes
+// more of them, and longer ones. A chunk's
 // outputs land at its runs of the host arrays (or in the drain
 // function's span), so the results do not depend on how the chunks were
 // cut or dealt, provided the kernel's result for a run depends on that
@@ -34,6 +54,7 @@ package batch
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -51,17 +72,50 @@ type dealtChunk struct {
 // or one for every part of RunParts. Safe for concurrent use.
 type runQueue struct {
 	runs int
+	now  func() time.Duration // the queue's clock: time since it was made (tests set their own)
 
 	mu      sync.Mutex // protects the fields below
 	lengths []int      // per part: the length it cuts at now
+	parts   []partRate // per part: what it took and did, for its rate
 	next    int        // the first run not handed out
 	taken   int        // chunks handed out
 	stopped bool
 }
 
+// partRate is what one part of a shared queue took and did.
+type partRate struct {
+	started bool
+	start   time.Duration // when it took its first chunk
+	longest int           // runs of the longest chunk it took
+	held    int           // runs taken and not yet done
+	done    int           // runs done
+	at      time.Duration // when its last chunk was done
+	out     bool          // it takes no more (the others finish sooner, or it ended)
+}
+
+// rate is the part's runs per second so far, 0 until a chunk is done.
+func (p partRate) rate() float64 {
+	if p.done == 0 || p.at <= p.start {
+		return 0
+	}
+	return float64(p.done) / (p.at - p.start).Seconds()
+}
+
+// backlog is the runs the part has yet to do of those it holds, at its
+// rate since its last chunk was done (all it holds until one is).
+func (p partRate) backlog(now time.Duration) float64 {
+	r := p.rate()
+	if r == 0 {
+		return float64(p.held)
+	}
+	return max(0, float64(p.held)-(now-p.at).Seconds()*r)
+}
+
 // newRunQueue is a queue of runs for parts takers.
 func newRunQueue(runs, parts int) *runQueue {
-	return &runQueue{runs: runs, lengths: make([]int, max(parts, 1))}
+	t0 := time.Now()
+	return &runQueue{runs: runs, lengths: make([]int, max(parts, 1)), parts: make([]partRate, max(parts, 1)),
+		now: func() time.Duration { return time.Since(t0) }}
 }
 
 // setLength says that part now cuts chunks of length runs.
@@ -72,20 +126,28 @@ func (q *runQueue) setLength(part, length int) {
 }
 
 // take cuts part's next chunk, of at most limit runs, from the runs left;
-// false when there are none. Shared by P parts, it is at most ⌈left/2P⌉
-// (factoring: the chunks shrink as the queue empties, so that the parts
-// finish together, in few chunks).
+// false when there are none, or when, shared, the part is to take no
+// more (shareLocked).
 func (q *runQueue) take(part, limit int) (dealtChunk, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	left := q.runs - q.next
-	if q.stopped || left <= 0 {
+	if q.stopped || left <= 0 || q.parts[part].out {
 		return dealtChunk{}, false
 	}
 	q.lengths[part] = limit
 	n := min(limit, left)
-	if p := len(q.lengths); p > 1 {
-		n = min(n, (left+2*p-1)/(2*p))
+	if len(q.lengths) > 1 {
+		now := q.now()
+		if n = min(n, q.shareLocked(part, left, now)); n < 1 {
+			q.parts[part].out = true
+			return dealtChunk{}, false
+		}
+		p := &q.parts[part]
+		if !p.started {
+			p.started, p.start = true, now
+		}
+		p.held, p.longest = p.held+n, max(p.longest, n)
 	}
 	ch := dealtChunk{index: q.taken, start: q.next, len: n}
 	q.next += n
@@ -93,14 +155,126 @@ func (q *runQueue) take(part, limit int) (dealtChunk, bool) {
 	return ch, true
 }
 
-// longest is the most runs a take can cut from now on: the runs left,
-// or ⌈left/2P⌉ of them shared by P parts (left only shrinks), at least 1.
-func (q *runQueue) longest() int {
+// shareLocked is the most runs part may take now of the left of a shared
+// queue (see the file's overview): its probe before its rate is known,
+// then its rate's share of half of them; 0 when its chunk would end
+// after the others finish every run left.
+func (q *runQueue) shareLocked(part, left int, now time.Duration) int {
+	n, others, measured := q.fairShareLocked(part, left)
+	self := q.parts[part]
+	if self.rate() > 0 {
+		// At most twice its longest chunk yet: rates measured on a few
+		// small chunks are rough (a chunk's fixed costs weigh on them),
+		// and a part holds little until they are not. No shorter than
+		// the first probe: a chunk's fixed costs would outweigh what a
+		// finer cut evens out.
+		n = max(min(n, 2*self.longest), ceilDiv(q.runs, probeShare*len(q.parts)))
+	}
+	if !measured || others == 0 {
+		return n
+	}
+	// When this part would end its chunk, and when the others would have
+	// done every run left (this chunk's included) and what they hold.
+	var theirs float64
+	for j, p := range q.parts {
+		if j != part && !p.out {
+			theirs += p.backlog(now)
+		}
+	}
+	if (self.backlog(now)+float64(n))/self.rate() > (float64(left)+theirs)/others {
+		return 0
+	}
+	return n
+}
+
+// fairShareLocked is part's share of the left runs of a shared queue:
+// its probe until its rate is known, then its rate's share of half of
+// them (a take may cut less: shareLocked). others is the other parts'
+// rates summed, measured whether each of them is measured (one that is
+// not counts at part's rate).
+func (q *runQueue) fairShareLocked(part, left int) (n int, others float64, measured bool) {
+	self := q.parts[part]
+	r := self.rate()
+	if r == 0 {
+		// The probe; a run that takes ahead of it (buffers in flight)
+		// gets a run until the probe is back.
+		return max(1, ceilDiv(left, probeShare*len(q.parts))-self.held), 0, false
+	}
+	measured = true
+	for j, p := range q.parts {
+		if j == part || p.out {
+			continue
+		}
+		rj := p.rate()
+		if rj == 0 {
+			rj, measured = r, false
+		}
+		others += rj
+	}
+	return int(math.Ceil(float64(left) * r / (2 * (r + others)))), others, measured
+}
+
+// done says that part's chunk of runs is done (its copies out complete).
+func (q *runQueue) done(part, runs int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.parts) < 2 {
+		return
+	}
+	p := &q.parts[part]
+	p.held -= runs
+	p.done += runs
+	p.at = q.now()
+}
+
+// ended says that part takes no more chunks (it finished or failed).
+func (q *runQueue) ended(part int) {
+	q.mu.Lock()
+	q.parts[part].out = true
+	q.mu.Unlock()
+}
+
+// rates is each part's runs per second measured so far.
+func (q *runQueue) rates() []float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make([]float64, len(q.parts))
+	for i, p := range q.parts {
+		out[i] = p.rate()
+	}
+	return out
+}
+
+// probeShare sets a part's first chunk on a queue shared by P parts:
+// ⌈left/(probeShare × P)⌉ runs. A device r times slower than the
+// fastest ends its probe after the fastest alone would have done the
+// whole batch only if r > probeShare × P (on two devices, 128 times
+// slower).
+const probeShare = 64
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// longest is the most runs part's takes may cut, as things stand: the
+// runs left, or its share of them when the queue is shared; at least 1.
+// What its staging is sized for.
+func (q *runQueue) longest(part int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	n := q.runs - q.next
-	if p := len(q.lengths); p > 1 {
-		n = (n + 2*p - 1) / (2 * p)
+	if len(q.lengths) > 1 {
+		n, _, _ = q.fairShareLocked(part, n)
+	}
+	return max(n, 1)
+}
+
+// most is the most runs any take may cut from now on: the runs left, or
+// half of them shared (a part's share is less); at least 1.
+func (q *runQueue) most() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.runs - q.next
+	if len(q.lengths) > 1 {
+		n = ceilDiv(n, 2)
 	}
 	return max(n, 1)
 }
@@ -172,7 +346,11 @@ type PartsReport struct {
 	// Parts is each part's report, in the order of the parts: Chunks is
 	// the chunks the part took, ChunksDone those back on the host, Runs
 	// their runs, ChunkLength the length it cut them at last.
-	Parts    []Report
+	Parts []Report
+	// Rates is each part's runs per second as the dealing measured them:
+	// the runs of its chunks done over the time from its first take to
+	// its last chunk done (0: none done).
+	Rates    []float64
 	BytesIn  uint64
 	BytesOut uint64
 	Wall     time.Duration
@@ -185,8 +363,9 @@ type PartsReport struct {
 // its device's manager. The batch's runs are dealt from one queue (see
 // the overview at the top of the file) to the parts as each has a
 // buffer free, each part's chunks at its own length (its plan's, capped
-// by o.MaxChunkLength, re-cut as Run's are) and at most ⌈left/2P⌉ of the
-// runs left for P parts; each part runs its chunks as Run does,
+// by o.MaxChunkLength, re-cut as Run's are) and at most its share of
+// half the runs left by its measured rate (a probe first); each part runs
+// its chunks as Run does,
 // on its own goroutine locked to its OS thread. o's fields apply to every
 // part; o.Progress is called one call at a time, counting the batch's
 // chunks.
@@ -225,6 +404,7 @@ func RunParts(ctx context.Context, parts []Part, o Options) (PartsReport, error)
 	}
 	wg.Wait()
 	rep.Wall = time.Since(t.start)
+	rep.Rates = q.rates()
 	for _, p := range rep.Parts {
 		rep.Chunks += p.Chunks
 		rep.ChunksDone += p.ChunksDone

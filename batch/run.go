@@ -163,13 +163,14 @@ type Report struct {
 	ChunksDone  int // chunks back on the host, drained
 	Runs        int // the runs of those chunks
 	RunsLeft    int // the batch's runs no part took (0 once it is done)
-	ChunkLength int // the runs of its longest chunk since its last re-cut: its length then, or ⌈left/2P⌉ of a queue shared by P parts
+	ChunkLength int // the runs of its longest chunk since its last re-cut: its length then, or its share of a queue shared with other parts
 	Buffers     int // buffers in flight at the end (fewer than asked when staging buffers ran short)
 	Lag         int // chunks the host stayed ahead of the device at the end (0 when staging buffers ran short)
 	Staged      int // arrays staged through the staging pool
 	BytesIn     uint64
 	BytesOut    uint64
-	// Wall is from the first step enqueued to the last chunk drained.
+	// Wall is from the run's start (its staging taken) to the last chunk
+	// drained.
 	Wall time.Duration
 	// Copy is the time the copy stream spent copying, Compute the time
 	// the compute steps' work ran, ExposedCopy the part of Copy during
@@ -187,6 +188,14 @@ type Report struct {
 	// staging slot not yet drained; the device may have been busy
 	// meanwhile with the chunks enqueued before).
 	Fill, Write, WriteWait time.Duration
+	// Pin is the time the run spent taking staging buffers from the
+	// manager's staging pool, at its start and at each re-cut: pinning
+	// the new ones (on a GPU about a millisecond a MiB), reusing the
+	// pool's idle ones; PinnedBytes the bytes of those it pinned anew
+	// (0 when the pool had them all: another batch's, an earlier run's).
+	// Pin is part of Wall, and of DeviceIdle.
+	Pin         time.Duration
+	PinnedBytes uint64
 	// Recuts lists each change of the chunk length or buffers between
 	// chunks, in order (elastic.go).
 	Recuts []Recut

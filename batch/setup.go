@@ -91,7 +91,7 @@ func newRun(ctx context.Context, b *Batch, compute Compute, o Options, q *runQue
 		return nil, fmt.Errorf("batch: %w", err)
 	}
 	r := &batchRun{ctx: ctx, copyCtx: context.WithoutCancel(ctx), b: b, compute: compute, o: o, progress: progress,
-		dev: b.arrays[0].client.Manager().Device(), s: s, ks: s, q: q, part: part}
+		dev: b.arrays[0].client.Manager().Device(), s: s, ks: s, q: q, part: part, start: time.Now()}
 	if r.q == nil {
 		r.q = newRunQueue(b.runs, 1)
 	}
@@ -135,18 +135,22 @@ func (r *batchRun) setUp() error {
 	if err := r.firstShape(); err != nil {
 		return err
 	}
-	// No staging for chunks longer than the queue will cut (a device
-	// sharing it with others gets at most ⌈runs/2P⌉ of them a chunk).
-	r.length = min(r.length, r.q.longest())
-	n, err := r.acquireStaging(r.length)
+	// No chunk longer than the queue will cut, and no staging for chunks
+	// longer than it cuts next (a device sharing it with others gets its
+	// share of them a chunk, its probe first).
+	r.length = min(r.length, r.q.most())
+	want := min(r.length, r.q.longest(r.part))
+	n, err := r.acquireStaging(want)
 	if err != nil {
 		return err
 	}
-	if n < r.length {
-		r.rep.Recuts = append(r.rep.Recuts, Recut{Chunk: 0, From: r.length, To: n, ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k,
-			Why: fmt.Sprintf("the staging pool had room for %s of staging, not a chunk of %s", units.Format(r.stagingHeld()), plural(r.length, "run"))})
+	if n < want {
+		r.rep.Recuts = append(r.rep.Recuts, Recut{Chunk: 0, From: want, To: n, ArraysFrom: r.stride, ArraysTo: r.stride, Buffers: r.k,
+			Why: fmt.Sprintf("the staging pool had room for %s of staging, not a chunk of %s", units.Format(r.stagingHeld()), plural(want, "run"))})
 	}
-	r.length = n
+	if len(r.staged()) > 0 {
+		r.length = n // a chunk fits its staging
+	}
 	ev := func() (device.Event, error) {
 		e, err := r.dev.NewEvent()
 		if err != nil {
@@ -226,6 +230,7 @@ func (r *batchRun) finish(err error) (Report, error) {
 			_ = r.ks.Synchronize()
 		}
 	}
+	r.q.ended(r.part)
 	var errs []error
 	if r.w != nil {
 		var busy time.Duration

@@ -3,21 +3,36 @@ package batch
 // Staging a batch through the manager's staging pool. Each staged array
 // wants lag+k buffers (an input, filled k−1 chunks ahead) or its slots
 // (an output: lag+1, one more for the writer to drain behind; run.go,
-// writer.go), each of the run's chunk length. The run takes one buffer
-// per staged array together, waiting for them if the pool is busy, then
-// as many more as the pool can give at once; with fewer than it wants it
-// keeps fewer output slots, then the host fewer chunks ahead (lag 0:
-// each chunk is waited for as soon as it is enqueued) and, if still
-// short, fewer buffers in flight. When not even one buffer per staged
-// array fits (a host limit or the RAM available below one chunk), the
-// chunk length shrinks until one does, down to one run; below that the
-// error gives the figures.
+// writer.go), each of the run's chunk length, and never more than the
+// chunks left. Pinned memory is dear (on a GPU pinning takes about a
+// millisecond a MiB), so a run pins no more than it uses, and as late as
+// it can:
+//   - before its probe chunk (elastic.go), which runs alone, it takes one
+//     buffer per staged array; the rest once the probe has picked the
+//     shape (topUpStaging, or the re-cut's restage);
+//   - it asks for all it wants at once (StagingPool.TryAcquireSet), so
+//     that the pool reuses the idle buffers that serve, and gives up
+//     those that would waste its room for new ones: a re-cut re-pins
+//     only what the new length needs more;
+//   - with fewer than it wants, it takes one buffer per staged array
+//     together, waiting for them if the pool is busy, then as many more
+//     as the pool can give at once, and keeps fewer output slots, then
+//     the host fewer chunks ahead (lag 0: each chunk is waited for as
+//     soon as it is enqueued) and, if still short, fewer buffers in
+//     flight. When not even one buffer per staged array fits (a host
+//     limit or the RAM available below one chunk), the chunk length
+//     shrinks until one does, down to one run; below that the error
+//     gives the figures.
+// The time taken and the bytes pinned anew are the report's Pin and
+// PinnedBytes.
 
 import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/internal/units"
@@ -36,16 +51,52 @@ func (r *batchRun) staged() []*batchArr {
 
 // acquireStaging fills every staged array's slots from the pool for
 // chunks of length runs, shrinking it until one buffer each fits, and
-// fits k, lag and the slots to what it got. It returns the length staged.
+// fits k, lag and the slots to what it got (unless it is taking the
+// probe's one each). It returns the length staged.
 func (r *batchRun) acquireStaging(length int) (int, error) {
 	staged := r.staged()
 	if len(staged) == 0 {
 		return length, nil
 	}
-	pool := r.b.m.Host().Staging()
-	first, length, err := r.firstSet(staged, length)
+	defer r.timePin(time.Now(), r.b.m.Host().Staging().Stats().Made)
+	got, length, err := r.takeStaging(staged, length)
 	if err != nil {
 		return 0, err
+	}
+	if !r.el.lazy {
+		r.fitToStaging(staged, counts(got, nil), length)
+	}
+	for i, a := range staged {
+		a.stage = a.stage[:0]
+		if err := r.viewStaging(a, got[i], length); err != nil {
+			releaseAll(got[i+1:])
+			return 0, err
+		}
+	}
+	return length, nil
+}
+
+// timePin adds the time since start, and the bytes the pool made since
+// it had made made0, to the report's Pin and PinnedBytes.
+func (r *batchRun) timePin(start time.Time, made0 uint64) {
+	r.rep.Pin += time.Since(start)
+	r.rep.PinnedBytes += r.b.m.Host().Staging().Stats().Made - made0
+}
+
+// takeStaging takes the buffers of the staged arrays' slots at length
+// runs: all at once if the pool has them now, or the most of them
+// fitToStaging would keep that it has; else one each (waiting, and
+// shrinking the length until they fit) and as many more as it gives.
+func (r *batchRun) takeStaging(staged []*batchArr, length int) ([][]*vram.StagingBuffer, int, error) {
+	pool := r.b.m.Host().Staging()
+	for _, want := range r.slotSteps(staged, length) {
+		if got, err := r.tryStaging(staged, want, length); got != nil || err != nil {
+			return got, length, err
+		}
+	}
+	first, length, err := r.firstSet(staged, length)
+	if err != nil {
+		return nil, 0, err
 	}
 	got := make([][]*vram.StagingBuffer, len(staged))
 	for i := range staged {
@@ -61,7 +112,7 @@ func (r *batchRun) acquireStaging(length int) (int, error) {
 			b, err := pool.TryAcquire(a.run * uint64(length))
 			if err != nil {
 				releaseAll(got)
-				return 0, fmt.Errorf("batch: staging buffer for %s: %w", a, err)
+				return nil, 0, fmt.Errorf("batch: staging buffer for %s: %w", a, err)
 			}
 			if b != nil {
 				got[i] = append(got[i], b)
@@ -69,14 +120,108 @@ func (r *batchRun) acquireStaging(length int) (int, error) {
 			}
 		}
 	}
-	r.fitToStaging(staged, got, length)
-	for i, a := range staged {
-		if err := r.viewStaging(a, got[i], length); err != nil {
-			releaseAll(got[i+1:])
-			return 0, err
+	return got, length, nil
+}
+
+// slotSteps lists the slots the staged arrays want at length runs with
+// the run's k, lag and output slots, and with each fewer that
+// fitToStaging goes down through, to one each.
+func (r *batchRun) slotSteps(staged []*batchArr, length int) [][]int {
+	k, lag, out := r.k, r.lag, r.outSlots
+	defer func() { r.k, r.lag, r.outSlots = k, lag, out }()
+	var steps [][]int
+	for {
+		want, more := make([]int, len(staged)), false
+		for i, a := range staged {
+			want[i] = r.wantSlots(a, length)
+			more = more || want[i] > 1
+		}
+		if len(steps) == 0 || !slices.Equal(want, steps[len(steps)-1]) {
+			steps = append(steps, want)
+		}
+		if !more || !r.fewerSlots() {
+			return steps
 		}
 	}
-	return length, nil
+}
+
+// tryStaging takes want[i] buffers of staged[i]'s chunk at length runs
+// for every array at once if the pool has them all now; nil if not.
+func (r *batchRun) tryStaging(staged []*batchArr, want []int, length int) ([][]*vram.StagingBuffer, error) {
+	var sizes []uint64
+	for i, a := range staged {
+		for range want[i] {
+			sizes = append(sizes, a.run*uint64(length))
+		}
+	}
+	if len(sizes) == 0 {
+		return make([][]*vram.StagingBuffer, len(staged)), nil
+	}
+	bs, err := r.b.m.Host().Staging().TryAcquireSet(sizes)
+	if err != nil {
+		return nil, fmt.Errorf("batch: staging buffers for %s: %w", stagedNames(staged, length), err)
+	}
+	if bs == nil {
+		return nil, nil
+	}
+	got := make([][]*vram.StagingBuffer, len(staged))
+	for i := range staged {
+		got[i], bs = bs[:want[i]:want[i]], bs[want[i]:]
+	}
+	return got, nil
+}
+
+// topUpStaging takes the slots the run's shape wants beyond those it
+// holds, at its length (after the probe, which ran with one each); with
+// fewer than that it fits k, lag and the slots to what it has.
+func (r *batchRun) topUpStaging() error {
+	staged := r.staged()
+	if len(staged) == 0 {
+		return nil
+	}
+	defer r.timePin(time.Now(), r.b.m.Host().Staging().Stats().Made)
+	pool := r.b.m.Host().Staging()
+	more := make([]int, len(staged))
+	for i, a := range staged {
+		more[i] = max(0, r.wantSlots(a, r.length)-len(a.stage))
+	}
+	got, err := r.tryStaging(staged, more, r.length)
+	if err != nil {
+		return err
+	}
+	if got == nil { // as many as the pool gives now
+		got = make([][]*vram.StagingBuffer, len(staged))
+		for i, a := range staged {
+			for len(got[i]) < more[i] {
+				b, err := pool.TryAcquire(a.run * uint64(r.length))
+				if err != nil || b == nil {
+					break
+				}
+				got[i] = append(got[i], b)
+			}
+		}
+	}
+	r.fitToStaging(staged, counts(got, staged), r.length)
+	for i, a := range staged {
+		if err := r.viewStaging(a, got[i], r.length); err != nil {
+			releaseAll(got[i+1:])
+			return err
+		}
+	}
+	return nil
+}
+
+// counts is how many buffers each staged array has with got: got[i]'s,
+// and the slots it holds when staged is given.
+func counts(got [][]*vram.StagingBuffer, staged []*batchArr) []int {
+	n := make([]int, len(got))
+	for i := range got {
+		n[i] = len(got[i])
+		if staged != nil {
+			n[i] += len(staged[i].stage)
+		}
+	}
+	return n
 }
 
 // firstSet takes one buffer per staged array at length runs, shrinking
@@ -127,15 +272,15 @@ func stagedNames(staged []*batchArr, length int) string {
 	return strings.Join(names, ", ")
 }
 
-// viewStaging makes a's staging slots from bufs: each a view shaped like
+// viewStaging adds to a's staging slots views of bufs: each shaped like
 // its device array with length runs along the chunk axis (freeing it
-// gives the buffer back). It releases every buffer of bufs on an error.
+// gives the buffer back), while a has fewer than it wants; the rest go
+// back. It releases every buffer of bufs on an error.
 func (r *batchRun) viewStaging(a *batchArr, bufs []*vram.StagingBuffer, length int) error {
-	a.stage = a.stage[:0]
 	shape := append([]int(nil), a.dev[0].Shape()...)
 	shape[a.axis] = length
 	for j, b := range bufs {
-		if j >= r.wantSlots(a, length) {
+		if len(a.stage) >= r.wantSlots(a, length) {
 			b.Release()
 			continue
 		}
@@ -191,9 +336,13 @@ func (r *batchRun) slots(a *batchArr) int {
 }
 
 // wantSlots is slots, but never more than the chunks left at length
-// when the run's queue is its own (a shared one may cut shorter chunks).
+// when the run's queue is its own (a shared one may cut shorter chunks),
+// and one before the probe chunk (el.lazy): it runs alone.
 func (r *batchRun) wantSlots(a *batchArr, length int) int {
-	if r.q.shared() {
+	switch {
+	case r.el.lazy:
+		return 1
+	case r.q.shared():
 		return r.slots(a)
 	}
 	return max(1, min(r.slots(a), r.q.chunksLeft(length)))
@@ -226,26 +375,38 @@ func (r *batchRun) outStage() int {
 }
 
 // fitToStaging lowers the output slots, then lag, then k, until every
-// staged array has the buffers it needs; one buffer each always suffices
-// (k = 1, lag 0, one slot).
-func (r *batchRun) fitToStaging(staged []*batchArr, got [][]*vram.StagingBuffer, length int) {
+// staged array has the buffers it needs (staged[i] has have[i]); one
+// buffer each always suffices (k = 1, lag 0, one slot).
+func (r *batchRun) fitToStaging(staged []*batchArr, have []int, length int) {
 	enough := func() bool {
 		for i, a := range staged {
-			if len(got[i]) < r.wantSlots(a, length) {
+			if have[i] < r.wantSlots(a, length) {
 				return false
 			}
 		}
 		return true
 	}
 	for !enough() {
-		switch {
-		case r.outSlots > r.lag+1:
-			r.outSlots--
-		case r.lag > 0:
-			r.lag--
-			r.outSlots = r.lag + 1
-		default:
-			r.k--
+		if !r.fewerSlots() {
+			return // one each: enough whatever they have
 		}
 	}
+}
+
+// fewerSlots lowers the run's shape by one step towards one staging
+// buffer per array: an output slot fewer, then a chunk of lead fewer,
+// then a buffer in flight fewer; false at k = 1, lag 0, one slot.
+func (r *batchRun) fewerSlots() bool {
+	switch {
+	case r.outSlots > r.lag+1:
+		r.outSlots--
+	case r.lag > 0:
+		r.lag--
+		r.outSlots = r.lag + 1
+	case r.k > 1:
+		r.k--
+	default:
+		return false
+	}
+	return true
 }

@@ -39,7 +39,6 @@ func (r *batchRun) run() (err error) {
 			err = fmt.Errorf("batch: %s: %w", where, newPanicError(p))
 		}
 	}()
-	r.start = time.Now()
 	err = r.loop()
 	if err == nil {
 		return nil
@@ -326,6 +325,7 @@ func (r *batchRun) retireUpTo(upTo int) error {
 		if err := r.streamsFailed(); err != nil {
 			return fmt.Errorf("batch: chunk %d of %d: %w", r.chunks[i].index+1, r.estimate(), err)
 		}
+		r.q.done(r.part, r.chunks[i].len) // the device's part of it is done: its rate
 		it := drainItem{i: i, ch: r.chunks[i], chunks: r.estimate()}
 		for _, a := range r.w.outs {
 			var st *vram.HostArray

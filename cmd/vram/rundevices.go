@@ -4,12 +4,12 @@
 // a goroutine of its own, and plans the whole batch on itself, which
 // gives the chunk length that fits it. The library's batch.RunParts then
 // deals the batch from one queue to whichever device has a buffer free,
-// each device's chunks at its own length (and at most ⌈left/2P⌉ of the
-// runs left for P devices, so that a batch one device holds whole is
-// still spread and the devices finish together), each device's
+// each device's chunks at its own length (and at most its share of half
+// the runs left by its measured rate, so that a batch one device holds
+// whole is still spread and the devices finish together), each device's
 // pipeline on its own goroutine locked to its OS thread (a CUDA context
 // is current per thread): a larger device cuts longer chunks, a faster
-// one takes more of them. Each chunk's inputs are drawn for its runs (fill
+// one takes more of them, and longer ones. Each chunk's inputs are drawn for its runs (fill
 // functions) and its outputs written at its runs (drain functions). A
 // run's result depends on nothing but its own parameters (runAt(seed,
 // r)), so the result is the same however the chunks were dealt: byte for
@@ -57,7 +57,7 @@ type deviceShare struct {
 	// batch gave (what its memory holds), with its budget and device
 	// arrays per chunk (BudgetBytes, BytesPerChunk); ChunkLength the runs
 	// of its longest chunk since its last re-cut (its plan's length, or
-	// less: ⌈left/2P⌉ of the runs left, a re-cut).
+	// less: its share of the runs left, a re-cut).
 	PlanChunkLength int     `json:"plan_chunk_length"`
 	BudgetBytes     uint64  `json:"budget_bytes"`
 	BytesPerChunk   uint64  `json:"bytes_per_chunk"`
@@ -66,6 +66,10 @@ type deviceShare struct {
 	Runs            int     `json:"runs"`
 	Buffers         int     `json:"buffers"`      // in flight at the end
 	BusySeconds     float64 `json:"busy_seconds"` // in its pipeline
+	// RunsPerSecond is its rate as the dealing measured it (the runs of
+	// its chunks done over the time from its first chunk taken to its
+	// last done), by which its share of the runs left was cut.
+	RunsPerSecond float64 `json:"runs_per_second"`
 	// What its pipeline ran with and its allocator did, as in the
 	// one-device report (runReport's fields of the same names).
 	CopySeconds        float64   `json:"copy_seconds"`
@@ -75,8 +79,12 @@ type deviceShare struct {
 	PeakLiveBytes      uint64    `json:"peak_live_bytes"`
 	Stats              statsJSON `json:"allocator_stats"`
 	StagingBytes       uint64    `json:"staging_bytes"`
-	BuffersInFlight    int       `json:"buffers_in_flight"`
-	Lag                int       `json:"lag"`
+	// PinSeconds and PinnedBytes: its staging taken, and pinned anew
+	// (batch.Report.Pin, PinnedBytes).
+	PinSeconds      float64 `json:"pin_seconds"`
+	PinnedBytes     uint64  `json:"pinned_bytes"`
+	BuffersInFlight int     `json:"buffers_in_flight"`
+	Lag             int     `json:"lag"`
 	// Lease is the device's lease from the node broker (--socket), if any.
 	Lease *leaseJSON `json:"lease,omitempty"`
 }
@@ -170,7 +178,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	mj := &multiJob{a: a, f: f, shape: js, status: make([]byte, 4*js.runs), prog: a.runProgress()}
 	defer mj.prog.Finish()
 	if f.out != "" {
-		j := &job{a: a, shape: js, seed: f.seed}
+		j := &job{a: a, shape: js, seed: f.seed, verifyRuns: f.verify}
 		if err := j.openOut(f.out); err != nil {
 			return err
 		}
@@ -272,6 +280,9 @@ func (mj *multiJob) run(parts []*devicePart) error {
 			pr := mr.Parts[i]
 			p.share.Chunks, p.share.Runs, p.share.ChunkLength, p.share.Buffers = pr.Chunks, p.runs, pr.ChunkLength, pr.Buffers
 			p.share.BusySeconds = pr.Wall.Seconds()
+			if i < len(mr.Rates) {
+				p.share.RunsPerSecond = mr.Rates[i]
+			}
 			p.ran(pr)
 		}
 	}
@@ -300,17 +311,12 @@ func (mj *multiJob) part(p *devicePart) (batch.Part, error) {
 		return nil
 	}
 	drainTraj := func(sp vram.Span, st *vram.HostArray) error {
+		if mj.traj != nil {
+			return mj.traj.drain(sp, st)
+		}
 		ld, data := st.Dim(2), st.Data()
 		for row := range 2 * sh.samples {
-			src := data[row*ld*4:][:sp.Len*4]
-			off := int64(row*sh.runs+sp.Start) * 4
-			if mj.traj != nil {
-				if _, err := mj.traj.f.WriteAt(src, off); err != nil {
-					return fmt.Errorf("write to %s: %w", mj.traj.path, err)
-				}
-				continue
-			}
-			copy(mj.out[off:], src)
+			copy(mj.out[(row*sh.runs+sp.Start)*4:], data[row*ld*4:][:sp.Len*4])
 		}
 		return nil
 	}
@@ -381,13 +387,7 @@ func (mj *multiJob) verify(rep *multiReport) error {
 		}
 		idx = append(idx, spans[u].Start, spans[u].Start+spans[u].Len-1)
 	}
-	for k := range want {
-		if want == 1 {
-			idx = append(idx, 0)
-			break
-		}
-		idx = append(idx, int(int64(k)*int64(sh.runs-1)/int64(want-1)))
-	}
+	idx = append(idx, spreadRuns(sh.runs, want)...)
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
 	rep.VerifiedRuns = len(idx)
@@ -409,38 +409,49 @@ func (mj *multiJob) verify(rep *multiReport) error {
 
 func (mj *multiJob) verifyRuns(idx []int) error {
 	sh := mj.shape
-	for _, i := range idx {
+	got, err := mj.samplesOf(idx)
+	if err != nil {
+		return err
+	}
+	for k, i := range idx {
 		r := runAt(mj.f.seed, sh.first+i)
 		if st := oscillator.Status(mj.status, i); st != 0 {
 			return fmt.Errorf("run %d (%s): the integration became non-finite (status %d): %w", sh.first+i, describeRun(r), st, errVerify)
 		}
-		var got []oscillator.Sample
-		var err error
-		if mj.traj != nil {
-			got, err = mj.traj.run(i)
-		} else {
-			got, err = oscillator.Decode(mj.out, sh.runs, sh.samples, i)
-		}
-		if err != nil {
-			return err
-		}
 		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
-		if err := oscillator.Verify(got, want); err != nil {
+		if err := oscillator.Verify(got[k], want); err != nil {
 			return fmt.Errorf("run %d (%s): %v: %w", sh.first+i, describeRun(r), err, errVerify)
 		}
 	}
 	return nil
 }
 
+// samplesOf is the trajectories of the runs idx (sorted, without
+// repeats): from the --out file, or the results in memory.
+func (mj *multiJob) samplesOf(idx []int) ([][]oscillator.Sample, error) {
+	if mj.traj != nil {
+		return mj.traj.samplesOf(idx)
+	}
+	out := make([][]oscillator.Sample, len(idx))
+	for k, i := range idx {
+		var err error
+		if out[k], err = oscillator.Decode(mj.out, mj.shape.runs, mj.shape.samples, i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 // devicesHelp is the part of `vram run --help` about --devices.
 const devicesHelp = `--devices runs the batch on several devices of this process: all (every
 CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4).
 Each device has its own memory manager and cuts chunks of its own plan's
-length, dealt from one queue to whichever device is free (at most
-⌈left/2P⌉ of the runs left for P devices, so that the devices finish
-together): a larger device cuts longer chunks, a faster one takes more.
-The results, and --out,
-are the same as on one device. --kernel-delay D makes each kernel take
+length, dealt from one queue to whichever device is free: a small probe
+chunk first, then at most its share of half the runs left by the rate it
+was measured at (weighted factoring), and no chunk for a device that
+would end it after the others finish everything, so that the devices
+finish together: a larger device cuts longer chunks, a faster one takes
+more. The results, and --out, are the same as on one device. --kernel-delay D makes each kernel take
 D per run longer (on the simulator, to see the scaling on a small CPU).
 
 `

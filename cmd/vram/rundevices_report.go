@@ -20,6 +20,7 @@ func (p *devicePart) ran(br batch.Report) {
 	s := &p.share
 	s.CopySeconds, s.ComputeSeconds, s.ExposedCopySeconds = br.Copy.Seconds(), br.Compute.Seconds(), br.ExposedCopy.Seconds()
 	s.BuffersInFlight, s.Lag = br.Buffers, br.Lag
+	s.PinSeconds, s.PinnedBytes = br.Pin.Seconds(), br.PinnedBytes
 	kind, ar := p.m.Account().Report()
 	s.Allocator = kind.String()
 	if ar.Allocator != "" {
@@ -51,8 +52,8 @@ func (a *app) printMulti(r multiReport) error {
 	}
 	fmt.Fprintf(w, "devices      %d, dealt %s from one queue\n", len(r.Devices), plural(r.Chunks, "chunk"))
 	for i, d := range r.Devices {
-		fmt.Fprintf(w, "  %-3d        %s, %s kernel: %s (%s), up to %s a chunk, %s, %.2f s busy\n", i, d.Device, d.Kernel,
-			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds)
+		fmt.Fprintf(w, "  %-3d        %s, %s kernel: %s (%s), up to %s a chunk, %s, %.2f s busy, %s runs/s\n", i, d.Device, d.Kernel,
+			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds, rate(d.RunsPerSecond))
 	}
 	printMultiLines(w, r)
 	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
@@ -106,7 +107,8 @@ func printMultiLines(w io.Writer, r multiReport) {
 		limit = fmt.Sprintf(" under --host-mem %s", units.Format(r.HostLimitBytes))
 	}
 	fmt.Fprintf(w, "host         staged through pinned buffers%s: %s\n", limit, each(func(d deviceShare) string {
-		return fmt.Sprintf("%s of staging, %s in flight, the host %s ahead", units.Format(d.StagingBytes), plural(d.BuffersInFlight, "buffer"), plural(d.Lag, "chunk"))
+		return fmt.Sprintf("%s of staging (%s pinned in %.2f s), %s in flight, the host %s ahead", units.Format(d.StagingBytes),
+			units.Format(d.PinnedBytes), d.PinSeconds, plural(d.BuffersInFlight, "buffer"), plural(d.Lag, "chunk"))
 	}))
 	for i, d := range r.Devices {
 		if d.Lease != nil {

@@ -207,6 +207,8 @@ type job struct {
 
 	hInit, hParams, hOut, hStatus *vram.HostArray // full-length, on the host ladder; hOut nil with --out
 	outPath                       string          // --out ("": none)
+	verifyRuns                    int             // --verify: runs checked, spread over the batch, besides each chunk's first and last
+	hostArraysTime                time.Duration   // making the host arrays (set-up)
 	traj                          *trajFile       // --out, once made; nil without
 	rungs                         map[string]string
 }
@@ -261,7 +263,7 @@ func (a *app) runOneDevice(f runFlags, js jobShape, start time.Time) (err error)
 		return fmt.Errorf("load the oscillator kernel: %w", err)
 	}
 	j := &job{a: a, shape: js, seed: f.seed, m: m, dev: rd.dev, kernel: kern, prog: prog, rungs: map[string]string{},
-		outPath: f.out}
+		outPath: f.out, verifyRuns: f.verify}
 	// The --out file, made once the plan is known (allocate).
 	defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	ms, err := a.startMetrics(f, m)
@@ -326,6 +328,7 @@ func (a *app) finishReport(rep any, print func() error, verr error) error {
 // interrupt is an error saying how far the job got.
 func (j *job) runBatch(rep *runReport, buffers int, start time.Time) error {
 	rep.SetupSeconds = time.Since(start).Seconds() // the job until now
+	rep.HostArraysSeconds = j.hostArraysTime.Seconds()
 	j.phase("run the batch")
 	br, err := j.pipeline(buffers)
 	ctxErr := j.a.ctx.Err()
@@ -415,6 +418,9 @@ func (j *job) check(want int, rep *runReport) error {
 	rep.Stats = toStatsJSON(st)
 	rep.PeakDeviceBytes = st.PeakReserved
 	rep.PeakLiveBytes = st.PeakInUse
+	if pc, ok := j.dev.(pinnedCounter); ok {
+		_, rep.PinnedPeakBytes = pc.PinnedBytes()
+	}
 	return verr
 }
 
@@ -431,9 +437,11 @@ func (j *job) allocate(buffers int) error {
 			return err
 		}
 	}
+	made := time.Now()
 	if err := j.makeHostArrays(); err != nil {
 		return err
 	}
+	j.hostArraysTime = time.Since(made)
 	j.phase("fill the inputs")
 	n := j.shape.runs
 	init, params := j.hInit.Float32s(), j.hParams.Float32s()

@@ -23,10 +23,9 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
+	"sync"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
@@ -44,7 +43,11 @@ type trajFile struct {
 	runs, samples int
 	// done puts the file in place (a part, then its manifest), or with
 	// failed set removes it, leaving what was at the path as it was.
-	done func(failed bool) error
+	done   func(failed bool) error
+	spread []int // runs read back wherever they fall (keepRuns), sorted
+
+	mu   sync.Mutex                  // protects kept
+	kept map[int][]oscillator.Sample // runs read back as their chunks were written (readBack)
 }
 
 // trajHeader is the header of the trajectories of runs runs: float32,
@@ -73,7 +76,8 @@ func createTrajFile(path string, runs, samples int) (*trajFile, error) {
 }
 
 // drain writes chunk sp's trajectories, the first sp.Len runs of each row
-// of the staging array [samples, 2, chunk length], into the file.
+// of the staging array [samples, 2, chunk length], into the file, and
+// reads back the runs of it to verify (readBack).
 func (t *trajFile) drain(sp vram.Span, stage *vram.HostArray) error {
 	ld := stage.Dim(2)
 	data := stage.Data()
@@ -83,36 +87,23 @@ func (t *trajFile) drain(sp vram.Span, stage *vram.HostArray) error {
 			return fmt.Errorf("write runs %d-%d to %s: %w", sp.Start, sp.Start+sp.Len-1, t.path, err)
 		}
 	}
-	return nil
+	return t.readBack(sp)
 }
 
-// run reads run i's samples back from the file.
-func (t *trajFile) run(i int) ([]oscillator.Sample, error) {
-	s := make([]oscillator.Sample, t.samples)
-	var b [4]byte
-	for k := range s {
-		for v := range 2 {
-			if _, err := t.f.ReadAt(b[:], int64((2*k+v)*t.runs+i)*4); err != nil {
-				return nil, fmt.Errorf("read run %d back from %s: %w", i, t.path, err)
-			}
-			x := float64(math.Float32frombits(binary.LittleEndian.Uint32(b[:])))
-			if v == 0 {
-				s[k].X = x
-			} else {
-				s[k].V = x
-			}
+// runsSamples is the trajectories of the runs idx (sorted, without
+// repeats): from the --out file, or the host array.
+func (j *job) runsSamples(idx []int) ([][]oscillator.Sample, error) {
+	if j.traj != nil {
+		return j.traj.samplesOf(idx)
+	}
+	out := make([][]oscillator.Sample, len(idx))
+	for k, i := range idx {
+		var err error
+		if out[k], err = oscillator.Decode(j.hOut.Data(), j.shape.runs, j.shape.samples, i); err != nil {
+			return nil, err
 		}
 	}
-	return s, nil
-}
-
-// runSamples is run i's trajectory: from the --out file, or the host
-// array.
-func (j *job) runSamples(i int) ([]oscillator.Sample, error) {
-	if j.traj != nil {
-		return j.traj.run(i)
-	}
-	return oscillator.Decode(j.hOut.Data(), j.shape.runs, j.shape.samples, i)
+	return out, nil
 }
 
 // hostArray makes a host array on the rung the manager's ladder picks.

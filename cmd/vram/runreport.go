@@ -69,9 +69,21 @@ type runReport struct {
 	// WriteWaitSeconds what of it the pipeline waited for, FillSeconds
 	// the time spent filling staged inputs. SetupSeconds is the job from
 	// its start to the batch's (device, allocation, host arrays, inputs),
-	// VerifySeconds the check after it: with the batch's copy, kernel
-	// and write figures they account for WallSeconds.
-	WriteSeconds float64 `json:"write_seconds"`
+	// of which HostArraysSeconds making the host arrays (pinning them, on
+	// the pinned rung), VerifySeconds the check after it: SetupSeconds,
+	// BatchSeconds and VerifySeconds account for WallSeconds.
+	WriteSeconds      float64 `json:"write_seconds"`
+	HostArraysSeconds float64 `json:"host_arrays_seconds"`
+	// PinSeconds is the part of BatchSeconds the batch spent taking its
+	// staging buffers (pinning new ones, at its start and its re-cuts),
+	// PinnedBytes the bytes it pinned anew (batch.Report.Pin,
+	// PinnedBytes).
+	PinSeconds  float64 `json:"pin_seconds"`
+	PinnedBytes uint64  `json:"pinned_bytes"`
+	// PinnedPeakBytes is the most host memory the job had pinned at once
+	// (host arrays and staging: what it asked for), where the device
+	// counts it (pinnedCounter: the simulator); 0 where it does not.
+	PinnedPeakBytes uint64 `json:"pinned_peak_bytes,omitempty"`
 	// DeviceIdleSeconds is the batch's time with the device neither
 	// copying nor computing (batch.Report.DeviceIdle).
 	DeviceIdleSeconds float64 `json:"device_idle_seconds"`
@@ -120,6 +132,12 @@ type runReport struct {
 	Lease *leaseJSON `json:"lease,omitempty"`
 }
 
+// pinnedCounter is a device that counts the pinned host memory it hands
+// out (sim.Device.PinnedBytes): the bytes live now and the most at once.
+type pinnedCounter interface {
+	PinnedBytes() (live, peak uint64)
+}
+
 // recutJSON is one batch.Recut.
 type recutJSON struct {
 	AtSeconds float64 `json:"at_seconds"`
@@ -138,6 +156,7 @@ type recutJSON struct {
 // its writes, its chunks and each change of their length.
 func (r *runReport) pipelineReport(br batch.Report) {
 	r.WriteSeconds, r.WriteWaitSeconds, r.FillSeconds = br.Write.Seconds(), br.WriteWait.Seconds(), br.Fill.Seconds()
+	r.PinSeconds, r.PinnedBytes = br.Pin.Seconds(), br.PinnedBytes
 	r.DeviceIdleSeconds = br.DeviceIdle.Seconds()
 	r.ChunksRun, r.RunChunkLength, r.BufferChoice = br.Chunks, br.ChunkLength, br.BufferChoice
 	for _, c := range br.Recuts {
@@ -240,8 +259,8 @@ func printPipeline(w io.Writer, r runReport) {
 	if r.BufferChoice != "" {
 		fmt.Fprintf(w, "buffers      %s\n", r.BufferChoice)
 	}
-	fmt.Fprintf(w, "time         %.2f s in all: %.2f s of set-up, %.2f s for the batch (%s runs/s), %.2f s to verify\n",
-		r.WallSeconds, r.SetupSeconds, r.BatchSeconds, rate(r.RunsPerSecond), r.VerifySeconds)
+	fmt.Fprintf(w, "time         %.2f s in all: %.2f s of set-up (%.2f s making the host arrays), %.2f s for the batch (%s runs/s; %.2f s pinning %s of staging), %.2f s to verify\n",
+		r.WallSeconds, r.SetupSeconds, r.HostArraysSeconds, r.BatchSeconds, rate(r.RunsPerSecond), r.PinSeconds, units.Format(r.PinnedBytes), r.VerifySeconds)
 	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels, %.2f s of writes, %.2f s filling; %.2f s of copying not hidden by a kernel, the device idle %.2f s\n",
 		r.CopySeconds, r.ComputeSeconds, r.WriteSeconds, r.FillSeconds, r.ExposedCopySeconds, r.DeviceIdleSeconds)
 }

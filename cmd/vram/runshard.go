@@ -116,6 +116,15 @@ func shardSource(s shard.Shard) string {
 // manifest left by an earlier try of the shard stay as they were until
 // this one has succeeded.
 func (j *job) openOut(out string) error {
+	if err := j.createOut(out); err != nil {
+		return err
+	}
+	j.traj.keepRuns(spreadRuns(j.shape.runs, j.verifyRuns))
+	return nil
+}
+
+// createOut makes the --out file, or with a shard its part, into j.traj.
+func (j *job) createOut(out string) error {
 	sh := j.shape
 	if !sh.parted() {
 		var err error

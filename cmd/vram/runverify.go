@@ -40,16 +40,7 @@ func checkStable(dt float64, runs int, seed uint64) error {
 // verifyIndices picks up to want runs spread evenly over the batch, plus
 // the first and last run of every chunk.
 func (j *job) verifyIndices(want int) []int {
-	n := j.shape.runs
-	want = min(want, n)
-	idx := make([]int, 0, want+2*len(j.chunkSpans()))
-	for k := range want {
-		if want == 1 {
-			idx = append(idx, 0)
-			break
-		}
-		idx = append(idx, int(int64(k)*int64(n-1)/int64(want-1)))
-	}
+	idx := spreadRuns(j.shape.runs, want)
 	for _, sp := range j.chunkSpans() {
 		idx = append(idx, sp.Start, sp.Start+sp.Len-1)
 	}
@@ -62,18 +53,18 @@ func (j *job) verifyIndices(want int) []int {
 func (j *job) verify(want int) (int, error) {
 	idx := j.verifyIndices(want)
 	status, sh := j.hStatus.Data(), j.shape
-	for _, i := range idx {
+	got, err := j.runsSamples(idx)
+	if err != nil {
+		return len(idx), err
+	}
+	for k, i := range idx {
 		r := runAt(j.seed, j.shape.first+i)
 		if st := oscillator.Status(status, i); st != 0 {
 			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): the integration became non-finite (NaN or ±Inf; status %d): %w",
 				sh.first+i, describeRun(r), j.chunkOf(i)+1, len(j.chunkSpans()), st, errVerify)
 		}
-		got, err := j.runSamples(i)
-		if err != nil {
-			return len(idx), err
-		}
 		want := oscillator.ReferenceRun(r, sh.dt, int(sh.steps), int(sh.every))
-		if err := oscillator.Verify(got, want); err != nil {
+		if err := oscillator.Verify(got[k], want); err != nil {
 			return len(idx), fmt.Errorf("run %d (%s, chunk %d of %d): %v: %w", sh.first+i, describeRun(r), j.chunkOf(i)+1, len(j.chunkSpans()), err, errVerify)
 		}
 	}

@@ -185,6 +185,7 @@ type hostRec struct {
 	n   uint64
 	ptr device.Ptr
 	id  uint64
+	mem []byte // the whole mapping (hostBufMap), for hostBufUnmap
 }
 
 // Device is a simulated GPU. It implements device.Device and every
@@ -218,8 +219,9 @@ type Device struct {
 	host        map[*byte]hostRec  // live pinned buffers by first byte
 	hostFreed   map[uintptr]uint64 // recently freed host buffers (first byte → id)
 	hostFreedQ  []uintptr
-	oldHost     map[uintptr]bool // host buffers of earlier generations
-	pinnedBytes uint64           // bytes of live pinned host buffers
+	oldHost     map[uintptr][]byte // mappings of host buffers of earlier generations, by first byte, until their HostFree
+	pinnedBytes uint64             // bytes of live pinned host buffers
+	pinnedPeak  uint64             // the most pinnedBytes has been
 	pool        pool
 	vm          vmState // virtual memory (vmm.go)
 	def         *stream
@@ -619,8 +621,8 @@ func (d *Device) Reset() error {
 		return fmt.Errorf("%v: reset: %w", d, err)
 	}
 	old := d.streamsLocked(make([]*stream, 0, len(d.streams)+1))
-	for k := range d.host {
-		d.oldHostAdd(k)
+	for k, h := range d.host {
+		d.oldHostAdd(k, h.mem)
 	}
 	d.old = append(d.old, d.rg)
 	if len(d.old) > keepGenerations {
@@ -655,11 +657,11 @@ func (d *Device) Reset() error {
 // the first.
 func (d *Device) Generation() uint64 { return d.gen.Load() }
 
-func (d *Device) oldHostAdd(k *byte) {
+func (d *Device) oldHostAdd(k *byte, mem []byte) {
 	if d.oldHost == nil {
-		d.oldHost = map[uintptr]bool{}
+		d.oldHost = map[uintptr][]byte{}
 	}
-	d.oldHost[addrOf(k)] = true
+	d.oldHost[addrOf(k)] = mem
 }
 
 // Close waits for the work on every stream, then releases everything.
@@ -668,7 +670,10 @@ func (d *Device) oldHostAdd(k *byte) {
 // If memory was still allocated (Malloc, MallocAsync or pinned host
 // buffers), Close still releases it and returns a *LeakError (matching
 // ErrLeak) whose report lists it; streams and events left open are listed
-// in the report but are not an error. Closing twice returns ErrClosed.
+// in the report but are not an error. Pinned host buffers not freed,
+// this generation's or an earlier one's, are unmapped as the CUDA
+// backend's are: their Data must not be used after Close. Closing twice
+// returns ErrClosed.
 func (d *Device) Close() error {
 	// Closed is set under d.mu, where NewStream and Reset check it before
 	// they start a stream, so the streams listed here are all there will
@@ -695,7 +700,13 @@ func (d *Device) Close() error {
 	rep := d.leaksLocked()
 	d.live.clear()
 	d.ghosts.clear()
-	d.host = nil
+	for _, h := range d.host {
+		hostBufUnmap(h.mem)
+	}
+	for _, mem := range d.oldHost {
+		hostBufUnmap(mem)
+	}
+	d.host, d.oldHost, d.pinnedBytes = nil, nil, 0
 	d.pool = pool{}
 	releaseVMHosts(d.vmHostsLocked())
 	d.vm = vmState{}

@@ -36,7 +36,10 @@
 //     free, or an invalid pointer if never mapped), and Faults.FailMapAt
 //     fails a Map. VMUsage reports reserved, physical and mapped bytes.
 //   - Pinned host memory, mapped or not (HostAlloc), made resident when
-//     allocated as pinning does, so copies do not pay its page faults.
+//     allocated as pinning does, so copies do not pay its page faults;
+//     off the Go heap (a mapping of its own, with transparent huge pages
+//     from 2 MiB), so HostFree gives it back to the host at once and a
+//     program's RSS follows what it has pinned (PinnedBytes).
 //   - Kernels written as Go functions (LaunchFunc), run over the host's
 //     cores.
 //   - The host's view of device memory (HostBytes, hostbytes.go), checked

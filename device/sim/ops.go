@@ -332,7 +332,8 @@ func (v *view) Bytes(p device.Ptr, n uint64) ([]byte, error) {
 // address space) through which copies and kernels reach the same bytes.
 // Pinned memory takes nothing from the device's memory. The bytes are
 // real host memory even on an address-only device, every page resident
-// when HostAlloc returns.
+// when HostAlloc returns, and off the Go heap (hostBufMap): HostFree
+// gives them back to the host at once.
 func (d *Device) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
 	b, err := d.hostAlloc(n, mapped)
 	if err == nil {
@@ -345,8 +346,8 @@ func (d *Device) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
 // (4 KiB apart reaches every page of any larger size too), so the page
 // faults of first use are taken here, by the allocation, and not by the
 // copies that use b, which a DMA engine makes without the host's CPU.
-// Fresh large slices come from the OS untouched: a first copy into 200 MB
-// of them took 4× as long as the next.
+// Fresh mappings come from the OS untouched: a first copy into 200 MB of
+// them took 4× as long as the next.
 func pin(b []byte) {
 	const page = 4096
 	for i := 0; i < len(b); i += page {
@@ -376,28 +377,49 @@ func (d *Device) hostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
 		return device.HostBuffer{}, fmt.Errorf("%v: host alloc %s: %s of the %s pinned-memory limit is in use (Config.PinnedLimit, spec pinned=): %w",
 			d, units.Format(n), units.Format(d.pinnedBytes), units.Format(d.cfg.PinnedLimit), device.ErrOutOfMemory)
 	}
-	data := make([]byte, n)
+	var va uint64
+	if mapped {
+		if va, ok = d.va.alloc(span); !ok {
+			return device.HostBuffer{}, fmt.Errorf("%v: host alloc %s mapped: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
+		}
+	}
+	mem, err := hostBufMap(n)
+	if err != nil {
+		if mapped {
+			d.va.release(va, span)
+		}
+		return device.HostBuffer{}, fmt.Errorf("%v: host alloc %s: the host refused the memory (%v): %w", d, units.Format(n), err, device.ErrOutOfMemory)
+	}
+	data := mem[:n:n]
 	d.nextID++
 	buf := device.HostBuffer{Data: data}
 	if mapped {
-		a, ok := d.va.alloc(span)
-		if !ok {
-			return device.HostBuffer{}, fmt.Errorf("%v: host alloc %s mapped: address space exhausted: %w", d, units.Format(n), device.ErrOutOfMemory)
-		}
-		d.live.insert(a, 0, span, rec{kind: kMapped, size: n, id: d.nextID, mem: preset(data)})
-		d.dropGhostsLocked(a, span)
-		buf.DevicePtr = device.Ptr(a)
+		d.live.insert(va, 0, span, rec{kind: kMapped, size: n, id: d.nextID, mem: preset(data)})
+		d.dropGhostsLocked(va, span)
+		buf.DevicePtr = device.Ptr(va)
 	}
-	d.host[&data[0]] = hostRec{n: n, ptr: buf.DevicePtr, id: d.nextID}
+	d.host[&data[0]] = hostRec{n: n, ptr: buf.DevicePtr, id: d.nextID, mem: mem}
 	d.pinnedBytes += n
+	d.pinnedPeak = max(d.pinnedPeak, d.pinnedBytes)
 	delete(d.hostFreed, addrOf(&data[0]))
 	return buf, nil
 }
 
+// PinnedBytes is the bytes of pinned host memory live now (HostAlloc'd
+// and not freed, of this generation) and the most that were live at
+// once since the device was made: what programs on it asked to pin.
+func (d *Device) PinnedBytes() (live, peak uint64) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.pinnedBytes, d.pinnedPeak
+}
+
 func addrOf(p *byte) uintptr { return uintptr(unsafe.Pointer(p)) }
 
-// HostFree releases a buffer from HostAlloc. Like cuMemFreeHost it first
-// waits for all work enqueued on the device's streams.
+// HostFree releases a buffer from HostAlloc, unmapping its memory. Like
+// cuMemFreeHost it first waits for all work enqueued on the device's
+// streams. A buffer made before a Reset is unmapped too, and the error
+// wraps device.ErrInvalidated.
 func (d *Device) HostFree(b device.HostBuffer) error {
 	if d.closed.Load() {
 		return d.errClosed("host free")
@@ -409,25 +431,36 @@ func (d *Device) HostFree(b device.HostBuffer) error {
 		return err
 	}
 	d.quiesce()
+	mem, err := d.hostFree(b)
+	if mem != nil {
+		hostBufUnmap(mem) // outside the lock: unmapping takes a while
+	}
+	return err
+}
+
+// hostFree takes b off the device's books and returns its mapping, to
+// be unmapped (nil when there is none to unmap).
+func (d *Device) hostFree(b device.HostBuffer) ([]byte, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed.Load() {
-		return d.errClosed("host free")
+		return nil, d.errClosed("host free")
 	}
 	key := &b.Data[0]
 	h, ok := d.host[key]
 	if !ok {
 		if id, freed := d.hostFreed[addrOf(key)]; freed {
-			return fmt.Errorf("%v: host free of %s buffer #%d: already freed: %w", d, units.Format(uint64(len(b.Data))), id, device.ErrDoubleFree)
+			return nil, fmt.Errorf("%v: host free of %s buffer #%d: already freed: %w", d, units.Format(uint64(len(b.Data))), id, device.ErrDoubleFree)
 		}
-		if d.oldHost[addrOf(key)] {
-			return fmt.Errorf("%v: host free: the buffer was allocated before a device reset: %w", d, device.ErrInvalidated)
+		if mem, old := d.oldHost[addrOf(key)]; old {
+			delete(d.oldHost, addrOf(key))
+			return mem, fmt.Errorf("%v: host free: the buffer was allocated before a device reset: %w", d, device.ErrInvalidated)
 		}
-		return fmt.Errorf("%v: host free of a %s buffer that HostAlloc did not return (or a slice of one): %w",
+		return nil, fmt.Errorf("%v: host free of a %s buffer that HostAlloc did not return (or a slice of one): %w",
 			d, units.Format(uint64(len(b.Data))), device.ErrInvalidPointer)
 	}
 	if h.ptr != b.DevicePtr {
-		return fmt.Errorf("%v: host free: buffer #%d has device address %v, not %v: %w", d, h.id, h.ptr, b.DevicePtr, device.ErrInvalidPointer)
+		return nil, fmt.Errorf("%v: host free: buffer #%d has device address %v, not %v: %w", d, h.id, h.ptr, b.DevicePtr, device.ErrInvalidPointer)
 	}
 	delete(d.host, key)
 	d.pinnedBytes -= h.n
@@ -447,5 +480,5 @@ func (d *Device) HostFree(b device.HostBuffer) error {
 		d.hostFreedQ = d.hostFreedQ[1:]
 		delete(d.hostFreed, old)
 	}
-	return nil
+	return h.mem, nil
 }
