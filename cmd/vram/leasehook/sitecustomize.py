@@ -36,10 +36,12 @@ one, through a finder first on sys.meta_path.
 
 A limit the program sets itself afterwards replaces the hook's. Every
 failure of the hook is one line on stderr and leaves the import as it was.
+The hook imports nothing at startup beyond os and sys (re and importlib's
+helpers only when a framework is imported): every Python the command
+starts runs it.
 """
 
 import os
-import re
 import sys
 
 _PREFIX = "vram lease: "
@@ -66,6 +68,8 @@ TORCH_KEY_SINCE = (2, 10)  # the first release whose allocator configuration kno
 def torch_version(spec):
     """(major, minor) of the torch package spec finds, from its version.py
     (read, not imported), or None."""
+    import re
+
     for d in spec.submodule_search_locations or ():
         try:
             with open(os.path.join(d, "version.py")) as f:
@@ -89,6 +93,8 @@ def torch_conf_name():
 def torch_conf(conf, fraction):
     """conf with per_process_memory_fraction set to fraction, or kept where
     it is lower; its other options as they were."""
+    import re
+
     m = re.search(TORCH_KEY + r"\s*:\s*([0-9.eE+-]+)", conf)
     if m:
         try:
@@ -103,6 +109,8 @@ def torch_conf(conf, fraction):
 def torch_before(spec, lease):
     """Sets the allocator configuration's key where the PyTorch about to
     load knows it; returns whether it did."""
+    import re
+
     name = torch_conf_name()
     conf = os.environ.get(name, "")
     v = torch_version(spec)
@@ -249,15 +257,15 @@ class LeaseFinder:
 
 def _chain():
     """Runs the sitecustomize this one hides, the next on sys.path."""
-    import importlib.machinery
-    import importlib.util
+    import importlib.machinery  # loaded already: site imports through it
 
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is None or spec.loader is None:
         return
-    module = importlib.util.module_from_spec(spec)
+    module = type(sys)(spec.name)  # importlib.util.module_from_spec, without importing it
+    module.__spec__, module.__loader__, module.__file__ = spec, spec.loader, spec.origin
     sys.modules["sitecustomize"] = module
     spec.loader.exec_module(module)
 
