@@ -240,7 +240,7 @@ void vram_torch_empty_cache(void);
  * NULL is cudaErrorMemoryAllocation). So vram_torch_pool_alloc returns
  * NULL when it cannot allocate, as vram_alloc_on_device refuses (the
  * message is the last error's; it is not a hook error): PyTorch then
- * frees the pool's cached blocks, asks again, and raises its
+ * frees its other cached blocks, asks again, and raises its
  * OutOfMemoryError. A request of 0 bytes returns NULL.
  */
 void *vram_torch_pool_alloc(size_t size, int device, void *stream);

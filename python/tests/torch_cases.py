@@ -1,8 +1,7 @@
 """vram.torch's routes against the stand-in of PyTorch (standins/torch),
 run by test_torch.py in a child python3 whose path finds the stand-in
 first: the MemPool route's segments from vram's pool and budget, PyTorch's
-own statistics, and a refusal as PyTorch's OutOfMemoryError after it has
-freed what its pool caches."""
+own statistics, its cache, and a refusal as PyTorch's OutOfMemoryError."""
 
 import gc
 import unittest
@@ -29,8 +28,6 @@ class TestMemPool(unittest.TestCase):
 
     def test_segments_from_vram(self):
         pool = vram.torch.mempool()
-        self.assertIs(pool, vram.torch.mempool(0), "one pool a device")
-        self.assertIs(pool.allocator.alloc_fn, pool.allocator.alloc_fn)
         with torch.cuda.use_mem_pool(pool):
             a = torch.empty(3 * MiB)  # a 4 MiB segment
             b = torch.empty(100)      # a 2 MiB one
@@ -39,35 +36,42 @@ class TestMemPool(unittest.TestCase):
         st = torch.cuda.memory_stats()
         self.assertEqual(st["reserved_bytes.all.current"], 6 * MiB + 6 * MiB, "PyTorch's statistics count both")
         del a, b, c
-        self.assertEqual(self.torch_in_use(), 6 * MiB, "freed tensors' segments stay in PyTorch's cache")
+        self.assertEqual(self.torch_in_use(), 6 * MiB, "freed tensors' segments stay in the pool's cache")
         torch.cuda.empty_cache()
-        self.assertEqual(self.torch_in_use(), 0, "empty_cache gives them back to vram")
+        self.assertEqual(self.torch_in_use(), 6 * MiB, "a live pool keeps its cache")
+        del pool
+        torch.cuda.empty_cache()
+        self.assertEqual(self.torch_in_use(), 0, "a dropped pool's segments go back to vram")
 
-    def test_refusal_after_the_cache(self):
+    def test_refusal(self):
         pool = vram.torch.mempool()
         with torch.cuda.use_mem_pool(pool):
-            a = torch.empty(8 * MiB)
-            del a  # 8 MiB cached by PyTorch's pool
-            # 12 MiB: vram refuses (8 + 12 > 16), PyTorch frees its cache
-            # and asks again, and it fits.
-            b = torch.empty(12 * MiB)
-            self.assertEqual(self.torch_in_use(), 12 * MiB)
+            a = torch.empty(12 * MiB)
             with self.assertRaises(torch.OutOfMemoryError):
-                torch.empty(6 * MiB)  # 12 + 6 > 16, nothing cached to free
-            del b
+                torch.empty(6 * MiB)  # 12 + 6 > 16: NULL, and PyTorch's error, not a C++ exception
+            b = torch.empty(4 * MiB)  # 12 + 4 fits
+            del a, b
+            with self.assertRaises(torch.OutOfMemoryError):
+                torch.empty(14 * MiB)  # the pool's 16 MiB cached count: PyTorch keeps them
         self.assertIn("cap", vram.oom_report(), "vram's side of the refusal")
+        del pool
+        torch.cuda.empty_cache()
+        self.assertEqual(self.torch_in_use(), 0)
 
     def test_device_spec(self):
-        self.assertIs(vram.torch.mempool("cuda:0"), vram.torch.mempool(torch.device("cuda")))
+        for d in (None, 0, "cuda", "cuda:0", torch.device("cuda")):
+            self.assertIsInstance(vram.torch.mempool(d), torch.cuda.MemPool)
         with self.assertRaises(ValueError):
             vram.torch.mempool("cpu")
+        with self.assertRaisesRegex(vram.VramError, "device 1"):
+            vram.torch.mempool(1)  # no manager open there
 
     def test_no_mempool_in_this_pytorch(self):
         saved = torch.cuda.MemPool
         del torch.cuda.MemPool
         self.addCleanup(setattr, torch.cuda, "MemPool", saved)
         with self.assertRaisesRegex(RuntimeError, r"torch.cuda.MemPool.*use vram.torch.install\(\) instead"):
-            vram.torch.mempool(1)
+            vram.torch.mempool()
 
 
 class TestInstall(unittest.TestCase):

@@ -13,11 +13,13 @@ mempool() keeps PyTorch's caching allocator, which asks vram for whole
 segments (vram_torch_pool_alloc and vram_torch_free, in libvram.so) and
 splits, caches and reuses them itself, so torch.compile, CUDA graphs and
 torch.cuda.memory_stats() work as without vram, and vram's budget counts
-the segments under "torch". A segment vram refuses is NULL to PyTorch,
-which frees the pool's cached segments, asks once more, and raises
-torch.OutOfMemoryError; vram.oom_report() has vram's side of it. Memory
-allocated outside use_mem_pool, and a CUDA graph's private pool, are
-PyTorch's own, outside vram's budget.
+the segments under "torch", cached ones included. A segment vram refuses
+is NULL to PyTorch, which frees its default pool's cache, asks once more,
+and raises torch.OutOfMemoryError; vram.oom_report() has vram's side of
+it. The pool's own cached segments stay the pool's until it is dropped
+(CUDACachingAllocator's release_cached_blocks frees a private pool's only
+once no MemPool holds it). Memory allocated outside use_mem_pool, and a
+CUDA graph's private pool, are PyTorch's own, outside vram's budget.
 
 install() replaces PyTorch's whole allocator: every CUDA tensor is vram's,
 each allocation is vram's (no PyTorch cache on top), and a refusal raises
@@ -45,16 +47,12 @@ c10/cuda/CUDACachingAllocator.cpp (allocPrimitive: a pool with an
 allocator asks it through raw_alloc and takes NULL for out of memory).
 """
 
-import threading
-
 import vram as _vram
 from . import _lib
 
 __all__ = ["install", "mempool"]
 
-_lock = threading.Lock()
-_pools = {}  # device ordinal → (MemPool, CUDAPluggableAllocator)
-_installed = [False]
+_installed = [False]  # install() has run in this process
 
 
 def install():
@@ -91,11 +89,14 @@ def _ordinal(torch, device):
 
 
 def mempool(device=None):
-    """The torch.cuda.MemPool of device (None: the current one) whose
-    segments come from vram's manager of that device (device 0's is opened
-    on the default device if none is; open others with vram.open("cuda:N")
-    first). One pool a device: a second call returns the same one. Use it
-    with torch.cuda.use_mem_pool(pool)."""
+    """A new torch.cuda.MemPool whose segments come from vram's pool and
+    budget; use it with torch.cuda.use_mem_pool(pool), and keep it while its
+    tensors live. device (None: the current one) is the device whose
+    manager is found, or, for device 0, opened on the default device, now
+    rather than at the first segment; open others with vram.open("cuda:N")
+    first. The pool's freed segments stay cached for it, as PyTorch keeps
+    a pool's (a refusal does not free them); they go back to vram once the
+    pool is dropped and torch.cuda.empty_cache() runs."""
     import torch
 
     cuda = torch.cuda
@@ -105,13 +106,7 @@ def mempool(device=None):
     if _installed[0]:
         raise RuntimeError("vram.torch.install() has made vram PyTorch's whole allocator in this process: every CUDA "
                            "tensor's memory is vram's already, and PyTorch's pools need its own allocator")
-    d = _ordinal(torch, device)
-    with _lock:
-        if d in _pools:
-            return _pools[d][0]
-        _vram.manager(d)  # opened (device 0) or found now, not at the first segment
-        _lib.lib()  # loaded: _lib.path names it
-        alloc = cuda.memory.CUDAPluggableAllocator(_lib.path, "vram_torch_pool_alloc", "vram_torch_free")
-        pool = cuda.MemPool(alloc.allocator())
-        _pools[d] = (pool, alloc)
-        return pool
+    _vram.manager(_ordinal(torch, device))
+    _lib.lib()  # loaded: _lib.path names it
+    alloc = cuda.memory.CUDAPluggableAllocator(_lib.path, "vram_torch_pool_alloc", "vram_torch_free")
+    return cuda.MemPool(alloc.allocator())

@@ -10,9 +10,12 @@ and c10/cuda/CUDACachingAllocator.cpp), for tests without PyTorch:
     thread's allocations inside go to the pool. Its caching allocator asks
     the allocator for whole segments (2 MiB, or the request rounded up to
     2 MiB) through raw_alloc, with the current stream (0 here); a NULL is
-    out of memory: it frees the pool's cached segments through the free
-    function, asks once more, and raises torch.OutOfMemoryError. A freed
-    tensor's segment stays cached in its pool until empty_cache().
+    out of memory: it frees the cached segments of the default pool and of
+    pools no MemPool holds any more (release_cached_blocks(context, {0,
+    0})), asks once more, and raises torch.OutOfMemoryError. A freed
+    tensor's segment stays cached in its pool; a live pool keeps its cache
+    through empty_cache(), which frees a dropped pool's through the free
+    function.
   - torch.cuda.memory_stats(): the caching allocator's own figures.
   - change_current_allocator(alloc) for vram.torch.install().
 """

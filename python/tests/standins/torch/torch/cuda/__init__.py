@@ -31,6 +31,7 @@ class _Pool:
 
     def __init__(self, allocator=None):
         self.allocator = allocator
+        self.freeable = False  # no MemPool holds it (its use_count is 0)
         self.cached = []  # (ptr, size)
         self.reserved = 0
         self.allocated = 0
@@ -52,8 +53,8 @@ class _Pool:
                 self.allocated += size
                 return ptr, size
         ptr = self.raw_alloc(size)
-        if not ptr:  # out of memory: free what the pool caches, and ask once more
-            self.release()
+        if not ptr:  # out of memory: free the default pool's cache and dropped pools', and ask once more
+            _release_freeable()
             ptr = self.raw_alloc(size)
         if not ptr:
             raise OutOfMemoryError("CUDA out of memory. Tried to allocate %d MiB" % (size >> 20))
@@ -87,12 +88,18 @@ class _Tensor:
         return self._ptr
 
     def __del__(self):
-        self._pool.free(self._ptr, self._size)
+        if hasattr(self, "_ptr"):  # not one whose allocation failed
+            self._pool.free(self._ptr, self._size)
 
 
 def _tensor(nbytes):
     stack = getattr(_tls, "pools", [])
     return _Tensor(_pools[stack[-1].id] if stack else _default, nbytes)
+
+
+def _dropped(pool_id):
+    if pool_id in _pools:
+        _pools[pool_id].freeable = True
 
 
 @contextlib.contextmanager
@@ -106,9 +113,18 @@ def use_mem_pool(pool, device=None):
         _tls.pools = _tls.pools[:-1]
 
 
+def _release_freeable():
+    """As CUDACachingAllocator's release_cached_blocks(context, {0, 0}): the
+    default pool's cached segments and those of pools no MemPool holds any
+    more; a live pool keeps its own."""
+    _default.release()
+    for p in _pools.values():
+        if p.freeable:
+            p.release()
+
+
 def empty_cache():
-    for p in [_default] + list(_pools.values()):
-        p.release()
+    _release_freeable()
 
 
 def memory_stats(device=None):

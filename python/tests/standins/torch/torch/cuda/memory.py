@@ -50,3 +50,8 @@ class MemPool:
     @property
     def allocator(self):
         return self._allocator
+
+    def __del__(self):
+        from . import _dropped
+
+        _dropped(self._id)
