@@ -47,8 +47,8 @@ func TestSharedArrayShare(t *testing.T) {
 	}{
 		// 2 of one GPU's 8 shards: a quarter of its memory.
 		"a quarter":         {shards: "2", gres: "gpu:1,shard:8", want: "--proportion 0.250000", printed: "2 of the GPU's 8 shards"},
-		"two GPUs' shards":  {shards: "4", gres: "gpu:2,shard:16", want: "--proportion 0.500000"},                              // 16 / 2 = 8 a GPU
-		"typed, by socket":  {shards: "3", gres: "gpu:a100:2(S:0-1),shard:a100:12(S:0-1)", want: "--proportion 0.500000"},     // 12 / 2 = 6 a GPU
+		"two GPUs' shards":  {shards: "4", gres: "gpu:2,shard:16", want: "--proportion 0.500000"},                         // 16 / 2 = 8 a GPU
+		"typed, by socket":  {shards: "3", gres: "gpu:a100:2(S:0-1),shard:a100:12(S:0-1)", want: "--proportion 0.500000"}, // 12 / 2 = 6 a GPU
 		"all of it":         {shards: "8", gres: "gpu:1,shard:8", want: "--proportion 1.000000"},
 		"the variable wins": {shards: "3", perGPU: "4", gres: "gpu:1,shard:8", want: "--proportion 0.750000"},
 		"no scontrol":       {shards: "1", perGPU: "3", want: "--proportion 0.333333"},
