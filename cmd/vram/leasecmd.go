@@ -181,7 +181,7 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 		l.ID(), dev.Index, dev.Name, units.Format(b.Bytes()), units.Format(b.Limit))
 	hook, herr := writeLeaseHook()
 	if herr != nil {
-		a.log.Warn("vram lease: the import hook", "err", herr)
+		a.leaseNotes([]string{"the import hook: " + herr.Error()})
 	} else {
 		defer os.RemoveAll(hook)
 	}
