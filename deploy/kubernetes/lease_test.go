@@ -23,13 +23,6 @@ import (
 // by (cmd/vram's podMemoryAnnotation).
 const memoryAnnotation = "vramkit.github.io/gpu-memory"
 
-func leaseManifests(t *testing.T) (*batchv1.Job, *appsv1.DaemonSet) {
-	j, d := &batchv1.Job{}, &appsv1.DaemonSet{}
-	decode(t, "lease-job.yaml", j)
-	decode(t, "broker-daemonset.yaml", d)
-	return j, d
-}
-
 // podEnv is the container's environment as the kubelet makes it for pod
 // meta: plain values, and the Downward API's metadata fields (an
 // annotation the pod lacks is "").
@@ -81,10 +74,11 @@ func expand(s string, vars map[string]string) string {
 	return b.String()
 }
 
-// checkLeaseJob checks the leasing pod: its lease sized by its own
-// annotation through the Downward API, the broker's socket reached as the
-// broker serves it, a GPU asked of the scheduler.
-func checkLeaseJob(j *batchv1.Job, d *appsv1.DaemonSet) []error {
+// checkLeaseSize checks that the leaseholder's lease is sized by its own
+// annotation through the Downward API, that it is in the socket's group,
+// and that it asks the scheduler for a GPU (checkLeaseholder checks the
+// socket and the key).
+func checkLeaseSize(j *batchv1.Job, d *appsv1.DaemonSet) []error {
 	var errs []error
 	spec := j.Spec.Template.Spec
 	if len(spec.Containers) != 1 {
@@ -109,90 +103,55 @@ func checkLeaseJob(j *batchv1.Job, d *appsv1.DaemonSet) []error {
 	if got, _ := arg(cmd, "--bytes"); got != size {
 		errs = append(errs, fmt.Errorf("vram lease --bytes %q once expanded, want the pod's annotation %q (a Downward API variable)", got, size))
 	}
-	errs = append(errs, checkLeaseSocket(spec, c, vars, d)...)
+	bc := d.Spec.Template.Spec.Containers[0]
+	group, _ := arg(append(slices.Clone(bc.Command), bc.Args...), "--socket-group")
+	sc := spec.SecurityContext
+	if group != "" && (sc == nil || !slices.ContainsFunc(sc.SupplementalGroups, func(g int64) bool { return fmt.Sprint(g) == group })) {
+		errs = append(errs, fmt.Errorf("the pod is not in the socket's group %s (securityContext.supplementalGroups)", group))
+	}
 	if q, ok := c.Resources.Limits[corev1.ResourceName("nvidia.com/gpu")]; !ok || q.Value() != 1 {
 		errs = append(errs, fmt.Errorf("nvidia.com/gpu %v, want 1: the pod must be given a (time-sliced) GPU", q.String()))
 	}
 	return errs
 }
 
-// checkLeaseSocket checks that the pod reaches the broker's socket: the
-// broker's hostPath mounted where its socket is, $VRAM_BROKER naming it,
-// the pod in the socket's group.
-func checkLeaseSocket(spec corev1.PodSpec, c corev1.Container, vars map[string]string, d *appsv1.DaemonSet) []error {
-	var errs []error
-	bc := d.Spec.Template.Spec.Containers[0]
-	bcmd := append(slices.Clone(bc.Command), bc.Args...)
-	socket, _ := arg(bcmd, "--socket")
-	if vars["VRAM_BROKER"] != socket {
-		errs = append(errs, fmt.Errorf("VRAM_BROKER %q, want the broker's socket %q", vars["VRAM_BROKER"], socket))
-	}
-	var hostDir string
-	for _, v := range d.Spec.Template.Spec.Volumes {
-		if v.HostPath != nil {
-			hostDir = v.HostPath.Path
-		}
-	}
-	mounted := false
-	for _, m := range c.VolumeMounts {
-		for _, v := range spec.Volumes {
-			if v.Name == m.Name && v.HostPath != nil && v.HostPath.Path == hostDir && path.Clean(m.MountPath) == path.Dir(socket) {
-				mounted = true
-			}
-		}
-	}
-	if !mounted {
-		errs = append(errs, fmt.Errorf("the broker's hostPath %s is not mounted at %s", hostDir, path.Dir(socket)))
-	}
-	group, _ := arg(bcmd, "--socket-group")
-	sc := spec.SecurityContext
-	if group != "" && (sc == nil || !slices.ContainsFunc(sc.SupplementalGroups, func(g int64) bool { return fmt.Sprint(g) == group })) {
-		errs = append(errs, fmt.Errorf("the pod is not in the socket's group %s (securityContext.supplementalGroups)", group))
-	}
-	return errs
-}
-
-func TestLeaseJob(t *testing.T) {
-	j, d := leaseManifests(t)
-	for _, err := range checkLeaseJob(j, d) {
+func TestLeaseJobSize(t *testing.T) {
+	d, j := leaseManifests(t)
+	for _, err := range checkLeaseSize(j, d) {
 		t.Error(err)
 	}
 }
 
-// TestLeaseJobChecksCatch: each check fails on a manifest broken the way
-// it guards against.
-func TestLeaseJobChecksCatch(t *testing.T) {
+// TestLeaseJobSizeChecksCatch: each check of the lease's size fails on a
+// manifest broken the way it guards against.
+func TestLeaseJobSizeChecksCatch(t *testing.T) {
 	for name, tc := range map[string]struct {
 		breakIt func(j *batchv1.Job)
 		want    string
 	}{
 		"no annotation": {func(j *batchv1.Job) { delete(j.Spec.Template.Annotations, memoryAnnotation) }, "want a size"},
-		"a fixed size": {func(j *batchv1.Job) {
-			c := &j.Spec.Template.Spec.Containers[0]
-			c.Command[3] = "4GiB"
-		}, "want the pod's annotation"},
+		"a fixed size":  {func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Args[2] = "4GiB" }, "want the pod's annotation"},
 		"another annotation": {func(j *batchv1.Job) {
-			j.Spec.Template.Spec.Containers[0].Env[0].ValueFrom.FieldRef.FieldPath = "metadata.annotations['gpu']"
+			j.Spec.Template.Spec.Containers[0].Env[1].ValueFrom.FieldRef.FieldPath = "metadata.annotations['gpu']"
 		}, "want the pod's annotation"},
-		"no socket": {func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Env[2].Value = "/tmp/b.sock" }, "want the broker's socket"},
-		"not mounted": {func(j *batchv1.Job) {
-			j.Spec.Template.Spec.Volumes[0].HostPath.Path = "/run/other"
-		}, "is not mounted"},
 		"no group": {func(j *batchv1.Job) { j.Spec.Template.Spec.SecurityContext = nil }, "socket's group"},
 		"no gpu": {func(j *batchv1.Job) {
 			delete(j.Spec.Template.Spec.Containers[0].Resources.Limits, "nvidia.com/gpu")
 		}, "nvidia.com/gpu"},
-		"not under vram lease": {func(j *batchv1.Job) { j.Spec.Template.Spec.Containers[0].Command = []string{"python", "train.py"} }, "want vram lease"},
+		"not under vram lease": {func(j *batchv1.Job) {
+			c := &j.Spec.Template.Spec.Containers[0]
+			c.Command, c.Args = []string{"python"}, []string{"train.py"}
+		}, "want vram lease"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			j, d := leaseManifests(t)
+			d, j := leaseManifests(t)
 			tc.breakIt(j)
-			for _, err := range checkLeaseJob(j, d) {
+			for _, err := range checkLeaseSize(j, d) {
 				if strings.Contains(err.Error(), tc.want) {
 					return
 				}
 			}
-			t.Fatalf("no error says %q; got %v", tc.want, checkLeaseJob(j, d))
+			t.Fatalf("no error says %q; got %v", tc.want, checkLeaseSize(j, d))
 		})
 	}
 }
@@ -244,7 +203,7 @@ func TestLeaseJobRuns(t *testing.T) {
 		"annotation lost": {stderr: "--bytes is empty: want a size such as 8GiB (from Kubernetes: is the pod's " + memoryAnnotation + " annotation set?", code: 2},
 	} {
 		t.Run(name, func(t *testing.T) {
-			j, _ := leaseManifests(t)
+			_, j := leaseManifests(t)
 			if !tc.annotate {
 				delete(j.Spec.Template.Annotations, memoryAnnotation)
 			}
