@@ -241,6 +241,19 @@ int vram_oom_report(vram_manager m, char *buf, size_t len, size_t *needed);
 void *vram_torch_alloc(size_t size, int device, void *stream); /* libvram_torch.so */
 void vram_torch_free(void *ptr, size_t size, int device, void *stream);
 void vram_torch_empty_cache(void);
+/*
+ * PyTorch's other route, torch.cuda.MemPool(CUDAPluggableAllocator(path of
+ * libvram.so, "vram_torch_pool_alloc", "vram_torch_free").allocator()):
+ * PyTorch's own caching allocator keeps the pool's blocks and asks the
+ * hook for whole segments through raw_alloc, on the current stream, and
+ * checks the result (c10/cuda/CUDACachingAllocator.cpp, allocPrimitive:
+ * NULL is cudaErrorMemoryAllocation). So vram_torch_pool_alloc returns
+ * NULL when it cannot allocate, as vram_alloc_on_device refuses (the
+ * message is the last error's; it is not a hook error): PyTorch then
+ * frees its other cached blocks, asks again, and raises its
+ * OutOfMemoryError. A request of 0 bytes returns NULL.
+ */
+void *vram_torch_pool_alloc(size_t size, int device, void *stream);
 
 /*
  * CuPy, cupy.cuda.memory.CFunctionAllocator(param, malloc, free, owner):

@@ -20,7 +20,8 @@
 # kernel on arrays from the plugin, a CuPy sum and a PyTorch matmul, checks
 # each against the host, asks each framework for more than the cap and
 # expects vram's refusal, checks that torch.cuda.empty_cache() trims vram's
-# pool, and prints the shared figures: one line per framework, the report,
+# pool, runs PyTorch's MemPool route (vram.torch.mempool) in a child
+# process, and prints the shared figures: one line per framework, the report,
 # and the report at the last refusal. A framework not installed is skipped
 # (SKIP), not failed. It runs under a limit of GPU_PYTHON_TIMEOUT seconds
 # (default 300). PYTHON names the interpreter (default python3: the one

@@ -10,7 +10,12 @@ framework asks for more than the cap leaves and must be refused with
 vram's error before the device is asked (CuPy twice: through its Python
 allocator hook and through vram's C hook, which throws); torch.cuda.
 empty_cache() must empty vram's cache; and the shared figures are
-printed. A framework that is not installed is a SKIP line, not a failure;
+printed. PyTorch's other route, torch.cuda.MemPool over vram
+(vram.torch.mempool), runs in a child process (`gpu_python.py
+torch-mempool`), since a MemPool needs PyTorch's own allocator: a matmul
+in the pool, its segments in vram's and PyTorch's figures,
+torch.OutOfMemoryError past the cap, torch.compile on its tensors. A
+framework that is not installed is a SKIP line, not a failure;
 a check that fails is a FAIL line and the exit status is 1. The last lines
 are one "CHECK name pass|fail|skip note" per part, for gpu-check.sh's
 RESULT table.
@@ -21,6 +26,7 @@ of the script without a GPU, where every framework skips), GPU_PYTHON_CAP
 """
 
 import os
+import subprocess
 import sys
 import traceback
 
@@ -185,6 +191,47 @@ def run_torch(cap):
     check(after < before or before == vram.stats()["in_use"], "torch: empty_cache trims vram's pool (%d → %d MiB reserved)" % (before // MiB, after // MiB))
 
 
+def run_torch_mempool(cap):
+    """PyTorch's other route, torch.cuda.MemPool over vram (vram.torch.mempool),
+    in a process of its own: main's made vram PyTorch's whole allocator, and
+    a MemPool needs PyTorch's own."""
+    import torch
+
+    import vram.torch as vram_torch
+
+    pool = vram_torch.mempool()
+    with torch.cuda.use_mem_pool(pool):
+        x = torch.randn(2048, 2048, device="cuda")
+        y = x @ x.T
+    ref = (x.cpu().double() @ x.cpu().double().T).float()
+    check(torch.allclose(y.cpu(), ref, rtol=1e-3, atol=1e-2), "torch mempool: a matmul in vram's pool matches the host")
+    check(in_use("torch") >= 2 * 4 * 2048 * 2048, "torch mempool: its segments counted under torch (%d MiB)" % (in_use("torch") // MiB))
+    reserved = torch.cuda.memory_stats()["reserved_bytes.all.current"]
+    check(reserved >= in_use("torch"), "torch mempool: PyTorch's own statistics count the pool (%d MiB reserved)" % (reserved // MiB))
+    try:
+        with torch.cuda.use_mem_pool(pool):
+            torch.empty(cap + 1, dtype=torch.uint8, device="cuda")
+        check(False, "torch mempool: a tensor past the cap was refused")
+    except torch.OutOfMemoryError as e:
+        check(True, "torch mempool: past the cap, torch.OutOfMemoryError: %s" % str(e)[:160])
+    del x, y
+    f = torch.compile(lambda a: (a * 2).sum())
+    with torch.cuda.use_mem_pool(pool):
+        z = torch.ones(1024, device="cuda")
+        check(float(f(z)) == 2048.0, "torch mempool: torch.compile runs on the pool's tensors")
+
+
+def main_mempool():
+    """`gpu_python.py torch-mempool`: the MemPool route alone, its CHECK line."""
+    spec = os.environ.get("GPU_PYTHON_DEVICE", "cuda:0")
+    cap = int(os.environ.get("GPU_PYTHON_CAP", str(1 << 30)))
+    vram.open(spec, cap=cap)
+    section("torch-mempool", lambda: run_torch_mempool(cap))
+    for name, result, note in results:
+        print("CHECK %s %s %s" % (name, result, note))
+    return 1 if failed else 0
+
+
 def main():
     spec = os.environ.get("GPU_PYTHON_DEVICE", "cuda:0")
     cap = int(os.environ.get("GPU_PYTHON_CAP", str(1 << 30)))
@@ -199,9 +246,11 @@ def main():
         section("cupy", lambda: run_cupy(cap))
         section("cupy-c-hook", lambda: run_cupy_c(cap))
         section("torch", lambda: run_torch(cap))
+        if subprocess.run([sys.executable, os.path.abspath(__file__), "torch-mempool"]).returncode != 0:
+            failed.append("torch-mempool")  # its CHECK line is the child's
     else:
         line("SKIP", "%s: the frameworks are not run (a dry run of the script)" % spec)
-        for name in ("numba", "cupy", "cupy-c-hook", "torch"):
+        for name in ("numba", "cupy", "cupy-c-hook", "torch", "torch-mempool"):
             results.append((name, "skip", "no GPU: %s" % spec))
     st = vram.stats()
     print()
@@ -224,4 +273,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main_mempool() if sys.argv[1:] == ["torch-mempool"] else main())

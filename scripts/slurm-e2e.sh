@@ -13,18 +13,19 @@
 # configuration of its own in a temporary directory: one node, this
 # machine, with $SHARDS GPUs declared in gres.conf (File= set, else slurmd
 # drops them and drains the node; the files are stand-ins, the job runs on
-# vram's simulator). Then it builds vram, submits deploy/slurm/submit.sh:
+# vram's simulator), each of four Slurm shards (gres/shard). Then it builds vram, submits deploy/slurm/submit.sh:
 # the job array of $SHARDS tasks (one shard and --gres=gpu:1 each) and the
 # dependent merge job, polls squeue until both are gone, checks that every
 # task completed and said which shard Slurm gave it, and compares the
 # gathered .npy byte for byte with the same batch run in one process.
 #
 # With "shared" it submits deploy/slurm/vram-shared-array.sbatch instead:
-# two array tasks on the node, one broker (the tasks' keepers), one
-# sim:shared device of 64 MiB that both tasks' vram run --socket lease
-# from. While they run it samples `vram broker status --json` and the
+# two array tasks on the node of two shards each (--gres=shard:2), one
+# broker (the tasks' keepers), one sim:shared device of 64 MiB that both
+# tasks' vram run --socket lease from, each its shards' half of it. While they run it samples `vram broker status --json` and the
 # shared device's ledger; it checks that both tasks completed and
-# verified, that both held leases at once, that the combined peak never
+# verified, that each leased its shards' share (0.5), that both held
+# leases at once, that the combined peak never
 # passed the device (every allocation past it would fail in its process,
 # and none did: no task ran out of memory), and gathers the two parts with
 # vram merge into the result one process gives.
@@ -177,15 +178,16 @@ JobCompType=jobcomp/none
 MpiDefault=none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes=gpu,shard
 ReturnToService=2
 MinJobAge=600
 SchedulerParameters=defer_batch
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) Gres=gpu:$SHARDS State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) Gres=gpu:$SHARDS,shard:$((4 * SHARDS)) State=UNKNOWN
 PartitionName=e2e Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 cat >"$work/gres.conf" <<EOF
 Name=gpu File=$work/gpu[0-$((SHARDS - 1))]
+Name=shard Count=$((4 * SHARDS))
 EOF
 
 slurmctld -D -f "$SLURM_CONF" >"$work/slurmctld.stderr" 2>&1 &
@@ -252,7 +254,8 @@ shared_e2e() {
 	export VRAM_RUN_ARGS="--runs 200000 --steps 100 --samples 101 --seed 13"
 	start=$(date +%s)
 	local array
-	array=$(cd "$work/jobs" && sbatch --parsable --array=0-1 --gres=none "$root/deploy/slurm/vram-shared-array.sbatch") || die "sbatch failed"
+	# Two shards of a GPU's four each: each task leases half of it.
+	array=$(cd "$work/jobs" && sbatch --parsable --array=0-1 --gres=shard:2 "$root/deploy/slurm/vram-shared-array.sbatch") || die "sbatch failed"
 	array=${array%%;*}
 	jobs_ids=("$array")
 	say "submitted the shared array $array (2 tasks, one broker, $VRAM_DEVICE)"
@@ -277,6 +280,7 @@ shared_e2e() {
 		[ "$st" = "JobState=COMPLETED ExitCode=0:0" ] || die "task $i: $st"
 		grep -q "^verified " "$log" || die "task $i did not verify: $(tail -3 "$log")"
 		grep -q ", 0 out of memory" "$log" || die "task $i ran out of memory: $(grep allocator "$log")"
+		grep -q "2 of the GPU's 4 shards: a lease of 0.500000" "$log" || die "task $i did not lease its shards' share: $(head -3 "$log")"
 		grep "^lease " "$log" | sed "s/^/slurm-e2e: task $i: /"
 	done
 	# The broker's samples: the most both tasks held at once, with their
@@ -292,6 +296,9 @@ for line in open(sys.argv[1]):
     n += 1
     total = d["total_bytes"]
     peak = max(peak, d["held_bytes"])
+    if any(l["proportion"] != 0.5 for l in d["leases"]):
+        print("slurm-e2e: a lease of %s of the device, not its shards' 0.5" % [l["proportion"] for l in d["leases"]])
+        sys.exit(1)
     if len(d["leases"]) == 2:
         both += 1
 print("slurm-e2e: %d samples of the broker, %d with both tasks' leases; combined peak %.1f MiB of %.0f MiB" % (n, both, peak / 2**20, total / 2**20))

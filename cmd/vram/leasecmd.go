@@ -22,7 +22,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/internal/units"
@@ -55,24 +54,32 @@ type leaseFlags struct {
 const leaseHelp = `vram lease takes a fixed lease of one device from the node's broker (vram
 broker), claims all of it (waiting, up to the broker's reclaim deadline,
 for borrowers to give it back), and runs COMMAND with the lease's memory
-limit set in its environment, in each framework's own documented setting:
+limit set for each framework, by the framework's own documented setting
+where it has one:
 
   VRAM_ALLOC_CONF                 limit:BYTES (vram's; other keys kept)
-  CUPY_GPU_MEMORY_LIMIT           BYTES (CuPy)
-  XLA_CLIENT_MEM_FRACTION,
-  XLA_PYTHON_CLIENT_MEM_FRACTION  the fraction of the device (JAX/XLA)
+  CUPY_GPU_MEMORY_LIMIT           BYTES (CuPy's pools)
+  XLA_PYTHON_CLIENT_MEM_FRACTION  the fraction of the device (JAX; or
+                                  XLA_CLIENT_MEM_FRACTION if that is the one set)
+  TF_FORCE_GPU_ALLOW_GROWTH       true: TensorFlow allocates as it needs
+  CUDA_VISIBLE_DEVICES            the leased GPU (when unset)
+  PYTHONPATH                      vram's import hook first (sitecustomize)
   VRAM_LEASE_BYTES, VRAM_LEASE_FRACTION, VRAM_LEASE_DEVICE, VRAM_LEASE_ID
 
-PyTorch documents no environment setting for a limit (its released
-PYTORCH_CUDA_ALLOC_CONF refuses keys it does not know): call
-torch.cuda.set_per_process_memory_fraction(float(os.environ["VRAM_LEASE_FRACTION"]))
-first thing. BYTES is the lease less the context the process pays on the
-device. $VRAM_BROKER is left out of COMMAND's environment: a vram inside
-keeps to the lease by its limit rather than lease the memory again (for a
-vram job whose budget follows a lease that grows and shrinks, use vram run
---socket instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
-a terminal reach it from the terminal itself); the lease is released when
-COMMAND exits, however it exits, and vram exits with COMMAND's status.
+The import hook applies the limits that are API calls when the framework
+is imported: PyTorch's per_process_memory_fraction (its allocator setting
+from PyTorch 2.10, torch.cuda.set_per_process_memory_fraction before),
+TensorFlow's logical device memory limit, and vram's Numba plugin
+(NUMBA_CUDA_MEMORY_MANAGER=vram.numba, where vram's Python package is
+installed). A limit already set lower stays. BYTES is the lease less the
+context the process pays on the device; every process of COMMAND keeps to
+all of it. $VRAM_BROKER is left out of COMMAND's environment: a vram
+inside keeps to the lease by its limit rather than lease the memory again
+(for a vram job whose budget follows a lease that grows and shrinks, use
+vram run --socket instead). Signals vram receives are passed to COMMAND
+(Ctrl-C and Ctrl-\ on a terminal reach it from the terminal itself); the
+lease is released when COMMAND exits, however it exits, and vram exits
+with COMMAND's status.
 
 COMMAND ends with its lease: if the lease ends first (another process
 released it, or a restarted broker did not take it back), COMMAND gets
@@ -95,6 +102,9 @@ func (a *app) leaseCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("proportion") == cmd.Flags().Changed("bytes") {
 				return usagef("give --proportion P or --bytes N, one of them: a fixed lease (the auto pool's share would change under the command)")
+			}
+			if cmd.Flags().Changed("bytes") && strings.TrimSpace(f.bytes) == "" {
+				return usagef("--bytes is empty: want a size such as 8GiB (from Kubernetes: is the pod's %s annotation set? deploy/kubernetes/lease-job.yaml)", podMemoryAnnotation)
 			}
 			if err := f.check(); err != nil {
 				return err
@@ -231,7 +241,15 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	a.log.Debug("lease", "id", l.ID(), "device", dev.Index, "limit", b.Limit, "bytes", b.Bytes())
 	fmt.Fprintf(a.stderr, "vram lease: %s on device %d (%s): %s for the command, %s with its context\n",
 		l.ID(), dev.Index, dev.Name, units.Format(b.Bytes()), units.Format(b.Limit))
-	code, err := a.runLeased(c, l, args, leaseEnv(os.Environ(), b.Bytes(), dev, l.ID()), f.killAfter)
+	hook, herr := writeLeaseHook()
+	if herr != nil {
+		a.leaseNotes([]string{"the import hook: " + herr.Error()})
+	} else {
+		defer os.RemoveAll(hook)
+	}
+	env, notes := leaseEnv(os.Environ(), leaseLimit{bytes: b.Bytes(), dev: dev, id: l.ID(), hook: hook})
+	a.leaseNotes(notes)
+	code, err := a.runLeased(c, l, args, env, f.killAfter)
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	if rerr := l.Release(rctx); rerr != nil {
@@ -245,63 +263,3 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	}
 	return nil
 }
-
-// leaseEnv is base with each framework's memory limit set to bytes of dev,
-// and without $VRAM_BROKER: a vram manager in COMMAND keeps within the
-// lease by VRAM_ALLOC_CONF's limit rather than take a second lease of the
-// same memory.
-func leaseEnv(base []string, bytes uint64, dev broker.DeviceInfo, id string) []string {
-	frac := strconv.FormatFloat(math.Floor(float64(bytes)/float64(dev.Total)*1e4)/1e4, 'f', 4, 64)
-	set := map[string]string{
-		vram.AllocConfEnv:                allocConfLimit(lookupEnv(base, vram.AllocConfEnv), bytes),
-		"CUPY_GPU_MEMORY_LIMIT":          strconv.FormatUint(bytes, 10),
-		"XLA_CLIENT_MEM_FRACTION":        frac,
-		"XLA_PYTHON_CLIENT_MEM_FRACTION": frac,
-		envLeaseBytes:                    strconv.FormatUint(bytes, 10),
-		envLeaseFraction:                 frac,
-		envLeaseDevice:                   strconv.Itoa(dev.Index),
-		envLeaseID:                       id,
-	}
-	out := make([]string, 0, len(base)+len(set))
-	for _, kv := range base {
-		if k, _, _ := strings.Cut(kv, "="); !isSet(set, k) && k != vram.BrokerEnv {
-			out = append(out, kv)
-		}
-	}
-	for _, k := range []string{vram.AllocConfEnv, "CUPY_GPU_MEMORY_LIMIT", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
-		envLeaseBytes, envLeaseFraction, envLeaseDevice, envLeaseID} {
-		out = append(out, k+"="+set[k])
-	}
-	return out
-}
-
-func lookupEnv(env []string, key string) string {
-	for _, kv := range env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
-			return v
-		}
-	}
-	return ""
-}
-
-// allocConfLimit is a VRAM_ALLOC_CONF with its limit set to bytes, or
-// kept if it was lower; its other keys as they were.
-func allocConfLimit(conf string, bytes uint64) string {
-	var keep []string
-	limit := bytes
-	for _, entry := range strings.Split(conf, ",") {
-		k, v, _ := strings.Cut(entry, ":")
-		switch {
-		case strings.TrimSpace(entry) == "":
-		case strings.EqualFold(strings.TrimSpace(k), "limit"):
-			if n, err := units.ParseSize(strings.TrimSpace(v)); err == nil && n < limit {
-				limit = n
-			}
-		default:
-			keep = append(keep, entry)
-		}
-	}
-	return strings.Join(append(keep, "limit:"+strconv.FormatUint(limit, 10)), ",")
-}
-
-func isSet(m map[string]string, k string) bool { _, ok := m[k]; return ok }

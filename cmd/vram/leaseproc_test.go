@@ -453,3 +453,61 @@ func TestDevicesUnderTheBroker(t *testing.T) {
 		}
 	}
 }
+
+// TestRunProportion: `vram run --socket --proportion P` asks the broker
+// for P of the device: with another lease holding half of it, 0.5 is
+// given and 0.6 refused (the manual shares would pass the device), while
+// a place in the auto pool is given too.
+func TestRunProportion(t *testing.T) {
+	spec := sharedSpec(t, "256MiB", "")
+	socket := startBroker(t, spec)
+	c, err := broker.Dial(context.Background(), socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Acquire(context.Background(), broker.LeaseOptions{Device: 0, Name: "other", Proportion: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		args    []string
+		refused string // in stderr ("": the job runs)
+	}{
+		"the other half":   {args: []string{"--proportion", "0.5"}},
+		"more than half":   {args: []string{"--proportion", "0.6"}, refused: "proportion"},
+		"in the auto pool": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			args := append([]string{"run", "--socket", socket, "--device", spec, "--runs", "20000", "--steps", "20", "--samples", "21"}, tc.args...)
+			_, stderr, code := cli(t, "", args...)
+			switch {
+			case tc.refused == "" && code != exitOK:
+				t.Errorf("exit %d:\n%s", code, stderr)
+			case tc.refused != "" && (code == exitOK || !strings.Contains(stderr, tc.refused)):
+				t.Errorf("exit %d, want a refusal saying %q:\n%s", code, tc.refused, stderr)
+			}
+		})
+	}
+}
+
+// `vram run --proportion` is refused before anything is opened when no
+// lease can have it.
+func TestRunProportionUsage(t *testing.T) {
+	t.Setenv("VRAM_BROKER", "")
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"no broker":    {[]string{"--proportion", "0.5"}, "--proportion 0.5 is the share of a lease of the node broker: give --socket (or set $VRAM_BROKER) too"},
+		"out of range": {[]string{"--proportion", "1.5", "--socket", "/nowhere"}, "--proportion 1.5: want 0 < P ≤ 1"},
+		"negative":     {[]string{"--proportion", "-0.1", "--socket", "/nowhere"}, "--proportion -0.1: want 0 < P ≤ 1"},
+		"not a number": {[]string{"--proportion", "NaN", "--socket", "/nowhere"}, "--proportion NaN: want 0 < P ≤ 1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, stderr, code := cli(t, "", append([]string{"run"}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, want %d saying %q:\n%s", code, exitUsage, tc.want, stderr)
+			}
+		})
+	}
+}

@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
+	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/internal/userfile"
 	"github.com/vramkit/vram/shard"
 )
@@ -31,6 +33,7 @@ type runFlags struct {
 	shard                string   // --shard i/N ("": the scheduler's environment, else the whole batch)
 	devices              string   // --devices: several devices in one process ("": --device alone)
 	broker               string   // --socket (or the deprecated --broker): the node broker's socket ("": no lease; runlease.go)
+	proportion           float64  // --proportion: the lease's manual share of the device (0: the broker's auto pool)
 	kernelDelay          time.Duration
 }
 
@@ -91,6 +94,9 @@ func (f runFlags) check() (jobShape, error) {
 		return js, usagef("--buffers %d (--double-buffer %v): want 1 to %d buffers in flight, or neither flag for as many as buy something",
 			f.buffers, f.doubleBuffer, batch.MaxBuffers)
 	}
+	if err := f.checkProportion(); err != nil {
+		return js, err
+	}
 	if err := checkNPYName("--out", f.out); err != nil {
 		return js, err
 	}
@@ -138,4 +144,19 @@ func checkNPYName(what, path string) error {
 		return nil
 	}
 	return usagef("%s %q: want a file name ending in .npy (the file is a NumPy array, and a shard's parts are named after it)", what, path)
+}
+
+// checkProportion refuses a --proportion no lease can be given: out of
+// range, or without a broker to lease from.
+func (f runFlags) checkProportion() error {
+	if f.proportion == 0 {
+		return nil
+	}
+	if _, err := share.ToUnits(f.proportion, true); err != nil {
+		return usagef("--proportion %v: want 0 < P ≤ 1, the lease's share of the device (none, or 0: a place in the broker's auto pool)", f.proportion)
+	}
+	if f.broker == "" {
+		return usagef("--proportion %v is the share of a lease of the node broker: give --socket (or set $%s) too", f.proportion, vram.BrokerEnv)
+	}
+	return nil
 }

@@ -171,6 +171,7 @@ func (a *app) runCommand() *cobra.Command {
 	fl.Var(&f.hostMem, "host-mem", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
 	fl.StringVar(&f.shard, "shard", "", "run shard i of N of the batch, runs [⌊i·runs/N⌋, ⌊(i+1)·runs/N⌋), and write --out's part OUT.shard-i-of-N.npy for vram merge (default: a Slurm array's or Kubernetes Indexed Job's index, else the whole batch; 0/1 is the whole batch)")
 	fl.StringVar(&f.broker, "socket", defaultBroker(), "the node broker's Unix socket (vram broker): take the job's device memory from a lease of the broker there; its chunks follow the lease, and shrink when another job claims its share (default $"+vram.BrokerEnv+"; none when unset)")
+	fl.Float64Var(&f.proportion, "proportion", 0, "with --socket: the lease's guaranteed share of the device, 0 < P ≤ 1 (default: a place in the broker's auto pool); deploy/slurm/vram-shared-array.sbatch gives each task the share of its Slurm shards")
 	// --broker was this flag's first name; vram lease and vram broker
 	// name the broker's socket --socket.
 	fl.StringVar(&f.broker, "broker", defaultBroker(), "")

@@ -16,11 +16,11 @@ import (
 )
 
 // capOptions are the manager's options for its budget: with --socket, a
-// lease (capped at limit, --vram on a GPU, when not 0); without, a cap of
-// limit.
+// lease (of --proportion of the device, or in the auto pool; capped at
+// limit, --vram on a GPU, when not 0); without, a cap of limit.
 func (f runFlags) capOptions(limit uint64) []vram.Option {
 	if f.broker != "" {
-		return []vram.Option{vram.WithLease(vram.LeaseOptions{Broker: broker.At(f.broker), Name: "vram run", Cap: limit})}
+		return []vram.Option{vram.WithLease(vram.LeaseOptions{Broker: broker.At(f.broker), Name: "vram run", Proportion: f.proportion, Cap: limit})}
 	}
 	if limit > 0 {
 		return []vram.Option{vram.WithCap(limit)}

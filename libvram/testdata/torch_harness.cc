@@ -73,6 +73,25 @@ int main(int argc, char** argv) {
   p = alloc(4 << 20, 0, nullptr);
   check(p != nullptr, "4 MiB once the 6 MiB are back");
   free_fn(p, 4 << 20, 0, nullptr);
+
+  // torch.cuda.MemPool's route: libvram.so's own pool hook, which PyTorch's
+  // caching allocator checks for NULL (its raw_alloc, allocPrimitive).
+  void* pool_sym = dlsym(lib, "vram_torch_pool_alloc");
+  check(pool_sym != nullptr, "libvram.so has vram_torch_pool_alloc");
+  if (pool_sym == nullptr) return 100;
+  std::function<MallocFuncType> pool_alloc = reinterpret_cast<MallocFuncType*>(pool_sym);
+  p = pool_alloc(6 << 20, 0, reinterpret_cast<cudaStream_t>(0x40));
+  check(p != nullptr, "a 6 MiB segment through the pool hook");
+  try {
+    check(pool_alloc(4 << 20, 0, reinterpret_cast<cudaStream_t>(0x40)) == nullptr, "a segment past the cap: NULL");
+  } catch (const std::exception& e) {
+    check(false, std::string("the pool hook never throws: ") + e.what());
+  }
+  free_fn(p, 6 << 20, 0, reinterpret_cast<cudaStream_t>(0x40));
+  p = pool_alloc(4 << 20, 0, reinterpret_cast<cudaStream_t>(0x40));
+  check(p != nullptr, "4 MiB once the segment is back");
+  free_fn(p, 4 << 20, 0, reinterpret_cast<cudaStream_t>(0x40));
+  check(pool_alloc(0, 0, nullptr) == nullptr, "0 bytes: NULL");
   std::printf("# %d failures\n", failures);
   return failures;
 }

@@ -62,6 +62,7 @@ _SIGNATURES = {
     # libvram_torch.so's path) to the frameworks.
     "vram_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
     "vram_torch_empty_cache": (None, []),
+    "vram_torch_pool_alloc": (ctypes.c_void_p, [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
     "vram_cupy_free": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
 }
 

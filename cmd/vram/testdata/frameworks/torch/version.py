@@ -1,0 +1,1 @@
+__version__ = "2.10.0+standin"
