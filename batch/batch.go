@@ -117,7 +117,9 @@ func (s Side) none() bool { return s.host == nil && s.fill == nil && s.drain == 
 // before each chunk's compute (its runs along the request's chunk axis;
 // an unchunkable one once, before the first chunk), from side when given
 // (Host or Fill), else from the host array MakeHosts makes or Use gives.
-// A bad declaration is returned by Allocate.
+// A bad declaration is returned by Allocate; a chunk axis past the shape
+// is one, unless the request is Unchunkable (the manager alone would take
+// it as unchunkable, cubie's rule, and plan the array whole).
 func (b *Batch) In(c *vram.Client, label string, req vram.ArrayRequest, side ...Side) *Array {
 	return b.declare(c, label, req, dirIn, side)
 }
@@ -152,6 +154,9 @@ func (b *Batch) declare(c *vram.Client, label string, req vram.ArrayRequest, dir
 		b.fail(batchErr("%v %q: a nil client; pass the client that holds it", dir, label))
 	case label == "":
 		b.fail(batchErr("%v of %v: an empty label; name it", dir, c))
+	case len(req.Shape) > 0 && !req.Unchunkable && req.ChunkAxis >= len(req.Shape):
+		b.fail(batchErr("%v %q of %v: set ChunkAxis to its run axis, 0 to %d, or Unchunkable: chunk axis %d is past shape %v",
+			dir, label, c, len(req.Shape)-1, req.ChunkAxis, req.Shape))
 	case b.m != nil && c.Manager() != b.m:
 		b.fail(batchErr("%v %q of %v: another manager's client; a batch is of one device (RunParts runs one per device)", dir, label, c))
 	default:

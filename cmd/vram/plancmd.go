@@ -41,8 +41,9 @@ each, the bytes one chunk takes and each array's chunked shape.
 	   "total_runs": 1000000}}}}
 
 "requests" maps client → label → array request; "shape" and "dtype" are
-required, "chunk_axis" defaults to 0, "total_runs" to the length of the
-chunk axis, "memory" (device, pinned, mapped or pageable) to device. "budget"
+required, "chunk_axis" defaults to 0 (an axis past the shape is refused
+unless "unchunkable" is true), "total_runs" to the length of the chunk
+axis, "memory" (device, pinned, mapped or pageable) to device. "budget"
 (bytes, or a string such as "256MiB") defaults to the device's free
 memory, "granularity" to the allocator's, "buffers" (2 for double
 buffering) to 1; the flags below override all three.

@@ -171,13 +171,18 @@ func TestPlanErrors(t *testing.T) {
 			input: `{"budget": 4096, "requests": {"c": {"x": {"shape": [2000, 100], "dtype": "float32", "chunk_axis": 1}}}}`,
 			code:  exitFailure, want: []string{"one run needs 8 KiB", "budget is 4 KiB", "raise the budget by 4 KiB", "one run does not fit"},
 		},
-		// Rule 1: an axis of length 1, or no such axis, is not chunkable.
+		// Rule 1: an axis of length 1 is not chunkable; no such axis is a
+		// mistake unless the request says it is unchunkable.
 		"axis of length 1": {
 			input: `{"budget": 256, "requests": {"c": {"x": {"shape": [1, 100], "dtype": "int32"}}}}`,
 			code:  exitFailure, want: []string{"the arrays need 512 B but the budget is 256 B, and none of them can be chunked"},
 		},
 		"no such axis": {
 			input: `{"budget": 256, "requests": {"c": {"x": {"shape": [4, 100], "dtype": "int32", "chunk_axis": 2}}}}`,
+			code:  exitFailure, want: []string{`requests.c.x.chunk_axis: give the run axis, 0 to 1, or "unchunkable": true: chunk axis 2 is past shape [4 100]`},
+		},
+		"marked unchunkable": {
+			input: `{"budget": 256, "requests": {"c": {"x": {"shape": [4, 100], "dtype": "int32", "unchunkable": true}}}}`,
 			code:  exitFailure, want: []string{"the arrays need 2 KiB but the budget is 256 B, and none of them can be chunked"},
 		},
 		"runs disagree": {
