@@ -72,6 +72,9 @@ func Check(path string, opt Options) (target string, perm fs.FileMode, err error
 			dest, _ := os.Readlink(path)
 			return "", 0, fmt.Errorf("write %s: a symbolic link to %s, which does not exist: %w", path, dest, ErrNotRegular)
 		}
+		if err := checkDir(path); err != nil {
+			return "", 0, err
+		}
 		return path, perm, nil
 	case err != nil:
 		return "", 0, fmt.Errorf("write %s: %w", path, err)
@@ -87,6 +90,16 @@ func Check(path string, opt Options) (target string, perm fs.FileMode, err error
 		return "", 0, fmt.Errorf("write %s: %w", path, err)
 	}
 	return target, st.Mode().Perm(), nil
+}
+
+// checkDir refuses a new file's path whose directory does not exist, fix
+// first, before the caller does the work whose result it would hold.
+func checkDir(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write %s: make its directory first (mkdir -p %s): %w", path, dir, err)
+	}
+	return nil // any other trouble with dir shows at Create, or in path's own Stat
 }
 
 // kind names a mode that is not a regular file's.
