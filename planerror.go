@@ -82,20 +82,41 @@ func (pl *planner) unchunkableError(budget uint64) error {
 	if pl.nChunkableDev == 0 {
 		e.Need = pl.device(pl.runs, 1)
 		e.Pages = e.Need - min(e.Need, satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g)))
-		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s",
-			largestUnchunkable(pl.items, 3), raiseHint(e.Need, budget))
+		largest := largestUnchunkable(pl.items, 3)
+		if pl.beyondDevice(e.Need) {
+			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or shrink them: %s", largest, pl.deviceNote(e.Need))
+			return e
+		}
+		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s", largest, raiseHint(e.Need, budget))
 		pl.addMore(e)
 		return e
 	}
 	e.Need = pl.device(1, pl.k)
 	e.Pages = e.Need - min(e.Need, satAdd(pl.u, satMul(uint64(pl.k), e.RunBytes)))
-	if pl.u > 0 {
+	switch {
+	case pl.beyondDevice(e.Need) && pl.u > 0:
+		e.Hint = "make the large fixed inputs chunkable or shrink them: " + pl.deviceNote(e.Need)
+		return e
+	case pl.beyondDevice(e.Need):
+		e.Hint = "make the per-run arrays smaller: " + pl.deviceNote(e.Need)
+		return e
+	case pl.u > 0:
 		e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or %s", raiseHint(e.Need, budget))
-	} else {
+	default:
 		e.Hint = raiseHint(e.Need, budget)
 	}
 	pl.addMore(e)
 	return e
+}
+
+// beyondDevice reports whether need is more than the whole device holds
+// (PlanOptions.DeviceBytes): then no budget, and nothing the caller frees,
+// can hold it.
+func (pl *planner) beyondDevice(need uint64) bool { return pl.deviceBytes > 0 && need > pl.deviceBytes }
+
+// deviceNote says by how much need passes the whole device.
+func (pl *planner) deviceNote(need uint64) string {
+	return fmt.Sprintf("that is %s more than the device's %s in all", bytesUp(need-pl.deviceBytes), bytesDown(pl.deviceBytes))
 }
 
 // runTooLargeError is the PlanError of a set whose one run (in k buffers)
@@ -105,7 +126,10 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 	e := &PlanError{Err: ErrRunTooLarge, Need: need, Budget: budget, UnchunkableBytes: pl.u,
 		RunBytes: c1, Buffers: pl.k, Chunkable: pl.nChunkableDev}
 	e.Pages = need - min(need, satAdd(pl.u, satMul(uint64(pl.k), c1)))
-	ways := []string{raiseHint(need, budget)}
+	var ways []string
+	if !pl.beyondDevice(need) {
+		ways = append(ways, raiseHint(need, budget))
+	}
 	if pl.k > 1 {
 		ways = append(ways, "use fewer buffers in flight")
 	}
@@ -113,7 +137,14 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 		ways = append(ways, "make more of the fixed arrays chunkable")
 	}
 	ways = append(ways, "make the per-run arrays smaller")
-	e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
+	e.Hint = ways[0]
+	if len(ways) > 1 {
+		e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
+	}
+	if pl.beyondDevice(need) {
+		e.Hint += ": " + pl.deviceNote(need)
+		return e
+	}
 	pl.addMore(e)
 	return e
 }
