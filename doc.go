@@ -20,9 +20,9 @@
 //	request.go, array.go    what a client asks for (ArrayRequest) and gets (DeviceArray, HostArray)
 //	allocate.go, alloctx.go Client.Allocate and ArrayResponse; the transaction, step by step
 //	budget.go, trim.go      the budget's rules and figures; when the allocator's cache is given back
-//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; errors.go, and warnings
+//	plan.go, planerror.go   the chunk planner (Plan), why a plan does not fit; requestset.go, its input as JSON; errors.go, and warnings
 //	evict.go, replan.go     eviction of idle clients; a budget that changes (SetCap, claims, PlanNow)
-//	lease.go, leasetx.go    a budget from the node broker's lease (WithBroker); its steps in Allocate
+//	lease.go, leasetx.go    a budget from the node broker's lease (WithLease); its steps in Allocate
 //	copy.go, hooks.go       copies on the client's stream; OnAllocated, OnInvalidate; workmarks.go, idle
 //	host.go, host_ladder.go host memory: the pinned pool, the ladder; staging.go; doc.go, this map
 //

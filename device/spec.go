@@ -7,10 +7,7 @@ package device
 // it with ParseSpec, sizes it with WithTotal and opens it with OpenSpec:
 // the size travels as bytes, never pasted back into the spec's text.
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // SpecInfo is what a spec's options say about the device they make, read
 // without opening it.
@@ -69,15 +66,11 @@ type Spec struct {
 // checks (auto's the simulator's, which it falls back to). A spec it
 // cannot read is an error wrapping ErrBadSpec.
 func ParseSpec(text string) (Spec, error) {
-	text = strings.TrimSpace(text)
-	if text == "" {
-		text = DefaultSpec()
+	text, name, opts, err := splitSpec(text)
+	if err != nil {
+		return Spec{}, err
 	}
-	name, opts, _ := strings.Cut(text, ":")
-	s := Spec{text: text, backend: strings.ToLower(strings.TrimSpace(name)), opts: opts}
-	if s.backend == "" {
-		return Spec{}, fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", text, ErrBadSpec)
-	}
+	s := Spec{text: text, backend: name, opts: opts}
 	if s.backend != "auto" {
 		if _, err := lookup(s.backend); err != nil {
 			return Spec{}, err
@@ -145,8 +138,11 @@ func (s Spec) SizedBy(info Info) bool {
 	return ok && r.OpenSized != nil
 }
 
-// OpenSpec opens the device s names, as OpenWithFallback opens its text,
-// at WithTotal's size where one is set.
+// OpenSpec opens the device s names, as Open opens its text, at
+// WithTotal's size where one is set. fallback is nil unless s is "auto"
+// and CUDA was not used: then it is the error CUDA gave (wrapping
+// ErrNoDevice), which a program may show to say why it runs on the
+// simulator.
 func OpenSpec(s Spec) (dev Device, fallback error, err error) {
 	if s.backend == "" {
 		return nil, nil, fmt.Errorf("the zero Spec names no device; make one with ParseSpec: %w", ErrBadSpec)

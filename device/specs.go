@@ -59,7 +59,8 @@ func ParseSpecs(list string) ([]string, error) {
 }
 
 // ReadSpecs is ParseSpecs with each spec read by its backend
-// (ParseSpec), for OpenSpec. A spec its backend refuses is an error
+// (ParseSpec), for OpenSpec: a program opens a list's devices with
+// OpenSpec, one by one, and closes those it opened should one fail. A spec its backend refuses is an error
 // wrapping ErrBadSpec that names its place in the list.
 func ReadSpecs(list string) ([]Spec, error) {
 	texts, err := ParseSpecs(list)
@@ -183,14 +184,18 @@ func withOrdinal(spec string, i int) string {
 
 // OpenAll opens every device of a list (ParseSpecs). On an error it
 // closes those it opened and returns the error.
+//
+// Deprecated: read the list once with ReadSpecs and open each Spec with
+// OpenSpec, which also says why an "auto" spec fell back to the
+// simulator. OpenAll stays for the programs that call it.
 func OpenAll(list string) ([]Device, error) {
-	specs, err := ParseSpecs(list)
+	specs, err := ReadSpecs(list)
 	if err != nil {
 		return nil, err
 	}
 	devs := make([]Device, 0, len(specs))
 	for i, s := range specs {
-		d, err := Open(s)
+		d, _, err := OpenSpec(s)
 		if err != nil {
 			errs := []error{fmt.Errorf("device %d of %d (%q): %w", i+1, len(specs), s, err)}
 			for _, o := range devs {

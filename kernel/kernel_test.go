@@ -10,6 +10,7 @@ import (
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
 	"github.com/vramkit/vram/kernel"
 )
 
@@ -36,15 +37,9 @@ type shaped struct {
 
 func (s *shaped) Shape() []int { return s.shape }
 
-func newSim(t *testing.T) *sim.Device {
-	t.Helper()
-	dev, err := sim.New(sim.Config{TotalBytes: 64 << 20, NoContext: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { dev.Close() })
-	return dev
-}
+// newSim is a simulated device of 64 MiB, checked for leaks when the
+// test ends (simtest).
+func newSim(t *testing.T) *sim.Device { return simtest.New(t, 64<<20) }
 
 func alloc(t *testing.T, dev *sim.Device, n uint64) buf {
 	t.Helper()

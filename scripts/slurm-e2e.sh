@@ -21,7 +21,7 @@
 #
 # With "shared" it submits deploy/slurm/vram-shared-array.sbatch instead:
 # two array tasks on the node, one broker (the tasks' keepers), one
-# sim:shared device of 64 MiB that both tasks' vram run --broker lease
+# sim:shared device of 64 MiB that both tasks' vram run --socket lease
 # from. While they run it samples `vram broker status --json` and the
 # shared device's ledger; it checks that both tasks completed and
 # verified, that both held leases at once, that the combined peak never

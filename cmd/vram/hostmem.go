@@ -8,20 +8,16 @@
 // "fatal error: out of memory". runJob compares the two before it
 // allocates anything and refuses such a batch as a usage error.
 //
-// Available memory is Linux's MemAvailable (/proc/meminfo), lowered to
-// what a cgroup memory limit leaves, if one is set (v2 memory.max less
-// memory.current, or v1 memory.limit_in_bytes less memory.usage_in_bytes).
-// Elsewhere it is unknown and the check is skipped.
+// Available memory is the library's figure (internal/meminfo): Linux's
+// MemAvailable (/proc/meminfo), lowered to what the process's cgroup
+// memory limit leaves, if one is set. Elsewhere it is unknown and the
+// check is skipped.
 
 package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/meminfo"
@@ -82,61 +78,6 @@ func (a *app) hostAvailable() (avail uint64, from string, ok bool) {
 	if a.hostMem != nil {
 		return a.hostMem()
 	}
-	if runtime.GOOS != "linux" {
-		return 0, "", false
-	}
-	return linuxAvailable(meminfo.Path, "/sys/fs/cgroup")
-}
-
-// linuxAvailable reads MemAvailable from the meminfo file and lowers it to
-// what a cgroup memory limit under cgroupRoot leaves.
-func linuxAvailable(meminfoPath, cgroupRoot string) (uint64, string, bool) {
-	f, err := os.Open(meminfoPath)
-	if err != nil {
-		return 0, "", false
-	}
-	defer f.Close()
-	avail, ok := meminfo.Available(f)
-	if !ok {
-		return 0, "", false
-	}
-	from := "MemAvailable in " + meminfoPath
-	for _, files := range [][2]string{
-		{"memory.max", "memory.current"},                                 // cgroup v2
-		{"memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"}, // cgroup v1
-	} {
-		limitPath := filepath.Join(cgroupRoot, files[0])
-		limit, ok1 := readCgroupBytes(limitPath)
-		used, ok2 := readCgroupBytes(filepath.Join(cgroupRoot, files[1]))
-		if !ok1 || !ok2 {
-			continue
-		}
-		left := uint64(0)
-		if limit > used {
-			left = limit - used
-		}
-		if left < avail {
-			avail, from = left, "the cgroup limit "+limitPath+" less what is in use"
-		}
-		break
-	}
-	return avail, from, true
-}
-
-// noCgroupLimit: cgroup limits at or above this mean no limit (v1 writes
-// the largest page-aligned int64, v2 writes "max").
-const noCgroupLimit = 1 << 62
-
-// readCgroupBytes reads a cgroup memory file holding a byte count; ok is
-// false when it is missing, unreadable, or says there is no limit.
-func readCgroupBytes(path string) (uint64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil || n >= noCgroupLimit {
-		return 0, false // includes "max"
-	}
-	return n, true
+	f := meminfo.Available()
+	return f.Bytes, f.From, f.Known
 }

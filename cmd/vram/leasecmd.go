@@ -70,7 +70,7 @@ first thing. BYTES is the lease less the context the process pays on the
 device. $VRAM_BROKER is left out of COMMAND's environment: a vram inside
 keeps to the lease by its limit rather than lease the memory again (for a
 vram job whose budget follows a lease that grows and shrinks, use vram run
---broker instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
+--socket instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
 a terminal reach it from the terminal itself); the lease is released when
 COMMAND exits, however it exits, and vram exits with COMMAND's status.`
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -115,45 +114,4 @@ func names(m map[string][]byte) []string {
 		n = append(n, k)
 	}
 	return n
-}
-
-// FuzzParseManifest: any manifest is read as a part of a batch that obeys
-// the shard rule, names its own part and carries a checksum, or refused
-// with an error of a line.
-func FuzzParseManifest(f *testing.F) {
-	f.Add([]byte(`{"part": "r.shard-1-of-2.npy", "shard": 1, "shards": 2, "from": "--shard", "first_run": 150, "runs": 150,
-		"total_runs": 300, "seed": 7, "steps": 40, "samples": 21, "dt": 0.01, "data_bytes": 25200, "data_crc32c": "0123abcd"}`))
-	f.Add([]byte(`{"part": "r.shard-0-of-1.npy", "shards": 1, "runs": 1, "total_runs": 1, "samples": 2, "data_crc32c": "ffffffff"}`))
-	f.Add([]byte(`{"part": "", "first_run": 9223372036854775807}`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := parseManifest("dir/r.shard-1-of-2.json", data)
-		if err != nil {
-			if len(err.Error()) > 600 {
-				t.Fatalf("an error of %d bytes for %d bytes of manifest", len(err.Error()), len(data))
-			}
-			return
-		}
-		lo, hi := shardOf(p.Shard, p.Shards).Range(uint64(p.TotalRuns))
-		if p.Part != "r.shard-1-of-2.npy" || p.Shard != 1 || p.Shards != 2 || uint64(p.FirstRun) != lo || uint64(p.Runs) != hi-lo || p.Samples < 2 || len(p.DataCRC32C) != 8 {
-			t.Fatalf("accepted %+v", p.partManifest)
-		}
-	})
-}
-
-// TestParseManifestErrorsAreShort: a manifest naming a part of 60,000
-// bytes is refused with the name clipped.
-func TestParseManifestErrorsAreShort(t *testing.T) {
-	long := strings.Repeat("p", 60_000)
-	for name, m := range map[string]string{
-		"no runs":         `{"part": "` + long + `", "runs": 0}`,
-		"another's part":  `{"part": "` + long + `", "shard": 1, "shards": 2, "first_run": 150, "runs": 150, "total_runs": 300, "samples": 21}`,
-		"a long checksum": `{"part": "r.shard-1-of-2.npy", "shard": 1, "shards": 2, "first_run": 150, "runs": 150, "total_runs": 300, "samples": 21, "data_crc32c": "` + long + `"}`,
-	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := parseManifest("dir/r.shard-1-of-2.json", []byte(m))
-			if err == nil || len(err.Error()) > 400 {
-				t.Errorf("%.300v (%d bytes); want a short error", err, len(fmt.Sprint(err)))
-			}
-		})
-	}
 }

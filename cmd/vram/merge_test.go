@@ -89,7 +89,7 @@ func TestMergeRefuses(t *testing.T) {
 				runShard(t, runs, nil, "--out", out, "--shard", "1/2", "--seed", "8")
 				return out, nil
 			},
-			want: []string{"seed 7", "seed 8", "parts of different batches"},
+			want: []string{`"seed":7`, `"seed":8`, "parts of different batches"},
 		},
 		// Manifests are read from shared storage: one edited or corrupt
 		// must not wrap a sum or send merge through 2^62 shards.
@@ -107,7 +107,7 @@ func TestMergeRefuses(t *testing.T) {
 				editManifest(t, filepath.Join(dir, "r.shard-1-of-2.json"), `"shards": 4611686018427387904`)
 				return out, nil
 			},
-			want: []string{"shard 1 of 4611686018427387904 shards of 300 runs: not a shard vram run writes"},
+			want: []string{"shard 1 of 4611686018427387904 shards of 300 runs: not a shard of the rule"},
 		},
 		"runs that are not the shard's": {
 			setup: func(t *testing.T, dir string) (string, []string) {

@@ -1,5 +1,5 @@
-// `vram plan`: a request set in JSON → the chunk plan vram.Plan makes for
-// it.
+// `vram plan`: a request set in JSON (vram.RequestSet, the library's
+// schema) → the chunk plan vram.Plan makes for it.
 
 package main
 
@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -91,20 +93,7 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	if err != nil {
 		return err
 	}
-
-	var r io.Reader = a.stdin
-	src := "stdin"
-	if name != "-" {
-		file, err := os.Open(name)
-		if err != nil {
-			return fmt.Errorf("read request set: %w", err)
-		}
-		defer file.Close()
-		r, src = file, name
-	} else if r == nil || isTerminal(r) {
-		return usagef("plan reads a request set from FILE or from stdin, and stdin is a terminal; give a file or pipe JSON in")
-	}
-	in, err := readPlanInput(r, src)
+	in, src, err := a.readRequestSet(name)
 	if err != nil {
 		return err
 	}
@@ -158,6 +147,31 @@ type planFrom struct {
 	deviceBytes          uint64 // 0: the budget was given
 }
 
+// readRequestSet reads the request set of FILE name ("-": stdin) and
+// says where it came from, for messages.
+func (a *app) readRequestSet(name string) (vram.RequestSet, string, error) {
+	var r io.Reader = a.stdin
+	src := "stdin"
+	if name != "-" {
+		file, err := os.Open(name)
+		if err != nil {
+			return vram.RequestSet{}, "", fmt.Errorf("read request set: %w", err)
+		}
+		defer file.Close()
+		r, src = file, name
+	} else if r == nil || isTerminal(r) {
+		return vram.RequestSet{}, "", usagef("plan reads a request set from FILE or from stdin, and stdin is a terminal; give a file or pipe JSON in")
+	}
+	in, err := vram.ReadRequestSet(r)
+	if err != nil {
+		return in, src, fmt.Errorf("%s: %w", src, err)
+	}
+	if in.Buffers > batch.MaxBuffers { // what package batch runs
+		return in, src, fmt.Errorf("%s: buffers is %d; want 1, or up to %d buffers in flight: %w", src, in.Buffers, batch.MaxBuffers, vram.ErrRequestSet)
+	}
+	return in, src, nil
+}
+
 // planDevice fills a budget or granularity left 0 from the device: its
 // free memory, and the granularity of the allocator al on it, saying
 // where each came from.
@@ -189,7 +203,7 @@ func (a *app) planDevice(from planFrom, al alloc.Entry) (planFrom, error) {
 	return from, nil
 }
 
-func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom string) error {
+func (a *app) printPlan(p vram.ChunkPlan, in vram.RequestSet, budgetFrom, granFrom string) error {
 	w := a.stdout
 	if p.Chunks == 1 {
 		fmt.Fprintf(w, "fits in one chunk: %d runs\n", p.TotalRuns)
@@ -212,9 +226,9 @@ func (a *app) printPlan(p vram.ChunkPlan, in planInput, budgetFrom, granFrom str
 	fmt.Fprintln(w)
 	tw := a.table()
 	fmt.Fprintln(tw, "CLIENT\tLABEL\tDTYPE\tMEMORY\tSHAPE\tCHUNKED SHAPE\tBYTES")
-	for _, client := range sortedKeys(p.ChunkedShapes) {
+	for _, client := range slices.Sorted(maps.Keys(p.ChunkedShapes)) {
 		labels := p.ChunkedShapes[client]
-		for _, label := range sortedKeys(labels) {
+		for _, label := range slices.Sorted(maps.Keys(labels)) {
 			req := in.Requests[client][label]
 			shape := labels[label]
 			r := req

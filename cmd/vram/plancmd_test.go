@@ -196,6 +196,7 @@ func TestPlanErrors(t *testing.T) {
 		"missing field": {input: `{"requests": {"c": {"x": {"dtype": "int32"}}}}`, code: exitFailure, want: []string{`requests.c.x: missing "shape"`}},
 		"wrong type":    {input: `{"requests": {"c": {"x": {"shape": 4, "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape: want an array", "got a number 4"}},
 		"not JSON":      {input: "budget: 1\n", code: exitFailure, want: []string{"invalid JSON at line 1"}},
+		"buffers four":  {input: `{"buffers": 4, "requests": {"c": {"x": {"shape": [4], "dtype": "int32"}}}}`, code: exitFailure, want: []string{"stdin: buffers is 4; want 1, or up to 3 buffers in flight"}},
 		"no such file":  {args: []string{"/nonexistent/requests.json"}, code: exitFailure, want: []string{"/nonexistent/requests.json"}},
 		"past the device": {input: `{"requests": {"c": {"t": {"shape": [1099511627776], "dtype": "float64", "unchunkable": true}}}}`, args: []string{"--device", "sim:vram=1GiB"},
 			code: exitFailure, want: []string{"or shrink them: that is 8 TiB more than the device's 1 GiB in all: does not fit and cannot be chunked\n"}, never: []string{"raise the budget", "--budget overrides"}},

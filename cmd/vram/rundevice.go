@@ -89,7 +89,7 @@ func (a *app) openRunDevice(spec device.Spec, src string, vramFlag sizeFlag) (ru
 // managerOptions are the options of the manager a job puts on rd: the
 // allocator ($VRAM_ALLOC_CONF's, then --allocator's), the logger, the
 // host limit of --host-mem and the budget: a lease of the node broker
-// (--broker), or the cap on a device of its own memory.
+// (--socket), or the cap on a device of its own memory.
 // Every manager of `vram run` is built from these, on one device or many.
 func (a *app) managerOptions(f runFlags, rd runDevice) ([]vram.Option, error) {
 	opts, err := managerAllocOptions(f.allocator)

@@ -77,7 +77,7 @@ type deviceShare struct {
 	StagingBytes       uint64    `json:"staging_bytes"`
 	BuffersInFlight    int       `json:"buffers_in_flight"`
 	Lag                int       `json:"lag"`
-	// Lease is the device's lease from the node broker (--broker), if any.
+	// Lease is the device's lease from the node broker (--socket), if any.
 	Lease *leaseJSON `json:"lease,omitempty"`
 }
 

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/vramkit/vram/batch"
-	"github.com/vramkit/vram/internal/shard"
 	"github.com/vramkit/vram/internal/userfile"
+	"github.com/vramkit/vram/shard"
 )
 
 // runFlags is `vram run`'s flags, each read once into its type: sizes
@@ -30,7 +30,7 @@ type runFlags struct {
 	hostMem              sizeFlag // --host-mem: cap on the job's host RAM (0 bytes: none)
 	shard                string   // --shard i/N ("": the scheduler's environment, else the whole batch)
 	devices              string   // --devices: several devices in one process ("": --device alone)
-	broker               string   // --broker: the node broker's socket ("": no lease; runlease.go)
+	broker               string   // --socket (or the deprecated --broker): the node broker's socket ("": no lease; runlease.go)
 	kernelDelay          time.Duration
 }
 

@@ -170,7 +170,12 @@ func (a *app) runCommand() *cobra.Command {
 	fl.StringVar(&f.out, "out", "", "write the trajectories to this .npy file as chunks come back: float32, C order, shape (samples, 2, runs)")
 	fl.Var(&f.hostMem, "host-mem", "cap on the host RAM the job's host arrays and staging buffers take (e.g. 512MiB); past it host arrays spill to files in $VRAM_SPILL_DIR")
 	fl.StringVar(&f.shard, "shard", "", "run shard i of N of the batch, runs [⌊i·runs/N⌋, ⌊(i+1)·runs/N⌋), and write --out's part OUT.shard-i-of-N.npy for vram merge (default: a Slurm array's or Kubernetes Indexed Job's index, else the whole batch; 0/1 is the whole batch)")
-	fl.StringVar(&f.broker, "broker", defaultBroker(), "take the job's device memory from a lease of the node broker on this socket (vram broker): its chunks follow the lease, and shrink when another job claims its share (default $"+vram.BrokerEnv+")")
+	fl.StringVar(&f.broker, "socket", defaultBroker(), "the node broker's Unix socket (vram broker): take the job's device memory from a lease of the broker there; its chunks follow the lease, and shrink when another job claims its share (default $"+vram.BrokerEnv+"; none when unset)")
+	// --broker was this flag's first name; vram lease and vram broker
+	// name the broker's socket --socket.
+	fl.StringVar(&f.broker, "broker", defaultBroker(), "")
+	_ = fl.MarkDeprecated("broker", "use --socket, the broker's socket as vram lease and vram broker name it")
+	fl.SetOutput(a.stderr) // where a deprecated flag says so
 	fl.StringVar(&f.devices, "devices", "", "run on several devices of this process, chunks dealt from one queue: all (every CUDA device), or specs separated by ';' (cuda:0;cuda:1, sim:count=4, sim;sim:bandwidth=1GB)")
 	fl.DurationVar(&f.kernelDelay, "kernel-delay", 0, "with --devices: after each kernel wait this long per run, emulating a slower kernel (to measure scaling on the simulator)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics while the job runs: :9090 listens on every interface (anyone who can reach this machine can read them), 127.0.0.1:9090 on this machine only")

@@ -625,3 +625,41 @@ func TestPlural(t *testing.T) {
 		})
 	}
 }
+
+// TestSocketFlag: vram run names the broker's socket --socket, as vram
+// lease and vram broker do; --broker, its first name, still sets it,
+// hidden from the help and saying so on stderr when given.
+func TestSocketFlag(t *testing.T) {
+	tests := map[string]struct {
+		args       []string
+		env        string
+		want       string
+		deprecated bool
+	}{
+		"socket":       {args: []string{"--socket", "/run/a.sock"}, want: "/run/a.sock"},
+		"broker alias": {args: []string{"--broker", "/run/b.sock"}, want: "/run/b.sock", deprecated: true},
+		"environment":  {env: "/run/env.sock", want: "/run/env.sock"},
+		"none":         {want: ""},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(vram.BrokerEnv, tc.env)
+			var stderr strings.Builder
+			a := &app{ctx: context.Background(), stdout: io.Discard, stderr: &stderr}
+			cmd := a.runCommand()
+			cmd.SetErr(&stderr)
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if got := cmd.Flags().Lookup("socket").Value.String(); got != tc.want {
+				t.Errorf("--socket = %q after %q; want %q", got, tc.args, tc.want)
+			}
+			if said := strings.Contains(stderr.String(), "--broker has been deprecated, use --socket"); said != tc.deprecated {
+				t.Errorf("stderr %q; want the deprecation said: %v", stderr.String(), tc.deprecated)
+			}
+			if f := cmd.Flags().Lookup("broker"); !f.Hidden {
+				t.Error("--broker is in the help; want it hidden")
+			}
+		})
+	}
+}

@@ -1,7 +1,7 @@
 // vram run's manager and its budget: a cap, or a lease from the node
-// broker (--broker, $VRAM_BROKER), and the lease's line in the report.
+// broker (--socket, $VRAM_BROKER), and the lease's line in the report.
 // The lease itself (its cap, claims, shrinks) is the library's
-// (vram.WithBroker).
+// (vram.WithLease of broker.At).
 
 package main
 
@@ -11,15 +11,16 @@ import (
 	"os"
 
 	"github.com/vramkit/vram"
+	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/internal/units"
 )
 
-// capOptions are the manager's options for its budget: with --broker, a
+// capOptions are the manager's options for its budget: with --socket, a
 // lease (capped at limit, --vram on a GPU, when not 0); without, a cap of
 // limit.
 func (f runFlags) capOptions(limit uint64) []vram.Option {
 	if f.broker != "" {
-		return []vram.Option{vram.WithBroker(f.broker), vram.WithLease(vram.LeaseOptions{Name: "vram run", Cap: limit})}
+		return []vram.Option{vram.WithLease(vram.LeaseOptions{Broker: broker.At(f.broker), Name: "vram run", Cap: limit})}
 	}
 	if limit > 0 {
 		return []vram.Option{vram.WithCap(limit)}
@@ -70,5 +71,5 @@ func printLeaseFigures(w io.Writer, l *leaseJSON) {
 		plural(l.Claims, "claim"), l.ClaimWaitSeconds, l.Refused, plural(l.Shrinks, "request"), l.ShrinkAckSeconds, plural(l.GaveBack, "time"))
 }
 
-// defaultBroker is --broker's default: $VRAM_BROKER ("": none).
+// defaultBroker is --socket's default: $VRAM_BROKER ("": none).
 func defaultBroker() string { return os.Getenv(vram.BrokerEnv) }

@@ -25,8 +25,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
 	"math"
 
 	"github.com/vramkit/vram"
@@ -37,13 +35,21 @@ import (
 	"github.com/vramkit/vram/npy"
 )
 
-// trajFile is the --out file being written: path's new content, in a
-// temporary file until commit.
+// trajFile is the --out file being written (or, with a shard, its part):
+// its new content, in a temporary file until done.
 type trajFile struct {
-	tmp           *userfile.File
-	f             *npy.File // over tmp
+	f             *npy.File
 	path          string
 	runs, samples int
+	// done puts the file in place (a part, then its manifest), or with
+	// failed set removes it, leaving what was at the path as it was.
+	done func(failed bool) error
+}
+
+// trajHeader is the header of the trajectories of runs runs: float32,
+// shape (samples, 2, runs), C order.
+func trajHeader(runs, samples int) npy.Header {
+	return npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: []int{samples, 2, runs}}
 }
 
 // createTrajFile makes path's new content, for samples × 2 × runs float32
@@ -53,11 +59,16 @@ func createTrajFile(path string, runs, samples int) (*trajFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--out: %w", err)
 	}
-	f, err := npy.CreateIn(tmp.OS(), npy.Header{Descr: vram.NPYDescr(vram.Float32), Shape: []int{samples, 2, runs}})
+	f, err := npy.CreateIn(tmp.OS(), trajHeader(runs, samples))
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("--out: %w", err), tmp.Abort())
 	}
-	return &trajFile{tmp: tmp, f: f, path: path, runs: runs, samples: samples}, nil
+	return &trajFile{f: f, path: path, runs: runs, samples: samples, done: func(failed bool) error {
+		if failed {
+			return tmp.Abort()
+		}
+		return tmp.Commit()
+	}}, nil
 }
 
 // drain writes chunk sp's trajectories, the first sp.Len runs of each row
@@ -92,31 +103,6 @@ func (t *trajFile) run(i int) ([]oscillator.Sample, error) {
 		}
 	}
 	return s, nil
-}
-
-// checksum reads the file's data back and returns its CRC-32C, in hex:
-// what a part's manifest vouches for.
-func (t *trajFile) checksum() (string, error) {
-	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	if _, err := io.Copy(h, io.NewSectionReader(t.f.OS(), t.f.DataOffset(), t.f.DataBytes())); err != nil {
-		return "", fmt.Errorf("--out: read %s back: %w", t.path, err)
-	}
-	return fmt.Sprintf("%08x", h.Sum32()), nil
-}
-
-// close puts the file in place, or with failed set removes it, leaving
-// what was at the path as it was.
-func (t *trajFile) close(failed bool) error {
-	var err error
-	if failed {
-		err = t.tmp.Abort()
-	} else {
-		err = t.tmp.Commit()
-	}
-	if err != nil {
-		return fmt.Errorf("--out %s: %w", t.path, err)
-	}
-	return nil
 }
 
 // runSamples is run i's trajectory: from the --out file, or the host

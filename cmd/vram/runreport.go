@@ -116,7 +116,7 @@ type runReport struct {
 	StagingBytes    uint64            `json:"staging_bytes"`
 	BuffersInFlight int               `json:"buffers_in_flight"`
 	Lag             int               `json:"lag"`
-	// Lease is the job's lease from the node broker (--broker), if any.
+	// Lease is the job's lease from the node broker (--socket), if any.
 	Lease *leaseJSON `json:"lease,omitempty"`
 }
 

@@ -2,7 +2,7 @@
 // tasks of a Slurm job array or a Kubernetes Indexed Job.
 //
 // Shard i of N runs the batch's runs [⌊i·R/N⌋, ⌊(i+1)·R/N⌋) of R = --runs
-// (package internal/shard owns the rule). Run r gets the same parameters
+// (package shard owns the rule, the part's files and merge). Run r gets the same parameters
 // (runAt(seed, r)) whichever shard computes it, and each run's result
 // depends on nothing else, so the shards' parts gathered by `vram merge`
 // are byte-identical to the same batch's --out in one process.
@@ -29,15 +29,10 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
-	"strings"
 
-	"github.com/vramkit/vram/internal/shard"
-	"github.com/vramkit/vram/internal/userfile"
+	"github.com/vramkit/vram/shard"
 )
 
 // shardHelp is the part of `vram run --help` about --shard.
@@ -55,32 +50,13 @@ one process would have written.
 
 `
 
-// partManifest is what a finished part says about itself: the
-// OUT.shard-i-of-N.json beside its .npy.
-type partManifest struct {
-	Part      string  `json:"part"`  // the part's .npy file name, in the manifest's directory
-	Shard     uint64  `json:"shard"` // i of --shard i/N
-	Shards    uint64  `json:"shards"`
-	From      string  `json:"from"`      // where the shard came from: --shard, slurm, kubernetes
-	FirstRun  int     `json:"first_run"` // the batch's index of the part's run 0
-	Runs      int     `json:"runs"`      // runs in the part
-	TotalRuns int     `json:"total_runs"`
-	Seed      uint64  `json:"seed"`
-	Steps     int     `json:"steps"`
-	Samples   int     `json:"samples"`
-	Dt        float64 `json:"dt"`
-	// DataBytes and DataCRC32C are the part's data (after its .npy
-	// header): its size and CRC-32C (Castagnoli) in hex, so that merge
-	// takes only the file this manifest was written for.
-	DataBytes  int64  `json:"data_bytes"`
-	DataCRC32C string `json:"data_crc32c"`
-}
-
-// partPaths are the part's .npy and manifest for the --out file out.
-func partPaths(out string, s shard.Shard) (npyPath, manifest string) {
-	stem := strings.TrimSuffix(out, ".npy")
-	name := fmt.Sprintf("%s.shard-%d-of-%d", stem, s.Index, s.Count)
-	return name + ".npy", name + ".json"
+// runBatch is what tells vram run's batches apart, in a part's manifest
+// (shard.Manifest.Batch): merge gathers only parts of one batch.
+type runBatch struct {
+	Seed    uint64  `json:"seed"`
+	Steps   int     `json:"steps"`
+	Samples int     `json:"samples"`
+	Dt      float64 `json:"dt"`
 }
 
 // shardJob resolves the job's shard (--shard, else the scheduler's
@@ -134,61 +110,41 @@ func shardSource(s shard.Shard) string {
 	return s.From
 }
 
-// openOut makes the --out file, or with a shard its part, beside where
-// it goes; closeOut puts it in place (or, when failed, removes it) and
-// then writes a part's manifest. A part and manifest left by an earlier
-// try of the shard stay as they were until this one has succeeded.
+// openOut makes the --out file, or with a shard its part
+// (shard.CreatePart), beside where it goes; closeOut puts it in place (a
+// part, then its manifest) or, when failed, removes it. A part and
+// manifest left by an earlier try of the shard stay as they were until
+// this one has succeeded.
 func (j *job) openOut(out string) error {
-	path := out
-	if j.shape.parted() {
-		path, _ = partPaths(out, j.shape.shard)
+	sh := j.shape
+	if !sh.parted() {
+		var err error
+		j.traj, err = createTrajFile(out, sh.runs, sh.samples)
+		return err
 	}
-	var err error
-	j.traj, err = createTrajFile(path, j.shape.runs, j.shape.samples)
-	return err
+	id, err := json.Marshal(runBatch{Seed: j.seed, Steps: int(sh.steps), Samples: sh.samples, Dt: sh.dtFlag})
+	if err != nil {
+		return err
+	}
+	p, err := shard.CreatePart(out, sh.shard, sh.total, trajHeader(sh.runs, sh.samples), shard.PartOptions{Axis: 2, Batch: id})
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	j.traj = &trajFile{f: p.File(), path: p.Path(), runs: sh.runs, samples: sh.samples, done: func(failed bool) error {
+		if failed {
+			return p.Abort()
+		}
+		return p.Commit()
+	}}
+	return nil
 }
 
 func (j *job) closeOut(out string, failed bool) error {
 	if j.traj == nil { // no --out, or the job failed before making it
 		return nil
 	}
-	sh, s := j.shape, j.shape.shard
-	npyPath, manifest := partPaths(out, s)
-	if !failed && sh.parted() {
-		// The old manifest would vouch for the new part: it goes first.
-		if err := os.Remove(manifest); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return errors.Join(fmt.Errorf("--out: remove the old manifest: %w", err), j.traj.close(true))
-		}
-	}
-	var sum string
-	if !failed && sh.parted() {
-		var err error
-		if sum, err = j.traj.checksum(); err != nil {
-			return errors.Join(err, j.traj.close(true))
-		}
-	}
-	if err := j.traj.close(failed); err != nil || failed || !sh.parted() {
-		return err
-	}
-	m := partManifest{Part: filepath.Base(npyPath), Shard: s.Index, Shards: s.Count, From: s.From,
-		FirstRun: sh.first, Runs: sh.runs, TotalRuns: sh.total, Seed: j.seed,
-		Steps: int(sh.steps), Samples: sh.samples, Dt: sh.dtFlag,
-		DataBytes: j.traj.f.DataBytes(), DataCRC32C: sum}
-	return writeManifest(manifest, m)
-}
-
-// writeManifest writes m to path whole or not at all.
-func writeManifest(path string, m partManifest) error {
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return err
-	}
-	err = userfile.Write(path, userfile.Options{}, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("write the part's manifest: %w", err)
+	if err := j.traj.done(failed); err != nil {
+		return fmt.Errorf("--out %s: %w", j.traj.path, err)
 	}
 	return nil
 }
@@ -200,27 +156,4 @@ func (j *job) shardReport(rep *runReport) {
 		return
 	}
 	rep.Shard, rep.ShardFrom, rep.FirstRun, rep.TotalRuns = s.String(), s.From, j.shape.first, j.shape.total
-}
-
-// shardOf is shard i of n as a value.
-func shardOf(i, n uint64) shard.Shard { return shard.Shard{Index: i, Count: n} }
-
-// partGlob is the pattern of out's parts' files with extension ext.
-func partGlob(out, ext string) string {
-	return strings.TrimSuffix(out, ".npy") + ".shard-*-of-*." + ext
-}
-
-// globEscape escapes the characters filepath.Match treats as special.
-func globEscape(s string) string {
-	r := strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`)
-	return r.Replace(s)
-}
-
-// unfinishedNote names the parts of out that have no manifest, if any.
-func unfinishedNote(out string) string {
-	found, _ := filepath.Glob(globEscape(strings.TrimSuffix(out, ".npy")) + ".shard-*-of-*.npy")
-	if len(found) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("; %s exist without a manifest: their shards did not finish", strings.Join(found, ", "))
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/vramkit/vram/internal/shard"
+	"github.com/vramkit/vram/shard"
 )
 
 // The tests of this package run `vram run` and expect the whole batch,

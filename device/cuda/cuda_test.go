@@ -84,9 +84,13 @@ func TestOpenWithoutDriver(t *testing.T) {
 	if _, lerr := load(); lerr != nil && !strings.Contains(err.Error(), "libcuda.so.1") {
 		t.Fatalf(`Open("cuda") = %q; want the message to name libcuda.so.1`, err)
 	}
-	_, fallback, err := device.OpenWithFallback("cuda:0")
+	spec, err := device.ParseSpec("cuda:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fallback, err := device.OpenSpec(spec)
 	if err == nil || fallback != nil || !errors.Is(err, device.ErrNoDevice) {
-		t.Fatalf(`OpenWithFallback("cuda:0") = %v, %v; want an ErrNoDevice error and no fallback`, fallback, err)
+		t.Fatalf(`OpenSpec("cuda:0") = %v, %v; want an ErrNoDevice error and no fallback`, fallback, err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/devicetest"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -34,20 +35,11 @@ const (
 	GiB = units.GiB
 )
 
-// newSim makes a device that is closed (and checked for leaks) when the
-// test ends.
+// newSim is simtest's device of cfg: closed when the test ends, and the
+// test failed if anything is left on it.
 func newSim(t testing.TB, cfg sim.Config) *sim.Device {
 	t.Helper()
-	d, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil && !errors.Is(err, device.ErrClosed) {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return d
+	return simtest.New(t, cfg.TotalBytes, func(c *sim.Config) { *c = cfg })
 }
 
 func check(t testing.TB, err error) {

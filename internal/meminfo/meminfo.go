@@ -11,10 +11,10 @@ import (
 // Path is where Linux publishes the memory figures.
 const Path = "/proc/meminfo"
 
-// Available reads the MemAvailable line of a meminfo file
+// ParseAvailable reads the MemAvailable line of a meminfo file
 // ("MemAvailable:   24216164 kB") in bytes; ok is false when the line is
 // missing, malformed, or its figure overflows 64 bits.
-func Available(r io.Reader) (n uint64, ok bool) {
+func ParseAvailable(r io.Reader) (n uint64, ok bool) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		rest, found := strings.CutPrefix(sc.Text(), "MemAvailable:")
@@ -41,12 +41,12 @@ func Available(r io.Reader) (n uint64, ok bool) {
 	return 0, false
 }
 
-// ReadAvailable is Available of the file at path (Path on Linux).
+// ReadAvailable is ParseAvailable of the file at path (Path on Linux).
 func ReadAvailable(path string) (uint64, bool) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, false
 	}
 	defer f.Close()
-	return Available(f)
+	return ParseAvailable(f)
 }

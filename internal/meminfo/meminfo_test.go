@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
@@ -27,9 +26,9 @@ func TestAvailable(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			got, ok := meminfo.Available(strings.NewReader(tc.text))
+			got, ok := meminfo.ParseAvailable(strings.NewReader(tc.text))
 			if got != tc.want || ok != tc.ok {
-				t.Errorf("Available = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
+				t.Errorf("ParseAvailable = %d, %v; want %d, %v", got, ok, tc.want, tc.ok)
 			}
 		})
 	}
@@ -48,27 +47,8 @@ func TestReadAvailable(t *testing.T) {
 	}
 }
 
-func ExampleAvailable() {
-	n, ok := meminfo.Available(strings.NewReader("MemTotal: 8000 kB\nMemAvailable: 6000 kB\n"))
+func ExampleParseAvailable() {
+	n, ok := meminfo.ParseAvailable(strings.NewReader("MemTotal: 8000 kB\nMemAvailable: 6000 kB\n"))
 	fmt.Println(n, ok)
 	// Output: 6144000 true
-}
-
-// TestHostFigures: where the host says (Linux), its RAM is known, its RAM
-// and swap are no less, and what is available is no more than the RAM.
-func TestHostFigures(t *testing.T) {
-	ram, both := meminfo.RAM(), meminfo.RAMAndSwap()
-	avail, ok := meminfo.HostAvailable()
-	if runtime.GOOS != "linux" {
-		if ram != 0 || both != 0 || ok {
-			t.Errorf("RAM %d, RAM and swap %d, available %d (%v) where the host says nothing; want 0s", ram, both, avail, ok)
-		}
-		t.Skip("the host's figures are read on Linux only")
-	}
-	if ram == 0 || both < ram {
-		t.Errorf("RAM %d, RAM and swap %d: want RAM > 0 and RAM and swap ≥ RAM", ram, both)
-	}
-	if !ok || avail > ram {
-		t.Errorf("available %d (%v) of RAM %d: want known and at most the RAM", avail, ok, ram)
-	}
 }

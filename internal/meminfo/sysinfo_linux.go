@@ -14,8 +14,3 @@ func sysinfo() (ram, swap uint64, ok bool) {
 	unit := max(uint64(si.Unit), 1)
 	return uint64(si.Totalram) * unit, uint64(si.Totalswap) * unit, true
 }
-
-// HostAvailable is Linux's estimate of the memory available to start new
-// programs without swapping (MemAvailable of Path), or ok false when
-// unknown.
-func HostAvailable() (uint64, bool) { return ReadAvailable(Path) }

@@ -13,6 +13,7 @@ import (
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/device/cuda"
 	"github.com/vramkit/vram/device/sim"
+	"github.com/vramkit/vram/internal/simtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -242,19 +243,9 @@ func manyRuns(n int) []Run {
 	return runs
 }
 
-func newSim(t *testing.T) *sim.Device {
-	t.Helper()
-	dev, err := sim.New(sim.Config{})
-	if err != nil {
-		t.Fatalf("sim.New: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := dev.Close(); err != nil {
-			t.Errorf("sim Close: %v", err)
-		}
-	})
-	return dev
-}
+// newSim is a simulated device of the simulator's default size, checked
+// for leaks when the test ends (simtest).
+func newSim(t *testing.T) *sim.Device { return simtest.New(t, 8<<30) }
 
 func TestGoKernelOnSimulator(t *testing.T) {
 	dev := newSim(t)

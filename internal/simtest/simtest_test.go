@@ -45,3 +45,19 @@ func TestLeakFails(t *testing.T) {
 		})
 	}
 }
+
+// TestClosedByTheTest: a device the test closed itself passes its
+// clean-up.
+func TestClosedByTheTest(t *testing.T) {
+	r := &recorder{TB: t}
+	dev := simtest.New(r, 4<<20)
+	if err := dev.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range r.cleanups {
+		f()
+	}
+	if len(r.errs) > 0 {
+		t.Errorf("a device the test closed failed its clean-up: %q", r.errs)
+	}
+}

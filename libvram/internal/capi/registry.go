@@ -14,6 +14,7 @@ import (
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/alloc"
+	"github.com/vramkit/vram/broker"
 	"github.com/vramkit/vram/device"
 )
 
@@ -49,9 +50,8 @@ type Options struct {
 	Spec string // a device.Open spec: "", "auto", "sim:vram=1GiB", "cuda:1", …
 	Cap  uint64 // bytes the manager's allocations may take, as the allocator charges them; 0: $VRAM_ALLOC_CONF's limit, else none
 	// Broker, when not "", is the node broker's socket: the manager's
-	// budget is a lease of it (vram.WithBroker), asked for as Lease says,
-	// and Cap is ignored (Lease.Cap bounds the lease). The process must
-	// link package broker (libvram does).
+	// budget is a lease of it (broker.At), asked for as Lease says, and
+	// Cap is ignored (Lease.Cap bounds the lease).
 	Broker string
 	Lease  vram.LeaseOptions
 }
@@ -177,7 +177,9 @@ func newManager(dev device.Device, o Options, conf []vram.Option) (*Manager, err
 		vram.WithOOMObserver(func(_ *alloc.OutOfMemoryError, rep vram.ManagerReport) { m.noteOOM(rep) }))
 	switch {
 	case o.Broker != "":
-		opts = append(opts, vram.WithBroker(o.Broker), vram.WithLease(o.Lease))
+		lease := o.Lease
+		lease.Broker = broker.At(o.Broker)
+		opts = append(opts, vram.WithLease(lease))
 	case o.Cap > 0: // else $VRAM_ALLOC_CONF's limit, if any, stands
 		opts = append(opts, vram.WithCap(o.Cap))
 	}

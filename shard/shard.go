@@ -1,37 +1,6 @@
-// Package shard splits a batch of runs among the tasks of a job that a
-// scheduler started — a Slurm job array, a Kubernetes Indexed Job — by the
-// index and count the scheduler hands each task. It is pure: no I/O but
-// the environment lookup it is given.
-//
-// # The rule
-//
-// A batch of R runs split into N shards gives shard i (0 ≤ i < N) the runs
-//
-//	[⌊i·R/N⌋, ⌊(i+1)·R/N⌋)
-//
-// so the shards are contiguous, in order, cover every run exactly once,
-// and differ in length by at most one run (shards are empty only when
-// N > R). The products are taken in 128 bits, so the rule holds for any
-// R and N up to 2⁶⁴−1 without overflow. Owner inverts it: run r belongs to
-// shard ⌊((r+1)·N − 1)/R⌋.
-//
-// # The scheduler's index
-//
-// FromEnv finds the shard of this task in its environment, first match
-// wins:
-//
-//   - Slurm job arrays: SLURM_ARRAY_TASK_ID, with SLURM_ARRAY_TASK_MIN
-//     (default 0), SLURM_ARRAY_TASK_STEP (default 1) and
-//     SLURM_ARRAY_TASK_COUNT; the shard is (ID − MIN) / STEP of COUNT, so
-//     --array=0-7, --array=1-8 and --array=0-14:2 each make 8 shards. An
-//     array with holes (--array=1,4,9) is refused: its ids do not number
-//     the shards.
-//   - Kubernetes Indexed Jobs: JOB_COMPLETION_INDEX, with the count in
-//     VRAM_SHARD_COUNT (Kubernetes does not put the Job's completions in
-//     the pod's environment; set VRAM_SHARD_COUNT to spec.completions).
-//
-// Values are plain values, safe to copy and share.
 package shard
+
+// The shard rule and the scheduler's index (see the package doc).
 
 import (
 	"errors"

@@ -1,7 +1,11 @@
-package main
+package vram_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -9,7 +13,7 @@ import (
 	"github.com/vramkit/vram"
 )
 
-func TestParsePlanInputErrors(t *testing.T) {
+func TestRequestSetErrors(t *testing.T) {
 	tests := map[string]struct {
 		json string
 		want []string // substrings of the message
@@ -54,16 +58,16 @@ func TestParsePlanInputErrors(t *testing.T) {
 		"budget bad unit":   {`{"budget": "12 parsecs", "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget:", "not a byte size"}},
 		"budget a bool":     {`{"budget": true, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"budget: want a number of bytes", "a boolean true"}},
 		"granularity float": {`{"granularity": 1.5, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"granularity: want a positive whole number"}},
-		"buffers four":      {`{"buffers": 4, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"buffers is 4", "want 1, or up to 3"}},
+		"buffers zero":      {`{"buffers": 0, "requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`, []string{"buffers is 0", "want 1 buffer in flight or more"}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			_, err := parsePlanInput([]byte(tc.json))
+			_, err := unmarshalSet([]byte(tc.json))
 			if err == nil {
-				t.Fatalf("parsePlanInput(%s) = nil error, want one containing %q", tc.json, tc.want)
+				t.Fatalf("ReadRequestSet(%s) = nil error, want one containing %q", tc.json, tc.want)
 			}
-			if !errors.Is(err, errInput) {
-				t.Errorf("error %q does not wrap errInput", err)
+			if !errors.Is(err, vram.ErrRequestSet) {
+				t.Errorf("error %q does not wrap ErrRequestSet", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -74,7 +78,7 @@ func TestParsePlanInputErrors(t *testing.T) {
 	}
 }
 
-func TestParsePlanInputValues(t *testing.T) {
+func TestRequestSetValues(t *testing.T) {
 	const in = `{"budget": "256MiB", "granularity": 512, "buffers": 2,
 	 "requests": {
 	  "outputs": {"state": {"shape": [201, 4, 1000000], "dtype": "float32", "chunk_axis": 2,
@@ -83,7 +87,7 @@ func TestParsePlanInputValues(t *testing.T) {
 	             "table": {"shape": [64], "dtype": "int32", "unchunkable": true, "memory": "pinned"},
 	             "big": {"shape": [1e3], "dtype": "u1", "chunk_axis": 5, "unchunkable": true},
 	             "scalar": {"shape": [], "dtype": "float64"}}}}`
-	got, err := parsePlanInput([]byte(in))
+	got, err := unmarshalSet([]byte(in))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,10 +118,10 @@ func TestParsePlanInputValues(t *testing.T) {
 	}
 }
 
-// FuzzParsePlanInput checks that any input either parses into a request
-// set that obeys the documented invariants or fails with errInput, in a
+// FuzzRequestSet checks that any input either parses into a request
+// set that obeys the documented invariants or fails with ErrRequestSet, in a
 // message of a line whatever the input's values.
-func FuzzParsePlanInput(f *testing.F) {
+func FuzzRequestSet(f *testing.F) {
 	f.Add([]byte(`{"budget": 268435456, "granularity": 512, "buffers": 1, "requests": {"outputs": {"state": {"shape": [201, 4, 1000000], "dtype": "float32", "chunk_axis": 2, "unchunkable": false, "total_runs": 1000000}}}}`))
 	f.Add([]byte(`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32"}}}}`))
 	f.Add([]byte(`{"budget": "1GiB", "requests": {"a": {"x": {"shape": [1e2, 3], "dtype": "bool", "memory": "mapped"}}}}`))
@@ -125,17 +129,17 @@ func FuzzParsePlanInput(f *testing.F) {
 	f.Add([]byte(`{"budget": 1048576, "requests": {"c": {"x": {"shape": [9223372036854775807], "dtype": "uint8"}}}}`))
 	f.Add([]byte(`{"budget": 1048576, "requests": {"c": {"x": {"shape": [9223372036854775807], "dtype": "uint8"}, "x": {"shape": [3], "dtype": "uint8"}}}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		in, err := parsePlanInput(data)
+		in, err := unmarshalSet(data)
 		if err != nil {
-			if !errors.Is(err, errInput) {
-				t.Fatalf("error %.200q does not wrap errInput", err)
+			if !errors.Is(err, vram.ErrRequestSet) {
+				t.Fatalf("error %.200q does not wrap ErrRequestSet", err)
 			}
 			if len(err.Error()) > 1024 {
 				t.Fatalf("an error of %d bytes for %d bytes of input: %.200q…", len(err.Error()), len(data), err)
 			}
 			return
 		}
-		if in.Buffers != 0 && in.Buffers != 1 && in.Buffers != 2 {
+		if in.Buffers < 0 {
 			t.Fatalf("buffers %d", in.Buffers)
 		}
 		if len(in.Requests) == 0 {
@@ -162,7 +166,7 @@ func FuzzParsePlanInput(f *testing.F) {
 // and checks that Plan either refuses it with a documented error or
 // returns a plan whose figures hold exactly, whatever the run count:
 // huge run counts once gave negative chunk counts.
-func checkInputPlans(t *testing.T, in planInput) {
+func checkInputPlans(t *testing.T, in vram.RequestSet) {
 	t.Helper()
 	budget := in.Budget
 	if budget == 0 {
@@ -187,4 +191,77 @@ func checkInputPlans(t *testing.T, in planInput) {
 	case p.Chunks > 1 && uint64(p.LastChunkLength) != n-uint64(p.Chunks-1)*uint64(p.ChunkLength):
 		t.Fatalf("last chunk %d for %d chunks of %d, %d runs", p.LastChunkLength, p.Chunks, p.ChunkLength, n)
 	}
+}
+
+// TestRequestSetErrorsAreShort gives request sets whose bad
+// value is a megabyte long (a dtype, a key, a size, a number): each
+// error quotes a clipped piece of it, never the whole.
+func TestRequestSetErrorsAreShort(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	digits := strings.Repeat("9", 1<<20)
+	tests := map[string]struct {
+		json string
+		want string
+	}{
+		"a dtype":         {`{"requests": {"c": {"x": {"shape": [4], "dtype": "` + long + `"}}}}`, `unknown dtype "xxxxxxxx`},
+		"a memory type":   {`{"requests": {"c": {"x": {"shape": [4], "dtype": "float32", "memory": "` + long + `"}}}}`, `unknown memory type "xxxx`},
+		"a client's name": {`{"requests": {"` + long + `": {"x": {"shape": [-4], "dtype": "float32"}}}}`, `dimensions must be at least 1`},
+		"an unknown key":  {`{"requests": {"c": {"x": {"shape": [4], "dtype": "float32", "` + long + `": 1}}}}`, `unknown key "xxxx`},
+		"a budget":        {`{"budget": "` + long + `", "requests": {"c": {"x": {"shape": [4], "dtype": "float32"}}}}`, `budget: "xxxx`},
+		"a number":        {`{"requests": {"c": {"x": {"shape": [` + digits + `], "dtype": "float32"}}}}`, `want an integer, got a number`},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := unmarshalSet([]byte(tc.json))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%.300v; want an error saying %q", err, tc.want)
+			}
+			if n := len(err.Error()); n > 400 {
+				t.Errorf("an error of %d bytes: %.200q…", n, err)
+			}
+		})
+	}
+}
+
+// unmarshalSet reads data as a request set, as vram plan does.
+func unmarshalSet(data []byte) (vram.RequestSet, error) {
+	return vram.ReadRequestSet(bytes.NewReader(data))
+}
+
+// TestRequestSetJSON: a request set written by encoding/json reads back
+// the same, through ReadRequestSet or as a field of a larger value, and
+// one over MaxRequestSetBytes is refused unread.
+func TestRequestSetJSON(t *testing.T) {
+	want := vram.RequestSet{Budget: 1 << 20, Buffers: 2, Requests: map[string]map[string]vram.ArrayRequest{
+		"c": {"x": {Shape: []int{4, 100}, DType: vram.Float32, ChunkAxis: 1, TotalRuns: 100},
+			"t": {Shape: []int{8}, DType: vram.Int32, Unchunkable: true, Memory: vram.Pinned}},
+	}}
+	b, err := json.Marshal(struct{ Set vram.RequestSet }{want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Set vram.RequestSet }
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if fmt.Sprint(got.Set) != fmt.Sprint(want) {
+		t.Errorf("read back %+v; want %+v", got.Set, want)
+	}
+	var bad struct{ Set vram.RequestSet }
+	if err := json.Unmarshal([]byte(`{"Set": {"requests": {"c": {"x": {"shape": [4], "dtype": "int32", "chunk_axsi": 0}}}}}`), &bad); !errors.Is(err, vram.ErrRequestSet) {
+		t.Errorf("a misspelt key in a larger value: %v; want ErrRequestSet", err)
+	}
+	if _, err := vram.ReadRequestSet(io.LimitReader(neverEnding('x'), vram.MaxRequestSetBytes+2)); !errors.Is(err, vram.ErrRequestSet) || !strings.Contains(err.Error(), "over 64 MiB") {
+		t.Errorf("a request set of 64 MiB and more: %v; want ErrRequestSet saying it is over 64 MiB", err)
+	}
+}
+
+// neverEnding is an endless stream of one byte.
+type neverEnding byte
+
+func (b neverEnding) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
 }
