@@ -83,8 +83,8 @@ func (pl *planner) unchunkableError(budget uint64) error {
 		e.Need = pl.device(pl.runs, 1)
 		e.Pages = e.Need - min(e.Need, satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g)))
 		largest := largestUnchunkable(pl.items, 3)
-		if pl.beyondDevice(e.Need) {
-			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or shrink them: %s", largest, pl.deviceNote(e.Need))
+		if pl.beyondDevice(e.Need - e.Pages) {
+			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or shrink them: %s", largest, pl.deviceNote(e.Need-e.Pages))
 			return e
 		}
 		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s", largest, raiseHint(e.Need, budget))
@@ -93,12 +93,12 @@ func (pl *planner) unchunkableError(budget uint64) error {
 	}
 	e.Need = pl.device(1, pl.k)
 	e.Pages = e.Need - min(e.Need, satAdd(pl.u, satMul(uint64(pl.k), e.RunBytes)))
-	switch {
-	case pl.beyondDevice(e.Need) && pl.u > 0:
-		e.Hint = "make the large fixed inputs chunkable or shrink them: " + pl.deviceNote(e.Need)
+	switch arrays := e.Need - e.Pages; {
+	case pl.beyondDevice(arrays) && pl.u > 0:
+		e.Hint = "make the large fixed inputs chunkable or shrink them: " + pl.deviceNote(arrays)
 		return e
-	case pl.beyondDevice(e.Need):
-		e.Hint = "make the per-run arrays smaller: " + pl.deviceNote(e.Need)
+	case pl.beyondDevice(arrays):
+		e.Hint = "make the per-run arrays smaller: " + pl.deviceNote(arrays)
 		return e
 	case pl.u > 0:
 		e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or %s", raiseHint(e.Need, budget))
@@ -109,12 +109,13 @@ func (pl *planner) unchunkableError(budget uint64) error {
 	return e
 }
 
-// beyondDevice reports whether need is more than the whole device holds
-// (PlanOptions.DeviceBytes): then no budget, and nothing the caller frees,
-// can hold it.
+// beyondDevice reports whether the arrays' bytes (a need less what the
+// allocator takes in whole pages, which fewer, larger arrays may save)
+// are more than the whole device holds (PlanOptions.DeviceBytes): then no
+// budget, and nothing the caller frees, can hold them.
 func (pl *planner) beyondDevice(need uint64) bool { return pl.deviceBytes > 0 && need > pl.deviceBytes }
 
-// deviceNote says by how much need passes the whole device.
+// deviceNote says by how much the arrays' bytes pass the whole device.
 func (pl *planner) deviceNote(need uint64) string {
 	return fmt.Sprintf("that is %s more than the device's %s in all", bytesUp(need-pl.deviceBytes), bytesDown(pl.deviceBytes))
 }
@@ -126,8 +127,9 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 	e := &PlanError{Err: ErrRunTooLarge, Need: need, Budget: budget, UnchunkableBytes: pl.u,
 		RunBytes: c1, Buffers: pl.k, Chunkable: pl.nChunkableDev}
 	e.Pages = need - min(need, satAdd(pl.u, satMul(uint64(pl.k), c1)))
+	arrays := need - e.Pages
 	var ways []string
-	if !pl.beyondDevice(need) {
+	if !pl.beyondDevice(arrays) {
 		ways = append(ways, raiseHint(need, budget))
 	}
 	if pl.k > 1 {
@@ -141,8 +143,8 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 	if len(ways) > 1 {
 		e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
 	}
-	if pl.beyondDevice(need) {
-		e.Hint += ": " + pl.deviceNote(need)
+	if pl.beyondDevice(arrays) {
+		e.Hint += ": " + pl.deviceNote(arrays)
 		return e
 	}
 	pl.addMore(e)
