@@ -16,7 +16,7 @@ const readmeProgramLines = 60
 
 // TestREADMEProgram builds and runs the README's Go program (its ```go
 // block that starts with "package main" and makes a batch) as written,
-// and compares what it prints with the ```text block after it. The
+// and compares what it prints with what the README says it prints. The
 // program keeps to readmeProgramLines lines.
 func TestREADMEProgram(t *testing.T) {
 	if testing.Short() {
@@ -59,7 +59,7 @@ func TestREADMEProgram(t *testing.T) {
 // after it.
 func readmeProgram(t *testing.T, readme string) (prog, output string) {
 	t.Helper()
-	const open, text, end = "```go\npackage main\n", "```text\n", "```\n"
+	const open, end = "```go\npackage main\n", "```\n"
 	for rest := readme; ; {
 		i := strings.Index(rest, open)
 		if i < 0 {
@@ -70,11 +70,11 @@ func readmeProgram(t *testing.T, readme string) (prog, output string) {
 		if !ok || !strings.Contains(prog, "batch.New()") {
 			continue
 		}
-		j := strings.Index(after, text)
-		if j < 0 {
-			t.Fatal("the README's batch program has no ```text block of its output after it")
+		_, printed, ok := strings.Cut(after, "It prints `")
+		if !ok {
+			t.Fatal("the README's batch program has no \"It prints `…`\" after it")
 		}
-		output, _, _ = strings.Cut(after[j+len(text):], end)
-		return prog, output
+		output, _, _ = strings.Cut(printed, "`")
+		return prog, output + "\n"
 	}
 }
