@@ -69,11 +69,17 @@ func library(t *testing.T) string {
 			return
 		}
 		buildLib = filepath.Join(buildDir, "libvram.so")
-		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-o", buildLib, ".")
+		var soname string
+		if soname, buildErr = sonameOf("vram.h"); buildErr != nil {
+			return
+		}
+		cmd := exec.Command(goTool, "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname,"+soname, "-o", buildLib, ".")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = errors.New("go build -buildmode=c-shared: " + err.Error() + "\n" + string(out))
+			return
 		}
+		buildErr = os.Symlink("libvram.so", filepath.Join(buildDir, soname))
 	})
 	if buildSkip != "" {
 		t.Skip(buildSkip)
@@ -84,35 +90,45 @@ func library(t *testing.T) string {
 	return buildLib
 }
 
+// hookLib is one of the C++ hook libraries beside libvram.so, built once.
+type hookLib struct {
+	name, src, what string
+	once            sync.Once
+	path            string
+	err             error
+}
+
 var (
-	torchOnce sync.Once
-	torchLib  string
-	torchErr  error
+	torchHook = &hookLib{name: "libvram_torch.so", src: "torch/vram_torch.cc", what: "PyTorch's hook"}
+	cupyHook  = &hookLib{name: "libvram_cupy.so", src: "cupy/vram_cupy.cc", what: "CuPy's C hook"}
 )
 
-// torchLibrary builds libvram_torch.so beside the library, or returns ""
-// and why not.
-func torchLibrary(t *testing.T) (path, why string) {
+// build builds h beside the library, or returns "" and why not.
+func (h *hookLib) build(t *testing.T) (path, why string) {
 	t.Helper()
 	lib := library(t)
 	if _, err := exec.LookPath("g++"); err != nil {
-		return "", "g++ not found: PyTorch's hook (libvram_torch.so) is C++"
+		return "", "g++ not found: " + h.what + " (" + h.name + ") is C++"
 	}
-	torchOnce.Do(func() {
-		out := filepath.Join(buildDir, "libvram_torch.so")
+	h.once.Do(func() {
+		out := filepath.Join(buildDir, h.name)
 		b, err := exec.Command("g++", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-I", ".", "-o", out,
-			"torch/vram_torch.cc", "-L", filepath.Dir(lib), "-l:libvram.so", "-Wl,-rpath,$ORIGIN").CombinedOutput()
+			h.src, "-L", filepath.Dir(lib), "-l:libvram.so", "-Wl,-rpath,$ORIGIN").CombinedOutput()
 		if err != nil {
-			torchErr = errors.New("building libvram_torch.so: " + err.Error() + "\n" + string(b))
+			h.err = errors.New("building " + h.name + ": " + err.Error() + "\n" + string(b))
 			return
 		}
-		torchLib = out
+		h.path = out
 	})
-	if torchErr != nil {
-		t.Fatal(torchErr)
+	if h.err != nil {
+		t.Fatal(h.err)
 	}
-	return torchLib, ""
+	return h.path, ""
 }
+
+// torchLibrary builds libvram_torch.so beside the library, or returns ""
+// and why not.
+func torchLibrary(t *testing.T) (path, why string) { return torchHook.build(t) }
 
 // compile builds a harness with tool (gcc or g++) into the build directory.
 func compile(t *testing.T, tool, src, name string, libs ...string) string {
@@ -188,6 +204,67 @@ func TestTorchHook(t *testing.T) {
 	runHarness(t, nil, bin, lib, torch)
 }
 
+// TestCupyHook: CuPy's way of calling its C hooks, through function
+// pointers, the malloc in a C++ try as Cython compiles `except +`: a
+// refusal is a C++ exception (std::bad_alloc when out of memory, for
+// Python's MemoryError), never NULL.
+func TestCupyHook(t *testing.T) {
+	lib := library(t)
+	cupy, why := cupyHook.build(t)
+	if cupy == "" {
+		t.Skip(why)
+	}
+	bin := compile(t, "g++", "testdata/cupy_harness.cc", "cupy_harness", "-ldl")
+	runHarness(t, nil, bin, lib, cupy)
+}
+
+// sonameOf is the library's SONAME, libvram.so.N with N the header's
+// VRAM_ABI_VERSION: what a library or program linked against it records
+// and asks the loader for. scripts/build-libvram.sh reads it so too.
+func sonameOf(header string) (string, error) {
+	b, err := os.ReadFile(header)
+	if err != nil {
+		return "", err
+	}
+	m := regexp.MustCompile(`(?m)^#define VRAM_ABI_VERSION (\d+)`).FindSubmatch(b)
+	if m == nil {
+		return "", errors.New(header + " defines no VRAM_ABI_VERSION")
+	}
+	return "libvram.so." + string(m[1]), nil
+}
+
+// TestSoname: the library names itself by its ABI version, as the script
+// that builds it for users does, and the link of that name beside it
+// reaches it.
+func TestSoname(t *testing.T) {
+	lib := library(t)
+	want, err := sonameOf("vram.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	names, err := f.DynString(elf.DT_SONAME)
+	if err != nil || len(names) != 1 || names[0] != want {
+		t.Errorf("DT_SONAME = %q, %v; want %q", names, err, want)
+	}
+	out := t.TempDir()
+	if b, err := exec.Command("bash", "../scripts/build-libvram.sh", out).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/build-libvram.sh: %v\n%s", err, b)
+	}
+	g, err := elf.Open(filepath.Join(out, want)) // through the link
+	if err != nil {
+		t.Fatalf("scripts/build-libvram.sh left no %s: %v", want, err)
+	}
+	defer g.Close()
+	if names, err := g.DynString(elf.DT_SONAME); err != nil || len(names) != 1 || names[0] != want {
+		t.Errorf("scripts/build-libvram.sh built a library whose DT_SONAME is %q, %v; want %q", names, err, want)
+	}
+}
+
 // TestNoDelete: Go's linker marks the library -z nodelete, so that no
 // dlclose unloads the Go runtime (the harness checks the behaviour).
 func TestNoDelete(t *testing.T) {
@@ -227,35 +304,42 @@ func exports(t *testing.T, path string) map[string]bool {
 }
 
 // TestHeaderExported: every function vram.h declares is exported by
-// libvram.so, or, for the one the header marks libvram_torch.so's, by
-// that library (a name in the header a library lacks would be found only
-// by a framework's dlsym, at run time).
+// libvram.so, or, for those the header marks as a C++ hook library's
+// (libvram_torch.so, libvram_cupy.so), by that library (a name in the
+// header a library lacks would be found only by a framework's dlsym, at
+// run time).
 func TestHeaderExported(t *testing.T) {
 	exported := exports(t, library(t))
-	torch, why := torchLibrary(t)
-	var torchExports map[string]bool
-	if torch != "" {
-		torchExports = exports(t, torch)
+	hooks := map[string]map[string]bool{} // library → its exports, nil when it cannot be built here
+	for _, h := range []*hookLib{torchHook, cupyHook} {
+		if path, why := h.build(t); path != "" {
+			hooks[h.name] = exports(t, path)
+		} else {
+			t.Logf("%s not checked: %s", h.name, why)
+			hooks[h.name] = nil
+		}
 	}
 	header, err := os.ReadFile("vram.h")
 	if err != nil {
 		t.Fatal(err)
 	}
-	decls := regexp.MustCompile(`(?m)^[a-z][\w \*]*?\b(vram_\w+)\(.*;( /\* (libvram_torch\.so) \*/)?$`).FindAllSubmatch(header, -1)
+	decls := regexp.MustCompile(`(?m)^[a-z][\w \*]*?\b(vram_\w+)\(.*;( /\* (libvram_\w+\.so) \*/)?$`).FindAllSubmatch(header, -1)
 	if len(decls) < 20 {
 		t.Fatalf("found %d declarations in vram.h; the pattern is stale", len(decls))
 	}
 	for _, d := range decls {
-		name := string(d[1])
+		name, in := string(d[1]), string(d[3])
+		hook, known := hooks[in]
 		switch {
-		case len(d[3]) == 0 && !exported[name]:
+		case in == "" && !exported[name]:
 			t.Errorf("vram.h declares %s; libvram.so does not export it", name)
-		case len(d[3]) > 0 && exported[name]:
-			t.Errorf("vram.h puts %s in libvram_torch.so; libvram.so exports one too", name)
-		case len(d[3]) > 0 && torch == "":
-			t.Logf("%s not checked: %s", name, why)
-		case len(d[3]) > 0 && !torchExports[name]:
-			t.Errorf("vram.h declares %s in libvram_torch.so; it does not export it", name)
+		case in == "":
+		case !known:
+			t.Errorf("vram.h puts %s in %s, which is no library of libvram's", name, in)
+		case exported[name]:
+			t.Errorf("vram.h puts %s in %s; libvram.so exports one too", name, in)
+		case hook != nil && !hook[name]:
+			t.Errorf("vram.h declares %s in %s; it does not export it", name, in)
 		}
 	}
 	if exported["vram_hook_alloc_"] {
@@ -287,6 +371,11 @@ func TestPython(t *testing.T) {
 	cmd.Env = append(cmd.Env, "VRAM_TEST_BROKER="+socket, "VRAM_TEST_BROKER_SPEC="+spec)
 	if torch, why := torchLibrary(t); torch != "" {
 		cmd.Env = append(cmd.Env, "VRAM_TORCH_LIBRARY="+torch)
+	} else {
+		t.Log(why)
+	}
+	if cupy, why := cupyHook.build(t); cupy != "" {
+		cmd.Env = append(cmd.Env, "VRAM_CUPY_LIBRARY="+cupy)
 	} else {
 		t.Log(why)
 	}

@@ -1,13 +1,16 @@
 // Command libvram is vram's memory manager as a C shared library, for
 // programs that are not Go: PyTorch, CuPy and Numba in one Python process
 // draw from one pool and one budget per device. Build it with a C
-// compiler:
+// compiler, named by its ABI version (SONAME libvram.so.N, N vram.h's
+// VRAM_ABI_VERSION, which what links against it records):
 //
-//	go build -buildmode=c-shared -o libvram.so ./libvram
+//	scripts/build-libvram.sh DIR
 //
-// and, for PyTorch, its C++ allocation hook beside it (torch/vram_torch.cc
-// says how; it is not part of this package, so that the module builds
-// with a C compiler alone).
+// runs go build -buildmode=c-shared -ldflags=-extldflags=-Wl,-soname,libvram.so.N
+// and builds, beside the library, the C++ allocation hooks of PyTorch and
+// of CuPy's C allocator (torch/vram_torch.cc and cupy/vram_cupy.cc; they
+// are not part of this package, so that the module builds with a C
+// compiler alone).
 //
 // vram.h beside this file is the contract (status codes, the functions,
 // each framework's hook); the Python package in python/vram is a ctypes
@@ -20,8 +23,9 @@
 // (the Go side of each entry point: C values to Go ones, errors to status
 // codes), client.c and client.go (the same two sides for the client API,
 // ABI 2), internal/capi (the managers, streams and books, the clients,
-// responses and hook events, in plain Go), and torch/vram_torch.cc
-// (PyTorch's allocation hook, which throws what it cannot return).
+// responses and hook events, in plain Go), and torch/vram_torch.cc and
+// cupy/vram_cupy.cc (PyTorch's and CuPy's allocation hooks, which throw
+// what they cannot return).
 //
 // Safe in a foreign process: the Go runtime starts once, when the library
 // is loaded, and is never unloaded (Go's linker marks a c-shared library

@@ -282,13 +282,6 @@ void vram_torch_free(void *ptr, size_t size, int device, void *stream) {
 
 void vram_torch_empty_cache(void) { vram_trim_all(); }
 
-void *vram_cupy_malloc(void *param, size_t size, int device) {
-	void *p = NULL;
-	if (size == 0) return NULL;
-	vram_hook_alloc_(VRAM_SOURCE_CUPY, device, (vram_manager)(intptr_t)param, size, VRAM_STREAM_UNORDERED, 1, &p);
-	return p;
-}
-
 void vram_cupy_free(void *param, void *ptr, int device) {
 	if (ptr) hook_free(device, (vram_manager)(intptr_t)param, ptr, 0, VRAM_STREAM_UNORDERED);
 }

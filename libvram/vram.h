@@ -117,9 +117,11 @@ size_t vram_last_error(char *buf, size_t len);
  * if there is a GPU, else the simulator), "cuda", "cuda:N", "sim",
  * "sim:vram=8GiB,ordinal=1". cap_bytes caps the bytes its allocations may
  * take, as the allocator charges them (0: $VRAM_ALLOC_CONF's limit, else no
- * cap). The allocator is the one $VRAM_ALLOC_CONF configures (pool by
- * default; kind:async is refused). VRAM_EBUSY when a manager is open on
- * that device ordinal. */
+ * cap). The allocator is the one $VRAM_ALLOC_CONF configures; by default
+ * kind pool, which on a device that manages virtual memory (CUDA, the
+ * simulator) is the expandable pool, address space mapped a granule at a
+ * time, and elsewhere the segment pool; kind:async is refused. VRAM_EBUSY
+ * when a manager is open on that device ordinal. */
 int vram_open(const char *spec, uint64_t cap_bytes, vram_manager *out);
 /* Opens a manager as vram_open does, whose budget is a lease of the node
  * broker (vram broker) on socket (NULL or "": $VRAM_BROKER, else the
@@ -234,12 +236,19 @@ void vram_torch_empty_cache(void);
  * CuPy, cupy.cuda.memory.CFunctionAllocator(param, malloc, free, owner):
  * void*(void* param, size_t size, int device) and
  * void(void* param, void* ptr, int device) (cupy/cuda/memory.pyx). param
- * is a manager handle cast to a pointer, or NULL for the manager open on
- * device. Both are unordered (CuPy names no stream). CuPy does not check
- * malloc's result: a failure returns NULL and counts in hook_errors, so
- * prefer vram's Python package, which raises CuPy's OutOfMemoryError.
+ * is NULL, or the handle of the manager open on device cast to a pointer.
+ * Both are unordered (CuPy names no stream). CuPy uses whatever malloc
+ * returns, so vram_cupy_malloc, in libvram_cupy.so (C++, beside
+ * libvram.so: libvram/cupy/vram_cupy.cc), never returns NULL for a
+ * request it cannot serve: it throws, a std::bad_alloc with the last
+ * error's message when out of memory (Python's MemoryError), else a
+ * std::runtime_error. CuPy 14.2 and newer declare the hook `except +` and
+ * raise what it throws; an older CuPy would end the process, and vram's
+ * Python package refuses to install it there (its default, CuPy's
+ * PythonFunctionAllocator, works on every version). vram_cupy_free, in
+ * libvram.so, never throws; a failure counts in hook_errors.
  */
-void *vram_cupy_malloc(void *param, size_t size, int device);
+void *vram_cupy_malloc(void *param, size_t size, int device); /* libvram_cupy.so */
 void vram_cupy_free(void *param, void *ptr, int device);
 
 /*

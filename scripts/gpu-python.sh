@@ -3,7 +3,8 @@
 # one Python process, on a machine with an NVIDIA GPU.
 #
 #   scripts/gpu-python.sh build [DIR]   where Go, gcc and g++ are: build
-#                                       libvram.so and libvram_torch.so and
+#                                       libvram.so, libvram_torch.so and
+#                                       libvram_cupy.so and
 #                                       copy them, the Python package and
 #                                       the workload into DIR (default
 #                                       gpu-python/)
@@ -41,11 +42,8 @@ build() {
 	done
 	set -e
 	mkdir -p "$out/python"
-	echo "== building libvram.so and libvram_torch.so (PyTorch's hook) into $out"
-	(cd "$repo" && CGO_ENABLED=1 go build -buildmode=c-shared -o "$out/libvram.so" ./libvram)
-	g++ -shared -fPIC -O2 -I "$repo/libvram" -o "$out/libvram_torch.so" "$repo/libvram/torch/vram_torch.cc" \
-		-L "$out" -l:libvram.so -Wl,-rpath,'$ORIGIN'
-	rm -f "$out/libvram.h" # cgo's header of the Go exports; vram.h is the contract
+	echo "== building libvram.so, libvram_torch.so (PyTorch's hook) and libvram_cupy.so (CuPy's C hook) into $out"
+	"$repo/scripts/build-libvram.sh" "$out"
 	rm -rf "$out/python/vram"
 	cp -r "$repo/python/vram" "$out/python/vram"
 	find "$out/python" -name __pycache__ -prune -exec rm -rf {} +

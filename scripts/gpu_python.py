@@ -1,18 +1,23 @@
 """gpu_python.py: Numba, CuPy and PyTorch on one vram pool and one cap, in
-one process, on a GPU (run by scripts/gpu-python.sh; see it for how).
+one process, on a GPU (run by scripts/gpu-check.sh, and by
+scripts/gpu-python.sh; see them for how).
 
-Each framework that is installed runs a workload on memory from vram: a
-Numba kernel on arrays from the EMM plugin, a CuPy and a PyTorch
-computation through their allocator hooks, each checked against the host.
-Then every framework asks for more than the cap leaves and must be refused
-with vram's error before the device is asked; torch.cuda.empty_cache()
-must empty vram's cache; and the shared figures are printed. A framework
-that is not installed is a SKIP line, not a failure; a check that fails is
-a FAIL line and the exit status is 1.
+vram's own manager allocates and is refused past the cap; then each
+framework that is installed runs a workload on memory from vram: a Numba
+kernel on arrays from the EMM plugin, a CuPy and a PyTorch computation
+through their allocator hooks, each checked against the host. Then every
+framework asks for more than the cap leaves and must be refused with
+vram's error before the device is asked (CuPy twice: through its Python
+allocator hook and through vram's C hook, which throws); torch.cuda.
+empty_cache() must empty vram's cache; and the shared figures are
+printed. A framework that is not installed is a SKIP line, not a failure;
+a check that fails is a FAIL line and the exit status is 1. The last lines
+are one "CHECK name pass|fail|skip note" per part, for gpu-check.sh's
+RESULT table.
 
-Environment: GPU_PYTHON_DEVICE (default cuda:0; "sim" for a dry run of the
-script without a GPU, where every framework skips), GPU_PYTHON_CAP (bytes,
-default 1 GiB).
+Environment: GPU_PYTHON_DEVICE (default cuda:0; a "sim" spec for a dry run
+of the script without a GPU, where every framework skips), GPU_PYTHON_CAP
+(bytes, default 1 GiB).
 """
 
 import os
@@ -23,6 +28,7 @@ import vram
 
 MiB = 1 << 20
 failed = []
+results = []  # (part, pass|fail|skip, note), in order
 
 
 def line(tag, what):
@@ -36,14 +42,34 @@ def check(ok, what):
 
 
 def section(name, fn):
+    before = len(failed)
     try:
         fn()
     except ImportError as e:
         line("SKIP", "%s: not installed here (%s)" % (name, e))
-    except Exception:  # a failed workload is reported, and the others still run
+        results.append((name, "skip", "not installed: %s" % e))
+        return
+    except Exception as e:  # a failed workload is reported, and the others still run
         failed.append(name)
         line("FAIL", "%s raised:" % name)
         traceback.print_exc(file=sys.stdout)
+        results.append((name, "fail", "raised %s" % type(e).__name__))
+        return
+    if len(failed) > before:
+        results.append((name, "fail", failed[before]))
+    else:
+        results.append((name, "pass", ""))
+
+
+def run_vram(m, cap):
+    p = m.alloc(8 * MiB, source="c")
+    check(in_use("c") == 8 * MiB, "vram: 8 MiB from the manager, counted under c")
+    m.free(p, 8 * MiB)
+    try:
+        m.alloc(cap + 1, source="c")
+        check(False, "vram: an allocation past the cap was refused")
+    except vram.OutOfMemoryError as e:
+        check("cap" in str(e), "vram: past the cap, vram.OutOfMemoryError: %s" % str(e)[:160])
 
 
 def in_use(source):
@@ -116,6 +142,28 @@ def run_cupy(cap):
     del a, b
 
 
+def run_cupy_c(cap):
+    import cupy as cp
+
+    import vram.cupy as vram_cupy
+
+    try:
+        vram_cupy.install(c_functions=True)
+    except RuntimeError as e:  # an older CuPy: the C hook may not throw there
+        raise ImportError(str(e)) from e
+    try:
+        a = cp.arange(1 << 20, dtype=cp.float32)
+        check(float(a.sum()) == float(((1 << 20) - 1) * (1 << 20) / 2), "cupy (C hook): a sum on vram memory matches")
+        try:
+            cp.empty(cap + 1, dtype=cp.uint8)
+            check(False, "cupy (C hook): an array past the cap was refused")
+        except MemoryError as e:
+            check("cap" in str(e), "cupy (C hook): past the cap, %s: %s" % (type(e).__name__, str(e)[:160]))
+        del a
+    finally:
+        vram_cupy.install()
+
+
 def run_torch(cap):
     import torch
 
@@ -142,15 +190,19 @@ def main():
     cap = int(os.environ.get("GPU_PYTHON_CAP", str(1 << 30)))
     m = vram.open(spec, cap=cap)
     line("ok", "vram: %r, cap %d MiB" % (m, cap // MiB))
+    section("vram", lambda: run_vram(m, cap))
     # Every hook is installed before its framework's first allocation.
-    if spec.startswith("cuda"):
-        section("numba", setup_numba)
+    if spec.startswith("cuda") and not os.environ.get("GPU_PYTHON_NO_FRAMEWORKS"):
+        section("numba", lambda: (setup_numba(), run_numba(cap)))
         section("torch install", install_torch)
-        section("numba", lambda: run_numba(cap))
+        results.pop()  # counted with torch
         section("cupy", lambda: run_cupy(cap))
+        section("cupy-c-hook", lambda: run_cupy_c(cap))
         section("torch", lambda: run_torch(cap))
     else:
-        line("SKIP", "%s is not a GPU: the frameworks are not run (a dry run of the script)" % spec)
+        line("SKIP", "%s: the frameworks are not run (a dry run of the script)" % spec)
+        for name in ("numba", "cupy", "cupy-c-hook", "torch"):
+            results.append((name, "skip", "no GPU: %s" % spec))
     st = vram.stats()
     print()
     print("shared figures (one pool, one cap): in use %d MiB, reserved %d MiB, cap %d MiB, charged %d MiB, refusals %d"
@@ -162,6 +214,8 @@ def main():
     print(vram.report())
     print("last refusal's report:")
     print(vram.oom_report() or "(none)")
+    for name, result, note in results:
+        print("CHECK %s %s %s" % (name, result, note))
     if failed:
         print("FAILED: %s" % "; ".join(failed))
         return 1

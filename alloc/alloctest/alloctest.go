@@ -160,9 +160,11 @@ func setup(t *testing.T, tg target, newAlloc Factory, cfg sim.Config) *env {
 }
 
 // warmUp makes a real device take the memory a driver takes lazily — for
-// a stream, for the first allocation, for the stream-ordered pool — and
-// gives back what the pool still reserves from earlier tests, so that
-// free memory measured afterwards moves only with the allocator.
+// a stream, for the first allocation, for the first memset and copies (the
+// driver's internal modules), for the stream-ordered pool — and gives back
+// what the pool still reserves from earlier tests, so that free memory
+// measured afterwards moves only with the allocator (and the streams a
+// test makes, which env.newStream leaves out).
 func warmUp(t *testing.T, dev device.Device) {
 	t.Helper()
 	s, err := dev.NewStream()
@@ -175,6 +177,22 @@ func warmUp(t *testing.T, dev device.Device) {
 	p, err := dev.Malloc(Alignment)
 	if err != nil {
 		t.Fatalf("warm-up: Malloc: %v", err)
+	}
+	if dev.Info().Backed {
+		ds, b := dev.DefaultStream(), make([]byte, 8)
+		err = dev.Memset(p, 0, 8, ds)
+		if err == nil {
+			err = dev.CopyHtoD(p, b, ds)
+		}
+		if err == nil {
+			err = dev.CopyDtoH(b, p, ds)
+		}
+		if err == nil {
+			err = ds.Synchronize()
+		}
+		if err != nil {
+			t.Fatalf("warm-up: a memset and copies: %v", err)
+		}
 	}
 	if err := dev.Free(p); err != nil {
 		t.Fatalf("warm-up: Free: %v", err)
@@ -399,7 +417,7 @@ func testStats(t *testing.T, tg target, newAlloc Factory) {
 func testStreams(t *testing.T, tg target, newAlloc Factory) {
 	t.Run("FreeOnAnotherStream", func(t *testing.T) {
 		e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
-		s1, s2 := newStream(t, e.dev), newStream(t, e.dev)
+		s1, s2 := e.newStream(t), e.newStream(t)
 		for _, n := range []uint64{512, 100000, 2 * units.MiB} {
 			p := e.alloc(t, n, s1)
 			e.free(t, p, s2)
@@ -412,7 +430,7 @@ func testStreams(t *testing.T, tg target, newAlloc Factory) {
 	})
 	t.Run("SameStreamReuse", func(t *testing.T) {
 		e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
-		s := newStream(t, e.dev)
+		s := e.newStream(t)
 		for range 100 {
 			p := e.alloc(t, 4096, s)
 			e.free(t, p, s)
@@ -435,6 +453,26 @@ func newStream(t *testing.T, dev device.Device) device.Stream {
 	return s
 }
 
+// newStream makes a stream for the test and leaves out of the allocator's
+// count the device memory the driver takes for it (a real driver gives
+// each stream resources of its own; the simulator takes none).
+func (e *env) newStream(t *testing.T) device.Stream {
+	t.Helper()
+	before, _, err := e.dev.MemInfo()
+	if err != nil {
+		t.Fatalf("MemInfo: %v", err)
+	}
+	s := newStream(t, e.dev)
+	after, _, err := e.dev.MemInfo()
+	if err != nil {
+		t.Fatalf("MemInfo: %v", err)
+	}
+	if after < before {
+		e.startFree -= before - after
+	}
+	return s
+}
+
 // testCrossStreamSafety frees a block on a stream that will still write
 // it for a while — the stream is held busy, and a memset of the block is
 // queued behind the hold — then allocates on another stream (and on the
@@ -444,7 +482,7 @@ func newStream(t *testing.T, dev device.Device) device.Stream {
 func testCrossStreamSafety(tg target, newAlloc Factory) func(t *testing.T) {
 	return func(t *testing.T) {
 		e := setup(t, tg, newAlloc, sim.Config{TotalBytes: 256 * units.MiB})
-		s1, s2 := newStream(t, e.dev), newStream(t, e.dev)
+		s1, s2 := e.newStream(t), e.newStream(t)
 		h := newHolder(t, e.dev) // skips when the device cannot hold a stream
 		const n = 64 << 10
 		cases := map[string]device.Stream{"other stream": s2, "same stream": s1}
@@ -580,7 +618,7 @@ func testUnknownPointer(t *testing.T, tg target, newAlloc Factory) {
 
 func testTrim(t *testing.T, tg target, newAlloc Factory) {
 	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
-	s1, s2 := e.dev.DefaultStream(), newStream(t, e.dev)
+	s1, s2 := e.dev.DefaultStream(), e.newStream(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	for round := range 3 {
 		for i := range 40 {
@@ -609,7 +647,7 @@ func testTrim(t *testing.T, tg target, newAlloc Factory) {
 
 func testClose(t *testing.T, tg target, newAlloc Factory) {
 	e := setup(t, tg, newAlloc, addressOnly(1*units.GiB))
-	s1, s2 := e.dev.DefaultStream(), newStream(t, e.dev)
+	s1, s2 := e.dev.DefaultStream(), e.newStream(t)
 	r := rand.New(rand.NewPCG(5, 6))
 	var keep device.Ptr
 	for i := range 60 {
@@ -647,7 +685,7 @@ func testConcurrent(t *testing.T, tg target, newAlloc Factory) {
 	const goroutines, ops = 4, 400
 	streams := []device.Stream{e.dev.DefaultStream()}
 	for range goroutines - 1 {
-		streams = append(streams, newStream(t, e.dev))
+		streams = append(streams, e.newStream(t))
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)

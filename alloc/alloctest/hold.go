@@ -1,6 +1,7 @@
 package alloctest
 
 import (
+	_ "embed"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,28 +29,9 @@ type holder struct {
 
 // waitPTX spins until the 32-bit word at flag (mapped host memory) is not
 // zero. A volatile load re-reads the word over the bus on every pass.
-const waitPTX = `
-.version 7.0
-.target sm_52
-.address_size 64
-
-.visible .entry vram_alloctest_wait(
-	.param .u64 vram_alloctest_wait_flag
-)
-{
-	.reg .pred	%set;
-	.reg .b32	%v;
-	.reg .b64	%f;
-
-	ld.param.u64		%f, [vram_alloctest_wait_flag];
-	cvta.to.global.u64	%f, %f;
-L_poll:
-	ld.volatile.global.u32	%v, [%f];
-	setp.ne.u32		%set, %v, 0;
-	@!%set bra		L_poll;
-	ret;
-}
-`
+//
+//go:embed wait.ptx
+var waitPTX string
 
 // newHolder returns a holder for dev, or skips the test, saying why, when
 // dev cannot hold a stream busy. On the PTX path it first checks that a

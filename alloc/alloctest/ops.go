@@ -78,7 +78,7 @@ func newOpsRun(t *testing.T, newAlloc Factory) *opsRun {
 	tg := target{sim: true, open: func(*testing.T, sim.Config) device.Device { return r.Device() }}
 	e := setup(t, tg, newAlloc, sim.Config{})
 	o := &opsRun{e: e, r: r, tg: tg, gran: uint64(alloc.PoolGranularity),
-		streams: []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}}
+		streams: []device.Stream{e.dev.DefaultStream(), e.newStream(t), e.newStream(t)}}
 	t.Cleanup(r.ReleaseAll) // before the streams close, should the test stop while one is held
 	if g, ok := e.a.(alloc.Granular); ok {
 		o.gran = max(g.Granularity(), o.gran)
@@ -188,7 +188,7 @@ func (o *opsRun) finish(t *testing.T) {
 func (e *env) resetInOps(t *testing.T, tg target) []device.Stream {
 	t.Helper()
 	e.reset(t, tg)
-	streams := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev), newStream(t, e.dev)}
+	streams := []device.Stream{e.dev.DefaultStream(), e.newStream(t), e.newStream(t)}
 	for i := 0; e.live.len() > 0; i++ {
 		p, _, _ := e.live.at(0)
 		e.live.remove(p)

@@ -45,7 +45,7 @@ type span struct{ lo, hi uint64 }
 // then a pointer's Free cannot tell the old allocation from the new.
 func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 	e := setup(t, tg, newAlloc, sim.Config{TotalBytes: 256 * units.MiB})
-	olds := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
+	olds := []device.Stream{e.dev.DefaultStream(), e.newStream(t)}
 	var before []device.Ptr // live across the reset
 	var gone []span         // every block from before the reset, live or cached
 	for i, n := range resetSizes {
@@ -57,7 +57,7 @@ func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 		gone = append(gone, span{uint64(p), uint64(p) + n}, span{uint64(q), uint64(q) + n})
 	}
 	e.reset(t, tg)
-	news := []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
+	news := []device.Stream{e.dev.DefaultStream(), e.newStream(t)}
 	// 1. Pointers from before the reset: taken back, with ErrInvalidated;
 	// then memory the reset device accepts, all given back on Trim.
 	e.freeFromBeforeReset(t, before, olds[0], news)
@@ -67,7 +67,7 @@ func testAfterReset(t *testing.T, tg target, newAlloc Factory) {
 		e.free(t, e.alloc(t, n, news[i%2]), news[i%2])
 	}
 	e.reset(t, tg)
-	news = []device.Stream{e.dev.DefaultStream(), newStream(t, e.dev)}
+	news = []device.Stream{e.dev.DefaultStream(), e.newStream(t)}
 	for i, n := range resetSizes {
 		checkUsable(t, e.dev, e.alloc(t, n, news[i%2]), n, byte(0x20+i), news[i%2])
 	}

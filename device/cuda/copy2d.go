@@ -162,7 +162,7 @@ func (d *Device) CopyHtoD2D(dst device.Ptr, dstPitch uint64, src []byte, srcPitc
 	runtime.KeepAlive(src)
 	if r != Success {
 		return fmt.Errorf("cuda: %s of %d rows of %s to %v (pitch %s, host pitch %s): %w: %w",
-			op, height, units.Format(width), dst, units.Format(dstPitch), units.Format(srcPitch), device.ErrCopyFailed, d.note(r))
+			op, height, units.Format(width), dst, units.Format(dstPitch), units.Format(srcPitch), device.ErrCopyFailed, r)
 	}
 	return nil
 }
@@ -210,7 +210,7 @@ func (d *Device) CopyDtoH2D(dst []byte, dstPitch uint64, src device.Ptr, srcPitc
 	runtime.KeepAlive(dst)
 	if r != Success {
 		return fmt.Errorf("cuda: %s of %d rows of %s from %v (pitch %s, host pitch %s): %w: %w",
-			op, height, units.Format(width), src, units.Format(srcPitch), units.Format(dstPitch), device.ErrCopyFailed, d.note(r))
+			op, height, units.Format(width), src, units.Format(srcPitch), units.Format(dstPitch), device.ErrCopyFailed, r)
 	}
 	return nil
 }

@@ -116,6 +116,7 @@ type Device struct {
 	streams   map[*stream]struct{}
 	events    map[*event]struct{}
 	modules   map[*module]struct{}
+	vmr       vmRecords // reservations, mappings and physical memory made (vmm.go)
 }
 
 var (
@@ -243,6 +244,7 @@ func acquirePrimary(l *lib, ordinal int, dev int32) (*primary, error) {
 		return p, nil
 	}
 	p := &primary{ordinal: ordinal, dev: dev, ctx: ctx, refs: 1, devs: map[*Device]struct{}{}}
+	ctxOwners.Store(ctx, p)
 	var free, total uint64
 	if r := l.memGetInfo(&free, &total); r == Success && total >= free {
 		p.ctxBytes = total - free
@@ -267,6 +269,7 @@ func releasePrimary(l *lib, p *primary, d *Device) error {
 	p.refs--
 	if p.refs == 0 {
 		delete(primaries, p.ordinal)
+		ctxOwners.CompareAndDelete(p.ctx, p)
 	}
 	if r := l.primaryCtxRelease(p.dev); r != Success {
 		return fmt.Errorf("cuda: cuDevicePrimaryCtxRelease: %w", r)
@@ -282,9 +285,9 @@ func (d *Device) describe() error {
 	if r := l.deviceGetName(name, dev); r != Success {
 		return fmt.Errorf("cuda: cuDeviceGetName: %w", r)
 	}
-	var uuid [16]byte
-	if r := l.deviceGetUuid(&uuid, dev); r != Success {
-		return fmt.Errorf("cuda: cuDeviceGetUuid: %w", r)
+	id, err := deviceID(l, dev)
+	if err != nil {
+		return err
 	}
 	var major, minor, version, pitch int32
 	l.deviceGetAttribute(&major, cuDevAttrComputeCapabilityMajor, dev)
@@ -309,15 +312,34 @@ func (d *Device) describe() error {
 		Driver:            fmt.Sprintf("CUDA driver %d.%d (%s)", version/1000, version%1000/10, l.path),
 		ComputeCapability: fmt.Sprintf("%d.%d", major, minor),
 		Backed:            true,
-		ID:                uuidString(uuid),
+		ID:                id,
 	}
 	return nil
 }
 
-// uuidString writes a device UUID as nvidia-smi -L and
-// CUDA_VISIBLE_DEVICES do: GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
-func uuidString(u [16]byte) string {
-	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+// deviceID is the device's UUID as nvidia-smi -L and CUDA_VISIBLE_DEVICES
+// write it. cuDeviceGetUuid_v2, where the driver has it, names a MIG
+// slice by its own UUID, which differs from the whole GPU's (what the
+// pre-13 cuDeviceGetUuid returns): then the ID is MIG-…, else GPU-….
+func deviceID(l *lib, dev int32) (string, error) {
+	var gpu, own [16]byte
+	if r := l.deviceGetUuid(&gpu, dev); r != Success {
+		return "", fmt.Errorf("cuda: cuDeviceGetUuid: %w", r)
+	}
+	r, ok := l.deviceGetUuidV2(&own, dev)
+	if r != Success {
+		return "", fmt.Errorf("cuda: cuDeviceGetUuid_v2: %w", r)
+	}
+	if !ok || own == gpu {
+		return uuidString("GPU", gpu), nil
+	}
+	return uuidString("MIG", own), nil
+}
+
+// uuidString writes a UUID as nvidia-smi -L does:
+// PREFIX-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx.
+func uuidString(prefix string, u [16]byte) string {
+	return fmt.Sprintf("%s-%x-%x-%x-%x-%x", prefix, u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
 
 // Info describes the device. ContextBytes is an estimate: device memory in
@@ -351,16 +373,6 @@ func (d *Device) enter() error {
 	return nil
 }
 
-// note records r on the primary context when it is a sticky error (see
-// Result.Sticky), so that every later call through any Device on this GPU
-// is refused with it until a Reset; it returns r.
-func (d *Device) note(r Result) Result {
-	if r.Sticky() {
-		d.p.sticky.CompareAndSwap(0, int32(r))
-	}
-	return r
-}
-
 // Err reports whether the device's context is broken: nil, or an error
 // wrapping ErrNeedsReset and the sticky Result that broke it (for example
 // CUDA_ERROR_ILLEGAL_ADDRESS from a kernel that touched memory it does not
@@ -389,6 +401,8 @@ func (d *Device) syncGenLocked() {
 	d.seenGen = g
 	d.defStr = &stream{d: d, h: cuDefaultLegacyStream, isDefault: true, gen: g}
 	d.stale.moveAll(&d.live)
+	d.stale.moveAll(&d.vmr.res)
+	d.vmr.forget()
 	d.freed.clear()
 	for _, hb := range d.hostBuf {
 		hb.stale = true
@@ -445,7 +459,7 @@ func (d *Device) Malloc(n uint64) (device.Ptr, error) {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("Malloc", n, r)
 		}
-		return 0, fmt.Errorf("cuda: Malloc %s: %w", units.Format(n), d.note(r))
+		return 0, fmt.Errorf("cuda: Malloc %s: %w", units.Format(n), r)
 	}
 	d.record(span{base: p, size: n, kind: kindMalloc})
 	return device.Ptr(p), nil
@@ -616,12 +630,12 @@ func (d *Device) Free(p device.Ptr) error {
 	if sp.kind == kindAsync {
 		if r := d.lib.ctxSynchronize(); r != Success {
 			d.record(sp)
-			return fmt.Errorf("cuda: Free(%v): waiting for the device's work before freeing stream-ordered memory: %w", p, d.note(r))
+			return fmt.Errorf("cuda: Free(%v): waiting for the device's work before freeing stream-ordered memory: %w", p, r)
 		}
 	}
 	if r := d.lib.memFree(uint64(p)); r != Success {
 		d.record(sp) // the free did not happen: the allocation stays live
-		return fmt.Errorf("cuda: Free(%v): %w", p, d.note(r))
+		return fmt.Errorf("cuda: Free(%v): %w", p, r)
 	}
 	d.mu.Lock()
 	d.freed.add(sp)
@@ -637,22 +651,33 @@ func (d *Device) Synchronize() error {
 	}
 	defer d.exit()
 	if r := d.lib.ctxSynchronize(); r != Success {
-		return fmt.Errorf("cuda: synchronize device %d: %w", d.p.ordinal, d.note(r))
+		return fmt.Errorf("cuda: synchronize device %d: %w", d.p.ordinal, r)
 	}
 	return nil
 }
 
 // Reset resets the primary context (cuDevicePrimaryCtxReset): all device
-// memory, streams, events and modules made before it, by this Device or any
-// other on the same GPU in this process, are destroyed, and using them
-// returns device.ErrInvalidated. Pinned host buffers keep their host memory
-// (it is this package's own mapping) but are no longer pinned or mapped;
-// HostFree them as usual. DefaultStream then returns a new default stream
-// (the old Stream value returns device.ErrInvalidated). Reset waits for
-// driver calls in flight on the device to return. Allocations made after a
-// Reset pass over address ranges handed out before it (up to
-// staleAvoidance tries each; see allocFresh), so that an old pointer keeps
-// failing with device.ErrInvalidated rather than reaching new memory.
+// memory, streams, events, modules and virtual memory made before it, by
+// this Device or any other on the same GPU in this process, are given
+// back, and using them returns device.ErrInvalidated. Pinned host buffers
+// keep their host memory (it is this package's own mapping) but are no
+// longer pinned or mapped; HostFree them as usual. DefaultStream then
+// returns a new default stream (the old Stream value returns
+// device.ErrInvalidated). Reset waits for driver calls in flight on the
+// device to return. Allocations made after a Reset pass over address
+// ranges handed out before it (up to staleAvoidance tries each; see
+// allocFresh), so that an old pointer keeps failing with
+// device.ErrInvalidated rather than reaching new memory.
+//
+// The driver reference says a reset destroys all allocations; it does not
+// say what becomes of the stream-ordered pool's reserved memory (it has
+// been seen to survive one) or of virtual memory (physical memory belongs
+// to the device, not the context). So Reset gives those back itself
+// first: stream-ordered allocations are freed and the pool trimmed to
+// nothing, and every mapping, physical memory handle and reservation the
+// Devices recorded is unmapped, released and freed (giveBackLocked). On a
+// context a kernel fault broke those calls fail, and what they held is left
+// to the driver.
 func (d *Device) Reset() error {
 	if d.closed.Load() {
 		return fmt.Errorf("cuda device %d: %w", d.p.ordinal, device.ErrClosed)
@@ -671,16 +696,15 @@ func (d *Device) Reset() error {
 		// reason to fail: the synchronize only lets work finish.
 		l.ctxSynchronize()
 	}
-	// Unpin the host buffers of every Device on this GPU while the context
-	// can still do it: whether a context reset drops registrations is not
-	// documented, and one left behind would make a later registration at a
-	// reused address fail (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED).
 	// Lock order: p.mu, then primariesMu, then each Device's mu.
 	primariesMu.Lock()
 	for od := range p.devs {
-		od.unpinAllLocked()
+		od.giveBackLocked()
 	}
 	primariesMu.Unlock()
+	if p.pool != 0 {
+		l.memPoolTrimTo(p.pool, 0)
+	}
 	if r := l.primaryCtxReset(p.dev); r != Success {
 		return fmt.Errorf("cuda: reset device %d: cuDevicePrimaryCtxReset: %w", p.ordinal, r)
 	}
@@ -689,28 +713,8 @@ func (d *Device) Reset() error {
 	// broke.
 	p.gen.Add(1)
 	p.sticky.Store(0)
-	// The reset leaves the context retained but inactive; retain it again to
-	// make it active (and learn its handle), then drop the extra reference.
-	var ctx uintptr
-	if r := l.primaryCtxRetain(&ctx, p.dev); r != Success {
-		return fmt.Errorf("cuda: reset device %d: re-activating the primary context: %w", p.ordinal, r)
-	}
-	l.primaryCtxRelease(p.dev)
-	p.ctx = ctx
-	if r := l.ctxSetCurrent(ctx); r != Success {
-		return fmt.Errorf("cuda: reset device %d: cuCtxSetCurrent: %w", p.ordinal, r)
-	}
-	if p.pool != 0 {
-		var pool uintptr
-		if r := l.deviceGetDefaultMemPool(&pool, p.dev); r != Success {
-			return fmt.Errorf("cuda: reset device %d: cuDeviceGetDefaultMemPool: %w", p.ordinal, r)
-		}
-		p.pool = pool
-		if t := p.threshold.Load(); t != 0 {
-			if r := l.memPoolSetAttribute(pool, cuMemPoolAttrReleaseThreshold, &t); r != Success {
-				return fmt.Errorf("cuda: reset device %d: restoring the pool's release threshold: %w", p.ordinal, r)
-			}
-		}
+	if err := p.reactivate(l); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	d.syncGenLocked()
@@ -718,9 +722,51 @@ func (d *Device) Reset() error {
 	return nil
 }
 
-// unpinAllLocked unregisters d's pinned host buffers and marks them stale.
-// Requires p.mu (write), with the context current on the locked thread.
-func (d *Device) unpinAllLocked() {
+// reactivate makes the primary context active again after a reset, which
+// leaves it retained but inactive (the driver refuses calls in it with
+// CUDA_ERROR_CONTEXT_IS_DESTROYED): retaining it again activates it (and
+// says its handle), then the extra reference is dropped. The default pool
+// gets back the release threshold last set. Requires p.mu (write), on a
+// locked thread.
+func (p *primary) reactivate(l *lib) error {
+	var ctx uintptr
+	if r := l.primaryCtxRetain(&ctx, p.dev); r != Success {
+		return fmt.Errorf("cuda: reset device %d: re-activating the primary context: %w", p.ordinal, r)
+	}
+	l.primaryCtxRelease(p.dev)
+	if ctx != p.ctx {
+		ctxOwners.CompareAndDelete(p.ctx, p)
+		ctxOwners.Store(ctx, p)
+		p.ctx = ctx
+	}
+	if r := l.ctxSetCurrent(ctx); r != Success {
+		return fmt.Errorf("cuda: reset device %d: cuCtxSetCurrent: %w", p.ordinal, r)
+	}
+	if p.pool == 0 {
+		return nil
+	}
+	var pool uintptr
+	if r := l.deviceGetDefaultMemPool(&pool, p.dev); r != Success {
+		return fmt.Errorf("cuda: reset device %d: cuDeviceGetDefaultMemPool: %w", p.ordinal, r)
+	}
+	p.pool = pool
+	if t := p.threshold.Load(); t != 0 {
+		if r := l.memPoolSetAttribute(pool, cuMemPoolAttrReleaseThreshold, &t); r != Success {
+			return fmt.Errorf("cuda: reset device %d: restoring the pool's release threshold: %w", p.ordinal, r)
+		}
+	}
+	return nil
+}
+
+// giveBackLocked gives the driver back, before a context reset, what d
+// holds that the reset is not documented to free: pinned host
+// registrations (one left behind would make a later registration at a
+// reused address fail with CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED),
+// stream-ordered allocations (their memory would stay in the pool) and
+// virtual memory. The records stay: the generation's move makes them
+// stale. What fails is not reported: the reset goes ahead. Requires p.mu
+// (write), with the context current on the locked thread.
+func (d *Device) giveBackLocked() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.syncGenLocked()
@@ -730,6 +776,12 @@ func (d *Device) unpinAllLocked() {
 			hb.stale = true
 		}
 	}
+	for _, sp := range d.live.all() {
+		if sp.kind == kindAsync {
+			d.lib.memFree(sp.base)
+		}
+	}
+	d.releaseVMLocked()
 }
 
 // Generation is the primary context's generation (device.Generational):
@@ -780,6 +832,9 @@ func (d *Device) Close() error {
 			note("cuMemFree", l.memFree(sp.base))
 		}
 	}
+	errs = append(errs, d.releaseVMLocked()...)
+	d.vmr.res.clear()
+	d.vmr.forget()
 	for _, hb := range d.hostBuf {
 		if !hb.stale {
 			note("cuMemHostUnregister", l.memHostUnregister(hb.addr()))

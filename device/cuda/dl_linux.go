@@ -37,6 +37,10 @@ func openLib(names []string) (*lib, error) {
 		l := &lib{path: name}
 		for i, sym := range symbolNames {
 			p, err := purego.Dlsym(h, sym)
+			if optionalSyms[i] {
+				l.fn[i] = p // 0 when this driver lacks it
+				continue
+			}
 			if err != nil || p == 0 {
 				_ = purego.Dlclose(h)
 				return nil, fmt.Errorf("%w: %s has no symbol %s (driver too old? vram needs CUDA 11.2 or newer)",
@@ -49,10 +53,11 @@ func openLib(names []string) (*lib, error) {
 	return nil, fmt.Errorf("%w (is the NVIDIA driver installed?): %s", errLoad, strings.Join(msgs, "; "))
 }
 
-// call runs the driver function fn with args in the C ABI.
+// raw runs the driver function fn with args in the C ABI (lib.call is
+// raw plus the note of its result).
 //
 //go:uintptrescapes
-func (l *lib) call(fn int, args ...uintptr) Result {
+func (l *lib) raw(fn int, args ...uintptr) Result {
 	r, _, _ := purego.SyscallN(l.fn[fn], args...)
 	return Result(int32(uint32(r)))
 }

@@ -15,7 +15,7 @@ func openLib(names []string) (*lib, error) {
 		errLoad, runtime.GOOS, runtime.GOARCH)
 }
 
-// call is never reached: no lib is ever made here.
+// raw is never reached: no lib is ever made here.
 //
 //go:uintptrescapes
-func (l *lib) call(fn int, args ...uintptr) Result { return ErrorNotSupported }
+func (l *lib) raw(fn int, args ...uintptr) Result { return ErrorNotSupported }

@@ -46,10 +46,25 @@
 //     the 2-D copy descriptor names host memory by uintptr, pinned for the
 //     call.
 //   - A kernel exception (CUDA_ERROR_ILLEGAL_ADDRESS and the other codes
-//     Result.Sticky lists) breaks the context: the error says so and
-//     matches ErrNeedsReset, Device.Err reports it, and every later call on
-//     any Device of that GPU is refused with it until Reset. The driver
-//     itself promises recovery only by restarting the process.
+//     Result.Sticky lists, CUDA_ERROR_LAUNCH_TIMEOUT among them) breaks the
+//     context, and the driver returns it from every later call: the error
+//     says so and matches ErrNeedsReset, Device.Err reports it, and every
+//     later call on any Device of that GPU is refused with it until Reset.
+//     Every driver call goes through lib.call, which notes such a result
+//     wherever it appears. The driver itself promises recovery only by
+//     restarting the process.
+//   - A context reset keeps the context's handle but leaves it inactive
+//     until it is retained again (Reset does). The reference says a reset
+//     destroys all allocations; it is silent on the stream-ordered pool's
+//     reserved memory and on virtual memory, so Reset frees those itself
+//     first, and refuses every handle from before it with
+//     device.ErrInvalidated.
+//   - cuMemAddressReserve's default alignment is the driver's; reservations
+//     ask for the granularity. The reference does not say that the driver
+//     refuses freeing a reservation with mappings or mapping over a
+//     mapping: the Device refuses both from its own records.
+//   - The UUID is cuDeviceGetUuid_v2's where the driver has it, which names
+//     a MIG slice by its own UUID (Info.ID is then MIG-…).
 //   - A pinning the system refuses is device.ErrOutOfMemory whether
 //     cuMemHostRegister says OUT_OF_MEMORY, OPERATING_SYSTEM or
 //     INVALID_VALUE (see pinRefused). Reset unregisters the pinned buffers
@@ -81,9 +96,20 @@
 //	  BadInputs: a failed call, or a refused MallocAsync while another
 //	    device's stream is open, leaves free memory unchanged
 //	  Concurrency: free memory back where it started
+//	  this package's TestAllocatorsOnCUDA and TestDriverOutOfMemory: free
+//	    memory back where it was after a warm-up (exact on the stand-in
+//	    driver); the allocator's and the driver pool's own figures are
+//	    exact everywhere
+//	exact on the simulator, by what the driver takes on CUDA:
+//	  alloctest on CUDA leaves out the memory a driver takes for each
+//	  stream a test makes, and warms up (a memset and copies) before it
+//	  measures
 //
-// scripts/gpu-check.sh runs the suite and the rest on a GPU in one short
-// session; run --standin does the same here against the stand-in driver.
+// scripts/gpu-check.sh packs the suites and the rest into one archive and
+// runs them on a GPU in one call; run --sim does the same here against the
+// stand-in driver, which is as strict as the reference allows a driver to
+// be (testdata/fakecuda.c lists its rules; fakerules_linux_test.go holds
+// one test for each).
 //
 // The files: driver.go holds the raw symbols, constants and one thin
 // wrapper per driver entry point; dl_linux.go loads the library; result.go

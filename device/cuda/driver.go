@@ -1,6 +1,8 @@
 // Raw CUDA driver bindings: the library loader, the symbol table and one thin
 // Go function per driver entry point. Nothing here knows about vram's
-// Device; it only turns Go values into C arguments and CUresults back.
+// Device; it only turns Go values into C arguments and CUresults back, and
+// every result passes through lib.call, the one place where a result that
+// breaks the context is noted (see call).
 //
 // The library is opened and called by openLib and lib.call (dl_linux.go,
 // through purego, no cgo; dl_other.go elsewhere, where they fail). Every
@@ -99,6 +101,7 @@ const (
 	symModuleGetFunction
 	symModuleUnload
 	symLaunchKernel
+	symDeviceGetUuidV2 // optional: CUDA 11.4 and newer
 	// virtual memory management (vmm.go)
 	symMemAddressReserve
 	symMemAddressFree
@@ -159,11 +162,16 @@ var symbolNames = [numSyms]string{
 	symModuleGetFunction:       "cuModuleGetFunction",
 	symModuleUnload:            "cuModuleUnload",
 	symLaunchKernel:            "cuLaunchKernel",
+	symDeviceGetUuidV2:         "cuDeviceGetUuid_v2",
 
 	symMemAddressReserve: "cuMemAddressReserve", symMemAddressFree: "cuMemAddressFree",
 	symMemCreate: "cuMemCreate", symMemRelease: "cuMemRelease", symMemMap: "cuMemMap", symMemUnmap: "cuMemUnmap",
 	symMemSetAccess: "cuMemSetAccess", symMemGetAllocationGranularity: "cuMemGetAllocationGranularity",
 }
+
+// optionalSyms are looked up but may be missing (lib.fn holds 0): each
+// wrapper says what it does without one.
+var optionalSyms = [numSyms]bool{symDeviceGetUuidV2: true}
 
 // libraryNames are tried in order: the versioned name the driver installs,
 // then the development symlink.
@@ -199,6 +207,34 @@ func load() (*lib, error) {
 	setDescriber(l.describe)
 	return l, nil
 }
+
+// call runs the driver function fn and notes its result: every driver
+// call of the package goes through here, so no path can forget a result
+// that breaks the context. A sticky result (Result.Sticky: a kernel
+// exception or a launch timeout, which the driver returns from every
+// later call in the context) is recorded on the primary record whose
+// context is current on the calling thread (every Device call makes its
+// context current first), and every later call through any Device of that
+// GPU is refused with it until Reset (Device.enter).
+//
+//go:uintptrescapes
+func (l *lib) call(fn int, args ...uintptr) Result {
+	r := l.raw(fn, args...)
+	if r != Success && r.Sticky() {
+		var ctx uintptr
+		if l.raw(symCtxGetCurrent, uintptr(unsafe.Pointer(&ctx))) == Success {
+			if p, ok := ctxOwners.Load(ctx); ok {
+				p.(*primary).sticky.CompareAndSwap(0, int32(r))
+			}
+		}
+	}
+	return r
+}
+
+// ctxOwners maps a primary context's handle (a CUcontext) to its primary
+// record, for call. Entries are added when a record is made and removed
+// when the last Device on it closes.
+var ctxOwners sync.Map
 
 // cString reads a NUL-terminated C string the driver owns.
 func cString(p unsafe.Pointer) string {
@@ -244,9 +280,20 @@ func (l *lib) deviceGetName(buf []byte, dev int32) Result {
 	return l.call(symDeviceGetName, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(dev))
 }
 
-// deviceGetUuid reads the device's 16-byte UUID (a CUuuid).
+// deviceGetUuid reads the device's 16-byte UUID (a CUuuid) with the
+// pre-13 entry point, which on a MIG slice names the whole GPU.
 func (l *lib) deviceGetUuid(uuid *[16]byte, dev int32) Result {
 	return l.call(symDeviceGetUuid, uintptr(unsafe.Pointer(&uuid[0])), uintptr(dev))
+}
+
+// deviceGetUuidV2 reads the UUID with cuDeviceGetUuid_v2 (CUDA 11.4),
+// which on a MIG slice names the slice (what CUDA_VISIBLE_DEVICES and
+// nvidia-smi -L call it); false when the driver lacks it.
+func (l *lib) deviceGetUuidV2(uuid *[16]byte, dev int32) (Result, bool) {
+	if l.fn[symDeviceGetUuidV2] == 0 {
+		return Success, false
+	}
+	return l.call(symDeviceGetUuidV2, uintptr(unsafe.Pointer(&uuid[0])), uintptr(dev)), true
 }
 
 func (l *lib) deviceGetAttribute(v *int32, attr int, dev int32) Result {

@@ -21,10 +21,13 @@ import (
 	"github.com/vramkit/vram/device"
 )
 
-// fakeHooks binds the fake driver's test entry points.
+// fakeHooks binds the fake driver's test entry points, and the context
+// stack calls a program may make that the backend does not bind.
 type fakeHooks struct {
 	count func(string) int32
 	set   func(string, int32) int32
+	push  func(uintptr) int32  // cuCtxPushCurrent_v2
+	pop   func(*uintptr) int32 // cuCtxPopCurrent_v2
 }
 
 func bindFake(t *testing.T) fakeHooks {
@@ -36,6 +39,8 @@ func bindFake(t *testing.T) fakeHooks {
 	var f fakeHooks
 	purego.RegisterLibFunc(&f.count, h, "vram_fake_count")
 	purego.RegisterLibFunc(&f.set, h, "vram_fake_set")
+	purego.RegisterLibFunc(&f.push, h, "cuCtxPushCurrent_v2")
+	purego.RegisterLibFunc(&f.pop, h, "cuCtxPopCurrent_v2")
 	return f
 }
 
@@ -192,11 +197,15 @@ func fakeRegressions(t *testing.T) {
 			t.Fatal(err)
 		}
 		// A raw address, not a device.Ptr, passes the package's checks and
-		// makes the fake kernel fault.
-		err = fn.Launch(d.DefaultStream(), device.Dim3{X: 1, Y: 1, Z: 1}, device.Dim3{X: 1, Y: 1, Z: 1}, 0,
-			uint64(0x10), uint32(1), float32(1), 1.0)
+		// makes the fake kernel fault when it runs: the launch succeeds, and
+		// the fault shows in the next call.
+		if err := fn.Launch(d.DefaultStream(), device.Dim3{X: 1, Y: 1, Z: 1}, device.Dim3{X: 1, Y: 1, Z: 1}, 0,
+			uint64(0x10), uint32(1), float32(1), 1.0); err != nil {
+			t.Fatalf("Launch of a kernel that will fault = %v; the launch is asynchronous and succeeds", err)
+		}
+		err = d.DefaultStream().Synchronize()
 		if !errors.Is(err, ErrNeedsReset) || !errors.Is(err, device.ErrInvalidPointer) || !strings.Contains(err.Error(), "sticky") {
-			t.Fatalf("Launch that faults = %v; want CUDA_ERROR_ILLEGAL_ADDRESS saying it is sticky", err)
+			t.Fatalf("Synchronize after a kernel that faults = %v; want CUDA_ERROR_ILLEGAL_ADDRESS saying it is sticky", err)
 		}
 		if err := d.Err(); !errors.Is(err, ErrorIllegalAddress) {
 			t.Errorf("Err() = %v; want the sticky error", err)

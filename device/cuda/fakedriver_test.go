@@ -4,16 +4,19 @@ package cuda
 // built with the system C compiler: it proves the binding end to end on a
 // machine without a GPU — dlopen and symbol lookup, arguments in registers
 // and on the stack (cuLaunchKernel's last five), out-parameters,
-// kernelParams, the JIT's error log — and runs the device conformance suite
-// through it. It checks the binding and this package's bookkeeping, not
-// CUDA's semantics: that needs scripts/gpu-check.sh on a GPU.
+// kernelParams, the JIT's error log — and runs the device and allocator
+// conformance suites through it. The stand-in is as strict as the driver
+// reference allows (contexts, resets, asynchronous sticky faults, lazy
+// driver memory, queued streams a spin kernel can hold, CUDA 13.0's
+// versions; its file lists the rules, fakerules_linux_test.go tests each),
+// but it is not CUDA: that needs scripts/gpu-check.sh on a GPU.
 //
 // The fake is loaded in a child process (the test binary run again, with
 // the library's path in VRAM_TEST_FAKE_LIBCUDA, which TestMain reads), so
 // that the process-wide driver library of the other tests stays unloaded.
 // Setting the variable by hand runs every test and benchmark against the
-// fake: a dry run of scripts/gpu-check.sh's parsing, with no meaning as
-// figures.
+// fake, with no meaning as figures (scripts/gpu-check.sh run --sim puts the
+// stand-in on LD_LIBRARY_PATH instead).
 
 import (
 	"errors"
@@ -76,7 +79,7 @@ func TestFakeDriverChild(t *testing.T) {
 		defer d.Close()
 		info := d.Info()
 		if info.Name != "vram fake CUDA device" || info.ComputeCapability != "9.0" || info.TotalBytes != 1<<30 ||
-			info.ContextBytes != 64<<20 || !strings.Contains(info.Driver, "12.4") ||
+			info.ContextBytes != 64<<20 || !strings.Contains(info.Driver, "13.0") ||
 			info.ID != "GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf" {
 			t.Errorf("Info = %+v", info)
 		}
@@ -167,8 +170,10 @@ func TestFakeDriverChild(t *testing.T) {
 	t.Run("NoAliasAfterReset", TestNoAliasAfterReset)
 	t.Run("Regressions", fakeRegressions)
 	t.Run("Foreign", fakeForeign)
+	t.Run("Rules", fakeRules)
 
 	t.Run("Conformance", TestConformance)
+	t.Run("NoCallOutsideTheContext", noCallOutsideTheContext)
 }
 
 func fmtErr(err error) string {

@@ -92,7 +92,7 @@ func (d *Device) MallocAsync(n uint64, s device.Stream) (device.Ptr, error) {
 		if r == ErrorOutOfMemory {
 			return 0, d.oomError("MallocAsync", n, r)
 		}
-		return 0, fmt.Errorf("cuda: MallocAsync %s: %w", units.Format(n), d.note(r))
+		return 0, fmt.Errorf("cuda: MallocAsync %s: %w", units.Format(n), r)
 	}
 	d.record(span{base: p, size: n, kind: kindAsync})
 	return device.Ptr(p), nil
@@ -132,7 +132,7 @@ func (d *Device) FreeAsync(p device.Ptr, s device.Stream) error {
 	}
 	if r != Success {
 		d.record(sp)
-		return fmt.Errorf("cuda: FreeAsync(%v): %w", p, d.note(r))
+		return fmt.Errorf("cuda: FreeAsync(%v): %w", p, r)
 	}
 	d.mu.Lock()
 	d.freed.add(sp)
@@ -379,7 +379,7 @@ func (d *Device) CopyHtoD(dst device.Ptr, src []byte, s device.Stream) error {
 	}
 	runtime.KeepAlive(src)
 	if r != Success {
-		return fmt.Errorf("cuda: CopyHtoD %s to %v: %w: %w", units.Format(n), dst, device.ErrCopyFailed, d.note(r))
+		return fmt.Errorf("cuda: CopyHtoD %s to %v: %w: %w", units.Format(n), dst, device.ErrCopyFailed, r)
 	}
 	return nil
 }
@@ -402,7 +402,7 @@ func (d *Device) CopyDtoH(dst []byte, src device.Ptr, s device.Stream) error {
 	}
 	runtime.KeepAlive(dst)
 	if r != Success {
-		return fmt.Errorf("cuda: CopyDtoH %s from %v: %w: %w", units.Format(n), src, device.ErrCopyFailed, d.note(r))
+		return fmt.Errorf("cuda: CopyDtoH %s from %v: %w: %w", units.Format(n), src, device.ErrCopyFailed, r)
 	}
 	return nil
 }
@@ -425,7 +425,7 @@ func (d *Device) CopyDtoD(dst, src device.Ptr, n uint64, s device.Stream) error 
 		return err
 	}
 	if r := d.lib.memcpyDtoDAsync(uint64(dst), uint64(src), n, st.h); r != Success {
-		return fmt.Errorf("cuda: CopyDtoD %s from %v to %v: %w: %w", units.Format(n), src, dst, device.ErrCopyFailed, d.note(r))
+		return fmt.Errorf("cuda: CopyDtoD %s from %v to %v: %w: %w", units.Format(n), src, dst, device.ErrCopyFailed, r)
 	}
 	return nil
 }
@@ -441,7 +441,7 @@ func (d *Device) Memset(dst device.Ptr, value byte, n uint64, s device.Stream) e
 		return err
 	}
 	if r := d.lib.memsetD8Async(uint64(dst), value, n, st.h); r != Success {
-		return fmt.Errorf("cuda: Memset %s at %v: %w", units.Format(n), dst, d.note(r))
+		return fmt.Errorf("cuda: Memset %s at %v: %w", units.Format(n), dst, r)
 	}
 	return nil
 }

@@ -161,7 +161,7 @@ func (f *function) Launch(s device.Stream, grid, block device.Dim3, sharedMem ui
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
 	if r != Success {
-		return fmt.Errorf("cuda: launch %s grid %v block %v on %v: %w", f.name, grid, block, st, d.note(r))
+		return fmt.Errorf("cuda: launch %s grid %v block %v on %v: %w", f.name, grid, block, st, r)
 	}
 	return nil
 }

@@ -175,7 +175,9 @@ func (r Result) Error() string {
 var ErrNeedsReset = errors.New("the CUDA context needs a reset")
 
 // Sticky reports whether r is an error after which the context can do no
-// more work: an exception raised by a kernel. The error list of the CUDA
+// more work: an exception raised by a kernel, or a kernel that ran past
+// the watchdog (CUDA_ERROR_LAUNCH_TIMEOUT, 702, whose description in the
+// same list ends with the sentence quoted below). The error list of the CUDA
 // API reference (found as the runtime's cudaErrorMisalignedAddress 716,
 // cudaErrorInvalidAddressSpace 717, cudaErrorInvalidPc 718 and
 // cudaErrorLaunchFailure 719, which share the driver's numbers) describes
@@ -191,7 +193,7 @@ var ErrNeedsReset = errors.New("the CUDA context needs a reset")
 // driver promises recovery only from a new process.
 func (r Result) Sticky() bool {
 	switch r {
-	case ErrorIllegalAddress, ErrorAssert, ErrorHardwareStackError, ErrorIllegalInstruction,
+	case ErrorIllegalAddress, ErrorLaunchTimeout, ErrorAssert, ErrorHardwareStackError, ErrorIllegalInstruction,
 		ErrorMisalignedAddress, ErrorInvalidAddressSpace, ErrorInvalidPC, ErrorLaunchFailed:
 		return true
 	}

@@ -14,11 +14,13 @@ import "sort"
 type spanKind uint8
 
 const (
-	kindMalloc spanKind = iota + 1 // cuMemAlloc
-	kindAsync                      // cuMemAllocAsync
-	kindMapped                     // the device address of a mapped pinned host buffer
-	kindHost                       // a pinned host buffer, by its host address
-	kindVM                         // mapped virtual memory with access granted (vmm.go)
+	kindMalloc   spanKind = iota + 1 // cuMemAlloc
+	kindAsync                        // cuMemAllocAsync
+	kindMapped                       // the device address of a mapped pinned host buffer
+	kindHost                         // a pinned host buffer, by its host address
+	kindVM                           // mapped virtual memory with access granted (vmm.go)
+	kindReserved                     // an address reservation (vmm.go's records)
+	kindMapping                      // one mapping of physical memory (vmm.go's records)
 )
 
 func (k spanKind) String() string {
@@ -33,6 +35,10 @@ func (k spanKind) String() string {
 		return "pinned host buffer"
 	case kindVM:
 		return "mapped virtual memory"
+	case kindReserved:
+		return "address reservation"
+	case kindMapping:
+		return "mapping"
 	}
 	return "unknown"
 }

@@ -83,7 +83,7 @@ func (s *stream) Synchronize() error {
 	}
 	defer s.d.exit()
 	if r := s.d.lib.streamSynchronize(s.h); r != Success {
-		return fmt.Errorf("cuda: synchronize %v: %w", s, s.d.note(r))
+		return fmt.Errorf("cuda: synchronize %v: %w", s, r)
 	}
 	return nil
 }
@@ -100,7 +100,7 @@ func (s *stream) Query() (bool, error) {
 	case ErrorNotReady:
 		return false, nil
 	default:
-		return false, fmt.Errorf("cuda: query %v: %w", s, s.d.note(r))
+		return false, fmt.Errorf("cuda: query %v: %w", s, r)
 	}
 }
 
@@ -132,7 +132,7 @@ func (s *stream) Close() error {
 	rs := s.d.lib.streamSynchronize(s.h)
 	rd := s.d.lib.streamDestroy(s.h)
 	if rs != Success {
-		return fmt.Errorf("cuda: close %v: synchronize: %w", s, s.d.note(rs))
+		return fmt.Errorf("cuda: close %v: synchronize: %w", s, rs)
 	}
 	if rd != Success {
 		return fmt.Errorf("cuda: close %v: %w", s, rd)
@@ -225,7 +225,7 @@ func (e *event) Synchronize() error {
 	}
 	defer e.d.exit()
 	if r := e.d.lib.eventSynchronize(e.h); r != Success {
-		return fmt.Errorf("cuda: synchronize %v: %w", e, e.d.note(r))
+		return fmt.Errorf("cuda: synchronize %v: %w", e, r)
 	}
 	return nil
 }
@@ -242,7 +242,7 @@ func (e *event) Query() (bool, error) {
 	case ErrorNotReady:
 		return false, nil
 	default:
-		return false, fmt.Errorf("cuda: query %v: %w", e, e.d.note(r))
+		return false, fmt.Errorf("cuda: query %v: %w", e, r)
 	}
 }
 

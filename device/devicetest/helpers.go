@@ -4,6 +4,7 @@ package devicetest
 // backend's slack, bounded waits, and a stream held busy.
 
 import (
+	_ "embed"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -152,27 +153,9 @@ func hold(t *testing.T, d device.Device, s device.Stream) (release func()) {
 }
 
 // spinPTX waits until the 32-bit word at flag is not zero.
-const spinPTX = `.version 7.0
-.target sm_52
-.address_size 64
-
-.visible .entry vram_devicetest_spin(
-	.param .u64 flag
-)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<2>;
-	.reg .b64 %rd<3>;
-
-	ld.param.u64 %rd1, [flag];
-	cvta.to.global.u64 %rd2, %rd1;
-$L_spin:
-	ld.volatile.global.u32 %r1, [%rd2];
-	setp.eq.s32 %p1, %r1, 0;
-	@%p1 bra $L_spin;
-	ret;
-}
-`
+//
+//go:embed spin.ptx
+var spinPTX string
 
 func holdPTX(t *testing.T, d device.Device, s device.Stream) (release func()) {
 	t.Helper()

@@ -19,11 +19,18 @@ type resetState struct {
 	oldDefault device.Stream
 	aa         device.AsyncAllocator // nil when the device has none
 	ap         device.Ptr            // a MallocAsync on s, when aa
+	vm         device.VirtualMemory  // nil when the device has none; else:
+	res        device.Ptr            // a reservation of 4 granules
+	mapped     device.PhysMem        // mapped at res, with access, released
+	spare      device.PhysMem        // neither mapped nor released
 }
 
-// testReset resets a device holding memory, a stream, an event and a
-// pool block: everything is released, every use of what came before fails
-// with ErrInvalidated, and the device works afterwards.
+// testReset resets a device holding memory, a stream, an event, a pool
+// block and virtual memory (a reservation, a mapping, physical memory
+// neither mapped nor released): everything is released — the reset gives
+// back what the device's own reset may not (the pool's memory, virtual
+// memory) — every use of what came before fails with ErrInvalidated, and
+// the device works afterwards.
 func testReset(t *testing.T, o opener) {
 	r := resetState{d: o.fresh(t)}
 	d := r.d
@@ -37,6 +44,7 @@ func testReset(t *testing.T, o opener) {
 		r.aa = aa
 		r.ap = ptr(t)(aa.MallocAsync(4096, r.s))
 	}
+	r.makeVM(t)
 	resetMovesGeneration(t, d, r.s)
 	freeNear(t, d, memFree(t, d), r.start, "after Reset (everything released)")
 	if r.aa != nil {
@@ -63,6 +71,23 @@ func testReset(t *testing.T, o opener) {
 		isErr(t, r.e.Close(), device.ErrInvalidated, "Close of an event from before Reset")
 	})
 	worksAfterReset(t, d)
+}
+
+// makeVM gives r virtual memory to hold across the reset, on a device
+// with it.
+func (r *resetState) makeVM(t *testing.T) {
+	vm, isVM := r.d.(device.VirtualMemory)
+	if !isVM {
+		return
+	}
+	g := vm.VMGranularity()
+	r.vm = vm
+	r.res = ptr(t)(vm.ReserveAddress(4 * g))
+	r.mapped = phys(t)(vm.CreatePhysical(g))
+	ok(t, vm.Map(r.res, g, r.mapped))
+	ok(t, vm.SetAccess(r.res, g))
+	ok(t, vm.ReleasePhysical(r.mapped))
+	r.spare = phys(t)(vm.CreatePhysical(g))
 }
 
 // resetMovesGeneration resets d, checking, on a device.Generational, that
@@ -125,6 +150,14 @@ func (r *resetState) uses() map[string]resetUse {
 	if aa, ap := r.aa, r.ap; aa != nil {
 		uses["MallocAsync on an old stream"] = resetUse{func() error { _, err := aa.MallocAsync(10, s); return err }, false}
 		uses["FreeAsync of an old MallocAsync pointer"] = resetUse{func() error { return aa.FreeAsync(ap, ns) }, true}
+	}
+	if vm := r.vm; vm != nil {
+		g, res, spare := vm.VMGranularity(), r.res, r.spare
+		uses["FreeAddress of a reservation"] = resetUse{func() error { return vm.FreeAddress(res, 4*g) }, false}
+		uses["Unmap of a mapping"] = resetUse{func() error { return vm.Unmap(res, g) }, false}
+		uses["SetAccess of a mapping"] = resetUse{func() error { return vm.SetAccess(res, g) }, false}
+		uses["ReleasePhysical of a handle"] = resetUse{func() error { return vm.ReleasePhysical(spare) }, false}
+		uses["Map of a handle"] = resetUse{func() error { return vm.Map(res.Add(g), g, spare) }, false}
 	}
 	if fl, isFL := d.(device.FuncLauncher); isFL && d.Info().Backed {
 		uses["LaunchFunc on an old stream"] = resetUse{func() error {

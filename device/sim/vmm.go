@@ -148,8 +148,7 @@ func (d *Device) FreeAddress(p device.Ptr, n uint64) error {
 	}
 	nd := d.vm.res.get(uint64(p), 0)
 	if nd == nil || nd.span != n {
-		return fmt.Errorf("%v: %s of %s at %v: no reservation of that start and size: %w",
-			d, op, units.Format(n), p, device.ErrInvalidValue)
+		return d.vmMissLocked(op, p, n, "no reservation of that start and size")
 	}
 	r := nd.v
 	if r.mapped > 0 {
@@ -164,6 +163,17 @@ func (d *Device) FreeAddress(p device.Ptr, n uint64) error {
 		r.host = nil
 	}
 	return nil
+}
+
+// vmMissLocked explains an address in none of this generation's
+// reservations or mappings: one from before a device reset
+// (device.ErrInvalidated), or what was wanted there (ErrInvalidValue).
+func (d *Device) vmMissLocked(op string, p device.Ptr, n uint64, what string) error {
+	if r, _, ok := regionOf(uint64(p)); ok && r.dev == d.id && r.gen != d.gen.Load() {
+		return fmt.Errorf("%v: %s of %s at %v: the address was reserved before a device reset (generation %d, now %d): %w",
+			d, op, units.Format(n), p, r.gen, d.gen.Load(), device.ErrInvalidated)
+	}
+	return fmt.Errorf("%v: %s of %s at %v: %s: %w", d, op, units.Format(n), p, what, device.ErrInvalidValue)
 }
 
 // handleGen tags handles with the generation that made them.
@@ -267,8 +277,7 @@ func (d *Device) Map(p device.Ptr, n uint64, h device.PhysMem) error {
 	}
 	rn := d.vm.res.floor(a, 0)
 	if rn == nil || a+n > rn.k1+rn.span {
-		return fmt.Errorf("%v: %s of %s at %v: the range is not inside one reservation: %w",
-			d, op, units.Format(n), p, device.ErrInvalidValue)
+		return d.vmMissLocked(op, p, n, "the range is not inside one reservation")
 	}
 	if o := d.live.floor(a+n-1, 0); o != nil && o.k1+o.span > a {
 		return fmt.Errorf("%v: %s of %s at %v: 0x%x is already mapped: %w",
@@ -311,7 +320,7 @@ func (d *Device) Unmap(p device.Ptr, n uint64) error {
 	a := uint64(p)
 	nd := d.live.get(a, 0)
 	if nd == nil || nd.v.kind != kVMMap {
-		return fmt.Errorf("%v: %s of %s at %v: no mapping starts there: %w", d, op, units.Format(n), p, device.ErrInvalidValue)
+		return d.vmMissLocked(op, p, n, "no mapping starts there")
 	}
 	if nd.span != n {
 		return fmt.Errorf("%v: %s of %s at %v: the mapping there is %s; unmap it whole: %w",
@@ -362,7 +371,7 @@ func (d *Device) SetAccess(p device.Ptr, n uint64) error {
 	for at := a; at < end; {
 		nd := d.live.floor(at, 0)
 		if nd == nil || nd.v.kind != kVMMap || at >= nd.k1+nd.span {
-			return fmt.Errorf("%v: %s of %s at %v: 0x%x is not mapped: %w", d, op, units.Format(n), p, at, device.ErrInvalidValue)
+			return d.vmMissLocked(op, p, n, fmt.Sprintf("0x%x is not mapped", at))
 		}
 		maps = append(maps, nd.v.vm)
 		at = nd.k1 + nd.span

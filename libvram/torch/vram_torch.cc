@@ -6,7 +6,8 @@
 //       libvram/torch/vram_torch.cc -L DIR -l:libvram.so -Wl,-rpath,'$ORIGIN'
 //
 // (one command line), DIR holding libvram.so: the hook links against it
-// and finds it beside itself.
+// and asks for it by its SONAME, libvram.so.N (the ABI version), beside itself
+// (scripts/build-libvram.sh builds both and the link between the names).
 //
 // PyTorch's CUDAPluggableAllocator calls vram_torch_alloc through a
 // std::function<void*(size_t, int, cudaStream_t)> and uses whatever it

@@ -6,9 +6,11 @@ pip's isolated build environment has nothing to install).
 
 What it needs: the Go toolchain (`go` on PATH, or $GO) and a C compiler
 (cgo's: `go env CC`, gcc by default), run from a checkout (the Go module is
-the directory above python/). A C++ compiler (`go env CXX`) adds PyTorch's
-allocation hook, libvram_torch.so; without one the wheel has none, and
-vram.torch.install() says so. Go builds from its module cache; with no
+the directory above python/). The library is named by its ABI version
+(SONAME libvram.so.N, as scripts/build-libvram.sh builds it). A C++
+compiler (`go env CXX`) adds PyTorch's allocation hook, libvram_torch.so,
+and CuPy's C hook, libvram_cupy.so; without one the wheel has neither, and
+vram.torch.install() and vram.cupy.install(c_functions=True) say so. Go builds from its module cache; with no
 network, `go mod download` in the checkout beforehand fills it.
 
 Hooks: build_wheel, build_editable (libvram.so built into python/vram/,
@@ -87,9 +89,19 @@ def toolchain(environ=None):
     return go, cc, cxx
 
 
+def soname():
+    """libvram.so.N, N libvram/vram.h's VRAM_ABI_VERSION: the name the
+    library gives itself (as scripts/build-libvram.sh builds it)."""
+    with open(os.path.join(MODULE, "libvram", "vram.h")) as f:
+        m = re.search(r"^#define VRAM_ABI_VERSION (\d+)", f.read(), re.M)
+    if not m:
+        raise BuildError("libvram/vram.h defines no VRAM_ABI_VERSION")
+    return "libvram.so." + m.group(1)
+
+
 def build_libraries(out_dir, environ=None, log=sys.stderr):
-    """Builds libvram.so (and libvram_torch.so where a C++ compiler is)
-    into out_dir; returns the paths built."""
+    """Builds libvram.so (and libvram_torch.so and libvram_cupy.so where a
+    C++ compiler is) into out_dir; returns the paths built."""
     environ = dict(os.environ if environ is None else environ)
     go, _, cxx = toolchain(environ)
     if not os.path.exists(os.path.join(MODULE, "go.mod")) or not os.path.isdir(os.path.join(MODULE, "libvram")):
@@ -98,8 +110,8 @@ def build_libraries(out_dir, environ=None, log=sys.stderr):
     lib = os.path.join(out_dir, "libvram.so")
     environ["CGO_ENABLED"] = "1"
     print("vram: building %s with %s" % (lib, go), file=log)
-    r = subprocess.run([go, "build", "-buildmode=c-shared", "-o", lib, "./libvram"], cwd=MODULE,
-                       env=environ, capture_output=True, text=True)
+    r = subprocess.run([go, "build", "-buildmode=c-shared", "-ldflags=-extldflags=-Wl,-soname," + soname(), "-o", lib,
+                        "./libvram"], cwd=MODULE, env=environ, capture_output=True, text=True)
     if r.returncode != 0:
         hint = ""
         if "GOPROXY" in r.stderr or "dial tcp" in r.stderr or "lookup" in r.stderr:
@@ -107,16 +119,18 @@ def build_libraries(out_dir, environ=None, log=sys.stderr):
         raise BuildError("go build -buildmode=c-shared ./libvram failed%s:\n%s" % (hint, r.stderr.strip()))
     os.remove(os.path.join(out_dir, "libvram.h"))  # the contract is libvram/vram.h
     built = [lib]
-    if cxx:
-        torch = os.path.join(out_dir, "libvram_torch.so")
-        r = subprocess.run([cxx, "-shared", "-fPIC", "-O2", "-I", os.path.join(MODULE, "libvram"), "-o", torch,
-                            os.path.join(MODULE, "libvram", "torch", "vram_torch.cc"), "-L", out_dir, "-l:libvram.so",
+    if not cxx:
+        print("vram: no C++ compiler: the wheel has no libvram_torch.so (PyTorch's hook) nor libvram_cupy.so "
+              "(CuPy's C hook)", file=log)
+        return built
+    for hook, what in (("torch", "PyTorch's hook"), ("cupy", "CuPy's C hook")):
+        path = os.path.join(out_dir, "libvram_%s.so" % hook)
+        r = subprocess.run([cxx, "-shared", "-fPIC", "-O2", "-I", os.path.join(MODULE, "libvram"), "-o", path,
+                            os.path.join(MODULE, "libvram", hook, "vram_%s.cc" % hook), "-L", out_dir, "-l:libvram.so",
                             "-Wl,-rpath,$ORIGIN"], env=environ, capture_output=True, text=True)
         if r.returncode != 0:
-            raise BuildError("building PyTorch's hook, libvram_torch.so, failed:\n%s" % r.stderr.strip())
-        built.append(torch)
-    else:
-        print("vram: no C++ compiler: the wheel has no libvram_torch.so (PyTorch's hook)", file=log)
+            raise BuildError("building %s, libvram_%s.so, failed:\n%s" % (what, hook, r.stderr.strip()))
+        built.append(path)
     return built
 
 

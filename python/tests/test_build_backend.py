@@ -105,6 +105,13 @@ class TestBackend(unittest.TestCase):
                 self.assertEqual((digest, int(size)), (want, len(data)), path)
             self.assertEqual(z.read("vram/libvram.so"), b"\x7fELF stand-in")
 
+    def test_soname(self):
+        """The library is named by the ABI version the package checks at
+        load (libvram.so.N, N vram.h's VRAM_ABI_VERSION)."""
+        from vram import _lib
+
+        self.assertEqual(self.b.soname(), "libvram.so.%d" % _lib.ABI_VERSION)
+
     def test_no_sdist(self):
         with self.assertRaises(SystemExit) as cm:
             self.b.build_sdist(self.tmp)

@@ -241,6 +241,49 @@ class TestCupyAllocator(SimTest):
         self.assertIn("cap", cm.exception.report)
 
 
+class TestCupyCFunctions(unittest.TestCase):
+    """install(c_functions=True)'s allocator: refused on a CuPy older than
+    14.2 (whose hook cannot let vram's exception through), built from
+    libvram_cupy.so's throwing malloc and libvram.so's free on a newer one.
+    A stand-in cupy module; the hooks themselves are called, as CuPy calls
+    them, by libvram's C++ harness (cupy_harness.cc)."""
+
+    @staticmethod
+    def fake_cupy(version):
+        import types
+
+        memory = types.SimpleNamespace(CFunctionAllocator=lambda param, malloc, free, owner: (param, malloc, free, owner))
+        return types.SimpleNamespace(__version__=version, cuda=types.SimpleNamespace(memory=memory))
+
+    def test_versions(self):
+        from vram import cupy as vcupy
+
+        cases = {"14.1.3": (14, 1), "14.2.0": (14, 2), "14.2.0rc1": (14, 2), "15.0.0a1": (15, 0), "13": (13, 0)}
+        for v, want in cases.items():
+            self.assertEqual(vcupy._version(v), want, v)
+
+    def test_old_cupy_refused(self):
+        from vram import cupy as vcupy
+
+        with self.assertRaises(RuntimeError) as cm:
+            vcupy.c_functions_allocator(self.fake_cupy("14.1.3"))
+        for want in ("14.2", "14.1.3", "install()"):
+            self.assertIn(want, str(cm.exception))
+
+    def test_hooks(self):
+        from vram import cupy as vcupy
+
+        try:
+            _lib.cupy_path()
+        except OSError as e:
+            self.skipTest("no libvram_cupy.so (libvram's TestPython and pip install build one): %s" % e)
+        param, malloc, free, owner = vcupy.c_functions_allocator(self.fake_cupy("14.2.0"))
+        self.assertEqual(param, 0)
+        self.assertEqual(malloc, ctypes.cast(owner.vram_cupy_malloc, ctypes.c_void_p).value)
+        self.assertEqual(free, _lib.address("vram_cupy_free"))
+        self.assertFalse(hasattr(_lib.lib(), "vram_cupy_malloc"), "libvram.so must not export a malloc that returns NULL")
+
+
 _OTHER_PROCESS = """
 import sys, vram
 m = vram.open_lease(sys.argv[1], sys.argv[2], name="py-b")

@@ -4,7 +4,9 @@ API's structs and signatures are in _capi).
 The library is found, in order, at $VRAM_LIBRARY, as libvram.so beside this
 package, or by the system's loader (ctypes.util.find_library("vram")). It is
 loaded once per process and never unloaded. PyTorch's allocation hook is in
-libvram_torch.so (C++), found at $VRAM_TORCH_LIBRARY or beside libvram.so.
+libvram_torch.so (C++), found at $VRAM_TORCH_LIBRARY or beside libvram.so;
+CuPy's C allocation hook in libvram_cupy.so (C++), at $VRAM_CUPY_LIBRARY or
+beside libvram.so.
 """
 
 import ctypes
@@ -57,7 +59,6 @@ _SIGNATURES = {
     # libvram_torch.so's path) to the frameworks.
     "vram_torch_free": (None, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]),
     "vram_torch_empty_cache": (None, []),
-    "vram_cupy_malloc": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]),
     "vram_cupy_free": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
 }
 
@@ -172,15 +173,23 @@ def text(fn, handle):
         return buf.value.decode("utf-8", "replace")
 
 
-def torch_path():
-    """The path of libvram_torch.so, PyTorch's hook (checked to exist)."""
+def _hook_path(env, name, what, src):
     lib()
-    p = os.environ.get("VRAM_TORCH_LIBRARY") or os.path.join(os.path.dirname(os.path.abspath(path)), "libvram_torch.so")
+    p = os.environ.get(env) or os.path.join(os.path.dirname(os.path.abspath(path)), name)
     if not os.path.exists(p):
         raise OSError(
-            "%s not found: PyTorch's hook is a C++ library beside libvram.so (build it as "
-            "libvram/torch/vram_torch.cc says), or set VRAM_TORCH_LIBRARY" % p)
+            "%s not found: %s is a C++ library beside libvram.so (build it as %s says), or set %s" % (p, what, src, env))
     return p
+
+
+def torch_path():
+    """The path of libvram_torch.so, PyTorch's hook (checked to exist)."""
+    return _hook_path("VRAM_TORCH_LIBRARY", "libvram_torch.so", "PyTorch's hook", "libvram/torch/vram_torch.cc")
+
+
+def cupy_path():
+    """The path of libvram_cupy.so, CuPy's C hook (checked to exist)."""
+    return _hook_path("VRAM_CUPY_LIBRARY", "libvram_cupy.so", "CuPy's C hook", "libvram/cupy/vram_cupy.cc")
 
 
 def address(name):
