@@ -43,6 +43,12 @@ package vram
 //     is then held is the acknowledgement. Live arrays no batch re-plans
 //     and no eviction may take are kept: the deadline is missed, and the
 //     broker names the lease. Nothing is killed.
+//  6. A lease that ends while the manager lives (the broker did not take
+//     it back after a restart) ends the budget: the cap goes to nothing,
+//     BudgetChange.Ended says why (wrapping ErrLease), and running batches
+//     stop at their next chunk boundary rather than keep memory the
+//     broker may grant to others. A broker that is merely away ends
+//     nothing: its leases are taken back when it returns.
 //
 // Which of the broker's devices is the manager's: LeaseOptions.Device when
 // it names one (an index of the broker's --devices, or its name), else
@@ -387,6 +393,7 @@ func (f *leaseFollower) follow(ctx context.Context) {
 		if err := f.l.Err(); err != nil {
 			m.log.Warn("vram: the broker's lease ended; the manager can allocate nothing more", "lease", f.l.String(), "err", err)
 			f.apply(LeaseBudget{})
+			m.noteEnd("the broker's lease ended", fmt.Errorf("%s ended: %w (%w)", f.l, err, ErrLease))
 			return
 		}
 		f.apply(f.l.Budget())

@@ -39,6 +39,11 @@ type BudgetChange struct {
 	Seq uint64    // changes so far (0: none yet)
 	Why string    // the latest change, in words
 	At  time.Time // when it was made
+	// Ended, once set, says why the budget ended for good (the broker's
+	// lease ended, wrapping ErrLease): the groups may hold nothing, and a
+	// batch stops at its next chunk boundary rather than keep memory the
+	// broker may grant to others.
+	Ended error
 }
 
 // budgetNotices is the manager's count of budget changes and the wait for
@@ -75,10 +80,17 @@ func (s *signal) broadcast() {
 }
 
 // note records a budget change and wakes its waiters.
-func (m *Manager) note(why string) {
+func (m *Manager) note(why string) { m.noteEnd(why, nil) }
+
+// noteEnd records a budget change, one that ends the budget for good
+// when ended is not nil (later changes keep it ended).
+func (m *Manager) noteEnd(why string, ended error) {
 	n := &m.notices
 	n.mu.Lock()
-	n.last = BudgetChange{Seq: n.last.Seq + 1, Why: why, At: time.Now()}
+	if ended == nil {
+		ended = n.last.Ended
+	}
+	n.last = BudgetChange{Seq: n.last.Seq + 1, Why: why, At: time.Now(), Ended: ended}
 	if n.next != nil {
 		close(n.next)
 		n.next = nil

@@ -30,6 +30,11 @@ package alloc
 //     mapped into a hole next to a free block the stream may use (at the
 //     range's end, that is the free tail), or into a hole between two such
 //     blocks, or fresh pages at a hole's edge (growthPlan).
+//   - A small request no free block of its class fits may take a dead gap
+//     of its stream's large range: a free block too small for any large
+//     request, between two live blocks (deadGapLocked). The gap's pages
+//     are pinned by its neighbours whatever happens; taking it pins no
+//     page more, and spares the small range a growth.
 //   - A large request may take the free space of its stream's small range
 //     (a cached block there, or a growth that maps fewer pages than its
 //     own class's), but only when its own class's growth would take the
@@ -357,20 +362,38 @@ func (e *Expandable) fenceAllLocked() error {
 }
 
 // takeLocked takes the best-fitting cached block for r that st may use and
-// returns r.size bytes of it (carveLocked); for a large request that none
-// fits, one of its stream's small ranges where crossWantedLocked allows;
-// nil when none fits.
+// returns r.size bytes of it (carveLocked); when none fits, for a small
+// request the best fit in its stream's large ranges if that is a dead gap
+// (deadGapLocked), for a large one the best fit in its stream's small
+// ranges where crossWantedLocked allows; nil when none fits.
 func (e *Expandable) takeLocked(r request, st *streamState) *block {
 	if b := e.idx.bestFit(r.size, r.class, st); b != nil {
 		return e.carveLocked(b, r.size)
 	}
 	if r.class != classLarge {
+		if b := e.idx.bestFit(r.size, classLarge, st); b != nil && e.deadGapLocked(b) {
+			return e.carveLocked(b, r.size)
+		}
 		return nil
 	}
 	if b := e.idx.bestFit(r.size, classSmall, st); b != nil && e.crossWantedLocked(r, e.ownPlanLocked(r)) {
 		return e.carveLocked(b, r.size)
 	}
 	return nil
+}
+
+// deadGapLocked reports whether free block b of a large range is a dead
+// gap: too small for any large request (at most SmallSize), holding no
+// whole page, between two live blocks. Such a gap stays mapped while its
+// neighbours live (every page it touches, one of them touches too), yet
+// its own class cannot use it; a small request placed in it pins no page
+// that is not pinned already.
+func (e *Expandable) deadGapLocked(b *block) bool {
+	if b.size > e.cfg.SmallSize || !isLive(b.prev) || !isLive(b.next) {
+		return false
+	}
+	lo, hi := e.wholePages(b)
+	return lo == hi
 }
 
 // carveLocked takes size bytes from free block b: from its back when the

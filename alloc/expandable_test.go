@@ -324,6 +324,67 @@ func TestExpandableLargeRequestsUseSmallRanges(t *testing.T) {
 	}
 }
 
+// TestExpandableSmallRequestsFillDeadGaps: a small request that no free
+// block of its class fits takes a dead gap of the large range: a free
+// block too small for any large request, holding no whole page, between
+// two live blocks, whose pages those blocks pin anyway; any other free
+// block of the large range it leaves, and its own range grows. Pages are
+// 2 MiB. The large range holds a [0, 3), g [3, 5.5) and c from 5.5 MiB,
+// and four pages are mapped; g is freed or not, and 2.25 MiB may take the
+// back of g's block, leaving [3, 3.25) free between a and that block.
+func TestExpandableSmallRequestsFillDeadGaps(t *testing.T) {
+	cases := map[string]struct {
+		c       uint64 // c's size: 2.5 MiB ends at a page, 2.25 MiB leaves [7.75, 8) free before the range's hole
+		freeG   bool   // g freed
+		refill  bool   // then 2.25 MiB allocated, from the back of g's block
+		gap     bool   // 128 KiB goes to the back of the gap [3, 3.25)
+		mapped  uint64 // pages at the peak
+		comment string
+	}{
+		"a dead gap":                 {c: 5 * units.MiB / 2, freeG: true, refill: true, gap: true, mapped: 4},
+		"a block large requests fit": {c: 5 * units.MiB / 2, freeG: true, mapped: 5, comment: "[3, 5.5) is 2.5 MiB"},
+		"beside a hole, not a block": {c: 9 * units.MiB / 4, mapped: 5, comment: "[7.75, 8) borders the range's unmapped pages"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			v := newExpEnv(t, units.GiB, alloc.ExpandableConfig{})
+			s := v.dev.DefaultStream()
+			a := v.alloc(t, 3*units.MiB, s)
+			g := v.alloc(t, 5*units.MiB/2, s)
+			live := []device.Ptr{a, v.alloc(t, c.c, s)}
+			if c.freeG {
+				v.free(t, g, s)
+			} else {
+				live = append(live, g)
+			}
+			if c.refill {
+				if l := v.alloc(t, 9*units.MiB/4, s); l != a.Add(13*units.MiB/4) {
+					t.Fatalf("2.25 MiB is at %v; want the back of g's block, %v", l, a.Add(13*units.MiB/4))
+				} else {
+					live = append(live, l)
+				}
+			}
+			p := v.alloc(t, 128*units.KiB, s)
+			inGap := p == a.Add(3*units.MiB+128*units.KiB)
+			if inGap != c.gap {
+				t.Errorf("128 KiB is at %v (a at %v): in the gap %v; want %v %s", p, a, inGap, c.gap, c.comment)
+			}
+			if ps := v.e.PageStats(); ps.PeakMapped != c.mapped {
+				t.Errorf("PageStats = %+v; want %d pages at the peak", ps, c.mapped)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+			for _, q := range append(live, p) {
+				v.free(t, q, s)
+			}
+			if err := v.e.CheckInvariants(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
 // TestExpandableHighWaterMark: a growth that would take the mapped bytes
 // past their high-water mark first unmaps whole free pages; with
 // KeepMapped it does not, and the peak is higher.

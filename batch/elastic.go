@@ -17,7 +17,9 @@ package batch
 //   - the manager's budget changed (vram.Manager.BudgetChange: a cap set,
 //     a claim made or met) and vram.Client.PlanNow gives the arrays
 //     another length: shorter, always (the arrays no longer fit what the
-//     group may hold); longer, with Options.Grow.
+//     group may hold); longer, with Options.Grow. A budget that ended
+//     (BudgetChange.Ended: the broker's lease is gone) stops the run
+//     there, with that error.
 //
 // Each re-cut is one entry of Report.Recuts. A re-allocation that fails
 // while the old arrays are still there is noted and the run goes on with
@@ -56,6 +58,7 @@ type elastic struct {
 	due     bool      // a re-cut is due: take no new chunk
 	want    target
 	seen    uint64 // the manager's budget change last acted on
+	ended   error  // the manager's budget ended (BudgetChange.Ended): the run stops
 	pref    shape  // the lead and output slots wanted (the probe's choice), which staging may lower
 	lk      looks  // looking again at the shape (look.go)
 }
@@ -122,6 +125,10 @@ func (r *batchRun) recutDue() bool {
 		return false
 	}
 	e.seen = bc.Seq
+	if bc.Ended != nil {
+		e.ended, e.due = bc.Ended, true // the run stops at the re-cut
+		return true
+	}
 	if t, ok := r.budgetTarget(bc); ok {
 		e.want, e.due = t, true
 	}
@@ -234,6 +241,9 @@ func (r *batchRun) reshape(t target) int {
 // segment ended for, and records the change.
 func (r *batchRun) recut() error {
 	e := &r.el
+	if e.ended != nil && r.q.runsLeft() > 0 {
+		return fmt.Errorf("batch: stopped after %d of %d chunks: the manager's budget ended: %w", len(r.chunks), r.estimate(), e.ended)
+	}
 	t, ok := e.want, e.due
 	if e.probing {
 		e.probing = false

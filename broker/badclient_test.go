@@ -88,7 +88,7 @@ func TestRequestValidation(t *testing.T) {
 		"an id in use": {func() error {
 			_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 1, Spec: &brokerpb.LeaseSpec{}})
 			return err
-		}, "the id is \"good\""},
+		}, "the id is another lease's"},
 		"huge claim": {func() error {
 			_, err := api.Claim(ctx, &brokerpb.ClaimRequest{LeaseId: 1, LimitBytes: math.MaxUint64})
 			return err
@@ -216,10 +216,11 @@ func TestRejoinIsCountedOnce(t *testing.T) {
 	old, api := rawClient(t, path), rawClient(t, path)
 	ctx := ctxT(t)
 	sp := &brokerpb.LeaseSpec{Name: "twice", Proportion: 0.5}
-	if _, err := old.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 7, Spec: sp}); err != nil {
+	first, err := old.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 7, Spec: sp})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 7, Spec: sp, Rejoin: true, HeldBytes: GiB, LimitBytes: 4 * GiB}); err != nil {
+	if _, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 7, Spec: sp, Rejoin: true, HeldBytes: GiB, LimitBytes: 4 * GiB, Token: first.GetToken(), RejoinBroker: s.id}); err != nil {
 		t.Fatal(err)
 	}
 	d := s.Status().Devices[0]

@@ -1,8 +1,15 @@
 package broker
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -95,4 +102,143 @@ func BenchmarkClaimToAck(b *testing.B) {
 	b.StopTimer()
 	reportQuantiles(b, "ack-", toAck)
 	reportQuantiles(b, "claim-", toGrant)
+}
+
+// procCPU is the CPU time process pid has used (user and system), from
+// /proc/PID/stat, at the kernel's clock tick (10 ms at USER_HZ 100).
+func procCPU(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Skipf("no /proc: %v", err)
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th (fields 14 and 15 of the whole line).
+	rest := string(data[bytes.LastIndexByte(data, ')')+2:])
+	f := strings.Fields(rest)
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// childBroker serves a broker in a child process (the test binary) on a
+// new socket, until the benchmark ends.
+func childBroker(b *testing.B) (*exec.Cmd, string) {
+	b.Helper()
+	path := socketPath(b)
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=broker", "VRAM_BROKER_TEST_SOCKET="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "serving\n" {
+		b.Fatalf("the broker said %q, %v", line, err)
+	}
+	return cmd, path
+}
+
+// BenchmarkBrokerCPU: the broker's own CPU time (a process of its own,
+// from /proc) per lease acquired and released by one client.
+func BenchmarkBrokerCPU(b *testing.B) {
+	cmd, path := childBroker(b)
+	c := dial(b, path)
+	ctx := context.Background()
+	pair := func() {
+		l, err := c.Acquire(ctx, LeaseOptions{Name: "bench", Proportion: 0.5})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 200 {
+		pair() // warm
+	}
+	cpu0 := procCPU(b, cmd.Process.Pid)
+	b.ResetTimer()
+	for range b.N {
+		pair()
+	}
+	b.StopTimer()
+	cpu := procCPU(b, cmd.Process.Pid) - cpu0
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "broker-cpu-µs/op")
+}
+
+// BenchmarkConcurrentProcesses: 64 client processes (the test binary)
+// acquire and release leases of a broker in a process of its own at
+// once, each pair timed; the median and 99th percentile of all.
+func BenchmarkConcurrentProcesses(b *testing.B) {
+	const procs = 64
+	_, path := childBroker(b)
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var all []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		cmds, outs := make([]*exec.Cmd, procs), make([]*bytes.Buffer, procs)
+		for i := range procs {
+			cmd := exec.Command(exe, "-test.run=^$")
+			cmd.Env = append(os.Environ(), helperEnv+"=pairs", "VRAM_BROKER_TEST_SOCKET="+path)
+			outs[i] = &bytes.Buffer{}
+			cmd.Stdout, cmd.Stderr = outs[i], os.Stderr
+			if err := cmd.Start(); err != nil {
+				b.Fatal(err)
+			}
+			cmds[i] = cmd
+		}
+		for i, cmd := range cmds {
+			if err := cmd.Wait(); err != nil {
+				b.Fatalf("process %d: %v: %s", i, err, outs[i])
+			}
+			for _, f := range strings.Fields(outs[i].String()) {
+				ns, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					b.Fatalf("process %d said %q", i, outs[i])
+				}
+				all = append(all, time.Duration(ns))
+			}
+		}
+	}
+	b.StopTimer()
+	reportQuantiles(b, "pair-", all)
+}
+
+// pairsClient is BenchmarkConcurrentProcesses' process: it dials, then
+// acquires and releases 50 leases, printing each pair's time in ns.
+func pairsClient(socket string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, socket, WithLogger(quiet))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for range 50 {
+		start := time.Now()
+		l, err := c.Acquire(ctx, LeaseOptions{Name: "pair", Proportion: 0.01})
+		if err != nil {
+			return err
+		}
+		if err := l.Release(ctx); err != nil {
+			return err
+		}
+		fmt.Println(time.Since(start).Nanoseconds())
+	}
+	return nil
 }

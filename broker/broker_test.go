@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/vramkit/vram/broker/brokerpb"
 	"github.com/vramkit/vram/internal/share"
 )
 
@@ -241,4 +242,35 @@ func lent(t *testing.T, path, borrower string, borrow uint64) (a, b *Lease, ca, 
 		t.Fatal(err)
 	}
 	return a, b, ca, cb
+}
+
+// A call's reply tells its holder the lease's state: the Watch stream
+// does not send it again (a message less a call); a change the holder did
+// not make (another's share shrinking, its auto share growing) is sent.
+func TestReplyIsNotSentAgain(t *testing.T) {
+	s, err := NewServer(Config{Devices: []Device{{Name: "a", Total: 8 * GiB}}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	a, b := s.openSession(peerCred{pid: 10, uid: 1000}), s.openSession(peerCred{pid: 11, uid: 1000})
+	if _, err := s.acquire(a, &brokerpb.AcquireRequest{LeaseId: 1, Spec: &brokerpb.LeaseSpec{}}); err != nil { // the auto pool
+		t.Fatal(err)
+	}
+	if _, err := s.report(a, &brokerpb.ReportRequest{LeaseId: 1, HeldBytes: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.dirty) != 0 {
+		t.Errorf("%d states queued for the holder's stream after replies that told it", len(a.dirty))
+	}
+	if _, err := s.acquire(b, &brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	s.drain(a) // its stream sends what b's lease did to its share
+	if _, err := s.change(b, &brokerpb.ChangeRequest{LeaseId: 2, Proportion: 0.25}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := a.dirty[1]; !ok {
+		t.Error("a change of another's share that changed this lease's is not queued for its stream")
+	}
 }

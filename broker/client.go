@@ -4,14 +4,20 @@ package broker
 // leases held through it.
 //
 // A Client keeps its connection. When the broker goes away (it stopped,
-// or was killed and restarted) gRPC redials with backoff, the Watch
-// stream is opened again, and once the broker greets a new session every
-// lease is acquired again with rejoin set, its id, what it holds and its
-// limit, so that the new table matches what the process holds and no
-// lease is counted twice. A lease the broker refuses to take back (the
-// shares no longer fit) is lost: its Err says why and its budget is 0.
+// or was killed and restarted) gRPC redials with backoff (dial.go), the
+// Watch stream is opened again, and once the broker greets a new session
+// every lease is acquired again with rejoin set: its id, its token, what
+// it holds, its limit and the broker instance it was held on
+// (rejoin.go), so that the new table matches what the process holds and
+// no lease is counted twice. A lease the broker does not take back is
+// lost: its Err says why and its budget is 0.
+//
 // Calls made meanwhile wait, under their context, until the leases are
-// back.
+// back, and no longer than the client's call timeout (a Claim: the
+// broker's reclaim deadline and the call timeout), so that a broker that
+// stops answering fails calls with ErrUnavailable rather than hang them.
+// The Watch stream lives as long as the client, whatever the context
+// given to Dial.
 
 import (
 	"cmp"
@@ -19,7 +25,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"sync"
 	"time"
@@ -37,10 +42,14 @@ import (
 type DialOption func(*dialConfig)
 
 type dialConfig struct {
-	log        *slog.Logger
-	minBackoff time.Duration
-	maxBackoff time.Duration
+	log         *slog.Logger
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	callTimeout time.Duration
 }
+
+// DefaultCallTimeout bounds each call of a client (WithCallTimeout).
+const DefaultCallTimeout = 30 * time.Second
 
 // WithLogger sets where the client logs lost leases and reconnections
 // (default slog.Default()).
@@ -51,6 +60,11 @@ func WithLogger(l *slog.Logger) DialOption { return func(c *dialConfig) { c.log 
 func WithBackoff(min, max time.Duration) DialOption {
 	return func(c *dialConfig) { c.minBackoff, c.maxBackoff = min, max }
 }
+
+// WithCallTimeout bounds how long a call waits for the broker, when its
+// context allows longer (default 30s); a Claim may wait the broker's
+// reclaim deadline more.
+func WithCallTimeout(d time.Duration) DialOption { return func(c *dialConfig) { c.callTimeout = d } }
 
 // DeviceInfo is one of the broker's devices.
 type DeviceInfo struct {
@@ -68,91 +82,152 @@ type Client struct {
 	api    brokerpb.BrokerClient
 	log    *slog.Logger
 	cfg    dialConfig
+	dialer *dialer
+	runCtx context.Context // lives until Close: the Watch stream's
 	cancel context.CancelFunc
 	done   chan struct{} // the watch loop returned
 
-	mu       sync.Mutex // protects the fields below
-	leases   map[uint64]*Lease
-	hello    *brokerpb.Hello // the current session's greeting; nil while disconnected
-	ready    chan struct{}   // closed while connected with every lease rejoined
-	down     chan struct{}   // closed when that connection is lost
-	session  uint64          // the last session greeted, and its broker's instance
-	instance uint64
-	closed   bool
-	rejoins  int // sessions rejoined after the first
+	mu         sync.Mutex // protects the fields below
+	leases     map[uint64]*Lease
+	hello      *brokerpb.Hello // the current session's greeting; nil while disconnected
+	ready      chan struct{}   // closed while connected with every lease rejoined
+	down       chan struct{}   // closed when that connection is lost
+	session    uint64          // the last session greeted, and its broker's instance
+	instance   uint64
+	reclaim    time.Duration      // the broker's reclaim deadline, from its greeting
+	stopStream context.CancelFunc // ends the current Watch stream
+	closed     bool
+	rejoins    int // sessions rejoined after the first
 }
 
-// Dial connects to the broker at socket and waits, under ctx, for its
-// greeting. Leases acquired through the client end when it is closed, or
-// when the process exits.
+// Dial connects to the broker at socket and waits, under ctx (at most
+// 30s when ctx has no deadline), for its greeting, trying again while the
+// broker is busy (dial.go). Leases acquired through the client end when
+// it is closed, or when the process exits. ctx bounds Dial alone, not
+// the client.
 func Dial(ctx context.Context, socket string, opts ...DialOption) (*Client, error) {
-	cfg := dialConfig{log: slog.Default(), minBackoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second}
+	cfg := dialConfig{log: slog.Default(), minBackoff: 50 * time.Millisecond, maxBackoff: 2 * time.Second, callTimeout: DefaultCallTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	dialer := func(ctx context.Context, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
+	if err := checkDialPath(socket); err != nil {
+		return nil, err
 	}
+	d := &dialer{path: socket}
 	conn, err := grpc.NewClient("passthrough:///vram-broker",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(dialer),
+		grpc.WithContextDialer(d.dial),
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: cfg.minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.maxBackoff},
-			MinConnectTimeout: time.Second,
+			Backoff: backoff.Config{BaseDelay: cfg.minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.maxBackoff},
+			// A busy broker answers a new connection late: a handshake
+			// cut short would only be tried again.
+			MinConnectTimeout: DefaultHandshakeTimeout,
 		}),
-		// Calls wait for a broker that restarts (under their contexts);
-		// Dial's first Watch does not.
+		// Calls wait for a broker that restarts (under their contexts).
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20), grpc.WaitForReady(true)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("broker: dial %s: %w", socket, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c := &Client{conn: conn, api: brokerpb.NewBrokerClient(conn), log: cfg.log, cfg: cfg, cancel: cancel,
+	c := &Client{conn: conn, api: brokerpb.NewBrokerClient(conn), log: cfg.log, cfg: cfg, dialer: d, runCtx: runCtx, cancel: cancel,
 		done: make(chan struct{}), leases: map[uint64]*Lease{}, ready: make(chan struct{}), down: make(chan struct{})}
-	stream, hello, err := c.openWatch(ctx, false)
+	stream, hello, err := c.firstWatch(ctx, socket)
 	if err != nil {
 		cancel()
 		_ = conn.Close()
-		return nil, fmt.Errorf("broker: dial %s: %w", socket, err)
+		return nil, err
 	}
 	c.mu.Lock()
-	c.hello = hello
-	c.session, c.instance = hello.GetSession(), hello.GetBroker()
+	c.greetedLocked(hello)
 	close(c.ready)
 	c.mu.Unlock()
-	go c.watch(runCtx, stream)
+	go c.watch(stream)
 	return c, nil
 }
 
-// openWatch opens the Watch stream and reads its Hello. wait makes it
-// wait for the connection to come back (after the first dial).
-func (c *Client) openWatch(ctx context.Context, wait bool) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
-	sctx, cancel := context.WithCancel(ctx)
-	stream, err := c.api.Watch(sctx, &brokerpb.WatchRequest{}, grpc.WaitForReady(wait))
-	if err != nil {
+// firstWatch opens the first Watch stream, waiting under ctx for the
+// greeting while the broker is busy, and ending the wait at once at a
+// dial error no retry mends.
+func (c *Client) firstWatch(ctx context.Context, socket string) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultDialTimeout)
+		defer cancel()
+	}
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	c.dialer.setStop(stop)
+	defer c.dialer.setStop(nil)
+	stream, hello, err := c.openWatch(wctx)
+	switch cause := context.Cause(wctx); {
+	case err == nil:
+		return stream, hello, nil
+	case wctx.Err() != nil && ctx.Err() == nil && cause != nil:
+		return nil, nil, cause // a dial error: it says it all
+	case ctx.Err() != nil && !errors.Is(err, ErrLimit):
+		last := "it accepted connections but sent no greeting: at its limit of connections, or not a vram broker (see its log)"
+		if de := c.dialer.lastErr(); de != nil {
+			last = de.Error()
+		}
+		return nil, nil, &plainError{fmt.Sprintf("broker: no greeting from %s: %v (%s)", socket, ctx.Err(), last), []error{ErrUnavailable, ctx.Err()}}
+	}
+	return nil, nil, fmt.Errorf("broker: dial %s: %w", socket, err)
+}
+
+// openWatch opens a Watch stream, which lives until the client closes,
+// and reads its Hello, waiting no longer than wait allows.
+func (c *Client) openWatch(wait context.Context) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
+	sctx, cancel := context.WithCancel(c.runCtx)
+	unbind := context.AfterFunc(wait, cancel)
+	fail := func(err error) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
+		unbind()
 		cancel()
-		return nil, nil, fromStatus(ctx, "watch", err)
+		return nil, nil, fromStatus(wait, "watch", err)
+	}
+	stream, err := c.api.Watch(sctx, &brokerpb.WatchRequest{})
+	if err != nil {
+		return fail(err)
 	}
 	ev, err := stream.Recv()
 	if err != nil {
-		cancel()
-		return nil, nil, fromStatus(ctx, "watch", err)
+		return fail(err)
 	}
 	h := ev.GetHello()
 	if h == nil {
-		cancel()
-		return nil, nil, fmt.Errorf("broker: watch: the first event is not a hello: %w", ErrInvalid)
+		return fail(fmt.Errorf("broker: watch: the first event is not a hello: %w", ErrInvalid))
 	}
-	context.AfterFunc(ctx, cancel)
+	if !unbind() {
+		return fail(wait.Err()) // the wait ended as the hello came
+	}
+	c.streamCancel(cancel)
 	return stream, h, nil
+}
+
+// streamCancel keeps the cancel of the current Watch stream, calling the
+// one before.
+func (c *Client) streamCancel(cancel context.CancelFunc) {
+	c.mu.Lock()
+	prev := c.stopStream
+	c.stopStream = cancel
+	c.mu.Unlock()
+	if prev != nil {
+		prev()
+	}
+}
+
+// greetedLocked takes hello as the session's. c.mu must be held.
+func (c *Client) greetedLocked(hello *brokerpb.Hello) {
+	c.hello = hello
+	c.session, c.instance = hello.GetSession(), hello.GetBroker()
+	c.reclaim = time.Duration(hello.GetReclaimTimeoutNanos())
 }
 
 // watch reads events until the client is closed, reconnecting and
 // rejoining when the stream breaks.
-func (c *Client) watch(ctx context.Context, stream brokerpb.Broker_WatchClient) {
+func (c *Client) watch(stream brokerpb.Broker_WatchClient) {
 	defer close(c.done)
+	ctx := c.runCtx
 	delay := c.cfg.minBackoff
 	for {
 		for {
@@ -169,10 +244,10 @@ func (c *Client) watch(ctx context.Context, stream brokerpb.Broker_WatchClient) 
 		}
 		c.disconnected()
 		for {
-			s, hello, err := c.openWatch(ctx, true)
+			s, hello, err := c.openWatch(ctx)
 			if err == nil {
 				stream = s
-				c.reconnected(ctx, hello)
+				c.reconnected(hello)
 				delay = c.cfg.minBackoff
 				break
 			}
@@ -202,8 +277,9 @@ func (c *Client) disconnected() {
 }
 
 // reconnected rejoins every lease when the broker greets a new session
-// (the old one's leases ended with it), then lets calls through.
-func (c *Client) reconnected(ctx context.Context, hello *brokerpb.Hello) {
+// (the old one's leases ended with it), then lets calls through. A lease
+// released while it was rejoined is released again on the new session.
+func (c *Client) reconnected(hello *brokerpb.Hello) {
 	c.mu.Lock()
 	if hello.GetSession() == c.session && hello.GetBroker() == c.instance {
 		// Only the stream broke: the session, and its leases, live on.
@@ -213,31 +289,75 @@ func (c *Client) reconnected(ctx context.Context, hello *brokerpb.Hello) {
 		c.mu.Unlock()
 		return
 	}
+	prev := c.instance
 	leases := make([]*Lease, 0, len(c.leases))
 	for _, l := range c.leases {
-		leases = append(leases, l)
+		if !l.releasing {
+			leases = append(leases, l)
+		}
 	}
 	c.mu.Unlock()
 	slices.SortFunc(leases, func(a, b *Lease) int { return cmp.Compare(a.id, b.id) })
+	told := map[*Lease]uint64{} // what each rejoin said it holds
 	for _, l := range leases {
-		req := l.rejoinRequest()
-		st, err := c.api.Acquire(ctx, req)
+		held, err := c.rejoin(l, prev)
 		if err != nil {
-			err = fromStatus(ctx, "rejoin", err)
 			c.log.Warn("vram broker: a lease was not taken back after reconnecting", "lease", leaseID(l.id), "name", l.opts.Name, "err", err)
 			l.lose(err)
 			c.forget(l)
 			continue
 		}
-		l.apply(st)
+		told[l] = held
 	}
 	c.mu.Lock()
-	c.hello = hello
-	c.session, c.instance = hello.GetSession(), hello.GetBroker()
+	c.greetedLocked(hello)
 	c.rejoins++
 	c.down = make(chan struct{})
 	close(c.ready)
+	var drop []*Lease
+	for l := range told {
+		if l.releasing {
+			drop = append(drop, l)
+			delete(told, l)
+		}
+	}
 	c.mu.Unlock()
+	for _, l := range drop {
+		_ = c.releaseOnce(l)
+	}
+	c.retell(told)
+}
+
+// rejoin takes l back on the new session: it was held on broker instance
+// prev. It returns what it said l holds.
+func (c *Client) rejoin(l *Lease, prev uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.callTimeout)
+	defer cancel()
+	req := l.rejoinRequest(prev)
+	st, err := c.api.Acquire(ctx, req)
+	if err != nil {
+		return 0, fromStatus(ctx, "rejoin", err)
+	}
+	l.takeToken(st)
+	l.apply(st)
+	return req.GetHeldBytes(), nil
+}
+
+// retell reports what a lease holds again where a Report made while the
+// broker was away changed it after its rejoin said otherwise.
+func (c *Client) retell(told map[*Lease]uint64) {
+	for l, held := range told {
+		l.mu.Lock()
+		now := l.held
+		l.mu.Unlock()
+		if now != held {
+			ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.callTimeout)
+			if st, err := c.api.Report(ctx, &brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: now}); err == nil {
+				l.apply(st)
+			}
+			cancel()
+		}
+	}
 }
 
 // apply gives a lease state from an event to its lease.
@@ -257,8 +377,10 @@ func (c *Client) forget(l *Lease) {
 }
 
 // waitReady waits until the client is connected with its leases back,
-// and returns the channel closed when that connection is lost.
-func (c *Client) waitReady(ctx context.Context) (<-chan struct{}, error) {
+// for no longer than away, and returns the channel closed when that
+// connection is lost.
+func (c *Client) waitReady(ctx context.Context, away time.Duration) (<-chan struct{}, error) {
+	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
 		ready, down, closed := c.ready, c.down, c.closed
@@ -274,26 +396,67 @@ func (c *Client) waitReady(ctx context.Context) (<-chan struct{}, error) {
 			default:
 				return down, nil
 			}
+		default:
+		}
+		if timeout == nil {
+			t := time.NewTimer(away)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-ready:
+		case <-timeout:
+			return nil, c.awayError(away)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("broker: waiting for the broker to come back: %w", ctx.Err())
 		}
 	}
 }
 
+// awayError says the broker has been away for d.
+func (c *Client) awayError(d time.Duration) error {
+	why := ""
+	if last := c.dialer.lastErr(); last != nil {
+		why = " (" + last.Error() + ")"
+	}
+	return &plainError{fmt.Sprintf("broker: the broker on %s is away, and was not back in %v%s", c.dialer.path, d, why), []error{ErrUnavailable}}
+}
+
+// bounds are how long a call waits: for the broker's answer in all
+// (wait), and for a broker that is away to come back (away).
+type bounds struct{ wait, away time.Duration }
+
+// callBounds are a call's bounds, but a Claim's.
+func (c *Client) callBounds() bounds { return bounds{c.cfg.callTimeout, c.cfg.callTimeout} }
+
 // call runs op once the client is ready, and again if the connection
 // broke under it (its leases are rejoined meanwhile), a few times at
-// most.
-func (c *Client) call(ctx context.Context, name string, op func() error) error {
+// most, within b: past it, the broker is not answering (ErrUnavailable).
+func (c *Client) call(ctx context.Context, name string, b bounds, op func(context.Context) error) error {
+	bctx, cancel := context.WithTimeout(ctx, b.wait)
+	defer cancel()
+	err := c.retry(bctx, name, b.away, op)
+	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
+		why := ""
+		if last := c.dialer.lastErr(); last != nil {
+			why = " (" + last.Error() + ")"
+		}
+		return &plainError{fmt.Sprintf("broker: %s: no answer from the broker on %s in %v%s", name, c.dialer.path, b.wait, why), []error{ErrUnavailable}}
+	}
+	return err
+}
+
+func (c *Client) retry(ctx context.Context, name string, away time.Duration, op func(context.Context) error) error {
 	var err error
 	for range 4 {
-		down, werr := c.waitReady(ctx)
+		down, werr := c.waitReady(ctx, away)
 		if werr != nil {
-			if err != nil {
+			if err != nil && !errors.Is(werr, ErrUnavailable) {
 				break
 			}
 			return werr
 		}
-		if err = op(); err == nil {
+		if err = op(ctx); err == nil {
 			return nil
 		}
 		lost := false
@@ -318,6 +481,13 @@ func (c *Client) call(ctx context.Context, name string, op func() error) error {
 		}
 	}
 	return fromStatus(ctx, name, err)
+}
+
+// connected reports whether the client has a session now.
+func (c *Client) connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hello != nil
 }
 
 // Devices are the broker's devices, as its greeting listed them.
@@ -345,7 +515,7 @@ func (c *Client) Rejoins() int {
 // Status asks the broker for its status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var r *brokerpb.StatusReply
-	err := c.call(ctx, "status", func() (err error) {
+	err := c.call(ctx, "status", c.callBounds(), func(ctx context.Context) (err error) {
 		r, err = c.api.Status(ctx, &brokerpb.StatusRequest{})
 		return err
 	})

@@ -25,11 +25,14 @@ var (
 	ErrInvalid = errors.New("broker: invalid request")
 	// ErrNotFound: no lease of that id, or no device of that index.
 	ErrNotFound = errors.New("broker: no such lease or device")
-	// ErrPermission: a lease changed or released by a process other than
-	// its holder (root excepted).
-	ErrPermission = errors.New("broker: not the lease's process")
-	// ErrLimit: a limit of the broker reached (leases per connection,
-	// leases in all, one watch stream per connection).
+	// ErrPermission: a lease changed or released through a connection
+	// other than the one that acquired it (root's included), a rejoin
+	// without the lease's token, or a socket, directory or key file
+	// another user could swap.
+	ErrPermission = errors.New("broker: not permitted")
+	// ErrLimit: a limit of the broker reached (connections or leases of
+	// a uid, leases per connection, leases in all, one watch stream per
+	// connection).
 	ErrLimit = errors.New("broker: limit reached")
 	// ErrReclaimTimeout: a claim whose memory the borrowers did not give
 	// back by the deadline; the message names them and what they hold.
@@ -46,6 +49,12 @@ var (
 	// ErrUnavailable: the broker cannot be reached (not running, or
 	// restarting); the client library keeps retrying in the background.
 	ErrUnavailable = errors.New("broker: unavailable")
+	// ErrInUse: what a broker would serve is served already: its socket
+	// by a live broker, a device by another broker.
+	ErrInUse = errors.New("broker: in use by another broker")
+	// ErrNotTrusted: the socket is served by a process of a user who is
+	// neither root nor the client's own; the client does not talk to it.
+	ErrNotTrusted = errors.New("broker: served by an untrusted user")
 )
 
 // errorDomain is the ErrorInfo domain of the broker's statuses.
@@ -145,4 +154,21 @@ func fromStatus(ctx context.Context, op string, err error) error {
 		}
 	}
 	return re
+}
+
+// plainError is an error whose message says it all, matching the
+// sentinels (and causes) it carries: the errors a user reads first, which
+// say "broker:" once (at their start, or in the caller's wrapping), where
+// wrapping a sentinel would say it again.
+type plainError struct {
+	msg  string
+	errs []error
+}
+
+func (e *plainError) Error() string   { return e.msg }
+func (e *plainError) Unwrap() []error { return e.errs }
+
+// errorf is a plainError of the message format makes, matching sentinel.
+func errorf(sentinel error, format string, args ...any) error {
+	return &plainError{fmt.Sprintf(format, args...), []error{sentinel}}
 }

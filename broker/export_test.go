@@ -29,9 +29,11 @@ func checkLocked(s *Server) string {
 		manual, auto := uint64(0), 0
 		for _, l := range d.leases {
 			g += d.guaranteed(l)
-			if l.units > 0 {
+			switch {
+			case !l.inPools: // taken back after a restart without a share
+			case l.units > 0:
 				manual += l.units
-			} else {
+			default:
 				auto++
 			}
 			if s.leases[l.id] != l || l.sess.leases[l.id] != l {

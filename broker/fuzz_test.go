@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +15,13 @@ import (
 
 // FuzzRequests decodes requests from the input as the gRPC server would
 // (each message's bytes prefixed by its kind and length) and runs them
-// against a table, as two processes (one of them root): no input may
-// panic, every refusal wraps one of the broker's sentinels, and the
-// table's invariants hold after every request.
+// against a table, as two connections of two uids (one of them root): no
+// input may panic, every refusal wraps one of the broker's sentinels, the
+// table's invariants hold after every request, and no request but an
+// acquire changes what the other connection's leases are and hold (a
+// claim may lower their limits; a rejoin ends a lease of another uid that
+// holds its id). A rejoin whose token is one byte long carries a true
+// token, so that rejoins are taken too.
 func FuzzRequests(f *testing.F) {
 	seed := func(msgs ...proto.Message) []byte {
 		var out []byte
@@ -32,6 +38,9 @@ func FuzzRequests(f *testing.F) {
 		&brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}}, &brokerpb.ClaimRequest{LeaseId: 2, LimitBytes: 4 << 30}))
 	f.Add(seed(&brokerpb.AcquireRequest{LeaseId: 3, Spec: &brokerpb.LeaseSpec{}}, &brokerpb.ChangeRequest{LeaseId: 3, Proportion: 0.96},
 		&brokerpb.AcquireRequest{LeaseId: 4, Spec: &brokerpb.LeaseSpec{Device: 1, CapBytes: 1 << 20}, Rejoin: true, HeldBytes: 1 << 40}, &brokerpb.ReleaseRequest{LeaseId: 3}))
+	f.Add(seed(&brokerpb.AcquireRequest{LeaseId: 5, Spec: &brokerpb.LeaseSpec{Proportion: 0.7}},
+		&brokerpb.AcquireRequest{LeaseId: 6, Spec: &brokerpb.LeaseSpec{Proportion: 0.6}, Rejoin: true, HeldBytes: 1 << 30, Token: []byte{1}, RejoinBroker: 9},
+		&brokerpb.ChangeRequest{LeaseId: 6, Proportion: 0.2}, &brokerpb.ReleaseRequest{LeaseId: 5}))
 	f.Add([]byte{0, 200, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s, err := NewServer(Config{Devices: []Device{{Name: "a", Total: 8 << 30, Context: 1 << 20}, {Name: "b", Total: 1 << 30}},
@@ -39,6 +48,7 @@ func FuzzRequests(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer s.Stop()
 		s.check = checkLocked
 		users := []*session{s.openSession(peerCred{pid: 10, uid: 1000}), s.openSession(peerCred{pid: 11, uid: 0})}
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -51,12 +61,16 @@ func FuzzRequests(f *testing.F) {
 			}
 			msg := in[:n]
 			in = in[n:]
-			sess := users[i%2]
+			sess, other := users[i%2], users[(i+1)%2]
+			before := leasesOf(s, other)
 			if err := runRequest(ctx, s, sess, kind, msg); err != nil && !known(err) {
 				t.Fatalf("request kind %d: %v wraps no sentinel of the broker", kind, err)
 			}
 			if b := s.broken; len(b) > 0 {
 				t.Fatalf("invariants broken: %q", b)
+			}
+			if after := leasesOf(s, other); kind != 0 && after != before {
+				t.Fatalf("request kind %d of uid %d changed uid %d's leases: %s, were %s", kind, sess.uid, other.uid, after, before)
 			}
 		}
 		for _, sess := range users {
@@ -75,6 +89,9 @@ func runRequest(ctx context.Context, s *Server, sess *session, kind byte, msg []
 	switch kind {
 	case 0:
 		if r := new(brokerpb.AcquireRequest); decode(r) {
+			if r.GetRejoin() && len(r.GetToken()) == 1 {
+				r.Token = tokenOf(s.key, r.GetLeaseId(), sess.uid, r.GetRejoinBroker())
+			}
 			_, err := s.acquire(sess, r)
 			return err
 		}
@@ -99,6 +116,15 @@ func runRequest(ctx context.Context, s *Server, sess *session, kind byte, msg []
 		}
 	}
 	return nil
+}
+
+// leasesOf describes sess's leases: ids, shares, caps and holdings.
+func leasesOf(s *Server, sess *session) string {
+	var b strings.Builder
+	for _, l := range sortedByID(sess.leases) {
+		fmt.Fprintf(&b, "%x:%d/%d/%d ", l.id, l.units, l.cap, l.held)
+	}
+	return b.String()
 }
 
 func known(err error) bool {

@@ -54,18 +54,41 @@ func helperMain() bool {
 		_, err = c.Status(ctx)
 		fmt.Println("status:", err)
 		_ = c.Close()
-	case "broker": // serve a broker until killed
-		s, err := NewServer(oneDevice(8 * GiB))
+	case "dial": // dial, say how it went, and hang up
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		c, err := Dial(ctx, socket, WithLogger(quiet))
 		if err != nil {
 			fail(err)
 		}
-		s.cfg.Logger = quiet
+		fmt.Println("dialed")
+		_ = c.Close()
+	case "broker": // serve a broker until killed; its key survives a restart
+		cfg := oneDevice(8 * GiB)
+		cfg.Logger, cfg.KeyFile = quiet, DefaultKeyFile(socket)
+		if d, err := time.ParseDuration(os.Getenv("VRAM_BROKER_TEST_RECLAIM")); err == nil {
+			cfg.ReclaimTimeout = d
+		}
+		s, err := NewServer(cfg)
+		if err != nil {
+			fail(err)
+		}
 		ln, err := Listen(socket, 0o600, -1)
 		if err != nil {
 			fail(err)
 		}
 		fmt.Println("serving")
 		_ = s.Serve(ln)
+	case "chaos": // TestChaosTwoUsers' client
+		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
+		if err := chaosClient(socket, os.Getenv("VRAM_BROKER_TEST_MARK"), rand.New(rand.NewPCG(seed, 34)), 120); err != nil {
+			fail(err)
+		}
+		fmt.Println("done")
+	case "pairs": // BenchmarkConcurrentProcesses' client
+		if err := pairsClient(socket); err != nil {
+			fail(err)
+		}
 	case "random": // TestRandomProcesses' client: random requests, then exit
 		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
 		if err := randomClient(socket, rand.New(rand.NewPCG(seed, 7)), 40); err != nil {

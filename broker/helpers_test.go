@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -41,6 +42,12 @@ func startServer(t testing.TB, cfg Config) (*Server, string) {
 
 func startServerAt(t testing.TB, cfg Config, path string) *Server {
 	t.Helper()
+	return startServerWith(t, cfg, path, 0o600, -1)
+}
+
+// startServerWith is startServerAt with the socket's mode and group.
+func startServerWith(t testing.TB, cfg Config, path string, mode fs.FileMode, gid int) *Server {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = quiet
 	}
@@ -51,7 +58,7 @@ func startServerAt(t testing.TB, cfg Config, path string) *Server {
 	if _, bench := t.(*testing.B); !bench { // a benchmark measures the broker alone
 		s.CheckInvariants()
 	}
-	ln, err := Listen(path, 0o600, -1)
+	ln, err := Listen(path, mode, gid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/vramkit/vram/broker/brokerpb"
 )
 
@@ -56,11 +60,14 @@ type Shrink struct {
 
 // Lease is one lease. Its methods are safe for concurrent use.
 type Lease struct {
-	c    *Client
-	id   uint64
-	opts LeaseOptions
+	c  *Client
+	id uint64
+
+	releasing bool // Release was called: not rejoined. Protected by c.mu.
 
 	mu      sync.Mutex // protects the fields below
+	token   []byte     // the broker's proof that the lease is ours, for a rejoin (never shown)
+	opts    LeaseOptions
 	st      *brokerpb.LeaseState
 	held    uint64        // last reported, for a rejoin
 	changed chan struct{} // closed at the next change
@@ -83,7 +90,7 @@ func (c *Client) Acquire(ctx context.Context, o LeaseOptions) (*Lease, error) {
 	c.leases[l.id] = l
 	c.mu.Unlock()
 	var st *brokerpb.LeaseState
-	err := c.call(ctx, "acquire", func() (err error) {
+	err := c.call(ctx, "acquire", c.callBounds(), func(ctx context.Context) (err error) {
 		st, err = c.api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: l.id, Spec: l.spec()})
 		return err
 	})
@@ -91,19 +98,32 @@ func (c *Client) Acquire(ctx context.Context, o LeaseOptions) (*Lease, error) {
 		c.forget(l)
 		return nil, err
 	}
+	l.takeToken(st)
 	l.apply(st)
 	return l, nil
 }
 
+// takeToken keeps the token of the broker's reply st, for the next rejoin,
+// and takes it out of st.
+func (l *Lease) takeToken(st *brokerpb.LeaseState) {
+	l.mu.Lock()
+	l.token = st.GetToken()
+	l.mu.Unlock()
+	st.Token = nil
+}
+
+// spec is the lease's spec. l.mu must be held, or l not yet shared.
 func (l *Lease) spec() *brokerpb.LeaseSpec {
 	return &brokerpb.LeaseSpec{Device: uint32(l.opts.Device), Name: l.opts.Name, Proportion: l.opts.Proportion, CapBytes: l.opts.Cap}
 }
 
-// rejoinRequest takes the lease back to a new session as it is.
-func (l *Lease) rejoinRequest() *brokerpb.AcquireRequest {
+// rejoinRequest takes the lease back to a new session as it is: it was
+// held on broker instance prev.
+func (l *Lease) rejoinRequest(prev uint64) *brokerpb.AcquireRequest {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return &brokerpb.AcquireRequest{LeaseId: l.id, Spec: l.spec(), Rejoin: true, HeldBytes: l.held, LimitBytes: l.st.GetLimitBytes()}
+	return &brokerpb.AcquireRequest{LeaseId: l.id, Spec: l.spec(), Rejoin: true, HeldBytes: l.held, LimitBytes: l.st.GetLimitBytes(),
+		Token: l.token, RejoinBroker: prev}
 }
 
 // ID is the lease's id, as the broker's status shows it.
@@ -188,12 +208,21 @@ func (l *Lease) live() error {
 // within the guaranteed share that others borrow waits, under ctx, for
 // them to shrink, and fails with ErrReclaimTimeout at the broker's
 // deadline, naming who holds what. Beyond the guaranteed share only what
-// is free is granted, so the Budget returned may be less than asked.
+// is free is granted, so the Budget returned may be less than asked. A
+// broker that does not answer by its deadline and the call timeout fails
+// the claim with ErrUnavailable.
 func (l *Lease) Claim(ctx context.Context, bytes uint64) (Budget, error) {
 	if err := l.live(); err != nil {
 		return Budget{}, err
 	}
-	err := l.c.call(ctx, "claim", func() error {
+	c := l.c
+	c.mu.Lock()
+	// The broker's deadline and the call's; a broker away longer than a
+	// restart takes (twice the longest backoff, and a second) grants
+	// nothing: fail, and let the holder go on within what it has.
+	b := bounds{wait: c.reclaim + c.cfg.callTimeout, away: 2*c.cfg.maxBackoff + time.Second}
+	c.mu.Unlock()
+	err := c.call(ctx, "claim", b, func(ctx context.Context) error {
 		st, err := l.c.api.Claim(ctx, &brokerpb.ClaimRequest{LeaseId: l.id, LimitBytes: l.limitFor(bytes)})
 		if err == nil {
 			l.apply(st)
@@ -213,7 +242,8 @@ func (l *Lease) limitFor(bytes uint64) uint64 {
 }
 
 // Report tells the broker the lease's allocator holds bytes; after a
-// Shrink it is the acknowledgement.
+// Shrink it is the acknowledgement. While the broker is away the figure
+// is kept for the rejoin, which tells it, and Report returns nil.
 func (l *Lease) Report(ctx context.Context, bytes uint64) error {
 	if err := l.live(); err != nil {
 		return err
@@ -221,7 +251,10 @@ func (l *Lease) Report(ctx context.Context, bytes uint64) error {
 	l.mu.Lock()
 	l.held = bytes
 	l.mu.Unlock()
-	return l.c.call(ctx, "report", func() error {
+	if !l.c.connected() {
+		return nil // the rejoin tells it (reconnected)
+	}
+	return l.c.call(ctx, "report", l.c.callBounds(), func(ctx context.Context) error {
 		st, err := l.c.api.Report(ctx, &brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: bytes})
 		if err == nil {
 			l.apply(st)
@@ -236,7 +269,7 @@ func (l *Lease) Change(ctx context.Context, proportion float64, capBytes uint64)
 	if err := l.live(); err != nil {
 		return err
 	}
-	return l.c.call(ctx, "change", func() error {
+	return l.c.call(ctx, "change", l.c.callBounds(), func(ctx context.Context) error {
 		st, err := l.c.api.Change(ctx, &brokerpb.ChangeRequest{LeaseId: l.id, Proportion: proportion, CapBytes: capBytes})
 		if err == nil {
 			l.mu.Lock()
@@ -249,19 +282,51 @@ func (l *Lease) Change(ctx context.Context, proportion float64, capBytes uint64)
 }
 
 // Release ends the lease. Releasing a lease that has ended already (its
-// client closed, or not taken back after a broker restart) returns nil.
+// client closed, or not taken back after a broker restart) returns nil,
+// and so does releasing one while the broker is away: a broker ends a
+// lease with its connection, and a released lease is not rejoined.
 func (l *Lease) Release(ctx context.Context) error {
 	if err := l.live(); err != nil {
 		return nil
 	}
-	err := l.c.call(ctx, "release", func() error {
-		_, err := l.c.api.Release(ctx, &brokerpb.ReleaseRequest{LeaseId: l.id})
-		return err
-	})
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return err // still held
+	c := l.c
+	c.mu.Lock()
+	l.releasing = true
+	up := c.hello != nil
+	c.mu.Unlock()
+	if up {
+		if err := c.releaseCall(ctx, l); err != nil {
+			c.mu.Lock()
+			l.releasing = false
+			c.mu.Unlock()
+			return err // still held
+		}
 	}
-	l.c.forget(l)
+	c.forget(l)
 	l.lose(fmt.Errorf("%s: released: %w", l.String(), ErrReleased))
 	return nil
+}
+
+// releaseCall asks the broker to release l, once: a connection that is
+// lost meanwhile ends the lease all the same.
+func (c *Client) releaseCall(ctx context.Context, l *Lease) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
+	defer cancel()
+	_, err := c.api.Release(ctx, &brokerpb.ReleaseRequest{LeaseId: l.id}, grpc.WaitForReady(false))
+	switch code := status.Code(err); {
+	case err == nil, code == codes.Unavailable:
+		return nil
+	case ctx.Err() != nil:
+		return fromStatus(ctx, "release", err)
+	}
+	if err = fromStatus(ctx, "release", err); errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+// releaseOnce releases l on the broker, for a lease Release forgot while
+// it was being rejoined.
+func (c *Client) releaseOnce(l *Lease) error {
+	return c.releaseCall(c.runCtx, l)
 }

@@ -2,8 +2,9 @@ package broker
 
 // The operations on the lease table, one per request, each under mu.
 // Every one checks its request (validate.go) and the caller's right to
-// the lease first, so that a refusal changes nothing, and ends with
-// afterChangeLocked: waiting claims served, reclaims started, holders told.
+// the lease first (its own connection's, or a rejoin with its token), so
+// that a refusal changes nothing, and ends with afterChangeLocked:
+// waiting claims served, reclaims started, holders told.
 
 import (
 	"context"
@@ -14,8 +15,10 @@ import (
 	"github.com/vramkit/vram/internal/units"
 )
 
-// ownLocked finds lease id for sess to act on: its own process's lease,
-// or any lease when sess is root.
+// ownLocked finds lease id for sess to act on: a lease of its own. No
+// connection acts on another's lease, root's included: a lease is its
+// holder's alone, and on a node where every container runs as root, root
+// is anyone.
 func (s *Server) ownLocked(sess *session, id uint64, op string) (*lease, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
@@ -24,15 +27,14 @@ func (s *Server) ownLocked(sess *session, id uint64, op string) (*lease, error) 
 	if l == nil {
 		return nil, fmt.Errorf("%s lease %016x: no such lease (released, or its connection closed): %w", op, id, ErrNotFound)
 	}
-	if l.sess.pid != sess.pid && sess.uid != 0 {
-		return nil, fmt.Errorf("%s %s: the lease is pid %d's (uid %d); pid %d (uid %d) may not: %w",
-			op, l.label(), l.sess.pid, l.sess.uid, sess.pid, sess.uid, ErrPermission)
+	if l.sess != sess {
+		return nil, fmt.Errorf("%s %s: the lease is another connection's (uid %d); only the connection that acquired a lease may %s it: %w",
+			op, l.label(), l.sess.uid, op, ErrPermission)
 	}
 	return l, nil
 }
 
-// acquire opens a lease (or, for a rejoin, replaces the entry a lost
-// connection of the same process left).
+// acquire opens a lease, or for a rejoin takes one back (rejoin.go).
 func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb.LeaseState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -45,26 +47,34 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 	}
 	id := req.GetLeaseId()
 	old := s.leases[id]
-	switch {
-	case old != nil && (!req.GetRejoin() || old.sess.pid != sess.pid):
-		return nil, fmt.Errorf("acquire lease %016x: the id is %s's; choose another (rejoin only replaces a lease of the same process): %w", id, old.label(), ErrExists)
-	case old == nil && len(s.leases) >= s.cfg.MaxLeases:
-		return nil, fmt.Errorf("acquire: the broker holds %d leases, its limit: %w", len(s.leases), ErrLimit)
-	case len(sess.leases) >= s.cfg.MaxLeasesPerConn && (old == nil || old.sess != sess):
-		return nil, fmt.Errorf("acquire: the connection holds %d leases, the limit of one connection: %w", len(sess.leases), ErrLimit)
+	squat := false
+	if req.GetRejoin() {
+		squat, err = s.checkRejoinLocked(sess, req, old)
+	} else if old != nil {
+		err = fmt.Errorf("acquire lease %016x: the id is another lease's; choose another: %w", id, ErrExists)
+	}
+	if squat {
+		old = nil // ended below, once the rejoin is known to fit the limits
+	}
+	if err == nil {
+		err = s.checkCountsLocked(sess, old)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if squat {
+		s.releaseLocked(s.leases[id], fmt.Errorf("%s: its id is another's lease, taken back by its holder after the broker's restart: %w", s.leases[id].label(), ErrReleased))
 	}
 	d := sp.dev
-	warn, err := s.joinLocked(d, sp.units, old)
+	inPools, warn, err := s.joinLocked(d, sp.units, old, req.GetRejoin())
 	if err != nil {
 		return nil, fmt.Errorf("acquire %q on device %d: %w", sp.name, d.index, err)
 	}
 	if old != nil {
 		s.dropLocked(old, fmt.Errorf("%s: replaced by a rejoin: %w", old.label(), ErrReleased))
 	}
-	l := &lease{id: id, sess: sess, name: sp.name, asked: sp.asked, units: sp.units, cap: sp.cap, inPools: true}
-	d.add(l)
-	s.leases[id] = l
-	sess.leases[id] = l
+	l := &lease{id: id, sess: sess, name: sp.name, asked: sp.asked, units: sp.units, cap: sp.cap, inPools: inPools}
+	s.addLocked(d, l)
 	if req.GetRejoin() {
 		// What it holds is a fact, counted whatever the room; its limit
 		// is what it had, as far as there is room (if less than it
@@ -78,20 +88,43 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
 	s.afterChangeLocked(d)
-	return s.stateLocked(l), nil
+	st := s.replyLocked(l)
+	st.Token = tokenOf(s.key, id, sess.uid, s.id)
+	return st, nil
+}
+
+// checkCountsLocked refuses a lease past a limit of the broker: in all,
+// of sess's uid, of sess. A rejoin that replaces old counts where old
+// did.
+func (s *Server) checkCountsLocked(sess *session, old *lease) error {
+	switch {
+	case old == nil && len(s.leases) >= s.cfg.MaxLeases:
+		return fmt.Errorf("acquire: the broker holds %d leases, its limit: %w", len(s.leases), ErrLimit)
+	case (old == nil || old.sess.uid != sess.uid) && s.uidLeases[sess.uid] >= s.cfg.MaxLeasesPerUID:
+		return fmt.Errorf("acquire: uid %d holds %d leases, the limit of one uid: release some, or raise the broker's limit: %w", sess.uid, s.uidLeases[sess.uid], ErrLimit)
+	case (old == nil || old.sess != sess) && len(sess.leases) >= s.cfg.MaxLeasesPerConn:
+		return fmt.Errorf("acquire: the connection holds %d leases, the limit of one connection: %w", len(sess.leases), ErrLimit)
+	}
+	return nil
 }
 
 // joinLocked takes the share units on d for a new lease that replaces
-// old (nil: none), leaving the pools as they were on a refusal.
-func (s *Server) joinLocked(d *device, units uint64, old *lease) (string, error) {
-	if old != nil && old.dev == d {
-		warn, err := d.pools.Move(old.units, units)
+// old (nil: none), leaving the pools as they were on a refusal. A rejoin
+// whose share no longer fits (others took it while the broker was away)
+// is taken back without one: inPools false, nothing guaranteed.
+func (s *Server) joinLocked(d *device, units uint64, old *lease, rejoin bool) (inPools bool, warn string, err error) {
+	if old != nil && old.dev == d && old.inPools {
+		warn, err = d.pools.Move(old.units, units)
 		if err == nil {
 			old.inPools = false // its share is the new lease's now
 		}
-		return warn, err
+	} else {
+		warn, err = d.pools.Join(units)
 	}
-	return d.pools.Join(units)
+	if err != nil && rejoin {
+		return false, fmt.Sprintf("vram broker: a lease taken back after a restart keeps no share: its share no longer fits (%v); it is counted for what it holds, and is asked to shrink when others claim", err), nil
+	}
+	return err == nil, warn, err
 }
 
 // change gives a lease another proportion and cap.
@@ -110,11 +143,16 @@ func (s *Server) change(sess *session, req *brokerpb.ChangeRequest) (*brokerpb.L
 	if err := checkSize("cap_bytes", req.GetCapBytes(), d); err != nil {
 		return nil, err
 	}
-	warn, err := d.pools.Move(l.units, u)
+	var warn string
+	if l.inPools {
+		warn, err = d.pools.Move(l.units, u)
+	} else {
+		warn, err = d.pools.Join(u) // a lease taken back without a share
+	}
 	if err != nil {
 		return nil, fmt.Errorf("change %s: %w", l.label(), err)
 	}
-	l.units, l.asked, l.cap = u, req.GetProportion(), req.GetCapBytes()
+	l.units, l.asked, l.cap, l.inPools = u, req.GetProportion(), req.GetCapBytes(), true
 	if l.cap > 0 && l.limit > l.cap {
 		l.limit = l.cap // a lower cap lowers the limit: the holder is told to shrink
 		s.startReclaimLocked(l)
@@ -123,7 +161,7 @@ func (s *Server) change(sess *session, req *brokerpb.ChangeRequest) (*brokerpb.L
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
 	s.afterChangeLocked(d)
-	return s.stateLocked(l), nil
+	return s.replyLocked(l), nil
 }
 
 // report records what a lease holds: an acknowledgement when it was
@@ -141,7 +179,7 @@ func (s *Server) report(sess *session, req *brokerpb.ReportRequest) (*brokerpb.L
 	l.held = req.GetHeldBytes()
 	s.settleLocked(l)
 	s.afterChangeLocked(l.dev)
-	return s.stateLocked(l), nil
+	return s.replyLocked(l), nil
 }
 
 // release ends a lease.
@@ -183,6 +221,17 @@ func (s *Server) dropLocked(l *lease, why error) {
 	delete(s.leases, l.id)
 	delete(l.sess.leases, l.id)
 	delete(l.sess.dirty, l.id)
+	if s.uidLeases[l.sess.uid]--; s.uidLeases[l.sess.uid] == 0 {
+		delete(s.uidLeases, l.sess.uid)
+	}
+}
+
+// addLocked puts l, of its session, in the table on d.
+func (s *Server) addLocked(d *device, l *lease) {
+	d.add(l)
+	s.leases[l.id] = l
+	l.sess.leases[l.id] = l
+	s.uidLeases[l.sess.uid]++
 }
 
 // claim sets a lease's limit: at once when lowering it or when the
@@ -204,7 +253,7 @@ func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRe
 		s.settleLocked(l)
 		s.afterChangeLocked(d)
 		defer s.mu.Unlock()
-		return s.stateLocked(l), nil
+		return s.replyLocked(l), nil
 	}
 	now := time.Now()
 	c := &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
@@ -231,7 +280,7 @@ func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRe
 	if c.err != nil {
 		return nil, c.err
 	}
-	return s.stateLocked(l), nil
+	return s.replyLocked(l), nil
 }
 
 // checkClaimLocked refuses a claim past the device or the lease's cap,
@@ -247,6 +296,15 @@ func (s *Server) checkClaimLocked(l *lease, want uint64) error {
 		return fmt.Errorf("claim for %s: a claim of %s waits since %s: %w", l.label(), units.Format(l.claim.want), l.claim.since.Format("15:04:05.000"), ErrBusy)
 	}
 	return nil
+}
+
+// replyLocked is l's state for the reply to its holder's call: the reply
+// tells it, so its Watch stream need not again (one message less a call).
+func (s *Server) replyLocked(l *lease) *brokerpb.LeaseState {
+	st := s.stateLocked(l)
+	l.sent = l.dev.view(l)
+	delete(l.sess.dirty, l.id)
+	return st
 }
 
 // stateLocked is l as the protocol describes it to its holder.

@@ -1,27 +1,27 @@
 package broker
 
-// Transport credentials that read the peer's pid and uid from the Unix
-// socket (SO_PEERCRED on Linux): the broker's only authentication. The
-// socket's file mode says who may connect (socket.go); the credentials
-// say who each connection is, so that a lease is changed or released only
-// by its own process, or by root. Nothing is encrypted: the socket never
-// leaves the node.
+// Transport credentials that hand gRPC the peer's pid and uid, read from
+// the Unix socket (SO_PEERCRED on Linux) as the connection was accepted
+// (conns.go): the broker's only authentication. The socket's file mode
+// says who may connect (socket.go); the credentials say who each
+// connection is: its uid's limits, its process's context. Which leases a
+// connection may touch is its own business (ops.go). Nothing is
+// encrypted: the socket never leaves the node.
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"net"
-	"sync"
-	"syscall"
 
 	"google.golang.org/grpc/credentials"
 )
 
-// peerCred is a connection's peer as the kernel reports it.
+// peerCred is a connection's peer as the kernel reports it, and the
+// broker's answer to it.
 type peerCred struct {
 	pid, uid, gid uint32
+	refused       error    // why the connection is refused (it is told at its first call), or nil
+	sess          *session // the connection's session (conns.go)
 }
 
 func (peerCred) AuthType() string { return "peercred" }
@@ -36,21 +36,14 @@ func (peerCredentials) ClientHandshake(_ context.Context, _ string, c net.Conn) 
 	return c, peerCred{}, nil
 }
 
+// ServerHandshake hands on what admit found of the connection when it
+// was accepted.
 func (peerCredentials) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	sc, ok := c.(syscall.Conn)
+	ac, ok := c.(*admittedConn)
 	if !ok {
-		return nil, nil, fmt.Errorf("broker: connection of %T: want a Unix socket", c)
+		return nil, nil, fmt.Errorf("broker: connection of %T: want one the broker's listener accepted", c)
 	}
-	cred, err := readPeerCred(sc)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cred.pid == 0 {
-		// The kernel reports pid 0 for a peer in a pid namespace the
-		// broker cannot see: every such process would look alike.
-		return nil, nil, errors.New("broker: the peer's pid is not visible from the broker's pid namespace; run the broker in the host's (hostPID: true in Kubernetes)")
-	}
-	return c, cred, nil
+	return c, ac.cred, nil
 }
 
 func (peerCredentials) Info() credentials.ProtocolInfo {
@@ -58,46 +51,3 @@ func (peerCredentials) Info() credentials.ProtocolInfo {
 }
 func (p peerCredentials) Clone() credentials.TransportCredentials { return p }
 func (peerCredentials) OverrideServerName(string) error           { return nil }
-
-// limitListener closes connections past its slots as they are accepted,
-// so that a client opening many cannot exhaust the broker.
-type limitListener struct {
-	net.Listener
-	slots chan struct{}
-	log   *slog.Logger
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.slots <- struct{}{}:
-			uc, ok := c.(*net.UnixConn)
-			if !ok {
-				_ = c.Close()
-				<-l.slots
-				return nil, errors.New("broker: accepted a connection that is not a Unix socket")
-			}
-			return &limitedConn{UnixConn: uc, release: func() { <-l.slots }}, nil
-		default:
-			l.log.Warn("vram broker: connection refused: the limit of connections is reached", "limit", cap(l.slots))
-			_ = c.Close()
-		}
-	}
-}
-
-// limitedConn gives its slot back when closed.
-type limitedConn struct {
-	*net.UnixConn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.UnixConn.Close()
-	c.once.Do(c.release)
-	return err
-}

@@ -15,12 +15,17 @@ type rpcServer struct {
 	s *Server
 }
 
-// session is the caller's session; every connection has one (connTracker).
+// session is the caller's session (every connection has one: conns.go),
+// or the status that refuses its connection.
 func (r *rpcServer) session(ctx context.Context) (*session, error) {
-	if sess := sessionOf(ctx); sess != nil {
-		return sess, nil
+	sess := sessionOf(ctx)
+	switch {
+	case sess == nil:
+		return nil, toStatus(errNoSession)
+	case sess.refused != nil:
+		return nil, toStatus(sess.refused)
 	}
-	return nil, toStatus(errNoSession)
+	return sess, nil
 }
 
 func (r *rpcServer) Acquire(ctx context.Context, req *brokerpb.AcquireRequest) (*brokerpb.LeaseState, error) {
@@ -70,7 +75,10 @@ func (r *rpcServer) Release(ctx context.Context, req *brokerpb.ReleaseRequest) (
 	return &brokerpb.ReleaseReply{}, nil
 }
 
-func (r *rpcServer) Status(context.Context, *brokerpb.StatusRequest) (*brokerpb.StatusReply, error) {
+func (r *rpcServer) Status(ctx context.Context, _ *brokerpb.StatusRequest) (*brokerpb.StatusReply, error) {
+	if _, err := r.session(ctx); err != nil {
+		return nil, err
+	}
 	return r.s.statusReply(), nil
 }
 

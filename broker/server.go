@@ -2,21 +2,26 @@ package broker
 
 // The Server: the lease table behind a gRPC service on a Unix socket.
 //
-// Sessions. Every connection is a session, made when gRPC tags the
-// connection (its peer's pid and uid read from SO_PEERCRED during the
-// handshake, peercred.go) and ended when the connection closes, which
+// Sessions. Every connection is a session, made as it is accepted (its
+// peer's pid and uid read from SO_PEERCRED, conns.go), handed to gRPC in
+// the connection's AuthInfo, and ended when the connection closes, which
 // releases every lease it holds: a process that exits, kill -9 included,
-// loses its leases as soon as the kernel closes its socket.
+// loses its leases as soon as the kernel closes its socket. A lease is
+// its session's: no other connection may change or release it, root's
+// included (ops.go); after a restart it is taken back only with its
+// token (token.go).
 //
 // Locking. One mutex, mu, protects the table (devices, leases, claims,
 // reclaims) and the sessions. Nothing holding mu sends on a stream,
 // waits for a client or calls a device: events to a session are marked
 // dirty under mu and sent by the session's Watch goroutine afterwards,
 // so a client that never reads its stream blocks only its own goroutine.
+// Admission (conns.go) has a mutex of its own, never held with mu.
 //
-// Limits (Config): connections, leases per connection, leases in all;
-// gRPC bounds the message size and the streams per connection; a
-// connection must finish its handshake within a few seconds.
+// Limits (Config): connections in all and per uid, leases per
+// connection, per uid and in all; gRPC bounds the message size and the
+// streams per connection; a connection must finish its handshake in
+// time, and one that makes no call is closed when idle.
 
 import (
 	"context"
@@ -30,8 +35,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/stats"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 	"github.com/vramkit/vram/internal/share"
@@ -40,18 +45,22 @@ import (
 // Defaults of Config.
 const (
 	DefaultReclaimTimeout   = 10 * time.Second
-	DefaultMaxConns         = 256
+	DefaultMaxConns         = 1024
+	DefaultMaxConnsPerUID   = 256
 	DefaultMaxLeasesPerConn = 64
+	DefaultMaxLeasesPerUID  = 1024
 	DefaultMaxLeases        = 4096
+	// DefaultHandshakeTimeout is generous: a broker busy with many new
+	// connections at once answers each late, and a client whose
+	// handshake is cut short only tries again.
+	DefaultHandshakeTimeout = 20 * time.Second
+	DefaultIdleTimeout      = time.Minute
 	// maxMessageBytes bounds a request: the largest valid one is a few
 	// hundred bytes.
 	maxMessageBytes = 16 << 10
 	// maxStreamsPerConn bounds the calls one connection has in flight
 	// (its Watch stream and its waiting claims).
 	maxStreamsPerConn = 128
-	// handshakeTimeout bounds how long a new connection may take to
-	// speak HTTP/2.
-	handshakeTimeout = 5 * time.Second
 )
 
 // Device is one device the broker divides: the memory it has and what a
@@ -70,13 +79,33 @@ type Config struct {
 	// ReclaimTimeout is how long a borrower has to shrink when asked,
 	// and so how long a claim waits for it (default 10s).
 	ReclaimTimeout time.Duration
-	// MaxConns bounds the connections served at once; more are closed
-	// on accept (default 256).
+	// MaxConns bounds the connections open at once; more are closed on
+	// accept (default 1024).
 	MaxConns int
+	// MaxConnsPerUID bounds the connections of one uid, root's included;
+	// more are refused with ErrLimit (default 256).
+	MaxConnsPerUID int
 	// MaxLeasesPerConn bounds the leases of one connection (default 64).
 	MaxLeasesPerConn int
+	// MaxLeasesPerUID bounds the leases of one uid (default 1024).
+	MaxLeasesPerUID int
 	// MaxLeases bounds the leases in all (default 4096).
 	MaxLeases int
+	// HandshakeTimeout bounds how long a new connection may take to
+	// speak HTTP/2 (default 20s).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection with no call in progress for this
+	// long (default 1m): a Client always has one, its Watch stream.
+	IdleTimeout time.Duration
+	// KeyFile is the file of the key that signs lease tokens, made at
+	// the first start (DefaultKeyFile beside the socket, for `vram
+	// broker`). "": a new key at every start, so that no lease is taken
+	// back after a restart.
+	KeyFile string
+	// LockDir is where each device with an ID is locked, so that no other
+	// broker of the user serves it (DefaultLockDir, for `vram broker`).
+	// "": no locks.
+	LockDir string
 	// Logger receives warnings: missed deadlines, refused connections
 	// (default slog.Default()).
 	Logger *slog.Logger
@@ -84,14 +113,18 @@ type Config struct {
 
 // Server is a node broker. It is safe for concurrent use.
 type Server struct {
-	cfg  Config
-	log  *slog.Logger
-	id   uint64 // this instance, new at every start
-	grpc *grpc.Server
+	cfg   Config
+	log   *slog.Logger
+	id    uint64 // this instance, new at every start
+	key   []byte // signs lease tokens (token.go)
+	locks deviceLocks
+	admit *admission
+	grpc  *grpc.Server
 
 	mu          sync.Mutex // protects the fields below
 	devices     []*device
 	leases      map[uint64]*lease    // by id
+	uidLeases   map[uint32]int       // leases by their holders' uid
 	sessions    map[uint64]*session  // by id
 	counts      []counts             // per device
 	nextSession uint64               // ids of sessions
@@ -113,6 +146,7 @@ type counts struct {
 type session struct {
 	id       uint64
 	pid, uid uint32
+	refused  error // why every call is refused (conns.go), or nil
 	leases   map[uint64]*lease
 	watching bool
 	closed   bool
@@ -120,39 +154,78 @@ type session struct {
 	wake     chan struct{}       // room for one: something is dirty
 }
 
-// NewServer returns a server of cfg's devices. Serve it on a listener
-// from Listen.
+// NewServer returns a server of cfg's devices, holding their locks
+// (Config.LockDir) and its key (Config.KeyFile). Serve it on a listener
+// from Listen; Stop it, served or not, to let the locks go.
 func NewServer(cfg Config) (*Server, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, id: randomID(), leases: map[uint64]*lease{}, uidLeases: map[uint32]int{},
+		sessions: map[uint64]*session{}}
+	s.admit = &admission{srv: s, maxConns: cfg.MaxConns, perUID: cfg.MaxConnsPerUID, log: cfg.Logger, byUID: map[uint32]*uidConns{}}
+	for i, d := range cfg.Devices {
+		s.devices = append(s.devices, &device{index: i, name: d.Name, id: d.ID, total: d.Total, context: d.Context,
+			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
+	}
+	s.counts = make([]counts, len(s.devices))
+	s.key = newKey()
+	if cfg.KeyFile != "" {
+		if s.key, err = loadKey(cfg.KeyFile); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.LockDir != "" {
+		if s.locks, err = lockDevices(cfg.LockDir, cfg.Devices); err != nil {
+			return nil, err
+		}
+	}
+	s.grpc = grpc.NewServer(
+		grpc.Creds(peerCredentials{}),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+	)
+	brokerpb.RegisterBrokerServer(s.grpc, &rpcServer{s: s})
+	return s, nil
+}
+
+// withDefaults checks cfg's devices and fills its zero fields.
+func withDefaults(cfg Config) (Config, error) {
 	if len(cfg.Devices) == 0 {
-		return nil, fmt.Errorf("broker: no devices to serve: %w", ErrInvalid)
+		return cfg, errorf(ErrInvalid, "broker: no devices to serve")
+	}
+	for i, d := range cfg.Devices {
+		if d.Total == 0 || d.Context >= d.Total {
+			return cfg, errorf(ErrInvalid, "broker: device %d (%s): total %d bytes with a context of %d: want a total above the context", i, d.Name, d.Total, d.Context)
+		}
+		for j, o := range cfg.Devices[:i] {
+			if (d.ID != "" && o.ID == d.ID) || o.Name == d.Name {
+				return cfg, errorf(ErrInvalid, "broker: devices %d and %d are the same device (%s, id %s): list each once, or its memory is promised twice",
+					j, i, clip(d.Name), clip(d.ID))
+			}
+		}
 	}
 	if cfg.ReclaimTimeout <= 0 {
 		cfg.ReclaimTimeout = DefaultReclaimTimeout
 	}
 	cfg.MaxConns = orDefault(cfg.MaxConns, DefaultMaxConns)
+	cfg.MaxConnsPerUID = orDefault(cfg.MaxConnsPerUID, DefaultMaxConnsPerUID)
 	cfg.MaxLeasesPerConn = orDefault(cfg.MaxLeasesPerConn, DefaultMaxLeasesPerConn)
+	cfg.MaxLeasesPerUID = orDefault(cfg.MaxLeasesPerUID, DefaultMaxLeasesPerUID)
 	cfg.MaxLeases = orDefault(cfg.MaxLeases, DefaultMaxLeases)
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, id: randomID(), leases: map[uint64]*lease{}, sessions: map[uint64]*session{}}
-	for i, d := range cfg.Devices {
-		if d.Total == 0 || d.Context >= d.Total {
-			return nil, fmt.Errorf("broker: device %d (%s): total %d bytes with a context of %d: want a total above the context: %w", i, d.Name, d.Total, d.Context, ErrInvalid)
-		}
-		s.devices = append(s.devices, &device{index: i, name: d.Name, id: d.ID, total: d.Total, context: d.Context,
-			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
-	}
-	s.counts = make([]counts, len(s.devices))
-	s.grpc = grpc.NewServer(
-		grpc.Creds(peerCredentials{}),
-		grpc.StatsHandler(connTracker{s}),
-		grpc.MaxRecvMsgSize(maxMessageBytes),
-		grpc.MaxConcurrentStreams(maxStreamsPerConn),
-		grpc.ConnectionTimeout(handshakeTimeout),
-	)
-	brokerpb.RegisterBrokerServer(s.grpc, &rpcServer{s: s})
-	return s, nil
+	return cfg, nil
 }
 
 func orDefault(v, def int) int {
@@ -176,59 +249,46 @@ func randomID() uint64 {
 // Serve serves ln (a Unix socket, from Listen) until Stop. It returns nil
 // after Stop.
 func (s *Server) Serve(ln net.Listener) error {
-	err := s.grpc.Serve(&limitListener{Listener: ln, slots: make(chan struct{}, s.cfg.MaxConns), log: s.log})
+	err := s.grpc.Serve(&admitListener{Listener: ln, a: s.admit})
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
 	return err
 }
 
-// Stop closes every connection, which ends every lease, and stops Serve.
+// Stop closes every connection, which ends every lease, stops Serve and
+// lets the devices' locks go.
 func (s *Server) Stop() {
 	s.mu.Lock()
+	stopped := s.stopped
 	s.stopped = true
 	s.mu.Unlock()
 	s.grpc.Stop()
-}
-
-// sessionKey keys a connection's session in its contexts.
-type sessionKey struct{}
-
-func sessionOf(ctx context.Context) *session {
-	sess, _ := ctx.Value(sessionKey{}).(*session)
-	return sess
-}
-
-// connTracker makes and ends sessions as gRPC opens and closes
-// connections.
-type connTracker struct{ s *Server }
-
-func (connTracker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (connTracker) HandleRPC(context.Context, stats.RPCStats)                       {}
-
-func (t connTracker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	var cred peerCred
-	if p, ok := peer.FromContext(ctx); ok {
-		cred, _ = p.AuthInfo.(peerCred)
+	if !stopped {
+		s.locks.unlock()
 	}
-	return context.WithValue(ctx, sessionKey{}, t.s.openSession(cred))
 }
 
-func (t connTracker) HandleConn(ctx context.Context, st stats.ConnStats) {
-	if _, ok := st.(*stats.ConnEnd); ok {
-		if sess := sessionOf(ctx); sess != nil {
-			t.s.endSession(sess)
+// sessionOf is the session of the connection of a call's context (its
+// peer's AuthInfo: peercred.go).
+func sessionOf(ctx context.Context) *session {
+	if p, ok := peer.FromContext(ctx); ok {
+		if cred, ok := p.AuthInfo.(peerCred); ok {
+			return cred.sess
 		}
 	}
+	return nil
 }
 
 func (s *Server) openSession(cred peerCred) *session {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nextSession++
-	sess := &session{id: s.nextSession, pid: cred.pid, uid: cred.uid, leases: map[uint64]*lease{},
+	sess := &session{id: s.nextSession, pid: cred.pid, uid: cred.uid, refused: cred.refused, leases: map[uint64]*lease{},
 		dirty: map[uint64]struct{}{}, wake: make(chan struct{}, 1)}
-	s.sessions[sess.id] = sess
+	if sess.refused == nil {
+		s.sessions[sess.id] = sess
+	}
 	return sess
 }
 

@@ -64,7 +64,7 @@ type lease struct {
 	held  uint64  // reported by the holder, context excluded
 	ctx   uint64  // the process's context, when charged to this lease
 
-	inPools bool // units are counted in dev.pools
+	inPools bool // units are counted in dev.pools; false: no share (a rejoin that no longer fit)
 
 	reclaim *reclaim // a request to shrink in flight, or nil
 	claim   *claim   // a claim waiting, or nil
@@ -103,6 +103,9 @@ type leaseView struct {
 }
 
 func (d *device) guaranteed(l *lease) uint64 {
+	if !l.inPools {
+		return 0 // taken back after a restart without a share
+	}
 	g := d.pools.Bytes(l.units, d.total)
 	if l.cap > 0 {
 		g = min(g, l.cap)
@@ -156,7 +159,10 @@ func (d *device) maxLimit(l *lease) uint64 {
 
 // view is l as its holder sees it now.
 func (d *device) view(l *lease) leaseView {
-	v := leaseView{guaranteed: d.guaranteed(l), limit: l.limit, held: l.held, ctx: l.ctx, share: d.pools.Proportion(l.units)}
+	v := leaseView{guaranteed: d.guaranteed(l), limit: l.limit, held: l.held, ctx: l.ctx}
+	if l.inPools {
+		v.share = d.pools.Proportion(l.units)
+	}
 	if r := l.reclaim; r != nil {
 		v.reclaimID, v.target, v.deadline, v.overdue = r.id, r.target, r.deadline.UnixNano(), r.overdue
 	}

@@ -54,7 +54,7 @@ func dialManagerLease(ctx context.Context, socket string, req vram.LeaseRequest,
 	}
 	c, err := Dial(ctx, socket, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w; is vram broker running on %s? (%s)", err, socket, EnvSocket)
+		return nil, err // it names the socket and what to do
 	}
 	d, err := FindDevice(c.Devices(), req.Options.Device, req.Device.ID)
 	if err == nil && req.Device.TotalBytes != 0 && req.Device.TotalBytes != d.Total {

@@ -28,7 +28,7 @@ func TestAtNeedsNoRegistry(t *testing.T) {
 		"by name": {opts: []vram.Option{vram.WithBroker(path), vram.WithLease(vram.LeaseOptions{Device: "0"})},
 			wantErr: vram.ErrNoBroker, mention: "broker.At("},
 		"no broker there": {opts: []vram.Option{vram.WithLease(vram.LeaseOptions{Broker: At(path + ".none"), Device: "0"})},
-			wantErr: ErrUnavailable, mention: "is vram broker running on " + path + ".none"},
+			wantErr: ErrUnavailable, mention: "start vram broker, or point $VRAM_BROKER (--socket) at a broker's socket: there is no socket " + path + ".none"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

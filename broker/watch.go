@@ -24,7 +24,7 @@ func (s *Server) startWatch(sess *session) (*brokerpb.Hello, error) {
 	for id := range sess.leases {
 		sess.markDirty(id)
 	}
-	h := &brokerpb.Hello{Broker: s.id, Session: sess.id, Pid: sess.pid, Uid: sess.uid}
+	h := &brokerpb.Hello{Broker: s.id, Session: sess.id, Pid: sess.pid, Uid: sess.uid, ReclaimTimeoutNanos: int64(s.cfg.ReclaimTimeout)}
 	for _, d := range s.devices {
 		h.Devices = append(h.Devices, deviceInfo(d))
 	}

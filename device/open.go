@@ -59,7 +59,7 @@ func lookup(name string) (Opener, error) {
 			return nil, fmt.Errorf("backend %q is not linked into this program (linked: %s); "+
 				"import _ \"github.com/vramkit/vram/device/%s\" to link it: %w", name, known, name, ErrBadSpec)
 		}
-		return nil, fmt.Errorf("unknown backend %q (want sim, cuda or auto; linked: %s): %w", name, known, ErrBadSpec)
+		return nil, fmt.Errorf("unknown backend %s (want sim, cuda or auto; linked: %s): %w", QuoteSpec(name), known, ErrBadSpec)
 	}
 	return open, nil
 }
@@ -104,7 +104,7 @@ func splitSpec(spec string) (text, name, opts string, err error) {
 	name, opts, _ = strings.Cut(text, ":")
 	name = strings.ToLower(strings.TrimSpace(name))
 	if name == "" {
-		return "", "", "", fmt.Errorf("spec %q has no backend name (want sim, cuda or auto): %w", text, ErrBadSpec)
+		return "", "", "", fmt.Errorf("spec %s has no backend name (want sim, cuda or auto): %w", QuoteSpec(text), ErrBadSpec)
 	}
 	return text, name, opts, nil
 }
@@ -119,7 +119,7 @@ func openNamed(spec, name, opts string, total uint64) (dev Device, fallback erro
 		}
 		dev, err := openBackend(name, opts, total)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open %q: %w", spec, err)
+			return nil, nil, fmt.Errorf("open %s: %w", QuoteSpec(spec), err)
 		}
 		return dev, nil, nil
 	}
@@ -138,7 +138,7 @@ func openNamed(spec, name, opts string, total uint64) (dev Device, fallback erro
 	}
 	dev, err = openBackend("sim", opts, total)
 	if err != nil {
-		return nil, fallback, fmt.Errorf("open %q: %w", spec, err)
+		return nil, fallback, fmt.Errorf("open %s: %w", QuoteSpec(spec), err)
 	}
 	return dev, fallback, nil
 }

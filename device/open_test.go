@@ -149,3 +149,55 @@ func ExampleOpen() {
 	fmt.Println(dev.Info().Backend, total>>20, "MiB total,", free>>20, "MiB free")
 	// Output: sim 1024 MiB total, 960 MiB free
 }
+
+// TestHugeSpecClipped: a spec of a megabyte, wrong in each place it can
+// be, gives an error of a few hundred bytes that quotes it clipped, with
+// its length: ParseSpec quotes the part at fault once, Open the spec
+// once more, ParseSpecs the item and its count.
+func TestHugeSpecClipped(t *testing.T) {
+	huge := strings.Repeat("a", 1<<20)
+	digits := strings.Repeat("9", 1<<20)
+	tests := map[string]string{
+		"backend":        huge + ":0",
+		"option":         "sim:" + huge,
+		"option name":    "sim:" + huge + "=1",
+		"size":           "sim:vram=" + digits,
+		"shared name":    "sim:shared=" + huge,
+		"bool":           "sim:backed=" + huge,
+		"count":          "sim:workers=" + digits,
+		"duration":       "sim:kerneltime=" + huge,
+		"directory":      "sim:dir=" + huge,
+		"list count":     "sim:count=" + digits,
+		"list no device": strings.Repeat(";", 1<<20),
+	}
+	for name, spec := range tests {
+		t.Run(name, func(t *testing.T) {
+			check := func(call string, err error, most int) {
+				t.Helper()
+				if err == nil {
+					t.Fatalf("%s succeeded", call)
+				}
+				msg := err.Error()
+				if !errors.Is(err, device.ErrBadSpec) || len(msg) > 600 || !strings.Contains(msg, " bytes)") {
+					t.Errorf("%s: %d bytes of error (%.300s…); want at most 600 that wrap ErrBadSpec and give the length", call, len(msg), msg)
+				}
+				run := strings.Repeat(spec[len(spec)/2:len(spec)/2+1], 48) // one in each clipped quote
+				if n := strings.Count(msg, run); n > most {
+					t.Errorf("%s quotes the spec %d times: %.300s", call, n, msg)
+				}
+			}
+			if strings.HasPrefix(name, "list") {
+				_, err := device.ParseSpecs(spec)
+				check("ParseSpecs", err, 2) // the item, and the count in it
+				return
+			}
+			_, err := device.ParseSpec(spec)
+			check("ParseSpec", err, 1)
+			d, err := device.Open(spec)
+			if err == nil {
+				d.Close()
+			}
+			check("Open", err, 2)
+		})
+	}
+}

@@ -7,7 +7,29 @@ package device
 // it with ParseSpec, sizes it with WithTotal and opens it with OpenSpec:
 // the size travels as bytes, never pasted back into the spec's text.
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// specQuoteLen bounds how much of a spec, or of one of its options, a
+// message quotes: specs come from flags and the environment, of any size.
+const specQuoteLen = 64
+
+// QuoteSpec quotes s, a device spec or a part of one, for a message: at
+// most specQuoteLen bytes of it, cut at a character's start and marked
+// with "…" and its length when longer.
+func QuoteSpec(s string) string {
+	if len(s) <= specQuoteLen {
+		return strconv.Quote(s)
+	}
+	cut := specQuoteLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
 
 // SpecInfo is what a spec's options say about the device they make, read
 // without opening it.
@@ -116,11 +138,11 @@ func (s Spec) Sizable() bool {
 func (s Spec) WithTotal(total uint64) (Spec, error) {
 	switch {
 	case total == 0:
-		return Spec{}, fmt.Errorf("spec %q with a size of 0 bytes: want a positive size: %w", s.text, ErrBadSpec)
+		return Spec{}, fmt.Errorf("spec %s with a size of 0 bytes: want a positive size: %w", QuoteSpec(s.text), ErrBadSpec)
 	case s.info.TotalBytes != 0:
-		return Spec{}, fmt.Errorf("spec %q gives the device's size already: %w", s.text, ErrBadSpec)
+		return Spec{}, fmt.Errorf("spec %s gives the device's size already: %w", QuoteSpec(s.text), ErrBadSpec)
 	case !s.Sizable():
-		return Spec{}, fmt.Errorf("spec %q: backend %q opens devices of their own size: %w", s.text, s.backend, ErrBadSpec)
+		return Spec{}, fmt.Errorf("spec %s: backend %q opens devices of their own size: %w", QuoteSpec(s.text), s.backend, ErrBadSpec)
 	}
 	s.total = total
 	return s, nil

@@ -48,7 +48,7 @@ func ParseSpecs(list string) ([]string, error) {
 		specs = append(specs, expanded...)
 	}
 	if len(specs) == 0 {
-		return nil, fmt.Errorf("device list %q names no device; want all, or device specs separated by ';' (sim:count=4, or cuda:0;cuda:1): %w", list, ErrBadSpec)
+		return nil, fmt.Errorf("device list %s names no device; want all, or device specs separated by ';' (sim:count=4, or cuda:0;cuda:1): %w", QuoteSpec(list), ErrBadSpec)
 	}
 	if len(specs) > 1 {
 		for i, s := range specs {
@@ -146,7 +146,7 @@ func expandCount(spec string) ([]string, error) {
 		}
 		c, err := strconv.Atoi(strings.TrimSpace(v))
 		if err != nil || c < 1 || c > MaxCount || found {
-			return nil, fmt.Errorf("spec %q: count=%s: want one count, 1 to %d devices: %w", spec, strings.TrimSpace(v), MaxCount, ErrBadSpec)
+			return nil, fmt.Errorf("spec %s: count=%s: want one count, 1 to %d devices: %w", QuoteSpec(spec), QuoteSpec(strings.TrimSpace(v)), MaxCount, ErrBadSpec)
 		}
 		n, found = c, true
 	}
@@ -154,10 +154,10 @@ func expandCount(spec string) ([]string, error) {
 		return []string{spec}, nil
 	}
 	if n > 1 && strings.Contains(strings.ToLower(opts), "ordinal=") {
-		return nil, fmt.Errorf("spec %q: count= with ordinal=: the devices would share one ordinal; give one of them: %w", spec, ErrBadSpec)
+		return nil, fmt.Errorf("spec %s: count= with ordinal=: the devices would share one ordinal; give one of them: %w", QuoteSpec(spec), ErrBadSpec)
 	}
 	if !strings.EqualFold(strings.TrimSpace(name), "sim") {
-		return nil, fmt.Errorf("spec %q: count= is for the simulator; for CUDA devices give all or cuda:0;cuda:1: %w", spec, ErrBadSpec)
+		return nil, fmt.Errorf("spec %s: count= is for the simulator; for CUDA devices give all or cuda:0;cuda:1: %w", QuoteSpec(spec), ErrBadSpec)
 	}
 	one := strings.TrimSpace(name)
 	if len(keep) > 0 {

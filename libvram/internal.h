@@ -46,6 +46,11 @@ __attribute__((visibility("hidden"))) int copy_text(int status, char *text, char
 __attribute__((visibility("hidden"))) int text_call(const char *op, int (*fn)(int64_t, char **, char **), int64_t h, char *buf,
                                                     size_t len, size_t *needed);
 
+/* Notes path as the socket of a broker the library dials: a forked child
+ * closes its copies of the connections to it (shim.c). */
+__attribute__((visibility("hidden")))
+void vram_broker_socket_(const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -144,6 +144,7 @@ func vramgo_open_lease(spec, socket, name *C.char, proportion C.double, capBytes
 	if sock == "" {
 		sock = broker.DefaultSocket()
 	}
+	noteBrokerSocket(sock)
 	m, err := reg.Open(capi.Options{Spec: C.GoString(spec), Broker: sock,
 		Lease: vram.LeaseOptions{Name: C.GoString(name), Proportion: float64(proportion), Cap: uint64(capBytes)}})
 	if err != nil {
@@ -299,11 +300,15 @@ func managerText(h C.int64_t, out, errOut **C.char, f func(*capi.Manager) (strin
 //export vramgo_hook_alloc
 func vramgo_hook_alloc(src, dev C.int, h C.int64_t, size C.size_t, stream C.uintptr_t, note C.int, out *C.uintptr_t, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
+	s, err := capi.ParseSource(int(src))
+	if err != nil {
+		return fail(errOut, err)
+	}
 	m, err := hookManager(int(dev), int64(h))
 	if err != nil {
 		return fail(errOut, err)
 	}
-	p, err := m.Alloc(capi.Source(src), uint64(size), uintptr(stream))
+	p, err := m.Alloc(s, uint64(size), uintptr(stream))
 	if err != nil {
 		if note != 0 {
 			m.NoteHookError(err)

@@ -9,16 +9,31 @@
  * multiprocessing's fork all run the handler; a child made by a raw clone
  * system call, which runs no handler, is not detected.
  *
+ * A forked child also closes its copies of the library's connections to a
+ * node broker (vram_open_lease): a lease ends when its connection closes,
+ * and a child that kept a copy open would keep its parent's lease alive
+ * after the parent died (Python's multiprocessing forks by default).
+ * close-on-exec does not help a child that does not exec. The handler
+ * finds them in /proc/self/fd: Unix sockets whose peer is bound to a path
+ * that names the socket file of a broker the library dialled (the same
+ * file by device and inode, or the same path). A broker that bound a
+ * relative path is matched only where the child's directory resolves it.
+ *
  * Each call keeps the message of its failure as the calling thread's last
  * error (a thread-specific string, freed when the thread exits or the next
  * call replaces it).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -29,7 +44,73 @@
 static pid_t loaded_pid;
 static volatile int in_forked_child;
 
-static void vram_forked(void) { in_forked_child = getpid() != loaded_pid; }
+/* The broker sockets the library has dialled: written under
+ * brokers_mu, read by the fork handler without it (the child has one
+ * thread; the lock may have been held by another at the fork), so each
+ * entry is whole before n_brokers counts it. */
+#define MAX_BROKERS 16
+static struct broker_socket {
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	dev_t dev;
+	ino_t ino;
+} brokers[MAX_BROKERS];
+static int n_brokers;
+static pthread_mutex_t brokers_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void vram_broker_socket_(const char *path) {
+	struct stat st;
+	if (!path || strlen(path) >= sizeof brokers[0].path) return;
+	pthread_mutex_lock(&brokers_mu);
+	int n = __atomic_load_n(&n_brokers, __ATOMIC_RELAXED);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(brokers[i].path, path)) goto out;
+	if (n < MAX_BROKERS) {
+		strcpy(brokers[n].path, path);
+		if (stat(path, &st) == 0) brokers[n].dev = st.st_dev, brokers[n].ino = st.st_ino;
+		__atomic_store_n(&n_brokers, n + 1, __ATOMIC_RELEASE);
+	}
+out:
+	pthread_mutex_unlock(&brokers_mu);
+}
+
+/* is_broker reports whether fd is a connection to a broker the library
+ * dialled. */
+static int is_broker(int fd, int n) {
+	struct sockaddr_un sa;
+	socklen_t len = sizeof sa;
+	memset(&sa, 0, sizeof sa);
+	if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0 || sa.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path) || !sa.sun_path[0])
+		return 0;
+	struct stat st;
+	int have = stat(sa.sun_path, &st) == 0;
+	for (int i = 0; i < n; i++) {
+		if (!strcmp(brokers[i].path, sa.sun_path)) return 1;
+		if (have && brokers[i].ino && st.st_dev == brokers[i].dev && st.st_ino == brokers[i].ino) return 1;
+	}
+	return 0;
+}
+
+/* close_brokers closes the child's copies of the broker connections. */
+static void close_brokers(void) {
+	int n = __atomic_load_n(&n_brokers, __ATOMIC_ACQUIRE);
+	if (n == 0) return;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d) return;
+	int fds[256], k = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) && k < (int)(sizeof fds / sizeof fds[0])) {
+		int fd = atoi(e->d_name);
+		if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd != dirfd(d) && is_broker(fd, n)) fds[k++] = fd;
+	}
+	closedir(d);
+	for (int i = 0; i < k; i++) close(fds[i]);
+}
+
+static void vram_forked(void) {
+	in_forked_child = getpid() != loaded_pid;
+	if (in_forked_child) close_brokers();
+}
 
 __attribute__((constructor)) static void vram_loaded(void) {
 	loaded_pid = getpid();

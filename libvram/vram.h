@@ -29,7 +29,10 @@
  *     survive fork); the hooks return NULL or do nothing. Start children
  *     that use vram with exec (Python's multiprocessing "spawn"). The pid
  *     is compared in a pthread_atfork handler, which fork() runs; a child
- *     made by a raw clone system call is not detected.
+ *     made by a raw clone system call is not detected. The same handler
+ *     closes the child's copies of the connections to a broker
+ *     (vram_open_lease), so that a lease ends with the process that
+ *     holds it, not with the last of its children.
  *   - The library is never unloaded (Go's linker marks it -z nodelete:
  *     the Go runtime cannot be unloaded), installs no signal handlers
  *     beyond the Go runtime's own (SIGBUS, SIGFPE, SIGSEGV, SIGPIPE, and

@@ -55,10 +55,13 @@ type columns struct {
 // rmmColumns is RMM's order, used when a log has no header.
 var rmmColumns = columns{thread: 0, time: 1, action: 2, pointer: 3, size: 4, stream: 5, n: 5}
 
+// maxLineBytes bounds a line of a log, its end included.
+const maxLineBytes = 1 << 20
+
 // Read reads an allocation log in RMM's logging CSV.
 func Read(r io.Reader) ([]Event, error) {
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLineBytes)
 	var (
 		events []Event
 		cols   columns
@@ -95,7 +98,9 @@ func Read(r io.Reader) ([]Event, error) {
 		}
 		events = append(events, e)
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, fmt.Errorf("trace: line %d is longer than a line may be (%s): %w", line+1, units.Format(maxLineBytes), ErrMalformed)
+	} else if err != nil {
 		return nil, fmt.Errorf("trace: after line %d: %w", line, err)
 	}
 	return events, nil

@@ -4,7 +4,9 @@
 // Sizes are bytes. A lease's "limit" is the memory it may occupy now,
 // the context its process pays on the device included; "held" is what
 // its allocator holds, the context excluded. Every lease belongs to the
-// connection that acquired it and ends when that connection closes.
+// connection that acquired it and ends when that connection closes; only
+// that connection changes it, and after a broker restart only a rejoin
+// with the lease's token takes it back.
 //
 // Errors are gRPC statuses whose message names the field at fault; each
 // carries a google.rpc.ErrorInfo with domain "vram.broker" and a reason
@@ -117,11 +119,17 @@ type AcquireRequest struct {
 	Spec    *LeaseSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
 	// rejoin: the client held this lease on an earlier connection (the
 	// broker restarted, or the connection broke), and still holds
-	// held_bytes under a limit of limit_bytes. An entry of the same id
-	// and process is replaced, not added to.
+	// held_bytes under a limit of limit_bytes. It proves the lease is its
+	// own with token, the secret the broker gave it at acquire, and names
+	// rejoin_broker, the broker instance it held the lease on (its Hello's
+	// broker). An entry of the same id still in the table is replaced, not
+	// added to; with none, the rejoin is taken only after a restart
+	// (rejoin_broker is not this broker).
 	Rejoin        bool   `protobuf:"varint,3,opt,name=rejoin,proto3" json:"rejoin,omitempty"`
 	HeldBytes     uint64 `protobuf:"varint,4,opt,name=held_bytes,json=heldBytes,proto3" json:"held_bytes,omitempty"`
 	LimitBytes    uint64 `protobuf:"varint,5,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	Token         []byte `protobuf:"bytes,6,opt,name=token,proto3" json:"token,omitempty"`
+	RejoinBroker  uint64 `protobuf:"fixed64,7,opt,name=rejoin_broker,json=rejoinBroker,proto3" json:"rejoin_broker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,6 +195,20 @@ func (x *AcquireRequest) GetHeldBytes() uint64 {
 func (x *AcquireRequest) GetLimitBytes() uint64 {
 	if x != nil {
 		return x.LimitBytes
+	}
+	return 0
+}
+
+func (x *AcquireRequest) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *AcquireRequest) GetRejoinBroker() uint64 {
+	if x != nil {
+		return x.RejoinBroker
 	}
 	return 0
 }
@@ -452,7 +474,10 @@ type LeaseState struct {
 	Reclaim *Reclaim `protobuf:"bytes,8,opt,name=reclaim,proto3" json:"reclaim,omitempty"`
 	// seq orders the states the broker sends of a lease, replies and
 	// events alike: a state of a lower seq than one already seen is old.
-	Seq           uint64 `protobuf:"fixed64,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"fixed64,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	// token, in Acquire's reply only, is the lease's secret: the one proof
+	// of ownership a rejoin is taken with. Keep it; never show it.
+	Token         []byte `protobuf:"bytes,10,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -548,6 +573,13 @@ func (x *LeaseState) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *LeaseState) GetToken() []byte {
+	if x != nil {
+		return x.Token
+	}
+	return nil
 }
 
 // Reclaim is a request to shrink: bring what the lease occupies (held
@@ -747,11 +779,14 @@ type Hello struct {
 	Session uint64 `protobuf:"fixed64,2,opt,name=session,proto3" json:"session,omitempty"`
 	// pid and uid are the connection's peer credentials, as the broker
 	// read them (SO_PEERCRED).
-	Pid           uint32        `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
-	Uid           uint32        `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Devices       []*DeviceInfo `protobuf:"bytes,5,rep,name=devices,proto3" json:"devices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pid     uint32        `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	Uid     uint32        `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Devices []*DeviceInfo `protobuf:"bytes,5,rep,name=devices,proto3" json:"devices,omitempty"`
+	// reclaim_timeout_nanos is how long a borrower has to shrink, and so
+	// the longest a Claim waits on the broker.
+	ReclaimTimeoutNanos int64 `protobuf:"varint,6,opt,name=reclaim_timeout_nanos,json=reclaimTimeoutNanos,proto3" json:"reclaim_timeout_nanos,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -817,6 +852,13 @@ func (x *Hello) GetDevices() []*DeviceInfo {
 		return x.Devices
 	}
 	return nil
+}
+
+func (x *Hello) GetReclaimTimeoutNanos() int64 {
+	if x != nil {
+		return x.ReclaimTimeoutNanos
+	}
+	return 0
 }
 
 type DeviceInfo struct {
@@ -1306,7 +1348,7 @@ const file_broker_proto_rawDesc = "" +
 	"\n" +
 	"proportion\x18\x03 \x01(\x01R\n" +
 	"proportion\x12\x1b\n" +
-	"\tcap_bytes\x18\x04 \x01(\x04R\bcapBytes\"\xb2\x01\n" +
+	"\tcap_bytes\x18\x04 \x01(\x04R\bcapBytes\"\xed\x01\n" +
 	"\x0eAcquireRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x06R\aleaseId\x12-\n" +
 	"\x04spec\x18\x02 \x01(\v2\x19.vram.broker.v1.LeaseSpecR\x04spec\x12\x16\n" +
@@ -1314,7 +1356,9 @@ const file_broker_proto_rawDesc = "" +
 	"\n" +
 	"held_bytes\x18\x04 \x01(\x04R\theldBytes\x12\x1f\n" +
 	"\vlimit_bytes\x18\x05 \x01(\x04R\n" +
-	"limitBytes\"g\n" +
+	"limitBytes\x12\x14\n" +
+	"\x05token\x18\x06 \x01(\fR\x05token\x12#\n" +
+	"\rrejoin_broker\x18\a \x01(\x06R\frejoinBroker\"g\n" +
 	"\rChangeRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x06R\aleaseId\x12\x1e\n" +
 	"\n" +
@@ -1331,7 +1375,7 @@ const file_broker_proto_rawDesc = "" +
 	"held_bytes\x18\x02 \x01(\x04R\theldBytes\"+\n" +
 	"\x0eReleaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x06R\aleaseId\"\x0e\n" +
-	"\fReleaseReply\"\xaa\x02\n" +
+	"\fReleaseReply\"\xc0\x02\n" +
 	"\n" +
 	"LeaseState\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\x06R\aleaseId\x12\x16\n" +
@@ -1344,7 +1388,9 @@ const file_broker_proto_rawDesc = "" +
 	"\n" +
 	"held_bytes\x18\a \x01(\x04R\theldBytes\x121\n" +
 	"\areclaim\x18\b \x01(\v2\x17.vram.broker.v1.ReclaimR\areclaim\x12\x10\n" +
-	"\x03seq\x18\t \x01(\x06R\x03seq\"\x84\x01\n" +
+	"\x03seq\x18\t \x01(\x06R\x03seq\x12\x14\n" +
+	"\x05token\x18\n" +
+	" \x01(\fR\x05token\"\x84\x01\n" +
 	"\aReclaim\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x06R\x02id\x12!\n" +
 	"\ftarget_bytes\x18\x02 \x01(\x04R\vtargetBytes\x12,\n" +
@@ -1354,13 +1400,14 @@ const file_broker_proto_rawDesc = "" +
 	"\x05Event\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.vram.broker.v1.HelloH\x00R\x05hello\x122\n" +
 	"\x05lease\x18\x02 \x01(\v2\x1a.vram.broker.v1.LeaseStateH\x00R\x05leaseB\x06\n" +
-	"\x04kind\"\x93\x01\n" +
+	"\x04kind\"\xc7\x01\n" +
 	"\x05Hello\x12\x16\n" +
 	"\x06broker\x18\x01 \x01(\x06R\x06broker\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x06R\asession\x12\x10\n" +
 	"\x03pid\x18\x03 \x01(\rR\x03pid\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x124\n" +
-	"\adevices\x18\x05 \x03(\v2\x1a.vram.broker.v1.DeviceInfoR\adevices\"\x8c\x01\n" +
+	"\adevices\x18\x05 \x03(\v2\x1a.vram.broker.v1.DeviceInfoR\adevices\x122\n" +
+	"\x15reclaim_timeout_nanos\x18\x06 \x01(\x03R\x13reclaimTimeoutNanos\"\x8c\x01\n" +
 	"\n" +
 	"DeviceInfo\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x12\x12\n" +

@@ -4,7 +4,9 @@
 // Sizes are bytes. A lease's "limit" is the memory it may occupy now,
 // the context its process pays on the device included; "held" is what
 // its allocator holds, the context excluded. Every lease belongs to the
-// connection that acquired it and ends when that connection closes.
+// connection that acquired it and ends when that connection closes; only
+// that connection changes it, and after a broker restart only a rejoin
+// with the lease's token takes it back.
 //
 // Errors are gRPC statuses whose message names the field at fault; each
 // carries a google.rpc.ErrorInfo with domain "vram.broker" and a reason

@@ -315,16 +315,16 @@ func version() string {
 // it.
 func (a *app) deviceSource() string {
 	if !a.deviceSet && strings.TrimSpace(os.Getenv(device.EnvDevice)) != "" {
-		return fmt.Sprintf("$%s %q", device.EnvDevice, a.device)
+		return fmt.Sprintf("$%s %s", device.EnvDevice, device.QuoteSpec(a.device))
 	}
-	return fmt.Sprintf("--device %q", a.device)
+	return "--device " + device.QuoteSpec(a.device)
 }
 
 // openDevice opens spec (the --device flag or $VRAM_DEVICE, or a spec a
 // command chose itself) and says why "auto" fell back to the simulator,
 // if it did.
 func (a *app) openDevice(spec device.Spec) (device.Device, error, error) {
-	src := fmt.Sprintf("device %q", spec)
+	src := "device " + device.QuoteSpec(spec.String())
 	if spec.String() == strings.TrimSpace(a.device) {
 		src = a.deviceSource()
 	}

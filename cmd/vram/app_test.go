@@ -85,6 +85,27 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestHugeDeviceSpec: a --device or $VRAM_DEVICE of a megabyte is a usage
+// error of a few hundred bytes that quotes it once, clipped (and the
+// option at fault once).
+func TestHugeDeviceSpec(t *testing.T) {
+	huge := "sim:vram=1GiB," + strings.Repeat("a", 1<<20)
+	for name, env := range map[string]bool{"--device": false, "$VRAM_DEVICE": true} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"info", "--device", huge}
+			if env {
+				t.Setenv(device.EnvDevice, huge)
+				args = []string{"info"}
+			}
+			_, stderr, code := cli(t, "", args...)
+			if code != exitUsage || len(stderr) > 600 || !strings.Contains(stderr, name+` "sim:vram=1GiB,aaa`) ||
+				strings.Count(stderr, "sim:vram=1GiB,") != 1 {
+				t.Errorf("exit %d, %d bytes of stderr (%.300s…); want exit 2 and a short error quoting the spec once", code, len(stderr), stderr)
+			}
+		})
+	}
+}
+
 func TestHelpAndVersion(t *testing.T) {
 	tests := map[string]struct {
 		args []string

@@ -18,7 +18,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +37,16 @@ import (
 
 // brokerFlags are `vram broker`'s flags.
 type brokerFlags struct {
-	devices        string
-	socket         string
-	socketMode     string
-	socketGroup    string
-	metricsAddr    string
-	reclaimTimeout time.Duration
+	devices         string
+	socket          string
+	socketMode      string
+	socketGroup     string
+	lockDir         string
+	keyFile         string
+	metricsAddr     string
+	reclaimTimeout  time.Duration
+	maxConnsPerUID  int
+	maxLeasesPerUID int
 }
 
 const brokerHelp = `vram broker is the node's broker of device memory: processes lease a share
@@ -53,11 +59,16 @@ chunk) and names any that miss the deadline. Nothing is killed. A lease
 ends when its process's connection closes, kill -9 included; a restarted
 broker is rejoined by its clients.
 
---devices is as vram run's (default: --device). The socket is
+--devices is as vram run's (default: --device); each device is locked
+(--lock-dir), so that no other broker of the user serves it. The socket is
 $VRAM_BROKER, else $XDG_RUNTIME_DIR/vram/broker.sock, else
-/run/vram/broker.sock; mode 0600 lets only the broker's user connect, 0660
-also --socket-group's members. Ctrl-C or SIGTERM stops the broker: every
-lease ends.`
+/run/vram/broker.sock, in a directory no one but the broker's user may
+write; mode 0600 lets only the broker's user connect, 0660 also
+--socket-group's members. A lease is changed only through the connection
+that acquired it (root's included) and, after a restart, taken back only
+with the secret the broker gave it, signed with the broker's key
+(--key-file, default SOCKET.key). Ctrl-C or SIGTERM stops the broker:
+every lease ends.`
 
 func (a *app) brokerCommand() *cobra.Command {
 	var f brokerFlags
@@ -77,6 +88,10 @@ func (a *app) brokerCommand() *cobra.Command {
 	fl.StringVar(&f.socket, "socket", broker.DefaultSocket(), "the Unix socket to serve ($"+broker.EnvSocket+" sets the default)")
 	fl.StringVar(&f.socketMode, "socket-mode", "0600", "the socket's mode: 0600 (the broker's user only) or 0660 (and --socket-group)")
 	fl.StringVar(&f.socketGroup, "socket-group", "", "the socket's group (a name or a number), for --socket-mode 0660 (default: the broker's own group)")
+	fl.StringVar(&f.keyFile, "key-file", "", "the key that signs the leases' tokens, made at the first start, in a directory of the broker's user alone (default: SOCKET.key); keep it where no leaseholder can read it")
+	fl.StringVar(&f.lockDir, "lock-dir", broker.DefaultLockDir(), "where each device is locked, so that no other broker of the user serves it")
+	fl.IntVar(&f.maxConnsPerUID, "max-conns-per-uid", broker.DefaultMaxConnsPerUID, "the connections one uid may have open (root's included)")
+	fl.IntVar(&f.maxLeasesPerUID, "max-leases-per-uid", broker.DefaultMaxLeasesPerUID, "the leases one uid may hold (root's included)")
 	fl.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on host:port /metrics: :9091 listens on every interface, 127.0.0.1:9091 on this machine only")
 	fl.DurationVar(&f.reclaimTimeout, "reclaim-timeout", broker.DefaultReclaimTimeout, "how long a borrower has to shrink when asked (and a claim waits for it)")
 	cmd.AddCommand(a.brokerStatusCommand())
@@ -135,6 +150,9 @@ func (a *app) serveBroker(f brokerFlags) error {
 	if f.reclaimTimeout <= 0 {
 		return usagef("--reclaim-timeout %v: want a duration above 0, such as 10s", f.reclaimTimeout)
 	}
+	if f.maxConnsPerUID <= 0 || f.maxLeasesPerUID <= 0 {
+		return usagef("--max-conns-per-uid %d, --max-leases-per-uid %d: want counts above 0", f.maxConnsPerUID, f.maxLeasesPerUID)
+	}
 	mode, gid, err := f.socketOptions()
 	if err != nil {
 		return err
@@ -143,17 +161,25 @@ func (a *app) serveBroker(f brokerFlags) error {
 	if err != nil {
 		return err
 	}
-	s, err := broker.NewServer(broker.Config{Devices: devs, ReclaimTimeout: f.reclaimTimeout, Logger: a.log})
-	if err != nil {
-		return err
-	}
+	// The socket first: it checks the directory the key goes in.
+	made := missingDirs(f.socket) // Listen makes them
 	ln, err := broker.Listen(f.socket, mode, gid)
 	if err != nil {
 		return err
 	}
+	defer a.tidyMadeDirs(made) // once the socket is gone
+	s, err := broker.NewServer(broker.Config{Devices: devs, ReclaimTimeout: f.reclaimTimeout, Logger: a.log,
+		MaxConnsPerUID: f.maxConnsPerUID, MaxLeasesPerUID: f.maxLeasesPerUID,
+		KeyFile: cmp.Or(f.keyFile, broker.DefaultKeyFile(f.socket)), LockDir: f.lockDir})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	defer s.Stop() // its devices' locks go
 	if f.metricsAddr != "" {
 		stop, err := a.serveBrokerMetrics(f.metricsAddr, s)
 		if err != nil {
+			s.Stop()
 			_ = ln.Close()
 			return err
 		}
@@ -172,6 +198,33 @@ func (a *app) serveBroker(f brokerFlags) error {
 		s.Stop()
 		fmt.Fprintln(a.stderr, "vram broker: stopped; every lease ended")
 		return <-done
+	}
+}
+
+// missingDirs lists the directories of socket's path that do not exist
+// yet, deepest first: those Listen makes.
+func missingDirs(socket string) []string {
+	var dirs []string
+	for d := filepath.Dir(socket); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			return dirs
+		}
+		dirs = append(dirs, d)
+		if filepath.Dir(d) == d {
+			return dirs
+		}
+	}
+}
+
+// tidyMadeDirs removes the directories made for the socket that the
+// stopped broker left empty, deepest first, and says which stay, and why.
+func (a *app) tidyMadeDirs(made []string) {
+	for _, d := range made {
+		if err := os.Remove(d); err != nil {
+			top := made[len(made)-1]
+			fmt.Fprintf(a.stderr, "vram broker: %s stays, made for the socket: it holds the broker's key, kept for a restart (rm -r %s when done)\n", top, top)
+			return
+		}
 	}
 }
 
@@ -225,7 +278,7 @@ flight or overdue. --json prints the same as one JSON value.`,
 			defer cancel()
 			c, err := broker.Dial(ctx, socket, broker.WithLogger(a.log))
 			if err != nil {
-				return fmt.Errorf("%w; is vram broker running on %s? (--socket, $%s)", err, socket, broker.EnvSocket)
+				return err // it names the socket and what to do
 			}
 			defer c.Close()
 			st, err := c.Status(ctx)

@@ -1,31 +1,30 @@
 // `vram lease -- COMMAND`: a fixed lease from the node's broker for any
-// program. The command takes the lease, claims its whole guaranteed part
-// (waiting for borrowers to give it back), starts COMMAND with each
-// framework's own memory limit set to the lease in its environment,
-// forwards signals to it, and releases the lease when it exits, however
-// it exits (if vram itself is killed, its connection closes and the
-// broker releases the lease all the same).
+// program. The command checks its flags, takes the lease, claims its
+// whole guaranteed part (waiting for borrowers to give it back), starts
+// COMMAND with each framework's own memory limit set to the lease in its
+// environment, forwards signals to it, and releases the lease when it
+// exits, however it exits (if vram itself is killed, its connection
+// closes and the broker releases the lease all the same). COMMAND ends
+// with the lease and with vram (leaselife.go).
 
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/broker"
+	"github.com/vramkit/vram/internal/share"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -50,6 +49,7 @@ type leaseFlags struct {
 	device     string
 	socket     string
 	name       string
+	killAfter  time.Duration // SIGTERM's grace when the lease ends first
 }
 
 const leaseHelp = `vram lease takes a fixed lease of one device from the node's broker (vram
@@ -72,7 +72,14 @@ keeps to the lease by its limit rather than lease the memory again (for a
 vram job whose budget follows a lease that grows and shrinks, use vram run
 --socket instead). Signals vram receives are passed to COMMAND (Ctrl-C and Ctrl-\ on
 a terminal reach it from the terminal itself); the lease is released when
-COMMAND exits, however it exits, and vram exits with COMMAND's status.`
+COMMAND exits, however it exits, and vram exits with COMMAND's status.
+
+COMMAND ends with its lease: if the lease ends first (another process
+released it, or a restarted broker did not take it back), COMMAND gets
+SIGTERM, and SIGKILL --kill-after later, and vram exits 1 saying why. Off a
+terminal COMMAND leads a process group of its own, which these signals
+reach whole. On Linux COMMAND also dies with vram, even when vram is
+killed with SIGKILL (whose lease the broker then gives to others).`
 
 func (a *app) leaseCommand() *cobra.Command {
 	var f leaseFlags
@@ -89,6 +96,9 @@ func (a *app) leaseCommand() *cobra.Command {
 			if cmd.Flags().Changed("proportion") == cmd.Flags().Changed("bytes") {
 				return usagef("give --proportion P or --bytes N, one of them: a fixed lease (the auto pool's share would change under the command)")
 			}
+			if err := f.check(); err != nil {
+				return err
+			}
 			return a.runLease(f, args)
 		},
 	}
@@ -99,7 +109,61 @@ func (a *app) leaseCommand() *cobra.Command {
 	fl.StringVar(&f.device, "device", "0", "the broker's device: its index (the order of its --devices) or its name")
 	fl.StringVar(&f.socket, "socket", broker.DefaultSocket(), "the broker's Unix socket ($"+broker.EnvSocket+" sets the default)")
 	fl.StringVar(&f.name, "name", "", "the lease's name in the broker's status (default: COMMAND's name)")
+	fl.DurationVar(&f.killAfter, "kill-after", 10*time.Second, "when the lease ends before COMMAND: the time between SIGTERM and SIGKILL")
 	return cmd
+}
+
+// check refuses, before the broker is asked, what no broker accepts: a
+// proportion the share rules cannot read, a name the broker refuses, a
+// grace that is not positive.
+func (f leaseFlags) check() error {
+	if f.bytes == "" {
+		if _, err := share.ToUnits(f.proportion, false); err != nil || math.IsInf(f.proportion, 0) {
+			return usagef("--proportion %v: want 0 < P ≤ 1, at least %v (the smallest share)", f.proportion, 1/float64(share.Unit))
+		}
+	}
+	if f.name != "" {
+		if n := leaseName(f.name); n != f.name {
+			return usagef("--name %s: want at most %d bytes of printable UTF-8, such as %s", quoteName(f.name), broker.MaxNameBytes, quoteName(n))
+		}
+	}
+	if f.killAfter <= 0 {
+		return usagef("--kill-after %v: want a positive duration such as 10s", f.killAfter)
+	}
+	return nil
+}
+
+// quoteName quotes a name for a message: at most 40 bytes of it, cut at
+// a character's start, with its length when longer.
+func quoteName(s string) string {
+	if len(s) <= 40 {
+		return strconv.Quote(s)
+	}
+	cut := 40
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strconv.Quote(s[:cut]), len(s))
+}
+
+// leaseName is name made a valid lease name: what is not printable UTF-8
+// replaced by '?', cut to broker.MaxNameBytes at a character's start.
+func leaseName(name string) string {
+	out := []rune(strings.ToValidUTF8(name, "?"))
+	for i, r := range out {
+		if !strconv.IsPrint(r) {
+			out[i] = '?'
+		}
+	}
+	s := string(out)
+	if len(s) <= broker.MaxNameBytes {
+		return s
+	}
+	cut := broker.MaxNameBytes
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // leaseDevice finds --device among the broker's devices.
@@ -115,13 +179,10 @@ func leaseDevice(spec string, devs []broker.DeviceInfo) (broker.DeviceInfo, erro
 func (f leaseFlags) leaseOptions(dev broker.DeviceInfo, command string) (broker.LeaseOptions, error) {
 	o := broker.LeaseOptions{Device: dev.Index, Name: f.name}
 	if o.Name == "" {
-		o.Name = filepath.Base(command)
+		o.Name = leaseName(filepath.Base(command))
 	}
 	if f.bytes == "" {
-		if math.IsNaN(f.proportion) || f.proportion <= 0 || f.proportion > 1 {
-			return o, usagef("--proportion %v: want 0 < P ≤ 1", f.proportion)
-		}
-		o.Proportion = f.proportion
+		o.Proportion = f.proportion // checked by check
 		return o, nil
 	}
 	n, err := units.ParseSize(f.bytes)
@@ -144,7 +205,7 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	defer cancel()
 	c, err := broker.Dial(ctx, f.socket, broker.WithLogger(a.log))
 	if err != nil {
-		return fmt.Errorf("%w; is vram broker running on %s? (--socket, $%s)", err, f.socket, broker.EnvSocket)
+		return err // the broker's, which names the socket and what to do
 	}
 	defer c.Close() // releases the lease, whatever else failed
 	dev, err := leaseDevice(f.device, c.Devices())
@@ -170,7 +231,7 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	a.log.Debug("lease", "id", l.ID(), "device", dev.Index, "limit", b.Limit, "bytes", b.Bytes())
 	fmt.Fprintf(a.stderr, "vram lease: %s on device %d (%s): %s for the command, %s with its context\n",
 		l.ID(), dev.Index, dev.Name, units.Format(b.Bytes()), units.Format(b.Limit))
-	code, err := a.runLeased(args, leaseEnv(os.Environ(), b.Bytes(), dev, l.ID()))
+	code, err := a.runLeased(c, l, args, leaseEnv(os.Environ(), b.Bytes(), dev, l.ID()), f.killAfter)
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer rcancel()
 	if rerr := l.Release(rctx); rerr != nil {
@@ -183,40 +244,6 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 		return exitError{code}
 	}
 	return nil
-}
-
-// runLeased runs the command with env, passing on the signals vram gets,
-// and returns its exit status (128 + the signal when one ended it).
-func (a *app) runLeased(args, env []string) (int, error) {
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = env
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = a.stdin, a.stdout, a.stderr
-	f, ok := a.stdin.(*os.File)
-	sigs := make(chan os.Signal, 8)
-	if fwd := forwardedSignals(ok && term.IsTerminal(int(f.Fd()))); len(fwd) > 0 { // none would mean all
-		signal.Notify(sigs, fwd...)
-	}
-	defer signal.Stop(sigs)
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %s: %w", args[0], err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	for {
-		select {
-		case sig := <-sigs:
-			_ = cmd.Process.Signal(sig)
-		case err := <-waited:
-			var ee *exec.ExitError
-			switch {
-			case err == nil:
-				return 0, nil
-			case errors.As(err, &ee):
-				return exitStatus(ee), nil
-			}
-			return 0, fmt.Errorf("%s: %w", args[0], err)
-		}
-	}
 }
 
 // leaseEnv is base with each framework's memory limit set to bytes of dev,

@@ -107,8 +107,8 @@ func (h *holder) read(t *testing.T) string {
 			t.Fatal("the leaseholder ended")
 		}
 		return l
-	case <-time.After(30 * time.Second):
-		t.Fatal("the leaseholder said nothing for 30 s")
+	case <-time.After(patience(t)):
+		t.Fatalf("the leaseholder said nothing for %v", patience(t))
 	}
 	return ""
 }
@@ -124,7 +124,7 @@ func (h *holder) do(t *testing.T, cmd string) string {
 // test ends.
 func brokerClient(t *testing.T, socket string) *broker.Client {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience(t))
 	defer cancel()
 	c, err := broker.Dial(ctx, socket)
 	if err != nil {
@@ -136,7 +136,7 @@ func brokerClient(t *testing.T, socket string) *broker.Client {
 
 func statusOf(t *testing.T, c *broker.Client) broker.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), patience(t))
 	defer cancel()
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -157,7 +157,8 @@ func leaseOfPID(st broker.Status, pid int) (broker.LeaseStatus, bool) {
 	return broker.LeaseStatus{}, false
 }
 
-// poll waits up to limit for cond.
+// poll waits up to limit (the test's patience: poll judges no time) for
+// cond.
 func poll(limit time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(limit); !cond(); time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -209,8 +210,8 @@ func TestLeaseRaceBetweenProcesses(t *testing.T) {
 			}
 		}
 		// Each round starts with both leases given back, nothing held.
-		if !poll(10*time.Second, givenBack) {
-			t.Fatalf("round %d: the leases are not given back after 10 s: %+v", round, statusOf(t, c))
+		if !poll(patience(t), givenBack) {
+			t.Fatalf("round %d: the leases are not given back: %+v", round, statusOf(t, c))
 		}
 	}
 	if winners == 0 {
@@ -220,8 +221,8 @@ func TestLeaseRaceBetweenProcesses(t *testing.T) {
 }
 
 // A leaseholder killed with SIGKILL has its lease and its slot of the
-// shared device's ledger reclaimed: the broker sees its connection end,
-// the ledger its process gone. How soon is logged, not judged.
+// shared device's ledger reclaimed: the broker's table loses it and the
+// ledger's free memory is what it was before the holder came.
 func TestKilledLeaseholderIsReclaimed(t *testing.T) {
 	spec := sharedSpec(t, "1GiB", "backed=false")
 	socket := startBroker(t, spec)
@@ -238,7 +239,7 @@ func TestKilledLeaseholderIsReclaimed(t *testing.T) {
 		t.Fatalf("400 MiB: %s", got)
 	}
 	pid := h.cmd.Process.Pid
-	if !poll(10*time.Second, func() bool { l, ok := leaseOfPID(statusOf(t, c), pid); return ok && l.Held >= 400<<20 }) {
+	if !poll(patience(t), func() bool { l, ok := leaseOfPID(statusOf(t, c), pid); return ok && l.Held >= 400<<20 }) {
 		t.Fatalf("the broker never saw the holder's 400 MiB: %+v", statusOf(t, c))
 	}
 	if f := free(); f > base-400<<20 {
@@ -246,13 +247,8 @@ func TestKilledLeaseholderIsReclaimed(t *testing.T) {
 	}
 	start := time.Now()
 	must(t, h.cmd.Process.Signal(syscall.SIGKILL))
-	// Ten seconds bound a hang; how soon is a figure (BENCHMARKS.md).
-	gone := poll(10*time.Second, func() bool {
-		_, ok := leaseOfPID(statusOf(t, c), pid)
-		return !ok && free() == base
-	})
-	if !gone {
-		t.Fatalf("after %v: lease still there or the ledger's %d B free, not %d", time.Since(start), free(), base)
+	if !poll(patience(t), func() bool { _, ok := leaseOfPID(statusOf(t, c), pid); return !ok && free() == base }) {
+		t.Fatalf("lease still there or the ledger's %d B free, not %d", free(), base)
 	}
 	t.Logf("lease and ledger slot reclaimed %v after the kill", time.Since(start))
 }
@@ -298,7 +294,7 @@ func TestRestartedBrokerIsRejoinedByProcesses(t *testing.T) {
 		}
 		return true
 	}
-	if !poll(10*time.Second, func() bool { return matches(statusOf(t, c)) }) {
+	if !poll(patience(t), func() bool { return matches(statusOf(t, c)) }) {
 		t.Fatalf("the first broker's table does not match its clients: %+v", statusOf(t, c))
 	}
 	before := statusOf(t, c).Broker
@@ -306,14 +302,14 @@ func TestRestartedBrokerIsRejoinedByProcesses(t *testing.T) {
 	_, _ = b1.wait(t)
 	startBrokerProcess(t, spec, socket)
 	var st broker.Status
-	if !poll(20*time.Second, func() bool { st = statusOf(t, c); return st.Broker != before && matches(st) }) {
-		t.Fatalf("the restarted broker's table does not match its clients after 20 s: %+v", st)
+	if !poll(patience(t), func() bool { st = statusOf(t, c); return st.Broker != before && matches(st) }) {
+		t.Fatalf("the restarted broker's table does not match its clients: %+v", st)
 	}
 	// The leases work on the new broker: a free is given back to it.
 	if got := hs[1].do(t, "free"); got != "freed" {
 		t.Fatal(got)
 	}
-	if !poll(10*time.Second, func() bool { st = statusOf(t, c); return matches(st) }) {
+	if !poll(patience(t), func() bool { st = statusOf(t, c); return matches(st) }) {
 		t.Errorf("after a free the new broker's table does not match: %+v", st)
 	}
 }
@@ -330,17 +326,20 @@ type shrinkRun struct {
 }
 
 // Cooperative reclaim: a batch borrowing most of a shared device is
-// running when a second job claims its guaranteed half. The first
-// shrinks its chunks at its next chunk, within one chunk's time, both
-// finish, and both results are byte-identical to the same runs made
-// alone on a private device. Copies are emulated at 80 MB/s, so that a
-// chunk takes most of a second. Tried up to three times for the timing.
+// running when a second job claims its guaranteed half. The first shrinks
+// its chunks at a chunk boundary, both finish, and both results are
+// byte-identical to the same runs made alone on a private device. Copies
+// are emulated at 80 MB/s, so that a chunk takes most of a second.
+//
+// Nothing is judged by time: the first job is stopped (SIGSTOP) as it
+// begins its batch, the second started, and the first resumed only once
+// the broker shows the second's claim waiting for its memory; the
+// broker's reclaim deadline is past any run's time, so that the claim can
+// only be granted by the first job shrinking.
 func TestBatchShrinksForAClaim(t *testing.T) {
 	const opts = "granularity=64KiB,bandwidth=80MB"
 	spec := sharedSpec(t, "64MiB", opts)
-	// The deadline is past any chunk's time on a loaded machine: the
-	// borrower shrinks at its next chunk boundary.
-	socket := startBrokerReclaim(t, spec, "60s")
+	socket := startBrokerReclaim(t, spec, "1h")
 	dir := t.TempDir()
 	batchA := []string{"--runs", "200000", "--steps", "100", "--samples", "101"}
 	batchB := []string{"--runs", "30000", "--steps", "100", "--samples", "101"}
@@ -359,37 +358,32 @@ func TestBatchShrinksForAClaim(t *testing.T) {
 		return startChild(t, append([]string{"--json", "run", "--device", spec, "--socket", socket,
 			"--out", filepath.Join(dir, name+".npy")}, args...))
 	}
-	var ack, chunk time.Duration
-	for try := 1; try <= 3; try++ {
-		a := run("a", batchA)
-		a.waitFor(t, "run the batch") // a runs its first chunk, on most of the device
-		b := run("b", batchB)
-		ra, rb := finishedRun(t, "a", a), finishedRun(t, "b", b)
-		for name, want := range map[string][]byte{"a": wantA, "b": wantB} {
-			got, err := os.ReadFile(filepath.Join(dir, name+".npy"))
-			must(t, err)
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s's result under the broker differs from its run alone", name)
-			}
-		}
-		shrink, ok := shrinkRecut(ra)
-		if !ok || ra.Lease.Shrinks == 0 {
-			t.Logf("try %d: a did not shrink (recuts %+v, lease %+v; b's lease %+v)", try, ra.Recuts, ra.Lease, rb.Lease)
-			continue
-		}
-		if shrink.ArraysTo >= shrink.ArraysFrom {
-			t.Errorf("a's arrays after the shrink: %d runs, before %d", shrink.ArraysTo, shrink.ArraysFrom)
-		}
-		ack = time.Duration(ra.Lease.ShrinkAckSeconds * float64(time.Second))
-		// A chunk of the length a ran when asked, at a's mean rate.
-		chunk = time.Duration(ra.Batch * float64(shrink.ArraysFrom) / float64(ra.Runs) * float64(time.Second))
-		t.Logf("try %d: a shrank at chunk %d (%d → %d runs), %v after the request; its chunks took %v; b waited %.3f s",
-			try, shrink.Chunk, shrink.ArraysFrom, shrink.ArraysTo, ack, chunk, rb.Lease.ClaimWaitSeconds)
-		if ack <= chunk+10*time.Millisecond {
-			return
+	a := run("a", batchA)
+	a.waitFor(t, "run the batch") // a begins its chunks, on most of the device
+	must(t, a.cmd.Process.Signal(syscall.SIGSTOP))
+	b := run("b", batchB)
+	c := brokerClient(t, socket)
+	if !poll(patience(t), func() bool { return len(statusOf(t, c).Devices[0].Claims) > 0 }) {
+		t.Fatalf("b's claim never waited for a's memory: %+v", statusOf(t, c))
+	}
+	must(t, a.cmd.Process.Signal(syscall.SIGCONT))
+	ra, rb := finishedRun(t, "a", a), finishedRun(t, "b", b)
+	for name, want := range map[string][]byte{"a": wantA, "b": wantB} {
+		got, err := os.ReadFile(filepath.Join(dir, name+".npy"))
+		must(t, err)
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s's result under the broker differs from its run alone", name)
 		}
 	}
-	t.Errorf("the borrower's acknowledgement took %v, its chunks %v: not within one chunk's time, three times", ack, chunk)
+	shrink, ok := shrinkRecut(ra)
+	if !ok || ra.Lease.Shrinks == 0 {
+		t.Fatalf("a did not shrink for b's claim: recuts %+v, lease %+v; b's lease %+v", ra.Recuts, ra.Lease, rb.Lease)
+	}
+	if shrink.ArraysTo >= shrink.ArraysFrom {
+		t.Errorf("a's arrays after the shrink: %d runs, before %d", shrink.ArraysTo, shrink.ArraysFrom)
+	}
+	t.Logf("a shrank at chunk %d (%d → %d runs), %.3f s after the request (it was stopped for part of it); b waited %.3f s",
+		shrink.Chunk, shrink.ArraysFrom, shrink.ArraysTo, ra.Lease.ShrinkAckSeconds, rb.Lease.ClaimWaitSeconds)
 }
 
 // finishedRun waits for a vram run and reads its report: verified, no

@@ -12,7 +12,8 @@ import (
 // TestRunOutKilledOrInterrupted ends a job writing --out mid-run, by
 // SIGINT (it stops before its next chunk and fails) and by SIGKILL (it
 // ends at once): an existing file at the path is left as it was, and
-// nothing the run leaves looks like a finished .npy.
+// nothing the run leaves looks like a finished .npy; the partial a killed
+// run leaves is removed by the next run into the same file.
 func TestRunOutKilledOrInterrupted(t *testing.T) {
 	tests := map[string]struct {
 		sig      os.Signal
@@ -54,6 +55,31 @@ func TestRunOutKilledOrInterrupted(t *testing.T) {
 					t.Errorf("SIGKILL left %s, which looks like a finished .npy", e.Name())
 				}
 			}
+			// What the killed run left, a partial of the file's full size,
+			// is removed by the next run into the same file.
+			if got := partials(t, dir); len(got) != 1 {
+				t.Fatalf("after SIGKILL: partials %v; want the killed run's", got)
+			}
+			if _, stderr, code := cli(t, "", append(append([]string{"run"}, smallRun...), "--out", out)...); code != exitOK {
+				t.Fatalf("the next run: exit %d:\n%s", code, stderr)
+			}
+			if got := partials(t, dir); len(got) != 0 {
+				t.Errorf("after the next run into %s: partials %v; want none", out, got)
+			}
 		})
 	}
+}
+
+// partials lists dir's temporary files of unfinished writes.
+func partials(t *testing.T, dir string) []string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	must(t, err)
+	var out []string
+	for _, e := range es {
+		if strings.HasSuffix(e.Name(), ".partial") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }

@@ -229,7 +229,7 @@ func (mj *multiJob) setup(p *devicePart, spec device.Spec) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f, a := mj.f, mj.a
-	rd, err := a.openRunDevice(spec, fmt.Sprintf("--devices (the spec %q)", spec), f.vram)
+	rd, err := a.openRunDevice(spec, "--devices (the spec "+device.QuoteSpec(spec.String())+")", f.vram)
 	if err != nil {
 		return err
 	}

@@ -7,14 +7,15 @@ import (
 )
 
 // TestRunWithNoBroker: a job told to lease from a socket nothing serves
-// fails in one line that is the broker's own, naming the socket, with
-// nothing of the device or the manager wrapped around it.
+// fails in one short line, the broker's own: the fix first, the socket,
+// "broker:" once, nothing of the device or the manager around it.
 func TestRunWithNoBroker(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "none.sock")
 	_, stderr, code := cli(t, "", "run", "--runs", "100", "--steps", "2", "--samples", "3", "--socket", socket)
 	msg := errorText(stderr)
-	if code != exitFailure || strings.Count(msg, "\n") != 0 || !strings.HasPrefix(msg, "vram: broker: ") || !strings.Contains(msg, socket) {
-		t.Fatalf("exit %d, error %q; want exit 1 and one line, the broker's, naming %s", code, msg, socket)
+	want := "vram: broker: start vram broker, or point $VRAM_BROKER (--socket) at a broker's socket: there is no socket " + socket
+	if code != exitFailure || msg != want || strings.Count(msg, "broker:") != 1 {
+		t.Fatalf("exit %d, error %q; want exit 1 and the one line %q", code, msg, want)
 	}
 	for _, never := range []string{"memory manager on", "lease from the broker on"} {
 		if strings.Contains(msg, never) {

@@ -11,7 +11,8 @@
 // made at its full size first (sparse), and renamed to FILE.npy once the
 // job has succeeded (internal/userfile): a job that fails, is interrupted
 // or is killed leaves an existing FILE.npy as it was, and nothing that
-// looks complete.
+// looks complete; the partial a killed job leaves is removed by the next
+// run into FILE.npy.
 //
 // --host-mem caps the host RAM the manager's host arrays and staging
 // buffers take (vram.HostOptions.Limit): host arrays past it spill to

@@ -136,7 +136,7 @@ func parseOrdinal(opts string) (int, error) {
 	}
 	n, err := strconv.Atoi(opts)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cuda device %q: want a device number such as cuda:0: %w", opts, device.ErrBadSpec)
+		return 0, fmt.Errorf("cuda device %s: want a device number such as cuda:0: %w", device.QuoteSpec(opts), device.ErrBadSpec)
 	}
 	return n, nil
 }

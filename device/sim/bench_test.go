@@ -296,3 +296,48 @@ func BenchmarkCopyHtoD2D(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVMUnmap is one page created, mapped, released and unmapped
+// again with other pages mapped already, each from a handle released
+// while mapped (as alloc.Expandable maps its pages): an Unmap that frees
+// its handle must not pay per handle alive.
+func BenchmarkVMUnmap(b *testing.B) {
+	for _, live := range []int{0, 1024, 16384} {
+		b.Run(fmt.Sprintf("mapped=%d", live), func(b *testing.B) {
+			d := benchDevice(b, true)
+			g := d.VMGranularity()
+			base, err := d.ReserveAddress(uint64(live+1) * g)
+			if err != nil {
+				b.Fatal(err)
+			}
+			mapPage := func(at device.Ptr) {
+				h, err := d.CreatePhysical(g)
+				if err == nil {
+					err = d.Map(at, g, h)
+				}
+				if err == nil {
+					err = d.ReleasePhysical(h)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := range live {
+				mapPage(base.Add(uint64(i+1) * g))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				mapPage(base)
+				if err := d.Unmap(base, g); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			for i := range live {
+				if err := d.Unmap(base.Add(uint64(i+1)*g), g); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

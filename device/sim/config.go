@@ -179,7 +179,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, err
 		}
 	} else if c.SharedDir != "" {
-		return c, fmt.Errorf("sim: ledger directory %q given for a private device: set Shared (spec shared=NAME) too: %w", c.SharedDir, device.ErrInvalidValue)
+		return c, fmt.Errorf("sim: ledger directory %s given for a private device: set Shared (spec shared=NAME) too: %w", device.QuoteSpec(c.SharedDir), device.ErrInvalidValue)
 	}
 	return c, nil
 }
@@ -223,11 +223,9 @@ func ParseSpec(opts string) (Config, error) {
 		k, v, ok := strings.Cut(kv, "=")
 		k, v = strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)
 		if !ok || v == "" {
-			return c, fmt.Errorf("sim option %q: want key=value (keys: %s): %w", kv, strings.Join(specKeys, ", "), device.ErrBadSpec)
+			return c, fmt.Errorf("sim option %s: want key=value (keys: %s): %w", device.QuoteSpec(kv), strings.Join(specKeys, ", "), device.ErrBadSpec)
 		}
-		bad := func(err error) error {
-			return fmt.Errorf("sim option %s=%q: %v: %w", k, v, err, device.ErrBadSpec)
-		}
+		bad := func(err error) error { return badOption(k, v, err) }
 		var err error
 		switch k {
 		case "vram", "total", "mem", "memory":
@@ -268,16 +266,35 @@ func ParseSpec(opts string) (Config, error) {
 				err = fmt.Errorf("want >= 0")
 			}
 		default:
-			return c, fmt.Errorf("unknown sim option %q (known: %s): %w", k, strings.Join(specKeys, ", "), device.ErrBadSpec)
+			return c, fmt.Errorf("unknown sim option %s (known: %s): %w", device.QuoteSpec(k), strings.Join(specKeys, ", "), device.ErrBadSpec)
 		}
 		if err != nil {
 			return c, bad(err)
 		}
 	}
 	if c.SharedDir != "" && c.Shared == "" {
-		return c, fmt.Errorf("sim option dir=%q: a ledger directory is for a shared device; add shared=NAME: %w", c.SharedDir, device.ErrBadSpec)
+		return c, fmt.Errorf("sim option dir=%s: a ledger directory is for a shared device; add shared=NAME: %w", device.QuoteSpec(c.SharedDir), device.ErrBadSpec)
 	}
 	return c, nil
+}
+
+// badOption is the error of option k=v that err refuses, quoting v once,
+// clipped: a size's error and strconv's are given by their reason alone,
+// and one that quotes v itself (a shared device name's) without v.
+func badOption(k, v string, err error) error {
+	var (
+		ne *strconv.NumError
+		se *units.SizeError
+	)
+	switch {
+	case errors.As(err, &se):
+		return fmt.Errorf("sim option %s=%s: %s: %w: %w", k, device.QuoteSpec(v), se.Reason, units.ErrBadSize, device.ErrBadSpec)
+	case errors.Is(err, device.ErrInvalidValue):
+		return fmt.Errorf("sim option %s (%v): %w", k, err, device.ErrBadSpec)
+	case errors.As(err, &ne):
+		err = ne.Err
+	}
+	return fmt.Errorf("sim option %s=%s: %v: %w", k, device.QuoteSpec(v), err, device.ErrBadSpec)
 }
 
 // positiveSize reads a size that must be > 0 (what names it).

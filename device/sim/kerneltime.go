@@ -18,8 +18,8 @@ import (
 // parseKernelTime reads the kerneltime=DURATION option (per index).
 func parseKernelTime(v string) (time.Duration, error) {
 	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("want a duration per index such as 2us: %w", err)
+	if err != nil { // its error quotes v whole; the caller quotes it clipped
+		return 0, fmt.Errorf("want a duration per index such as 2us")
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("want a duration >= 0")

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/mapfile"
 	"github.com/vramkit/vram/internal/units"
 )
 
@@ -108,6 +109,10 @@ func (l *ledger) mapLocked(want header) (header, error) {
 	case fi.Size() != ledgerFileSize:
 		return header{}, l.badf("%d bytes, a ledger of version %d has %d", fi.Size(), ledgerVersion, ledgerFileSize)
 	}
+	if err := reserve(l.f, fresh); err != nil {
+		return header{}, fmt.Errorf("sim: shared device %q: allocate the %d bytes of its ledger %s: %w; free space there, or put the ledger elsewhere (dir=, $%s)",
+			l.name, ledgerFileSize, l.path, err, EnvSharedDir)
+	}
 	mem, err := syscall.Mmap(int(l.f.Fd()), 0, ledgerFileSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		return header{}, fmt.Errorf("sim: shared device %q: map %s: %w", l.name, l.path, err)
@@ -121,6 +126,27 @@ func (l *ledger) mapLocked(want header) (header, error) {
 		return header{}, l.badf("%v", err)
 	}
 	return h, nil
+}
+
+// reserve gives the ledger file its blocks before it is mapped: a store
+// through the mapping into a hole of a full file system is a SIGBUS, not
+// an error. A fresh file (all zeros, under the lock) may be written with
+// zeros where the file system has no fallocate; a ledger in use may not
+// be written, and is mapped as it is there.
+func reserve(f *os.File, fresh bool) error {
+	if fresh {
+		return mapfile.Reserve(f, ledgerFileSize)
+	}
+	for {
+		err := syscall.Fallocate(int(f.Fd()), 0, 0, ledgerFileSize)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case errors.Is(err, syscall.EOPNOTSUPP), errors.Is(err, syscall.ENOSYS):
+			return nil
+		}
+		return err
+	}
 }
 
 // reconcileLocked makes the header want's, if the one there differs: a

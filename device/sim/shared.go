@@ -224,12 +224,8 @@ func checkSharedName(name string) error {
 		ok = alnum || i > 0 && (c == '.' || c == '_' || c == '-')
 	}
 	if !ok {
-		q := name
-		if len(q) > MaxSharedName {
-			q = q[:MaxSharedName] + "…"
-		}
-		return fmt.Errorf("sim: shared device name %q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit: %w",
-			q, MaxSharedName, device.ErrInvalidValue)
+		return fmt.Errorf("sim: shared device name %s: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit: %w",
+			device.QuoteSpec(name), MaxSharedName, device.ErrInvalidValue)
 	}
 	return nil
 }

@@ -51,6 +51,11 @@ func helperMain(mode string) int {
 		return cycle(spec, arg)
 	case "lock":
 		return holdLock(spec)
+	case "open":
+		d := openHelper(spec)
+		fmt.Println("opened")
+		d.Close()
+		return 0
 	}
 	fmt.Println("err unknown mode", mode)
 	return 2

@@ -65,6 +65,7 @@ type vmRes struct {
 
 // physMem is a physical memory handle.
 type physMem struct {
+	h        device.PhysMem // its handle, its key in vmState.phys
 	n        uint64
 	released bool
 	maps     int    // mappings of it
@@ -220,7 +221,7 @@ func (d *Device) CreatePhysical(n uint64) (device.PhysMem, error) {
 	}
 	d.vm.nextPhys++
 	h := d.physHandle(d.vm.nextPhys)
-	d.vm.phys[h] = &physMem{n: n}
+	d.vm.phys[h] = &physMem{h: h, n: n}
 	d.vm.physBytes += n
 	return h, nil
 }
@@ -240,13 +241,15 @@ func (d *Device) ReleasePhysical(h device.PhysMem) error {
 	}
 	ph.released, ph.saved = true, nil
 	if ph.maps == 0 {
-		d.dropPhysLocked(h, ph)
+		d.dropPhysLocked(ph)
 	}
 	return nil
 }
 
-func (d *Device) dropPhysLocked(h device.PhysMem, ph *physMem) {
-	delete(d.vm.phys, h)
+// dropPhysLocked forgets handle ph, released and mapped nowhere, and gives
+// its memory back.
+func (d *Device) dropPhysLocked(ph *physMem) {
+	delete(d.vm.phys, ph.h)
 	d.vm.physBytes -= ph.n
 	d.giveLocked(ph.n)
 }
@@ -343,13 +346,8 @@ func (d *Device) Unmap(p device.Ptr, n uint64) error {
 	vm.res.mapped -= n
 	d.vm.mapped -= n
 	d.vm.unmaps++
-	if vm.ph.released && vm.ph.maps == 0 {
-		for h, ph := range d.vm.phys { // rare: a handle released while mapped
-			if ph == vm.ph {
-				d.dropPhysLocked(h, ph)
-				break
-			}
-		}
+	if vm.ph.released && vm.ph.maps == 0 { // released while mapped: its last mapping frees it
+		d.dropPhysLocked(vm.ph)
 	}
 	return nil
 }

@@ -20,6 +20,19 @@ const (
 // ErrBadSize is returned by ParseSize for text that is not a byte size.
 var ErrBadSize = errors.New("not a byte size")
 
+// SizeError is ParseSize's error: the text it could not read and why. It
+// wraps ErrBadSize; its message quotes the text clipped.
+type SizeError struct {
+	Text   string // as given
+	Reason string // why, without the text: "is negative", "overflows 64 bits", …
+}
+
+func (e *SizeError) Error() string {
+	return quote(e.Text) + ": " + e.Reason + ": " + ErrBadSize.Error()
+}
+
+func (e *SizeError) Unwrap() error { return ErrBadSize }
+
 var suffixes = []struct {
 	name string
 	mult float64
@@ -46,7 +59,7 @@ func quote(s string) string {
 func ParseSize(s string) (uint64, error) {
 	t := strings.ToLower(strings.TrimSpace(s))
 	if t == "" {
-		return 0, fmt.Errorf("%s: %w", quote(s), ErrBadSize)
+		return 0, &SizeError{s, "empty"}
 	}
 	mult := 1.0
 	for _, sf := range suffixes {
@@ -61,19 +74,19 @@ func ParseSize(s string) (uint64, error) {
 			return u, nil
 		}
 		if float64(u)*mult >= math.MaxUint64 {
-			return 0, fmt.Errorf("%s overflows 64 bits: %w", quote(s), ErrBadSize)
+			return 0, &SizeError{s, "overflows 64 bits"}
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%s: want a number with an optional unit such as 512MiB or 2GB: %w", quote(s), ErrBadSize)
+		return 0, &SizeError{s, "want a number with an optional unit such as 512MiB or 2GB"}
 	}
 	if f < 0 {
-		return 0, fmt.Errorf("%s is negative: %w", quote(s), ErrBadSize)
+		return 0, &SizeError{s, "is negative"}
 	}
 	v := f * mult
 	if v >= math.MaxUint64 {
-		return 0, fmt.Errorf("%s overflows 64 bits: %w", quote(s), ErrBadSize)
+		return 0, &SizeError{s, "overflows 64 bits"}
 	}
 	return uint64(math.Round(v)), nil
 }

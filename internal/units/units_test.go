@@ -3,6 +3,7 @@ package units
 import (
 	"errors"
 	"math"
+	"strconv"
 	"testing"
 )
 
@@ -89,5 +90,28 @@ func TestSaturating(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("%s: %d, want %d", name, tc.got, tc.want)
 		}
+	}
+}
+
+// TestSizeError: ParseSize's error says what it read and why, apart, for
+// a caller that quotes the text itself; its message quotes the text once.
+func TestSizeError(t *testing.T) {
+	tests := map[string]struct{ in, reason string }{
+		"empty":    {"  ", "empty"},
+		"negative": {"-1GiB", "is negative"},
+		"overflow": {"99999999999TiB", "overflows 64 bits"},
+		"junk":     {"12 parsecs", "want a number with an optional unit such as 512MiB or 2GB"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseSize(tc.in)
+			var se *SizeError
+			if !errors.As(err, &se) || !errors.Is(err, ErrBadSize) || se.Text != tc.in || se.Reason != tc.reason {
+				t.Fatalf("ParseSize(%q) = %v; want a SizeError of %q, %q wrapping ErrBadSize", tc.in, err, tc.in, tc.reason)
+			}
+			if want := strconv.Quote(tc.in) + ": " + tc.reason + ": not a byte size"; err.Error() != want {
+				t.Errorf("message %q, want %q", err, want)
+			}
+		})
 	}
 }

@@ -17,14 +17,16 @@ var (
 	ErrIsInput = errors.New("the output is one of the inputs")
 )
 
-// DefaultPerm is the mode of a file Create makes where none existed.
+// DefaultPerm is the mode of a file Create makes where none existed,
+// before the process's umask takes its bits away.
 const DefaultPerm fs.FileMode = 0o644
 
 // Options say how Create checks and makes the file. The zero value is
 // DefaultPerm and no inputs.
 type Options struct {
 	// Perm is the new file's mode where none existed (default
-	// DefaultPerm); an existing file keeps its own.
+	// DefaultPerm), less the bits the process's umask clears, as for any
+	// file the process creates; an existing file keeps its own mode.
 	Perm fs.FileMode
 	// Inputs are files the output must not be: each that exists is
 	// compared with the output (os.SameFile).
@@ -38,22 +40,28 @@ type File struct {
 	f      *os.File
 	path   string      // as the caller named it
 	target string      // path with symbolic links followed: what Commit replaces
-	perm   fs.FileMode // the mode Commit gives the file
+	keep   fs.FileMode // the replaced file's mode, which Commit gives the new one; 0 for a new file (its mode is set at creation)
 	done   bool        // committed or aborted
 }
 
 // Create checks path and makes the temporary file its new content is
 // written to. Errors wrap ErrNotRegular, ErrIsInput, or the os error.
 func Create(path string, opt Options) (*File, error) {
-	target, perm, err := Check(path, opt)
+	target, perm, exists, err := check(path, opt)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".*.partial")
+	dir, base := filepath.Dir(target), filepath.Base(target)
+	removeStale(dir, base)
+	f, err := createPartial(dir, base, perm)
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
-	return &File{f: f, path: path, target: target, perm: perm}, nil
+	uf := &File{f: f, path: path, target: target}
+	if exists {
+		uf.keep = perm
+	}
+	return uf, nil
 }
 
 // Check is Create's check alone: it returns the file path names once
@@ -61,6 +69,12 @@ func Create(path string, opt Options) (*File, error) {
 // and the mode a new content should have. Errors wrap ErrNotRegular,
 // ErrIsInput or the os error.
 func Check(path string, opt Options) (target string, perm fs.FileMode, err error) {
+	target, perm, _, err = check(path, opt)
+	return target, perm, err
+}
+
+// check is Check, saying also whether the file exists.
+func check(path string, opt Options) (target string, perm fs.FileMode, exists bool, err error) {
 	perm = opt.Perm
 	if perm == 0 {
 		perm = DefaultPerm
@@ -70,26 +84,26 @@ func Check(path string, opt Options) (target string, perm fs.FileMode, err error
 	case errors.Is(err, fs.ErrNotExist):
 		if lst, lerr := os.Lstat(path); lerr == nil && lst.Mode()&fs.ModeSymlink != 0 {
 			dest, _ := os.Readlink(path)
-			return "", 0, fmt.Errorf("write %s: a symbolic link to %s, which does not exist: %w", path, dest, ErrNotRegular)
+			return "", 0, false, fmt.Errorf("write %s: a symbolic link to %s, which does not exist: %w", path, dest, ErrNotRegular)
 		}
 		if err := checkDir(path); err != nil {
-			return "", 0, err
+			return "", 0, false, err
 		}
-		return path, perm, nil
+		return path, perm, false, nil
 	case err != nil:
-		return "", 0, fmt.Errorf("write %s: %w", path, err)
+		return "", 0, false, fmt.Errorf("write %s: %w", path, err)
 	case !st.Mode().IsRegular():
-		return "", 0, fmt.Errorf("write %s: it is a %s: %w", path, kind(st.Mode()), ErrNotRegular)
+		return "", 0, false, fmt.Errorf("write %s: it is a %s: %w", path, kind(st.Mode()), ErrNotRegular)
 	}
 	for _, in := range opt.Inputs {
 		if ist, err := os.Stat(in); err == nil && os.SameFile(st, ist) {
-			return "", 0, fmt.Errorf("write %s: it is the input %s; write to another file: %w", path, in, ErrIsInput)
+			return "", 0, false, fmt.Errorf("write %s: it is the input %s; write to another file: %w", path, in, ErrIsInput)
 		}
 	}
 	if target, err = filepath.EvalSymlinks(path); err != nil {
-		return "", 0, fmt.Errorf("write %s: %w", path, err)
+		return "", 0, false, fmt.Errorf("write %s: %w", path, err)
 	}
-	return target, st.Mode().Perm(), nil
+	return target, st.Mode().Perm(), true, nil
 }
 
 // checkDir refuses a new file's path whose directory does not exist, fix
@@ -129,25 +143,29 @@ func (f *File) Name() string { return f.path }
 // TempName is the temporary file's path.
 func (f *File) TempName() string { return f.f.Name() }
 
-// Commit syncs the temporary file, closes it and renames it over the
-// user's path (the file a symbolic link names), then syncs the
-// directory. On failure the temporary file is removed and the user's
-// file is as it was. Commit after Commit or Abort is an error.
+// Commit syncs the temporary file (giving it the mode of the file it
+// replaces), renames it over the user's path (the file a symbolic link
+// names) and closes it, then syncs the directory. On failure the
+// temporary file is removed and the user's file is as it was. Commit
+// after Commit or Abort is an error.
 func (f *File) Commit() error {
 	if f.done {
 		return fmt.Errorf("write %s: already committed or aborted: %w", f.path, fs.ErrClosed)
 	}
 	f.done = true
 	tmp := f.f.Name()
-	err := f.f.Chmod(f.perm)
+	var err error
+	if f.keep != 0 {
+		err = f.f.Chmod(f.keep)
+	}
 	if err == nil {
 		err = f.f.Sync()
 	}
+	if err == nil { // renamed while open, so that its lock covers it until it has its final name
+		err = os.Rename(tmp, f.target)
+	}
 	if cerr := f.f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, f.target)
 	}
 	if err != nil {
 		return errors.Join(fmt.Errorf("write %s: %w", f.path, err), removeMissingOK(tmp))
@@ -169,11 +187,12 @@ func (f *File) Abort() error {
 		return nil
 	}
 	f.done = true
+	rerr := removeMissingOK(f.f.Name()) // before the close ends its lock
 	err := f.f.Close()
 	if errors.Is(err, fs.ErrClosed) {
 		err = nil
 	}
-	return errors.Join(err, removeMissingOK(f.f.Name()))
+	return errors.Join(err, rerr)
 }
 
 func removeMissingOK(path string) error {

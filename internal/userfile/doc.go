@@ -4,8 +4,11 @@
 // Writing: Create makes a temporary file beside the user's (in the same
 // directory, so that the final rename is atomic), named
 // ".NAME.RANDOM.partial" so that nothing left by a killed process looks
-// like the finished file; Commit syncs it, closes it and renames it over
-// the user's path, and Abort removes it. Until Commit the user's file is
+// like the finished file, and holds its lock (flock) while it writes;
+// Commit syncs it, renames it over the user's path and closes it, and
+// Abort removes it. A partial whose lock nobody holds is a dead writer's:
+// the next Create of the same NAME removes it (partial.go). A new file's
+// mode is Perm less the process's umask; a replaced one keeps its own. Until Commit the user's file is
 // untouched, whatever happens to the process; after it, the path holds
 // the whole new content. A path that is a symbolic link is followed: the
 // link stays, and the file it names is replaced. A path that exists and is

@@ -197,6 +197,12 @@ static vram_manager check_manager(void) {
 	CHECK(v.alloc(999, VRAM_SOURCE_C, MiB, 0, &p) == VRAM_EHANDLE, "alloc on an unknown handle");
 	CHECK(v.alloc_on_device(5, VRAM_SOURCE_C, MiB, 0, &p) == VRAM_EHANDLE && strstr(lasterr(), "device 5"), "alloc on device 5, which has no manager: %s", errbuf);
 	CHECK(v.alloc_on_device(0, VRAM_SOURCE_C, MiB, 0, NULL) == VRAM_EINVAL, "alloc on a device with out NULL");
+	for (int bad = 0; bad < 4; bad++) { /* no source taken modulo 256 */
+		int src = (int[]){256 + VRAM_SOURCE_C, 256 + VRAM_SOURCE_TORCH, -1, VRAM_SOURCES}[bad];
+		p = NULL;
+		CHECK(v.alloc_on_device(0, src, MiB, 0, &p) == VRAM_EINVAL && p == NULL && strstr(lasterr(), "source"),
+		      "alloc on a device for source %d: %s", src, errbuf);
+	}
 	CHECK(v.alloc_on_device(0, VRAM_SOURCE_C, MiB, 0, &p) == VRAM_OK && v.free(m, p, MiB, 0) == VRAM_OK, "alloc on device 0 and free by handle");
 	rc = v.alloc(m, VRAM_SOURCE_C, 10 * MiB, 0, &p);
 	CHECK(rc == VRAM_OK && p, "alloc 10 MiB = %d, %p: %s", rc, p, lasterr());

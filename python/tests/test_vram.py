@@ -169,6 +169,26 @@ class TestManager(SimTest):
         with self.assertRaisesRegex(vram.VramError, "freed already"):
             self.m.free(p, MiB)
 
+    def test_sizes_past_64_bits(self):
+        # ctypes would take these modulo 2**64: 4096 bytes for 2**64 + 4096,
+        # no cap for -1.
+        before = self.m.stats()
+        for call, error, pattern in [
+            (lambda: self.m.alloc(2 ** 64 + 4096), OverflowError, "size 18446744073709555712: more than 2\\*\\*64 - 1"),
+            (lambda: self.m.alloc(-4096), ValueError, "size -4096: want 0 to"),
+            (lambda: self.m.alloc(2 ** 1000), OverflowError, "size a 1001-bit number"),
+            (lambda: self.m.alloc(4096.0), TypeError, "float"),
+            (lambda: self.m.free(0, 2 ** 64), OverflowError, "size 18446744073709551616"),
+            (lambda: vram.open("sim:vram=64MiB", cap=-1), ValueError, "cap -1: want 0 to"),
+            (lambda: vram.open("sim:vram=64MiB", cap=2 ** 64), OverflowError, "cap 18446744073709551616"),
+            (lambda: vram.open_lease("sim:vram=64MiB", "/nonexistent/b.sock", cap=-1), ValueError, "cap -1"),
+        ]:
+            with self.assertRaisesRegex(error, pattern):
+                call()
+        after = self.m.stats()
+        self.assertEqual((after["allocs"], after["in_use"]), (before["allocs"], before["in_use"]), "nothing was allocated")
+        self.assertEqual(vram.manager(0), self.m, "no other manager was opened")
+
     def test_threads(self):
         errors = []
 

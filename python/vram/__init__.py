@@ -96,7 +96,7 @@ class Manager:
 
     def __init__(self, spec: typing.Optional[str] = None, cap: int = 0, *, arrays: str = "auto"):
         h = _lib.ctypes.c_int64()
-        _lib.check(_lib.lib().vram_open((spec or "").encode(), int(cap), _lib.ctypes.byref(h)))
+        _lib.check(_lib.lib().vram_open((spec or "").encode(), _lib.unsigned("cap", cap), _lib.ctypes.byref(h)))
         self._setup(h.value, arrays)
         with _known_lock:
             _known[self.handle] = self
@@ -133,6 +133,7 @@ class Manager:
         ordered on stream; returns the device address. Raises
         OutOfMemoryError (a MemoryError) past the cap or the device."""
         out = _lib.ctypes.c_void_p()
+        size = _lib.unsigned("size", size, _lib.SIZE_BITS)
         status = _lib.lib().vram_alloc(self.handle, SOURCES.index(source), size, stream_handle(stream), _lib.ctypes.byref(out))
         _lib.check(status, self.oom_report)
         return out.value
@@ -140,6 +141,7 @@ class Manager:
     def free(self, ptr, size=0, stream=UNORDERED):
         """Frees ptr, last used on stream; size, when not 0, must be the size
         it was allocated with."""
+        size = _lib.unsigned("size", size, _lib.SIZE_BITS)
         _lib.check(_lib.lib().vram_free(self.handle, ptr, size, stream_handle(stream)))
 
     def stats(self):
@@ -312,8 +314,9 @@ def open_lease(spec=None, socket=None, name=None, proportion=0.0, cap=0):
     the broker cannot cover raises OutOfMemoryError, before the device is
     asked. The lease ends when the manager is closed or the process ends."""
     h = _lib.ctypes.c_int64()
+    cap = _lib.unsigned("cap", cap)
     _lib.check(_lib.lib().vram_open_lease((spec or "").encode(), (socket or "").encode(), (name or "").encode(),
-                                          float(proportion), int(cap), _lib.ctypes.byref(h)))
+                                          float(proportion), cap, _lib.ctypes.byref(h)))
     return _wrap(h.value)
 
 

@@ -11,6 +11,7 @@ beside libvram.so.
 
 import ctypes
 import ctypes.util
+import operator
 import os
 import threading
 
@@ -95,6 +96,24 @@ class OutOfMemoryError(VramError, MemoryError):
     def __init__(self, status, message, report=""):
         super().__init__(status, message)
         self.report = report
+
+
+def unsigned(what, value, bits=64):
+    """value as a C unsigned integer of bits bits (ctypes would wrap it
+    silently: 2**64 + 4096 as 4096, -1 as 2**64 - 1). Raises TypeError for
+    what is not an integer, ValueError for a negative one and OverflowError
+    for one past 2**bits - 1, each naming what and the value."""
+    n = operator.index(value)
+    shown = str(n) if abs(n) < 10 ** 30 else "a %d-bit number" % n.bit_length()
+    if n < 0:
+        raise ValueError("%s %s: want 0 to 2**%d - 1 (%d)" % (what, shown, bits, (1 << bits) - 1))
+    if n >> bits:
+        raise OverflowError("%s %s: more than 2**%d - 1 (%d), the most a %d-bit size holds" % (what, shown, bits, (1 << bits) - 1, bits))
+    return n
+
+
+# The bits of a size_t, which vram_alloc and vram_free take.
+SIZE_BITS = 8 * ctypes.sizeof(ctypes.c_size_t)
 
 
 def _find():

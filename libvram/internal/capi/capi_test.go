@@ -11,6 +11,7 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
+	"github.com/vramkit/vram/internal/gate"
 )
 
 // TestMain fails the tests if a simulated device's stream goroutine
@@ -411,6 +412,30 @@ func TestHookErrors(t *testing.T) {
 	if st.HookErrors != 1 || !strings.Contains(rep, "hook errors  1") || strings.Count(rep, "x") > 600 {
 		t.Errorf("hook errors %d; report:\n%s\nwant one, clipped", st.HookErrors, rep)
 	}
+}
+
+// TestGateAllocFree: a cache-hit alloc/free pair of a manager opened
+// without a lease makes 2 heap allocations (use's closure, one per call),
+// and builds no context for a lease it does not have (that cost 4 more);
+// a gate figure (package internal/gate).
+func TestGateAllocFree(t *testing.T) {
+	var r Registry
+	m := open(t, &r, "sim:vram=1GiB", 0)
+	pair := func() {
+		p, err := m.Alloc(SourceC, MiB, 0x40)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Free(p, MiB, 0x40); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pair() // the stream key's stream and the cached block
+	n := testing.AllocsPerRun(100, pair)
+	if n > 2 {
+		t.Errorf("%.1f heap allocations per alloc/free pair; want at most 2", n)
+	}
+	gate.Record(t, gate.Figure{Name: "heap/capi/Manager.Alloc+Free 1 MiB", Value: n, Unit: "allocs/op", Better: gate.Lower})
 }
 
 // BenchmarkAllocFree is a 1 MiB alloc/free pair on one stream key, a

@@ -71,6 +71,7 @@ type Manager struct {
 	vm        *vram.Manager
 	al        alloc.Allocator      // vm's allocator (an alloc.Limit when capped); SetAllocator is never called
 	foreign   device.ForeignCaller // nil where the backend borrows no streams (the simulator)
+	leased    bool                 // opened with a broker's lease: allocations claim room under it first
 	unordered device.Stream        // where allocations that name no stream are made
 
 	useMu  sync.RWMutex // read: a call is using the manager; write: Close
@@ -160,8 +161,12 @@ func (m *Manager) Alloc(src Source, n uint64, h uintptr) (device.Ptr, error) {
 // the broker's lease, if the manager has one (vram.Manager.ClaimLease):
 // the broker bounds the wait by its reclaim deadline, leaseClaimTimeout
 // bounds it here. A claim the broker cannot cover fails before the device
-// is asked, with an error wrapping device.ErrOutOfMemory.
+// is asked, with an error wrapping device.ErrOutOfMemory. Without a lease
+// it is the allocator's Alloc and nothing more: no context is made.
 func (m *Manager) leasedAlloc(n uint64, s device.Stream) (device.Ptr, error) {
+	if !m.leased {
+		return m.al.Alloc(n, s)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaseClaimTimeout)
 	defer cancel()
 	done, err := m.vm.ClaimLease(ctx, n)

@@ -180,6 +180,7 @@ func newManager(dev device.Device, o Options, conf []vram.Option) (*Manager, err
 		lease := o.Lease
 		lease.Broker = broker.At(o.Broker)
 		opts = append(opts, vram.WithLease(lease))
+		m.leased = true
 	case o.Cap > 0: // else $VRAM_ALLOC_CONF's limit, if any, stands
 		opts = append(opts, vram.WithCap(o.Cap))
 	}
