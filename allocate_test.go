@@ -616,3 +616,30 @@ func TestResponseMember(t *testing.T) {
 		t.Error("Member of a client of another group is not nil")
 	}
 }
+
+// TestAllocatePastTheDevice: an Allocate whose smallest plan needs more
+// than the whole device says by how much and what would shrink it, not a
+// budget to raise or memory to free, which cannot help.
+func TestAllocatePastTheDevice(t *testing.T) {
+	m, _, _ := newManager(t, 64*MiB)
+	c := register(t, m, ClientOptions{Name: "solver"})
+	for name, q := range map[string]map[string]ArrayRequest{
+		"nothing chunkable": {"t": {Shape: []int{1 << 40}, DType: Float64, Unchunkable: true}},
+		"fixed inputs":      {"t": {Shape: []int{1 << 40}, DType: Float64, Unchunkable: true}, "x": req(Float32, 1, 4, 1000)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := c.Queue(q); err != nil {
+				t.Fatal(err)
+			}
+			_, err := c.Allocate(context.Background())
+			if !errors.Is(err, ErrUnchunkable) || !strings.Contains(err.Error(), "shrink them: that is 8 TiB more than the device's 64 MiB in all") {
+				t.Fatalf("Allocate = %v; want ErrUnchunkable saying the device has 64 MiB in all", err)
+			}
+			for _, never := range []string{"raise the budget", "to give the group more"} {
+				if strings.Contains(err.Error(), never) {
+					t.Errorf("Allocate's error %q says %q", err, never)
+				}
+			}
+		})
+	}
+}

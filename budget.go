@@ -407,7 +407,7 @@ func (tx *allocTx) planBudget() error {
 	if err := tx.m.readBudget(&tx.gb); err != nil {
 		return fmt.Errorf("allocate group %q: %w", tx.group, err)
 	}
-	plan, err := planGroup(tx.q, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers, more: tx.gb.advice})
+	plan, err := planGroup(tx.q, &tx.gb, PlanOptions{Granularity: tx.gb.gran, Buffers: tx.ac.buffers, DeviceBytes: tx.m.dev.Info().TotalBytes, more: tx.gb.advice})
 	if err == nil {
 		tx.plan = plan
 		return nil
@@ -606,7 +606,7 @@ func withinOwnCaps(reqs map[*Client]map[string]ArrayRequest, b *groupBudget, opt
 	for range 3 { // the bound only falls; twice settles it (once the group is chunked, with its buffers)
 		bound := 0
 		for _, c := range clients {
-			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers, more: opts.more}
+			o := PlanOptions{Granularity: opts.Granularity, Buffers: opts.Buffers, DeviceBytes: opts.DeviceBytes, more: opts.more}
 			if p.Chunks > 1 {
 				o.MaxChunkLength = p.ChunkLength // chunked as the group is, with its buffers
 			}

@@ -236,3 +236,22 @@ func ExampleHostMemory_Alloc() {
 	// 8192 KiB: file
 	// reopened: [1048576] 42
 }
+
+// Open opens a device and a manager of it in one call, and Close closes
+// both; "" opens the GPU, or the simulator on a machine without one.
+func ExampleOpen() {
+	m, err := vram.Open("sim:vram=1GiB,context=0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close() // the manager, then the device
+	c, err := m.Register(vram.ClientOptions{Name: "solver", Proportion: 0.5})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s on %s may use %d MiB\n", c, m.Device().Info().Backend, c.Cap()>>20)
+	// Output:
+	// solver#1 on sim may use 512 MiB
+}

@@ -60,6 +60,7 @@ type Manager struct {
 	host    *hostPool
 	acct    *account.Account // the allocator, its cap and the broker's lease; set in New
 	nextID  atomic.Uint64
+	ownsDev bool          // Open's manager: Close closes dev; set before m is shared
 	replans atomic.Uint64 // Allocate plans made again after the allocator took more than reserved
 
 	planMu chan struct{} // room for one: serializes Allocate's budget, plan and allocation (lockCtx)
@@ -125,36 +126,53 @@ var (
 	defaultErr  error
 )
 
-// Default returns the process-wide manager, made on the first call on
-// device.Open("auto") (or $VRAM_DEVICE): the CUDA device 0 when a driver
-// and GPU are present, else the simulator, with the allocator that
-// $VRAM_ALLOC_CONF configures (ParseAllocConf) and, when $VRAM_BROKER
-// names the node broker's socket, its budget from a lease of it
-// (WithBroker; the program must link package broker). Every call returns the same
-// manager (or the same error); it is safe to call from many goroutines
-// at once. Its device is never closed. Do not Close the default manager
-// while anything in the process may still use it: it is never remade,
-// so every later call returns the closed manager. Close clients instead,
-// or use New for a manager of your own.
+// Default returns the process-wide manager, made on the first call as
+// Open("") makes one: on device.Open("auto") (or $VRAM_DEVICE), the CUDA
+// device 0 when a driver and GPU are present, else the simulator, with
+// the allocator that $VRAM_ALLOC_CONF configures (ParseAllocConf) and,
+// when $VRAM_BROKER names the node broker's socket, its budget from a
+// lease of it (WithBroker; the program must link package broker). Every
+// call returns the same manager (or the same error); it is safe to call
+// from many goroutines at once. Its device is never closed. Do not Close
+// the default manager while anything in the process may still use it:
+// it is never remade, so every later call returns the closed manager.
+// Close clients instead, or use Open for a manager of your own.
 func Default() (*Manager, error) {
 	defaultOnce.Do(func() {
-		opts, err := AllocConfFromEnv() // $VRAM_ALLOC_CONF (allocconf.go)
-		if err != nil {
-			defaultErr = fmt.Errorf("default manager: %w", err)
-			return
-		}
-		opts = append(opts, brokerFromEnv()...) // $VRAM_BROKER (options.go)
-		dev, err := device.Open("")
-		if err != nil {
-			defaultErr = fmt.Errorf("default manager: %w", err)
-			return
-		}
-		defaultMgr, defaultErr = New(dev, opts...)
+		defaultMgr, defaultErr = open("", false, nil)
 		if defaultErr != nil {
-			_ = dev.Close()
+			defaultErr = fmt.Errorf("default manager: %w", defaultErr)
 		}
 	})
 	return defaultMgr, defaultErr
+}
+
+// Open opens the device spec names (device.Open: "" is $VRAM_DEVICE, else
+// "auto", the CUDA device 0 when a driver and GPU are present and the
+// simulator otherwise) and a manager of it that owns it: Close closes the
+// manager, then the device. The manager is made as Default's is, with
+// the options $VRAM_ALLOC_CONF and $VRAM_BROKER give first and opts after
+// them, so that an option given here wins.
+func Open(spec string, opts ...Option) (*Manager, error) { return open(spec, true, opts) }
+
+// open opens spec's device and a manager of it with the environment's
+// options and then opts; own makes the device the manager's to close.
+func open(spec string, own bool, opts []Option) (*Manager, error) {
+	env, err := AllocConfFromEnv() // $VRAM_ALLOC_CONF (allocconf.go)
+	if err != nil {
+		return nil, err
+	}
+	env = append(env, brokerFromEnv()...) // $VRAM_BROKER (options.go)
+	dev, err := device.Open(spec)
+	if err != nil {
+		return nil, err
+	}
+	m, err := New(dev, append(env, opts...)...)
+	if err != nil {
+		return nil, errors.Join(err, dev.Close())
+	}
+	m.ownsDev = own
+	return m, nil
 }
 
 // Device is the managed device.
@@ -429,7 +447,8 @@ func (m *Manager) orderAfter(last, s device.Stream) error {
 }
 
 // Close frees every array, closes every client (no hooks are called),
-// the allocator and the streams. The device stays open. Pinned, mapped
+// the allocator and the streams; the device stays open, unless Open
+// opened it, and then Close closes it last. Pinned, mapped
 // and file-backed host arrays still live (NewHostArray, Host().Alloc,
 // Host().Open) are freed too, and the error, wrapping
 // ErrLiveHostArrays, names them: their views must not be used after
@@ -461,7 +480,11 @@ func (m *Manager) Close() error {
 	acctErr := m.acct.Close(func() error {
 		return errors.Join(wrapIf("close pinned pool", m.host.close()), wrapIf("close streams", m.groups.Close()))
 	})
-	return errors.Join(freeErr, liveErr, acctErr)
+	var devErr error
+	if m.ownsDev {
+		devErr = m.dev.Close() // Open's device, closed last
+	}
+	return errors.Join(freeErr, liveErr, acctErr, wrapIf("close device", devErr))
 }
 
 // owner is the Manager as its account's owner (account.Owner): it

@@ -488,6 +488,56 @@ func TestDefault(t *testing.T) {
 	}
 }
 
+// TestOpen: Open makes a manager that owns its device (Close closes it,
+// a second Close does nothing), with $VRAM_ALLOC_CONF's options first and
+// the caller's after them, and refuses a bad spec or configuration
+// before it opens anything.
+func TestOpen(t *testing.T) {
+	const spec = "sim:vram=64MiB,context=0,backed=false"
+	for name, tc := range map[string]struct {
+		conf     string
+		spec     string
+		opts     []Option
+		wantKind AllocatorKind
+		wantErr  error
+	}{
+		"defaults":                {spec: spec, wantKind: Pool},
+		"the environment's kind":  {conf: "kind:direct", spec: spec, wantKind: Direct},
+		"an option wins":          {conf: "kind:direct", spec: spec, opts: []Option{WithAllocator(AsyncPool)}, wantKind: AsyncPool},
+		"a bad configuration":     {conf: "kind:nope", spec: spec, wantErr: ErrAllocConf},
+		"a bad spec":              {spec: "gpu:0", wantErr: device.ErrBadSpec},
+		"a bad option, no device": {spec: spec, opts: []Option{WithLimitMode(LimitMode(9))}, wantErr: device.ErrInvalidValue},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(AllocConfEnv, tc.conf)
+			t.Setenv(BrokerEnv, "")
+			m, err := Open(tc.spec, tc.opts...)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || m != nil {
+					t.Fatalf("Open = %v, %v; want nil and an error wrapping %v", m, err, tc.wantErr)
+				}
+				return // goleak (TestMain) finds a device left open: its streams' goroutines
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind, _ := m.Account().Stats(); kind != tc.wantKind {
+				t.Errorf("allocator kind %v, want %v", kind, tc.wantKind)
+			}
+			dev := m.Device()
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := dev.MemInfo(); !errors.Is(err, device.ErrClosed) {
+				t.Errorf("the device after the manager's Close: MemInfo = %v, want ErrClosed", err)
+			}
+			if err := m.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+		})
+	}
+}
+
 func TestClosedManager(t *testing.T) {
 	dev := newSim(t, 64*MiB)
 	m, err := New(dev, WithAllocatorChoice(account.Choice{Kind: Direct}))

@@ -58,6 +58,11 @@ type PlanOptions struct {
 	// sets it so that each member's arrays fit its own cap in the Active
 	// limit mode.)
 	MaxChunkLength int `json:"max_chunk_length,omitempty"`
+	// DeviceBytes, when above 0, is the device's whole memory: no budget
+	// on it can pass that, so a PlanError whose smallest plan needs more
+	// says so and advises what would shrink the need, not a larger
+	// budget. (Allocate sets it; vram plan gives the device's.)
+	DeviceBytes uint64 `json:"device_bytes,omitempty"`
 
 	// more, when set, says what else would make the requests fit, for
 	// the end of a PlanError's Hint (Allocate's: what would give the
@@ -262,6 +267,7 @@ type planner struct {
 	k             int    // buffers in flight
 	cost          func([]uint64) uint64
 	more          func() string // PlanOptions.more
+	deviceBytes   uint64        // PlanOptions.DeviceBytes; 0: unknown
 	items         []planItem
 	runs          int
 	nChunkableDev int
@@ -275,7 +281,8 @@ type planner struct {
 // newPlanner validates the requests and works out the runs and the bytes
 // per run.
 func newPlanner(owners []planOwner, opts PlanOptions) (*planner, error) {
-	pl := &planner{owners: owners, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, more: opts.more, runs: -1}
+	pl := &planner{owners: owners, g: opts.Granularity, k: max(opts.Buffers, 1), cost: opts.Cost, more: opts.more,
+		deviceBytes: opts.DeviceBytes, runs: -1}
 	if pl.g == 0 {
 		pl.g = DefaultGranularity
 	}

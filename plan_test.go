@@ -205,6 +205,7 @@ func TestPlanErrors(t *testing.T) {
 		opts    PlanOptions
 		is      error
 		mention []string // figures and names the message must carry
+		never   []string // advice it must not give
 	}{
 		"nothing chunkable": {
 			reqs: one("x", fixed(Float64, 1024)), budget: 4096,
@@ -222,6 +223,33 @@ func TestPlanErrors(t *testing.T) {
 			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 100), "x": req(Float64, 1, 64, 100)}},
 			budget: 600, opts: PlanOptions{Granularity: 1},
 			is: ErrRunTooLarge, mention: []string{"one run needs 612 B", "100 B", "1 × 512 B", "budget is 600 B", "raise the budget by 12 B"},
+		},
+		// Past the whole device (DeviceBytes), no budget helps: the hint
+		// says to shrink, by how much, and nothing of the caller's.
+		// 1024 × 8 B = 8 KiB against a device of 6000 B: 2,192 B more →
+		// 2.2 KiB rounded up; 6000 B → 5.8 KiB rounded down.
+		"nothing chunkable, past the device": {
+			reqs: one("x", fixed(Float64, 1024)), budget: 4096, opts: PlanOptions{DeviceBytes: 6000, more: func() string { return "free memory" }},
+			is: ErrUnchunkable, mention: []string{"or shrink them: that is 2.2 KiB more than the device's 5.8 KiB in all"},
+			never: []string{"raise the budget", "free memory"},
+		},
+		// 5000 B → 5,120 B + one run's 512 B = 5,632 B: 1,536 B past 4 KiB.
+		"fixed inputs past the device": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 5000), "x": req(Float64, 0, 100)}},
+			budget: 4096, opts: PlanOptions{DeviceBytes: 4096},
+			is: ErrUnchunkable, mention: []string{"make the large fixed inputs chunkable or shrink them: that is 1.5 KiB more than the device's 4 KiB in all"},
+			never: []string{"raise the budget"},
+		},
+		"one run past the device": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 100), "x": req(Float64, 1, 64, 100)}},
+			budget: 600, opts: PlanOptions{Granularity: 1, DeviceBytes: 600},
+			is: ErrRunTooLarge, mention: []string{"make more of the fixed arrays chunkable or make the per-run arrays smaller: that is 12 B more than the device's 600 B in all"},
+			never: []string{"raise the budget"},
+		},
+		"one run within the device": {
+			reqs:   map[string]map[string]ArrayRequest{"c": {"k": fixed(Uint8, 100), "x": req(Float64, 1, 64, 100)}},
+			budget: 600, opts: PlanOptions{Granularity: 1, DeviceBytes: 1 << 30},
+			is: ErrRunTooLarge, mention: []string{"raise the budget by 12 B"},
 		},
 		"one run fits single but not double buffered": {
 			reqs:   map[string]map[string]ArrayRequest{"c": {"x": req(Float64, 1, 64, 100)}},
@@ -252,6 +280,11 @@ func TestPlanErrors(t *testing.T) {
 			for _, s := range tc.mention {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("error %q does not mention %q", err, s)
+				}
+			}
+			for _, s := range tc.never {
+				if strings.Contains(err.Error(), s) {
+					t.Errorf("error %q says %q", err, s)
 				}
 			}
 			var pe *PlanError

@@ -82,20 +82,42 @@ func (pl *planner) unchunkableError(budget uint64) error {
 	if pl.nChunkableDev == 0 {
 		e.Need = pl.device(pl.runs, 1)
 		e.Pages = e.Need - min(e.Need, satAdd(pl.u, chunkBytes(pl.devRuns, pl.runs, pl.g)))
-		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s",
-			largestUnchunkable(pl.items, 3), raiseHint(e.Need, budget))
+		largest := largestUnchunkable(pl.items, 3)
+		if pl.beyondDevice(e.Need - e.Pages) {
+			e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or shrink them: %s", largest, pl.deviceNote(e.Need-e.Pages))
+			return e
+		}
+		e.Hint = fmt.Sprintf("give the largest requests a chunk axis along their runs (%s), or %s", largest, raiseHint(e.Need, budget))
 		pl.addMore(e)
 		return e
 	}
 	e.Need = pl.device(1, pl.k)
 	e.Pages = e.Need - min(e.Need, satAdd(pl.u, satMul(uint64(pl.k), e.RunBytes)))
-	if pl.u > 0 {
+	switch arrays := e.Need - e.Pages; {
+	case pl.beyondDevice(arrays) && pl.u > 0:
+		e.Hint = "make the large fixed inputs chunkable or shrink them: " + pl.deviceNote(arrays)
+		return e
+	case pl.beyondDevice(arrays):
+		e.Hint = "make the per-run arrays smaller: " + pl.deviceNote(arrays)
+		return e
+	case pl.u > 0:
 		e.Hint = fmt.Sprintf("make the large fixed inputs chunkable, shrink them, or %s", raiseHint(e.Need, budget))
-	} else {
+	default:
 		e.Hint = raiseHint(e.Need, budget)
 	}
 	pl.addMore(e)
 	return e
+}
+
+// beyondDevice reports whether the arrays' bytes (a need less what the
+// allocator takes in whole pages, which fewer, larger arrays may save)
+// are more than the whole device holds (PlanOptions.DeviceBytes): then no
+// budget, and nothing the caller frees, can hold them.
+func (pl *planner) beyondDevice(need uint64) bool { return pl.deviceBytes > 0 && need > pl.deviceBytes }
+
+// deviceNote says by how much the arrays' bytes pass the whole device.
+func (pl *planner) deviceNote(need uint64) string {
+	return fmt.Sprintf("that is %s more than the device's %s in all", bytesUp(need-pl.deviceBytes), bytesDown(pl.deviceBytes))
 }
 
 // runTooLargeError is the PlanError of a set whose one run (in k buffers)
@@ -105,7 +127,11 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 	e := &PlanError{Err: ErrRunTooLarge, Need: need, Budget: budget, UnchunkableBytes: pl.u,
 		RunBytes: c1, Buffers: pl.k, Chunkable: pl.nChunkableDev}
 	e.Pages = need - min(need, satAdd(pl.u, satMul(uint64(pl.k), c1)))
-	ways := []string{raiseHint(need, budget)}
+	arrays := need - e.Pages
+	var ways []string
+	if !pl.beyondDevice(arrays) {
+		ways = append(ways, raiseHint(need, budget))
+	}
 	if pl.k > 1 {
 		ways = append(ways, "use fewer buffers in flight")
 	}
@@ -113,7 +139,14 @@ func (pl *planner) runTooLargeError(budget, need uint64) error {
 		ways = append(ways, "make more of the fixed arrays chunkable")
 	}
 	ways = append(ways, "make the per-run arrays smaller")
-	e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
+	e.Hint = ways[0]
+	if len(ways) > 1 {
+		e.Hint = strings.Join(ways[:len(ways)-1], ", ") + " or " + ways[len(ways)-1]
+	}
+	if pl.beyondDevice(arrays) {
+		e.Hint += ": " + pl.deviceNote(arrays)
+		return e
+	}
 	pl.addMore(e)
 	return e
 }

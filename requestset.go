@@ -208,6 +208,12 @@ func parseRequest(raw json.RawMessage, path string) (ArrayRequest, error) {
 			return req, fmt.Errorf("%s.unchunkable: want true or false, got %s: %w", path, describeJSON(raw), ErrRequestSet)
 		}
 	}
+	if n := len(req.Shape); n > 0 && !req.Unchunkable && req.ChunkAxis >= n {
+		// The library takes it as unchunkable (cubie's rule); here it is a
+		// typing mistake that would plan the array whole, unsaid.
+		return req, fmt.Errorf(`%s.chunk_axis: give the run axis, 0 to %d, or "unchunkable": true: chunk axis %d is past shape %v: %w`,
+			path, n-1, req.ChunkAxis, req.Shape, ErrRequestSet)
+	}
 	if raw, ok := obj["total_runs"]; ok {
 		if req.TotalRuns, err = decodeInt(raw, path+".total_runs"); err != nil {
 			return req, err

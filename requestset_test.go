@@ -47,6 +47,7 @@ func TestRequestSetErrors(t *testing.T) {
 		"unknown req key":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axsi": 0}}}}`, []string{`requests.a.x: unknown key "chunk_axsi"`}},
 		"chunk_axis string": {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axis": "0"}}}}`, []string{"chunk_axis: want an integer"}},
 		"chunk_axis neg":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "chunk_axis": -1}}}}`, []string{"chunk_axis is -1"}},
+		"chunk_axis past":   {`{"requests": {"a": {"x": {"shape": [4, 1000], "dtype": "int32", "chunk_axis": 2}}}}`, []string{`requests.a.x.chunk_axis: give the run axis, 0 to 1, or "unchunkable": true: chunk axis 2 is past shape [4 1000]`}},
 		"unchunkable int":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "unchunkable": 1}}}}`, []string{"unchunkable: want true or false, got a number 1"}},
 		"total_runs zero":   {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "total_runs": 0}}}}`, []string{"total_runs is 0"}},
 		"memory unknown":    {`{"requests": {"a": {"x": {"shape": [4], "dtype": "int32", "memory": "host"}}}}`, []string{`unknown memory type "host"`, "pinned"}},
@@ -84,7 +85,7 @@ func TestRequestSetValues(t *testing.T) {
 	                        "unchunkable": false, "total_runs": 1000000}},
 	  "inputs": {"params": {"shape": [1000, 4], "dtype": "float64"},
 	             "table": {"shape": [64], "dtype": "int32", "unchunkable": true, "memory": "pinned"},
-	             "big": {"shape": [1e3], "dtype": "u1", "chunk_axis": 5},
+	             "big": {"shape": [1e3], "dtype": "u1", "chunk_axis": 5, "unchunkable": true},
 	             "scalar": {"shape": [], "dtype": "float64"}}}}`
 	got, err := unmarshalSet([]byte(in))
 	if err != nil {
@@ -100,7 +101,7 @@ func TestRequestSetValues(t *testing.T) {
 		"all given":           {"outputs", "state", vram.ArrayRequest{Shape: []int{201, 4, 1000000}, DType: vram.Float32, ChunkAxis: 2, TotalRuns: 1000000}},
 		"defaults":            {"inputs", "params", vram.ArrayRequest{Shape: []int{1000, 4}, DType: vram.Float64}},
 		"unchunkable, pinned": {"inputs", "table", vram.ArrayRequest{Shape: []int{64}, DType: vram.Int32, Unchunkable: true, Memory: vram.Pinned}},
-		"alias, axis past":    {"inputs", "big", vram.ArrayRequest{Shape: []int{1000}, DType: vram.Uint8, ChunkAxis: 5}},
+		"alias, axis past":    {"inputs", "big", vram.ArrayRequest{Shape: []int{1000}, DType: vram.Uint8, ChunkAxis: 5, Unchunkable: true}},
 		"scalar":              {"inputs", "scalar", vram.ArrayRequest{Shape: []int{}, DType: vram.Float64}},
 	}
 	for name, tc := range tests {

@@ -110,7 +110,8 @@ type LeaseBudget struct {
 // (LeaseOptions.Broker). Package broker's At is the broker on a socket.
 type Broker interface {
 	// Lease connects to the broker and acquires the lease req asks for,
-	// waiting no longer than ctx.
+	// waiting no longer than ctx. Its errors name the broker (its socket)
+	// and say what to do: the account returns them as they are.
 	Lease(ctx context.Context, req LeaseRequest) (Lease, error)
 	// String names the broker in messages (its socket).
 	String() string
@@ -222,7 +223,7 @@ func (a *Account) joinBroker() error {
 	defer cancel()
 	l, err := br.Lease(ctx, LeaseRequest{Device: a.dev.Info(), Options: o, Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("lease from the broker on %s: %w", br, err)
+		return err // the broker's, which names it and says what to do (Broker.Lease)
 	}
 	// The broker grants a new lease what is free of its guaranteed part;
 	// the account holds nothing yet, so it gives that back at once, for

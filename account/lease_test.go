@@ -195,7 +195,7 @@ func TestLeaseNeedsItsDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if _, err := vram.New(dev, vram.WithBroker(w.socket), vram.WithLogger(quietLog)); err == nil || !strings.Contains(err.Error(), "0 shared") {
+	if _, err := vram.New(dev, vram.WithBroker(w.socket), vram.WithLogger(quietLog)); err == nil || !strings.Contains(err.Error(), "name one of the broker's devices, 0 or shared") {
 		t.Fatalf("New on a private device: %v; want an error listing the broker's devices", err)
 	}
 	m, err := vram.New(dev, vram.WithBroker(w.socket), vram.WithLease(vram.LeaseOptions{Device: "0"}), vram.WithLogger(quietLog))

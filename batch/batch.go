@@ -21,7 +21,8 @@ import (
 // time; Close frees what it allocated and made.
 type Batch struct {
 	arrays []*Array
-	err    error // the first bad declaration, returned by Allocate
+	owned  []*vram.Client // the clients Register registered: Close closes them
+	err    error          // the first bad declaration, returned by Allocate
 	m      *vram.Manager
 	plan   vram.ChunkPlan
 	runs   int  // the batch's runs: its requests' (at least 1)
@@ -31,6 +32,29 @@ type Batch struct {
 // New returns an empty batch; declare its arrays with In, Out and
 // Scratch.
 func New() *Batch { return &Batch{} }
+
+// Register registers a client of m with options o for the batch and
+// returns it, for In, Out and Scratch: the batch closes it on Close.
+// Options with no Group join "default", as Manager.Register's do, so the
+// clients a batch registers share one group unless told otherwise. A
+// refused registration returns nil and is Allocate's error, as a bad
+// declaration is.
+func (b *Batch) Register(m *vram.Manager, o vram.ClientOptions) *vram.Client {
+	if b.err != nil {
+		return nil
+	}
+	if m == nil {
+		b.fail(batchErr("register %q: a nil manager; pass the one the batch runs on", o.Name))
+		return nil
+	}
+	c, err := m.Register(o)
+	if err != nil {
+		b.fail(err) // the manager's, which names the client and the figures
+		return nil
+	}
+	b.owned = append(b.owned, c)
+	return c
+}
 
 // direction is what the pipeline does with an array.
 type direction uint8
@@ -96,7 +120,9 @@ func (s Side) none() bool { return s.host == nil && s.fill == nil && s.drain == 
 // before each chunk's compute (its runs along the request's chunk axis;
 // an unchunkable one once, before the first chunk), from side when given
 // (Host or Fill), else from the host array MakeHosts makes or Use gives.
-// A bad declaration is returned by Allocate.
+// A bad declaration is returned by Allocate; a chunk axis past the shape
+// is one, unless the request is Unchunkable (the manager alone would take
+// it as unchunkable, cubie's rule, and plan the array whole).
 func (b *Batch) In(c *vram.Client, label string, req vram.ArrayRequest, side ...Side) *Array {
 	return b.declare(c, label, req, dirIn, side)
 }
@@ -140,6 +166,9 @@ func (b *Batch) declare(c *vram.Client, label string, req vram.ArrayRequest, dir
 		b.fail(batchErr("%v %q: a nil client; pass the client that holds it", dir, label))
 	case label == "":
 		b.fail(batchErr("%v of %v: an empty label; name it", dir, c))
+	case len(req.Shape) > 0 && !req.Unchunkable && req.ChunkAxis >= len(req.Shape):
+		b.fail(batchErr("%v %q of %v: set ChunkAxis to its run axis, 0 to %d, or Unchunkable: chunk axis %d is past shape %v",
+			dir, label, c, len(req.Shape)-1, req.ChunkAxis, req.Shape))
 	case b.m != nil && c.Manager() != b.m:
 		b.fail(batchErr("%v %q of %v: another manager's client; a batch is of one device (RunParts runs one per device)", dir, label, c))
 	default:
@@ -431,7 +460,8 @@ func (b *Batch) MakeHosts() error {
 
 // Close frees the host arrays MakeHosts made and the batch's device
 // arrays (those its clients still hold from its Allocate; a closed
-// client's are already gone). A second Close does nothing.
+// client's are already gone), then closes the clients Register
+// registered. A second Close does nothing.
 func (b *Batch) Close() error {
 	var errs []error
 	for _, a := range b.arrays {
@@ -443,6 +473,9 @@ func (b *Batch) Close() error {
 		}
 		a.dev, a.resp = nil, nil
 	}
-	b.ok = false
+	for _, c := range b.owned {
+		errs = append(errs, c.Close())
+	}
+	b.owned, b.ok = nil, false
 	return errors.Join(errs...)
 }

@@ -285,6 +285,11 @@ func TestRunErrors(t *testing.T) {
 		}, "not allocated"},
 		"nil client":  {func() error { return allocate(func(b *batch.Batch) { b.In(nil, "x", req) }) }, "a nil client"},
 		"empty label": {func() error { return allocate(func(b *batch.Batch) { b.Out(f.writer, "", req) }) }, "an empty label"},
+		"axis past the shape": {func() error {
+			return allocate(func(b *batch.Batch) {
+				b.In(f.solver, "x", vram.ArrayRequest{Shape: []int{2, 100}, DType: vram.Float32, ChunkAxis: 2})
+			})
+		}, `input "x" of solver#1: set ChunkAxis to its run axis, 0 to 1, or Unchunkable: chunk axis 2 is past shape [2 100]`},
 		"twice": {func() error {
 			return allocate(func(b *batch.Batch) { b.In(f.solver, "x", req); b.Out(f.solver, "x", req) })
 		}, `"x" of solver#1 declared twice`},

@@ -8,7 +8,8 @@
 // A Batch holds the batch's arrays, each declared once with its client,
 // label and request: In (copied in before each chunk's compute), Out
 // (copied out after it), InOut (both, at the same runs of one host array)
-// and Scratch (the compute step's own). Allocate
+// and Scratch (the compute step's own). The clients may be the batch's own
+// (Register: closed with the batch). Allocate
 // queues them with their clients (who must share a stream group) and
 // allocates the group with one Client.Allocate, planned and chunked by
 // the manager; every member's arrays come from the response it returns

@@ -2,12 +2,11 @@ package batch_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"time"
 
 	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/batch"
-	"github.com/vramkit/vram/device/sim"
 	"github.com/vramkit/vram/kernel"
 )
 
@@ -66,62 +65,44 @@ func affineGo(a kernel.Args, lo, hi int) error {
 }
 
 // Example runs a batch four times the device: a solver and a writer
-// with different shares of one group, a portable kernel, two buffers in
-// flight, every error handled and every result checked.
+// with different shares of one group, registered by the batch, a
+// portable kernel, two buffers in flight, every error handled and every
+// result checked. The README's program is this one, shorter.
 func Example() {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	var closers []func() error // closed last first, each error said
-	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			if err := closers[i](); err != nil {
-				fmt.Println("close:", err)
-			}
-		}
-	}()
+	if err := example(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// go kernel, 8 chunks of 524288 runs, 2 buffers, 8 of 8 chunks done
+	// 16 MiB in, 16 MiB out, 0 wrong results of 4194304
+}
+
+func example(ctx context.Context) (err error) {
 	affine, err := kernel.New("affine", affinePTX, affineGo, 0)
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	closers = append(closers, affine.Close)
-	dev, err := sim.New(sim.Config{TotalBytes: 8 << 20, NoContext: true})
+	defer func() { err = errors.Join(err, affine.Close()) }()
+	m, err := vram.Open("sim:vram=8MiB,context=0") // the manager and its device: Close closes both
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
-	closers = append(closers, dev.Close)
-	m, err := vram.New(dev)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	closers = append(closers, m.Close)
-	solver, err := m.Register(vram.ClientOptions{Name: "solver", Group: "batch", Proportion: 0.5})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	writer, err := m.Register(vram.ClientOptions{Name: "writer", Group: "batch", Proportion: 0.25})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	defer func() { err = errors.Join(err, m.Close()) }()
+	b := batch.New()
+	defer func() { err = errors.Join(err, b.Close()) }() // its arrays, then the clients it registered
+	solver := b.Register(m, vram.ClientOptions{Name: "solver", Group: "batch", Proportion: 0.5})
+	writer := b.Register(m, vram.ClientOptions{Name: "writer", Group: "batch", Proportion: 0.25})
 
 	// 32 MiB of device arrays on an 8 MiB device; each array's label and
 	// shape are written once, here.
 	const runs = 4 << 20
-	b := batch.New()
-	closers = append(closers, b.Close)
 	x := b.In(solver, "x", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
 	y := b.Out(writer, "y", vram.ArrayRequest{Shape: []int{runs}, DType: vram.Float32})
-	if err := b.Allocate(ctx, vram.WithBuffers(2)); err != nil {
-		fmt.Println(err)
-		return
+	if err := b.Allocate(ctx, vram.WithBuffers(2)); err != nil { // a refused Register's error too
+		return err
 	}
 	if err := b.MakeHosts(); err != nil { // full-length host arrays, shaped as the requests
-		fmt.Println(err)
-		return
+		return err
 	}
 	xs := x.Host().Float32s()
 	for i := range xs {
@@ -131,8 +112,7 @@ func Example() {
 		return ch.Launch(affine, x, y, uint32(ch.Len), float32(2), float32(1))
 	})
 	if err != nil {
-		fmt.Println(err)
-		return
+		return err
 	}
 	bad := 0
 	for i, v := range y.Host().Float32s() {
@@ -141,9 +121,7 @@ func Example() {
 		}
 	}
 	fmt.Printf("%s kernel, %d chunks of %d runs, %d buffers, %d of %d chunks done\n",
-		affine.Form(dev), rep.Chunks, b.Plan().ChunkLength, rep.Buffers, rep.ChunksDone, rep.Chunks)
+		affine.Form(m.Device()), rep.Chunks, b.Plan().ChunkLength, rep.Buffers, rep.ChunksDone, rep.Chunks)
 	fmt.Printf("%d MiB in, %d MiB out, %d wrong results of %d\n", rep.BytesIn>>20, rep.BytesOut>>20, bad, len(xs))
-	// Output:
-	// go kernel, 8 chunks of 524288 runs, 2 buffers, 8 of 8 chunks done
-	// 16 MiB in, 16 MiB out, 0 wrong results of 4194304
+	return nil
 }

@@ -56,7 +56,7 @@ func TestRequestValidation(t *testing.T) {
 		"device past the broker's": {func() error {
 			_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Device: 7}})
 			return err
-		}, "spec.device 7"},
+		}, "spec.device 7: want the index of one of the broker's devices, 0 ("},
 		"name too long": {func() error {
 			_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Name: long}})
 			return err

@@ -1,7 +1,7 @@
 package broker
 
-// The trust model's tests: each row of the README's table "who may do
-// what" is one of these (or a test it names).
+// The trust model's tests: each row of docs/sharing.md's table "who may
+// do what" is one of these (or a test it names).
 
 import (
 	"os"
@@ -293,16 +293,16 @@ func TestLeaseLimitPerUID(t *testing.T) {
 	}
 }
 
-// Each row of the README's table "who may do what" names tests that
+// Each row of docs/sharing.md's table "who may do what" names tests that
 // exist, in this package or the one the row names.
 func TestTrustTableNamesTests(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/sharing.md")
 	if err != nil {
-		t.Skipf("no README beside the package: %v", err)
+		t.Skipf("no docs beside the package: %v", err)
 	}
-	_, table, ok := strings.Cut(string(readme), "**Who may do what.**")
+	_, table, ok := strings.Cut(string(doc), "**Who may do what.**")
 	if !ok {
-		t.Fatal("the README has no table of who may do what")
+		t.Fatal("docs/sharing.md has no table of who may do what")
 	}
 	_, table, _ = strings.Cut(table, "\n| who |")
 	table, _, _ = strings.Cut(table, "\n\n")

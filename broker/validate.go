@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/vramkit/vram/broker/brokerpb"
@@ -89,13 +90,23 @@ type spec struct {
 	cap   uint64
 }
 
+// deviceList names the broker's devices by index and name: "0
+// (cuda:0); 1 (cuda:1)".
+func deviceList(devs []*device) string {
+	names := make([]string, len(devs))
+	for i, d := range devs {
+		names[i] = fmt.Sprintf("%d (%s)", d.index, d.name)
+	}
+	return strings.Join(names, "; ")
+}
+
 // checkSpec checks a LeaseSpec against the broker's devices.
 func checkSpec(ps *brokerpb.LeaseSpec, devs []*device) (spec, error) {
 	if ps == nil {
 		return spec{}, fmt.Errorf("spec: missing: %w", ErrInvalid)
 	}
 	if int64(ps.GetDevice()) >= int64(len(devs)) {
-		return spec{}, fmt.Errorf("spec.device %d: the broker has %d device(s), 0 to %d: %w", ps.GetDevice(), len(devs), len(devs)-1, ErrInvalid)
+		return spec{}, fmt.Errorf("spec.device %d: want the index of one of the broker's devices, %s: %w", ps.GetDevice(), deviceList(devs), ErrInvalid)
 	}
 	d := devs[ps.GetDevice()]
 	if err := checkName(ps.GetName()); err != nil {

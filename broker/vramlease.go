@@ -75,7 +75,8 @@ func dialManagerLease(ctx context.Context, socket string, req account.LeaseReque
 // FindDevice finds a process's device among the broker's devs: the one
 // spec names (its index, or its name as the broker's --devices gave it),
 // or with spec "" the one whose ID is id (device.Info.ID). The error
-// lists the broker's devices.
+// says first what may be given: each of the broker's devices, by index
+// or name.
 func FindDevice(devs []DeviceInfo, spec, id string) (DeviceInfo, error) {
 	for _, d := range devs {
 		switch {
@@ -87,19 +88,19 @@ func FindDevice(devs []DeviceInfo, spec, id string) (DeviceInfo, error) {
 	}
 	names := make([]string, len(devs))
 	for i, d := range devs {
-		names[i] = fmt.Sprintf("%d %s", d.Index, d.Name)
+		names[i] = fmt.Sprintf("%d or %s", d.Index, d.Name)
 		if d.ID != "" && d.ID != d.Name {
 			names[i] += " (id " + d.ID + ")"
 		}
 	}
-	have := "the broker has " + strings.Join(names, ", ")
+	have := "name one of the broker's devices, " + strings.Join(names, "; ")
 	switch {
 	case spec != "":
-		return DeviceInfo{}, fmt.Errorf("device %s: no such device; %s: %w", clip(spec), have, ErrNotFound)
+		return DeviceInfo{}, fmt.Errorf("%s: it has no device %s: %w", have, clip(spec), ErrNotFound)
 	case id == "":
-		return DeviceInfo{}, fmt.Errorf("the device has no id that another process would know it by (a private simulator?): name one of the broker's devices; %s: %w", have, ErrNotFound)
+		return DeviceInfo{}, fmt.Errorf("%s: this device has no id that another process would know it by (a private simulator?): %w", have, ErrNotFound)
 	}
-	return DeviceInfo{}, fmt.Errorf("device %s is none of the broker's devices; %s: name one, or serve this one: %w", clip(id), have, ErrNotFound)
+	return DeviceInfo{}, fmt.Errorf("%s, or serve this one: device %s is none of them: %w", have, clip(id), ErrNotFound)
 }
 
 // managerLease is a Lease as a vram manager sees it. Its figures are the

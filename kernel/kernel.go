@@ -99,6 +99,18 @@ func New(name, ptx string, fn Func, block int) (*Kernel, error) {
 	return &Kernel{name: name, ptx: ptx, fn: fn, block: uint32(block), loaded: map[device.ModuleLoader]*ptxModule{}}, nil
 }
 
+// Must returns k, or panics with err: for a kernel made once, from text
+// the program carries, in a package-level variable (as
+// regexp.MustCompile), where an error is the program's own mistake.
+//
+//	var affine = kernel.Must(kernel.New("affine", affinePTX, affineGo, 0))
+func Must(k *Kernel, err error) *Kernel {
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 var (
 	// entryRE finds the names of a PTX text's .entry declarations.
 	entryRE   = regexp.MustCompile(`\.entry\s+([A-Za-z_$%][\w$]*)`)

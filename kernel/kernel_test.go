@@ -202,6 +202,30 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+// TestMust: Must returns New's kernel, and panics with New's error.
+func TestMust(t *testing.T) {
+	fn := func(kernel.Args, int, int) error { return nil }
+	for name, tc := range map[string]struct {
+		name    string
+		wantErr error
+	}{
+		"a kernel": {name: "k"},
+		"no name":  {name: "", wantErr: kernel.ErrArgs},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				p := recover()
+				if err, _ := p.(error); !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (p == nil) {
+					t.Errorf("Must panicked with %v; want %v", p, tc.wantErr)
+				}
+			}()
+			if k := kernel.Must(kernel.New(tc.name, "", fn, 0)); k.Name() != tc.name {
+				t.Errorf("Must returned the kernel %q, want %q", k.Name(), tc.name)
+			}
+		})
+	}
+}
+
 // ptxDev is a simulator that also loads PTX: it records what a launch
 // would pass to the driver.
 type ptxDev struct {

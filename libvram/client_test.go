@@ -4,7 +4,7 @@ package main
 // linked against the library (testdata/client_harness.c); from Python,
 // under Numba's CUDA simulator, the package's own tests of it
 // (python/tests/test_cudasim.py) and the example of docs/python.md, which
-// the README's Python section shows. Like libvram_test.go, this file uses
+// docs/frameworks.md shows. Like libvram_test.go, this file uses
 // no cgo, and each test skips, saying why, without what it needs.
 
 import (

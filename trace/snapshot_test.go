@@ -18,7 +18,7 @@ import (
 
 // TestReadSnapshotMatchesCSV reads the original PyTorch snapshots of the
 // shared traces and checks them against the CSVs converted from them and
-// the README's figures of what PyTorch reserved.
+// the figures docs/command.md gives of what PyTorch reserved.
 func TestReadSnapshotMatchesCSV(t *testing.T) {
 	dir := sharedtraces.Dir(t)
 	tests := map[string]struct {

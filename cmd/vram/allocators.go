@@ -132,6 +132,10 @@ type allocatorReport struct {
 	AsyncReleaseThreshold uint64 `json:"async_release_threshold_bytes,omitempty"`
 	// Unavailable says, per allocator, why it cannot run on this device.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
+	// Conf is $VRAM_ALLOC_CONF when it is set: Default is then the
+	// allocator it configures, and CapBytes its limit (0: none).
+	Conf     string `json:"alloc_conf,omitempty"`
+	CapBytes uint64 `json:"cap_bytes,omitempty"`
 
 	notes []string // the text lines, one per allocator
 }
@@ -177,6 +181,26 @@ func allocatorDefaults(dev device.Device) allocatorReport {
 		a.Close()
 	}
 	return rep
+}
+
+// configured makes Default the allocator that $VRAM_ALLOC_CONF's options
+// conf give a manager of dev, as vram run's would be, and says its cap;
+// with the variable unset it leaves the report as it is.
+func (r *allocatorReport) configured(dev device.Device, conf []vram.Option) error {
+	r.Conf = os.Getenv(vram.AllocConfEnv)
+	if strings.TrimSpace(r.Conf) == "" {
+		r.Conf = ""
+		return nil
+	}
+	m, err := vram.New(dev, conf...)
+	if err != nil {
+		return fmt.Errorf("$%s %s on this device: %w", vram.AllocConfEnv, clipEnv(r.Conf), err)
+	}
+	defer m.Close()
+	_, mem := m.Account().Report()
+	r.Default = mem.Allocator
+	r.CapBytes, _ = m.Account().Cap()
+	return nil
 }
 
 // poolConfigJSON is alloc.PoolConfig with JSON names. Sizes are bytes.

@@ -55,6 +55,7 @@ func TestUsageErrors(t *testing.T) {
 		"negative runs":   {[]string{"run", "--runs", "-5"}, []string{"--runs -5: want 1 to"}},
 		"run: allocator":  {[]string{"run", "--allocator", "foo"}, []string{`--allocator "foo": want direct (or default), pool (or cupy), async`}},
 		"replay: no file": {[]string{"replay"}, []string{"vram replay needs at least one TRACE.csv"}},
+		"run: out's dir":  {[]string{"run", "--out", "/nonexistent-vram-dir/x.npy"}, []string{"--out: write /nonexistent-vram-dir/x.npy: make its directory first (mkdir -p /nonexistent-vram-dir)"}},
 		"extra argument":  {[]string{"info", "extra"}, []string{`vram info takes no arguments, but was given ["extra"]`}},
 		"empty device":    {[]string{"info", "--device", " "}, []string{"--device is empty"}},
 		"unknown backend": {[]string{"info", "--device", "tpu:0"}, []string{`backend "tpu"`, "bad device spec"}},

@@ -18,7 +18,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -160,10 +162,12 @@ func (a *app) serveBroker(f brokerFlags) error {
 		return err
 	}
 	// The socket first: it checks the directory the key goes in.
+	made := missingDirs(f.socket) // Listen makes them
 	ln, err := broker.Listen(f.socket, mode, gid)
 	if err != nil {
 		return err
 	}
+	defer a.tidyMadeDirs(made) // once the socket is gone
 	s, err := broker.NewServer(broker.Config{Devices: devs, ReclaimTimeout: f.reclaimTimeout, Logger: a.log,
 		MaxConnsPerUID: f.maxConnsPerUID, MaxLeasesPerUID: f.maxLeasesPerUID,
 		KeyFile: cmp.Or(f.keyFile, broker.DefaultKeyFile(f.socket)), LockDir: f.lockDir})
@@ -194,6 +198,33 @@ func (a *app) serveBroker(f brokerFlags) error {
 		s.Stop()
 		fmt.Fprintln(a.stderr, "vram broker: stopped; every lease ended")
 		return <-done
+	}
+}
+
+// missingDirs lists the directories of socket's path that do not exist
+// yet, deepest first: those Listen makes.
+func missingDirs(socket string) []string {
+	var dirs []string
+	for d := filepath.Dir(socket); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			return dirs
+		}
+		dirs = append(dirs, d)
+		if filepath.Dir(d) == d {
+			return dirs
+		}
+	}
+}
+
+// tidyMadeDirs removes the directories made for the socket that the
+// stopped broker left empty, deepest first, and says which stay, and why.
+func (a *app) tidyMadeDirs(made []string) {
+	for _, d := range made {
+		if err := os.Remove(d); err != nil {
+			top := made[len(made)-1]
+			fmt.Fprintf(a.stderr, "vram broker: %s stays, made for the socket: it holds the broker's key, kept for a restart (rm -r %s when done)\n", top, top)
+			return
+		}
 	}
 }
 

@@ -210,7 +210,7 @@ func TestLeaseUsageErrors(t *testing.T) {
 		"no command":   {[]string{"--bytes", "100MiB"}, "needs a COMMAND"},
 		"too small":    {[]string{"--bytes", "1MiB", "--", "true"}, "no more than the 32 MiB a process's context takes"},
 		"too large":    {[]string{"--bytes", "2GiB", "--", "true"}, "more than device 0's 1 GiB"},
-		"bad device":   {[]string{"--bytes", "100MiB", "--device", "3", "--", "true"}, `--device: device "3": no such device; the broker has 0 sim:vram=1GiB`},
+		"bad device":   {[]string{"--bytes", "100MiB", "--device", "3", "--", "true"}, `vram: --device: name one of the broker's devices, 0 or sim:vram=1GiB: it has no device "3"`},
 		"bad size":     {[]string{"--bytes", "lots", "--", "true"}, `--bytes "lots"`},
 		"bad fraction": {[]string{"--proportion", "1.5", "--", "true"}, "--proportion 1.5: want 0 < P ≤ 1"},
 		// As a pod's Downward API gives it when the annotation is missing.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/vramkit/vram"
 	"github.com/vramkit/vram/device"
 	"github.com/vramkit/vram/internal/units"
 )
@@ -51,7 +52,9 @@ func (a *app) infoCommand() *cobra.Command {
 		Long: `Info opens the device named by --device and shows its backend, name, driver,
 total and free memory, the memory its context takes, its allocation
 granularity and the allocators' defaults. With --device auto it also says
-why it fell back to the simulator when it did.`,
+why it fell back to the simulator when it did. With $VRAM_ALLOC_CONF set,
+the allocator vram run would use is the one it configures (a bad value is
+an error).`,
 		Example: `  vram info
   vram info --device sim:vram=8GiB --json
   VRAM_DEVICE=cuda:1 vram info`,
@@ -63,6 +66,10 @@ why it fell back to the simulator when it did.`,
 }
 
 func (a *app) info() error {
+	conf, err := managerAllocOptions("") // $VRAM_ALLOC_CONF, refused before the device opens
+	if err != nil {
+		return err
+	}
 	dev, fallback, err := a.openDevice(a.spec)
 	if err != nil {
 		return err
@@ -99,6 +106,9 @@ func (a *app) info() error {
 		}
 	}
 	rep.Allocators = allocatorDefaults(dev)
+	if err := rep.Allocators.configured(dev, conf); err != nil {
+		return err
+	}
 	if a.json {
 		return a.writeJSON(rep)
 	}
@@ -176,7 +186,14 @@ func (a *app) printInfo(rep infoReport) error {
 		}
 	}
 	al := rep.Allocators
-	rows := [][2]string{{"allocators", fmt.Sprintf("%s (default %s)", strings.Join(al.Kinds, ", "), al.Default)}}
+	def := "default " + al.Default
+	if al.Conf != "" {
+		def = fmt.Sprintf("%s as $%s %s sets it", al.Default, vram.AllocConfEnv, clipEnv(al.Conf))
+		if al.CapBytes > 0 {
+			def += ", capped at " + units.Format(al.CapBytes)
+		}
+	}
+	rows := [][2]string{{"allocators", fmt.Sprintf("%s (%s)", strings.Join(al.Kinds, ", "), def)}}
 	for _, line := range al.notes {
 		rows = append(rows, [2]string{"", line})
 	}

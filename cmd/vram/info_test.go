@@ -109,3 +109,47 @@ func TestInfoNoCUDA(t *testing.T) {
 		t.Errorf("stderr does not name the driver library:\n%s", stderr)
 	}
 }
+
+// TestInfoAllocConf: info shows the allocator $VRAM_ALLOC_CONF configures,
+// as vram run would use it, and refuses a bad value before it prints
+// anything, in one line naming the variable and the key.
+func TestInfoAllocConf(t *testing.T) {
+	for name, tc := range map[string]struct {
+		conf     string
+		code     int
+		wantDef  string // the default the JSON names
+		wantCap  uint64
+		wantText string // in the text, or in the error
+	}{
+		"unset":          {code: exitOK, wantDef: "expandable", wantText: "(default expandable)"},
+		"direct":         {conf: "kind:direct", code: exitOK, wantDef: "direct", wantText: `(direct as $VRAM_ALLOC_CONF "kind:direct" sets it)`},
+		"segment pool":   {conf: "kind:pool,expandable:false,limit:256MiB", code: exitOK, wantDef: "pool", wantCap: 256 * units.MiB, wantText: "sets it, capped at 256 MiB)"},
+		"a bad kind":     {conf: "kind:bogus", code: exitUsage, wantText: `VRAM_ALLOC_CONF "kind:bogus": kind "bogus": want pool, direct, async`},
+		"an unknown key": {conf: "kind:pool,expandible:true", code: exitUsage, wantText: `unknown key "expandible"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("VRAM_ALLOC_CONF", tc.conf)
+			stdout, stderr, code := cli(t, "", "info", "--device", "sim:vram=1GiB")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, stderr)
+			}
+			if tc.code != exitOK {
+				if stdout != "" || !strings.Contains(stderr, tc.wantText) || strings.Count(strings.TrimSpace(stderr), "\n") != 1 {
+					t.Errorf("stdout %q, stderr %q; want nothing printed and one error line (and the usage hint) saying %q", stdout, stderr, tc.wantText)
+				}
+				return
+			}
+			if !strings.Contains(stdout, tc.wantText) {
+				t.Errorf("info does not say %q:\n%s", tc.wantText, stdout)
+			}
+			stdout, stderr, code = cli(t, "", "info", "--json", "--device", "sim:vram=1GiB")
+			var rep infoReport
+			if code != exitOK || json.Unmarshal([]byte(stdout), &rep) != nil {
+				t.Fatalf("info --json: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+			if al := rep.Allocators; al.Default != tc.wantDef || al.CapBytes != tc.wantCap || al.Conf != tc.conf {
+				t.Errorf("allocators: default %q, cap %d, conf %q; want %q, %d, %q", al.Default, al.CapBytes, al.Conf, tc.wantDef, tc.wantCap, tc.conf)
+			}
+		})
+	}
+}

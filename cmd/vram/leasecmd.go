@@ -215,7 +215,7 @@ func (a *app) runLease(f leaseFlags, args []string) error {
 	defer cancel()
 	c, err := broker.Dial(ctx, f.socket, broker.WithLogger(a.log))
 	if err != nil {
-		return err // the broker's dial error names the socket and the fix
+		return err // the broker's, which names the socket and what to do
 	}
 	defer c.Close() // releases the lease, whatever else failed
 	dev, err := leaseDevice(f.device, c.Devices())

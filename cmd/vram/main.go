@@ -22,10 +22,11 @@ func main() {
 }
 
 // interruptContext returns a context cancelled by the first SIGINT or
-// SIGTERM, which asks long work (the batch job, replays, benchmarks) to
-// stop at its next safe point. That signal also gives both back to their
-// default action and says so on w, so a second Ctrl-C ends the process at
-// once. stop releases the signals and the goroutine that watches them.
+// SIGTERM, which asks long work (the batch job, the broker, replays,
+// benchmarks) to stop at its next safe point. That signal also gives both
+// back to their default action and says so on w, so a second one ends
+// the process at once. stop releases the signals and the goroutine that
+// watches them.
 func interruptContext(w io.Writer) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 1)
@@ -37,7 +38,7 @@ func interruptContext(w io.Writer) (ctx context.Context, stop func()) {
 		select {
 		case sig := <-sigs:
 			signal.Stop(sigs) // the next one kills
-			fmt.Fprintf(w, "vram: %v: stopping at the next safe point; press Ctrl-C again to quit at once\n", sig)
+			fmt.Fprintln(w, stoppingLine(sig))
 			cancel()
 		case <-done:
 		}
@@ -48,4 +49,13 @@ func interruptContext(w io.Writer) (ctx context.Context, stop func()) {
 		<-exited
 		cancel()
 	}
+}
+
+// stoppingLine says what the first signal does, and how to quit at once:
+// by Ctrl-C again at a terminal, by the same signal again otherwise.
+func stoppingLine(sig os.Signal) string {
+	if sig == syscall.SIGTERM {
+		return "vram: SIGTERM: stopping at the next safe point, as for Ctrl-C; a second SIGTERM (or SIGKILL) quits at once"
+	}
+	return "vram: interrupted: stopping at the next safe point; press Ctrl-C again to quit at once"
 }

@@ -103,18 +103,29 @@ func (c *child) wait(t *testing.T) (*os.ProcessState, string) {
 	return c.cmd.ProcessState, strings.Join(c.seen, "\n")
 }
 
-// TestInterruptStopsTheJob sends the running job one SIGINT: it stops
-// before its next chunk and exits 1, saying so.
+// TestInterruptStopsTheJob sends the running job one SIGINT or SIGTERM:
+// it stops before its next chunk and exits 1, saying what the signal
+// does and how to quit at once for that signal.
 func TestInterruptStopsTheJob(t *testing.T) {
-	c := startChild(t, slowRun)
-	c.waitFor(t, "msg=plan")
-	if err := c.cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	st, stderr := c.wait(t)
-	if st.ExitCode() != exitFailure || !strings.Contains(stderr, "press Ctrl-C again to quit at once") ||
-		!strings.Contains(stderr, "interrupted before chunk") {
-		t.Errorf("exit %d (%v); want exit 1, the interrupt acknowledged and the job stopped; stderr:\n%s", st.ExitCode(), st, stderr)
+	for name, tc := range map[string]struct {
+		sig       os.Signal
+		want, not string
+	}{
+		"SIGINT":  {os.Interrupt, "vram: interrupted: stopping at the next safe point; press Ctrl-C again to quit at once", "SIGTERM"},
+		"SIGTERM": {syscall.SIGTERM, "vram: SIGTERM: stopping at the next safe point, as for Ctrl-C; a second SIGTERM (or SIGKILL) quits at once", "press Ctrl-C again"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := startChild(t, slowRun)
+			c.waitFor(t, "msg=plan")
+			if err := c.cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			st, stderr := c.wait(t)
+			if st.ExitCode() != exitFailure || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, tc.not) ||
+				!strings.Contains(stderr, "interrupted before chunk") {
+				t.Errorf("exit %d (%v); want exit 1, %q and the job stopped; stderr:\n%s", st.ExitCode(), st, tc.want, stderr)
+			}
+		})
 	}
 }
 

@@ -43,8 +43,9 @@ each, the bytes one chunk takes and each array's chunked shape.
 	   "total_runs": 1000000}}}}
 
 "requests" maps client → label → array request; "shape" and "dtype" are
-required, "chunk_axis" defaults to 0, "total_runs" to the length of the
-chunk axis, "memory" (device, pinned, mapped or pageable) to device. "budget"
+required, "chunk_axis" defaults to 0 (an axis past the shape is refused
+unless "unchunkable" is true), "total_runs" to the length of the chunk
+axis, "memory" (device, pinned, mapped or pageable) to device. "budget"
 (bytes, or a string such as "256MiB") defaults to the device's free
 memory, "granularity" to the allocator's, "buffers" (2 for double
 buffering) to 1; the flags below override all three.
@@ -110,19 +111,20 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 		buffers = 1
 	}
 	// What the input leaves open comes from the device.
-	budgetFrom, granFrom := "given", "given"
+	from := planFrom{budget: budget, gran: gran, budgetFrom: "given", granFrom: "given"}
 	if budget == 0 || gran == 0 {
-		if budget, gran, budgetFrom, granFrom, err = a.planDevice(budget, gran, al); err != nil {
+		if from, err = a.planDevice(from, al); err != nil {
 			return err
 		}
 	}
-	a.log.Debug("plan", "budget", budget, "budget_from", budgetFrom, "granularity", gran,
-		"granularity_from", granFrom, "buffers", buffers)
-	plan, err := vram.Plan(in.Requests, budget, vram.PlanOptions{Granularity: gran, Buffers: buffers})
+	a.log.Debug("plan", "budget", from.budget, "budget_from", from.budgetFrom, "granularity", from.gran,
+		"granularity_from", from.granFrom, "buffers", buffers)
+	plan, err := vram.Plan(in.Requests, from.budget, vram.PlanOptions{Granularity: from.gran, Buffers: buffers, DeviceBytes: from.deviceBytes})
 	if err != nil {
 		err = fmt.Errorf("%s: %w", src, err)
-		if pe := (*vram.PlanError)(nil); errors.As(err, &pe) {
-			// Say how to change the figures the hint talks about.
+		// Say how to change the figures the hint talks about, unless the
+		// need passes the whole device, and the hint says to shrink it.
+		if pe := (*vram.PlanError)(nil); errors.As(err, &pe) && (from.deviceBytes == 0 || pe.Need <= from.deviceBytes) {
 			how := "--budget overrides the request set's \"budget\""
 			if pe.Buffers > 1 {
 				how = "--budget and --buffers override the request set's \"budget\" and \"buffers\""
@@ -134,7 +136,15 @@ func (a *app) plan(name string, f planFlags, buffersSet bool) error {
 	if a.json {
 		return a.writeJSON(plan)
 	}
-	return a.printPlan(plan, in, budgetFrom, granFrom)
+	return a.printPlan(plan, in, from.budgetFrom, from.granFrom)
+}
+
+// planFrom is a plan's budget and granularity, with where each came
+// from, and the device's whole memory when the budget is its free memory.
+type planFrom struct {
+	budget, gran         uint64
+	budgetFrom, granFrom string
+	deviceBytes          uint64 // 0: the budget was given
 }
 
 // readRequestSet reads the request set of FILE name ("-": stdin) and
@@ -163,35 +173,34 @@ func (a *app) readRequestSet(name string) (vram.RequestSet, string, error) {
 }
 
 // planDevice fills a budget or granularity left 0 from the device: its
-// free memory, and the granularity of the allocator al on it. It returns
-// them with where each came from.
-func (a *app) planDevice(budget, gran uint64, al alloc.Entry) (uint64, uint64, string, string, error) {
-	budgetFrom, granFrom := "given", "given"
+// free memory, and the granularity of the allocator al on it, saying
+// where each came from.
+func (a *app) planDevice(from planFrom, al alloc.Entry) (planFrom, error) {
 	dev, fallback, err := a.openDevice(a.spec)
 	if err != nil {
-		return 0, 0, "", "", err
+		return from, err
 	}
 	defer dev.Close()
-	if budget == 0 {
-		free, _, err := dev.MemInfo()
+	if from.budget == 0 {
+		free, total, err := dev.MemInfo()
 		if err != nil {
-			return 0, 0, "", "", fmt.Errorf("read the device's free memory for the budget: %w", err)
+			return from, fmt.Errorf("read the device's free memory for the budget: %w", err)
 		}
 		info := dev.Info()
-		budget = free
-		budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
+		from.budget, from.deviceBytes = free, total
+		from.budgetFrom = fmt.Sprintf("free memory of %s:%d, %s", info.Backend, info.Ordinal, info.Name)
 		if fallback != nil {
-			budgetFrom += ", as auto found no GPU"
+			from.budgetFrom += ", as auto found no GPU"
 		}
-		budgetFrom += "; --budget to choose"
+		from.budgetFrom += "; --budget to choose"
 	}
-	if gran == 0 {
-		if gran, err = allocatorGranularity(al, dev); err != nil {
-			return 0, 0, "", "", err
+	if from.gran == 0 {
+		if from.gran, err = allocatorGranularity(al, dev); err != nil {
+			return from, err
 		}
-		granFrom = "the " + al.Name + " allocator's"
+		from.granFrom = "the " + al.Name + " allocator's"
 	}
-	return budget, gran, budgetFrom, granFrom, nil
+	return from, nil
 }
 
 func (a *app) printPlan(p vram.ChunkPlan, in vram.RequestSet, budgetFrom, granFrom string) error {

@@ -157,6 +157,7 @@ func TestPlanErrors(t *testing.T) {
 		args  []string
 		code  int
 		want  []string
+		never []string // nor stderr this
 	}{
 		"nothing chunkable": {
 			input: `{"budget": 1024, "requests": {"c": {"x": {"shape": [4096], "dtype": "float32", "unchunkable": true}}}}`,
@@ -171,13 +172,18 @@ func TestPlanErrors(t *testing.T) {
 			input: `{"budget": 4096, "requests": {"c": {"x": {"shape": [2000, 100], "dtype": "float32", "chunk_axis": 1}}}}`,
 			code:  exitFailure, want: []string{"one run needs 8 KiB", "budget is 4 KiB", "raise the budget by 4 KiB", "one run does not fit"},
 		},
-		// Rule 1: an axis of length 1, or no such axis, is not chunkable.
+		// Rule 1: an axis of length 1 is not chunkable; no such axis is a
+		// mistake unless the request says it is unchunkable.
 		"axis of length 1": {
 			input: `{"budget": 256, "requests": {"c": {"x": {"shape": [1, 100], "dtype": "int32"}}}}`,
 			code:  exitFailure, want: []string{"the arrays need 512 B but the budget is 256 B, and none of them can be chunked"},
 		},
 		"no such axis": {
 			input: `{"budget": 256, "requests": {"c": {"x": {"shape": [4, 100], "dtype": "int32", "chunk_axis": 2}}}}`,
+			code:  exitFailure, want: []string{`requests.c.x.chunk_axis: give the run axis, 0 to 1, or "unchunkable": true: chunk axis 2 is past shape [4 100]`},
+		},
+		"marked unchunkable": {
+			input: `{"budget": 256, "requests": {"c": {"x": {"shape": [4, 100], "dtype": "int32", "unchunkable": true}}}}`,
 			code:  exitFailure, want: []string{"the arrays need 2 KiB but the budget is 256 B, and none of them can be chunked"},
 		},
 		"runs disagree": {
@@ -185,13 +191,17 @@ func TestPlanErrors(t *testing.T) {
 			                                     "b": {"y": {"shape": [10, 99], "dtype": "float32", "chunk_axis": 1}}}}`,
 			code: exitFailure, want: []string{"99 runs: b/y", "100 runs: a/x"},
 		},
-		"unknown dtype":     {input: `{"requests": {"c": {"x": {"shape": [4], "dtype": "float8"}}}}`, code: exitFailure, want: []string{`stdin: requests.c.x.dtype: unknown dtype "float8"`}},
-		"negative dim":      {input: `{"requests": {"c": {"x": {"shape": [4, -1], "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape[1] is -1"}},
-		"missing field":     {input: `{"requests": {"c": {"x": {"dtype": "int32"}}}}`, code: exitFailure, want: []string{`requests.c.x: missing "shape"`}},
-		"wrong type":        {input: `{"requests": {"c": {"x": {"shape": 4, "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape: want an array", "got a number 4"}},
-		"not JSON":          {input: "budget: 1\n", code: exitFailure, want: []string{"invalid JSON at line 1"}},
-		"buffers four":      {input: `{"buffers": 4, "requests": {"c": {"x": {"shape": [4], "dtype": "int32"}}}}`, code: exitFailure, want: []string{"stdin: buffers is 4; want 1, or up to 3 buffers in flight"}},
-		"no such file":      {args: []string{"/nonexistent/requests.json"}, code: exitFailure, want: []string{"/nonexistent/requests.json"}},
+		"unknown dtype": {input: `{"requests": {"c": {"x": {"shape": [4], "dtype": "float8"}}}}`, code: exitFailure, want: []string{`stdin: requests.c.x.dtype: unknown dtype "float8"`}},
+		"negative dim":  {input: `{"requests": {"c": {"x": {"shape": [4, -1], "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape[1] is -1"}},
+		"missing field": {input: `{"requests": {"c": {"x": {"dtype": "int32"}}}}`, code: exitFailure, want: []string{`requests.c.x: missing "shape"`}},
+		"wrong type":    {input: `{"requests": {"c": {"x": {"shape": 4, "dtype": "int32"}}}}`, code: exitFailure, want: []string{"requests.c.x.shape: want an array", "got a number 4"}},
+		"not JSON":      {input: "budget: 1\n", code: exitFailure, want: []string{"invalid JSON at line 1"}},
+		"buffers four":  {input: `{"buffers": 4, "requests": {"c": {"x": {"shape": [4], "dtype": "int32"}}}}`, code: exitFailure, want: []string{"stdin: buffers is 4; want 1, or up to 3 buffers in flight"}},
+		"no such file":  {args: []string{"/nonexistent/requests.json"}, code: exitFailure, want: []string{"/nonexistent/requests.json"}},
+		"past the device": {input: `{"requests": {"c": {"t": {"shape": [1099511627776], "dtype": "float64", "unchunkable": true}}}}`, args: []string{"--device", "sim:vram=1GiB"},
+			code: exitFailure, want: []string{"or shrink them: that is 8 TiB more than the device's 1 GiB in all: does not fit and cannot be chunked\n"}, never: []string{"raise the budget", "--budget overrides"}},
+		"past the budget given": {input: `{"budget": "1GiB", "requests": {"c": {"t": {"shape": [1099511627776], "dtype": "float64", "unchunkable": true}}}}`,
+			code: exitFailure, want: []string{"or raise the budget by 8 TiB", "--budget overrides"}},
 		"double, too small": {input: `{"budget": 1000, "requests": {"c": {"x": {"shape": [128, 100], "dtype": "float32", "chunk_axis": 1}}}}`, args: []string{"--buffers", "2"}, code: exitFailure, want: []string{"2 × 512 B per run", "fewer buffers", "--budget and --buffers override"}},
 	}
 	for name, tc := range tests {
@@ -207,6 +217,11 @@ func TestPlanErrors(t *testing.T) {
 			for _, w := range tc.want {
 				if !strings.Contains(stderr, w) {
 					t.Errorf("stderr does not contain %q:\n%s", w, stderr)
+				}
+			}
+			for _, w := range tc.never {
+				if strings.Contains(stderr, w) {
+					t.Errorf("stderr says %q:\n%s", w, stderr)
 				}
 			}
 		})

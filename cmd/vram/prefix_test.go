@@ -144,13 +144,13 @@ func TestEveryErrorSaysVramOnce(t *testing.T) {
 }
 
 // errorText is stderr less what the command prints besides its error:
-// progress ("vram run: …"), logs (slog's "time=… level=…") and the
+// progress ("vram run[PID]: …"), logs (slog's "time=… level=…") and the
 // pointer to --help.
 func errorText(stderr string) string {
 	var keep []string
 	for _, l := range strings.Split(strings.TrimRight(stderr, "\n"), "\n") {
 		switch {
-		case strings.HasPrefix(l, "vram run: "), strings.HasPrefix(l, "time="), strings.HasPrefix(l, "level="),
+		case strings.HasPrefix(l, jobTag()+": "), strings.HasPrefix(l, "time="), strings.HasPrefix(l, "level="),
 			strings.HasPrefix(l, "Run '") && strings.HasSuffix(l, "--help' for usage."):
 			continue
 		}

@@ -1,8 +1,10 @@
 // `vram run`'s progress on stderr: a bar on a terminal; elsewhere (a
 // Slurm or Kubernetes log, a file) lines a log can keep.
 //
-// The lines: one as each step of the set-up begins ("set-up: open the
-// device"), and, while a step lasts, one every progressEvery saying it
+// Every line and the bar name the job as "vram run[PID]" (the PID
+// `vram broker status` lists), so that two jobs writing to one terminal
+// or log are told apart. The lines: one as each step of the set-up
+// begins ("set-up: open the device"), and, while a step lasts, one every progressEvery saying it
 // still runs; then one per chunk back on the host, but no more than one
 // every progressEvery (the last chunk always has one): one line per
 // chunk or every few seconds, whichever is rarer.
@@ -12,6 +14,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -33,18 +36,22 @@ type runProgress interface {
 // runProgress returns the job's progress: a bar on a terminal (none with
 // --json), lines elsewhere.
 func (a *app) runProgress() runProgress {
+	tag := jobTag()
 	if isTerminal(a.stderr) {
 		if a.json {
 			return quietProgress{}
 		}
-		return &barRunProgress{a: a}
+		return &barRunProgress{a: a, tag: tag}
 	}
 	every := a.progressEvery
 	if every <= 0 {
 		every = defaultProgressEvery
 	}
-	return newLineProgress(a.stderr, every)
+	return newLineProgress(a.stderr, every, tag)
 }
+
+// jobTag names this job in its progress: "vram run[PID]".
+func jobTag() string { return fmt.Sprintf("vram run[%d]", os.Getpid()) }
 
 type quietProgress struct{}
 
@@ -55,6 +62,7 @@ func (quietProgress) Finish()              {}
 // barRunProgress draws a bar of the chunks once the first is done.
 type barRunProgress struct {
 	a   *app
+	tag string
 	bar progress
 }
 
@@ -62,7 +70,7 @@ func (b *barRunProgress) Phase(string) {}
 
 func (b *barRunProgress) Chunk(p batch.Progress) {
 	if b.bar == nil {
-		b.bar = b.a.progress(p.Chunks, "chunks")
+		b.bar = b.a.progress(p.Chunks, b.tag+" chunks")
 	}
 	b.bar.Add(1)
 }
@@ -78,6 +86,7 @@ func (b *barRunProgress) Finish() {
 type lineProgress struct {
 	w     io.Writer
 	every time.Duration
+	tag   string // the job's, at the start of each line
 	start time.Time
 
 	mu       sync.Mutex // protects the fields below
@@ -89,8 +98,8 @@ type lineProgress struct {
 	wg       sync.WaitGroup
 }
 
-func newLineProgress(w io.Writer, every time.Duration) *lineProgress {
-	p := &lineProgress{w: w, every: every, start: time.Now(), stop: make(chan struct{})}
+func newLineProgress(w io.Writer, every time.Duration, tag string) *lineProgress {
+	p := &lineProgress{w: w, every: every, tag: tag, start: time.Now(), stop: make(chan struct{})}
 	p.wg.Add(1)
 	go p.heartbeat()
 	return p
@@ -108,16 +117,16 @@ func (p *lineProgress) heartbeat() {
 		case now := <-t.C:
 			p.mu.Lock()
 			if p.phase != "" && now.Sub(p.last) >= p.every {
-				p.linef("vram run: set-up: still %s (%.0f s)", p.phase, now.Sub(p.since).Seconds())
+				p.linef("set-up: still %s (%.0f s)", p.phase, now.Sub(p.since).Seconds())
 			}
 			p.mu.Unlock()
 		}
 	}
 }
 
-// linef writes a line; p.mu is held.
+// linef writes a line after the job's tag; p.mu is held.
 func (p *lineProgress) linef(format string, args ...any) {
-	fmt.Fprintf(p.w, format+"\n", args...)
+	fmt.Fprintf(p.w, "%s: "+format+"\n", append([]any{p.tag}, args...)...)
 	p.last = time.Now()
 }
 
@@ -129,11 +138,11 @@ func (p *lineProgress) Phase(what string) {
 	}
 	p.phase, p.since = what, time.Now()
 	if what == "run the batch" || what == "verify the results" {
-		p.linef("vram run: %s (%.1f s in)", what, time.Since(p.start).Seconds())
+		p.linef("%s (%.1f s in)", what, time.Since(p.start).Seconds())
 		p.phase = ""
 		return
 	}
-	p.linef("vram run: set-up: %s", what)
+	p.linef("set-up: %s", what)
 }
 
 func (p *lineProgress) Chunk(c batch.Progress) {
@@ -143,7 +152,7 @@ func (p *lineProgress) Chunk(c batch.Progress) {
 	if p.finished || (c.Chunk < c.Chunks && time.Since(p.last) < p.every) {
 		return
 	}
-	p.linef("vram run: chunk %d of %d done (%d%%): %s in, %s out, %.1f s into the batch",
+	p.linef("chunk %d of %d done (%d%%): %s in, %s out, %.1f s into the batch",
 		c.Chunk, c.Chunks, 100*c.Chunk/c.Chunks, units.Format(c.BytesIn), units.Format(c.BytesOut), c.Elapsed.Seconds())
 }
 

@@ -53,7 +53,7 @@ func TestRunJSONOverlap(t *testing.T) {
 // then one per chunk when chunks come slower than the interval, and only
 // the last when they come faster.
 func TestRunProgressLines(t *testing.T) {
-	chunkLine := regexp.MustCompile(`(?m)^vram run: chunk (\d+) of (\d+) done \(\d+%\): .* in, .* out, [0-9.]+ s into the batch$`)
+	chunkLine := regexp.MustCompile(`(?m)^vram run\[\d+\]: chunk (\d+) of (\d+) done \(\d+%\): .* in, .* out, [0-9.]+ s into the batch$`)
 	tests := map[string]struct {
 		every     time.Duration
 		allChunks bool
@@ -73,7 +73,7 @@ func TestRunProgressLines(t *testing.T) {
 			log := errb.String()
 			for _, step := range []string{"set-up: open the device", "set-up: load the oscillator kernel",
 				"set-up: plan and allocate the device arrays", "set-up: fill the inputs", "run the batch (", "verify the results ("} {
-				if !strings.Contains(log, "vram run: "+step) {
+				if !strings.Contains(log, jobTag()+": "+step) {
 					t.Errorf("no line for %q in the log:\n%s", step, log)
 				}
 			}
@@ -93,7 +93,7 @@ func TestRunProgressLines(t *testing.T) {
 // every interval, and that nothing is written after Finish.
 func TestLineProgressHeartbeat(t *testing.T) {
 	var buf syncBuffer
-	p := newLineProgress(&buf, 10*time.Millisecond)
+	p := newLineProgress(&buf, 10*time.Millisecond, "vram run[7]")
 	p.Phase("fill the inputs")
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(buf.String(), "still fill the inputs") && time.Now().Before(deadline) {
@@ -102,7 +102,7 @@ func TestLineProgressHeartbeat(t *testing.T) {
 	p.Finish()
 	p.Finish()
 	got := buf.String()
-	if !strings.HasPrefix(got, "vram run: set-up: fill the inputs\n") || !strings.Contains(got, "vram run: set-up: still fill the inputs (") {
+	if !strings.HasPrefix(got, "vram run[7]: set-up: fill the inputs\n") || !strings.Contains(got, "vram run[7]: set-up: still fill the inputs (") {
 		t.Fatalf("log %q: want the step, then that it still runs", got)
 	}
 	p.Phase("late")

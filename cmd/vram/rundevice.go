@@ -106,9 +106,5 @@ func (a *app) newRunManager(f runFlags, rd runDevice) (*vram.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := vram.New(rd.dev, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("memory manager on %s: %w", rd.info.Name, err)
-	}
-	return m, nil
+	return vram.New(rd.dev, opts...) // its errors, and the broker's, say what they are of
 }

@@ -244,7 +244,7 @@ func (mj *multiJob) setup(p *devicePart, spec device.Spec) error {
 	p.dev = rd.dev
 	p.share.Device = fmt.Sprintf("%s:%d %s", rd.info.Backend, rd.info.Ordinal, rd.info.Name)
 	if p.m, err = a.newRunManager(f, rd); err != nil {
-		return err
+		return fmt.Errorf("%s: %w", p.share.Device, err)
 	}
 	p.kern = oscillator.NewPortable()
 	if err := p.kern.Load(p.dev); err != nil {

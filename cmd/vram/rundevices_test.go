@@ -211,7 +211,7 @@ func TestDevicesReportAndProgress(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
-	for _, want := range []string{"vram run: set-up: open the 2 devices", "vram run: run the batch", "done (100%)", "vram run: verify the results"} {
+	for _, want := range []string{jobTag() + ": set-up: open the 2 devices", jobTag() + ": run the batch", "done (100%)", jobTag() + ": verify the results"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, stderr)
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 // After Reset returns, no work from before it touches host memory: the
-// README's recovery recipe (reset, then reuse the host buffers) relies on
+// recovery recipe of docs/library.md (reset, then reuse the host buffers) relies on
 // it. Reset used to return at once while a running operation went on
 // writing into a host buffer.
 func TestResetWaitsForRunningWork(t *testing.T) {

@@ -86,6 +86,9 @@ func check(path string, opt Options) (target string, perm fs.FileMode, exists bo
 			dest, _ := os.Readlink(path)
 			return "", 0, false, fmt.Errorf("write %s: a symbolic link to %s, which does not exist: %w", path, dest, ErrNotRegular)
 		}
+		if err := checkDir(path); err != nil {
+			return "", 0, false, err
+		}
 		return path, perm, false, nil
 	case err != nil:
 		return "", 0, false, fmt.Errorf("write %s: %w", path, err)
@@ -101,6 +104,16 @@ func check(path string, opt Options) (target string, perm fs.FileMode, exists bo
 		return "", 0, false, fmt.Errorf("write %s: %w", path, err)
 	}
 	return target, st.Mode().Perm(), true, nil
+}
+
+// checkDir refuses a new file's path whose directory does not exist, fix
+// first, before the caller does the work whose result it would hold.
+func checkDir(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("write %s: make its directory first (mkdir -p %s): %w", path, dir, err)
+	}
+	return nil // any other trouble with dir shows at Create, or in path's own Stat
 }
 
 // kind names a mode that is not a regular file's.

@@ -3,6 +3,7 @@ package userfile
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -158,6 +159,12 @@ func TestCreateRefuses(t *testing.T) {
 			},
 			want: ErrNotRegular,
 		},
+		"a missing directory": {
+			setup: func(t *testing.T, dir string) (string, Options) {
+				return filepath.Join(dir, "none", "out.npy"), Options{}
+			},
+			want: fs.ErrNotExist,
+		},
 		"the input itself": {
 			setup: func(t *testing.T, dir string) (string, Options) {
 				p := filepath.Join(dir, "in.csv")
@@ -195,6 +202,9 @@ func TestCreateRefuses(t *testing.T) {
 			}
 			path, opt := tc.setup(t, dir)
 			before := entries(t, dir)
+			if _, _, err := Check(path, opt); !errors.Is(err, tc.want) {
+				t.Errorf("Check(%s): %v, want %v", path, err, tc.want)
+			}
 			f, err := Create(path, opt)
 			if !errors.Is(err, tc.want) {
 				if f != nil {

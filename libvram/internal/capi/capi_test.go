@@ -320,6 +320,29 @@ func TestBadCalls(t *testing.T) {
 	}
 }
 
+// TestAllocErrorNamesTheStream: a refused allocation names its stream
+// as a person reads it, never the all-ones handle's value.
+func TestAllocErrorNamesTheStream(t *testing.T) {
+	var r Registry
+	m := open(t, &r, "sim:vram=64MiB", 0)
+	for name, tc := range map[string]struct {
+		h    uintptr
+		want string
+	}{
+		"unordered":  {Unordered, "alloc of 1 TiB for cupy on no stream (VRAM_STREAM_UNORDERED): "},
+		"default":    {0, "alloc of 1 TiB for cupy on the default stream: "},
+		"per thread": {perThreadStream, "alloc of 1 TiB for cupy on the per-thread default stream: "},
+		"a key":      {0x100, "alloc of 1 TiB for cupy on stream 0x100: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := m.Alloc(SourceCuPy, 1<<40, tc.h)
+			if !errors.Is(err, device.ErrOutOfMemory) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "0xffffffff") {
+				t.Errorf("Alloc = %v; want ErrOutOfMemory saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestStreamKeys: on the simulator a handle is a key with a stream of its
 // own; memory freed on one key is reused on it, and the keys are bounded.
 func TestStreamKeys(t *testing.T) {

@@ -157,7 +157,7 @@ func (m *Manager) Alloc(src Source, n uint64, h uintptr) (device.Ptr, error) {
 		if errors.Is(err, device.ErrOutOfMemory) {
 			m.books[src].OOMs++
 		}
-		return 0, fmt.Errorf("vram: alloc of %s for %s on stream %#x: %w", units.Format(n), src, h, err)
+		return 0, fmt.Errorf("vram: alloc of %s for %s on %s: %w", units.Format(n), src, streamName(h), err)
 	}
 	m.live[p] = liveAlloc{size: n, src: src}
 	m.books[src].alloc(n)

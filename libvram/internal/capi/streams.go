@@ -22,6 +22,20 @@ const MaxStreamKeys = 256
 // handle that names a different stream on every thread.
 const perThreadStream uintptr = 0x2
 
+// streamName names the stream handle h for a message: the handles with
+// a meaning of their own by that meaning, any other by its value.
+func streamName(h uintptr) string {
+	switch h {
+	case Unordered:
+		return "no stream (VRAM_STREAM_UNORDERED)"
+	case 0:
+		return "the default stream"
+	case perThreadStream:
+		return "the per-thread default stream"
+	}
+	return fmt.Sprintf("stream %#x", h)
+}
+
 // allocStream is the stream an allocation named h is ordered on. Where
 // streams are borrowed, an allocation on the per-thread default stream is
 // made as an unordered one: its one handle names each thread's own stream,
