@@ -296,25 +296,51 @@ func TestGrowthOvertakenByReset(t *testing.T) {
 	}
 }
 
-// hostFreeLog is a simulated device that records the buffers HostFree
-// was called on (whatever it returned).
+// hostFreeLog is a simulated device that records each pinned buffer
+// HostAlloc made (numbered: the simulator, as a driver may, can hand a
+// later buffer the address of one freed) and how many times HostFree was
+// called on it (whatever it returned).
 type hostFreeLog struct {
 	*sim.Device
 	mu    sync.Mutex
-	freed map[*byte]int
+	seq   int
+	at    map[*byte]int // an address → the buffer made there last
+	freed map[int]int   // a buffer → its HostFree calls
+}
+
+func newHostFreeLog(d *sim.Device) *hostFreeLog {
+	return &hostFreeLog{Device: d, at: map[*byte]int{}, freed: map[int]int{}}
+}
+
+func (d *hostFreeLog) HostAlloc(n uint64, mapped bool) (device.HostBuffer, error) {
+	b, err := d.Device.HostAlloc(n, mapped)
+	if err == nil {
+		d.mu.Lock()
+		d.seq++
+		d.at[unsafe.SliceData(b.Data)] = d.seq
+		d.mu.Unlock()
+	}
+	return b, err
 }
 
 func (d *hostFreeLog) HostFree(b device.HostBuffer) error {
 	d.mu.Lock()
-	d.freed[unsafe.SliceData(b.Data)]++
+	d.freed[d.at[unsafe.SliceData(b.Data)]]++
 	d.mu.Unlock()
 	return d.Device.HostFree(b)
 }
 
-func (d *hostFreeLog) count(b device.HostBuffer) int {
+// id is the buffer made last at b's address: call it while b is held.
+func (d *hostFreeLog) id(b device.HostBuffer) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.freed[unsafe.SliceData(b.Data)]
+	return d.at[unsafe.SliceData(b.Data)]
+}
+
+func (d *hostFreeLog) count(id int) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.freed[id]
 }
 
 // TestPinnedPoolReleasesWhatResetUnpinned: a reset unpins every buffer,
@@ -325,11 +351,12 @@ func (d *hostFreeLog) count(b device.HostBuffer) int {
 // live ones when they are freed.
 func TestPinnedPoolReleasesWhatResetUnpinned(t *testing.T) {
 	sd := openSimT(t, sim.Config{TotalBytes: 64 * units.MiB})
-	d := &hostFreeLog{Device: sd, freed: map[*byte]int{}}
+	d := newHostFreeLog(sd)
 	p := newPinnedT(t, d, alloc.PinnedConfig{})
 	s := d.DefaultStream()
 	live := pinnedAlloc(t, p, 4096, s)
 	c1, c2 := pinnedAlloc(t, p, 8192, s), pinnedAlloc(t, p, 100000, s)
+	liveID, c1ID, c2ID := d.id(live), d.id(c1), d.id(c2)
 	pinnedFree(t, p, c1, s)
 	pinnedFree(t, p, c2, s)
 	if err := d.Synchronize(); err != nil {
@@ -339,24 +366,25 @@ func TestPinnedPoolReleasesWhatResetUnpinned(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = d.DefaultStream()
-	if st := p.Stats(); st.Reserved != 4096 || st.InUse != 4096 || d.count(c1)+d.count(c2) != 0 {
+	if st := p.Stats(); st.Reserved != 4096 || st.InUse != 4096 || d.count(c1ID)+d.count(c2ID) != 0 {
 		t.Errorf("Stats after the reset: %+v, cached buffers freed %d, %d times; want only the live buffer held, nothing freed yet",
-			st, d.count(c1), d.count(c2))
+			st, d.count(c1ID), d.count(c2ID))
 	}
 	b := pinnedAlloc(t, p, 8192, s)
-	if same(b, c1) || d.count(c1) != 1 || d.count(c2) != 1 {
+	bID := d.id(b)
+	if bID == c1ID || d.count(c1ID) != 1 || d.count(c2ID) != 1 {
 		t.Errorf("Alloc after the reset: reused %v; cached buffers freed %d, %d times; want a new buffer, each freed once",
-			same(b, c1), d.count(c1), d.count(c2))
+			bID == c1ID, d.count(c1ID), d.count(c2ID))
 	}
-	if err := p.Free(live, s); !errors.Is(err, device.ErrInvalidated) || d.count(live) != 1 {
-		t.Errorf("Free of the live buffer from before the reset: %v, HostFree called %d times; want ErrInvalidated, once", err, d.count(live))
+	if err := p.Free(live, s); !errors.Is(err, device.ErrInvalidated) || d.count(liveID) != 1 {
+		t.Errorf("Free of the live buffer from before the reset: %v, HostFree called %d times; want ErrInvalidated, once", err, d.count(liveID))
 	}
 	pinnedFree(t, p, b, s)
 	if err := p.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	for name, buf := range map[string]device.HostBuffer{"live": live, "cached": c1, "other cached": c2, "new": b} {
-		if n := d.count(buf); n != 1 {
+	for name, id := range map[string]int{"live": liveID, "cached": c1ID, "other cached": c2ID, "new": bID} {
+		if n := d.count(id); n != 1 {
 			t.Errorf("%s buffer: HostFree called %d times; want once", name, n)
 		}
 	}
