@@ -1,8 +1,11 @@
 package broker
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,6 +143,7 @@ func TestStoppedBrokerFailsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Process.Signal(syscall.SIGCONT)
+	waitStopped(t, b.Process.Pid)
 	for name, call := range map[string]func() error{
 		"claim":  func() error { _, err := l.Claim(context.Background(), 6*GiB); return err },
 		"report": func() error { return l.Report(context.Background(), GiB) },
@@ -212,5 +216,35 @@ func TestReleaseAfterTheBrokerDied(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// waitStopped returns once every thread of process pid is stopped (state
+// T in /proc): a SIGSTOP is delivered to each thread as it next enters
+// the kernel, and on a busy machine a thread may still answer a call
+// after kill returns.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatalf("the broker's threads: %v", err)
+		}
+		stopped := len(tasks) > 0
+		for _, task := range tasks {
+			stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+			// The state follows the command's closing parenthesis.
+			if i := bytes.LastIndexByte(stat, ')'); err != nil || i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("the broker (pid %d) did not stop within 2 minutes of SIGSTOP", pid)
+		}
 	}
 }
