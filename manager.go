@@ -114,7 +114,10 @@ func New(dev device.Device, opts ...Option) (*Manager, error) {
 	m.observePinnedOOM()
 	acct, err := account.New(dev, m.accountConfig()) // options.go
 	if err != nil {
-		return nil, fmt.Errorf("new manager: %w", err)
+		// As the account says it: "new account: …", or a broker's lease
+		// refused or not reached, in the broker's own line, which names it
+		// and the fix (account.Broker.Lease).
+		return nil, err
 	}
 	m.acct = acct
 	return m, nil
