@@ -125,6 +125,9 @@ func Dial(ctx context.Context, socket string, opts ...DialOption) (*Client, erro
 		}),
 		// Calls wait for a broker that restarts (under their contexts).
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20), grpc.WaitForReady(true)),
+		// Static windows: no BDP pings (server.go).
+		grpc.WithStaticStreamWindowSize(64<<10),
+		grpc.WithStaticConnWindowSize(1<<20),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("broker: dial %s: %w", socket, err)

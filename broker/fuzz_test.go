@@ -90,7 +90,9 @@ func runRequest(ctx context.Context, s *Server, sess *session, kind byte, msg []
 	case 0:
 		if r := new(brokerpb.AcquireRequest); decode(r) {
 			if r.GetRejoin() && len(r.GetToken()) == 1 {
-				r.Token = tokenOf(s.key, r.GetLeaseId(), sess.uid, r.GetRejoinBroker())
+				s.mu.Lock()
+				r.Token = s.tokens.of(r.GetLeaseId(), sess.uid, r.GetRejoinBroker())
+				s.mu.Unlock()
 			}
 			_, err := s.acquire(sess, r)
 			return err

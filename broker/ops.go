@@ -87,9 +87,8 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 	if warn != "" {
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
-	s.afterChangeLocked(d)
-	st := s.replyLocked(l)
-	st.Token = tokenOf(s.key, id, sess.uid, s.id)
+	st := s.answerLocked(l)
+	st.Token = s.tokens.of(id, sess.uid, s.id)
 	return st, nil
 }
 
@@ -160,8 +159,7 @@ func (s *Server) change(sess *session, req *brokerpb.ChangeRequest) (*brokerpb.L
 	if warn != "" {
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
-	s.afterChangeLocked(d)
-	return s.replyLocked(l), nil
+	return s.answerLocked(l), nil
 }
 
 // report records what a lease holds: an acknowledgement when it was
@@ -178,8 +176,7 @@ func (s *Server) report(sess *session, req *brokerpb.ReportRequest) (*brokerpb.L
 	}
 	l.held = req.GetHeldBytes()
 	s.settleLocked(l)
-	s.afterChangeLocked(l.dev)
-	return s.replyLocked(l), nil
+	return s.answerLocked(l), nil
 }
 
 // release ends a lease.
@@ -251,9 +248,8 @@ func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRe
 	if want <= l.limit {
 		l.limit = want
 		s.settleLocked(l)
-		s.afterChangeLocked(d)
 		defer s.mu.Unlock()
-		return s.replyLocked(l), nil
+		return s.answerLocked(l), nil
 	}
 	now := time.Now()
 	c := &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
@@ -298,6 +294,14 @@ func (s *Server) checkClaimLocked(l *lease, want uint64) error {
 	return nil
 }
 
+// answerLocked ends a change that l's holder's call made to l's device,
+// as afterChangeLocked, and returns l's state for the reply, which tells
+// the holder: its Watch stream is neither sent the state nor woken for it.
+func (s *Server) answerLocked(l *lease) *brokerpb.LeaseState {
+	s.changedLocked(l.dev, l)
+	return s.replyLocked(l)
+}
+
 // replyLocked is l's state for the reply to its holder's call: the reply
 // tells it, so its Watch stream need not again (one message less a call).
 func (s *Server) replyLocked(l *lease) *brokerpb.LeaseState {
@@ -322,10 +326,14 @@ func (s *Server) stateLocked(l *lease) *brokerpb.LeaseState {
 // afterChangeLocked ends every change to d: the waiting claims served
 // (and reclaims started for those that still wait), each holder whose
 // view changed told, the test hook run.
-func (s *Server) afterChangeLocked(d *device) {
+func (s *Server) afterChangeLocked(d *device) { s.changedLocked(d, nil) }
+
+// changedLocked is afterChangeLocked but for replied, a lease whose
+// holder the caller tells in its reply (replyLocked).
+func (s *Server) changedLocked(d *device, replied *lease) {
 	s.serveLocked(d)
 	for _, l := range d.leases {
-		if v := d.view(l); v != l.sent {
+		if v := d.view(l); v != l.sent && l != replied {
 			l.sent = v
 			l.sess.markDirty(l.id)
 		}

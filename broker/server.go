@@ -113,13 +113,15 @@ type Config struct {
 
 // Server is a node broker. It is safe for concurrent use.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	id    uint64 // this instance, new at every start
-	key   []byte // signs lease tokens (token.go)
-	locks deviceLocks
-	admit *admission
-	grpc  *grpc.Server
+	cfg Config
+	log *slog.Logger
+	id  uint64 // this instance, new at every start
+	// tokens signs lease tokens under the broker's key (token.go); used
+	// under mu.
+	tokens *signer
+	locks  deviceLocks
+	admit  *admission
+	grpc   *grpc.Server
 
 	mu          sync.Mutex // protects the fields below
 	devices     []*device
@@ -170,12 +172,13 @@ func NewServer(cfg Config) (*Server, error) {
 			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
 	}
 	s.counts = make([]counts, len(s.devices))
-	s.key = newKey()
+	key := newKey()
 	if cfg.KeyFile != "" {
-		if s.key, err = loadKey(cfg.KeyFile); err != nil {
+		if key, err = loadKey(cfg.KeyFile); err != nil {
 			return nil, err
 		}
 	}
+	s.tokens = newSigner(key)
 	if cfg.LockDir != "" {
 		if s.locks, err = lockDevices(cfg.LockDir, cfg.Devices); err != nil {
 			return nil, err
@@ -187,6 +190,10 @@ func NewServer(cfg Config) (*Server, error) {
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
+		// Static windows: no BDP pings (a ping and its ack, and a window
+		// update, at every call); a broker's messages are small.
+		grpc.StaticStreamWindowSize(64<<10),
+		grpc.StaticConnWindowSize(1<<20),
 	)
 	brokerpb.RegisterBrokerServer(s.grpc, &rpcServer{s: s})
 	return s, nil

@@ -4,6 +4,10 @@ package broker
 // what" is one of these (or a test it names).
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,6 +134,51 @@ func TestTokenIsTheUIDs(t *testing.T) {
 	}
 	if l := s.leases[3]; l == nil || l.sess != alice || l.held != 0 {
 		t.Errorf("the lease after the refused rejoin: %+v", l)
+	}
+}
+
+// A token is the HMAC-SHA256 of the label, the lease id, the uid and the
+// broker instance under the key, cut to 16 bytes: the same from a signer
+// reused for many tokens as from a fresh HMAC, so that tokens given
+// before a restart (or an upgrade) still match, and a token of other
+// figures does not.
+func TestSignerTokens(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, keyBytes)
+	fresh := func(id uint64, uid uint32, broker uint64) []byte {
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(tokenLabel))
+		mac.Write(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, id), uid), broker))
+		return mac.Sum(nil)[:tokenBytes]
+	}
+	sg := newSigner(key)
+	tests := map[string]struct {
+		id     uint64
+		uid    uint32
+		broker uint64
+	}{
+		"a lease":               {id: 1, uid: 1000, broker: 42},
+		"another id":            {id: 2, uid: 1000, broker: 42},
+		"another uid":           {id: 1, uid: 0, broker: 42},
+		"another instance":      {id: 1, uid: 1000, broker: 43},
+		"every bit of every id": {id: ^uint64(0), uid: ^uint32(0), broker: ^uint64(0)},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			want := fresh(tc.id, tc.uid, tc.broker)
+			got := sg.of(tc.id, tc.uid, tc.broker)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("token %x, want %x", got, want)
+			}
+			if !sg.matches(tc.id, tc.uid, tc.broker, want) {
+				t.Error("the token does not match its own figures")
+			}
+			if sg.matches(tc.id^1, tc.uid, tc.broker, want) || sg.matches(tc.id, tc.uid^1, tc.broker, want) || sg.matches(tc.id, tc.uid, tc.broker^1, want) {
+				t.Error("the token matches other figures")
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("the token given changed to %x as the signer was used again", got)
+			}
+		})
 	}
 }
 
