@@ -235,37 +235,58 @@ func (s *Server) addLocked(d *device, l *lease) {
 // memory is free, else after the borrowers have shrunk, waiting under
 // ctx until the reclaim deadline.
 func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRequest) (*brokerpb.LeaseState, error) {
+	st, c, err := s.startClaim(sess, req)
+	if c == nil {
+		return st, err
+	}
+	return s.awaitClaim(ctx, c)
+}
+
+// startClaim begins a claim: its answer when it is known at once (c nil),
+// else the claim, which waits for its memory (awaitClaim).
+func (s *Server) startClaim(sess *session, req *brokerpb.ClaimRequest) (st *brokerpb.LeaseState, c *claim, err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	l, err := s.ownLocked(sess, req.GetLeaseId(), "claim")
 	if err == nil {
 		err = s.checkClaimLocked(l, req.GetLimitBytes())
 	}
 	if err != nil {
-		s.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	d, want := l.dev, req.GetLimitBytes()
 	if want <= l.limit {
 		l.limit = want
 		s.settleLocked(l)
-		defer s.mu.Unlock()
-		return s.answerLocked(l), nil
+		return s.answerLocked(l), nil, nil
 	}
 	now := time.Now()
-	c := &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
+	c = &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
 	l.claim = c
 	d.claims = append(d.claims, c)
 	c.timer = time.AfterFunc(s.cfg.ReclaimTimeout, func() { s.claimTimedOut(c) })
-	s.afterChangeLocked(d) // served at once if the memory is free
-	s.mu.Unlock()
+	s.changedLocked(d, l) // served at once if the memory is free
+	if l.claim != c {     // ended at once: granted, and the reply tells its holder
+		if c.err != nil {
+			return nil, nil, c.err
+		}
+		return s.replyLocked(l), nil, nil
+	}
+	s.tellLocked(l)
+	return nil, c, nil
+}
 
+// awaitClaim waits, under ctx, for the claim c to be granted or to fail.
+func (s *Server) awaitClaim(ctx context.Context, c *claim) (*brokerpb.LeaseState, error) {
+	l := c.l
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		s.mu.Lock()
 		if l.claim == c {
+			d := l.dev
 			s.counts[d.index].cancelled++
-			s.finishClaimLocked(c, fmt.Errorf("claim of %s for %s on device %d: %w; %s", units.Format(want), l.label(), d.index, ctx.Err(), d.holders(l)))
+			s.finishClaimLocked(c, fmt.Errorf("claim of %s for %s on device %d: %w; %s", units.Format(c.want), l.label(), d.index, ctx.Err(), d.holders(l)))
 			s.afterChangeLocked(d)
 		}
 		s.mu.Unlock()
@@ -311,6 +332,15 @@ func (s *Server) replyLocked(l *lease) *brokerpb.LeaseState {
 	return st
 }
 
+// tellLocked queues l's state for its holder's watch if it changed since
+// the holder was last told.
+func (s *Server) tellLocked(l *lease) {
+	if v := l.dev.view(l); v != l.sent {
+		l.sent = v
+		l.sess.markDirty(l.id)
+	}
+}
+
 // stateLocked is l as the protocol describes it to its holder.
 func (s *Server) stateLocked(l *lease) *brokerpb.LeaseState {
 	v := l.dev.view(l)
@@ -333,9 +363,8 @@ func (s *Server) afterChangeLocked(d *device) { s.changedLocked(d, nil) }
 func (s *Server) changedLocked(d *device, replied *lease) {
 	s.serveLocked(d)
 	for _, l := range d.leases {
-		if v := d.view(l); v != l.sent && l != replied {
-			l.sent = v
-			l.sess.markDirty(l.id)
+		if l != replied {
+			s.tellLocked(l)
 		}
 	}
 	if s.check != nil {

@@ -48,7 +48,7 @@ func TestAnotherConnectionIsRefused(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := fromStatus(ctx, name, call())
+			err := call()
 			if !is(err, ErrPermission) && !is(err, ErrExists) {
 				t.Fatalf("uid %d's other connection: %v, want ErrPermission", os.Geteuid(), err)
 			}
@@ -92,10 +92,10 @@ func TestRestartRejoinNeedsTheToken(t *testing.T) {
 	s1.Stop()
 	s2 := keyServer(t, path, keyFile)
 	thief, owner := rawClient(t, path), rawClient(t, path)
-	rejoin := func(api brokerpb.BrokerClient, token []byte) error {
+	rejoin := func(api rawAPI, token []byte) error {
 		_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: 9, Spec: &brokerpb.LeaseSpec{Name: "owner", Proportion: 0.5},
 			Rejoin: true, HeldBytes: 3 * GiB, LimitBytes: 4 * GiB, Token: token, RejoinBroker: was})
-		return fromStatus(ctx, "rejoin", err)
+		return err
 	}
 	for name, bad := range map[string][]byte{"no token": nil, "a wrong token": []byte("0123456789abcdef"), "a short one": token[:8]} {
 		if err := rejoin(thief, bad); !is(err, ErrPermission) || !strings.Contains(err.Error(), "the token is not the lease's under this broker's key") {
@@ -212,7 +212,7 @@ func TestRejoinWithoutARestartIsRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, err := api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: tc.id, Spec: &brokerpb.LeaseSpec{}, Rejoin: true,
 				HeldBytes: 64 * MiB, LimitBytes: 64 * MiB, Token: tc.token, RejoinBroker: tc.broker})
-			if err = fromStatus(ctx, "rejoin", err); !is(err, tc.want) {
+			if !is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
