@@ -13,8 +13,8 @@ import (
 	"github.com/vramkit/vram/broker/brokerpb"
 )
 
-// FuzzRequests decodes requests from the input as the gRPC server would
-// (each message's bytes prefixed by its kind and length) and runs them
+// FuzzRequests decodes requests from the input (each message's bytes
+// prefixed by its kind and length; FuzzWire fuzzes the framing) and runs them
 // against a table, as two connections of two uids (one of them root): no
 // input may panic, every refusal wraps one of the broker's sentinels, the
 // table's invariants hold after every request, and no request but an
