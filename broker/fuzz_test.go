@@ -83,7 +83,8 @@ func FuzzRequests(f *testing.F) {
 }
 
 // runRequest decodes msg as a request of kind and runs it. A message that
-// does not decode is dropped, as gRPC refuses it before any handler.
+// does not decode is dropped, as the connection that sent it is closed
+// before any handler (serve.go).
 func runRequest(ctx context.Context, s *Server, sess *session, kind byte, msg []byte) error {
 	decode := func(m proto.Message) bool { return proto.Unmarshal(msg, m) == nil }
 	switch kind {
