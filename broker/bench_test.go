@@ -3,8 +3,10 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,47 +255,82 @@ func BenchmarkBrokerCPU(b *testing.B) {
 
 // BenchmarkConcurrentProcesses: 64 client processes (the test binary)
 // acquire and release leases of a broker in a process of its own at
-// once, each pair timed; the median and 99th percentile of all.
+// once, each pair timed; the median and 99th percentile of all, the
+// broker's CPU per pair and its share of the run's two cores. In
+// "start-up" the processes start and dial while others run their pairs,
+// as jobs do; in "dialed" every process has started and dialed before
+// any pair (what is left is the pairs' own contention).
 func BenchmarkConcurrentProcesses(b *testing.B) {
-	const procs = 64
-	_, path := childBroker(b)
+	for _, barrier := range []bool{false, true} {
+		b.Run(map[bool]string{false: "start-up", true: "dialed"}[barrier], func(b *testing.B) {
+			bc, path := childBroker(b)
+			var all []time.Duration
+			var wall, cpu time.Duration
+			for range b.N {
+				ds, w, c := runPairProcesses(b, bc, path, 64, barrier)
+				all, wall, cpu = append(all, ds...), wall+w, cpu+c
+			}
+			reportQuantiles(b, "pair-", all)
+			b.ReportMetric(float64(cpu.Microseconds())/float64(len(all)), "broker-cpu-µs/pair")
+			b.ReportMetric(100*float64(cpu)/float64(2*wall), "broker-%-of-2-cores")
+		})
+	}
+}
+
+// runPairProcesses runs procs pairsClient processes of the broker bc
+// serves on path and returns every pair's time, and the wall time and the
+// broker's CPU time from the first pair that may start to the last
+// process's end. With barrier, pairs start once every process has dialed
+// (its dial is not counted).
+func runPairProcesses(b *testing.B, bc *brokerChild, path string, procs int, barrier bool) (pairs []time.Duration, wall, cpu time.Duration) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var all []time.Duration
-	b.ResetTimer()
-	for range b.N {
-		cmds, outs := make([]*exec.Cmd, procs), make([]*bytes.Buffer, procs)
-		for i := range procs {
-			cmd := exec.Command(exe, "-test.run=^$")
-			cmd.Env = append(os.Environ(), helperEnv+"=pairs", "VRAM_BROKER_TEST_SOCKET="+path)
-			outs[i] = &bytes.Buffer{}
-			cmd.Stdout, cmd.Stderr = outs[i], os.Stderr
-			if err := cmd.Start(); err != nil {
-				b.Fatal(err)
-			}
-			cmds[i] = cmd
+	cmds, outs, gates := make([]*exec.Cmd, procs), make([]*bufio.Reader, procs), make([]io.WriteCloser, procs)
+	start, b0 := time.Now(), readProcStats(b, bc.cmd.Process.Pid)
+	for i := range procs {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), helperEnv+"=pairs", "VRAM_BROKER_TEST_SOCKET="+path, fmt.Sprintf("VRAM_BROKER_TEST_BARRIER=%t", barrier))
+		cmd.Stderr = os.Stderr
+		out, err1 := cmd.StdoutPipe()
+		gate, err2 := cmd.StdinPipe()
+		if err := cmp.Or(err1, err2, cmd.Start()); err != nil {
+			b.Fatal(err)
 		}
-		for i, cmd := range cmds {
-			if err := cmd.Wait(); err != nil {
-				b.Fatalf("process %d: %v: %s", i, err, outs[i])
+		cmds[i], outs[i], gates[i] = cmd, bufio.NewReader(out), gate
+	}
+	if barrier {
+		for i, out := range outs {
+			if line, err := out.ReadString('\n'); line != "ready\n" {
+				b.Fatalf("process %d said %q, %v", i, line, err)
 			}
-			for _, f := range strings.Fields(outs[i].String()) {
-				ns, err := strconv.ParseInt(f, 10, 64)
-				if err != nil {
-					b.Fatalf("process %d said %q", i, outs[i])
-				}
-				all = append(all, time.Duration(ns))
+		}
+		start, b0 = time.Now(), readProcStats(b, bc.cmd.Process.Pid)
+	}
+	for _, g := range gates {
+		_ = g.Close() // go
+	}
+	for i, cmd := range cmds {
+		text, err := io.ReadAll(outs[i])
+		if err := cmp.Or(err, cmd.Wait()); err != nil {
+			b.Fatalf("process %d: %v: %s", i, err, text)
+		}
+		for _, f := range strings.Fields(string(text)) {
+			ns, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				b.Fatalf("process %d said %q", i, text)
 			}
+			pairs = append(pairs, time.Duration(ns))
 		}
 	}
-	b.StopTimer()
-	reportQuantiles(b, "pair-", all)
+	return pairs, time.Since(start), readProcStats(b, bc.cmd.Process.Pid).cpu - b0.cpu
 }
 
 // pairsClient is BenchmarkConcurrentProcesses' process: it dials, then
-// acquires and releases pairs leases, printing each pair's time in ns.
+// acquires and releases pairs leases, printing each pair's time in ns;
+// with a barrier, it says it is ready once dialed and waits for its
+// standard input to end before the first pair.
 func pairsClient(socket string, pairs int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -302,6 +339,10 @@ func pairsClient(socket string, pairs int) error {
 		return err
 	}
 	defer c.Close()
+	if os.Getenv("VRAM_BROKER_TEST_BARRIER") == "true" {
+		fmt.Println("ready")
+		_, _ = io.Copy(io.Discard, os.Stdin) // until the benchmark says go
+	}
 	for range pairs {
 		start := time.Now()
 		l, err := c.Acquire(ctx, LeaseOptions{Name: "pair", Proportion: 0.01})
