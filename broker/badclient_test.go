@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -9,29 +10,56 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-
 	"github.com/vramkit/vram/broker/brokerpb"
 )
 
-// rawClient speaks the protocol directly, as a client of another
-// language, or a bad one, would.
-func rawClient(t *testing.T, path string) brokerpb.BrokerClient {
+// rawAPI speaks the protocol directly, as a client of another language,
+// or a bad one, would: each call made once, on a connection that has no
+// watch unless it opens one, and none of a Client's bookkeeping.
+type rawAPI struct{ cc *clientConn }
+
+// rawClient connects a rawAPI to the broker at path until the test ends.
+func rawClient(t testing.TB, path string) rawAPI {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///b", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}))
+	r, err := dialRaw(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return brokerpb.NewBrokerClient(conn)
+	t.Cleanup(r.cc.close)
+	return r
 }
+
+func dialRaw(path string) (rawAPI, error) {
+	nc, err := net.Dial("unix", path)
+	if err != nil {
+		return rawAPI{}, err
+	}
+	return rawAPI{newClientConn(nc, path, func(*brokerpb.LeaseState) {})}, nil
+}
+
+func (r rawAPI) Acquire(ctx context.Context, req *brokerpb.AcquireRequest) (*brokerpb.LeaseState, error) {
+	return r.cc.lease(ctx, "acquire", acquireRequest(req))
+}
+
+func (r rawAPI) Claim(ctx context.Context, req *brokerpb.ClaimRequest) (*brokerpb.LeaseState, error) {
+	return r.cc.lease(ctx, "claim", claimRequest(req))
+}
+
+func (r rawAPI) Report(ctx context.Context, req *brokerpb.ReportRequest) (*brokerpb.LeaseState, error) {
+	return r.cc.lease(ctx, "report", reportRequest(req))
+}
+
+func (r rawAPI) Change(ctx context.Context, req *brokerpb.ChangeRequest) (*brokerpb.LeaseState, error) {
+	return r.cc.lease(ctx, "change", changeRequest(req))
+}
+
+func (r rawAPI) Release(ctx context.Context, req *brokerpb.ReleaseRequest) (*brokerpb.ReleaseReply, error) {
+	rep, err := r.cc.call(ctx, "release", releaseRequest(req))
+	return rep.GetReleased(), err
+}
+
+// Watch opens a watch on the connection and returns its Hello.
+func (r rawAPI) Watch(ctx context.Context) (*brokerpb.Hello, error) { return r.cc.openWatch(ctx) }
 
 // Every bad field is refused with an error that names it; nothing
 // changes.
@@ -111,8 +139,8 @@ func TestRequestValidation(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("got %v, want an error naming %q", err, tc.field)
 			}
-			if e := fromStatus(context.Background(), "x", err); !is(e, ErrInvalid) && !is(e, ErrNotFound) && !is(e, ErrExists) {
-				t.Errorf("%v maps to no sentinel of the broker", e)
+			if !is(err, ErrInvalid) && !is(err, ErrNotFound) && !is(err, ErrExists) {
+				t.Errorf("%v maps to no sentinel of the broker", err)
 			}
 		})
 	}
@@ -149,21 +177,13 @@ func TestBadClientsDoNotStallTheBroker(t *testing.T) {
 	if _, err := c.Acquire(ctxT(t), LeaseOptions{Proportion: 0.01}); !is(err, ErrLimit) {
 		t.Errorf("a fifth lease on one connection: %v, want ErrLimit", err)
 	}
-	// A second Watch stream on a connection.
+	// A second watch on a connection.
 	api := rawClient(t, path)
-	w1, err := api.Watch(ctxT(t), &brokerpb.WatchRequest{})
-	if err != nil {
+	if _, err := api.Watch(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w1.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	w2, err := api.Watch(ctxT(t), &brokerpb.WatchRequest{})
-	if err == nil {
-		_, err = w2.Recv()
-	}
-	if e := fromStatus(context.Background(), "watch", err); !is(e, ErrLimit) {
-		t.Errorf("a second watch: %v, want ErrLimit", e)
+	if _, err := api.Watch(ctxT(t)); !is(err, ErrLimit) {
+		t.Errorf("a second watch: %v, want ErrLimit", err)
 	}
 	// A stream never read while its lease changes thousands of times (it
 	// may borrow: it watches); the broker sends each lease's latest state
@@ -233,23 +253,38 @@ func TestRejoinIsCountedOnce(t *testing.T) {
 	}
 }
 
-// TestFromStatusDeadline: the broker's deadline or cancellation status,
-// seen before the caller's own context has expired, is the caller's
-// context error; a reclaim timeout (DeadlineExceeded with its reason)
-// stays ErrReclaimTimeout.
-func TestFromStatusDeadline(t *testing.T) {
+// Every error crosses the socket as its reason and message and comes back
+// matching its sentinel: the broker's own, and the ends of the caller's
+// context (the broker saw the caller's deadline pass a moment before the
+// caller's own clock did); an error of no known reason keeps its message
+// and matches no sentinel.
+func TestWireErrors(t *testing.T) {
 	tests := map[string]struct {
 		err  error
 		want error
 	}{
-		"deadline": {err: status.Error(codes.DeadlineExceeded, "claim of 4 GiB: context deadline exceeded"), want: context.DeadlineExceeded},
-		"canceled": {err: status.Error(codes.Canceled, "claim: context canceled"), want: context.Canceled},
-		"reclaim":  {err: toStatus(fmt.Errorf("claim: %w", ErrReclaimTimeout)), want: ErrReclaimTimeout},
+		"deadline": {err: fmt.Errorf("claim of 4 GiB: %w", context.DeadlineExceeded), want: context.DeadlineExceeded},
+		"canceled": {err: fmt.Errorf("claim: %w", context.Canceled), want: context.Canceled},
+		"reclaim":  {err: fmt.Errorf("claim: %w", ErrReclaimTimeout), want: ErrReclaimTimeout},
+		"internal": {err: errors.New("the broker's own trouble")},
+	}
+	for _, r := range reasons {
+		tests[r.reason] = struct{ err, want error }{err: fmt.Errorf("an op: %w", r.err), want: r.err}
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			if e := fromStatus(context.Background(), "claim", tc.err); !is(e, tc.want) {
-				t.Errorf("fromStatus(%v) = %v; want it to wrap %v", tc.err, e, tc.want)
+			e := fromWire(toWire(tc.err))
+			if e.Error() != tc.err.Error() {
+				t.Errorf("the message %q came back as %q", tc.err, e)
+			}
+			if tc.want == nil {
+				if u := errors.Unwrap(e); u != nil {
+					t.Errorf("%v matches %v", e, u)
+				}
+				return
+			}
+			if !is(e, tc.want) {
+				t.Errorf("fromWire(toWire(%v)) = %v; want it to wrap %v", tc.err, e, tc.want)
 			}
 		})
 	}

@@ -245,8 +245,9 @@ func lent(t *testing.T, path, borrower string, borrow uint64) (a, b *Lease, ca, 
 }
 
 // A call's reply tells its holder the lease's state: the Watch stream
-// does not send it again (a message less a call); a change the holder did
-// not make (another's share shrinking, its auto share growing) is sent.
+// does not send it again (a message less a call), nor is it woken for it
+// (a wake-up less a call); a change the holder did not make (another's
+// share shrinking, its auto share growing) is sent.
 func TestReplyIsNotSentAgain(t *testing.T) {
 	s, err := NewServer(Config{Devices: []Device{{Name: "a", Total: 8 * GiB}}, Logger: quiet})
 	if err != nil {
@@ -260,8 +261,8 @@ func TestReplyIsNotSentAgain(t *testing.T) {
 	if _, err := s.report(a, &brokerpb.ReportRequest{LeaseId: 1, HeldBytes: GiB}); err != nil {
 		t.Fatal(err)
 	}
-	if len(a.dirty) != 0 {
-		t.Errorf("%d states queued for the holder's stream after replies that told it", len(a.dirty))
+	if len(a.dirty) != 0 || len(a.wake) != 0 {
+		t.Errorf("%d states queued for the holder's stream, and %d wake-ups, after replies that told it", len(a.dirty), len(a.wake))
 	}
 	if _, err := s.acquire(b, &brokerpb.AcquireRequest{LeaseId: 2, Spec: &brokerpb.LeaseSpec{Proportion: 0.5}}); err != nil {
 		t.Fatal(err)
@@ -270,7 +271,7 @@ func TestReplyIsNotSentAgain(t *testing.T) {
 	if _, err := s.change(b, &brokerpb.ChangeRequest{LeaseId: 2, Proportion: 0.25}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := a.dirty[1]; !ok {
-		t.Error("a change of another's share that changed this lease's is not queued for its stream")
+	if _, ok := a.dirty[1]; !ok || len(a.wake) != 1 {
+		t.Errorf("a change of another's share that changed this lease's is not queued for its stream (queued: %v), or the stream not woken (%d)", ok, len(a.wake))
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	mrand "math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,9 +23,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 )
@@ -137,16 +133,11 @@ func chaosClient(socket, mark string, r *mrand.Rand, steps int) (err error) {
 		return err
 	}
 	defer c.Close()
-	conn, err := grpc.NewClient("passthrough:///b", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		}))
+	raw, err := dialRaw(socket)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	raw := brokerpb.NewBrokerClient(conn)
+	defer func() { raw.cc.close() }()
 	var mine []*Lease
 	refused := 0
 	for step := range steps {
@@ -157,6 +148,12 @@ func chaosClient(socket, mark string, r *mrand.Rand, steps int) (err error) {
 		}
 		var err error
 		if r.IntN(3) == 0 {
+			if fresh, derr := dialRaw(socket); raw.cc.lost() && derr == nil { // the broker restarted
+				raw.cc.close()
+				raw = fresh
+			} else if derr == nil {
+				fresh.cc.close()
+			}
 			if err = hostile(ctx, c, raw, r, mine); err != nil {
 				refused++
 			}
@@ -174,7 +171,7 @@ func chaosClient(socket, mark string, r *mrand.Rand, steps int) (err error) {
 
 // hostile tries one call on a lease of another connection, or a forged
 // rejoin; a success is a violation.
-func hostile(ctx context.Context, c *Client, raw brokerpb.BrokerClient, r *mrand.Rand, mine []*Lease) error {
+func hostile(ctx context.Context, c *Client, raw rawAPI, r *mrand.Rand, mine []*Lease) error {
 	st, err := c.Status(ctx)
 	if err != nil {
 		return err
@@ -216,7 +213,7 @@ func hostile(ctx context.Context, c *Client, raw brokerpb.BrokerClient, r *mrand
 		fmt.Printf("violation: %s of another's lease %016x succeeded (uid %d)\n", what, id, os.Geteuid())
 		return nil
 	}
-	return fromStatus(ctx, what, err)
+	return err
 }
 
 func drop[T any](_ T, err error) error { return err }

@@ -1,13 +1,13 @@
 package broker
 
-// The client: one connection to the broker, its Watch stream, and the
-// leases held through it.
+// The client: one connection to the broker (clientconn.go), its watch,
+// and the leases held through it.
 //
-// A Client keeps its connection. When the broker goes away (it stopped,
-// or was killed and restarted) gRPC redials with backoff (dial.go), the
-// Watch stream is opened again, and once the broker greets a new session
-// every lease is acquired again with rejoin set: its id, its token, what
-// it holds, its limit and the broker instance it was held on
+// A Client keeps a connection. When the broker goes away (it stopped, or
+// was killed and restarted) the client dials again with backoff
+// (dial.go), opens the watch again, and once the broker greets the new
+// session every lease is acquired again with rejoin set: its id, its
+// token, what it holds, its limit and the broker instance it was held on
 // (rejoin.go), so that the new table matches what the process holds and
 // no lease is counted twice. A lease the broker does not take back is
 // lost: its Err says why and its budget is 0.
@@ -16,8 +16,8 @@ package broker
 // back, and no longer than the client's call timeout (a Claim: the
 // broker's reclaim deadline and the call timeout), so that a broker that
 // stops answering fails calls with ErrUnavailable rather than hang them.
-// The Watch stream lives as long as the client, whatever the context
-// given to Dial.
+// The connection lives as long as the client, whatever the context given
+// to Dial.
 
 import (
 	"cmp"
@@ -28,12 +28,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 )
@@ -78,26 +72,23 @@ type DeviceInfo struct {
 // Client is a connection to a broker. It is safe for concurrent use.
 // Close it to release every lease it holds.
 type Client struct {
-	conn   *grpc.ClientConn
-	api    brokerpb.BrokerClient
 	log    *slog.Logger
 	cfg    dialConfig
 	dialer *dialer
-	runCtx context.Context // lives until Close: the Watch stream's
+	runCtx context.Context // lives until Close: the reconnecting loop's
 	cancel context.CancelFunc
-	done   chan struct{} // the watch loop returned
+	done   chan struct{} // the reconnecting loop returned
 
-	mu         sync.Mutex // protects the fields below
-	leases     map[uint64]*Lease
-	hello      *brokerpb.Hello // the current session's greeting; nil while disconnected
-	ready      chan struct{}   // closed while connected with every lease rejoined
-	down       chan struct{}   // closed when that connection is lost
-	session    uint64          // the last session greeted, and its broker's instance
-	instance   uint64
-	reclaim    time.Duration      // the broker's reclaim deadline, from its greeting
-	stopStream context.CancelFunc // ends the current Watch stream
-	closed     bool
-	rejoins    int // sessions rejoined after the first
+	mu       sync.Mutex // protects the fields below
+	leases   map[uint64]*Lease
+	conn     *clientConn     // the connection greeted last; nil while there is none
+	hello    *brokerpb.Hello // the current session's greeting; nil while disconnected
+	ready    chan struct{}   // closed while connected with every lease rejoined
+	session  uint64          // the last session greeted, and its broker's instance
+	instance uint64
+	reclaim  time.Duration // the broker's reclaim deadline, from its greeting
+	closed   bool
+	rejoins  int // sessions rejoined after the first
 }
 
 // Dial connects to the broker at socket and waits, under ctx (at most
@@ -113,107 +104,74 @@ func Dial(ctx context.Context, socket string, opts ...DialOption) (*Client, erro
 	if err := checkDialPath(socket); err != nil {
 		return nil, err
 	}
-	d := &dialer{path: socket}
-	conn, err := grpc.NewClient("passthrough:///vram-broker",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(d.dial),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff: backoff.Config{BaseDelay: cfg.minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.maxBackoff},
-			// A busy broker answers a new connection late: a handshake
-			// cut short would only be tried again.
-			MinConnectTimeout: DefaultHandshakeTimeout,
-		}),
-		// Calls wait for a broker that restarts (under their contexts).
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(4<<20), grpc.WaitForReady(true)),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("broker: dial %s: %w", socket, err)
-	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	c := &Client{conn: conn, api: brokerpb.NewBrokerClient(conn), log: cfg.log, cfg: cfg, dialer: d, runCtx: runCtx, cancel: cancel,
-		done: make(chan struct{}), leases: map[uint64]*Lease{}, ready: make(chan struct{}), down: make(chan struct{})}
-	stream, hello, err := c.firstWatch(ctx, socket)
+	c := &Client{log: cfg.log, cfg: cfg, dialer: &dialer{path: socket}, runCtx: runCtx, cancel: cancel,
+		done: make(chan struct{}), leases: map[uint64]*Lease{}, ready: make(chan struct{})}
+	cc, hello, err := c.firstConnect(ctx)
 	if err != nil {
 		cancel()
-		_ = conn.Close()
 		return nil, err
 	}
 	c.mu.Lock()
+	c.conn = cc
 	c.greetedLocked(hello)
 	close(c.ready)
 	c.mu.Unlock()
-	go c.watch(stream)
+	go c.run(cc)
 	return c, nil
 }
 
-// firstWatch opens the first Watch stream, waiting under ctx for the
-// greeting while the broker is busy, and ending the wait at once at a
-// dial error no retry mends.
-func (c *Client) firstWatch(ctx context.Context, socket string) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
+// firstConnect connects and waits, under ctx, for the broker's greeting,
+// trying again with backoff while the broker is busy (its backlog full,
+// the connection closed at its limit), and ending the wait at once at an
+// error no retry mends: a dial error that says what to do, or the
+// broker's refusal.
+func (c *Client) firstConnect(ctx context.Context) (*clientConn, *brokerpb.Hello, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, defaultDialTimeout)
 		defer cancel()
 	}
-	wctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	c.dialer.setStop(stop)
-	defer c.dialer.setStop(nil)
-	stream, hello, err := c.openWatch(wctx)
-	switch cause := context.Cause(wctx); {
-	case err == nil:
-		return stream, hello, nil
-	case wctx.Err() != nil && ctx.Err() == nil && cause != nil:
-		return nil, nil, cause // a dial error: it says it all
-	case ctx.Err() != nil && !errors.Is(err, ErrLimit):
+	socket := c.dialer.path
+	for delay := c.cfg.minBackoff; ; delay = min(2*delay, c.cfg.maxBackoff) {
+		cc, hello, err := c.connect(ctx)
+		var pe *plainError
+		var re *remoteError
+		switch {
+		case err == nil:
+			return cc, hello, nil
+		case errors.As(err, &re):
+			return nil, nil, fmt.Errorf("broker: dial %s: %w", socket, err)
+		case errors.As(err, &pe) && !errors.Is(err, errConnEnded):
+			return nil, nil, err // a dial error: it says it all
+		}
+		select {
+		case <-time.After(delay):
+			continue
+		case <-ctx.Done():
+		}
 		last := "it accepted connections but sent no greeting: at its limit of connections, or not a vram broker (see its log)"
 		if de := c.dialer.lastErr(); de != nil {
 			last = de.Error()
 		}
 		return nil, nil, &plainError{fmt.Sprintf("broker: no greeting from %s: %v (%s)", socket, ctx.Err(), last), []error{ErrUnavailable, ctx.Err()}}
 	}
-	return nil, nil, fmt.Errorf("broker: dial %s: %w", socket, err)
 }
 
-// openWatch opens a Watch stream, which lives until the client closes,
-// and reads its Hello, waiting no longer than wait allows.
-func (c *Client) openWatch(wait context.Context) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
-	sctx, cancel := context.WithCancel(c.runCtx)
-	unbind := context.AfterFunc(wait, cancel)
-	fail := func(err error) (brokerpb.Broker_WatchClient, *brokerpb.Hello, error) {
-		unbind()
-		cancel()
-		return nil, nil, fromStatus(wait, "watch", err)
-	}
-	stream, err := c.api.Watch(sctx, &brokerpb.WatchRequest{})
+// connect makes a connection and opens its watch, waiting under ctx for
+// the broker's greeting.
+func (c *Client) connect(ctx context.Context) (*clientConn, *brokerpb.Hello, error) {
+	nc, err := c.dialer.dial(ctx)
 	if err != nil {
-		return fail(err)
+		return nil, nil, err
 	}
-	ev, err := stream.Recv()
+	cc := newClientConn(nc, c.dialer.path, c.apply)
+	hello, err := cc.openWatch(ctx)
 	if err != nil {
-		return fail(err)
+		cc.close()
+		return nil, nil, err
 	}
-	h := ev.GetHello()
-	if h == nil {
-		return fail(fmt.Errorf("broker: watch: the first event is not a hello: %w", ErrInvalid))
-	}
-	if !unbind() {
-		return fail(wait.Err()) // the wait ended as the hello came
-	}
-	c.streamCancel(cancel)
-	return stream, h, nil
-}
-
-// streamCancel keeps the cancel of the current Watch stream, calling the
-// one before.
-func (c *Client) streamCancel(cancel context.CancelFunc) {
-	c.mu.Lock()
-	prev := c.stopStream
-	c.stopStream = cancel
-	c.mu.Unlock()
-	if prev != nil {
-		prev()
-	}
+	return cc, hello, nil
 }
 
 // greetedLocked takes hello as the session's. c.mu must be held.
@@ -223,73 +181,70 @@ func (c *Client) greetedLocked(hello *brokerpb.Hello) {
 	c.reclaim = time.Duration(hello.GetReclaimTimeoutNanos())
 }
 
-// watch reads events until the client is closed, reconnecting and
-// rejoining when the stream breaks.
-func (c *Client) watch(stream brokerpb.Broker_WatchClient) {
+// run keeps the client connected until it is closed: when the
+// connection ends, it dials again, with backoff, and rejoins the leases.
+func (c *Client) run(cc *clientConn) {
 	defer close(c.done)
-	ctx := c.runCtx
-	delay := c.cfg.minBackoff
 	for {
-		for {
-			ev, err := stream.Recv()
-			if err != nil {
-				break
-			}
-			if st := ev.GetLease(); st != nil {
-				c.apply(st)
-			}
+		select {
+		case <-cc.done:
+		case <-c.runCtx.Done():
 		}
-		if ctx.Err() != nil {
+		if c.runCtx.Err() != nil {
+			cc.close()
 			return
 		}
-		c.disconnected()
-		for {
-			s, hello, err := c.openWatch(ctx)
-			if err == nil {
-				stream = s
-				c.reconnected(hello)
-				delay = c.cfg.minBackoff
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			c.log.Debug("vram broker: watch", "err", err, "retry in", delay)
-			select {
-			case <-time.After(delay):
-			case <-ctx.Done():
-				return
-			}
-			delay = min(2*delay, c.cfg.maxBackoff)
+		cc.close()
+		c.disconnected(cc)
+		if cc = c.reconnect(); cc == nil {
+			return
 		}
 	}
 }
 
-// disconnected marks the client as waiting for the broker.
-func (c *Client) disconnected() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.hello != nil {
-		c.hello = nil
-		c.ready = make(chan struct{})
-		close(c.down)
+// reconnect dials until a broker greets the client, each try bounded by
+// the handshake's timeout, then rejoins the leases; nil once the client
+// is closed.
+func (c *Client) reconnect() *clientConn {
+	for delay := c.cfg.minBackoff; ; delay = min(2*delay, c.cfg.maxBackoff) {
+		ctx, cancel := context.WithTimeout(c.runCtx, DefaultHandshakeTimeout)
+		cc, hello, err := c.connect(ctx)
+		cancel()
+		if err == nil {
+			c.reconnected(cc, hello)
+			return cc
+		}
+		if c.runCtx.Err() != nil {
+			return nil
+		}
+		c.log.Debug("vram broker: reconnect", "err", err, "retry in", delay)
+		select {
+		case <-time.After(delay):
+		case <-c.runCtx.Done():
+			return nil
+		}
 	}
 }
 
-// reconnected rejoins every lease when the broker greets a new session
-// (the old one's leases ended with it), then lets calls through. A lease
-// released while it was rejoined is released again on the new session.
-func (c *Client) reconnected(hello *brokerpb.Hello) {
+// disconnected marks the client as waiting for the broker, once cc, its
+// connection, has ended.
+func (c *Client) disconnected(cc *clientConn) {
 	c.mu.Lock()
-	if hello.GetSession() == c.session && hello.GetBroker() == c.instance {
-		// Only the stream broke: the session, and its leases, live on.
-		c.hello = hello
-		c.down = make(chan struct{})
-		close(c.ready)
-		c.mu.Unlock()
-		return
+	defer c.mu.Unlock()
+	if c.conn == cc && c.hello != nil {
+		c.hello, c.conn = nil, nil
+		c.ready = make(chan struct{})
 	}
+}
+
+// reconnected rejoins every lease on cc, whose broker greeted a new
+// session (the old one's leases ended with it), then lets calls through.
+// A lease released while it was rejoined is released again on the new
+// session.
+func (c *Client) reconnected(cc *clientConn, hello *brokerpb.Hello) {
+	c.mu.Lock()
 	prev := c.instance
+	c.conn = cc
 	leases := make([]*Lease, 0, len(c.leases))
 	for _, l := range c.leases {
 		if !l.releasing {
@@ -300,7 +255,7 @@ func (c *Client) reconnected(hello *brokerpb.Hello) {
 	slices.SortFunc(leases, func(a, b *Lease) int { return cmp.Compare(a.id, b.id) })
 	told := map[*Lease]uint64{} // what each rejoin said it holds
 	for _, l := range leases {
-		held, err := c.rejoin(l, prev)
+		held, err := c.rejoin(cc, l, prev)
 		if err != nil {
 			c.log.Warn("vram broker: a lease was not taken back after reconnecting", "lease", leaseID(l.id), "name", l.opts.Name, "err", err)
 			l.lose(err)
@@ -312,7 +267,6 @@ func (c *Client) reconnected(hello *brokerpb.Hello) {
 	c.mu.Lock()
 	c.greetedLocked(hello)
 	c.rejoins++
-	c.down = make(chan struct{})
 	close(c.ready)
 	var drop []*Lease
 	for l := range told {
@@ -323,20 +277,20 @@ func (c *Client) reconnected(hello *brokerpb.Hello) {
 	}
 	c.mu.Unlock()
 	for _, l := range drop {
-		_ = c.releaseOnce(l)
+		_ = c.releaseCall(c.runCtx, cc, l)
 	}
-	c.retell(told)
+	c.retell(cc, told)
 }
 
-// rejoin takes l back on the new session: it was held on broker instance
-// prev. It returns what it said l holds.
-func (c *Client) rejoin(l *Lease, prev uint64) (uint64, error) {
+// rejoin takes l back on the new session of cc: it was held on broker
+// instance prev. It returns what it said l holds.
+func (c *Client) rejoin(cc *clientConn, l *Lease, prev uint64) (uint64, error) {
 	ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.callTimeout)
 	defer cancel()
 	req := l.rejoinRequest(prev)
-	st, err := c.api.Acquire(ctx, req)
+	st, err := cc.lease(ctx, "rejoin", acquireRequest(req))
 	if err != nil {
-		return 0, fromStatus(ctx, "rejoin", err)
+		return 0, err
 	}
 	l.takeToken(st)
 	l.apply(st)
@@ -345,14 +299,14 @@ func (c *Client) rejoin(l *Lease, prev uint64) (uint64, error) {
 
 // retell reports what a lease holds again where a Report made while the
 // broker was away changed it after its rejoin said otherwise.
-func (c *Client) retell(told map[*Lease]uint64) {
+func (c *Client) retell(cc *clientConn, told map[*Lease]uint64) {
 	for l, held := range told {
 		l.mu.Lock()
 		now := l.held
 		l.mu.Unlock()
 		if now != held {
 			ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.callTimeout)
-			if st, err := c.api.Report(ctx, &brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: now}); err == nil {
+			if st, err := cc.lease(ctx, "report", reportRequest(&brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: now})); err == nil {
 				l.apply(st)
 			}
 			cancel()
@@ -377,25 +331,23 @@ func (c *Client) forget(l *Lease) {
 }
 
 // waitReady waits until the client is connected with its leases back,
-// for no longer than away, and returns the channel closed when that
-// connection is lost.
-func (c *Client) waitReady(ctx context.Context, away time.Duration) (<-chan struct{}, error) {
+// for no longer than away, and returns the connection.
+func (c *Client) waitReady(ctx context.Context, away time.Duration) (*clientConn, error) {
 	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
-		ready, down, closed := c.ready, c.down, c.closed
+		ready, cc, closed := c.ready, c.conn, c.closed
 		c.mu.Unlock()
 		if closed {
 			return nil, ErrClosed
 		}
 		select {
 		case <-ready:
-			select {
-			case <-down: // lost again meanwhile
-				continue
-			default:
-				return down, nil
+			if !cc.lost() {
+				return cc, nil
 			}
+			c.disconnected(cc) // lost meanwhile: wait for the next
+			continue
 		default:
 		}
 		if timeout == nil {
@@ -429,13 +381,14 @@ type bounds struct{ wait, away time.Duration }
 // callBounds are a call's bounds, but a Claim's.
 func (c *Client) callBounds() bounds { return bounds{c.cfg.callTimeout, c.cfg.callTimeout} }
 
-// call runs op once the client is ready, and again if the connection
-// broke under it (its leases are rejoined meanwhile), a few times at
-// most, within b: past it, the broker is not answering (ErrUnavailable).
-func (c *Client) call(ctx context.Context, name string, b bounds, op func(context.Context) error) error {
+// call runs op on the connection once the client is ready, and again if
+// the connection ended under it (its leases are rejoined on the next), a
+// few times at most, within b: past it, the broker is not answering
+// (ErrUnavailable).
+func (c *Client) call(ctx context.Context, name string, b bounds, op func(context.Context, *clientConn) error) error {
 	bctx, cancel := context.WithTimeout(ctx, b.wait)
 	defer cancel()
-	err := c.retry(bctx, name, b.away, op)
+	err := c.retry(bctx, b.away, op)
 	if err != nil && ctx.Err() == nil && bctx.Err() != nil {
 		why := ""
 		if last := c.dialer.lastErr(); last != nil {
@@ -446,41 +399,26 @@ func (c *Client) call(ctx context.Context, name string, b bounds, op func(contex
 	return err
 }
 
-func (c *Client) retry(ctx context.Context, name string, away time.Duration, op func(context.Context) error) error {
+func (c *Client) retry(ctx context.Context, away time.Duration, op func(context.Context, *clientConn) error) error {
 	var err error
 	for range 4 {
-		down, werr := c.waitReady(ctx, away)
+		cc, werr := c.waitReady(ctx, away)
 		if werr != nil {
 			if err != nil && !errors.Is(werr, ErrUnavailable) {
 				break
 			}
 			return werr
 		}
-		if err = op(ctx); err == nil {
+		if err = op(ctx, cc); err == nil {
 			return nil
 		}
-		lost := false
-		select {
-		case <-down:
-			lost = true
-		default:
-		}
-		switch code := status.Code(err); {
-		case ctx.Err() != nil:
-			return fromStatus(ctx, name, err)
-		case code == codes.Unavailable && !lost:
-			// The watch loop has yet to see the connection go.
-			select {
-			case <-down:
-			case <-time.After(time.Second):
-			case <-ctx.Done():
-			}
-		case code == codes.NotFound && lost: // the lease is rejoined on the new session
-		case code != codes.Unavailable:
-			return fromStatus(ctx, name, err)
+		// A call the ended connection took with it, or that did not find
+		// its lease there (rejoined on the next), is made again.
+		if ctx.Err() != nil || !cc.lost() || !(errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound)) {
+			return err
 		}
 	}
-	return fromStatus(ctx, name, err)
+	return err
 }
 
 // connected reports whether the client has a session now.
@@ -514,15 +452,18 @@ func (c *Client) Rejoins() int {
 
 // Status asks the broker for its status.
 func (c *Client) Status(ctx context.Context) (Status, error) {
-	var r *brokerpb.StatusReply
-	err := c.call(ctx, "status", c.callBounds(), func(ctx context.Context) (err error) {
-		r, err = c.api.Status(ctx, &brokerpb.StatusRequest{})
+	var r *brokerpb.Reply
+	err := c.call(ctx, "status", c.callBounds(), func(ctx context.Context, cc *clientConn) (err error) {
+		r, err = cc.call(ctx, "status", statusRequest())
+		if err == nil && r.GetStatus() == nil {
+			err = unexpected("status", r)
+		}
 		return err
 	})
 	if err != nil {
 		return Status{}, err
 	}
-	return statusFromPB(r), nil
+	return statusFromPB(r.GetStatus()), nil
 }
 
 // Close releases every lease (the connection closes) and stops the
@@ -534,17 +475,16 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.closed = true
-	leases := c.leases
+	leases, cc := c.leases, c.conn
 	c.leases = map[uint64]*Lease{}
 	c.mu.Unlock()
 	c.cancel()
-	err := c.conn.Close()
+	if cc != nil {
+		cc.close()
+	}
 	<-c.done
 	for _, l := range leases {
 		l.lose(fmt.Errorf("%s: the client was closed: %w", l.String(), ErrReleased))
-	}
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("broker: close: %w", err)
 	}
 	return nil
 }

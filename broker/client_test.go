@@ -7,9 +7,9 @@ import (
 )
 
 // The context given to Dial bounds Dial alone: cancelled once Dial
-// returns, it leaves the client's Watch stream (and so its session's
-// readiness) be. (It once tore the stream down, and a client's calls
-// then waited for a new greeting.)
+// returns, it leaves the client's connection (and so its session's
+// readiness) be. (It once tore the watch down, and a client's calls then
+// waited for a new greeting.)
 func TestDialContextBoundsDialAlone(t *testing.T) {
 	_, path := startServer(t, oneDevice(GiB))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -19,7 +19,7 @@ func TestDialContextBoundsDialAlone(t *testing.T) {
 	}
 	defer c.Close()
 	c.mu.Lock()
-	down := c.down
+	down := c.conn.done
 	c.mu.Unlock()
 	cancel()
 	if _, err := c.Status(ctxT(t)); err != nil {
@@ -34,6 +34,6 @@ func TestDialContextBoundsDialAlone(t *testing.T) {
 		}
 	})
 	if lost {
-		t.Error("cancelling Dial's context broke the client's stream")
+		t.Error("cancelling Dial's context broke the client's connection")
 	}
 }

@@ -3,19 +3,19 @@ package broker
 // Admission: which connections the broker serves.
 //
 // Every connection is accepted, its peer's credentials are read
-// (SO_PEERCRED) and it is counted against its uid before gRPC sees it,
-// so that no user can take the broker from the others:
+// (SO_PEERCRED) and it is counted against its uid before a byte of it is
+// read, so that no user can take the broker from the others:
 //   - past Config.MaxConns in all it is closed at once: the client
 //     retries with backoff, then says the broker is full;
 //   - past Config.MaxConnsPerUID of its uid, or from a pid the broker
-//     cannot see, it is refused: gRPC serves it only to answer its calls
+//     cannot see, it is refused: it is served only to answer its calls
 //     with the reason, and it is closed after refuseLinger. A uid has at
 //     most refusedPerUID such connections at once; the rest are closed at
 //     once;
-//   - a connection must finish its handshake within
-//     Config.HandshakeTimeout, and one with no call in progress for
-//     Config.IdleTimeout is closed (a Client always has its Watch stream
-//     open, so only a connection that never speaks is idle).
+//   - a connection must send its preface within Config.HandshakeTimeout,
+//     and one with no call in progress for Config.IdleTimeout is closed
+//     (a Client always has its watch open, so only a connection that
+//     never speaks is idle).
 //
 // A connection's counts are given back, and its session (and so its
 // leases) ended, when it closes.
@@ -52,15 +52,11 @@ type admission struct {
 // uidConns are one uid's connections. Protected by admission.mu.
 type uidConns struct{ served, refused int }
 
-// admitListener admits each connection it accepts.
-type admitListener struct {
-	net.Listener
-	a *admission
-}
-
-func (l *admitListener) Accept() (net.Conn, error) {
+// accept accepts the next connection of ln that it admits, with its
+// session.
+func (a *admission) accept(ln net.Listener) (*admittedConn, error) {
 	for {
-		c, err := l.Listener.Accept()
+		c, err := ln.Accept()
 		if err != nil {
 			return nil, err
 		}
@@ -69,8 +65,8 @@ func (l *admitListener) Accept() (net.Conn, error) {
 			_ = c.Close()
 			return nil, errors.New("broker: accepted a connection that is not a Unix socket")
 		}
-		if ac := l.a.admit(uc); ac != nil {
-			ac.cred.sess = l.a.srv.openSession(ac.cred)
+		if ac := a.admit(uc); ac != nil {
+			ac.cred.sess = a.srv.openSession(ac.cred)
 			return ac, nil
 		}
 		_ = uc.Close()

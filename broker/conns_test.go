@@ -48,10 +48,11 @@ func TestConnLimitPerUID(t *testing.T) {
 	})
 }
 
-// A connection that never speaks, or speaks HTTP/2 and never calls, is
-// closed (after the handshake and the idle timeouts), and holds no slot
-// of its uid meanwhile that a real client needs: the broker serves
-// others beside them.
+// A connection that never speaks, or sends its preface and never calls,
+// is closed (after the handshake and the idle timeouts), and one that
+// speaks another protocol at once; none holds a slot of its uid
+// meanwhile that a real client needs: the broker serves others beside
+// them.
 func TestSilentConnectionsAreClosed(t *testing.T) {
 	cfg := oneDevice(GiB)
 	cfg.HandshakeTimeout = 200 * time.Millisecond
@@ -60,6 +61,10 @@ func TestSilentConnectionsAreClosed(t *testing.T) {
 	for name, speak := range map[string]func(c net.Conn) error{
 		"silent": func(net.Conn) error { return nil },
 		"preface only": func(c net.Conn) error {
+			_, err := io.WriteString(c, preface)
+			return err
+		},
+		"an older client's gRPC": func(c net.Conn) error {
 			// HTTP/2's client preface and an empty SETTINGS frame (RFC
 			// 9113 3.4, 6.5): length 0, type 4, no flags, stream 0.
 			_, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")

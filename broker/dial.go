@@ -1,8 +1,8 @@
 package broker
 
-// Dialling the broker: the connection gRPC makes (and makes again after
-// the broker restarts), checked before a byte is sent, and the errors a
-// user reads when there is no broker to talk to.
+// Dialling the broker: the connection the client makes (and makes again
+// after the broker restarts), checked before a byte is sent, and the
+// errors a user reads when there is no broker to talk to.
 //
 // Who serves. The broker's uid, from SO_PEERCRED on the connection, must
 // be root's or the client's own: a socket another user put where the
@@ -11,13 +11,13 @@ package broker
 // lease of its choosing.
 //
 // Busy is not gone. Dial waits, under its context, for the broker's
-// greeting while gRPC tries the connection again with backoff: a broker
-// that accepts late (its backlog full: EAGAIN), or is slow to handshake,
-// or closed the connection at its limit, is tried again until Dial's
-// context ends (defaultDialTimeout when it has no deadline). What no
-// retry mends ends the wait at once: no socket, a refused connection (a
-// broker that died left its socket), a socket the user may not open, an
-// untrusted server. Each says what to do first, in one line.
+// greeting, trying the connection again with backoff: a broker that
+// accepts late (its backlog full: EAGAIN), or is slow to greet, or closed
+// the connection at its limit, is tried again until Dial's context ends
+// (defaultDialTimeout when it has no deadline). What no retry mends ends
+// the wait at once: no socket, a refused connection (a broker that died
+// left its socket), a socket the user may not open, an untrusted server.
+// Each says what to do first, in one line.
 
 import (
 	"context"
@@ -39,14 +39,12 @@ const defaultDialTimeout = 30 * time.Second
 type dialer struct {
 	path string
 
-	mu   sync.Mutex  // protects the fields below
-	last error       // the last attempt's error; nil after one succeeded
-	stop func(error) // while Dial waits for its greeting: ends the wait
+	mu   sync.Mutex // protects last
+	last error      // the last attempt's error; nil after one succeeded
 }
 
-// dial is gRPC's dialer: a Unix connection to the socket, of a trusted
-// broker.
-func (d *dialer) dial(ctx context.Context, _ string) (net.Conn, error) {
+// dial makes a Unix connection to the socket, of a trusted broker.
+func (d *dialer) dial(ctx context.Context) (net.Conn, error) {
 	var nd net.Dialer
 	c, err := nd.DialContext(ctx, "unix", d.path)
 	if err == nil {
@@ -59,20 +57,8 @@ func (d *dialer) dial(ctx context.Context, _ string) (net.Conn, error) {
 	}
 	d.mu.Lock()
 	d.last = err
-	stop := d.stop
 	d.mu.Unlock()
-	var de *plainError
-	if err != nil && stop != nil && errors.As(err, &de) {
-		stop(err) // no retry mends it
-	}
 	return c, err
-}
-
-// setStop sets (or, with nil, clears) what ends Dial's wait.
-func (d *dialer) setStop(stop func(error)) {
-	d.mu.Lock()
-	d.stop = stop
-	d.mu.Unlock()
 }
 
 // lastErr is the last attempt's error, or nil.
@@ -83,7 +69,7 @@ func (d *dialer) lastErr() error {
 }
 
 // explain turns a failed connect into what the user should do: a
-// *plainError for what no retry mends, else err itself (gRPC tries again).
+// *plainError for what no retry mends, else err itself (tried again).
 func (d *dialer) explain(err error) error {
 	p := d.path
 	switch {

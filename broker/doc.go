@@ -1,7 +1,7 @@
 // Package broker divides the memory of a node's devices between its
 // processes: a daemon (Server, `vram broker`) on a Unix socket, speaking
-// gRPC by the contract in brokerpb/broker.proto, and its client (Dial,
-// Lease).
+// the framed protocol of brokerpb/broker.proto (wire.go), and its client
+// (Dial, Lease).
 //
 // A process leases a share of a device as a vram client registers with a
 // manager, by the same rules (internal/share, one implementation for
@@ -47,7 +47,7 @@
 //   - Anyone admitted may read the status: every lease's name, pid, uid
 //     and figures, never a token.
 //   - Limits bound each uid, root's included (connections, leases), each
-//     connection (leases, streams, message size) and the broker (its
+//     connection (leases, waiting calls, message size) and the broker (its
 //     connections, its leases); a connection that does not finish its
 //     handshake in time, or makes no call for a while, is closed. A uid at
 //     its limit is refused with an error naming it; the others are served.

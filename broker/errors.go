@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
+	"github.com/vramkit/vram/broker/brokerpb"
 	"github.com/vramkit/vram/internal/share"
 )
 
 // Sentinel errors. The broker's refusals wrap one of these with the
-// figures that explain them; over the socket each travels as a gRPC
-// status carrying its reason, and the client's errors wrap the same
+// figures that explain them; over the socket each travels as an Error
+// reply carrying its reason, and the client's errors wrap the same
 // sentinel again, so errors.Is works on both sides.
 var (
 	// ErrProportion: the share rules refuse the proportion (a manual
@@ -57,100 +54,53 @@ var (
 	ErrNotTrusted = errors.New("broker: served by an untrusted user")
 )
 
-// errorDomain is the ErrorInfo domain of the broker's statuses.
-const errorDomain = "vram.broker"
-
-// reasons maps each sentinel that crosses the socket to its reason and
-// gRPC code, the one table both directions read.
+// reasons maps each sentinel that crosses the socket to its reason, the
+// one table both directions read; the broker's errors first, then the
+// ends of a caller's context (a claim waits under it).
 var reasons = []struct {
 	err    error
 	reason string
-	code   codes.Code
 }{
-	{ErrProportion, "PROPORTION", codes.FailedPrecondition},
-	{ErrInvalid, "INVALID", codes.InvalidArgument},
-	{ErrNotFound, "NOT_FOUND", codes.NotFound},
-	{ErrPermission, "PERMISSION", codes.PermissionDenied},
-	{ErrLimit, "LIMIT", codes.ResourceExhausted},
-	{ErrReclaimTimeout, "RECLAIM_TIMEOUT", codes.DeadlineExceeded},
-	{ErrReleased, "RELEASED", codes.Aborted},
-	{ErrBusy, "BUSY", codes.FailedPrecondition},
-	{ErrExists, "EXISTS", codes.AlreadyExists},
+	{ErrProportion, "PROPORTION"},
+	{ErrInvalid, "INVALID"},
+	{ErrNotFound, "NOT_FOUND"},
+	{ErrPermission, "PERMISSION"},
+	{ErrLimit, "LIMIT"},
+	{ErrReclaimTimeout, "RECLAIM_TIMEOUT"},
+	{ErrReleased, "RELEASED"},
+	{ErrBusy, "BUSY"},
+	{ErrExists, "EXISTS"},
+	{context.Canceled, "CANCELED"},
+	{context.DeadlineExceeded, "DEADLINE_EXCEEDED"},
 }
 
-// toStatus turns a broker error into the status the handler returns.
-func toStatus(err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
-	}
+// toWire is the Error reply of a broker error.
+func toWire(err error) *brokerpb.Error {
 	for _, r := range reasons {
 		if errors.Is(err, r.err) {
-			st, derr := status.New(r.code, err.Error()).WithDetails(&errdetails.ErrorInfo{Reason: r.reason, Domain: errorDomain})
-			if derr != nil {
-				return status.Error(r.code, err.Error())
-			}
-			return st.Err()
+			return &brokerpb.Error{Reason: r.reason, Message: err.Error()}
 		}
 	}
-	return status.Error(codes.Internal, err.Error())
+	return &brokerpb.Error{Reason: "INTERNAL", Message: err.Error()}
 }
 
 // remoteError is an error the broker returned: its message, matching
 // the sentinel its reason names.
 type remoteError struct {
 	msg      string
-	sentinel error // nil when the status carries no known reason
-	code     codes.Code
+	sentinel error // nil when the reason is none the client knows
 }
 
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
-// fromStatus turns a status from the broker back into an error that
-// wraps its sentinel. A context error of the caller stays itself; an
-// unreachable broker wraps ErrUnavailable.
-func fromStatus(ctx context.Context, op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return fmt.Errorf("broker: %s: %w", op, cerr)
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		return fmt.Errorf("broker: %s: %w", op, err)
-	}
-	re := &remoteError{msg: st.Message(), code: st.Code()}
-	for _, d := range st.Details() {
-		info, ok := d.(*errdetails.ErrorInfo)
-		if !ok || info.GetDomain() != errorDomain {
-			continue
-		}
-		for _, r := range reasons {
-			if r.reason == info.GetReason() {
-				re.sentinel = r.err
-			}
-		}
-	}
-	if re.sentinel == nil {
-		switch st.Code() {
-		case codes.Unavailable:
-			return fmt.Errorf("broker: %s: %s: %w", op, st.Message(), ErrUnavailable)
-		case codes.DeadlineExceeded:
-			// The broker saw the caller's deadline (gRPC sends it along)
-			// pass a moment before the caller's own clock did.
-			re.sentinel = context.DeadlineExceeded
-		case codes.Canceled:
-			re.sentinel = context.Canceled
+// fromWire is the error of an Error reply, which wraps the sentinel of
+// its reason.
+func fromWire(e *brokerpb.Error) error {
+	re := &remoteError{msg: e.GetMessage()}
+	for _, r := range reasons {
+		if r.reason == e.GetReason() {
+			re.sentinel = r.err
 		}
 	}
 	return re

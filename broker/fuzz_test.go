@@ -13,8 +13,8 @@ import (
 	"github.com/vramkit/vram/broker/brokerpb"
 )
 
-// FuzzRequests decodes requests from the input as the gRPC server would
-// (each message's bytes prefixed by its kind and length) and runs them
+// FuzzRequests decodes requests from the input (each message's bytes
+// prefixed by its kind and length; FuzzWire fuzzes the framing) and runs them
 // against a table, as two connections of two uids (one of them root): no
 // input may panic, every refusal wraps one of the broker's sentinels, the
 // table's invariants hold after every request, and no request but an
@@ -83,14 +83,17 @@ func FuzzRequests(f *testing.F) {
 }
 
 // runRequest decodes msg as a request of kind and runs it. A message that
-// does not decode is dropped, as gRPC refuses it before any handler.
+// does not decode is dropped, as the connection that sent it is closed
+// before any handler (serve.go).
 func runRequest(ctx context.Context, s *Server, sess *session, kind byte, msg []byte) error {
 	decode := func(m proto.Message) bool { return proto.Unmarshal(msg, m) == nil }
 	switch kind {
 	case 0:
 		if r := new(brokerpb.AcquireRequest); decode(r) {
 			if r.GetRejoin() && len(r.GetToken()) == 1 {
-				r.Token = tokenOf(s.key, r.GetLeaseId(), sess.uid, r.GetRejoinBroker())
+				s.mu.Lock()
+				r.Token = s.tokens.of(r.GetLeaseId(), sess.uid, r.GetRejoinBroker())
+				s.mu.Unlock()
 			}
 			_, err := s.acquire(sess, r)
 			return err

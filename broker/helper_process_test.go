@@ -10,8 +10,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -78,6 +81,7 @@ func helperMain() bool {
 			fail(err)
 		}
 		fmt.Println("serving")
+		go answerMallocs()
 		_ = s.Serve(ln)
 	case "chaos": // TestChaosTwoUsers' client
 		seed, _ := strconv.ParseUint(os.Getenv("VRAM_BROKER_TEST_SEED"), 10, 64)
@@ -86,7 +90,11 @@ func helperMain() bool {
 		}
 		fmt.Println("done")
 	case "pairs": // BenchmarkConcurrentProcesses' client
-		if err := pairsClient(socket); err != nil {
+		pairs, err := strconv.Atoi(os.Getenv("VRAM_BROKER_TEST_PAIRS"))
+		if err != nil {
+			pairs = 50
+		}
+		if err := pairsClient(socket, pairs); err != nil {
 			fail(err)
 		}
 	case "random": // TestRandomProcesses' client: random requests, then exit
@@ -99,6 +107,18 @@ func helperMain() bool {
 		fail(fmt.Errorf("unknown helper mode %q", mode))
 	}
 	return true
+}
+
+// answerMallocs prints the process's heap allocations so far
+// ("mallocs N") at each SIGUSR1, for the benchmarks.
+func answerMallocs() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGUSR1)
+	for range sig {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fmt.Println("mallocs", ms.Mallocs)
+	}
 }
 
 // child starts the test binary in helper mode and returns it with its

@@ -15,10 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/vramkit/vram/broker/brokerpb"
 )
 
@@ -90,8 +86,8 @@ func (c *Client) Acquire(ctx context.Context, o LeaseOptions) (*Lease, error) {
 	c.leases[l.id] = l
 	c.mu.Unlock()
 	var st *brokerpb.LeaseState
-	err := c.call(ctx, "acquire", c.callBounds(), func(ctx context.Context) (err error) {
-		st, err = c.api.Acquire(ctx, &brokerpb.AcquireRequest{LeaseId: l.id, Spec: l.spec()})
+	err := c.call(ctx, "acquire", c.callBounds(), func(ctx context.Context, cc *clientConn) (err error) {
+		st, err = cc.lease(ctx, "acquire", acquireRequest(&brokerpb.AcquireRequest{LeaseId: l.id, Spec: l.spec()}))
 		return err
 	})
 	if err != nil {
@@ -222,8 +218,8 @@ func (l *Lease) Claim(ctx context.Context, bytes uint64) (Budget, error) {
 	// nothing: fail, and let the holder go on within what it has.
 	b := bounds{wait: c.reclaim + c.cfg.callTimeout, away: 2*c.cfg.maxBackoff + time.Second}
 	c.mu.Unlock()
-	err := c.call(ctx, "claim", b, func(ctx context.Context) error {
-		st, err := l.c.api.Claim(ctx, &brokerpb.ClaimRequest{LeaseId: l.id, LimitBytes: l.limitFor(bytes)})
+	err := c.call(ctx, "claim", b, func(ctx context.Context, cc *clientConn) error {
+		st, err := cc.lease(ctx, "claim", claimRequest(&brokerpb.ClaimRequest{LeaseId: l.id, LimitBytes: l.limitFor(bytes)}))
 		if err == nil {
 			l.apply(st)
 		}
@@ -254,8 +250,8 @@ func (l *Lease) Report(ctx context.Context, bytes uint64) error {
 	if !l.c.connected() {
 		return nil // the rejoin tells it (reconnected)
 	}
-	return l.c.call(ctx, "report", l.c.callBounds(), func(ctx context.Context) error {
-		st, err := l.c.api.Report(ctx, &brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: bytes})
+	return l.c.call(ctx, "report", l.c.callBounds(), func(ctx context.Context, cc *clientConn) error {
+		st, err := cc.lease(ctx, "report", reportRequest(&brokerpb.ReportRequest{LeaseId: l.id, HeldBytes: bytes}))
 		if err == nil {
 			l.apply(st)
 		}
@@ -269,8 +265,8 @@ func (l *Lease) Change(ctx context.Context, proportion float64, capBytes uint64)
 	if err := l.live(); err != nil {
 		return err
 	}
-	return l.c.call(ctx, "change", l.c.callBounds(), func(ctx context.Context) error {
-		st, err := l.c.api.Change(ctx, &brokerpb.ChangeRequest{LeaseId: l.id, Proportion: proportion, CapBytes: capBytes})
+	return l.c.call(ctx, "change", l.c.callBounds(), func(ctx context.Context, cc *clientConn) error {
+		st, err := cc.lease(ctx, "change", changeRequest(&brokerpb.ChangeRequest{LeaseId: l.id, Proportion: proportion, CapBytes: capBytes}))
 		if err == nil {
 			l.mu.Lock()
 			l.opts.Proportion, l.opts.Cap = proportion, capBytes
@@ -292,10 +288,13 @@ func (l *Lease) Release(ctx context.Context) error {
 	c := l.c
 	c.mu.Lock()
 	l.releasing = true
-	up := c.hello != nil
+	cc := c.conn
+	if c.hello == nil {
+		cc = nil // rejoining: reconnected releases it
+	}
 	c.mu.Unlock()
-	if up {
-		if err := c.releaseCall(ctx, l); err != nil {
+	if cc != nil {
+		if err := c.releaseCall(ctx, cc, l); err != nil {
 			c.mu.Lock()
 			l.releasing = false
 			c.mu.Unlock()
@@ -307,26 +306,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// releaseCall asks the broker to release l, once: a connection that is
-// lost meanwhile ends the lease all the same.
-func (c *Client) releaseCall(ctx context.Context, l *Lease) error {
+// releaseCall asks the broker to release l on cc, once: a connection that
+// ended meanwhile ended the lease all the same.
+func (c *Client) releaseCall(ctx context.Context, cc *clientConn, l *Lease) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.callTimeout)
 	defer cancel()
-	_, err := c.api.Release(ctx, &brokerpb.ReleaseRequest{LeaseId: l.id}, grpc.WaitForReady(false))
-	switch code := status.Code(err); {
-	case err == nil, code == codes.Unavailable:
-		return nil
-	case ctx.Err() != nil:
-		return fromStatus(ctx, "release", err)
-	}
-	if err = fromStatus(ctx, "release", err); errors.Is(err, ErrNotFound) {
+	r, err := cc.call(ctx, "release", releaseRequest(&brokerpb.ReleaseRequest{LeaseId: l.id}))
+	switch {
+	case err == nil && r.GetReleased() == nil:
+		return unexpected("release", r)
+	case err == nil, ctx.Err() == nil && (errors.Is(err, errConnEnded) || errors.Is(err, ErrNotFound)):
 		return nil
 	}
 	return err
-}
-
-// releaseOnce releases l on the broker, for a lease Release forgot while
-// it was being rejoined.
-func (c *Client) releaseOnce(l *Lease) error {
-	return c.releaseCall(c.runCtx, l)
 }

@@ -87,9 +87,8 @@ func (s *Server) acquire(sess *session, req *brokerpb.AcquireRequest) (*brokerpb
 	if warn != "" {
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
-	s.afterChangeLocked(d)
-	st := s.replyLocked(l)
-	st.Token = tokenOf(s.key, id, sess.uid, s.id)
+	st := s.answerLocked(l)
+	st.Token = s.tokens.of(id, sess.uid, s.id)
 	return st, nil
 }
 
@@ -160,8 +159,7 @@ func (s *Server) change(sess *session, req *brokerpb.ChangeRequest) (*brokerpb.L
 	if warn != "" {
 		s.log.Warn(warn, "lease", l.label(), "device", d.index)
 	}
-	s.afterChangeLocked(d)
-	return s.replyLocked(l), nil
+	return s.answerLocked(l), nil
 }
 
 // report records what a lease holds: an acknowledgement when it was
@@ -178,8 +176,7 @@ func (s *Server) report(sess *session, req *brokerpb.ReportRequest) (*brokerpb.L
 	}
 	l.held = req.GetHeldBytes()
 	s.settleLocked(l)
-	s.afterChangeLocked(l.dev)
-	return s.replyLocked(l), nil
+	return s.answerLocked(l), nil
 }
 
 // release ends a lease.
@@ -238,38 +235,58 @@ func (s *Server) addLocked(d *device, l *lease) {
 // memory is free, else after the borrowers have shrunk, waiting under
 // ctx until the reclaim deadline.
 func (s *Server) claim(ctx context.Context, sess *session, req *brokerpb.ClaimRequest) (*brokerpb.LeaseState, error) {
+	st, c, err := s.startClaim(sess, req)
+	if c == nil {
+		return st, err
+	}
+	return s.awaitClaim(ctx, c)
+}
+
+// startClaim begins a claim: its answer when it is known at once (c nil),
+// else the claim, which waits for its memory (awaitClaim).
+func (s *Server) startClaim(sess *session, req *brokerpb.ClaimRequest) (st *brokerpb.LeaseState, c *claim, err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	l, err := s.ownLocked(sess, req.GetLeaseId(), "claim")
 	if err == nil {
 		err = s.checkClaimLocked(l, req.GetLimitBytes())
 	}
 	if err != nil {
-		s.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	d, want := l.dev, req.GetLimitBytes()
 	if want <= l.limit {
 		l.limit = want
 		s.settleLocked(l)
-		s.afterChangeLocked(d)
-		defer s.mu.Unlock()
-		return s.replyLocked(l), nil
+		return s.answerLocked(l), nil, nil
 	}
 	now := time.Now()
-	c := &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
+	c = &claim{l: l, want: want, since: now, deadline: now.Add(s.cfg.ReclaimTimeout), done: make(chan struct{})}
 	l.claim = c
 	d.claims = append(d.claims, c)
 	c.timer = time.AfterFunc(s.cfg.ReclaimTimeout, func() { s.claimTimedOut(c) })
-	s.afterChangeLocked(d) // served at once if the memory is free
-	s.mu.Unlock()
+	s.changedLocked(d, l) // served at once if the memory is free
+	if l.claim != c {     // ended at once: granted, and the reply tells its holder
+		if c.err != nil {
+			return nil, nil, c.err
+		}
+		return s.replyLocked(l), nil, nil
+	}
+	s.tellLocked(l)
+	return nil, c, nil
+}
 
+// awaitClaim waits, under ctx, for the claim c to be granted or to fail.
+func (s *Server) awaitClaim(ctx context.Context, c *claim) (*brokerpb.LeaseState, error) {
+	l := c.l
 	select {
 	case <-c.done:
 	case <-ctx.Done():
 		s.mu.Lock()
 		if l.claim == c {
+			d := l.dev
 			s.counts[d.index].cancelled++
-			s.finishClaimLocked(c, fmt.Errorf("claim of %s for %s on device %d: %w; %s", units.Format(want), l.label(), d.index, ctx.Err(), d.holders(l)))
+			s.finishClaimLocked(c, fmt.Errorf("claim of %s for %s on device %d: %w; %s", units.Format(c.want), l.label(), d.index, ctx.Err(), d.holders(l)))
 			s.afterChangeLocked(d)
 		}
 		s.mu.Unlock()
@@ -298,6 +315,14 @@ func (s *Server) checkClaimLocked(l *lease, want uint64) error {
 	return nil
 }
 
+// answerLocked ends a change that l's holder's call made to l's device,
+// as afterChangeLocked, and returns l's state for the reply, which tells
+// the holder: its Watch stream is neither sent the state nor woken for it.
+func (s *Server) answerLocked(l *lease) *brokerpb.LeaseState {
+	s.changedLocked(l.dev, l)
+	return s.replyLocked(l)
+}
+
 // replyLocked is l's state for the reply to its holder's call: the reply
 // tells it, so its Watch stream need not again (one message less a call).
 func (s *Server) replyLocked(l *lease) *brokerpb.LeaseState {
@@ -305,6 +330,15 @@ func (s *Server) replyLocked(l *lease) *brokerpb.LeaseState {
 	l.sent = l.dev.view(l)
 	delete(l.sess.dirty, l.id)
 	return st
+}
+
+// tellLocked queues l's state for its holder's watch if it changed since
+// the holder was last told.
+func (s *Server) tellLocked(l *lease) {
+	if v := l.dev.view(l); v != l.sent {
+		l.sent = v
+		l.sess.markDirty(l.id)
+	}
 }
 
 // stateLocked is l as the protocol describes it to its holder.
@@ -322,12 +356,15 @@ func (s *Server) stateLocked(l *lease) *brokerpb.LeaseState {
 // afterChangeLocked ends every change to d: the waiting claims served
 // (and reclaims started for those that still wait), each holder whose
 // view changed told, the test hook run.
-func (s *Server) afterChangeLocked(d *device) {
+func (s *Server) afterChangeLocked(d *device) { s.changedLocked(d, nil) }
+
+// changedLocked is afterChangeLocked but for replied, a lease whose
+// holder the caller tells in its reply (replyLocked).
+func (s *Server) changedLocked(d *device, replied *lease) {
 	s.serveLocked(d)
 	for _, l := range d.leases {
-		if v := d.view(l); v != l.sent {
-			l.sent = v
-			l.sess.markDirty(l.id)
+		if l != replied {
+			s.tellLocked(l)
 		}
 	}
 	if s.check != nil {

@@ -35,7 +35,7 @@ import (
 // reports whether old is to be ended as a squatter's.
 func (s *Server) checkRejoinLocked(sess *session, req *brokerpb.AcquireRequest, old *lease) (squat bool, err error) {
 	id, from := req.GetLeaseId(), req.GetRejoinBroker()
-	if !tokenMatches(s.key, id, sess.uid, from, req.GetToken()) {
+	if !s.tokens.matches(id, sess.uid, from, req.GetToken()) {
 		return false, fmt.Errorf("rejoin lease %016x: the token is not the lease's under this broker's key: the lease is another uid's or process's, or the broker lost its key file since the lease was acquired: %w", id, ErrPermission)
 	}
 	restarted := from != s.id

@@ -1,44 +1,39 @@
 package broker
 
-// The Server: the lease table behind a gRPC service on a Unix socket.
+// The Server: the lease table behind the broker's protocol on a Unix
+// socket (serve.go).
 //
 // Sessions. Every connection is a session, made as it is accepted (its
-// peer's pid and uid read from SO_PEERCRED, conns.go), handed to gRPC in
-// the connection's AuthInfo, and ended when the connection closes, which
-// releases every lease it holds: a process that exits, kill -9 included,
-// loses its leases as soon as the kernel closes its socket. A lease is
-// its session's: no other connection may change or release it, root's
-// included (ops.go); after a restart it is taken back only with its
-// token (token.go).
+// peer's pid and uid read from SO_PEERCRED, conns.go), and ended when
+// the connection closes, which releases every lease it holds: a process
+// that exits, kill -9 included, loses its leases as soon as the kernel
+// closes its socket. A lease is its session's: no other connection may
+// change or release it, root's included (ops.go); after a restart it is
+// taken back only with its token (token.go).
 //
 // Locking. One mutex, mu, protects the table (devices, leases, claims,
-// reclaims) and the sessions. Nothing holding mu sends on a stream,
-// waits for a client or calls a device: events to a session are marked
-// dirty under mu and sent by the session's Watch goroutine afterwards,
-// so a client that never reads its stream blocks only its own goroutine.
-// Admission (conns.go) has a mutex of its own, never held with mu.
+// reclaims) and the sessions. Nothing holding mu writes to a connection,
+// waits for a client or calls a device: a call's reply is written after
+// its operation let mu go, and events to a session are marked dirty
+// under mu and sent by the session's watch goroutine afterwards, so a
+// client that never reads blocks only its own connection. Admission
+// (conns.go) and the connections served (serve.go) have mutexes of their
+// own, never held with mu.
 //
 // Limits (Config): connections in all and per uid, leases per
-// connection, per uid and in all; gRPC bounds the message size and the
-// streams per connection; a connection must finish its handshake in
-// time, and one that makes no call is closed when idle.
+// connection, per uid and in all, the size of a request and the calls a
+// connection has waiting; a connection must send its preface in time,
+// and one that makes no call is closed when idle.
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
-
-	"github.com/vramkit/vram/broker/brokerpb"
 	"github.com/vramkit/vram/internal/share"
 )
 
@@ -58,9 +53,6 @@ const (
 	// maxMessageBytes bounds a request: the largest valid one is a few
 	// hundred bytes.
 	maxMessageBytes = 16 << 10
-	// maxStreamsPerConn bounds the calls one connection has in flight
-	// (its Watch stream and its waiting claims).
-	maxStreamsPerConn = 128
 )
 
 // Device is one device the broker divides: the memory it has and what a
@@ -91,11 +83,11 @@ type Config struct {
 	MaxLeasesPerUID int
 	// MaxLeases bounds the leases in all (default 4096).
 	MaxLeases int
-	// HandshakeTimeout bounds how long a new connection may take to
-	// speak HTTP/2 (default 20s).
+	// HandshakeTimeout bounds how long a new connection may take to send
+	// its preface (default 20s).
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection with no call in progress for this
-	// long (default 1m): a Client always has one, its Watch stream.
+	// long (default 1m): a Client always has one, its watch.
 	IdleTimeout time.Duration
 	// KeyFile is the file of the key that signs lease tokens, made at
 	// the first start (DefaultKeyFile beside the socket, for `vram
@@ -113,13 +105,15 @@ type Config struct {
 
 // Server is a node broker. It is safe for concurrent use.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	id    uint64 // this instance, new at every start
-	key   []byte // signs lease tokens (token.go)
-	locks deviceLocks
-	admit *admission
-	grpc  *grpc.Server
+	cfg Config
+	log *slog.Logger
+	id  uint64 // this instance, new at every start
+	// tokens signs lease tokens under the broker's key (token.go); used
+	// under mu.
+	tokens *signer
+	locks  deviceLocks
+	admit  *admission
+	net    served // the listeners and connections served (serve.go)
 
 	mu          sync.Mutex // protects the fields below
 	devices     []*device
@@ -170,25 +164,19 @@ func NewServer(cfg Config) (*Server, error) {
 			pools: share.New("lease"), leases: map[uint64]*lease{}, procs: map[uint32]int{}})
 	}
 	s.counts = make([]counts, len(s.devices))
-	s.key = newKey()
+	key := newKey()
 	if cfg.KeyFile != "" {
-		if s.key, err = loadKey(cfg.KeyFile); err != nil {
+		if key, err = loadKey(cfg.KeyFile); err != nil {
 			return nil, err
 		}
 	}
+	s.tokens = newSigner(key)
 	if cfg.LockDir != "" {
 		if s.locks, err = lockDevices(cfg.LockDir, cfg.Devices); err != nil {
 			return nil, err
 		}
 	}
-	s.grpc = grpc.NewServer(
-		grpc.Creds(peerCredentials{}),
-		grpc.MaxRecvMsgSize(maxMessageBytes),
-		grpc.MaxConcurrentStreams(maxStreamsPerConn),
-		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.IdleTimeout}),
-	)
-	brokerpb.RegisterBrokerServer(s.grpc, &rpcServer{s: s})
+	s.net.lns, s.net.conns = map[net.Listener]struct{}{}, map[*serverConn]struct{}{}
 	return s, nil
 }
 
@@ -246,16 +234,6 @@ func randomID() uint64 {
 	}
 }
 
-// Serve serves ln (a Unix socket, from Listen) until Stop. It returns nil
-// after Stop.
-func (s *Server) Serve(ln net.Listener) error {
-	err := s.grpc.Serve(&admitListener{Listener: ln, a: s.admit})
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	return err
-}
-
 // Stop closes every connection, which ends every lease, stops Serve and
 // lets the devices' locks go.
 func (s *Server) Stop() {
@@ -263,21 +241,10 @@ func (s *Server) Stop() {
 	stopped := s.stopped
 	s.stopped = true
 	s.mu.Unlock()
-	s.grpc.Stop()
+	s.net.stop()
 	if !stopped {
 		s.locks.unlock()
 	}
-}
-
-// sessionOf is the session of the connection of a call's context (its
-// peer's AuthInfo: peercred.go).
-func sessionOf(ctx context.Context) *session {
-	if p, ok := peer.FromContext(ctx); ok {
-		if cred, ok := p.AuthInfo.(peerCred); ok {
-			return cred.sess
-		}
-	}
-	return nil
 }
 
 func (s *Server) openSession(cred peerCred) *session {

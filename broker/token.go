@@ -25,6 +25,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -43,24 +44,44 @@ const (
 // it, as SOCKET.key.
 func DefaultKeyFile(socket string) string { return socket + ".key" }
 
-// tokenOf is the token of lease id held by uid, given by broker instance
-// broker under key.
-func tokenOf(key []byte, id uint64, uid uint32, broker uint64) []byte {
-	mac := hmac.New(sha256.New, key)
-	var b [20]byte
+// signer makes and checks the tokens of a broker's key. It keeps one
+// keyed HMAC, reset for each token, so that a token costs no new hash
+// state; it is not safe for concurrent use (a Server's is used under its
+// mu).
+type signer struct {
+	mac hash.Hash
+	msg [len(tokenLabel) + 20]byte // the message signed: the label, then the lease id, uid and broker instance
+	sum [sha256.Size]byte
+}
+
+func newSigner(key []byte) *signer {
+	s := &signer{mac: hmac.New(sha256.New, key)}
+	copy(s.msg[:], tokenLabel)
+	return s
+}
+
+// of is the token of lease id held by uid, given by broker instance
+// broker.
+func (s *signer) of(id uint64, uid uint32, broker uint64) []byte {
+	return append([]byte(nil), s.sign(id, uid, broker)...)
+}
+
+// sign is the token of lease id held by uid, given by broker instance
+// broker, in s's own buffer: valid until the next call.
+func (s *signer) sign(id uint64, uid uint32, broker uint64) []byte {
+	b := s.msg[len(tokenLabel):]
 	binary.BigEndian.PutUint64(b[:8], id)
 	binary.BigEndian.PutUint32(b[8:12], uid)
 	binary.BigEndian.PutUint64(b[12:], broker)
-	mac.Write([]byte(tokenLabel))
-	mac.Write(b[:])
-	return mac.Sum(nil)[:tokenBytes]
+	s.mac.Reset()
+	s.mac.Write(s.msg[:])
+	return s.mac.Sum(s.sum[:0])[:tokenBytes]
 }
 
-// tokenMatches reports whether token is lease id's for uid, given by
-// instance broker under key, in time that does not depend on where they
-// differ.
-func tokenMatches(key []byte, id uint64, uid uint32, broker uint64, token []byte) bool {
-	return hmac.Equal(tokenOf(key, id, uid, broker), token)
+// matches reports whether token is lease id's for uid, given by instance
+// broker, in time that does not depend on where they differ.
+func (s *signer) matches(id uint64, uid uint32, broker uint64, token []byte) bool {
+	return hmac.Equal(s.sign(id, uid, broker), token)
 }
 
 // newKey is a random key.

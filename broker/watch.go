@@ -1,24 +1,58 @@
 package broker
 
+// The watch: a connection's one event stream. Its call is answered with
+// a Hello at once; then a goroutine of the connection sends, as events of
+// the call, the states of the connection's leases that
+// afterChangeLocked marked dirty, outside mu, until the connection ends.
+
 import (
-	"errors"
 	"fmt"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 )
 
-// errNoSession: a call on a connection gRPC did not tag (never happens
-// with the server's stats handler in place).
-var errNoSession = errors.New("broker: connection without a session")
+// watch opens the connection's watch as call.
+func (sc *serverConn) watch(call uint64) {
+	if err := sc.canWait(call); err != nil {
+		sc.replyError(call, err)
+		return
+	}
+	hello, err := sc.s.startWatch(sc.sess)
+	if err != nil {
+		sc.replyError(call, err)
+		return
+	}
+	ctx, end := sc.startWait(call, 0)
+	event := func(ev *brokerpb.Event) bool {
+		return sc.send(&brokerpb.Reply{Call: call, Body: &brokerpb.Reply_Event{Event: ev}})
+	}
+	ok := event(&brokerpb.Event{Kind: &brokerpb.Event_Hello{Hello: hello}})
+	sc.spawn(func() {
+		defer end()
+		defer sc.s.stopWatch(sc.sess)
+		for ok {
+			select {
+			case <-sc.sess.wake:
+			case <-ctx.Done():
+				return
+			}
+			for _, st := range sc.s.drain(sc.sess) {
+				if ok = event(&brokerpb.Event{Kind: &brokerpb.Event_Lease{Lease: st}}); !ok {
+					break
+				}
+			}
+		}
+	})
+}
 
-// startWatch makes sess's Watch stream the one that hears of its leases,
-// with every lease queued to be sent once; a second stream on the same
+// startWatch makes sess's watch the one that hears of its leases, with
+// every lease queued to be sent once; a second watch on the same
 // connection is refused.
 func (s *Server) startWatch(sess *session) (*brokerpb.Hello, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sess.watching {
-		return nil, fmt.Errorf("watch: the connection has a Watch stream already (one a connection): %w", ErrLimit)
+		return nil, fmt.Errorf("watch: the connection has a watch already (one a connection): %w", ErrLimit)
 	}
 	sess.watching = true
 	for id := range sess.leases {

@@ -9,19 +9,19 @@ package main
 // vram exits 1 saying why.
 
 import (
-	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/vramkit/vram/broker/brokerpb"
 )
@@ -99,16 +99,39 @@ func releaseAsRoot(t *testing.T, socket, id string) {
 	}
 	n, err := strconv.ParseUint(id, 16, 64)
 	must(t, err)
-	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	reply := brokerCall(t, socket, &brokerpb.Request{Call: 1, Body: &brokerpb.Request_Release{Release: &brokerpb.ReleaseRequest{LeaseId: n}}})
+	if e := reply.GetError(); e != nil {
+		if e.GetReason() == "PERMISSION" {
+			t.Skipf("the broker lets no other process release a lease: %s", e.GetMessage())
+		}
+		t.Fatalf("release lease %s: %s: %s", id, e.GetReason(), e.GetMessage())
+	}
+}
+
+// brokerCall makes one call of the broker's protocol (brokerpb's
+// broker.proto) on a connection of its own, as another program would:
+// the preface, the request in a frame (its length in 4 bytes, big-endian,
+// then its bytes), the reply in one.
+func brokerCall(t *testing.T, socket string, req *brokerpb.Request) *brokerpb.Reply {
+	t.Helper()
+	conn, err := net.Dial("unix", socket)
 	must(t, err)
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), patience(t))
-	defer cancel()
-	_, err = brokerpb.NewBrokerClient(conn).Release(ctx, &brokerpb.ReleaseRequest{LeaseId: n})
-	if status.Code(err) == codes.PermissionDenied {
-		t.Skipf("the broker lets no other process release a lease: %v", err)
-	}
+	must(t, conn.SetDeadline(time.Now().Add(patience(t))))
+	body, err := proto.Marshal(req)
 	must(t, err)
+	frame := binary.BigEndian.AppendUint32([]byte("vram broker 1\n"), uint32(len(body)))
+	_, err = conn.Write(append(frame, body...))
+	must(t, err)
+	var hdr [4]byte
+	_, err = io.ReadFull(conn, hdr[:])
+	must(t, err)
+	buf := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	_, err = io.ReadFull(conn, buf)
+	must(t, err)
+	reply := new(brokerpb.Reply)
+	must(t, proto.Unmarshal(buf, reply))
+	return reply
 }
 
 // TestLeaseEndsTheCommand: a lease that ends before its COMMAND stops it:
