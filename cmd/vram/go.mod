@@ -11,7 +11,6 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/term v0.46.0
 	gonum.org/v1/plot v0.17.0
-	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -38,6 +37,7 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	gonum.org/v1/gonum v0.17.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 // The command is built from the repository it lives in (the go.work at

@@ -9,21 +9,13 @@ package main
 // vram exits 1 saying why.
 
 import (
-	"encoding/binary"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	"google.golang.org/protobuf/proto"
-
-	"github.com/vramkit/vram/broker/brokerpb"
 )
 
 // pidAlive reports whether process pid is running: not gone and not a
@@ -90,50 +82,6 @@ func TestLeaseCommandDiesWithVram(t *testing.T) {
 	}
 }
 
-// releaseAsRoot releases lease id on socket as another process would: by
-// the protocol, as root. It skips the test if the broker refuses.
-func releaseAsRoot(t *testing.T, socket, id string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("only root may release another process's lease")
-	}
-	n, err := strconv.ParseUint(id, 16, 64)
-	must(t, err)
-	reply := brokerCall(t, socket, &brokerpb.Request{Call: 1, Body: &brokerpb.Request_Release{Release: &brokerpb.ReleaseRequest{LeaseId: n}}})
-	if e := reply.GetError(); e != nil {
-		if e.GetReason() == "PERMISSION" {
-			t.Skipf("the broker lets no other process release a lease: %s", e.GetMessage())
-		}
-		t.Fatalf("release lease %s: %s: %s", id, e.GetReason(), e.GetMessage())
-	}
-}
-
-// brokerCall makes one call of the broker's protocol (brokerpb's
-// broker.proto) on a connection of its own, as another program would:
-// the preface, the request in a frame (its length in 4 bytes, big-endian,
-// then its bytes), the reply in one.
-func brokerCall(t *testing.T, socket string, req *brokerpb.Request) *brokerpb.Reply {
-	t.Helper()
-	conn, err := net.Dial("unix", socket)
-	must(t, err)
-	defer conn.Close()
-	must(t, conn.SetDeadline(time.Now().Add(patience(t))))
-	body, err := proto.Marshal(req)
-	must(t, err)
-	frame := binary.BigEndian.AppendUint32([]byte("vram broker 1\n"), uint32(len(body)))
-	_, err = conn.Write(append(frame, body...))
-	must(t, err)
-	var hdr [4]byte
-	_, err = io.ReadFull(conn, hdr[:])
-	must(t, err)
-	buf := make([]byte, binary.BigEndian.Uint32(hdr[:]))
-	_, err = io.ReadFull(conn, buf)
-	must(t, err)
-	reply := new(brokerpb.Reply)
-	must(t, proto.Unmarshal(buf, reply))
-	return reply
-}
-
 // TestLeaseEndsTheCommand: a lease that ends before its COMMAND stops it:
 // SIGTERM to its process group (a child it started in the background goes
 // too), SIGKILL --kill-after later if it ignores SIGTERM; vram exits 1,
@@ -149,10 +97,11 @@ func TestLeaseEndsTheCommand(t *testing.T) {
 		killed bool // by SIGKILL after the grace
 		why    string
 	}{
-		"released by another, exits on SIGTERM": {script: trapsTerm, end: releaseOurs, why: "another process released it"},
-		"released by another, ignores SIGTERM":  {script: ignoresTerm, end: releaseOurs, killed: true, why: "another process released it"},
-		"not taken back after a broker restart": {script: trapsTerm, end: func(t *testing.T, _ string, restart func()) { restart() },
-			why: "was not taken back by the restarted broker"},
+		// No other process may release a lease (docs/broker-trust.md: a
+		// lease is its connection's, root's no exception): a broker that
+		// comes back without the lease's device ends it.
+		"not taken back, exits on SIGTERM": {script: trapsTerm, end: restarted, why: "was not taken back by the restarted broker"},
+		"not taken back, ignores SIGTERM":  {script: ignoresTerm, end: restarted, killed: true, why: "was not taken back by the restarted broker"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -187,21 +136,8 @@ func TestLeaseEndsTheCommand(t *testing.T) {
 	}
 }
 
-// releaseOurs releases the one lease on socket as another process.
-func releaseOurs(t *testing.T, socket string, _ func()) {
-	t.Helper()
-	st := brokerStatus(t, socket)
-	var ids []string
-	for _, d := range st.Devices {
-		for _, l := range d.Leases {
-			ids = append(ids, l.ID)
-		}
-	}
-	if len(ids) != 1 {
-		t.Fatalf("leases %v; want the one of vram lease", ids)
-	}
-	releaseAsRoot(t, socket, ids[0])
-}
+// restarted ends the lease by restarting its broker without its device.
+func restarted(_ *testing.T, _ string, restart func()) { restart() }
 
 // TestLeaseFlagsCheckedFirst: flags no broker accepts are usage errors
 // (exit 2) before the broker is dialled (there is none here), and a
