@@ -102,10 +102,12 @@ func after(n int, open chan struct{}, compute batch.Compute) batch.Compute {
 
 // Each device cuts at its own length: a device that holds the batch
 // whole is not held to a small device's plan. The small device computes
-// nothing until the large one has started its first chunk, so it holds
-// at most its buffers' chunks (under a quarter of the runs) when the
-// large one takes: ⌈left/4⌉ of the runs left (two parts), more than the
-// small device's plan of under an eighth of them.
+// nothing until the large one has started its fifth chunk, so no rate of
+// the small one is known meanwhile (it counts at the large one's) and
+// the large one's chunks double from its probe (⌈R/128⌉ runs, at most
+// twice its longest chunk each time, parts.go): its fourth is 8 probes,
+// longer than the small device's plan of under an eighth of the runs.
+// Which device is faster by the clock decides nothing here.
 func TestRunPartsOwnLengths(t *testing.T) {
 	const runs = 200_000
 	fs, parts, out := multiParts(t, runs, size(256<<10), size(8<<20))
@@ -116,7 +118,7 @@ func TestRunPartsOwnLengths(t *testing.T) {
 	}
 	largeStarted := make(chan struct{})
 	parts[0].Compute = waitFor(largeStarted, parts[0].Compute)
-	parts[1].Compute = after(1, largeStarted, parts[1].Compute)
+	parts[1].Compute = after(5, largeStarted, parts[1].Compute)
 	// Two buffers, as allocated: the plans' lengths stand (with one
 	// chosen, a device would plan again, longer).
 	rep, err := batch.RunParts(context.Background(), parts, batch.Options{Buffers: 2})
