@@ -330,6 +330,25 @@ class TestClient(ClientTest):
         with self.assertRaises(vram.InvalidArgumentError):
             self.m.host_array(3, "float32", memory="device")
 
+    def test_a_request_queued_again(self):
+        # A request keeps the C struct it was queued as, per label: queued
+        # under two labels, then again, each array has its own label; the
+        # struct stays out of pickle and copy.
+        import copy
+        import pickle
+
+        c = self.m.register("c")
+        r = vram.ArrayRequest((4, 8), "float32", chunk_axis=1)
+        for _ in range(2):
+            c.queue({"a": r, "b": r})
+            self.assertEqual(sorted(c.allocate().device_arrays), ["a", "b"])
+        c.queue({"b": r})
+        self.assertEqual(sorted(c.allocate().device_arrays), ["b"])
+        for twin in (pickle.loads(pickle.dumps(r)), copy.deepcopy(r), copy.copy(r)):
+            self.assertEqual(twin, r)
+            c.queue({"t": twin})
+            self.assertEqual(c.allocate().device_arrays["t"].shape, (4, 8))
+
     def test_copies_check_their_arrays(self):
         c = self.m.register("c")
         c.queue({"x": vram.ArrayRequest((4, 8), "float32", chunk_axis=1)})

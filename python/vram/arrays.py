@@ -50,7 +50,7 @@ def numpy_view(address: int, nbytes: int, dtype: str, shape: Tuple[int, ...], ow
         return np.zeros(shape, dtype=dtype)
     buf = (ctypes.c_byte * nbytes).from_address(address)
     buf._vram_owner = owner  # the view's base is buf; buf holds owner
-    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+    return np.ndarray(shape, dtype, buf)
 
 
 def _numba_simulating() -> bool:

@@ -98,14 +98,25 @@ class ArrayRequest:
             return value
         return cls(**dict(value))
 
+    def __reduce__(self):
+        # its fields only: the C structs _c keeps are not for pickle or copy
+        return (type(self), (self.shape, self.dtype, self.memory, self.chunk_axis, self.unchunkable, self.total_runs))
+
     def _c(self, label: str) -> _capi.Request:
-        """The request as vram.h's struct vram_request under label (its C
-        shape made once; the struct keeps it alive)."""
-        shape = self.__dict__.get("_shape_c")
-        if shape is None:
-            shape = self.__dict__["_shape_c"] = _shape_array(self.shape)
-        return _capi.Request(str(label).encode(), shape, len(self.shape), _capi.DTYPES[self.dtype], _capi.MEMORY[self.memory],
-                             self.chunk_axis, bool(self.unchunkable), 0, self.total_runs)
+        """The request as vram.h's struct vram_request under label, made
+        once per label (the request is immutable; at most 8 labels kept):
+        Client.queue copies it into the array it gives C, and the struct
+        keeps its C label and shape alive."""
+        made = self.__dict__.get("_c_made")
+        if made is None:
+            made = self.__dict__["_c_made"] = {}
+        c = made.get(label)
+        if c is None:
+            c = _capi.Request(str(label).encode(), _shape_array(self.shape), len(self.shape), _capi.DTYPES[self.dtype],
+                              _capi.MEMORY[self.memory], self.chunk_axis, bool(self.unchunkable), 0, self.total_runs)
+            if len(made) < 8:
+                made[label] = c
+        return c
 
 
 class Span(NamedTuple):

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -388,7 +389,8 @@ func clientRounds(cs *Clients, m *Manager, group string, n int) error {
 // again, so each replaces the arrays before it) and one copy of 4 KiB in
 // and out with a sync, through the client API ("capi": handles, the
 // response's description, its release) and through the vram client
-// directly ("vram"), side by side on one simulator.
+// directly ("vram", and "vram-locked" from a goroutine locked to its
+// thread, as a call from C runs), side by side on one simulator.
 func BenchmarkClients(b *testing.B) {
 	var r Registry
 	var cs Clients
@@ -446,11 +448,20 @@ func BenchmarkClients(b *testing.B) {
 	check(err)
 	h, err := vram.WrapHost(unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), 4096), []int{1024}, vram.Float32)
 	check(err)
-	b.Run("copy/vram", func(b *testing.B) {
+	copyVram := func(b *testing.B) {
 		for b.Loop() {
 			check(vc.ToDevice(ctx, vr.Arrays()["x"], h))
 			check(vc.FromDevice(ctx, h, vr.Arrays()["x"]))
 			check(vc.Sync(ctx))
 		}
+	}
+	b.Run("copy/vram", copyVram)
+	// The same from a goroutine locked to its thread, as every call from C
+	// is (a cgo callback): its Sync waits for the simulator's stream
+	// goroutine on another thread, not on its own.
+	b.Run("copy/vram-locked", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		copyVram(b)
 	})
 }
