@@ -160,13 +160,9 @@ func setup(t *testing.T, tg target, newAlloc Factory, cfg sim.Config) *env {
 	return e
 }
 
-// warmUp makes a real device take the memory a driver takes lazily — for
-// a stream, for the first allocation, for the first memset and copies (the
-// driver's internal modules), for the stream-ordered pool — and gives back
-// what the pool still reserves from earlier tests, so that free memory
-// measured afterwards moves only with the allocator (and the streams a
-// test makes, which env.newStream leaves out).
-func warmUp(t *testing.T, dev device.Device) {
+// warmStream makes a real device take the memory it takes lazily for a
+// stream.
+func warmStream(t *testing.T, dev device.Device) {
 	t.Helper()
 	s, err := dev.NewStream()
 	if err != nil {
@@ -175,6 +171,17 @@ func warmUp(t *testing.T, dev device.Device) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("warm-up: closing the stream: %v", err)
 	}
+}
+
+// warmUp makes a real device take the memory a driver takes lazily — for
+// a stream, for the first allocation, for the first memset and copies (the
+// driver's internal modules), for the stream-ordered pool — and gives back
+// what the pool still reserves from earlier tests, so that free memory
+// measured afterwards moves only with the allocator (and the streams a
+// test makes, which env.newStream leaves out).
+func warmUp(t *testing.T, dev device.Device) {
+	t.Helper()
+	warmStream(t, dev)
 	p, err := dev.Malloc(Alignment)
 	if err != nil {
 		t.Fatalf("warm-up: Malloc: %v", err)

@@ -203,6 +203,7 @@ func (e *env) resetInOps(t *testing.T, tg target) []device.Stream {
 	if st := e.checkQuiet(t); st.InUse != 0 || st.Reserved != 0 {
 		t.Fatalf("with every block from before the reset freed: InUse %d, Reserved %d; want 0, 0", st.InUse, st.Reserved)
 	}
+	e.warm(t, tg)
 	return streams
 }
 
