@@ -104,6 +104,9 @@ type multiReport struct {
 	WallSeconds   float64       `json:"wall_seconds"`
 	BatchSeconds  float64       `json:"batch_seconds"`
 	RunsPerSecond float64       `json:"runs_per_second"`
+	// CommitSeconds is putting --out's file in place once verified
+	// (flushed to the disk, renamed over the path), before the report.
+	CommitSeconds float64 `json:"commit_seconds,omitempty"`
 	// BytesToDevice and BytesFromDevice are every device's copies; the
 	// seconds are their pipelines' summed (multiReport.Devices has each).
 	BytesToDevice      uint64  `json:"bytes_to_device"`
@@ -125,6 +128,7 @@ type multiJob struct {
 	f     runFlags
 	shape jobShape
 	traj  *trajFile // --out; nil: the results stay in out and status
+	out0  *job      // --out's file's owner (commitOut, closeOut)
 	prog  runProgress
 	// bytesIn and bytesOut are the batch's copies, every device's.
 	bytesIn, bytesOut uint64
@@ -182,7 +186,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 		if err := j.openOut(f.out); err != nil {
 			return err
 		}
-		mj.traj = j.traj
+		mj.traj, mj.out0 = j.traj, j
 		defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	} else {
 		mj.out = make([]byte, js.samples*2*js.runs*4)
@@ -208,6 +212,11 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	rep := mj.report(parts, time.Since(batchStart))
 	mj.prog.Phase("verify the results")
 	verr := mj.verify(&rep)
+	if verr == nil && mj.out0 != nil {
+		if rep.CommitSeconds, err = mj.out0.commitOut(f.out); err != nil {
+			return err
+		}
+	}
 	rep.WallSeconds = time.Since(start).Seconds()
 	mj.prog.Finish()
 	return a.finishReport(rep, func() error { return a.printMulti(rep) }, verr)

@@ -56,7 +56,7 @@ func (a *app) printMulti(r multiReport) error {
 			plural(d.Chunks, "chunk"), plural(d.Runs, "run"), plural(d.ChunkLength, "run"), plural(d.Buffers, "buffer"), d.BusySeconds, rate(d.RunsPerSecond))
 	}
 	printMultiLines(w, r)
-	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond))
+	fmt.Fprintf(w, "time         %.2f s in all, %.2f s for the batch: %s runs/s%s\n", r.WallSeconds, r.BatchSeconds, rate(r.RunsPerSecond), commitText(r.CommitSeconds))
 	if r.Out != "" {
 		fmt.Fprintf(w, "out          %s: float32 (%d, 2, %d), C order\n", r.Out, r.Samples, r.Runs)
 	}

@@ -302,6 +302,12 @@ func (j *job) finish(f runFlags, rd runDevice, ms *metricsServer, start time.Tim
 		return err
 	}
 	verr := j.check(f.verify, &rep)
+	if verr == nil {
+		var err error
+		if rep.CommitSeconds, err = j.commitOut(f.out); err != nil {
+			return err
+		}
+	}
 	j.a.printMemoryReport(j.m)
 	rep.WallSeconds = time.Since(start).Seconds()
 	j.prog.Finish()

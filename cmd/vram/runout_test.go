@@ -48,6 +48,13 @@ func TestRunOutFile(t *testing.T) {
 	if r.StagingBytes > r.HostLimitBytes {
 		t.Errorf("%d bytes of staging over the %d byte limit", r.StagingBytes, r.HostLimitBytes)
 	}
+	// The file is put in place before the report, which counts the time:
+	// the parts of the job account for its wall (each measured apart).
+	parts := r.SetupSeconds + r.BatchSeconds + r.VerifySeconds + r.CommitSeconds
+	if r.CommitSeconds <= 0 || parts > r.WallSeconds {
+		t.Errorf("commit %v s; set-up, batch, verify and commit %v s of a %v s wall; want a commit time, and the parts within the wall",
+			r.CommitSeconds, parts, r.WallSeconds)
+	}
 	f, err := npy.Open(out)
 	if err != nil {
 		t.Fatal(err)

@@ -70,8 +70,10 @@ type runReport struct {
 	// the time spent filling staged inputs. SetupSeconds is the job from
 	// its start to the batch's (device, allocation, host arrays, inputs),
 	// of which HostArraysSeconds making the host arrays (pinning them, on
-	// the pinned rung), VerifySeconds the check after it: SetupSeconds,
-	// BatchSeconds and VerifySeconds account for WallSeconds.
+	// the pinned rung), VerifySeconds the check after it, CommitSeconds
+	// putting --out's file in place (flushed to the disk, renamed over the
+	// path) once verified: SetupSeconds, BatchSeconds, VerifySeconds and
+	// CommitSeconds account for WallSeconds.
 	WriteSeconds      float64 `json:"write_seconds"`
 	HostArraysSeconds float64 `json:"host_arrays_seconds"`
 	// PinSeconds is the part of BatchSeconds the batch spent taking its
@@ -91,6 +93,7 @@ type runReport struct {
 	FillSeconds       float64 `json:"fill_seconds"`
 	SetupSeconds      float64 `json:"setup_seconds"`
 	VerifySeconds     float64 `json:"verify_seconds"`
+	CommitSeconds     float64 `json:"commit_seconds,omitempty"`
 	// ChunksRun and RunChunkLength are the chunks the batch ran and the
 	// length it cut them at last, which differ from the plan's when it
 	// re-planned between chunks (Recuts, each change) or chose its
@@ -259,10 +262,18 @@ func printPipeline(w io.Writer, r runReport) {
 	if r.BufferChoice != "" {
 		fmt.Fprintf(w, "buffers      %s\n", r.BufferChoice)
 	}
-	fmt.Fprintf(w, "time         %.2f s in all: %.2f s of set-up (%.2f s making the host arrays), %.2f s for the batch (%s runs/s; %.2f s pinning %s of staging), %.2f s to verify\n",
-		r.WallSeconds, r.SetupSeconds, r.HostArraysSeconds, r.BatchSeconds, rate(r.RunsPerSecond), r.PinSeconds, units.Format(r.PinnedBytes), r.VerifySeconds)
+	fmt.Fprintf(w, "time         %.2f s in all: %.2f s of set-up (%.2f s making the host arrays), %.2f s for the batch (%s runs/s; %.2f s pinning %s of staging), %.2f s to verify%s\n",
+		r.WallSeconds, r.SetupSeconds, r.HostArraysSeconds, r.BatchSeconds, rate(r.RunsPerSecond), r.PinSeconds, units.Format(r.PinnedBytes), r.VerifySeconds, commitText(r.CommitSeconds))
 	fmt.Fprintf(w, "overlap      %.2f s of copies, %.2f s of kernels, %.2f s of writes, %.2f s filling; %.2f s of copying not hidden by a kernel, the device idle %.2f s\n",
 		r.CopySeconds, r.ComputeSeconds, r.WriteSeconds, r.FillSeconds, r.ExposedCopySeconds, r.DeviceIdleSeconds)
+}
+
+// commitText is the time line's end for --out's file put in place.
+func commitText(seconds float64) string {
+	if seconds == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %.2f s putting the --out file in place", seconds)
 }
 
 // printHost writes the host side: the arrays' rungs, the staging, the

@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/vramkit/vram/shard"
 )
@@ -146,6 +147,21 @@ func (j *job) createOut(out string) error {
 		return p.Commit()
 	}}
 	return nil
+}
+
+// commitOut puts the verified --out file in place before the report is
+// written, so that the report counts the time (flushing gigabytes to the
+// disk can be seconds) and a report that cannot be written leaves a
+// verified file whole; it returns the seconds it took. The deferred
+// closeOut then has nothing left to do.
+func (j *job) commitOut(out string) (float64, error) {
+	if j.traj == nil {
+		return 0, nil
+	}
+	t0 := time.Now()
+	err := j.closeOut(out, false)
+	j.traj = nil
+	return time.Since(t0).Seconds(), err
 }
 
 func (j *job) closeOut(out string, failed bool) error {
