@@ -44,7 +44,8 @@ from weakref import ref as weakref_ref
 import numpy as np
 
 import vram as _vram
-from .. import _lib
+from .. import _capi, _lib
+from .. import client as _client
 from . import _backend
 from .array_requests import ArrayRequest, ArrayResponse
 from .stream_groups import StreamGroups
@@ -863,16 +864,21 @@ class MemoryManager:
         for peer in self.stream_groups.get_instances_in_group(group):
             if peer in self.registry:
                 self.registry[peer].last_stream = stream
-        if queued:
-            self._warn_if_far_too_large(queued, group)
+        # the 20x warning, with the free memory the allocation's own call
+        # read before allocating, before any hook is called
+        warn_far = partial(self._warn_if_far_too_large, queued, group) if queued else None
         try:
-            settings.client.allocate()
-        except _vram.OutOfMemoryError as e:
-            raise ValueError("Can't fit the request in GPU VRAM even in chunks of one run: %s" % e) from e
+            _client.allocate(settings.client, None, 1, _capi.ALLOCATE_MEM_INFO if queued else 0,
+                             None if warn_far is None else lambda mem: warn_far(mem[0]))
+        except Exception as e:
+            if warn_far is not None:  # the memory as it was, unless the arrays replaced had to be freed first
+                warn_far(self.get_memory_info()[0])
+            if isinstance(e, _vram.OutOfMemoryError):
+                raise ValueError("Can't fit the request in GPU VRAM even in chunks of one run: %s" % e) from e
+            raise
         return None
 
-    def _warn_if_far_too_large(self, requests: dict, group: str) -> None:
-        free, _ = self.get_memory_info()
+    def _warn_if_far_too_large(self, requests: dict, group: str, free: int) -> None:
         size = sum(get_portioned_request_size(requests))
         if free > 0 and size > self._available_memory(group, free) and size / free > 20:
             warn("This request exceeds available VRAM by more than 20x. Available VRAM = %d, request size = %d."
