@@ -864,11 +864,15 @@ class MemoryManager:
         for peer in self.stream_groups.get_instances_in_group(group):
             if peer in self.registry:
                 self.registry[peer].last_stream = stream
-        # the 20x warning, with the free memory the allocation's own call
-        # read before allocating, before any hook is called
+        # the 20x warning before any hook, with the free memory the
+        # allocation's own call read (get_memory_info's, unless a subclass
+        # or a test replaced it: then its)
         warn_far = partial(self._warn_if_far_too_large, queued, group) if queued else None
+        if warn_far is not None and not self._own_memory_info():
+            warn_far(self.get_memory_info()[0])
+            warn_far = None
         try:
-            _client.allocate(settings.client, None, 1, _capi.ALLOCATE_MEM_INFO if queued else 0,
+            _client.allocate(settings.client, None, 1, _capi.ALLOCATE_MEM_INFO if warn_far else 0,
                              None if warn_far is None else lambda mem: warn_far(mem[0]))
         except Exception as e:
             if warn_far is not None:  # the memory as it was, unless the arrays replaced had to be freed first
@@ -877,6 +881,10 @@ class MemoryManager:
                 raise ValueError("Can't fit the request in GPU VRAM even in chunks of one run: %s" % e) from e
             raise
         return None
+
+    def _own_memory_info(self) -> bool:
+        """Whether get_memory_info is this class's: vram's manager's figures."""
+        return "get_memory_info" not in self.__dict__ and type(self).get_memory_info is MemoryManager.get_memory_info
 
     def _warn_if_far_too_large(self, requests: dict, group: str, free: int) -> None:
         size = sum(get_portioned_request_size(requests))
