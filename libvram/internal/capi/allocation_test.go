@@ -159,3 +159,74 @@ func TestQueueAllocateFailures(t *testing.T) {
 		t.Errorf("events after a failed allocation: %+v", evs)
 	}
 }
+
+// FuzzQueueAllocate: any sequence of queues and allocations by two clients
+// of one group, each allocation through QueueAllocate (taking its own
+// event or not) or Allocate, with polls between: every client hears of its
+// allocations in the order they were made (the events polled and the ones
+// the calls took, by response id), a call's description is Plan's and
+// Arrays', and once every handle is released none is left.
+func FuzzQueueAllocate(f *testing.F) {
+	f.Add([]byte{0x01, 0x13, 0x22, 0x05, 0x37})
+	f.Add([]byte{0x11, 0x11, 0x03, 0x00, 0x0f})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		var r Registry
+		var cs Clients
+		m := open(t, &r, "sim:vram=16MiB", 0)
+		hooks := ClientOptions{Group: "g", Hooks: HookAllocated | HookInvalidate}
+		cl := [2]int64{register(t, &cs, m, hooks), register(t, &cs, m, hooks)}
+		last := map[int64]int64{} // client → the id of the last response it heard of
+		hear := func(c, id int64) {
+			if id <= last[c] {
+				t.Fatalf("client %d heard of response %d after %d", c, id, last[c])
+			}
+			last[c] = id
+		}
+		var held []int64
+		for _, op := range ops[:min(len(ops), 32)] {
+			c := cl[op&1]
+			reqs := map[string]vram.ArrayRequest{"x": {Shape: []int{16 << (op >> 5 & 3)}, DType: vram.Float32}}
+			switch op >> 1 & 3 {
+			case 0:
+				must(t, cs.Queue(c, reqs))
+			case 1, 2:
+				a, err := cs.QueueAllocate(c, AllocateOptions{Queue: op&16 != 0, Requests: reqs, TakeEvent: op>>1&3 == 1, SimHosts: true})
+				if errors.Is(err, vram.ErrNothingQueued) || errors.Is(err, vram.ErrRunsMismatch) { // refusals that change nothing
+					continue
+				}
+				must(t, err)
+				held = append(held, a.Response)
+				if a.EventTaken {
+					hear(c, a.Plan.ID)
+				}
+				as, err := cs.Arrays(a.Response, 0, nil)
+				must(t, err)
+				if pi, err := cs.Plan(a.Response); err != nil || !reflect.DeepEqual(pi, a.Plan) || !slices.EqualFunc(as, a.Arrays, arrayInfoEqual) {
+					t.Fatalf("the call's description %+v %+v; Plan and Arrays say %+v %+v (%v)", a.Plan, a.Arrays, pi, as, err)
+				}
+			case 3:
+				for _, ev := range poll(&cs, m) {
+					if ev.Kind == EventAllocated {
+						hear(ev.Client, ev.ID)
+						held = append(held, ev.Response)
+					}
+				}
+			}
+		}
+		for _, ev := range poll(&cs, m) {
+			if ev.Kind == EventAllocated {
+				hear(ev.Client, ev.ID)
+				held = append(held, ev.Response)
+			}
+		}
+		for _, h := range held {
+			must(t, cs.ReleaseResponse(h))
+		}
+		cs.mu.Lock()
+		left := len(cs.resps)
+		cs.mu.Unlock()
+		if left != 0 {
+			t.Errorf("%d responses left after every handle was released", left)
+		}
+	})
+}
