@@ -25,6 +25,27 @@ static int vram_client_cycles(vram_manager m, vram_client c, int n) {
 	return VRAM_OK;
 }
 
+// vram_one_call_cycles makes n allocations as vram_client_cycles does,
+// each with one vram_queue_allocate (the client's own event taken, the
+// response described with its arrays' simulator addresses) and the
+// response's release.
+static int vram_one_call_cycles(vram_client c, int n) {
+	int64_t shape[] = {1024};
+	struct vram_request req = {.label = "x", .shape = shape, .ndim = 1, .dtype = VRAM_FLOAT32};
+	struct vram_plan plan = {.size = sizeof plan};
+	struct vram_array arrays[1];
+	void *hosts[1];
+	struct vram_allocation a = {.size = sizeof a, .flags = VRAM_ALLOCATE_QUEUE | VRAM_ALLOCATE_TAKE_EVENT, .plan = &plan,
+				    .arrays = arrays, .cap = 1, .array_size = sizeof arrays[0], .sim_hosts = hosts};
+	for (int i = 0; i < n; i++) {
+		int rc = vram_queue_allocate(c, &req, 1, sizeof req, &a);
+		if (rc == VRAM_OK && (!a.event_taken || a.n != 1)) return VRAM_EINVAL;
+		if (rc == VRAM_OK) rc = vram_response_release(a.response);
+		if (rc != VRAM_OK) return rc;
+	}
+	return VRAM_OK;
+}
+
 // vram_copy_cycles copies the 1024 float32s of host into array "x" of
 // response r, back, and waits for them, n times, on client c's stream.
 static int vram_copy_cycles(vram_client c, vram_response r, float *host, int n) {
@@ -51,6 +72,12 @@ import (
 // for the tests, which cannot use cgo themselves. Not part of the C API.
 func cClientCycles(m, c int64, n int) error {
 	return cStatus("the client cycle", C.vram_client_cycles(C.vram_manager(m), C.vram_client(c), C.int(n)))
+}
+
+// cOneCallCycles makes n allocations of client c's group, each with one
+// vram_queue_allocate (vram_one_call_cycles).
+func cOneCallCycles(c int64, n int) error {
+	return cStatus("the one-call cycle", C.vram_one_call_cycles(C.vram_client(c), C.int(n)))
 }
 
 // cCopyCycles makes n round trips of 4 KiB through array "x" of response

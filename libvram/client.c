@@ -118,6 +118,30 @@ int vram_allocate(vram_client c, int buffers, vram_response *out) {
 	return rc;
 }
 
+int vram_queue_allocate(vram_client c, const struct vram_request *requests, size_t n, size_t request_size,
+			struct vram_allocation *a) {
+	ENTER("vram_queue_allocate");
+	SIZED("vram_queue_allocate", a, struct vram_allocation);
+	if ((a->flags & VRAM_ALLOCATE_QUEUE) && n > 0) NOT_NULL("vram_queue_allocate", requests);
+	if (a->cap > 0) {
+		NOT_NULL("vram_queue_allocate", a->arrays);
+		if (a->array_size < sizeof a->arrays->size)
+			return fail(VRAM_EINVAL, "vram_queue_allocate: a->array_size is %zu; set it to sizeof(struct vram_array), %zu",
+				    a->array_size, sizeof(struct vram_array));
+	}
+	if (a->plan && a->plan->size < sizeof a->plan->size)
+		return fail(VRAM_EINVAL, "vram_queue_allocate: a->plan->size is %llu; set it to sizeof(struct vram_plan), %zu",
+			    (unsigned long long)a->plan->size, sizeof(struct vram_plan));
+	struct vram_plan p;
+	memset(&p, 0, sizeof p);
+	int rc = GO(vramgo_queue_allocate, c, (void *)requests, n, request_size, a, &p);
+	if (rc != VRAM_OK || !a->plan) return rc;
+	size_t k = a->plan->size < sizeof p ? (size_t)a->plan->size : sizeof p;
+	p.size = k;
+	memcpy(a->plan, &p, k);
+	return VRAM_OK;
+}
+
 static int plan_call(const char *op, int (*fn)(int64_t, struct vram_plan *, char **), int64_t h, struct vram_plan *out) {
 	ENTER(op);
 	NOT_NULL(op, out);

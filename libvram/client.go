@@ -198,6 +198,52 @@ func vramgo_allocate(c C.int64_t, buffers C.int, out *C.int64_t, errOut **C.char
 	return done(errOut, err)
 }
 
+//export vramgo_queue_allocate
+func vramgo_queue_allocate(c C.int64_t, reqs unsafe.Pointer, n, size C.size_t, a *C.struct_vram_allocation, plan *C.struct_vram_plan, errOut **C.char) (rc C.int) {
+	defer guard(&rc, errOut)
+	o := capi.AllocateOptions{Queue: a.flags&C.VRAM_ALLOCATE_QUEUE != 0, Buffers: int(a.buffers),
+		TakeEvent: a.flags&C.VRAM_ALLOCATE_TAKE_EVENT != 0, SimHosts: a.sim_hosts != nil && a.cap > 0,
+		MemInfo: a.flags&C.VRAM_ALLOCATE_MEM_INFO != 0}
+	if o.Queue {
+		rs, err := requests(reqs, int(n), int(size))
+		if err != nil {
+			return fail(errOut, err)
+		}
+		o.Requests = rs
+	}
+	al, err := clients.QueueAllocate(int64(c), o)
+	if err != nil {
+		return fail(errOut, err)
+	}
+	fillPlan(plan, al.Plan)
+	a.response, a.n, a.pending, a.event_taken = C.int64_t(al.Response), C.size_t(len(al.Arrays)), C.int64_t(al.Pending), cbool(al.EventTaken)
+	a.free_bytes, a.total_bytes = C.uint64_t(al.Free), C.uint64_t(al.Total)
+	if err := fillArrays(unsafe.Pointer(a.arrays), int(a.cap), int(a.array_size), al.Arrays); err != nil {
+		_ = clients.ReleaseResponse(al.Response)
+		return fail(errOut, err)
+	}
+	for i := range al.SimHosts[:min(len(al.SimHosts), int(a.cap))] {
+		*(*uintptr)(unsafe.Add(unsafe.Pointer(a.sim_hosts), uintptr(i)*unsafe.Sizeof(uintptr(0)))) = al.SimHosts[i] // pinned while the response is held
+	}
+	return C.VRAM_OK
+}
+
+// fillArrays describes up to capacity of as at out, size bytes apart, as
+// far as size goes (a smaller struct of an earlier ABI).
+func fillArrays(out unsafe.Pointer, capacity, size int, as []capi.ArrayInfo) error {
+	k := min(uintptr(size), unsafe.Sizeof(C.struct_vram_array{}))
+	for i, a := range as[:min(len(as), capacity)] {
+		var c C.struct_vram_array
+		if err := fillArray(&c, a); err != nil {
+			return err
+		}
+		c.size = C.uint64_t(k)
+		dst := unsafe.Add(out, uintptr(i)*uintptr(size))
+		copy(unsafe.Slice((*byte)(dst), k), unsafe.Slice((*byte)(unsafe.Pointer(&c)), k))
+	}
+	return nil
+}
+
 //export vramgo_response_plan
 func vramgo_response_plan(r C.int64_t, out *C.struct_vram_plan, errOut **C.char) (rc C.int) {
 	defer guard(&rc, errOut)
@@ -265,17 +311,7 @@ func vramgo_response_arrays(r C.int64_t, buffer C.int, out unsafe.Pointer, capac
 		return fail(errOut, err)
 	}
 	*n = C.size_t(len(as))
-	k := min(uintptr(size), unsafe.Sizeof(C.struct_vram_array{}))
-	for i, a := range as[:min(len(as), int(capacity))] {
-		var c C.struct_vram_array
-		if err := fillArray(&c, a); err != nil {
-			return fail(errOut, err)
-		}
-		c.size = C.uint64_t(k)
-		dst := unsafe.Add(out, uintptr(i)*uintptr(size))
-		copy(unsafe.Slice((*byte)(dst), k), unsafe.Slice((*byte)(unsafe.Pointer(&c)), k))
-	}
-	return C.VRAM_OK
+	return done(errOut, fillArrays(out, int(capacity), int(size), as))
 }
 
 //export vramgo_response_span

@@ -42,8 +42,9 @@ func TestGateCPair(t *testing.T) {
 }
 
 // TestGateClientPaths: the client API's hot paths through the C entry
-// points, as Python's package calls them: a queue, an allocation that
-// replaces the arrays before, its event and the responses' release; and a
+// points: a queue, an allocation that replaces the arrays before, its
+// event and the responses' release; the same in one vram_queue_allocate
+// (described, the event taken), as Python's package calls it; and a
 // 4 KiB copy in and out with a sync. Each figure is the Go heap
 // allocations of one cycle (the manager's, the allocator's, the
 // simulator's stream, the C layer's).
@@ -69,6 +70,13 @@ func TestGateClientPaths(t *testing.T) {
 	}
 	alloc() // the group's stream, the pool's first blocks
 	allocs := testing.AllocsPerRun(5, alloc) / cycles
+	oneCall := func() {
+		if err := cOneCallCycles(c, cycles); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oneCall()
+	oneCallAllocs := testing.AllocsPerRun(5, oneCall) / cycles
 	if err := clients.Queue(c, map[string]vram.ArrayRequest{"x": {Shape: []int{1024}, DType: vram.Float32}}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +97,10 @@ func TestGateClientPaths(t *testing.T) {
 	}
 	copies()
 	copyAllocs := testing.AllocsPerRun(5, copies) / cycles
-	t.Logf("%.1f heap allocations per queue+allocate+event+release, %.1f per 4 KiB round trip and sync", allocs, copyAllocs)
+	t.Logf("%.1f heap allocations per queue+allocate+event+release, %.1f in one call, %.1f per 4 KiB round trip and sync",
+		allocs, oneCallAllocs, copyAllocs)
 	gate.Record(t,
 		gate.Figure{Name: "heap/libvram/client: vram_queue+vram_allocate+vram_poll+release 4 KiB", Value: allocs, Unit: "allocs/op", Better: gate.Lower},
+		gate.Figure{Name: "heap/libvram/client: vram_queue_allocate+release 4 KiB", Value: oneCallAllocs, Unit: "allocs/op", Better: gate.Lower},
 		gate.Figure{Name: "heap/libvram/client: vram_to_device+vram_from_device+vram_sync 4 KiB", Value: copyAllocs, Unit: "allocs/op", Better: gate.Lower})
 }

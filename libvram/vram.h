@@ -7,7 +7,7 @@
  * every earlier one: check vram_abi_version() >= the version you need.
  * Within a version, a minor version adds entry points and fields at the
  * end of sized structs, and changes none (marked "(2.1)"): check
- * vram_abi_minor() too when you use them.
+ * vram_abi_minor() too when you use them ("(2.2)" likewise).
  *
  * One manager per device per process: every framework that allocates on a
  * device through this library (PyTorch's pluggable allocator, CuPy's
@@ -75,7 +75,7 @@ extern "C" {
 #endif
 
 #define VRAM_ABI_VERSION 2
-#define VRAM_ABI_MINOR 1
+#define VRAM_ABI_MINOR 2
 
 /* Status codes. */
 enum vram_status {
@@ -524,6 +524,44 @@ int vram_response_release(vram_response r);
  * array's, or unmapped: the process can end). VRAM_ENOTSUP on a GPU and on
  * an address-only simulator (backed=false). */
 int vram_sim_host_address(vram_response r, const char *label, int buffer, void **out);
+
+/* (2.2) One allocation in one call: what vram_queue, vram_allocate,
+ * vram_response_plan, vram_response_arrays (buffer 0),
+ * vram_sim_host_address for each of its device arrays and vram_mem_info
+ * would give, in that order and with their errors, for a program whose
+ * every cycle queues, allocates and reads the arrays. */
+enum vram_allocate_flags {
+	VRAM_ALLOCATE_QUEUE = 1,      /* queue the requests first, as vram_queue (n 0 drops the queue); else they are not read */
+	VRAM_ALLOCATE_TAKE_EVENT = 2, /* the caller's own allocated event, when it is the first queued on the manager, is taken out: response is its handle, event_taken 1 (deliver it, then poll for the rest) */
+	VRAM_ALLOCATE_MEM_INFO = 4,   /* free_bytes and total_bytes: the device's memory just before the allocation */
+};
+/* Set size to sizeof(struct vram_allocation); "in" fields are read, "out"
+ * ones filled. */
+struct vram_allocation {
+	uint64_t size;
+	uint32_t flags;            /* in: VRAM_ALLOCATE_* bits */
+	int32_t buffers;           /* in: as vram_allocate's */
+	struct vram_plan *plan;    /* in: NULL, or the plan to fill (its size set), as vram_response_plan */
+	struct vram_array *arrays; /* in: room for cap arrays of buffer 0, array_size bytes apart, as vram_response_arrays fills them */
+	size_t cap;                /* in */
+	size_t array_size;         /* in: sizeof(struct vram_array) */
+	void **sim_hosts;          /* in: NULL, or room for cap addresses: each array's vram_sim_host_address, NULL for a host array and on a GPU */
+	vram_response response;    /* out: the client's response, to release */
+	size_t n;                  /* out: arrays in buffer 0 (more than cap: read them with vram_response_arrays) */
+	int64_t pending;           /* out: events queued on the manager when the call returned: poll when > 0 */
+	int32_t event_taken;       /* out: 1 when VRAM_ALLOCATE_TAKE_EVENT took the caller's own event */
+	int32_t reserved;
+	uint64_t free_bytes;       /* out, with VRAM_ALLOCATE_MEM_INFO */
+	uint64_t total_bytes;
+};
+/* Queues the n requests (request_size bytes apart) for c when a->flags
+ * has VRAM_ALLOCATE_QUEUE, allocates c's group with a->buffers buffers and
+ * describes the response into *a. A refused queue allocates nothing; a
+ * failed allocation leaves what vram_allocate's does (the queue queued).
+ * Without VRAM_ALLOCATE_TAKE_EVENT every event stays queued, as after
+ * vram_allocate. */
+int vram_queue_allocate(vram_client c, const struct vram_request *requests, size_t n, size_t request_size,
+			struct vram_allocation *a);
 
 /* Host memory given by the caller for a copy: C-contiguous elements. */
 struct vram_host_desc {

@@ -3,7 +3,7 @@
  * against libvram.so, on the simulator: two components in one stream
  * group, a batch bigger than the device chunked between them, each chunk
  * copied in, worked on in the simulated memory and copied out; the events
- * polled; every entry point with bad arguments; clients of their own on
+ * polled; one allocation in one call (2.2); every entry point with bad arguments; clients of their own on
  * several threads at once; and the ABI 1 entry points beside them.
  *
  *   client_harness
@@ -239,6 +239,68 @@ static void check_bad(vram_manager m) {
 	vram_client_close(c);
 }
 
+/* check_queue_allocate: (2.2) one call queues, allocates and describes
+ * what the steps would; the caller's own event taken when asked; a bad
+ * call refused, and a refused queue allocates nothing. */
+static void check_queue_allocate(vram_manager m) {
+	vram_client c = reg(m, "qa", "qa", VRAM_HOOK_ALLOCATED | VRAM_HOOK_INVALIDATE);
+	int64_t shape[] = {4, 1000}, pshape[] = {8};
+	struct vram_request reqs[] = {
+		{.label = "x", .shape = shape, .ndim = 2, .dtype = VRAM_FLOAT32, .chunk_axis = 1},
+		{.label = "p", .shape = pshape, .ndim = 1, .dtype = VRAM_FLOAT64, .memory = VRAM_MEMORY_PINNED, .unchunkable = 1},
+	};
+	struct vram_plan plan = {.size = sizeof plan};
+	struct vram_array arrays[2];
+	void *hosts[2] = {0, 0};
+	struct vram_allocation a = {.size = sizeof a, .flags = VRAM_ALLOCATE_QUEUE | VRAM_ALLOCATE_TAKE_EVENT | VRAM_ALLOCATE_MEM_INFO,
+				    .plan = &plan, .arrays = arrays, .cap = 2, .array_size = sizeof arrays[0], .sim_hosts = hosts};
+	int rc = vram_queue_allocate(c, reqs, 2, sizeof reqs[0], &a);
+	CHECK(rc == VRAM_OK && a.response > 0 && a.event_taken == 1 && a.pending == 0 && a.n == 2 && a.total_bytes == 16 << 20 &&
+		      a.free_bytes > 0,
+	      "queue + allocate in one call: %d %s; response %lld, event taken %d, %lld pending, %zu arrays, %llu of %llu free", rc,
+	      lasterr(), (long long)a.response, a.event_taken, (long long)a.pending, a.n, (unsigned long long)a.free_bytes,
+	      (unsigned long long)a.total_bytes);
+	struct vram_plan want = {.size = sizeof want};
+	vram_response_plan(a.response, &want);
+	CHECK(plan.size == sizeof plan && !memcmp(&plan, &want, sizeof plan) && plan.arrays == 2 && plan.client == c,
+	      "its plan is vram_response_plan's");
+	struct vram_array wa[2];
+	size_t n = 0;
+	vram_response_arrays(a.response, 0, wa, 2, sizeof wa[0], &n);
+	CHECK(n == 2 && !memcmp(arrays, wa, sizeof wa) && !strcmp(arrays[0].label, "p") && !strcmp(arrays[1].label, "x"),
+	      "its arrays are vram_response_arrays': %s, %s", arrays[0].label, arrays[1].label);
+	void *want_host = NULL;
+	vram_sim_host_address(a.response, "x", 0, &want_host);
+	CHECK(hosts[0] == NULL && hosts[1] == want_host && want_host != NULL, "x's host address is vram_sim_host_address's: %p",
+	      hosts[1]);
+	struct vram_event ev = {.size = sizeof ev};
+	CHECK(vram_poll(m, &ev, NULL, 0) == VRAM_OK && ev.kind == VRAM_EVENT_NONE, "no event left to poll");
+	CHECK(vram_response_release(a.response) == VRAM_OK, "release the response");
+
+	/* Without TAKE_EVENT, or QUEUE: the event stays; nothing queued, the last plan comes again. */
+	struct vram_allocation b = {.size = sizeof b};
+	rc = vram_queue_allocate(c, NULL, 0, 0, &b);
+	CHECK(rc == VRAM_OK && b.event_taken == 0 && b.pending == 1, "nothing queued: the last plan, its event queued: %d %s; %d taken, %lld pending, %zu arrays",
+	      rc, lasterr(), b.event_taken, (long long)b.pending, b.n);
+	CHECK(vram_poll(m, &ev, NULL, 0) == VRAM_OK && ev.kind == VRAM_EVENT_ALLOCATED && ev.client == c, "the event polled");
+	vram_response_release(ev.response);
+	vram_response_release(b.response);
+
+	struct vram_allocation small = {.size = 8};
+	CHECK(vram_queue_allocate(c, reqs, 2, sizeof reqs[0], &small) == VRAM_EINVAL && strstr(lasterr(), "sizeof"),
+	      "a struct too small: %s", errbuf);
+	CHECK(vram_queue_allocate(c, reqs, 2, sizeof reqs[0], NULL) == VRAM_EINVAL, "no struct");
+	struct vram_allocation q = {.size = sizeof q, .flags = VRAM_ALLOCATE_QUEUE, .cap = 2, .array_size = sizeof arrays[0]};
+	CHECK(vram_queue_allocate(c, reqs, 2, sizeof reqs[0], &q) == VRAM_EINVAL, "arrays NULL with a cap: %s", lasterr());
+	q.cap = 0;
+	CHECK(vram_queue_allocate(c, NULL, 2, sizeof reqs[0], &q) == VRAM_EINVAL, "requests NULL: %s", lasterr());
+	reqs[0].dtype = 99;
+	CHECK(vram_queue_allocate(c, reqs, 2, sizeof reqs[0], &q) == VRAM_EINVAL && strstr(lasterr(), "queue x") &&
+		      vram_poll(m, &ev, NULL, 0) == VRAM_OK && ev.kind == VRAM_EVENT_NONE,
+	      "a bad request names its label and allocates nothing: %s", errbuf);
+	vram_client_close(c);
+}
+
 struct job {
 	vram_manager m;
 	int i, rc;
@@ -333,7 +395,7 @@ static void check_pipeline(vram_manager m) {
 
 int main(void) {
 	CHECK(vram_abi_version() >= 2, "ABI version %d", vram_abi_version());
-	CHECK(vram_abi_version() > 2 || vram_abi_minor() >= 1, "ABI version 2.%d", vram_abi_minor());
+	CHECK(vram_abi_version() > 2 || vram_abi_minor() >= 2, "ABI version 2.%d", vram_abi_minor());
 	CHECK(!strcmp(vram_strerror(VRAM_EFREED), "array freed") && !strcmp(vram_strerror(VRAM_ENOTSUP), "not supported"),
 	      "the new statuses have their words");
 	vram_manager m = 0;
@@ -344,6 +406,7 @@ int main(void) {
 	check_batch(m);
 	check_client_calls(m);
 	check_bad(m);
+	check_queue_allocate(m);
 	check_threads(m);
 	check_pipeline(m);
 	CHECK(vram_close(m) == VRAM_EBUSY, "close refused while ABI 1's allocation is live: %s", lasterr());

@@ -13,6 +13,7 @@ import inspect
 import os
 import unittest
 import warnings
+from unittest import mock
 
 assert os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", "run by test_cubie.py, under Numba's simulator"
 
@@ -309,6 +310,37 @@ class TestPlanner(unittest.TestCase):
                         "c": ArrayRequest(np.float32, shape=(4, 10), total_runs=10, chunk_axis_index=1)}}
         with self.assertRaisesRegex(ValueError, "Unchunkable arrays require"):
             m.get_chunk_parameters(both, 10, "default")
+
+
+class TestFarTooLarge(unittest.TestCase):
+    def test_allocate_queue_warns_first(self):
+        # A request more than 20 times the free memory warns before any
+        # hook hears of the allocation, whether the free memory comes
+        # with the allocation's own call (vram's figures) or from a
+        # get_memory_info a subclass replaced; one that cannot fit warns
+        # and raises.
+        small = mock.patch.multiple(mem_manager, SIMULATED_FREE=1 * MiB, SIMULATED_TOTAL=64 * MiB)
+        for name, make in (("vram's figures", MemoryManager), ("a replaced get_memory_info", lambda: fixed(1 * MiB, 64 * MiB))):
+            with self.subTest(name), small:
+                m = make()
+                free = m.get_memory_info()[0]
+                self.assertEqual(free, 1 * MiB)
+                seen = []
+                with warnings.catch_warnings(record=True) as w:
+                    warnings.simplefilter("always")
+                    c = Component()
+                    m.register(c, invalidate_cache_hook=c.notice_invalidate,
+                               allocation_ready_hook=lambda r: seen.append(len(w)))
+                    runs = 21 * free // 8
+                    m.queue_request(c, {"x": ArrayRequest(np.float32, shape=(2, runs), chunk_axis_index=1, total_runs=runs)})
+                    m.allocate_queue(c)
+                    self.assertEqual(seen, [1], "one warning, before the hook")
+                    self.assertIn("exceeds available VRAM", str(w[0].message))
+                    m.free("x")  # the chunks took every free byte: no warning with none free, as cubie's
+                    m.queue_request(c, {"u": ArrayRequest(np.float32, shape=(runs, 2), chunk_axis_index=None)})
+                    with self.assertRaisesRegex(ValueError, "even in chunks"):
+                        m.allocate_queue(c)
+                    self.assertEqual(len(w), 2, "the refused one warned too")
 
 
 class TestEviction(unittest.TestCase):

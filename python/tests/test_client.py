@@ -276,6 +276,83 @@ class TestHooks(ClientTest):
         self.assertEqual(self.m.poll(), 0)
 
 
+class TestQueueAllocate(ClientTest):
+    def test_own_event_in_order(self):
+        # allocate delivers the client's own event first when it heads the
+        # queue; behind an older event of the client's (an allocation no
+        # call polled), it waits its turn.
+        got = []
+        a = self.m.register("a", group="g", on_allocated=got.append)
+        a.queue({"v": vram.ArrayRequest((16,), "int32")})
+        older = _raw_allocate(a)
+        r = a.queue_allocate({"v": vram.ArrayRequest((32,), "int32")})
+        self.assertEqual(len(got), 2)
+        self.assertNotEqual(got[0].id, r.id, "the older event first")
+        self.assertIs(got[1], r)
+        self.assertEqual(r.device_arrays["v"].shape, (32,))
+        vram.client._release_response(older)
+        got.clear()
+        r = a.queue_allocate({"v": vram.ArrayRequest((8,), "int32")})
+        self.assertEqual(got, [r])
+        self.assertIs(a.response, r)
+        self.assertEqual(self.m.poll(), 0, "no event left behind")
+
+    def test_same_as_queue_then_allocate(self):
+        # queue_allocate gives what queue and allocate give; a refused queue
+        # allocates nothing and leaves the arrays before.
+        a = self.m.register("a", group="g", on_allocated=lambda r: None)
+        reqs = {"x": vram.ArrayRequest((4, 1000), "float32", chunk_axis=1),
+                "p": vram.ArrayRequest((8,), "float64", memory="pinned", unchunkable=True)}
+        r1 = a.queue_allocate(reqs)
+        a.queue(reqs)
+        r2 = a.allocate()
+        for r in (r1, r2):
+            self.assertEqual((r.plan.chunks, sorted(r.device_arrays), sorted(r.host)), (1, ["x"], ["p"]))
+            self.assertEqual(r.device_arrays["x"].shape, (4, 1000))
+            self.assertEqual(r.host["p"].shape, (8,))
+        with self.assertRaises(vram.InvalidArgumentError):
+            a.queue_allocate({"x": {"shape": (4, 1000), "dtype": "float32", "chunk_axis": 1, "total_runs": 7}})
+        self.assertIs(a.response, r2)
+        self.assertFalse(r2.device_arrays["x"].freed)
+        x = np.arange(4000, dtype=np.float32).reshape(4, 1000)
+        a.to_device(r2.device_arrays["x"], x)
+        back = np.zeros_like(x)
+        a.from_device(back, r2.device_arrays["x"])
+        a.sync()
+        np.testing.assert_array_equal(back, x)
+
+    def test_many_arrays_and_threads(self):
+        # More arrays than the reused structs hold, then allocations of one
+        # client from two threads at once: each gets its own response whole
+        # (a queue and an allocation are two steps: one thread's allocation
+        # may take the other's queue, and the other's then finds none and
+        # gets the plan alone).
+        a = self.m.register("a", group="g", on_allocated=lambda r: None)
+        many = {"a%d" % i: vram.ArrayRequest((16,), "float32") for i in range(9)}
+        r = a.queue_allocate(many)
+        self.assertEqual(sorted(r.device_arrays), sorted(many))
+        self.assertEqual(sorted(a.queue_allocate(many).device_arrays), sorted(many))
+        errs, shapes = [], []
+
+        def run(n):
+            try:
+                for _ in range(50):
+                    r = a.queue_allocate({"x": vram.ArrayRequest((n,), "float32")})
+                    self.assertEqual(len(r.device_arrays), r._arrays_n)
+                    shapes.extend(d.shape for d in r.device_arrays.values())
+            except Exception as e:  # pragma: no cover
+                errs.append(e)
+
+        ts = [threading.Thread(target=run, args=(n,)) for n in (64, 128)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errs, [])
+        self.assertLessEqual(set(shapes), {(64,), (128,)})
+        self.assertGreaterEqual(len(shapes), 50)
+
+
 def _raw_allocate(c):
     """An allocation through the library alone, without the package's poll."""
     out = _lib.ctypes.c_int64()

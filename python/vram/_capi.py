@@ -1,5 +1,5 @@
 """ctypes bindings of libvram's client API (libvram/vram.h, ABI version
-2.1): the structs and the signatures _lib applies when it loads the
+2.2): the structs and the signatures _lib applies when it loads the
 library. Nothing here calls the library; vram.client does.
 """
 
@@ -140,6 +140,30 @@ class Event(ctypes.Structure):
     ]
 
 
+# enum vram_allocate_flags (2.2).
+ALLOCATE_QUEUE, ALLOCATE_TAKE_EVENT, ALLOCATE_MEM_INFO = 1, 2, 4
+
+
+class Allocation(ctypes.Structure):  # 2.2
+    _fields_ = [
+        ("size", ctypes.c_uint64),
+        ("flags", ctypes.c_uint32),
+        ("buffers", ctypes.c_int32),
+        ("plan", ctypes.POINTER(Plan)),
+        ("arrays", ctypes.c_void_p),
+        ("cap", ctypes.c_size_t),
+        ("array_size", ctypes.c_size_t),
+        ("sim_hosts", ctypes.c_void_p),
+        ("response", _handle),
+        ("n", ctypes.c_size_t),
+        ("pending", ctypes.c_int64),
+        ("event_taken", ctypes.c_int32),
+        ("reserved", ctypes.c_int32),
+        ("free_bytes", ctypes.c_uint64),
+        ("total_bytes", ctypes.c_uint64),
+    ]
+
+
 # enum vram_batch_dir.
 BATCH_IN, BATCH_OUT, BATCH_INOUT, BATCH_SCRATCH = 0, 1, 2, 3
 
@@ -194,6 +218,7 @@ SIGNATURES = {
     "vram_set_auto_limit_mode": (ctypes.c_int, [_handle]),
     "vram_queue": (ctypes.c_int, [_handle, _P(Request), _size, _size]),
     "vram_allocate": (ctypes.c_int, [_handle, ctypes.c_int, _P(_handle)]),
+    "vram_queue_allocate": (ctypes.c_int, [_handle, _P(Request), _size, _size, _P(Allocation)]),
     "vram_response_plan": (ctypes.c_int, [_handle, _P(Plan)]),
     "vram_response_array": (ctypes.c_int, [_handle, ctypes.c_char_p, ctypes.c_int, _P(Array)]),
     "vram_response_arrays": (ctypes.c_int, [_handle, ctypes.c_int, ctypes.c_void_p, _size, _size, _P(_size)]),

@@ -18,7 +18,7 @@ import threading
 from . import _capi
 
 ABI_VERSION = 2
-ABI_MINOR = 1  # vram_response_arrays, struct fields marked (2.1)
+ABI_MINOR = 2  # vram_response_arrays, struct fields marked (2.1); vram_queue_allocate (2.2)
 
 # Status codes from vram.h that the package acts on; every other failure is
 # a VramError with the library's message.

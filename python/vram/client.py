@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import threading
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
@@ -260,7 +261,8 @@ class ArrayResponse:
     each pinned, mapped or pageable array of buffer 0 as a NumPy array.
     buffer(i) gives buffer i's three dicts."""
 
-    def __init__(self, client: "Client", handle: int, plan: Optional[_capi.Plan] = None):
+    def __init__(self, client: "Client", handle: int, plan: Optional[_capi.Plan] = None, described=None):
+        # described: (descs, sim_hosts) of buffer 0, as vram_queue_allocate gave them
         p = plan if plan is not None else _plan_of(handle)
         self.client = client
         self.handle = handle
@@ -271,6 +273,8 @@ class ArrayResponse:
         self._sets_n = max(p.sets, 1)
         self._arrays_n = p.arrays
         self._sets: Dict[int, "ArraySet"] = {}
+        if described is not None:
+            self._sets[0] = ArraySet(client.manager, self._handle, 0, described[0], described[1])
 
     def __repr__(self):
         return "vram.ArrayResponse(%s, %d chunks of %d runs, arrays %s)" % (
@@ -359,13 +363,15 @@ class ArraySet:
     """One buffer's arrays: arrays (Numba's or DeviceArrays, see
     ArrayResponse), device_arrays and host (NumPy arrays)."""
 
-    def __init__(self, manager, handle: "_Handle", buffer: int, descs: list):
+    def __init__(self, manager, handle: "_Handle", buffer: int, descs: list, sim_hosts=None):
+        # sim_hosts: each desc's simulator host address (None: read when a view needs it)
         self.device_arrays: Dict[str, DeviceArray] = {}
         self.host: Dict[str, Any] = {}
-        for d in descs:
+        for i, d in enumerate(descs):
             label = d.label.decode()
             if d.memory in _DEVICE_MEMORY:  # freed since: ptr 0, and DeviceArray.freed says so
-                self.device_arrays[label] = DeviceArray(handle, label, buffer, d, manager=manager)
+                sim = (sim_hosts[i] or 0) if sim_hosts is not None and d.memory == _DEVICE else 0
+                self.device_arrays[label] = DeviceArray(handle, label, buffer, d, manager=manager, sim_host=sim)
             if d.memory != _capi.MEMORY["device"] and d.host:  # a host array freed since has no bytes to view
                 self.host[label] = numpy_view(d.host, d.bytes, DTYPE_NAMES[d.dtype], tuple(d.shape[:d.ndim]), handle)
         self._manager = manager
@@ -380,7 +386,8 @@ class ArraySet:
         return self._arrays
 
 
-_DEVICE_MEMORY = (_capi.MEMORY["device"], _capi.MEMORY["mapped"])
+_DEVICE = _capi.MEMORY["device"]
+_DEVICE_MEMORY = (_DEVICE, _capi.MEMORY["mapped"])
 
 
 class Work:
@@ -456,6 +463,7 @@ class Client:
         self._hooked = bool(on_allocated or on_invalidate)  # asked the library for events at registration
         self.response: Optional[ArrayResponse] = None  # the latest response delivered to it
         self._in_flight: List[Any] = []  # host arrays copies use, kept until sync
+        self._call: Optional[_AllocCall] = None  # allocate's structs, made on first use
 
     @property
     def id(self) -> int:
@@ -545,10 +553,7 @@ class Client:
         fields) for the next allocation of any member of the group,
         replacing what the client had queued; an empty mapping drops its
         queue. An invalid request queues nothing (InvalidArgumentError)."""
-        n = len(requests)
-        arr = (_capi.Request * max(n, 1))()
-        for i, (label, r) in enumerate(requests.items()):
-            arr[i] = ArrayRequest.of(r)._c(label)
+        arr, n = self._requests(requests)
         _lib.check(_lib.lib().vram_queue(self.handle, arr, n, _REQUEST_SIZE))
 
     def allocate(self, buffers: int = 1) -> ArrayResponse:
@@ -557,16 +562,19 @@ class Client:
         returns this client's response; every member's on_allocated gets its
         own. Raises OutOfMemoryError when even one run at a time does not
         fit, with the figures."""
-        out = ctypes.c_int64()
-        got = []
+        return allocate(self, None, buffers)
 
-        def call():
-            _lib.check(_lib.lib().vram_allocate(self.handle, int(buffers), ctypes.byref(out)), self.manager.oom_report)
-            got.append(_response(self, out.value))  # before the events, which then find it
+    def queue_allocate(self, requests: Mapping[str, "ArrayRequest | Mapping[str, Any]"], buffers: int = 1) -> ArrayResponse:
+        """queue(requests), then allocate(buffers), in one call into the
+        library: a refused queue allocates nothing."""
+        return allocate(self, requests, buffers)
 
-        call_then_poll(self.manager, call)
-        self.response = got[0]
-        return got[0]
+    def _requests(self, requests) -> Tuple["ctypes.Array", int]:
+        n = len(requests)
+        arr = (_capi.Request * max(n, 1))()
+        for i, (label, r) in enumerate(requests.items()):
+            arr[i] = ArrayRequest.of(r)._c(label)
+        return arr, n
 
     def free(self, label: str) -> None:
         """Frees its arrays under label (every buffer); none is no error."""
@@ -649,6 +657,108 @@ class Client:
         return Work(out.value)
 
 
+class _AllocCall:
+    """A client's structs for vram_queue_allocate, reused by its
+    allocations (one at a time: busy; a concurrent one makes its own):
+    the plan, room for cap arrays of buffer 0 and, on the simulator when
+    the arrays may become Numba's, their host addresses."""
+
+    __slots__ = ("a", "ref", "plan", "arrays", "hosts", "sim", "busy")
+
+    def __init__(self, sim: bool, cap: int = 4):
+        self.plan = _capi.Plan(size=_PLAN_SIZE)
+        self.a = _capi.Allocation(size=ctypes.sizeof(_capi.Allocation), plan=ctypes.pointer(self.plan),
+                                  array_size=_ARRAY_SIZE)
+        self.ref = ctypes.byref(self.a)
+        self.sim = sim
+        self.busy = threading.Lock()
+        self.grow(cap)
+
+    def grow(self, cap: int) -> None:
+        self.arrays = (_capi.Array * cap)()
+        self.a.arrays, self.a.cap = ctypes.addressof(self.arrays), cap
+        self.hosts = (ctypes.c_void_p * cap)() if self.sim else None
+        self.a.sim_hosts = ctypes.addressof(self.hosts) if self.sim else None
+
+
+def _alloc_call(client: "Client") -> Tuple[_AllocCall, bool]:
+    """client's _AllocCall, taken (True: release its busy lock after), or a
+    fresh one while another thread uses it."""
+    c = client._call
+    if c is None:
+        mgr = client.manager
+        c = client._call = _AllocCall(mgr.simulated and mgr.arrays != "vram")
+    if c.busy.acquire(False):
+        return c, True
+    return _AllocCall(c.sim), False
+
+
+def _queue_allocate(client: "Client", requests, buffers: int, flags: int) -> Tuple[ArrayResponse, bool, int, Tuple[int, int]]:
+    """One vram_queue_allocate: client's response, whether its own event
+    was taken (to deliver), the events pending, and the device's (free,
+    total) memory before it (with ALLOCATE_MEM_INFO)."""
+    call, taken = _alloc_call(client)
+    try:
+        a = call.a
+        a.flags, a.buffers = flags | _capi.ALLOCATE_TAKE_EVENT, int(buffers)
+        arr, n = (None, 0)
+        if requests is not None:
+            arr, n = client._requests(requests)
+            a.flags |= _capi.ALLOCATE_QUEUE
+        _lib.check(_lib.lib().vram_queue_allocate(client.handle, arr, n, _REQUEST_SIZE, call.ref), client.manager.oom_report)
+        described = None
+        if a.n <= a.cap:
+            described = (call.arrays[:a.n], call.hosts[:a.n] if call.sim else None)
+        else:  # read by the response, and room for them next time
+            call.grow(a.n)
+        r = ArrayResponse(client, a.response, call.plan, described)
+        client.manager._responses[r.id] = r
+        return r, bool(a.event_taken), a.pending, (a.free_bytes, a.total_bytes)
+    finally:
+        if taken:
+            call.busy.release()
+
+
+def allocate(client: "Client", requests, buffers: int, flags: int = 0, before_hooks: Optional[Callable] = None) -> ArrayResponse:
+    """Client.allocate and queue_allocate: one vram_queue_allocate, then
+    the client's own event (when the call took it: first, as the queue
+    had it) and the others the call caused, as call_then_poll delivers
+    them. before_hooks((free, total)), if given, is called before any hook
+    with the device's memory read before the allocation (flags
+    ALLOCATE_MEM_INFO)."""
+    mgr = client.manager
+    try:
+        r, own, pending, mem = _queue_allocate(client, requests, buffers, flags)
+    except BaseException as e:
+        try:
+            if mgr._hooked:
+                mgr.poll()
+        except Exception:
+            raise e
+        raise
+    first = None
+    try:
+        if before_hooks is not None:
+            before_hooks(mem)
+    except Exception as e:
+        first = e
+    if own:
+        with mgr._poll_lock:  # after any event another thread took before ours
+            try:
+                _deliver_allocated(client, r)
+            except Exception as e:
+                first = first or e
+    if pending > 0 and mgr._hooked:
+        try:
+            mgr.poll()
+        except Exception as e:
+            first = first or e
+    client.response = r
+    if first is not None:
+        raise first
+    return r
+
+
 def call_then_poll(manager, call: Callable[[], Any]) -> Any:
     """Runs call, then delivers the events it caused (Manager.poll), when
     a client of manager asked for events. The call's exception wins over a
@@ -711,14 +821,17 @@ def _deliver(manager, kind: int, client: int, response: int, response_id: int, e
         if c is None:  # closed since, or another program's client
             _lib.lib().vram_response_release(response)
             return
-        r = _response(c, response, response_id)
-        c.response = r
-        if c.on_allocated is not None:
-            c.on_allocated(r)
+        _deliver_allocated(c, _response(c, response, response_id))
     elif kind == _capi.EVENT_INVALIDATED and c is not None:
         c.response = None
         if c.on_invalidate is not None:
             c.on_invalidate(_lib.FreedError(_lib.EFREED, reason, evicted=evicted))
+
+
+def _deliver_allocated(c: "Client", r: ArrayResponse) -> None:
+    c.response = r
+    if c.on_allocated is not None:
+        c.on_allocated(r)
 
 
 class _HostArray:

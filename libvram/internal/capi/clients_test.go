@@ -388,7 +388,8 @@ func clientRounds(cs *Clients, m *Manager, group string, n int) error {
 // BenchmarkClients: one allocation of a client's group (the same request
 // again, so each replaces the arrays before it) and one copy of 4 KiB in
 // and out with a sync, through the client API ("capi": handles, the
-// response's description, its release) and through the vram client
+// response's description, its release; "capi-one-call": QueueAllocate,
+// which describes the response and takes the event in the same call) and through the vram client
 // directly ("vram", and "vram-locked" from a goroutine locked to its
 // thread, as a call from C runs), side by side on one simulator.
 func BenchmarkClients(b *testing.B) {
@@ -424,6 +425,13 @@ func BenchmarkClients(b *testing.B) {
 			check(cs.ReleaseResponse(rh))
 			ev := cs.Poll(m)
 			check(cs.ReleaseResponse(ev.Response))
+		}
+	})
+	b.Run("allocate/capi-one-call", func(b *testing.B) { // QueueAllocate: described, the own event taken
+		for b.Loop() {
+			a, err := cs.QueueAllocate(c, AllocateOptions{Queue: true, Requests: reqs, TakeEvent: true, SimHosts: true})
+			check(err)
+			check(cs.ReleaseResponse(a.Response))
 		}
 	})
 	b.Run("allocate/vram", func(b *testing.B) {

@@ -117,11 +117,7 @@ func (cs *Clients) Allocate(h int64, buffers int) (int64, error) {
 		return 0, err
 	}
 	defer done()
-	var opts []vram.AllocateOption
-	if buffers > 1 {
-		opts = append(opts, vram.WithBuffers(buffers))
-	}
-	r, err := e.c.Allocate(context.Background(), opts...)
+	r, err := e.c.Allocate(context.Background(), buffersOption(buffers)...)
 	if err != nil {
 		return 0, fmt.Errorf("vram: %w", err)
 	}

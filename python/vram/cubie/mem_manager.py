@@ -44,7 +44,8 @@ from weakref import ref as weakref_ref
 import numpy as np
 
 import vram as _vram
-from .. import _lib
+from .. import _capi, _lib
+from .. import client as _client
 from . import _backend
 from .array_requests import ArrayRequest, ArrayResponse
 from .stream_groups import StreamGroups
@@ -863,16 +864,29 @@ class MemoryManager:
         for peer in self.stream_groups.get_instances_in_group(group):
             if peer in self.registry:
                 self.registry[peer].last_stream = stream
-        if queued:
-            self._warn_if_far_too_large(queued, group)
+        # the 20x warning before any hook, with the free memory the
+        # allocation's own call read (get_memory_info's, unless a subclass
+        # or a test replaced it: then its)
+        warn_far = partial(self._warn_if_far_too_large, queued, group) if queued else None
+        if warn_far is not None and not self._own_memory_info():
+            warn_far(self.get_memory_info()[0])
+            warn_far = None
         try:
-            settings.client.allocate()
-        except _vram.OutOfMemoryError as e:
-            raise ValueError("Can't fit the request in GPU VRAM even in chunks of one run: %s" % e) from e
+            _client.allocate(settings.client, None, 1, _capi.ALLOCATE_MEM_INFO if warn_far else 0,
+                             None if warn_far is None else lambda mem: warn_far(mem[0]))
+        except Exception as e:
+            if warn_far is not None:  # the memory as it was, unless the arrays replaced had to be freed first
+                warn_far(self.get_memory_info()[0])
+            if isinstance(e, _vram.OutOfMemoryError):
+                raise ValueError("Can't fit the request in GPU VRAM even in chunks of one run: %s" % e) from e
+            raise
         return None
 
-    def _warn_if_far_too_large(self, requests: dict, group: str) -> None:
-        free, _ = self.get_memory_info()
+    def _own_memory_info(self) -> bool:
+        """Whether get_memory_info is this class's: vram's manager's figures."""
+        return "get_memory_info" not in self.__dict__ and type(self).get_memory_info is MemoryManager.get_memory_info
+
+    def _warn_if_far_too_large(self, requests: dict, group: str, free: int) -> None:
         size = sum(get_portioned_request_size(requests))
         if free > 0 and size > self._available_memory(group, free) and size / free > 20:
             warn("This request exceeds available VRAM by more than 20x. Available VRAM = %d, request size = %d."
