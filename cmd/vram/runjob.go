@@ -314,22 +314,6 @@ func (j *job) finish(f runFlags, rd runDevice, ms *metricsServer, start time.Tim
 	return j.a.finishReport(rep, func() error { return j.a.printRun(rep) }, verr)
 }
 
-// finishReport writes a job's report, as JSON or as text by print, and
-// joins a failed write with verr, the verification's error: a report
-// that cannot be written fails the command like a wrong result.
-func (a *app) finishReport(rep any, print func() error, verr error) error {
-	var err error
-	if a.json {
-		err = a.writeJSON(rep)
-	} else {
-		err = print()
-	}
-	if err != nil {
-		err = fmt.Errorf("write the report: %w", err)
-	}
-	return errors.Join(err, verr)
-}
-
 // runBatch runs the batch through the library's pipeline and adds its
 // figures to rep, and the set-up's time since the job's start. An
 // interrupt is an error saying how far the job got.

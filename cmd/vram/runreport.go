@@ -431,3 +431,19 @@ func closeErr(what string, err error) error {
 	}
 	return nil
 }
+
+// finishReport writes a job's report, as JSON or as text by print, and
+// joins a failed write with verr, the verification's error: a report
+// that cannot be written fails the command like a wrong result.
+func (a *app) finishReport(rep any, print func() error, verr error) error {
+	var err error
+	if a.json {
+		err = a.writeJSON(rep)
+	} else {
+		err = print()
+	}
+	if err != nil {
+		err = fmt.Errorf("write the report: %w", err)
+	}
+	return errors.Join(err, verr)
+}
