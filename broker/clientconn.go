@@ -128,7 +128,12 @@ func (cc *clientConn) callAs(ctx context.Context, op string, req *brokerpb.Reque
 		req.TimeoutNanos = max(1, int64(time.Until(d)))
 	}
 	if err := cc.send(req); err != nil {
-		return nil, err
+		// The broker is gone (a write to a closed socket, before the
+		// reader saw the end): the connection ended, as a read would say.
+		cc.mu.Lock()
+		delete(cc.calls, req.Call)
+		cc.mu.Unlock()
+		return nil, cc.lostError(op)
 	}
 	select {
 	case r := <-ch:

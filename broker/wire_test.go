@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -174,4 +175,52 @@ func FuzzWire(f *testing.F) {
 func isReset(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &oe) && oe.Op == "write"
+}
+
+// brokenConn is a connection whose broker is gone but whose end the
+// reader has not seen yet: the preface is written, every later write
+// fails as a write to a closed socket does, and a read waits until the
+// connection is closed.
+type brokenConn struct {
+	net.Conn     // nil: only what is overridden is called
+	writes   int // the writer's lock serializes writes
+	closed   chan struct{}
+	once     sync.Once
+}
+
+func (c *brokenConn) Write(b []byte) (int, error) {
+	if c.writes++; c.writes == 1 {
+		return len(b), nil // the preface
+	}
+	return 0, &net.OpError{Op: "write", Net: "unix", Err: errors.New("write: broken pipe")}
+}
+
+func (c *brokenConn) Read([]byte) (int, error) {
+	<-c.closed
+	return 0, io.EOF
+}
+
+func (c *brokenConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return nil
+}
+
+// A call whose request cannot be written (the broker died, and the
+// reader has not seen the end yet) fails as a call on a connection that
+// ended: ErrUnavailable, which a release takes as the lease ended with
+// the connection, not the socket's raw error.
+func TestCallOnADeadConnection(t *testing.T) {
+	nc := &brokenConn{closed: make(chan struct{})}
+	cc := newClientConn(nc, "b.sock", func(*brokerpb.LeaseState) {})
+	defer cc.close()
+	_, err := cc.call(context.Background(), "release", releaseRequest(&brokerpb.ReleaseRequest{LeaseId: 1}))
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errConnEnded) {
+		t.Fatalf("call with the write failing: %v; want an error wrapping ErrUnavailable and errConnEnded", err)
+	}
+	cc.mu.Lock()
+	left := len(cc.calls)
+	cc.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d calls left waiting for a reply on the ended connection", left)
+	}
 }
