@@ -101,6 +101,8 @@ func TestGateClientPaths(t *testing.T) {
 		allocs, oneCallAllocs, copyAllocs)
 	gate.Record(t,
 		gate.Figure{Name: "heap/libvram/client: vram_queue+vram_allocate+vram_poll+release 4 KiB", Value: allocs, Unit: "allocs/op", Better: gate.Lower},
-		gate.Figure{Name: "heap/libvram/client: vram_queue_allocate+release 4 KiB", Value: oneCallAllocs, Unit: "allocs/op", Better: gate.Lower},
+		// Slack 1 %: one allocation in some runs of 50 cycles (82.02–82.04
+		// a cycle), while one more a cycle passes it.
+		gate.Figure{Name: "heap/libvram/client: vram_queue_allocate+release 4 KiB", Value: oneCallAllocs, Unit: "allocs/op", Better: gate.Lower, Slack: 0.01},
 		gate.Figure{Name: "heap/libvram/client: vram_to_device+vram_from_device+vram_sync 4 KiB", Value: copyAllocs, Unit: "allocs/op", Better: gate.Lower})
 }
