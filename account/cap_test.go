@@ -8,7 +8,6 @@ import (
 
 	"github.com/vramkit/vram/alloc"
 	"github.com/vramkit/vram/device"
-	"github.com/vramkit/vram/internal/simtest"
 )
 
 // liveOwner is an Owner that holds the allocations in live.
@@ -25,13 +24,8 @@ func (o *liveOwner) Live(yield func(device.Ptr, uint64)) {
 // Limit that counts what the owner holds already, so an allocation past
 // it is refused; removing it lets it through; each change is a Change.
 func TestSetCapOnAnAccountWithout(t *testing.T) {
-	dev := simtest.New(t, 64*MiB)
 	o := &liveOwner{live: map[device.Ptr]uint64{}}
-	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Owner: o})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(nil)
+	a, dev := newDirect(t, Config{Owner: o})
 	s := dev.DefaultStream()
 	p, err := a.AllocExact(4*MiB, s)
 	if err != nil {
@@ -65,12 +59,7 @@ func TestSetCapOnAnAccountWithout(t *testing.T) {
 // ends when a free brings it back, or with its context's error naming
 // both figures.
 func TestWaitWithinCap(t *testing.T) {
-	dev := simtest.New(t, 64*MiB)
-	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Cap: 16 * MiB})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(nil)
+	a, dev := newDirect(t, Config{Cap: 16 * MiB})
 	s := dev.DefaultStream()
 	p, err := a.AllocExact(8*MiB, s)
 	if err != nil {
@@ -92,12 +81,7 @@ func TestWaitWithinCap(t *testing.T) {
 
 // TestRoom: each bound as Room states it.
 func TestRoom(t *testing.T) {
-	dev := simtest.New(t, 64*MiB)
-	a, err := New(dev, Config{Allocator: Choice{Kind: alloc.KindDirect}, Cap: 16 * MiB})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(nil)
+	a, dev := newDirect(t, Config{Cap: 16 * MiB})
 	s := dev.DefaultStream()
 	p, err := a.AllocExact(8*MiB, s)
 	if err != nil {

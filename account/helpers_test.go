@@ -116,3 +116,17 @@ func (f *follower) holdsTaken() uint64 {
 	defer f.mu.Unlock()
 	return f.holds
 }
+
+// newDirect makes an account of a fresh 64 MiB simulator, served by
+// Direct, with cfg's other settings, closed when the test ends.
+func newDirect(t *testing.T, cfg Config) (*Account, *sim.Device) {
+	t.Helper()
+	dev := simtest.New(t, 64*MiB)
+	cfg.Allocator = Choice{Kind: alloc.KindDirect}
+	a, err := New(dev, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(nil) })
+	return a, dev
+}

@@ -26,6 +26,32 @@ type benchBatch struct {
 	in, out *vram.HostArray
 }
 
+// runRecut runs the batch on one buffer, growing, from a cap of capBytes;
+// with every > 0 the cap changes at every every-th chunk, halved and
+// restored in turn, so that the batch re-cuts its chunks.
+func (bb *benchBatch) runRecut(b *testing.B, k *kernel.Kernel, capBytes uint64, every int) batch.Report {
+	b.Helper()
+	if err := bb.m.Account().SetCap(capBytes); err != nil {
+		b.Fatal(err)
+	}
+	rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 1, Grow: true}, func(_ context.Context, ch *batch.Chunk) error {
+		if every > 0 && ch.Index%every == every-1 {
+			c := capBytes
+			if ch.Index%(2*every) == every-1 {
+				c /= 2
+			}
+			if err := bb.m.Account().SetCap(c); err != nil {
+				return err
+			}
+		}
+		return ch.Launch(k, bb.x, bb.y)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rep
+}
+
 func newBenchBatch(b *testing.B, total uint64, runs, buffers int, bandwidth uint64, opts ...vram.Option) *benchBatch {
 	b.Helper()
 	dev, err := sim.New(sim.Config{TotalBytes: total, Granularity: 4 << 10, NoContext: true, CopyBandwidth: bandwidth})
@@ -274,24 +300,11 @@ func BenchmarkBatchRecut(b *testing.B) {
 			var wall time.Duration
 			recuts := 0
 			for b.Loop() {
-				if err := bb.m.Account().SetCap(capBytes); err != nil {
-					b.Fatal(err)
+				every := 0
+				if toggle {
+					every = 16
 				}
-				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 1, Grow: true}, func(_ context.Context, ch *batch.Chunk) error {
-					if toggle && ch.Index%16 == 15 {
-						c := uint64(capBytes)
-						if ch.Index%32 == 15 {
-							c /= 2
-						}
-						if err := bb.m.Account().SetCap(c); err != nil {
-							return err
-						}
-					}
-					return ch.Launch(k, bb.x, bb.y)
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.runRecut(b, k, capBytes, every)
 				wall, recuts = wall+rep.Wall, len(rep.Recuts)
 			}
 			b.ReportMetric(wall.Seconds()/float64(b.N)*1e3, "wall-ms")

@@ -64,7 +64,14 @@ func newElastic(t *testing.T, runs, chunkRuns int) *elasticFixture {
 	t.Cleanup(func() { f.hx.Free(); f.hy.Free() })
 	must(t, f.x.Use(batch.Host(f.hx)))
 	must(t, f.y.Use(batch.Host(f.hy)))
-	f.k, err = kernel.New("affine", "", func(a kernel.Args, lo, hi int) error {
+	f.k = affineKernel(t)
+	return f
+}
+
+// affineKernel is y = 3x + 1 over float32 arrays x and y, on the host.
+func affineKernel(t *testing.T) *kernel.Kernel {
+	t.Helper()
+	k, err := kernel.New("affine", "", func(a kernel.Args, lo, hi int) error {
 		x, y := a.Float32s(0), a.Float32s(1)
 		for i := lo; i < hi; i++ {
 			y[i] = 3*x[i] + 1
@@ -72,7 +79,7 @@ func newElastic(t *testing.T, runs, chunkRuns int) *elasticFixture {
 		return nil
 	}, 0)
 	must(t, err)
-	return f
+	return k
 }
 
 // compute launches the kernel over ch, first calling at (nil: nothing)

@@ -1,7 +1,6 @@
 package batch_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -49,24 +48,11 @@ func BenchmarkBatchStagedRecut(b *testing.B) {
 			var wall time.Duration
 			st0 := bb.m.Host().Staging().Stats()
 			for b.Loop() {
-				if err := bb.m.Account().SetCap(capBytes); err != nil {
-					b.Fatal(err)
+				every := 0
+				if recuts {
+					every = 4
 				}
-				rep, err := bb.b.Run(context.Background(), batch.Options{Buffers: 1, Grow: true}, func(_ context.Context, ch *batch.Chunk) error {
-					if recuts && ch.Index%4 == 3 {
-						c := uint64(capBytes)
-						if ch.Index%8 == 3 {
-							c /= 2
-						}
-						if err := bb.m.Account().SetCap(c); err != nil {
-							return err
-						}
-					}
-					return ch.Launch(k, bb.x, bb.y)
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
+				rep := bb.runRecut(b, k, capBytes, every)
 				wall += rep.Wall
 			}
 			st := bb.m.Host().Staging().Stats()

@@ -60,14 +60,7 @@ func newStaged(t *testing.T, runs, chunkRuns int, devBytes, hostLimit uint64) *s
 		}
 		return nil
 	})))
-	f.k, err = kernel.New("affine", "", func(a kernel.Args, lo, hi int) error {
-		x, y := a.Float32s(0), a.Float32s(1)
-		for i := lo; i < hi; i++ {
-			y[i] = 3*x[i] + 1
-		}
-		return nil
-	}, 0)
-	must(t, err)
+	f.k = affineKernel(t)
 	return f
 }
 

@@ -135,6 +135,14 @@ func child(t *testing.T, mode string, env []string, setup func(*exec.Cmd)) (*exe
 	if setup != nil {
 		setup(cmd)
 	}
+	return cmd, firstLine(t, cmd, mode)
+}
+
+// firstLine starts cmd, the test binary in helper mode, stops it when the
+// test ends, and returns its first line of output (the "release" helper's
+// whole output, once it has ended).
+func firstLine(t *testing.T, cmd *exec.Cmd, mode string) string {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -163,9 +171,9 @@ func child(t *testing.T, mode string, env []string, setup func(*exec.Cmd)) (*exe
 	}()
 	select {
 	case line := <-lines:
-		return cmd, line
-	case <-time.After(30 * time.Second):
-		t.Fatalf("helper %s said nothing in 30s", mode)
+		return line
+	case <-time.After(60 * time.Second):
+		t.Fatalf("helper %s (%s) said nothing in 60s", mode, cmd.Path)
 	}
-	return nil, ""
+	return ""
 }

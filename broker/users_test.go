@@ -5,7 +5,6 @@ package broker
 // that run as it. Without root the tests that need it skip, saying why.
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // otherUserName is the second user's name.
@@ -123,30 +121,5 @@ func asUser(t *testing.T, exe string, uid, gid uint32, mode string, env []string
 		return cmd, string(out)
 	}
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Scan()
-		line <- sc.Text()
-		for sc.Scan() {
-		}
-	}()
-	select {
-	case l := <-line:
-		return cmd, l
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s as uid %d said nothing in 60s", mode, uid)
-	}
-	return nil, ""
+	return cmd, firstLine(t, cmd, mode)
 }

@@ -124,12 +124,12 @@ type multiReport struct {
 
 // multiJob is a batch on several devices: the devices and the results.
 type multiJob struct {
-	a     *app
-	f     runFlags
-	shape jobShape
-	traj  *trajFile // --out; nil: the results stay in out and status
-	out0  *job      // --out's file's owner (commitOut, closeOut)
-	prog  runProgress
+	a        *app
+	f        runFlags
+	shape    jobShape
+	traj     *trajFile // --out; nil: the results stay in out and status
+	outOwner *job      // --out's file's owner (commitOut, closeOut)
+	prog     runProgress
 	// bytesIn and bytesOut are the batch's copies, every device's.
 	bytesIn, bytesOut uint64
 	out               []byte // [samples, 2, runs] float32, without --out
@@ -186,7 +186,7 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 		if err := j.openOut(f.out); err != nil {
 			return err
 		}
-		mj.traj, mj.out0 = j.traj, j
+		mj.traj, mj.outOwner = j.traj, j
 		defer func() { err = errors.Join(err, j.closeOut(f.out, err != nil)) }()
 	} else {
 		mj.out = make([]byte, js.samples*2*js.runs*4)
@@ -212,8 +212,8 @@ func (a *app) runDevices(f runFlags, js jobShape, start time.Time) (err error) {
 	rep := mj.report(parts, time.Since(batchStart))
 	mj.prog.Phase("verify the results")
 	verr := mj.verify(&rep)
-	if verr == nil && mj.out0 != nil {
-		if rep.CommitSeconds, err = mj.out0.commitOut(f.out); err != nil {
+	if verr == nil && mj.outOwner != nil {
+		if rep.CommitSeconds, err = mj.outOwner.commitOut(f.out); err != nil {
 			return err
 		}
 	}

@@ -64,7 +64,7 @@ func CheckHistory(path string) (History, error) {
 		if err != nil {
 			return h, err
 		}
-		h.check(c, older, newer, now)
+		h.check(c[:min(len(c), minAmendPrefix)], older, newer, func(name string) bool { return now != nil && now.amended(c, name) })
 	}
 	// The working tree's file, against HEAD's.
 	if work, err := os.ReadFile(abs); err == nil {
@@ -77,7 +77,7 @@ func CheckHistory(path string) (History, error) {
 			if perr != nil {
 				return h, fmt.Errorf("%s: %w", path, perr)
 			}
-			h.check("the working tree", head, &wf, nil)
+			h.check("the working tree", head, &wf, func(string) bool { return false })
 		}
 	}
 	return h, nil
@@ -98,9 +98,10 @@ func current(dir, abs, rel string) (*File, error) {
 }
 
 // check adds the problems of one change of the file, older → newer
-// (older nil: the change made the file), made by commit where (a hash, or
-// "the working tree"); now's amendments excuse a commit's problems.
-func (h *History) check(where string, older, newer, now *File) {
+// (older nil: the change made the file), made where (a commit, or the
+// working tree); amended says whether the file as it stands explains the
+// change's worsening of a figure after the fact.
+func (h *History) check(where string, older, newer *File, amended func(name string) bool) {
 	h.Checked++
 	if older == nil || newer == nil {
 		return
@@ -117,24 +118,16 @@ func (h *History) check(where string, older, newer, now *File) {
 		n, ok := kept[o.Name]
 		if !ok {
 			if !retiredAnew(newer, o.Name, retired) {
-				h.Problems = append(h.Problems, fmt.Sprintf("%s: dropped %q without retiring it with a why", short(where), o.Name))
+				h.Problems = append(h.Problems, fmt.Sprintf("%s: dropped %q without retiring it with a why", where, o.Name))
 			}
 			continue
 		}
 		exact := o
 		exact.Slack = 0
-		if n.WorseThan(exact) && n.Why == o.Why && !(now != nil && now.amended(where, o.Name)) {
-			h.Problems = append(h.Problems, fmt.Sprintf("%s: made %q worse (%v → %v %s) and left its why as it was", short(where), o.Name, o.Value, n.Value, n.Unit))
+		if n.WorseThan(exact) && n.Why == o.Why && !amended(o.Name) {
+			h.Problems = append(h.Problems, fmt.Sprintf("%s: made %q worse (%v → %v %s) and left its why as it was", where, o.Name, o.Value, n.Value, n.Unit))
 		}
 	}
-}
-
-// short is a commit's hash cut to the length an Amend needs.
-func short(where string) string {
-	if strings.Contains(where, " ") {
-		return where // the working tree
-	}
-	return where[:min(len(where), minAmendPrefix)]
 }
 
 // retiredAnew reports whether f retires name with a why that was not
